@@ -1,0 +1,236 @@
+//! The Redis store: every operation is one `EVALSHA` (or one plain command)
+//! on a connection that reconnects by itself.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::io::tcp::TcpSettings;
+use redis::{IntoConnectionInfo, RedisResult, Script};
+
+use super::{Attempt, millis_ceil};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+use crate::key::LockKeys;
+use crate::token::Token;
+
+mod subscriber;
+
+pub(crate) use subscriber::Subscriber;
+
+static LOCK_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock_acquire.lua")));
+static LOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock_release.lua")));
+static LOCK_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
+static FENCED_WRITE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RedisOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+}
+
+/// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
+/// for Nagle's algorithm.
+pub(crate) fn client_for(url: &str) -> Result<redis::Client> {
+    let info = url.into_connection_info().map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("malformed redis url {:?}", redact(url)),
+        )
+        .with_source(e)
+    })?;
+    let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info).map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("unusable redis url {:?}", redact(url)),
+        )
+        .with_source(e)
+    })
+}
+
+/// Hides a password in a URL before it reaches an error message or a log.
+pub(crate) fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The reconnect policy shared by the command and subscriber connections:
+/// bounded retries with backoff, explicit connect and response timeouts.
+pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(opts.connect_timeout))
+        .set_response_timeout(Some(opts.response_timeout))
+        .set_number_of_retries(3)
+        .set_min_delay(Duration::from_millis(20))
+        .set_max_delay(Duration::from_millis(500))
+}
+
+/// Runs one request under the response timeout and maps its error.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    what: impl FnOnce() -> String,
+    fut: impl Future<Output = RedisResult<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::from_redis(e, &what())),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{}: no answer from redis within {timeout:?}", what()),
+        )),
+    }
+}
+
+/// The Redis store.
+#[derive(Debug)]
+pub(crate) struct RedisStore {
+    conn: ConnectionManager,
+    opts: RedisOptions,
+}
+
+impl RedisStore {
+    pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Self> {
+        let addr = client.get_connection_info().addr().to_string();
+        let conn = bounded(
+            opts.connect_timeout,
+            || format!("connecting to redis at {addr}"),
+            ConnectionManager::new_with_config(client, manager_config(opts)),
+        )
+        .await
+        .map_err(|e| match e.kind() {
+            // Not answering at connect time means not reachable.
+            ErrorKind::Timeout | ErrorKind::Protocol => {
+                Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+            }
+            _ => e,
+        })?;
+        Ok(Self { conn, opts })
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    pub(crate) async fn try_lock(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        let mut conn = self.conn();
+        let mut call = LOCK_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(token.as_str())
+            .arg(millis_ceil(lease));
+        let (taken, n): (i64, i64) = bounded(
+            self.opts.response_timeout,
+            || format!("acquiring lock {:?}", keys.lock),
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        match (taken, u64::try_from(n)) {
+            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired(FencingToken::new(fence))),
+            (0, Ok(ms)) if ms > 0 => Ok(Attempt::Held(Some(Duration::from_millis(ms)))),
+            (0, _) => Ok(Attempt::Held(None)),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "acquiring lock {:?}: unexpected script reply [{taken}, {n}]",
+                    keys.lock
+                ),
+            )),
+        }
+    }
+
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let mut conn = self.conn();
+        let mut call = LOCK_RELEASE.prepare_invoke();
+        call.key(&keys.lock)
+            .arg(token.as_str())
+            .arg(&keys.channel);
+        let n: i64 = bounded(
+            self.opts.response_timeout,
+            || format!("releasing lock {:?}", keys.lock),
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn extend(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool> {
+        let mut conn = self.conn();
+        let mut call = LOCK_EXTEND.prepare_invoke();
+        call.key(&keys.lock)
+            .arg(token.as_str())
+            .arg(millis_ceil(lease));
+        let n: i64 = bounded(
+            self.opts.response_timeout,
+            || format!("extending lock {:?}", keys.lock),
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let mut conn = self.conn();
+        let mut call = FENCED_WRITE.prepare_invoke();
+        call.key(key).arg(token).arg(value);
+        let n: i64 = bounded(
+            self.opts.response_timeout,
+            || format!("fenced write to {key:?}"),
+            call.invoke_async(&mut conn),
+        )
+        .await?;
+        Ok(n == 1)
+    }
+
+    pub(crate) async fn fenced_read(&self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
+        let mut conn = self.conn();
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(key).arg("fence").arg("value");
+        let (fence, value): (Option<u64>, Option<Vec<u8>>) = bounded(
+            self.opts.response_timeout,
+            || format!("reading fenced resource {key:?}"),
+            cmd.query_async(&mut conn),
+        )
+        .await?;
+        Ok(fence.map(|f| (f, value.unwrap_or_default())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_urls_are_invalid_input() {
+        for url in ["", "not a url", "http://localhost", "redis://:99999999"] {
+            let err = client_for(url).unwrap_err();
+            assert!(err.is_invalid_input(), "{url:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
+        let err = client_for("redis://u:secret@h:notaport").unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+}

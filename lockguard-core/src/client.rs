@@ -1,0 +1,399 @@
+//! The client handle: one store, a key prefix, defaults, and the machinery
+//! shared by every primitive it hands out.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::backend::Store;
+use crate::backend::memory::MemoryStore;
+use crate::backend::redis::{RedisOptions, RedisStore, Subscriber};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencedResource;
+use crate::guard::Held;
+use crate::key::LockKeys;
+use crate::lock::Lock;
+use crate::notify::Waiters;
+use crate::token::Token;
+
+/// The longest lease a lock accepts: one day. Longer leases are almost
+/// always a unit mistake (seconds passed as milliseconds) and would keep a
+/// crashed holder's lock for too long.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The shortest lease the watchdog renews: it renews every third of the
+/// lease, and shorter leases would flood the store with renewals.
+pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
+
+/// The default lease of a lock renewed by the watchdog.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long [`Lock::acquire`] waits by default.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// The default longest pause between two attempts of a waiting acquire
+/// when no release notification arrives.
+pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// The default timeout for connecting to Redis.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The default timeout for one Redis request.
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The default prefix of every key lockguard writes.
+pub const DEFAULT_PREFIX: &str = "lockguard:";
+
+/// Defaults a client applies to the primitives it hands out.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Defaults {
+    pub(crate) lease: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) retry_interval: Duration,
+}
+
+/// Who holds a lock, for reentrant acquisition: the tokio task, or, for a
+/// future that is not a task (the one `block_on` runs, as under
+/// `#[tokio::main]`), the thread that polls it, which is always the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl Owner {
+    fn current() -> Self {
+        match tokio::task::try_id() {
+            Some(id) => Self::Task(id),
+            None => Self::Thread(std::thread::current().id()),
+        }
+    }
+}
+
+/// An owner holding a lock, for reentrant acquisition.
+#[derive(Debug)]
+struct Holding {
+    owner: Owner,
+    held: Weak<Held>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    store: Arc<Store>,
+    prefix: String,
+    defaults: Defaults,
+    waiters: Arc<Waiters>,
+    holdings: Mutex<HashMap<String, Holding>>,
+}
+
+/// A handle on one store (Redis or in memory) that hands out locks and the
+/// other primitives.
+///
+/// Cloning is cheap and clones share everything: the connection, the
+/// pub/sub subscriber, and the record of which task holds which lock.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// use lockguard_core::Lockguard;
+///
+/// // Redis when REDIS_URL is set, memory otherwise.
+/// let lg = Lockguard::from_env().await?;
+/// let guard = lg.lock("report:daily").acquire().await?;
+/// // ... exclusive work ...
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Lockguard {
+    inner: Arc<Inner>,
+}
+
+impl Lockguard {
+    /// A client on a fresh in-memory store, with default settings.
+    ///
+    /// Only clones of the returned handle share its locks.
+    pub fn memory() -> Self {
+        Builder::default().build(Store::Memory(MemoryStore::default()), None)
+    }
+
+    /// Connects to the Redis at `url` (`redis://host:port/db`,
+    /// `rediss://...`, `redis+unix:///path`), with default settings.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a malformed URL,
+    /// [`ErrorKind::Unavailable`] when Redis cannot be reached within the
+    /// connect timeout.
+    pub async fn connect(url: &str) -> Result<Self> {
+        Self::builder().connect(url).await
+    }
+
+    /// Connects to `REDIS_URL` when it is set, or falls back to the in-memory
+    /// store (and says so in an `info` log line) when it is not.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lockguard::connect`] when `REDIS_URL` is set.
+    pub async fn from_env() -> Result<Self> {
+        Self::builder().from_env().await
+    }
+
+    /// A builder for a client with non-default settings.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// A handle on the same store and connections that does not share
+    /// reentrancy with this one: a lock held through `self` is not reentrant
+    /// through the peer, even in the same task. Two peers behave like two
+    /// processes, which is what tests of the in-memory store need.
+    pub fn peer(&self) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                prefix: self.inner.prefix.clone(),
+                defaults: self.inner.defaults,
+                waiters: self.inner.waiters.clone(),
+                holdings: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A lock on `name`. Nothing is sent until it is acquired.
+    ///
+    /// An invalid name (empty, longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)
+    /// bytes, control characters) is reported by `acquire`.
+    pub fn lock(&self, name: &str) -> Lock {
+        Lock::new(self.clone(), name)
+    }
+
+    /// A value that only accepts writes with fresh fencing tokens.
+    pub fn fenced(&self, name: &str) -> FencedResource {
+        FencedResource::new(self.clone(), name)
+    }
+
+    /// The prefix of every key this client writes.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// `"memory"` or `"redis"`.
+    pub fn backend_name(&self) -> &'static str {
+        self.inner.store.name()
+    }
+
+    pub(crate) fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    pub(crate) fn defaults(&self) -> Defaults {
+        self.inner.defaults
+    }
+
+    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
+        &self.inner.waiters
+    }
+
+    /// Releases `token`'s hold on a lock and wakes local waiters when the
+    /// store cannot announce it itself.
+    pub(crate) async fn release_lock(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let released = self.inner.store.release(keys, token).await?;
+        if released && matches!(*self.inner.store, Store::Memory(_)) {
+            self.inner.waiters.notify(&keys.channel);
+        }
+        Ok(released)
+    }
+
+    fn holdings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Holding>> {
+        self.inner.holdings.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The lock on `key` the current task holds, if any and still valid.
+    pub(crate) fn held_by_current_task(&self, key: &str) -> Option<Arc<Held>> {
+        let holdings = self.holdings();
+        let holding = holdings.get(key)?;
+        if holding.owner != Owner::current() {
+            return None;
+        }
+        holding.held.upgrade().filter(|h| h.is_held())
+    }
+
+    pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>) {
+        self.holdings().insert(
+            key.to_owned(),
+            Holding {
+                owner: Owner::current(),
+                held: Arc::downgrade(held),
+            },
+        );
+    }
+
+    pub(crate) fn forget_holding(&self, key: &str, held: *const Held) {
+        let mut holdings = self.holdings();
+        if holdings
+            .get(key)
+            .is_some_and(|h| std::ptr::eq(h.held.as_ptr(), held))
+        {
+            holdings.remove(key);
+        }
+    }
+}
+
+/// Settings for a [`Lockguard`] client.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let lg = lockguard_core::Lockguard::builder()
+///     .prefix("billing:")
+///     .default_wait(Duration::from_secs(2))
+///     .memory()?;
+/// assert_eq!(lg.prefix(), "billing:");
+/// # Ok::<(), lockguard_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct Builder {
+    prefix: String,
+    defaults: Defaults,
+    opts: RedisOptions,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            defaults: Defaults {
+                lease: DEFAULT_LEASE,
+                wait: DEFAULT_WAIT,
+                retry_interval: DEFAULT_RETRY_INTERVAL,
+            },
+            opts: RedisOptions {
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            },
+        }
+    }
+}
+
+impl Builder {
+    /// The prefix of every key the client writes (default `"lockguard:"`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks renewed by the watchdog (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.defaults.lease = lease;
+        self
+    }
+
+    /// How long `acquire` waits for a busy lock (default 10 s).
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.defaults.wait = wait;
+        self
+    }
+
+    /// The longest pause between attempts when no release notification
+    /// arrives (default 500 ms). Waiters also retry when the holder's
+    /// lease ends, whichever comes first.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.defaults.retry_interval = interval;
+        self
+    }
+
+    /// How long connecting to Redis may take (default 2 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.opts.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis request may take (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.opts.response_timeout = timeout;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        let d = &self.defaults;
+        crate::lock::validate_lease(d.lease, true)?;
+        if d.retry_interval.is_zero() {
+            return Err(Error::invalid("retry interval must be greater than zero"));
+        }
+        for (what, t) in [
+            ("connect timeout", self.opts.connect_timeout),
+            ("response timeout", self.opts.response_timeout),
+        ] {
+            if t.is_zero() || t > MAX_LEASE {
+                return Err(Error::invalid(format!(
+                    "{what} must be between zero and {MAX_LEASE:?}, got {t:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn build(self, store: Store, subscriber: Option<Subscriber>) -> Lockguard {
+        Lockguard {
+            inner: Arc::new(Inner {
+                store: Arc::new(store),
+                prefix: self.prefix,
+                defaults: self.defaults,
+                waiters: Arc::new(Waiters::new(subscriber)),
+                holdings: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// A client on a fresh in-memory store.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for settings that cannot work (a zero
+    /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`]).
+    pub fn memory(self) -> Result<Lockguard> {
+        self.validate()?;
+        Ok(self.build(Store::Memory(MemoryStore::default()), None))
+    }
+
+    /// Connects to the Redis at `url`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a malformed URL or settings that
+    /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
+    pub async fn connect(self, url: &str) -> Result<Lockguard> {
+        self.validate()?;
+        let client = crate::backend::redis::client_for(url)?;
+        let subscriber = Subscriber::new(&client, self.opts)?;
+        let store = RedisStore::connect(client, self.opts).await?;
+        tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
+        Ok(self.build(Store::Redis(store), Some(subscriber)))
+    }
+
+    /// Connects to `REDIS_URL` when set (and not empty), or builds an
+    /// in-memory client and says so in a log line.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect`] when `REDIS_URL` is set.
+    pub async fn from_env(self) -> Result<Lockguard> {
+        match std::env::var("REDIS_URL") {
+            Ok(url) if !url.trim().is_empty() => self.connect(url.trim()).await,
+            Ok(_) | Err(std::env::VarError::NotPresent) => {
+                tracing::info!("REDIS_URL is not set; using the in-memory store");
+                self.memory()
+            }
+            Err(e @ std::env::VarError::NotUnicode(_)) => Err(Error::new(
+                ErrorKind::InvalidInput,
+                "REDIS_URL is not valid unicode",
+            )
+            .with_source(e)),
+        }
+    }
+}

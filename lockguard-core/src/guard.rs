@@ -1,0 +1,405 @@
+//! The held lock: RAII guard, explicit release, extend, and the lease-loss
+//! signal.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
+
+use crate::client::Lockguard;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+use crate::key::LockKeys;
+use crate::token::Token;
+
+/// How long before the lease's end the guard stops counting itself as held:
+/// 1% of the lease plus 2 ms, for clock drift and the time a request takes.
+pub(crate) fn safety_margin(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// What the holder knows about its lease.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseState {
+    /// Until when the lease is certainly ours (measured from before the
+    /// request that set it, minus the safety margin).
+    pub(crate) valid_until: Instant,
+    /// The store said the lock is no longer ours.
+    pub(crate) lost: bool,
+}
+
+/// What the watchdog and the guard share about one acquisition.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) client: Lockguard,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: Token,
+    pub(crate) fence: FencingToken,
+    pub(crate) lease: Duration,
+    pub(crate) state: watch::Sender<LeaseState>,
+}
+
+impl Shared {
+    pub(crate) fn is_held(&self) -> bool {
+        let s = *self.state.borrow();
+        !s.lost && Instant::now() < s.valid_until
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        let was_lost = self.state.send_replace(LeaseState {
+            valid_until: Instant::now(),
+            lost: true,
+        });
+        if !was_lost.lost {
+            tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
+        }
+    }
+
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
+        self.state.send_modify(|s| {
+            if !s.lost {
+                s.valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
+            }
+        });
+    }
+
+    fn lost_error(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::LeaseLost,
+            format!(
+                "lease of lock {:?} (fencing token {}) {why}",
+                self.name, self.fence
+            ),
+        )
+    }
+}
+
+/// One acquisition, shared by the guard and its reentrant guards; released
+/// when the last of them goes.
+#[derive(Debug)]
+pub(crate) struct Held {
+    shared: Arc<Shared>,
+    /// Dropping it stops the watchdog.
+    stop_watchdog: Option<oneshot::Sender<()>>,
+    runtime: Option<Handle>,
+    released: bool,
+}
+
+impl Held {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        client: Lockguard,
+        name: Arc<str>,
+        keys: Arc<LockKeys>,
+        token: Token,
+        fence: FencingToken,
+        lease: Duration,
+        valid_until: Instant,
+        watchdog: bool,
+    ) -> Arc<Self> {
+        let shared = Arc::new(Shared {
+            client,
+            name,
+            keys,
+            token,
+            fence,
+            lease,
+            state: watch::Sender::new(LeaseState {
+                valid_until,
+                lost: false,
+            }),
+        });
+        let runtime = Handle::try_current().ok();
+        let stop_watchdog = match (&runtime, watchdog) {
+            (Some(rt), true) => {
+                let (tx, rx) = oneshot::channel();
+                rt.spawn(crate::watchdog::run(shared.clone(), rx));
+                Some(tx)
+            }
+            _ => None,
+        };
+        let held = Arc::new(Self {
+            shared,
+            stop_watchdog,
+            runtime,
+            released: false,
+        });
+        held.shared
+            .client
+            .record_holding(&held.shared.keys.lock, &held);
+        held
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// Stops the watchdog and forgets the holding; true the first time.
+    fn begin_release(&mut self) -> bool {
+        if std::mem::replace(&mut self.released, true) {
+            return false;
+        }
+        self.stop_watchdog.take();
+        let me: *const Held = self;
+        self.shared
+            .client
+            .forget_holding(&self.shared.keys.lock, me);
+        true
+    }
+
+    async fn release_now(mut self) -> Result<bool> {
+        self.begin_release();
+        let s = &self.shared;
+        let pending = PendingRelease::new(s.client.clone(), s.keys.clone(), s.token.clone());
+        let result = s.client.release_lock(&s.keys, &s.token).await;
+        pending.disarm();
+        match &result {
+            Ok(true) => {
+                tracing::debug!(lock = %s.name, fence = s.fence.get(), "lock released");
+            }
+            Ok(false) => {
+                s.mark_lost("release found the lock no longer ours");
+            }
+            Err(e) => {
+                tracing::warn!(lock = %s.name, fence = s.fence.get(), error = %e, "release failed; the lease will free the lock");
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.begin_release() {
+            return;
+        }
+        let s = &self.shared;
+        let parts = (s.client.clone(), s.keys.clone(), s.token.clone());
+        spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
+    }
+}
+
+type ReleaseParts = (Lockguard, Arc<LockKeys>, Token);
+
+/// Releases in the background on `runtime` (or the current one); without a
+/// runtime the lease frees the lock.
+fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fence: FencingToken) {
+    let runtime = runtime.cloned().or_else(|| Handle::try_current().ok());
+    let Some(runtime) = runtime else {
+        tracing::warn!(lock = %name, "guard dropped outside a tokio runtime; the lease will free the lock");
+        return;
+    };
+    let name: Arc<str> = name.into();
+    runtime.spawn(async move {
+        let (client, keys, token) = parts;
+        match client.release_lock(&keys, &token).await {
+            Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
+            Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
+            Err(e) => {
+                tracing::warn!(lock = %name, error = %e, "release on drop failed; the lease will free the lock");
+            }
+        }
+    });
+}
+
+/// Releases a token in the background unless disarmed: the guard against a
+/// dropped future keeping a lock that nobody holds.
+#[derive(Debug)]
+pub(crate) struct PendingRelease {
+    parts: Option<ReleaseParts>,
+}
+
+impl PendingRelease {
+    pub(crate) fn new(client: Lockguard, keys: Arc<LockKeys>, token: Token) -> Self {
+        Self {
+            parts: Some((client, keys, token)),
+        }
+    }
+
+    pub(crate) fn disarm(mut self) {
+        self.parts = None;
+    }
+}
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        if let Some(parts) = self.parts.take() {
+            let name = parts.1.lock.clone();
+            spawn_release(None, parts, &name, FencingToken::new(0));
+        }
+    }
+}
+
+/// A held distributed lock.
+///
+/// Dropping the guard releases the lock in the background on the runtime
+/// it was acquired on; it never blocks. [`LockGuard::release`] is the
+/// explicit form and reports whether the lock was still held. Guards that a
+/// task obtained reentrantly share the acquisition: the lock is released
+/// when the outermost one goes.
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct LockGuard {
+    held: Arc<Held>,
+    reentrant: bool,
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.held.shared.name)
+            .field("fencing_token", &self.held.shared.fence)
+            .field("held", &self.is_held())
+            .field("reentrant", &self.reentrant)
+            .finish()
+    }
+}
+
+impl LockGuard {
+    pub(crate) fn new(held: Arc<Held>) -> Self {
+        Self {
+            held,
+            reentrant: false,
+        }
+    }
+
+    pub(crate) fn reentrant(held: Arc<Held>) -> Self {
+        Self {
+            held,
+            reentrant: true,
+        }
+    }
+
+    fn shared(&self) -> &Arc<Shared> {
+        &self.held.shared
+    }
+
+    /// The lock's key as given.
+    pub fn name(&self) -> &str {
+        &self.shared().name
+    }
+
+    /// The fencing token of this acquisition: greater than that of every
+    /// earlier acquisition of the key.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.shared().fence
+    }
+
+    /// The lease this lock was taken with.
+    pub fn lease(&self) -> Duration {
+        self.shared().lease
+    }
+
+    /// Whether this guard was handed out reentrantly to a task that already
+    /// held the lock.
+    pub fn is_reentrant(&self) -> bool {
+        self.reentrant
+    }
+
+    /// Whether the lock is still ours: not reported lost, and the lease
+    /// (minus a safety margin) not over.
+    pub fn is_held(&self) -> bool {
+        self.shared().is_held()
+    }
+
+    /// How much longer the lease certainly lasts (zero once lost).
+    pub fn valid_for(&self) -> Duration {
+        let s = *self.shared().state.borrow();
+        if s.lost {
+            Duration::ZERO
+        } else {
+            s.valid_until.saturating_duration_since(Instant::now())
+        }
+    }
+
+    /// Completes when the lock is lost or its lease is about to run out
+    /// (a safety margin before the store lets it go), with the
+    /// [`ErrorKind::LeaseLost`] error to report. With the watchdog on, it
+    /// completes only when a renewal finds the lock gone or renewals fail
+    /// until the lease runs out.
+    ///
+    /// The future does not borrow the guard, so it can race the work the
+    /// lock protects:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// # let lg = lockguard_core::Lockguard::memory();
+    /// # async fn work() {}
+    /// let guard = lg.lock("job").acquire().await?;
+    /// tokio::select! {
+    ///     () = work() => {}
+    ///     lost = guard.lost() => return Err(lost),
+    /// }
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        let shared = self.shared().clone();
+        let mut rx = shared.state.subscribe();
+        async move {
+            loop {
+                let s = *rx.borrow_and_update();
+                if s.lost {
+                    return shared.lost_error("was lost");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(s.valid_until) => {
+                        if !rx.has_changed().unwrap_or(false) {
+                            return shared.lost_error("is running out");
+                        }
+                    }
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return shared.lost_error("ended");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Resets the lease to `lease` from now, if the lock is still ours.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`] when the lock had expired or was taken by
+    /// someone else (the guard then counts as lost);
+    /// [`ErrorKind::InvalidInput`] for a bad lease; the store's errors.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        crate::lock::validate_lease(lease, false)?;
+        let s = self.shared();
+        if s.state.borrow().lost {
+            return Err(s.lost_error("was lost before the extend"));
+        }
+        let sent_at = Instant::now();
+        if s.client.store().extend(&s.keys, &s.token, lease).await? {
+            s.renewed(sent_at, lease);
+            tracing::debug!(lock = %s.name, fence = s.fence.get(), lease_ms = lease.as_millis() as u64, "lease extended");
+            Ok(())
+        } else {
+            s.mark_lost("extend found the lock no longer ours");
+            Err(s.lost_error("was lost before the extend"))
+        }
+    }
+
+    /// Releases the lock and reports whether it was still ours.
+    ///
+    /// `Ok(false)` means the lease had already run out or the lock had been
+    /// taken over: the protected work may not have been exclusive. A
+    /// reentrant guard (or an outer guard while inner ones live) only gives
+    /// up its share and reports whether the lock is still held.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors; the lease then frees the lock.
+    pub async fn release(self) -> Result<bool> {
+        match Arc::try_unwrap(self.held) {
+            Ok(held) => held.release_now().await,
+            Err(shared) => Ok(shared.is_held()),
+        }
+    }
+}

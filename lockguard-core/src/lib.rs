@@ -1,0 +1,84 @@
+//! Distributed locks with leases, fencing tokens and a watchdog, on Redis or
+//! in memory, with the same semantics on both.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockguard_core::Error> {
+//! use lockguard_core::Lockguard;
+//!
+//! // Redis when REDIS_URL is set, the in-memory store otherwise.
+//! let lg = Lockguard::from_env().await?;
+//!
+//! // Waits up to 10 s for the lock; a watchdog renews its 30 s lease while
+//! // the guard lives, and dropping the guard releases it.
+//! let guard = lg.lock("order:42").acquire().await?;
+//! println!("holding {} with fencing token {}", guard.name(), guard.fencing_token());
+//!
+//! // Writes to a fenced resource carry the token; older tokens are refused.
+//! lg.fenced("order:42:state").write(guard.fencing_token(), "paid").await?;
+//!
+//! // The explicit release says whether the lock was still ours.
+//! assert!(guard.release().await?);
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - **Mutual exclusion** while leases are respected: acquire is
+//!   `SET key token NX PX lease` (with the fencing token in the same Lua
+//!   script), the token is 128 random bits per acquisition.
+//! - **No deadlock**: every lock has a lease; a crashed holder frees the key
+//!   when it ends, at most [`MAX_LEASE`] later.
+//! - **Only the holder releases or extends**: both compare the token first.
+//! - **Watchdog**: without an explicit lease, the lease is renewed every
+//!   third of it while the guard lives and stops the moment it goes.
+//! - **Lease-loss signal**: [`LockGuard::is_held`] and [`LockGuard::lost`].
+//! - **Fencing tokens**: strictly increasing per key; [`FencedResource`]
+//!   rejects writes carrying an older one.
+//! - **Waiting without spinning**: waiters sleep until a release is
+//!   announced on pub/sub, with a retry bounded by the holder's remaining
+//!   lease as the safety net.
+//! - **Reentrancy**: a task that holds a lock and asks again gets a
+//!   reentrant guard without a round trip. The unit is the tokio task (or,
+//!   for the future `block_on` runs, its thread), so branches of one `join!`
+//!   share it.
+//! - **Cancellation safety**: dropping an `acquire` future never leaves a lock
+//!   held by nobody for longer than the request in flight takes to answer.
+//!
+//! # Backends
+//!
+//! | constructor | store |
+//! |---|---|
+//! | [`Lockguard::memory`] | this process only; tests, single-process use |
+//! | [`Lockguard::connect`] | one Redis server (5.0 or newer) |
+//! | [`Lockguard::from_env`] | Redis at `REDIS_URL`, else memory |
+//!
+//! # Observability
+//!
+//! `tracing` events at `debug` for acquire, wait and release, `trace` for
+//! renewals, `warn` for lease loss and failed releases, each with the lock
+//! name and the fencing token as fields.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod backend;
+mod client;
+mod error;
+mod fence;
+mod guard;
+mod key;
+mod lock;
+mod notify;
+mod token;
+mod watchdog;
+
+pub use client::{
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE,
+};
+pub use error::{Error, ErrorKind, Result};
+pub use fence::{FencedResource, FencedValue, FencingToken};
+pub use guard::LockGuard;
+pub use key::MAX_KEY_LEN;
+pub use lock::Lock;

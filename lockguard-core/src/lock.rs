@@ -1,0 +1,358 @@
+//! Acquiring a distributed lock: one attempt, or a bounded wait woken by
+//! release notifications.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::Attempt;
+use crate::client::{Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::error::{Error, ErrorKind, Result};
+use crate::guard::{Held, LockGuard, PendingRelease};
+use crate::key::LockKeys;
+use crate::token::Token;
+
+/// How a lock's lease is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeaseMode {
+    /// A lease of this length, renewed by the watchdog while the guard lives.
+    Watchdog(Duration),
+    /// A lease of this length and no renewal: the lock frees itself when it
+    /// ends unless [`LockGuard::extend`] is called.
+    Fixed(Duration),
+}
+
+/// A distributed lock on one key, ready to be acquired.
+///
+/// Made by [`Lockguard::lock`]. Without [`Lock::lease`], the lease is the
+/// client's default (30 s) and a watchdog renews it every third of the lease
+/// while the guard lives, so work of any length stays protected and a
+/// crashed process frees the lock within one lease.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// use std::time::Duration;
+/// let lg = lockguard_core::Lockguard::memory();
+///
+/// let guard = lg
+///     .lock("order:42")
+///     .lease(Duration::from_secs(10)) // no watchdog: 10 s, then it is free
+///     .wait(Duration::from_secs(2)) // give up after 2 s if busy
+///     .acquire()
+///     .await?;
+///
+/// // A second attempt from another task finds it busy.
+/// let busy = tokio::spawn({
+///     let lg = lg.clone();
+///     async move { lg.lock("order:42").try_acquire().await }
+/// })
+/// .await
+/// .unwrap();
+/// assert!(busy.unwrap_err().is_busy());
+///
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a lock does nothing until acquired"]
+pub struct Lock {
+    client: Lockguard,
+    name: Arc<str>,
+    keys: Result<Arc<LockKeys>, String>,
+    lease: LeaseMode,
+    wait: Duration,
+    retry_interval: Duration,
+}
+
+/// Checks a lease: not zero, whole milliseconds at least, at most
+/// [`MAX_LEASE`], and long enough for the watchdog when it renews.
+pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
+    if lease < Duration::from_millis(1) {
+        return Err(Error::invalid(format!(
+            "lease must be at least 1ms, got {lease:?}"
+        )));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::invalid(format!(
+            "lease of {lease:?} exceeds the maximum of {MAX_LEASE:?}"
+        )));
+    }
+    if watchdog && lease < MIN_WATCHDOG_LEASE {
+        return Err(Error::invalid(format!(
+            "a lease renewed by the watchdog must be at least {MIN_WATCHDOG_LEASE:?}, got {lease:?}"
+        )));
+    }
+    Ok(())
+}
+
+impl Lock {
+    pub(crate) fn new(client: Lockguard, name: &str) -> Self {
+        let defaults = client.defaults();
+        let keys = crate::key::validate("lock", name)
+            .map(|()| Arc::new(LockKeys::new(client.prefix(), name)))
+            .map_err(|e| e.message().to_owned());
+        Self {
+            name: name.into(),
+            keys,
+            lease: LeaseMode::Watchdog(defaults.lease),
+            wait: defaults.wait,
+            retry_interval: defaults.retry_interval,
+            client,
+        }
+    }
+
+    /// A fixed lease with no watchdog: the lock frees itself `lease` after
+    /// it was taken unless extended.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = LeaseMode::Fixed(lease);
+        self
+    }
+
+    /// A lease of `lease` renewed by the watchdog every `lease / 3` while the
+    /// guard lives (the default, with the client's default lease).
+    pub fn watchdog(mut self, lease: Duration) -> Self {
+        self.lease = LeaseMode::Watchdog(lease);
+        self
+    }
+
+    /// How long [`Lock::acquire`] waits for a busy lock before giving up.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The longest pause between two attempts when no release notification
+    /// arrives. The safety net for a lost pub/sub message; waiters also
+    /// retry when the holder's lease runs out.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.retry_interval = interval;
+        self
+    }
+
+    /// The key as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
+        let keys = self
+            .keys
+            .as_ref()
+            .map_err(|e| Error::invalid(e.clone()))?;
+        let lease = match self.lease {
+            LeaseMode::Watchdog(lease) => {
+                validate_lease(lease, true)?;
+                lease
+            }
+            LeaseMode::Fixed(lease) => {
+                validate_lease(lease, false)?;
+                lease
+            }
+        };
+        if self.retry_interval.is_zero() {
+            return Err(Error::invalid("retry interval must be greater than zero"));
+        }
+        Ok((keys, lease))
+    }
+
+    /// Takes the lock if it is free, without waiting.
+    ///
+    /// A task that already holds this lock gets a reentrant guard at once.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Busy`] when another holder has it (with
+    /// [`Error::retry_after`] set to the holder's remaining lease when known);
+    /// [`ErrorKind::InvalidInput`] for a bad key or lease; the store's errors.
+    pub async fn try_acquire(&self) -> Result<LockGuard> {
+        let (keys, lease) = self.checked()?;
+        if let Some(guard) = self.reenter(keys) {
+            return Ok(guard);
+        }
+        match self.attempt(keys, lease).await? {
+            Ok(guard) => Ok(guard),
+            Err(ttl) => Err(self.busy(ttl, None)),
+        }
+    }
+
+    /// Takes the lock, waiting up to the configured bound (see
+    /// [`Lock::wait`]) while someone else holds it.
+    ///
+    /// A waiter sleeps until a release is announced (pub/sub on Redis), the
+    /// holder's lease runs out, or the retry interval passes, whichever
+    /// comes first; it never spins. Of the tasks of one client waiting on
+    /// one key, one at a time asks the store.
+    ///
+    /// Dropping the returned future at any point is safe: a lock it obtained
+    /// but did not hand out is released in the background.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Busy`] when the wait ran out; [`ErrorKind::InvalidInput`]
+    /// for a bad key or lease; the store's errors.
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        let (keys, lease) = self.checked()?;
+        if let Some(guard) = self.reenter(keys) {
+            return Ok(guard);
+        }
+        let started = Instant::now();
+        let mut ttl = match self.attempt(keys, lease).await? {
+            Ok(guard) => return Ok(guard),
+            Err(ttl) => ttl,
+        };
+        let deadline = started.checked_add(self.wait);
+        if self.wait.is_zero() {
+            return Err(self.busy(ttl, Some(self.wait)));
+        }
+        tracing::debug!(lock = %self.name, "lock busy; waiting");
+        let mut registration = self.client.waiters().register(&keys.channel).await;
+        let slot = registration.slot.clone();
+        let _slot = match deadline {
+            Some(d) => tokio::time::timeout_at(d, slot.lock())
+                .await
+                .map_err(|_| self.busy(ttl, Some(self.wait)))?,
+            None => slot.lock().await,
+        };
+        loop {
+            registration.rx.borrow_and_update();
+            match self.attempt(keys, lease).await? {
+                Ok(guard) => {
+                    tracing::debug!(
+                        lock = %self.name,
+                        fence = guard.fencing_token().get(),
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "lock acquired after waiting"
+                    );
+                    return Ok(guard);
+                }
+                Err(left) => ttl = left,
+            }
+            let now = Instant::now();
+            let remaining = match deadline {
+                Some(d) if d <= now => return Err(self.busy(ttl, Some(self.wait))),
+                Some(d) => d - now,
+                None => Duration::MAX,
+            };
+            // Never a zero nap: a holder whose lease is about to end gets
+            // a millisecond, not a spin.
+            let nap = jitter(self.retry_interval)
+                .min(ttl.unwrap_or(Duration::MAX))
+                .min(remaining)
+                .max(Duration::from_millis(1));
+            tokio::select! {
+                _ = registration.rx.changed() => {}
+                () = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+
+    fn reenter(&self, keys: &LockKeys) -> Option<LockGuard> {
+        let held = self.client.held_by_current_task(&keys.lock)?;
+        tracing::trace!(lock = %self.name, "reentrant acquisition");
+        Some(LockGuard::reentrant(held))
+    }
+
+    /// One attempt. `Ok(Err(ttl))` when someone else holds the lock.
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+    ) -> Result<Result<LockGuard, Option<Duration>>> {
+        let token = Token::random();
+        let started = Instant::now();
+        // Until the store's answer is handled, a drop of this future (or a
+        // timeout with an unknown outcome) releases the token in the
+        // background: the request may have taken the lock.
+        let pending = PendingRelease::new(self.client.clone(), keys.clone(), token.clone());
+        let outcome = self.client.store().try_lock(keys, &token, lease).await?;
+        match outcome {
+            Attempt::Held(ttl) => {
+                pending.disarm();
+                Ok(Err(ttl))
+            }
+            Attempt::Acquired(fence) => {
+                let valid_until = started + lease.saturating_sub(crate::guard::safety_margin(lease));
+                if Instant::now() >= valid_until {
+                    // The answer came so late that the lease may already be
+                    // over: never hand out a lock that might have expired.
+                    drop(pending);
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "lock {:?} was granted after {:?}, past its {lease:?} lease",
+                            self.name,
+                            started.elapsed()
+                        ),
+                    ));
+                }
+                pending.disarm();
+                let watchdog = matches!(self.lease, LeaseMode::Watchdog(_));
+                let held = Held::new(
+                    self.client.clone(),
+                    self.name.clone(),
+                    keys.clone(),
+                    token,
+                    fence,
+                    lease,
+                    valid_until,
+                    watchdog,
+                );
+                tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
+                Ok(Ok(LockGuard::new(held)))
+            }
+        }
+    }
+
+    fn busy(&self, ttl: Option<Duration>, waited: Option<Duration>) -> Error {
+        let msg = match waited {
+            Some(w) => format!(
+                "lock {:?} is held by another owner; gave up after waiting {w:?}",
+                self.name
+            ),
+            None => format!("lock {:?} is held by another owner", self.name),
+        };
+        let err = Error::new(ErrorKind::Busy, msg);
+        match ttl {
+            Some(ttl) => err.with_retry_after(ttl),
+            None => err,
+        }
+    }
+}
+
+/// A pause between 50% and 100% of `interval`, so waiters of different
+/// clients do not retry in lockstep. Never panics on tiny intervals.
+fn jitter(interval: Duration) -> Duration {
+    let nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+    let half = nanos / 2;
+    Duration::from_nanos(half + fastrand::u64(0..=nanos - half))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_in_range_and_handles_tiny_intervals() {
+        assert_eq!(jitter(Duration::ZERO), Duration::ZERO);
+        assert!(jitter(Duration::from_nanos(1)) <= Duration::from_nanos(1));
+        for _ in 0..1000 {
+            let j = jitter(Duration::from_millis(100));
+            assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
+        }
+        let _ = jitter(Duration::MAX);
+    }
+
+    #[test]
+    fn leases_are_validated() {
+        assert!(validate_lease(Duration::ZERO, false).is_err());
+        assert!(validate_lease(Duration::from_micros(999), false).is_err());
+        assert!(validate_lease(Duration::from_millis(1), false).is_ok());
+        assert!(validate_lease(Duration::from_millis(50), true).is_err());
+        assert!(validate_lease(MAX_LEASE, true).is_ok());
+        assert!(validate_lease(MAX_LEASE + Duration::from_millis(1), false).is_err());
+    }
+}

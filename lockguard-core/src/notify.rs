@@ -1,0 +1,131 @@
+//! Waking waiters when a lock is released.
+//!
+//! Every key with waiters in this client has one entry: a counter bumped on
+//! each release notification (a `watch` channel, so a notification that
+//! arrives between a failed attempt and the start of the wait is not lost),
+//! and a local slot that lets only one waiter of this client at a time
+//! contend for the key in the store, so a release wakes one request per
+//! client rather than one per waiting task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::backend::redis::Subscriber;
+
+#[derive(Debug)]
+struct Entry {
+    tx: watch::Sender<u64>,
+    waiters: usize,
+    slot: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// The waiters of one client, by release channel.
+#[derive(Debug)]
+pub(crate) struct Waiters {
+    entries: Mutex<HashMap<String, Entry>>,
+    /// The pub/sub connection, for stores whose releases come from elsewhere.
+    subscriber: Option<Subscriber>,
+}
+
+/// One task's interest in a channel, withdrawn on drop.
+#[derive(Debug)]
+pub(crate) struct Registration {
+    waiters: Arc<Waiters>,
+    channel: String,
+    pub(crate) rx: watch::Receiver<u64>,
+    pub(crate) slot: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Waiters {
+    pub(crate) fn new(subscriber: Option<Subscriber>) -> Self {
+        Self {
+            entries: Mutex::new(HashMap::new()),
+            subscriber,
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers interest in `channel` and, on Redis, makes sure the channel
+    /// is subscribed before returning. A failed subscription is logged and
+    /// leaves the waiter on its timed retries.
+    pub(crate) async fn register(self: &Arc<Self>, channel: &str) -> Registration {
+        let (rx, slot) = {
+            let mut entries = self.entries();
+            let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
+                tx: watch::Sender::new(0),
+                waiters: 0,
+                slot: Arc::new(tokio::sync::Mutex::new(())),
+            });
+            entry.waiters += 1;
+            (entry.tx.subscribe(), entry.slot.clone())
+        };
+        let registration = Registration {
+            waiters: self.clone(),
+            channel: channel.to_owned(),
+            rx,
+            slot,
+        };
+        if let Some(sub) = &self.subscriber
+            && let Err(e) = sub.sync(channel, self).await
+        {
+            tracing::debug!(channel, error = %e, "subscribing failed; waiting on timed retries");
+        }
+        registration
+    }
+
+    pub(crate) fn is_wanted(&self, channel: &str) -> bool {
+        self.entries().contains_key(channel)
+    }
+
+    /// Wakes the waiters of `channel`.
+    pub(crate) fn notify(&self, channel: &str) {
+        if let Some(entry) = self.entries().get(channel) {
+            entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Wakes every waiter, after notifications may have been missed.
+    pub(crate) fn notify_all(&self) {
+        for entry in self.entries().values() {
+            entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let last = {
+            let mut entries = self.waiters.entries();
+            match entries.get_mut(&self.channel) {
+                Some(entry) if entry.waiters <= 1 => {
+                    entries.remove(&self.channel);
+                    true
+                }
+                Some(entry) => {
+                    entry.waiters -= 1;
+                    false
+                }
+                None => false,
+            }
+        };
+        if last
+            && self.waiters.subscriber.is_some()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let waiters = self.waiters.clone();
+            let channel = std::mem::take(&mut self.channel);
+            rt.spawn(async move {
+                if let Some(sub) = &waiters.subscriber
+                    && let Err(e) = sub.sync(&channel, &waiters).await
+                {
+                    tracing::debug!(channel, error = %e, "unsubscribing failed");
+                }
+            });
+        }
+    }
+}

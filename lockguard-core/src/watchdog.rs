@@ -1,0 +1,58 @@
+//! Lease renewal in the background while a guard lives.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::guard::Shared;
+
+/// Renews the lease every third of it until `stop` fires (the guard was
+/// released or dropped) or the lock turns out to be gone.
+///
+/// A renewal that fails to reach the store is retried sooner; if none
+/// succeeds before the lease's end the guard is marked lost.
+pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+    let lease = shared.lease;
+    let interval = lease / 3;
+    let mut nap = interval;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            () = tokio::time::sleep(nap) => {}
+        }
+        let sent_at = Instant::now();
+        let result = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            r = shared.client.store().extend(&shared.keys, &shared.token, lease) => r,
+        };
+        // A release may have raced the renewal; say nothing then.
+        if !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+            return;
+        }
+        match result {
+            Ok(true) => {
+                shared.renewed(sent_at, lease);
+                nap = interval;
+                tracing::trace!(lock = %shared.name, fence = shared.fence.get(), "lease renewed");
+            }
+            Ok(false) => {
+                shared.mark_lost("renewal found the lock gone");
+                return;
+            }
+            Err(e) => {
+                let valid_until = shared.state.borrow().valid_until;
+                let left = valid_until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    shared.mark_lost("renewals failed until the lease ran out");
+                    return;
+                }
+                tracing::warn!(lock = %shared.name, fence = shared.fence.get(), error = %e, "lease renewal failed; retrying");
+                nap = (left / 3).clamp(Duration::from_millis(10), interval);
+            }
+        }
+    }
+}

@@ -1,0 +1,398 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{ErrorKind, Lockguard, MAX_LEASE};
+
+use crate::support::{Env, eventually};
+
+crate::conformance!(
+    mutual_exclusion_under_contention,
+    lease_expiry_hands_over_and_fences_the_old_holder,
+    non_holder_cannot_release_and_expired_lock_cannot_extend,
+    watchdog_keeps_a_short_lease_alive,
+    waiter_is_woken_by_release_not_by_its_retry_interval,
+    dropped_acquire_futures_never_keep_the_lock,
+    dropped_guard_releases_in_the_background,
+    nested_acquisition_is_reentrant_and_excludes_other_tasks,
+    fencing_tokens_strictly_increase,
+    user_hash_tags_work,
+    bad_input_is_a_clear_error,
+    acquire_wait_is_bounded,
+);
+
+/// 32 tasks over 4 client handles take the lock 200 times each and do a
+/// non-atomic read-modify-write inside it: no update may be lost.
+async fn mutual_exclusion_under_contention(env: Env) {
+    const HANDLES: usize = 4;
+    const TASKS: usize = 32;
+    const ROUNDS: usize = 200;
+    let mut clients = Vec::new();
+    for _ in 0..HANDLES {
+        clients.push(env.client().await);
+    }
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lg = clients[t % HANDLES].clone();
+        let mut value = env.shared_value().await;
+        let inside = inside.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let guard = lg
+                    .lock("counter")
+                    .lease(Duration::from_secs(10))
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+                    .expect("acquire");
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                value.racy_increment().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                assert!(guard.release().await.expect("release"), "lease lost");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let total = env.shared_value().await.get().await;
+    assert_eq!(total, (TASKS * ROUNDS) as u64, "lost updates");
+}
+
+/// A holder whose lease is not renewed loses the lock at lease end: a second
+/// client acquires, the first guard reports the loss, and a write fenced with
+/// the first token is rejected.
+async fn lease_expiry_hands_over_and_fences_the_old_holder(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let lease = Duration::from_millis(300);
+    let first = a.lock("job").lease(lease).acquire().await.unwrap();
+    assert!(first.is_held());
+    let lost = first.lost();
+
+    let started = Instant::now();
+    let second = b
+        .lock("job")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("second client acquires after the lease");
+    assert!(
+        started.elapsed() >= lease / 2,
+        "acquired while the first lease ran"
+    );
+    assert!(second.fencing_token() > first.fencing_token());
+
+    // The loss was signalled before anyone else could hold the lock.
+    let err = tokio::time::timeout(Duration::from_millis(1), lost)
+        .await
+        .expect("lost() completed by the time the lease ended");
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(!first.is_held());
+    assert_eq!(first.valid_for(), Duration::ZERO);
+
+    let resource = b.fenced("job:output");
+    resource
+        .write(second.fencing_token(), "second")
+        .await
+        .unwrap();
+    let stale = a
+        .fenced("job:output")
+        .write(first.fencing_token(), "first")
+        .await
+        .unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    let stored = resource.read().await.unwrap().unwrap();
+    assert_eq!(stored.value, b"second");
+    assert_eq!(stored.token, second.fencing_token());
+
+    assert!(!first.release().await.unwrap(), "old holder released");
+    assert!(second.release().await.unwrap());
+}
+
+async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let old = a
+        .lock("k")
+        .lease(Duration::from_millis(50))
+        .acquire()
+        .await
+        .unwrap();
+    let new = b
+        .lock("k")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let err = old.extend(Duration::from_secs(5)).await.unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(!old.release().await.unwrap());
+    // The new holder still holds it.
+    let third = env.client().await;
+    let busy = tokio::spawn(async move { third.lock("k").try_acquire().await })
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert!(busy.retry_after().is_some());
+    new.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(new.release().await.unwrap());
+}
+
+async fn watchdog_keeps_a_short_lease_alive(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let lease = Duration::from_millis(300);
+    let guard = a.lock("w").watchdog(lease).acquire().await.unwrap();
+    let until = Instant::now() + lease * 4;
+    while Instant::now() < until {
+        let b = b.clone();
+        let r = tokio::spawn(async move { b.lock("w").try_acquire().await })
+            .await
+            .unwrap();
+        assert!(r.unwrap_err().is_busy(), "lease not renewed");
+        assert!(guard.is_held());
+        tokio::time::sleep(lease / 4).await;
+    }
+    assert!(guard.release().await.unwrap(), "watchdog lost the lock");
+    let b2 = b.clone();
+    tokio::spawn(async move { b2.lock("w").try_acquire().await })
+        .await
+        .unwrap()
+        .expect("free after release");
+}
+
+/// With a 5 s retry interval and a 30 s lease, only the release notification
+/// can wake the waiter in under a second.
+async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
+    let holder = env.client().await;
+    let waiter = env
+        .client_with(Lockguard::builder().retry_interval(Duration::from_secs(5)))
+        .await;
+    let guard = holder
+        .lock("wake")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock("wake")
+            .retry_interval(Duration::from_secs(5))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    // Let the waiter make its attempts and start waiting.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired_at = task.await.unwrap();
+    let latency = acquired_at - released_at;
+    println!("wake-up latency after release: {latency:?}");
+    assert!(latency < Duration::from_secs(1), "woken after {latency:?}");
+}
+
+/// Dropping `acquire` futures at random points, while waiting and around the
+/// moment the store grants the lock, never leaves the lock held: a fresh
+/// `try_acquire` succeeds within 100 ms.
+async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
+    let a = env.client().await;
+    let probe = env.client().await;
+    let lease = Duration::from_secs(20);
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut cancelled = 0;
+    for round in 0..150 {
+        let holder = if round % 3 == 0 {
+            Some(probe.lock("cancel").lease(lease).acquire().await.unwrap())
+        } else {
+            None
+        };
+        // From 0 to 1.5 ms, so the drop lands before the request is sent,
+        // while it is in flight, and after the reply.
+        let budget = Duration::from_micros(rng.u64(0..1500));
+        let a2 = a.clone();
+        let outcome = tokio::spawn(async move {
+            tokio::time::timeout(budget, a2.lock("cancel").lease(lease).acquire())
+                .await
+                .is_err()
+        })
+        .await
+        .unwrap();
+        if outcome {
+            cancelled += 1;
+        }
+        if let Some(h) = holder {
+            h.release().await.unwrap();
+        }
+        let probe2 = probe.clone();
+        let freed = eventually(Duration::from_millis(100), || {
+            let p = probe2.clone();
+            async move {
+                tokio::spawn(async move {
+                    match p.lock("cancel").lease(lease).try_acquire().await {
+                        Ok(g) => {
+                            g.release().await.unwrap();
+                            true
+                        }
+                        Err(e) if e.is_busy() => false,
+                        Err(e) => panic!("{e}"),
+                    }
+                })
+                .await
+                .unwrap()
+            }
+        })
+        .await;
+        assert!(freed, "round {round}: lock kept after a dropped acquire ({budget:?})");
+    }
+    assert!(cancelled > 10, "only {cancelled} futures were dropped");
+}
+
+async fn dropped_guard_releases_in_the_background(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let guard = a
+        .lock("drop")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    drop(guard);
+    let freed = eventually(Duration::from_millis(500), || {
+        let b = b.clone();
+        async move {
+            tokio::spawn(async move { b.lock("drop").try_acquire().await.is_ok() })
+                .await
+                .unwrap()
+        }
+    })
+    .await;
+    assert!(freed, "dropped guard kept the lock");
+}
+
+async fn nested_acquisition_is_reentrant_and_excludes_other_tasks(env: Env) {
+    let lg = env.client().await;
+    let other = env.client().await;
+    let busy_elsewhere = |other: Lockguard| async move {
+        tokio::spawn(async move { other.lock("nest").try_acquire().await })
+            .await
+            .unwrap()
+            .is_err_and(|e| e.is_busy())
+    };
+    let outer = lg.lock("nest").acquire().await.unwrap();
+    assert!(!outer.is_reentrant());
+    let inner = tokio::time::timeout(
+        Duration::from_secs(1),
+        lg.lock("nest").wait(Duration::from_secs(30)).acquire(),
+    )
+    .await
+    .expect("nested acquire deadlocked")
+    .unwrap();
+    assert!(inner.is_reentrant());
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    assert!(busy_elsewhere(other.clone()).await);
+    // Another task of the same client is excluded too.
+    let lg2 = lg.clone();
+    let same_client_other_task = tokio::spawn(async move { lg2.lock("nest").try_acquire().await })
+        .await
+        .unwrap();
+    assert!(same_client_other_task.unwrap_err().is_busy());
+    assert!(inner.release().await.unwrap(), "inner release reports held");
+    assert!(busy_elsewhere(other.clone()).await, "inner release freed the lock");
+    assert!(outer.release().await.unwrap());
+    assert!(!busy_elsewhere(other).await, "outer release did not free the lock");
+}
+
+async fn fencing_tokens_strictly_increase(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let mut last = None;
+    for i in 0..20 {
+        let lg = if i % 2 == 0 { &a } else { &b };
+        let g = lg.lock("fence").acquire().await.unwrap();
+        let t = g.fencing_token();
+        if let Some(prev) = last {
+            assert!(t > prev, "{t} after {prev}");
+        }
+        last = Some(t);
+        g.release().await.unwrap();
+    }
+}
+
+async fn user_hash_tags_work(env: Env) {
+    let lg = env.client().await;
+    let g = lg.lock("order:{42}").acquire().await.unwrap();
+    let h = lg.lock("order:{42}:items").acquire().await.unwrap();
+    assert!(g.release().await.unwrap() && h.release().await.unwrap());
+}
+
+async fn bad_input_is_a_clear_error(env: Env) {
+    let lg = env.client().await;
+    let cases = [
+        lg.lock("").try_acquire().await.unwrap_err(),
+        lg.lock(&"k".repeat(5000)).try_acquire().await.unwrap_err(),
+        lg.lock("k").lease(Duration::ZERO).acquire().await.unwrap_err(),
+        lg.lock("k")
+            .lease(MAX_LEASE + Duration::from_secs(1))
+            .acquire()
+            .await
+            .unwrap_err(),
+        lg.lock("k")
+            .watchdog(Duration::from_millis(10))
+            .acquire()
+            .await
+            .unwrap_err(),
+        lg.lock("k")
+            .retry_interval(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err(),
+        lg.fenced("").read().await.unwrap_err(),
+    ];
+    for e in cases {
+        assert!(e.is_invalid_input(), "{e}");
+        assert!(!e.to_string().is_empty());
+    }
+    let g = lg.lock("k").acquire().await.unwrap();
+    assert!(g.extend(Duration::ZERO).await.unwrap_err().is_invalid_input());
+    g.release().await.unwrap();
+    let err = Lockguard::builder()
+        .retry_interval(Duration::ZERO)
+        .memory()
+        .unwrap_err();
+    assert!(err.is_invalid_input());
+}
+
+async fn acquire_wait_is_bounded(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let _held = a
+        .lock("bounded")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let err = tokio::spawn(async move {
+        b.lock("bounded")
+            .wait(Duration::from_millis(300))
+            .acquire()
+            .await
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    let waited = started.elapsed();
+    assert!(err.is_busy(), "{err}");
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(2),
+        "waited {waited:?}"
+    );
+}

@@ -1,0 +1,7 @@
+//! The lock conformance suite: every test runs against the in-memory store
+//! and against a real `redis-server`, so the two cannot drift apart.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod locks;

@@ -1,0 +1,138 @@
+//! Shared test support: a store to run against, real Redis or memory.
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lockguard_core::Lockguard;
+use lockguard_testing::RedisServer;
+use redis::AsyncCommands;
+
+/// One store under test: the in-memory store, or a real `redis-server`
+/// started for this test and killed when the test ends.
+pub struct Env {
+    pub server: Option<RedisServer>,
+    memory: Option<Lockguard>,
+    shared: Arc<AtomicU64>,
+}
+
+impl Env {
+    pub fn memory() -> Self {
+        Self {
+            server: None,
+            memory: Some(Lockguard::memory()),
+            shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn redis() -> Self {
+        Self {
+            server: Some(RedisServer::start()),
+            memory: None,
+            shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    pub fn is_redis(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// A client handle with the given settings, as if in another process.
+    /// On Redis each call opens separate connections; on memory each call
+    /// is a peer of one handle on the one store (the settings of that
+    /// handle apply).
+    pub async fn client_with(&self, b: lockguard_core::Builder) -> Lockguard {
+        match (&self.server, &self.memory) {
+            (Some(server), _) => b.connect(&server.url()).await.expect("connect"),
+            (None, Some(memory)) => memory.peer(),
+            _ => unreachable!(),
+        }
+    }
+
+    pub async fn client(&self) -> Lockguard {
+        self.client_with(Lockguard::builder()).await
+    }
+
+    /// A value read and written in two separate steps, to detect two holders.
+    pub async fn shared_value(&self) -> SharedValue {
+        match &self.server {
+            Some(server) => SharedValue::Redis(server.connection().await),
+            None => SharedValue::Memory(self.shared.clone()),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum SharedValue {
+    Redis(redis::aio::MultiplexedConnection),
+    Memory(Arc<AtomicU64>),
+}
+
+impl SharedValue {
+    /// A non-atomic increment: read, yield, write back.
+    pub async fn racy_increment(&mut self) {
+        match self {
+            Self::Redis(conn) => {
+                let v: Option<u64> = conn.get("racy").await.unwrap();
+                let _: () = conn.set("racy", v.unwrap_or(0) + 1).await.unwrap();
+            }
+            Self::Memory(v) => {
+                let read = v.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                v.store(read + 1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    pub async fn get(&mut self) -> u64 {
+        match self {
+            Self::Redis(conn) => {
+                let v: Option<u64> = conn.get("racy").await.unwrap();
+                v.unwrap_or(0)
+            }
+            Self::Memory(v) => v.load(Ordering::SeqCst),
+        }
+    }
+}
+
+/// Polls `f` every 5 ms until it returns true or `within` passes.
+pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs each listed test against both stores.
+#[macro_export]
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::memory()).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::redis()).await;
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,255 @@
+//! Test harness for lockguard: real `redis-server` processes that tests
+//! start, pause, kill and restart themselves.
+//!
+//! Each [`RedisServer`] runs in its own temporary directory on a free
+//! loopback port, with persistence off, and is killed when dropped. A
+//! missing `redis-server` binary fails the test with a message saying how to
+//! install it; it is never a silent skip.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer `PING` after it was started.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A `redis-server` process owned by a test.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    paused: bool,
+    args: Vec<String>,
+}
+
+/// The `redis-server` binary: `$REDIS_SERVER` when set, else the one on `PATH`.
+///
+/// # Panics
+///
+/// When no binary is found, with a message saying how to get one.
+pub fn redis_server_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("REDIS_SERVER") {
+        return PathBuf::from(path);
+    }
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "redis-server not found on PATH: the Redis tests need a real server. \
+             Run `bash scripts/test.sh` (it installs redis-server with apt-get), \
+             or install it yourself (`apt-get install redis-server`), \
+             or point REDIS_SERVER at the binary"
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` is missing or does not come up; the panic
+    /// message holds the server's log.
+    pub fn start() -> Self {
+        Self::start_with_args(&[])
+    }
+
+    /// Like [`RedisServer::start`], with extra `redis-server` arguments
+    /// (`["--maxmemory", "10mb"]`).
+    pub fn start_with_args(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("lockguard-redis-")
+            .tempdir()
+            .expect("cannot create a temporary directory for redis-server");
+        let mut server = Self {
+            child: None,
+            port: 0,
+            dir,
+            paused: false,
+            args: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let mut last_error = String::new();
+        // The probed port may be taken between the probe and the bind.
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("{last_error}");
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("redis.log")
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let binary = redis_server_binary();
+        let log = self.log_path();
+        let mut cmd = Command::new(&binary);
+        cmd.current_dir(self.dir.path())
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .args(["--protected-mode", "yes"])
+            .args(["--logfile", &log.display().to_string()])
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        self.child = Some(child);
+        self.paused = false;
+        let started = Instant::now();
+        loop {
+            if ping(self.port) {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || started.elapsed() > START_TIMEOUT {
+                self.kill();
+                return Err(format!(
+                    "redis-server on port {} did not come up (exit: {exited:?}); its log:\n{}",
+                    self.port,
+                    self.log()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The directory the server runs in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// A redis-rs client for the server, for tests that inspect or disturb it.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("valid url")
+    }
+
+    /// A fresh async connection to the server.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("cannot connect to the test redis-server")
+    }
+
+    /// Whether the process is running (and not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.pid() {
+            let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+            // SAFETY: sending a signal to a child process we own has no
+            // memory-safety requirements.
+            let rc = unsafe { libc::kill(pid, sig) };
+            assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+        }
+    }
+
+    /// Freezes the server with SIGSTOP: connections stay open, nothing is
+    /// answered, leases keep running in its clock.
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+        self.paused = true;
+    }
+
+    /// Resumes a paused server with SIGCONT.
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+        self.paused = false;
+    }
+
+    /// Kills the server with SIGKILL and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            self.paused = false;
+        }
+    }
+
+    /// Starts the server again on the same port, empty (no persistence).
+    ///
+    /// # Panics
+    ///
+    /// When it does not come up.
+    pub fn restart(&mut self) {
+        self.kill();
+        // The port was ours a moment ago; retry briefly if the kernel has
+        // not let go of it yet.
+        let mut last = String::new();
+        for _ in 0..50 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(e) => last = e,
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("restart failed: {last}");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether something on `port` answers `PING` with `+PONG`.
+fn ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    if stream.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    matches!(stream.read_exact(&mut buf), Ok(()) if &buf == b"+PONG\r\n")
+}
