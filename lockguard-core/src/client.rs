@@ -208,7 +208,10 @@ impl Lockguard {
     }
 
     fn holdings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Holding>> {
-        self.inner.holdings.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .holdings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// The lock on `key` the current task holds, if any and still valid.

@@ -147,31 +147,27 @@ impl Error {
     }
 
     pub(crate) fn from_redis(err: redis::RedisError, what: &str) -> Self {
-        let kind = if err.is_timeout() {
-            ErrorKind::Timeout
-        } else if err.is_io_error()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || err.is_unrecoverable_error()
-        {
-            ErrorKind::Unavailable
-        } else {
-            match err.kind() {
-                redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => {
-                    ErrorKind::Protocol
-                }
-                redis::ErrorKind::InvalidClientConfig => ErrorKind::InvalidInput,
-                redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Client => {
-                    ErrorKind::Unavailable
-                }
-                _ => match err.code() {
-                    Some(
-                        "LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN"
-                        | "READONLY",
-                    ) => ErrorKind::Unavailable,
-                    _ => ErrorKind::Protocol,
-                },
+        let kind = match err.kind() {
+            // A reply of the wrong shape: the store answered, with garbage.
+            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,
+            redis::ErrorKind::InvalidClientConfig => ErrorKind::InvalidInput,
+            _ if err.is_timeout() => ErrorKind::Timeout,
+            _ if err.is_io_error()
+                || err.is_connection_refusal()
+                || err.is_connection_dropped()
+                || err.is_unrecoverable_error() =>
+            {
+                ErrorKind::Unavailable
             }
+            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Client => {
+                ErrorKind::Unavailable
+            }
+            _ => match err.code() {
+                Some(
+                    "LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "READONLY",
+                ) => ErrorKind::Unavailable,
+                _ => ErrorKind::Protocol,
+            },
         };
         Self::new(kind, what.to_owned()).with_source(err)
     }

@@ -84,9 +84,7 @@ impl FencedResource {
     }
 
     fn key(&self) -> Result<&str> {
-        self.key
-            .as_deref()
-            .map_err(|e| Error::invalid(e.clone()))
+        self.key.as_deref().map_err(|e| Error::invalid(e.clone()))
     }
 
     /// The resource's name as given.

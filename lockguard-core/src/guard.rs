@@ -59,12 +59,28 @@ impl Shared {
         }
     }
 
-    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) {
-        self.state.send_modify(|s| {
-            if !s.lost {
+    /// Records a successful renewal sent at `sent_at`. A renewal that comes
+    /// back after the lease had already run out locally does not revive the
+    /// guard: its loss has been signalled, so it stays lost. Returns whether
+    /// the guard still holds.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) -> bool {
+        let now = Instant::now();
+        let mut revived_too_late = false;
+        self.state.send_if_modified(|s| {
+            if s.lost {
+                false
+            } else if now >= s.valid_until {
+                revived_too_late = true;
+                false
+            } else {
                 s.valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
+                true
             }
         });
+        if revived_too_late {
+            self.mark_lost("renewal answered after the lease had run out");
+        }
+        !self.state.borrow().lost
     }
 
     fn lost_error(&self, why: &str) -> Error {
@@ -377,7 +393,9 @@ impl LockGuard {
         }
         let sent_at = Instant::now();
         if s.client.store().extend(&s.keys, &s.token, lease).await? {
-            s.renewed(sent_at, lease);
+            if !s.renewed(sent_at, lease) {
+                return Err(s.lost_error("ran out before the extend was answered"));
+            }
             tracing::debug!(lock = %s.name, fence = s.fence.get(), lease_ms = lease.as_millis() as u64, "lease extended");
             Ok(())
         } else {

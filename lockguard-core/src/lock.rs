@@ -139,10 +139,7 @@ impl Lock {
     }
 
     fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
-        let keys = self
-            .keys
-            .as_ref()
-            .map_err(|e| Error::invalid(e.clone()))?;
+        let keys = self.keys.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         let lease = match self.lease {
             LeaseMode::Watchdog(lease) => {
                 validate_lease(lease, true)?;
@@ -275,7 +272,8 @@ impl Lock {
                 Ok(Err(ttl))
             }
             Attempt::Acquired(fence) => {
-                let valid_until = started + lease.saturating_sub(crate::guard::safety_margin(lease));
+                let valid_until =
+                    started + lease.saturating_sub(crate::guard::safety_margin(lease));
                 if Instant::now() >= valid_until {
                     // The answer came so late that the lease may already be
                     // over: never hand out a lock that might have expired.

@@ -35,7 +35,9 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
         }
         match result {
             Ok(true) => {
-                shared.renewed(sent_at, lease);
+                if !shared.renewed(sent_at, lease) {
+                    return;
+                }
                 nap = interval;
                 tracing::trace!(lock = %shared.name, fence = shared.fence.get(), "lease renewed");
             }

@@ -84,7 +84,10 @@ impl MemoryStore {
     pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> bool {
         let now = Instant::now();
         let mut locks = self.locks();
-        if locks.live(&keys.lock, now).is_some_and(|e| e.token == *token) {
+        if locks
+            .live(&keys.lock, now)
+            .is_some_and(|e| e.token == *token)
+        {
             locks.entries.remove(&keys.lock);
             true
         } else {
@@ -161,7 +164,10 @@ mod tests {
         let Attempt::Acquired(fa) = store.try_lock(&keys, &a, lease) else {
             panic!("free key not acquired")
         };
-        assert!(matches!(store.try_lock(&keys, &b, lease), Attempt::Held(Some(_))));
+        assert!(matches!(
+            store.try_lock(&keys, &b, lease),
+            Attempt::Held(Some(_))
+        ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!store.extend(&keys, &a, lease), "extend after expiry");
         let Attempt::Acquired(fb) = store.try_lock(&keys, &b, lease) else {

@@ -88,7 +88,7 @@ impl Store {
 /// remainder never shortens a lease.
 pub(crate) fn millis_ceil(d: Duration) -> u64 {
     let ms = d.as_millis();
-    let ms = if d.subsec_nanos() % 1_000_000 != 0 {
+    let ms = if !d.subsec_nanos().is_multiple_of(1_000_000) {
         ms + 1
     } else {
         ms

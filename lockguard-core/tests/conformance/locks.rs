@@ -158,10 +158,11 @@ async fn watchdog_keeps_a_short_lease_alive(env: Env) {
     }
     assert!(guard.release().await.unwrap(), "watchdog lost the lock");
     let b2 = b.clone();
-    tokio::spawn(async move { b2.lock("w").try_acquire().await })
+    let again = tokio::spawn(async move { b2.lock("w").try_acquire().await })
         .await
         .unwrap()
         .expect("free after release");
+    assert!(again.release().await.unwrap());
 }
 
 /// With a 5 s retry interval and a 30 s lease, only the release notification
@@ -250,7 +251,10 @@ async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
             }
         })
         .await;
-        assert!(freed, "round {round}: lock kept after a dropped acquire ({budget:?})");
+        assert!(
+            freed,
+            "round {round}: lock kept after a dropped acquire ({budget:?})"
+        );
     }
     assert!(cancelled > 10, "only {cancelled} futures were dropped");
 }
@@ -305,9 +309,15 @@ async fn nested_acquisition_is_reentrant_and_excludes_other_tasks(env: Env) {
         .unwrap();
     assert!(same_client_other_task.unwrap_err().is_busy());
     assert!(inner.release().await.unwrap(), "inner release reports held");
-    assert!(busy_elsewhere(other.clone()).await, "inner release freed the lock");
+    assert!(
+        busy_elsewhere(other.clone()).await,
+        "inner release freed the lock"
+    );
     assert!(outer.release().await.unwrap());
-    assert!(!busy_elsewhere(other).await, "outer release did not free the lock");
+    assert!(
+        !busy_elsewhere(other).await,
+        "outer release did not free the lock"
+    );
 }
 
 async fn fencing_tokens_strictly_increase(env: Env) {
@@ -338,7 +348,11 @@ async fn bad_input_is_a_clear_error(env: Env) {
     let cases = [
         lg.lock("").try_acquire().await.unwrap_err(),
         lg.lock(&"k".repeat(5000)).try_acquire().await.unwrap_err(),
-        lg.lock("k").lease(Duration::ZERO).acquire().await.unwrap_err(),
+        lg.lock("k")
+            .lease(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err(),
         lg.lock("k")
             .lease(MAX_LEASE + Duration::from_secs(1))
             .acquire()
@@ -361,7 +375,12 @@ async fn bad_input_is_a_clear_error(env: Env) {
         assert!(!e.to_string().is_empty());
     }
     let g = lg.lock("k").acquire().await.unwrap();
-    assert!(g.extend(Duration::ZERO).await.unwrap_err().is_invalid_input());
+    assert!(
+        g.extend(Duration::ZERO)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
     g.release().await.unwrap();
     let err = Lockguard::builder()
         .retry_interval(Duration::ZERO)

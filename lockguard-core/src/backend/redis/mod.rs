@@ -156,9 +156,7 @@ impl RedisStore {
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let mut conn = self.conn();
         let mut call = LOCK_RELEASE.prepare_invoke();
-        call.key(&keys.lock)
-            .arg(token.as_str())
-            .arg(&keys.channel);
+        call.key(&keys.lock).arg(token.as_str()).arg(&keys.channel);
         let n: i64 = bounded(
             self.opts.response_timeout,
             || format!("releasing lock {:?}", keys.lock),

@@ -1,0 +1,311 @@
+//! Failure tests against real `redis-server` processes that are killed,
+//! paused with SIGSTOP, restarted, and disturbed mid-run.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::{Duration, Instant};
+
+use lockguard_core::{ErrorKind, Lockguard};
+use lockguard_testing::RedisServer;
+
+use support::eventually;
+
+async fn connect(server: &RedisServer, response_timeout: Duration) -> Lockguard {
+    Lockguard::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(response_timeout)
+        .connect(&server.url())
+        .await
+        .expect("connect")
+}
+
+/// The subscriber connection is killed while a waiter waits: the waiter
+/// still gets the lock after the release, well within the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_survives_its_pubsub_connection_being_killed() {
+    let server = RedisServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let waiter = connect(&server, Duration::from_secs(2)).await;
+    let lease = Duration::from_secs(20);
+    let guard = holder.lock("pk").lease(lease).acquire().await.unwrap();
+    let task = tokio::spawn(async move {
+        let g = waiter
+            .lock("pk")
+            .retry_interval(Duration::from_secs(3))
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    let mut admin = server.connection().await;
+    // Wait until the waiter's subscription exists, then kill it.
+    let subscribed = eventually(Duration::from_secs(5), || {
+        let mut admin = admin.clone();
+        async move {
+            let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg("lockguard:lock:{pk}:released")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            n.first().is_some_and(|(_, n)| *n > 0)
+        }
+    })
+    .await;
+    assert!(subscribed, "waiter never subscribed");
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(killed >= 1, "no pub/sub connection to kill");
+    let released_at = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired_at = task.await.unwrap();
+    let latency = acquired_at - released_at;
+    println!("acquire after pub/sub kill: {latency:?} after release");
+    assert!(latency < lease, "waiter took {latency:?}");
+    // The safety net alone (retry interval 3 s) bounds it.
+    assert!(
+        latency < Duration::from_millis(3500),
+        "waiter took {latency:?}"
+    );
+}
+
+/// `SCRIPT FLUSH` mid-run: every script is loaded again on demand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_mid_run_is_survived() {
+    let server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    let mut admin = server.connection().await;
+    for i in 0..40 {
+        if i % 10 == 5 {
+            let _: () = redis::cmd("SCRIPT")
+                .arg("FLUSH")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+        }
+        let g = lg.lock("flush").acquire().await.unwrap();
+        g.extend(Duration::from_secs(5)).await.unwrap();
+        lg.fenced("flush:res")
+            .write(g.fencing_token(), "x")
+            .await
+            .unwrap();
+        assert!(g.release().await.unwrap(), "round {i}");
+    }
+}
+
+/// Redis killed: operations fail with the unavailable error within the
+/// configured timeout. Restarted on the same port: the same client recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
+    let mut server = RedisServer::start();
+    let timeout = Duration::from_millis(500);
+    let lg = connect(&server, timeout).await;
+    lg.lock("k")
+        .try_acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = lg.lock("k").try_acquire().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(err.is_unavailable(), "{err}");
+        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
+    }
+
+    server.restart();
+    let recovered = eventually(Duration::from_secs(10), || {
+        let lg = lg.clone();
+        async move {
+            match lg.lock("k").try_acquire().await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(e) => {
+                    assert!(e.is_unavailable(), "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(recovered, "client did not recover after the restart");
+}
+
+/// The holder's renewals stop reaching Redis (server paused): the guard
+/// signals the loss by the lease's end, a second client acquires after the
+/// pause, and a write fenced with the first token is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_store_makes_the_holder_lose_its_lease_and_its_fence() {
+    let mut server = RedisServer::start();
+    let a = connect(&server, Duration::from_millis(150)).await;
+    let b = connect(&server, Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(600);
+    let first = a.lock("paused").watchdog(lease).acquire().await.unwrap();
+    let acquired_at = Instant::now();
+    let lost = first.lost();
+
+    server.pause();
+    let err = tokio::time::timeout(lease * 2, lost)
+        .await
+        .expect("loss not signalled within the lease");
+    let signalled = acquired_at.elapsed();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        signalled < lease,
+        "loss signalled after {signalled:?}, past the lease"
+    );
+    assert!(!first.is_held());
+    server.resume();
+
+    let second = b
+        .lock("paused")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    b.fenced("paused:res")
+        .write(second.fencing_token(), "b")
+        .await
+        .unwrap();
+    let stale = a
+        .fenced("paused:res")
+        .write(first.fencing_token(), "a")
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!first.release().await.unwrap());
+    assert!(second.release().await.unwrap());
+}
+
+/// A stalled server never makes acquire return a lock whose lease may
+/// already be over by the time the answer arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_grant_is_refused_and_released() {
+    let mut server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(3)).await;
+    let lease = Duration::from_millis(300);
+    server.pause();
+    let lg2 = lg.clone();
+    let attempt = tokio::spawn(async move { lg2.lock("late").lease(lease).try_acquire().await });
+    tokio::time::sleep(lease * 2).await;
+    server.resume();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    // Whatever the server did with the late request, the key is free.
+    let free = eventually(Duration::from_millis(500), || {
+        let lg = lg.clone();
+        async move { lg.lock("late").try_acquire().await.is_ok() }
+    })
+    .await;
+    assert!(free);
+}
+
+#[tokio::test]
+async fn unreachable_and_malformed_urls_are_clear_errors() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let err = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    for url in [
+        "",
+        "localhost:6379",
+        "redis://",
+        "redis://h:port",
+        "mysql://x",
+    ] {
+        let err = Lockguard::connect(url).await.unwrap_err();
+        assert!(err.is_invalid_input(), "{url:?}: {err}");
+    }
+}
+
+/// A server that answers every command with a status reply: no panic, a
+/// typed error, within the response timeout.
+#[tokio::test]
+async fn garbage_answers_are_a_protocol_error() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    // One reply per command (each starts with a `*N` line).
+                    let commands = buf[..n]
+                        .split(|b| *b == b'\n')
+                        .filter(|l| l.first() == Some(&b'*'))
+                        .count();
+                    for _ in 0..commands {
+                        if stream.write_all(b"+garbage\r\n").is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let lg = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .expect("the handshake accepts status replies");
+    let started = Instant::now();
+    let err = lg.lock("g").try_acquire().await.unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Protocol,
+        "{err} {:?}",
+        std::error::Error::source(&err)
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    let err = lg.fenced("g").read().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
+}
+
+/// Dropping a guard outside any runtime neither blocks nor panics; the
+/// lease frees the lock.
+#[test]
+fn guard_dropped_outside_a_runtime_does_not_panic() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lg = Lockguard::memory();
+    let guard = rt
+        .block_on(
+            lg.lock("outside")
+                .lease(Duration::from_millis(50))
+                .acquire(),
+        )
+        .unwrap();
+    drop(rt);
+    drop(guard);
+}
