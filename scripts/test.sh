@@ -19,7 +19,10 @@ redis-server --version
 
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
-cargo test --workspace --all-features
+log=$(mktemp)
+cargo test --workspace --all-features 2>&1 | tee "$log"
+summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
+rm -f "$log"
 
 # The README's first command, on the in-memory store and on a real Redis.
 cargo run --quiet --example locks
@@ -29,3 +32,6 @@ redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
 trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
+
+echo
+echo "tests: $summary"
