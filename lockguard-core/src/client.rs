@@ -6,6 +6,10 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::backend::Store;
+use crate::clock::{Clock, MonotonicClock};
+use crate::counter::Counter;
+use crate::rate_limit::{Quota, RateLimiter};
+use crate::semaphore::Semaphore;
 use crate::backend::memory::MemoryStore;
 use crate::backend::redis::{RedisOptions, RedisStore, Subscriber};
 use crate::error::{Error, ErrorKind, Result};
@@ -116,7 +120,9 @@ impl Lockguard {
     ///
     /// Only clones of the returned handle share its locks.
     pub fn memory() -> Self {
-        Builder::default().build(Store::Memory(MemoryStore::default()), None)
+        let b = Builder::default();
+        let store = Store::Memory(MemoryStore::new(b.clock.clone()));
+        b.build(store, None)
     }
 
     /// Connects to the Redis at `url` (`redis://host:port/db`,
@@ -168,6 +174,24 @@ impl Lockguard {
     /// bytes, control characters) is reported by `acquire`.
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.clone(), name)
+    }
+
+    /// A semaphore admitting at most `permits` holders of `name` at once.
+    ///
+    /// A zero or oversized permit count is reported by `acquire`.
+    pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
+        Semaphore::new(self.clone(), name, permits)
+    }
+
+    /// An atomic counter.
+    pub fn counter(&self, name: &str) -> Counter {
+        Counter::new(self.clone(), name)
+    }
+
+    /// A rate limiter named `name` (GCRA unless another algorithm is
+    /// chosen), enforcing `quota` per key.
+    pub fn rate_limiter(&self, name: &str, quota: Quota) -> RateLimiter {
+        RateLimiter::new(self.clone(), name, quota)
     }
 
     /// A value that only accepts writes with fresh fencing tokens.
@@ -264,6 +288,7 @@ pub struct Builder {
     prefix: String,
     defaults: Defaults,
     opts: RedisOptions,
+    clock: Arc<dyn Clock>,
 }
 
 impl Default for Builder {
@@ -279,6 +304,7 @@ impl Default for Builder {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             },
+            clock: Arc::new(MonotonicClock::new()),
         }
     }
 }
@@ -322,6 +348,14 @@ impl Builder {
         self
     }
 
+    /// The clock of the in-memory store's rate limiters and counter
+    /// expiry (default: [`MonotonicClock`]). A Redis client ignores it: on
+    /// Redis, time comes from the server.
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         let d = &self.defaults;
         crate::lock::validate_lease(d.lease, true)?;
@@ -361,7 +395,8 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`]).
     pub fn memory(self) -> Result<Lockguard> {
         self.validate()?;
-        Ok(self.build(Store::Memory(MemoryStore::default()), None))
+        let store = Store::Memory(MemoryStore::new(self.clock.clone()));
+        Ok(self.build(store, None))
     }
 
     /// Connects to the Redis at `url`.

@@ -144,9 +144,11 @@ impl Held {
             runtime,
             released: false,
         });
-        held.shared
-            .client
-            .record_holding(&held.shared.keys.lock, &held);
+        if held.shared.keys.permits.is_none() {
+            held.shared
+                .client
+                .record_holding(&held.shared.keys.lock, &held);
+        }
         held
     }
 

@@ -47,9 +47,11 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
     }
 }
 
-/// The keys and channel of one lock.
+/// The keys and channel of one lock, or of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
+    /// `None` for a lock; the number of permits for a semaphore.
+    pub(crate) permits: Option<u32>,
     /// The key holding the holder's token, with the lease as its TTL.
     pub(crate) lock: String,
     /// The counter that hands out fencing tokens.
@@ -60,8 +62,17 @@ pub(crate) struct LockKeys {
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        let lock = base(prefix, "lock", name);
+        Self::of_kind(prefix, "lock", name, None)
+    }
+
+    pub(crate) fn semaphore(prefix: &str, name: &str, permits: u32) -> Self {
+        Self::of_kind(prefix, "sem", name, Some(permits))
+    }
+
+    fn of_kind(prefix: &str, kind: &str, name: &str, permits: Option<u32>) -> Self {
+        let lock = base(prefix, kind, name);
         Self {
+            permits,
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
             lock,

@@ -64,15 +64,23 @@
 
 mod backend;
 mod client;
+mod clock;
+mod counter;
 mod error;
 mod fence;
 mod guard;
 mod key;
 mod lock;
 mod notify;
+pub mod rate_limit;
+mod semaphore;
 mod token;
 mod watchdog;
 
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
+pub use rate_limit::{Algorithm, Decision, Quota, RateLimiter};
+pub use semaphore::{MAX_PERMITS, Permit, Semaphore};
 pub use client::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE,

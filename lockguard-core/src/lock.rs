@@ -91,10 +91,33 @@ pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
 
 impl Lock {
     pub(crate) fn new(client: Lockguard, name: &str) -> Self {
-        let defaults = client.defaults();
         let keys = crate::key::validate("lock", name)
             .map(|()| Arc::new(LockKeys::new(client.prefix(), name)))
             .map_err(|e| e.message().to_owned());
+        Self::with_keys(client, name, keys)
+    }
+
+    /// The acquirer behind a semaphore: the same leases, watchdog and
+    /// waiting, on permits instead of one lock.
+    pub(crate) fn semaphore(client: Lockguard, name: &str, permits: u32) -> Self {
+        let keys = crate::key::validate("semaphore", name)
+            .and_then(|()| {
+                if permits == 0 || permits > crate::semaphore::MAX_PERMITS {
+                    Err(Error::invalid(format!(
+                        "semaphore {name:?} needs between 1 and {} permits, got {permits}",
+                        crate::semaphore::MAX_PERMITS
+                    )))
+                } else {
+                    Ok(())
+                }
+            })
+            .map(|()| Arc::new(LockKeys::semaphore(client.prefix(), name, permits)))
+            .map_err(|e| e.message().to_owned());
+        Self::with_keys(client, name, keys)
+    }
+
+    fn with_keys(client: Lockguard, name: &str, keys: Result<Arc<LockKeys>, String>) -> Self {
+        let defaults = client.defaults();
         Self {
             name: name.into(),
             keys,
@@ -248,6 +271,10 @@ impl Lock {
     }
 
     fn reenter(&self, keys: &LockKeys) -> Option<LockGuard> {
+        if keys.permits.is_some() {
+            // Permits are counted, not owned: a task may hold several.
+            return None;
+        }
         let held = self.client.held_by_current_task(&keys.lock)?;
         tracing::trace!(lock = %self.name, "reentrant acquisition");
         Some(LockGuard::reentrant(held))
@@ -265,7 +292,7 @@ impl Lock {
         // timeout with an unknown outcome) releases the token in the
         // background: the request may have taken the lock.
         let pending = PendingRelease::new(self.client.clone(), keys.clone(), token.clone());
-        let outcome = self.client.store().try_lock(keys, &token, lease).await?;
+        let outcome = self.client.store().try_acquire(keys, &token, lease).await?;
         match outcome {
             Attempt::Held(ttl) => {
                 pending.disarm();
@@ -306,12 +333,13 @@ impl Lock {
     }
 
     fn busy(&self, ttl: Option<Duration>, waited: Option<Duration>) -> Error {
-        let msg = match waited {
-            Some(w) => format!(
-                "lock {:?} is held by another owner; gave up after waiting {w:?}",
-                self.name
-            ),
+        let what = match self.keys.as_ref().ok().and_then(|k| k.permits) {
+            Some(n) => format!("all {n} permits of semaphore {:?} are taken", self.name),
             None => format!("lock {:?} is held by another owner", self.name),
+        };
+        let msg = match waited {
+            Some(w) => format!("{what}; gave up after waiting {w:?}"),
+            None => what,
         };
         let err = Error::new(ErrorKind::Busy, msg);
         match ttl {

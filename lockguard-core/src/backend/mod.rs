@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
+use crate::rate_limit::{Decision, gcra};
 use crate::token::Token;
 
 pub(crate) mod memory;
@@ -18,6 +19,31 @@ pub(crate) enum Attempt {
     Acquired(FencingToken),
     /// Someone else holds it; their lease has this long left, if known.
     Held(Option<Duration>),
+}
+
+/// The keys of one rate-limited key: the state, and for the sliding log
+/// its running sum (sharing the hash tag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LimitKeys {
+    pub(crate) main: String,
+    pub(crate) sum: String,
+}
+
+impl LimitKeys {
+    pub(crate) fn new(main: String) -> Self {
+        Self {
+            sum: format!("{main}:sum"),
+            main,
+        }
+    }
+}
+
+/// One rate-limit algorithm with its constants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LimitOp {
+    Gcra(gcra::Params),
+    Fixed { limit: u64, period_us: i64 },
+    Sliding { limit: u64, period_us: i64 },
 }
 
 /// The store a client talks to.
@@ -38,15 +64,16 @@ impl Store {
         }
     }
 
-    pub(crate) async fn try_lock(
+    /// One attempt to take a lock or a semaphore permit.
+    pub(crate) async fn try_acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         lease: Duration,
     ) -> Result<Attempt> {
         match self {
-            Self::Memory(m) => Ok(m.try_lock(keys, token, lease)),
-            Self::Redis(r) => r.try_lock(keys, token, lease).await,
+            Self::Memory(m) => Ok(m.try_acquire(keys, token, lease)),
+            Self::Redis(r) => r.try_acquire(keys, token, lease).await,
         }
     }
 
@@ -80,6 +107,83 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.fenced_read(key)),
             Self::Redis(r) => r.fenced_read(key).await,
+        }
+    }
+}
+
+impl Store {
+    pub(crate) async fn counter_add(
+        &self,
+        key: &str,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> Result<i64> {
+        match self {
+            Self::Memory(m) => m.counter_add(key, delta, ttl),
+            Self::Redis(r) => r.counter_add(key, delta, ttl).await,
+        }
+    }
+
+    /// `Ok(new value)` when taken, `Err(current value)` when too little.
+    pub(crate) async fn counter_take(
+        &self,
+        key: &str,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> Result<Result<i64, i64>> {
+        match self {
+            Self::Memory(m) => m.counter_take(key, n, ttl),
+            Self::Redis(r) => r.counter_take(key, n, ttl).await,
+        }
+    }
+
+    /// The value and its version (both 0 for a counter never written).
+    pub(crate) async fn counter_get(&self, key: &str) -> Result<(i64, u64)> {
+        match self {
+            Self::Memory(m) => Ok(m.counter_get(key)),
+            Self::Redis(r) => r.counter_get(key).await,
+        }
+    }
+
+    /// `Ok(new version)` when set, `Err(current version)` when `expected`
+    /// did not match.
+    pub(crate) async fn counter_set(
+        &self,
+        key: &str,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<Result<u64, u64>> {
+        match self {
+            Self::Memory(m) => Ok(m.counter_set(key, value, expected, ttl)),
+            Self::Redis(r) => r.counter_set(key, value, expected, ttl).await,
+        }
+    }
+
+    pub(crate) async fn mark_once(
+        &self,
+        key: &str,
+        member: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool> {
+        match self {
+            Self::Memory(m) => Ok(m.mark_once(key, member, ttl)),
+            Self::Redis(r) => r.mark_once(key, member, ttl).await,
+        }
+    }
+
+    /// One rate-limit decision. `now` (µs) replaces the store's clock, for
+    /// tests only.
+    pub(crate) async fn rate_limit(
+        &self,
+        keys: &LimitKeys,
+        op: LimitOp,
+        cost: u64,
+        now: Option<i64>,
+    ) -> Result<Decision> {
+        match self {
+            Self::Memory(m) => Ok(m.rate_limit(keys, op, cost, now)),
+            Self::Redis(r) => r.rate_limit(keys, op, cost, now).await,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
-use redis::{IntoConnectionInfo, RedisResult, Script};
+use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
 use super::{Attempt, millis_ceil};
 use crate::error::{Error, ErrorKind, Result};
@@ -14,6 +14,8 @@ use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::token::Token;
 
+mod counter;
+mod limit;
 mod subscriber;
 
 pub(crate) use subscriber::Subscriber;
@@ -26,6 +28,12 @@ static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+static SEMAPHORE_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_acquire.lua")));
+static SEMAPHORE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_release.lua")));
+static SEMAPHORE_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
 
 /// How to reach Redis and how long to wait for it.
 #[derive(Debug, Clone, Copy)]
@@ -121,24 +129,47 @@ impl RedisStore {
         self.conn.clone()
     }
 
-    pub(crate) async fn try_lock(
+    /// Runs one plain command under the response timeout.
+    pub(crate) async fn query<T: FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        what: impl FnOnce() -> String,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        bounded(self.opts.response_timeout, what, cmd.query_async(&mut conn)).await
+    }
+
+    /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
+    /// `EVALSHA` after a script cache flush) under the response timeout.
+    pub(crate) async fn run<T: FromRedisValue>(
+        &self,
+        call: &ScriptInvocation<'_>,
+        what: impl FnOnce() -> String,
+    ) -> Result<T> {
+        let mut conn = self.conn();
+        bounded(self.opts.response_timeout, what, call.invoke_async(&mut conn)).await
+    }
+
+    pub(crate) async fn try_acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         lease: Duration,
     ) -> Result<Attempt> {
-        let mut conn = self.conn();
-        let mut call = LOCK_ACQUIRE.prepare_invoke();
+        let mut call = match keys.permits {
+            None => LOCK_ACQUIRE.prepare_invoke(),
+            Some(_) => SEMAPHORE_ACQUIRE.prepare_invoke(),
+        };
         call.key(&keys.lock)
             .key(&keys.fence)
             .arg(token.as_str())
             .arg(millis_ceil(lease));
-        let (taken, n): (i64, i64) = bounded(
-            self.opts.response_timeout,
-            || format!("acquiring lock {:?}", keys.lock),
-            call.invoke_async(&mut conn),
-        )
-        .await?;
+        if let Some(permits) = keys.permits {
+            call.arg(permits);
+        }
+        let (taken, n): (i64, i64) = self
+            .run(&call, || format!("acquiring {:?}", keys.lock))
+            .await?;
         match (taken, u64::try_from(n)) {
             (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired(FencingToken::new(fence))),
             (0, Ok(ms)) if ms > 0 => Ok(Attempt::Held(Some(Duration::from_millis(ms)))),
@@ -146,7 +177,7 @@ impl RedisStore {
             _ => Err(Error::new(
                 ErrorKind::Protocol,
                 format!(
-                    "acquiring lock {:?}: unexpected script reply [{taken}, {n}]",
+                    "acquiring {:?}: unexpected script reply [{taken}, {n}]",
                     keys.lock
                 ),
             )),
@@ -154,15 +185,16 @@ impl RedisStore {
     }
 
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let mut conn = self.conn();
-        let mut call = LOCK_RELEASE.prepare_invoke();
-        call.key(&keys.lock).arg(token.as_str()).arg(&keys.channel);
-        let n: i64 = bounded(
-            self.opts.response_timeout,
-            || format!("releasing lock {:?}", keys.lock),
-            call.invoke_async(&mut conn),
-        )
-        .await?;
+        let mut call = match keys.permits {
+            None => LOCK_RELEASE.prepare_invoke(),
+            Some(_) => SEMAPHORE_RELEASE.prepare_invoke(),
+        };
+        call.key(&keys.lock)
+            .arg(token.as_str())
+            .arg(&keys.channel);
+        let n: i64 = self
+            .run(&call, || format!("releasing {:?}", keys.lock))
+            .await?;
         Ok(n == 1)
     }
 
@@ -172,43 +204,34 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
     ) -> Result<bool> {
-        let mut conn = self.conn();
-        let mut call = LOCK_EXTEND.prepare_invoke();
+        let mut call = match keys.permits {
+            None => LOCK_EXTEND.prepare_invoke(),
+            Some(_) => SEMAPHORE_EXTEND.prepare_invoke(),
+        };
         call.key(&keys.lock)
             .arg(token.as_str())
             .arg(millis_ceil(lease));
-        let n: i64 = bounded(
-            self.opts.response_timeout,
-            || format!("extending lock {:?}", keys.lock),
-            call.invoke_async(&mut conn),
-        )
-        .await?;
+        let n: i64 = self
+            .run(&call, || format!("extending {:?}", keys.lock))
+            .await?;
         Ok(n == 1)
     }
 
     pub(crate) async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        let mut conn = self.conn();
         let mut call = FENCED_WRITE.prepare_invoke();
         call.key(key).arg(token).arg(value);
-        let n: i64 = bounded(
-            self.opts.response_timeout,
-            || format!("fenced write to {key:?}"),
-            call.invoke_async(&mut conn),
-        )
-        .await?;
+        let n: i64 = self
+            .run(&call, || format!("fenced write to {key:?}"))
+            .await?;
         Ok(n == 1)
     }
 
     pub(crate) async fn fenced_read(&self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut conn = self.conn();
         let mut cmd = redis::cmd("HMGET");
         cmd.arg(key).arg("fence").arg("value");
-        let (fence, value): (Option<u64>, Option<Vec<u8>>) = bounded(
-            self.opts.response_timeout,
-            || format!("reading fenced resource {key:?}"),
-            cmd.query_async(&mut conn),
-        )
-        .await?;
+        let (fence, value): (Option<u64>, Option<Vec<u8>>) = self
+            .query(&cmd, || format!("reading fenced resource {key:?}"))
+            .await?;
         Ok(fence.map(|f| (f, value.unwrap_or_default())))
     }
 }

@@ -1,0 +1,88 @@
+//! A map whose entries expire, swept so a flood of distinct keys cannot
+//! grow it without bound.
+
+use std::collections::HashMap;
+
+/// Below this many entries a map is never swept.
+pub(crate) const SWEEP_FLOOR: usize = 1024;
+
+/// Entries with an optional deadline of type `T` (an instant or a time in
+/// microseconds). Expired entries are invisible at once and removed by a
+/// sweep each time the map doubles in size since the last one, so inserts
+/// cost amortized O(1) and the map holds at most about twice the live
+/// entries (or [`SWEEP_FLOOR`]).
+#[derive(Debug)]
+pub(crate) struct Expiring<T, V> {
+    entries: HashMap<String, (V, Option<T>)>,
+    sweep_at: usize,
+}
+
+impl<T, V> Default for Expiring<T, V> {
+    fn default() -> Self {
+        Self {
+            entries: HashMap::new(),
+            sweep_at: SWEEP_FLOOR,
+        }
+    }
+}
+
+impl<T: Copy + Ord, V> Expiring<T, V> {
+    fn live(expires: Option<T>, now: T) -> bool {
+        expires.is_none_or(|e| now < e)
+    }
+
+    /// The live entry and its deadline.
+    pub(crate) fn get(&self, key: &str, now: T) -> Option<(&V, Option<T>)> {
+        self.entries
+            .get(key)
+            .filter(|(_, e)| Self::live(*e, now))
+            .map(|(v, e)| (v, *e))
+    }
+
+    /// The live entry, mutable, with its deadline.
+    pub(crate) fn get_mut(&mut self, key: &str, now: T) -> Option<(&mut V, &mut Option<T>)> {
+        match self.entries.get_mut(key) {
+            Some((v, e)) if Self::live(*e, now) => Some((v, e)),
+            _ => None,
+        }
+    }
+
+    /// The live entry, or a new one from `make` (replacing an expired one).
+    pub(crate) fn entry(
+        &mut self,
+        key: &str,
+        now: T,
+        make: impl FnOnce() -> (V, Option<T>),
+    ) -> (&mut V, &mut Option<T>) {
+        let live = self.get(key, now).is_some();
+        if !live {
+            self.maybe_sweep(now);
+            self.entries.insert(key.to_owned(), make());
+        }
+        let (v, e) = self.entries.get_mut(key).expect("just inserted");
+        (v, e)
+    }
+
+    pub(crate) fn insert(&mut self, key: &str, value: V, expires: Option<T>, now: T) {
+        if !self.entries.contains_key(key) {
+            self.maybe_sweep(now);
+        }
+        self.entries.insert(key.to_owned(), (value, expires));
+    }
+
+    pub(crate) fn remove(&mut self, key: &str) -> Option<V> {
+        self.entries.remove(key).map(|(v, _)| v)
+    }
+
+    fn maybe_sweep(&mut self, now: T) {
+        if self.entries.len() >= self.sweep_at {
+            self.entries.retain(|_, (_, e)| Self::live(*e, now));
+            self.sweep_at = (self.entries.len() * 2).max(SWEEP_FLOOR);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}

@@ -1,0 +1,10 @@
+-- Add to a counter (a hash of value v and version ver).
+-- KEYS[1] counter
+-- ARGV[1] delta, ARGV[2] expiry for a counter without one (ms, 0 = none)
+-- Returns the new value.
+local v = redis.call('HINCRBY', KEYS[1], 'v', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'ver', 1)
+if ARGV[2] ~= '0' and redis.call('PTTL', KEYS[1]) == -1 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return v

@@ -1,0 +1,83 @@
+//! GCRA, the generic cell rate algorithm: a token bucket kept as one
+//! timestamp, the theoretical arrival time (TAT) of the next request.
+//!
+//! With emission interval `T = period / count` and tolerance
+//! `tau = T * burst`, a request of cost `c` at time `now` is allowed when
+//! `now >= max(TAT, now) + T*c - tau`, and then moves the TAT to
+//! `max(TAT, now) + T*c`. It lets `burst` requests through at once and one
+//! every `T` after that, exactly (integer microseconds, no drift). The state
+//! is one integer per key with a TTL of `TAT - now`.
+//!
+//! The same arithmetic runs in `gcra.lua` on Redis.
+
+use super::decision::{Decision, us};
+use super::quota::Quota;
+
+/// The GCRA constants of a quota, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Params {
+    pub(crate) t: i64,
+    pub(crate) tau: i64,
+    pub(crate) limit: u64,
+}
+
+impl Params {
+    pub(crate) fn new(q: &Quota) -> Self {
+        let t = q.emission_interval_us();
+        let burst = i64::try_from(q.burst_size()).unwrap_or(i64::MAX);
+        Self {
+            t,
+            tau: t.saturating_mul(burst),
+            limit: q.burst_size(),
+        }
+    }
+}
+
+/// One step. Returns the decision and, when allowed, the TAT to store.
+pub(crate) fn step(p: Params, tat: Option<i64>, now: i64, cost: u64) -> (Decision, Option<i64>) {
+    let cost = i64::try_from(cost).unwrap_or(i64::MAX);
+    let tat = tat.unwrap_or(now).max(now);
+    let new_tat = tat.saturating_add(p.t.saturating_mul(cost));
+    let allow_at = new_tat - p.tau;
+    if now < allow_at {
+        (decide(p, false, tat - now, allow_at - now), None)
+    } else {
+        (decide(p, true, new_tat - now, 0), Some(new_tat))
+    }
+}
+
+/// Builds the decision from the numbers both stores produce: how much of
+/// the tolerance is in use after the request (`used`), and the wait.
+pub(crate) fn decide(p: Params, allowed: bool, used: i64, retry: i64) -> Decision {
+    let left = (p.tau - used).max(0);
+    Decision {
+        allowed,
+        limit: p.limit,
+        remaining: (left / p.t.max(1)).unsigned_abs(),
+        reset_after: us(used),
+        retry_after: if allowed { us(0) } else { us(retry) },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_then_one_per_interval() {
+        let p = Params::new(&Quota::per_second(10).burst(3));
+        let mut tat = None;
+        let now = 1_000_000_000;
+        for i in 0..3 {
+            let (d, t) = step(p, tat, now, 1);
+            assert!(d.allowed, "request {i}");
+            assert_eq!(d.remaining, 2 - i);
+            tat = t;
+        }
+        let (d, t) = step(p, tat, now, 1);
+        assert!(!d.allowed && t.is_none());
+        assert_eq!(d.retry_after, std::time::Duration::from_millis(100));
+        let (d, _) = step(p, tat, now + 100_000, 1);
+        assert!(d.allowed, "retry after retry_after");
+    }
+}

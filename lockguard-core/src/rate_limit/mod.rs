@@ -1,0 +1,186 @@
+//! Rate limiters: GCRA (the default), fixed window and sliding window log.
+//!
+//! Every decision is one round trip (one Lua script on Redis) and takes its
+//! time from the store (`TIME` on Redis), so clients with skewed clocks
+//! agree. Accuracy and cost per algorithm:
+//!
+//! | algorithm | admits | state per key | round trips |
+//! |---|---|---|---|
+//! | [`Algorithm::Gcra`] | `burst` at once, then one per `period / count`, exactly (µs) | one integer | 1 |
+//! | [`Algorithm::FixedWindow`] | exactly `count` per window; up to `2 × count` across a window boundary | one integer | 1 |
+//! | [`Algorithm::SlidingWindow`] | at most `count` in every rolling `period`, exactly | one entry per admitted request | 1 |
+
+use std::sync::Arc;
+
+use crate::backend::{LimitKeys, LimitOp};
+use crate::client::Lockguard;
+use crate::error::{Error, Result};
+
+mod decision;
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
+mod quota;
+pub(crate) mod sliding_window;
+
+pub use decision::Decision;
+pub use quota::{MAX_PERIOD, MAX_QUOTA, Quota};
+
+/// Which algorithm a [`RateLimiter`] runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// Generic cell rate algorithm: a token bucket with `burst` capacity
+    /// refilled at `count / period`, stored as one timestamp.
+    #[default]
+    Gcra,
+    /// A counter per window of `period` starting at its first request.
+    FixedWindow,
+    /// A log of admitted requests over the last `period`.
+    SlidingWindow,
+}
+
+impl Algorithm {
+    fn key_kind(self) -> &'static str {
+        match self {
+            Self::Gcra => "gcra",
+            Self::FixedWindow => "fw",
+            Self::SlidingWindow => "sw",
+        }
+    }
+}
+
+/// A rate limiter: a [`Quota`] per key, shared by every process using the
+/// store.
+///
+/// Made by [`Lockguard::rate_limiter`]. The name separates limiters; the key
+/// passed to [`RateLimiter::check`] picks whose budget is spent (a user, an
+/// IP address, an API key).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// use lockguard_core::{Lockguard, Quota};
+/// let lg = Lockguard::memory();
+/// let login = lg.rate_limiter("login", Quota::per_minute(5));
+/// for _ in 0..5 {
+///     assert!(login.check("ip:203.0.113.9").await?.allowed);
+/// }
+/// let refused = login.check("ip:203.0.113.9").await?;
+/// assert!(!refused.allowed);
+/// println!("retry in {} s", refused.retry_after_secs());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a rate limiter does nothing until checked"]
+pub struct RateLimiter {
+    client: Lockguard,
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+}
+
+impl RateLimiter {
+    pub(crate) fn new(client: Lockguard, name: &str, quota: Quota) -> Self {
+        Self {
+            client,
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+        }
+    }
+
+    /// Runs `algorithm` instead of GCRA.
+    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The limiter's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The quota.
+    pub fn quota(&self) -> Quota {
+        self.quota
+    }
+
+    /// The algorithm.
+    pub fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The most a single request may cost: the burst for GCRA, the count
+    /// for windows.
+    pub fn limit(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::Gcra => self.quota.burst_size(),
+            _ => self.quota.count(),
+        }
+    }
+
+    /// Spends one unit of `key`'s budget if it has one.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad
+    /// key or quota; the store's errors. A refusal is not an error: it is a
+    /// [`Decision`] with `allowed == false`.
+    pub async fn check(&self, key: &str) -> Result<Decision> {
+        self.check_cost(key, 1).await
+    }
+
+    /// Spends `cost` units of `key`'s budget if it has them (all or nothing).
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::check`], and
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cost
+    /// of zero or above [`RateLimiter::limit`], which could never pass.
+    pub async fn check_cost(&self, key: &str, cost: u64) -> Result<Decision> {
+        self.decide(key, cost, None).await
+    }
+
+    pub(crate) async fn decide(&self, key: &str, cost: u64, now: Option<i64>) -> Result<Decision> {
+        let (keys, op) = self.prepare(key, cost)?;
+        let d = self.client.store().rate_limit(&keys, op, cost, now).await?;
+        if d.allowed {
+            tracing::trace!(limiter = %self.name, key, cost, remaining = d.remaining, "request allowed");
+        } else {
+            tracing::debug!(limiter = %self.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
+        }
+        Ok(d)
+    }
+
+    fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys, LimitOp)> {
+        crate::key::validate("rate limiter name", &self.name)?;
+        crate::key::validate("rate limit", key)?;
+        self.quota.validate()?;
+        if cost == 0 {
+            return Err(Error::invalid("rate limit cost must be at least 1"));
+        }
+        if cost > self.limit() {
+            return Err(Error::invalid(format!(
+                "rate limit cost {cost} exceeds the limiter's {} ({:?}), so it could never pass",
+                self.limit(),
+                self.algorithm
+            )));
+        }
+        let kind = format!("rl:{}:{}", self.algorithm.key_kind(), self.name);
+        let keys = LimitKeys::new(crate::key::base(self.client.prefix(), &kind, key));
+        let op = match self.algorithm {
+            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),
+            Algorithm::FixedWindow => LimitOp::Fixed {
+                limit: self.quota.count(),
+                period_us: self.quota.period_us(),
+            },
+            Algorithm::SlidingWindow => LimitOp::Sliding {
+                limit: self.quota.count(),
+                period_us: self.quota.period_us(),
+            },
+        };
+        Ok((keys, op))
+    }
+}

@@ -1,0 +1,176 @@
+//! How much a rate limiter lets through.
+
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// The most requests a quota may allow per period.
+pub const MAX_QUOTA: u64 = 1_000_000_000;
+
+/// The longest period a quota may have: 366 days.
+pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
+/// `count` requests per `period`, with a burst for GCRA.
+///
+/// Built from readable constructors; values that cannot work (zero, too
+/// large, a rate finer than a microsecond) are reported by
+/// [`Quota::validate`] and by every limiter using the quota.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lockguard_core::Quota;
+/// let q = Quota::per_second(10).burst(20);
+/// assert_eq!(q.emission_interval(), Duration::from_millis(100));
+/// assert_eq!(q.burst_size(), 20);
+/// assert!(Quota::per_minute(0).validate().unwrap_err().is_invalid_input());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Quota {
+    count: u64,
+    period: Duration,
+    burst: Option<u64>,
+}
+
+impl Quota {
+    /// `count` requests per `period`.
+    pub const fn new(count: u64, period: Duration) -> Self {
+        Self {
+            count,
+            period,
+            burst: None,
+        }
+    }
+
+    /// `count` requests per second.
+    pub const fn per_second(count: u64) -> Self {
+        Self::new(count, Duration::from_secs(1))
+    }
+
+    /// `count` requests per minute.
+    pub const fn per_minute(count: u64) -> Self {
+        Self::new(count, Duration::from_secs(60))
+    }
+
+    /// `count` requests per hour.
+    pub const fn per_hour(count: u64) -> Self {
+        Self::new(count, Duration::from_secs(3600))
+    }
+
+    /// How many requests GCRA lets through at once after a quiet spell
+    /// (default: `count`). Window algorithms ignore it.
+    #[must_use]
+    pub const fn burst(mut self, burst: u64) -> Self {
+        self.burst = Some(burst);
+        self
+    }
+
+    /// Requests per period.
+    pub const fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The period.
+    pub const fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The burst: the explicit one, or `count`.
+    pub const fn burst_size(&self) -> u64 {
+        match self.burst {
+            Some(b) => b,
+            None => self.count,
+        }
+    }
+
+    /// The steady spacing of requests, `period / count`, rounded up to the
+    /// microsecond so the quota is never exceeded.
+    pub fn emission_interval(&self) -> Duration {
+        Duration::from_micros(self.emission_interval_us().max(0).unsigned_abs())
+    }
+
+    pub(crate) fn period_us(&self) -> i64 {
+        i64::try_from(self.period.as_micros()).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn emission_interval_us(&self) -> i64 {
+        let count = i64::try_from(self.count.max(1)).unwrap_or(i64::MAX);
+        let p = self.period_us();
+        p / count + i64::from(p % count != 0)
+    }
+
+    /// Checks that the quota can work.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a zero
+    /// or oversized count or burst, a period under a millisecond or over
+    /// [`MAX_PERIOD`], or more than one request per microsecond.
+    pub fn validate(&self) -> Result<()> {
+        if self.count == 0 {
+            return Err(Error::invalid("quota count must be at least 1"));
+        }
+        if self.count > MAX_QUOTA {
+            return Err(Error::invalid(format!(
+                "quota count {} exceeds the maximum of {MAX_QUOTA}",
+                self.count
+            )));
+        }
+        if self.period < Duration::from_millis(1) {
+            return Err(Error::invalid(format!(
+                "quota period must be at least 1ms, got {:?}",
+                self.period
+            )));
+        }
+        if self.period > MAX_PERIOD {
+            return Err(Error::invalid(format!(
+                "quota period {:?} exceeds the maximum of {MAX_PERIOD:?}",
+                self.period
+            )));
+        }
+        if u128::from(self.count) > self.period.as_micros() {
+            return Err(Error::invalid(format!(
+                "quota of {} per {:?} is finer than one request per microsecond",
+                self.count, self.period
+            )));
+        }
+        match self.burst {
+            Some(0) => Err(Error::invalid("quota burst must be at least 1")),
+            Some(b) if b > MAX_QUOTA => Err(Error::invalid(format!(
+                "quota burst {b} exceeds the maximum of {MAX_QUOTA}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constructors_and_validation() {
+        assert!(Quota::per_second(10).validate().is_ok());
+        assert!(Quota::per_hour(1).burst(5).validate().is_ok());
+        for bad in [
+            Quota::per_second(0),
+            Quota::per_second(MAX_QUOTA + 1),
+            Quota::per_second(2_000_000),
+            Quota::new(1, Duration::ZERO),
+            Quota::new(1, Duration::from_micros(999)),
+            Quota::new(1, MAX_PERIOD + Duration::from_secs(1)),
+            Quota::new(1, Duration::MAX),
+            Quota::per_second(1).burst(0),
+            Quota::per_second(1).burst(u64::MAX),
+        ] {
+            assert!(bad.validate().unwrap_err().is_invalid_input(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn emission_interval_rounds_up() {
+        assert_eq!(Quota::per_second(3).emission_interval_us(), 333_334);
+        assert_eq!(Quota::per_second(4).emission_interval_us(), 250_000);
+    }
+}

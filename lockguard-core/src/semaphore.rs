@@ -1,0 +1,157 @@
+//! At most N holders of a key at once.
+
+use std::time::Duration;
+
+use crate::client::Lockguard;
+use crate::error::{Error, Result};
+use crate::guard::LockGuard;
+use crate::lock::Lock;
+
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
+/// A distributed semaphore: at most `permits` holders of a key at once,
+/// across every process using the store.
+///
+/// Made by [`Lockguard::semaphore`]. Permits behave like lock guards: each
+/// has a lease (so a crashed holder's permit expires), renewed by the same
+/// watchdog unless a fixed [`Semaphore::lease`] is set; waiting uses the
+/// same release notifications and bounded retries; dropping a permit gives
+/// it back in the background.
+///
+/// On Redis the holders are a sorted set scored by lease end, with expired
+/// holders dropped by the acquire script itself (one round trip).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// let lg = lockguard_core::Lockguard::memory();
+/// let exports = lg.semaphore("exports", 2);
+/// let a = exports.acquire().await?;
+/// let b = exports.acquire().await?;
+/// assert!(exports.try_acquire().await.unwrap_err().is_busy());
+/// a.release().await?;
+/// let c = exports.try_acquire().await?;
+/// # drop((b, c));
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a semaphore does nothing until a permit is acquired"]
+pub struct Semaphore {
+    inner: Lock,
+    permits: u32,
+}
+
+impl Semaphore {
+    pub(crate) fn new(client: Lockguard, name: &str, permits: u32) -> Self {
+        Self {
+            inner: Lock::semaphore(client, name, permits),
+            permits,
+        }
+    }
+
+    /// A fixed lease per permit, with no watchdog.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.inner = self.inner.lease(lease);
+        self
+    }
+
+    /// A lease per permit renewed by the watchdog (the default, with the
+    /// client's default lease).
+    pub fn watchdog(mut self, lease: Duration) -> Self {
+        self.inner = self.inner.watchdog(lease);
+        self
+    }
+
+    /// How long [`Semaphore::acquire`] waits when every permit is taken.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.inner = self.inner.wait(wait);
+        self
+    }
+
+    /// The longest pause between attempts when no release notification
+    /// arrives.
+    pub fn retry_interval(mut self, interval: Duration) -> Self {
+        self.inner = self.inner.retry_interval(interval);
+        self
+    }
+
+    /// The semaphore's key as given.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+
+    /// Takes a permit if one is free, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Busy`](crate::ErrorKind::Busy) when every permit is
+    /// taken; [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for
+    /// a bad key, permit count or lease; the store's errors.
+    pub async fn try_acquire(&self) -> Result<Permit> {
+        self.inner.try_acquire().await.map(Permit)
+    }
+
+    /// Takes a permit, waiting up to the configured bound.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire`], with `Busy` once the wait ran out.
+    pub async fn acquire(&self) -> Result<Permit> {
+        self.inner.acquire().await.map(Permit)
+    }
+}
+
+/// One held permit of a [`Semaphore`]; dropping it gives it back.
+#[derive(Debug)]
+#[must_use = "dropping the permit gives it back at once"]
+pub struct Permit(LockGuard);
+
+impl Permit {
+    /// The semaphore's key.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// Whether the permit is still ours (not lost, lease not over).
+    pub fn is_held(&self) -> bool {
+        self.0.is_held()
+    }
+
+    /// How much longer the lease certainly lasts.
+    pub fn valid_for(&self) -> Duration {
+        self.0.valid_for()
+    }
+
+    /// Completes when the permit is lost or its lease is about to end; see
+    /// [`LockGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        self.0.lost()
+    }
+
+    /// Resets the permit's lease to `lease` from now.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the permit
+    /// had expired; the store's errors.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.0.extend(lease).await
+    }
+
+    /// Gives the permit back; `Ok(false)` when it had already expired.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors; the lease then frees the permit.
+    pub async fn release(self) -> Result<bool> {
+        self.0.release().await
+    }
+}
