@@ -154,11 +154,11 @@ impl Counter {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for a negative `n`; the store's errors.
+    /// [`ErrorKind::InvalidInput`] for an `n` below 1; the store's errors.
     pub async fn decr_if_at_least(&self, n: i64) -> Result<Option<i64>> {
-        if n < 0 {
+        if n < 1 {
             return Err(Error::invalid(format!(
-                "counter {:?}: cannot take a negative amount ({n})",
+                "counter {:?}: the amount to take must be at least 1, got {n}",
                 self.name
             )));
         }

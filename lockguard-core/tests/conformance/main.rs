@@ -4,4 +4,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod counters;
+mod limits;
 mod locks;
+mod semaphores;

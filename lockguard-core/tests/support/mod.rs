@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lockguard_core::Lockguard;
+use lockguard_core::{Lockguard, ManualClock};
 use lockguard_testing::RedisServer;
 use redis::AsyncCommands;
 
@@ -13,15 +13,25 @@ use redis::AsyncCommands;
 /// started for this test and killed when the test ends.
 pub struct Env {
     pub server: Option<RedisServer>,
+    /// The in-memory store's clock (unused on Redis, where time is the
+    /// server's).
+    pub clock: ManualClock,
     memory: Option<Lockguard>,
     shared: Arc<AtomicU64>,
 }
 
 impl Env {
     pub fn memory() -> Self {
+        let clock = ManualClock::new();
         Self {
             server: None,
-            memory: Some(Lockguard::memory()),
+            memory: Some(
+                Lockguard::builder()
+                    .clock(clock.clone())
+                    .memory()
+                    .expect("valid settings"),
+            ),
+            clock,
             shared: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -29,6 +39,7 @@ impl Env {
     pub fn redis() -> Self {
         Self {
             server: Some(RedisServer::start()),
+            clock: ManualClock::new(),
             memory: None,
             shared: Arc::new(AtomicU64::new(0)),
         }

@@ -1,10 +1,11 @@
 -- Add to a counter (a hash of value v and version ver).
 -- KEYS[1] counter
 -- ARGV[1] delta, ARGV[2] expiry for a counter without one (ms, 0 = none)
--- Returns the new value.
-local v = redis.call('HINCRBY', KEYS[1], 'v', ARGV[1])
+-- Returns the new value, as a string: a Lua number would round values
+-- beyond 2^53.
+redis.call('HINCRBY', KEYS[1], 'v', ARGV[1])
 redis.call('HINCRBY', KEYS[1], 'ver', 1)
 if ARGV[2] ~= '0' and redis.call('PTTL', KEYS[1]) == -1 then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-return v
+return redis.call('HGET', KEYS[1], 'v')

@@ -1,0 +1,143 @@
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::support::Env;
+
+crate::conformance!(
+    stock_is_never_oversold,
+    mark_once_is_first_exactly_once,
+    incr_decr_get_set_and_overflow,
+    compare_and_set_and_update_lose_no_update,
+    expiry_resets_a_counter,
+    counter_bad_input,
+);
+
+/// 64 tasks on 4 handles buy from a stock of 1000 with
+/// `decr_if_at_least(1)`: exactly 1000 succeed and it never goes below 0.
+async fn stock_is_never_oversold(env: Env) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(env.client().await);
+    }
+    clients[0].counter("stock").set(1000).await.unwrap();
+    let mut tasks = Vec::new();
+    for t in 0..64 {
+        let lg = clients[t % 4].clone();
+        tasks.push(tokio::spawn(async move {
+            let stock = lg.counter("stock");
+            let mut bought = 0u64;
+            loop {
+                match stock.decr_if_at_least(1).await.unwrap() {
+                    Some(left) => {
+                        assert!(left >= 0, "stock went to {left}");
+                        bought += 1;
+                    }
+                    None => return bought,
+                }
+            }
+        }));
+    }
+    let mut sold = 0;
+    for t in tasks {
+        sold += t.await.unwrap();
+    }
+    assert_eq!(sold, 1000);
+    assert_eq!(clients[1].counter("stock").get().await.unwrap(), 0);
+    assert_eq!(clients[2].counter("stock").decr_if_at_least(1).await.unwrap(), None);
+}
+
+async fn mark_once_is_first_exactly_once(env: Env) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(env.client().await);
+    }
+    let firsts = Arc::new(std::sync::Mutex::new(HashMap::<String, u32>::new()));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let lg = clients[t % 4].clone();
+        let firsts = firsts.clone();
+        tasks.push(tokio::spawn(async move {
+            let buyers = lg.counter("promo");
+            for user in 0..50 {
+                let member = format!("user-{user}");
+                if buyers.mark_once(&member).await.unwrap() {
+                    *firsts.lock().unwrap().entry(member).or_default() += 1;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let firsts = firsts.lock().unwrap();
+    assert_eq!(firsts.len(), 50);
+    assert!(firsts.values().all(|n| *n == 1), "{firsts:?}");
+}
+
+async fn incr_decr_get_set_and_overflow(env: Env) {
+    let lg = env.client().await;
+    let c = lg.counter("views");
+    assert_eq!(c.get().await.unwrap(), 0);
+    assert_eq!(c.incr_by(5).await.unwrap(), 5);
+    assert_eq!(c.decr_by(7).await.unwrap(), -2);
+    c.set(i64::MAX - 1).await.unwrap();
+    assert_eq!(c.incr_by(1).await.unwrap(), i64::MAX);
+    let err = c.incr_by(1).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert_eq!(c.get().await.unwrap(), i64::MAX, "failed update changed the value");
+    assert!(c.decr_by(i64::MIN).await.unwrap_err().is_invalid_input());
+}
+
+async fn compare_and_set_and_update_lose_no_update(env: Env) {
+    let lg = env.client().await;
+    let c = lg.counter("balance");
+    let v0 = c.get_versioned().await.unwrap();
+    assert!(c.compare_and_set(v0.version, 10).await.unwrap());
+    assert!(!c.compare_and_set(v0.version, 99).await.unwrap(), "stale version accepted");
+    assert_eq!(c.get().await.unwrap(), 10);
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let lg = env.client().await;
+        tasks.push(tokio::spawn(async move {
+            let c = lg.counter("balance");
+            for _ in 0..25 {
+                c.update(|v| v + 1).await.unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(c.get().await.unwrap(), 10 + 8 * 25);
+}
+
+async fn expiry_resets_a_counter(env: Env) {
+    let lg = env.client().await;
+    let c = lg.counter("daily").expire_after(Duration::from_millis(200));
+    c.incr_by(3).await.unwrap();
+    assert!(c.mark_once("a").await.unwrap());
+    if env.is_redis() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    } else {
+        env.clock.advance(Duration::from_millis(300));
+    }
+    assert_eq!(c.get().await.unwrap(), 0);
+    assert!(c.mark_once("a").await.unwrap(), "marks expire with the counter");
+    // Without expiry a counter stays.
+    let forever = lg.counter("forever");
+    forever.incr_by(1).await.unwrap();
+    assert_eq!(forever.get().await.unwrap(), 1);
+}
+
+async fn counter_bad_input(env: Env) {
+    let lg = env.client().await;
+    assert!(lg.counter("").get().await.unwrap_err().is_invalid_input());
+    assert!(lg.counter("c").decr_if_at_least(-1).await.unwrap_err().is_invalid_input());
+    assert!(lg.counter("c").decr_if_at_least(0).await.unwrap_err().is_invalid_input());
+    assert!(lg.counter("c").mark_once("").await.unwrap_err().is_invalid_input());
+    let zero = lg.counter("c").expire_after(Duration::ZERO);
+    assert!(zero.incr_by(1).await.unwrap_err().is_invalid_input());
+    let absurd = lg.counter("c").expire_after(Duration::from_secs(10 * 365 * 86400));
+    assert!(absurd.incr_by(1).await.unwrap_err().is_invalid_input());
+}

@@ -1,0 +1,139 @@
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Algorithm, Lockguard, Quota};
+
+use crate::support::Env;
+
+crate::conformance!(
+    windows_admit_exactly_the_quota_under_concurrency,
+    gcra_admits_at_most_burst_plus_rate,
+    retry_after_is_honoured,
+    decisions_report_limit_remaining_and_reset,
+    keys_and_limiters_are_independent,
+    limiter_bad_input,
+);
+
+/// 500 concurrent requests across 4 handles on a quota of 100 per minute.
+async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) -> usize {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(env.client().await);
+    }
+    let mut tasks = Vec::new();
+    for i in 0..500 {
+        let l = clients[i % 4].rate_limiter(limiter, quota).algorithm(algorithm);
+        tasks.push(tokio::spawn(async move { l.check("client-1").await.unwrap() }));
+    }
+    let mut allowed = 0;
+    for t in tasks {
+        let d = t.await.unwrap();
+        if d.allowed {
+            allowed += 1;
+        } else {
+            assert!(d.retry_after > Duration::ZERO);
+        }
+    }
+    allowed
+}
+
+async fn windows_admit_exactly_the_quota_under_concurrency(env: Env) {
+    let q = Quota::per_minute(100);
+    assert_eq!(admitted(&env, "fw", Algorithm::FixedWindow, q).await, 100);
+    assert_eq!(admitted(&env, "sw", Algorithm::SlidingWindow, q).await, 100);
+}
+
+async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
+    // 100 per minute with a burst of 100: one more every 600 ms after that.
+    let started = Instant::now();
+    let n = admitted(&env, "gcra", Algorithm::Gcra, Quota::per_minute(100)).await;
+    let elapsed = started.elapsed();
+    let bound = 100 + (elapsed.as_millis() / 600) as usize + 1;
+    assert!(n >= 100 && n <= bound, "admitted {n} in {elapsed:?}, bound {bound}");
+    if !env.is_redis() {
+        // The manual clock did not move: exactly the burst.
+        assert_eq!(n, 100);
+    }
+}
+
+/// A request retried after exactly `retry_after` is admitted (on Redis,
+/// where the clock is the server's, after at least `retry_after`).
+async fn retry_after_is_honoured(env: Env) {
+    let lg = env.client().await;
+    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let l = lg
+            .rate_limiter("retry", Quota::per_second(4))
+            .algorithm(algorithm);
+        let key = format!("{algorithm:?}");
+        let mut denied = None;
+        for _ in 0..5 {
+            let d = l.check(&key).await.unwrap();
+            if !d.allowed {
+                denied = Some(d);
+            }
+        }
+        let d = denied.expect("the fifth request within a second is refused");
+        assert!(d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_millis(1001));
+        assert!(d.retry_after_secs() >= 1);
+        if env.is_redis() {
+            tokio::time::sleep(d.retry_after).await;
+        } else {
+            env.clock.advance(d.retry_after);
+        }
+        let again = l.check(&key).await.unwrap();
+        assert!(again.allowed, "{algorithm:?}: refused after retry_after {:?}", d.retry_after);
+    }
+}
+
+async fn decisions_report_limit_remaining_and_reset(env: Env) {
+    let lg = env.client().await;
+    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let l = lg
+            .rate_limiter("fields", Quota::per_minute(10))
+            .algorithm(algorithm);
+        let d = l.check("k").await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.limit, 10, "{algorithm:?}");
+        assert_eq!(d.remaining, 9, "{algorithm:?}");
+        assert_eq!(d.retry_after, Duration::ZERO);
+        assert!(d.reset_after > Duration::ZERO && d.reset_after <= Duration::from_secs(61));
+        let d = l.check_cost("k", 4).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 5, "{algorithm:?}");
+        let d = l.check_cost("k", 6).await.unwrap();
+        assert!(!d.allowed, "{algorithm:?}: cost above what is left");
+        assert_eq!(d.remaining, 5, "{algorithm:?}: a refusal spends nothing");
+        assert!(l.check_cost("k", 5).await.unwrap().allowed);
+    }
+}
+
+async fn keys_and_limiters_are_independent(env: Env) {
+    let lg = env.client().await;
+    let a = lg.rate_limiter("a", Quota::per_minute(1));
+    let b = lg.rate_limiter("b", Quota::per_minute(1));
+    assert!(a.check("user:{1}").await.unwrap().allowed);
+    assert!(!a.check("user:{1}").await.unwrap().allowed);
+    assert!(a.check("user:{2}").await.unwrap().allowed);
+    assert!(b.check("user:{1}").await.unwrap().allowed);
+}
+
+async fn limiter_bad_input(env: Env) {
+    let lg: Lockguard = env.client().await;
+    let cases = [
+        lg.rate_limiter("z", Quota::per_second(0)).check("k").await,
+        lg.rate_limiter("z", Quota::new(5, Duration::ZERO)).check("k").await,
+        lg.rate_limiter("z", Quota::new(5, Duration::from_secs(u64::MAX))).check("k").await,
+        lg.rate_limiter("z", Quota::per_second(5).burst(0)).check("k").await,
+        lg.rate_limiter("z", Quota::per_second(5).burst(10)).check_cost("k", 11).await,
+        lg.rate_limiter("z", Quota::per_second(5))
+            .algorithm(Algorithm::FixedWindow)
+            .check_cost("k", 6)
+            .await,
+        lg.rate_limiter("z", Quota::per_second(5)).check_cost("k", 0).await,
+        lg.rate_limiter("z", Quota::per_second(5)).check("").await,
+        lg.rate_limiter("", Quota::per_second(5)).check("k").await,
+    ];
+    for r in cases {
+        let e = r.unwrap_err();
+        assert!(e.is_invalid_input(), "{e}");
+    }
+}

@@ -1,0 +1,143 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Lockguard, MAX_PERMITS};
+
+use crate::support::Env;
+
+crate::conformance!(
+    never_more_than_n_inside,
+    crashed_holder_frees_its_permit_at_lease_end,
+    permits_release_extend_and_expire,
+    permit_waiter_is_woken_by_release,
+    semaphore_bad_input,
+);
+
+/// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
+/// store counter, never exceeds 3.
+async fn never_more_than_n_inside(env: Env) {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(env.client().await);
+    }
+    let max_seen = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..20 {
+        let lg = clients[t % 4].clone();
+        let max_seen = max_seen.clone();
+        tasks.push(tokio::spawn(async move {
+            let sem = lg.semaphore("exports", 3).wait(Duration::from_secs(60));
+            let inside = lg.counter("exports:inside");
+            for _ in 0..5 {
+                let permit = sem.acquire().await.unwrap();
+                let n = inside.incr_by(1).await.unwrap();
+                max_seen.fetch_max(n, Ordering::SeqCst);
+                assert!(n <= 3, "{n} holders inside");
+                tokio::task::yield_now().await;
+                inside.decr_by(1).await.unwrap();
+                assert!(permit.release().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let max = max_seen.load(Ordering::SeqCst);
+    assert!((1..=3).contains(&max), "max inside {max}");
+}
+
+/// A holder whose process dies (its runtime is shut down, so neither the
+/// watchdog nor a release runs) frees its permit when the lease ends.
+async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
+    let env = Arc::new(env);
+    let lease = Duration::from_millis(600);
+    let env2 = env.clone();
+    let crashed_at = std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let lg = env2.client().await;
+            let permit = lg
+                .semaphore("crash", 1)
+                .watchdog(lease)
+                .acquire()
+                .await
+                .unwrap();
+            // Let the watchdog renew once, so the lease end is its doing.
+            tokio::time::sleep(lease / 2).await;
+            std::mem::forget(permit);
+            std::mem::forget(lg);
+        });
+        rt.shutdown_background();
+        Instant::now()
+    })
+    .join()
+    .unwrap();
+    let lg: Lockguard = env.client().await;
+    let sem = lg.semaphore("crash", 1).wait(Duration::from_secs(10));
+    assert!(sem.try_acquire().await.unwrap_err().is_busy(), "permit freed before its lease");
+    let permit = sem.acquire().await.expect("permit freed at lease end");
+    let freed_after = crashed_at.elapsed();
+    assert!(freed_after < lease * 3, "freed {freed_after:?} after the crash");
+    permit.release().await.unwrap();
+}
+
+async fn permits_release_extend_and_expire(env: Env) {
+    let lg = env.client().await;
+    let sem = lg.semaphore("p", 2).lease(Duration::from_millis(100));
+    let a = sem.acquire().await.unwrap();
+    let b = sem.acquire().await.unwrap();
+    let busy = sem.try_acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert!(busy.retry_after().is_some());
+    b.extend(Duration::from_secs(10)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!a.is_held());
+    assert!(a.extend(Duration::from_secs(1)).await.unwrap_err().is_lease_lost());
+    assert!(!a.release().await.unwrap(), "an expired permit reports not held");
+    assert!(b.is_held());
+    let c = sem.try_acquire().await.unwrap();
+    assert!(sem.try_acquire().await.unwrap_err().is_busy());
+    assert!(b.release().await.unwrap());
+    assert!(c.release().await.unwrap());
+}
+
+async fn permit_waiter_is_woken_by_release(env: Env) {
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let p = holder
+        .semaphore("wake", 1)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let task = tokio::spawn(async move {
+        let p = waiter
+            .semaphore("wake", 1)
+            .retry_interval(Duration::from_secs(5))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        p.release().await.unwrap();
+        at
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    assert!(p.release().await.unwrap());
+    let latency = task.await.unwrap() - released;
+    assert!(latency < Duration::from_secs(1), "woken after {latency:?}");
+}
+
+async fn semaphore_bad_input(env: Env) {
+    let lg = env.client().await;
+    for e in [
+        lg.semaphore("s", 0).try_acquire().await.unwrap_err(),
+        lg.semaphore("s", MAX_PERMITS + 1).try_acquire().await.unwrap_err(),
+        lg.semaphore("", 1).try_acquire().await.unwrap_err(),
+        lg.semaphore("s", 1).lease(Duration::ZERO).acquire().await.unwrap_err(),
+    ] {
+        assert!(e.is_invalid_input(), "{e}");
+    }
+}
