@@ -6,18 +6,18 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::backend::Store;
-use crate::clock::{Clock, MonotonicClock};
-use crate::counter::Counter;
-use crate::rate_limit::{Quota, RateLimiter};
-use crate::semaphore::Semaphore;
 use crate::backend::memory::MemoryStore;
 use crate::backend::redis::{RedisOptions, RedisStore, Subscriber};
+use crate::clock::{Clock, MonotonicClock};
+use crate::counter::Counter;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencedResource;
 use crate::guard::Held;
 use crate::key::LockKeys;
 use crate::lock::Lock;
 use crate::notify::Waiters;
+use crate::rate_limit::{Quota, RateLimiter};
+use crate::semaphore::Semaphore;
 use crate::token::Token;
 
 /// The longest lease a lock accepts: one day. Longer leases are almost

@@ -77,16 +77,16 @@ mod semaphore;
 mod token;
 mod watchdog;
 
-pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
-pub use rate_limit::{Algorithm, Decision, Quota, RateLimiter};
-pub use semaphore::{MAX_PERMITS, Permit, Semaphore};
 pub use client::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE,
 };
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FencedResource, FencedValue, FencingToken};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use lock::Lock;
+pub use rate_limit::{Algorithm, Decision, Quota, RateLimiter};
+pub use semaphore::{MAX_PERMITS, Permit, Semaphore};

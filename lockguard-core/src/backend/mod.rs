@@ -51,6 +51,7 @@ pub(crate) enum LimitOp {
 /// An enum rather than a trait object: every operation is a plain `async fn`
 /// with no boxing on the hot path, and the set of stores is closed.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per client, behind an `Arc`
 pub(crate) enum Store {
     Memory(memory::MemoryStore),
     Redis(redis::RedisStore),

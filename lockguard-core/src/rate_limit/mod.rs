@@ -184,3 +184,6 @@ impl RateLimiter {
         Ok((keys, op))
     }
 }
+
+#[cfg(test)]
+mod model_tests;

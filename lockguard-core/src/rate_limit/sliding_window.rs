@@ -84,7 +84,10 @@ mod tests {
             }
         }
         for (i, &t) in admitted.iter().enumerate() {
-            let in_window = admitted[i..].iter().take_while(|&&u| u < t + period).count();
+            let in_window = admitted[i..]
+                .iter()
+                .take_while(|&&u| u < t + period)
+                .count();
             assert!(in_window <= limit as usize);
         }
         assert!(admitted.len() >= 5 * 7);

@@ -44,7 +44,14 @@ async fn stock_is_never_oversold(env: Env) {
     }
     assert_eq!(sold, 1000);
     assert_eq!(clients[1].counter("stock").get().await.unwrap(), 0);
-    assert_eq!(clients[2].counter("stock").decr_if_at_least(1).await.unwrap(), None);
+    assert_eq!(
+        clients[2]
+            .counter("stock")
+            .decr_if_at_least(1)
+            .await
+            .unwrap(),
+        None
+    );
 }
 
 async fn mark_once_is_first_exactly_once(env: Env) {
@@ -85,7 +92,11 @@ async fn incr_decr_get_set_and_overflow(env: Env) {
     assert_eq!(c.incr_by(1).await.unwrap(), i64::MAX);
     let err = c.incr_by(1).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
-    assert_eq!(c.get().await.unwrap(), i64::MAX, "failed update changed the value");
+    assert_eq!(
+        c.get().await.unwrap(),
+        i64::MAX,
+        "failed update changed the value"
+    );
     assert!(c.decr_by(i64::MIN).await.unwrap_err().is_invalid_input());
 }
 
@@ -94,7 +105,10 @@ async fn compare_and_set_and_update_lose_no_update(env: Env) {
     let c = lg.counter("balance");
     let v0 = c.get_versioned().await.unwrap();
     assert!(c.compare_and_set(v0.version, 10).await.unwrap());
-    assert!(!c.compare_and_set(v0.version, 99).await.unwrap(), "stale version accepted");
+    assert!(
+        !c.compare_and_set(v0.version, 99).await.unwrap(),
+        "stale version accepted"
+    );
     assert_eq!(c.get().await.unwrap(), 10);
     let mut tasks = Vec::new();
     for _ in 0..8 {
@@ -123,7 +137,10 @@ async fn expiry_resets_a_counter(env: Env) {
         env.clock.advance(Duration::from_millis(300));
     }
     assert_eq!(c.get().await.unwrap(), 0);
-    assert!(c.mark_once("a").await.unwrap(), "marks expire with the counter");
+    assert!(
+        c.mark_once("a").await.unwrap(),
+        "marks expire with the counter"
+    );
     // Without expiry a counter stays.
     let forever = lg.counter("forever");
     forever.incr_by(1).await.unwrap();
@@ -133,11 +150,31 @@ async fn expiry_resets_a_counter(env: Env) {
 async fn counter_bad_input(env: Env) {
     let lg = env.client().await;
     assert!(lg.counter("").get().await.unwrap_err().is_invalid_input());
-    assert!(lg.counter("c").decr_if_at_least(-1).await.unwrap_err().is_invalid_input());
-    assert!(lg.counter("c").decr_if_at_least(0).await.unwrap_err().is_invalid_input());
-    assert!(lg.counter("c").mark_once("").await.unwrap_err().is_invalid_input());
+    assert!(
+        lg.counter("c")
+            .decr_if_at_least(-1)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(
+        lg.counter("c")
+            .decr_if_at_least(0)
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    assert!(
+        lg.counter("c")
+            .mark_once("")
+            .await
+            .unwrap_err()
+            .is_invalid_input()
+    );
     let zero = lg.counter("c").expire_after(Duration::ZERO);
     assert!(zero.incr_by(1).await.unwrap_err().is_invalid_input());
-    let absurd = lg.counter("c").expire_after(Duration::from_secs(10 * 365 * 86400));
+    let absurd = lg
+        .counter("c")
+        .expire_after(Duration::from_secs(10 * 365 * 86400));
     assert!(absurd.incr_by(1).await.unwrap_err().is_invalid_input());
 }

@@ -21,8 +21,12 @@ async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) 
     }
     let mut tasks = Vec::new();
     for i in 0..500 {
-        let l = clients[i % 4].rate_limiter(limiter, quota).algorithm(algorithm);
-        tasks.push(tokio::spawn(async move { l.check("client-1").await.unwrap() }));
+        let l = clients[i % 4]
+            .rate_limiter(limiter, quota)
+            .algorithm(algorithm);
+        tasks.push(tokio::spawn(
+            async move { l.check("client-1").await.unwrap() },
+        ));
     }
     let mut allowed = 0;
     for t in tasks {
@@ -48,7 +52,10 @@ async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
     let n = admitted(&env, "gcra", Algorithm::Gcra, Quota::per_minute(100)).await;
     let elapsed = started.elapsed();
     let bound = 100 + (elapsed.as_millis() / 600) as usize + 1;
-    assert!(n >= 100 && n <= bound, "admitted {n} in {elapsed:?}, bound {bound}");
+    assert!(
+        n >= 100 && n <= bound,
+        "admitted {n} in {elapsed:?}, bound {bound}"
+    );
     if !env.is_redis() {
         // The manual clock did not move: exactly the burst.
         assert_eq!(n, 100);
@@ -59,7 +66,11 @@ async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
 /// where the clock is the server's, after at least `retry_after`).
 async fn retry_after_is_honoured(env: Env) {
     let lg = env.client().await;
-    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
         let l = lg
             .rate_limiter("retry", Quota::per_second(4))
             .algorithm(algorithm);
@@ -80,13 +91,21 @@ async fn retry_after_is_honoured(env: Env) {
             env.clock.advance(d.retry_after);
         }
         let again = l.check(&key).await.unwrap();
-        assert!(again.allowed, "{algorithm:?}: refused after retry_after {:?}", d.retry_after);
+        assert!(
+            again.allowed,
+            "{algorithm:?}: refused after retry_after {:?}",
+            d.retry_after
+        );
     }
 }
 
 async fn decisions_report_limit_remaining_and_reset(env: Env) {
     let lg = env.client().await;
-    for algorithm in [Algorithm::Gcra, Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
         let l = lg
             .rate_limiter("fields", Quota::per_minute(10))
             .algorithm(algorithm);
@@ -120,15 +139,25 @@ async fn limiter_bad_input(env: Env) {
     let lg: Lockguard = env.client().await;
     let cases = [
         lg.rate_limiter("z", Quota::per_second(0)).check("k").await,
-        lg.rate_limiter("z", Quota::new(5, Duration::ZERO)).check("k").await,
-        lg.rate_limiter("z", Quota::new(5, Duration::from_secs(u64::MAX))).check("k").await,
-        lg.rate_limiter("z", Quota::per_second(5).burst(0)).check("k").await,
-        lg.rate_limiter("z", Quota::per_second(5).burst(10)).check_cost("k", 11).await,
+        lg.rate_limiter("z", Quota::new(5, Duration::ZERO))
+            .check("k")
+            .await,
+        lg.rate_limiter("z", Quota::new(5, Duration::from_secs(u64::MAX)))
+            .check("k")
+            .await,
+        lg.rate_limiter("z", Quota::per_second(5).burst(0))
+            .check("k")
+            .await,
+        lg.rate_limiter("z", Quota::per_second(5).burst(10))
+            .check_cost("k", 11)
+            .await,
         lg.rate_limiter("z", Quota::per_second(5))
             .algorithm(Algorithm::FixedWindow)
             .check_cost("k", 6)
             .await,
-        lg.rate_limiter("z", Quota::per_second(5)).check_cost("k", 0).await,
+        lg.rate_limiter("z", Quota::per_second(5))
+            .check_cost("k", 0)
+            .await,
         lg.rate_limiter("z", Quota::per_second(5)).check("").await,
         lg.rate_limiter("", Quota::per_second(5)).check("k").await,
     ];

@@ -75,10 +75,16 @@ async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     .unwrap();
     let lg: Lockguard = env.client().await;
     let sem = lg.semaphore("crash", 1).wait(Duration::from_secs(10));
-    assert!(sem.try_acquire().await.unwrap_err().is_busy(), "permit freed before its lease");
+    assert!(
+        sem.try_acquire().await.unwrap_err().is_busy(),
+        "permit freed before its lease"
+    );
     let permit = sem.acquire().await.expect("permit freed at lease end");
     let freed_after = crashed_at.elapsed();
-    assert!(freed_after < lease * 3, "freed {freed_after:?} after the crash");
+    assert!(
+        freed_after < lease * 3,
+        "freed {freed_after:?} after the crash"
+    );
     permit.release().await.unwrap();
 }
 
@@ -93,8 +99,16 @@ async fn permits_release_extend_and_expire(env: Env) {
     b.extend(Duration::from_secs(10)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(!a.is_held());
-    assert!(a.extend(Duration::from_secs(1)).await.unwrap_err().is_lease_lost());
-    assert!(!a.release().await.unwrap(), "an expired permit reports not held");
+    assert!(
+        a.extend(Duration::from_secs(1))
+            .await
+            .unwrap_err()
+            .is_lease_lost()
+    );
+    assert!(
+        !a.release().await.unwrap(),
+        "an expired permit reports not held"
+    );
     assert!(b.is_held());
     let c = sem.try_acquire().await.unwrap();
     assert!(sem.try_acquire().await.unwrap_err().is_busy());
@@ -134,9 +148,16 @@ async fn semaphore_bad_input(env: Env) {
     let lg = env.client().await;
     for e in [
         lg.semaphore("s", 0).try_acquire().await.unwrap_err(),
-        lg.semaphore("s", MAX_PERMITS + 1).try_acquire().await.unwrap_err(),
+        lg.semaphore("s", MAX_PERMITS + 1)
+            .try_acquire()
+            .await
+            .unwrap_err(),
         lg.semaphore("", 1).try_acquire().await.unwrap_err(),
-        lg.semaphore("s", 1).lease(Duration::ZERO).acquire().await.unwrap_err(),
+        lg.semaphore("s", 1)
+            .lease(Duration::ZERO)
+            .acquire()
+            .await
+            .unwrap_err(),
     ] {
         assert!(e.is_invalid_input(), "{e}");
     }

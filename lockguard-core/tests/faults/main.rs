@@ -309,3 +309,56 @@ fn guard_dropped_outside_a_runtime_does_not_panic() {
     drop(rt);
     drop(guard);
 }
+
+/// Two clients whose process clocks disagree by an hour get the same
+/// decisions: on Redis the time is the server's, never the client's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skewed_client_clocks_get_the_same_decisions() {
+    use lockguard_core::{ManualClock, Quota};
+    let server = RedisServer::start();
+    let skewed = ManualClock::starting_at(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            + Duration::from_secs(3600),
+    );
+    let a = Lockguard::builder()
+        .clock(skewed.clone())
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let b = Lockguard::connect(&server.url()).await.unwrap();
+    for algorithm in [
+        lockguard_core::Algorithm::Gcra,
+        lockguard_core::Algorithm::FixedWindow,
+        lockguard_core::Algorithm::SlidingWindow,
+    ] {
+        let la = a
+            .rate_limiter("skew", Quota::per_minute(4))
+            .algorithm(algorithm);
+        let lb = b
+            .rate_limiter("skew", Quota::per_minute(4))
+            .algorithm(algorithm);
+        let mut allowed = 0;
+        for i in 0..8 {
+            // Interleave, and move the skewed clock further each time.
+            skewed.advance(Duration::from_secs(600));
+            let d = if i % 2 == 0 {
+                la.check("k").await
+            } else {
+                lb.check("k").await
+            }
+            .unwrap();
+            allowed += usize::from(d.allowed);
+        }
+        assert_eq!(allowed, 4, "{algorithm:?}");
+        let da = la.check("k").await.unwrap();
+        let db = lb.check("k").await.unwrap();
+        assert!(!da.allowed && !db.allowed);
+        let diff = da.retry_after.abs_diff(db.retry_after);
+        assert!(
+            diff < Duration::from_millis(500),
+            "{algorithm:?}: {da:?} vs {db:?}"
+        );
+    }
+}

@@ -56,7 +56,9 @@ fn ms_to_us(ttl: Option<Duration>) -> Option<i64> {
 }
 
 fn overflow(key: &str) -> Error {
-    Error::invalid(format!("counter {key:?}: increment or decrement would overflow"))
+    Error::invalid(format!(
+        "counter {key:?}: increment or decrement would overflow"
+    ))
 }
 
 impl MemoryStore {
@@ -111,7 +113,11 @@ impl MemoryStore {
         let mut st = self.state();
         match keys.permits {
             None => {
-                if st.locks.get(&keys.lock, now).is_some_and(|(t, _)| t == token) {
+                if st
+                    .locks
+                    .get(&keys.lock, now)
+                    .is_some_and(|(t, _)| t == token)
+                {
                     st.locks.remove(&keys.lock);
                     true
                 } else {
@@ -214,7 +220,10 @@ impl MemoryStore {
 
     pub(crate) fn counter_get(&self, key: &str) -> (i64, u64) {
         let now = self.now_us();
-        self.state().counters.get(key, now).map_or((0, 0), |(v, _)| *v)
+        self.state()
+            .counters
+            .get(key, now)
+            .map_or((0, 0), |(v, _)| *v)
     }
 
     pub(crate) fn counter_set(
@@ -335,7 +344,10 @@ mod tests {
         // At most ~1000 live entries at any time, plus what awaits a sweep.
         let (locks, limits) = store.sizes();
         assert!(locks <= 4 * expiring::SWEEP_FLOOR, "{locks} locks kept");
-        assert!(limits <= 4 * expiring::SWEEP_FLOOR, "{limits} limiter keys kept");
+        assert!(
+            limits <= 4 * expiring::SWEEP_FLOOR,
+            "{limits} limiter keys kept"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -347,7 +359,10 @@ mod tests {
         let Attempt::Acquired(fa) = store.try_acquire(&keys, &a, lease) else {
             panic!("free key not acquired")
         };
-        assert!(matches!(store.try_acquire(&keys, &b, lease), Attempt::Held(Some(_))));
+        assert!(matches!(
+            store.try_acquire(&keys, &b, lease),
+            Attempt::Held(Some(_))
+        ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!store.extend(&keys, &a, lease), "extend after expiry");
         let Attempt::Acquired(fb) = store.try_acquire(&keys, &b, lease) else {

@@ -26,7 +26,8 @@ fn ttl_arg(ttl: Option<Duration>) -> u64 {
 /// Redis refuses an `HINCRBY` that would overflow; say so as bad input.
 fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
     move |e| {
-        let overflow = std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("overflow"));
+        let overflow =
+            std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("overflow"));
         if overflow {
             Error::new(
                 ErrorKind::InvalidInput,

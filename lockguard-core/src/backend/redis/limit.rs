@@ -41,7 +41,13 @@ impl RedisStore {
                 // Redis lets a key go only once its expiry time has passed,
                 // so the window is over 1 ms after the TTL it reports.
                 let reset = (ttl_ms + 1) * 1000;
-                Ok(fixed_window::decide(limit, allowed == 1, used, reset, reset))
+                Ok(fixed_window::decide(
+                    limit,
+                    allowed == 1,
+                    used,
+                    reset,
+                    reset,
+                ))
             }
             LimitOp::Sliding { limit, period_us } => {
                 let member = Token::random();
@@ -55,7 +61,13 @@ impl RedisStore {
                     .arg(now);
                 let (allowed, used, reset, retry): (i64, u64, i64, i64) =
                     self.run(&call, what).await?;
-                Ok(sliding_window::decide(limit, allowed == 1, used, reset, retry))
+                Ok(sliding_window::decide(
+                    limit,
+                    allowed == 1,
+                    used,
+                    reset,
+                    retry,
+                ))
             }
         }
     }

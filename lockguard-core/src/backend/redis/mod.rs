@@ -147,7 +147,12 @@ impl RedisStore {
         what: impl FnOnce() -> String,
     ) -> Result<T> {
         let mut conn = self.conn();
-        bounded(self.opts.response_timeout, what, call.invoke_async(&mut conn)).await
+        bounded(
+            self.opts.response_timeout,
+            what,
+            call.invoke_async(&mut conn),
+        )
+        .await
     }
 
     pub(crate) async fn try_acquire(
@@ -189,9 +194,7 @@ impl RedisStore {
             None => LOCK_RELEASE.prepare_invoke(),
             Some(_) => SEMAPHORE_RELEASE.prepare_invoke(),
         };
-        call.key(&keys.lock)
-            .arg(token.as_str())
-            .arg(&keys.channel);
+        call.key(&keys.lock).arg(token.as_str()).arg(&keys.channel);
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
