@@ -1,6 +1,6 @@
-//! lockguard: distributed locks with leases, fencing tokens and a watchdog on
-//! Redis, with an in-memory store of the same semantics for tests and
-//! single-process use.
+//! lockguard: distributed locks with leases, fencing tokens and a watchdog,
+//! atomic counters, rate limiters and semaphores on Redis, with an in-memory
+//! store of the same semantics for tests and single-process use.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -26,7 +26,7 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | [`lockguard_core`]: locks, fencing, the Redis and in-memory stores |
+//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis and in-memory stores |
 //! | `macros` | `lockguard-macros`: attributes that wrap an `async fn` (in progress) |
 //! | `tower` | `lockguard-tower`: HTTP layers for axum and hyper (in progress) |
 //! | `full` | all of the above |

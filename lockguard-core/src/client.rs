@@ -81,6 +81,10 @@ struct Holding {
     held: Weak<Held>,
 }
 
+/// The process-wide default client, for code (such as the attribute
+/// macros) that is not handed one.
+static DEFAULT: std::sync::RwLock<Option<Lockguard>> = std::sync::RwLock::new(None);
+
 #[derive(Debug)]
 struct Inner {
     store: Arc<Store>,
@@ -145,6 +149,32 @@ impl Lockguard {
     /// As [`Lockguard::connect`] when `REDIS_URL` is set.
     pub async fn from_env() -> Result<Self> {
         Self::builder().from_env().await
+    }
+
+    /// Makes this client the process-wide default, replacing any earlier
+    /// one. Call it at start-up; the attribute macros use it when they are
+    /// not given a `client`.
+    pub fn install_default(&self) {
+        *DEFAULT.write().unwrap_or_else(|p| p.into_inner()) = Some(self.clone());
+    }
+
+    /// The process-wide default client.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::NoDefaultClient`] when none was installed with
+    /// [`Lockguard::install_default`].
+    pub fn default_client() -> Result<Self> {
+        DEFAULT
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::NoDefaultClient,
+                    "no default lockguard client installed; call Lockguard::install_default at start-up",
+                )
+            })
     }
 
     /// A builder for a client with non-default settings.

@@ -28,6 +28,9 @@ pub enum ErrorKind {
     /// The store could not be reached: connection refused, dropped or
     /// reconnecting.
     Unavailable,
+    /// A rate limiter refused the request; [`Error::retry_after`] says when
+    /// to try again.
+    RateLimited,
     /// The caller passed something the library cannot use: an empty key, a
     /// zero or oversized lease, a malformed URL.
     InvalidInput,
@@ -41,6 +44,7 @@ impl ErrorKind {
     fn as_str(self) -> &'static str {
         match self {
             Self::Busy => "busy",
+            Self::RateLimited => "rate limited",
             Self::LeaseLost => "lease lost",
             Self::StaleFencingToken => "stale fencing token",
             Self::Timeout => "timed out",
@@ -92,7 +96,8 @@ impl Error {
         self
     }
 
-    pub(crate) fn with_retry_after(mut self, retry_after: Duration) -> Self {
+    /// Attaches when trying again may succeed.
+    pub fn with_retry_after(mut self, retry_after: Duration) -> Self {
         self.retry_after = Some(retry_after);
         self
     }
@@ -111,7 +116,9 @@ impl Error {
         &self.message
     }
 
-    /// When the holder's lease ends (for a busy lock), if the store said.
+    /// When trying again may succeed: the holder's remaining lease for a
+    /// busy lock (if the store said), the limiter's `retry_after` for a
+    /// rate-limited request.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_after
     }
@@ -119,6 +126,11 @@ impl Error {
     /// Someone else holds the lock; trying again later may succeed.
     pub fn is_busy(&self) -> bool {
         self.kind == ErrorKind::Busy
+    }
+
+    /// A rate limiter refused the request.
+    pub fn is_rate_limited(&self) -> bool {
+        self.kind == ErrorKind::RateLimited
     }
 
     /// This caller's lease was lost.

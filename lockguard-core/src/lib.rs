@@ -1,5 +1,6 @@
-//! Distributed locks with leases, fencing tokens and a watchdog, on Redis or
-//! in memory, with the same semantics on both.
+//! Distributed locks with leases, fencing tokens and a watchdog, atomic
+//! counters, rate limiters and semaphores, on Redis or in memory, with the
+//! same semantics on both.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -44,6 +45,18 @@
 //!   share it.
 //! - **Cancellation safety**: dropping an `acquire` future never leaves a lock
 //!   held by nobody for longer than the request in flight takes to answer.
+//!
+//! # Counters, rate limiters, semaphores
+//!
+//! - [`Counter`]: `incr_by`, `decr_by`, `get`, `set`, optional expiry,
+//!   [`Counter::decr_if_at_least`] (stock that is never oversold),
+//!   [`Counter::mark_once`] (once per user), [`Counter::compare_and_set`] and
+//!   the optimistic [`Counter::update`] loop. One round trip each, atomic.
+//! - [`RateLimiter`]: GCRA (default), fixed window and sliding window log,
+//!   with a cost per request and the store's time; see [`rate_limit`] for
+//!   each algorithm's accuracy.
+//! - [`Semaphore`]: at most N holders of a key, with leased permits renewed
+//!   by the lock watchdog and the same waiting.
 //!
 //! # Backends
 //!

@@ -143,6 +143,38 @@ impl RateLimiter {
         self.decide(key, cost, None).await
     }
 
+    /// Like [`RateLimiter::check`], but a refusal is an error of kind
+    /// [`ErrorKind::RateLimited`](crate::ErrorKind::RateLimited) carrying the
+    /// decision's `retry_after`, for code that propagates it with `?`.
+    ///
+    /// # Errors
+    ///
+    /// `RateLimited` on a refusal; otherwise as [`RateLimiter::check`].
+    pub async fn try_acquire(&self, key: &str) -> Result<Decision> {
+        self.try_acquire_cost(key, 1).await
+    }
+
+    /// [`RateLimiter::try_acquire`] with a cost.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::try_acquire`] and [`RateLimiter::check_cost`].
+    pub async fn try_acquire_cost(&self, key: &str, cost: u64) -> Result<Decision> {
+        let d = self.check_cost(key, cost).await?;
+        if d.allowed {
+            Ok(d)
+        } else {
+            Err(Error::new(
+                crate::ErrorKind::RateLimited,
+                format!(
+                    "rate limit {:?} for {key:?} exceeded; retry after {:?}",
+                    self.name, d.retry_after
+                ),
+            )
+            .with_retry_after(d.retry_after))
+        }
+    }
+
     pub(crate) async fn decide(&self, key: &str, cost: u64, now: Option<i64>) -> Result<Decision> {
         let (keys, op) = self.prepare(key, cost)?;
         let d = self.client.store().rate_limit(&keys, op, cost, now).await?;

@@ -166,3 +166,25 @@ async fn limiter_bad_input(env: Env) {
         assert!(e.is_invalid_input(), "{e}");
     }
 }
+
+#[tokio::test]
+async fn try_acquire_turns_a_refusal_into_a_rate_limited_error() {
+    let lg = Lockguard::memory();
+    let l = lg.rate_limiter("once", Quota::per_minute(1));
+    assert!(l.try_acquire("k").await.unwrap().allowed);
+    let e = l.try_acquire("k").await.unwrap_err();
+    assert!(e.is_rate_limited(), "{e}");
+    assert!(e.retry_after().is_some_and(|r| r > Duration::ZERO));
+}
+
+#[tokio::test]
+async fn default_client_is_an_error_until_installed() {
+    // The only test in this binary touching the process-wide default.
+    let e = Lockguard::default_client().unwrap_err();
+    assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
+    Lockguard::memory().install_default();
+    assert_eq!(
+        Lockguard::default_client().unwrap().backend_name(),
+        "memory"
+    );
+}
