@@ -1,0 +1,3 @@
+//! The flash-sale example (being built).
+
+fn main() {}

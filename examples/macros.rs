@@ -1,0 +1,3 @@
+//! The attribute-macro example (being built).
+
+fn main() {}
