@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::Store;
 use crate::backend::memory::MemoryStore;
 use crate::backend::redis::{RedisOptions, RedisStore, Subscriber};
+use crate::backend::redlock::RedlockStore;
 use crate::clock::{Clock, MonotonicClock};
 use crate::counter::Counter;
 use crate::error::{Error, ErrorKind, Result};
@@ -126,7 +127,7 @@ impl Lockguard {
     pub fn memory() -> Self {
         let b = Builder::default();
         let store = Store::Memory(MemoryStore::new(b.clock.clone()));
-        b.build(store, None)
+        b.build(store, Vec::new())
     }
 
     /// Connects to the Redis at `url` (`redis://host:port/db`,
@@ -139,6 +140,20 @@ impl Lockguard {
     /// connect timeout.
     pub async fn connect(url: &str) -> Result<Self> {
         Self::builder().connect(url).await
+    }
+
+    /// Connects to N independent Redis masters for Redlock, with default
+    /// settings. See [`Builder::redlock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::redlock`].
+    pub async fn redlock<I, S>(urls: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().redlock(urls).await
     }
 
     /// Connects to `REDIS_URL` when it is set, or falls back to the in-memory
@@ -253,7 +268,7 @@ impl Lockguard {
 
     /// Releases `token`'s hold on a lock and wakes local waiters when the
     /// store cannot announce it itself.
-    pub(crate) async fn release_lock(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    pub(crate) async fn release_lock(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         let released = self.inner.store.release(keys, token).await?;
         if released && matches!(*self.inner.store, Store::Memory(_)) {
             self.inner.waiters.notify(&keys.channel);
@@ -318,6 +333,7 @@ pub struct Builder {
     prefix: String,
     defaults: Defaults,
     opts: RedisOptions,
+    node_timeout: Duration,
     clock: Arc<dyn Clock>,
 }
 
@@ -334,6 +350,7 @@ impl Default for Builder {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             },
+            node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
         }
     }
@@ -405,13 +422,13 @@ impl Builder {
         Ok(())
     }
 
-    fn build(self, store: Store, subscriber: Option<Subscriber>) -> Lockguard {
+    fn build(self, store: Store, subscribers: Vec<Subscriber>) -> Lockguard {
         Lockguard {
             inner: Arc::new(Inner {
                 store: Arc::new(store),
                 prefix: self.prefix,
                 defaults: self.defaults,
-                waiters: Arc::new(Waiters::new(subscriber)),
+                waiters: Arc::new(Waiters::new(subscribers)),
                 holdings: Mutex::new(HashMap::new()),
             }),
         }
@@ -426,7 +443,7 @@ impl Builder {
     pub fn memory(self) -> Result<Lockguard> {
         self.validate()?;
         let store = Store::Memory(MemoryStore::new(self.clock.clone()));
-        Ok(self.build(store, None))
+        Ok(self.build(store, Vec::new()))
     }
 
     /// Connects to the Redis at `url`.
@@ -441,7 +458,104 @@ impl Builder {
         let subscriber = Subscriber::new(&client, self.opts)?;
         let store = RedisStore::connect(client, self.opts).await?;
         tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
-        Ok(self.build(Store::Redis(store), Some(subscriber)))
+        Ok(self.build(Store::Redis(store), vec![subscriber]))
+    }
+
+    /// The per-node timeout of a Redlock client (default 50 ms): how long
+    /// one node may take to answer before it counts as failed. Keep it far
+    /// below the lease; a down or paused minority adds at most this to an
+    /// operation.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Connects to N independent Redis masters (no replication between
+    /// them) for Redlock locks and semaphores.
+    ///
+    /// Every operation needs a quorum of N/2 + 1 nodes; nodes that cannot be
+    /// reached at start-up are connected later, as long as a quorum answers
+    /// now. Counters, rate limiters and fenced resources are not offered on
+    /// a Redlock client ([`ErrorKind::Unsupported`]).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for no URLs, a malformed or repeated URL,
+    /// or a node timeout that is zero or not below the default lease;
+    /// [`ErrorKind::Unavailable`] when fewer than a quorum can be reached.
+    pub async fn redlock<I, S>(self, urls: I) -> Result<Lockguard>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        if urls.is_empty() {
+            return Err(Error::invalid("redlock needs at least one redis url"));
+        }
+        if self.node_timeout.is_zero() || self.node_timeout >= self.defaults.lease {
+            return Err(Error::invalid(format!(
+                "redlock node timeout must be above zero and below the lease, got {:?}",
+                self.node_timeout
+            )));
+        }
+        let opts = RedisOptions {
+            connect_timeout: self.opts.connect_timeout,
+            response_timeout: self.node_timeout,
+        };
+        let mut clients = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for url in &urls {
+            let client = crate::backend::redis::client_for(url)?;
+            let addr = client.get_connection_info().addr().to_string();
+            if !seen.insert(addr.clone()) {
+                return Err(Error::invalid(format!(
+                    "redlock node {addr} is listed twice; every node must be independent"
+                )));
+            }
+            clients.push(client);
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for (i, client) in clients.iter().enumerate() {
+            let client = client.clone();
+            set.spawn(async move { (i, RedisStore::connect(client, opts).await) });
+        }
+        let mut nodes: Vec<Option<RedisStore>> = (0..clients.len()).map(|_| None).collect();
+        let mut errors = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            let Ok((i, result)) = joined else { continue };
+            match result {
+                Ok(store) => nodes[i] = Some(store),
+                Err(e) => errors.push(e),
+            }
+        }
+        let quorum = clients.len() / 2 + 1;
+        let up = nodes.iter().filter(|n| n.is_some()).count();
+        if up < quorum {
+            let first = errors.first().map(ToString::to_string).unwrap_or_default();
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "redlock: only {up} of {} nodes reachable, a quorum needs {quorum} (first error: {first})",
+                    clients.len()
+                ),
+            ));
+        }
+        let mut stores = Vec::new();
+        let mut subscribers = Vec::new();
+        for (node, client) in nodes.into_iter().zip(&clients) {
+            let store = match node {
+                Some(store) => store,
+                None => {
+                    tracing::warn!(node = %client.get_connection_info().addr(), "redlock node unreachable at start-up; will reconnect");
+                    RedisStore::lazy(client.clone(), opts)?
+                }
+            };
+            stores.push(store);
+            subscribers.push(Subscriber::new(client, opts)?);
+        }
+        tracing::debug!(nodes = stores.len(), quorum, "connected to redlock nodes");
+        Ok(self.build(Store::Redlock(RedlockStore::new(stores)), subscribers))
     }
 
     /// Connects to `REDIS_URL` when set (and not empty), or builds an

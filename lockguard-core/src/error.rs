@@ -36,6 +36,9 @@ pub enum ErrorKind {
     InvalidInput,
     /// The store answered with something lockguard did not expect.
     Protocol,
+    /// The client's store does not offer this operation (counters and rate
+    /// limiters on a Redlock client).
+    Unsupported,
     /// No process-wide default client was installed where one was needed.
     NoDefaultClient,
 }
@@ -52,6 +55,7 @@ impl ErrorKind {
             Self::InvalidInput => "invalid input",
             Self::Protocol => "unexpected reply from store",
             Self::NoDefaultClient => "no default client",
+            Self::Unsupported => "unsupported",
         }
     }
 }

@@ -65,6 +65,7 @@
 //! | [`Lockguard::memory`] | this process only; tests, single-process use |
 //! | [`Lockguard::connect`] | one Redis server (5.0 or newer) |
 //! | [`Lockguard::from_env`] | Redis at `REDIS_URL`, else memory |
+//! | [`Lockguard::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //!
 //! # Observability
 //!
@@ -90,6 +91,7 @@ mod semaphore;
 mod token;
 mod watchdog;
 
+pub use backend::redlock::DEFAULT_NODE_TIMEOUT;
 pub use client::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
     DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE,

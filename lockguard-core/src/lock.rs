@@ -298,7 +298,12 @@ impl Lock {
                 pending.disarm();
                 Ok(Err(ttl))
             }
-            Attempt::Acquired(fence) => {
+            Attempt::Acquired(_) | Attempt::AcquiredSlot(..) => {
+                let (fence, held_keys) = match outcome {
+                    Attempt::AcquiredSlot(fence, slot) => (fence, slot),
+                    Attempt::Acquired(fence) => (fence, keys.clone()),
+                    Attempt::Held(_) => unreachable!("matched above"),
+                };
                 let valid_until =
                     started + lease.saturating_sub(crate::guard::safety_margin(lease));
                 if Instant::now() >= valid_until {
@@ -319,7 +324,7 @@ impl Lock {
                 let held = Held::new(
                     self.client.clone(),
                     self.name.clone(),
-                    keys.clone(),
+                    held_keys,
                     token,
                     fence,
                     lease,

@@ -25,8 +25,9 @@ struct Entry {
 #[derive(Debug)]
 pub(crate) struct Waiters {
     entries: Mutex<HashMap<String, Entry>>,
-    /// The pub/sub connection, for stores whose releases come from elsewhere.
-    subscriber: Option<Subscriber>,
+    /// The pub/sub connections (one per Redis node), for stores whose
+    /// releases come from elsewhere.
+    subscribers: Vec<Arc<Subscriber>>,
 }
 
 /// One task's interest in a channel, withdrawn on drop.
@@ -39,10 +40,51 @@ pub(crate) struct Registration {
 }
 
 impl Waiters {
-    pub(crate) fn new(subscriber: Option<Subscriber>) -> Self {
+    pub(crate) fn new(subscribers: Vec<Subscriber>) -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
-            subscriber,
+            subscribers: subscribers.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// Brings every node's subscription for `channel` in line with whether
+    /// anyone waits on it, all nodes at once. A node that fails is logged;
+    /// its waiters keep their timed retries.
+    async fn sync(self: &Arc<Self>, channel: &str) {
+        match self.subscribers.as_slice() {
+            [] => {}
+            [one] => {
+                if let Err(e) = one.sync(channel, self).await {
+                    tracing::debug!(channel, error = %e, "pub/sub subscription change failed");
+                }
+            }
+            many => {
+                // Every node that granted the lock publishes its release, and
+                // the holder's nodes are a quorum: subscriptions on a quorum
+                // of nodes cannot all miss it. Wait for that many; the rest
+                // (a down or paused node) finish in the background.
+                let needed = many.len() / 2 + 1;
+                let (tx, mut rx) = tokio::sync::mpsc::channel(many.len());
+                for sub in many {
+                    let (sub, waiters, channel) = (sub.clone(), self.clone(), channel.to_owned());
+                    let tx = tx.clone();
+                    tokio::spawn(async move {
+                        let r = sub.sync(&channel, &waiters).await;
+                        if let Err(e) = &r {
+                            tracing::debug!(channel, error = %e, "pub/sub subscription change failed on a node");
+                        }
+                        let _ = tx.send(r.is_ok()).await;
+                    });
+                }
+                drop(tx);
+                let mut done = 0;
+                while let Some(ok) = rx.recv().await {
+                    done += usize::from(ok);
+                    if done >= needed {
+                        break;
+                    }
+                }
+            }
         }
     }
 
@@ -70,11 +112,7 @@ impl Waiters {
             rx,
             slot,
         };
-        if let Some(sub) = &self.subscriber
-            && let Err(e) = sub.sync(channel, self).await
-        {
-            tracing::debug!(channel, error = %e, "subscribing failed; waiting on timed retries");
-        }
+        self.sync(channel).await;
         registration
     }
 
@@ -114,18 +152,12 @@ impl Drop for Registration {
             }
         };
         if last
-            && self.waiters.subscriber.is_some()
+            && !self.waiters.subscribers.is_empty()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let waiters = self.waiters.clone();
             let channel = std::mem::take(&mut self.channel);
-            rt.spawn(async move {
-                if let Some(sub) = &waiters.subscriber
-                    && let Err(e) = sub.sync(&channel, &waiters).await
-                {
-                    tracing::debug!(channel, error = %e, "unsubscribing failed");
-                }
-            });
+            rt.spawn(async move { waiters.sync(&channel).await });
         }
     }
 }

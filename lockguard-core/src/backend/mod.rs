@@ -11,12 +11,16 @@ use crate::token::Token;
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 
 /// The outcome of one attempt to take a lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// Taken, with this fencing token.
     Acquired(FencingToken),
+    /// Taken as one slot of a Redlock semaphore: release and renew these
+    /// keys (a plain lock) rather than the semaphore's.
+    AcquiredSlot(FencingToken, std::sync::Arc<LockKeys>),
     /// Someone else holds it; their lease has this long left, if known.
     Held(Option<Duration>),
 }
@@ -55,6 +59,7 @@ pub(crate) enum LimitOp {
 pub(crate) enum Store {
     Memory(memory::MemoryStore),
     Redis(redis::RedisStore),
+    Redlock(redlock::RedlockStore),
 }
 
 impl Store {
@@ -62,38 +67,46 @@ impl Store {
         match self {
             Self::Memory(_) => "memory",
             Self::Redis(_) => "redis",
+            Self::Redlock(_) => "redlock",
         }
     }
 
     /// One attempt to take a lock or a semaphore permit.
     pub(crate) async fn try_acquire(
         &self,
-        keys: &LockKeys,
+        keys: &std::sync::Arc<LockKeys>,
         token: &Token,
         lease: Duration,
     ) -> Result<Attempt> {
         match self {
             Self::Memory(m) => Ok(m.try_acquire(keys, token, lease)),
             Self::Redis(r) => r.try_acquire(keys, token, lease).await,
+            Self::Redlock(r) => r.try_acquire(keys, token, lease).await,
         }
     }
 
-    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    pub(crate) async fn release(
+        &self,
+        keys: &std::sync::Arc<LockKeys>,
+        token: &Token,
+    ) -> Result<bool> {
         match self {
             Self::Memory(m) => Ok(m.release(keys, token)),
             Self::Redis(r) => r.release(keys, token).await,
+            Self::Redlock(r) => r.release(keys, token).await,
         }
     }
 
     pub(crate) async fn extend(
         &self,
-        keys: &LockKeys,
+        keys: &std::sync::Arc<LockKeys>,
         token: &Token,
         lease: Duration,
     ) -> Result<bool> {
         match self {
             Self::Memory(m) => Ok(m.extend(keys, token, lease)),
             Self::Redis(r) => r.extend(keys, token, lease).await,
+            Self::Redlock(r) => r.extend(keys, token, lease).await,
         }
     }
 
@@ -101,6 +114,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.fenced_write(key, token, value)),
             Self::Redis(r) => r.fenced_write(key, token, value).await,
+            Self::Redlock(_) => Err(redlock::unsupported("fenced write")),
         }
     }
 
@@ -108,6 +122,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.fenced_read(key)),
             Self::Redis(r) => r.fenced_read(key).await,
+            Self::Redlock(_) => Err(redlock::unsupported("fenced read")),
         }
     }
 }
@@ -122,6 +137,7 @@ impl Store {
         match self {
             Self::Memory(m) => m.counter_add(key, delta, ttl),
             Self::Redis(r) => r.counter_add(key, delta, ttl).await,
+            Self::Redlock(_) => Err(redlock::unsupported("counter add")),
         }
     }
 
@@ -135,6 +151,7 @@ impl Store {
         match self {
             Self::Memory(m) => m.counter_take(key, n, ttl),
             Self::Redis(r) => r.counter_take(key, n, ttl).await,
+            Self::Redlock(_) => Err(redlock::unsupported("counter take")),
         }
     }
 
@@ -143,6 +160,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.counter_get(key)),
             Self::Redis(r) => r.counter_get(key).await,
+            Self::Redlock(_) => Err(redlock::unsupported("counter get")),
         }
     }
 
@@ -158,6 +176,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.counter_set(key, value, expected, ttl)),
             Self::Redis(r) => r.counter_set(key, value, expected, ttl).await,
+            Self::Redlock(_) => Err(redlock::unsupported("counter set")),
         }
     }
 
@@ -170,6 +189,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.mark_once(key, member, ttl)),
             Self::Redis(r) => r.mark_once(key, member, ttl).await,
+            Self::Redlock(_) => Err(redlock::unsupported("mark once")),
         }
     }
 
@@ -185,6 +205,7 @@ impl Store {
         match self {
             Self::Memory(m) => Ok(m.rate_limit(keys, op, cost, now)),
             Self::Redis(r) => r.rate_limit(keys, op, cost, now).await,
+            Self::Redlock(_) => Err(redlock::unsupported("rate limit")),
         }
     }
 }

@@ -28,6 +28,10 @@ static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+static FENCE_RAISE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
+static LOCK_RELEASE_ANY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
 static SEMAPHORE_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/semaphore_acquire.lua")));
 static SEMAPHORE_RELEASE: LazyLock<Script> =
@@ -125,6 +129,14 @@ impl RedisStore {
         Ok(Self { conn, opts })
     }
 
+    /// A store whose connection is made on first use (and remade after
+    /// failures): for a Redlock node that is down when the client starts.
+    pub(crate) fn lazy(client: redis::Client, opts: RedisOptions) -> Result<Self> {
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(opts))
+            .map_err(|e| Error::from_redis(e, "preparing a lazy redis connection"))?;
+        Ok(Self { conn, opts })
+    }
+
     fn conn(&self) -> ConnectionManager {
         self.conn.clone()
     }
@@ -216,6 +228,32 @@ impl RedisStore {
             .arg(millis_ceil(lease));
         let n: i64 = self
             .run(&call, || format!("extending {:?}", keys.lock))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Raises the fence counter to at least `value`; returns the counter.
+    pub(crate) async fn raise_fence(&self, fence_key: &str, value: u64) -> Result<u64> {
+        let mut call = FENCE_RAISE.prepare_invoke();
+        call.key(fence_key).arg(value);
+        self.run(&call, || format!("raising fence {fence_key:?}"))
+            .await
+    }
+
+    /// Releases the token from whichever of `locks` carries it.
+    pub(crate) async fn release_any(
+        &self,
+        locks: &[String],
+        token: &Token,
+        channel: &str,
+    ) -> Result<bool> {
+        let mut call = LOCK_RELEASE_ANY.prepare_invoke();
+        for key in locks {
+            call.key(key);
+        }
+        call.arg(token.as_str()).arg(channel);
+        let n: i64 = self
+            .run(&call, || format!("releasing one of {} slots", locks.len()))
             .await?;
         Ok(n == 1)
     }

@@ -1,0 +1,12 @@
+-- Raise a fence counter to at least a value (Redlock keeps the counters of a
+-- quorum at the highest token handed out).
+-- KEYS[1] fence counter
+-- ARGV[1] value
+-- Returns the counter after the call.
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local want = tonumber(ARGV[1])
+if cur < want then
+  redis.call('SET', KEYS[1], ARGV[1])
+  return want
+end
+return cur

@@ -1,0 +1,330 @@
+//! Redlock: locks and semaphores over N independent Redis masters.
+//!
+//! Every operation goes to all nodes in parallel, each bounded by the
+//! per-node timeout (tens of milliseconds), and returns as soon as a quorum
+//! (N/2 + 1) has answered one way or the quorum has become impossible; the
+//! other requests finish in the background. A lock is taken when a quorum
+//! granted it and its validity (lease − elapsed − drift, checked by the
+//! caller) is positive; otherwise it is released on every node.
+//!
+//! Fencing tokens: each node counts acquisitions of the key; the token is
+//! the highest count among the quorum, and the quorum's counters behind it
+//! are raised to it before the lock is handed out. Any later quorum shares
+//! at least one node with this one, so as long as a majority of nodes keeps
+//! its data (no restart without persistence of a majority), every later
+//! token is strictly greater.
+//!
+//! Semaphores: N permits are N slot locks, each taken with the Redlock
+//! quorum, so two holders can never share a slot and at most N hold a
+//! permit at once. (Counting holders per node, as on a single Redis, would
+//! let N + 1 holders each find a majority.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::Attempt;
+use super::redis::RedisStore;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+use crate::key::LockKeys;
+use crate::token::Token;
+
+/// The default per-node timeout of a Redlock client.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+pub(crate) fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "{what} needs one Redis server (or a cluster); a Redlock client serves locks and semaphores"
+        ),
+    )
+}
+
+/// N independent Redis masters.
+#[derive(Debug)]
+pub(crate) struct RedlockStore {
+    nodes: Vec<Arc<RedisStore>>,
+}
+
+/// How a round over the nodes ended.
+#[derive(Debug, Default)]
+struct Tally<T> {
+    ok: Vec<(usize, T)>,
+    errors: Vec<Error>,
+    answered: usize,
+}
+
+impl RedlockStore {
+    pub(crate) fn new(nodes: Vec<RedisStore>) -> Self {
+        Self {
+            nodes: nodes.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Sends `op` to every node at once and gathers answers until `done`
+    /// says the outcome is decided (or every node answered). Requests still
+    /// in flight finish in the background: nothing a node was asked to do is
+    /// cancelled half-way.
+    async fn round<T, F, Fut>(&self, op: F, done: impl Fn(&Tally<T>) -> bool) -> Tally<T>
+    where
+        T: Send + 'static,
+        F: Fn(Arc<RedisStore>) -> Fut,
+        Fut: Future<Output = Result<T>> + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::channel(self.nodes.len());
+        for (i, node) in self.nodes.iter().enumerate() {
+            let fut = op(node.clone());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send((i, fut.await)).await;
+            });
+        }
+        drop(tx);
+        let mut tally = Tally {
+            ok: Vec::new(),
+            errors: Vec::new(),
+            answered: 0,
+        };
+        while let Some((i, result)) = rx.recv().await {
+            tally.answered += 1;
+            match result {
+                Ok(v) => tally.ok.push((i, v)),
+                Err(e) => tally.errors.push(e),
+            }
+            if done(&tally) {
+                break;
+            }
+        }
+        tally
+    }
+
+    fn quorum_error(&self, what: &str, errors: &[Error]) -> Error {
+        let first = errors.first().map(ToString::to_string).unwrap_or_default();
+        Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "{what}: quorum of {} out of {} nodes not reached, {} unreachable (first: {first})",
+                self.quorum(),
+                self.nodes.len(),
+                errors.len()
+            ),
+        )
+    }
+
+    pub(crate) async fn try_acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        match keys.permits {
+            None => self.try_lock(keys, token, lease).await,
+            Some(permits) => {
+                // Try the slots from a random start, so holders spread out.
+                let start = fastrand::u32(0..permits);
+                let mut shortest: Option<Duration> = None;
+                for i in 0..permits {
+                    let slot = Arc::new(slot_keys(keys, (start + i) % permits));
+                    match self.try_lock(&slot, token, lease).await? {
+                        Attempt::Acquired(fence) => return Ok(Attempt::AcquiredSlot(fence, slot)),
+                        Attempt::Held(ttl) => {
+                            shortest = match (shortest, ttl) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            };
+                        }
+                        Attempt::AcquiredSlot(..) => unreachable!("plain locks take no slots"),
+                    }
+                }
+                Ok(Attempt::Held(shortest))
+            }
+        }
+    }
+
+    async fn try_lock(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        let n = self.nodes.len();
+        let q = self.quorum();
+        let tally = self
+            .round(
+                |node| {
+                    let (keys, token) = (keys.clone(), token.clone());
+                    async move { node.try_acquire(&keys, &token, lease).await }
+                },
+                |t: &Tally<Attempt>| {
+                    let granted =
+                        t.ok.iter()
+                            .filter(|(_, a)| matches!(a, Attempt::Acquired(_)))
+                            .count();
+                    granted >= q || t.answered - granted > n - q
+                },
+            )
+            .await;
+        let granted: Vec<(usize, u64)> = tally
+            .ok
+            .iter()
+            .filter_map(|(i, a)| match a {
+                Attempt::Acquired(f) => Some((*i, f.get())),
+                _ => None,
+            })
+            .collect();
+        if granted.len() >= q {
+            let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            if self.raise_fences(keys, &granted, fence).await {
+                return Ok(Attempt::Acquired(FencingToken::new(fence)));
+            }
+            self.release_in_background(keys, token);
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "acquiring {:?}: could not bring a quorum's fence counters to {fence}",
+                    keys.lock
+                ),
+            ));
+        }
+        // Not taken: undo whatever was granted, on every node.
+        if !granted.is_empty() || tally.answered < n {
+            self.release_in_background(keys, token);
+        }
+        let held: Vec<Option<Duration>> = tally
+            .ok
+            .iter()
+            .filter_map(|(_, a)| match a {
+                Attempt::Held(ttl) => Some(*ttl),
+                _ => None,
+            })
+            .collect();
+        if tally.errors.len() > n - q || held.is_empty() {
+            return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &tally.errors));
+        }
+        Ok(Attempt::Held(held.into_iter().flatten().min()))
+    }
+
+    /// Brings the fence counters of the granting nodes that are behind up to
+    /// `fence`; true when a quorum of nodes then stands at `fence`.
+    async fn raise_fences(
+        &self,
+        keys: &Arc<LockKeys>,
+        granted: &[(usize, u64)],
+        fence: u64,
+    ) -> bool {
+        let at_max = granted.iter().filter(|(_, f)| *f == fence).count();
+        let behind: Vec<usize> = granted
+            .iter()
+            .filter(|(_, f)| *f < fence)
+            .map(|(i, _)| *i)
+            .collect();
+        if at_max >= self.quorum() || behind.is_empty() {
+            return at_max >= self.quorum();
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for i in behind {
+            let node = self.nodes[i].clone();
+            let key = keys.fence.clone();
+            set.spawn(async move { node.raise_fence(&key, fence).await });
+        }
+        let mut raised = 0;
+        while let Some(r) = set.join_next().await {
+            if matches!(r, Ok(Ok(v)) if v >= fence) {
+                raised += 1;
+            }
+        }
+        at_max + raised >= self.quorum()
+    }
+
+    fn release_in_background(&self, keys: &Arc<LockKeys>, token: &Token) {
+        for node in &self.nodes {
+            let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
+            tokio::spawn(async move {
+                if let Err(e) = node.release(&keys, &token).await {
+                    tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
+                }
+            });
+        }
+    }
+
+    pub(crate) async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        let n = self.nodes.len();
+        let q = self.quorum();
+        let slots: Option<Arc<Vec<String>>> = keys
+            .permits
+            .map(|p| Arc::new((0..p).map(|i| slot_keys(keys, i).lock).collect()));
+        let tally = self
+            .round(
+                |node| {
+                    let (keys, token, slots) = (keys.clone(), token.clone(), slots.clone());
+                    async move {
+                        match slots {
+                            // A permit whose slot is unknown (an acquire
+                            // dropped mid-flight): release any slot with it.
+                            Some(slots) => node.release_any(&slots, &token, &keys.channel).await,
+                            None => node.release(&keys, &token).await,
+                        }
+                    }
+                },
+                |t: &Tally<bool>| t.answered == n,
+            )
+            .await;
+        let released = tally.ok.iter().filter(|(_, r)| *r).count();
+        if released >= q {
+            Ok(true)
+        } else if tally.errors.len() > n - q {
+            Err(self.quorum_error(&format!("releasing {:?}", keys.lock), &tally.errors))
+        } else {
+            Ok(false)
+        }
+    }
+
+    pub(crate) async fn extend(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<bool> {
+        let n = self.nodes.len();
+        let q = self.quorum();
+        let tally = self
+            .round(
+                |node| {
+                    let (keys, token) = (keys.clone(), token.clone());
+                    async move { node.extend(&keys, &token, lease).await }
+                },
+                |t: &Tally<bool>| {
+                    let yes = t.ok.iter().filter(|(_, r)| *r).count();
+                    yes >= q || t.answered - yes > n - q
+                },
+            )
+            .await;
+        let yes = tally.ok.iter().filter(|(_, r)| *r).count();
+        if yes >= q {
+            Ok(true)
+        } else if tally.errors.len() > n - q {
+            Err(self.quorum_error(&format!("extending {:?}", keys.lock), &tally.errors))
+        } else {
+            Ok(false)
+        }
+    }
+}
+
+/// The plain lock behind slot `i` of a Redlock semaphore; its releases wake
+/// the semaphore's waiters.
+fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
+    let lock = format!("{}:slot:{i}", sem.lock);
+    LockKeys {
+        permits: None,
+        fence: format!("{lock}:fence"),
+        channel: sem.channel.clone(),
+        lock,
+    }
+}
