@@ -17,6 +17,9 @@ use crate::backend::redis::Subscriber;
 #[derive(Debug)]
 struct Entry {
     tx: watch::Sender<u64>,
+    /// The release last announced, so one release announced by several
+    /// nodes wakes the waiters once.
+    last_release: Vec<u8>,
     waiters: usize,
     slot: Arc<tokio::sync::Mutex<()>>,
 }
@@ -100,6 +103,7 @@ impl Waiters {
             let mut entries = self.entries();
             let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
                 tx: watch::Sender::new(0),
+                last_release: Vec::new(),
                 waiters: 0,
                 slot: Arc::new(tokio::sync::Mutex::new(())),
             });
@@ -123,6 +127,18 @@ impl Waiters {
     /// Wakes the waiters of `channel`.
     pub(crate) fn notify(&self, channel: &str) {
         if let Some(entry) = self.entries().get(channel) {
+            entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Wakes the waiters of `channel` for the release identified by
+    /// `release`, unless that release has woken them already.
+    pub(crate) fn notify_release(&self, channel: &str, release: &[u8]) {
+        if let Some(entry) = self.entries().get_mut(channel) {
+            if !release.is_empty() && entry.last_release == release {
+                return;
+            }
+            entry.last_release = release.to_vec();
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
     }

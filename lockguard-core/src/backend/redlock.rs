@@ -156,29 +156,46 @@ impl RedlockStore {
     ) -> Result<Attempt> {
         let n = self.nodes.len();
         let q = self.quorum();
-        let tally = self
-            .round(
-                |node| {
-                    let (keys, token) = (keys.clone(), token.clone());
-                    async move { node.try_acquire(&keys, &token, lease).await }
-                },
-                |t: &Tally<Attempt>| {
-                    let granted =
-                        t.ok.iter()
-                            .filter(|(_, a)| matches!(a, Attempt::Acquired(_)))
-                            .count();
-                    granted >= q || t.answered - granted > n - q
-                },
-            )
-            .await;
-        let granted: Vec<(usize, u64)> = tally
-            .ok
-            .iter()
-            .filter_map(|(i, a)| match a {
-                Attempt::Acquired(f) => Some((*i, f.get())),
-                _ => None,
-            })
-            .collect();
+        // Set once the attempt has failed: a node answering after that with
+        // a grant (or with an unknown outcome) releases at once, so a failed
+        // attempt cleans up exactly the nodes it may have locked.
+        let failed = Arc::new(std::sync::Mutex::new(false));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
+            let (tx, failed) = (tx.clone(), failed.clone());
+            tokio::spawn(async move {
+                let result = node.try_acquire(&keys, &token, lease).await;
+                let may_hold = !matches!(result, Ok(Attempt::Held(_)));
+                let cleanup = {
+                    let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
+                    if *failed {
+                        may_hold
+                    } else {
+                        let _ = tx.send((i, result));
+                        false
+                    }
+                };
+                if cleanup {
+                    release_on(&node, &keys, &token).await;
+                }
+            });
+        }
+        drop(tx);
+        let mut granted: Vec<(usize, u64)> = Vec::new();
+        let mut held: Vec<Option<Duration>> = Vec::new();
+        let mut errors: Vec<(usize, Error)> = Vec::new();
+        while granted.len() < q && held.len() + errors.len() <= n - q {
+            let Some((i, result)) = rx.recv().await else {
+                break;
+            };
+            match result {
+                Ok(Attempt::Acquired(f)) => granted.push((i, f.get())),
+                Ok(Attempt::Held(ttl)) => held.push(ttl),
+                Ok(Attempt::AcquiredSlot(..)) => unreachable!("plain locks take no slots"),
+                Err(e) => errors.push((i, e)),
+            }
+        }
         if granted.len() >= q {
             let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
             if self.raise_fences(keys, &granted, fence).await {
@@ -193,20 +210,28 @@ impl RedlockStore {
                 ),
             ));
         }
-        // Not taken: undo whatever was granted, on every node.
-        if !granted.is_empty() || tally.answered < n {
-            self.release_in_background(keys, token);
+        // Failed: from now on late answers clean up after themselves; undo
+        // what already answered with a grant or an unknown outcome.
+        *failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        while let Ok((i, result)) = rx.try_recv() {
+            match result {
+                Ok(Attempt::Held(_)) => {}
+                Ok(_) => granted.push((i, 0)),
+                Err(e) => errors.push((i, e)),
+            }
         }
-        let held: Vec<Option<Duration>> = tally
-            .ok
+        let undo: Vec<usize> = granted
             .iter()
-            .filter_map(|(_, a)| match a {
-                Attempt::Held(ttl) => Some(*ttl),
-                _ => None,
-            })
+            .map(|(i, _)| *i)
+            .chain(errors.iter().map(|(i, _)| *i))
             .collect();
-        if tally.errors.len() > n - q || held.is_empty() {
-            return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &tally.errors));
+        for i in undo {
+            let (node, keys, token) = (self.nodes[i].clone(), keys.clone(), token.clone());
+            tokio::spawn(async move { release_on(&node, &keys, &token).await });
+        }
+        if errors.len() > n - q || held.is_empty() {
+            let errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
+            return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &errors));
         }
         Ok(Attempt::Held(held.into_iter().flatten().min()))
     }
@@ -246,11 +271,7 @@ impl RedlockStore {
     fn release_in_background(&self, keys: &Arc<LockKeys>, token: &Token) {
         for node in &self.nodes {
             let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
-            tokio::spawn(async move {
-                if let Err(e) = node.release(&keys, &token).await {
-                    tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
-                }
-            });
+            tokio::spawn(async move { release_on(&node, &keys, &token).await });
         }
     }
 
@@ -314,6 +335,14 @@ impl RedlockStore {
         } else {
             Ok(false)
         }
+    }
+}
+
+/// Releases a token on one node, for cleanup: failures only logged (the
+/// lease frees the key).
+async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
+    if let Err(e) = node.release(keys, token).await {
+        tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
     }
 }
 

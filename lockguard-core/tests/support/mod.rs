@@ -13,6 +13,8 @@ use redis::AsyncCommands;
 /// started for this test and killed when the test ends.
 pub struct Env {
     pub server: Option<RedisServer>,
+    /// The nodes of a Redlock store (with `server` holding shared test data).
+    pub nodes: Vec<RedisServer>,
     /// The in-memory store's clock (unused on Redis, where time is the
     /// server's).
     pub clock: ManualClock,
@@ -25,6 +27,7 @@ impl Env {
         let clock = ManualClock::new();
         Self {
             server: None,
+            nodes: Vec::new(),
             memory: Some(
                 Lockguard::builder()
                     .clock(clock.clone())
@@ -39,10 +42,24 @@ impl Env {
     pub fn redis() -> Self {
         Self {
             server: Some(RedisServer::start()),
+            nodes: Vec::new(),
             clock: ManualClock::new(),
             memory: None,
             shared: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Five independent Redis masters for Redlock, plus one more server for
+    /// the tests' own data.
+    pub fn redlock() -> Self {
+        Self {
+            nodes: (0..5).map(|_| RedisServer::start()).collect(),
+            ..Self::redis()
+        }
+    }
+
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
     }
 
     pub fn is_redis(&self) -> bool {
@@ -55,9 +72,23 @@ impl Env {
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Lockguard {
         match (&self.server, &self.memory) {
+            (Some(_), _) if !self.nodes.is_empty() => {
+                b.redlock(self.node_urls()).await.expect("connect to redlock nodes")
+            }
             (Some(server), _) => b.connect(&server.url()).await.expect("connect"),
             (None, Some(memory)) => memory.peer(),
             _ => unreachable!(),
+        }
+    }
+
+    /// A client for the tests' own data (counters, fenced resources): the
+    /// store under test, or for Redlock the extra single server.
+    pub async fn data_client(&self) -> Lockguard {
+        match &self.server {
+            Some(server) if !self.nodes.is_empty() => {
+                Lockguard::connect(&server.url()).await.expect("connect")
+            }
+            _ => self.client().await,
         }
     }
 
@@ -125,9 +156,21 @@ where
     }
 }
 
-/// Runs each listed test against both stores.
+/// Runs each listed test against both stores, and with `redlock:` also
+/// against five Redlock nodes.
 #[macro_export]
 macro_rules! conformance {
+    (redlock: $($name:ident),* $(,)?) => {
+        $crate::conformance!($($name),*);
+        mod redlock {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::redlock()).await;
+                }
+            )*
+        }
+    };
     ($($name:ident),* $(,)?) => {
         mod memory {
             $(

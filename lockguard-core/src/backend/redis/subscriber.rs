@@ -107,7 +107,13 @@ async fn dispatch(mut rx: mpsc::UnboundedReceiver<PushInfo>, waiters: Weak<Waite
                 if let Some(Value::BulkString(channel)) = push.data.first()
                     && let Ok(channel) = std::str::from_utf8(channel)
                 {
-                    waiters.notify(channel);
+                    // The payload is the released token: the same release
+                    // announced by several Redlock nodes wakes waiters once.
+                    let release = match push.data.get(1) {
+                        Some(Value::BulkString(token)) => token.as_slice(),
+                        _ => &[],
+                    };
+                    waiters.notify_release(channel, release);
                 }
             }
             PushKind::Disconnection => {

@@ -4,7 +4,7 @@
 -- Returns 1 when released, 0 when the lock was no longer ours.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], '')
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
   return 1
 end
 return 0

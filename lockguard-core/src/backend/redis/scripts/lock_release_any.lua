@@ -6,7 +6,7 @@
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
-    redis.call('PUBLISH', ARGV[2], '')
+    redis.call('PUBLISH', ARGV[2], ARGV[1])
     return 1
   end
 end

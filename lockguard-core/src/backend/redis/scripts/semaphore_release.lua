@@ -10,7 +10,7 @@ if not ends then
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PUBLISH', ARGV[2], '')
+redis.call('PUBLISH', ARGV[2], ARGV[1])
 if tonumber(ends) > now then
   return 1
 end
