@@ -1,5 +1,29 @@
-//! Attribute macros for lockguard.
-//!
-//! This crate is a placeholder: `#[distributed_lock]`, `#[rate_limit]` and
-//! `#[concurrency_limit]` are being built and are not available yet. Use the
-//! `lockguard` facade with the `macros` feature once they land.
+//! Attribute macros for lockguard. Docs come later.
+
+mod attr;
+mod duration;
+mod expand;
+mod rate;
+mod template;
+
+use proc_macro::TokenStream;
+
+use crate::attr::Kind;
+
+/// A distributed lock around an `async fn`.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Kind::Lock, args.into(), item.into()).into()
+}
+
+/// A rate limit on an `async fn`.
+#[proc_macro_attribute]
+pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Kind::RateLimit, args.into(), item.into()).into()
+}
+
+/// A concurrency limit on an `async fn`.
+#[proc_macro_attribute]
+pub fn concurrency_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Kind::ConcurrencyLimit, args.into(), item.into()).into()
+}

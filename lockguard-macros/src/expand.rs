@@ -1,0 +1,185 @@
+//! Code generation: the function, unchanged but for its body, which runs
+//! as an `async move` block under the lock, the limit or the permit.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::parse::{ParseStream, Parser};
+use syn::spanned::Spanned;
+use syn::{Ident, ItemFn, ReturnType};
+
+use crate::attr::{Algorithm, Args, Kind};
+use crate::template::{self, Scope};
+
+/// Expands one attribute. Any error is reported with `compile_error!`
+/// next to the function as written, so the rest of the crate (and the
+/// IDE) still sees it.
+pub(crate) fn attribute(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(_) => {
+            let e = syn::Error::new(
+                Span::call_site(),
+                format!("{} goes on an `async fn` with a body", kind.attr()),
+            );
+            return with_error(item, e);
+        }
+    };
+    let args = (|input: ParseStream<'_>| Args::parse(kind, input)).parse2(args);
+    match args.and_then(|args| expand(kind, &args, &func)) {
+        Ok(tokens) => tokens,
+        Err(e) => with_error(item, e),
+    }
+}
+
+/// The item as written, followed by the error.
+fn with_error(mut item: TokenStream, e: syn::Error) -> TokenStream {
+    item.extend(e.into_compile_error());
+    item
+}
+
+fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
+    let sig = &func.sig;
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new(
+            sig.fn_token.span,
+            format!(
+                "{} works on `async fn` only: the lock, limit or permit is awaited before the body runs",
+                kind.attr()
+            ),
+        ));
+    }
+    let ret_span = match &sig.output {
+        ReturnType::Type(_, ty) => ty.span(),
+        ReturnType::Default => {
+            return Err(syn::Error::new(
+                sig.ident.span(),
+                format!(
+                    "{} needs a function returning `Result<T, E>` where `E: From<lockguard::Error>`: when the body cannot run, the function returns `Err(e.into())`",
+                    kind.attr()
+                ),
+            ));
+        }
+    };
+
+    let krate = match &args.krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::lockguard),
+    };
+    let p = quote!(#krate::__private);
+    let key = match &args.key {
+        Some(key) => template::expand(key, &Scope::of(sig), &p)?,
+        None => unreachable_key(),
+    };
+    let client = match &args.client {
+        Some(expr) => quote_spanned!(expr.span()=> #p::client(&(#expr))),
+        None => quote!(#p::default_client()),
+    };
+    let ms = |d: std::time::Duration| {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        quote!(#p::Duration::from_millis(#ms))
+    };
+    let opt_ms = |d: Option<std::time::Duration>| match d {
+        Some(d) => {
+            let d = ms(d);
+            quote!(#p::Some(#d))
+        }
+        None => quote!(#p::None),
+    };
+
+    // Hygienic names: the body cannot see them, nor they the body.
+    let client_var = Ident::new("__lockguard_client", Span::mixed_site());
+    let key_var = Ident::new("__lockguard_key", Span::mixed_site());
+    let body = Ident::new("__lockguard_body", Span::mixed_site());
+    let out = Ident::new("__lockguard_out", Span::mixed_site());
+    let err = Ident::new("__lockguard_err", Span::mixed_site());
+    let block = &func.block;
+
+    let call = match kind {
+        Kind::Lock | Kind::ConcurrencyLimit => {
+            let ttl = opt_ms(args.ttl.map(|d| d.value));
+            let watchdog = opt_ms(args.watchdog.map(|d| d.value));
+            let wait = opt_ms(args.wait.map(|d| d.value));
+            let stop_on_lost = args.keep_going_on_lost.is_none();
+            let opts = quote! {
+                #p::LeaseOptions {
+                    ttl: #ttl,
+                    watchdog: #watchdog,
+                    wait: #wait,
+                    stop_on_lost: #stop_on_lost,
+                }
+            };
+            if kind == Kind::Lock {
+                quote!(#p::locked(#client_var, #key_var, #opts, #body))
+            } else {
+                let permits = args.permits.map_or(1, |n| n.value);
+                quote!(#p::limited(#client_var, #key_var, #permits, #opts, #body))
+            }
+        }
+        Kind::RateLimit => {
+            let rate = args.rate.map(|r| r.value).unwrap_or(crate::rate::Rate {
+                count: 1,
+                period: std::time::Duration::from_secs(1),
+            });
+            let count = rate.count;
+            let period = ms(rate.period);
+            let burst = args.burst.map(|b| {
+                let b = b.value;
+                quote!(.burst(#b))
+            });
+            let algorithm = match args.algorithm.map_or(Algorithm::Gcra, |a| a.value) {
+                Algorithm::Gcra => quote!(Gcra),
+                Algorithm::FixedWindow => quote!(FixedWindow),
+                Algorithm::SlidingWindow => quote!(SlidingWindow),
+            };
+            let cost = args.cost.map_or(1, |c| c.value);
+            let name = match &args.name {
+                Some(name) => name.to_token_stream(),
+                None => {
+                    let ident = sig.ident.to_string();
+                    quote!(#p::concat!(#p::module_path!(), "::", #ident))
+                }
+            };
+            quote! {
+                #p::rate_limited(
+                    #client_var,
+                    #name,
+                    #p::Quota::new(#count, #period) #burst,
+                    #p::Algorithm::#algorithm,
+                    #cost,
+                    #key_var,
+                    #body,
+                )
+            }
+        }
+    };
+
+    let skip = args.skip_if_busy.map(|_| {
+        quote_spanned! {ret_span=>
+            #p::Err(#err) if #err.is_busy() => #p::skipped(),
+        }
+    });
+    let fail = quote_spanned!(ret_span=> #p::fail(#err));
+
+    let attrs = &func.attrs;
+    let vis = &func.vis;
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            // The client and the key borrow the arguments; the body then
+            // takes them.
+            let #client_var = #client;
+            let #key_var = #key;
+            let #body = async move #block;
+            match #call.await {
+                #p::Ok(#out) => #out,
+                #skip
+                #p::Err(#err) => #fail,
+            }
+        }
+    })
+}
+
+/// `Args::parse` rejects attributes without a key; this is never reached.
+fn unreachable_key() -> TokenStream {
+    quote!(::core::compile_error!("a key is required"))
+}
