@@ -1,8 +1,97 @@
-//! Tower layers for lockguard.
+//! Tower layers that rate limit, lock and cap the concurrency of HTTP
+//! requests, with lockguard's limiters, locks and semaphores on Redis (or
+//! in memory) as the shared state.
 //!
-//! This crate is a placeholder: the rate-limit, lock and concurrency-limit
-//! layers for axum and hyper services are being built and are not available
-//! yet. Until then, take locks inside handlers with [`lockguard_core`].
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockguard_core::Error> {
+//! use std::time::Duration;
+//! use axum::{Router, body::Body, routing::{get, post}};
+//! use http::{Request, StatusCode};
+//! use lockguard_core::{Lockguard, Quota};
+//! use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
+//! use tower::ServiceExt;
+//!
+//! // Redis when REDIS_URL is set, the in-memory store otherwise.
+//! let lg = Lockguard::from_env().await?;
+//! let user = key::Header::new(http::HeaderName::from_static("x-user-id"));
+//!
+//! let app = Router::new()
+//!     // 2 reports per minute per user.
+//!     .route("/report", get(|| async { "report" }))
+//!     .route_layer(RateLimitLayer::new(
+//!         lg.rate_limiter("reports", Quota::per_minute(2)),
+//!         user.clone(),
+//!     ))
+//!     // One checkout per user at a time.
+//!     .route("/checkout", post(|| async { "done" }))
+//!     .route_layer(LockLayer::new(lg.clone(), "checkout", user))
+//!     // At most 100 requests in flight across the fleet.
+//!     .layer(ConcurrencyLimitLayer::new(lg.clone(), "api", 100).wait(Duration::from_secs(1)));
+//!
+//! let report = || Request::get("/report").header("x-user-id", "ada").body(Body::empty()).unwrap();
+//! assert_eq!(app.clone().oneshot(report()).await.unwrap().status(), StatusCode::OK);
+//! assert_eq!(app.clone().oneshot(report()).await.unwrap().status(), StatusCode::OK);
+//! let refused = app.oneshot(report()).await.unwrap();
+//! assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(refused.headers()["ratelimit-policy"], "\"reports\";q=2;w=60");
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | (always) | the three layers; keys from the peer address (as a `SocketAddr` extension), forwarding headers, a header, the method, a closure |
+//! | `axum` | the peer address from axum's `ConnectInfo<SocketAddr>`, and [`key::Route`] from axum's `MatchedPath` |
+//!
+//! # The layers
+//!
+//! | layer | holds | refusal |
+//! |---|---|---|
+//! | [`RateLimitLayer`] | a budget per key ([`RateLimiter`](lockguard_core::RateLimiter)) | `429` with `Retry-After`, `RateLimit`, `RateLimit-Policy` |
+//! | [`LockLayer`] | one request per key ([`Lock`](lockguard_core::Lock)) | `409` (or `423`), or a bounded wait |
+//! | [`ConcurrencyLimitLayer`] | N requests per key ([`Semaphore`](lockguard_core::Semaphore)) | `503` (or any status), or a bounded wait |
+//!
+//! Each is HTTP middleware in tower's sense: `poll_ready` is the inner
+//! service's, nothing is queued inside the layer, a refusal is a response
+//! with an `application/problem+json` body (RFC 9457), and the error type is
+//! the inner service's. Layers are `Clone`, and clones share everything:
+//! the state lives in the store, so a limit is never per connection or per
+//! clone.
+//!
+//! A lock or permit is held until the response body has ended (streaming
+//! bodies included) and released before the end is reported, so a client
+//! that has read the whole response can start the next request at once.
+//!
+//! When the key cannot be extracted, the request is refused (`400` by
+//! default) or let through, as [`MissingKey`] says. When the store cannot be
+//! reached, the request is refused with `503` ([`FailureMode::Closed`], the
+//! default) or let through with a warning ([`FailureMode::Open`]).
+//!
+//! # Observability
+//!
+//! Each check runs in a `debug` span (`rate_limit`, `lock`,
+//! `concurrency_limit`) with the name and the key; decisions, waits and
+//! refusals are `debug` events, store failures `warn`, and misconfiguration
+//! (a quota or permit count that cannot work) `error`.
 
-#[doc(no_inline)]
-pub use lockguard_core::Lockguard;
+#![forbid(unsafe_code)]
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
+
+mod admit;
+mod body;
+pub mod concurrency;
+mod hold;
+pub mod key;
+pub mod lock;
+mod outcome;
+mod problem;
+pub mod rate_limit;
+
+pub use body::ResponseBody;
+pub use concurrency::ConcurrencyLimitLayer;
+pub use key::KeyExtractor;
+pub use lock::LockLayer;
+pub use outcome::{FailureMode, MissingKey};
+pub use rate_limit::{RateLimitLayer, RateLimitPolicy, RateLimitTable, Rule, Selection};

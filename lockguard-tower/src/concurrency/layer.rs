@@ -1,0 +1,150 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use lockguard_core::Lockguard;
+use tower_layer::Layer;
+
+use super::service::ConcurrencyLimit;
+use crate::hold::Settings;
+use crate::key::Global;
+use crate::outcome::{FailureMode, MissingKey};
+
+/// Serves at most N requests at once per key; see the
+/// [module docs](crate::concurrency).
+///
+/// Clones share the settings and the key extractor (behind an `Arc`) and
+/// the client; the permits live in the store, so the limit holds across
+/// every clone, connection and process on the same Redis.
+pub struct ConcurrencyLimitLayer<K> {
+    settings: Arc<Settings>,
+    permits: u32,
+    key: Arc<K>,
+}
+
+impl ConcurrencyLimitLayer<Global> {
+    /// At most `permits` requests at once in all, on the semaphore
+    /// `name:global`.
+    ///
+    /// By default a request finding every permit taken is refused at once
+    /// with `503 Service Unavailable`, permits are leased and renewed by the
+    /// watchdog while the response lasts, and a store that cannot be
+    /// reached gives `503`. A permit count of 0 or above
+    /// [`MAX_PERMITS`](lockguard_core::MAX_PERMITS) cannot work: every
+    /// request is answered `500` and an error is logged.
+    pub fn new(client: Lockguard, name: &str, permits: u32) -> Self {
+        Self {
+            settings: Arc::new(Settings::new(client, name, StatusCode::SERVICE_UNAVAILABLE)),
+            permits,
+            key: Arc::new(Global),
+        }
+    }
+}
+
+impl<K> ConcurrencyLimitLayer<K> {
+    /// At most the permit count per key: `name:KEY` for each key `key`
+    /// extracts (a user, an API key, a route).
+    #[must_use]
+    pub fn key<K2>(self, key: K2) -> ConcurrencyLimitLayer<K2> {
+        ConcurrencyLimitLayer {
+            settings: self.settings,
+            permits: self.permits,
+            key: Arc::new(key),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(Arc::make_mut(&mut self.settings));
+        self
+    }
+
+    /// Waits up to `wait` for a permit before refusing (default: no wait).
+    /// Waiters are woken when a permit is given back, without polling.
+    #[must_use]
+    pub fn wait(self, wait: Duration) -> Self {
+        self.edit(|s| s.wait = Some(wait))
+    }
+
+    /// A fixed lease per permit: a permit frees itself `lease` after it
+    /// was taken, even if the response is still running. Default: the
+    /// client's default lease, renewed by the watchdog until the response
+    /// ends.
+    #[must_use]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.edit(|s| s.lease = Some(lease))
+    }
+
+    /// The status of a refusal when every permit is taken (default
+    /// `503 Service Unavailable`; `429 Too Many Requests` suits a limit per
+    /// client).
+    #[must_use]
+    pub fn busy_status(self, status: StatusCode) -> Self {
+        self.edit(|s| s.busy_status = status)
+    }
+
+    /// What to do with a request that has no usable key (default: reject
+    /// it with `400 Bad Request`).
+    #[must_use]
+    pub fn on_missing_key(self, outcome: MissingKey) -> Self {
+        self.edit(|s| s.on_missing_key = outcome)
+    }
+
+    /// What to do when the store is down (default: [`FailureMode::Closed`]).
+    #[must_use]
+    pub fn failure_mode(self, mode: FailureMode) -> Self {
+        self.edit(|s| s.failure = mode)
+    }
+
+    /// Serves requests without a permit while the store is down, with a
+    /// warning in the log.
+    #[must_use]
+    pub fn fail_open(self) -> Self {
+        self.failure_mode(FailureMode::Open)
+    }
+
+    /// Answers `503 Service Unavailable` while the store is down (the
+    /// default).
+    #[must_use]
+    pub fn fail_closed(self) -> Self {
+        self.failure_mode(FailureMode::Closed)
+    }
+
+    /// The name in front of every semaphore's key.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    /// The most requests served at once per key.
+    pub fn permits(&self) -> u32 {
+        self.permits
+    }
+}
+
+impl<K> Clone for ConcurrencyLimitLayer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            settings: self.settings.clone(),
+            permits: self.permits,
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<K: fmt::Debug> fmt::Debug for ConcurrencyLimitLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimitLayer")
+            .field("settings", &self.settings)
+            .field("permits", &self.permits)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<S, K> Layer<S> for ConcurrencyLimitLayer<K> {
+    type Service = ConcurrencyLimit<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ConcurrencyLimit::new(inner, self.settings.clone(), self.permits, self.key.clone())
+    }
+}

@@ -1,0 +1,111 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::future::ResponseFuture;
+use crate::admit::{Admit, take_ready};
+use crate::body::ResponseBody;
+use crate::hold::{self, Kind, Settings};
+use crate::key::{self, KeyExtractor};
+use crate::outcome;
+
+/// A service that serves at most N requests at once per key; made by
+/// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
+pub struct ConcurrencyLimit<S, K> {
+    inner: S,
+    settings: Arc<Settings>,
+    permits: u32,
+    key: Arc<K>,
+}
+
+impl<S, K> ConcurrencyLimit<S, K> {
+    pub(crate) fn new(inner: S, settings: Arc<Settings>, permits: u32, key: Arc<K>) -> Self {
+        Self {
+            inner,
+            settings,
+            permits,
+            key,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            settings: self.settings.clone(),
+            permits: self.permits,
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for ConcurrencyLimit<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("inner", &self.inner)
+            .field("settings", &self.settings)
+            .field("permits", &self.permits)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    K: KeyExtractor<ReqB>,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let inner = take_ready(&mut self.inner);
+        let settings = &self.settings;
+        let Some(key) = key::extract_checked(&*self.key, &req, settings.reserve()) else {
+            return ResponseFuture::new(
+                match outcome::missing_key(
+                    "concurrency limit",
+                    &settings.name,
+                    settings.on_missing_key,
+                ) {
+                    Some(response) => Admit::respond(response),
+                    None => Admit::pass(inner, req),
+                },
+            );
+        };
+        let span = tracing::debug_span!(
+            "concurrency_limit",
+            limit = %settings.name,
+            %key,
+            permits = self.permits
+        );
+        let acquire =
+            hold::acquire(settings.clone(), Kind::Permits(self.permits), key).instrument(span);
+        ResponseFuture::new(Admit::admitting(Box::pin(acquire), inner, req))
+    }
+}

@@ -1,0 +1,126 @@
+//! What the lock and concurrency-limit layers share: settings, and taking a
+//! lock or permit that the response then holds.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use lockguard_core::{Error, Lockguard};
+use tokio::time::Instant;
+
+use crate::admit::Admission;
+use crate::body::Guard;
+use crate::outcome::{self, FailureMode, MissingKey};
+use crate::problem;
+
+/// The settings of a lock or concurrency-limit layer.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) client: Lockguard,
+    pub(crate) name: Arc<str>,
+    pub(crate) wait: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
+    pub(crate) busy_status: StatusCode,
+    pub(crate) on_missing_key: MissingKey,
+    pub(crate) failure: FailureMode,
+}
+
+impl Settings {
+    pub(crate) fn new(client: Lockguard, name: &str, busy_status: StatusCode) -> Self {
+        Self {
+            client,
+            name: name.into(),
+            wait: None,
+            lease: None,
+            busy_status,
+            on_missing_key: MissingKey::default(),
+            failure: FailureMode::default(),
+        }
+    }
+
+    /// The store key of `key`: `name:key`.
+    pub(crate) fn store_name(&self, key: &str) -> String {
+        format!("{}:{key}", self.name)
+    }
+
+    /// How many bytes of a key the name takes.
+    pub(crate) fn reserve(&self) -> usize {
+        self.name.len() + 1
+    }
+}
+
+/// What is being held.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Kind {
+    Lock,
+    Permits(u32),
+}
+
+impl Kind {
+    fn what(self) -> &'static str {
+        match self {
+            Self::Lock => "lock",
+            Self::Permits(_) => "concurrency limit",
+        }
+    }
+}
+
+/// Takes the lock or a permit for `key`, waiting as configured.
+pub(crate) async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
+    let store_name = settings.store_name(&key);
+    let started = Instant::now();
+    let result = match kind {
+        Kind::Lock => {
+            // A handle of its own per request: the core's locks are
+            // reentrant per task, and two requests served by one task
+            // (one connection) must still exclude each other.
+            let mut lock = settings.client.peer().lock(&store_name);
+            if let Some(lease) = settings.lease {
+                lock = lock.lease(lease);
+            }
+            match settings.wait {
+                Some(wait) => lock.wait(wait).acquire().await,
+                None => lock.try_acquire().await,
+            }
+            .map(Guard::Lock)
+        }
+        Kind::Permits(permits) => {
+            let mut semaphore = settings.client.semaphore(&store_name, permits);
+            if let Some(lease) = settings.lease {
+                semaphore = semaphore.lease(lease);
+            }
+            match settings.wait {
+                Some(wait) => semaphore.wait(wait).acquire().await,
+                None => semaphore.try_acquire().await,
+            }
+            .map(Guard::Permit)
+        }
+    };
+    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match result {
+        Ok(guard) => {
+            tracing::debug!(waited_ms, "{} taken", kind.what());
+            Admission::Proceed {
+                guard,
+                headers: None,
+            }
+        }
+        Err(e) if e.is_busy() => busy(&settings, kind, &e, waited_ms),
+        Err(e) => outcome::store_failure(kind.what(), &settings.name, &e, settings.failure),
+    }
+}
+
+fn busy(settings: &Settings, kind: Kind, error: &Error, waited_ms: u64) -> Admission {
+    tracing::debug!(waited_ms, error = %error, "{} busy; refusing the request", kind.what());
+    let detail = match kind {
+        Kind::Lock => format!(
+            "another request holds lock {:?} for this resource; try again when it is done",
+            settings.name
+        ),
+        Kind::Permits(n) => format!(
+            "all {n} permits of concurrency limit {:?} are taken; try again later",
+            settings.name
+        ),
+    };
+    Admission::Respond(problem::response(settings.busy_status, &detail, &[]))
+}

@@ -1,0 +1,247 @@
+//! Key extractors: what a request is limited or locked by.
+//!
+//! A [`KeyExtractor`] turns a request into the key whose budget, lock or
+//! permits it uses: the client's IP address, an API key header, the matched
+//! route, the method, one global key, or anything a closure computes. Keys
+//! combine as tuples: `(key::Route::new(), key::ClientIp::x_forwarded_for(proxies))`
+//! limits each client on each route separately.
+//!
+//! An extractor returns `None` when the request carries no usable key (no
+//! header, no peer address, a value that is not a valid key); the layer then
+//! answers as its [`MissingKey`](crate::MissingKey) setting says.
+//!
+//! Keys are namespaced by the extractor (`ip:`, `header:x-api-key:`,
+//! `route:`, `method:`), so two extractors never collide by accident.
+
+mod ip;
+mod proxy;
+
+use http::{HeaderName, Request};
+
+pub use ip::{ClientIp, PeerIp};
+pub use proxy::{Cidr, TrustedProxies};
+
+/// Turns a request into the key it is limited or locked by.
+///
+/// Implemented by the extractors of this module, by tuples of extractors
+/// (the keys joined with `|`; `None` if any part is missing), and by every
+/// closure `Fn(&Request<B>) -> Option<String>`:
+///
+/// ```
+/// use http::Request;
+/// use lockguard_tower::KeyExtractor;
+///
+/// // The tenant in the first path segment: `/acme/reports` -> `tenant:acme`.
+/// let tenant = |req: &Request<()>| {
+///     let first = req.uri().path().trim_start_matches('/').split('/').next()?;
+///     (!first.is_empty()).then(|| format!("tenant:{first}"))
+/// };
+/// let req = Request::get("/acme/reports").body(()).unwrap();
+/// assert_eq!(tenant.extract(&req).as_deref(), Some("tenant:acme"));
+/// ```
+///
+/// A key must be a valid lockguard key: not empty, at most
+/// [`MAX_KEY_LEN`](lockguard_core::MAX_KEY_LEN) bytes, no control
+/// characters. The layers treat any other value as missing, so a client
+/// cannot turn a malformed header into a server error.
+pub trait KeyExtractor<B> {
+    /// The key of `req`, or `None` when it has none.
+    fn extract(&self, req: &Request<B>) -> Option<String>;
+}
+
+impl<B, F> KeyExtractor<B> for F
+where
+    F: Fn(&Request<B>) -> Option<String>,
+{
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        self(req)
+    }
+}
+
+macro_rules! tuple_extractor {
+    ($($t:ident => $v:ident),+) => {
+        impl<B, $($t),+> KeyExtractor<B> for ($($t,)+)
+        where
+            $($t: KeyExtractor<B>,)+
+        {
+            fn extract(&self, req: &Request<B>) -> Option<String> {
+                let ($($v,)+) = self;
+                let parts = [$($v.extract(req)?),+];
+                Some(parts.join("|"))
+            }
+        }
+    };
+}
+
+tuple_extractor!(A => a, C => c);
+tuple_extractor!(A => a, C => c, D => d);
+tuple_extractor!(A => a, C => c, D => d, E => e);
+
+/// One key for every request: a limit or lock shared by all clients.
+///
+/// The key is `global`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Global;
+
+impl<B> KeyExtractor<B> for Global {
+    fn extract(&self, _req: &Request<B>) -> Option<String> {
+        Some("global".to_owned())
+    }
+}
+
+/// The request method: `method:POST`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Method;
+
+impl<B> KeyExtractor<B> for Method {
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        Some(format!("method:{}", req.method()))
+    }
+}
+
+/// The value of a request header, such as an API key:
+/// `header:x-api-key:VALUE`.
+///
+/// Missing, empty, or not visible ASCII (after trimming spaces), the key is
+/// missing. With several fields of the name, the first counts.
+///
+/// The value becomes part of the store key as is: when it is a secret you
+/// would rather not see in Redis key names, derive the key with a closure
+/// that hashes it.
+#[derive(Debug, Clone)]
+pub struct Header {
+    name: HeaderName,
+}
+
+impl Header {
+    /// The header `name`.
+    pub fn new(name: HeaderName) -> Self {
+        Self { name }
+    }
+}
+
+impl<B> KeyExtractor<B> for Header {
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        let value = req.headers().get(&self.name)?.to_str().ok()?.trim();
+        (!value.is_empty()).then(|| format!("header:{}:{value}", self.name))
+    }
+}
+
+/// The route that matched, as the router declared it (`route:/users/{id}`),
+/// so every user id shares one key.
+///
+/// It reads axum's [`MatchedPath`](axum::extract::MatchedPath), which axum
+/// sets for layers added with `Router::layer` and `Router::route_layer`.
+/// Without it (a request that matched no route, or a service outside axum)
+/// the key is missing. Never the raw path: that would give every distinct
+/// URL its own key.
+#[cfg(feature = "axum")]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Route;
+
+#[cfg(feature = "axum")]
+impl Route {
+    /// The matched-route extractor.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<B> KeyExtractor<B> for Route {
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        let path = req.extensions().get::<axum::extract::MatchedPath>()?;
+        Some(format!("route:{}", path.as_str()))
+    }
+}
+
+/// Whether `key` is usable as a lockguard key (the layers add a short name
+/// in front, which `reserve` accounts for).
+pub(crate) fn is_valid(key: &str, reserve: usize) -> bool {
+    !key.is_empty()
+        && key.len().saturating_add(reserve) <= lockguard_core::MAX_KEY_LEN
+        && !key.chars().any(char::is_control)
+}
+
+/// Extracts and checks a key; an invalid one counts as missing.
+pub(crate) fn extract_checked<B, K: KeyExtractor<B> + ?Sized>(
+    extractor: &K,
+    req: &Request<B>,
+    reserve: usize,
+) -> Option<String> {
+    let key = extractor.extract(req)?;
+    if is_valid(&key, reserve) {
+        Some(key)
+    } else {
+        tracing::debug!(
+            len = key.len(),
+            "extracted key is not a valid lockguard key; treating it as missing"
+        );
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(f: impl FnOnce(http::request::Builder) -> http::request::Builder) -> Request<()> {
+        f(Request::builder()).body(()).unwrap()
+    }
+
+    #[test]
+    fn simple_extractors() {
+        let r = req(|b| b.method("POST").uri("/x").header("x-api-key", " abc "));
+        assert_eq!(Global.extract(&r).as_deref(), Some("global"));
+        assert_eq!(Method.extract(&r).as_deref(), Some("method:POST"));
+        let h = Header::new(HeaderName::from_static("x-api-key"));
+        assert_eq!(h.extract(&r).as_deref(), Some("header:x-api-key:abc"));
+        let missing = Header::new(HeaderName::from_static("authorization"));
+        assert_eq!(missing.extract(&r), None);
+    }
+
+    #[test]
+    fn header_with_empty_or_opaque_value_is_missing() {
+        let h = Header::new(HeaderName::from_static("x-api-key"));
+        let r = req(|b| b.header("x-api-key", "   "));
+        assert_eq!(h.extract(&r), None);
+        let r = req(|b| {
+            b.header(
+                "x-api-key",
+                http::HeaderValue::from_bytes(b"\xff\xfe").unwrap(),
+            )
+        });
+        assert_eq!(h.extract(&r), None);
+    }
+
+    #[test]
+    fn tuples_join_parts_and_need_all_of_them() {
+        let r = req(|b| b.method("GET").header("x-user", "7"));
+        let user = Header::new(HeaderName::from_static("x-user"));
+        assert_eq!(
+            (Method, user.clone()).extract(&r).as_deref(),
+            Some("method:GET|header:x-user:7")
+        );
+        let nobody = Header::new(HeaderName::from_static("x-nobody"));
+        assert_eq!((Method, user, nobody).extract(&r), None);
+    }
+
+    #[test]
+    fn closures_are_extractors() {
+        let f = |r: &Request<()>| Some(format!("path:{}", r.uri().path()));
+        assert_eq!(f.extract(&req(|b| b.uri("/a"))).as_deref(), Some("path:/a"));
+    }
+
+    #[test]
+    fn invalid_keys_count_as_missing() {
+        let r = req(|b| b);
+        let long = |_: &Request<()>| Some("x".repeat(lockguard_core::MAX_KEY_LEN));
+        assert_eq!(extract_checked(&long, &r, 10), None);
+        let tab = |_: &Request<()>| Some("a\tb".to_owned());
+        assert_eq!(extract_checked(&tab, &r, 0), None);
+        let empty = |_: &Request<()>| Some(String::new());
+        assert_eq!(extract_checked(&empty, &r, 0), None);
+        let fine = |_: &Request<()>| Some("ok".to_owned());
+        assert_eq!(extract_checked(&fine, &r, 0).as_deref(), Some("ok"));
+    }
+}

@@ -1,0 +1,123 @@
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use lockguard_core::Lockguard;
+use tower_layer::Layer;
+
+use super::service::LockService;
+use crate::hold::Settings;
+use crate::outcome::{FailureMode, MissingKey};
+
+/// Runs one request per key at a time; see the [module docs](crate::lock).
+///
+/// Clones share the settings and the key extractor (behind an `Arc`) and
+/// the client; the locks themselves live in the store, so every clone,
+/// every connection and every process on the same Redis excludes the
+/// others.
+pub struct LockLayer<K> {
+    settings: Arc<Settings>,
+    key: Arc<K>,
+}
+
+impl<K> LockLayer<K> {
+    /// Locks `name:KEY` for each request, where `KEY` comes from `key`.
+    ///
+    /// By default a busy lock is refused at once with `409 Conflict`, the
+    /// lock's lease is renewed by the watchdog while the response lasts, a
+    /// request without a key is refused with `400`, and a store that
+    /// cannot be reached gives `503`.
+    pub fn new(client: Lockguard, name: &str, key: K) -> Self {
+        Self {
+            settings: Arc::new(Settings::new(client, name, StatusCode::CONFLICT)),
+            key: Arc::new(key),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
+        f(Arc::make_mut(&mut self.settings));
+        self
+    }
+
+    /// Waits up to `wait` for a busy lock before refusing (default: no
+    /// wait). Waiters are woken by the release, without polling.
+    #[must_use]
+    pub fn wait(self, wait: Duration) -> Self {
+        self.edit(|s| s.wait = Some(wait))
+    }
+
+    /// A fixed lease: the lock frees itself `lease` after it was taken,
+    /// even if the response is still running. Default: the client's
+    /// default lease, renewed by the watchdog until the response ends.
+    #[must_use]
+    pub fn lease(self, lease: Duration) -> Self {
+        self.edit(|s| s.lease = Some(lease))
+    }
+
+    /// The status of a refusal when the lock is busy: `409 Conflict` (the
+    /// default) or `423 Locked`, for instance.
+    #[must_use]
+    pub fn busy_status(self, status: StatusCode) -> Self {
+        self.edit(|s| s.busy_status = status)
+    }
+
+    /// What to do with a request that has no usable key (default: reject
+    /// it with `400 Bad Request`).
+    #[must_use]
+    pub fn on_missing_key(self, outcome: MissingKey) -> Self {
+        self.edit(|s| s.on_missing_key = outcome)
+    }
+
+    /// What to do when the store is down (default: [`FailureMode::Closed`]).
+    /// Fail-open runs requests without the lock.
+    #[must_use]
+    pub fn failure_mode(self, mode: FailureMode) -> Self {
+        self.edit(|s| s.failure = mode)
+    }
+
+    /// Runs requests without the lock while the store is down, with a
+    /// warning in the log.
+    #[must_use]
+    pub fn fail_open(self) -> Self {
+        self.failure_mode(FailureMode::Open)
+    }
+
+    /// Answers `503 Service Unavailable` while the store is down (the
+    /// default).
+    #[must_use]
+    pub fn fail_closed(self) -> Self {
+        self.failure_mode(FailureMode::Closed)
+    }
+
+    /// The name in front of every lock's key.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+}
+
+impl<K> Clone for LockLayer<K> {
+    fn clone(&self) -> Self {
+        Self {
+            settings: self.settings.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<K: fmt::Debug> fmt::Debug for LockLayer<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockLayer")
+            .field("settings", &self.settings)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<S, K> Layer<S> for LockLayer<K> {
+    type Service = LockService<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        LockService::new(inner, self.settings.clone(), self.key.clone())
+    }
+}

@@ -1,0 +1,97 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response};
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::future::ResponseFuture;
+use crate::admit::{Admit, take_ready};
+use crate::body::ResponseBody;
+use crate::hold::{self, Kind, Settings};
+use crate::key::{self, KeyExtractor};
+use crate::outcome;
+
+/// A service that runs one request per key at a time; made by
+/// [`LockLayer`](super::LockLayer).
+pub struct LockService<S, K> {
+    inner: S,
+    settings: Arc<Settings>,
+    key: Arc<K>,
+}
+
+impl<S, K> LockService<S, K> {
+    pub(crate) fn new(inner: S, settings: Arc<Settings>, key: Arc<K>) -> Self {
+        Self {
+            inner,
+            settings,
+            key,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, K> Clone for LockService<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            settings: self.settings.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for LockService<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockService")
+            .field("inner", &self.inner)
+            .field("settings", &self.settings)
+            .field("key", &self.key)
+            .finish()
+    }
+}
+
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for LockService<S, K>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    K: KeyExtractor<ReqB>,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let inner = take_ready(&mut self.inner);
+        let settings = &self.settings;
+        let Some(key) = key::extract_checked(&*self.key, &req, settings.reserve()) else {
+            return ResponseFuture::new(
+                match outcome::missing_key("lock", &settings.name, settings.on_missing_key) {
+                    Some(response) => Admit::respond(response),
+                    None => Admit::pass(inner, req),
+                },
+            );
+        };
+        let span = tracing::debug_span!("lock", lock = %settings.name, %key);
+        let acquire = hold::acquire(settings.clone(), Kind::Lock, key).instrument(span);
+        ResponseFuture::new(Admit::admitting(Box::pin(acquire), inner, req))
+    }
+}

@@ -1,0 +1,185 @@
+//! Which limit applies to a request: a rule, a table of rules, a closure.
+
+use http::Request;
+use lockguard_core::RateLimiter;
+
+use crate::key::{self, KeyExtractor};
+use crate::outcome::{FailureMode, MissingKey};
+
+/// The limit one request is checked against: a limiter, the key whose
+/// budget it spends, and the cost.
+///
+/// Made by a [`RateLimitPolicy`]; a key of `None` means the request has no
+/// usable key, and the layer's (or the selection's) [`MissingKey`] setting
+/// decides.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub(crate) limiter: RateLimiter,
+    pub(crate) key: Option<String>,
+    pub(crate) cost: u64,
+    pub(crate) on_missing_key: Option<MissingKey>,
+    pub(crate) failure: Option<FailureMode>,
+}
+
+impl Selection {
+    /// Check `key` against `limiter`, at a cost of 1.
+    pub fn new(limiter: RateLimiter, key: Option<String>) -> Self {
+        Self {
+            limiter,
+            key,
+            cost: 1,
+            on_missing_key: None,
+            failure: None,
+        }
+    }
+
+    /// Spends `cost` units instead of 1.
+    #[must_use]
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// What to do without a key, instead of the layer's setting.
+    #[must_use]
+    pub fn on_missing_key(mut self, outcome: MissingKey) -> Self {
+        self.on_missing_key = Some(outcome);
+        self
+    }
+
+    /// What to do when the store is down, instead of the layer's setting.
+    #[must_use]
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure = Some(mode);
+        self
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+
+    /// The key, if the request had one.
+    pub fn key(&self) -> Option<&str> {
+        self.key.as_deref()
+    }
+}
+
+/// Decides which limit, if any, a request is checked against.
+///
+/// Implemented by [`Rule`] (one limiter and key for every request), by
+/// [`RateLimitTable`](crate::RateLimitTable) (a rule per method and route),
+/// and by every closure `Fn(&Request<B>) -> Option<Selection>`:
+///
+/// ```
+/// use http::Request;
+/// use lockguard_core::{Lockguard, Quota};
+/// use lockguard_tower::{RateLimitLayer, Selection};
+///
+/// let lg = Lockguard::memory();
+/// let reads = lg.rate_limiter("reads", Quota::per_second(100));
+/// let writes = lg.rate_limiter("writes", Quota::per_second(10));
+/// // Reads and writes of each tenant have their own budgets.
+/// let layer = RateLimitLayer::with_policy(move |req: &Request<axum::body::Body>| {
+///     let tenant = req.headers().get("x-tenant")?.to_str().ok()?;
+///     let limiter = if req.method().is_safe() { &reads } else { &writes };
+///     Some(Selection::new(limiter.clone(), Some(format!("tenant:{tenant}"))))
+/// });
+/// # let _ = layer;
+/// ```
+///
+/// `None` lets the request through unchecked, without rate-limit headers.
+pub trait RateLimitPolicy<B> {
+    /// The limit `req` is checked against, if any.
+    fn select(&self, req: &Request<B>) -> Option<Selection>;
+}
+
+impl<B, F> RateLimitPolicy<B> for F
+where
+    F: Fn(&Request<B>) -> Option<Selection>,
+{
+    fn select(&self, req: &Request<B>) -> Option<Selection> {
+        self(req)
+    }
+}
+
+/// One limiter for every request, keyed by an extractor.
+///
+/// # Examples
+///
+/// ```
+/// use lockguard_core::{Lockguard, Quota};
+/// use lockguard_tower::{RateLimitLayer, Rule, key};
+///
+/// let lg = Lockguard::memory();
+/// // Exports cost 10 units of a per-user budget of 100 per hour.
+/// let rule = Rule::new(
+///     lg.rate_limiter("exports", Quota::per_hour(100)),
+///     key::Header::new(http::HeaderName::from_static("x-user-id")),
+/// )
+/// .cost(10);
+/// let layer = RateLimitLayer::with_policy(rule);
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rule<K> {
+    limiter: RateLimiter,
+    key: K,
+    cost: u64,
+    on_missing_key: Option<MissingKey>,
+    failure: Option<FailureMode>,
+}
+
+impl<K> Rule<K> {
+    /// `limiter`, keyed by `key`, at a cost of 1 per request.
+    pub fn new(limiter: RateLimiter, key: K) -> Self {
+        Self {
+            limiter,
+            key,
+            cost: 1,
+            on_missing_key: None,
+            failure: None,
+        }
+    }
+
+    /// Each request spends `cost` units.
+    #[must_use]
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = cost;
+        self
+    }
+
+    /// What to do without a key, instead of the layer's setting.
+    #[must_use]
+    pub fn on_missing_key(mut self, outcome: MissingKey) -> Self {
+        self.on_missing_key = Some(outcome);
+        self
+    }
+
+    /// What to do when the store is down, instead of the layer's setting.
+    #[must_use]
+    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
+        self.failure = Some(mode);
+        self
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+}
+
+impl<B, K> RateLimitPolicy<B> for Rule<K>
+where
+    K: KeyExtractor<B>,
+{
+    fn select(&self, req: &Request<B>) -> Option<Selection> {
+        Some(Selection {
+            limiter: self.limiter.clone(),
+            key: key::extract_checked(&self.key, req, 0),
+            cost: self.cost,
+            on_missing_key: self.on_missing_key,
+            failure: self.failure,
+        })
+    }
+}

@@ -1,0 +1,159 @@
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{Request, Response, StatusCode};
+use lockguard_core::RateLimiter;
+use tower_service::Service;
+use tracing::Instrument;
+
+use super::future::ResponseFuture;
+use super::headers::{HeaderOptions, RateHeaders};
+use super::layer::Options;
+use super::policy::{RateLimitPolicy, Selection};
+use crate::admit::{Admission, Admit, take_ready};
+use crate::body::{Guard, ResponseBody};
+use crate::outcome::{self, FailureMode};
+use crate::problem;
+
+/// A service whose requests are rate limited; made by
+/// [`RateLimitLayer`](super::RateLimitLayer).
+pub struct RateLimit<S, P> {
+    inner: S,
+    policy: Arc<P>,
+    options: Options,
+}
+
+impl<S, P> RateLimit<S, P> {
+    pub(crate) fn new(inner: S, policy: Arc<P>, options: Options) -> Self {
+        Self {
+            inner,
+            policy,
+            options,
+        }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, P> Clone for RateLimit<S, P> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            policy: self.policy.clone(),
+            options: self.options,
+        }
+    }
+}
+
+impl<S: fmt::Debug, P: fmt::Debug> fmt::Debug for RateLimit<S, P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimit")
+            .field("inner", &self.inner)
+            .field("policy", &self.policy)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl<S, P, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, P>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    P: RateLimitPolicy<ReqB>,
+{
+    type Response = Response<ResponseBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let inner = take_ready(&mut self.inner);
+        let Some(selection) = self.policy.select(&req) else {
+            return ResponseFuture::new(Admit::pass(inner, req));
+        };
+        let Selection {
+            limiter,
+            key,
+            cost,
+            on_missing_key,
+            failure,
+        } = selection;
+        let Some(key) = key else {
+            let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
+            return ResponseFuture::new(
+                match outcome::missing_key("rate limit", limiter.name(), outcome) {
+                    Some(response) => Admit::respond(response),
+                    None => Admit::pass(inner, req),
+                },
+            );
+        };
+        let span = tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost);
+        let check = decide(
+            limiter,
+            key,
+            cost,
+            failure.unwrap_or(self.options.failure),
+            self.options.headers,
+        )
+        .instrument(span);
+        ResponseFuture::new(Admit::admitting(Box::pin(check), inner, req))
+    }
+}
+
+/// Asks the limiter and turns its decision into an admission.
+async fn decide(
+    limiter: RateLimiter,
+    key: String,
+    cost: u64,
+    failure: FailureMode,
+    options: HeaderOptions,
+) -> Admission {
+    let decision = match limiter.check_cost(&key, cost).await {
+        Ok(decision) => decision,
+        Err(e) => return outcome::store_failure("rate limit", limiter.name(), &e, failure),
+    };
+    let headers = RateHeaders {
+        policy: limiter.name().to_owned(),
+        quota: limiter.quota(),
+        decision,
+        options,
+    };
+    if decision.allowed {
+        tracing::debug!(remaining = decision.remaining, "request allowed");
+        return Admission::Proceed {
+            guard: Guard::None,
+            headers: Some(headers),
+        };
+    }
+    let secs = decision.retry_after_secs().max(1);
+    tracing::debug!(
+        retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
+        "request rate limited"
+    );
+    let mut response = problem::response(
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!(
+            "rate limit {:?} exceeded; retry in {secs} s",
+            limiter.name()
+        ),
+        &[("retry_after", secs.to_string())],
+    );
+    headers.apply(response.headers_mut());
+    Admission::Respond(response)
+}

@@ -1,0 +1,321 @@
+//! Unit tests of the rate-limit layer on the in-memory store, with paused
+//! time and `oneshot`.
+
+use std::convert::Infallible;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use axum::body::Body;
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use lockguard_core::{Algorithm, Lockguard, Quota};
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+use super::*;
+use crate::{MissingKey, key};
+
+fn ok_service()
+-> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible, Future = impl Send> + Clone
+{
+    service_fn(|_req: Request<Body>| async { Ok::<_, Infallible>(Response::new(Body::from("ok"))) })
+}
+
+fn user_key() -> key::Header {
+    key::Header::new(HeaderName::from_static("x-user"))
+}
+
+fn request(user: Option<&str>) -> Request<Body> {
+    let mut b = Request::get("/");
+    if let Some(u) = user {
+        b = b.header("x-user", u);
+    }
+    b.body(Body::empty()).unwrap()
+}
+
+fn header<B>(res: &Response<B>, name: &str) -> Option<String> {
+    res.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+async fn body_string<B: http_body::Body>(res: Response<B>) -> String
+where
+    B::Error: std::fmt::Debug,
+{
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn success_and_refusal_carry_the_ietf_headers() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("api", Quota::per_minute(2)), user_key());
+    let svc = layer.layer(ok_service());
+
+    let first = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        header(&first, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=2;w=60")
+    );
+    assert_eq!(
+        header(&first, "ratelimit").as_deref(),
+        Some("\"api\";r=1;t=30")
+    );
+    assert_eq!(header(&first, "retry-after"), None);
+    assert_eq!(
+        header(&first, "x-ratelimit-limit"),
+        None,
+        "legacy headers are opt-in"
+    );
+    assert_eq!(body_string(first).await, "ok");
+
+    let second = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(
+        header(&second, "ratelimit").as_deref(),
+        Some("\"api\";r=0;t=60")
+    );
+
+    let refused = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after").as_deref(), Some("30"));
+    assert_eq!(
+        header(&refused, "ratelimit").as_deref(),
+        Some("\"api\";r=0;t=60")
+    );
+    assert_eq!(
+        header(&refused, "ratelimit-policy").as_deref(),
+        Some("\"api\";q=2;w=60")
+    );
+    assert_eq!(
+        header(&refused, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    assert_eq!(
+        body_string(refused).await,
+        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit \"api\" exceeded; retry in 30 s","retry_after":30}"#
+    );
+
+    // Another key has its own budget.
+    let other = svc.clone().oneshot(request(Some("bob"))).await.unwrap();
+    assert_eq!(other.status(), StatusCode::OK);
+
+    // Once Retry-After has passed, the retry is admitted.
+    tokio::time::advance(Duration::from_secs(30)).await;
+    let again = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_rounds_sub_second_waits_up() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(
+        lg.rate_limiter("fine", Quota::new(1, Duration::from_millis(1500))),
+        key::Global,
+    );
+    let svc = layer.layer(ok_service());
+    assert_eq!(
+        svc.clone().oneshot(request(None)).await.unwrap().status(),
+        200
+    );
+    let refused = svc.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(header(&refused, "retry-after").as_deref(), Some("2"));
+    assert_eq!(
+        header(&refused, "ratelimit-policy").as_deref(),
+        Some("\"fine\";q=1;w=2")
+    );
+    tokio::time::advance(Duration::from_millis(1499)).await;
+    let refused = svc.clone().oneshot(request(None)).await.unwrap();
+    // 1 ms left: 1 s, never 0.
+    assert_eq!(header(&refused, "retry-after").as_deref(), Some("1"));
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert_eq!(svc.oneshot(request(None)).await.unwrap().status(), 200);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stacked_layers_list_both_policies_and_legacy_shows_the_tightest() {
+    let lg = Lockguard::memory();
+    let per_user = RateLimitLayer::new(
+        lg.rate_limiter("user", Quota::per_minute(10))
+            .algorithm(Algorithm::FixedWindow),
+        user_key(),
+    )
+    .legacy_headers(true);
+    let global = RateLimitLayer::new(
+        lg.rate_limiter("global", Quota::per_minute(3))
+            .algorithm(Algorithm::FixedWindow),
+        key::Global,
+    )
+    .legacy_headers(true);
+    let svc = global.layer(per_user.layer(ok_service()));
+    let res = svc.oneshot(request(Some("ada"))).await.unwrap();
+    let policies: Vec<_> = res.headers().get_all("ratelimit-policy").iter().collect();
+    assert_eq!(policies, ["\"user\";q=10;w=60", "\"global\";q=3;w=60"]);
+    let limits: Vec<_> = res.headers().get_all("ratelimit").iter().collect();
+    assert_eq!(limits, ["\"user\";r=9;t=60", "\"global\";r=2;t=60"]);
+    assert_eq!(header(&res, "x-ratelimit-limit").as_deref(), Some("3"));
+    assert_eq!(header(&res, "x-ratelimit-remaining").as_deref(), Some("2"));
+    assert_eq!(header(&res, "x-ratelimit-reset").as_deref(), Some("60"));
+}
+
+#[tokio::test]
+async fn standard_headers_can_be_turned_off() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("quiet", Quota::per_minute(1)), key::Global)
+        .standard_headers(false);
+    let svc = layer.layer(ok_service());
+    let res = svc.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(header(&res, "ratelimit"), None);
+    let refused = svc.oneshot(request(None)).await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert_eq!(header(&refused, "ratelimit"), None);
+    assert!(
+        header(&refused, "retry-after").is_some(),
+        "Retry-After is always sent"
+    );
+}
+
+#[tokio::test]
+async fn missing_key_is_rejected_or_passed_as_configured() {
+    let lg = Lockguard::memory();
+    let limiter = lg.rate_limiter("keyed", Quota::per_minute(1));
+    let default = RateLimitLayer::new(limiter.clone(), user_key()).layer(ok_service());
+    let res = default.oneshot(request(None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    assert!(body_string(res).await.contains("\"status\":400"));
+
+    let unauthorized = RateLimitLayer::new(limiter.clone(), user_key())
+        .on_missing_key(MissingKey::Reject(StatusCode::UNAUTHORIZED))
+        .layer(ok_service());
+    assert_eq!(
+        unauthorized.oneshot(request(None)).await.unwrap().status(),
+        401
+    );
+
+    let pass = RateLimitLayer::new(limiter, user_key())
+        .on_missing_key(MissingKey::Pass)
+        .layer(ok_service());
+    for _ in 0..3 {
+        let res = pass.clone().oneshot(request(None)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "no key, no limit");
+        assert_eq!(header(&res, "ratelimit"), None);
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_or_control_character_key_is_missing_not_an_error() {
+    let lg = Lockguard::memory();
+    let svc = RateLimitLayer::new(lg.rate_limiter("keys", Quota::per_minute(5)), user_key())
+        .layer(ok_service());
+    let long = "k".repeat(5000);
+    let res = svc.clone().oneshot(request(Some(&long))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let res = svc.oneshot(request(Some("a\tb"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_quota_that_cannot_work_is_a_server_error() {
+    let lg = Lockguard::memory();
+    let svc = RateLimitLayer::new(lg.rate_limiter("broken", Quota::per_second(0)), key::Global)
+        .fail_open()
+        .layer(ok_service());
+    let res = svc.oneshot(request(None)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body_string(res).await.contains("misconfigured"));
+}
+
+#[tokio::test]
+async fn clones_of_the_layer_and_service_share_one_budget() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("shared", Quota::per_minute(2)), key::Global);
+    // As axum does: one service per route, cloned per connection.
+    let a = layer.clone().layer(ok_service());
+    let b = layer.layer(ok_service());
+    assert_eq!(
+        a.clone().oneshot(request(None)).await.unwrap().status(),
+        200
+    );
+    assert_eq!(
+        b.clone().oneshot(request(None)).await.unwrap().status(),
+        200
+    );
+    assert_eq!(a.oneshot(request(None)).await.unwrap().status(), 429);
+    assert_eq!(b.oneshot(request(None)).await.unwrap().status(), 429);
+}
+
+#[tokio::test]
+async fn cost_and_closure_policies() {
+    let lg = Lockguard::memory();
+    let heavy = Rule::new(lg.rate_limiter("heavy", Quota::per_minute(10)), key::Global).cost(4);
+    let svc = RateLimitLayer::with_policy(heavy).layer(ok_service());
+    let res = svc.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(
+        header(&res, "ratelimit").as_deref(),
+        Some("\"heavy\";r=6;t=24")
+    );
+    svc.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(svc.oneshot(request(None)).await.unwrap().status(), 429);
+
+    // A closure: only requests with a user are limited.
+    let limiter = lg.rate_limiter("closure", Quota::per_minute(1));
+    let policy = move |req: &Request<Body>| {
+        let user = req.headers().get("x-user")?.to_str().ok()?;
+        Some(Selection::new(
+            limiter.clone(),
+            Some(format!("user:{user}")),
+        ))
+    };
+    let svc = RateLimitLayer::with_policy(policy).layer(ok_service());
+    assert_eq!(
+        svc.clone()
+            .oneshot(request(Some("a")))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        svc.clone()
+            .oneshot(request(Some("a")))
+            .await
+            .unwrap()
+            .status(),
+        429
+    );
+    let anonymous = svc.oneshot(request(None)).await.unwrap();
+    assert_eq!(anonymous.status(), 200);
+    assert_eq!(header(&anonymous, "ratelimit"), None);
+}
+
+/// A service that is never ready and fails every call.
+#[derive(Clone)]
+struct Stubborn;
+
+impl Service<Request<Body>> for Stubborn {
+    type Response = Response<Body>;
+    type Error = &'static str;
+    type Future = std::future::Ready<Result<Response<Body>, &'static str>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Pending
+    }
+
+    fn call(&mut self, _req: Request<Body>) -> Self::Future {
+        std::future::ready(Err("inner failed"))
+    }
+}
+
+#[tokio::test]
+async fn poll_ready_forwards_and_errors_are_the_inner_services() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("fwd", Quota::per_minute(5)), key::Global);
+    let mut svc = layer.layer(Stubborn);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        svc.poll_ready(&mut cx).is_pending(),
+        "not ready inside, not ready outside"
+    );
+    let err = svc.call(request(None)).await.unwrap_err();
+    assert_eq!(err, "inner failed");
+}
