@@ -182,26 +182,29 @@ pub(crate) struct Args {
     pub(crate) name: Option<LitStr>,
     pub(crate) cost: Option<Located<u64>>,
     pub(crate) permits: Option<Located<u32>>,
+    /// Where each option's name was written, for errors about options
+    /// that exclude each other.
+    names: Vec<(Opt, Span)>,
 }
 
 impl Args {
     /// Parses the arguments of `kind`'s attribute.
     pub(crate) fn parse(kind: Kind, input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Self::default();
-        let mut seen: Vec<Opt> = Vec::new();
+
         while !input.is_empty() {
             let la = input.lookahead1();
             let Some(opt) = kind.options().iter().copied().find(|o| o.peek(&la)) else {
                 return Err(unknown_option(kind, input, la));
             };
             let ident = input.call(Ident::parse_any)?;
-            if seen.contains(&opt) {
+            if args.names.iter().any(|(seen, _)| *seen == opt) {
                 return Err(syn::Error::new(
                     ident.span(),
                     format!("duplicate option `{}` in {}", opt.name(), kind.attr()),
                 ));
             }
-            seen.push(opt);
+            args.names.push((opt, ident.span()));
             if opt.is_flag() {
                 if input.peek(Token![=]) {
                     return Err(syn::Error::new(
@@ -313,9 +316,15 @@ impl Args {
                 ),
             ));
         }
-        if let (Some(_), Some(watchdog)) = (&self.ttl, &self.watchdog) {
+        if self.ttl.is_some() && self.watchdog.is_some() {
+            let second = self
+                .names
+                .iter()
+                .filter(|(o, _)| matches!(o, Opt::Ttl | Opt::Watchdog))
+                .nth(1)
+                .map_or_else(Span::call_site, |(_, span)| *span);
             return Err(syn::Error::new(
-                watchdog.span,
+                second,
                 "`ttl` and `watchdog` exclude each other: `ttl` is a fixed lease, `watchdog` a lease the watchdog renews",
             ));
         }
@@ -337,11 +346,9 @@ impl Args {
                     ));
                 };
                 let algorithm = self.algorithm.map_or(Algorithm::Gcra, |a| a.value);
-                if let Some(burst) = &self.burst
-                    && algorithm != Algorithm::Gcra
-                {
+                if self.burst.is_some() && algorithm != Algorithm::Gcra {
                     return Err(syn::Error::new(
-                        burst.span,
+                        self.name_span(Opt::Burst),
                         "`burst` applies to the \"gcra\" algorithm only; the window algorithms admit exactly the rate's count per period",
                     ));
                 }
@@ -363,6 +370,15 @@ impl Args {
             }
         }
         Ok(())
+    }
+}
+
+impl Args {
+    fn name_span(&self, opt: Opt) -> Span {
+        self.names
+            .iter()
+            .find(|(o, _)| *o == opt)
+            .map_or_else(Span::call_site, |(_, span)| *span)
     }
 }
 

@@ -27,6 +27,11 @@ pub(crate) fn parse(text: &str) -> Result<Duration, String> {
             return Err(format!("invalid duration {text:?}; {DURATION_HELP}"));
         }
         let (number, after) = rest.split_at(digits);
+        if after.starts_with('.') {
+            return Err(format!(
+                "duration {text:?} has a fraction; use a smaller unit, like \"1500ms\" for \"1.5s\""
+            ));
+        }
         let number: u64 = number
             .parse()
             .map_err(|_| format!("duration {text:?} is too long"))?;

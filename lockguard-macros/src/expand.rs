@@ -1,11 +1,11 @@
 //! Code generation: the function, unchanged but for its body, which runs
 //! as an `async move` block under the lock, the limit or the permit.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
-use syn::{Ident, ItemFn, ReturnType};
+use syn::{Expr, Ident, ItemFn, ReturnType};
 
 use crate::attr::{Algorithm, Args, Kind};
 use crate::template::{self, Scope};
@@ -71,7 +71,28 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         None => unreachable_key(),
     };
     let client = match &args.client {
-        Some(expr) => quote_spanned!(expr.span()=> #p::client(&(#expr))),
+        Some(expr) => {
+            // A type error points at the whole expression: the `&` takes
+            // its first token's span, and parentheses (whose span would
+            // end the expression there) are added only where precedence
+            // needs them.
+            let amp = quote_spanned!(expr.span()=> &);
+            let simple = matches!(
+                expr,
+                Expr::Path(_)
+                    | Expr::Field(_)
+                    | Expr::MethodCall(_)
+                    | Expr::Call(_)
+                    | Expr::Index(_)
+                    | Expr::Paren(_)
+                    | Expr::Macro(_)
+            );
+            if simple {
+                quote!(#p::client(#amp #expr))
+            } else {
+                quote!(#p::client(#amp (#expr)))
+            }
+        }
         None => quote!(#p::default_client()),
     };
     let ms = |d: std::time::Duration| {
@@ -153,12 +174,14 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
 
+    // A return type that cannot carry the error is reported on the
+    // return type: every token of the call has its span.
+    let p_ret = respan(p.clone(), ret_span);
     let skip = args.skip_if_busy.map(|_| {
-        quote_spanned! {ret_span=>
-            #p::Err(#err) if #err.is_busy() => #p::skipped(),
-        }
+        let skipped = quote_spanned!(ret_span=> #p_ret::skipped());
+        quote!(#p::Err(#err) if #err.is_busy() => #skipped,)
     });
-    let fail = quote_spanned!(ret_span=> #p::fail(#err));
+    let fail = quote_spanned!(ret_span=> #p_ret::fail(#err));
 
     let attrs = &func.attrs;
     let vis = &func.vis;
@@ -177,6 +200,23 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
             }
         }
     })
+}
+
+/// `tokens` with every span set to `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let TokenTree::Group(g) = &tt {
+                let mut group = Group::new(g.delimiter(), respan(g.stream(), span));
+                group.set_span(span);
+                tt = TokenTree::Group(group);
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }
 
 /// `Args::parse` rejects attributes without a key; this is never reached.
