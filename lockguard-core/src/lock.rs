@@ -195,7 +195,7 @@ impl Lock {
         }
         match self.attempt(keys, lease).await? {
             Ok(guard) => Ok(guard),
-            Err(ttl) => Err(self.busy(ttl, None)),
+            Err(wait) => Err(self.busy(wait.ttl(), None)),
         }
     }
 
@@ -220,13 +220,13 @@ impl Lock {
             return Ok(guard);
         }
         let started = Instant::now();
-        let mut ttl = match self.attempt(keys, lease).await? {
+        let mut wait = match self.attempt(keys, lease).await? {
             Ok(guard) => return Ok(guard),
-            Err(ttl) => ttl,
+            Err(wait) => wait,
         };
         let deadline = started.checked_add(self.wait);
         if self.wait.is_zero() {
-            return Err(self.busy(ttl, Some(self.wait)));
+            return Err(self.busy(wait.ttl(), Some(self.wait)));
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting");
         let mut registration = self.client.waiters().register(&keys.channel).await;
@@ -234,7 +234,7 @@ impl Lock {
         let _slot = match deadline {
             Some(d) => tokio::time::timeout_at(d, slot.lock())
                 .await
-                .map_err(|_| self.busy(ttl, Some(self.wait)))?,
+                .map_err(|_| self.busy(wait.ttl(), Some(self.wait)))?,
             None => slot.lock().await,
         };
         loop {
@@ -249,14 +249,21 @@ impl Lock {
                     );
                     return Ok(guard);
                 }
-                Err(left) => ttl = left,
+                Err(w) => wait = w,
             }
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if d <= now => return Err(self.busy(ttl, Some(self.wait))),
+                Some(d) if d <= now => return Err(self.busy(wait.ttl(), Some(self.wait))),
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
+            if wait == Wait::Contended {
+                // Every contender of the split round is notified at once;
+                // a random pause instead keeps the next round from splitting.
+                tokio::time::sleep(contention_backoff().min(remaining)).await;
+                continue;
+            }
+            let ttl = wait.ttl();
             // Never a zero nap: a holder whose lease is about to end gets
             // a millisecond, not a spin.
             let nap = jitter(self.retry_interval)
@@ -280,12 +287,14 @@ impl Lock {
         Some(LockGuard::reentrant(held))
     }
 
-    /// One attempt. `Ok(Err(ttl))` when someone else holds the lock.
+    /// One attempt. `Ok(Err(wait))` when someone else holds the lock:
+    /// `Held(ttl)` with their remaining lease, or `Contended` when a Redlock
+    /// round had no winner and the caller should back off at random.
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
-    ) -> Result<Result<LockGuard, Option<Duration>>> {
+    ) -> Result<Result<LockGuard, Wait>> {
         let token = Token::random();
         let started = Instant::now();
         // Until the store's answer is handled, a drop of this future (or a
@@ -296,13 +305,18 @@ impl Lock {
         match outcome {
             Attempt::Held(ttl) => {
                 pending.disarm();
-                Ok(Err(ttl))
+                Ok(Err(Wait::Held(ttl)))
+            }
+            Attempt::Contended => {
+                // Our partial grants were undone by the store already.
+                pending.disarm();
+                Ok(Err(Wait::Contended))
             }
             Attempt::Acquired(_) | Attempt::AcquiredSlot(..) => {
                 let (fence, held_keys) = match outcome {
                     Attempt::AcquiredSlot(fence, slot) => (fence, slot),
                     Attempt::Acquired(fence) => (fence, keys.clone()),
-                    Attempt::Held(_) => unreachable!("matched above"),
+                    Attempt::Held(_) | Attempt::Contended => unreachable!("matched above"),
                 };
                 let valid_until =
                     started + lease.saturating_sub(crate::guard::safety_margin(lease));
@@ -352,6 +366,30 @@ impl Lock {
             None => err,
         }
     }
+}
+
+/// Why an attempt did not take the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Someone holds it, with this much lease left if known.
+    Held(Option<Duration>),
+    /// A Redlock round split the nodes between contenders.
+    Contended,
+}
+
+impl Wait {
+    fn ttl(self) -> Option<Duration> {
+        match self {
+            Self::Held(ttl) => ttl,
+            Self::Contended => None,
+        }
+    }
+}
+
+/// The random pause after a Redlock round with no winner: long enough to
+/// desynchronize contenders (a few round trips), short against any lease.
+fn contention_backoff() -> Duration {
+    Duration::from_micros(fastrand::u64(500..=10_000))
 }
 
 /// A pause between 50% and 100% of `interval`, so waiters of different

@@ -23,6 +23,11 @@ pub(crate) enum Attempt {
     AcquiredSlot(FencingToken, std::sync::Arc<LockKeys>),
     /// Someone else holds it; their lease has this long left, if known.
     Held(Option<Duration>),
+    /// Nobody won: concurrent Redlock attempts split the nodes between
+    /// them. Retry after a short random pause, not on the next notification
+    /// (which every loser gets at once), so the next round does not split
+    /// the same way.
+    Contended,
 }
 
 /// The keys of one rate-limited key: the state, and for the sliding log

@@ -20,6 +20,7 @@
 //! let N + 1 holders each find a majority.)
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -47,6 +48,11 @@ pub(crate) fn unsupported(what: &str) -> Error {
 #[derive(Debug)]
 pub(crate) struct RedlockStore {
     nodes: Vec<Arc<RedisStore>>,
+    /// Whether each node's last request got an answer. A round does not
+    /// wait for a node that failed last time (it counts as failed unless it
+    /// answers before the outcome is decided), so a dead node costs a quorum
+    /// decision nothing, not its timeout; its next answer clears the flag.
+    healthy: Arc<Vec<AtomicBool>>,
 }
 
 /// How a round over the nodes ended.
@@ -60,8 +66,29 @@ struct Tally<T> {
 impl RedlockStore {
     pub(crate) fn new(nodes: Vec<RedisStore>) -> Self {
         Self {
+            healthy: Arc::new(nodes.iter().map(|_| AtomicBool::new(true)).collect()),
             nodes: nodes.into_iter().map(Arc::new).collect(),
         }
+    }
+
+    /// Nodes not yet heard from in this round that failed their last
+    /// request. None when so many failed that no quorum is possible without
+    /// them: then the round waits for real answers (bounded by the node
+    /// timeout), which paces callers that retry and notices recovery.
+    fn suspects(&self, answered: &[bool]) -> usize {
+        let failing = self
+            .healthy
+            .iter()
+            .filter(|h| !h.load(Ordering::Relaxed))
+            .count();
+        if failing > self.nodes.len() - self.quorum() {
+            return 0;
+        }
+        answered
+            .iter()
+            .zip(self.healthy.iter())
+            .filter(|(a, h)| !**a && !h.load(Ordering::Relaxed))
+            .count()
     }
 
     pub(crate) fn quorum(&self) -> usize {
@@ -72,7 +99,7 @@ impl RedlockStore {
     /// says the outcome is decided (or every node answered). Requests still
     /// in flight finish in the background: nothing a node was asked to do is
     /// cancelled half-way.
-    async fn round<T, F, Fut>(&self, op: F, done: impl Fn(&Tally<T>) -> bool) -> Tally<T>
+    async fn round<T, F, Fut>(&self, op: F, done: impl Fn(&Tally<T>, usize) -> bool) -> Tally<T>
     where
         T: Send + 'static,
         F: Fn(Arc<RedisStore>) -> Fut,
@@ -81,9 +108,11 @@ impl RedlockStore {
         let (tx, mut rx) = mpsc::channel(self.nodes.len());
         for (i, node) in self.nodes.iter().enumerate() {
             let fut = op(node.clone());
-            let tx = tx.clone();
+            let (tx, healthy) = (tx.clone(), self.healthy.clone());
             tokio::spawn(async move {
-                let _ = tx.send((i, fut.await)).await;
+                let result = fut.await;
+                healthy[i].store(result.is_ok(), Ordering::Relaxed);
+                let _ = tx.send((i, result)).await;
             });
         }
         drop(tx);
@@ -92,13 +121,18 @@ impl RedlockStore {
             errors: Vec::new(),
             answered: 0,
         };
+        let mut answered = vec![false; self.nodes.len()];
+        if done(&tally, self.suspects(&answered)) {
+            return tally;
+        }
         while let Some((i, result)) = rx.recv().await {
             tally.answered += 1;
+            answered[i] = true;
             match result {
                 Ok(v) => tally.ok.push((i, v)),
                 Err(e) => tally.errors.push(e),
             }
-            if done(&tally) {
+            if done(&tally, self.suspects(&answered)) {
                 break;
             }
         }
@@ -106,14 +140,21 @@ impl RedlockStore {
     }
 
     fn quorum_error(&self, what: &str, errors: &[Error]) -> Error {
-        let first = errors.first().map(ToString::to_string).unwrap_or_default();
+        let down = self
+            .healthy
+            .iter()
+            .filter(|h| !h.load(Ordering::Relaxed))
+            .count();
+        let first = errors
+            .first()
+            .map(|e| format!(" (first error: {e})"))
+            .unwrap_or_default();
         Error::new(
             ErrorKind::Unavailable,
             format!(
-                "{what}: quorum of {} out of {} nodes not reached, {} unreachable (first: {first})",
+                "{what}: no quorum of {} out of {} nodes, {down} failing{first}",
                 self.quorum(),
                 self.nodes.len(),
-                errors.len()
             ),
         )
     }
@@ -140,10 +181,14 @@ impl RedlockStore {
                                 (a, b) => a.or(b),
                             };
                         }
+                        Attempt::Contended => shortest = Some(Duration::ZERO),
                         Attempt::AcquiredSlot(..) => unreachable!("plain locks take no slots"),
                     }
                 }
-                Ok(Attempt::Held(shortest))
+                Ok(match shortest {
+                    Some(Duration::ZERO) => Attempt::Contended,
+                    other => Attempt::Held(other),
+                })
             }
         }
     }
@@ -163,9 +208,10 @@ impl RedlockStore {
         let (tx, mut rx) = mpsc::unbounded_channel();
         for (i, node) in self.nodes.iter().enumerate() {
             let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
-            let (tx, failed) = (tx.clone(), failed.clone());
+            let (tx, failed, healthy) = (tx.clone(), failed.clone(), self.healthy.clone());
             tokio::spawn(async move {
                 let result = node.try_acquire(&keys, &token, lease).await;
+                healthy[i].store(result.is_ok(), Ordering::Relaxed);
                 let may_hold = !matches!(result, Ok(Attempt::Held(_)));
                 let cleanup = {
                     let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,14 +231,18 @@ impl RedlockStore {
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut held: Vec<Option<Duration>> = Vec::new();
         let mut errors: Vec<(usize, Error)> = Vec::new();
-        while granted.len() < q && held.len() + errors.len() <= n - q {
+        let mut answered = vec![false; n];
+        while granted.len() < q && held.len() + errors.len() + self.suspects(&answered) <= n - q {
             let Some((i, result)) = rx.recv().await else {
                 break;
             };
+            answered[i] = true;
             match result {
                 Ok(Attempt::Acquired(f)) => granted.push((i, f.get())),
                 Ok(Attempt::Held(ttl)) => held.push(ttl),
-                Ok(Attempt::AcquiredSlot(..)) => unreachable!("plain locks take no slots"),
+                Ok(Attempt::AcquiredSlot(..) | Attempt::Contended) => {
+                    unreachable!("a node answers taken or held")
+                }
                 Err(e) => errors.push((i, e)),
             }
         }
@@ -220,18 +270,32 @@ impl RedlockStore {
                 Err(e) => errors.push((i, e)),
             }
         }
-        let undo: Vec<usize> = granted
-            .iter()
-            .map(|(i, _)| *i)
-            .chain(errors.iter().map(|(i, _)| *i))
-            .collect();
-        for i in undo {
+        // Nodes that granted are released before returning, so the next
+        // attempt (ours or another's) does not find our own stale grants;
+        // nodes with an unknown outcome are released in the background.
+        let mut undo = tokio::task::JoinSet::new();
+        for &(i, _) in &granted {
             let (node, keys, token) = (self.nodes[i].clone(), keys.clone(), token.clone());
+            undo.spawn(async move { release_on(&node, &keys, &token).await });
+        }
+        for (i, _) in &errors {
+            let (node, keys, token) = (self.nodes[*i].clone(), keys.clone(), token.clone());
             tokio::spawn(async move { release_on(&node, &keys, &token).await });
         }
-        if errors.len() > n - q || held.is_empty() {
+        while undo.join_next().await.is_some() {}
+        // Unreachable nodes alone rule out a quorum: the store is down, not
+        // the lock busy. Otherwise others hold it (or contend for it).
+        let unheard_failing = answered
+            .iter()
+            .zip(self.healthy.iter())
+            .filter(|(a, h)| !**a && !h.load(Ordering::Relaxed))
+            .count();
+        if errors.len() + unheard_failing > n - q {
             let errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
             return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &errors));
+        }
+        if !granted.is_empty() {
+            return Ok(Attempt::Contended);
         }
         Ok(Attempt::Held(held.into_iter().flatten().min()))
     }
@@ -294,13 +358,19 @@ impl RedlockStore {
                         }
                     }
                 },
-                |t: &Tally<bool>| t.answered == n,
+                // Decided once a quorum released, or can no longer; the
+                // other nodes finish in the background.
+                |t: &Tally<bool>, suspects| {
+                    let yes = t.ok.iter().filter(|(_, r)| *r).count();
+                    yes >= q || t.answered - yes + suspects > n - q
+                },
             )
             .await;
         let released = tally.ok.iter().filter(|(_, r)| *r).count();
         if released >= q {
             Ok(true)
-        } else if tally.errors.len() > n - q {
+        } else if tally.errors.len() + (n - tally.answered) > n - q {
+            // Too many nodes unheard from to say it was not held.
             Err(self.quorum_error(&format!("releasing {:?}", keys.lock), &tally.errors))
         } else {
             Ok(false)
@@ -321,16 +391,17 @@ impl RedlockStore {
                     let (keys, token) = (keys.clone(), token.clone());
                     async move { node.extend(&keys, &token, lease).await }
                 },
-                |t: &Tally<bool>| {
+                |t: &Tally<bool>, suspects| {
                     let yes = t.ok.iter().filter(|(_, r)| *r).count();
-                    yes >= q || t.answered - yes > n - q
+                    yes >= q || t.answered - yes + suspects > n - q
                 },
             )
             .await;
         let yes = tally.ok.iter().filter(|(_, r)| *r).count();
         if yes >= q {
             Ok(true)
-        } else if tally.errors.len() > n - q {
+        } else if tally.errors.len() + (n - tally.answered) > n - q {
+            // Too many nodes unheard from to say the lock is gone.
             Err(self.quorum_error(&format!("extending {:?}", keys.lock), &tally.errors))
         } else {
             Ok(false)

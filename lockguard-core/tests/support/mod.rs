@@ -72,9 +72,10 @@ impl Env {
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Lockguard {
         match (&self.server, &self.memory) {
-            (Some(_), _) if !self.nodes.is_empty() => {
-                b.redlock(self.node_urls()).await.expect("connect to redlock nodes")
-            }
+            (Some(_), _) if !self.nodes.is_empty() => b
+                .redlock(self.node_urls())
+                .await
+                .expect("connect to redlock nodes"),
             (Some(server), _) => b.connect(&server.url()).await.expect("connect"),
             (None, Some(memory)) => memory.peer(),
             _ => unreachable!(),

@@ -1,0 +1,340 @@
+//! Redlock against five real `redis-server` processes that are killed,
+//! paused with SIGSTOP and restarted empty.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{DEFAULT_NODE_TIMEOUT, ErrorKind, Lockguard};
+use lockguard_testing::RedisServer;
+
+fn nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+fn urls(nodes: &[RedisServer]) -> Vec<String> {
+    nodes.iter().map(RedisServer::url).collect()
+}
+
+async fn client(nodes: &[RedisServer]) -> Lockguard {
+    client_with_timeout(nodes, lockguard_core::DEFAULT_NODE_TIMEOUT).await
+}
+
+async fn client_with_timeout(nodes: &[RedisServer], node_timeout: Duration) -> Lockguard {
+    Lockguard::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .node_timeout(node_timeout)
+        .redlock(urls(nodes))
+        .await
+        .expect("redlock client")
+}
+
+/// Acquire-and-release latencies of `rounds` uncontended cycles.
+async fn cycle_latencies(lg: &Lockguard, key: &str, rounds: usize) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(rounds);
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let g = lg
+            .lock(key)
+            .lease(Duration::from_secs(5))
+            .try_acquire()
+            .await
+            .expect("acquire with a quorum up");
+        out.push(started.elapsed());
+        assert!(g.release().await.unwrap());
+    }
+    out.sort();
+    out
+}
+
+fn summary(lat: &[Duration]) -> String {
+    format!(
+        "p50 {:?}, max {:?} over {}",
+        lat[lat.len() / 2],
+        lat[lat.len() - 1],
+        lat.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_nodes_acquire_fast() {
+    let nodes = nodes(5);
+    let lg = client(&nodes).await;
+    let lat = cycle_latencies(&lg, "healthy", 50).await;
+    println!("redlock acquire, 5 healthy nodes: {}", summary(&lat));
+    assert!(
+        lat[lat.len() / 2] < DEFAULT_NODE_TIMEOUT,
+        "{}",
+        summary(&lat)
+    );
+}
+
+/// Two of five nodes down: a quorum remains and locks keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_of_five_down_still_lock() {
+    let mut nodes = nodes(5);
+    let lg = client(&nodes).await;
+    nodes[0].kill();
+    nodes[3].kill();
+    let lat = cycle_latencies(&lg, "minority-down", 30).await;
+    println!("redlock acquire, 2 of 5 nodes down: {}", summary(&lat));
+    // Mutual exclusion still holds.
+    let g = lg.lock("minority-down").acquire().await.unwrap();
+    let other = client(&nodes[..]).await;
+    assert!(
+        other
+            .lock("minority-down")
+            .try_acquire()
+            .await
+            .unwrap_err()
+            .is_busy()
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// Three of five down: no quorum, a clear unavailable error (not busy),
+/// within the per-node timeout plus a small bound; for killed nodes and for
+/// paused ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_of_five_down_fail_with_a_quorum_error() {
+    let mut nodes = nodes(5);
+    let lg = client(&nodes).await;
+    for i in [0, 2, 4] {
+        nodes[i].kill();
+    }
+    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(100);
+    let mut worst = Duration::ZERO;
+    for _ in 0..10 {
+        let started = Instant::now();
+        let err = lg.lock("majority-down").try_acquire().await.unwrap_err();
+        worst = worst.max(started.elapsed());
+        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        assert!(!err.is_busy());
+    }
+    println!("redlock acquire, 3 of 5 killed: fails in at most {worst:?}");
+    assert!(worst < bound, "{worst:?}");
+
+    for i in [0, 2, 4] {
+        nodes[i].restart();
+    }
+    nodes[1].pause();
+    nodes[2].pause();
+    nodes[3].pause();
+    let mut worst = Duration::ZERO;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let err = lg.lock("majority-paused").try_acquire().await.unwrap_err();
+        worst = worst.max(started.elapsed());
+        assert!(err.is_unavailable(), "{err}");
+    }
+    println!("redlock acquire, 3 of 5 paused: fails in at most {worst:?}");
+    assert!(worst < bound, "{worst:?}");
+    for node in &mut nodes[1..4] {
+        node.resume();
+    }
+}
+
+/// A paused minority adds at most the per-node timeout: a quorum answers
+/// without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_minority_adds_at_most_the_node_timeout() {
+    let mut nodes = nodes(5);
+    let lg = client(&nodes).await;
+    nodes[1].pause();
+    let one = cycle_latencies(&lg, "paused-1", 30).await;
+    nodes[4].pause();
+    let two = cycle_latencies(&lg, "paused-2", 30).await;
+    nodes[1].resume();
+    nodes[4].resume();
+    println!("redlock acquire, 1 of 5 paused: {}", summary(&one));
+    println!("redlock acquire, 2 of 5 paused: {}", summary(&two));
+    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(50);
+    assert!(one[one.len() - 1] < bound, "{}", summary(&one));
+    assert!(two[two.len() - 1] < bound, "{}", summary(&two));
+}
+
+/// A node restarted empty (no persistence) while a lock is held: the other
+/// four still hold it, so nobody else acquires, renewals keep their quorum,
+/// and the next holder's fencing token is still greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_restarted_empty_during_a_held_lock() {
+    let mut nodes = nodes(5);
+    let a = client(&nodes).await;
+    let b = client(&nodes).await;
+    let lease = Duration::from_millis(600);
+    let held = a.lock("restart").watchdog(lease).acquire().await.unwrap();
+    nodes[2].restart();
+    let until = Instant::now() + lease * 2;
+    while Instant::now() < until {
+        assert!(b.lock("restart").try_acquire().await.unwrap_err().is_busy());
+        tokio::time::sleep(lease / 6).await;
+    }
+    assert!(held.is_held(), "renewals lost their quorum");
+    let token = held.fencing_token();
+    assert!(held.release().await.unwrap());
+    let next = b.lock("restart").acquire().await.unwrap();
+    assert!(
+        next.fencing_token() > token,
+        "{} after {token}",
+        next.fencing_token()
+    );
+    next.release().await.unwrap();
+}
+
+/// 16 contenders increment a shared value under the lock (read, then
+/// write: not atomic) while nodes are killed and restarted at random, a
+/// minority at a time, each kept down longer than a lease before it comes
+/// back empty (the delayed restart Redlock requires). No update is lost.
+///
+/// Runs for `LOCKGUARD_CHAOS_SECS` seconds (default 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_loses_no_update() {
+    let secs: u64 = std::env::var("LOCKGUARD_CHAOS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
+    let lease = Duration::from_secs(3);
+    let data = RedisServer::start();
+    let mut nodes = nodes(5);
+    // A node timeout with room for a loaded CI machine; still far below
+    // the lease.
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client_with_timeout(&nodes, Duration::from_millis(250)).await);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let acquired = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let lg = clients[t % 4].clone();
+        let (stop, acquired) = (stop.clone(), acquired.clone());
+        let mut conn = data.connection().await;
+        tasks.push(tokio::spawn(async move {
+            let mut failures = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let guard = match lg
+                    .lock("chaos")
+                    .lease(lease)
+                    .wait(Duration::from_secs(2))
+                    .acquire()
+                    .await
+                {
+                    Ok(g) => g,
+                    Err(e) => {
+                        assert!(e.is_busy() || e.is_unavailable(), "{e}");
+                        failures += 1;
+                        continue;
+                    }
+                };
+                let v: Option<u64> = redis::cmd("GET")
+                    .arg("counter")
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                tokio::task::yield_now().await;
+                let _: () = redis::cmd("SET")
+                    .arg("counter")
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut conn)
+                    .await
+                    .unwrap();
+                assert!(guard.is_held(), "lease ran out during the update");
+                acquired.fetch_add(1, Ordering::SeqCst);
+                let _ = guard.release().await;
+            }
+            failures
+        }));
+    }
+    // The chaos: every 300 ms, kill a random live node if fewer than two are
+    // down; bring back nodes that have been down for longer than a lease.
+    let chaos = std::thread::spawn(move || {
+        let mut rng = fastrand::Rng::with_seed(42);
+        let mut down: Vec<(usize, Instant)> = Vec::new();
+        let (mut kills, mut restarts) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(300));
+            down.retain(|&(i, at)| {
+                if at.elapsed() > lease + Duration::from_millis(300) {
+                    nodes[i].restart();
+                    restarts += 1;
+                    false
+                } else {
+                    true
+                }
+            });
+            if down.len() < 2 {
+                let i = rng.usize(0..nodes.len());
+                if !down.iter().any(|(d, _)| *d == i) {
+                    nodes[i].kill();
+                    kills += 1;
+                    down.push((i, Instant::now()));
+                }
+            }
+        }
+        (nodes, kills, restarts)
+    });
+    let (nodes, kills, restarts) = tokio::task::spawn_blocking(move || chaos.join().unwrap())
+        .await
+        .unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let mut failures = 0;
+    for t in tasks {
+        failures += t.await.unwrap();
+    }
+    drop(nodes);
+    let mut conn = data.connection().await;
+    let total: Option<u64> = redis::cmd("GET")
+        .arg("counter")
+        .query_async(&mut conn)
+        .await
+        .expect("reading the shared value");
+    let acquired = acquired.load(Ordering::SeqCst);
+    println!(
+        "chaos {secs}s: {acquired} acquisitions, {failures} failed attempts, {kills} kills, {restarts} restarts"
+    );
+    assert!(kills >= 2, "the chaos killed only {kills} nodes");
+    assert!(acquired > 100, "only {acquired} acquisitions");
+    assert_eq!(total.unwrap_or(0), acquired, "lost updates");
+}
+
+#[tokio::test]
+async fn redlock_bad_input_and_unsupported_operations() {
+    let nodes = nodes(3);
+    for e in [
+        Lockguard::redlock(Vec::<String>::new()).await.unwrap_err(),
+        Lockguard::redlock([nodes[0].url(), nodes[0].url()])
+            .await
+            .unwrap_err(),
+        Lockguard::redlock(["not a url"]).await.unwrap_err(),
+        Lockguard::builder()
+            .node_timeout(Duration::ZERO)
+            .redlock(urls(&nodes))
+            .await
+            .unwrap_err(),
+    ] {
+        assert!(e.is_invalid_input(), "{e}");
+    }
+    let lg = client(&nodes).await;
+    let e = lg.counter("c").incr_by(1).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    let e = lg
+        .rate_limiter("r", lockguard_core::Quota::per_second(1))
+        .check("k")
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    // A quorum must be reachable at start-up.
+    let mut down = nodes;
+    down[0].kill();
+    down[1].kill();
+    let e = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .redlock(urls(&down))
+        .await
+        .unwrap_err();
+    assert!(e.is_unavailable(), "{e}");
+}
