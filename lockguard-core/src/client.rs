@@ -142,6 +142,21 @@ impl Lockguard {
         Self::builder().connect(url).await
     }
 
+    /// Connects to a Redis Cluster through its seed nodes, with default
+    /// settings. See [`Builder::connect_cluster`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect_cluster`].
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Self::builder().connect_cluster(urls).await
+    }
+
     /// Connects to N independent Redis masters for Redlock, with default
     /// settings. See [`Builder::redlock`].
     ///
@@ -458,6 +473,32 @@ impl Builder {
         let subscriber = Subscriber::new(&client, self.opts)?;
         let store = RedisStore::connect(client, self.opts).await?;
         tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
+        Ok(self.build(Store::Redis(store), vec![subscriber]))
+    }
+
+    /// Connects to a Redis Cluster through any of `urls` (seed nodes).
+    ///
+    /// Everything works on a cluster: every script touches keys of one hash
+    /// tag, so it runs in one slot (a user key with its own `{tag}` keeps
+    /// it). Releases are announced with `PUBLISH`, which the cluster
+    /// delivers to the one subscriber connection whatever node it is on.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for no or malformed URLs;
+    /// [`ErrorKind::Unavailable`] when the cluster cannot be reached.
+    #[cfg(feature = "cluster")]
+    pub async fn connect_cluster<I, S>(self, urls: I) -> Result<Lockguard>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.validate()?;
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let client = crate::backend::redis::cluster_client_for(&urls, self.opts, None)?;
+        let store = RedisStore::connect_cluster(client, self.opts).await?;
+        let subscriber =
+            Subscriber::for_target(crate::backend::redis::SubTarget::Cluster(urls), self.opts);
         Ok(self.build(Store::Redis(store), vec![subscriber]))
     }
 

@@ -253,3 +253,126 @@ fn ping(port: u16) -> bool {
     let mut buf = [0u8; 7];
     matches!(stream.read_exact(&mut buf), Ok(()) if &buf == b"+PONG\r\n")
 }
+
+/// A Redis Cluster of `masters` real `redis-server` processes (no
+/// replicas) on free loopback ports, created with `redis-cli --cluster
+/// create`, ready (`cluster_state:ok` on every node) when returned.
+///
+/// Nodes run with `cluster-require-full-coverage no` and a short node
+/// timeout, so a killed master takes down only its own slots.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The masters, in the order their slots were assigned.
+    pub nodes: Vec<RedisServer>,
+}
+
+/// The `redis-cli` binary beside the server, or on `PATH`.
+fn redis_cli_binary() -> PathBuf {
+    let server = redis_server_binary();
+    let beside = server.with_file_name("redis-cli");
+    if beside.is_file() {
+        return beside;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("redis-cli"))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| {
+            panic!("redis-cli not found: the cluster tests need it (apt-get install redis-tools)")
+        })
+}
+
+impl RedisCluster {
+    /// Starts `masters` nodes and joins them into a cluster.
+    ///
+    /// # Panics
+    ///
+    /// When a node does not start or the cluster does not form within 20 s;
+    /// the message says what `redis-cli` printed.
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|_| {
+                RedisServer::start_with_args(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--cluster-require-full-coverage",
+                    "no",
+                ])
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new(redis_cli_binary())
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("cannot run redis-cli");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = Self { nodes };
+        let started = Instant::now();
+        while !cluster.nodes.iter().all(|n| n.cluster_ok()) {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        cluster
+    }
+
+    /// The nodes' URLs, to seed a cluster client.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl RedisServer {
+    /// Whether this cluster node reports `cluster_state:ok`.
+    pub fn cluster_ok(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        if stream.write_all(b"CLUSTER INFO\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 4096];
+        let mut text = String::new();
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if text.contains("cluster_state:") && text.ends_with("\r\n") && text.len() > 40 {
+                break;
+            }
+        }
+        text.contains("cluster_state:ok")
+    }
+
+    /// The cluster slot a key hashes to (the server's own answer).
+    pub fn key_slot(&self, key: &str) -> u16 {
+        let mut conn = self.client().get_connection().expect("connect");
+        redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut conn)
+            .expect("CLUSTER KEYSLOT")
+    }
+}

@@ -71,6 +71,7 @@ impl Store {
     pub(crate) fn name(&self) -> &'static str {
         match self {
             Self::Memory(_) => "memory",
+            Self::Redis(r) if r.is_cluster() => "redis-cluster",
             Self::Redis(_) => "redis",
             Self::Redlock(_) => "redlock",
         }

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::support::Env;
 
 crate::conformance!(
+    cluster:
     stock_is_never_oversold,
     mark_once_is_first_exactly_once,
     incr_decr_get_set_and_overflow,

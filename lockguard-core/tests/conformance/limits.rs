@@ -5,6 +5,7 @@ use lockguard_core::{Algorithm, Lockguard, Quota};
 use crate::support::Env;
 
 crate::conformance!(
+    cluster:
     windows_admit_exactly_the_quota_under_concurrency,
     gcra_admits_at_most_burst_plus_rate,
     retry_after_is_honoured,

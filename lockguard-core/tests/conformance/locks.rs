@@ -7,7 +7,7 @@ use lockguard_core::{ErrorKind, Lockguard, MAX_LEASE};
 use crate::support::{Env, eventually};
 
 crate::conformance!(
-    redlock:
+    all:
     mutual_exclusion_under_contention,
     lease_expiry_hands_over_and_fences_the_old_holder,
     non_holder_cannot_release_and_expired_lock_cannot_extend,

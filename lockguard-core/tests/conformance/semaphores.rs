@@ -7,7 +7,7 @@ use lockguard_core::{Lockguard, MAX_PERMITS};
 use crate::support::Env;
 
 crate::conformance!(
-    redlock:
+    all:
     never_more_than_n_inside,
     crashed_holder_frees_its_permit_at_lease_end,
     permits_release_extend_and_expire,

@@ -362,3 +362,65 @@ async fn skewed_client_clocks_get_the_same_decisions() {
         );
     }
 }
+
+/// A Redis Cluster master is killed: keys in the other masters' slots keep
+/// working, keys in its slots fail with the unavailable error within the
+/// response timeout, never a hang.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_fails_only_its_slots() {
+    use lockguard_testing::RedisCluster;
+    let mut cluster = RedisCluster::start(3);
+    let timeout = Duration::from_millis(500);
+    let lg = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(timeout)
+        .connect_cluster(cluster.urls())
+        .await
+        .unwrap();
+    // `redis-cli --cluster create` gives the first master slots 0..=5460
+    // and the last 10923..=16383.
+    let name_in = |range: std::ops::RangeInclusive<u16>| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| range.contains(&cluster.nodes[1].key_slot(&format!("{{{k}}}"))))
+            .unwrap()
+    };
+    let doomed = name_in(0..=5460);
+    let safe = name_in(10923..=16383);
+    for name in [&doomed, &safe] {
+        lg.lock(name)
+            .try_acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        lg.counter(name).incr_by(1).await.unwrap();
+    }
+    cluster.nodes[0].kill();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let err = lg.lock(&doomed).try_acquire().await.unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+        assert!(started.elapsed() < timeout + Duration::from_millis(500));
+        let err = lg.counter(&doomed).incr_by(1).await.unwrap_err();
+        assert!(err.is_unavailable(), "{err}");
+    }
+    let safe_ok = support::eventually(Duration::from_secs(5), || {
+        let lg = lg.clone();
+        let safe = safe.clone();
+        async move {
+            match lg.lock(&safe).try_acquire().await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(e) => {
+                    assert!(e.is_unavailable(), "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(safe_ok, "keys on the surviving masters stopped working");
+    assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
+}

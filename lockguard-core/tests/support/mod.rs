@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockguard_core::{Lockguard, ManualClock};
+#[cfg(feature = "cluster")]
+use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
 use redis::AsyncCommands;
 
@@ -15,6 +17,9 @@ pub struct Env {
     pub server: Option<RedisServer>,
     /// The nodes of a Redlock store (with `server` holding shared test data).
     pub nodes: Vec<RedisServer>,
+    /// A Redis Cluster under test (with `server` holding shared test data).
+    #[cfg(feature = "cluster")]
+    pub cluster: Option<RedisCluster>,
     /// The in-memory store's clock (unused on Redis, where time is the
     /// server's).
     pub clock: ManualClock,
@@ -28,6 +33,8 @@ impl Env {
         Self {
             server: None,
             nodes: Vec::new(),
+            #[cfg(feature = "cluster")]
+            cluster: None,
             memory: Some(
                 Lockguard::builder()
                     .clock(clock.clone())
@@ -43,6 +50,8 @@ impl Env {
         Self {
             server: Some(RedisServer::start()),
             nodes: Vec::new(),
+            #[cfg(feature = "cluster")]
+            cluster: None,
             clock: ManualClock::new(),
             memory: None,
             shared: Arc::new(AtomicU64::new(0)),
@@ -58,6 +67,24 @@ impl Env {
         }
     }
 
+    /// A three-master Redis Cluster, plus one more server for the tests'
+    /// own racy data.
+    #[cfg(feature = "cluster")]
+    pub fn cluster() -> Self {
+        Self {
+            cluster: Some(RedisCluster::start(3)),
+            ..Self::redis()
+        }
+    }
+
+    fn cluster_urls(&self) -> Option<Vec<String>> {
+        #[cfg(feature = "cluster")]
+        if let Some(c) = &self.cluster {
+            return Some(c.urls());
+        }
+        None
+    }
+
     pub fn node_urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
@@ -71,6 +98,15 @@ impl Env {
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Lockguard {
+        if let Some(urls) = self.cluster_urls() {
+            #[cfg(feature = "cluster")]
+            return b
+                .connect_cluster(urls)
+                .await
+                .expect("connect to the cluster");
+            #[cfg(not(feature = "cluster"))]
+            unreachable!("{urls:?}");
+        }
         match (&self.server, &self.memory) {
             (Some(_), _) if !self.nodes.is_empty() => b
                 .redlock(self.node_urls())
@@ -157,10 +193,30 @@ where
     }
 }
 
-/// Runs each listed test against both stores, and with `redlock:` also
-/// against five Redlock nodes.
+/// Runs each listed test against both stores; with `redlock:` also
+/// against five Redlock nodes, with `cluster:` also against a three-master
+/// Redis Cluster (with the `cluster` feature), with `all:` against all four.
 #[macro_export]
 macro_rules! conformance {
+    (all: $($name:ident),* $(,)?) => {
+        $crate::conformance!(redlock: $($name),*);
+        $crate::conformance!(@cluster $($name),*);
+    };
+    (cluster: $($name:ident),* $(,)?) => {
+        $crate::conformance!($($name),*);
+        $crate::conformance!(@cluster $($name),*);
+    };
+    (@cluster $($name:ident),* $(,)?) => {
+        #[cfg(feature = "cluster")]
+        mod cluster {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::cluster()).await;
+                }
+            )*
+        }
+    };
     (redlock: $($name:ident),* $(,)?) => {
         $crate::conformance!($($name),*);
         mod redlock {

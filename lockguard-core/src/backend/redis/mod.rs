@@ -18,6 +18,8 @@ mod counter;
 mod limit;
 mod subscriber;
 
+#[cfg(feature = "cluster")]
+pub(crate) use subscriber::SubTarget;
 pub(crate) use subscriber::Subscriber;
 
 static LOCK_ACQUIRE: LazyLock<Script> =
@@ -66,6 +68,56 @@ pub(crate) fn client_for(url: &str) -> Result<redis::Client> {
     })
 }
 
+/// A cluster client over the given seed nodes, with the same timeouts and
+/// `TCP_NODELAY` as single connections.
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster_client_for(
+    urls: &[String],
+    opts: RedisOptions,
+    resp3_push: Option<mpsc_push::Sender>,
+) -> Result<redis::cluster::ClusterClient> {
+    if urls.is_empty() {
+        return Err(Error::invalid(
+            "a redis cluster needs at least one node url",
+        ));
+    }
+    let mut infos = Vec::new();
+    for url in urls {
+        let info = url.as_str().into_connection_info().map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("malformed redis url {:?}", redact(url)),
+            )
+            .with_source(e)
+        })?;
+        infos.push(info);
+    }
+    let mut b = redis::cluster::ClusterClientBuilder::new(infos)
+        .connection_timeout(opts.connect_timeout)
+        .response_timeout(opts.response_timeout)
+        .retries(2)
+        .tcp_settings(TcpSettings::default().set_nodelay(true));
+    if let Some(tx) = resp3_push {
+        b = b
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .push_sender(tx);
+    }
+    b.build().map_err(|e| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            "unusable redis cluster configuration",
+        )
+        .with_source(e)
+    })
+}
+
+/// The channel pub/sub messages arrive on.
+#[cfg(feature = "cluster")]
+pub(crate) mod mpsc_push {
+    /// The sending half given to a RESP3 connection.
+    pub(crate) type Sender = tokio::sync::mpsc::UnboundedSender<redis::PushInfo>;
+}
+
 /// Hides a password in a URL before it reaches an error message or a log.
 pub(crate) fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -103,10 +155,29 @@ pub(crate) async fn bounded<T>(
     }
 }
 
+/// A connection that reconnects by itself: to one server, or to a cluster
+/// (which follows slot moves and node failures).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Single(c) => c.fmt(f),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(_) => f.write_str("ClusterConnection"),
+        }
+    }
+}
+
 /// The Redis store.
 #[derive(Debug)]
 pub(crate) struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     opts: RedisOptions,
 }
 
@@ -126,7 +197,38 @@ impl RedisStore {
             }
             _ => e,
         })?;
-        Ok(Self { conn, opts })
+        Ok(Self {
+            conn: Conn::Single(conn),
+            opts,
+        })
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes.
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn connect_cluster(
+        client: redis::cluster::ClusterClient,
+        opts: RedisOptions,
+    ) -> Result<Self> {
+        let conn = bounded(
+            opts.connect_timeout,
+            || "connecting to the redis cluster".to_owned(),
+            client.get_async_connection(),
+        )
+        .await
+        .map_err(|e| match e.kind() {
+            ErrorKind::Timeout | ErrorKind::Protocol => {
+                Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+            }
+            _ => e,
+        })?;
+        Ok(Self {
+            conn: Conn::Cluster(conn),
+            opts,
+        })
+    }
+
+    pub(crate) fn is_cluster(&self) -> bool {
+        !matches!(self.conn, Conn::Single(_))
     }
 
     /// A store whose connection is made on first use (and remade after
@@ -134,11 +236,10 @@ impl RedisStore {
     pub(crate) fn lazy(client: redis::Client, opts: RedisOptions) -> Result<Self> {
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(opts))
             .map_err(|e| Error::from_redis(e, "preparing a lazy redis connection"))?;
-        Ok(Self { conn, opts })
-    }
-
-    fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+        Ok(Self {
+            conn: Conn::Single(conn),
+            opts,
+        })
     }
 
     /// Runs one plain command under the response timeout.
@@ -147,8 +248,12 @@ impl RedisStore {
         cmd: &redis::Cmd,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let mut conn = self.conn();
-        bounded(self.opts.response_timeout, what, cmd.query_async(&mut conn)).await
+        let t = self.opts.response_timeout;
+        match self.conn.clone() {
+            Conn::Single(mut c) => bounded(t, what, cmd.query_async(&mut c)).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => bounded(t, what, cmd.query_async(&mut c)).await,
+        }
     }
 
     /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
@@ -158,13 +263,12 @@ impl RedisStore {
         call: &ScriptInvocation<'_>,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let mut conn = self.conn();
-        bounded(
-            self.opts.response_timeout,
-            what,
-            call.invoke_async(&mut conn),
-        )
-        .await
+        let t = self.opts.response_timeout;
+        match self.conn.clone() {
+            Conn::Single(mut c) => bounded(t, what, call.invoke_async(&mut c)).await,
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(mut c) => bounded(t, what, call.invoke_async(&mut c)).await,
+        }
     }
 
     pub(crate) async fn try_acquire(

@@ -16,12 +16,37 @@ use super::{RedisOptions, bounded, manager_config};
 use crate::error::{Error, ErrorKind, Result};
 use crate::notify::Waiters;
 
+/// Where a subscriber connects.
+#[derive(Debug, Clone)]
+pub(crate) enum SubTarget {
+    /// One server (RESP3 client).
+    Single(redis::Client),
+    /// A cluster, through these seed nodes. Releases are published with
+    /// `PUBLISH`, which a cluster delivers on every node.
+    #[cfg(feature = "cluster")]
+    Cluster(Vec<String>),
+}
+
+/// A live subscriber connection.
+#[derive(Clone)]
+enum SubConn {
+    Single(ConnectionManager),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl std::fmt::Debug for SubConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SubConn")
+    }
+}
+
 /// The subscriber connection, created on the first wait.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
-    client: redis::Client,
+    target: SubTarget,
     opts: RedisOptions,
-    conn: OnceCell<ConnectionManager>,
+    conn: OnceCell<SubConn>,
     /// Channels subscribed on the server; the lock also orders every
     /// SUBSCRIBE and UNSUBSCRIBE this client sends.
     subscribed: Mutex<HashSet<String>>,
@@ -37,28 +62,39 @@ impl Subscriber {
         let client = redis::Client::open(info.set_redis_settings(settings)).map_err(|e| {
             Error::new(ErrorKind::InvalidInput, "cannot build the pub/sub client").with_source(e)
         })?;
-        Ok(Self {
-            client,
+        Ok(Self::for_target(SubTarget::Single(client), opts))
+    }
+
+    pub(crate) fn for_target(target: SubTarget, opts: RedisOptions) -> Self {
+        Self {
+            target,
             opts,
             conn: OnceCell::new(),
             subscribed: Mutex::new(HashSet::new()),
-        })
+        }
     }
 
-    async fn connection(&self, waiters: &Arc<Waiters>) -> Result<ConnectionManager> {
+    async fn connection(&self, waiters: &Arc<Waiters>) -> Result<SubConn> {
         let conn = self
             .conn
             .get_or_try_init(|| async {
                 let (tx, rx) = mpsc::unbounded_channel();
-                let config = manager_config(self.opts)
-                    .set_push_sender(tx)
-                    .set_automatic_resubscription();
-                let conn = bounded(
-                    self.opts.connect_timeout,
-                    || "connecting the pub/sub connection".to_owned(),
-                    ConnectionManager::new_with_config(self.client.clone(), config),
-                )
-                .await?;
+                let what = || "connecting the pub/sub connection".to_owned();
+                let conn = match &self.target {
+                    SubTarget::Single(client) => {
+                        let config = manager_config(self.opts)
+                            .set_push_sender(tx)
+                            .set_automatic_resubscription();
+                        let c = ConnectionManager::new_with_config(client.clone(), config);
+                        SubConn::Single(bounded(self.opts.connect_timeout, what, c).await?)
+                    }
+                    #[cfg(feature = "cluster")]
+                    SubTarget::Cluster(urls) => {
+                        let client = super::cluster_client_for(urls, self.opts, Some(tx))?;
+                        let c = client.get_async_connection();
+                        SubConn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
+                    }
+                };
                 tokio::spawn(dispatch(rx, Arc::downgrade(waiters)));
                 Ok::<_, Error>(conn)
             })
@@ -75,22 +111,20 @@ impl Subscriber {
         if wanted == have {
             return Ok(());
         }
-        let mut conn = self.connection(waiters).await?;
+        let conn = self.connection(waiters).await?;
+        let t = self.opts.response_timeout;
+        let what = || format!("changing the subscription to {channel:?}");
+        match (conn, wanted) {
+            (SubConn::Single(mut c), true) => bounded(t, what, c.subscribe(channel)).await?,
+            (SubConn::Single(mut c), false) => bounded(t, what, c.unsubscribe(channel)).await?,
+            #[cfg(feature = "cluster")]
+            (SubConn::Cluster(mut c), true) => bounded(t, what, c.subscribe(channel)).await?,
+            #[cfg(feature = "cluster")]
+            (SubConn::Cluster(mut c), false) => bounded(t, what, c.unsubscribe(channel)).await?,
+        }
         if wanted {
-            bounded(
-                self.opts.response_timeout,
-                || format!("subscribing to {channel:?}"),
-                conn.subscribe(channel),
-            )
-            .await?;
             subscribed.insert(channel.to_owned());
         } else {
-            bounded(
-                self.opts.response_timeout,
-                || format!("unsubscribing from {channel:?}"),
-                conn.unsubscribe(channel),
-            )
-            .await?;
             subscribed.remove(channel);
         }
         Ok(())
