@@ -67,6 +67,10 @@
 //! | [`Lockguard::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Lockguard::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //!
+//! See [`safety`] for what each mode guarantees, what it does not (pauses
+//! past the lease, clock jumps, restarts without persistence), and how to
+//! run Redis for locks.
+//!
 //! # Observability
 //!
 //! `tracing` events at `debug` for acquire, wait and release, `trace` for
@@ -88,6 +92,10 @@ mod lock;
 mod notify;
 pub mod rate_limit;
 mod semaphore;
+
+/// What each mode guarantees and what it does not; operational advice.
+#[doc = include_str!("docs/safety.md")]
+pub mod safety {}
 mod token;
 mod watchdog;
 

@@ -197,10 +197,31 @@ impl RedisStore {
             }
             _ => e,
         })?;
-        Ok(Self {
+        let store = Self {
             conn: Conn::Single(conn),
             opts,
-        })
+        };
+        store.warn_if_evicting().await;
+        Ok(store)
+    }
+
+    /// Logs a warning when the server may evict keys under memory pressure:
+    /// every lock key carries a TTL, so any policy but `noeviction` can
+    /// silently release locks. Servers that refuse `CONFIG GET` (managed
+    /// services, ACLs) are not checked.
+    async fn warn_if_evicting(&self) {
+        let mut cmd = redis::cmd("CONFIG");
+        cmd.arg("GET").arg("maxmemory-policy");
+        let reply: Result<Vec<String>> = self.query(&cmd, || "CONFIG GET".to_owned()).await;
+        if let Ok(reply) = reply
+            && let Some(policy) = reply.get(1)
+            && policy != "noeviction"
+        {
+            tracing::warn!(
+                policy = %policy,
+                "redis maxmemory-policy is not noeviction: lock keys may be evicted under memory pressure"
+            );
+        }
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
