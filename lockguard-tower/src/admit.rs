@@ -8,7 +8,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::header::CONTENT_LENGTH;
+use http::{Method, Request, Response, StatusCode};
+use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -41,7 +43,7 @@ pub(crate) type Admitting = Pin<Box<dyn Future<Output = Admission> + Send>>;
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, S, ReqB> {
+    enum State<F, S, ReqB, R> {
         Admitting {
             admitting: Admitting,
             service: Option<S>,
@@ -52,6 +54,10 @@ pin_project! {
             future: F,
             guard: Guard,
             headers: Option<RateHeaders>,
+        },
+        Finishing {
+            release: Pin<Box<dyn Future<Output = ()> + Send>>,
+            response: Option<R>,
         },
         Responding {
             response: Option<Response<Bytes>>,
@@ -66,7 +72,9 @@ pin_project! {
         S: Service<Request<ReqB>>,
     {
         #[pin]
-        state: State<S::Future, S, ReqB>,
+        state: State<S::Future, S, ReqB, S::Response>,
+        // No body goes out (a `HEAD` request): release before the head.
+        head: bool,
     }
 }
 
@@ -77,6 +85,7 @@ where
     /// Waits for `admitting`, then calls `service` (which is ready).
     pub(crate) fn admitting(admitting: Admitting, service: S, request: Request<ReqB>) -> Self {
         Self {
+            head: request.method() == Method::HEAD,
             state: State::Admitting {
                 admitting,
                 service: Some(service),
@@ -88,6 +97,7 @@ where
     /// Calls the service at once, unchecked.
     pub(crate) fn pass(mut service: S, request: Request<ReqB>) -> Self {
         Self {
+            head: request.method() == Method::HEAD,
             state: State::Calling {
                 future: service.call(request),
                 guard: Guard::None,
@@ -99,6 +109,7 @@ where
     /// Answers at once without calling the service.
     pub(crate) fn respond(response: Response<Bytes>) -> Self {
         Self {
+            head: false,
             state: State::Responding {
                 response: Some(response),
             },
@@ -114,6 +125,7 @@ where
         let state = match &self.state {
             State::Admitting { .. } => "admitting",
             State::Calling { .. } => "calling",
+            State::Finishing { .. } => "finishing",
             State::Responding { .. } => "responding",
         };
         f.debug_struct("Admit").field("state", &state).finish()
@@ -123,6 +135,7 @@ where
 impl<S, ReqB, ResB> Future for Admit<S, ReqB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body,
 {
     type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 
@@ -156,13 +169,31 @@ where
                     guard,
                     headers,
                 } => {
-                    let response = ready!(future.poll(cx))?;
-                    let guard = std::mem::replace(guard, Guard::None);
-                    let mut response = response.map(|body| ResponseBody::inner(body, guard));
+                    let mut response = ready!(future.poll(cx))?;
                     if let Some(h) = headers.take() {
                         h.apply(response.headers_mut());
                     }
-                    return Poll::Ready(Ok(response));
+                    let guard = std::mem::replace(guard, Guard::None);
+                    if !guard.is_none() && !has_body(*this.head, &response) {
+                        // The client sees the end with the head: release
+                        // first.
+                        match guard.release() {
+                            Some(release) => {
+                                this.state.set(State::Finishing {
+                                    release,
+                                    response: Some(response),
+                                });
+                                continue;
+                            }
+                            None => return Poll::Ready(Ok(wrap(response, Guard::None))),
+                        }
+                    }
+                    return Poll::Ready(Ok(wrap(response, guard)));
+                }
+                StateProj::Finishing { release, response } => {
+                    ready!(release.as_mut().poll(cx));
+                    let response = response.take().expect("response polled after completion");
+                    return Poll::Ready(Ok(wrap(response, Guard::None)));
                 }
                 StateProj::Responding { response } => {
                     let response = response.take().expect("response polled after completion");
@@ -173,9 +204,90 @@ where
     }
 }
 
+/// Whether `response` sends a body the client reads to its end.
+fn has_body<B: Body>(head: bool, response: &Response<B>) -> bool {
+    let status = response.status();
+    !(head
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED
+        || response.body().is_end_stream()
+        || content_length(response) == Some(0))
+}
+
+fn content_length<B>(response: &Response<B>) -> Option<u64> {
+    response
+        .headers()
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The response with its body holding `guard`.
+fn wrap<B: Body>(response: Response<B>, guard: Guard) -> Response<ResponseBody<B>> {
+    let length = content_length(&response);
+    response.map(|body| ResponseBody::inner(body, guard, length))
+}
+
 /// Takes the ready service out of `slot`, leaving a fresh clone behind, so
 /// the service `poll_ready` prepared is the one called.
 pub(crate) fn take_ready<S: Clone>(slot: &mut S) -> S {
     let clone = slot.clone();
     std::mem::replace(slot, clone)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use axum::body::Body as AxumBody;
+    use lockguard_core::Lockguard;
+    use tower::{Layer, ServiceExt, service_fn};
+
+    use super::*;
+    use crate::{LockLayer, key};
+
+    /// A response the client sees whole with its head (no content, or a
+    /// `HEAD`) releases the lock before the head is handed over.
+    #[tokio::test]
+    async fn bodiless_responses_release_before_the_head() {
+        let lg = Lockguard::memory();
+        let other = lg.peer();
+        let svc = LockLayer::new(lg, "nobody", key::Global).layer(service_fn(
+            |req: Request<AxumBody>| async move {
+                let mut res = Response::new(AxumBody::from("content"));
+                if req.uri().path() == "/204" {
+                    *res.status_mut() = StatusCode::NO_CONTENT;
+                    *res.body_mut() = AxumBody::empty();
+                }
+                Ok::<_, Infallible>(res)
+            },
+        ));
+        for (method, path) in [("GET", "/204"), ("HEAD", "/")] {
+            let req = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(AxumBody::empty());
+            let res = svc.clone().oneshot(req.unwrap()).await.unwrap();
+            assert_ne!(res.status(), StatusCode::CONFLICT);
+            // The body is never polled, and the lock is already free.
+            let free = other.lock("nobody:global").try_acquire().await.unwrap();
+            assert!(free.release().await.unwrap());
+            drop(res);
+        }
+        // A response with a body keeps the lock until the body is read.
+        let res = svc.oneshot(Request::new(AxumBody::empty())).await.unwrap();
+        assert!(
+            other
+                .lock("nobody:global")
+                .try_acquire()
+                .await
+                .unwrap_err()
+                .is_busy()
+        );
+        drop(res);
+    }
 }

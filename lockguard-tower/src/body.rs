@@ -6,7 +6,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use lockguard_core::{LockGuard, Permit};
 use pin_project_lite::pin_project;
@@ -29,12 +29,12 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
-    fn is_none(&self) -> bool {
+    pub(crate) fn is_none(&self) -> bool {
         matches!(self, Self::None)
     }
 
     /// Releases the guard, reporting the outcome in the log.
-    fn release(self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
+    pub(crate) fn release(self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         match self {
             Self::None => None,
             Self::Lock(guard) => Some(Box::pin(async move {
@@ -67,6 +67,30 @@ enum Release {
     Done,
 }
 
+impl Release {
+    fn holds(&self) -> bool {
+        matches!(self, Self::Held(g) if !g.is_none())
+    }
+
+    /// Starts releasing a held guard; true when there is something to wait
+    /// for.
+    fn start(&mut self) -> bool {
+        match std::mem::replace(self, Self::Done) {
+            Self::Held(guard) => match guard.release() {
+                Some(fut) => {
+                    *self = Self::Releasing(fut);
+                    true
+                }
+                None => false,
+            },
+            other => {
+                *self = other;
+                matches!(self, Self::Releasing(_))
+            }
+        }
+    }
+}
+
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
@@ -79,25 +103,37 @@ pin_project! {
     /// The response body of the lockguard layers.
     ///
     /// Either the inner service's body, passed through frame by frame, or
-    /// the `application/problem+json` body of a refusal. A body that carries
-    /// the request's lock or permit releases it when the inner body ends,
-    /// and only then reports its own end, so a client that has read the
-    /// whole response finds the lock free; an inner body that fails or is
-    /// dropped early (the client went away) releases it in the background.
-    pub struct ResponseBody<B> {
+    /// the `application/problem+json` body of a refusal.
+    ///
+    /// A body that carries the request's lock or permit releases it before
+    /// the client can see the response end: before the last frame when the
+    /// body or its `Content-Length` says which one is last, else before
+    /// reporting the end. So a client that has read the whole response
+    /// finds the lock free. An inner body that fails, or is dropped early
+    /// (the client went away), releases it in the background.
+    pub struct ResponseBody<B>
+    where
+        B: Body,
+    {
         #[pin]
         kind: Kind<B>,
         release: Release,
+        pending: Option<Frame<B::Data>>,
         ended: bool,
+        remaining: Option<u64>,
     }
 }
 
-impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B, guard: Guard) -> Self {
+impl<B: Body> ResponseBody<B> {
+    /// The inner body, holding `guard` until it ends; `content_length` is
+    /// the response's `Content-Length`, if it has one.
+    pub(crate) fn inner(body: B, guard: Guard, content_length: Option<u64>) -> Self {
         Self {
             kind: Kind::Inner { body },
             release: Release::Held(guard),
+            pending: None,
             ended: false,
+            remaining: content_length,
         }
     }
 
@@ -107,12 +143,17 @@ impl<B> ResponseBody<B> {
                 data: (!data.is_empty()).then_some(data),
             },
             release: Release::Done,
+            pending: None,
             ended: false,
+            remaining: None,
         }
     }
 }
 
-impl<B: fmt::Debug> fmt::Debug for ResponseBody<B> {
+impl<B> fmt::Debug for ResponseBody<B>
+where
+    B: Body + fmt::Debug,
+{
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("ResponseBody");
         match &self.kind {
@@ -146,24 +187,22 @@ where
                 ready!(fut.as_mut().poll(cx));
                 *this.release = Release::Done;
             }
-            if *this.ended {
-                return match this.release {
-                    Release::Held(guard) => match std::mem::replace(guard, Guard::None).release() {
-                        Some(fut) => {
-                            *this.release = Release::Releasing(fut);
-                            continue;
-                        }
-                        None => {
-                            *this.release = Release::Done;
-                            Poll::Ready(None)
-                        }
-                    },
-                    _ => Poll::Ready(None),
-                };
+            if let Some(frame) = this.pending.take() {
+                return Poll::Ready(Some(Ok(frame)));
             }
-            let frame = match this.kind.as_mut().project() {
-                KindProj::Inner { body } => ready!(body.poll_frame(cx)),
-                KindProj::Full { data } => data.take().map(|d| Ok(Frame::data(d.into()))),
+            if *this.ended {
+                if this.release.start() {
+                    continue;
+                }
+                return Poll::Ready(None);
+            }
+            let (frame, at_end) = match this.kind.as_mut().project() {
+                KindProj::Inner { mut body } => {
+                    let frame = ready!(body.as_mut().poll_frame(cx));
+                    let hint = body.size_hint();
+                    (frame, body.is_end_stream() || hint.exact() == Some(0))
+                }
+                KindProj::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
             };
             match frame {
                 None => *this.ended = true,
@@ -173,28 +212,50 @@ where
                     *this.release = Release::Done;
                     return Poll::Ready(Some(Err(e)));
                 }
-                Some(Ok(frame)) => return Poll::Ready(Some(Ok(frame))),
+                Some(Ok(frame)) => {
+                    if let (Some(left), Some(data)) = (this.remaining.as_mut(), frame.data_ref()) {
+                        *left = left.saturating_sub(data.remaining() as u64);
+                    }
+                    let last = at_end || *this.remaining == Some(0);
+                    if last && this.release.holds() {
+                        // The client may see the response end with this
+                        // frame: release first, then hand it over.
+                        *this.pending = Some(frame);
+                        this.release.start();
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(frame)));
+                }
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        let released = match &self.release {
-            Release::Held(g) => g.is_none(),
-            Release::Releasing(_) => false,
-            Release::Done => true,
-        };
-        released
-            && (self.ended
-                || match &self.kind {
-                    Kind::Inner { body } => body.is_end_stream(),
-                    Kind::Full { data } => data.is_none(),
-                })
+        if self.pending.is_some()
+            || !matches!(self.release, Release::Done | Release::Held(Guard::None))
+        {
+            return false;
+        }
+        self.ended
+            || match &self.kind {
+                Kind::Inner { body } => body.is_end_stream(),
+                Kind::Full { data } => data.is_none(),
+            }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body } => {
+                let mut hint = body.size_hint();
+                if let Some(frame) = self.pending.as_ref().and_then(Frame::data_ref) {
+                    let n = frame.remaining() as u64;
+                    if let Some(upper) = hint.upper() {
+                        hint.set_upper(upper.saturating_add(n));
+                    }
+                    hint.set_lower(hint.lower().saturating_add(n));
+                }
+                hint
+            }
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
@@ -238,7 +299,7 @@ mod tests {
             .try_acquire()
             .await
             .unwrap();
-        let mut body = ResponseBody::inner(Two(0), Guard::Lock(guard));
+        let mut body = ResponseBody::inner(Two(0), Guard::Lock(guard), None);
         let other = lg.peer();
         assert!(!body.is_end_stream());
         assert!(next(&mut body).await.is_some());
@@ -259,6 +320,27 @@ mod tests {
         // Released before the end was reported: free at once.
         let _free = other.lock("body").try_acquire().await.unwrap();
         assert!(next(&mut body).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn the_last_frame_comes_after_the_release() {
+        let lg = lockguard_core::Lockguard::memory();
+        let other = lg.peer();
+        // A body that says it is done after its one frame.
+        let guard = lg.lock("last").try_acquire().await.unwrap();
+        let full = http_body_util::Full::new(Bytes::from_static(b"all"));
+        let mut body = ResponseBody::inner(full, Guard::Lock(guard), None);
+        assert_eq!(body.size_hint().exact(), Some(3));
+        let frame = next(&mut body).await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"all"));
+        let _free = other.lock("last").try_acquire().await.unwrap();
+        assert!(body.is_end_stream());
+
+        // A body whose Content-Length is reached with its first frame.
+        let guard = lg.lock("sized").try_acquire().await.unwrap();
+        let mut body = ResponseBody::inner(Two(0), Guard::Lock(guard), Some(1));
+        assert!(next(&mut body).await.is_some());
+        let _free = other.lock("sized").try_acquire().await.unwrap();
     }
 
     #[tokio::test]

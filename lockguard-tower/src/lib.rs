@@ -18,14 +18,18 @@
 //!
 //! let app = Router::new()
 //!     // 2 reports per minute per user.
-//!     .route("/report", get(|| async { "report" }))
-//!     .route_layer(RateLimitLayer::new(
-//!         lg.rate_limiter("reports", Quota::per_minute(2)),
-//!         user.clone(),
-//!     ))
+//!     .route(
+//!         "/report",
+//!         get(|| async { "report" }).route_layer(RateLimitLayer::new(
+//!             lg.rate_limiter("reports", Quota::per_minute(2)),
+//!             user.clone(),
+//!         )),
+//!     )
 //!     // One checkout per user at a time.
-//!     .route("/checkout", post(|| async { "done" }))
-//!     .route_layer(LockLayer::new(lg.clone(), "checkout", user))
+//!     .route(
+//!         "/checkout",
+//!         post(|| async { "done" }).route_layer(LockLayer::new(lg.clone(), "checkout", user)),
+//!     )
 //!     // At most 100 requests in flight across the fleet.
 //!     .layer(ConcurrencyLimitLayer::new(lg.clone(), "api", 100).wait(Duration::from_secs(1)));
 //!
@@ -43,7 +47,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | (always) | the three layers; keys from the peer address (as a `SocketAddr` extension), forwarding headers, a header, the method, a closure |
-//! | `axum` | the peer address from axum's `ConnectInfo<SocketAddr>`, and [`key::Route`] from axum's `MatchedPath` |
+//! | `axum` | the peer address from axum's `ConnectInfo<SocketAddr>`, and `key::Route` from axum's `MatchedPath` |
 //!
 //! # The layers
 //!

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use http_body::Body;
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -73,6 +74,7 @@ impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for ConcurrencyLimit<S, K> {
 impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: Body,
     K: KeyExtractor<ReqB>,
 {
     type Response = Response<ResponseBody<ResB>>;

@@ -211,7 +211,7 @@ impl ClientIp {
             Source::XRealIp => headers
                 .get_all(HeaderName::from_static("x-real-ip"))
                 .iter()
-                .last()
+                .next_back()
                 .map(|v| vec![proxy::parse_node(&String::from_utf8_lossy(v.as_bytes()))])
                 .unwrap_or_default(),
         };

@@ -39,7 +39,7 @@ impl Cidr {
     pub fn new(addr: IpAddr, prefix: u8) -> Result<Self, Error> {
         // `::ffff:a.b.c.d/N` is `a.b.c.d/(N - 96)`.
         let (addr, prefix) = match addr {
-            IpAddr::V6(v6) if prefix >= 96 && prefix <= 128 => match v6.to_ipv4_mapped() {
+            IpAddr::V6(v6) if (96..=128).contains(&prefix) => match v6.to_ipv4_mapped() {
                 Some(v4) => (IpAddr::V4(v4), prefix - 96),
                 None => (addr, prefix),
             },

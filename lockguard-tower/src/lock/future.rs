@@ -4,6 +4,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use http_body::Body;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -43,6 +44,7 @@ where
 impl<S, ReqB, ResB> Future for ResponseFuture<S, ReqB>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
+    ResB: Body,
 {
     type Output = Result<Response<ResponseBody<ResB>>, S::Error>;
 

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
+use http_body::Body;
 use tower_service::Service;
 use tracing::Instrument;
 
@@ -69,6 +70,7 @@ impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for LockService<S, K> {
 impl<S, K, ReqB, ResB> Service<Request<ReqB>> for LockService<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: Body,
     K: KeyExtractor<ReqB>,
 {
     type Response = Response<ResponseBody<ResB>>;

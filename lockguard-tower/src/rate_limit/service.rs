@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Request, Response, StatusCode};
+use http_body::Body;
 use lockguard_core::RateLimiter;
 use tower_service::Service;
 use tracing::Instrument;
@@ -72,6 +73,7 @@ impl<S: fmt::Debug, P: fmt::Debug> fmt::Debug for RateLimit<S, P> {
 impl<S, P, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, P>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    ResB: Body,
     P: RateLimitPolicy<ReqB>,
 {
     type Response = Response<ResponseBody<ResB>>;

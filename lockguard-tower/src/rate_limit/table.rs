@@ -54,12 +54,11 @@ impl Pattern {
     /// Whether `path` (a URI path) matches.
     pub(crate) fn matches(&self, path: &str) -> bool {
         let trimmed = path.strip_prefix('/').unwrap_or(path);
-        let mut parts = if trimmed.is_empty() {
-            // `/` has no segments; an empty iterator of the same type.
-            "".split('/').skip(1)
-        } else {
-            trimmed.split('/').skip(0)
-        };
+        // `/` has no segments.
+        let mut parts = (!trimmed.is_empty())
+            .then(|| trimmed.split('/'))
+            .into_iter()
+            .flatten();
         for segment in &self.segments {
             let Some(part) = parts.next() else {
                 return false;

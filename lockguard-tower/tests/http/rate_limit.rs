@@ -1,0 +1,83 @@
+//! Statuses, headers and bodies of the rate-limit layer.
+
+use axum::Router;
+use axum::routing::get;
+use lockguard_core::Quota;
+use lockguard_tower::{RateLimitLayer, key};
+
+use crate::support::{Client, Server, Store, parse_ratelimit};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admitted_and_refused_requests_carry_status_headers_and_problem_body() {
+    let store = Store::start().await;
+    let app = Router::new().route("/", get(|| async { "hello" })).layer(
+        RateLimitLayer::new(
+            store.lg.rate_limiter("http", Quota::per_minute(2)),
+            key::PeerIp::new(),
+        )
+        .legacy_headers(true),
+    );
+    let server = Server::start(app).await;
+    let client = Client::new(&server);
+
+    let first = client.get("/", &[]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, "hello");
+    assert_eq!(first.header("ratelimit-policy"), Some("\"http\";q=2;w=60"));
+    let (name, r, t) = parse_ratelimit(first.header("ratelimit").unwrap());
+    assert_eq!((name.as_str(), r), ("http", 1));
+    assert!((29..=30).contains(&t), "t={t}");
+    assert_eq!(first.header("x-ratelimit-limit"), Some("2"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("1"));
+    assert_eq!(first.header("retry-after"), None);
+
+    let second = client.get("/", &[]).await;
+    assert_eq!(second.status, 200);
+    assert_eq!(parse_ratelimit(second.header("ratelimit").unwrap()).1, 0);
+
+    let refused = client.get("/", &[]).await;
+    assert_eq!(refused.status, 429);
+    assert_eq!(
+        refused.header("content-type"),
+        Some("application/problem+json")
+    );
+    let retry: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((1..=30).contains(&retry), "Retry-After {retry}");
+    assert_eq!(
+        refused.header("ratelimit-policy"),
+        Some("\"http\";q=2;w=60")
+    );
+    let (_, r, t) = parse_ratelimit(refused.header("ratelimit").unwrap());
+    assert_eq!(r, 0);
+    assert!(
+        t >= retry,
+        "the budget is full again no sooner than a retry succeeds"
+    );
+    assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
+    assert!(refused.body.starts_with(
+        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit \"http\" exceeded; retry in "#
+    ));
+    assert!(
+        refused
+            .body
+            .ends_with(&format!(",\"retry_after\":{retry}}}"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_spends_the_same_budget() {
+    let store = Store::start().await;
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            store.lg.rate_limiter("conns", Quota::per_minute(3)),
+            key::Global,
+        ));
+    let server = Server::start(app).await;
+    // A client per request: a new connection, a new clone of the service.
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(Client::new(&server).get("/", &[]).await.status.as_u16());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+}

@@ -1,0 +1,285 @@
+//! A real HTTP server on a loopback port, a hyper client, a real Redis, and
+//! probes that record what handlers saw.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::Frame;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use lockguard_core::Lockguard;
+use lockguard_testing::RedisServer;
+use tokio::sync::{Semaphore, mpsc, watch};
+
+/// How long a test waits for something that must happen before failing.
+/// A bound on a hang, never a sleep an assertion depends on.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(15);
+
+/// A real Redis for this test, and a client on it.
+pub(crate) struct Store {
+    pub(crate) server: RedisServer,
+    pub(crate) lg: Lockguard,
+}
+
+impl Store {
+    pub(crate) async fn start() -> Self {
+        let server = RedisServer::start();
+        let lg = Lockguard::builder()
+            .connect_timeout(Duration::from_millis(500))
+            .response_timeout(Duration::from_millis(500))
+            .connect(&server.url())
+            .await
+            .expect("connect to the test redis-server");
+        Self { server, lg }
+    }
+
+    /// Subscribers on a pub/sub channel: a waiter for a lock or permit
+    /// listens on its release channel.
+    pub(crate) async fn subscribers(&self, channel: &str) -> i64 {
+        let mut conn = self.server.connection().await;
+        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        n.first().map_or(0, |(_, n)| *n)
+    }
+}
+
+/// An axum app served on 127.0.0.1, with `ConnectInfo<SocketAddr>`.
+pub(crate) struct Server {
+    pub(crate) addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    pub(crate) async fn start(app: Router) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<SocketAddr>(),
+            )
+            .await
+            .unwrap();
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A response read to its end.
+#[derive(Debug)]
+pub(crate) struct Resp {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
+}
+
+impl Resp {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+}
+
+/// A hyper client for one server.
+#[derive(Clone)]
+pub(crate) struct Client {
+    inner: HyperClient<HttpConnector, Full<Bytes>>,
+    base: String,
+}
+
+impl Client {
+    pub(crate) fn new(server: &Server) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        Self {
+            inner: HyperClient::builder(TokioExecutor::new()).build(connector),
+            base: format!("http://{}", server.addr),
+        }
+    }
+
+    /// Sends a request and returns the response with its body still open.
+    pub(crate) async fn open(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> Response<Incoming> {
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.inner
+            .request(req.body(Full::new(Bytes::new())).unwrap())
+            .await
+            .expect("http request")
+    }
+
+    /// Sends a request and reads the whole response.
+    pub(crate) async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)]) -> Resp {
+        let res = self.open(method, path, headers).await;
+        let (parts, body) = res.into_parts();
+        let body = body.collect().await.expect("response body").to_bytes();
+        Resp {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8(body.to_vec()).expect("utf-8 body"),
+        }
+    }
+
+    pub(crate) async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        self.send(Method::GET, path, headers).await
+    }
+
+    pub(crate) async fn post(&self, path: &str, headers: &[(&str, &str)]) -> Resp {
+        self.send(Method::POST, path, headers).await
+    }
+}
+
+/// What handlers record: how many are inside per key, the most ever
+/// inside at once per key and in all, and a gate they wait at.
+#[derive(Clone)]
+pub(crate) struct Probe {
+    inside: Arc<Mutex<HashMap<String, usize>>>,
+    max: Arc<Mutex<HashMap<String, usize>>>,
+    total_inside: Arc<AtomicUsize>,
+    max_total: Arc<AtomicUsize>,
+    entered: Arc<watch::Sender<usize>>,
+    gate: Arc<Semaphore>,
+}
+
+impl Probe {
+    pub(crate) fn new() -> Self {
+        Self {
+            inside: Arc::default(),
+            max: Arc::default(),
+            total_inside: Arc::default(),
+            max_total: Arc::default(),
+            entered: Arc::new(watch::Sender::new(0)),
+            gate: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    /// A handler's visit: enter, wait at the gate, leave.
+    pub(crate) async fn visit(&self, key: &str) {
+        {
+            let mut inside = self.inside.lock().unwrap();
+            let n = inside.entry(key.to_owned()).or_default();
+            *n += 1;
+            let mut max = self.max.lock().unwrap();
+            let m = max.entry(key.to_owned()).or_default();
+            *m = (*m).max(*n);
+        }
+        let total = self.total_inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_total.fetch_max(total, Ordering::SeqCst);
+        self.entered.send_modify(|n| *n += 1);
+        self.gate.acquire().await.unwrap().forget();
+        self.total_inside.fetch_sub(1, Ordering::SeqCst);
+        *self.inside.lock().unwrap().get_mut(key).unwrap() -= 1;
+    }
+
+    /// Waits until `n` visits in all have entered.
+    pub(crate) async fn entered(&self, n: usize) {
+        let mut rx = self.entered.subscribe();
+        tokio::time::timeout(PATIENCE, rx.wait_for(|e| *e >= n))
+            .await
+            .unwrap_or_else(|_| panic!("{n} handlers never entered"))
+            .unwrap();
+    }
+
+    pub(crate) fn entered_so_far(&self) -> usize {
+        *self.entered.borrow()
+    }
+
+    /// Lets `n` waiting visits leave.
+    pub(crate) fn open(&self, n: usize) {
+        self.gate.add_permits(n);
+    }
+
+    pub(crate) fn inside(&self, key: &str) -> usize {
+        self.inside.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn max_inside(&self, key: &str) -> usize {
+        self.max.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn max_total(&self) -> usize {
+        self.max_total.load(Ordering::SeqCst)
+    }
+}
+
+/// A response body fed chunk by chunk from the test.
+pub(crate) struct ChannelBody(pub mpsc::Receiver<Bytes>);
+
+impl http_body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// Polls `f` until it holds or `PATIENCE` passes.
+pub(crate) async fn eventually<F, Fut>(mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if f().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The store's release channel of a lock or semaphore `name`.
+pub(crate) fn release_channel(kind: &str, name: &str) -> String {
+    format!("lockguard:{kind}:{{{name}}}:released")
+}
+
+/// The `r` and `t` parameters of a `RateLimit` item.
+pub(crate) fn parse_ratelimit(item: &str) -> (String, u64, u64) {
+    let mut parts = item.split(';');
+    let name = parts.next().unwrap().trim_matches('"').to_owned();
+    let (mut r, mut t) = (None, None);
+    for p in parts {
+        match p.split_once('=') {
+            Some(("r", v)) => r = v.parse().ok(),
+            Some(("t", v)) => t = v.parse().ok(),
+            _ => panic!("unexpected parameter {p:?} in {item:?}"),
+        }
+    }
+    (name, r.expect("r"), t.expect("t"))
+}
