@@ -1,0 +1,415 @@
+//! The lockguard load benchmark: lock cycles, contention, rate limiting and
+//! the in-memory store, each beside raw redis-rs doing the same Redis
+//! commands in the same run, against a `redis-server` it starts itself.
+//!
+//! ```sh
+//! cargo run --release -p lockguard-bench                      # print the tables
+//! cargo run --release -p lockguard-bench -- --write BENCHMARKS.md
+//! cargo run --release -p lockguard-bench -- --quick           # a smoke run
+//! ```
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Algorithm, Lockguard, Quota};
+use lockguard_testing::RedisServer;
+use redis::aio::ConnectionManager;
+
+mod raw;
+mod stats;
+
+use stats::{Counted, parse_commandstats, percentile, split, us};
+
+/// Commands lockguard's client sends; everything else is script-internal.
+const LOCKGUARD_SENT: &[&str] = &["evalsha", "eval", "subscribe", "unsubscribe", "script|load"];
+/// Commands the raw client sends.
+const RAW_SENT: &[&str] = &["set", "evalsha", "eval", "script|load"];
+
+struct Bench {
+    server: RedisServer,
+    admin: ConnectionManager,
+    run_for: Duration,
+    out: String,
+}
+
+impl Bench {
+    async fn reset_stats(&mut self) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut self.admin)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+
+    async fn commands(&mut self, sent_by_client: &[&str]) -> Counted {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.admin)
+            .await
+            .expect("INFO");
+        split(&parse_commandstats(&info), sent_by_client)
+    }
+
+    async fn lockguard(&self) -> Lockguard {
+        Lockguard::connect(&self.server.url()).await.expect("connect")
+    }
+
+    fn line(&mut self, s: &str) {
+        println!("{s}");
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+}
+
+/// Runs `tasks` copies of `body` for `run_for`; returns completed cycles/s.
+async fn throughput<F, Fut>(tasks: usize, run_for: Duration, body: F) -> f64
+where
+    F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(body(t, stop.clone(), done.clone())))
+        .collect();
+    // Warm up, then measure.
+    tokio::time::sleep(run_for / 5).await;
+    let start_count = done.load(Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(run_for).await;
+    let count = done.load(Ordering::Relaxed) - start_count;
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await.expect("task");
+    }
+    count as f64 / elapsed.as_secs_f64()
+}
+
+async fn uncontended(b: &mut Bench) {
+    b.line("\n## Uncontended lock + unlock cycles (distinct keys)\n");
+    b.line("| tasks | lockguard cycles/s | raw redis-rs cycles/s | ratio |");
+    b.line("|---:|---:|---:|---:|");
+    for tasks in [1, 16, 64] {
+        let lg = b.lockguard().await;
+        let lg_rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let lock = lg.lock(&format!("u:{t}")).lease(Duration::from_secs(30));
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.try_acquire().await.expect("uncontended acquire");
+                    assert!(g.release().await.expect("release"));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let conn = raw::connect(&b.server.url()).await;
+        let raw_rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let mut conn = conn.clone();
+            async move {
+                let key = format!("raw:u:{t}");
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let token = format!("{t}-{n}");
+                    assert!(raw::try_lock(&mut conn, &key, &token).await);
+                    raw::unlock(&mut conn, &key, &token).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        b.line(&format!(
+            "| {tasks} | {lg_rate:.0} | {raw_rate:.0} | {:.2}x |",
+            lg_rate / raw_rate
+        ));
+    }
+}
+
+/// Handoff latencies and acquisitions of `tasks` contenders on one key,
+/// each holding it ~1 ms.
+struct Contention {
+    rate: f64,
+    handoffs: Vec<Duration>,
+    acquisitions: u64,
+}
+
+async fn contended_lockguard(b: &Bench, tasks: usize) -> Contention {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(b.lockguard().await);
+    }
+    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let rate = throughput(tasks, b.run_for, |t, stop, done| {
+        let lock = clients[t % 4]
+            .lock("contended")
+            .lease(Duration::from_secs(10))
+            .wait(Duration::from_secs(60));
+        let (last, handoffs, acquisitions) = (last.clone(), handoffs.clone(), acquisitions.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = lock.acquire().await.expect("acquire");
+                let now = Instant::now();
+                if let Some((at, who)) = *last.lock().unwrap()
+                    && who != t
+                {
+                    handoffs.lock().unwrap().push(now - at);
+                }
+                acquisitions.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *last.lock().unwrap() = Some((Instant::now(), t));
+                g.release().await.expect("release");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
+    handoffs.sort();
+    Contention {
+        rate,
+        handoffs,
+        acquisitions: acquisitions.load(Ordering::Relaxed),
+    }
+}
+
+async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
+    let mut conns = Vec::new();
+    for _ in 0..4 {
+        conns.push(raw::connect(&b.server.url()).await);
+    }
+    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
+    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let rate = throughput(tasks, b.run_for, |t, stop, done| {
+        let mut conn = conns[t % 4].clone();
+        let (last, handoffs, acquisitions) = (last.clone(), handoffs.clone(), acquisitions.clone());
+        async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let token = format!("{t}-{n}");
+                // The spin loop: retry SET NX at once until it succeeds.
+                while !raw::try_lock(&mut conn, "raw:contended", &token).await {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                let now = Instant::now();
+                if let Some((at, who)) = *last.lock().unwrap()
+                    && who != t
+                {
+                    handoffs.lock().unwrap().push(now - at);
+                }
+                acquisitions.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                *last.lock().unwrap() = Some((Instant::now(), t));
+                raw::unlock(&mut conn, "raw:contended", &token).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
+    handoffs.sort();
+    Contention {
+        rate,
+        handoffs,
+        acquisitions: acquisitions.load(Ordering::Relaxed),
+    }
+}
+
+async fn contention(b: &mut Bench) {
+    b.line("\n## Contention: tasks on one key over 4 client handles, each holding it ~1 ms\n");
+    b.line("Handoff: from the holder's release call to the next *different* holder's acquire returning.");
+    b.line("Commands per acquisition: commands the client sent (script-internal calls in brackets).\n");
+    b.line("| tasks | variant | acquisitions/s | handoff p50 | handoff p99 | commands / acquisition |");
+    b.line("|---:|---|---:|---:|---:|---:|");
+    for tasks in [4, 16, 64] {
+        for variant in ["lockguard", "raw spin"] {
+            b.reset_stats().await;
+            let (c, sent) = if variant == "lockguard" {
+                (contended_lockguard(b, tasks).await, LOCKGUARD_SENT)
+            } else {
+                (contended_raw(b, tasks).await, RAW_SENT)
+            };
+            let counted = b.commands(sent).await;
+            let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
+            b.line(&format!(
+                "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} ({:.2}) |",
+                c.rate,
+                us(percentile(&c.handoffs, 50.0)),
+                us(percentile(&c.handoffs, 99.0)),
+                per(counted.sent),
+                per(counted.internal),
+            ));
+        }
+    }
+}
+
+async fn limiters(b: &mut Bench) {
+    b.line("\n## Rate-limit decisions (16 tasks, distinct keys)\n");
+    b.line("| algorithm | lockguard decisions/s | raw EVALSHA of the same script | ratio |");
+    b.line("|---|---:|---:|---:|");
+    let quota = Quota::per_second(1_000_000);
+    for (algorithm, name) in [
+        (Algorithm::Gcra, "GCRA"),
+        (Algorithm::FixedWindow, "fixed window"),
+        (Algorithm::SlidingWindow, "sliding window log"),
+    ] {
+        let lg = b.lockguard().await;
+        let limiter = lg.rate_limiter("bench", quota).algorithm(algorithm);
+        let lg_rate = throughput(16, b.run_for, |t, stop, done| {
+            let limiter = limiter.clone();
+            async move {
+                let key = format!("k{t}");
+                while !stop.load(Ordering::Relaxed) {
+                    limiter.check(&key).await.expect("decision");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let conn = raw::connect(&b.server.url()).await;
+        let raw_rate = throughput(16, b.run_for, |t, stop, done| {
+            let mut conn = conn.clone();
+            async move {
+                let key = format!("raw:rl:{algorithm:?}:{{k{t}}}");
+                let sum = format!("{key}:sum");
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let mut call = match algorithm {
+                        Algorithm::Gcra => raw::GCRA.prepare_invoke(),
+                        Algorithm::FixedWindow => raw::FIXED_WINDOW.prepare_invoke(),
+                        _ => raw::SLIDING_WINDOW.prepare_invoke(),
+                    };
+                    match algorithm {
+                        Algorithm::Gcra => call.key(&key).arg(1).arg(1_000_000).arg(1).arg(""),
+                        Algorithm::FixedWindow => call.key(&key).arg(1_000_000).arg(1000).arg(1),
+                        _ => call
+                            .key(&key)
+                            .key(&sum)
+                            .arg(1_000_000)
+                            .arg(1_000_000)
+                            .arg(1)
+                            .arg(format!("{t}-{n}"))
+                            .arg(""),
+                    };
+                    let _: redis::Value = call.invoke_async(&mut conn).await.expect("raw decision");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        b.line(&format!(
+            "| {name} | {lg_rate:.0} | {raw_rate:.0} | {:.2}x |",
+            lg_rate / raw_rate
+        ));
+    }
+}
+
+async fn memory(b: &mut Bench) {
+    b.line("\n## In-memory store (one task)\n");
+    b.line("| operation | per second |");
+    b.line("|---|---:|");
+    let lg = Lockguard::memory();
+    let lock = lg.lock("m").lease(Duration::from_secs(30));
+    let rate = throughput(1, b.run_for, |_, stop, done| {
+        let lock = lock.clone();
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                let g = lock.try_acquire().await.expect("acquire");
+                assert!(g.release().await.expect("release"));
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    b.line(&format!("| lock + unlock cycle | {rate:.0} |"));
+    for (algorithm, name) in [
+        (Algorithm::Gcra, "GCRA decision"),
+        (Algorithm::FixedWindow, "fixed-window decision"),
+        (Algorithm::SlidingWindow, "sliding-window decision"),
+    ] {
+        let limiter = lg
+            .rate_limiter("m", Quota::per_second(1_000_000))
+            .algorithm(algorithm);
+        let rate = throughput(1, b.run_for, |_, stop, done| {
+            let limiter = limiter.clone();
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    limiter.check("k").await.expect("decision");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        b.line(&format!("| {name} | {rate:.0} |"));
+    }
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let redis = std::process::Command::new(lockguard_testing::redis_server_binary())
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores; {redis}; loopback TCP")
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let write = args
+        .iter()
+        .position(|a| a == "--write")
+        .and_then(|i| args.get(i + 1).cloned());
+    let server = RedisServer::start();
+    let admin = raw::connect(&server.url()).await;
+    let mut b = Bench {
+        server,
+        admin,
+        run_for: if quick {
+            Duration::from_millis(300)
+        } else {
+            Duration::from_secs(2)
+        },
+        out: String::new(),
+    };
+    let mut head = String::new();
+    let _ = writeln!(head, "# Benchmarks\n");
+    let _ = writeln!(
+        head,
+        "Generated by `cargo run --release -p lockguard-bench -- --write BENCHMARKS.md`; every number below comes from that run. Each lockguard figure stands beside raw redis-rs sending the same Redis commands on the same kind of connection (a reconnecting `ConnectionManager`, `TCP_NODELAY`), against the same `redis-server` the harness starts, in the same process. A round trip is one command the client sends; an `EVALSHA` is one round trip whatever it calls inside.\n"
+    );
+    let _ = writeln!(head, "Machine: {}.\n", machine());
+    let _ = writeln!(head, "Each figure is a {:?} measurement after a {:?} warm-up; the client and the server share the machine's cores.", b.run_for, b.run_for / 5);
+    print!("{head}");
+    b.out.push_str(&head);
+    uncontended(&mut b).await;
+    contention(&mut b).await;
+    limiters(&mut b).await;
+    memory(&mut b).await;
+    if let Some(path) = write {
+        let notes = include_str!("notes.md");
+        std::fs::write(&path, format!("{}\n{notes}", b.out)).expect("write the report");
+        eprintln!("wrote {path}");
+    }
+}
