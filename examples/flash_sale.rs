@@ -422,9 +422,22 @@ impl Payments {
 
 // ------------------------------------------------------------------- main
 
-fn usage() -> ! {
-    eprintln!("usage: flash_sale [--serve] [--addr HOST:PORT]");
-    std::process::exit(2)
+fn usage(code: i32) -> ! {
+    let text = [
+        "usage: flash_sale [--serve] [--addr HOST:PORT]",
+        "",
+        "Runs a flash sale against itself over HTTP, prints a summary and checks it.",
+        "  --serve            keep serving afterwards (Ctrl-C to stop)",
+        "  --addr HOST:PORT   listen there (default 127.0.0.1:0, a free port)",
+        "  REDIS_URL=...      use this Redis instead of the in-memory store",
+    ]
+    .join("\n");
+    if code == 0 {
+        println!("{text}");
+    } else {
+        eprintln!("{text}");
+    }
+    std::process::exit(code)
 }
 
 #[tokio::main]
@@ -442,10 +455,10 @@ async fn main() -> Result<(), Error> {
             "--serve" => serve = true,
             "--addr" => match args.next().map(|a| a.parse()) {
                 Some(Ok(a)) => addr = a,
-                _ => usage(),
+                _ => usage(2),
             },
-            "-h" | "--help" => usage(),
-            _ => usage(),
+            "-h" | "--help" => usage(0),
+            _ => usage(2),
         }
     }
 
@@ -496,10 +509,7 @@ async fn main() -> Result<(), Error> {
     let orders = shop.counter("orders").get().await?;
 
     let sold = tally.get("sold");
-    let store = std::env::var("REDIS_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .map_or("memory", |_| "redis");
+    let store = shop.backend_name();
     println!();
     println!(
         "flash sale: {INITIAL_STOCK} x {SKU:?} on the {store} store, {} buy requests over HTTP in {:.2} s",
@@ -569,8 +579,14 @@ async fn main() -> Result<(), Error> {
     }
 
     if serve && ok {
+        // Restock, so there is something left to buy by hand.
+        shop.counter(&format!("stock:{SKU}"))
+            .set(INITIAL_STOCK)
+            .await?;
         println!();
-        println!("serving on http://{addr} (Ctrl-C to stop), for instance:");
+        println!(
+            "restocked {INITIAL_STOCK} x {SKU:?}; serving on http://{addr} (Ctrl-C to stop), for instance:"
+        );
         println!("  curl -i http://{addr}/stock/{SKU}");
         println!("  curl -i -X POST -H 'x-user-id: you' http://{addr}/buy/{SKU}");
         println!("  curl -i -X POST http://{addr}/orders/1/pay");
