@@ -124,3 +124,87 @@ fn busy(settings: &Settings, kind: Kind, error: &Error, waited_ms: u64) -> Admis
     };
     Admission::Respond(problem::response(settings.busy_status, &detail, &[]))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use axum::body::Body;
+    use http::{Request, Response};
+    use lockguard_core::Lockguard;
+    use tower::{Layer, Service, ServiceExt, service_fn};
+
+    use crate::{ConcurrencyLimitLayer, LockLayer, MissingKey, key};
+
+    fn ok_service()
+    -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
+        service_fn(|_req: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Body::from("ok")))
+        })
+    }
+
+    fn user(name: Option<&str>) -> Request<Body> {
+        let mut b = Request::get("/");
+        if let Some(n) = name {
+            b = b.header("x-user", n);
+        }
+        b.body(Body::empty()).unwrap()
+    }
+
+    fn user_key() -> key::Header {
+        key::Header::new(http::HeaderName::from_static("x-user"))
+    }
+
+    /// Two requests served by one task (as on one connection) are two
+    /// owners: the second does not re-enter the first one's lock.
+    #[tokio::test]
+    async fn requests_in_one_task_do_not_share_a_lock() {
+        let lg = Lockguard::memory();
+        let svc = LockLayer::new(lg, "same-task", user_key()).layer(ok_service());
+        let first = svc.clone().oneshot(user(Some("ada"))).await.unwrap();
+        assert_eq!(first.status(), 200);
+        let second = svc.clone().oneshot(user(Some("ada"))).await.unwrap();
+        assert_eq!(
+            second.status(),
+            409,
+            "the second request re-entered the lock"
+        );
+        // Another key is free.
+        assert_eq!(svc.oneshot(user(Some("bob"))).await.unwrap().status(), 200);
+        drop(first);
+    }
+
+    #[tokio::test]
+    async fn missing_keys_follow_the_setting() {
+        let lg = Lockguard::memory();
+        let reject = LockLayer::new(lg.clone(), "k", user_key()).layer(ok_service());
+        assert_eq!(reject.oneshot(user(None)).await.unwrap().status(), 400);
+        let pass = ConcurrencyLimitLayer::new(lg, "k", 1)
+            .key(user_key())
+            .on_missing_key(MissingKey::Pass)
+            .layer(ok_service());
+        // Unkeyed requests are not counted against any permit.
+        let a = pass.clone().oneshot(user(None)).await.unwrap();
+        let b = pass.oneshot(user(None)).await.unwrap();
+        assert_eq!((a.status().as_u16(), b.status().as_u16()), (200, 200));
+    }
+
+    #[tokio::test]
+    async fn a_permit_count_that_cannot_work_is_a_server_error_not_a_panic() {
+        let lg = Lockguard::memory();
+        for permits in [0, lockguard_core::MAX_PERMITS + 1] {
+            let svc = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
+                .fail_open()
+                .layer(ok_service());
+            assert_eq!(svc.oneshot(user(None)).await.unwrap().status(), 500);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_name_too_long_for_the_key_leaves_no_room_and_is_missing() {
+        let lg = Lockguard::memory();
+        let name = "n".repeat(lockguard_core::MAX_KEY_LEN);
+        let svc = LockLayer::new(lg, &name, key::Global).layer(ok_service());
+        assert_eq!(svc.oneshot(user(None)).await.unwrap().status(), 400);
+    }
+}
