@@ -14,9 +14,10 @@ use crate::counter::Counter;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencedResource;
 use crate::guard::Held;
+use crate::guard::PendingRelease;
 use crate::key::LockKeys;
 use crate::lock::Lock;
-use crate::notify::Waiters;
+use crate::notify::{Handoff, Offer, Waiters};
 use crate::rate_limit::{Quota, RateLimiter};
 use crate::semaphore::Semaphore;
 use crate::token::Token;
@@ -281,14 +282,62 @@ impl Lockguard {
         &self.inner.waiters
     }
 
-    /// Releases `token`'s hold on a lock and wakes local waiters when the
-    /// store cannot announce it itself.
+    /// Releases `token`'s hold on a lock, or hands it straight to a task of
+    /// this client waiting for it (see [`crate::notify`]); wakes local
+    /// waiters when the store cannot announce the release itself.
     pub(crate) async fn release_lock(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        if self.inner.store.can_transfer(keys)
+            && let Some(offer) = self.inner.waiters.take_offer(&keys.channel)
+        {
+            return self.hand_over(keys, token, offer).await;
+        }
         let released = self.inner.store.release(keys, token).await?;
         if released && matches!(*self.inner.store, Store::Memory(_)) {
             self.inner.waiters.notify(&keys.channel);
         }
         Ok(released)
+    }
+
+    /// One store request replaces our token with a fresh one for the
+    /// waiter, with its lease and a new fencing token; the lock is never
+    /// free, so no other client is woken for nothing.
+    async fn hand_over(&self, keys: &Arc<LockKeys>, token: &Token, offer: Offer) -> Result<bool> {
+        let new = Token::random();
+        let sent_at = tokio::time::Instant::now();
+        // Until the answer is handled, a drop releases the new token.
+        let pending = PendingRelease::new(self, keys, new);
+        match self
+            .inner
+            .store
+            .transfer(keys, token, &new, offer.lease)
+            .await
+        {
+            Ok(Some(fence)) => {
+                pending.disarm();
+                let handoff = Handoff {
+                    token: new,
+                    fence,
+                    sent_at,
+                };
+                if let Err(handoff) = offer.tx.send(handoff) {
+                    // The waiter left meanwhile: free what it would have held.
+                    drop(PendingRelease::new(self, keys, handoff.token));
+                } else {
+                    tracing::debug!(lock = %keys.lock, fence = fence.get(), "lock handed over to a waiting task");
+                }
+                Ok(true)
+            }
+            Ok(None) => {
+                pending.disarm();
+                Ok(false)
+            }
+            Err(e) => {
+                // Unknown outcome: free whichever token holds it.
+                drop(pending);
+                drop(PendingRelease::new(self, keys, *token));
+                Err(e)
+            }
+        }
     }
 
     fn holdings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Holding>> {
@@ -306,6 +355,12 @@ impl Lockguard {
             return None;
         }
         holding.held.upgrade().filter(|h| h.is_held())
+    }
+
+    /// Whether some task of this client holds the lock on `key` now.
+    pub(crate) fn held_locally(&self, key: &str) -> bool {
+        let held = self.holdings().get(key).and_then(|h| h.held.upgrade());
+        held.is_some_and(|h| h.is_held())
     }
 
     pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>) {

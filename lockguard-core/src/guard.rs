@@ -172,7 +172,7 @@ impl Held {
     async fn release_now(mut self) -> Result<bool> {
         self.begin_release();
         let s = &self.shared;
-        let pending = PendingRelease::new(s.client.clone(), s.keys.clone(), s.token.clone());
+        let pending = PendingRelease::new(&s.client, &s.keys, s.token);
         let result = s.client.release_lock(&s.keys, &s.token).await;
         pending.disarm();
         match &result {
@@ -196,7 +196,7 @@ impl Drop for Held {
             return;
         }
         let s = &self.shared;
-        let parts = (s.client.clone(), s.keys.clone(), s.token.clone());
+        let parts = (s.client.clone(), s.keys.clone(), s.token);
         spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
     }
 }
@@ -225,14 +225,15 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
 }
 
 /// Releases a token in the background unless disarmed: the guard against a
-/// dropped future keeping a lock that nobody holds.
+/// dropped future keeping a lock that nobody holds. It borrows what it
+/// needs and clones it only if it has to act.
 #[derive(Debug)]
-pub(crate) struct PendingRelease {
-    parts: Option<ReleaseParts>,
+pub(crate) struct PendingRelease<'a> {
+    parts: Option<(&'a Lockguard, &'a Arc<LockKeys>, Token)>,
 }
 
-impl PendingRelease {
-    pub(crate) fn new(client: Lockguard, keys: Arc<LockKeys>, token: Token) -> Self {
+impl<'a> PendingRelease<'a> {
+    pub(crate) fn new(client: &'a Lockguard, keys: &'a Arc<LockKeys>, token: Token) -> Self {
         Self {
             parts: Some((client, keys, token)),
         }
@@ -243,11 +244,11 @@ impl PendingRelease {
     }
 }
 
-impl Drop for PendingRelease {
+impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
-        if let Some(parts) = self.parts.take() {
-            let name = parts.1.lock.clone();
-            spawn_release(None, parts, &name, FencingToken::new(0));
+        if let Some((client, keys, token)) = self.parts.take() {
+            let parts = (client.clone(), keys.clone(), token);
+            spawn_release(None, parts, &keys.lock, FencingToken::new(0));
         }
     }
 }

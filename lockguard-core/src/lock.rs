@@ -9,8 +9,10 @@ use tokio::time::Instant;
 use crate::backend::Attempt;
 use crate::client::{Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE};
 use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
 use crate::guard::{Held, LockGuard, PendingRelease};
 use crate::key::LockKeys;
+use crate::notify::Offer;
 use crate::token::Token;
 
 /// How a lock's lease is kept.
@@ -237,19 +239,28 @@ impl Lock {
                 .map_err(|_| self.busy(wait.ttl(), Some(self.wait)))?,
             None => slot.lock().await,
         };
+        let mut first = true;
+        let mut offer: Option<tokio::sync::oneshot::Receiver<crate::notify::Handoff>> = None;
         loop {
             registration.rx.borrow_and_update();
-            match self.attempt(keys, lease).await? {
-                Ok(guard) => {
-                    tracing::debug!(
-                        lock = %self.name,
-                        fence = guard.fencing_token().get(),
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "lock acquired after waiting"
-                    );
-                    return Ok(guard);
+            // Taking over the slot from a sibling task that just acquired
+            // the lock: it is certainly held, so wait for its release
+            // instead of asking the store.
+            let sibling_holds = first && self.client.held_locally(&keys.lock);
+            first = false;
+            if !sibling_holds {
+                match self.attempt(keys, lease).await? {
+                    Ok(guard) => {
+                        tracing::debug!(
+                            lock = %self.name,
+                            fence = guard.fencing_token().get(),
+                            waited_ms = started.elapsed().as_millis() as u64,
+                            "lock acquired after waiting"
+                        );
+                        return Ok(guard);
+                    }
+                    Err(w) => wait = w,
                 }
-                Err(w) => wait = w,
             }
             let now = Instant::now();
             let remaining = match deadline {
@@ -270,9 +281,34 @@ impl Lock {
                 .min(ttl.unwrap_or(Duration::MAX))
                 .min(remaining)
                 .max(Duration::from_millis(1));
-            tokio::select! {
-                _ = registration.rx.changed() => {}
-                () = tokio::time::sleep(nap) => {}
+            // Offer to take the lock over from a task of this client.
+            if offer.is_none() && self.client.store().can_transfer(keys) {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                self.client
+                    .waiters()
+                    .offer(&keys.channel, Offer { tx, lease });
+                offer = Some(rx);
+            }
+            let handed = async {
+                match offer.as_mut() {
+                    Some(rx) => Some(rx.await),
+                    None => std::future::pending().await,
+                }
+            };
+            let woken = tokio::select! {
+                _ = registration.rx.changed() => None,
+                () = tokio::time::sleep(nap) => None,
+                h = handed => h,
+            };
+            if let Some(handed) = woken {
+                offer = None;
+                if let Ok(h) = handed
+                    && let Some(guard) =
+                        self.guard(keys.clone(), h.token, h.fence, lease, h.sent_at)
+                {
+                    tracing::debug!(lock = %self.name, waited_ms = started.elapsed().as_millis() as u64, "lock handed over after waiting");
+                    return Ok(guard);
+                }
             }
         }
     }
@@ -300,7 +336,7 @@ impl Lock {
         // Until the store's answer is handled, a drop of this future (or a
         // timeout with an unknown outcome) releases the token in the
         // background: the request may have taken the lock.
-        let pending = PendingRelease::new(self.client.clone(), keys.clone(), token.clone());
+        let pending = PendingRelease::new(&self.client, keys, token);
         let outcome = self.client.store().try_acquire(keys, &token, lease).await?;
         match outcome {
             Attempt::Held(ttl) => {
@@ -318,37 +354,53 @@ impl Lock {
                     Attempt::Acquired(fence) => (fence, keys.clone()),
                     Attempt::Held(_) | Attempt::Contended => unreachable!("matched above"),
                 };
-                let valid_until =
-                    started + lease.saturating_sub(crate::guard::safety_margin(lease));
-                if Instant::now() >= valid_until {
-                    // The answer came so late that the lease may already be
-                    // over: never hand out a lock that might have expired.
-                    drop(pending);
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "lock {:?} was granted after {:?}, past its {lease:?} lease",
-                            self.name,
-                            started.elapsed()
-                        ),
-                    ));
-                }
                 pending.disarm();
-                let watchdog = matches!(self.lease, LeaseMode::Watchdog(_));
-                let held = Held::new(
-                    self.client.clone(),
-                    self.name.clone(),
-                    held_keys,
-                    token,
-                    fence,
-                    lease,
-                    valid_until,
-                    watchdog,
-                );
-                tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
-                Ok(Ok(LockGuard::new(held)))
+                self.guard(held_keys, token, fence, lease, started)
+                    .map(Ok)
+                    .ok_or_else(|| {
+                        Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "lock {:?} was granted after {:?}, past its {lease:?} lease",
+                                self.name,
+                                started.elapsed()
+                            ),
+                        )
+                    })
             }
         }
+    }
+
+    /// The guard for a lock taken with `token` by a request sent at
+    /// `sent_at`, or `None` (and the token released) when the answer came so
+    /// late that the lease may already be over: a lock that might have
+    /// expired is never handed out.
+    fn guard(
+        &self,
+        keys: Arc<LockKeys>,
+        token: Token,
+        fence: FencingToken,
+        lease: Duration,
+        sent_at: Instant,
+    ) -> Option<LockGuard> {
+        let valid_until = sent_at + lease.saturating_sub(crate::guard::safety_margin(lease));
+        if Instant::now() >= valid_until {
+            drop(PendingRelease::new(&self.client, &keys, token));
+            return None;
+        }
+        let watchdog = matches!(self.lease, LeaseMode::Watchdog(_));
+        let held = Held::new(
+            self.client.clone(),
+            self.name.clone(),
+            keys,
+            token,
+            fence,
+            lease,
+            valid_until,
+            watchdog,
+        );
+        tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
+        Some(LockGuard::new(held))
     }
 
     fn busy(&self, ttl: Option<Duration>, waited: Option<Duration>) -> Error {
@@ -413,6 +465,65 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
         }
         let _ = jitter(Duration::MAX);
+    }
+
+    /// A release by one task with another task of the same client waiting
+    /// hands the lock over in one request: no release is published, the
+    /// waiter's fencing token is newer; after the bounded run of handoffs
+    /// a release is public again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn release_hands_over_to_a_waiting_task_of_the_same_client() {
+        let server = lockguard_testing::RedisServer::start();
+        let lg = Lockguard::connect(&server.url()).await.unwrap();
+        let mut admin = server.connection().await;
+        let keys = LockKeys::new(lg.prefix(), "h");
+        let publishes = |info: String| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+                .and_then(|r| r.split(',').next())
+                .map_or(0, |n| n.parse().unwrap())
+        };
+        let mut guard = lg.lock("h").acquire().await.unwrap();
+        // Enough waiting tasks that some always wait between rounds.
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let rounds = crate::notify::MAX_HANDOFFS_IN_A_ROW + 1;
+        for _ in 0..=rounds {
+            let (lg, tx) = (lg.clone(), tx.clone());
+            tokio::spawn(async move {
+                let g = lg
+                    .lock("h")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await
+                    .unwrap();
+                tx.send(g).unwrap();
+            });
+        }
+        for round in 0..rounds {
+            while !lg.waiters().has_offer(&keys.channel) {
+                tokio::task::yield_now().await;
+            }
+            let _: () = redis::cmd("CONFIG")
+                .arg("RESETSTAT")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let before = guard.fencing_token();
+            assert!(guard.release().await.unwrap());
+            guard = rx.recv().await.unwrap();
+            assert!(guard.fencing_token() > before);
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            let expected = u64::from(round == crate::notify::MAX_HANDOFFS_IN_A_ROW);
+            assert_eq!(publishes(info), expected, "round {round}");
+        }
+        drop((guard, tx));
+        while let Ok(Some(g)) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            drop(g);
+        }
     }
 
     #[test]

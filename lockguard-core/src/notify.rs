@@ -6,13 +6,44 @@
 //! and a local slot that lets only one waiter of this client at a time
 //! contend for the key in the store, so a release wakes one request per
 //! client rather than one per waiting task.
+//!
+//! The waiter holding the slot also offers to take the lock over directly:
+//! a task of this client that releases the key then hands it over in one
+//! store request (new token, new fencing token, the lock never free)
+//! instead of releasing it and waking every client. At most
+//! [`MAX_HANDOFFS_IN_A_ROW`] handoffs follow each other before a release is
+//! public again, so waiters in other processes get their turn.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::backend::redis::Subscriber;
+use crate::fence::FencingToken;
+use crate::token::Token;
+
+/// Consecutive local handoffs of one key before a release is public again.
+pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 3;
+
+/// A lock handed straight to a waiting task.
+#[derive(Debug)]
+pub(crate) struct Handoff {
+    pub(crate) token: Token,
+    pub(crate) fence: FencingToken,
+    /// When the request that set the new lease was sent.
+    pub(crate) sent_at: Instant,
+}
+
+/// A waiter's offer to take a lock over, with the lease it wants.
+#[derive(Debug)]
+pub(crate) struct Offer {
+    pub(crate) tx: oneshot::Sender<Handoff>,
+    pub(crate) lease: Duration,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -22,6 +53,8 @@ struct Entry {
     last_release: Vec<u8>,
     waiters: usize,
     slot: Arc<tokio::sync::Mutex<()>>,
+    offer: Option<Offer>,
+    handoffs_in_a_row: u32,
 }
 
 /// The waiters of one client, by release channel.
@@ -106,6 +139,8 @@ impl Waiters {
                 last_release: Vec::new(),
                 waiters: 0,
                 slot: Arc::new(tokio::sync::Mutex::new(())),
+                offer: None,
+                handoffs_in_a_row: 0,
             });
             entry.waiters += 1;
             (entry.tx.subscribe(), entry.slot.clone())
@@ -129,6 +164,37 @@ impl Waiters {
         if let Some(entry) = self.entries().get(channel) {
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// Offers to take over the lock announced on `channel` (the slot
+    /// holder does, before it sleeps).
+    pub(crate) fn offer(&self, channel: &str, offer: Offer) {
+        if let Some(entry) = self.entries().get_mut(channel) {
+            entry.offer = Some(offer);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn has_offer(&self, channel: &str) -> bool {
+        self.entries()
+            .get(channel)
+            .is_some_and(|e| e.offer.as_ref().is_some_and(|o| !o.tx.is_closed()))
+    }
+
+    /// The waiting task to hand the lock on `channel` to, if there is one
+    /// and the run of handoffs has not reached its bound (reaching it makes
+    /// this release public and starts a new run).
+    pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
+        let mut entries = self.entries();
+        let entry = entries.get_mut(channel)?;
+        let offer = entry.offer.take().filter(|o| !o.tx.is_closed())?;
+        if entry.handoffs_in_a_row >= MAX_HANDOFFS_IN_A_ROW {
+            entry.handoffs_in_a_row = 0;
+            entry.offer = Some(offer);
+            return None;
+        }
+        entry.handoffs_in_a_row += 1;
+        Some(offer)
     }
 
     /// Wakes the waiters of `channel` for the release identified by

@@ -103,6 +103,28 @@ impl Store {
         }
     }
 
+    /// Whether a lock can be handed straight to a waiting task (one store,
+    /// a plain lock).
+    pub(crate) fn can_transfer(&self, keys: &LockKeys) -> bool {
+        keys.permits.is_none() && !matches!(self, Self::Redlock(_))
+    }
+
+    /// Replaces `old` with `new` on a lock still held with `old`, with a new
+    /// fencing token; `None` when it was no longer held with `old`.
+    pub(crate) async fn transfer(
+        &self,
+        keys: &LockKeys,
+        old: &Token,
+        new: &Token,
+        lease: Duration,
+    ) -> Result<Option<FencingToken>> {
+        match self {
+            Self::Memory(m) => Ok(m.transfer(keys, old, new, lease)),
+            Self::Redis(r) => r.transfer(keys, old, new, lease).await,
+            Self::Redlock(_) => Ok(None),
+        }
+    }
+
     pub(crate) async fn extend(
         &self,
         keys: &std::sync::Arc<LockKeys>,

@@ -207,7 +207,7 @@ impl RedlockStore {
         let failed = Arc::new(std::sync::Mutex::new(false));
         let (tx, mut rx) = mpsc::unbounded_channel();
         for (i, node) in self.nodes.iter().enumerate() {
-            let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
+            let (node, keys, token) = (node.clone(), keys.clone(), *token);
             let (tx, failed, healthy) = (tx.clone(), failed.clone(), self.healthy.clone());
             tokio::spawn(async move {
                 let result = node.try_acquire(&keys, &token, lease).await;
@@ -275,11 +275,11 @@ impl RedlockStore {
         // nodes with an unknown outcome are released in the background.
         let mut undo = tokio::task::JoinSet::new();
         for &(i, _) in &granted {
-            let (node, keys, token) = (self.nodes[i].clone(), keys.clone(), token.clone());
+            let (node, keys, token) = (self.nodes[i].clone(), keys.clone(), *token);
             undo.spawn(async move { release_on(&node, &keys, &token).await });
         }
         for (i, _) in &errors {
-            let (node, keys, token) = (self.nodes[*i].clone(), keys.clone(), token.clone());
+            let (node, keys, token) = (self.nodes[*i].clone(), keys.clone(), *token);
             tokio::spawn(async move { release_on(&node, &keys, &token).await });
         }
         while undo.join_next().await.is_some() {}
@@ -334,7 +334,7 @@ impl RedlockStore {
 
     fn release_in_background(&self, keys: &Arc<LockKeys>, token: &Token) {
         for node in &self.nodes {
-            let (node, keys, token) = (node.clone(), keys.clone(), token.clone());
+            let (node, keys, token) = (node.clone(), keys.clone(), *token);
             tokio::spawn(async move { release_on(&node, &keys, &token).await });
         }
     }
@@ -348,7 +348,7 @@ impl RedlockStore {
         let tally = self
             .round(
                 |node| {
-                    let (keys, token, slots) = (keys.clone(), token.clone(), slots.clone());
+                    let (keys, token, slots) = (keys.clone(), *token, slots.clone());
                     async move {
                         match slots {
                             // A permit whose slot is unknown (an acquire
@@ -388,7 +388,7 @@ impl RedlockStore {
         let tally = self
             .round(
                 |node| {
-                    let (keys, token) = (keys.clone(), token.clone());
+                    let (keys, token) = (keys.clone(), *token);
                     async move { node.extend(&keys, &token, lease).await }
                 },
                 |t: &Tally<bool>, suspects| {

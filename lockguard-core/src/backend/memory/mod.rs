@@ -90,8 +90,7 @@ impl MemoryStore {
                 if let Some((_, Some(ends))) = st.locks.get(&keys.lock, now) {
                     return Attempt::Held(Some(ends - now));
                 }
-                st.locks
-                    .insert(&keys.lock, token.clone(), Some(now + lease), now);
+                st.locks.insert(&keys.lock, *token, Some(now + lease), now);
             }
             Some(permits) => {
                 let (holders, ends) = st.permits.entry(&keys.lock, now, || (HashMap::new(), None));
@@ -100,7 +99,7 @@ impl MemoryStore {
                     let first = holders.values().min().copied();
                     return Attempt::Held(first.map(|e| e - now));
                 }
-                holders.insert(token.clone(), now + lease);
+                holders.insert(*token, now + lease);
                 *ends = holders.values().max().copied();
             }
         }
@@ -129,6 +128,26 @@ impl MemoryStore {
                 None => false,
             },
         }
+    }
+
+    pub(crate) fn transfer(
+        &self,
+        keys: &LockKeys,
+        old: &Token,
+        new: &Token,
+        lease: Duration,
+    ) -> Option<FencingToken> {
+        let now = Instant::now();
+        let mut st = self.state();
+        match st.locks.get_mut(&keys.lock, now) {
+            Some((t, ends)) if t == old => {
+                *t = *new;
+                *ends = Some(now + lease);
+            }
+            _ => return None,
+        }
+        st.fence += 1;
+        Some(FencingToken::new(st.fence))
     }
 
     pub(crate) fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> bool {

@@ -30,6 +30,8 @@ static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+static LOCK_TRANSFER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/lock_transfer.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
 static LOCK_RELEASE_ANY: LazyLock<Script> =
@@ -355,6 +357,27 @@ impl RedisStore {
             .run(&call, || format!("extending {:?}", keys.lock))
             .await?;
         Ok(n == 1)
+    }
+
+    /// Replaces `old` with `new` on a lock still held with `old`; returns
+    /// the new fencing token.
+    pub(crate) async fn transfer(
+        &self,
+        keys: &LockKeys,
+        old: &Token,
+        new: &Token,
+        lease: Duration,
+    ) -> Result<Option<FencingToken>> {
+        let mut call = LOCK_TRANSFER.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .arg(old.as_str())
+            .arg(new.as_str())
+            .arg(millis_ceil(lease));
+        let fence: u64 = self
+            .run(&call, || format!("handing over {:?}", keys.lock))
+            .await?;
+        Ok((fence > 0).then(|| FencingToken::new(fence)))
     }
 
     /// Raises the fence counter to at least `value`; returns the counter.
