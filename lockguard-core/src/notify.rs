@@ -26,6 +26,10 @@ use crate::backend::redis::Subscriber;
 use crate::fence::FencingToken;
 use crate::token::Token;
 
+/// How long a channel stays subscribed after its last waiter left, so a
+/// key contended again soon does not pay SUBSCRIBE and UNSUBSCRIBE each time.
+const UNSUBSCRIBE_GRACE: Duration = Duration::from_secs(2);
+
 /// Consecutive local handoffs of one key before a release is public again.
 pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 3;
 
@@ -239,7 +243,11 @@ impl Drop for Registration {
         {
             let waiters = self.waiters.clone();
             let channel = std::mem::take(&mut self.channel);
-            rt.spawn(async move { waiters.sync(&channel).await });
+            rt.spawn(async move {
+                tokio::time::sleep(UNSUBSCRIBE_GRACE).await;
+                // Does nothing if a waiter came back meanwhile.
+                waiters.sync(&channel).await;
+            });
         }
     }
 }
