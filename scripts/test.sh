@@ -24,13 +24,16 @@ cargo test --workspace --all-features 2>&1 | tee "$log"
 summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 
-# The README's first command, on the in-memory store and on a real Redis.
+# The README's first command (and the locks example), on the in-memory
+# store and on a real Redis. flash_sale exits non-zero when a check fails.
+cargo run --quiet --example flash_sale
 cargo run --quiet --example locks
 dir=$(mktemp -d)
 redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
 trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
+REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
 
 echo
