@@ -33,7 +33,9 @@ async fn raw_conn(url: &str) -> ConnectionManager {
 fn lock_cycles(c: &mut Criterion) {
     let rt = runtime();
     let server = RedisServer::start();
-    let lg = rt.block_on(Lockguard::connect(&server.url())).expect("connect");
+    let lg = rt
+        .block_on(Lockguard::connect(&server.url()))
+        .expect("connect");
     let mut raw = rt.block_on(raw_conn(&server.url()));
     let release = Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",

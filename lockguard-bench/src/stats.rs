@@ -23,7 +23,14 @@ pub(crate) fn parse_commandstats(info: &str) -> CommandStats {
 }
 
 /// Commands that only the harness sends (stats, handshakes).
-const ADMIN: &[&str] = &["info", "config|resetstat", "config|get", "client|setinfo", "ping", "hello"];
+const ADMIN: &[&str] = &[
+    "info",
+    "config|resetstat",
+    "config|get",
+    "client|setinfo",
+    "ping",
+    "hello",
+];
 
 /// The commands a client sent, and those scripts ran inside the server.
 #[derive(Debug, Clone, Copy, Default)]
