@@ -27,7 +27,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis and in-memory stores |
-//! | `macros` | `lockguard-macros`: [`distributed_lock`], [`rate_limit`], [`concurrency_limit`] around an `async fn` |
+//! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
 //! | `tower` | `lockguard-tower`: HTTP layers for axum and hyper (in progress) |
 //! | `full` | all of the above |
 //!

@@ -67,7 +67,7 @@ pub(crate) fn display(d: Duration) -> String {
     match UNITS
         .iter()
         .rev()
-        .find(|(_, unit)| ms % u128::from(*unit) == 0 && ms > 0)
+        .find(|(_, unit)| ms > 0 && ms.is_multiple_of(u128::from(*unit)))
     {
         Some((unit, size)) => format!("{}{unit}", ms / u128::from(*size)),
         None => format!("{ms}ms"),

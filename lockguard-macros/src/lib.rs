@@ -1,4 +1,109 @@
-//! Attribute macros for lockguard. Docs come later.
+//! Attribute macros that run an `async fn` under a distributed lock, a rate
+//! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard).
+//!
+//! ```
+//! use lockguard::{Lockguard, concurrency_limit, distributed_lock, rate_limit};
+//!
+//! /// Ships an order; one process of the fleet at a time per order.
+//! #[distributed_lock(key = "order:{order_id}", wait = "5s")]
+//! async fn ship(order_id: u64) -> Result<(), lockguard::Error> {
+//!     // ... exclusive work ...
+//!     Ok(())
+//! }
+//!
+//! /// Ten sign-ins a minute per user, across the fleet.
+//! #[rate_limit(key = "user:{user}", rate = "10/m")]
+//! async fn sign_in(user: &str) -> Result<(), lockguard::Error> {
+//!     Ok(())
+//! }
+//!
+//! /// At most four exports of a tenant at once.
+//! #[concurrency_limit(key = "exports:{tenant}", permits = 4, wait = "2s")]
+//! async fn export(tenant: &str) -> Result<(), lockguard::Error> {
+//!     Ok(())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lockguard::Error> {
+//! // At start-up: Redis when REDIS_URL is set, memory otherwise.
+//! Lockguard::from_env().await?.install_default();
+//! ship(42).await?;
+//! sign_in("ann").await?;
+//! export("acme").await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Use them through the `lockguard` facade with its `macros` feature
+//! (`lockguard::distributed_lock`); the generated code refers to
+//! `::lockguard`, so a crate that renames the dependency says where it is
+//! with `crate = "..."`.
+//!
+//! # The function
+//!
+//! Each attribute goes on an `async fn` with a body: a free function, an
+//! inherent method (`&self`, `&mut self`, `self`), a method of a trait impl
+//! (native `async fn` in traits, including traits that promise a `Send`
+//! future), a generic function. The function keeps its attributes, docs,
+//! visibility and signature; its body becomes an `async move` block, so
+//! `?` and `return` in it work as before.
+//!
+//! When the body cannot run (the lock is busy, the quota is spent, every
+//! permit is taken, the store is down, no client is installed), the
+//! function returns `Err(e.into())` with the `lockguard::Error`, so it must
+//! return `Result<T, E>` where `E: From<lockguard::Error>` (`lockguard::Error`
+//! itself, an error enum with a `From` impl, `Box<dyn Error + Send + Sync>`,
+//! `anyhow::Error`). Any other return type is a compile error pointing at it.
+//!
+//! # Keys
+//!
+//! `key` is a template formatted with `Display` at each call:
+//!
+//! | placeholder | formats |
+//! |---|---|
+//! | `{order_id}` | the argument `order_id` (any binding of the arguments' patterns) |
+//! | `{user.id}`, `{pair.0}` | a field of an argument |
+//! | `{self.tenant}` | a field of `self`, in a method |
+//! | `{{`, `}}` | a literal brace (a Redis Cluster hash tag: `"{{tenant}}:{id}"`) |
+//!
+//! A key without placeholders is one key for every call. A placeholder
+//! naming no argument, an unclosed brace or a format spec (`{id:?}`) is a
+//! compile error on the key.
+//!
+//! # The client
+//!
+//! Without `client`, each call uses the process-wide default installed at
+//! start-up with `Lockguard::install_default`; when none is installed, the
+//! call returns the `NoDefaultClient` error (it never panics). With
+//! `client = <expr>`, the expression is evaluated in the function's scope
+//! before the body, and may be a `Lockguard`, a reference to one, or
+//! anything that dereferences to one: `client = self.locks`,
+//! `client = lg` for an argument `lg: &Lockguard`, `client = state.lg.clone()`.
+//!
+//! # Options checked at compile time
+//!
+//! Durations are strings of a whole number and a unit, `ms`, `s`, `m`,
+//! `h` or `d`, summed when there are several: `"250ms"`, `"30s"`,
+//! `"1m30s"`. Rates are a count, a slash and a period: `"10/s"`,
+//! `"100/m"`, `"1000/h"`, `"5/250ms"`. Malformed or out-of-range values,
+//! unknown options, duplicate options and options that exclude each other
+//! are compile errors on the option at fault.
+//!
+//! | option | [`distributed_lock`] | [`rate_limit`] | [`concurrency_limit`] |
+//! |---|---|---|---|
+//! | `key = "..."` | required | required | required |
+//! | `ttl = "30s"` | fixed lease, no watchdog | | fixed lease per permit |
+//! | `watchdog = "30s"` | lease the watchdog renews (default: the client's, 30 s) | | the same, per permit |
+//! | `wait = "5s"` | wait when busy (default: try once) | | wait when every permit is taken (default: try once) |
+//! | `skip_if_busy` | `Ok(None)` when busy | | `Ok(None)` when every permit is taken |
+//! | `keep_going_on_lost` | the body goes on when the lease is lost | | the same, for the permit |
+//! | `permits = 4` | | | required: bodies at once |
+//! | `rate = "10/s"` | | required | |
+//! | `burst = 20` | | GCRA's burst (default: the rate's count) | |
+//! | `algorithm = "gcra"` | | `"gcra"` (default), `"fixed_window"`, `"sliding_window"` | |
+//! | `name = "login"` | | the limiter's name (default: the function's path) | |
+//! | `cost = 2` | | units each call spends (default 1) | |
+//! | `client = <expr>` | the client | the client | the client |
+//! | `crate = "path"` | where lockguard is | where lockguard is | where lockguard is |
 
 mod attr;
 mod duration;
@@ -10,19 +115,288 @@ use proc_macro::TokenStream;
 
 use crate::attr::Kind;
 
-/// A distributed lock around an `async fn`.
+/// Runs an `async fn` while holding a distributed lock on a key formatted
+/// from its arguments.
+///
+/// ```
+/// use lockguard::{Lockguard, distributed_lock};
+///
+/// struct Order {
+///     id: u64,
+/// }
+///
+/// #[derive(Debug)]
+/// enum ShipError {
+///     Lock(lockguard::Error),
+///     NothingToShip,
+/// }
+///
+/// impl From<lockguard::Error> for ShipError {
+///     fn from(e: lockguard::Error) -> Self {
+///         ShipError::Lock(e)
+///     }
+/// }
+///
+/// /// Ships an order: never twice at once, whichever process is asked.
+/// #[distributed_lock(key = "order:{order.id}", ttl = "30s", wait = "5s")]
+/// async fn ship(order: &Order, items: u32) -> Result<u32, ShipError> {
+///     if items == 0 {
+///         return Err(ShipError::NothingToShip);
+///     }
+///     Ok(items)
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ShipError> {
+/// Lockguard::memory().install_default();
+/// assert_eq!(ship(&Order { id: 42 }, 3).await?, 3);
+/// # Ok(()) }
+/// ```
+///
+/// # Behaviour
+///
+/// - The lock is taken before the body runs: with `wait`, waiting up to
+///   that long while someone else holds it; without, trying once. A busy
+///   lock makes the function return the `Busy` error (or `Ok(None)` with
+///   `skip_if_busy`, for functions returning `Result<Option<T>, E>`), and
+///   the body does not run.
+/// - With `ttl`, the lease is fixed; without, a watchdog renews it while
+///   the body runs (`watchdog = "..."` sets its length).
+/// - While the body runs, a lost lease (the watchdog found the lock gone,
+///   or a fixed lease is about to run out) stops it: the body's future is
+///   dropped and not polled again, and the function returns the
+///   `LeaseLost` error. With `keep_going_on_lost` the body runs to its end
+///   regardless.
+/// - After the body, the lock is released explicitly; its value is
+///   returned as is, whatever the release says (the lease frees a lock
+///   whose release failed).
+/// - A task that already holds the key (a locked function calling another
+///   on the same key) gets a reentrant lock: nested calls do not deadlock,
+///   and the lock is released when the outermost call ends.
+///
+/// # Errors
+///
+/// `Err(e.into())` with a `lockguard::Error` of kind `Busy`, `LeaseLost`,
+/// `NoDefaultClient`, `InvalidInput` (a formatted key that is empty or too
+/// long), or the store's (`Unavailable`, `Timeout`). Errors of the body are
+/// returned as they are.
+///
+/// # Written by hand
+///
+/// The example above is equivalent to:
+///
+/// ```
+/// # use lockguard::Lockguard;
+/// # struct Order { id: u64 }
+/// # #[derive(Debug)] enum ShipError { Lock(lockguard::Error), NothingToShip }
+/// # impl From<lockguard::Error> for ShipError { fn from(e: lockguard::Error) -> Self { ShipError::Lock(e) } }
+/// use std::time::Duration;
+///
+/// async fn ship(order: &Order, items: u32) -> Result<u32, ShipError> {
+///     let key = format!("order:{}", order.id);
+///     let lg = Lockguard::default_client()?;
+///     let guard = lg
+///         .lock(&key)
+///         .lease(Duration::from_secs(30)) // without `ttl`: no `.lease`, the watchdog renews
+///         .wait(Duration::from_secs(5)) // without `wait`: `.try_acquire()`
+///         .acquire()
+///         .await?;
+///     let body = async move {
+///         if items == 0 {
+///             return Err(ShipError::NothingToShip);
+///         }
+///         Ok(items)
+///     };
+///     let out = tokio::select! {
+///         biased;
+///         lost = guard.lost() => return Err(lost.into()),
+///         out = body => out,
+///     };
+///     let _ = guard.release().await;
+///     out
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ShipError> {
+/// # Lockguard::memory().install_default();
+/// # assert_eq!(ship(&Order { id: 42 }, 3).await?, 3);
+/// # Ok(()) }
+/// ```
+///
+/// # Options
+///
+/// `key` (required), `ttl`, `watchdog`, `wait`, `skip_if_busy`,
+/// `keep_going_on_lost`, `client`, `crate`: see the [crate docs](crate).
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::Lock, args.into(), item.into()).into()
 }
 
-/// A rate limit on an `async fn`.
+/// Lets a call of an `async fn` run only while the key's quota allows it.
+///
+/// ```
+/// use lockguard::{Lockguard, rate_limit};
+///
+/// struct User {
+///     id: u64,
+/// }
+///
+/// /// Two password resets an hour per user, three at once after a quiet
+/// /// spell.
+/// #[rate_limit(key = "user:{user.id}", rate = "2/h", burst = 3, algorithm = "gcra")]
+/// async fn reset_password(user: &User) -> Result<(), lockguard::Error> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// Lockguard::memory().install_default();
+/// let ann = User { id: 1 };
+/// for _ in 0..3 {
+///     reset_password(&ann).await?;
+/// }
+/// let refused = reset_password(&ann).await.unwrap_err();
+/// assert!(refused.is_rate_limited());
+/// println!("retry in {:?}", refused.retry_after());
+/// # Ok(()) }
+/// ```
+///
+/// # Behaviour
+///
+/// - Each call spends one unit (or `cost`) of the key's budget in the
+///   limiter before the body runs; a refused call returns the
+///   `RateLimited` error, with `Error::retry_after` saying when to try
+///   again, and its body does not run.
+/// - The limiter is named after the function's path
+///   (`module_path!()::function`) unless `name` is given, so two functions
+///   with the same key have budgets of their own, and two with the same
+///   `name` share one (as does `lg.rate_limiter(name, quota)` with the
+///   same quota). Methods of the same name in one module share a budget
+///   unless named.
+/// - `algorithm` picks GCRA (the default: `burst` at once, then one per
+///   `period / count`), a fixed window (`count` per window), or a sliding
+///   window log (at most `count` in any rolling period); `burst` applies
+///   to GCRA only.
+///
+/// # Errors
+///
+/// `Err(e.into())` with a `lockguard::Error` of kind `RateLimited`,
+/// `NoDefaultClient`, `InvalidInput` (a bad formatted key), or the store's.
+///
+/// # Written by hand
+///
+/// The example above is equivalent to:
+///
+/// ```
+/// # use lockguard::Lockguard;
+/// # struct User { id: u64 }
+/// use lockguard::{Algorithm, Quota};
+///
+/// async fn reset_password(user: &User) -> Result<(), lockguard::Error> {
+///     let key = format!("user:{}", user.id);
+///     let lg = Lockguard::default_client()?;
+///     lg.rate_limiter(concat!(module_path!(), "::reset_password"), Quota::per_hour(2).burst(3))
+///         .algorithm(Algorithm::Gcra)
+///         .try_acquire(&key) // `.try_acquire_cost(&key, cost)` with `cost`
+///         .await?;
+///     async move { Ok(()) }.await
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// # Lockguard::memory().install_default();
+/// # reset_password(&User { id: 1 }).await
+/// # }
+/// ```
+///
+/// # Options
+///
+/// `key` and `rate` (required), `burst`, `algorithm`, `name`, `cost`,
+/// `client`, `crate`: see the [crate docs](crate).
 #[proc_macro_attribute]
 pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::RateLimit, args.into(), item.into()).into()
 }
 
-/// A concurrency limit on an `async fn`.
+/// Runs an `async fn` holding one permit of a distributed semaphore, so at
+/// most `permits` bodies run at once per key, across every process.
+///
+/// ```
+/// use lockguard::{Lockguard, concurrency_limit};
+///
+/// struct Exporter {
+///     locks: Lockguard,
+/// }
+///
+/// impl Exporter {
+///     /// At most four exports of a tenant at once; a fifth waits up to two
+///     /// seconds for a permit.
+///     #[concurrency_limit(key = "exports:{tenant}", permits = 4, wait = "2s", client = self.locks)]
+///     async fn export(&self, tenant: &str) -> Result<usize, lockguard::Error> {
+///         Ok(tenant.len())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// let exporter = Exporter { locks: Lockguard::memory() };
+/// assert_eq!(exporter.export("acme").await?, 4);
+/// # Ok(()) }
+/// ```
+///
+/// # Behaviour
+///
+/// As [`distributed_lock`], with a permit of the semaphore `key` instead
+/// of the lock: taken before the body (waiting up to `wait`, or trying
+/// once), `Busy` (or `Ok(None)` with `skip_if_busy`) when every permit is
+/// taken, a lease renewed by the watchdog unless `ttl` fixes it, a lost
+/// permit stops the body unless `keep_going_on_lost`, and the permit is
+/// given back after the body. Permits are counted, not owned: a nested
+/// call on the same key takes a second permit.
+///
+/// # Errors
+///
+/// `Err(e.into())` with a `lockguard::Error` of kind `Busy`, `LeaseLost`,
+/// `NoDefaultClient`, `InvalidInput`, or the store's.
+///
+/// # Written by hand
+///
+/// The example above is equivalent to:
+///
+/// ```
+/// # use lockguard::Lockguard;
+/// # struct Exporter { locks: Lockguard }
+/// use std::time::Duration;
+///
+/// impl Exporter {
+///     async fn export(&self, tenant: &str) -> Result<usize, lockguard::Error> {
+///         let lg = self.locks.clone();
+///         let key = format!("exports:{tenant}");
+///         let permit = lg
+///             .semaphore(&key, 4)
+///             .wait(Duration::from_secs(2))
+///             .acquire()
+///             .await?;
+///         let body = async move { Ok(tenant.len()) };
+///         let out = tokio::select! {
+///             biased;
+///             lost = permit.lost() => return Err(lost.into()),
+///             out = body => out,
+///         };
+///         let _ = permit.release().await;
+///         out
+///     }
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// # let exporter = Exporter { locks: Lockguard::memory() };
+/// # assert_eq!(exporter.export("acme").await?, 4);
+/// # Ok(()) }
+/// ```
+///
+/// # Options
+///
+/// `key` and `permits` (required), `ttl`, `watchdog`, `wait`,
+/// `skip_if_busy`, `keep_going_on_lost`, `client`, `crate`: see the
+/// [crate docs](crate).
 #[proc_macro_attribute]
 pub fn concurrency_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::ConcurrencyLimit, args.into(), item.into()).into()

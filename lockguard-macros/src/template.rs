@@ -145,10 +145,8 @@ fn span_of(lit: &LitStr, range: std::ops::Range<usize>) -> Span {
     let repr = token.to_string();
     // Offsets map one to one only for a plain literal without escapes.
     let plain = repr.len() == lit.value().len() + 2 && repr.starts_with('"');
-    if plain {
-        if let Some(span) = token.subspan(range.start + 1..range.end + 1) {
-            return span;
-        }
+    if plain && let Some(span) = token.subspan(range.start + 1..range.end + 1) {
+        return span;
     }
     lit.span()
 }
