@@ -17,6 +17,7 @@ use lockguard_core::{Algorithm, Lockguard, Quota};
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
+mod http;
 mod raw;
 mod stats;
 
@@ -360,6 +361,22 @@ async fn memory(b: &mut Bench) {
     }
 }
 
+async fn http_layers(b: &mut Bench) {
+    b.line("\n## HTTP: an axum hello-world with each layer (in-memory store), 32 keep-alive connections\n");
+    b.line("| layer | requests/s | ratio to no layer |");
+    b.line("|---|---:|---:|");
+    let base = http::requests_per_second(http::Variant::None, 32, b.run_for).await;
+    b.line(&format!("| {} | {base:.0} | 1.00x |", http::Variant::None.name()));
+    for v in [
+        http::Variant::RateLimit,
+        http::Variant::Lock,
+        http::Variant::ConcurrencyLimit,
+    ] {
+        let rate = http::requests_per_second(v, 32, b.run_for).await;
+        b.line(&format!("| {} | {rate:.0} | {:.2}x |", v.name(), rate / base));
+    }
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -418,6 +435,7 @@ async fn main() {
     contention(&mut b).await;
     limiters(&mut b).await;
     memory(&mut b).await;
+    http_layers(&mut b).await;
     if let Some(path) = write {
         let notes = include_str!("notes.md");
         std::fs::write(&path, format!("{}\n{notes}", b.out)).expect("write the report");

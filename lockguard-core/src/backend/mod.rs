@@ -30,20 +30,20 @@ pub(crate) enum Attempt {
     Contended,
 }
 
-/// The keys of one rate-limited key: the state, and for the sliding log
-/// its running sum (sharing the hash tag).
+/// The key of one rate-limited key's state; the sliding log also keeps its
+/// running sum at [`LimitKeys::sum`] (sharing the hash tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LimitKeys {
     pub(crate) main: String,
-    pub(crate) sum: String,
 }
 
 impl LimitKeys {
     pub(crate) fn new(main: String) -> Self {
-        Self {
-            sum: format!("{main}:sum"),
-            main,
-        }
+        Self { main }
+    }
+
+    pub(crate) fn sum(&self) -> String {
+        format!("{}:sum", self.main)
     }
 }
 

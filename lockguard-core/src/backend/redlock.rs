@@ -294,7 +294,10 @@ impl RedlockStore {
             let errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
             return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &errors));
         }
-        if !granted.is_empty() {
+        // Our own partial grants with fewer than a quorum held by others:
+        // nobody won this round. With a quorum held elsewhere, someone
+        // holds it: say for how long.
+        if !granted.is_empty() && held.len() < q {
             return Ok(Attempt::Contended);
         }
         Ok(Attempt::Held(held.into_iter().flatten().min()))

@@ -79,21 +79,42 @@ pub struct RateLimiter {
     name: Arc<str>,
     quota: Quota,
     algorithm: Algorithm,
+    /// `{prefix}rl:{algorithm}:{name}`, and whether it carries a hash tag;
+    /// or why the name or quota cannot work. Built once, not per check.
+    prepared: Result<(Arc<str>, bool), String>,
 }
 
 impl RateLimiter {
     pub(crate) fn new(client: Lockguard, name: &str, quota: Quota) -> Self {
-        Self {
+        let mut limiter = Self {
             client,
             name: name.into(),
             quota,
             algorithm: Algorithm::default(),
-        }
+            prepared: Err(String::new()),
+        };
+        limiter.prepared = limiter.prepare_base();
+        limiter
+    }
+
+    fn prepare_base(&self) -> Result<(Arc<str>, bool), String> {
+        crate::key::validate("rate limiter name", &self.name)
+            .map_err(|e| e.message().to_owned())?;
+        self.quota.validate().map_err(|e| e.message().to_owned())?;
+        let base = format!(
+            "{}rl:{}:{}:",
+            self.client.prefix(),
+            self.algorithm.key_kind(),
+            self.name
+        );
+        let tagged = crate::key::has_hash_tag(&base);
+        Ok((base.into(), tagged))
     }
 
     /// Runs `algorithm` instead of GCRA.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
+        self.prepared = self.prepare_base();
         self
     }
 
@@ -187,9 +208,11 @@ impl RateLimiter {
     }
 
     fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys, LimitOp)> {
-        crate::key::validate("rate limiter name", &self.name)?;
+        let (base, tagged) = self
+            .prepared
+            .as_ref()
+            .map_err(|e| Error::invalid(e.clone()))?;
         crate::key::validate("rate limit", key)?;
-        self.quota.validate()?;
         if cost == 0 {
             return Err(Error::invalid("rate limit cost must be at least 1"));
         }
@@ -200,8 +223,18 @@ impl RateLimiter {
                 self.algorithm
             )));
         }
-        let kind = format!("rl:{}:{}", self.algorithm.key_kind(), self.name);
-        let keys = LimitKeys::new(crate::key::base(self.client.prefix(), &kind, key));
+        // The same layout as `key::base`: the user's own hash tag, or the
+        // whole key wrapped in braces.
+        let mut full = String::with_capacity(base.len() + key.len() + 2);
+        full.push_str(base);
+        if *tagged || crate::key::has_hash_tag(key) {
+            full.push_str(key);
+        } else {
+            full.push('{');
+            full.push_str(key);
+            full.push('}');
+        }
+        let keys = LimitKeys::new(full);
         let op = match self.algorithm {
             Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),
             Algorithm::FixedWindow => LimitOp::Fixed {

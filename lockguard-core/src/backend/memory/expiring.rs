@@ -64,9 +64,11 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
     }
 
     pub(crate) fn insert(&mut self, key: &str, value: V, expires: Option<T>, now: T) {
-        if !self.entries.contains_key(key) {
-            self.maybe_sweep(now);
+        if let Some(slot) = self.entries.get_mut(key) {
+            *slot = (value, expires);
+            return;
         }
+        self.maybe_sweep(now);
         self.entries.insert(key.to_owned(), (value, expires));
     }
 

@@ -53,7 +53,7 @@ impl RedisStore {
                 let member = Token::random();
                 let mut call = SLIDING_WINDOW.prepare_invoke();
                 call.key(&keys.main)
-                    .key(&keys.sum)
+                    .key(keys.sum())
                     .arg(limit)
                     .arg(period_us)
                     .arg(cost)

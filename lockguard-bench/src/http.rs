@@ -1,0 +1,83 @@
+//! Requests per second through an axum hello-world with each lockguard
+//! layer (in-memory store) and without, over loopback HTTP/1.1 keep-alive.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use lockguard_core::{Lockguard, Quota};
+use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
+
+/// The layer under test.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Variant {
+    None,
+    RateLimit,
+    Lock,
+    ConcurrencyLimit,
+}
+
+impl Variant {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::None => "no layer",
+            Self::RateLimit => "RateLimitLayer (GCRA, global key)",
+            Self::Lock => "LockLayer (a key per connection)",
+            Self::ConcurrencyLimit => "ConcurrencyLimitLayer (1000 permits)",
+        }
+    }
+}
+
+fn app(variant: Variant) -> Router {
+    let lg = Lockguard::memory();
+    let hello = Router::new().route("/", get(|| async { "hello" }));
+    let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
+    match variant {
+        Variant::None => hello,
+        Variant::RateLimit => hello.layer(RateLimitLayer::new(
+            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+            key::Global,
+        )),
+        Variant::Lock => hello.layer(LockLayer::new(lg, "bench", conn_key)),
+        Variant::ConcurrencyLimit => hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000)),
+    }
+}
+
+/// Serves the variant on a loopback port and drives it with `conns`
+/// keep-alive connections for `run_for`; returns requests per second.
+pub(crate) async fn requests_per_second(variant: Variant, conns: usize, run_for: Duration) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app(variant)).await.expect("serve");
+    });
+    let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
+    let rate = crate::throughput(conns, run_for, |c, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| {
+        let uri = uri.clone();
+        async move {
+            // One client per task: one keep-alive connection each.
+            let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+            while !stop.load(Ordering::Relaxed) {
+                let req = http::Request::get(uri.clone())
+                    .header("x-conn", c.to_string())
+                    .body(Empty::new())
+                    .expect("request");
+                let res = client.request(req).await.expect("response");
+                assert!(res.status().is_success(), "{}", res.status());
+                res.into_body().collect().await.expect("body");
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+    .await;
+    server.abort();
+    rate
+}
