@@ -374,12 +374,34 @@ impl Args {
 }
 
 impl Args {
+    /// The key. [`Args::parse`] has checked that it is there; the error
+    /// only keeps this from ever being a panic.
+    pub(crate) fn key(&self) -> syn::Result<&LitStr> {
+        self.key.as_ref().ok_or_else(|| missing("key"))
+    }
+
+    /// The rate of a `#[rate_limit]` (checked by [`Args::parse`]).
+    pub(crate) fn rate(&self) -> syn::Result<Rate> {
+        self.rate.map(|r| r.value).ok_or_else(|| missing("rate"))
+    }
+
+    /// The permits of a `#[concurrency_limit]` (checked by [`Args::parse`]).
+    pub(crate) fn permits(&self) -> syn::Result<u32> {
+        self.permits
+            .map(|p| p.value)
+            .ok_or_else(|| missing("permits"))
+    }
+
     fn name_span(&self, opt: Opt) -> Span {
         self.names
             .iter()
             .find(|(o, _)| *o == opt)
             .map_or_else(Span::call_site, |(_, span)| *span)
     }
+}
+
+fn missing(what: &str) -> syn::Error {
+    syn::Error::new(Span::call_site(), format!("`{what}` is required"))
 }
 
 /// The error for a token that is no option of `kind`: named when it is an

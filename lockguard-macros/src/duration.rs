@@ -117,4 +117,24 @@ mod tests {
         assert_eq!(display(Duration::from_secs(90)), "90s");
         assert_eq!(display(Duration::ZERO), "0ms");
     }
+
+    /// Every string of up to five characters over an alphabet of the
+    /// tricky ones parses or is an error, never a panic.
+    #[test]
+    fn no_input_panics() {
+        let alphabet = ['1', '9', 'm', 's', 'h', 'd', '.', '/', 'µ'];
+        let mut inputs = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = inputs
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            inputs = longer;
+            for i in &inputs {
+                let _ = parse(i);
+                let _ = parse_period(i);
+                let _ = crate::rate::parse(i);
+            }
+        }
+    }
 }

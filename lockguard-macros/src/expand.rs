@@ -66,10 +66,7 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         None => quote!(::lockguard),
     };
     let p = quote!(#krate::__private);
-    let key = match &args.key {
-        Some(key) => template::expand(key, &Scope::of(sig), &p)?,
-        None => unreachable_key(),
-    };
+    let key = template::expand(args.key()?, &Scope::of(sig), &p)?;
     let client = match &args.client {
         Some(expr) => {
             // A type error points at the whole expression: the `&` takes
@@ -132,15 +129,12 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
             if kind == Kind::Lock {
                 quote!(#p::locked(#client_var, #key_var, #opts, #body))
             } else {
-                let permits = args.permits.map_or(1, |n| n.value);
+                let permits = args.permits()?;
                 quote!(#p::limited(#client_var, #key_var, #permits, #opts, #body))
             }
         }
         Kind::RateLimit => {
-            let rate = args.rate.map(|r| r.value).unwrap_or(crate::rate::Rate {
-                count: 1,
-                period: std::time::Duration::from_secs(1),
-            });
+            let rate = args.rate()?;
             let count = rate.count;
             let period = ms(rate.period);
             let burst = args.burst.map(|b| {
@@ -217,9 +211,4 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
             tt
         })
         .collect()
-}
-
-/// `Args::parse` rejects attributes without a key; this is never reached.
-fn unreachable_key() -> TokenStream {
-    quote!(::core::compile_error!("a key is required"))
 }

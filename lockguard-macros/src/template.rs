@@ -125,9 +125,8 @@ fn split(template: &str) -> Result<Vec<Piece>, (String, std::ops::Range<usize>)>
                     pieces.push(Piece::Text(std::mem::take(&mut text)));
                 }
                 pieces.push(Piece::Field(segments, range));
-                for _ in 0..len + 1 {
-                    chars.next();
-                }
+                // Skip the placeholder (byte offsets, whatever its characters).
+                while chars.next_if(|&(j, _)| j <= end).is_some() {}
             }
             c => text.push(c),
         }
@@ -270,6 +269,10 @@ mod tests {
             r#"p :: format ! ("{}/{}/{}/{}" , self . tenant , user . id , b , user . pair . 0)"#
         );
         assert_eq!(
+            expand_str("ü:{ünï}:é", "async fn f(ünï: u8)").unwrap(),
+            r#"p :: format ! ("ü:{}:é" , ünï)"#
+        );
+        assert_eq!(
             expand_str("{{hash}}:global", sig).unwrap(),
             r#"p :: String :: from ("{hash}:global")"#
         );
@@ -286,5 +289,24 @@ mod tests {
         assert!(e.contains("not a method"), "{e}");
         let e = expand_str("{x}", "async fn f(_: u64)").unwrap_err();
         assert!(e.contains("takes no arguments"), "{e}");
+    }
+
+    /// Every template of up to five characters over an alphabet of the
+    /// tricky ones gives a key or an error, never a panic.
+    #[test]
+    fn no_template_panics() {
+        let alphabet = ['{', '}', 'a', '.', '0', 'ü', ' ', ':'];
+        let mut templates = vec![String::new()];
+        for _ in 0..5 {
+            let longer: Vec<String> = templates
+                .iter()
+                .flat_map(|t| alphabet.iter().map(move |c| format!("{t}{c}")))
+                .collect();
+            templates.extend(longer);
+            templates.dedup();
+        }
+        for t in &templates {
+            let _ = expand_str(t, "async fn f(&self, a: u8)");
+        }
     }
 }
