@@ -60,23 +60,27 @@ pub(crate) async fn requests_per_second(variant: Variant, conns: usize, run_for:
         axum::serve(listener, app(variant)).await.expect("serve");
     });
     let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
-    let rate = crate::throughput(conns, run_for, |c, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| {
-        let uri = uri.clone();
-        async move {
-            // One client per task: one keep-alive connection each.
-            let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-            while !stop.load(Ordering::Relaxed) {
-                let req = http::Request::get(uri.clone())
-                    .header("x-conn", c.to_string())
-                    .body(Empty::new())
-                    .expect("request");
-                let res = client.request(req).await.expect("response");
-                assert!(res.status().is_success(), "{}", res.status());
-                res.into_body().collect().await.expect("body");
-                done.fetch_add(1, Ordering::Relaxed);
+    let rate = crate::throughput(
+        conns,
+        run_for,
+        |c, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| {
+            let uri = uri.clone();
+            async move {
+                // One client per task: one keep-alive connection each.
+                let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+                while !stop.load(Ordering::Relaxed) {
+                    let req = http::Request::get(uri.clone())
+                        .header("x-conn", c.to_string())
+                        .body(Empty::new())
+                        .expect("request");
+                    let res = client.request(req).await.expect("response");
+                    assert!(res.status().is_success(), "{}", res.status());
+                    res.into_body().collect().await.expect("body");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     server.abort();
     rate

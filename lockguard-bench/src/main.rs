@@ -366,14 +366,21 @@ async fn http_layers(b: &mut Bench) {
     b.line("| layer | requests/s | ratio to no layer |");
     b.line("|---|---:|---:|");
     let base = http::requests_per_second(http::Variant::None, 32, b.run_for).await;
-    b.line(&format!("| {} | {base:.0} | 1.00x |", http::Variant::None.name()));
+    b.line(&format!(
+        "| {} | {base:.0} | 1.00x |",
+        http::Variant::None.name()
+    ));
     for v in [
         http::Variant::RateLimit,
         http::Variant::Lock,
         http::Variant::ConcurrencyLimit,
     ] {
         let rate = http::requests_per_second(v, 32, b.run_for).await;
-        b.line(&format!("| {} | {rate:.0} | {:.2}x |", v.name(), rate / base));
+        b.line(&format!(
+            "| {} | {rate:.0} | {:.2}x |",
+            v.name(),
+            rate / base
+        ));
     }
 }
 
