@@ -5,7 +5,7 @@ use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
-use syn::{Expr, Ident, ItemFn, ReturnType};
+use syn::{AttrStyle, Attribute, Expr, Ident, ItemFn, ReturnType};
 
 use crate::attr::{Algorithm, Args, Kind};
 use crate::template::{self, Scope};
@@ -177,11 +177,17 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
     });
     let fail = quote_spanned!(ret_span=> #p_ret::fail(#err));
 
-    let attrs = &func.attrs;
+    // syn hands a body's inner attributes (`#![allow(...)]`) over with the
+    // function's: they go back at the top of the body.
+    let (inner, outer): (Vec<&Attribute>, Vec<&Attribute>) = func
+        .attrs
+        .iter()
+        .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
     let vis = &func.vis;
     Ok(quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
+            #(#inner)*
             // The client and the key borrow the arguments; the body then
             // takes them.
             let #client_var = #client;

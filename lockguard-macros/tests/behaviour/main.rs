@@ -2,6 +2,7 @@
 //! real `redis-server` started by each test: exclusion, refusals past a
 //! quota, at most N bodies at once, lease loss, reentrancy.
 
+mod bounds;
 mod concurrency_limit;
 mod lock;
 mod rate_limit;
