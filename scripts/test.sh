@@ -28,6 +28,7 @@ rm -f "$log"
 # store and on a real Redis. flash_sale exits non-zero when a check fails.
 cargo run --quiet --example flash_sale
 cargo run --quiet --example locks
+cargo run --quiet --example macros
 dir=$(mktemp -d)
 redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
@@ -35,6 +36,7 @@ trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$d
 for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
+REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example macros
 
 echo
 echo "tests: $summary"

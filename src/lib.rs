@@ -28,7 +28,9 @@
 //! |---|---|
 //! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis and in-memory stores |
 //! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
-//! | `tower` | `lockguard-tower`: HTTP layers for axum and hyper (in progress) |
+//! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
+//! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
+//! | `cluster` | Redis Cluster support (`Lockguard::connect_cluster`) |
 //! | `full` | all of the above |
 //!
 //! See [`lockguard_core`] for the guarantees every lock keeps.
