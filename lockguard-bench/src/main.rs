@@ -33,6 +33,8 @@ struct Bench {
     admin: ConnectionManager,
     run_for: Duration,
     out: String,
+    /// The targets, checked against this run's figures.
+    targets: Vec<String>,
 }
 
 impl Bench {
@@ -57,6 +59,12 @@ impl Bench {
         Lockguard::connect(&self.server.url())
             .await
             .expect("connect")
+    }
+
+    fn target(&mut self, what: &str, measured: String, met: bool) {
+        let verdict = if met { "met" } else { "missed" };
+        self.targets
+            .push(format!("| {what} | {measured} | {verdict} |"));
     }
 
     fn line(&mut self, s: &str) {
@@ -128,6 +136,12 @@ async fn uncontended(b: &mut Bench) {
             "| {tasks} | {lg_rate:.0} | {raw_rate:.0} | {:.2}x |",
             lg_rate / raw_rate
         ));
+        let ratio = lg_rate / raw_rate;
+        b.target(
+            &format!("uncontended lock cycles ≥ 0.9x raw, {tasks} tasks"),
+            format!("{ratio:.3}x"),
+            ratio >= 0.9,
+        );
     }
 }
 
@@ -247,6 +261,19 @@ async fn contention(b: &mut Bench) {
             };
             let counted = b.commands(sent).await;
             let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
+            if tasks == 16 && variant == "lockguard" {
+                let p99 = percentile(&c.handoffs, 99.0);
+                b.target(
+                    "handoff p99 < 2 ms at 16 contenders",
+                    us(p99),
+                    p99 < Duration::from_millis(2),
+                );
+                b.target(
+                    "≤ 4 commands sent per acquisition at 16 contenders",
+                    format!("{:.2}", per(counted.sent)),
+                    per(counted.sent) <= 4.0,
+                );
+            }
             b.line(&format!(
                 "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} ({:.2}) |",
                 c.rate,
@@ -318,6 +345,12 @@ async fn limiters(b: &mut Bench) {
             "| {name} | {lg_rate:.0} | {raw_rate:.0} | {:.2}x |",
             lg_rate / raw_rate
         ));
+        let ratio = lg_rate / raw_rate;
+        b.target(
+            &format!("{name} decisions ≥ 0.9x raw"),
+            format!("{ratio:.3}x"),
+            ratio >= 0.9,
+        );
     }
 }
 
@@ -339,6 +372,11 @@ async fn memory(b: &mut Bench) {
     })
     .await;
     b.line(&format!("| lock + unlock cycle | {rate:.0} |"));
+    b.target(
+        "in-memory lock cycles > 1,000,000/s on one core",
+        format!("{rate:.0}/s"),
+        rate > 1_000_000.0,
+    );
     for (algorithm, name) in [
         (Algorithm::Gcra, "GCRA decision"),
         (Algorithm::FixedWindow, "fixed-window decision"),
@@ -381,6 +419,11 @@ async fn http_layers(b: &mut Bench) {
             v.name(),
             rate / base
         ));
+        b.target(
+            &format!("{} costs < 10% of hello-world throughput", v.name()),
+            format!("{:.0}% cost", (1.0 - rate / base) * 100.0),
+            rate / base > 0.9,
+        );
     }
 }
 
@@ -422,6 +465,7 @@ async fn main() {
             Duration::from_secs(2)
         },
         out: String::new(),
+        targets: Vec::new(),
     };
     let mut head = String::new();
     let _ = writeln!(head, "# Benchmarks\n");
@@ -443,6 +487,12 @@ async fn main() {
     limiters(&mut b).await;
     memory(&mut b).await;
     http_layers(&mut b).await;
+    b.line("\n## Targets, checked against this run\n");
+    b.line("| target | measured | |");
+    b.line("|---|---:|---|");
+    for t in std::mem::take(&mut b.targets) {
+        b.line(&t);
+    }
     if let Some(path) = write {
         let notes = include_str!("notes.md");
         std::fs::write(&path, format!("{}\n{notes}", b.out)).expect("write the report");
