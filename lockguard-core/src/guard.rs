@@ -116,6 +116,7 @@ impl Held {
         lease: Duration,
         valid_until: Instant,
         watchdog: bool,
+        reentrant: bool,
     ) -> Arc<Self> {
         let shared = Arc::new(Shared {
             client,
@@ -144,7 +145,7 @@ impl Held {
             runtime,
             released: false,
         });
-        if held.shared.keys.permits.is_none() {
+        if reentrant && held.shared.keys.permits.is_none() {
             held.shared
                 .client
                 .record_holding(&held.shared.keys.lock, &held);

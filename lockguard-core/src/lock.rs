@@ -68,6 +68,7 @@ pub struct Lock {
     lease: LeaseMode,
     wait: Duration,
     retry_interval: Duration,
+    reentrant: bool,
 }
 
 /// Checks a lease: not zero, whole milliseconds at least, at most
@@ -126,6 +127,7 @@ impl Lock {
             lease: LeaseMode::Watchdog(defaults.lease),
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
+            reentrant: true,
             client,
         }
     }
@@ -155,6 +157,15 @@ impl Lock {
     /// retry when the holder's lease runs out.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
+        self
+    }
+
+    /// Whether a task that already holds this lock gets a reentrant guard
+    /// when it asks again (the default). Turned off, a second acquire by the
+    /// same task waits like anyone else's: for a task that acts for many
+    /// independent requests, such as a server's connection task.
+    pub fn reentrant(mut self, reentrant: bool) -> Self {
+        self.reentrant = reentrant;
         self
     }
 
@@ -314,7 +325,7 @@ impl Lock {
     }
 
     fn reenter(&self, keys: &LockKeys) -> Option<LockGuard> {
-        if keys.permits.is_some() {
+        if !self.reentrant || keys.permits.is_some() {
             // Permits are counted, not owned: a task may hold several.
             return None;
         }
@@ -398,6 +409,7 @@ impl Lock {
             lease,
             valid_until,
             watchdog,
+            self.reentrant,
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Some(LockGuard::new(held))

@@ -420,3 +420,20 @@ async fn acquire_wait_is_bounded(env: Env) {
         "waited {waited:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_reentrant_locks_exclude_their_own_task() {
+    let lg = Lockguard::memory();
+    let outer = lg.lock("nr").reentrant(false).acquire().await.unwrap();
+    let again = lg
+        .lock("nr")
+        .reentrant(false)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(again.is_busy(), "{again}");
+    // A reentrant request does not reenter a non-reentrant holding either.
+    assert!(lg.lock("nr").try_acquire().await.unwrap_err().is_busy());
+    assert!(outer.release().await.unwrap());
+    assert!(lg.lock("nr").reentrant(false).try_acquire().await.is_ok());
+}
