@@ -71,10 +71,9 @@ pub(crate) async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) ->
     let started = Instant::now();
     let result = match kind {
         Kind::Lock => {
-            // A handle of its own per request: the core's locks are
-            // reentrant per task, and two requests served by one task
-            // (one connection) must still exclude each other.
-            let mut lock = settings.client.peer().lock(&store_name);
+            // Not reentrant: two requests served by one task (one
+            // connection) must still exclude each other.
+            let mut lock = settings.client.lock(&store_name).reentrant(false);
             if let Some(lease) = settings.lease {
                 lock = lock.lease(lease);
             }

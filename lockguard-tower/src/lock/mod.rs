@@ -14,11 +14,11 @@
 //! `503` (fail-closed, the default); fail-open runs the request without the
 //! lock and logs a warning.
 //!
-//! Each request takes the lock as its own owner: the core's reentrancy
-//! (a task that holds a lock gets it again) does not apply between
-//! requests, even two served by one connection's task. A handler that
-//! takes the same lock again through its own client waits for the
-//! request's lock like anyone else.
+//! Each request takes the lock as its own owner, with a non-reentrant
+//! [`Lock`](lockguard_core::Lock): the core's reentrancy (a task that holds
+//! a lock gets it again) does not apply between requests, even two served
+//! by one connection's task. A handler that takes the same lock again
+//! through its own client waits for the request's lock like anyone else.
 //!
 //! # Examples
 //!
