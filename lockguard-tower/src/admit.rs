@@ -15,6 +15,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ResponseBody};
+use crate::outcome::{self, MissingKey};
 use crate::rate_limit::headers::RateHeaders;
 
 /// The outcome of an admission check.
@@ -115,7 +116,74 @@ where
             },
         }
     }
+
+    /// A request without a usable key for `what` `name`: refused or passed
+    /// unchecked, as `outcome` says.
+    pub(crate) fn unkeyed(
+        what: &str,
+        name: &str,
+        outcome: MissingKey,
+        service: S,
+        request: Request<ReqB>,
+    ) -> Self {
+        match outcome::missing_key(what, name, outcome) {
+            Some(response) => Self::respond(response),
+            None => Self::pass(service, request),
+        }
+    }
 }
+
+/// Defines a layer's public `ResponseFuture<S, ReqB>`: a named wrapper of
+/// [`Admit`] with the docs given.
+macro_rules! response_future {
+    ($(#[$doc:meta])*) => {
+        pin_project_lite::pin_project! {
+            $(#[$doc])*
+            pub struct ResponseFuture<S, ReqB>
+            where
+                S: tower_service::Service<http::Request<ReqB>>,
+            {
+                #[pin]
+                inner: $crate::admit::Admit<S, ReqB>,
+            }
+        }
+
+        impl<S, ReqB> ResponseFuture<S, ReqB>
+        where
+            S: tower_service::Service<http::Request<ReqB>>,
+        {
+            pub(crate) fn new(inner: $crate::admit::Admit<S, ReqB>) -> Self {
+                Self { inner }
+            }
+        }
+
+        impl<S, ReqB> std::fmt::Debug for ResponseFuture<S, ReqB>
+        where
+            S: tower_service::Service<http::Request<ReqB>>,
+        {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_tuple("ResponseFuture").field(&self.inner).finish()
+            }
+        }
+
+        impl<S, ReqB, ResB> std::future::Future for ResponseFuture<S, ReqB>
+        where
+            S: tower_service::Service<http::Request<ReqB>, Response = http::Response<ResB>>,
+            ResB: http_body::Body,
+        {
+            type Output = Result<http::Response<$crate::body::ResponseBody<ResB>>, S::Error>;
+
+            fn poll(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Self::Output> {
+                self.project().inner.poll(cx)
+            }
+        }
+    };
+}
+
+pub(crate) use response_future;
 
 impl<S, ReqB> fmt::Debug for Admit<S, ReqB>
 where

@@ -4,12 +4,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
+use http::{Request, StatusCode};
 use lockguard_core::{Error, Lockguard};
 use tokio::time::Instant;
+use tower_service::Service;
+use tracing::Instrument;
 
-use crate::admit::Admission;
+use crate::admit::{Admission, Admit};
 use crate::body::Guard;
+use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
 use crate::problem;
 
@@ -65,8 +68,35 @@ impl Kind {
     }
 }
 
+/// Admits `request` to `service` once it holds the lock or a permit for
+/// the key `key` extracts, or refuses it.
+pub(crate) fn admit<S, K, ReqB>(
+    settings: &Arc<Settings>,
+    kind: Kind,
+    key: &K,
+    service: S,
+    request: Request<ReqB>,
+) -> Admit<S, ReqB>
+where
+    S: Service<Request<ReqB>>,
+    K: KeyExtractor<ReqB> + ?Sized,
+{
+    let Some(key) = key::extract_checked(key, &request, settings.reserve()) else {
+        let (what, name) = (kind.what(), &settings.name);
+        return Admit::unkeyed(what, name, settings.on_missing_key, service, request);
+    };
+    let span = match kind {
+        Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),
+        Kind::Permits(permits) => {
+            tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
+        }
+    };
+    let acquire = acquire(settings.clone(), kind, key).instrument(span);
+    Admit::admitting(Box::pin(acquire), service, request)
+}
+
 /// Takes the lock or a permit for `key`, waiting as configured.
-pub(crate) async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
+async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
     let store_name = settings.store_name(&key);
     let started = Instant::now();
     let result = match kind {

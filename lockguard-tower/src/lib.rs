@@ -85,6 +85,7 @@
 
 mod admit;
 mod body;
+mod builders;
 pub mod concurrency;
 mod hold;
 pub mod key;

@@ -1,6 +1,5 @@
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use http::StatusCode;
 use lockguard_core::Lockguard;
@@ -9,7 +8,6 @@ use tower_layer::Layer;
 use super::service::ConcurrencyLimit;
 use crate::hold::Settings;
 use crate::key::Global;
-use crate::outcome::{FailureMode, MissingKey};
 
 /// Serves at most N requests at once per key; see the
 /// [module docs](crate::concurrency).
@@ -59,60 +57,40 @@ impl<K> ConcurrencyLimitLayer<K> {
         self
     }
 
-    /// Waits up to `wait` for a permit before refusing (default: no wait).
-    /// Waiters are woken when a permit is given back, without polling.
-    #[must_use]
-    pub fn wait(self, wait: Duration) -> Self {
-        self.edit(|s| s.wait = Some(wait))
-    }
+    crate::builders::builders! {
+        /// Waits up to `wait` for a permit before refusing (default: no wait).
+        /// Waiters are woken when a permit is given back, without polling.
+        wait;
 
-    /// A fixed lease per permit: a permit frees itself `lease` after it
-    /// was taken, even if the response is still running. Default: the
-    /// client's default lease, renewed by the watchdog until the response
-    /// ends.
-    #[must_use]
-    pub fn lease(self, lease: Duration) -> Self {
-        self.edit(|s| s.lease = Some(lease))
-    }
+        /// A fixed lease per permit: a permit frees itself `lease` after it
+        /// was taken, even if the response is still running. Default: the
+        /// client's default lease, renewed by the watchdog until the response
+        /// ends.
+        lease;
 
-    /// The status of a refusal when every permit is taken (default
-    /// `503 Service Unavailable`; `429 Too Many Requests` suits a limit per
-    /// client).
-    #[must_use]
-    pub fn busy_status(self, status: StatusCode) -> Self {
-        self.edit(|s| s.busy_status = status)
-    }
+        /// The status of a refusal when every permit is taken (default
+        /// `503 Service Unavailable`; `429 Too Many Requests` suits a limit per
+        /// client).
+        busy_status;
 
-    /// What to do with a request that has no usable key (default: reject
-    /// it with `400 Bad Request`).
-    #[must_use]
-    pub fn on_missing_key(self, outcome: MissingKey) -> Self {
-        self.edit(|s| s.on_missing_key = outcome)
-    }
+        /// What to do with a request that has no usable key (default: reject
+        /// it with `400 Bad Request`).
+        on_missing_key;
 
-    /// What to do when the store is down (default: [`FailureMode::Closed`]).
-    #[must_use]
-    pub fn failure_mode(self, mode: FailureMode) -> Self {
-        self.edit(|s| s.failure = mode)
-    }
+        /// What to do when the store is down (default:
+        /// [`FailureMode::Closed`](crate::FailureMode::Closed)).
+        failure_mode;
 
-    /// Serves requests without a permit while the store is down, with a
-    /// warning in the log.
-    #[must_use]
-    pub fn fail_open(self) -> Self {
-        self.failure_mode(FailureMode::Open)
-    }
+        /// Serves requests without a permit while the store is down, with a
+        /// warning in the log.
+        fail_open;
 
-    /// Answers `503 Service Unavailable` while the store is down (the
-    /// default).
-    #[must_use]
-    pub fn fail_closed(self) -> Self {
-        self.failure_mode(FailureMode::Closed)
-    }
+        /// Answers `503 Service Unavailable` while the store is down (the
+        /// default).
+        fail_closed;
 
-    /// The name in front of every semaphore's key.
-    pub fn name(&self) -> &str {
-        &self.settings.name
+        /// The name in front of every semaphore's key.
+        name;
     }
 
     /// The most requests served at once per key.

@@ -5,14 +5,12 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::future::ResponseFuture;
-use crate::admit::{Admit, take_ready};
+use crate::admit::take_ready;
 use crate::body::ResponseBody;
 use crate::hold::{self, Kind, Settings};
-use crate::key::{self, KeyExtractor};
-use crate::outcome;
+use crate::key::KeyExtractor;
 
 /// A service that serves at most N requests at once per key; made by
 /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
@@ -87,27 +85,12 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let inner = take_ready(&mut self.inner);
-        let settings = &self.settings;
-        let Some(key) = key::extract_checked(&*self.key, &req, settings.reserve()) else {
-            return ResponseFuture::new(
-                match outcome::missing_key(
-                    "concurrency limit",
-                    &settings.name,
-                    settings.on_missing_key,
-                ) {
-                    Some(response) => Admit::respond(response),
-                    None => Admit::pass(inner, req),
-                },
-            );
-        };
-        let span = tracing::debug_span!(
-            "concurrency_limit",
-            limit = %settings.name,
-            %key,
-            permits = self.permits
-        );
-        let acquire =
-            hold::acquire(settings.clone(), Kind::Permits(self.permits), key).instrument(span);
-        ResponseFuture::new(Admit::admitting(Box::pin(acquire), inner, req))
+        ResponseFuture::new(hold::admit(
+            &self.settings,
+            Kind::Permits(self.permits),
+            &*self.key,
+            inner,
+            req,
+        ))
     }
 }

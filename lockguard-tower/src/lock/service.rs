@@ -5,14 +5,12 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::future::ResponseFuture;
-use crate::admit::{Admit, take_ready};
+use crate::admit::take_ready;
 use crate::body::ResponseBody;
 use crate::hold::{self, Kind, Settings};
-use crate::key::{self, KeyExtractor};
-use crate::outcome;
+use crate::key::KeyExtractor;
 
 /// A service that runs one request per key at a time; made by
 /// [`LockLayer`](super::LockLayer).
@@ -83,17 +81,12 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let inner = take_ready(&mut self.inner);
-        let settings = &self.settings;
-        let Some(key) = key::extract_checked(&*self.key, &req, settings.reserve()) else {
-            return ResponseFuture::new(
-                match outcome::missing_key("lock", &settings.name, settings.on_missing_key) {
-                    Some(response) => Admit::respond(response),
-                    None => Admit::pass(inner, req),
-                },
-            );
-        };
-        let span = tracing::debug_span!("lock", lock = %settings.name, %key);
-        let acquire = hold::acquire(settings.clone(), Kind::Lock, key).instrument(span);
-        ResponseFuture::new(Admit::admitting(Box::pin(acquire), inner, req))
+        ResponseFuture::new(hold::admit(
+            &self.settings,
+            Kind::Lock,
+            &*self.key,
+            inner,
+            req,
+        ))
     }
 }

@@ -45,49 +45,40 @@ impl<P> RateLimitLayer<P> {
         }
     }
 
-    /// What to do with a request that has no usable key (default: reject
-    /// it with `400 Bad Request`).
-    #[must_use]
-    pub fn on_missing_key(mut self, outcome: MissingKey) -> Self {
-        self.options.on_missing_key = outcome;
+    fn edit(mut self, f: impl FnOnce(&mut Options)) -> Self {
+        f(&mut self.options);
         self
     }
 
-    /// What to do when the store is down (default: [`FailureMode::Closed`]).
-    #[must_use]
-    pub fn failure_mode(mut self, mode: FailureMode) -> Self {
-        self.options.failure = mode;
-        self
-    }
+    crate::builders::builders! {
+        /// What to do with a request that has no usable key (default: reject
+        /// it with `400 Bad Request`).
+        on_missing_key;
 
-    /// Lets requests through unchecked while the store is down, with a
-    /// warning in the log.
-    #[must_use]
-    pub fn fail_open(self) -> Self {
-        self.failure_mode(FailureMode::Open)
-    }
+        /// What to do when the store is down (default: [`FailureMode::Closed`]).
+        failure_mode;
 
-    /// Answers `503 Service Unavailable` while the store is down (the
-    /// default).
-    #[must_use]
-    pub fn fail_closed(self) -> Self {
-        self.failure_mode(FailureMode::Closed)
+        /// Lets requests through unchecked while the store is down, with a
+        /// warning in the log.
+        fail_open;
+
+        /// Answers `503 Service Unavailable` while the store is down (the
+        /// default).
+        fail_closed;
     }
 
     /// Whether to send the IETF `RateLimit-Policy` and `RateLimit` headers
     /// (default: yes).
     #[must_use]
-    pub fn standard_headers(mut self, on: bool) -> Self {
-        self.options.headers.standard = on;
-        self
+    pub fn standard_headers(self, on: bool) -> Self {
+        self.edit(|o| o.headers.standard = on)
     }
 
     /// Whether to send the legacy `X-RateLimit-Limit`, `X-RateLimit-Remaining`
     /// and `X-RateLimit-Reset` (seconds from now) headers (default: no).
     #[must_use]
-    pub fn legacy_headers(mut self, on: bool) -> Self {
-        self.options.headers.legacy = on;
-        self
+    pub fn legacy_headers(self, on: bool) -> Self {
+        self.edit(|o| o.headers.legacy = on)
     }
 
     /// The policy.

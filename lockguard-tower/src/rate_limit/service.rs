@@ -98,12 +98,8 @@ where
         } = selection;
         let Some(key) = key else {
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
-            return ResponseFuture::new(
-                match outcome::missing_key("rate limit", limiter.name(), outcome) {
-                    Some(response) => Admit::respond(response),
-                    None => Admit::pass(inner, req),
-                },
-            );
+            let name = limiter.name();
+            return ResponseFuture::new(Admit::unkeyed("rate limit", name, outcome, inner, req));
         };
         let span = tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost);
         let check = decide(
