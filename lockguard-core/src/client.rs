@@ -27,6 +27,10 @@ use crate::token::Token;
 /// crashed holder's lock for too long.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The shortest lease a lock accepts. The holder stops counting on a lease
+/// 1% + 2 ms before it ends, so shorter leases would leave no time to use.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// The shortest lease the watchdog renews: it renews every third of the
 /// lease, and shorter leases would flood the store with renewals.
 pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
@@ -81,6 +85,9 @@ impl Owner {
 struct Holding {
     owner: Owner,
     held: Weak<Held>,
+    /// Identifies the acquisition (the `Held` may have moved out of its
+    /// `Arc` by the time it is forgotten).
+    token: Token,
 }
 
 /// The process-wide default client, for code (such as the attribute
@@ -357,28 +364,31 @@ impl Lockguard {
         holding.held.upgrade().filter(|h| h.is_held())
     }
 
+    #[cfg(test)]
+    pub(crate) fn holdings_len(&self) -> usize {
+        self.holdings().len()
+    }
+
     /// Whether some task of this client holds the lock on `key` now.
     pub(crate) fn held_locally(&self, key: &str) -> bool {
         let held = self.holdings().get(key).and_then(|h| h.held.upgrade());
         held.is_some_and(|h| h.is_held())
     }
 
-    pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>) {
+    pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>, token: Token) {
         self.holdings().insert(
             key.to_owned(),
             Holding {
                 owner: Owner::current(),
                 held: Arc::downgrade(held),
+                token,
             },
         );
     }
 
-    pub(crate) fn forget_holding(&self, key: &str, held: *const Held) {
+    pub(crate) fn forget_holding(&self, key: &str, token: &Token) {
         let mut holdings = self.holdings();
-        if holdings
-            .get(key)
-            .is_some_and(|h| std::ptr::eq(h.held.as_ptr(), held))
-        {
+        if holdings.get(key).is_some_and(|h| h.token == *token) {
             holdings.remove(key);
         }
     }

@@ -175,9 +175,12 @@ impl Error {
             {
                 ErrorKind::Unavailable
             }
-            redis::ErrorKind::AuthenticationFailed | redis::ErrorKind::Client => {
-                ErrorKind::Unavailable
-            }
+            redis::ErrorKind::AuthenticationFailed
+            | redis::ErrorKind::Client
+            | redis::ErrorKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
+            // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the cluster is moving or
+            // failing over; trying again later may succeed.
+            _ if err.is_cluster_error() => ErrorKind::Unavailable,
             _ => match err.code() {
                 Some(
                     "LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "READONLY",

@@ -148,7 +148,7 @@ impl Held {
         if reentrant && held.shared.keys.permits.is_none() {
             held.shared
                 .client
-                .record_holding(&held.shared.keys.lock, &held);
+                .record_holding(&held.shared.keys.lock, &held, held.shared.token);
         }
         held
     }
@@ -163,10 +163,9 @@ impl Held {
             return false;
         }
         self.stop_watchdog.take();
-        let me: *const Held = self;
         self.shared
             .client
-            .forget_holding(&self.shared.keys.lock, me);
+            .forget_holding(&self.shared.keys.lock, &self.shared.token);
         true
     }
 

@@ -99,10 +99,10 @@ pub mod safety {}
 mod token;
 mod watchdog;
 
-pub use backend::redlock::DEFAULT_NODE_TIMEOUT;
+pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 pub use client::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE,
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, Lockguard, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};

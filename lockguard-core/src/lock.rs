@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::Attempt;
-use crate::client::{Lockguard, MAX_LEASE, MIN_WATCHDOG_LEASE};
+use crate::client::{Lockguard, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::guard::{Held, LockGuard, PendingRelease};
@@ -74,9 +74,9 @@ pub struct Lock {
 /// Checks a lease: not zero, whole milliseconds at least, at most
 /// [`MAX_LEASE`], and long enough for the watchdog when it renews.
 pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
-    if lease < Duration::from_millis(1) {
+    if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
-            "lease must be at least 1ms, got {lease:?}"
+            "lease must be at least {MIN_LEASE:?}, got {lease:?}"
         )));
     }
     if lease > MAX_LEASE {
@@ -242,7 +242,11 @@ impl Lock {
             return Err(self.busy(wait.ttl(), Some(self.wait)));
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting");
-        let mut registration = self.client.waiters().register(&keys.channel).await;
+        let mut registration = self
+            .client
+            .waiters()
+            .register(&keys.channel, deadline)
+            .await;
         let slot = registration.slot.clone();
         let _slot = match deadline {
             Some(d) => tokio::time::timeout_at(d, slot.lock())
@@ -251,7 +255,7 @@ impl Lock {
             None => slot.lock().await,
         };
         let mut first = true;
-        let mut offer: Option<tokio::sync::oneshot::Receiver<crate::notify::Handoff>> = None;
+        let mut offer: Option<OfferRx> = None;
         loop {
             registration.rx.borrow_and_update();
             // Taking over the slot from a sibling task that just acquired
@@ -275,7 +279,16 @@ impl Lock {
             }
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if d <= now => return Err(self.busy(wait.ttl(), Some(self.wait))),
+                Some(d) if d <= now => {
+                    // A handoff that arrived meanwhile is ours to take.
+                    if let Some(h) = offer.as_mut().and_then(OfferRx::try_take)
+                        && let Some(guard) =
+                            self.guard(keys.clone(), h.token, h.fence, lease, h.sent_at)
+                    {
+                        return Ok(guard);
+                    }
+                    return Err(self.busy(wait.ttl(), Some(self.wait)));
+                }
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
@@ -298,11 +311,15 @@ impl Lock {
                 self.client
                     .waiters()
                     .offer(&keys.channel, Offer { tx, lease });
-                offer = Some(rx);
+                offer = Some(OfferRx {
+                    rx,
+                    client: self.client.clone(),
+                    keys: keys.clone(),
+                });
             }
             let handed = async {
                 match offer.as_mut() {
-                    Some(rx) => Some(rx.await),
+                    Some(o) => Some((&mut o.rx).await),
                     None => std::future::pending().await,
                 }
             };
@@ -432,6 +449,31 @@ impl Lock {
     }
 }
 
+/// The receiving end of a handoff offer. Dropped with a handoff still in it
+/// (the waiter gave up, failed or was cancelled between the handoff and
+/// reading it), it releases the handed lock in the background: a lock is
+/// never left to a waiter that is gone.
+struct OfferRx {
+    rx: tokio::sync::oneshot::Receiver<crate::notify::Handoff>,
+    client: Lockguard,
+    keys: Arc<LockKeys>,
+}
+
+impl OfferRx {
+    fn try_take(&mut self) -> Option<crate::notify::Handoff> {
+        self.rx.try_recv().ok()
+    }
+}
+
+impl Drop for OfferRx {
+    fn drop(&mut self) {
+        self.rx.close();
+        if let Ok(h) = self.rx.try_recv() {
+            drop(PendingRelease::new(&self.client, &self.keys, h.token));
+        }
+    }
+}
+
 /// Why an attempt did not take the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
@@ -538,11 +580,72 @@ mod tests {
         }
     }
 
+    #[tokio::test]
+    async fn released_and_dropped_guards_leave_no_reentrancy_record() {
+        let lg = Lockguard::memory();
+        for i in 0..100 {
+            let g = lg.lock(&format!("k{i}")).acquire().await.unwrap();
+            if i % 2 == 0 {
+                assert!(g.release().await.unwrap());
+            } else {
+                drop(g);
+            }
+        }
+        assert_eq!(lg.holdings_len(), 0);
+    }
+
+    /// A waiter that leaves after a lock was handed to it (timed out,
+    /// failed, cancelled) does not keep it: the lock is released at once.
+    #[tokio::test]
+    async fn a_handoff_to_a_waiter_that_left_is_released() {
+        let lg = Lockguard::memory();
+        let keys = Arc::new(LockKeys::new(lg.prefix(), "gone"));
+        let holder = lg
+            .lock("gone")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let _reg = lg.waiters().register(&keys.channel, None).await;
+        lg.waiters().offer(
+            &keys.channel,
+            Offer {
+                tx,
+                lease: Duration::from_secs(30),
+            },
+        );
+        let offer = OfferRx {
+            rx,
+            client: lg.clone(),
+            keys: keys.clone(),
+        };
+        assert!(holder.release().await.unwrap(), "handed over");
+        assert!(
+            lg.peer()
+                .lock("gone")
+                .try_acquire()
+                .await
+                .unwrap_err()
+                .is_busy(),
+            "the handed lock is held"
+        );
+        drop(offer);
+        tokio::task::yield_now().await;
+        let freed = lg.peer().lock("gone").try_acquire().await;
+        assert!(
+            freed.is_ok(),
+            "the departed waiter kept the lock: {freed:?}"
+        );
+    }
+
     #[test]
     fn leases_are_validated() {
         assert!(validate_lease(Duration::ZERO, false).is_err());
-        assert!(validate_lease(Duration::from_micros(999), false).is_err());
-        assert!(validate_lease(Duration::from_millis(1), false).is_ok());
+        assert!(validate_lease(Duration::from_millis(9), false).is_err());
+        assert!(validate_lease(MIN_LEASE, false).is_ok());
+        // The shortest lease still leaves time to use it.
+        assert!(crate::guard::safety_margin(MIN_LEASE) < MIN_LEASE / 2);
         assert!(validate_lease(Duration::from_millis(50), true).is_err());
         assert!(validate_lease(MAX_LEASE, true).is_ok());
         assert!(validate_lease(MAX_LEASE + Duration::from_millis(1), false).is_err());

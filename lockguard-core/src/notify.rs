@@ -30,6 +30,10 @@ use crate::token::Token;
 /// key contended again soon does not pay SUBSCRIBE and UNSUBSCRIBE each time.
 const UNSUBSCRIBE_GRACE: Duration = Duration::from_secs(2);
 
+/// How close together the same release announced by several Redlock nodes
+/// arrives; a later announcement with the same token is a new release.
+const DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
+
 /// Consecutive local handoffs of one key before a release is public again.
 pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 3;
 
@@ -52,9 +56,9 @@ pub(crate) struct Offer {
 #[derive(Debug)]
 struct Entry {
     tx: watch::Sender<u64>,
-    /// The release last announced, so one release announced by several
-    /// nodes wakes the waiters once.
-    last_release: Vec<u8>,
+    /// The release last announced and when, so one release announced by
+    /// several nodes (within moments) wakes the waiters once.
+    last_release: (Vec<u8>, Instant),
     waiters: usize,
     slot: Arc<tokio::sync::Mutex<()>>,
     offer: Option<Offer>,
@@ -135,12 +139,16 @@ impl Waiters {
     /// Registers interest in `channel` and, on Redis, makes sure the channel
     /// is subscribed before returning. A failed subscription is logged and
     /// leaves the waiter on its timed retries.
-    pub(crate) async fn register(self: &Arc<Self>, channel: &str) -> Registration {
+    pub(crate) async fn register(
+        self: &Arc<Self>,
+        channel: &str,
+        deadline: Option<Instant>,
+    ) -> Registration {
         let (rx, slot) = {
             let mut entries = self.entries();
             let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
                 tx: watch::Sender::new(0),
-                last_release: Vec::new(),
+                last_release: (Vec::new(), Instant::now()),
                 waiters: 0,
                 slot: Arc::new(tokio::sync::Mutex::new(())),
                 offer: None,
@@ -155,7 +163,14 @@ impl Waiters {
             rx,
             slot,
         };
-        self.sync(channel).await;
+        // Bounded by the caller's wait: a slow pub/sub connection leaves
+        // the waiter on its timed retries rather than past its deadline.
+        match deadline {
+            Some(d) => {
+                let _ = tokio::time::timeout_at(d, self.sync(channel)).await;
+            }
+            None => self.sync(channel).await,
+        }
         registration
     }
 
@@ -205,10 +220,11 @@ impl Waiters {
     /// `release`, unless that release has woken them already.
     pub(crate) fn notify_release(&self, channel: &str, release: &[u8]) {
         if let Some(entry) = self.entries().get_mut(channel) {
-            if !release.is_empty() && entry.last_release == release {
+            let (last, at) = &entry.last_release;
+            if !release.is_empty() && last == release && at.elapsed() < DUPLICATE_WINDOW {
                 return;
             }
-            entry.last_release = release.to_vec();
+            entry.last_release = (release.to_vec(), Instant::now());
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
     }

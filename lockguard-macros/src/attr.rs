@@ -31,6 +31,9 @@ mod kw {
 /// The longest lease a lock accepts (`lockguard::MAX_LEASE`): one day.
 const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The shortest lease a lock accepts (`lockguard::MIN_LEASE`).
+const MIN_LEASE: Duration = Duration::from_millis(10);
+
 /// The shortest lease the watchdog renews (`lockguard::MIN_WATCHDOG_LEASE`).
 const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
 
@@ -230,7 +233,7 @@ impl Args {
             Opt::Key => self.key = Some(lit_str(input, "the key, like \"order:{order_id}\"")?),
             Opt::Ttl => {
                 let d = duration_value(input)?;
-                check_lease(d, "ttl", Duration::from_millis(1))?;
+                check_lease(d, "ttl", MIN_LEASE)?;
                 self.ttl = Some(d);
             }
             Opt::Watchdog => {
@@ -356,6 +359,20 @@ impl Args {
                     (Algorithm::Gcra, Some(burst)) => burst.value,
                     _ => rate.value.count,
                 };
+                if algorithm == Algorithm::Gcra {
+                    // lockguard's `Quota::validate`: GCRA tracks `T * burst`
+                    // microseconds, exact only up to 2^53.
+                    let period = rate.value.period.as_micros();
+                    let count = u128::from(rate.value.count);
+                    let t = period.div_ceil(count);
+                    if t * u128::from(limit) > 1 << 53 {
+                        let span = self.burst.as_ref().map_or(rate.span, |b| b.span);
+                        return Err(syn::Error::new(
+                            span,
+                            "this rate and burst span more time than a rate limiter can track; lower the burst or shorten the period",
+                        ));
+                    }
+                }
                 if let Some(cost) = &self.cost
                     && cost.value > limit
                 {
@@ -553,7 +570,7 @@ mod tests {
         assert!(err(Kind::Lock, r#"key = "k", key = "j""#).contains("duplicate option `key`"));
         assert!(err(Kind::Lock, r#"key = "k", ttl = "30""#).contains("has no unit"));
         assert!(err(Kind::Lock, r#"key = "k", ttl = 30"#).contains("expected a string literal"));
-        assert!(err(Kind::Lock, r#"key = "k", ttl = "25h""#).contains("between 1ms and 1d"));
+        assert!(err(Kind::Lock, r#"key = "k", ttl = "25h""#).contains("between 10ms and 1d"));
         assert!(err(Kind::Lock, r#"key = "k", watchdog = "50ms""#).contains("between 100ms"));
         assert!(err(Kind::Lock, r#"key = "k", ttl = "1s", watchdog = "1s""#).contains("exclude"));
         assert!(err(Kind::Lock, r#"key = "k", skip_if_busy = true"#).contains("flag"));

@@ -32,6 +32,10 @@ use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::token::Token;
 
+/// The most permits a semaphore may have on a Redlock client: each permit
+/// is a slot lock tried in turn, so the count bounds an attempt's rounds.
+pub const MAX_REDLOCK_PERMITS: u32 = 64;
+
 /// The default per-node timeout of a Redlock client.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
@@ -167,6 +171,9 @@ impl RedlockStore {
     ) -> Result<Attempt> {
         match keys.permits {
             None => self.try_lock(keys, token, lease).await,
+            Some(permits) if permits > MAX_REDLOCK_PERMITS => Err(Error::invalid(format!(
+                "a Redlock semaphore has at most {MAX_REDLOCK_PERMITS} permits, got {permits}"
+            ))),
             Some(permits) => {
                 // Try the slots from a random start, so holders spread out.
                 let start = fastrand::u32(0..permits);

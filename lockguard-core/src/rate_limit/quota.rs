@@ -136,12 +136,27 @@ impl Quota {
             )));
         }
         match self.burst {
-            Some(0) => Err(Error::invalid("quota burst must be at least 1")),
-            Some(b) if b > MAX_QUOTA => Err(Error::invalid(format!(
-                "quota burst {b} exceeds the maximum of {MAX_QUOTA}"
-            ))),
-            _ => Ok(()),
+            Some(0) => return Err(Error::invalid("quota burst must be at least 1")),
+            Some(b) if b > MAX_QUOTA => {
+                return Err(Error::invalid(format!(
+                    "quota burst {b} exceeds the maximum of {MAX_QUOTA}"
+                )));
+            }
+            _ => {}
         }
+        // GCRA keeps `T * burst` microseconds of tolerance; Lua numbers are
+        // exact to 2^53.
+        let tau =
+            u128::from(self.emission_interval_us().unsigned_abs()) * u128::from(self.burst_size());
+        if tau > 1 << 53 {
+            return Err(Error::invalid(format!(
+                "quota of {} per {:?} with a burst of {} spans more time than can be tracked",
+                self.count,
+                self.period,
+                self.burst_size()
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -163,6 +178,7 @@ mod tests {
             Quota::new(1, Duration::MAX),
             Quota::per_second(1).burst(0),
             Quota::per_second(1).burst(u64::MAX),
+            Quota::new(1, MAX_PERIOD).burst(MAX_QUOTA),
         ] {
             assert!(bad.validate().unwrap_err().is_invalid_input(), "{bad:?}");
         }

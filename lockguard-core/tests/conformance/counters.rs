@@ -11,6 +11,7 @@ crate::conformance!(
     incr_decr_get_set_and_overflow,
     compare_and_set_and_update_lose_no_update,
     expiry_resets_a_counter,
+    versions_do_not_repeat_after_expiry,
     counter_bad_input,
 );
 
@@ -125,6 +126,38 @@ async fn compare_and_set_and_update_lose_no_update(env: Env) {
         t.await.unwrap();
     }
     assert_eq!(c.get().await.unwrap(), 10 + 8 * 25);
+}
+
+/// A version read before a counter expired never matches the counter that
+/// comes back: a stale compare-and-set cannot overwrite newer writes.
+async fn versions_do_not_repeat_after_expiry(env: Env) {
+    let lg = env.client().await;
+    let c = lg
+        .counter("cas-expiry")
+        .expire_after(Duration::from_millis(200));
+    c.set(1).await.unwrap();
+    let seen = c.get_versioned().await.unwrap();
+    if env.is_redis() {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    } else {
+        env.clock.advance(Duration::from_millis(300));
+    }
+    assert_eq!(c.get_versioned().await.unwrap().version, 0, "expired");
+    // As many writes as it took to reach the version seen before.
+    c.set(5).await.unwrap();
+    for _ in 1..seen.version.min(5) {
+        c.incr_by(1).await.unwrap();
+    }
+    assert!(!c.compare_and_set(seen.version, 99).await.unwrap());
+    // A missing counter is version 0, and compare-and-set creates it.
+    let fresh = lg.counter("cas-fresh");
+    assert!(fresh.compare_and_set(0, 7).await.unwrap());
+    assert_eq!(fresh.get().await.unwrap(), 7);
+    assert_eq!(lg.counter("never").decr_if_at_least(1).await.unwrap(), None);
+    assert_eq!(
+        lg.counter("never").get_versioned().await.unwrap().version,
+        0
+    );
 }
 
 async fn expiry_resets_a_counter(env: Env) {

@@ -319,6 +319,12 @@ async fn redlock_bad_input_and_unsupported_operations() {
         assert!(e.is_invalid_input(), "{e}");
     }
     let lg = client(&nodes).await;
+    let e = lg
+        .semaphore("s", lockguard_core::MAX_REDLOCK_PERMITS + 1)
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
     let e = lg.counter("c").incr_by(1).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     let e = lg

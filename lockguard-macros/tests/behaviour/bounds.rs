@@ -10,6 +10,7 @@ use std::time::Duration;
 #[test]
 fn compile_time_bounds_are_lockguards() {
     assert_eq!(lockguard::MAX_LEASE, Duration::from_secs(24 * 60 * 60));
+    assert_eq!(lockguard::MIN_LEASE, Duration::from_millis(10));
     assert_eq!(lockguard::MIN_WATCHDOG_LEASE, Duration::from_millis(100));
     assert_eq!(lockguard::MAX_PERMITS, 1_000_000);
     assert_eq!(lockguard::rate_limit::MAX_QUOTA, 1_000_000_000);

@@ -200,7 +200,10 @@ impl MemoryStore {
         now: i64,
         ttl: Option<Duration>,
     ) -> &'a mut (i64, u64) {
-        let (v, ends) = st.counters.entry(key, now, || ((0, 0), None));
+        // A new counter's version starts at the clock's microseconds, so a
+        // counter that expired and came back never repeats a version.
+        let seed = u64::try_from(now).unwrap_or(0);
+        let (v, ends) = st.counters.entry(key, now, || ((0, seed), None));
         if ends.is_none()
             && let Some(ttl) = ms_to_us(ttl)
         {
@@ -259,8 +262,8 @@ impl MemoryStore {
             return Err(version);
         }
         let entry = Self::counter_entry(&mut st, key, now, ttl);
-        *entry = (value, version + 1);
-        Ok(version + 1)
+        *entry = (value, entry.1 + 1);
+        Ok(entry.1)
     }
 
     pub(crate) fn mark_once(&self, key: &str, member: &str, ttl: Option<Duration>) -> bool {

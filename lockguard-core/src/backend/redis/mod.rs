@@ -97,7 +97,11 @@ pub(crate) fn cluster_client_for(
     let mut b = redis::cluster::ClusterClientBuilder::new(infos)
         .connection_timeout(opts.connect_timeout)
         .response_timeout(opts.response_timeout)
-        .retries(2)
+        // No automatic retries: a request re-sent after a dropped
+        // connection may run twice (a second acquire finds our own lock, a
+        // counter is added to twice). An unknown outcome is an error, and
+        // the callers clean up after it.
+        .retries(0)
         .tcp_settings(TcpSettings::default().set_nodelay(true));
     if let Some(tx) = resp3_push {
         b = b
@@ -316,8 +320,9 @@ impl RedisStore {
             .await?;
         match (taken, u64::try_from(n)) {
             (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired(FencingToken::new(fence))),
-            (0, Ok(ms)) if ms > 0 => Ok(Attempt::Held(Some(Duration::from_millis(ms)))),
-            (0, _) => Ok(Attempt::Held(None)),
+            // PTTL 0: under a millisecond left.
+            (0, Ok(ms)) => Ok(Attempt::Held(Some(Duration::from_millis(ms)))),
+            (0, Err(_)) => Ok(Attempt::Held(None)),
             _ => Err(Error::new(
                 ErrorKind::Protocol,
                 format!(

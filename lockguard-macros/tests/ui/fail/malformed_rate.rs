@@ -35,4 +35,9 @@ async fn cost_over_limit() -> Result<(), lockguard::Error> {
     Ok(())
 }
 
+#[rate_limit(key = "a", rate = "1/366d", burst = 1_000_000)]
+async fn tolerance_beyond_tracking() -> Result<(), lockguard::Error> {
+    Ok(())
+}
+
 fn main() {}

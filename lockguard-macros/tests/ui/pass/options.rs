@@ -43,7 +43,7 @@ async fn sliding(lg: &Lockguard) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
-#[rate_limit(key = "g", rate = "1/366d", burst = 1_000_000_000, cost = 5, client = lg)]
+#[rate_limit(key = "g", rate = "1/366d", burst = 284, cost = 5, client = lg)]
 async fn gcra(lg: &Lockguard) -> Result<(), lockguard::Error> {
     Ok(())
 }
