@@ -41,8 +41,10 @@
 //!   lease as the safety net.
 //! - **Reentrancy**: a task that holds a lock and asks again gets a
 //!   reentrant guard without a round trip. The unit is the tokio task (or,
-//!   for the future `block_on` runs, its thread), so branches of one `join!`
-//!   share it.
+//!   for the future `block_on` runs, its thread): branches of one `join!` or
+//!   `select!` share it, and a guard moved to another task still counts as
+//!   held by the task that took it. Where one task acts for many independent
+//!   requests, use [`Lock::reentrant`]`(false)`.
 //! - **Cancellation safety**: dropping an `acquire` future never leaves a lock
 //!   held by nobody for longer than the request in flight takes to answer.
 //!
