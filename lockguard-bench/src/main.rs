@@ -6,6 +6,7 @@
 //! cargo run --release -p lockguard-bench                      # print the tables
 //! cargo run --release -p lockguard-bench -- --write BENCHMARKS.md
 //! cargo run --release -p lockguard-bench -- --quick           # a smoke run
+//! cargo run --release -p lockguard-bench -- --only http       # one section
 //! ```
 
 use std::fmt::Write as _;
@@ -482,11 +483,27 @@ async fn main() {
     );
     print!("{head}");
     b.out.push_str(&head);
-    uncontended(&mut b).await;
-    contention(&mut b).await;
-    limiters(&mut b).await;
-    memory(&mut b).await;
-    http_layers(&mut b).await;
+    // `--only NAME` runs one section (for profiling).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
+    let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
+    if run("uncontended") {
+        uncontended(&mut b).await;
+    }
+    if run("contention") {
+        contention(&mut b).await;
+    }
+    if run("limiters") {
+        limiters(&mut b).await;
+    }
+    if run("memory") {
+        memory(&mut b).await;
+    }
+    if run("http") {
+        http_layers(&mut b).await;
+    }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");
     b.line("|---|---:|---|");
