@@ -208,11 +208,12 @@ impl RedlockStore {
     ) -> Result<Attempt> {
         let n = self.nodes.len();
         let q = self.quorum();
-        // Set once the attempt has failed: a node answering after that with
-        // a grant (or with an unknown outcome) releases at once, so a failed
-        // attempt cleans up exactly the nodes it may have locked.
+        // Set once the attempt has failed (or was abandoned): a node
+        // answering after that with a grant (or with an unknown outcome)
+        // releases at once, right after its own acquire on that node, so a
+        // failed attempt cleans up exactly the nodes it may have locked.
         let failed = Arc::new(std::sync::Mutex::new(false));
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         for (i, node) in self.nodes.iter().enumerate() {
             let (node, keys, token) = (node.clone(), keys.clone(), *token);
             let (tx, failed, healthy) = (tx.clone(), failed.clone(), self.healthy.clone());
@@ -235,6 +236,18 @@ impl RedlockStore {
             });
         }
         drop(tx);
+        // If this future is dropped before the outcome is decided, the round
+        // counts as failed: answers still to come clean up after themselves,
+        // and answers already received are released here.
+        let mut round = Abandon {
+            failed: failed.clone(),
+            rx,
+            nodes: self.nodes.clone(),
+            keys: keys.clone(),
+            token: *token,
+            armed: true,
+        };
+        let rx = &mut round.rx;
         let mut granted: Vec<(usize, u64)> = Vec::new();
         let mut held: Vec<Option<Duration>> = Vec::new();
         let mut errors: Vec<(usize, Error)> = Vec::new();
@@ -254,6 +267,8 @@ impl RedlockStore {
             }
         }
         if granted.len() >= q {
+            // Decided: late grants stay, they are ours.
+            round.armed = false;
             let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
             if self.raise_fences(keys, &granted, fence).await {
                 return Ok(Attempt::Acquired(FencingToken::new(fence)));
@@ -270,6 +285,7 @@ impl RedlockStore {
         // Failed: from now on late answers clean up after themselves; undo
         // what already answered with a grant or an unknown outcome.
         *failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        round.armed = false;
         while let Ok((i, result)) = rx.try_recv() {
             match result {
                 Ok(Attempt::Held(_)) => {}
@@ -415,6 +431,35 @@ impl RedlockStore {
             Err(self.quorum_error(&format!("extending {:?}", keys.lock), &tally.errors))
         } else {
             Ok(false)
+        }
+    }
+}
+
+/// The receiving end of an acquire round; dropped while the outcome is
+/// undecided (the acquire future was dropped), it marks the round failed and
+/// releases the nodes whose answers arrived but were never read.
+struct Abandon {
+    failed: Arc<std::sync::Mutex<bool>>,
+    rx: mpsc::UnboundedReceiver<(usize, Result<Attempt>)>,
+    nodes: Vec<Arc<RedisStore>>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    armed: bool,
+}
+
+impl Drop for Abandon {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        while let Ok((i, result)) = self.rx.try_recv() {
+            if !matches!(result, Ok(Attempt::Held(_)))
+                && let Ok(rt) = tokio::runtime::Handle::try_current()
+            {
+                let (node, keys, token) = (self.nodes[i].clone(), self.keys.clone(), self.token);
+                rt.spawn(async move { release_on(&node, &keys, &token).await });
+            }
         }
     }
 }
