@@ -105,7 +105,9 @@ async fn three_of_five_down_fail_with_a_quorum_error() {
     for i in [0, 2, 4] {
         nodes[i].kill();
     }
-    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(100);
+    // The node timeout plus room for a loaded machine (the chaos test runs
+    // beside this one); far below the waits a hang would show.
+    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(300);
     let mut worst = Duration::ZERO;
     for _ in 0..10 {
         let started = Instant::now();
@@ -151,9 +153,18 @@ async fn paused_minority_adds_at_most_the_node_timeout() {
     nodes[4].resume();
     println!("redlock acquire, 1 of 5 paused: {}", summary(&one));
     println!("redlock acquire, 2 of 5 paused: {}", summary(&two));
-    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(50);
-    assert!(one[one.len() - 1] < bound, "{}", summary(&one));
-    assert!(two[two.len() - 1] < bound, "{}", summary(&two));
+    // A quorum answers without the paused nodes: the typical acquire does
+    // not wait for them at all, and none waits much past one node timeout
+    // (plus room for a loaded machine).
+    let bound = DEFAULT_NODE_TIMEOUT + Duration::from_millis(300);
+    for lat in [&one, &two] {
+        assert!(
+            lat[lat.len() / 2] < DEFAULT_NODE_TIMEOUT,
+            "{}",
+            summary(lat)
+        );
+        assert!(lat[lat.len() - 1] < bound, "{}", summary(lat));
+    }
 }
 
 /// A node restarted empty (no persistence) while a lock is held: the other
