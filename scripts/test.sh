@@ -5,15 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  echo "redis-server not found; installing it with apt-get" >&2
+# redis-server for every Redis test, redis-cli to form the test clusters.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+  echo "redis-server or redis-cli not found; installing them with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: the tests need redis-server; install it (apt-get install redis-server) and retry" >&2
+    echo "error: the tests need redis-server and redis-cli; install them (apt-get install redis-server) and retry" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
 fi
 redis-server --version
 
