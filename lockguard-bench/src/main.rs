@@ -34,7 +34,7 @@ struct Bench {
     admin: ConnectionManager,
     run_for: Duration,
     out: String,
-    /// The targets, checked against this run's figures.
+    /// The performance targets, checked against this run's figures.
     targets: Vec<String>,
 }
 
