@@ -120,8 +120,19 @@ pub mod __private {
         }
     }
 
+    tokio::task_local! {
+        /// The locks held by the `#[distributed_lock]` bodies this code runs
+        /// inside: a nested call on one of them is reentrant.
+        static HELD: std::sync::Arc<Vec<(Lockguard, String)>>;
+    }
+
     /// `#[distributed_lock]`: takes the lock on `key`, then runs `body`
     /// under it.
+    ///
+    /// Reentrancy is scoped to the body: a call on the same key (and
+    /// client) made from inside the body runs without taking the lock
+    /// again, while calls that merely share a task (branches of one
+    /// `join!`) exclude each other like calls from anywhere else.
     pub async fn locked<F: Future>(
         client: Result<Lockguard>,
         key: String,
@@ -129,7 +140,14 @@ pub mod __private {
         body: F,
     ) -> Result<F::Output> {
         let client = client?;
-        let mut lock = client.lock(&key);
+        let outer = HELD.try_with(std::sync::Arc::clone).unwrap_or_default();
+        if outer
+            .iter()
+            .any(|(c, k)| *k == key && c.same_client(&client))
+        {
+            return Ok(body.await);
+        }
+        let mut lock = client.lock(&key).reentrant(false);
         if let Some(ttl) = opts.ttl {
             lock = lock.lease(ttl);
         }
@@ -140,7 +158,14 @@ pub mod __private {
             Some(wait) => lock.wait(wait).acquire().await?,
             None => lock.try_acquire().await?,
         };
-        run_held(guard, opts.stop_on_lost, body).await
+        let mut held = Vec::with_capacity(outer.len() + 1);
+        held.extend(outer.iter().cloned());
+        held.push((client, key));
+        HELD.scope(
+            std::sync::Arc::new(held),
+            run_held(guard, opts.stop_on_lost, body),
+        )
+        .await
     }
 
     /// `#[concurrency_limit]`: takes a permit of the semaphore `key`, then

@@ -267,6 +267,12 @@ impl Lockguard {
         FencedResource::new(self.clone(), name)
     }
 
+    /// Whether two handles are clones of one client (sharing its store and
+    /// reentrancy records).
+    pub fn same_client(&self, other: &Lockguard) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// The prefix of every key this client writes.
     pub fn prefix(&self) -> &str {
         &self.inner.prefix

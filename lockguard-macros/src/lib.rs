@@ -170,9 +170,11 @@ use crate::attr::Kind;
 /// - After the body, the lock is released explicitly; its value is
 ///   returned as is, whatever the release says (the lease frees a lock
 ///   whose release failed).
-/// - A task that already holds the key (a locked function calling another
-///   on the same key) gets a reentrant lock: nested calls do not deadlock,
-///   and the lock is released when the outermost call ends.
+/// - A call made from inside the body on the same key and client (a locked
+///   function calling another on the same key) runs without taking the lock
+///   again: nested calls do not deadlock, and the lock is released when the
+///   outermost call ends. Reentrancy is scoped to the body, not the task:
+///   two calls joined in one task (`join!`) exclude each other.
 ///
 /// # Errors
 ///

@@ -17,6 +17,7 @@ on_both_stores!(
     a_lost_lease_stops_the_body,
     keep_going_on_lost_finishes_the_body,
     nested_calls_on_the_same_key_do_not_deadlock,
+    calls_joined_in_one_task_exclude_each_other,
     methods_take_the_client_and_the_key_from_self,
 );
 
@@ -306,6 +307,21 @@ async fn nested_calls_on_the_same_key_do_not_deadlock(env: Env) {
     // Released at the end of the outer call: free for everyone.
     let guard = other.lock("acct:4").try_acquire().await.unwrap();
     assert!(guard.release().await.unwrap());
+}
+
+/// Two calls joined in one task share the task but not the lock:
+/// reentrancy is scoped to a body, so the second call waits for the first.
+async fn calls_joined_in_one_task_exclude_each_other(env: Env) {
+    let lg = env.client().await;
+    let tracker = Tracker::default();
+    let (a, b) = within("two joined calls", async {
+        tokio::join!(exclusive(&lg, 9, &tracker), exclusive(&lg, 9, &tracker))
+    })
+    .await;
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(tracker.max(), 1, "joined calls ran inside each other");
+    assert_eq!(tracker.finished(), 2);
 }
 
 struct Tenant {
