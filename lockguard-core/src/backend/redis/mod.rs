@@ -180,6 +180,41 @@ impl std::fmt::Debug for Conn {
     }
 }
 
+/// Commands go to whichever connection this is.
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Self::Single(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Self::Single(c) => c.get_db(),
+            #[cfg(feature = "cluster")]
+            Self::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The Redis store.
 #[derive(Debug)]
 pub(crate) struct RedisStore {
@@ -275,12 +310,8 @@ impl RedisStore {
         cmd: &redis::Cmd,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let t = self.opts.response_timeout;
-        match self.conn.clone() {
-            Conn::Single(mut c) => bounded(t, what, cmd.query_async(&mut c)).await,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => bounded(t, what, cmd.query_async(&mut c)).await,
-        }
+        let mut conn = self.conn.clone();
+        bounded(self.opts.response_timeout, what, cmd.query_async(&mut conn)).await
     }
 
     /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
@@ -290,12 +321,13 @@ impl RedisStore {
         call: &ScriptInvocation<'_>,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let t = self.opts.response_timeout;
-        match self.conn.clone() {
-            Conn::Single(mut c) => bounded(t, what, call.invoke_async(&mut c)).await,
-            #[cfg(feature = "cluster")]
-            Conn::Cluster(mut c) => bounded(t, what, call.invoke_async(&mut c)).await,
-        }
+        let mut conn = self.conn.clone();
+        bounded(
+            self.opts.response_timeout,
+            what,
+            call.invoke_async(&mut conn),
+        )
+        .await
     }
 
     pub(crate) async fn try_acquire(
