@@ -45,6 +45,14 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// when no release notification arrives.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
+/// How long a queued waiter that stops answering keeps its place by default:
+/// a waiter whose process died or whose connection is gone delays the queue
+/// by at most this.
+pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The shortest waiter timeout a client accepts.
+pub const MIN_WAITER_TIMEOUT: Duration = Duration::from_millis(50);
+
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -60,6 +68,7 @@ pub(crate) struct Defaults {
     pub(crate) lease: Duration,
     pub(crate) wait: Duration,
     pub(crate) retry_interval: Duration,
+    pub(crate) waiter_timeout: Duration,
 }
 
 /// Who holds a lock, for reentrant acquisition: the tokio task, or, for a
@@ -431,6 +440,7 @@ impl Default for Builder {
                 lease: DEFAULT_LEASE,
                 wait: DEFAULT_WAIT,
                 retry_interval: DEFAULT_RETRY_INTERVAL,
+                waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             },
             opts: RedisOptions {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
@@ -469,6 +479,18 @@ impl Builder {
         self
     }
 
+    /// How long a queued waiter that stops answering keeps its place in a
+    /// lock's or semaphore's wait queue (default 1 s, at least 50 ms).
+    ///
+    /// Waiters refresh their place every third of this while they wait; a
+    /// waiter whose process died or whose connection is gone is skipped once
+    /// it has been silent this long, so it delays the queue by at most this,
+    /// never by a lease.
+    pub fn waiter_timeout(mut self, timeout: Duration) -> Self {
+        self.defaults.waiter_timeout = timeout;
+        self
+    }
+
     /// How long connecting to Redis may take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.opts.connect_timeout = timeout;
@@ -494,6 +516,12 @@ impl Builder {
         crate::lock::validate_lease(d.lease, true)?;
         if d.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be greater than zero"));
+        }
+        if d.waiter_timeout < MIN_WAITER_TIMEOUT || d.waiter_timeout > MAX_LEASE {
+            return Err(Error::invalid(format!(
+                "waiter timeout must be between {MIN_WAITER_TIMEOUT:?} and {MAX_LEASE:?}, got {:?}",
+                d.waiter_timeout
+            )));
         }
         for (what, t) in [
             ("connect timeout", self.opts.connect_timeout),
