@@ -14,10 +14,8 @@ use crate::counter::Counter;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencedResource;
 use crate::guard::Held;
-use crate::guard::PendingRelease;
-use crate::key::LockKeys;
 use crate::lock::Lock;
-use crate::notify::{Handoff, Offer, Waiters};
+use crate::notify::Waiters;
 use crate::rate_limit::{Quota, RateLimiter};
 use crate::semaphore::Semaphore;
 use crate::token::Token;
@@ -304,64 +302,6 @@ impl Lockguard {
         &self.inner.waiters
     }
 
-    /// Releases `token`'s hold on a lock, or hands it straight to a task of
-    /// this client waiting for it (see [`crate::notify`]); wakes local
-    /// waiters when the store cannot announce the release itself.
-    pub(crate) async fn release_lock(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
-        if self.inner.store.can_transfer(keys)
-            && let Some(offer) = self.inner.waiters.take_offer(&keys.channel)
-        {
-            return self.hand_over(keys, token, offer).await;
-        }
-        let released = self.inner.store.release(keys, token).await?;
-        if released && matches!(*self.inner.store, Store::Memory(_)) {
-            self.inner.waiters.notify(&keys.channel);
-        }
-        Ok(released)
-    }
-
-    /// One store request replaces our token with a fresh one for the
-    /// waiter, with its lease and a new fencing token; the lock is never
-    /// free, so no other client is woken for nothing.
-    async fn hand_over(&self, keys: &Arc<LockKeys>, token: &Token, offer: Offer) -> Result<bool> {
-        let new = Token::random();
-        let sent_at = tokio::time::Instant::now();
-        // Until the answer is handled, a drop releases the new token.
-        let pending = PendingRelease::new(self, keys, new);
-        match self
-            .inner
-            .store
-            .transfer(keys, token, &new, offer.lease)
-            .await
-        {
-            Ok(Some(fence)) => {
-                pending.disarm();
-                let handoff = Handoff {
-                    token: new,
-                    fence,
-                    sent_at,
-                };
-                if let Err(handoff) = offer.tx.send(handoff) {
-                    // The waiter left meanwhile: free what it would have held.
-                    drop(PendingRelease::new(self, keys, handoff.token));
-                } else {
-                    tracing::debug!(lock = %keys.lock, fence = fence.get(), "lock handed over to a waiting task");
-                }
-                Ok(true)
-            }
-            Ok(None) => {
-                pending.disarm();
-                Ok(false)
-            }
-            Err(e) => {
-                // Unknown outcome: free whichever token holds it.
-                drop(pending);
-                drop(PendingRelease::new(self, keys, *token));
-                Err(e)
-            }
-        }
-    }
-
     fn holdings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Holding>> {
         self.inner
             .holdings
@@ -382,12 +322,6 @@ impl Lockguard {
     #[cfg(test)]
     pub(crate) fn holdings_len(&self) -> usize {
         self.holdings().len()
-    }
-
-    /// Whether some task of this client holds the lock on `key` now.
-    pub(crate) fn held_locally(&self, key: &str) -> bool {
-        let held = self.holdings().get(key).and_then(|h| h.held.upgrade());
-        held.is_some_and(|h| h.is_held())
     }
 
     pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>, token: Token) {
@@ -537,12 +471,24 @@ impl Builder {
     }
 
     fn build(self, store: Store, subscribers: Vec<Subscriber>) -> Lockguard {
+        // The channel this client's queued waiters are told on that a lock
+        // was handed to them: one per client, unique.
+        let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
+        let waiters = Arc::new(Waiters::new(channel, subscribers));
+        if let Store::Memory(m) = &store {
+            let waiters = Arc::downgrade(&waiters);
+            m.set_notify(move |token| {
+                if let Some(w) = waiters.upgrade() {
+                    w.wake(&token);
+                }
+            });
+        }
         Lockguard {
             inner: Arc::new(Inner {
                 store: Arc::new(store),
                 prefix: self.prefix,
                 defaults: self.defaults,
-                waiters: Arc::new(Waiters::new(subscribers)),
+                waiters,
                 holdings: Mutex::new(HashMap::new()),
             }),
         }

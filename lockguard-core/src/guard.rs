@@ -173,7 +173,7 @@ impl Held {
         self.begin_release();
         let s = &self.shared;
         let pending = PendingRelease::new(&s.client, &s.keys, s.token);
-        let result = s.client.release_lock(&s.keys, &s.token).await;
+        let result = s.client.store().release(&s.keys, &s.token).await;
         pending.disarm();
         match &result {
             Ok(true) => {
@@ -214,7 +214,7 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
     let name: Arc<str> = name.into();
     runtime.spawn(async move {
         let (client, keys, token) = parts;
-        match client.release_lock(&keys, &token).await {
+        match client.store().release(&keys, &token).await {
             Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
             Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
             Err(e) => {

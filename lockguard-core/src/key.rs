@@ -56,8 +56,14 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// The counter that hands out fencing tokens.
     pub(crate) fence: String,
-    /// The pub/sub channel a release is announced on.
+    /// The pub/sub channel a release nobody was handed is announced on
+    /// (Redlock waiters, who do not queue, listen on it).
     pub(crate) channel: String,
+    /// The waiters' queue: tokens in order of arrival.
+    pub(crate) queue: String,
+    /// Each queued waiter's deadline and channel (and a semaphore holder's
+    /// fencing token).
+    pub(crate) tickets: String,
 }
 
 impl LockKeys {
@@ -75,6 +81,8 @@ impl LockKeys {
             permits,
             fence: format!("{lock}:fence"),
             channel: format!("{lock}:released"),
+            queue: format!("{lock}:queue"),
+            tickets: format!("{lock}:tickets"),
             lock,
         }
     }
@@ -97,6 +105,8 @@ mod tests {
         let k = LockKeys::new("lg:", "order:42");
         assert_eq!(k.lock, "lg:lock:{order:42}");
         assert_eq!(k.fence, "lg:lock:{order:42}:fence");
+        assert_eq!(k.queue, "lg:lock:{order:42}:queue");
+        assert_eq!(k.tickets, "lg:lock:{order:42}:tickets");
         let k = LockKeys::new("lg:", "order:{42}");
         assert_eq!(k.lock, "lg:lock:order:{42}");
         assert_eq!(k.fence, "lg:lock:order:{42}:fence");

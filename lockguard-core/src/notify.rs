@@ -1,57 +1,35 @@
-//! Waking waiters when a lock is released.
+//! Waking waiting tasks.
 //!
-//! Every key with waiters in this client has one entry: a counter bumped on
-//! each release notification (a `watch` channel, so a notification that
-//! arrives between a failed attempt and the start of the wait is not lost),
-//! and a local slot that lets only one waiter of this client at a time
-//! contend for the key in the store, so a release wakes one request per
-//! client rather than one per waiting task.
+//! On a store with wait queues (memory, Redis, a cluster) every waiting
+//! task holds a [`Ticket`]: its token, queued in the store, and a local wake
+//! handle. A release hands the lock (or a permit) to the first live waiter
+//! in the store and publishes that waiter's token on the channel of its
+//! client; the client's one pub/sub connection routes the message to that
+//! one task, which claims the lock. Nobody else is woken.
 //!
-//! The waiter holding the slot also offers to take the lock over directly:
-//! a task of this client that releases the key then hands it over in one
-//! store request (new token, new fencing token, the lock never free)
-//! instead of releasing it and waking every client. At most
-//! [`MAX_HANDOFFS_IN_A_ROW`] handoffs follow each other before a release is
-//! public again, so waiters in other processes get their turn.
+//! Redlock waiters do not queue (independent nodes would order them each
+//! their own way): they listen on the key's release channel on every node,
+//! through a [`Broadcast`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::backend::redis::Subscriber;
-use crate::fence::FencingToken;
 use crate::token::Token;
 
-/// How long a channel stays subscribed after its last waiter left, so a
-/// key contended again soon does not pay SUBSCRIBE and UNSUBSCRIBE each time.
+/// How long a release channel stays subscribed after its last waiter left,
+/// so a key contended again soon does not pay SUBSCRIBE and UNSUBSCRIBE
+/// each time.
 const UNSUBSCRIBE_GRACE: Duration = Duration::from_secs(2);
 
 /// How close together the same release announced by several Redlock nodes
 /// arrives; a later announcement with the same token is a new release.
 const DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
-
-/// Consecutive local handoffs of one key before a release is public again.
-pub(crate) const MAX_HANDOFFS_IN_A_ROW: u32 = 3;
-
-/// A lock handed straight to a waiting task.
-#[derive(Debug)]
-pub(crate) struct Handoff {
-    pub(crate) token: Token,
-    pub(crate) fence: FencingToken,
-    /// When the request that set the new lease was sent.
-    pub(crate) sent_at: Instant,
-}
-
-/// A waiter's offer to take a lock over, with the lease it wants.
-#[derive(Debug)]
-pub(crate) struct Offer {
-    pub(crate) tx: oneshot::Sender<Handoff>,
-    pub(crate) lease: Duration,
-}
 
 #[derive(Debug)]
 struct Entry {
@@ -60,34 +38,105 @@ struct Entry {
     /// several nodes (within moments) wakes the waiters once.
     last_release: (Vec<u8>, Instant),
     waiters: usize,
-    slot: Arc<tokio::sync::Mutex<()>>,
-    offer: Option<Offer>,
-    handoffs_in_a_row: u32,
 }
 
-/// The waiters of one client, by release channel.
+/// The waiters of one client.
 #[derive(Debug)]
 pub(crate) struct Waiters {
-    entries: Mutex<HashMap<String, Entry>>,
-    /// The pub/sub connections (one per Redis node), for stores whose
-    /// releases come from elsewhere.
+    /// The channel this client's queued waiters are notified on.
+    channel: String,
+    /// Queued waiters by token.
+    tickets: Mutex<HashMap<Token, Arc<Notify>>>,
+    /// Redlock waiters by release channel.
+    broadcasts: Mutex<HashMap<String, Entry>>,
+    /// The pub/sub connections (one per Redis node).
     subscribers: Vec<Arc<Subscriber>>,
 }
 
-/// One task's interest in a channel, withdrawn on drop.
+/// A queued waiter's wake handle, withdrawn on drop.
 #[derive(Debug)]
-pub(crate) struct Registration {
+pub(crate) struct Ticket {
+    waiters: Arc<Waiters>,
+    token: Token,
+    notify: Arc<Notify>,
+}
+
+impl Ticket {
+    /// Completes when the store handed this waiter the lock (or may have:
+    /// after a lost connection every waiter is woken to check).
+    pub(crate) async fn notified(&self) {
+        self.notify.notified().await;
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.waiters.tickets().remove(&self.token);
+    }
+}
+
+/// One Redlock waiter's interest in a release channel, withdrawn on drop.
+#[derive(Debug)]
+pub(crate) struct Broadcast {
     waiters: Arc<Waiters>,
     channel: String,
     pub(crate) rx: watch::Receiver<u64>,
-    pub(crate) slot: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Waiters {
-    pub(crate) fn new(subscribers: Vec<Subscriber>) -> Self {
+    pub(crate) fn new(channel: String, subscribers: Vec<Subscriber>) -> Self {
         Self {
-            entries: Mutex::new(HashMap::new()),
+            channel,
+            tickets: Mutex::new(HashMap::new()),
+            broadcasts: Mutex::new(HashMap::new()),
             subscribers: subscribers.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// The channel this client's queued waiters are notified on.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn tickets(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Arc<Notify>>> {
+        self.tickets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn broadcasts(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.broadcasts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a queued waiter and makes sure this client's channel is
+    /// subscribed (once per client; later calls cost nothing) before its
+    /// first attempt, so no handoff is announced before anyone listens.
+    /// Bounded by `deadline`: a pub/sub connection that cannot be set up
+    /// leaves the waiter on its timed refreshes, which also claim a lock
+    /// handed to it.
+    pub(crate) async fn ticket(self: &Arc<Self>, token: Token, deadline: Option<Instant>) -> Ticket {
+        let notify = Arc::new(Notify::new());
+        self.tickets().insert(token, notify.clone());
+        let ticket = Ticket {
+            waiters: self.clone(),
+            token,
+            notify,
+        };
+        if let [one] = self.subscribers.as_slice() {
+            let subscribe = one.sync(&self.channel, self);
+            let result = match deadline {
+                Some(d) => tokio::time::timeout_at(d, subscribe).await.ok(),
+                None => Some(subscribe.await),
+            };
+            if let Some(Err(e)) = result {
+                tracing::debug!(error = %e, "pub/sub subscription failed; waiters rely on their refreshes");
+            }
+        }
+        ticket
+    }
+
+    /// Wakes the queued waiter `token`, if it is one of this client's.
+    pub(crate) fn wake(&self, token: &Token) {
+        if let Some(notify) = self.tickets().get(token) {
+            notify.notify_one();
         }
     }
 
@@ -132,36 +181,28 @@ impl Waiters {
         }
     }
 
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Registers interest in `channel` and, on Redis, makes sure the channel
-    /// is subscribed before returning. A failed subscription is logged and
-    /// leaves the waiter on its timed retries.
-    pub(crate) async fn register(
+    /// Registers a Redlock waiter's interest in `channel` and makes sure the
+    /// channel is subscribed before returning. A failed subscription is
+    /// logged and leaves the waiter on its timed retries.
+    pub(crate) async fn broadcast(
         self: &Arc<Self>,
         channel: &str,
         deadline: Option<Instant>,
-    ) -> Registration {
-        let (rx, slot) = {
-            let mut entries = self.entries();
+    ) -> Broadcast {
+        let rx = {
+            let mut entries = self.broadcasts();
             let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
                 tx: watch::Sender::new(0),
                 last_release: (Vec::new(), Instant::now()),
                 waiters: 0,
-                slot: Arc::new(tokio::sync::Mutex::new(())),
-                offer: None,
-                handoffs_in_a_row: 0,
             });
             entry.waiters += 1;
-            (entry.tx.subscribe(), entry.slot.clone())
+            entry.tx.subscribe()
         };
-        let registration = Registration {
+        let registration = Broadcast {
             waiters: self.clone(),
             channel: channel.to_owned(),
             rx,
-            slot,
         };
         // Bounded by the caller's wait: a slow pub/sub connection leaves
         // the waiter on its timed retries rather than past its deadline.
@@ -174,73 +215,46 @@ impl Waiters {
         registration
     }
 
+    /// Whether `channel` should be subscribed.
     pub(crate) fn is_wanted(&self, channel: &str) -> bool {
-        self.entries().contains_key(channel)
+        channel == self.channel || self.broadcasts().contains_key(channel)
     }
 
-    /// Wakes the waiters of `channel`.
-    pub(crate) fn notify(&self, channel: &str) {
-        if let Some(entry) = self.entries().get(channel) {
-            entry.tx.send_modify(|n| *n = n.wrapping_add(1));
+    /// Routes a message published on `channel`: a token on this client's
+    /// channel wakes that waiter; a release on a key's channel wakes its
+    /// Redlock waiters, unless that release has woken them already.
+    pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
+        if channel == self.channel {
+            if let Some(token) = Token::parse(payload) {
+                self.wake(&token);
+            }
+            return;
         }
-    }
-
-    /// Offers to take over the lock announced on `channel` (the slot
-    /// holder does, before it sleeps).
-    pub(crate) fn offer(&self, channel: &str, offer: Offer) {
-        if let Some(entry) = self.entries().get_mut(channel) {
-            entry.offer = Some(offer);
-        }
-    }
-
-    #[cfg(test)]
-    pub(crate) fn has_offer(&self, channel: &str) -> bool {
-        self.entries()
-            .get(channel)
-            .is_some_and(|e| e.offer.as_ref().is_some_and(|o| !o.tx.is_closed()))
-    }
-
-    /// The waiting task to hand the lock on `channel` to, if there is one
-    /// and the run of handoffs has not reached its bound (reaching it makes
-    /// this release public and starts a new run).
-    pub(crate) fn take_offer(&self, channel: &str) -> Option<Offer> {
-        let mut entries = self.entries();
-        let entry = entries.get_mut(channel)?;
-        let offer = entry.offer.take().filter(|o| !o.tx.is_closed())?;
-        if entry.handoffs_in_a_row >= MAX_HANDOFFS_IN_A_ROW {
-            entry.handoffs_in_a_row = 0;
-            entry.offer = Some(offer);
-            return None;
-        }
-        entry.handoffs_in_a_row += 1;
-        Some(offer)
-    }
-
-    /// Wakes the waiters of `channel` for the release identified by
-    /// `release`, unless that release has woken them already.
-    pub(crate) fn notify_release(&self, channel: &str, release: &[u8]) {
-        if let Some(entry) = self.entries().get_mut(channel) {
+        if let Some(entry) = self.broadcasts().get_mut(channel) {
             let (last, at) = &entry.last_release;
-            if !release.is_empty() && last == release && at.elapsed() < DUPLICATE_WINDOW {
+            if !payload.is_empty() && last == payload && at.elapsed() < DUPLICATE_WINDOW {
                 return;
             }
-            entry.last_release = (release.to_vec(), Instant::now());
+            entry.last_release = (payload.to_vec(), Instant::now());
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 
     /// Wakes every waiter, after notifications may have been missed.
     pub(crate) fn notify_all(&self) {
-        for entry in self.entries().values() {
+        for notify in self.tickets().values() {
+            notify.notify_one();
+        }
+        for entry in self.broadcasts().values() {
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 }
 
-impl Drop for Registration {
+impl Drop for Broadcast {
     fn drop(&mut self) {
         let last = {
-            let mut entries = self.waiters.entries();
+            let mut entries = self.waiters.broadcasts();
             match entries.get_mut(&self.channel) {
                 Some(entry) if entry.waiters <= 1 => {
                     entries.remove(&self.channel);

@@ -30,6 +30,15 @@ pub(crate) enum Attempt {
     Contended,
 }
 
+/// How a waiter keeps its place in a key's wait queue: refreshed by each of
+/// its attempts, dropped when it has been silent for `timeout`, notified on
+/// `channel` when the lock (or a permit) is handed to it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place<'a> {
+    pub(crate) timeout: Duration,
+    pub(crate) channel: &'a str,
+}
+
 /// The key of one rate-limited key's state; the sliding log also keeps its
 /// running sum at [`LimitKeys::sum`] (sharing the hash tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,20 +86,34 @@ impl Store {
         }
     }
 
-    /// One attempt to take a lock or a semaphore permit.
-    pub(crate) async fn try_acquire(
+    /// Whether waiters queue in this store (FIFO, handed the lock by the
+    /// release). Redlock waiters do not: each node would order them its own
+    /// way; they retry when a release is announced.
+    pub(crate) fn queues(&self) -> bool {
+        !matches!(self, Self::Redlock(_))
+    }
+
+    /// One attempt to take a lock or a semaphore permit: takes it when it is
+    /// free and nobody queues ahead, claims it when a release handed it to
+    /// `token`, and otherwise, with a `place`, joins the queue (or keeps and
+    /// refreshes the place held). Without a place it never queues.
+    pub(crate) async fn acquire(
         &self,
         keys: &std::sync::Arc<LockKeys>,
         token: &Token,
         lease: Duration,
+        place: Option<Place<'_>>,
     ) -> Result<Attempt> {
         match self {
-            Self::Memory(m) => Ok(m.try_acquire(keys, token, lease)),
-            Self::Redis(r) => r.try_acquire(keys, token, lease).await,
+            Self::Memory(m) => Ok(m.acquire(keys, token, lease, place)),
+            Self::Redis(r) => r.acquire(keys, token, lease, place).await,
             Self::Redlock(r) => r.try_acquire(keys, token, lease).await,
         }
     }
 
+    /// Gives up `token`'s lock or permit, handing it to the first live
+    /// waiter in the same step; `token` also leaves the queue. True when
+    /// it was still held.
     pub(crate) async fn release(
         &self,
         keys: &std::sync::Arc<LockKeys>,
@@ -98,30 +121,8 @@ impl Store {
     ) -> Result<bool> {
         match self {
             Self::Memory(m) => Ok(m.release(keys, token)),
-            Self::Redis(r) => r.release(keys, token).await,
+            Self::Redis(r) => r.release(keys, token, false).await,
             Self::Redlock(r) => r.release(keys, token).await,
-        }
-    }
-
-    /// Whether a lock can be handed straight to a waiting task (one store,
-    /// a plain lock).
-    pub(crate) fn can_transfer(&self, keys: &LockKeys) -> bool {
-        keys.permits.is_none() && !matches!(self, Self::Redlock(_))
-    }
-
-    /// Replaces `old` with `new` on a lock still held with `old`, with a new
-    /// fencing token; `None` when it was no longer held with `old`.
-    pub(crate) async fn transfer(
-        &self,
-        keys: &LockKeys,
-        old: &Token,
-        new: &Token,
-        lease: Duration,
-    ) -> Result<Option<FencingToken>> {
-        match self {
-            Self::Memory(m) => Ok(m.transfer(keys, old, new, lease)),
-            Self::Redis(r) => r.transfer(keys, old, new, lease).await,
-            Self::Redlock(_) => Ok(None),
         }
     }
 

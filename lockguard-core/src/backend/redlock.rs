@@ -218,7 +218,7 @@ impl RedlockStore {
             let (node, keys, token) = (node.clone(), keys.clone(), *token);
             let (tx, failed, healthy) = (tx.clone(), failed.clone(), self.healthy.clone());
             tokio::spawn(async move {
-                let result = node.try_acquire(&keys, &token, lease).await;
+                let result = node.acquire(&keys, &token, lease, None).await;
                 healthy[i].store(result.is_ok(), Ordering::Relaxed);
                 let may_hold = !matches!(result, Ok(Attempt::Held(_)));
                 let cleanup = {
@@ -380,7 +380,7 @@ impl RedlockStore {
                             // A permit whose slot is unknown (an acquire
                             // dropped mid-flight): release any slot with it.
                             Some(slots) => node.release_any(&slots, &token, &keys.channel).await,
-                            None => node.release(&keys, &token).await,
+                            None => node.release(&keys, &token, true).await,
                         }
                     }
                 },
@@ -467,7 +467,7 @@ impl Drop for Abandon {
 /// Releases a token on one node, for cleanup: failures only logged (the
 /// lease frees the key).
 async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
-    if let Err(e) = node.release(keys, token).await {
+    if let Err(e) = node.release(keys, token, true).await {
         tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
     }
 }
@@ -480,6 +480,8 @@ fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
         permits: None,
         fence: format!("{lock}:fence"),
         channel: sem.channel.clone(),
+        queue: format!("{lock}:queue"),
+        tickets: format!("{lock}:tickets"),
         lock,
     }
 }

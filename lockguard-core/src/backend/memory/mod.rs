@@ -4,13 +4,13 @@
 //! time drive them, like the waiting that goes with them); counters' expiry
 //! and rate limiters follow the client's [`Clock`].
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Attempt, LimitKeys, LimitOp};
+use super::{Attempt, LimitKeys, LimitOp, Place};
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -30,11 +30,75 @@ enum LimitState {
     Sliding(sliding_window::Log),
 }
 
+/// A queued waiter: its place is kept until `deadline` unless refreshed.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    token: Token,
+    deadline: Instant,
+}
+
+/// How long a lock or permit handed to a waiter is kept for it to claim:
+/// until its place would have lapsed, and at least 50 ms (as on Redis).
+fn reservation(deadline: Instant, now: Instant) -> Instant {
+    deadline.max(now + Duration::from_millis(50))
+}
+
+/// The first waiter whose place is still kept, after dropping the lapsed
+/// ones ahead of it.
+fn queue_head(queue: &mut VecDeque<Waiter>, now: Instant) -> Option<Waiter> {
+    while let Some(first) = queue.front() {
+        if first.deadline > now {
+            return Some(*first);
+        }
+        queue.pop_front();
+    }
+    None
+}
+
+/// Hands up to the free permits to the first live waiters, stopping before
+/// `me` (a waiter asking for itself). Returns how many permits are left.
+fn hand_out_permits(
+    holders: &mut HashMap<Token, (Instant, u64)>,
+    queue: &mut VecDeque<Waiter>,
+    fence: &mut u64,
+    permits: u32,
+    now: Instant,
+    me: Option<&Token>,
+    handed: &mut Vec<Token>,
+) -> usize {
+    let mut free = (permits as usize).saturating_sub(holders.len());
+    while free > 0 {
+        match queue_head(queue, now) {
+            Some(first) if Some(&first.token) != me => {
+                *fence += 1;
+                holders.insert(first.token, (reservation(first.deadline, now), *fence));
+                queue.pop_front();
+                handed.push(first.token);
+                free -= 1;
+            }
+            _ => break,
+        }
+    }
+    free
+}
+
+/// The hook a grant to a waiter is announced through.
+struct Notify(Box<dyn Fn(Token) + Send + Sync>);
+
+impl std::fmt::Debug for Notify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notify")
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    locks: Expiring<Instant, Token>,
-    /// Semaphore holders: token → lease end.
-    permits: Expiring<Instant, HashMap<Token, Instant>>,
+    /// Lock holders: token and fencing token.
+    locks: Expiring<Instant, (Token, u64)>,
+    /// Semaphore holders: token → lease end and fencing token.
+    permits: Expiring<Instant, HashMap<Token, (Instant, u64)>>,
+    /// Each lock's and semaphore's waiters, first come first served.
+    queues: HashMap<String, VecDeque<Waiter>>,
     /// One counter for every key: strictly increasing per key as the
     /// guarantee asks, with no state per key.
     fence: u64,
@@ -49,6 +113,7 @@ struct State {
 pub(crate) struct MemoryStore {
     state: Mutex<State>,
     clock: Arc<dyn Clock>,
+    notify: OnceLock<Notify>,
 }
 
 fn ms_to_us(ttl: Option<Duration>) -> Option<i64> {
@@ -66,6 +131,7 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State::default()),
             clock,
+            notify: OnceLock::new(),
         }
     }
 
@@ -81,73 +147,195 @@ impl MemoryStore {
 
     // ---- locks and semaphores ------------------------------------------
 
-    pub(crate) fn try_acquire(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Attempt {
-        let now = Instant::now();
-        let mut st = self.state();
-        let st = &mut *st;
-        match keys.permits {
-            None => {
-                if let Some((_, Some(ends))) = st.locks.get(&keys.lock, now) {
-                    return Attempt::Held(Some(ends - now));
-                }
-                st.locks.insert(&keys.lock, *token, Some(now + lease), now);
-            }
-            Some(permits) => {
-                let (holders, ends) = st.permits.entry(&keys.lock, now, || (HashMap::new(), None));
-                holders.retain(|_, e| *e > now);
-                if holders.len() >= permits as usize {
-                    let first = holders.values().min().copied();
-                    return Attempt::Held(first.map(|e| e - now));
-                }
-                holders.insert(*token, now + lease);
-                *ends = holders.values().max().copied();
+    /// Calls `notify` with the token of every waiter a lock or permit is
+    /// handed to (the in-process counterpart of Redis's `PUBLISH`).
+    pub(crate) fn set_notify(&self, notify: impl Fn(Token) + Send + Sync + 'static) {
+        let _ = self.notify.set(Notify(Box::new(notify)));
+    }
+
+    fn announce(&self, handed: Vec<Token>) {
+        if let Some(notify) = self.notify.get() {
+            for token in handed {
+                (notify.0)(token);
             }
         }
-        st.fence += 1;
-        Attempt::Acquired(FencingToken::new(st.fence))
+    }
+
+    pub(crate) fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Attempt {
+        let now = Instant::now();
+        let mut handed = Vec::new();
+        let attempt = {
+            let mut st = self.state();
+            let State {
+                locks,
+                permits,
+                queues,
+                fence,
+                ..
+            } = &mut *st;
+            // Taken out and put back only when waiters remain, so a key
+            // nobody waits for costs no allocation.
+            let mut queue = queues.remove(&keys.lock).unwrap_or_default();
+            let q = &mut queue;
+            let attempt = match keys.permits {
+                None => Self::lock_step(locks, q, fence, keys, token, lease, now, &mut handed),
+                Some(n) => {
+                    Self::permit_step(permits, q, fence, keys, token, lease, n, now, &mut handed)
+                }
+            };
+            if !matches!(attempt, Attempt::Acquired(_))
+                && let Some(place) = place
+            {
+                match queue.iter_mut().find(|w| w.token == *token) {
+                    Some(w) => w.deadline = now + place.timeout,
+                    None => queue.push_back(Waiter {
+                        token: *token,
+                        deadline: now + place.timeout,
+                    }),
+                }
+            }
+            if !queue.is_empty() {
+                queues.insert(keys.lock.clone(), queue);
+            }
+            attempt
+        };
+        self.announce(handed);
+        attempt
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lock_step(
+        locks: &mut Expiring<Instant, (Token, u64)>,
+        queue: &mut VecDeque<Waiter>,
+        fence: &mut u64,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+        now: Instant,
+        handed: &mut Vec<Token>,
+    ) -> Attempt {
+        if let Some(((holder, f), ends)) = locks.get_mut(&keys.lock, now) {
+            if holder == token {
+                // Handed to us by a release: claim it with our own lease.
+                *ends = Some(now + lease);
+                return Attempt::Acquired(FencingToken::new(*f));
+            }
+            return Attempt::Held(ends.map(|e| e - now));
+        }
+        match queue_head(queue, now) {
+            Some(first) if first.token != *token => {
+                // Waiters are ahead of us: the free lock goes to the first.
+                *fence += 1;
+                let ends = reservation(first.deadline, now);
+                locks.insert(&keys.lock, (first.token, *fence), Some(ends), now);
+                queue.pop_front();
+                handed.push(first.token);
+                Attempt::Held(Some(ends - now))
+            }
+            _ => {
+                *fence += 1;
+                locks.insert(&keys.lock, (*token, *fence), Some(now + lease), now);
+                queue.retain(|w| w.token != *token);
+                Attempt::Acquired(FencingToken::new(*fence))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn permit_step(
+        permits: &mut Expiring<Instant, HashMap<Token, (Instant, u64)>>,
+        queue: &mut VecDeque<Waiter>,
+        fence: &mut u64,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+        n: u32,
+        now: Instant,
+        handed: &mut Vec<Token>,
+    ) -> Attempt {
+        let (holders, ends) = permits.entry(&keys.lock, now, || (HashMap::new(), None));
+        let attempt = if let Some((e, f)) = holders.get_mut(token)
+            && *e > now
+        {
+            // Handed to us by a release: claim it with our own lease.
+            *e = now + lease;
+            Attempt::Acquired(FencingToken::new(*f))
+        } else {
+            holders.retain(|_, (e, _)| *e > now);
+            let free = hand_out_permits(holders, queue, fence, n, now, Some(token), handed);
+            if free > 0 {
+                *fence += 1;
+                holders.insert(*token, (now + lease, *fence));
+                queue.retain(|w| w.token != *token);
+                Attempt::Acquired(FencingToken::new(*fence))
+            } else {
+                let first = holders.values().map(|(e, _)| *e).min();
+                Attempt::Held(first.map(|e| e - now))
+            }
+        };
+        *ends = holders.values().map(|(e, _)| *e).max();
+        attempt
     }
 
     pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> bool {
         let now = Instant::now();
-        let mut st = self.state();
-        match keys.permits {
-            None => {
-                if st
-                    .locks
-                    .get(&keys.lock, now)
-                    .is_some_and(|(t, _)| t == token)
-                {
-                    st.locks.remove(&keys.lock);
-                    true
-                } else {
-                    false
+        let mut handed = Vec::new();
+        let released = {
+            let mut st = self.state();
+            let State {
+                locks,
+                permits,
+                queues,
+                fence,
+                ..
+            } = &mut *st;
+            let mut queue = queues.remove(&keys.lock).unwrap_or_default();
+            queue.retain(|w| w.token != *token);
+            let released = match keys.permits {
+                None => {
+                    let ours = locks
+                        .get(&keys.lock, now)
+                        .is_some_and(|((t, _), _)| t == token);
+                    if ours {
+                        match queue_head(&mut queue, now) {
+                            Some(first) => {
+                                *fence += 1;
+                                let ends = reservation(first.deadline, now);
+                                locks.insert(&keys.lock, (first.token, *fence), Some(ends), now);
+                                queue.pop_front();
+                                handed.push(first.token);
+                            }
+                            None => {
+                                locks.remove(&keys.lock);
+                            }
+                        }
+                    }
+                    ours
                 }
+                Some(n) => match permits.get_mut(&keys.lock, now) {
+                    Some((holders, ends)) => {
+                        let held = holders.remove(token).is_some_and(|(e, _)| e > now);
+                        holders.retain(|_, (e, _)| *e > now);
+                        hand_out_permits(holders, &mut queue, fence, n, now, None, &mut handed);
+                        *ends = holders.values().map(|(e, _)| *e).max();
+                        held
+                    }
+                    None => false,
+                },
+            };
+            if !queue.is_empty() {
+                queues.insert(keys.lock.clone(), queue);
             }
-            Some(_) => match st.permits.get_mut(&keys.lock, now) {
-                Some((holders, _)) => holders.remove(token).is_some_and(|e| e > now),
-                None => false,
-            },
-        }
-    }
-
-    pub(crate) fn transfer(
-        &self,
-        keys: &LockKeys,
-        old: &Token,
-        new: &Token,
-        lease: Duration,
-    ) -> Option<FencingToken> {
-        let now = Instant::now();
-        let mut st = self.state();
-        match st.locks.get_mut(&keys.lock, now) {
-            Some((t, ends)) if t == old => {
-                *t = *new;
-                *ends = Some(now + lease);
-            }
-            _ => return None,
-        }
-        st.fence += 1;
-        Some(FencingToken::new(st.fence))
+            released
+        };
+        self.announce(handed);
+        released
     }
 
     pub(crate) fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> bool {
@@ -155,7 +343,7 @@ impl MemoryStore {
         let mut st = self.state();
         match keys.permits {
             None => match st.locks.get_mut(&keys.lock, now) {
-                Some((t, ends)) if t == token => {
+                Some(((t, _), ends)) if t == token => {
                     *ends = Some(now + lease);
                     true
                 }
@@ -163,7 +351,7 @@ impl MemoryStore {
             },
             Some(_) => match st.permits.get_mut(&keys.lock, now) {
                 Some((holders, ends)) => match holders.get_mut(token) {
-                    Some(e) if *e > now => {
+                    Some((e, _)) if *e > now => {
                         *e = now + lease;
                         *ends = (*ends).max(Some(now + lease));
                         true
@@ -353,7 +541,7 @@ mod tests {
         for i in 0..100_000 {
             let keys = LockKeys::new("t:", &format!("k{i}"));
             assert!(matches!(
-                store.try_acquire(&keys, &Token::random(), lease),
+                store.acquire(&keys, &Token::random(), lease, None),
                 Attempt::Acquired(_)
             ));
             let lk = LimitKeys::new(format!("rl{i}"));
@@ -378,16 +566,16 @@ mod tests {
         let keys = LockKeys::new("t:", "k");
         let (a, b) = (Token::random(), Token::random());
         let lease = Duration::from_millis(100);
-        let Attempt::Acquired(fa) = store.try_acquire(&keys, &a, lease) else {
+        let Attempt::Acquired(fa) = store.acquire(&keys, &a, lease, None) else {
             panic!("free key not acquired")
         };
         assert!(matches!(
-            store.try_acquire(&keys, &b, lease),
+            store.acquire(&keys, &b, lease, None),
             Attempt::Held(Some(_))
         ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!store.extend(&keys, &a, lease), "extend after expiry");
-        let Attempt::Acquired(fb) = store.try_acquire(&keys, &b, lease) else {
+        let Attempt::Acquired(fb) = store.acquire(&keys, &b, lease, None) else {
             panic!("expired key not acquired")
         };
         assert!(fb > fa);

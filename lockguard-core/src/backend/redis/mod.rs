@@ -8,7 +8,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
-use super::{Attempt, millis_ceil};
+use super::{Attempt, Place, millis_ceil};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
@@ -22,24 +22,31 @@ mod subscriber;
 pub(crate) use subscriber::SubTarget;
 pub(crate) use subscriber::Subscriber;
 
-static LOCK_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/lock_acquire.lua")));
-static LOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/lock_release.lua")));
+/// A script that uses the wait queue: `queue.lua` (its shared functions)
+/// followed by the script's own file.
+macro_rules! queue_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/queue.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        })
+    };
+}
+
+static LOCK_ACQUIRE: LazyLock<Script> = queue_script!("lock_acquire.lua");
+static LOCK_RELEASE: LazyLock<Script> = queue_script!("lock_release.lua");
 static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
-static LOCK_TRANSFER: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/lock_transfer.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
 static LOCK_RELEASE_ANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
-static SEMAPHORE_ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_acquire.lua")));
-static SEMAPHORE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_release.lua")));
+static SEMAPHORE_ACQUIRE: LazyLock<Script> = queue_script!("semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<Script> = queue_script!("semaphore_release.lua");
 static SEMAPHORE_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
 
@@ -330,11 +337,13 @@ impl RedisStore {
         .await
     }
 
-    pub(crate) async fn try_acquire(
+    /// One attempt; see [`super::Store::acquire`].
+    pub(crate) async fn acquire(
         &self,
         keys: &LockKeys,
         token: &Token,
         lease: Duration,
+        place: Option<Place<'_>>,
     ) -> Result<Attempt> {
         let mut call = match keys.permits {
             None => LOCK_ACQUIRE.prepare_invoke(),
@@ -342,11 +351,17 @@ impl RedisStore {
         };
         call.key(&keys.lock)
             .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.tickets)
             .arg(token.as_str())
             .arg(millis_ceil(lease));
         if let Some(permits) = keys.permits {
             call.arg(permits);
         }
+        match place {
+            Some(p) => call.arg(millis_ceil(p.timeout)).arg(p.channel),
+            None => call.arg("").arg(""),
+        };
         let (taken, n): (i64, i64) = self
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;
@@ -365,12 +380,29 @@ impl RedisStore {
         }
     }
 
-    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    /// Gives up `token`'s lock or permit, handing it to the first live
+    /// waiter; `announce` publishes a release nobody was handed on the key's
+    /// channel (for Redlock waiters, who do not queue).
+    pub(crate) async fn release(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        announce: bool,
+    ) -> Result<bool> {
         let mut call = match keys.permits {
             None => LOCK_RELEASE.prepare_invoke(),
             Some(_) => SEMAPHORE_RELEASE.prepare_invoke(),
         };
-        call.key(&keys.lock).arg(token.as_str()).arg(&keys.channel);
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.tickets)
+            .arg(token.as_str());
+        match keys.permits {
+            Some(permits) => call.arg(permits),
+            None if announce => call.arg(&keys.channel),
+            None => call.arg(""),
+        };
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
@@ -394,27 +426,6 @@ impl RedisStore {
             .run(&call, || format!("extending {:?}", keys.lock))
             .await?;
         Ok(n == 1)
-    }
-
-    /// Replaces `old` with `new` on a lock still held with `old`; returns
-    /// the new fencing token.
-    pub(crate) async fn transfer(
-        &self,
-        keys: &LockKeys,
-        old: &Token,
-        new: &Token,
-        lease: Duration,
-    ) -> Result<Option<FencingToken>> {
-        let mut call = LOCK_TRANSFER.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .arg(old.as_str())
-            .arg(new.as_str())
-            .arg(millis_ceil(lease));
-        let fence: u64 = self
-            .run(&call, || format!("handing over {:?}", keys.lock))
-            .await?;
-        Ok((fence > 0).then(|| FencingToken::new(fence)))
     }
 
     /// Raises the fence counter to at least `value`; returns the counter.

@@ -147,7 +147,7 @@ async fn dispatch(mut rx: mpsc::UnboundedReceiver<PushInfo>, waiters: Weak<Waite
                         Some(Value::BulkString(token)) => token.as_slice(),
                         _ => &[],
                     };
-                    waiters.notify_release(channel, release);
+                    waiters.deliver(channel, release);
                 }
             }
             PushKind::Disconnection => {

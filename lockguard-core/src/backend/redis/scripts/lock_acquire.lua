@@ -1,8 +1,34 @@
--- Take a lock if it is free and hand out the next fencing token.
--- KEYS[1] lock key, KEYS[2] fence counter
--- ARGV[1] token, ARGV[2] lease in milliseconds
--- Returns {1, fence} when taken, {0, pttl} when someone holds it.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+
+-- Take a lock, or wait for it in the key's queue (see queue.lua).
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] waiter timeout (ms; '' = never
+-- queue), ARGV[4] the channel this waiter is notified on
+-- Returns {1, fence} when the lock is ours, {0, pttl} when not.
+--
+-- A waiter calls this again when notified (or when its refresh is due): a
+-- lock a release handed to it is then claimed with its own lease. Nobody
+-- takes a free lock while live waiters queue ahead: it goes to the first.
+if redis.replicate_commands then redis.replicate_commands() end
+local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+local holder = redis.call('GET', lock)
+if holder == token then
+  redis.call('PEXPIRE', lock, ARGV[2])
+  return {1, tonumber(redis.call('GET', fence) or '0')}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+if not holder then
+  local first, deadline, channel = queue_head(queue, tickets, now_ms)
+  if not first or first == token then
+    redis.call('SET', lock, token, 'PX', ARGV[2])
+    queue_leave(queue, tickets, token)
+    return {1, redis.call('INCR', fence)}
+  end
+  -- Waiters are ahead of us: the free lock goes to the first of them.
+  lock_hand(lock, fence, queue, tickets, first, deadline, channel, now_ms)
+end
+if ARGV[3] ~= '' then
+  queue_join(queue, tickets, token, now, tonumber(ARGV[3]), ARGV[4])
+end
+return {0, redis.call('PTTL', lock)}

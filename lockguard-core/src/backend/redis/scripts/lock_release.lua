@@ -1,10 +1,27 @@
--- Delete a lock only if it still carries our token, and wake the waiters.
--- KEYS[1] lock key
--- ARGV[1] token, ARGV[2] release channel
--- Returns 1 when released, 0 when the lock was no longer ours.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], ARGV[1])
+
+-- Give a lock up: hand it to the first live waiter in the same step (the
+-- lock is never free in between, and only that waiter is notified), or
+-- delete it when nobody waits. A waiter that gives up calls this too: it
+-- leaves the queue, and passes the lock on if it had just been handed to it.
+-- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- ARGV[1] token, ARGV[2] channel announcing a release nobody was handed
+-- ('' = none; Redlock waiters, who do not queue, listen on it)
+-- Returns 1 when the lock was ours, 0 otherwise.
+if redis.replicate_commands then redis.replicate_commands() end
+local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+queue_leave(queue, tickets, token)
+if redis.call('GET', lock) ~= token then
+  return 0
+end
+local now_ms = math.floor(now_us() / 1000)
+local first, deadline, channel = queue_head(queue, tickets, now_ms)
+if first then
+  lock_hand(lock, fence, queue, tickets, first, deadline, channel, now_ms)
   return 1
 end
-return 0
+redis.call('DEL', lock)
+if ARGV[2] ~= '' then
+  redis.call('PUBLISH', ARGV[2], token)
+end
+return 1

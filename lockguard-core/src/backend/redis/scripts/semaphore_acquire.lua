@@ -1,19 +1,34 @@
--- Take one of N permits. The sorted set holds each holder's token scored by
--- its lease's end (ms, server time); expired holders are dropped first.
--- KEYS[1] holders, KEYS[2] fence counter
--- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits
--- Returns {1, fence} when taken, {0, ms until the first lease ends} when full.
+
+-- Take one of N permits, or wait for one in the queue (see queue.lua). The
+-- holders sorted set scores each holder's token by its lease's end (ms,
+-- server time); expired holders are dropped first.
+-- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, ARGV[4] waiter timeout
+-- (ms; '' = never queue), ARGV[5] the channel this waiter is notified on
+-- Returns {1, fence} when a permit is ours, {0, ms until the first lease
+-- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local lease = tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[3]) then
-  redis.call('ZADD', KEYS[1], now + lease, ARGV[1])
-  if redis.call('PTTL', KEYS[1]) < lease then
-    redis.call('PEXPIRE', KEYS[1], lease)
-  end
-  return {1, redis.call('INCR', KEYS[2])}
+local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, lease = ARGV[1], tonumber(ARGV[2])
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local ends = redis.call('ZSCORE', holders, token)
+if ends and tonumber(ends) > now_ms then
+  -- Handed to us by a release: claim it with our own lease.
+  redis.call('ZADD', holders, now_ms + lease, token)
+  keep(holders, lease)
+  keep(tickets, lease)
+  local record = redis.call('HGET', tickets, token) or '=0'
+  return {1, tonumber(string.sub(record, 2))}
 end
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, tonumber(first[2]) - now}
+semaphore_expire(holders, tickets, now_ms)
+local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
+free = semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, token)
+if free > 0 then
+  return {1, semaphore_give(holders, fence, queue, tickets, token, now_ms, lease)}
+end
+if ARGV[4] ~= '' then
+  queue_join(queue, tickets, token, now, tonumber(ARGV[4]), ARGV[5])
+end
+local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
+return {0, tonumber(first[2]) - now_ms}

@@ -1,17 +1,25 @@
--- Give a permit back if it is still ours, and wake the waiters.
--- KEYS[1] holders
--- ARGV[1] token, ARGV[2] release channel
+
+-- Give a permit back if it is still ours, and hand the free permits to the
+-- first live waiters in the same step (each notified alone). A waiter that
+-- gives up calls this too: it leaves the queue, and passes on a permit that
+-- had just been handed to it.
+-- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- ARGV[1] token, ARGV[2] permits
 -- Returns 1 when the permit was still held, 0 otherwise.
 if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token = ARGV[1]
+queue_leave(queue, tickets, token)
+local ends = redis.call('ZSCORE', holders, token)
 if not ends then
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PUBLISH', ARGV[2], ARGV[1])
-if tonumber(ends) > now then
+redis.call('ZREM', holders, token)
+local now_ms = math.floor(now_us() / 1000)
+semaphore_expire(holders, tickets, now_ms)
+local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
+semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, nil)
+if tonumber(ends) > now_ms then
   return 1
 end
 return 0

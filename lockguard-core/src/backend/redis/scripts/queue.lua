@@ -1,0 +1,119 @@
+-- The wait queue of a lock or a semaphore, shared by the scripts that take
+-- and give back its lock or permits (this file is prepended to them).
+--
+-- queue:   a sorted set of waiter tokens scored by arrival (server time in
+--          µs, strictly increasing), so the first member is served first.
+-- tickets: a hash, waiter token -> 'deadline_ms channel': until when the
+--          waiter's place is kept without a refresh (each attempt of a live
+--          waiter refreshes it), and the channel its client listens on. A
+--          semaphore also keeps '=fence' here for each holder of a permit.
+--
+-- A waiter whose deadline passed is dropped when it reaches the head: a
+-- dead waiter costs the queue at most its timeout, never a lease.
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Sets a key's expiry to at least ms.
+local function keep(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
+local function queue_leave(queue, tickets, token)
+  redis.call('ZREM', queue, token)
+  redis.call('HDEL', tickets, token)
+end
+
+-- The first waiter whose place is still kept, after dropping those ahead of
+-- it whose deadline passed: token, deadline (ms), channel; nil when none.
+local function queue_head(queue, tickets, now_ms)
+  while true do
+    local first = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not first then
+      return nil
+    end
+    local ticket = redis.call('HGET', tickets, first)
+    if ticket then
+      local deadline, channel = string.match(ticket, '^(%d+) (.*)$')
+      if deadline and tonumber(deadline) > now_ms then
+        return first, tonumber(deadline), channel
+      end
+    end
+    queue_leave(queue, tickets, first)
+  end
+end
+
+-- Takes a place at the tail (or keeps the one held) and refreshes its deadline.
+local function queue_join(queue, tickets, token, now, timeout_ms, channel)
+  if not redis.call('ZSCORE', queue, token) then
+    local score = now
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
+    if last and tonumber(last) >= score then
+      score = tonumber(last) + 1
+    end
+    redis.call('ZADD', queue, string.format('%d', score), token)
+  end
+  local deadline = math.floor(now / 1000) + timeout_ms
+  redis.call('HSET', tickets, token, string.format('%d', deadline) .. ' ' .. channel)
+  -- A queue nobody refreshes vanishes.
+  keep(queue, 2 * timeout_ms)
+  keep(tickets, 2 * timeout_ms)
+end
+
+-- How long a lock or permit handed to a waiter is kept for it to claim:
+-- until its place would have lapsed, so a dead waiter delays the queue by
+-- at most its timeout; never less than 50 ms, time for a live one to answer.
+local function reservation(deadline, now_ms)
+  local ms = deadline - now_ms
+  if ms < 50 then
+    ms = 50
+  end
+  return ms
+end
+
+-- Hands a free lock to a waiter and notifies it alone.
+local function lock_hand(lock, fence, queue, tickets, waiter, deadline, channel, now_ms)
+  redis.call('SET', lock, waiter, 'PX', reservation(deadline, now_ms))
+  redis.call('INCR', fence)
+  queue_leave(queue, tickets, waiter)
+  redis.call('PUBLISH', channel, waiter)
+end
+
+-- Drops the semaphore holders whose lease ended, with their fence records.
+local function semaphore_expire(holders, tickets, now_ms)
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms)
+  for _, t in ipairs(expired) do
+    redis.call('HDEL', tickets, t)
+  end
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
+end
+
+-- Gives a permit to token for ms, with a new fence (returned).
+local function semaphore_give(holders, fence, queue, tickets, token, now_ms, ms)
+  local f = redis.call('INCR', fence)
+  queue_leave(queue, tickets, token)
+  redis.call('ZADD', holders, now_ms + ms, token)
+  redis.call('HSET', tickets, token, '=' .. f)
+  keep(holders, ms)
+  keep(tickets, ms)
+  return f
+end
+
+-- Hands up to `free` permits to the first live waiters, each notified alone,
+-- stopping before `me` (a waiter asking for itself). Returns the permits left.
+local function semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, me)
+  while free > 0 do
+    local first, deadline, channel = queue_head(queue, tickets, now_ms)
+    if not first or first == me then
+      break
+    end
+    semaphore_give(holders, fence, queue, tickets, first, now_ms, reservation(deadline, now_ms))
+    redis.call('PUBLISH', channel, first)
+    free = free - 1
+  end
+  return free
+end
