@@ -170,12 +170,17 @@ async fn watchdog_keeps_a_short_lease_alive(env: Env) {
     assert!(again.release().await.unwrap());
 }
 
-/// With a 5 s retry interval and a 30 s lease, only the release notification
-/// can wake the waiter in under a second.
+/// With a 5 s retry interval, a 30 s waiter timeout (refreshes every 5 s)
+/// and a 30 s lease, only the release notification can wake the waiter in
+/// under a second.
 async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
     let holder = env.client().await;
     let waiter = env
-        .client_with(Lockguard::builder().retry_interval(Duration::from_secs(5)))
+        .client_with(
+            Lockguard::builder()
+                .retry_interval(Duration::from_secs(5))
+                .waiter_timeout(Duration::from_secs(30)),
+        )
         .await;
     let guard = holder
         .lock("wake")

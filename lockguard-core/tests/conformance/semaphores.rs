@@ -118,9 +118,13 @@ async fn permits_release_extend_and_expire(env: Env) {
     assert!(c.release().await.unwrap());
 }
 
+/// With a 5 s retry interval and a 30 s waiter timeout, only the release
+/// notification can wake the waiter in under a second.
 async fn permit_waiter_is_woken_by_release(env: Env) {
     let holder = env.client().await;
-    let waiter = env.client().await;
+    let waiter = env
+        .client_with(Lockguard::builder().waiter_timeout(Duration::from_secs(30)))
+        .await;
     let p = holder
         .semaphore("wake", 1)
         .lease(Duration::from_secs(30))

@@ -23,13 +23,18 @@ async fn connect(server: &RedisServer, response_timeout: Duration) -> Lockguard 
 }
 
 /// The subscriber connection is killed while a waiter waits: it reconnects
-/// and subscribes again by itself, and the waiter is woken by the release,
-/// long before its retry interval (20 s) or the holder's lease (30 s).
+/// and subscribes again by itself, and the waiter is woken by the handoff,
+/// long before its retry interval (20 s), its refresh (every 20 s) or the
+/// holder's lease (30 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiter_survives_its_pubsub_connection_being_killed() {
     let server = RedisServer::start();
     let holder = connect(&server, Duration::from_secs(2)).await;
-    let waiter = connect(&server, Duration::from_secs(2)).await;
+    let waiter = Lockguard::builder()
+        .waiter_timeout(Duration::from_secs(60))
+        .connect(&server.url())
+        .await
+        .expect("connect");
     let lease = Duration::from_secs(30);
     let guard = holder.lock("pk").lease(lease).acquire().await.unwrap();
     let task = tokio::spawn(async move {
@@ -46,13 +51,14 @@ async fn waiter_survives_its_pubsub_connection_being_killed() {
     });
     let mut admin = server.connection().await;
     let subscribers = |mut admin: redis::aio::MultiplexedConnection| async move {
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg("lockguard:lock:{pk}:released")
+        // The waiter's client listens on its own channel.
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("lockguard:waiters:*")
             .query_async(&mut admin)
             .await
             .unwrap();
-        n.first().map_or(0, |(_, n)| *n)
+        channels.len()
     };
     let subscribed = eventually(Duration::from_secs(5), || {
         let admin = admin.clone();

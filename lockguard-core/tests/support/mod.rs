@@ -35,9 +35,13 @@ impl Env {
             nodes: Vec::new(),
             #[cfg(feature = "cluster")]
             cluster: None,
+            // Every handle of the memory store is a peer of this one, with
+            // its settings: a long waiter timeout, so that the tests of
+            // wake-ups see the notification and not a refresh.
             memory: Some(
                 Lockguard::builder()
                     .clock(clock.clone())
+                    .waiter_timeout(Duration::from_secs(30))
                     .memory()
                     .expect("valid settings"),
             ),
