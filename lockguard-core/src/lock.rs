@@ -524,6 +524,79 @@ mod tests {
         let _ = jitter(Duration::MAX);
     }
 
+    /// With five waiters of five clients queued, a release is one script
+    /// that publishes once, and the handoff costs the release and the
+    /// first waiter's claim: two scripts, whatever the number of waiters.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_release_wakes_the_first_waiter_alone() {
+        let server = lockguard_testing::RedisServer::start();
+        let holder = Lockguard::connect(&server.url()).await.unwrap();
+        let mut admin = server.connection().await;
+        let keys = LockKeys::new(holder.prefix(), "herd");
+        let stat = |info: &str, cmd: &str| -> u64 {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+                .and_then(|r| r.split(',').next())
+                .map_or(0, |n| n.parse().unwrap())
+        };
+        let guard = holder.lock("herd").acquire().await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for i in 0..5 {
+            // Refreshes every 10 s: none falls inside the measurement.
+            let lg = Lockguard::builder()
+                .waiter_timeout(Duration::from_secs(30))
+                .retry_interval(Duration::from_secs(10))
+                .connect(&server.url())
+                .await
+                .unwrap();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let g = lg.lock("herd").wait(Duration::from_secs(20)).acquire().await;
+                let _ = tx.send((i, g.unwrap()));
+            });
+            loop {
+                let queued: u64 = redis::cmd("ZCARD")
+                    .arg(&keys.queue)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                if queued == i + 1 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        // Load the release script, so no SCRIPT LOAD falls inside.
+        let warm = holder.lock("warm").acquire().await.unwrap();
+        assert!(warm.release().await.unwrap());
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let before = guard.fencing_token();
+        assert!(guard.release().await.unwrap());
+        let (first, g) = rx.recv().await.unwrap();
+        assert_eq!(first, 0, "the first waiter in the queue gets the lock");
+        assert!(g.fencing_token() > before);
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(stat(&info, "publish"), 1, "one waiter notified\n{info}");
+        assert_eq!(stat(&info, "evalsha"), 2, "release and claim only\n{info}");
+        // The rest follow in order.
+        let mut g = g;
+        for expected in 1..5 {
+            assert!(g.release().await.unwrap());
+            let (i, next) = rx.recv().await.unwrap();
+            assert_eq!(i, expected);
+            g = next;
+        }
+        assert!(g.release().await.unwrap());
+    }
+
     #[tokio::test]
     async fn released_and_dropped_guards_leave_no_reentrancy_record() {
         let lg = Lockguard::memory();

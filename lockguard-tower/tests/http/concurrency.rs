@@ -7,7 +7,7 @@ use axum::routing::post;
 use http::StatusCode;
 use lockguard_tower::ConcurrencyLimitLayer;
 
-use crate::support::{Client, Probe, Server, Store, eventually, release_channel};
+use crate::support::{Client, Probe, Server, Store, eventually, wait_queue};
 
 fn app(probe: &Probe, layer: ConcurrencyLimitLayer<lockguard_tower::key::Global>) -> Router {
     let probe = probe.clone();
@@ -41,8 +41,8 @@ async fn the_limit_is_never_exceeded_and_waiters_all_get_served() {
         .collect();
     // Three are inside; the others wait for a permit.
     probe.entered(3).await;
-    let channel = release_channel("sem", "slots:global");
-    assert!(eventually(|| async { store.subscribers(&channel).await >= 1 }).await);
+    let queue = wait_queue("sem", "slots:global");
+    assert!(eventually(|| async { store.queued(&queue).await >= 1 }).await);
     assert_eq!(probe.inside("slot"), 3);
     // Let them all through; as each leaves, a waiter takes its permit.
     probe.open(12);

@@ -8,7 +8,7 @@ use axum::routing::post;
 use http::{Request, StatusCode, Uri};
 use lockguard_tower::LockLayer;
 
-use crate::support::{Client, PATIENCE, Probe, Server, Store, eventually, release_channel};
+use crate::support::{Client, PATIENCE, Probe, Server, Store, eventually, wait_queue};
 
 /// `POST /{route}/{key}` visits the probe (as its path) under the lock
 /// `NAME:job:{key}`.
@@ -123,11 +123,11 @@ async fn a_waiting_request_runs_after_the_holder_never_alongside() {
         let c = c.clone();
         async move { c.post("/queue/q", &[]).await }
     });
-    // The second request waits for the lock: its client subscribed to the
-    // release channel, and it has not entered the handler.
-    let channel = release_channel("lock", "queue:job:q");
+    // The second request waits for the lock: it is queued in the store, and
+    // it has not entered the handler.
+    let queue = wait_queue("lock", "queue:job:q");
     assert!(
-        eventually(|| async { store.subscribers(&channel).await >= 1 }).await,
+        eventually(|| async { store.queued(&queue).await >= 1 }).await,
         "the second request never waited on the lock"
     );
     assert_eq!(probe.inside("/queue/q"), 1);

@@ -45,17 +45,14 @@ impl Store {
         Self { server, lg }
     }
 
-    /// Subscribers on a pub/sub channel: a waiter for a lock or permit
-    /// listens on its release channel.
-    pub(crate) async fn subscribers(&self, channel: &str) -> i64 {
+    /// Waiters in a lock's or semaphore's queue in the store.
+    pub(crate) async fn queued(&self, queue: &str) -> u64 {
         let mut conn = self.server.connection().await;
-        let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
+        redis::cmd("ZCARD")
+            .arg(queue)
             .query_async(&mut conn)
             .await
-            .unwrap();
-        n.first().map_or(0, |(_, n)| *n)
+            .unwrap()
     }
 }
 
@@ -264,9 +261,9 @@ where
     }
 }
 
-/// The store's release channel of a lock or semaphore `name`.
-pub(crate) fn release_channel(kind: &str, name: &str) -> String {
-    format!("lockguard:{kind}:{{{name}}}:released")
+/// The store's wait queue of a lock or semaphore `name`.
+pub(crate) fn wait_queue(kind: &str, name: &str) -> String {
+    format!("lockguard:{kind}:{{{name}}}:queue")
 }
 
 /// The `r` and `t` parameters of a `RateLimit` item.

@@ -582,4 +582,132 @@ mod tests {
         assert!(!store.release(&keys, &a), "non-holder released");
         assert!(store.release(&keys, &b));
     }
+
+    fn place(timeout_ms: u64) -> Option<Place<'static>> {
+        Some(Place {
+            timeout: Duration::from_millis(timeout_ms),
+            channel: "",
+        })
+    }
+
+    fn notified(store: &MemoryStore) -> Arc<Mutex<Vec<Token>>> {
+        let seen: Arc<Mutex<Vec<Token>>> = Arc::default();
+        let s = seen.clone();
+        store.set_notify(move |t| s.lock().unwrap().push(t));
+        seen
+    }
+
+    /// A release hands the lock to the first waiter (notified alone), the
+    /// key is never free in between, nobody barges past the queue, and a
+    /// waiter that leaves after the handoff passes the lock on.
+    #[tokio::test(start_paused = true)]
+    async fn release_hands_over_in_order_and_leaving_passes_it_on() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new()));
+        let seen = notified(&store);
+        let keys = LockKeys::new("t:", "k");
+        let lease = Duration::from_secs(10);
+        let [holder, a, b, c] = [(); 4].map(|()| Token::random());
+        let Attempt::Acquired(f0) = store.acquire(&keys, &holder, lease, None) else {
+            panic!("free key not acquired")
+        };
+        for w in [&a, &b] {
+            assert!(matches!(
+                store.acquire(&keys, w, lease, place(1000)),
+                Attempt::Held(_)
+            ));
+        }
+        assert!(store.release(&keys, &holder));
+        assert_eq!(*seen.lock().unwrap(), vec![a], "only the first is told");
+        // Handed to a: c cannot barge in, not even with try_acquire.
+        assert!(matches!(
+            store.acquire(&keys, &c, lease, None),
+            Attempt::Held(_)
+        ));
+        // a leaves (its wait ended) before claiming: b is next.
+        assert!(store.release(&keys, &a), "a held the handed lock");
+        assert_eq!(*seen.lock().unwrap(), vec![a, b]);
+        let Attempt::Acquired(fb) = store.acquire(&keys, &b, lease, place(1000)) else {
+            panic!("b's claim failed")
+        };
+        assert!(fb > f0);
+        assert!(store.release(&keys, &b));
+        assert!(matches!(
+            store.acquire(&keys, &c, lease, None),
+            Attempt::Acquired(_)
+        ));
+    }
+
+    /// A waiter that stopped refreshing its place is skipped once its
+    /// timeout passed; one that died just after a refresh holds the lock
+    /// for at most the rest of its timeout.
+    #[tokio::test(start_paused = true)]
+    async fn silent_waiters_delay_the_queue_by_at_most_their_timeout() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new()));
+        let seen = notified(&store);
+        let keys = LockKeys::new("t:", "k");
+        let lease = Duration::from_secs(10);
+        let [holder, dead, live] = [(); 3].map(|()| Token::random());
+        store.acquire(&keys, &holder, lease, None);
+        store.acquire(&keys, &dead, lease, place(200));
+        tokio::time::advance(Duration::from_millis(150)).await;
+        store.acquire(&keys, &live, lease, place(200));
+        // The dead waiter's place lapses; the live one refreshed.
+        tokio::time::advance(Duration::from_millis(100)).await;
+        store.acquire(&keys, &live, lease, place(200));
+        assert!(store.release(&keys, &holder));
+        assert_eq!(*seen.lock().unwrap(), vec![live], "the dead waiter was skipped");
+        assert!(matches!(
+            store.acquire(&keys, &live, lease, place(200)),
+            Attempt::Acquired(_)
+        ));
+
+        // Handed to a waiter that then died: free again by its deadline.
+        let next = Token::random();
+        store.acquire(&keys, &next, lease, place(200));
+        assert!(store.release(&keys, &live));
+        tokio::time::advance(Duration::from_millis(201)).await;
+        let other = Token::random();
+        assert!(matches!(
+            store.acquire(&keys, &other, lease, None),
+            Attempt::Acquired(_)
+        ));
+    }
+
+    /// Free permits go to queued waiters first, in order, and a permit
+    /// handed over is claimed with the waiter's own lease and fence.
+    #[tokio::test(start_paused = true)]
+    async fn permits_are_handed_out_in_order() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new()));
+        let seen = notified(&store);
+        let keys = LockKeys::semaphore("t:", "s", 2);
+        let lease = Duration::from_secs(10);
+        let holders = [(); 2].map(|()| Token::random());
+        let waiting = [(); 3].map(|()| Token::random());
+        for h in &holders {
+            assert!(matches!(
+                store.acquire(&keys, h, lease, None),
+                Attempt::Acquired(_)
+            ));
+        }
+        for w in &waiting {
+            assert!(matches!(
+                store.acquire(&keys, w, lease, place(1000)),
+                Attempt::Held(_)
+            ));
+        }
+        assert!(store.release(&keys, &holders[1]));
+        assert!(store.release(&keys, &holders[0]));
+        assert_eq!(*seen.lock().unwrap(), waiting[..2].to_vec());
+        let latecomer = Token::random();
+        assert!(matches!(
+            store.acquire(&keys, &latecomer, lease, None),
+            Attempt::Held(_)
+        ));
+        for w in &waiting[..2] {
+            assert!(matches!(
+                store.acquire(&keys, w, lease, place(1000)),
+                Attempt::Acquired(_)
+            ));
+        }
+    }
 }
