@@ -40,7 +40,7 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
 /// The default longest pause between two attempts of a waiting acquire
-/// when no release notification arrives.
+/// when no notification arrives.
 pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(500);
 
 /// How long a queued waiter that stops answering keeps its place by default:
@@ -405,9 +405,10 @@ impl Builder {
         self
     }
 
-    /// The longest pause between attempts when no release notification
-    /// arrives (default 500 ms). Waiters also retry when the holder's
-    /// lease ends, whichever comes first.
+    /// The longest pause between attempts when no notification arrives
+    /// (default 500 ms; queued waiters refresh their place more often when
+    /// the waiter timeout asks for it). Waiters also retry when the
+    /// holder's lease ends, whichever comes first.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.defaults.retry_interval = interval;
         self

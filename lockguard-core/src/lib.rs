@@ -36,9 +36,10 @@
 //! - **Lease-loss signal**: [`LockGuard::is_held`] and [`LockGuard::lost`].
 //! - **Fencing tokens**: strictly increasing per key; [`FencedResource`]
 //!   rejects writes carrying an older one.
-//! - **Waiting without spinning**: waiters sleep until a release is
-//!   announced on pub/sub, with a retry bounded by the holder's remaining
-//!   lease as the safety net.
+//! - **Fair waiting without a herd**: waiters queue in the store, first come
+//!   first served across clients and processes; a release hands the lock to
+//!   the first live waiter and wakes it alone. A dead waiter delays the
+//!   queue by at most [`Builder::waiter_timeout`]; see [`safety`].
 //! - **Reentrancy**: a task that holds a lock and asks again gets a
 //!   reentrant guard without a round trip. The unit is the tokio task (or,
 //!   for the future `block_on` runs, its thread): branches of one `join!` or

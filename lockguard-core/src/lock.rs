@@ -1,5 +1,5 @@
-//! Acquiring a distributed lock: one attempt, or a bounded wait woken by
-//! release notifications.
+//! Acquiring a distributed lock: one attempt, or a bounded wait in the
+//! key's queue in the store, woken by the release that hands the lock over.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -151,9 +151,11 @@ impl Lock {
         self
     }
 
-    /// The longest pause between two attempts when no release notification
-    /// arrives. The safety net for a lost pub/sub message; waiters also
-    /// retry when the holder's lease runs out.
+    /// The longest pause between two attempts of a waiter when no
+    /// notification arrives (queued waiters also refresh their place every
+    /// third of the waiter timeout, whichever is shorter). The safety net
+    /// for a lost pub/sub message; waiters also retry when the holder's
+    /// lease runs out.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
         self
@@ -413,7 +415,9 @@ impl Lock {
             Attempt::Held(ttl) => Ok(Err(Wait::Held(ttl))),
             // Our partial grants were undone by the store already.
             Attempt::Contended => Ok(Err(Wait::Contended)),
-            Attempt::Acquired(fence) => self.granted(keys.clone(), token, fence, lease, sent_at).map(Ok),
+            Attempt::Acquired(fence) => self
+                .granted(keys.clone(), token, fence, lease, sent_at)
+                .map(Ok),
             Attempt::AcquiredSlot(fence, slot) => {
                 self.granted(slot, token, fence, lease, sent_at).map(Ok)
             }
@@ -551,7 +555,11 @@ mod tests {
                 .unwrap();
             let tx = tx.clone();
             tokio::spawn(async move {
-                let g = lg.lock("herd").wait(Duration::from_secs(20)).acquire().await;
+                let g = lg
+                    .lock("herd")
+                    .wait(Duration::from_secs(20))
+                    .acquire()
+                    .await;
                 let _ = tx.send((i, g.unwrap()));
             });
             loop {

@@ -112,7 +112,11 @@ impl Waiters {
     /// Bounded by `deadline`: a pub/sub connection that cannot be set up
     /// leaves the waiter on its timed refreshes, which also claim a lock
     /// handed to it.
-    pub(crate) async fn ticket(self: &Arc<Self>, token: Token, deadline: Option<Instant>) -> Ticket {
+    pub(crate) async fn ticket(
+        self: &Arc<Self>,
+        token: Token,
+        deadline: Option<Instant>,
+    ) -> Ticket {
         let notify = Arc::new(Notify::new());
         self.tickets().insert(token, notify.clone());
         let ticket = Ticket {

@@ -15,8 +15,9 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 ///
 /// Made by [`Lockguard::semaphore`]. Permits behave like lock guards: each
 /// has a lease (so a crashed holder's permit expires), renewed by the same
-/// watchdog unless a fixed [`Semaphore::lease`] is set; waiting uses the
-/// same release notifications and bounded retries; dropping a permit gives
+/// watchdog unless a fixed [`Semaphore::lease`] is set; waiters queue like
+/// a lock's, first come first served, and a permit given back goes straight
+/// to the first live waiter, which alone is woken; dropping a permit gives
 /// it back in the background.
 ///
 /// On Redis the holders are a sorted set scored by lease end, with expired
@@ -71,8 +72,8 @@ impl Semaphore {
         self
     }
 
-    /// The longest pause between attempts when no release notification
-    /// arrives.
+    /// The longest pause between attempts when no notification arrives
+    /// (see [`Lock::retry_interval`]).
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.inner = self.inner.retry_interval(interval);
         self

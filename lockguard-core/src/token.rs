@@ -46,9 +46,7 @@ impl Token {
     /// The token whose text is `text`, if it is one.
     pub(crate) fn parse(text: &[u8]) -> Option<Self> {
         let hex: [u8; 32] = text.try_into().ok()?;
-        hex.iter()
-            .all(|c| HEX.contains(c))
-            .then_some(Self(hex))
+        hex.iter().all(|c| HEX.contains(c)).then_some(Self(hex))
     }
 
     pub(crate) fn as_str(&self) -> &str {

@@ -655,7 +655,11 @@ mod tests {
         tokio::time::advance(Duration::from_millis(100)).await;
         store.acquire(&keys, &live, lease, place(200));
         assert!(store.release(&keys, &holder));
-        assert_eq!(*seen.lock().unwrap(), vec![live], "the dead waiter was skipped");
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![live],
+            "the dead waiter was skipped"
+        );
         assert!(matches!(
             store.acquire(&keys, &live, lease, place(200)),
             Attempt::Acquired(_)
