@@ -16,19 +16,19 @@ if holder == token then
   redis.call('PEXPIRE', lock, ARGV[2])
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
-local now = now_us()
-local now_ms = math.floor(now / 1000)
 if not holder then
-  local first, deadline, channel = queue_head(queue, tickets, now_ms)
+  local first, deadline, channel = queue_head(queue, tickets)
   if not first or first == token then
     redis.call('SET', lock, token, 'PX', ARGV[2])
-    queue_leave(queue, tickets, token)
+    if first then
+      queue_leave(queue, tickets, token)
+    end
     return {1, redis.call('INCR', fence)}
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
-  lock_hand(lock, fence, queue, tickets, first, deadline, channel, now_ms)
+  lock_hand(lock, fence, queue, tickets, first, deadline, channel)
 end
 if ARGV[3] ~= '' then
-  queue_join(queue, tickets, token, now, tonumber(ARGV[3]), ARGV[4])
+  queue_join(queue, tickets, token, tonumber(ARGV[3]), ARGV[4])
 end
 return {0, redis.call('PTTL', lock)}

@@ -10,14 +10,14 @@
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
-queue_leave(queue, tickets, token)
 if redis.call('GET', lock) ~= token then
+  queue_leave(queue, tickets, token)
   return 0
 end
-local now_ms = math.floor(now_us() / 1000)
-local first, deadline, channel = queue_head(queue, tickets, now_ms)
+-- A holder is never queued: its place went when the lock became its.
+local first, deadline, channel = queue_head(queue, tickets)
 if first then
-  lock_hand(lock, fence, queue, tickets, first, deadline, channel, now_ms)
+  lock_hand(lock, fence, queue, tickets, first, deadline, channel)
   return 1
 end
 redis.call('DEL', lock)

@@ -11,9 +11,18 @@
 -- A waiter whose deadline passed is dropped when it reaches the head: a
 -- dead waiter costs the queue at most its timeout, never a lease.
 
+-- The server's time in µs, read once per script and only if needed.
+local now_cached
 local function now_us()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not now_cached then
+    local t = redis.call('TIME')
+    now_cached = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return now_cached
+end
+
+local function now_ms()
+  return math.floor(now_us() / 1000)
 end
 
 -- Sets a key's expiry to at least ms.
@@ -30,7 +39,7 @@ end
 
 -- The first waiter whose place is still kept, after dropping those ahead of
 -- it whose deadline passed: token, deadline (ms), channel; nil when none.
-local function queue_head(queue, tickets, now_ms)
+local function queue_head(queue, tickets)
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
     if not first then
@@ -39,7 +48,7 @@ local function queue_head(queue, tickets, now_ms)
     local ticket = redis.call('HGET', tickets, first)
     if ticket then
       local deadline, channel = string.match(ticket, '^(%d+) (.*)$')
-      if deadline and tonumber(deadline) > now_ms then
+      if deadline and tonumber(deadline) > now_ms() then
         return first, tonumber(deadline), channel
       end
     end
@@ -48,16 +57,16 @@ local function queue_head(queue, tickets, now_ms)
 end
 
 -- Takes a place at the tail (or keeps the one held) and refreshes its deadline.
-local function queue_join(queue, tickets, token, now, timeout_ms, channel)
+local function queue_join(queue, tickets, token, timeout_ms, channel)
   if not redis.call('ZSCORE', queue, token) then
-    local score = now
+    local score = now_us()
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
     if last and tonumber(last) >= score then
       score = tonumber(last) + 1
     end
     redis.call('ZADD', queue, string.format('%d', score), token)
   end
-  local deadline = math.floor(now / 1000) + timeout_ms
+  local deadline = now_ms() + timeout_ms
   redis.call('HSET', tickets, token, string.format('%d', deadline) .. ' ' .. channel)
   -- A queue nobody refreshes vanishes.
   keep(queue, 2 * timeout_ms)
@@ -67,8 +76,8 @@ end
 -- How long a lock or permit handed to a waiter is kept for it to claim:
 -- until its place would have lapsed, so a dead waiter delays the queue by
 -- at most its timeout; never less than 50 ms, time for a live one to answer.
-local function reservation(deadline, now_ms)
-  local ms = deadline - now_ms
+local function reservation(deadline)
+  local ms = deadline - now_ms()
   if ms < 50 then
     ms = 50
   end
@@ -76,27 +85,27 @@ local function reservation(deadline, now_ms)
 end
 
 -- Hands a free lock to a waiter and notifies it alone.
-local function lock_hand(lock, fence, queue, tickets, waiter, deadline, channel, now_ms)
-  redis.call('SET', lock, waiter, 'PX', reservation(deadline, now_ms))
+local function lock_hand(lock, fence, queue, tickets, waiter, deadline, channel)
+  redis.call('SET', lock, waiter, 'PX', reservation(deadline))
   redis.call('INCR', fence)
   queue_leave(queue, tickets, waiter)
   redis.call('PUBLISH', channel, waiter)
 end
 
 -- Drops the semaphore holders whose lease ended, with their fence records.
-local function semaphore_expire(holders, tickets, now_ms)
-  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms)
+local function semaphore_expire(holders, tickets)
+  local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', now_ms())
   for _, t in ipairs(expired) do
     redis.call('HDEL', tickets, t)
   end
-  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms)
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now_ms())
 end
 
 -- Gives a permit to token for ms, with a new fence (returned).
-local function semaphore_give(holders, fence, queue, tickets, token, now_ms, ms)
+local function semaphore_give(holders, fence, queue, tickets, token, ms)
   local f = redis.call('INCR', fence)
   queue_leave(queue, tickets, token)
-  redis.call('ZADD', holders, now_ms + ms, token)
+  redis.call('ZADD', holders, now_ms() + ms, token)
   redis.call('HSET', tickets, token, '=' .. f)
   keep(holders, ms)
   keep(tickets, ms)
@@ -105,13 +114,13 @@ end
 
 -- Hands up to `free` permits to the first live waiters, each notified alone,
 -- stopping before `me` (a waiter asking for itself). Returns the permits left.
-local function semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, me)
+local function semaphore_hand_out(holders, fence, queue, tickets, free, me)
   while free > 0 do
-    local first, deadline, channel = queue_head(queue, tickets, now_ms)
+    local first, deadline, channel = queue_head(queue, tickets)
     if not first or first == me then
       break
     end
-    semaphore_give(holders, fence, queue, tickets, first, now_ms, reservation(deadline, now_ms))
+    semaphore_give(holders, fence, queue, tickets, first, reservation(deadline))
     redis.call('PUBLISH', channel, first)
     free = free - 1
   end

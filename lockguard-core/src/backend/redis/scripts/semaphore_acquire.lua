@@ -10,25 +10,23 @@
 if redis.replicate_commands then redis.replicate_commands() end
 local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease = ARGV[1], tonumber(ARGV[2])
-local now = now_us()
-local now_ms = math.floor(now / 1000)
 local ends = redis.call('ZSCORE', holders, token)
-if ends and tonumber(ends) > now_ms then
+if ends and tonumber(ends) > now_ms() then
   -- Handed to us by a release: claim it with our own lease.
-  redis.call('ZADD', holders, now_ms + lease, token)
+  redis.call('ZADD', holders, now_ms() + lease, token)
   keep(holders, lease)
   keep(tickets, lease)
   local record = redis.call('HGET', tickets, token) or '=0'
   return {1, tonumber(string.sub(record, 2))}
 end
-semaphore_expire(holders, tickets, now_ms)
+semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
-free = semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, token)
+free = semaphore_hand_out(holders, fence, queue, tickets, free, token)
 if free > 0 then
-  return {1, semaphore_give(holders, fence, queue, tickets, token, now_ms, lease)}
+  return {1, semaphore_give(holders, fence, queue, tickets, token, lease)}
 end
 if ARGV[4] ~= '' then
-  queue_join(queue, tickets, token, now, tonumber(ARGV[4]), ARGV[5])
+  queue_join(queue, tickets, token, tonumber(ARGV[4]), ARGV[5])
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-return {0, tonumber(first[2]) - now_ms}
+return {0, tonumber(first[2]) - now_ms()}

@@ -15,11 +15,10 @@ if not ends then
   return 0
 end
 redis.call('ZREM', holders, token)
-local now_ms = math.floor(now_us() / 1000)
-semaphore_expire(holders, tickets, now_ms)
+semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
-semaphore_hand_out(holders, fence, queue, tickets, free, now_ms, nil)
-if tonumber(ends) > now_ms then
+semaphore_hand_out(holders, fence, queue, tickets, free, nil)
+if tonumber(ends) > now_ms() then
   return 1
 end
 return 0
