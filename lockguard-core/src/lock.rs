@@ -253,21 +253,35 @@ impl Lock {
                 Err(wait) => Err(self.busy(wait.ttl(), Some(self.wait))),
             };
         }
-        if self.client.store().queues() {
-            self.wait_in_queue(keys, lease).await
-        } else {
-            self.wait_for_release(keys, lease).await
+        if !self.client.store().queues() {
+            return self.wait_for_release(keys, lease).await;
         }
+        let deadline = Instant::now().checked_add(self.wait);
+        let waiters = self.client.waiters();
+        if !waiters.listening() {
+            // This client's first wait: try first, so a client that never
+            // waits never opens a pub/sub connection; then listen before
+            // queueing, so no handoff is announced before anyone hears it.
+            if let Ok(guard) = self.attempt(keys, lease).await? {
+                return Ok(guard);
+            }
+            waiters.listen(deadline).await;
+        }
+        self.wait_in_queue(keys, lease, deadline).await
     }
 
     /// Waits in the key's queue in the store until the lock is handed over
     /// (or found free with nobody ahead).
-    async fn wait_in_queue(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
+    async fn wait_in_queue(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<LockGuard> {
         let started = Instant::now();
-        let deadline = started.checked_add(self.wait);
         let token = Token::random();
         let waiters = self.client.waiters();
-        let ticket = waiters.ticket(token, deadline).await;
+        let ticket = waiters.ticket(token);
         let place = Place {
             timeout: self.client.defaults().waiter_timeout,
             channel: waiters.channel(),

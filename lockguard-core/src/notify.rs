@@ -12,6 +12,7 @@
 //! through a [`Broadcast`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use std::time::Duration;
@@ -51,6 +52,8 @@ pub(crate) struct Waiters {
     broadcasts: Mutex<HashMap<String, Entry>>,
     /// The pub/sub connections (one per Redis node).
     subscribers: Vec<Arc<Subscriber>>,
+    /// Whether `channel` is subscribed (always, without pub/sub).
+    listening: AtomicBool,
 }
 
 /// A queued waiter's wake handle, withdrawn on drop.
@@ -89,6 +92,7 @@ impl Waiters {
             channel,
             tickets: Mutex::new(HashMap::new()),
             broadcasts: Mutex::new(HashMap::new()),
+            listening: AtomicBool::new(subscribers.is_empty()),
             subscribers: subscribers.into_iter().map(Arc::new).collect(),
         }
     }
@@ -106,35 +110,45 @@ impl Waiters {
         self.broadcasts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers a queued waiter and makes sure this client's channel is
-    /// subscribed (once per client; later calls cost nothing) before its
-    /// first attempt, so no handoff is announced before anyone listens.
+    /// Whether this client's channel is subscribed, so a queued waiter
+    /// hears of a handoff.
+    pub(crate) fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    /// Subscribes this client's channel (once per client, at its first
+    /// wait, so a client that never waits opens no pub/sub connection).
     /// Bounded by `deadline`: a pub/sub connection that cannot be set up
-    /// leaves the waiter on its timed refreshes, which also claim a lock
-    /// handed to it.
-    pub(crate) async fn ticket(
-        self: &Arc<Self>,
-        token: Token,
-        deadline: Option<Instant>,
-    ) -> Ticket {
+    /// leaves waiters on their timed refreshes, which also claim a lock
+    /// handed to them.
+    pub(crate) async fn listen(self: &Arc<Self>, deadline: Option<Instant>) {
+        let [one] = self.subscribers.as_slice() else {
+            return;
+        };
+        let subscribe = one.sync(&self.channel, self);
+        let result = match deadline {
+            Some(d) => tokio::time::timeout_at(d, subscribe).await.ok(),
+            None => Some(subscribe.await),
+        };
+        match result {
+            Some(Ok(())) => self.listening.store(true, Ordering::Release),
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "pub/sub subscription failed; waiters rely on their refreshes");
+            }
+            None => {}
+        }
+    }
+
+    /// Registers a queued waiter, to be woken when a lock is handed to
+    /// `token`.
+    pub(crate) fn ticket(self: &Arc<Self>, token: Token) -> Ticket {
         let notify = Arc::new(Notify::new());
         self.tickets().insert(token, notify.clone());
-        let ticket = Ticket {
+        Ticket {
             waiters: self.clone(),
             token,
             notify,
-        };
-        if let [one] = self.subscribers.as_slice() {
-            let subscribe = one.sync(&self.channel, self);
-            let result = match deadline {
-                Some(d) => tokio::time::timeout_at(d, subscribe).await.ok(),
-                None => Some(subscribe.await),
-            };
-            if let Some(Err(e)) = result {
-                tracing::debug!(error = %e, "pub/sub subscription failed; waiters rely on their refreshes");
-            }
         }
-        ticket
     }
 
     /// Wakes the queued waiter `token`, if it is one of this client's.
