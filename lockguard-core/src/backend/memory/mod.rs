@@ -43,43 +43,154 @@ fn reservation(deadline: Instant, now: Instant) -> Instant {
     deadline.max(now + Duration::from_millis(50))
 }
 
-/// The first waiter whose place is still kept, after dropping the lapsed
-/// ones ahead of it.
-fn queue_head(queue: &mut VecDeque<Waiter>, now: Instant) -> Option<Waiter> {
-    while let Some(first) = queue.front() {
-        if first.deadline > now {
-            return Some(*first);
-        }
-        queue.pop_front();
-    }
-    None
+/// What one lock or semaphore operation works on, under the store's mutex:
+/// the holders, and the key's queue with the fence counter; the waiters it
+/// hands a lock or permit to are announced once the mutex is released.
+struct Step<'a> {
+    locks: &'a mut Expiring<Instant, (Token, u64)>,
+    permits: &'a mut Expiring<Instant, HashMap<Token, (Instant, u64)>>,
+    queue: Queue<'a>,
 }
 
-/// Hands up to the free permits to the first live waiters, stopping before
-/// `me` (a waiter asking for itself). Returns how many permits are left.
-fn hand_out_permits(
-    holders: &mut HashMap<Token, (Instant, u64)>,
-    queue: &mut VecDeque<Waiter>,
-    fence: &mut u64,
-    permits: u32,
+/// A key's waiters, and what handing them the lock takes.
+struct Queue<'a> {
+    waiters: &'a mut VecDeque<Waiter>,
+    fence: &'a mut u64,
+    handed: Vec<Token>,
     now: Instant,
-    me: Option<&Token>,
-    handed: &mut Vec<Token>,
-) -> usize {
-    let mut free = (permits as usize).saturating_sub(holders.len());
-    while free > 0 {
-        match queue_head(queue, now) {
-            Some(first) if Some(&first.token) != me => {
-                *fence += 1;
-                holders.insert(first.token, (reservation(first.deadline, now), *fence));
-                queue.pop_front();
-                handed.push(first.token);
-                free -= 1;
-            }
-            _ => break,
-        }
+}
+
+impl Queue<'_> {
+    fn next_fence(&mut self) -> u64 {
+        *self.fence += 1;
+        *self.fence
     }
-    free
+
+    /// The first waiter whose place is still kept, after dropping the
+    /// lapsed ones ahead of it.
+    fn head(&mut self) -> Option<Waiter> {
+        while let Some(first) = self.waiters.front() {
+            if first.deadline > self.now {
+                return Some(*first);
+            }
+            self.waiters.pop_front();
+        }
+        None
+    }
+
+    /// Takes the first live waiter out of the queue to hand it the lock or
+    /// a permit: its fencing token, and until when the grant is reserved for
+    /// it to claim. `me` (a waiter asking for itself) is not taken.
+    fn grant_first(&mut self, me: Option<&Token>) -> Option<(Token, u64, Instant)> {
+        let first = self.head().filter(|w| Some(&w.token) != me)?;
+        self.waiters.pop_front();
+        self.handed.push(first.token);
+        let fence = self.next_fence();
+        Some((first.token, fence, reservation(first.deadline, self.now)))
+    }
+
+    fn leave(&mut self, token: &Token) {
+        self.waiters.retain(|w| w.token != *token);
+    }
+
+    /// Hands the free permits to the first live waiters, stopping before
+    /// `me`. Returns how many are left.
+    fn hand_out_permits(
+        &mut self,
+        holders: &mut HashMap<Token, (Instant, u64)>,
+        permits: u32,
+        me: Option<&Token>,
+    ) -> usize {
+        let mut free = (permits as usize).saturating_sub(holders.len());
+        while free > 0
+            && let Some((token, fence, ends)) = self.grant_first(me)
+        {
+            holders.insert(token, (ends, fence));
+            free -= 1;
+        }
+        free
+    }
+}
+
+impl Step<'_> {
+    fn lock(&mut self, key: &str, token: &Token, lease: Duration) -> Attempt {
+        let now = self.queue.now;
+        if let Some(((holder, f), ends)) = self.locks.get_mut(key, now) {
+            if holder == token {
+                // Handed to us by a release: claim it with our own lease.
+                *ends = Some(now + lease);
+                return Attempt::Acquired(FencingToken::new(*f));
+            }
+            return Attempt::Held(ends.map(|e| e - now));
+        }
+        // Waiters ahead of us: the free lock goes to the first.
+        if let Some((first, fence, ends)) = self.queue.grant_first(Some(token)) {
+            self.locks.insert(key, (first, fence), Some(ends), now);
+            return Attempt::Held(Some(ends - now));
+        }
+        let fence = self.queue.next_fence();
+        self.locks
+            .insert(key, (*token, fence), Some(now + lease), now);
+        self.queue.leave(token);
+        Attempt::Acquired(FencingToken::new(fence))
+    }
+
+    fn release_lock(&mut self, key: &str, token: &Token) -> bool {
+        let now = self.queue.now;
+        let ours = self
+            .locks
+            .get(key, now)
+            .is_some_and(|((t, _), _)| t == token);
+        if ours {
+            match self.queue.grant_first(None) {
+                Some((first, fence, ends)) => {
+                    self.locks.insert(key, (first, fence), Some(ends), now);
+                }
+                None => {
+                    self.locks.remove(key);
+                }
+            }
+        }
+        ours
+    }
+
+    fn permit(&mut self, key: &str, token: &Token, lease: Duration, n: u32) -> Attempt {
+        let now = self.queue.now;
+        let (holders, ends) = self.permits.entry(key, now, || (HashMap::new(), None));
+        let attempt = match holders.get_mut(token) {
+            Some((e, f)) if *e > now => {
+                // Handed to us by a release: claim it with our own lease.
+                *e = now + lease;
+                Attempt::Acquired(FencingToken::new(*f))
+            }
+            _ => {
+                holders.retain(|_, (e, _)| *e > now);
+                if self.queue.hand_out_permits(holders, n, Some(token)) > 0 {
+                    let fence = self.queue.next_fence();
+                    holders.insert(*token, (now + lease, fence));
+                    self.queue.leave(token);
+                    Attempt::Acquired(FencingToken::new(fence))
+                } else {
+                    let first = holders.values().map(|(e, _)| *e).min();
+                    Attempt::Held(first.map(|e| e - now))
+                }
+            }
+        };
+        *ends = holders.values().map(|(e, _)| *e).max();
+        attempt
+    }
+
+    fn release_permit(&mut self, key: &str, token: &Token, n: u32) -> bool {
+        let now = self.queue.now;
+        let Some((holders, ends)) = self.permits.get_mut(key, now) else {
+            return false;
+        };
+        let held = holders.remove(token).is_some_and(|(e, _)| e > now);
+        holders.retain(|_, (e, _)| *e > now);
+        self.queue.hand_out_permits(holders, n, None);
+        *ends = holders.values().map(|(e, _)| *e).max();
+        held
+    }
 }
 
 /// The hook a grant to a waiter is announced through.
@@ -161,16 +272,10 @@ impl MemoryStore {
         }
     }
 
-    pub(crate) fn acquire(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Attempt {
-        let now = Instant::now();
-        let mut handed = Vec::new();
-        let attempt = {
+    /// Runs one lock or semaphore operation on the key's holders and
+    /// queue, then announces the handoffs it made.
+    fn step<R>(&self, keys: &LockKeys, op: impl FnOnce(&mut Step<'_>) -> R) -> R {
+        let (result, handed) = {
             let mut st = self.state();
             let State {
                 locks,
@@ -182,160 +287,67 @@ impl MemoryStore {
             // Taken out and put back only when waiters remain, so a key
             // nobody waits for costs no allocation.
             let mut queue = queues.remove(&keys.lock).unwrap_or_default();
-            let q = &mut queue;
+            let mut step = Step {
+                locks,
+                permits,
+                queue: Queue {
+                    waiters: &mut queue,
+                    fence,
+                    handed: Vec::new(),
+                    now: Instant::now(),
+                },
+            };
+            let result = op(&mut step);
+            let handed = step.queue.handed;
+            if !queue.is_empty() {
+                queues.insert(keys.lock.clone(), queue);
+            }
+            (result, handed)
+        };
+        self.announce(handed);
+        result
+    }
+
+    /// One attempt; see [`super::Store::acquire`].
+    pub(crate) fn acquire(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Attempt {
+        self.step(keys, |step| {
             let attempt = match keys.permits {
-                None => Self::lock_step(locks, q, fence, keys, token, lease, now, &mut handed),
-                Some(n) => {
-                    Self::permit_step(permits, q, fence, keys, token, lease, n, now, &mut handed)
-                }
+                None => step.lock(&keys.lock, token, lease),
+                Some(n) => step.permit(&keys.lock, token, lease, n),
             };
             if !matches!(attempt, Attempt::Acquired(_))
                 && let Some(place) = place
             {
-                match queue.iter_mut().find(|w| w.token == *token) {
-                    Some(w) => w.deadline = now + place.timeout,
-                    None => queue.push_back(Waiter {
+                let q = &mut step.queue;
+                let deadline = q.now + place.timeout;
+                match q.waiters.iter_mut().find(|w| w.token == *token) {
+                    Some(w) => w.deadline = deadline,
+                    None => q.waiters.push_back(Waiter {
                         token: *token,
-                        deadline: now + place.timeout,
+                        deadline,
                     }),
                 }
             }
-            if !queue.is_empty() {
-                queues.insert(keys.lock.clone(), queue);
-            }
             attempt
-        };
-        self.announce(handed);
-        attempt
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lock_step(
-        locks: &mut Expiring<Instant, (Token, u64)>,
-        queue: &mut VecDeque<Waiter>,
-        fence: &mut u64,
-        keys: &LockKeys,
-        token: &Token,
-        lease: Duration,
-        now: Instant,
-        handed: &mut Vec<Token>,
-    ) -> Attempt {
-        if let Some(((holder, f), ends)) = locks.get_mut(&keys.lock, now) {
-            if holder == token {
-                // Handed to us by a release: claim it with our own lease.
-                *ends = Some(now + lease);
-                return Attempt::Acquired(FencingToken::new(*f));
-            }
-            return Attempt::Held(ends.map(|e| e - now));
-        }
-        match queue_head(queue, now) {
-            Some(first) if first.token != *token => {
-                // Waiters are ahead of us: the free lock goes to the first.
-                *fence += 1;
-                let ends = reservation(first.deadline, now);
-                locks.insert(&keys.lock, (first.token, *fence), Some(ends), now);
-                queue.pop_front();
-                handed.push(first.token);
-                Attempt::Held(Some(ends - now))
-            }
-            _ => {
-                *fence += 1;
-                locks.insert(&keys.lock, (*token, *fence), Some(now + lease), now);
-                queue.retain(|w| w.token != *token);
-                Attempt::Acquired(FencingToken::new(*fence))
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn permit_step(
-        permits: &mut Expiring<Instant, HashMap<Token, (Instant, u64)>>,
-        queue: &mut VecDeque<Waiter>,
-        fence: &mut u64,
-        keys: &LockKeys,
-        token: &Token,
-        lease: Duration,
-        n: u32,
-        now: Instant,
-        handed: &mut Vec<Token>,
-    ) -> Attempt {
-        let (holders, ends) = permits.entry(&keys.lock, now, || (HashMap::new(), None));
-        let attempt = if let Some((e, f)) = holders.get_mut(token)
-            && *e > now
-        {
-            // Handed to us by a release: claim it with our own lease.
-            *e = now + lease;
-            Attempt::Acquired(FencingToken::new(*f))
-        } else {
-            holders.retain(|_, (e, _)| *e > now);
-            let free = hand_out_permits(holders, queue, fence, n, now, Some(token), handed);
-            if free > 0 {
-                *fence += 1;
-                holders.insert(*token, (now + lease, *fence));
-                queue.retain(|w| w.token != *token);
-                Attempt::Acquired(FencingToken::new(*fence))
-            } else {
-                let first = holders.values().map(|(e, _)| *e).min();
-                Attempt::Held(first.map(|e| e - now))
-            }
-        };
-        *ends = holders.values().map(|(e, _)| *e).max();
-        attempt
-    }
-
+    /// Gives up `token`'s lock or permit, handing it to the first live
+    /// waiter; `token` also leaves the queue.
     pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> bool {
-        let now = Instant::now();
-        let mut handed = Vec::new();
-        let released = {
-            let mut st = self.state();
-            let State {
-                locks,
-                permits,
-                queues,
-                fence,
-                ..
-            } = &mut *st;
-            let mut queue = queues.remove(&keys.lock).unwrap_or_default();
-            queue.retain(|w| w.token != *token);
-            let released = match keys.permits {
-                None => {
-                    let ours = locks
-                        .get(&keys.lock, now)
-                        .is_some_and(|((t, _), _)| t == token);
-                    if ours {
-                        match queue_head(&mut queue, now) {
-                            Some(first) => {
-                                *fence += 1;
-                                let ends = reservation(first.deadline, now);
-                                locks.insert(&keys.lock, (first.token, *fence), Some(ends), now);
-                                queue.pop_front();
-                                handed.push(first.token);
-                            }
-                            None => {
-                                locks.remove(&keys.lock);
-                            }
-                        }
-                    }
-                    ours
-                }
-                Some(n) => match permits.get_mut(&keys.lock, now) {
-                    Some((holders, ends)) => {
-                        let held = holders.remove(token).is_some_and(|(e, _)| e > now);
-                        holders.retain(|_, (e, _)| *e > now);
-                        hand_out_permits(holders, &mut queue, fence, n, now, None, &mut handed);
-                        *ends = holders.values().map(|(e, _)| *e).max();
-                        held
-                    }
-                    None => false,
-                },
-            };
-            if !queue.is_empty() {
-                queues.insert(keys.lock.clone(), queue);
+        self.step(keys, |step| {
+            step.queue.leave(token);
+            match keys.permits {
+                None => step.release_lock(&keys.lock, token),
+                Some(n) => step.release_permit(&keys.lock, token, n),
             }
-            released
-        };
-        self.announce(handed);
-        released
+        })
     }
 
     pub(crate) fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> bool {
