@@ -22,10 +22,12 @@ mod http;
 mod raw;
 mod stats;
 
-use stats::{Counted, parse_commandstats, percentile, split, us};
+use stats::{
+    Counted, SlowlogEntry, parse_commandstats, percentile, script_calls, split, split_by_origin, us,
+};
 
-/// Commands lockguard's client sends; everything else is script-internal.
-const LOCKGUARD_SENT: &[&str] = &["evalsha", "eval", "subscribe", "unsubscribe", "script|load"];
+/// Room in the slowlog for every call of one lockguard contention run.
+const SLOWLOG_LEN: usize = 5_000_000;
 /// Commands the raw client sends.
 const RAW_SENT: &[&str] = &["set", "evalsha", "eval", "script|load"];
 
@@ -45,6 +47,46 @@ impl Bench {
             .query_async(&mut self.admin)
             .await
             .expect("CONFIG RESETSTAT");
+    }
+
+    /// Logs every call in the slowlog (threshold 0), or none; either way
+    /// empties it.
+    async fn log_every_call(&mut self, on: bool) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(if on { 0 } else { -1 })
+            .arg("slowlog-max-len")
+            .arg(SLOWLOG_LEN)
+            .query_async(&mut self.admin)
+            .await
+            .expect("CONFIG SET slowlog");
+        let _: () = redis::cmd("SLOWLOG")
+            .arg("RESET")
+            .query_async(&mut self.admin)
+            .await
+            .expect("SLOWLOG RESET");
+    }
+
+    /// Commands since the last reset, split by who made each call: a client
+    /// or a script (every call logged, see [`Bench::log_every_call`]).
+    async fn commands_by_origin(&mut self) -> Counted {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.admin)
+            .await
+            .expect("INFO");
+        let logged: Vec<SlowlogEntry> = redis::cmd("SLOWLOG")
+            .arg("GET")
+            .arg(-1)
+            .query_async(&mut self.admin)
+            .await
+            .expect("SLOWLOG GET");
+        assert!(
+            logged.len() < SLOWLOG_LEN,
+            "the slowlog filled up: calls were dropped"
+        );
+        split_by_origin(&parse_commandstats(&info), &script_calls(&logged))
     }
 
     async fn commands(&mut self, sent_by_client: &[&str]) -> Counted {
@@ -146,53 +188,130 @@ async fn uncontended(b: &mut Bench) {
     }
 }
 
-/// Handoff latencies and acquisitions of `tasks` contenders on one key,
-/// each holding it ~1 ms.
+/// How long a contender holds the lock.
+const HOLD: Duration = Duration::from_millis(1);
+/// How long a contender thinks after a release before asking again.
+const THINK: Duration = Duration::from_micros(500);
+
+/// Who contends for the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contenders {
+    /// lockguard tasks sharing 4 client handles.
+    SharedClients,
+    /// lockguard tasks with a client each, as separate processes.
+    ClientEach,
+    /// Raw redis-rs tasks over 4 connections, retrying `SET NX` at once.
+    RawSpin,
+}
+
+impl Contenders {
+    const ALL: [Self; 3] = [Self::SharedClients, Self::ClientEach, Self::RawSpin];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::SharedClients => "lockguard, 4 clients",
+            Self::ClientEach => "lockguard, client per contender",
+            Self::RawSpin => "raw spin",
+        }
+    }
+}
+
+/// Handoff latencies and acquisitions of contenders on one key.
 struct Contention {
     rate: f64,
     handoffs: Vec<Duration>,
     acquisitions: u64,
+    /// The fewest acquisitions of any contender over the most.
+    evenness: f64,
 }
 
-async fn contended_lockguard(b: &Bench, tasks: usize) -> Contention {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(b.lockguard().await);
+/// What the contenders record as they go.
+struct Recorder {
+    /// When and by whom the lock was last released.
+    last: Mutex<Option<(Instant, usize)>>,
+    handoffs: Mutex<Vec<Duration>>,
+    /// Acquisitions per contender.
+    acquisitions: Vec<AtomicU64>,
+}
+
+impl Recorder {
+    fn new(contenders: usize) -> Arc<Self> {
+        Arc::new(Self {
+            last: Mutex::default(),
+            handoffs: Mutex::default(),
+            acquisitions: (0..contenders).map(|_| AtomicU64::new(0)).collect(),
+        })
     }
-    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
-    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
-    let acquisitions = Arc::new(AtomicU64::new(0));
+
+    /// Contender `t`'s acquire returned.
+    fn acquired(&self, t: usize) {
+        let now = Instant::now();
+        if let Some((at, who)) = *self.last.lock().unwrap()
+            && who != t
+        {
+            self.handoffs.lock().unwrap().push(now - at);
+        }
+        self.acquisitions[t].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Contender `t` is about to release.
+    fn releasing(&self, t: usize) {
+        *self.last.lock().unwrap() = Some((Instant::now(), t));
+    }
+
+    fn finish(&self, rate: f64) -> Contention {
+        let mut handoffs = std::mem::take(&mut *self.handoffs.lock().unwrap());
+        handoffs.sort();
+        let counts: Vec<u64> = self
+            .acquisitions
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        let (min, max) = (
+            counts.iter().min().copied().unwrap_or(0),
+            counts.iter().max().copied().unwrap_or(0),
+        );
+        Contention {
+            rate,
+            handoffs,
+            acquisitions: counts.iter().sum(),
+            evenness: if max == 0 {
+                0.0
+            } else {
+                min as f64 / max as f64
+            },
+        }
+    }
+}
+
+/// `tasks` lockguard contenders over `clients` clients (task `t` uses
+/// client `t % clients`).
+async fn contended_lockguard(b: &Bench, tasks: usize, clients: usize) -> Contention {
+    let mut handles = Vec::new();
+    for _ in 0..clients {
+        handles.push(b.lockguard().await);
+    }
+    let rec = Recorder::new(tasks);
     let rate = throughput(tasks, b.run_for, |t, stop, done| {
-        let lock = clients[t % 4]
+        let lock = handles[t % clients]
             .lock("contended")
             .lease(Duration::from_secs(10))
             .wait(Duration::from_secs(60));
-        let (last, handoffs, acquisitions) = (last.clone(), handoffs.clone(), acquisitions.clone());
+        let rec = rec.clone();
         async move {
             while !stop.load(Ordering::Relaxed) {
                 let g = lock.acquire().await.expect("acquire");
-                let now = Instant::now();
-                if let Some((at, who)) = *last.lock().unwrap()
-                    && who != t
-                {
-                    handoffs.lock().unwrap().push(now - at);
-                }
-                acquisitions.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                *last.lock().unwrap() = Some((Instant::now(), t));
+                rec.acquired(t);
+                tokio::time::sleep(HOLD).await;
+                rec.releasing(t);
                 g.release().await.expect("release");
                 done.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(THINK).await;
             }
         }
     })
     .await;
-    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
-    handoffs.sort();
-    Contention {
-        rate,
-        handoffs,
-        acquisitions: acquisitions.load(Ordering::Relaxed),
-    }
+    rec.finish(rate)
 }
 
 async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
@@ -200,12 +319,10 @@ async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
     for _ in 0..4 {
         conns.push(raw::connect(&b.server.url()).await);
     }
-    let last: Arc<Mutex<Option<(Instant, usize)>>> = Arc::default();
-    let handoffs: Arc<Mutex<Vec<Duration>>> = Arc::default();
-    let acquisitions = Arc::new(AtomicU64::new(0));
+    let rec = Recorder::new(tasks);
     let rate = throughput(tasks, b.run_for, |t, stop, done| {
         let mut conn = conns[t % 4].clone();
-        let (last, handoffs, acquisitions) = (last.clone(), handoffs.clone(), acquisitions.clone());
+        let rec = rec.clone();
         async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -218,71 +335,146 @@ async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
                     }
                     tokio::task::yield_now().await;
                 }
-                let now = Instant::now();
-                if let Some((at, who)) = *last.lock().unwrap()
-                    && who != t
-                {
-                    handoffs.lock().unwrap().push(now - at);
-                }
-                acquisitions.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                *last.lock().unwrap() = Some((Instant::now(), t));
+                rec.acquired(t);
+                tokio::time::sleep(HOLD).await;
+                rec.releasing(t);
                 raw::unlock(&mut conn, "raw:contended", &token).await;
                 done.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(THINK).await;
             }
         }
     })
     .await;
-    let mut handoffs = std::mem::take(&mut *handoffs.lock().unwrap());
-    handoffs.sort();
-    Contention {
-        rate,
-        handoffs,
-        acquisitions: acquisitions.load(Ordering::Relaxed),
-    }
+    rec.finish(rate)
+}
+
+/// One row of the contention table.
+struct ContentionRow {
+    tasks: usize,
+    contenders: Contenders,
+    c: Contention,
+    /// Commands per acquisition: sent by the clients, and run inside scripts.
+    sent: f64,
+    internal: f64,
 }
 
 async fn contention(b: &mut Bench) {
-    b.line("\n## Contention: tasks on one key over 4 client handles, each holding it ~1 ms\n");
+    b.line(
+        "\n## Contention: contenders on one key, each holding it ~1 ms, then thinking ~0.5 ms\n",
+    );
+    b.line("Variants: *lockguard, 4 clients*: the contenders are tasks sharing 4 client handles. *lockguard, client per contender*: each contender builds its own client (its own connections, its own pub/sub connection), as separate processes do. *raw spin*: raw redis-rs tasks over 4 connections retrying `SET NX` at once.");
+    b.line("Every variant, raw spin included, holds the lock for a 1 ms tokio sleep and, after each release, thinks for a 500 µs tokio sleep before asking again (tokio's millisecond timer rounds both up).");
     b.line("Handoff: from the holder's release call to the next *different* holder's acquire returning.");
+    b.line("Commands per acquisition: commands the clients sent (script-internal calls in brackets), over the whole run. For lockguard the server tells the two apart: every call goes to the slowlog, a script's calls under no client address, so a `PUBLISH` or `PEXPIRE` sent directly counts as sent, one inside a script as internal, and `SUBSCRIBE`/`UNSUBSCRIBE` count as sent; connection handshakes are not counted.");
+    b.line("Min/max: the fewest acquisitions any contender made over the run divided by the most (1.00 = perfectly even).\n");
     b.line(
-        "Commands per acquisition: commands the client sent (script-internal calls in brackets).\n",
+        "| tasks | variant | acquisitions/s | handoff p50 | handoff p99 | commands / acquisition | min/max acquisitions per contender |",
     );
-    b.line(
-        "| tasks | variant | acquisitions/s | handoff p50 | handoff p99 | commands / acquisition |",
-    );
-    b.line("|---:|---|---:|---:|---:|---:|");
+    b.line("|---:|---|---:|---:|---:|---:|---:|");
+    let mut rows = Vec::new();
     for tasks in [4, 16, 64] {
-        for variant in ["lockguard", "raw spin"] {
-            b.reset_stats().await;
-            let (c, sent) = if variant == "lockguard" {
-                (contended_lockguard(b, tasks).await, LOCKGUARD_SENT)
+        for contenders in Contenders::ALL {
+            let (c, counted) = if contenders == Contenders::RawSpin {
+                b.reset_stats().await;
+                let c = contended_raw(b, tasks).await;
+                (c, b.commands(RAW_SENT).await)
             } else {
-                (contended_raw(b, tasks).await, RAW_SENT)
+                let clients = if contenders == Contenders::SharedClients {
+                    4
+                } else {
+                    tasks
+                };
+                b.log_every_call(true).await;
+                b.reset_stats().await;
+                let c = contended_lockguard(b, tasks, clients).await;
+                let counted = b.commands_by_origin().await;
+                b.log_every_call(false).await;
+                (c, counted)
             };
-            let counted = b.commands(sent).await;
             let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
-            if tasks == 16 && variant == "lockguard" {
-                let p99 = percentile(&c.handoffs, 99.0);
-                b.target(
-                    "handoff p99 < 2 ms at 16 contenders",
-                    us(p99),
-                    p99 < Duration::from_millis(2),
-                );
-                b.target(
-                    "≤ 4 commands sent per acquisition at 16 contenders",
-                    format!("{:.2}", per(counted.sent)),
-                    per(counted.sent) <= 4.0,
-                );
-            }
+            let row = ContentionRow {
+                tasks,
+                contenders,
+                sent: per(counted.sent),
+                internal: per(counted.internal),
+                c,
+            };
             b.line(&format!(
-                "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} ({:.2}) |",
-                c.rate,
-                us(percentile(&c.handoffs, 50.0)),
-                us(percentile(&c.handoffs, 99.0)),
-                per(counted.sent),
-                per(counted.internal),
+                "| {tasks} | {} | {:.0} | {} | {} | {:.2} ({:.2}) | {:.2} |",
+                contenders.name(),
+                row.c.rate,
+                us(percentile(&row.c.handoffs, 50.0)),
+                us(percentile(&row.c.handoffs, 99.0)),
+                row.sent,
+                row.internal,
+                row.c.evenness,
             ));
+            rows.push(row);
+        }
+    }
+    contention_targets(b, &rows);
+}
+
+fn contention_targets(b: &mut Bench, rows: &[ContentionRow]) {
+    let row = |tasks: usize, contenders: Contenders| {
+        rows.iter()
+            .find(|r| r.tasks == tasks && r.contenders == contenders)
+    };
+    if let Some(r) = row(16, Contenders::SharedClients) {
+        let p99 = percentile(&r.c.handoffs, 99.0);
+        b.target(
+            "handoff p99 < 2 ms at 16 contenders",
+            us(p99),
+            p99 < Duration::from_millis(2),
+        );
+        b.target(
+            "≤ 4 commands sent per acquisition at 16 contenders",
+            format!("{:.2}", r.sent),
+            r.sent <= 4.0,
+        );
+    }
+    let each: Vec<&ContentionRow> = rows
+        .iter()
+        .filter(|r| r.contenders == Contenders::ClientEach)
+        .collect();
+    for r in &each {
+        b.target(
+            &format!(
+                "≤ 4 commands sent per acquisition, client per contender, {} contenders",
+                r.tasks
+            ),
+            format!("{:.2}", r.sent),
+            r.sent <= 4.0,
+        );
+    }
+    if let Some(r) = row(64, Contenders::ClientEach) {
+        let p99 = percentile(&r.c.handoffs, 99.0);
+        b.target(
+            "handoff p99 < 1 ms, client per contender, 64 contenders",
+            us(p99),
+            p99 < Duration::from_millis(1),
+        );
+    }
+    for r in &each {
+        b.target(
+            &format!(
+                "min/max acquisitions per client ≥ 0.67, client per contender, {} contenders",
+                r.tasks
+            ),
+            format!("{:.2}", r.c.evenness),
+            r.c.evenness >= 0.67,
+        );
+    }
+    for tasks in [16, 64] {
+        if let (Some(r), Some(raw)) = (
+            row(tasks, Contenders::ClientEach),
+            row(tasks, Contenders::RawSpin),
+        ) {
+            b.target(
+                &format!("acquisitions/s ≥ raw spin's, client per contender, {tasks} contenders"),
+                format!("{:.0}/s vs {:.0}/s", r.c.rate, raw.c.rate),
+                r.c.rate >= raw.c.rate,
+            );
         }
     }
 }
