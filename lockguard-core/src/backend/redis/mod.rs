@@ -83,7 +83,7 @@ pub(crate) fn client_for(url: &str) -> Result<redis::Client> {
 pub(crate) fn cluster_client_for(
     urls: &[String],
     opts: RedisOptions,
-    resp3_push: Option<mpsc_push::Sender>,
+    resp3_push: Option<subscriber::Deliver>,
 ) -> Result<redis::cluster::ClusterClient> {
     if urls.is_empty() {
         return Err(Error::invalid(
@@ -122,13 +122,6 @@ pub(crate) fn cluster_client_for(
         )
         .with_source(e)
     })
-}
-
-/// The channel pub/sub messages arrive on.
-#[cfg(feature = "cluster")]
-pub(crate) mod mpsc_push {
-    /// The sending half given to a RESP3 connection.
-    pub(crate) type Sender = tokio::sync::mpsc::UnboundedSender<redis::PushInfo>;
 }
 
 /// Hides a password in a URL before it reaches an error message or a log.

@@ -1,16 +1,18 @@
 //! The one pub/sub connection of a client, shared by every waiting key.
 //!
 //! It is a RESP3 connection manager: it reconnects by itself and subscribes
-//! again to every channel after a reconnect. Messages go to a dispatcher task
-//! that wakes the waiters of the channel; a disconnect wakes every waiter, so
-//! nobody sleeps through a release announced while the connection was down.
+//! again to every channel after a reconnect. Messages are routed to the
+//! waiters as the connection reads them, with no task in between (a handoff
+//! is on the critical path of every contended acquisition); a disconnect
+//! wakes every waiter, so nobody sleeps through a handoff announced while
+//! the connection was down.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 
-use redis::aio::ConnectionManager;
+use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::{Mutex, OnceCell, mpsc};
+use tokio::sync::{Mutex, OnceCell};
 
 use super::{RedisOptions, bounded, manager_config};
 use crate::error::{Error, ErrorKind, Result};
@@ -78,7 +80,7 @@ impl Subscriber {
         let conn = self
             .conn
             .get_or_try_init(|| async {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let tx = Deliver(Arc::downgrade(waiters));
                 let what = || "connecting the pub/sub connection".to_owned();
                 let conn = match &self.target {
                     SubTarget::Single(client) => {
@@ -95,7 +97,6 @@ impl Subscriber {
                         SubConn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
                     }
                 };
-                tokio::spawn(dispatch(rx, Arc::downgrade(waiters)));
                 Ok::<_, Error>(conn)
             })
             .await?;
@@ -131,23 +132,30 @@ impl Subscriber {
     }
 }
 
-async fn dispatch(mut rx: mpsc::UnboundedReceiver<PushInfo>, waiters: Weak<Waiters>) {
-    while let Some(push) = rx.recv().await {
-        let Some(waiters) = waiters.upgrade() else {
-            return;
+/// Routes pub/sub messages to a client's waiters, called by the connection
+/// as it reads them: it only takes a lock and wakes a task, never blocks.
+#[derive(Debug)]
+pub(crate) struct Deliver(Weak<Waiters>);
+
+impl AsyncPushSender for Deliver {
+    fn send(&self, push: PushInfo) -> std::result::Result<(), SendError> {
+        let Some(waiters) = self.0.upgrade() else {
+            // The client is gone: nobody listens any more.
+            return Err(SendError);
         };
         match push.kind {
             PushKind::Message => {
                 if let Some(Value::BulkString(channel)) = push.data.first()
                     && let Ok(channel) = std::str::from_utf8(channel)
                 {
-                    // The payload is the released token: the same release
-                    // announced by several Redlock nodes wakes waiters once.
-                    let release = match push.data.get(1) {
+                    // The payload is the waiter's token, or the released
+                    // token for a Redlock release (the same release
+                    // announced by several nodes wakes waiters once).
+                    let payload = match push.data.get(1) {
                         Some(Value::BulkString(token)) => token.as_slice(),
                         _ => &[],
                     };
-                    waiters.deliver(channel, release);
+                    waiters.deliver(channel, payload);
                 }
             }
             PushKind::Disconnection => {
@@ -156,5 +164,6 @@ async fn dispatch(mut rx: mpsc::UnboundedReceiver<PushInfo>, waiters: Weak<Waite
             }
             _ => {}
         }
+        Ok(())
     }
 }
