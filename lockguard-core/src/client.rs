@@ -478,9 +478,9 @@ impl Builder {
         let waiters = Arc::new(Waiters::new(channel, subscribers));
         if let Store::Memory(m) = &store {
             let waiters = Arc::downgrade(&waiters);
-            m.set_notify(move |token| {
+            m.set_notify(move |grant| {
                 if let Some(w) = waiters.upgrade() {
-                    w.wake(&token);
+                    w.grant(grant);
                 }
             });
         }

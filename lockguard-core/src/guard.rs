@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -41,6 +42,9 @@ pub(crate) struct Shared {
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
     pub(crate) state: watch::Sender<LeaseState>,
+    /// Set when the guard is released or dropped: a confirmation that
+    /// finds the lock gone after that is no loss.
+    released: AtomicBool,
 }
 
 impl Shared {
@@ -81,6 +85,39 @@ impl Shared {
             self.mark_lost("renewal answered after the lease had run out");
         }
         !self.state.borrow().lost
+    }
+
+    /// Confirms a lock handed over to this waiter: sets its own lease in
+    /// the store and counts from that request. Until the answer comes, the
+    /// guard counts on the earlier of the grant's reservation and the new
+    /// lease (the request may shorten the reservation).
+    async fn confirm(&self) {
+        let sent_at = Instant::now();
+        let capped = sent_at + self.lease.saturating_sub(safety_margin(self.lease));
+        self.state.send_if_modified(|s| {
+            let cap = capped < s.valid_until;
+            if cap {
+                s.valid_until = capped;
+            }
+            cap
+        });
+        match self
+            .client
+            .store()
+            .extend(&self.keys, &self.token, self.lease)
+            .await
+        {
+            Ok(true) => {
+                self.renewed(sent_at, self.lease);
+            }
+            Ok(false) if !self.released.load(Ordering::Acquire) => {
+                self.mark_lost("the lock handed over was gone before it was confirmed");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
+            }
+        }
     }
 
     fn lost_error(&self, why: &str) -> Error {
@@ -129,6 +166,7 @@ impl Held {
                 valid_until,
                 lost: false,
             }),
+            released: AtomicBool::new(false),
         });
         let runtime = Handle::try_current().ok();
         let stop_watchdog = match (&runtime, watchdog) {
@@ -163,6 +201,7 @@ impl Held {
             return false;
         }
         self.stop_watchdog.take();
+        self.shared.released.store(true, Ordering::Release);
         self.shared
             .client
             .forget_holding(&self.shared.keys.lock, &self.shared.token);
@@ -294,6 +333,20 @@ impl LockGuard {
 
     fn shared(&self) -> &Arc<Shared> {
         &self.held.shared
+    }
+
+    /// Confirms, in the background, a lock handed to this waiter: see
+    /// [`Shared::confirm`].
+    pub(crate) fn confirm(&self) {
+        let shared = self.shared().clone();
+        let runtime = self
+            .held
+            .runtime
+            .clone()
+            .or_else(|| Handle::try_current().ok());
+        if let Some(rt) = runtime {
+            rt.spawn(async move { shared.confirm().await });
+        }
     }
 
     /// The lock's key as given.

@@ -1,6 +1,7 @@
 //! Acquiring a distributed lock: one attempt, or a bounded wait in the
 //! key's queue in the store, woken by the release that hands the lock over.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use crate::backend::{Attempt, Place};
 use crate::client::{Lockguard, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
-use crate::guard::{Held, LockGuard, PendingRelease};
+use crate::guard::{Held, LockGuard, PendingRelease, safety_margin};
 use crate::key::LockKeys;
 use crate::token::Token;
 
@@ -282,18 +283,26 @@ impl Lock {
         let token = Token::random();
         let waiters = self.client.waiters();
         let ticket = waiters.ticket(token);
-        let place = Place {
-            timeout: self.client.defaults().waiter_timeout,
-            channel: waiters.channel(),
-        };
-        let refresh = (place.timeout / 3).min(self.retry_interval);
+        let timeout = self.client.defaults().waiter_timeout;
+        let refresh = (timeout / 3).min(self.retry_interval);
+        // When each recent attempt was sent: a grant is reserved for us
+        // until at least `timeout` after the attempt it names.
+        let mut sent: VecDeque<(u32, Instant)> = VecDeque::with_capacity(RECENT_ATTEMPTS);
         // Until the lock is handed out, dropping this (the future was
         // dropped, or the wait ended) takes the token out of the queue and
         // passes on a lock handed to it, in the background.
         let leave = PendingRelease::new(&self.client, keys, token);
-        let mut first = true;
-        loop {
+        for attempt in 1u32.. {
             let sent_at = Instant::now();
+            if sent.len() == RECENT_ATTEMPTS {
+                sent.pop_front();
+            }
+            sent.push_back((attempt, sent_at));
+            let place = Place {
+                timeout,
+                channel: waiters.channel(),
+                attempt,
+            };
             let (ttl, failed) = match self
                 .client
                 .store()
@@ -303,28 +312,23 @@ impl Lock {
                 Ok(Attempt::Acquired(fence)) => {
                     leave.disarm();
                     drop(ticket);
-                    let guard = self.granted(keys.clone(), token, fence, lease, sent_at)?;
-                    tracing::debug!(
-                        lock = %self.name,
-                        fence = fence.get(),
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "lock acquired"
-                    );
+                    let valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
+                    let guard = self.granted(keys.clone(), token, fence, lease, valid_until)?;
+                    self.log_acquired(fence, started);
                     return Ok(guard);
                 }
                 Ok(Attempt::Held(ttl)) => (ttl, None),
                 Ok(Attempt::Contended | Attempt::AcquiredSlot(..)) => {
                     unreachable!("only Redlock splits or hands out slots, and it does not queue")
                 }
-                Err(e) if first => return Err(e),
+                Err(e) if attempt == 1 => return Err(e),
                 Err(e) => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
                     (None, Some(e))
                 }
             };
-            if first {
+            if attempt == 1 {
                 tracing::debug!(lock = %self.name, "lock busy; queued");
-                first = false;
             }
             let now = Instant::now();
             let remaining = match deadline {
@@ -343,9 +347,40 @@ impl Lock {
                 .max(Duration::from_millis(1));
             tokio::select! {
                 () = ticket.notified() => {}
-                () = tokio::time::sleep(nap) => {}
+                () = tokio::time::sleep(nap) => continue,
             }
+            // A grant is ours until the deadline the attempt it names set:
+            // take the lock now, valid from that attempt of ours, and
+            // confirm it with our lease in the background. A grant we cannot
+            // place (too old, or about to lapse) is claimed by the next
+            // attempt instead, if it is still ours.
+            let Some(grant) = ticket.take_grant() else {
+                continue;
+            };
+            let Some(&(_, at)) = sent.iter().find(|(a, _)| *a == grant.attempt) else {
+                continue;
+            };
+            let valid_until = at + timeout.saturating_sub(safety_margin(timeout));
+            if valid_until <= Instant::now() + MIN_GRANT_VALIDITY {
+                continue;
+            }
+            leave.disarm();
+            drop(ticket);
+            let guard = self.granted(keys.clone(), token, grant.fence, lease, valid_until)?;
+            guard.confirm();
+            self.log_acquired(grant.fence, started);
+            return Ok(guard);
         }
+        unreachable!("a wait makes fewer than 2^32 attempts")
+    }
+
+    fn log_acquired(&self, fence: FencingToken, started: Instant) {
+        tracing::debug!(
+            lock = %self.name,
+            fence = fence.get(),
+            waited_ms = started.elapsed().as_millis() as u64,
+            "lock acquired after waiting"
+        );
     }
 
     /// Waits for a Redlock lock: no queue across independent nodes, so
@@ -425,40 +460,38 @@ impl Lock {
             .acquire(keys, &token, lease, None)
             .await?;
         pending.disarm();
+        let valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
         match outcome {
             Attempt::Held(ttl) => Ok(Err(Wait::Held(ttl))),
             // Our partial grants were undone by the store already.
             Attempt::Contended => Ok(Err(Wait::Contended)),
             Attempt::Acquired(fence) => self
-                .granted(keys.clone(), token, fence, lease, sent_at)
+                .granted(keys.clone(), token, fence, lease, valid_until)
                 .map(Ok),
             Attempt::AcquiredSlot(fence, slot) => {
-                self.granted(slot, token, fence, lease, sent_at).map(Ok)
+                self.granted(slot, token, fence, lease, valid_until).map(Ok)
             }
         }
     }
 
-    /// The guard for a lock taken with `token` by a request sent at
-    /// `sent_at`, or an error (and the token released) when the answer came
-    /// so late that the lease may already be over: a lock that might have
-    /// expired is never handed out.
+    /// The guard for a lock taken with `token`, certainly ours until
+    /// `valid_until`, or an error (and the token released) when that has
+    /// passed: a lock that might have expired is never handed out.
     fn granted(
         &self,
         keys: Arc<LockKeys>,
         token: Token,
         fence: FencingToken,
         lease: Duration,
-        sent_at: Instant,
+        valid_until: Instant,
     ) -> Result<LockGuard> {
-        let valid_until = sent_at + lease.saturating_sub(crate::guard::safety_margin(lease));
         if Instant::now() >= valid_until {
             drop(PendingRelease::new(&self.client, &keys, token));
             return Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
-                    "lock {:?} was granted after {:?}, past its {lease:?} lease",
-                    self.name,
-                    sent_at.elapsed()
+                    "lock {:?} was granted too late to use its {lease:?} lease",
+                    self.name
                 ),
             ));
         }
@@ -494,6 +527,14 @@ impl Lock {
         }
     }
 }
+
+/// How many of a waiter's latest attempts it remembers the send time of: a
+/// grant naming an older one has lapsed or is about to.
+const RECENT_ATTEMPTS: usize = 8;
+
+/// The least validity a grant must have left to be taken without asking
+/// the store: time to confirm it.
+const MIN_GRANT_VALIDITY: Duration = Duration::from_millis(20);
 
 /// Why an attempt did not take the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,7 +585,8 @@ mod tests {
 
     /// With five waiters of five clients queued, a release is one script
     /// that publishes once, and the handoff costs the release and the
-    /// first waiter's claim: two scripts, whatever the number of waiters.
+    /// first waiter's confirmation: two scripts, whatever the number of
+    /// waiters.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_release_wakes_the_first_waiter_alone() {
         let server = lockguard_testing::RedisServer::start();
@@ -588,8 +630,10 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
         }
-        // Load the release script, so no SCRIPT LOAD falls inside.
+        // Load the release and extend scripts, so no SCRIPT LOAD falls
+        // inside.
         let warm = holder.lock("warm").acquire().await.unwrap();
+        warm.extend(Duration::from_secs(5)).await.unwrap();
         assert!(warm.release().await.unwrap());
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")
@@ -601,13 +645,25 @@ mod tests {
         let (first, g) = rx.recv().await.unwrap();
         assert_eq!(first, 0, "the first waiter in the queue gets the lock");
         assert!(g.fencing_token() > before);
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
+        // The new holder confirms its lease in the background.
+        let mut info = String::new();
+        for _ in 0..200 {
+            info = redis::cmd("INFO")
+                .arg("commandstats")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if stat(&info, "evalsha") >= 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         assert_eq!(stat(&info, "publish"), 1, "one waiter notified\n{info}");
-        assert_eq!(stat(&info, "evalsha"), 2, "release and claim only\n{info}");
+        assert_eq!(
+            stat(&info, "evalsha"),
+            2,
+            "release and confirm only\n{info}"
+        );
         // The rest follow in order.
         let mut g = g;
         for expected in 1..5 {

@@ -3,9 +3,9 @@
 //! On a store with wait queues (memory, Redis, a cluster) every waiting
 //! task holds a [`Ticket`]: its token, queued in the store, and a local wake
 //! handle. A release hands the lock (or a permit) to the first live waiter
-//! in the store and publishes that waiter's token on the channel of its
-//! client; the client's one pub/sub connection routes the message to that
-//! one task, which claims the lock. Nobody else is woken.
+//! in the store and publishes the [`Grant`] on the channel of that waiter's
+//! client; the client's one pub/sub connection routes it to that one task,
+//! which takes the lock. Nobody else is woken.
 //!
 //! Redlock waiters do not queue (independent nodes would order them each
 //! their own way): they listen on the key's release channel on every node,
@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
+use crate::backend::Grant;
 use crate::backend::redis::Subscriber;
 use crate::token::Token;
 
@@ -47,7 +48,7 @@ pub(crate) struct Waiters {
     /// The channel this client's queued waiters are notified on.
     channel: String,
     /// Queued waiters by token.
-    tickets: Mutex<HashMap<Token, Arc<Notify>>>,
+    tickets: Mutex<HashMap<Token, Arc<Slot>>>,
     /// Redlock waiters by release channel.
     broadcasts: Mutex<HashMap<String, Entry>>,
     /// The pub/sub connections (one per Redis node).
@@ -56,19 +57,35 @@ pub(crate) struct Waiters {
     listening: AtomicBool,
 }
 
+/// Where a queued waiter's grant is left for it.
+#[derive(Debug, Default)]
+struct Slot {
+    notify: Notify,
+    grant: Mutex<Option<Grant>>,
+}
+
 /// A queued waiter's wake handle, withdrawn on drop.
 #[derive(Debug)]
 pub(crate) struct Ticket {
     waiters: Arc<Waiters>,
     token: Token,
-    notify: Arc<Notify>,
+    slot: Arc<Slot>,
 }
 
 impl Ticket {
     /// Completes when the store handed this waiter the lock (or may have:
     /// after a lost connection every waiter is woken to check).
     pub(crate) async fn notified(&self) {
-        self.notify.notified().await;
+        self.slot.notify.notified().await;
+    }
+
+    /// The grant announced to this waiter, if one was.
+    pub(crate) fn take_grant(&self) -> Option<Grant> {
+        self.slot
+            .grant
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
     }
 }
 
@@ -102,7 +119,7 @@ impl Waiters {
         &self.channel
     }
 
-    fn tickets(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Arc<Notify>>> {
+    fn tickets(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Arc<Slot>>> {
         self.tickets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -142,19 +159,22 @@ impl Waiters {
     /// Registers a queued waiter, to be woken when a lock is handed to
     /// `token`.
     pub(crate) fn ticket(self: &Arc<Self>, token: Token) -> Ticket {
-        let notify = Arc::new(Notify::new());
-        self.tickets().insert(token, notify.clone());
+        let slot = Arc::new(Slot::default());
+        self.tickets().insert(token, slot.clone());
         Ticket {
             waiters: self.clone(),
             token,
-            notify,
+            slot,
         }
     }
 
-    /// Wakes the queued waiter `token`, if it is one of this client's.
-    pub(crate) fn wake(&self, token: &Token) {
-        if let Some(notify) = self.tickets().get(token) {
-            notify.notify_one();
+    /// Hands `grant` to its waiter and wakes it, if it is one of this
+    /// client's.
+    pub(crate) fn grant(&self, grant: Grant) {
+        let slot = self.tickets().get(&grant.token).cloned();
+        if let Some(slot) = slot {
+            *slot.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
+            slot.notify.notify_one();
         }
     }
 
@@ -238,13 +258,14 @@ impl Waiters {
         channel == self.channel || self.broadcasts().contains_key(channel)
     }
 
-    /// Routes a message published on `channel`: a token on this client's
-    /// channel wakes that waiter; a release on a key's channel wakes its
+    /// Routes a message published on `channel`: a grant on this client's
+    /// channel goes to its waiter; a release on a key's channel wakes its
     /// Redlock waiters, unless that release has woken them already.
     pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
         if channel == self.channel {
-            if let Some(token) = Token::parse(payload) {
-                self.wake(&token);
+            match Grant::parse(payload) {
+                Some(grant) => self.grant(grant),
+                None => tracing::debug!(channel, "unreadable grant announcement ignored"),
             }
             return;
         }
@@ -260,8 +281,8 @@ impl Waiters {
 
     /// Wakes every waiter, after notifications may have been missed.
     pub(crate) fn notify_all(&self) {
-        for notify in self.tickets().values() {
-            notify.notify_one();
+        for slot in self.tickets().values() {
+            slot.notify.notify_one();
         }
         for entry in self.broadcasts().values() {
             entry.tx.send_modify(|n| *n = n.wrapping_add(1));

@@ -37,6 +37,35 @@ pub(crate) enum Attempt {
 pub(crate) struct Place<'a> {
     pub(crate) timeout: Duration,
     pub(crate) channel: &'a str,
+    /// The number of this attempt of the waiter: a grant names the attempt
+    /// whose deadline it is reserved until.
+    pub(crate) attempt: u32,
+}
+
+/// A lock or permit handed to a queued waiter, as announced to it: reserved
+/// for it until the deadline that its attempt number `attempt` set, which
+/// is at least `timeout` after that attempt was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) token: Token,
+    pub(crate) fence: FencingToken,
+    pub(crate) attempt: u32,
+}
+
+impl Grant {
+    /// Parses the announcement `token fence attempt`.
+    pub(crate) fn parse(payload: &[u8]) -> Option<Self> {
+        let mut parts = payload.split(|b| *b == b' ');
+        let token = Token::parse(parts.next()?)?;
+        let number = |p: Option<&[u8]>| std::str::from_utf8(p?).ok()?.parse::<u64>().ok();
+        let fence = number(parts.next()).filter(|f| *f > 0)?;
+        let attempt = u32::try_from(number(parts.next())?).ok()?;
+        parts.next().is_none().then_some(Self {
+            token,
+            fence: FencingToken::new(fence),
+            attempt,
+        })
+    }
 }
 
 /// The key of one rate-limited key's state; the sliding log also keeps its

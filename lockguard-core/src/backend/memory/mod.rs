@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Attempt, LimitKeys, LimitOp, Place};
+use super::{Attempt, Grant, LimitKeys, LimitOp, Place};
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
@@ -30,11 +30,13 @@ enum LimitState {
     Sliding(sliding_window::Log),
 }
 
-/// A queued waiter: its place is kept until `deadline` unless refreshed.
+/// A queued waiter: its place is kept until `deadline` unless refreshed;
+/// `attempt` set that deadline.
 #[derive(Debug, Clone, Copy)]
 struct Waiter {
     token: Token,
     deadline: Instant,
+    attempt: u32,
 }
 
 /// How long a lock or permit handed to a waiter is kept for it to claim:
@@ -56,7 +58,7 @@ struct Step<'a> {
 struct Queue<'a> {
     waiters: &'a mut VecDeque<Waiter>,
     fence: &'a mut u64,
-    handed: Vec<Token>,
+    handed: Vec<Grant>,
     now: Instant,
 }
 
@@ -84,8 +86,12 @@ impl Queue<'_> {
     fn grant_first(&mut self, me: Option<&Token>) -> Option<(Token, u64, Instant)> {
         let first = self.head().filter(|w| Some(&w.token) != me)?;
         self.waiters.pop_front();
-        self.handed.push(first.token);
         let fence = self.next_fence();
+        self.handed.push(Grant {
+            token: first.token,
+            fence: FencingToken::new(fence),
+            attempt: first.attempt,
+        });
         Some((first.token, fence, reservation(first.deadline, self.now)))
     }
 
@@ -194,7 +200,7 @@ impl Step<'_> {
 }
 
 /// The hook a grant to a waiter is announced through.
-struct Notify(Box<dyn Fn(Token) + Send + Sync>);
+struct Notify(Box<dyn Fn(Grant) + Send + Sync>);
 
 impl std::fmt::Debug for Notify {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -260,14 +266,14 @@ impl MemoryStore {
 
     /// Calls `notify` with the token of every waiter a lock or permit is
     /// handed to (the in-process counterpart of Redis's `PUBLISH`).
-    pub(crate) fn set_notify(&self, notify: impl Fn(Token) + Send + Sync + 'static) {
+    pub(crate) fn set_notify(&self, notify: impl Fn(Grant) + Send + Sync + 'static) {
         let _ = self.notify.set(Notify(Box::new(notify)));
     }
 
-    fn announce(&self, handed: Vec<Token>) {
+    fn announce(&self, handed: Vec<Grant>) {
         if let Some(notify) = self.notify.get() {
-            for token in handed {
-                (notify.0)(token);
+            for grant in handed {
+                (notify.0)(grant);
             }
         }
     }
@@ -327,10 +333,11 @@ impl MemoryStore {
                 let q = &mut step.queue;
                 let deadline = q.now + place.timeout;
                 match q.waiters.iter_mut().find(|w| w.token == *token) {
-                    Some(w) => w.deadline = deadline,
+                    Some(w) => (w.deadline, w.attempt) = (deadline, place.attempt),
                     None => q.waiters.push_back(Waiter {
                         token: *token,
                         deadline,
+                        attempt: place.attempt,
                     }),
                 }
             }
@@ -599,13 +606,14 @@ mod tests {
         Some(Place {
             timeout: Duration::from_millis(timeout_ms),
             channel: "",
+            attempt: 1,
         })
     }
 
     fn notified(store: &MemoryStore) -> Arc<Mutex<Vec<Token>>> {
         let seen: Arc<Mutex<Vec<Token>>> = Arc::default();
         let s = seen.clone();
-        store.set_notify(move |t| s.lock().unwrap().push(t));
+        store.set_notify(move |g| s.lock().unwrap().push(g.token));
         seen
     }
 

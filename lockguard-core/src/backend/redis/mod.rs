@@ -352,8 +352,11 @@ impl RedisStore {
             call.arg(permits);
         }
         match place {
-            Some(p) => call.arg(millis_ceil(p.timeout)).arg(p.channel),
-            None => call.arg("").arg(""),
+            Some(p) => call
+                .arg(millis_ceil(p.timeout))
+                .arg(p.channel)
+                .arg(p.attempt),
+            None => call.arg("").arg("").arg(0),
         };
         let (taken, n): (i64, i64) = self
             .run(&call, || format!("acquiring {:?}", keys.lock))

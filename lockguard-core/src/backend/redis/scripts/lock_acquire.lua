@@ -2,7 +2,8 @@
 -- Take a lock, or wait for it in the key's queue (see queue.lua).
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] waiter timeout (ms; '' = never
--- queue), ARGV[4] the channel this waiter is notified on
+-- queue), ARGV[4] the channel this waiter is notified on, ARGV[5] the
+-- number of this attempt of the waiter
 -- Returns {1, fence} when the lock is ours, {0, pttl} when not.
 --
 -- A waiter calls this again when notified (or when its refresh is due): a
@@ -17,7 +18,7 @@ if holder == token then
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
 if not holder then
-  local first, deadline, channel = queue_head(queue, tickets)
+  local first, deadline, attempt, channel = queue_head(queue, tickets)
   if not first or first == token then
     redis.call('SET', lock, token, 'PX', ARGV[2])
     if first then
@@ -26,9 +27,9 @@ if not holder then
     return {1, redis.call('INCR', fence)}
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
-  lock_hand(lock, fence, queue, tickets, first, deadline, channel)
+  lock_hand(lock, fence, queue, tickets, first, deadline, attempt, channel)
 end
 if ARGV[3] ~= '' then
-  queue_join(queue, tickets, token, tonumber(ARGV[3]), ARGV[4])
+  queue_join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])
 end
 return {0, redis.call('PTTL', lock)}

@@ -15,9 +15,9 @@ if redis.call('GET', lock) ~= token then
   return 0
 end
 -- A holder is never queued: its place went when the lock became its.
-local first, deadline, channel = queue_head(queue, tickets)
+local first, deadline, attempt, channel = queue_head(queue, tickets)
 if first then
-  lock_hand(lock, fence, queue, tickets, first, deadline, channel)
+  lock_hand(lock, fence, queue, tickets, first, deadline, attempt, channel)
   return 1
 end
 redis.call('DEL', lock)

@@ -3,10 +3,16 @@
 --
 -- queue:   a sorted set of waiter tokens scored by arrival (server time in
 --          µs, strictly increasing), so the first member is served first.
--- tickets: a hash, waiter token -> 'deadline_ms channel': until when the
---          waiter's place is kept without a refresh (each attempt of a live
---          waiter refreshes it), and the channel its client listens on. A
---          semaphore also keeps '=fence' here for each holder of a permit.
+-- tickets: a hash, waiter token -> 'deadline_ms attempt channel': until
+--          when the waiter's place is kept without a refresh (each attempt
+--          of a live waiter refreshes it), the number of the attempt that
+--          set it, and the channel its client listens on. A semaphore also
+--          keeps '=fence' here for each holder of a permit.
+--
+-- A grant to a waiter is published on its channel as 'token fence attempt':
+-- the lock is reserved for it until its deadline, which that attempt set,
+-- so the waiter knows from its own request how long the grant is certainly
+-- its own, and confirms it with its lease in the background.
 --
 -- A waiter whose deadline passed is dropped when it reaches the head: a
 -- dead waiter costs the queue at most its timeout, never a lease.
@@ -38,7 +44,8 @@ local function queue_leave(queue, tickets, token)
 end
 
 -- The first waiter whose place is still kept, after dropping those ahead of
--- it whose deadline passed: token, deadline (ms), channel; nil when none.
+-- it whose deadline passed: token, deadline (ms), attempt, channel; nil when
+-- none.
 local function queue_head(queue, tickets)
   while true do
     local first = redis.call('ZRANGE', queue, 0, 0)[1]
@@ -47,9 +54,9 @@ local function queue_head(queue, tickets)
     end
     local ticket = redis.call('HGET', tickets, first)
     if ticket then
-      local deadline, channel = string.match(ticket, '^(%d+) (.*)$')
+      local deadline, attempt, channel = string.match(ticket, '^(%d+) (%d+) (.*)$')
       if deadline and tonumber(deadline) > now_ms() then
-        return first, tonumber(deadline), channel
+        return first, tonumber(deadline), attempt, channel
       end
     end
     queue_leave(queue, tickets, first)
@@ -57,7 +64,7 @@ local function queue_head(queue, tickets)
 end
 
 -- Takes a place at the tail (or keeps the one held) and refreshes its deadline.
-local function queue_join(queue, tickets, token, timeout_ms, channel)
+local function queue_join(queue, tickets, token, timeout_ms, attempt, channel)
   if not redis.call('ZSCORE', queue, token) then
     local score = now_us()
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
@@ -67,7 +74,7 @@ local function queue_join(queue, tickets, token, timeout_ms, channel)
     redis.call('ZADD', queue, string.format('%d', score), token)
   end
   local deadline = now_ms() + timeout_ms
-  redis.call('HSET', tickets, token, string.format('%d', deadline) .. ' ' .. channel)
+  redis.call('HSET', tickets, token, string.format('%d', deadline) .. ' ' .. attempt .. ' ' .. channel)
   -- A queue nobody refreshes vanishes.
   keep(queue, 2 * timeout_ms)
   keep(tickets, 2 * timeout_ms)
@@ -84,12 +91,17 @@ local function reservation(deadline)
   return ms
 end
 
+-- Tells a waiter alone that it was granted the lock or a permit.
+local function notify(waiter, fence, attempt, channel)
+  redis.call('PUBLISH', channel, waiter .. ' ' .. string.format('%d', fence) .. ' ' .. attempt)
+end
+
 -- Hands a free lock to a waiter and notifies it alone.
-local function lock_hand(lock, fence, queue, tickets, waiter, deadline, channel)
+local function lock_hand(lock, fence, queue, tickets, waiter, deadline, attempt, channel)
   redis.call('SET', lock, waiter, 'PX', reservation(deadline))
-  redis.call('INCR', fence)
+  local f = redis.call('INCR', fence)
   queue_leave(queue, tickets, waiter)
-  redis.call('PUBLISH', channel, waiter)
+  notify(waiter, f, attempt, channel)
 end
 
 -- Drops the semaphore holders whose lease ended, with their fence records.
@@ -116,12 +128,12 @@ end
 -- stopping before `me` (a waiter asking for itself). Returns the permits left.
 local function semaphore_hand_out(holders, fence, queue, tickets, free, me)
   while free > 0 do
-    local first, deadline, channel = queue_head(queue, tickets)
+    local first, deadline, attempt, channel = queue_head(queue, tickets)
     if not first or first == me then
       break
     end
-    semaphore_give(holders, fence, queue, tickets, first, reservation(deadline))
-    redis.call('PUBLISH', channel, first)
+    local f = semaphore_give(holders, fence, queue, tickets, first, reservation(deadline))
+    notify(first, f, attempt, channel)
     free = free - 1
   end
   return free

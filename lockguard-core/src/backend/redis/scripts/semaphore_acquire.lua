@@ -4,7 +4,8 @@
 -- server time); expired holders are dropped first.
 -- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, ARGV[4] waiter timeout
--- (ms; '' = never queue), ARGV[5] the channel this waiter is notified on
+-- (ms; '' = never queue), ARGV[5] the channel this waiter is notified on,
+-- ARGV[6] the number of this attempt of the waiter
 -- Returns {1, fence} when a permit is ours, {0, ms until the first lease
 -- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -26,7 +27,7 @@ if free > 0 then
   return {1, semaphore_give(holders, fence, queue, tickets, token, lease)}
 end
 if ARGV[4] ~= '' then
-  queue_join(queue, tickets, token, tonumber(ARGV[4]), ARGV[5])
+  queue_join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
 return {0, tonumber(first[2]) - now_ms()}
