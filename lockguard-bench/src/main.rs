@@ -190,6 +190,17 @@ async fn uncontended(b: &mut Bench) {
 
 /// How long a contender holds the lock.
 const HOLD: Duration = Duration::from_millis(1);
+
+/// Holds the lock for [`HOLD`]: a blocking sleep on tokio's blocking pool,
+/// like a call into a database, precise to tens of microseconds whatever the
+/// runtime does. A tokio timer would end on the runtime's millisecond ticks,
+/// later still when the runtime had parked, so its length would depend on
+/// how busy the contenders keep the runtime, and spinning keeps it busiest.
+async fn hold() {
+    tokio::task::spawn_blocking(|| std::thread::sleep(HOLD))
+        .await
+        .expect("hold");
+}
 /// How long a contender thinks after a release before asking again.
 const THINK: Duration = Duration::from_micros(500);
 
@@ -302,7 +313,7 @@ async fn contended_lockguard(b: &Bench, tasks: usize, clients: usize) -> Content
             while !stop.load(Ordering::Relaxed) {
                 let g = lock.acquire().await.expect("acquire");
                 rec.acquired(t);
-                tokio::time::sleep(HOLD).await;
+                hold().await;
                 rec.releasing(t);
                 g.release().await.expect("release");
                 done.fetch_add(1, Ordering::Relaxed);
@@ -336,7 +347,7 @@ async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
                     tokio::task::yield_now().await;
                 }
                 rec.acquired(t);
-                tokio::time::sleep(HOLD).await;
+                hold().await;
                 rec.releasing(t);
                 raw::unlock(&mut conn, "raw:contended", &token).await;
                 done.fetch_add(1, Ordering::Relaxed);
@@ -363,7 +374,7 @@ async fn contention(b: &mut Bench) {
         "\n## Contention: contenders on one key, each holding it ~1 ms, then thinking ~0.5 ms\n",
     );
     b.line("Variants: *lockguard, 4 clients*: the contenders are tasks sharing 4 client handles. *lockguard, client per contender*: each contender builds its own client (its own connections, its own pub/sub connection), as separate processes do. *raw spin*: raw redis-rs tasks over 4 connections retrying `SET NX` at once.");
-    b.line("Every variant, raw spin included, holds the lock for a 1 ms tokio sleep and, after each release, thinks for a 500 µs tokio sleep before asking again (tokio's millisecond timer rounds both up).");
+    b.line("Every variant, raw spin included, holds the lock for 1 ms (a blocking sleep on tokio's blocking pool, like a database call: a tokio timer would end on the runtime's millisecond ticks, later when the runtime had parked, so the hold would depend on how busy the variant keeps the runtime) and, after each release, thinks for a 500 µs tokio sleep (rounded up to the timer's milliseconds) before asking again.");
     b.line("Handoff: from the holder's release call to the next *different* holder's acquire returning.");
     b.line("Commands per acquisition: commands the clients sent (script-internal calls in brackets), over the whole run. For lockguard the server tells the two apart: every call goes to the slowlog, a script's calls under no client address, so a `PUBLISH` or `PEXPIRE` sent directly counts as sent, one inside a script as internal, and `SUBSCRIBE`/`UNSUBSCRIBE` count as sent; connection handshakes are not counted.");
     b.line("Min/max: the fewest acquisitions any contender made over the run divided by the most (1.00 = perfectly even).\n");
