@@ -219,9 +219,10 @@ impl Lock {
     ///
     /// Waiters queue in the store, first come first served across every
     /// client and process. A release hands the lock straight to the first
-    /// live waiter and wakes that one alone, which then claims it with one
-    /// request; a waiter never takes a free lock while others queue ahead of
-    /// it. While it waits, a waiter refreshes its place every third of the
+    /// live waiter and wakes that one alone, which returns at once (valid
+    /// from its own last request, see the [`safety`](crate::safety) page) and
+    /// confirms its lease in the background; a waiter never takes a free
+    /// lock while others queue ahead of it. While it waits, a waiter refreshes its place every third of the
     /// client's waiter timeout (see [`Builder::waiter_timeout`]); that
     /// refresh also claims a lock handed over while a notification was lost,
     /// and a waiter that stops refreshing (its process died) is skipped
