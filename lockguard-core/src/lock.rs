@@ -222,11 +222,12 @@ impl Lock {
     /// live waiter and wakes that one alone, which returns at once (valid
     /// from its own last request, see the [`safety`](crate::safety) page) and
     /// confirms its lease in the background; a waiter never takes a free
-    /// lock while others queue ahead of it. While it waits, a waiter refreshes its place every third of the
-    /// client's waiter timeout (see [`Builder::waiter_timeout`]); that
-    /// refresh also claims a lock handed over while a notification was lost,
-    /// and a waiter that stops refreshing (its process died) is skipped
-    /// after the timeout. It never spins.
+    /// lock while others queue ahead of it. While it waits, a waiter
+    /// refreshes its place every third of the client's waiter timeout (see
+    /// [`Builder::waiter_timeout`]); that refresh also claims a lock handed
+    /// over while a notification was lost, and a waiter that stops
+    /// refreshing (its process died) is skipped after the timeout. It never
+    /// spins.
     ///
     /// On a Redlock client waiters do not queue: they retry when a release
     /// is announced, after the holder's lease, or after a jittered retry
@@ -293,7 +294,11 @@ impl Lock {
         // dropped, or the wait ended) takes the token out of the queue and
         // passes on a lock handed to it, in the background.
         let leave = PendingRelease::new(&self.client, keys, token);
-        for attempt in 1u32.. {
+        let mut attempt: u32 = 0;
+        loop {
+            // Numbers only tell recent attempts apart: wrapping is harmless.
+            attempt = attempt.wrapping_add(1);
+            let first = sent.is_empty();
             let sent_at = Instant::now();
             if sent.len() == RECENT_ATTEMPTS {
                 sent.pop_front();
@@ -322,13 +327,13 @@ impl Lock {
                 Ok(Attempt::Contended | Attempt::AcquiredSlot(..)) => {
                     unreachable!("only Redlock splits or hands out slots, and it does not queue")
                 }
-                Err(e) if attempt == 1 => return Err(e),
+                Err(e) if first => return Err(e),
                 Err(e) => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
                     (None, Some(e))
                 }
             };
-            if attempt == 1 {
+            if first {
                 tracing::debug!(lock = %self.name, "lock busy; queued");
             }
             let now = Instant::now();
@@ -372,7 +377,6 @@ impl Lock {
             self.log_acquired(grant.fence, started);
             return Ok(guard);
         }
-        unreachable!("a wait makes fewer than 2^32 attempts")
     }
 
     fn log_acquired(&self, fence: FencingToken, started: Instant) {
@@ -688,6 +692,23 @@ mod tests {
             }
         }
         assert_eq!(lg.holdings_len(), 0);
+    }
+
+    #[test]
+    fn waiter_timeouts_are_validated() {
+        for bad in [Duration::ZERO, Duration::from_millis(49), MAX_LEASE * 2] {
+            let err = Lockguard::builder()
+                .waiter_timeout(bad)
+                .memory()
+                .unwrap_err();
+            assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        }
+        assert!(
+            Lockguard::builder()
+                .waiter_timeout(crate::MIN_WAITER_TIMEOUT)
+                .memory()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -279,3 +279,37 @@ pub(crate) fn millis_ceil(d: Duration) -> u64 {
     };
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_announcements_parse_strictly() {
+        let token = Token::random();
+        let text = format!("{} 42 7", token.as_str());
+        assert_eq!(
+            Grant::parse(text.as_bytes()),
+            Some(Grant {
+                token,
+                fence: FencingToken::new(42),
+                attempt: 7,
+            })
+        );
+        let t = token.as_str();
+        for bad in [
+            String::new(),
+            t.to_owned(),
+            format!("{t} 42"),
+            format!("{t} 0 1"),
+            format!("{t} 42 1 9"),
+            format!("{t} -1 1"),
+            format!("{t} 42 99999999999"),
+            format!("{} 42 1", &t[1..]),
+            format!("{}X 42 1", &t[1..]),
+            "\u{fffd} 1 1".to_owned(),
+        ] {
+            assert_eq!(Grant::parse(bad.as_bytes()), None, "{bad:?}");
+        }
+    }
+}
