@@ -6,30 +6,30 @@
 -- number of this attempt of the waiter
 -- Returns {1, fence} when the lock is ours, {0, pttl} when not.
 --
--- A waiter calls this again when notified (or when its refresh is due): a
--- lock a release handed to it is then claimed with its own lease. Nobody
--- takes a free lock while live waiters queue ahead: it goes to the first.
+-- A waiter calls this again when its refresh is due: a lock a release
+-- handed to it meanwhile (its notification lost) is then claimed with its
+-- own lease. Nobody takes a free lock while live waiters queue ahead: it
+-- goes to the first.
 if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
-local holder = redis.call('GET', lock)
-if holder == token then
-  redis.call('PEXPIRE', lock, ARGV[2])
-  return {1, tonumber(redis.call('GET', fence) or '0')}
-end
-if not holder then
-  local first, deadline, attempt, channel = queue_head(queue, tickets)
+if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
+  if redis.call('EXISTS', queue) == 0 then
+    return {1, redis.call('INCR', fence)}
+  end
+  local q = queue_lib()
+  local first = q.head(queue, tickets)
   if not first or first == token then
-    redis.call('SET', lock, token, 'PX', ARGV[2])
-    if first then
-      queue_leave(queue, tickets, token)
-    end
+    q.leave(queue, tickets, token)
     return {1, redis.call('INCR', fence)}
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
-  lock_hand(lock, fence, queue, tickets, first, deadline, attempt, channel)
+  q.lock_hand_first(lock, fence, queue, tickets)
+elseif redis.call('GET', lock) == token then
+  redis.call('PEXPIRE', lock, ARGV[2])
+  return {1, tonumber(redis.call('GET', fence) or '0')}
 end
 if ARGV[3] ~= '' then
-  queue_join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])
+  queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])
 end
 return {0, redis.call('PTTL', lock)}

@@ -11,13 +11,12 @@ if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('GET', lock) ~= token then
-  queue_leave(queue, tickets, token)
+  redis.call('ZREM', queue, token)
+  redis.call('HDEL', tickets, token)
   return 0
 end
 -- A holder is never queued: its place went when the lock became its.
-local first, deadline, attempt, channel = queue_head(queue, tickets)
-if first then
-  lock_hand(lock, fence, queue, tickets, first, deadline, attempt, channel)
+if redis.call('EXISTS', queue) == 1 and queue_lib().lock_hand_first(lock, fence, queue, tickets) then
   return 1
 end
 redis.call('DEL', lock)

@@ -10,24 +10,25 @@
 -- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
 local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local q = queue_lib()
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local ends = redis.call('ZSCORE', holders, token)
-if ends and tonumber(ends) > now_ms() then
+if ends and tonumber(ends) > q.now_ms() then
   -- Handed to us by a release: claim it with our own lease.
-  redis.call('ZADD', holders, now_ms() + lease, token)
-  keep(holders, lease)
-  keep(tickets, lease)
+  redis.call('ZADD', holders, q.now_ms() + lease, token)
+  q.keep(holders, lease)
+  q.keep(tickets, lease)
   local record = redis.call('HGET', tickets, token) or '=0'
   return {1, tonumber(string.sub(record, 2))}
 end
-semaphore_expire(holders, tickets)
+q.semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
-free = semaphore_hand_out(holders, fence, queue, tickets, free, token)
+free = q.semaphore_hand_out(holders, fence, queue, tickets, free, token)
 if free > 0 then
-  return {1, semaphore_give(holders, fence, queue, tickets, token, lease)}
+  return {1, q.semaphore_give(holders, fence, queue, tickets, token, lease)}
 end
 if ARGV[4] ~= '' then
-  queue_join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])
+  q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
-return {0, tonumber(first[2]) - now_ms()}
+return {0, tonumber(first[2]) - q.now_ms()}

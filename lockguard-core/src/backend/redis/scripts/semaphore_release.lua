@@ -8,17 +8,18 @@
 -- Returns 1 when the permit was still held, 0 otherwise.
 if redis.replicate_commands then redis.replicate_commands() end
 local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local q = queue_lib()
 local token = ARGV[1]
-queue_leave(queue, tickets, token)
+q.leave(queue, tickets, token)
 local ends = redis.call('ZSCORE', holders, token)
 if not ends then
   return 0
 end
 redis.call('ZREM', holders, token)
-semaphore_expire(holders, tickets)
+q.semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
-semaphore_hand_out(holders, fence, queue, tickets, free, nil)
-if tonumber(ends) > now_ms() then
+q.semaphore_hand_out(holders, fence, queue, tickets, free, nil)
+if tonumber(ends) > q.now_ms() then
   return 1
 end
 return 0
