@@ -351,13 +351,12 @@ impl RedisStore {
         if let Some(permits) = keys.permits {
             call.arg(permits);
         }
-        match place {
-            Some(p) => call
-                .arg(millis_ceil(p.timeout))
+        // Without a place the script never queues.
+        if let Some(p) = place {
+            call.arg(millis_ceil(p.timeout))
                 .arg(p.channel)
-                .arg(p.attempt),
-            None => call.arg("").arg("").arg(0),
-        };
+                .arg(p.attempt);
+        }
         let (taken, n): (i64, i64) = self
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;

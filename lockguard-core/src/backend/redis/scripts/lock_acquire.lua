@@ -1,16 +1,15 @@
 
 -- Take a lock, or wait for it in the key's queue (see queue.lua).
 -- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
--- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] waiter timeout (ms; '' = never
--- queue), ARGV[4] the channel this waiter is notified on, ARGV[5] the
--- number of this attempt of the waiter
+-- ARGV[1] token, ARGV[2] lease (ms), and for a waiter (without them the
+-- script never queues): ARGV[3] its timeout (ms), ARGV[4] the channel it is
+-- notified on, ARGV[5] the number of this attempt
 -- Returns {1, fence} when the lock is ours, {0, pttl} when not.
 --
 -- A waiter calls this again when its refresh is due: a lock a release
 -- handed to it meanwhile (its notification lost) is then claimed with its
 -- own lease. Nobody takes a free lock while live waiters queue ahead: it
 -- goes to the first.
-if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
@@ -29,7 +28,7 @@ elseif redis.call('GET', lock) == token then
   redis.call('PEXPIRE', lock, ARGV[2])
   return {1, tonumber(redis.call('GET', fence) or '0')}
 end
-if ARGV[3] ~= '' then
+if ARGV[3] then
   queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])
 end
 return {0, redis.call('PTTL', lock)}

@@ -7,7 +7,6 @@
 -- ARGV[1] token, ARGV[2] channel announcing a release nobody was handed
 -- ('' = none; Redlock waiters, who do not queue, listen on it)
 -- Returns 1 when the lock was ours, 0 otherwise.
-if redis.replicate_commands then redis.replicate_commands() end
 local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('GET', lock) ~= token then

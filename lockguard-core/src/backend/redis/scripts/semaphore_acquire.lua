@@ -3,9 +3,9 @@
 -- holders sorted set scores each holder's token by its lease's end (ms,
 -- server time); expired holders are dropped first.
 -- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
--- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, ARGV[4] waiter timeout
--- (ms; '' = never queue), ARGV[5] the channel this waiter is notified on,
--- ARGV[6] the number of this attempt of the waiter
+-- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, and for a waiter
+-- (without them the script never queues): ARGV[4] its timeout (ms), ARGV[5]
+-- the channel it is notified on, ARGV[6] the number of this attempt
 -- Returns {1, fence} when a permit is ours, {0, ms until the first lease
 -- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
@@ -27,7 +27,7 @@ free = q.semaphore_hand_out(holders, fence, queue, tickets, free, token)
 if free > 0 then
   return {1, q.semaphore_give(holders, fence, queue, tickets, token, lease)}
 end
-if ARGV[4] ~= '' then
+if ARGV[4] then
   q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])
 end
 local first = redis.call('ZRANGE', holders, 0, 0, 'WITHSCORES')
