@@ -105,10 +105,13 @@ impl Lock {
     pub(crate) fn semaphore(client: Lockguard, name: &str, permits: u32) -> Self {
         let keys = crate::key::validate("semaphore", name)
             .and_then(|()| {
-                if permits == 0 || permits > crate::semaphore::MAX_PERMITS {
+                // Checked before anything is sent: an attempt that cannot
+                // reach the store arms no background release.
+                let max = client.store().max_permits();
+                if permits == 0 || permits > max {
                     Err(Error::invalid(format!(
-                        "semaphore {name:?} needs between 1 and {} permits, got {permits}",
-                        crate::semaphore::MAX_PERMITS
+                        "semaphore {name:?} needs between 1 and {max} permits on a {} client, got {permits}",
+                        client.store().name()
                     )))
                 } else {
                     Ok(())

@@ -122,6 +122,14 @@ impl Store {
         !matches!(self, Self::Redlock(_))
     }
 
+    /// The most permits a semaphore may have on this store.
+    pub(crate) fn max_permits(&self) -> u32 {
+        match self {
+            Self::Redlock(_) => redlock::MAX_REDLOCK_PERMITS,
+            Self::Memory(_) | Self::Redis(_) => crate::semaphore::MAX_PERMITS,
+        }
+    }
+
     /// One attempt to take a lock or a semaphore permit: takes it when it is
     /// free and nobody queues ahead, claims it when a release handed it to
     /// `token`, and otherwise, with a `place`, joins the queue (or keeps and

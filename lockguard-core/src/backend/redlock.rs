@@ -171,9 +171,6 @@ impl RedlockStore {
     ) -> Result<Attempt> {
         match keys.permits {
             None => self.try_lock(keys, token, lease).await,
-            Some(permits) if permits > MAX_REDLOCK_PERMITS => Err(Error::invalid(format!(
-                "a Redlock semaphore has at most {MAX_REDLOCK_PERMITS} permits, got {permits}"
-            ))),
             Some(permits) => {
                 // Try the slots from a random start, so holders spread out.
                 let start = fastrand::u32(0..permits);

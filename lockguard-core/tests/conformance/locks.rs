@@ -17,6 +17,7 @@ crate::conformance!(
     dropped_guard_releases_in_the_background,
     nested_acquisition_is_reentrant_and_excludes_other_tasks,
     fencing_tokens_strictly_increase,
+    fenced_writes_compare_tokens_exactly,
     user_hash_tags_work,
     bad_input_is_a_clear_error,
     acquire_wait_is_bounded,
@@ -441,4 +442,30 @@ async fn non_reentrant_locks_exclude_their_own_task() {
     assert!(lg.lock("nr").try_acquire().await.unwrap_err().is_busy());
     assert!(outer.release().await.unwrap());
     assert!(lg.lock("nr").reentrant(false).try_acquire().await.is_ok());
+}
+
+/// Tokens beyond 2^53 are compared exactly: after a write with 2^53 + 1, a
+/// write with 2^53 is stale. (Issue 11, item 12: a comparison of Lua
+/// numbers took them as equal and let the older token overwrite.)
+async fn fenced_writes_compare_tokens_exactly(env: Env) {
+    use lockguard_core::FencingToken;
+    let data = env.data_client().await;
+    let resource = data.fenced("big:tokens");
+    let newer = FencingToken::new((1 << 53) + 1);
+    let older = FencingToken::new(1 << 53);
+    resource.write(newer, "newer").await.unwrap();
+    let stale = resource.write(older, "older").await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    let stored = resource.read().await.unwrap().unwrap();
+    assert_eq!(stored.token, newer);
+    assert_eq!(stored.value, b"newer");
+    // Equal and newer tokens still write; the largest token works too.
+    resource.write(newer, "again").await.unwrap();
+    resource
+        .write(FencingToken::new(u64::MAX), "max")
+        .await
+        .unwrap();
+    let stale = resource.write(newer, "late").await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    assert_eq!(resource.read().await.unwrap().unwrap().value, b"max");
 }

@@ -355,3 +355,45 @@ async fn redlock_bad_input_and_unsupported_operations() {
         .unwrap_err();
     assert!(e.is_unavailable(), "{e}");
 }
+
+/// A semaphore with more permits than Redlock allows is refused before
+/// anything is sent: no node sees a script, not even a background release.
+/// (Issue 11, item 2.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_semaphore_is_refused_before_reaching_any_node() {
+    let nodes = nodes(3);
+    let lg = client(&nodes).await;
+    let mut admins = Vec::new();
+    for n in &nodes {
+        let mut admin = n.connection().await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        admins.push(admin);
+    }
+    let sem = lg.semaphore("big", lockguard_core::MAX_REDLOCK_PERMITS + 1);
+    let err = sem.try_acquire().await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    let err = sem
+        .wait(Duration::from_millis(100))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    // A background release would have been spawned by now; give it the
+    // node timeout many times over to arrive.
+    tokio::time::sleep(DEFAULT_NODE_TIMEOUT * 10).await;
+    for admin in &mut admins {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(admin)
+            .await
+            .unwrap();
+        assert!(
+            !info.contains("cmdstat_eval"),
+            "a script reached a node:\n{info}"
+        );
+    }
+}
