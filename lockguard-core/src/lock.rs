@@ -268,7 +268,7 @@ impl Lock {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
             // queueing, so no handoff is announced before anyone hears it.
-            if let Ok(guard) = self.attempt(keys, lease).await? {
+            if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
                 return Ok(guard);
             }
             waiters.listen(deadline).await;
@@ -312,12 +312,15 @@ impl Lock {
                 channel: waiters.channel(),
                 attempt,
             };
-            let (ttl, failed) = match self
-                .client
-                .store()
-                .acquire(keys, &token, lease, Some(place))
-                .await
-            {
+            let attempt_result = self
+                .within(
+                    deadline,
+                    self.client
+                        .store()
+                        .acquire(keys, &token, lease, Some(place)),
+                )
+                .await;
+            let (ttl, failed) = match attempt_result {
                 Ok(Attempt::Acquired(fence)) => {
                     leave.disarm();
                     drop(ticket);
@@ -350,13 +353,20 @@ impl Lock {
             // Woken by the handoff, or at the next refresh, or when the
             // holder's lease ends (never a zero nap: a lease about to end
             // gets a millisecond, not a spin).
-            let nap = jitter(refresh)
-                .min(ttl.unwrap_or(Duration::MAX))
-                .min(remaining)
-                .max(Duration::from_millis(1));
+            let nap = final_stretch(
+                jitter(refresh)
+                    .min(ttl.unwrap_or(Duration::MAX))
+                    .max(Duration::from_millis(1)),
+                remaining,
+            );
             tokio::select! {
                 () = ticket.notified() => {}
-                () = tokio::time::sleep(nap) => continue,
+                () = tokio::time::sleep(nap) => {
+                    if deadline.is_some_and(|d| d <= Instant::now()) {
+                        return Err(self.busy(ttl, Some(self.wait)));
+                    }
+                    continue;
+                }
             }
             // A grant is ours until the deadline the attempt it names set:
             // take the lock now, valid from that attempt of ours, and
@@ -382,6 +392,31 @@ impl Lock {
         }
     }
 
+    /// Runs one attempt of a wait, bounded by the wait's deadline: an
+    /// attempt started just before it never keeps the caller for a whole
+    /// response timeout. An attempt cut off is dropped, and its outcome,
+    /// unknown, is cleaned up in the background (the token released).
+    async fn within<T>(
+        &self,
+        deadline: Option<Instant>,
+        attempt: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(deadline) = deadline else {
+            return attempt.await;
+        };
+        tokio::time::timeout_at(deadline, attempt)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "lock {:?}: no answer from the store before the wait of {:?} ended",
+                        self.name, self.wait
+                    ),
+                ))
+            })
+    }
+
     fn log_acquired(&self, fence: FencingToken, started: Instant) {
         tracing::debug!(
             lock = %self.name,
@@ -397,7 +432,7 @@ impl Lock {
     async fn wait_for_release(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        if let Ok(guard) = self.attempt(keys, lease).await? {
+        if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
             return Ok(guard);
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
@@ -410,7 +445,7 @@ impl Lock {
             // Attempt again at once: a release may have come before the
             // subscription.
             registration.rx.borrow_and_update();
-            let wait = match self.attempt(keys, lease).await? {
+            let wait = match self.within(deadline, self.attempt(keys, lease)).await? {
                 Ok(guard) => return Ok(guard),
                 Err(wait) => wait,
             };
@@ -426,13 +461,19 @@ impl Lock {
                 tokio::time::sleep(contention_backoff().min(remaining)).await;
                 continue;
             }
-            let nap = jitter(self.retry_interval)
-                .min(wait.ttl().unwrap_or(Duration::MAX))
-                .min(remaining)
-                .max(Duration::from_millis(1));
+            let nap = final_stretch(
+                jitter(self.retry_interval)
+                    .min(wait.ttl().unwrap_or(Duration::MAX))
+                    .max(Duration::from_millis(1)),
+                remaining,
+            );
             tokio::select! {
                 _ = registration.rx.changed() => {}
-                () = tokio::time::sleep(nap) => {}
+                () = tokio::time::sleep(nap) => {
+                    if deadline.is_some_and(|d| d <= Instant::now()) {
+                        return Err(self.busy(wait.ttl(), Some(self.wait)));
+                    }
+                }
             }
         }
     }
@@ -566,6 +607,20 @@ impl Wait {
 /// desynchronize contenders (a few round trips), short against any lease.
 fn contention_backoff() -> Duration {
     Duration::from_micros(fastrand::u64(500..=10_000))
+}
+
+/// How close to the end of a wait no new attempt starts: one started later
+/// would likely be cut off by the deadline with its outcome unknown.
+const FINAL_STRETCH: Duration = Duration::from_millis(50);
+
+/// A nap of at most `remaining`, stretched to all of it when it would end
+/// within [`FINAL_STRETCH`] of the deadline.
+fn final_stretch(nap: Duration, remaining: Duration) -> Duration {
+    if remaining.saturating_sub(nap) < FINAL_STRETCH {
+        remaining
+    } else {
+        nap
+    }
 }
 
 /// A pause between 50% and 100% of `interval`, so waiters of different

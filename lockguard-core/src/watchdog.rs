@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::guard::Shared;
+use crate::guard::{Shared, safety_margin};
 
 /// Renews the lease every third of it until `stop` fires (the guard was
 /// released or dropped) or the lock turns out to be gone.
@@ -16,7 +16,15 @@ use crate::guard::Shared;
 pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
     let lease = shared.lease;
     let interval = lease / 3;
-    let mut nap = interval;
+    // The first renewal is due a third of the lease after the request that
+    // set it was sent, not after the guard was made: a grant that arrived
+    // late is renewed at once rather than after it ran out.
+    let valid_until = shared.state.borrow().valid_until;
+    let mut nap = (valid_until + interval + safety_margin(lease))
+        .checked_sub(lease)
+        .map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        });
     loop {
         tokio::select! {
             biased;

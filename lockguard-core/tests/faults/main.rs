@@ -440,3 +440,88 @@ async fn cluster_master_killed_fails_only_its_slots() {
     assert!(safe_ok, "keys on the surviving masters stopped working");
     assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
 }
+
+/// A grant that arrives late (the server paused with the request in
+/// flight for 70% of a 1 s watchdog lease) is renewed at once: the first
+/// renewal is due a third of the lease after the request was sent, not
+/// after the guard was made, so the guard is not lost. (Issue 11, item 8:
+/// it was renewed 333 ms after it was made, after its lease had run out.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_grant_is_renewed_at_once() {
+    let mut server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    // Load the scripts first, so the paused request is the acquire itself.
+    let warm = lg.lock("warm").acquire().await.unwrap();
+    warm.extend(Duration::from_secs(1)).await.unwrap();
+    assert!(warm.release().await.unwrap());
+    server.pause();
+    let task = tokio::spawn(async move {
+        let sent = Instant::now();
+        let g = lg
+            .lock("late")
+            .watchdog(Duration::from_secs(1))
+            .try_acquire()
+            .await;
+        (sent, g)
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    server.resume();
+    let (sent, guard) = task.await.unwrap();
+    let guard = guard.expect("granted within its lease");
+    println!("granted {:?} after the request was sent", sent.elapsed());
+    let lost = guard.lost();
+    // Past the end of the first lease, with time to spare.
+    let outcome = tokio::time::timeout(Duration::from_millis(1500), lost).await;
+    assert!(outcome.is_err(), "the late grant was lost: {outcome:?}");
+    assert!(guard.is_held());
+    assert!(guard.release().await.unwrap());
+}
+
+/// An attempt started just before the end of a wait does not keep the
+/// caller for a whole response timeout: with the server paused, a waiter
+/// with a 500 ms wait and a 3 s response timeout returns by about 500 ms.
+/// (Issue 11, item 9.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_is_bounded_even_when_the_store_stops_answering() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server, Duration::from_secs(3)).await;
+    let _guard = holder
+        .lock("stall")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = connect(&server, Duration::from_secs(3)).await;
+    let wait = Duration::from_millis(500);
+    let task = tokio::spawn(async move {
+        let started = Instant::now();
+        let result = waiter.lock("stall").wait(wait).acquire().await;
+        (started.elapsed(), result)
+    });
+    // Once it is queued, the server stops answering its refreshes.
+    let mut admin = server.connection().await;
+    let queued = eventually(Duration::from_secs(5), || {
+        let mut admin = admin.clone();
+        async move {
+            let n: u64 = redis::cmd("ZCARD")
+                .arg("lockguard:lock:{stall}:queue")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    server.pause();
+    let (took, result) = task.await.unwrap();
+    server.resume();
+    let err = result.unwrap_err();
+    println!("gave up after {took:?}: {err}");
+    assert!(err.is_timeout() || err.is_busy(), "{err}");
+    assert!(
+        took < wait + Duration::from_millis(300),
+        "the wait of {wait:?} took {took:?}"
+    );
+    let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
+}
