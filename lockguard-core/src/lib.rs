@@ -66,7 +66,7 @@
 //! | constructor | store |
 //! |---|---|
 //! | [`Lockguard::memory`] | this process only; tests, single-process use |
-//! | [`Lockguard::connect`] | one Redis server (5.0 or newer) |
+//! | [`Lockguard::connect`] | one Redis server (6.2 or newer) |
 //! | [`Lockguard::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Lockguard::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //!

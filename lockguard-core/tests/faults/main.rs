@@ -525,3 +525,58 @@ async fn a_wait_is_bounded_even_when_the_store_stops_answering() {
     );
     let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
 }
+
+/// A server older than the minimum is refused at connect with a clear
+/// error naming its version. (Issue 11, item 6.)
+#[tokio::test]
+async fn too_old_a_server_is_refused_at_connect() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    // One reply per command: `INFO` gets an old version,
+                    // everything else `+OK`. A command is a `*N` line, then
+                    // `$len` and argument lines; its first argument names it.
+                    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let mut names = Vec::new();
+                    let mut expect_name = false;
+                    for line in text.split("\r\n") {
+                        if line.starts_with('*') {
+                            expect_name = true;
+                        } else if !line.starts_with('$') && expect_name {
+                            names.push(line.to_ascii_uppercase());
+                            expect_name = false;
+                        }
+                    }
+                    for name in names {
+                        let reply = if name == "INFO" {
+                            let body = "# Server\r\nredis_version:5.0.7\r\n";
+                            format!("${}\r\n{body}\r\n", body.len())
+                        } else {
+                            "+OK\r\n".to_owned()
+                        };
+                        if stream.write_all(reply.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let err = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500))
+        .connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("5.0.7") && msg.contains("6.2"), "{msg}");
+}

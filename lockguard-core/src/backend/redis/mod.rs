@@ -50,6 +50,24 @@ static SEMAPHORE_RELEASE: LazyLock<Script> = queue_script!("semaphore_release.lu
 static SEMAPHORE_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
 
+/// The oldest Redis server lockguard works with (major, minor): the scripts
+/// use `SET KEEPTTL` and the subscriber speaks RESP3 (both 6.0), and 6.2 is
+/// the oldest release still tested.
+pub(crate) const MIN_REDIS_VERSION: (u32, u32) = (6, 2);
+
+/// The `redis_version` of an `INFO server` reply.
+fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
+    let v = info
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("redis_version:"))?;
+    let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().ok());
+    Some((
+        parts.next()??,
+        parts.next()??,
+        parts.next().flatten().unwrap_or(0),
+    ))
+}
+
 /// How to reach Redis and how long to wait for it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RedisOptions {
@@ -242,8 +260,32 @@ impl RedisStore {
             conn: Conn::Single(conn),
             opts,
         };
+        store.check_version(&addr).await?;
         store.warn_if_evicting().await;
         Ok(store)
+    }
+
+    /// Refuses a server older than [`MIN_REDIS_VERSION`]. A server that
+    /// does not say its version (`INFO` refused or unreadable) is let
+    /// through and logged.
+    async fn check_version(&self, addr: &str) -> Result<()> {
+        let mut cmd = redis::cmd("INFO");
+        cmd.arg("server");
+        let info: Result<String> = self.query(&cmd, || "INFO server".to_owned()).await;
+        match info.ok().as_deref().and_then(redis_version) {
+            Some(v) if (v.0, v.1) < MIN_REDIS_VERSION => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "redis at {addr} is version {}.{}.{}; lockguard needs {}.{} or newer",
+                    v.0, v.1, v.2, MIN_REDIS_VERSION.0, MIN_REDIS_VERSION.1
+                ),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                tracing::debug!(addr, "could not read the redis version; not checked");
+                Ok(())
+            }
+        }
     }
 
     /// Logs a warning when the server may evict keys under memory pressure:
@@ -477,6 +519,23 @@ mod tests {
         for url in ["", "not a url", "http://localhost", "redis://:99999999"] {
             let err = client_for(url).unwrap_err();
             assert!(err.is_invalid_input(), "{url:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn versions_are_read_from_info() {
+        let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
+        assert_eq!(redis_version(info), Some((7, 0, 15)));
+        assert_eq!(redis_version("redis_version:6.2"), Some((6, 2, 0)));
+        assert!((redis_version("redis_version:5.0.7").unwrap().0, 0) < MIN_REDIS_VERSION);
+        for bad in [
+            "",
+            "garbage",
+            "redis_version:",
+            "redis_version:x.y.z",
+            "redis_version:7",
+        ] {
+            assert_eq!(redis_version(bad), None, "{bad:?}");
         }
     }
 
