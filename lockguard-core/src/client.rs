@@ -311,12 +311,18 @@ impl Lockguard {
 
     /// The lock on `key` the current task holds, if any and still valid.
     pub(crate) fn held_by_current_task(&self, key: &str) -> Option<Arc<Held>> {
-        let holdings = self.holdings();
-        let holding = holdings.get(key)?;
-        if holding.owner != Owner::current() {
-            return None;
-        }
-        holding.held.upgrade().filter(|h| h.is_held())
+        let held = {
+            let holdings = self.holdings();
+            let holding = holdings.get(key)?;
+            if holding.owner != Owner::current() {
+                return None;
+            }
+            holding.held.clone()
+        };
+        // Upgraded outside the lock: if the guard went meanwhile, this may
+        // be the last reference, and dropping it releases the lock, which
+        // takes the same lock to forget the holding.
+        held.upgrade().filter(|h| h.is_held())
     }
 
     #[cfg(test)]
@@ -664,5 +670,51 @@ impl Builder {
             )
             .with_source(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A task asks for a lock it took and moved away, whose lease is over,
+    /// while the guard is dropped on another thread: the reference the
+    /// reentrancy check takes may be the last one, and dropping it must not
+    /// take the holdings lock it is still under (a deadlock before).
+    /// (Issue 11, item 3.)
+    #[test]
+    fn reentrancy_check_racing_the_last_drop_does_not_deadlock() {
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            let lg = Lockguard::memory();
+            for _ in 0..5_000 {
+                let guard = rt
+                    .block_on(lg.lock("race").lease(Duration::from_secs(30)).acquire())
+                    .unwrap();
+                // Lost: the reentrancy check upgrades and then rejects it.
+                guard.mark_lost_for_test();
+                let dropper = std::thread::spawn(move || drop(guard));
+                while !dropper.is_finished() {
+                    assert!(lg.held_by_current_task(&guard_key(&lg)).is_none());
+                }
+                dropper.join().unwrap();
+                // Let the background release run.
+                rt.block_on(tokio::task::yield_now());
+            }
+            done.send(()).unwrap();
+        });
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the reentrancy check deadlocked against a concurrent drop");
+    }
+
+    fn guard_key(lg: &Lockguard) -> String {
+        crate::key::LockKeys::new(lg.prefix(), "race").lock
     }
 }

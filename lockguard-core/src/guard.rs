@@ -335,6 +335,12 @@ impl LockGuard {
         &self.held.shared
     }
 
+    /// Marks the guard lost, as a renewal finding the lock gone would.
+    #[cfg(test)]
+    pub(crate) fn mark_lost_for_test(&self) {
+        self.shared().mark_lost("test");
+    }
+
     /// Confirms, in the background, a lock handed to this waiter: see
     /// [`Shared::confirm`].
     pub(crate) fn confirm(&self) {
