@@ -580,3 +580,65 @@ async fn too_old_a_server_is_refused_at_connect() {
     let msg = err.to_string();
     assert!(msg.contains("5.0.7") && msg.contains("6.2"), "{msg}");
 }
+
+/// A refusal of a full sliding-window log reads only what its answer needs:
+/// with 50,000 entries in the log, a refused check costs the server well
+/// under a millisecond (reading the whole log took tens of milliseconds and
+/// stalled every other client). Measured inside the server, by
+/// `INFO commandstats`. (Issue 11, item 5.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sliding_window_refusals_do_not_read_the_whole_log() {
+    use lockguard_core::{Algorithm, Quota};
+    let server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(5)).await;
+    let limiter = lg
+        .rate_limiter("big", Quota::per_hour(50_000))
+        .algorithm(Algorithm::SlidingWindow);
+    let mut fill = Vec::new();
+    for _ in 0..16 {
+        let limiter = limiter.clone();
+        fill.push(tokio::spawn(async move {
+            let mut allowed = 0u32;
+            loop {
+                let d = limiter.check("tenant").await.unwrap();
+                if !d.allowed {
+                    return allowed;
+                }
+                allowed += 1;
+            }
+        }));
+    }
+    let mut total = 0;
+    for f in fill {
+        total += f.await.unwrap();
+    }
+    assert_eq!(total, 50_000, "the log holds exactly the quota");
+    let mut admin = server.connection().await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let d = limiter.check("tenant").await.unwrap();
+        assert!(!d.allowed);
+        assert!(d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_secs(3600));
+        assert!(d.reset_after >= d.retry_after);
+    }
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let per_call: f64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|f| f.strip_prefix("usec_per_call=")))
+        .and_then(|v| v.parse().ok())
+        .expect("evalsha stats");
+    println!("refused sliding-window check: {per_call} µs inside the server");
+    assert!(
+        per_call < 1000.0,
+        "a refusal took {per_call} µs in the server"
+    );
+}

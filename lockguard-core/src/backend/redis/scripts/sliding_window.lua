@@ -37,15 +37,34 @@ if #expired > 0 then
   redis.call('SET', KEYS[2], sum, 'KEEPTTL')
 end
 if sum + cost > limit then
+  -- Refused: reads only what the answer needs, never the whole log. The
+  -- retry is when the oldest entries holding `need` of the cost expire
+  -- (read from the oldest, a page at a time, until they add up); never, for
+  -- a cost above the whole limit (a window's wait). The reset is when the
+  -- newest entry expires.
   local need = sum + cost - limit
-  local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  local freed, retry, reset = 0, window, 0
-  for i = 1, #entries, 2 do
-    freed = freed + cost_of(entries[i])
-    if freed >= need and retry == window then
-      retry = tonumber(entries[i + 1]) + window - now
+  local retry, reset = window, 0
+  if need <= sum then
+    -- Every entry costs at least 1: `need` entries always suffice.
+    local freed, offset, size = 0, 0, math.min(need, 64)
+    while freed < need do
+      local page = redis.call('ZRANGE', KEYS[1], offset, offset + size - 1, 'WITHSCORES')
+      if #page == 0 then
+        break
+      end
+      for i = 1, #page, 2 do
+        freed = freed + cost_of(page[i])
+        if freed >= need then
+          retry = tonumber(page[i + 1]) + window - now
+          break
+        end
+      end
+      offset = offset + size
     end
-    reset = tonumber(entries[i + 1]) + window - now
+  end
+  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if newest[2] then
+    reset = tonumber(newest[2]) + window - now
   end
   return {0, sum, reset, retry}
 end
