@@ -3,7 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::runtime::Handle;
@@ -137,9 +137,11 @@ impl Shared {
 pub(crate) struct Held {
     shared: Arc<Shared>,
     /// Dropping it stops the watchdog.
-    stop_watchdog: Option<oneshot::Sender<()>>,
+    stop_watchdog: std::sync::Mutex<Option<oneshot::Sender<()>>>,
     runtime: Option<Handle>,
-    released: bool,
+    /// The guards sharing this acquisition: the last one to go releases
+    /// it, whatever other references (a reentrancy check's) are alive.
+    guards: AtomicUsize,
 }
 
 impl Held {
@@ -179,9 +181,9 @@ impl Held {
         };
         let held = Arc::new(Self {
             shared,
-            stop_watchdog,
+            stop_watchdog: std::sync::Mutex::new(stop_watchdog),
             runtime,
-            released: false,
+            guards: AtomicUsize::new(0),
         });
         if reentrant && held.shared.keys.permits.is_none() {
             held.shared
@@ -196,20 +198,43 @@ impl Held {
     }
 
     /// Stops the watchdog and forgets the holding; true the first time.
-    fn begin_release(&mut self) -> bool {
-        if std::mem::replace(&mut self.released, true) {
+    fn begin_release(&self) -> bool {
+        if self.shared.released.swap(true, Ordering::AcqRel) {
             return false;
         }
-        self.stop_watchdog.take();
-        self.shared.released.store(true, Ordering::Release);
+        self.stop_watchdog
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         self.shared
             .client
             .forget_holding(&self.shared.keys.lock, &self.shared.token);
         true
     }
 
-    async fn release_now(mut self) -> Result<bool> {
-        self.begin_release();
+    /// One more guard shares this acquisition.
+    fn add_guard(&self) {
+        self.guards.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A guard gives up its share; true when it was the last.
+    fn drop_guard(&self) -> bool {
+        self.guards.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Releases in the background (a guard was dropped).
+    fn release_in_background(&self) {
+        if self.begin_release() {
+            let s = &self.shared;
+            let parts = (s.client.clone(), s.keys.clone(), s.token);
+            spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
+        }
+    }
+
+    async fn release_now(&self) -> Result<bool> {
+        if !self.begin_release() {
+            return Ok(false);
+        }
         let s = &self.shared;
         let pending = PendingRelease::new(&s.client, &s.keys, s.token);
         let result = s.client.store().release(&s.keys, &s.token).await;
@@ -231,12 +256,8 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if !self.begin_release() {
-            return;
-        }
-        let s = &self.shared;
-        let parts = (s.client.clone(), s.keys.clone(), s.token);
-        spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
+        // Released by its last guard already, unless it never had one.
+        self.release_in_background();
     }
 }
 
@@ -303,6 +324,8 @@ impl Drop for PendingRelease<'_> {
 pub struct LockGuard {
     held: Arc<Held>,
     reentrant: bool,
+    /// Set by [`LockGuard::release`], which gives up the share itself.
+    given_up: bool,
 }
 
 impl fmt::Debug for LockGuard {
@@ -318,16 +341,20 @@ impl fmt::Debug for LockGuard {
 
 impl LockGuard {
     pub(crate) fn new(held: Arc<Held>) -> Self {
+        held.add_guard();
         Self {
             held,
             reentrant: false,
+            given_up: false,
         }
     }
 
     pub(crate) fn reentrant(held: Arc<Held>) -> Self {
+        held.add_guard();
         Self {
             held,
             reentrant: true,
+            given_up: false,
         }
     }
 
@@ -471,15 +498,72 @@ impl LockGuard {
     /// `Ok(false)` means the lease had already run out or the lock had been
     /// taken over: the protected work may not have been exclusive. A
     /// reentrant guard (or an outer guard while inner ones live) only gives
-    /// up its share and reports whether the lock is still held.
+    /// up its share and reports whether the lock is still held; the last
+    /// guard's `release` releases the lock before it returns.
     ///
     /// # Errors
     ///
     /// The store's errors; the lease then frees the lock.
-    pub async fn release(self) -> Result<bool> {
-        match Arc::try_unwrap(self.held) {
-            Ok(held) => held.release_now().await,
-            Err(shared) => Ok(shared.is_held()),
+    pub async fn release(mut self) -> Result<bool> {
+        self.given_up = true;
+        let held = self.held.clone();
+        drop(self);
+        if held.drop_guard() {
+            held.release_now().await
+        } else {
+            Ok(held.is_held())
         }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        if !self.given_up && self.held.drop_guard() {
+            self.held.release_in_background();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `release()` of the last guard releases at once, even while another
+    /// reference to the acquisition is alive (a reentrancy check of the
+    /// owning task holds one for a moment): the key is free when it
+    /// returns, and it reports that the lock was held. (Issue 11, item 13:
+    /// it returned `is_held()` and left the release to whoever dropped the
+    /// last reference, its result lost.)
+    #[tokio::test]
+    async fn release_of_the_last_guard_releases_now() {
+        let lg = Lockguard::memory();
+        let guard = lg
+            .lock("now")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let other_reference = guard.held.clone();
+        assert!(guard.release().await.unwrap(), "the lock was held");
+        let again = lg.peer().lock("now").try_acquire().await;
+        assert!(again.is_ok(), "the key was not released: {again:?}");
+        drop(other_reference);
+    }
+
+    /// Reentrant guards share the acquisition: giving up a share keeps the
+    /// lock, and the last guard's release frees it and reports so.
+    #[tokio::test]
+    async fn the_last_of_shared_guards_releases() {
+        let lg = Lockguard::memory();
+        let outer = lg.lock("shared").acquire().await.unwrap();
+        let inner = lg.lock("shared").acquire().await.unwrap();
+        assert!(inner.is_reentrant());
+        assert!(
+            outer.release().await.unwrap(),
+            "still held by the inner guard"
+        );
+        assert!(lg.peer().lock("shared").try_acquire().await.is_err());
+        assert!(inner.release().await.unwrap());
+        assert!(lg.peer().lock("shared").try_acquire().await.is_ok());
     }
 }
