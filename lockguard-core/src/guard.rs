@@ -45,6 +45,10 @@ pub(crate) struct Shared {
     /// Set when the guard is released or dropped: a confirmation that
     /// finds the lock gone after that is no loss.
     released: AtomicBool,
+    /// Held from sending a renewal (watchdog, `extend`, confirmation) to
+    /// applying its answer: renewals are sent and applied in one order, so
+    /// the validity the guard counts on is the one the store ran last.
+    pub(crate) renewal: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -92,6 +96,7 @@ impl Shared {
     /// guard counts on the earlier of the grant's reservation and the new
     /// lease (the request may shorten the reservation).
     async fn confirm(&self) {
+        let _turn = self.renewal.lock().await;
         let sent_at = Instant::now();
         let capped = sent_at + self.lease.saturating_sub(safety_margin(self.lease));
         self.state.send_if_modified(|s| {
@@ -169,6 +174,7 @@ impl Held {
                 lost: false,
             }),
             released: AtomicBool::new(false),
+            renewal: tokio::sync::Mutex::new(()),
         });
         let runtime = Handle::try_current().ok();
         let stop_watchdog = match (&runtime, watchdog) {
@@ -480,6 +486,7 @@ impl LockGuard {
         if s.state.borrow().lost {
             return Err(s.lost_error("was lost before the extend"));
         }
+        let _turn = s.renewal.lock().await;
         let sent_at = Instant::now();
         if s.client.store().extend(&s.keys, &s.token, lease).await? {
             if !s.renewed(sent_at, lease) {

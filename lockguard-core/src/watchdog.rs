@@ -31,6 +31,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
             _ = &mut stop => return,
             () = tokio::time::sleep(nap) => {}
         }
+        let _turn = tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            turn = shared.renewal.lock() => turn,
+        };
         let sent_at = Instant::now();
         let result = tokio::select! {
             biased;

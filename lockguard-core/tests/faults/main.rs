@@ -6,6 +6,7 @@ mod support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockguard_core::{ErrorKind, Lockguard};
@@ -641,4 +642,53 @@ async fn sliding_window_refusals_do_not_read_the_whole_log() {
         per_call < 1000.0,
         "a refusal took {per_call} µs in the server"
     );
+}
+
+/// Two renewals of one guard in flight at once (sent while the server is
+/// paused, answered together): the guard never counts on more than the
+/// store's expiry, whichever order its tasks apply the answers in.
+/// Renewals of a guard are sent and applied one at a time. (Issue 11,
+/// item 7: each answer set the validity from its own request, so the last
+/// applied could be the one the store ran first.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_renewals_never_outlive_the_store() {
+    let mut server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    let mut admin = server.connection().await;
+    for i in 0..20 {
+        let key = format!("renew{i}");
+        let guard = Arc::new(
+            lg.lock(&key)
+                .lease(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+        if i == 0 {
+            guard.extend(Duration::from_secs(5)).await.unwrap();
+        }
+        server.pause();
+        let long = tokio::spawn({
+            let g = guard.clone();
+            async move { g.extend(Duration::from_secs(30)).await }
+        });
+        let short = tokio::spawn({
+            let g = guard.clone();
+            async move { g.extend(Duration::from_millis(400)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        server.resume();
+        long.await.unwrap().unwrap();
+        short.await.unwrap().unwrap();
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(format!("lockguard:lock:{{{key}}}"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let believed = guard.valid_for();
+        assert!(
+            believed <= Duration::from_millis(u64::try_from(pttl).unwrap()),
+            "round {i}: the guard counts on {believed:?}, the store expires it in {pttl} ms"
+        );
+    }
 }
