@@ -397,3 +397,85 @@ async fn oversized_semaphore_is_refused_before_reaching_any_node() {
         );
     }
 }
+
+/// Subscribers on `channel` of one node.
+async fn numsub(node: &RedisServer, channel: &str) -> i64 {
+    let mut conn = node.connection().await;
+    let n: Vec<(String, i64)> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    n.first().map_or(0, |(_, n)| *n)
+}
+
+/// A SUBSCRIBE that timed out on a paused node but ran when the node came
+/// back is undone once nobody waits on the channel: no subscription is
+/// left behind for good. (Issue 11, item 10.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_whose_answer_was_lost_is_undone() {
+    let mut nodes = nodes(3);
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    // A first wait opens the waiter's pub/sub connections on every node.
+    let warm = holder.lock("warm").acquire().await.unwrap();
+    let w = waiter.clone();
+    let warm_waiter = tokio::spawn(async move {
+        w.lock("warm")
+            .wait(Duration::from_secs(5))
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    });
+    let channel_warm = "lockguard:lock:{warm}:released";
+    for n in &nodes {
+        while numsub(n, channel_warm).await == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(warm.release().await.unwrap());
+    assert!(warm_waiter.await.unwrap());
+
+    let guard = holder.lock("leak").acquire().await.unwrap();
+    nodes[0].pause();
+    let w = waiter.clone();
+    let task = tokio::spawn(async move {
+        w.lock("leak")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    });
+    // The subscription request to the paused node times out (50 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    nodes[0].resume();
+    let channel = "lockguard:lock:{leak}:released";
+    let mut seen = false;
+    for _ in 0..200 {
+        if numsub(&nodes[0], channel).await > 0 {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen, "the late SUBSCRIBE never ran on the resumed node");
+    assert!(guard.release().await.unwrap());
+    assert!(task.await.unwrap());
+    // Nobody waits now: after the unsubscribe grace (2 s), no node keeps it.
+    let mut left = -1;
+    for _ in 0..100 {
+        left = numsub(&nodes[0], channel).await;
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left, 0, "the subscription was left behind on the node");
+}

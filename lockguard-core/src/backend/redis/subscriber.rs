@@ -7,7 +7,7 @@
 //! wakes every waiter, so nobody sleeps through a handoff announced while
 //! the connection was down.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 
 use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
@@ -27,6 +27,15 @@ pub(crate) enum SubTarget {
     /// `PUBLISH`, which a cluster delivers on every node.
     #[cfg(feature = "cluster")]
     Cluster(Vec<String>),
+}
+
+/// What this client knows of a channel's subscription on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// The server confirmed it.
+    Subscribed,
+    /// A change was asked for and its outcome is unknown.
+    Maybe,
 }
 
 /// A live subscriber connection.
@@ -51,7 +60,7 @@ pub(crate) struct Subscriber {
     conn: OnceCell<SubConn>,
     /// Channels subscribed on the server; the lock also orders every
     /// SUBSCRIBE and UNSUBSCRIBE this client sends.
-    subscribed: Mutex<HashSet<String>>,
+    subscribed: Mutex<HashMap<String, Known>>,
 }
 
 impl Subscriber {
@@ -72,7 +81,7 @@ impl Subscriber {
             target,
             opts,
             conn: OnceCell::new(),
-            subscribed: Mutex::new(HashSet::new()),
+            subscribed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -105,13 +114,21 @@ impl Subscriber {
 
     /// Brings the server's subscription for `channel` in line with whether
     /// anyone waits on it now.
+    ///
+    /// A change whose outcome is unknown (it failed or timed out, perhaps
+    /// after the server ran it) leaves the channel recorded as maybe
+    /// subscribed: the next change asks again, and a channel nobody wants
+    /// is unsubscribed then, never left subscribed for good.
     pub(crate) async fn sync(&self, channel: &str, waiters: &Arc<Waiters>) -> Result<()> {
         let mut subscribed = self.subscribed.lock().await;
         let wanted = waiters.is_wanted(channel);
-        let have = subscribed.contains(channel);
-        if wanted == have {
-            return Ok(());
+        match (subscribed.get(channel), wanted) {
+            (Some(Known::Subscribed), true) | (None, false) => return Ok(()),
+            _ => {}
         }
+        // Recorded before asking: the server may run the change even if
+        // its answer never arrives.
+        subscribed.insert(channel.to_owned(), Known::Maybe);
         let conn = self.connection(waiters).await?;
         let t = self.opts.response_timeout;
         let what = || format!("changing the subscription to {channel:?}");
@@ -124,7 +141,7 @@ impl Subscriber {
             (SubConn::Cluster(mut c), false) => bounded(t, what, c.unsubscribe(channel)).await?,
         }
         if wanted {
-            subscribed.insert(channel.to_owned());
+            subscribed.insert(channel.to_owned(), Known::Subscribed);
         } else {
             subscribed.remove(channel);
         }
