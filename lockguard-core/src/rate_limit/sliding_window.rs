@@ -6,9 +6,10 @@
 //! period ever admits more than the quota, where the counter's weighted
 //! estimate can over- or under-admit around window boundaries. The price is
 //! memory: one entry per admitted request in the window (at most `count`
-//! per key), and a refusal reads the log to say exactly when enough of it
-//! expires. On Redis the log is a sorted set and a running sum, in one
-//! script.
+//! per key). A refusal reads only the oldest entries that hold the cost it
+//! needs freed (and the newest, for the reset): on Redis, O(log n) for a
+//! request of cost 1, never the whole log. On Redis the log is a sorted set
+//! and a running sum, in one script.
 
 use std::collections::VecDeque;
 
