@@ -410,6 +410,25 @@ async fn numsub(node: &RedisServer, channel: &str) -> i64 {
     n.first().map_or(0, |(_, n)| *n)
 }
 
+/// Spawns a wait of at most `wait` for `key` on `lg`, then its release.
+fn wait_then_release(
+    lg: &Lockguard,
+    key: &'static str,
+    wait: Duration,
+) -> tokio::task::JoinHandle<bool> {
+    let lg = lg.clone();
+    tokio::spawn(async move {
+        lg.lock(key)
+            .wait(wait)
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    })
+}
+
 /// A SUBSCRIBE that timed out on a paused node but ran when the node came
 /// back is undone once nobody waits on the channel: no subscription is
 /// left behind for good. (Issue 11, item 10.)
@@ -420,39 +439,25 @@ async fn a_subscription_whose_answer_was_lost_is_undone() {
     let waiter = client(&nodes).await;
     // A first wait opens the waiter's pub/sub connections on every node.
     let warm = holder.lock("warm").acquire().await.unwrap();
-    let w = waiter.clone();
-    let warm_waiter = tokio::spawn(async move {
-        w.lock("warm")
-            .wait(Duration::from_secs(5))
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap()
-    });
+    let warm_waiter = wait_then_release(&waiter, "warm", Duration::from_secs(5));
     let channel_warm = "lockguard:lock:{warm}:released";
     for n in &nodes {
-        while numsub(n, channel_warm).await == 0 {
+        let mut subscribed = false;
+        for _ in 0..1000 {
+            if numsub(n, channel_warm).await > 0 {
+                subscribed = true;
+                break;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        assert!(subscribed, "the waiter never subscribed on a node");
     }
     assert!(warm.release().await.unwrap());
     assert!(warm_waiter.await.unwrap());
 
     let guard = holder.lock("leak").acquire().await.unwrap();
     nodes[0].pause();
-    let w = waiter.clone();
-    let task = tokio::spawn(async move {
-        w.lock("leak")
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap()
-            .release()
-            .await
-            .unwrap()
-    });
+    let task = wait_then_release(&waiter, "leak", Duration::from_secs(10));
     // The subscription request to the paused node times out (50 ms).
     tokio::time::sleep(Duration::from_millis(300)).await;
     nodes[0].resume();
