@@ -394,6 +394,10 @@ impl Default for Builder {
 
 impl Builder {
     /// The prefix of every key the client writes (default `"lockguard:"`).
+    ///
+    /// It may not contain braces: lockguard chooses each key's Redis Cluster
+    /// slot with a hash tag of its own, so a script's keys share a slot. A
+    /// prefix with braces is refused when the client is built.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -453,6 +457,7 @@ impl Builder {
     }
 
     fn validate(&self) -> Result<()> {
+        crate::key::validate_plain("key prefix", &self.prefix)?;
         let d = &self.defaults;
         crate::lock::validate_lease(d.lease, true)?;
         if d.retry_interval.is_zero() {

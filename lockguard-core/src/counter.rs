@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::client::Lockguard;
 use crate::error::{Error, ErrorKind, Result};
 use crate::rate_limit::MAX_PERIOD;
+use crate::key::CounterKeys;
 
 /// How many times [`Counter::update`] retries after losing a race.
 pub const MAX_UPDATE_ATTEMPTS: u32 = 64;
@@ -16,7 +17,12 @@ pub const MAX_UPDATE_ATTEMPTS: u32 = 64;
 pub struct Versioned {
     /// The value (0 for a counter never written).
     pub value: i64,
-    /// Bumped by every write (0 for a counter never written).
+    /// The version of the write that left this value (0 for a counter
+    /// never written). Every write gives the counter a version greater
+    /// than any it had before, also across its expiry and a step back of
+    /// the store's clock, so a version read once never matches a later
+    /// write (versions grow, but not by one: they are drawn from a
+    /// sequence the store shares between keys).
     pub version: u64,
 }
 
@@ -47,19 +53,19 @@ pub struct Versioned {
 pub struct Counter {
     client: Lockguard,
     name: Arc<str>,
-    key: Result<String, String>,
+    keys: Result<CounterKeys, String>,
     ttl: Option<Duration>,
 }
 
 impl Counter {
     pub(crate) fn new(client: Lockguard, name: &str) -> Self {
-        let key = crate::key::validate("counter", name)
-            .map(|()| crate::key::base(client.prefix(), "counter", name))
+        let keys = crate::key::validate("counter", name)
+            .map(|()| CounterKeys::new(client.prefix(), name))
             .map_err(|e| e.message().to_owned());
         Self {
             client,
             name: name.into(),
-            key,
+            keys,
             ttl: None,
         }
     }
@@ -77,8 +83,8 @@ impl Counter {
         &self.name
     }
 
-    fn key(&self) -> Result<(&str, Option<Duration>)> {
-        let key = self.key.as_deref().map_err(|e| Error::invalid(e.clone()))?;
+    fn keys(&self) -> Result<(&CounterKeys, Option<Duration>)> {
+        let keys = self.keys.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         if let Some(ttl) = self.ttl
             && (ttl < Duration::from_millis(1) || ttl > MAX_PERIOD)
         {
@@ -86,7 +92,7 @@ impl Counter {
                 "counter expiry must be between 1ms and {MAX_PERIOD:?}, got {ttl:?}"
             )));
         }
-        Ok((key, self.ttl))
+        Ok((keys, self.ttl))
     }
 
     /// Adds `n` (which may be negative) and returns the new value.
@@ -96,8 +102,8 @@ impl Counter {
     /// [`ErrorKind::InvalidInput`] when the result would overflow an `i64`;
     /// the store's errors.
     pub async fn incr_by(&self, n: i64) -> Result<i64> {
-        let (key, ttl) = self.key()?;
-        self.client.store().counter_add(key, n, ttl).await
+        let (keys, ttl) = self.keys()?;
+        self.client.store().counter_add(keys, n, ttl).await
     }
 
     /// Subtracts `n` and returns the new value, which may go below zero;
@@ -128,8 +134,8 @@ impl Counter {
     ///
     /// The store's errors.
     pub async fn get_versioned(&self) -> Result<Versioned> {
-        let (key, _) = self.key()?;
-        let (value, version) = self.client.store().counter_get(key).await?;
+        let (keys, _) = self.keys()?;
+        let (value, version) = self.client.store().counter_get(&keys.value).await?;
         Ok(Versioned { value, version })
     }
 
@@ -139,10 +145,10 @@ impl Counter {
     ///
     /// The store's errors.
     pub async fn set(&self, value: i64) -> Result<()> {
-        let (key, ttl) = self.key()?;
+        let (keys, ttl) = self.keys()?;
         self.client
             .store()
-            .counter_set(key, value, None, ttl)
+            .counter_set(keys, value, None, ttl)
             .await?
             .map(drop)
             .map_err(|_| Error::new(ErrorKind::Protocol, "unconditional set was refused"))
@@ -162,8 +168,8 @@ impl Counter {
                 self.name
             )));
         }
-        let (key, ttl) = self.key()?;
-        Ok(self.client.store().counter_take(key, n, ttl).await?.ok())
+        let (keys, ttl) = self.keys()?;
+        Ok(self.client.store().counter_take(keys, n, ttl).await?.ok())
     }
 
     /// Sets the value to `new` only if the counter's version is still
@@ -174,11 +180,11 @@ impl Counter {
     ///
     /// The store's errors.
     pub async fn compare_and_set(&self, expected_version: u64, new: i64) -> Result<bool> {
-        let (key, ttl) = self.key()?;
+        let (keys, ttl) = self.keys()?;
         Ok(self
             .client
             .store()
-            .counter_set(key, new, Some(expected_version), ttl)
+            .counter_set(keys, new, Some(expected_version), ttl)
             .await?
             .is_ok())
     }
@@ -222,10 +228,10 @@ impl Counter {
                 self.name
             )));
         }
-        let (key, ttl) = self.key()?;
+        let (keys, ttl) = self.keys()?;
         self.client
             .store()
-            .mark_once(&format!("{key}:marks"), member, ttl)
+            .mark_once(&keys.marks, member, ttl)
             .await
     }
 }

@@ -1,5 +1,7 @@
 //! Validation of user keys and the Redis key layout derived from them.
 
+use std::sync::LazyLock;
+
 use crate::error::{Error, Result};
 
 /// The longest key a user may pass, in bytes.
@@ -24,27 +26,111 @@ pub(crate) fn validate(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether Redis Cluster would hash `key` by a hash tag: a `{` followed later
-/// by a `}` with at least one byte between them.
-pub(crate) fn has_hash_tag(key: &str) -> bool {
-    match key.find('{') {
-        Some(open) => key[open + 1..].find('}').is_some_and(|len| len > 0),
-        None => false,
+/// Checks a part of every key that sits outside the hash tag (the client's
+/// prefix, a rate limiter's name): a key's slot must be chosen by the tag
+/// lockguard writes, so braces are refused here.
+pub(crate) fn validate_plain(what: &str, part: &str) -> Result<()> {
+    if part.len() > MAX_KEY_LEN {
+        return Err(Error::invalid(format!(
+            "{what} is {} bytes long, the maximum is {MAX_KEY_LEN}",
+            part.len()
+        )));
     }
+    if part.chars().any(char::is_control) {
+        return Err(Error::invalid(format!(
+            "{what} {part:?} contains control characters"
+        )));
+    }
+    if part.contains(['{', '}']) {
+        return Err(Error::invalid(format!(
+            "{what} {part:?} contains a brace; braces would choose the redis cluster slot \
+             of every key, so lockguard keeps them for its own hash tags"
+        )));
+    }
+    Ok(())
 }
 
-/// The store keys behind one user key of a given kind (`lock`, `counter`, ...).
+/// Appends a user key as the hash tag of a store key: `{` + the key with
+/// `\` and `}` escaped by a backslash + `}`.
 ///
-/// Every derived key shares one hash tag, so a script touching several of them
-/// stays in one Redis Cluster slot: the user's own tag when the key has one,
-/// otherwise the whole user key wrapped in braces.
-pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
-    let plain = format!("{prefix}{kind}:{key}");
-    if has_hash_tag(&plain) {
-        plain
-    } else {
-        format!("{prefix}{kind}:{{{key}}}")
+/// The escaping makes the layout injective: no user key, of any kind, can
+/// name another's key or one of the keys derived from it (`:queue`,
+/// `:sum`, ...), and `"a"` and `"{a}"` are different keys. Redis Cluster
+/// hashes the text between the first `{` and the first `}` after it; the
+/// prefix and the kind hold no brace, so that text is the same non-empty
+/// start of the escaped key for every key derived from one user key, and a
+/// script's keys always share a slot.
+pub(crate) fn push_tagged(out: &mut String, key: &str) {
+    out.reserve(key.len() + 2);
+    out.push('{');
+    for c in key.chars() {
+        if c == '\\' || c == '}' {
+            out.push('\\');
+        }
+        out.push(c);
     }
+    out.push('}');
+}
+
+/// The store key behind one user key of a given kind (`lock`, `counter`,
+/// ...): `{prefix}{kind}:{escaped key}`. Keys derived from it append a
+/// suffix after the closing brace.
+pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + kind.len() + key.len() + 3);
+    out.push_str(prefix);
+    out.push_str(kind);
+    out.push(':');
+    push_tagged(&mut out, key);
+    out
+}
+
+/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of
+/// the whole key when it has none, modulo 16384.
+pub(crate) fn slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let hashed = bytes
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &bytes[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(bytes);
+    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
+}
+
+const SLOTS: u16 = 16384;
+
+/// For each cluster slot, the smallest number whose decimal form hashes to
+/// it: the hash tag of that slot's sequence key.
+static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
+    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+    let mut missing = tags.len();
+    let mut n = 0u32;
+    while missing > 0 {
+        let s = n.to_string();
+        let slot = usize::from(crc16::State::<crc16::XMODEM>::calculate(s.as_bytes()) % SLOTS);
+        if tags[slot] == u32::MAX {
+            tags[slot] = n;
+            missing -= 1;
+        }
+        n += 1;
+    }
+    tags.into_boxed_slice()
+});
+
+/// The sequence that fencing tokens and counter versions of `key` are drawn
+/// from: `{prefix}seq:{n}`, one key per cluster slot, in `key`'s slot so one
+/// script can touch both.
+///
+/// Every value drawn from it is greater than the one before and than the
+/// server's clock in µs, so tokens and versions strictly increase per key
+/// across the key's expiry, and the store holds at most one such key per
+/// slot however many keys are ever locked or counted.
+pub(crate) fn sequence(prefix: &str, key: &str) -> String {
+    let tag = SLOT_TAGS[usize::from(slot(key))];
+    format!("{prefix}seq:{{{tag}}}")
 }
 
 /// The keys and channel of one lock, or of one semaphore.
@@ -54,8 +140,9 @@ pub(crate) struct LockKeys {
     pub(crate) permits: Option<u32>,
     /// The key holding the holder's token, with the lease as its TTL.
     pub(crate) lock: String,
-    /// The counter that hands out fencing tokens.
-    pub(crate) fence: String,
+    /// The sequence fencing tokens are drawn from, shared by every key of
+    /// the lock's cluster slot (see [`sequence`]).
+    pub(crate) sequence: String,
     /// The pub/sub channel a release nobody was handed is announced on
     /// (Redlock waiters, who do not queue, listen on it).
     pub(crate) channel: String,
@@ -77,13 +164,41 @@ impl LockKeys {
 
     fn of_kind(prefix: &str, kind: &str, name: &str, permits: Option<u32>) -> Self {
         let lock = base(prefix, kind, name);
+        Self::derived(prefix, lock, permits)
+    }
+
+    /// The keys around `lock`, a key already laid out by [`base`] (a
+    /// Redlock semaphore's slot keys append to the semaphore's).
+    pub(crate) fn derived(prefix: &str, lock: String, permits: Option<u32>) -> Self {
         Self {
             permits,
-            fence: format!("{lock}:fence"),
+            sequence: sequence(prefix, &lock),
             channel: format!("{lock}:released"),
             queue: format!("{lock}:queue"),
             tickets: format!("{lock}:tickets"),
             lock,
+        }
+    }
+}
+
+/// The keys of one counter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CounterKeys {
+    /// The hash of the counter's value and version.
+    pub(crate) value: String,
+    /// The set of members [`mark_once`](crate::Counter::mark_once) saw.
+    pub(crate) marks: String,
+    /// The sequence versions are drawn from (see [`sequence`]).
+    pub(crate) sequence: String,
+}
+
+impl CounterKeys {
+    pub(crate) fn new(prefix: &str, name: &str) -> Self {
+        let value = base(prefix, "counter", name);
+        Self {
+            marks: format!("{value}:marks"),
+            sequence: sequence(prefix, &value),
+            value,
         }
     }
 }
@@ -104,21 +219,90 @@ mod tests {
     fn derived_keys_share_a_hash_tag() {
         let k = LockKeys::new("lg:", "order:42");
         assert_eq!(k.lock, "lg:lock:{order:42}");
-        assert_eq!(k.fence, "lg:lock:{order:42}:fence");
         assert_eq!(k.queue, "lg:lock:{order:42}:queue");
         assert_eq!(k.tickets, "lg:lock:{order:42}:tickets");
+        assert_eq!(slot(&k.sequence), slot(&k.lock));
+        // A user's braces are escaped, never taken as the tag.
         let k = LockKeys::new("lg:", "order:{42}");
-        assert_eq!(k.lock, "lg:lock:order:{42}");
-        assert_eq!(k.fence, "lg:lock:order:{42}:fence");
-        // An empty tag does not count as a tag.
-        assert_eq!(LockKeys::new("lg:", "a{}b").lock, "lg:lock:{a{}b}");
+        assert_eq!(k.lock, "lg:lock:{order:{42\\}}");
+        assert_eq!(LockKeys::new("lg:", "a{}b").lock, "lg:lock:{a{\\}b}");
+        assert_eq!(LockKeys::new("lg:", "a\\b").lock, "lg:lock:{a\\\\b}");
     }
 
     #[test]
-    fn hash_tag_detection_follows_redis() {
-        assert!(has_hash_tag("a{b}c"));
-        assert!(!has_hash_tag("a{}c"));
-        assert!(!has_hash_tag("a}b{c"));
-        assert!(!has_hash_tag("{}{x}"));
+    fn braces_in_a_key_never_alias_another_key() {
+        // The aliases a verbatim layout allowed: a user key naming a key
+        // derived from another, and "a" and "{a}" being one lock.
+        let n = LockKeys::new("lg:", "n");
+        assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue);
+        assert_ne!(base("lg:", "lock", "n}:queue"), n.queue);
+        assert_ne!(LockKeys::new("lg:", "{a}").lock, LockKeys::new("lg:", "a").lock);
+        let c = CounterKeys::new("lg:", "n");
+        assert_ne!(base("lg:", "counter", "{n}:marks"), c.marks);
+        assert_ne!(base("lg:", "counter", "n}:marks"), c.marks);
+    }
+
+    #[test]
+    fn every_derived_key_is_in_its_base_slot() {
+        for key in ["}", "}x", "{}", "a{}b", "\\", "x\\}", "{a}", "{", "a}b{c}", "é{ü}"] {
+            let k = LockKeys::new("p:", key);
+            let s = slot(&k.lock);
+            for other in [&k.sequence, &k.queue, &k.tickets] {
+                assert_eq!(slot(other), s, "{key:?}: {other} left the slot of {}", k.lock);
+            }
+            let c = CounterKeys::new("p:", key);
+            assert_eq!(slot(&c.marks), slot(&c.value));
+            assert_eq!(slot(&c.sequence), slot(&c.value));
+        }
+    }
+
+    #[test]
+    fn slots_follow_redis() {
+        // Values from `CLUSTER KEYSLOT` of a real server.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
+        // Every slot has a sequence key in it.
+        assert!((0..SLOTS).all(|s| slot(&format!("{{{}}}", SLOT_TAGS[usize::from(s)])) == s));
+    }
+
+    #[test]
+    fn prefixes_and_names_refuse_braces() {
+        assert!(validate_plain("prefix", "app:{x}:").unwrap_err().is_invalid_input());
+        assert!(validate_plain("prefix", "}").is_err());
+        assert!(validate_plain("prefix", "a\nb").is_err());
+        assert!(validate_plain("prefix", "").is_ok());
+        assert!(validate_plain("prefix", "lockguard:").is_ok());
+    }
+
+    proptest::proptest! {
+        /// The layout is injective: the user key is read back from any key
+        /// derived from it, whatever its braces and backslashes.
+        #[test]
+        fn layout_is_injective(key in "[a{}\\\\:]{1,12}", suffix in "(|:queue|:tickets|:marks|:sum)") {
+            let full = format!("{}{suffix}", base("p:", "lock", &key));
+            let rest = full.strip_prefix("p:lock:{").unwrap();
+            let mut decoded = String::new();
+            let mut chars = rest.chars();
+            loop {
+                match chars.next().unwrap() {
+                    '\\' => decoded.push(chars.next().unwrap()),
+                    '}' => break,
+                    c => decoded.push(c),
+                }
+            }
+            proptest::prop_assert_eq!(&decoded, &key);
+            proptest::prop_assert_eq!(chars.as_str(), suffix.as_str());
+        }
+    }
+
+    #[test]
+    fn hash_tag_free_keys_keep_their_layout() {
+        // Keys without braces or backslashes are stored where earlier
+        // versions put them.
+        assert_eq!(base("lockguard:", "counter", "stock:sku1"), "lockguard:counter:{stock:sku1}");
     }
 }

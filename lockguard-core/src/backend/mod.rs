@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::fence::FencingToken;
-use crate::key::LockKeys;
+use crate::key::{CounterKeys, LockKeys};
 use crate::rate_limit::{Decision, gcra};
 use crate::token::Token;
 
@@ -196,13 +196,13 @@ impl Store {
 impl Store {
     pub(crate) async fn counter_add(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
     ) -> Result<i64> {
         match self {
-            Self::Memory(m) => m.counter_add(key, delta, ttl),
-            Self::Redis(r) => r.counter_add(key, delta, ttl).await,
+            Self::Memory(m) => m.counter_add(&keys.value, delta, ttl),
+            Self::Redis(r) => r.counter_add(keys, delta, ttl).await,
             Self::Redlock(_) => Err(redlock::unsupported("counter add")),
         }
     }
@@ -210,13 +210,13 @@ impl Store {
     /// `Ok(new value)` when taken, `Err(current value)` when too little.
     pub(crate) async fn counter_take(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
     ) -> Result<Result<i64, i64>> {
         match self {
-            Self::Memory(m) => m.counter_take(key, n, ttl),
-            Self::Redis(r) => r.counter_take(key, n, ttl).await,
+            Self::Memory(m) => m.counter_take(&keys.value, n, ttl),
+            Self::Redis(r) => r.counter_take(keys, n, ttl).await,
             Self::Redlock(_) => Err(redlock::unsupported("counter take")),
         }
     }
@@ -234,14 +234,14 @@ impl Store {
     /// did not match.
     pub(crate) async fn counter_set(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<Result<u64, u64>> {
         match self {
-            Self::Memory(m) => Ok(m.counter_set(key, value, expected, ttl)),
-            Self::Redis(r) => r.counter_set(key, value, expected, ttl).await,
+            Self::Memory(m) => Ok(m.counter_set(&keys.value, value, expected, ttl)),
+            Self::Redis(r) => r.counter_set(keys, value, expected, ttl).await,
             Self::Redlock(_) => Err(redlock::unsupported("counter set")),
         }
     }

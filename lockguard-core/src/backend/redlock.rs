@@ -323,14 +323,25 @@ impl RedlockStore {
         Ok(Attempt::Held(held.into_iter().flatten().min()))
     }
 
-    /// Brings the fence counters of the granting nodes that are behind up to
-    /// `fence`; true when a quorum of nodes then stands at `fence`.
+    /// Brings the sequences of the granting nodes that are behind up to
+    /// `fence`; true when a quorum of nodes then stands at `fence`. Every
+    /// other node is raised too, in the background: a node that missed
+    /// this acquisition (down, slow, or refusing) then cannot later hand a
+    /// smaller token to a quorum it forms with nodes that were behind.
     async fn raise_fences(
         &self,
         keys: &Arc<LockKeys>,
         granted: &[(usize, u64)],
         fence: u64,
     ) -> bool {
+        for i in (0..self.nodes.len()).filter(|i| granted.iter().all(|(g, _)| g != i)) {
+            let (node, key) = (self.nodes[i].clone(), keys.sequence.clone());
+            tokio::spawn(async move {
+                if let Err(e) = node.raise_fence(&key, fence).await {
+                    tracing::debug!(sequence = %key, error = %e, "redlock could not raise a node's sequence");
+                }
+            });
+        }
         let at_max = granted.iter().filter(|(_, f)| *f == fence).count();
         let behind: Vec<usize> = granted
             .iter()
@@ -343,7 +354,7 @@ impl RedlockStore {
         let mut set = tokio::task::JoinSet::new();
         for i in behind {
             let node = self.nodes[i].clone();
-            let key = keys.fence.clone();
+            let key = keys.sequence.clone();
             set.spawn(async move { node.raise_fence(&key, fence).await });
         }
         let mut raised = 0;
@@ -473,9 +484,11 @@ async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
 /// the semaphore's waiters.
 fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
     let lock = format!("{}:slot:{i}", sem.lock);
+    // The slot keys append to the semaphore's key, after its hash tag, so
+    // they share its slot and its sequence.
     LockKeys {
         permits: None,
-        fence: format!("{lock}:fence"),
+        sequence: sem.sequence.clone(),
         channel: sem.channel.clone(),
         queue: format!("{lock}:queue"),
         tickets: format!("{lock}:tickets"),

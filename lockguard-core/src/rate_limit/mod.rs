@@ -81,7 +81,7 @@ pub struct RateLimiter {
     algorithm: Algorithm,
     /// `{prefix}rl:{algorithm}:{name}`, and whether it carries a hash tag;
     /// or why the name or quota cannot work. Built once, not per check.
-    prepared: Result<(Arc<str>, bool), String>,
+    prepared: Result<Arc<str>, String>,
 }
 
 impl RateLimiter {
@@ -97,8 +97,9 @@ impl RateLimiter {
         limiter
     }
 
-    fn prepare_base(&self) -> Result<(Arc<str>, bool), String> {
+    fn prepare_base(&self) -> Result<Arc<str>, String> {
         crate::key::validate("rate limiter name", &self.name)
+            .and_then(|()| crate::key::validate_plain("rate limiter name", &self.name))
             .map_err(|e| e.message().to_owned())?;
         self.quota.validate().map_err(|e| e.message().to_owned())?;
         let base = format!(
@@ -107,8 +108,7 @@ impl RateLimiter {
             self.algorithm.key_kind(),
             self.name
         );
-        let tagged = crate::key::has_hash_tag(&base);
-        Ok((base.into(), tagged))
+        Ok(base.into())
     }
 
     /// Runs `algorithm` instead of GCRA.
@@ -208,7 +208,7 @@ impl RateLimiter {
     }
 
     fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys, LimitOp)> {
-        let (base, tagged) = self
+        let base = self
             .prepared
             .as_ref()
             .map_err(|e| Error::invalid(e.clone()))?;
@@ -223,17 +223,10 @@ impl RateLimiter {
                 self.algorithm
             )));
         }
-        // The same layout as `key::base`: the user's own hash tag, or the
-        // whole key wrapped in braces.
+        // The same layout as `key::base`: the key, escaped, is the hash tag.
         let mut full = String::with_capacity(base.len() + key.len() + 2);
         full.push_str(base);
-        if *tagged || crate::key::has_hash_tag(key) {
-            full.push_str(key);
-        } else {
-            full.push('{');
-            full.push_str(key);
-            full.push('}');
-        }
+        crate::key::push_tagged(&mut full, key);
         let keys = LimitKeys::new(full);
         let op = match self.algorithm {
             Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),

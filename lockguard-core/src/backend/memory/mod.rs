@@ -216,9 +216,10 @@ struct State {
     permits: Expiring<Instant, HashMap<Token, (Instant, u64)>>,
     /// Each lock's and semaphore's waiters, first come first served.
     queues: HashMap<String, VecDeque<Waiter>>,
-    /// One counter for every key: strictly increasing per key as the
-    /// guarantee asks, with no state per key.
-    fence: u64,
+    /// One sequence for every key, which fencing tokens and counter
+    /// versions are drawn from: strictly increasing per key, across a
+    /// key's expiry, with no state per key.
+    sequence: u64,
     counters: Expiring<i64, (i64, u64)>,
     marks: Expiring<i64, HashSet<String>>,
     limits: Expiring<i64, LimitState>,
@@ -287,7 +288,7 @@ impl MemoryStore {
                 locks,
                 permits,
                 queues,
-                fence,
+                sequence,
                 ..
             } = &mut *st;
             // Taken out and put back only when waiters remain, so a key
@@ -298,7 +299,7 @@ impl MemoryStore {
                 permits,
                 queue: Queue {
                     waiters: &mut queue,
-                    fence,
+                    fence: sequence,
                     handed: Vec::new(),
                     now: Instant::now(),
                 },
@@ -401,22 +402,23 @@ impl MemoryStore {
 
     // ---- counters --------------------------------------------------------
 
+    /// The counter at `key` (created at 0 when missing) and the version of
+    /// the write about to be made to it.
     fn counter_entry<'a>(
         st: &'a mut State,
         key: &str,
         now: i64,
         ttl: Option<Duration>,
-    ) -> &'a mut (i64, u64) {
-        // A new counter's version starts at the clock's microseconds, so a
-        // counter that expired and came back never repeats a version.
-        let seed = u64::try_from(now).unwrap_or(0);
-        let (v, ends) = st.counters.entry(key, now, || ((0, seed), None));
+    ) -> (&'a mut (i64, u64), u64) {
+        st.sequence += 1;
+        let version = st.sequence;
+        let (v, ends) = st.counters.entry(key, now, || ((0, 0), None));
         if ends.is_none()
             && let Some(ttl) = ms_to_us(ttl)
         {
             *ends = Some(now.saturating_add(ttl));
         }
-        v
+        (v, version)
     }
 
     pub(crate) fn counter_add(&self, key: &str, delta: i64, ttl: Option<Duration>) -> Result<i64> {
@@ -424,8 +426,8 @@ impl MemoryStore {
         let mut st = self.state();
         let current = st.counters.get(key, now).map_or(0, |((v, _), _)| *v);
         let new = current.checked_add(delta).ok_or_else(|| overflow(key))?;
-        let entry = Self::counter_entry(&mut st, key, now, ttl);
-        *entry = (new, entry.1 + 1);
+        let (entry, version) = Self::counter_entry(&mut st, key, now, ttl);
+        *entry = (new, version);
         Ok(new)
     }
 
@@ -442,8 +444,8 @@ impl MemoryStore {
             return Ok(Err(current));
         }
         let new = current.checked_sub(n).ok_or_else(|| overflow(key))?;
-        let entry = Self::counter_entry(&mut st, key, now, ttl);
-        *entry = (new, entry.1 + 1);
+        let (entry, version) = Self::counter_entry(&mut st, key, now, ttl);
+        *entry = (new, version);
         Ok(Ok(new))
     }
 
@@ -468,9 +470,9 @@ impl MemoryStore {
         if expected.is_some_and(|e| e != version) {
             return Err(version);
         }
-        let entry = Self::counter_entry(&mut st, key, now, ttl);
-        *entry = (value, entry.1 + 1);
-        Ok(entry.1)
+        let (entry, version) = Self::counter_entry(&mut st, key, now, ttl);
+        *entry = (value, version);
+        Ok(version)
     }
 
     pub(crate) fn mark_once(&self, key: &str, member: &str, ttl: Option<Duration>) -> bool {

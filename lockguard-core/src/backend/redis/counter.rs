@@ -9,13 +9,29 @@ use redis::Script;
 use super::RedisStore;
 use crate::backend::millis_ceil;
 use crate::error::{Error, ErrorKind, Result};
+use crate::key::CounterKeys;
 
 static COUNTER_ADD: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/counter_add.lua")));
+    LazyLock::new(|| {
+        Script::new(concat!(
+            include_str!("scripts/sequence.lua"),
+            include_str!("scripts/counter_add.lua")
+        ))
+    });
 static COUNTER_TAKE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/counter_take.lua")));
+    LazyLock::new(|| {
+        Script::new(concat!(
+            include_str!("scripts/sequence.lua"),
+            include_str!("scripts/counter_take.lua")
+        ))
+    });
 static COUNTER_SET: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/counter_set.lua")));
+    LazyLock::new(|| {
+        Script::new(concat!(
+            include_str!("scripts/sequence.lua"),
+            include_str!("scripts/counter_set.lua")
+        ))
+    });
 static MARK_ONCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/mark_once.lua")));
 
@@ -42,12 +58,13 @@ fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
 impl RedisStore {
     pub(crate) async fn counter_add(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
     ) -> Result<i64> {
         let mut call = COUNTER_ADD.prepare_invoke();
-        call.key(key).arg(delta).arg(ttl_arg(ttl));
+        let key = keys.value.as_str();
+        call.key(key).key(&keys.sequence).arg(delta).arg(ttl_arg(ttl));
         self.run(&call, || format!("adding to counter {key:?}"))
             .await
             .map_err(overflow_is_invalid(key))
@@ -55,12 +72,13 @@ impl RedisStore {
 
     pub(crate) async fn counter_take(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
     ) -> Result<Result<i64, i64>> {
         let mut call = COUNTER_TAKE.prepare_invoke();
-        call.key(key).arg(n).arg(ttl_arg(ttl));
+        let key = keys.value.as_str();
+        call.key(key).key(&keys.sequence).arg(n).arg(ttl_arg(ttl));
         let (taken, v): (i64, i64) = self
             .run(&call, || format!("taking from counter {key:?}"))
             .await
@@ -79,13 +97,14 @@ impl RedisStore {
 
     pub(crate) async fn counter_set(
         &self,
-        key: &str,
+        keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<Result<u64, u64>> {
         let mut call = COUNTER_SET.prepare_invoke();
-        call.key(key)
+        let key = keys.value.as_str();
+        call.key(key).key(&keys.sequence)
             .arg(value)
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(ttl_arg(ttl));

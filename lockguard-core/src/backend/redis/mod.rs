@@ -22,12 +22,13 @@ mod subscriber;
 pub(crate) use subscriber::SubTarget;
 pub(crate) use subscriber::Subscriber;
 
-/// A script that uses the wait queue: `queue.lua` (its shared functions)
-/// followed by the script's own file.
+/// A script that uses the wait queue: `sequence.lua` and `queue.lua`
+/// (their shared functions) followed by the script's own file.
 macro_rules! queue_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Script::new(concat!(
+                include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!(concat!("scripts/", $file))
             ))
@@ -385,7 +386,7 @@ impl RedisStore {
             Some(_) => SEMAPHORE_ACQUIRE.prepare_invoke(),
         };
         call.key(&keys.lock)
-            .key(&keys.fence)
+            .key(&keys.sequence)
             .key(&keys.queue)
             .key(&keys.tickets)
             .arg(token.as_str())
@@ -431,7 +432,7 @@ impl RedisStore {
             Some(_) => SEMAPHORE_RELEASE.prepare_invoke(),
         };
         call.key(&keys.lock)
-            .key(&keys.fence)
+            .key(&keys.sequence)
             .key(&keys.queue)
             .key(&keys.tickets)
             .arg(token.as_str());

@@ -1,6 +1,6 @@
--- Raise a fence counter to at least a value (Redlock keeps the counters of a
--- quorum at the highest token handed out).
--- KEYS[1] fence counter
+-- Raise a sequence (sequence.lua) to at least a value: Redlock keeps the
+-- sequence of every node that answers at the highest token handed out.
+-- KEYS[1] sequence
 -- ARGV[1] value
 -- Returns the counter after the call.
 local cur = tonumber(redis.call('GET', KEYS[1]) or '0')

@@ -1,6 +1,6 @@
 
 -- Take a lock, or wait for it in the key's queue (see queue.lua).
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- KEYS[1] lock, KEYS[2] the sequence fencing tokens come from, KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] lease (ms), and for a waiter (without them the
 -- script never queues): ARGV[3] its timeout (ms), ARGV[4] the channel it is
 -- notified on, ARGV[5] the number of this attempt
@@ -10,23 +10,25 @@
 -- handed to it meanwhile (its notification lost) is then claimed with its
 -- own lease. Nobody takes a free lock while live waiters queue ahead: it
 -- goes to the first.
-local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
   if redis.call('EXISTS', queue) == 0 then
-    return {1, redis.call('INCR', fence)}
+    return {1, seq_next(seq)}
   end
   local q = queue_lib()
   local first = q.head(queue, tickets)
   if not first or first == token then
     q.leave(queue, tickets, token)
-    return {1, redis.call('INCR', fence)}
+    return {1, seq_next(seq)}
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
-  q.lock_hand_first(lock, fence, queue, tickets)
+  q.lock_hand_first(lock, seq, queue, tickets)
 elseif redis.call('GET', lock) == token then
+  -- Handed to us by a release whose notification we missed: claim it with
+  -- our lease and a token of our own (greater than the one published).
   redis.call('PEXPIRE', lock, ARGV[2])
-  return {1, tonumber(redis.call('GET', fence) or '0')}
+  return {1, seq_next(seq)}
 end
 if ARGV[3] then
   queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])

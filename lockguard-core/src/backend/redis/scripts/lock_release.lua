@@ -3,11 +3,11 @@
 -- lock is never free in between, and only that waiter is notified), or
 -- delete it when nobody waits. A waiter that gives up calls this too: it
 -- leaves the queue, and passes the lock on if it had just been handed to it.
--- KEYS[1] lock, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- KEYS[1] lock, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] channel announcing a release nobody was handed
 -- ('' = none; Redlock waiters, who do not queue, listen on it)
 -- Returns 1 when the lock was ours, 0 otherwise.
-local lock, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('GET', lock) ~= token then
   redis.call('ZREM', queue, token)
@@ -15,7 +15,7 @@ if redis.call('GET', lock) ~= token then
   return 0
 end
 -- A holder is never queued: its place went when the lock became its.
-if redis.call('EXISTS', queue) == 1 and queue_lib().lock_hand_first(lock, fence, queue, tickets) then
+if redis.call('EXISTS', queue) == 1 and queue_lib().lock_hand_first(lock, seq, queue, tickets) then
   return 1
 end
 redis.call('DEL', lock)

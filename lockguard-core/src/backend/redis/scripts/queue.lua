@@ -100,18 +100,18 @@ local function queue_lib()
 
   -- Tells a waiter alone that it was granted the lock or a permit.
   function q.notify(waiter, fence, attempt, channel)
-    redis.call('PUBLISH', channel, waiter .. ' ' .. string.format('%d', fence) .. ' ' .. attempt)
+    redis.call('PUBLISH', channel, waiter .. ' ' .. string.format('%.0f', fence) .. ' ' .. attempt)
   end
 
   -- Hands the lock to the first live waiter and notifies it alone; false
   -- when nobody waits.
-  function q.lock_hand_first(lock, fence, queue, tickets)
+  function q.lock_hand_first(lock, seq, queue, tickets)
     local first, deadline, attempt, channel = q.head(queue, tickets)
     if not first then
       return false
     end
     redis.call('SET', lock, first, 'PX', q.reservation(deadline))
-    local f = redis.call('INCR', fence)
+    local f = seq_next(seq)
     q.leave(queue, tickets, first)
     q.notify(first, f, attempt, channel)
     return true
@@ -127,11 +127,11 @@ local function queue_lib()
   end
 
   -- Gives a permit to token for ms, with a new fence (returned).
-  function q.semaphore_give(holders, fence, queue, tickets, token, ms)
-    local f = redis.call('INCR', fence)
+  function q.semaphore_give(holders, seq, queue, tickets, token, ms)
+    local f = seq_next(seq)
     q.leave(queue, tickets, token)
     redis.call('ZADD', holders, q.now_ms() + ms, token)
-    redis.call('HSET', tickets, token, '=' .. f)
+    redis.call('HSET', tickets, token, '=' .. string.format('%.0f', f))
     q.keep(holders, ms)
     q.keep(tickets, ms)
     return f
@@ -140,13 +140,13 @@ local function queue_lib()
   -- Hands up to `free` permits to the first live waiters, each notified
   -- alone, stopping before `me` (a waiter asking for itself). Returns the
   -- permits left.
-  function q.semaphore_hand_out(holders, fence, queue, tickets, free, me)
+  function q.semaphore_hand_out(holders, seq, queue, tickets, free, me)
     while free > 0 do
       local first, deadline, attempt, channel = q.head(queue, tickets)
       if not first or first == me then
         break
       end
-      local f = q.semaphore_give(holders, fence, queue, tickets, first, q.reservation(deadline))
+      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline))
       q.notify(first, f, attempt, channel)
       free = free - 1
     end

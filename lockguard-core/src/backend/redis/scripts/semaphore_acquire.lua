@@ -2,14 +2,14 @@
 -- Take one of N permits, or wait for one in the queue (see queue.lua). The
 -- holders sorted set scores each holder's token by its lease's end (ms,
 -- server time); expired holders are dropped first.
--- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- KEYS[1] holders, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, and for a waiter
 -- (without them the script never queues): ARGV[4] its timeout (ms), ARGV[5]
 -- the channel it is notified on, ARGV[6] the number of this attempt
 -- Returns {1, fence} when a permit is ours, {0, ms until the first lease
 -- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
-local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holders, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local q = queue_lib()
 local token, lease = ARGV[1], tonumber(ARGV[2])
 local ends = redis.call('ZSCORE', holders, token)
@@ -23,9 +23,9 @@ if ends and tonumber(ends) > q.now_ms() then
 end
 q.semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
-free = q.semaphore_hand_out(holders, fence, queue, tickets, free, token)
+free = q.semaphore_hand_out(holders, seq, queue, tickets, free, token)
 if free > 0 then
-  return {1, q.semaphore_give(holders, fence, queue, tickets, token, lease)}
+  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease)}
 end
 if ARGV[4] then
   q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])

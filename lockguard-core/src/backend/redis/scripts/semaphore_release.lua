@@ -3,11 +3,11 @@
 -- first live waiters in the same step (each notified alone). A waiter that
 -- gives up calls this too: it leaves the queue, and passes on a permit that
 -- had just been handed to it.
--- KEYS[1] holders, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] tickets
+-- KEYS[1] holders, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] permits
 -- Returns 1 when the permit was still held, 0 otherwise.
 if redis.replicate_commands then redis.replicate_commands() end
-local holders, fence, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local holders, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local q = queue_lib()
 local token = ARGV[1]
 q.leave(queue, tickets, token)
@@ -18,7 +18,7 @@ end
 redis.call('ZREM', holders, token)
 q.semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
-q.semaphore_hand_out(holders, fence, queue, tickets, free, nil)
+q.semaphore_hand_out(holders, seq, queue, tickets, free, nil)
 if tonumber(ends) > q.now_ms() then
   return 1
 end
