@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::client::Lockguard;
 use crate::error::{Error, ErrorKind, Result};
-use crate::rate_limit::MAX_PERIOD;
 use crate::key::CounterKeys;
+use crate::rate_limit::MAX_PERIOD;
 
 /// How many times [`Counter::update`] retries after losing a race.
 pub const MAX_UPDATE_ATTEMPTS: u32 = 64;

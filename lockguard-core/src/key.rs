@@ -125,7 +125,7 @@ static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
 /// script can touch both.
 ///
 /// Every value drawn from it is greater than the one before and than the
-/// server's clock in µs, so tokens and versions strictly increase per key
+/// server's clock (in whole ms, times 1000), so tokens and versions strictly increase per key
 /// across the key's expiry, and the store holds at most one such key per
 /// slot however many keys are ever locked or counted.
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
@@ -236,7 +236,10 @@ mod tests {
         let n = LockKeys::new("lg:", "n");
         assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue);
         assert_ne!(base("lg:", "lock", "n}:queue"), n.queue);
-        assert_ne!(LockKeys::new("lg:", "{a}").lock, LockKeys::new("lg:", "a").lock);
+        assert_ne!(
+            LockKeys::new("lg:", "{a}").lock,
+            LockKeys::new("lg:", "a").lock
+        );
         let c = CounterKeys::new("lg:", "n");
         assert_ne!(base("lg:", "counter", "{n}:marks"), c.marks);
         assert_ne!(base("lg:", "counter", "n}:marks"), c.marks);
@@ -244,11 +247,18 @@ mod tests {
 
     #[test]
     fn every_derived_key_is_in_its_base_slot() {
-        for key in ["}", "}x", "{}", "a{}b", "\\", "x\\}", "{a}", "{", "a}b{c}", "é{ü}"] {
+        for key in [
+            "}", "}x", "{}", "a{}b", "\\", "x\\}", "{a}", "{", "a}b{c}", "é{ü}",
+        ] {
             let k = LockKeys::new("p:", key);
             let s = slot(&k.lock);
             for other in [&k.sequence, &k.queue, &k.tickets] {
-                assert_eq!(slot(other), s, "{key:?}: {other} left the slot of {}", k.lock);
+                assert_eq!(
+                    slot(other),
+                    s,
+                    "{key:?}: {other} left the slot of {}",
+                    k.lock
+                );
             }
             let c = CounterKeys::new("p:", key);
             assert_eq!(slot(&c.marks), slot(&c.value));
@@ -271,7 +281,11 @@ mod tests {
 
     #[test]
     fn prefixes_and_names_refuse_braces() {
-        assert!(validate_plain("prefix", "app:{x}:").unwrap_err().is_invalid_input());
+        assert!(
+            validate_plain("prefix", "app:{x}:")
+                .unwrap_err()
+                .is_invalid_input()
+        );
         assert!(validate_plain("prefix", "}").is_err());
         assert!(validate_plain("prefix", "a\nb").is_err());
         assert!(validate_plain("prefix", "").is_ok());
@@ -303,6 +317,9 @@ mod tests {
     fn hash_tag_free_keys_keep_their_layout() {
         // Keys without braces or backslashes are stored where earlier
         // versions put them.
-        assert_eq!(base("lockguard:", "counter", "stock:sku1"), "lockguard:counter:{stock:sku1}");
+        assert_eq!(
+            base("lockguard:", "counter", "stock:sku1"),
+            "lockguard:counter:{stock:sku1}"
+        );
     }
 }

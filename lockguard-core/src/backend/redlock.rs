@@ -324,24 +324,15 @@ impl RedlockStore {
     }
 
     /// Brings the sequences of the granting nodes that are behind up to
-    /// `fence`; true when a quorum of nodes then stands at `fence`. Every
-    /// other node is raised too, in the background: a node that missed
-    /// this acquisition (down, slow, or refusing) then cannot later hand a
-    /// smaller token to a quorum it forms with nodes that were behind.
+    /// `fence`; true when a quorum of nodes then stands at `fence`. (Nodes
+    /// whose sequences agree draw the same value within a ms and need no
+    /// raising; see `sequence.lua`.)
     async fn raise_fences(
         &self,
         keys: &Arc<LockKeys>,
         granted: &[(usize, u64)],
         fence: u64,
     ) -> bool {
-        for i in (0..self.nodes.len()).filter(|i| granted.iter().all(|(g, _)| g != i)) {
-            let (node, key) = (self.nodes[i].clone(), keys.sequence.clone());
-            tokio::spawn(async move {
-                if let Err(e) = node.raise_fence(&key, fence).await {
-                    tracing::debug!(sequence = %key, error = %e, "redlock could not raise a node's sequence");
-                }
-            });
-        }
         let at_max = granted.iter().filter(|(_, f)| *f == fence).count();
         let behind: Vec<usize> = granted
             .iter()

@@ -12,6 +12,8 @@ crate::conformance!(
     compare_and_set_and_update_lose_no_update,
     expiry_resets_a_counter,
     versions_do_not_repeat_after_expiry,
+    versions_grow_past_more_writes_than_microseconds,
+    braced_counter_and_limiter_keys_are_their_own,
     counter_bad_input,
 );
 
@@ -158,6 +160,56 @@ async fn versions_do_not_repeat_after_expiry(env: Env) {
         lg.counter("never").get_versioned().await.unwrap().version,
         0
     );
+}
+
+/// A counter written more times than microseconds passed before it
+/// expired, then written again: no version of the new counter is one seen
+/// before. (Versions seeded from the clock's µs and bumped by one repeated
+/// here: the memory store's clock stands still between writes, as a busy
+/// server's can within one µs or after a step back.)
+async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
+    let lg = env.client().await;
+    let c = lg.counter("busy").expire_after(Duration::from_millis(1));
+    for _ in 0..1100 {
+        c.incr_by(1).await.unwrap();
+    }
+    let seen = c.get_versioned().await.unwrap().version;
+    if env.is_redis() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    } else {
+        env.clock.advance(Duration::from_millis(1));
+    }
+    assert_eq!(c.get_versioned().await.unwrap().version, 0, "expired");
+    for _ in 0..200 {
+        c.incr_by(1).await.unwrap();
+        let now = c.get_versioned().await.unwrap().version;
+        assert!(now > seen, "version {now} after {seen} was seen");
+    }
+}
+
+/// Keys with braces and backslashes are keys of their own: a counter
+/// cannot name another counter's marks, a rate limit key cannot name
+/// another's running sum, and keys that end a hash tag early still keep
+/// every key of one operation in one cluster slot.
+async fn braced_counter_and_limiter_keys_are_their_own(env: Env) {
+    let lg = env.client().await;
+    let n = lg.counter("n");
+    assert!(n.mark_once("x").await.unwrap());
+    assert_eq!(lg.counter("{n}:marks").incr_by(1).await.unwrap(), 1);
+    assert_eq!(lg.counter("n}:marks").incr_by(1).await.unwrap(), 1);
+    assert!(!n.mark_once("x").await.unwrap(), "n's marks were touched");
+    assert_eq!(n.get().await.unwrap(), 0);
+    let sliding = lg
+        .rate_limiter("api", lockguard_core::Quota::per_second(10))
+        .algorithm(lockguard_core::Algorithm::SlidingWindow);
+    assert!(sliding.check("alice").await.unwrap().allowed);
+    for key in ["{alice}:sum", "alice}:sum", "}x", "{}", "x\\", "\\}"] {
+        assert!(sliding.check(key).await.unwrap().allowed, "{key:?}");
+        assert_eq!(lg.counter(key).incr_by(2).await.unwrap(), 2, "{key:?}");
+        assert!(lg.counter(key).mark_once("m").await.unwrap(), "{key:?}");
+    }
+    let alice = sliding.check("alice").await.unwrap();
+    assert!(alice.allowed && alice.remaining == 8, "{alice:?}");
 }
 
 async fn expiry_resets_a_counter(env: Env) {

@@ -18,7 +18,7 @@ crate::conformance!(
     nested_acquisition_is_reentrant_and_excludes_other_tasks,
     fencing_tokens_strictly_increase,
     fenced_writes_compare_tokens_exactly,
-    user_hash_tags_work,
+    braced_keys_are_locks_of_their_own,
     bad_input_is_a_clear_error,
     acquire_wait_is_bounded,
 );
@@ -347,11 +347,43 @@ async fn fencing_tokens_strictly_increase(env: Env) {
     }
 }
 
-async fn user_hash_tags_work(env: Env) {
-    let lg = env.client().await;
-    let g = lg.lock("order:{42}").acquire().await.unwrap();
-    let h = lg.lock("order:{42}:items").acquire().await.unwrap();
-    assert!(g.release().await.unwrap() && h.release().await.unwrap());
+/// Braces in a key are part of the key: `"a"` and `"{a}"` are two locks,
+/// on one client and across clients, and no key names the queue of
+/// another or splits one lock's keys across cluster slots.
+async fn braced_keys_are_locks_of_their_own(env: Env) {
+    let a = env.client().await;
+    let b = env.client().await;
+    let g = a.lock("a").acquire().await.unwrap();
+    let other = b.lock("{a}").try_acquire().await;
+    assert!(other.is_ok(), "\"{{a}}\" is lock \"a\": {other:?}");
+    // In the task holding "b", "{b}" is another lock, not a reentrant
+    // guard of "b": releasing "b" frees "b" and leaves "{b}" held.
+    let outer = a.lock("b").acquire().await.unwrap();
+    let inner = a.lock("{b}").acquire().await.unwrap();
+    assert!(outer.release().await.unwrap());
+    let freed = b.lock("b").try_acquire().await;
+    assert!(freed.is_ok(), "\"b\" outlived its release: {freed:?}");
+    assert!(b.lock("{b}").try_acquire().await.unwrap_err().is_busy());
+    for key in [
+        "}x",
+        "{}",
+        "x\\",
+        "\\}",
+        "{a}:queue",
+        "a}:queue",
+        "order:{42}",
+        "{",
+    ] {
+        let g = a.lock(key).acquire().await.unwrap();
+        assert!(
+            b.lock(key).try_acquire().await.unwrap_err().is_busy(),
+            "{key:?}"
+        );
+        assert!(g.release().await.unwrap(), "{key:?}");
+    }
+    assert!(other.unwrap().release().await.unwrap());
+    assert!(freed.unwrap().release().await.unwrap());
+    assert!(inner.release().await.unwrap() && g.release().await.unwrap());
 }
 
 async fn bad_input_is_a_clear_error(env: Env) {
@@ -398,6 +430,24 @@ async fn bad_input_is_a_clear_error(env: Env) {
         .memory()
         .unwrap_err();
     assert!(err.is_invalid_input());
+    // Braces outside the hash tag would pick every key's cluster slot.
+    for prefix in ["app:{x}:", "}", "{"] {
+        let err = Lockguard::builder().prefix(prefix).memory().unwrap_err();
+        assert!(
+            err.is_invalid_input() && err.to_string().contains("brace"),
+            "{err}"
+        );
+        if let Some(server) = &env.server {
+            let err = Lockguard::builder()
+                .prefix(prefix)
+                .connect(&server.url())
+                .await
+                .unwrap_err();
+            assert!(err.is_invalid_input(), "{err}");
+        }
+    }
+    let named = lg.rate_limiter("api{1}", lockguard_core::Quota::per_second(1));
+    assert!(named.check("k").await.unwrap_err().is_invalid_input());
 }
 
 async fn acquire_wait_is_bounded(env: Env) {

@@ -692,3 +692,103 @@ async fn concurrent_renewals_never_outlive_the_store() {
         );
     }
 }
+
+/// Log lines captured from the current thread's subscriber.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+
+    fn count(&self, needle: &str) -> usize {
+        self.text().matches(needle).count()
+    }
+}
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+async fn set_policy(server: &RedisServer, policy: &str) {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg(policy)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// A server that may evict keys is warned about on every kind of
+/// connection: a single server and a Redlock node connected at start, and
+/// a Redlock node that was down at start and connected on first use. With
+/// `noeviction`, nothing is said.
+#[tokio::test(flavor = "current_thread")]
+async fn eviction_is_warned_about_on_every_connection_kind() {
+    const WARNING: &str = "maxmemory-policy is not noeviction";
+    let captured = Captured::default();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .finish(),
+    );
+    let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    connect(&nodes[0], Duration::from_secs(1)).await;
+    assert_eq!(captured.count(WARNING), 0, "{}", captured.text());
+    for node in &nodes {
+        set_policy(node, "allkeys-lru").await;
+    }
+    connect(&nodes[0], Duration::from_secs(1)).await;
+    assert_eq!(captured.count(WARNING), 1, "{}", captured.text());
+    assert!(
+        captured.text().contains("fenced values"),
+        "{}",
+        captured.text()
+    );
+    // Node 2 is down when the Redlock client starts: it is connected, and
+    // checked, on first use.
+    nodes[2].pause();
+    let lg = Lockguard::builder()
+        .connect_timeout(Duration::from_millis(200))
+        .redlock(nodes.iter().map(RedisServer::url))
+        .await
+        .expect("redlock with a quorum up");
+    assert_eq!(captured.count(WARNING), 3, "{}", captured.text());
+    nodes[2].resume();
+    let warned = eventually(Duration::from_secs(10), || async {
+        let g = lg.lock("k").try_acquire().await;
+        if let Ok(g) = g {
+            let _ = g.release().await;
+        }
+        captured.count(WARNING) == 4
+    })
+    .await;
+    assert!(
+        warned,
+        "the lazily connected node was never checked: {}",
+        captured.text()
+    );
+}

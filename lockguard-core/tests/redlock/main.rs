@@ -484,3 +484,105 @@ async fn a_subscription_whose_answer_was_lost_is_undone() {
     }
     assert_eq!(left, 0, "the subscription was left behind on the node");
 }
+
+/// `try_acquire` until the nodes that just came back answer; a busy lock
+/// is an answer too. Bounded: a few seconds at most.
+async fn try_acquire_once_reachable(
+    lg: &Lockguard,
+    key: &str,
+    lease: Duration,
+) -> lockguard_core::Result<lockguard_core::LockGuard> {
+    let mut last = None;
+    for _ in 0..100 {
+        match lg.lock(key).lease(lease).try_acquire().await {
+            Err(e) if e.is_unavailable() => last = Some(e),
+            other => return other,
+        }
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    panic!("the nodes never answered: {last:?}");
+}
+
+/// The shape that gave a smaller token: a node that missed every
+/// acquisition, and a node of the bare quorum that granted them restarted
+/// empty (after the lease, as a delayed restart asks), then a quorum of the
+/// two. Tokens come from sequences that start above the node's clock, so
+/// an emptied node still hands out a greater token than any before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_keep_increasing_when_emptied_nodes_form_the_quorum() {
+    let mut n = nodes(3);
+    let lg = client(&n).await;
+    let lease = Duration::from_millis(300);
+    n[2].kill();
+    let mut last = 0;
+    for _ in 0..10 {
+        let g = try_acquire_once_reachable(&lg, "fence", lease)
+            .await
+            .unwrap();
+        assert!(g.fencing_token() > last);
+        last = g.fencing_token();
+        assert!(g.release().await.unwrap());
+    }
+    n[2].restart();
+    n[0].kill();
+    tokio::time::sleep(lease * 2).await;
+    n[0].restart();
+    n[1].pause();
+    let g = try_acquire_once_reachable(&lg, "fence", lease)
+        .await
+        .unwrap();
+    assert!(
+        g.fencing_token() > last,
+        "token {} after {last}",
+        g.fencing_token()
+    );
+    n[1].resume();
+    assert!(g.release().await.unwrap());
+}
+
+/// The limit `docs/safety.md` states: a node restarted empty at once, while
+/// a lock is held on a bare quorum that includes it, lets a second client
+/// form a quorum with a node that missed the first acquisition. The same
+/// restart with every node persisting each write (`appendfsync always`)
+/// keeps the lock, and the second client is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_persistence_or_a_delayed_restart_keeps_exclusion() {
+    let lease = Duration::from_secs(10);
+    for persistent in [false, true] {
+        let mut n: Vec<RedisServer> = (0..3)
+            .map(|_| {
+                if persistent {
+                    RedisServer::start_with_args(&[
+                        "--appendonly",
+                        "yes",
+                        "--appendfsync",
+                        "always",
+                    ])
+                } else {
+                    RedisServer::start()
+                }
+            })
+            .collect();
+        let a = client(&n).await;
+        let b = client(&n).await;
+        n[2].pause();
+        let held = try_acquire_once_reachable(&a, "x", lease).await.unwrap();
+        n[0].restart();
+        n[2].resume();
+        let second = try_acquire_once_reachable(&b, "x", lease).await;
+        assert!(held.is_held());
+        if persistent {
+            assert!(
+                second.unwrap_err().is_busy(),
+                "persisted lock was forgotten"
+            );
+        } else {
+            // Two holders: why safety.md asks for persistence or a delayed
+            // restart on every node.
+            let second = second.expect("an emptied node joined a new quorum");
+            assert!(second.release().await.unwrap());
+        }
+        // The first holder's quorum is gone on the emptied node.
+        assert_eq!(held.release().await.unwrap(), persistent);
+    }
+}

@@ -11,27 +11,24 @@ use crate::backend::millis_ceil;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::CounterKeys;
 
-static COUNTER_ADD: LazyLock<Script> =
-    LazyLock::new(|| {
-        Script::new(concat!(
-            include_str!("scripts/sequence.lua"),
-            include_str!("scripts/counter_add.lua")
-        ))
-    });
-static COUNTER_TAKE: LazyLock<Script> =
-    LazyLock::new(|| {
-        Script::new(concat!(
-            include_str!("scripts/sequence.lua"),
-            include_str!("scripts/counter_take.lua")
-        ))
-    });
-static COUNTER_SET: LazyLock<Script> =
-    LazyLock::new(|| {
-        Script::new(concat!(
-            include_str!("scripts/sequence.lua"),
-            include_str!("scripts/counter_set.lua")
-        ))
-    });
+static COUNTER_ADD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sequence.lua"),
+        include_str!("scripts/counter_add.lua")
+    ))
+});
+static COUNTER_TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sequence.lua"),
+        include_str!("scripts/counter_take.lua")
+    ))
+});
+static COUNTER_SET: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sequence.lua"),
+        include_str!("scripts/counter_set.lua")
+    ))
+});
 static MARK_ONCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/mark_once.lua")));
 
@@ -64,7 +61,10 @@ impl RedisStore {
     ) -> Result<i64> {
         let mut call = COUNTER_ADD.prepare_invoke();
         let key = keys.value.as_str();
-        call.key(key).key(&keys.sequence).arg(delta).arg(ttl_arg(ttl));
+        call.key(key)
+            .key(&keys.sequence)
+            .arg(delta)
+            .arg(ttl_arg(ttl));
         self.run(&call, || format!("adding to counter {key:?}"))
             .await
             .map_err(overflow_is_invalid(key))
@@ -104,7 +104,8 @@ impl RedisStore {
     ) -> Result<Result<u64, u64>> {
         let mut call = COUNTER_SET.prepare_invoke();
         let key = keys.value.as_str();
-        call.key(key).key(&keys.sequence)
+        call.key(key)
+            .key(&keys.sequence)
             .arg(value)
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(ttl_arg(ttl));

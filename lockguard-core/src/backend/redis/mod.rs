@@ -2,6 +2,7 @@
 //! on a connection that reconnects by itself.
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -239,6 +240,12 @@ impl redis::aio::ConnectionLike for Conn {
 pub(crate) struct RedisStore {
     conn: Conn,
     opts: RedisOptions,
+    /// The server's address (or the cluster's first node), for log lines.
+    addr: String,
+    /// Whether the server's version and eviction policy were looked at: at
+    /// connect time, or for a lazily connected Redlock node, after its
+    /// first answer.
+    checked: AtomicBool,
 }
 
 impl RedisStore {
@@ -260,8 +267,10 @@ impl RedisStore {
         let store = Self {
             conn: Conn::Single(conn),
             opts,
+            addr,
+            checked: AtomicBool::new(true),
         };
-        store.check_version(&addr).await?;
+        store.check_version().await?;
         store.warn_if_evicting().await;
         Ok(store)
     }
@@ -269,7 +278,8 @@ impl RedisStore {
     /// Refuses a server older than [`MIN_REDIS_VERSION`]. A server that
     /// does not say its version (`INFO` refused or unreadable) is let
     /// through and logged.
-    async fn check_version(&self, addr: &str) -> Result<()> {
+    async fn check_version(&self) -> Result<()> {
+        let addr = self.addr.as_str();
         let mut cmd = redis::cmd("INFO");
         cmd.arg("server");
         let info: Result<String> = self.query(&cmd, || "INFO server".to_owned()).await;
@@ -289,11 +299,15 @@ impl RedisStore {
         }
     }
 
-    /// Logs a warning when the server may evict keys under memory pressure:
-    /// every lock key carries a TTL, so any policy but `noeviction` can
-    /// silently release locks. Servers that refuse `CONFIG GET` (managed
-    /// services, ACLs) are not checked.
+    /// Logs a warning when the server may evict keys under memory pressure.
+    /// Any policy but `noeviction` may evict lock keys (they all carry a
+    /// TTL), silently releasing locks early; an `allkeys-*` policy may also
+    /// evict fenced values, letting a stale holder's write through, and the
+    /// token sequences (which then restart from the server's clock).
+    /// Servers that refuse `CONFIG GET` (managed services, ACLs) are not
+    /// checked.
     async fn warn_if_evicting(&self) {
+        let addr = self.addr.as_str();
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
         let reply: Result<Vec<String>> = self.query(&cmd, || "CONFIG GET".to_owned()).await;
@@ -302,10 +316,37 @@ impl RedisStore {
             && policy != "noeviction"
         {
             tracing::warn!(
+                addr,
                 policy = %policy,
-                "redis maxmemory-policy is not noeviction: lock keys may be evicted under memory pressure"
+                "redis maxmemory-policy is not noeviction: under memory pressure it may evict lock keys, releasing locks early{}",
+                if policy.starts_with("allkeys") {
+                    ", and fenced values, letting stale writes through"
+                } else {
+                    ""
+                }
             );
         }
+    }
+
+    /// For a store connected lazily: checks the server once, in the
+    /// background, after its first answer. An old server is logged as an
+    /// error (the client already exists, so it cannot be refused).
+    fn check_after_first_answer(&self) {
+        if self.checked.load(Ordering::Relaxed) || self.checked.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let probe = Self {
+            conn: self.conn.clone(),
+            opts: self.opts,
+            addr: self.addr.clone(),
+            checked: AtomicBool::new(true),
+        };
+        tokio::spawn(async move {
+            if let Err(e) = probe.check_version().await {
+                tracing::error!(error = %e, "redlock node runs an unsupported redis");
+            }
+            probe.warn_if_evicting().await;
+        });
     }
 
     /// Connects to a Redis Cluster through any of its nodes.
@@ -326,10 +367,17 @@ impl RedisStore {
             }
             _ => e,
         })?;
-        Ok(Self {
+        let store = Self {
             conn: Conn::Cluster(conn),
             opts,
-        })
+            addr: "the redis cluster".to_owned(),
+            checked: AtomicBool::new(true),
+        };
+        // CONFIG GET reaches one node of the cluster; its nodes are
+        // normally configured alike.
+        store.check_version().await?;
+        store.warn_if_evicting().await;
+        Ok(store)
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
@@ -339,11 +387,14 @@ impl RedisStore {
     /// A store whose connection is made on first use (and remade after
     /// failures): for a Redlock node that is down when the client starts.
     pub(crate) fn lazy(client: redis::Client, opts: RedisOptions) -> Result<Self> {
+        let addr = client.get_connection_info().addr().to_string();
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(opts))
             .map_err(|e| Error::from_redis(e, "preparing a lazy redis connection"))?;
         Ok(Self {
             conn: Conn::Single(conn),
             opts,
+            addr,
+            checked: AtomicBool::new(false),
         })
     }
 
@@ -365,12 +416,16 @@ impl RedisStore {
         what: impl FnOnce() -> String,
     ) -> Result<T> {
         let mut conn = self.conn.clone();
-        bounded(
+        let answer = bounded(
             self.opts.response_timeout,
             what,
             call.invoke_async(&mut conn),
         )
-        .await
+        .await;
+        if answer.is_ok() {
+            self.check_after_first_answer();
+        }
+        answer
     }
 
     /// One attempt; see [`super::Store::acquire`].
