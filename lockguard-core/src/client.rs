@@ -265,6 +265,9 @@ impl Lockguard {
 
     /// A rate limiter named `name` (GCRA unless another algorithm is
     /// chosen), enforcing `quota` per key.
+    ///
+    /// A name that is empty or holds braces (which would choose the Redis
+    /// Cluster slot of every key) is reported by each check.
     pub fn rate_limiter(&self, name: &str, quota: Quota) -> RateLimiter {
         RateLimiter::new(self.clone(), name, quota)
     }
@@ -536,8 +539,8 @@ impl Builder {
     /// Connects to a Redis Cluster through any of `urls` (seed nodes).
     ///
     /// Everything works on a cluster: every script touches keys of one hash
-    /// tag, so it runs in one slot (a user key with its own `{tag}` keeps
-    /// it). Releases are announced with `PUBLISH`, which the cluster
+    /// tag, the user's key (escaped), so it runs in one slot whatever the
+    /// key holds. Releases are announced with `PUBLISH`, which the cluster
     /// delivers to the one subscriber connection whatever node it is on.
     ///
     /// # Errors

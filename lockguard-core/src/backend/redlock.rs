@@ -274,7 +274,7 @@ impl RedlockStore {
             return Err(Error::new(
                 ErrorKind::Unavailable,
                 format!(
-                    "acquiring {:?}: could not bring a quorum's fence counters to {fence}",
+                    "acquiring {:?}: could not bring a quorum's token sequences to {fence}",
                     keys.lock
                 ),
             ));

@@ -79,8 +79,8 @@ pub struct RateLimiter {
     name: Arc<str>,
     quota: Quota,
     algorithm: Algorithm,
-    /// `{prefix}rl:{algorithm}:{name}`, and whether it carries a hash tag;
-    /// or why the name or quota cannot work. Built once, not per check.
+    /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
+    /// key as the hash tag; or why the name or quota cannot work. Built once, not per check.
     prepared: Result<Arc<str>, String>,
 }
 

@@ -46,7 +46,7 @@ fn reservation(deadline: Instant, now: Instant) -> Instant {
 }
 
 /// What one lock or semaphore operation works on, under the store's mutex:
-/// the holders, and the key's queue with the fence counter; the waiters it
+/// the holders, and the key's queue with the token sequence; the waiters it
 /// hands a lock or permit to are announced once the mutex is released.
 struct Step<'a> {
     locks: &'a mut Expiring<Instant, (Token, u64)>,

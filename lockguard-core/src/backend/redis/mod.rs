@@ -521,7 +521,7 @@ impl RedisStore {
         Ok(n == 1)
     }
 
-    /// Raises the fence counter to at least `value`; returns the counter.
+    /// Raises a token sequence to at least `value`; returns the sequence.
     pub(crate) async fn raise_fence(&self, fence_key: &str, value: u64) -> Result<u64> {
         let mut call = FENCE_RAISE.prepare_invoke();
         call.key(fence_key).arg(value);
