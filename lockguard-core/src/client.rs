@@ -461,6 +461,9 @@ impl Builder {
 
     fn validate(&self) -> Result<()> {
         crate::key::validate_plain("key prefix", &self.prefix)?;
+        // Every constructor validates first: the key layout's one-time
+        // table is built here, not in the first operation.
+        crate::key::prepare();
         let d = &self.defaults;
         crate::lock::validate_lease(d.lease, true)?;
         if d.retry_interval.is_zero() {
