@@ -52,9 +52,47 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// How much longer the lease certainly lasts (zero once lost).
+    fn valid_for(&self) -> Duration {
+        let s = *self.state.borrow();
+        if s.lost || self.released.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            s.valid_until.saturating_duration_since(Instant::now())
+        }
+    }
+
+    /// Completes when the lock is lost or its lease is about to run out.
+    fn lost(shared: Arc<Self>) -> impl Future<Output = Error> + Send + 'static {
+        let mut rx = shared.state.subscribe();
+        async move {
+            loop {
+                let s = *rx.borrow_and_update();
+                if s.lost {
+                    return shared.lost_error("was lost");
+                }
+                if shared.released.load(Ordering::Acquire) {
+                    return shared.lost_error("was released");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(s.valid_until) => {
+                        if !rx.has_changed().unwrap_or(false) {
+                            return shared.lost_error("is running out");
+                        }
+                    }
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return shared.lost_error("ended");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     pub(crate) fn is_held(&self) -> bool {
         let s = *self.state.borrow();
-        !s.lost && Instant::now() < s.valid_until
+        !s.lost && Instant::now() < s.valid_until && !self.released.load(Ordering::Acquire)
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
@@ -208,6 +246,8 @@ impl Held {
         if self.shared.released.swap(true, Ordering::AcqRel) {
             return false;
         }
+        // Wakes the watches' `lost()`: the lock is given up.
+        self.shared.state.send_modify(|_| {});
         self.stop_watchdog
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -418,12 +458,7 @@ impl LockGuard {
 
     /// How much longer the lease certainly lasts (zero once lost).
     pub fn valid_for(&self) -> Duration {
-        let s = *self.shared().state.borrow();
-        if s.lost {
-            Duration::ZERO
-        } else {
-            s.valid_until.saturating_duration_since(Instant::now())
-        }
+        self.shared().valid_for()
     }
 
     /// Completes when the lock is lost or its lease is about to run out
@@ -449,27 +484,17 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        let shared = self.shared().clone();
-        let mut rx = shared.state.subscribe();
-        async move {
-            loop {
-                let s = *rx.borrow_and_update();
-                if s.lost {
-                    return shared.lost_error("was lost");
-                }
-                tokio::select! {
-                    () = tokio::time::sleep_until(s.valid_until) => {
-                        if !rx.has_changed().unwrap_or(false) {
-                            return shared.lost_error("is running out");
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return shared.lost_error("ended");
-                        }
-                    }
-                }
-            }
+        Shared::lost(self.shared().clone())
+    }
+
+    /// A handle on this acquisition's lease that does not hold the lock:
+    /// its name, fencing token, [`is_held`](LeaseWatch::is_held) and
+    /// [`lost`](LeaseWatch::lost), for code that must stop when the lock
+    /// goes but does not own the guard (a request handler behind a lock
+    /// layer, a task the holder spawned).
+    pub fn watch(&self) -> LeaseWatch {
+        LeaseWatch {
+            shared: self.shared().clone(),
         }
     }
 
@@ -535,6 +560,34 @@ impl Drop for LockGuard {
 mod tests {
     use super::*;
 
+    /// A watch sees the guard's token and lease, does not keep the lock,
+    /// and reports the end of the acquisition: `lost()` completes and
+    /// `is_held()` turns false when the guard is released or dropped.
+    #[tokio::test]
+    async fn a_watch_follows_the_guard_without_holding_the_lock() {
+        let lg = Lockguard::memory();
+        let guard = lg.lock("watched").acquire().await.unwrap();
+        let watch = guard.watch();
+        assert_eq!(watch.fencing_token(), guard.fencing_token());
+        assert_eq!(watch.name(), "watched");
+        assert!(watch.is_held() && watch.valid_for() > Duration::ZERO);
+        let lost = watch.lost();
+        assert!(guard.release().await.unwrap());
+        let err = tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .expect("lost() did not complete on release");
+        assert_eq!(err.kind(), ErrorKind::LeaseLost);
+        assert!(!watch.is_held() && watch.valid_for() == Duration::ZERO);
+        // The watch kept nothing: the key is free.
+        let again = lg.lock("watched").try_acquire().await.unwrap();
+        let dropped = again.watch();
+        drop(again);
+        tokio::time::timeout(Duration::from_secs(5), dropped.lost())
+            .await
+            .expect("lost() did not complete on drop");
+        assert!(!dropped.is_held());
+    }
+
     /// `release()` of the last guard releases at once, even while another
     /// reference to the acquisition is alive (a reentrancy check of the
     /// owning task holds one for a moment): the key is free when it
@@ -572,5 +625,55 @@ mod tests {
         assert!(lg.peer().lock("shared").try_acquire().await.is_err());
         assert!(inner.release().await.unwrap());
         assert!(lg.peer().lock("shared").try_acquire().await.is_ok());
+    }
+}
+
+/// A handle on a lock's (or permit's) lease that does not hold it: made by
+/// [`LockGuard::watch`] and [`Permit::watch`](crate::Permit::watch).
+///
+/// Clones are cheap. Dropping every watch changes nothing; dropping the
+/// guard releases the lock, after which the watch reports it not held.
+#[derive(Clone)]
+pub struct LeaseWatch {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LeaseWatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseWatch")
+            .field("name", &self.shared.name)
+            .field("fencing_token", &self.shared.fence)
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl LeaseWatch {
+    /// The lock's (or semaphore's) key as given.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The fencing token of the acquisition: pass it with every write to a
+    /// resource that checks it.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.shared.fence
+    }
+
+    /// Whether the lock is still held: not lost, not released, and the
+    /// lease (minus a safety margin) not over.
+    pub fn is_held(&self) -> bool {
+        self.shared.is_held()
+    }
+
+    /// How much longer the lease certainly lasts (zero once lost).
+    pub fn valid_for(&self) -> Duration {
+        self.shared.valid_for()
+    }
+
+    /// Completes when the lock is lost, released, or its lease is about to
+    /// run out, as [`LockGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        Shared::lost(self.shared.clone())
     }
 }

@@ -112,7 +112,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
 pub use error::{Error, ErrorKind, Result};
 pub use fence::{FencedResource, FencedValue, FencingToken};
-pub use guard::LockGuard;
+pub use guard::{LeaseWatch, LockGuard};
 pub use key::MAX_KEY_LEN;
 pub use lock::Lock;
 pub use rate_limit::{Algorithm, Decision, Quota, RateLimiter};

@@ -179,6 +179,18 @@ impl Lock {
         &self.name
     }
 
+    /// Checks the key and settings now, without a round trip: what
+    /// [`Lock::acquire`] would refuse as [`ErrorKind::InvalidInput`] before
+    /// reaching the store. For configuration checked at start-up.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a bad key, lease or retry interval
+    /// (or, for a semaphore, permit count).
+    pub fn validate(&self) -> Result<()> {
+        self.checked().map(drop)
+    }
+
     fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
         let keys = self.keys.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         let lease = match self.lease {

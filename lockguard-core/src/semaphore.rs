@@ -89,6 +89,17 @@ impl Semaphore {
         self.permits
     }
 
+    /// Checks the key, permit count and settings now, without a round
+    /// trip; see [`Lock::validate`](crate::Lock::validate).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// bad key, permit count, lease or retry interval.
+    pub fn validate(&self) -> Result<()> {
+        self.inner.validate()
+    }
+
     /// Takes a permit if one is free, without waiting.
     ///
     /// # Errors
@@ -119,6 +130,12 @@ impl Permit {
     /// The semaphore's key.
     pub fn name(&self) -> &str {
         self.0.name()
+    }
+
+    /// A handle on the permit's lease that does not hold it; see
+    /// [`LockGuard::watch`].
+    pub fn watch(&self) -> crate::LeaseWatch {
+        self.0.watch()
     }
 
     /// Whether the permit is still ours (not lost, lease not over).

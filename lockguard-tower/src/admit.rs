@@ -17,6 +17,7 @@ use tower_service::Service;
 use crate::body::{Guard, ResponseBody};
 use crate::outcome::{self, MissingKey};
 use crate::rate_limit::headers::RateHeaders;
+use crate::refusal::Refusals;
 
 /// The outcome of an admission check.
 pub(crate) enum Admission {
@@ -123,10 +124,11 @@ where
         what: &str,
         name: &str,
         outcome: MissingKey,
+        refusals: &Refusals,
         service: S,
         request: Request<ReqB>,
     ) -> Self {
-        match outcome::missing_key(what, name, outcome) {
+        match outcome::missing_key(what, name, outcome, refusals) {
             Some(response) => Self::respond(response),
             None => Self::pass(service, request),
         }
@@ -219,7 +221,14 @@ where
                     Admission::Proceed { guard, headers } => {
                         let mut service =
                             service.take().expect("admission polled after completion");
-                        let request = request.take().expect("admission polled after completion");
+                        let mut request =
+                            request.take().expect("admission polled after completion");
+                        // What the handler may want of its admission: the
+                        // lease it runs under, the limiter's decision.
+                        guard.annotate(request.extensions_mut());
+                        if let Some(h) = &headers {
+                            request.extensions_mut().insert(h.decision);
+                        }
                         let future = service.call(request);
                         this.state.set(State::Calling {
                             future,

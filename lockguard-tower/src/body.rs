@@ -33,6 +33,20 @@ impl Guard {
         matches!(self, Self::None)
     }
 
+    /// Puts a [`LeaseWatch`](lockguard_core::LeaseWatch) of the lock or
+    /// permit into the request's extensions, for the handler.
+    pub(crate) fn annotate(&self, extensions: &mut http::Extensions) {
+        match self {
+            Self::None => {}
+            Self::Lock(g) => {
+                extensions.insert(g.watch());
+            }
+            Self::Permit(p) => {
+                extensions.insert(p.watch());
+            }
+        }
+    }
+
     /// Releases the guard, reporting the outcome in the log.
     pub(crate) fn release(self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         match self {

@@ -57,6 +57,13 @@ macro_rules! builders {
             self.edit(|s| s.failure = mode)
         }
     };
+    (@method on_refusal $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        #[must_use]
+        pub fn on_refusal(self, hook: impl $crate::OnRefusal) -> Self {
+            self.edit(|s| s.refusals = $crate::refusal::Refusals::new(hook))
+        }
+    };
     (@method fail_open $(#[$doc:meta])*) => {
         $(#[$doc])*
         #[must_use]

@@ -14,7 +14,7 @@ use crate::admit::{Admission, Admit};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
-use crate::problem;
+use crate::refusal::{Refusal, RefusalKind, Refusals};
 
 /// The settings of a lock or concurrency-limit layer.
 #[derive(Debug, Clone)]
@@ -26,6 +26,7 @@ pub(crate) struct Settings {
     pub(crate) busy_status: StatusCode,
     pub(crate) on_missing_key: MissingKey,
     pub(crate) failure: FailureMode,
+    pub(crate) refusals: Refusals,
 }
 
 impl Settings {
@@ -38,12 +39,38 @@ impl Settings {
             busy_status,
             on_missing_key: MissingKey::default(),
             failure: FailureMode::default(),
+            refusals: Refusals::default(),
         }
     }
 
     /// The store key of `key`: `name:key`.
     pub(crate) fn store_name(&self, key: &str) -> String {
         format!("{}:{key}", self.name)
+    }
+
+    /// Checks now what every request would otherwise be refused for: the
+    /// name (it must leave room for a key), lease, wait, and the permit
+    /// count of a concurrency limit.
+    pub(crate) fn validate(&self, kind: Kind) -> Result<(), Error> {
+        // A one-byte key stands for every key: the name and settings are
+        // what can be wrong.
+        let probe = self.store_name("k");
+        match kind {
+            Kind::Lock => {
+                let mut lock = self.client.lock(&probe);
+                if let Some(lease) = self.lease {
+                    lock = lock.lease(lease);
+                }
+                lock.validate()
+            }
+            Kind::Permits(permits) => {
+                let mut semaphore = self.client.semaphore(&probe, permits);
+                if let Some(lease) = self.lease {
+                    semaphore = semaphore.lease(lease);
+                }
+                semaphore.validate()
+            }
+        }
     }
 
     /// How many bytes of a key the name takes.
@@ -83,7 +110,8 @@ where
 {
     let Some(key) = key::extract_checked(key, &request, settings.reserve()) else {
         let (what, name) = (kind.what(), &settings.name);
-        return Admit::unkeyed(what, name, settings.on_missing_key, service, request);
+        let (outcome, refusals) = (settings.on_missing_key, &settings.refusals);
+        return Admit::unkeyed(what, name, outcome, refusals, service, request);
     };
     let span = match kind {
         Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),
@@ -135,7 +163,13 @@ async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission 
             }
         }
         Err(e) if e.is_busy() => busy(&settings, kind, &e, waited_ms),
-        Err(e) => outcome::store_failure(kind.what(), &settings.name, &e, settings.failure),
+        Err(e) => outcome::store_failure(
+            kind.what(),
+            &settings.name,
+            &e,
+            settings.failure,
+            &settings.refusals,
+        ),
     }
 }
 
@@ -151,7 +185,16 @@ fn busy(settings: &Settings, kind: Kind, error: &Error, waited_ms: u64) -> Admis
             settings.name
         ),
     };
-    Admission::Respond(problem::response(settings.busy_status, &detail, &[]))
+    // The holder's remaining lease (or the first permit's) bounds the
+    // wait, unless it is renewed.
+    Admission::Respond(settings.refusals.respond(&Refusal {
+        kind: RefusalKind::Busy,
+        status: settings.busy_status,
+        policy: settings.name.to_string(),
+        detail,
+        retry_after: error.retry_after(),
+        decision: None,
+    }))
 }
 
 #[cfg(test)]
@@ -227,6 +270,101 @@ mod tests {
                 .layer(ok_service());
             assert_eq!(svc.oneshot(user(None)).await.unwrap().status(), 500);
         }
+    }
+
+    /// The handler behind a lock or concurrency limit gets a watch of the
+    /// lease it runs under: the fencing token, and `is_held`.
+    #[tokio::test]
+    async fn the_handler_sees_its_lease() {
+        let lg = Lockguard::memory();
+        let handler = service_fn(|req: Request<Body>| async move {
+            let watch = req
+                .extensions()
+                .get::<lockguard_core::LeaseWatch>()
+                .cloned()
+                .expect("no lease in the request");
+            assert!(watch.is_held());
+            Ok::<_, Infallible>(Response::new(Body::from(format!(
+                "{} {}",
+                watch.name(),
+                watch.fencing_token()
+            ))))
+        });
+        let locked = LockLayer::new(lg.clone(), "orders", user_key()).layer(handler);
+        let res = locked.oneshot(user(Some("ada"))).await.unwrap();
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"orders:header:x-user:ada 1");
+        let limited = ConcurrencyLimitLayer::new(lg, "slots", 2).layer(handler);
+        let res = limited.oneshot(user(None)).await.unwrap();
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"slots:global 2");
+    }
+
+    /// A busy lock is refused with `Retry-After` from the holder's
+    /// remaining lease, through the refusal hook when one is set.
+    #[tokio::test(start_paused = true)]
+    async fn busy_refusals_say_when_to_retry_and_can_be_rewritten() {
+        let lg = Lockguard::memory();
+        let _held = lg
+            .lock("jobs:header:x-user:ada")
+            .reentrant(false)
+            .lease(std::time::Duration::from_millis(7500))
+            .acquire()
+            .await
+            .unwrap();
+        let plain = LockLayer::new(lg.clone(), "jobs", user_key()).layer(ok_service());
+        let res = plain.oneshot(user(Some("ada"))).await.unwrap();
+        assert_eq!(res.status(), 409);
+        assert_eq!(res.headers()["retry-after"], "8");
+        let hooked = LockLayer::new(lg, "jobs", user_key())
+            .on_refusal(|r: &crate::Refusal| {
+                assert_eq!(r.kind, crate::RefusalKind::Busy);
+                let mut res = Response::new(bytes::Bytes::from(format!("busy: {}", r.policy)));
+                *res.status_mut() = http::StatusCode::LOCKED;
+                res
+            })
+            .layer(ok_service());
+        let res = hooked.oneshot(user(Some("ada"))).await.unwrap();
+        assert_eq!(res.status(), 423);
+        assert_eq!(res.headers()["retry-after"], "8");
+        let body = http_body_util::BodyExt::collect(res.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        assert_eq!(&body[..], b"busy: jobs");
+    }
+
+    /// Settings that cannot work fail at start-up.
+    #[test]
+    fn validate_refuses_what_cannot_work() {
+        let lg = Lockguard::memory();
+        for permits in [0, lockguard_core::MAX_PERMITS + 1] {
+            let err = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
+                .validate()
+                .unwrap_err();
+            assert!(err.is_invalid_input(), "{err}");
+        }
+        let long = "n".repeat(lockguard_core::MAX_KEY_LEN);
+        assert!(
+            LockLayer::new(lg.clone(), &long, key::Global)
+                .validate()
+                .is_err()
+        );
+        let zero_lease =
+            LockLayer::new(lg.clone(), "l", key::Global).lease(std::time::Duration::ZERO);
+        assert!(zero_lease.validate().unwrap_err().is_invalid_input());
+        assert!(
+            LockLayer::new(lg.clone(), "l", key::Global)
+                .validate()
+                .is_ok()
+        );
+        assert!(ConcurrencyLimitLayer::new(lg, "c", 3).validate().is_ok());
     }
 
     #[tokio::test]

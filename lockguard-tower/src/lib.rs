@@ -93,6 +93,7 @@ pub mod lock;
 mod outcome;
 mod problem;
 pub mod rate_limit;
+pub mod refusal;
 
 pub use body::ResponseBody;
 pub use concurrency::ConcurrencyLimitLayer;
@@ -100,3 +101,4 @@ pub use key::KeyExtractor;
 pub use lock::LockLayer;
 pub use outcome::{FailureMode, MissingKey};
 pub use rate_limit::{RateLimitLayer, RateLimitPolicy, RateLimitTable, Rule, Selection};
+pub use refusal::{OnRefusal, Refusal, RefusalKind};

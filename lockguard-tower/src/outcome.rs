@@ -2,6 +2,8 @@
 
 use http::StatusCode;
 
+use crate::refusal::{Refusal, RefusalKind, Refusals};
+
 /// What a layer does with a request whose key cannot be extracted (no
 /// header, no peer address, a value that is not a valid key).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +42,7 @@ pub(crate) fn missing_key(
     what: &str,
     name: &str,
     outcome: MissingKey,
+    refusals: &Refusals,
 ) -> Option<http::Response<bytes::Bytes>> {
     match outcome {
         MissingKey::Reject(status) => {
@@ -49,11 +52,14 @@ pub(crate) fn missing_key(
                 status = status.as_u16(),
                 "no key in the request; refusing it"
             );
-            Some(crate::problem::response(
+            Some(refusals.respond(&Refusal {
+                kind: RefusalKind::MissingKey,
                 status,
-                &format!("the request carries no usable key for {what} {name:?}"),
-                &[],
-            ))
+                policy: name.to_owned(),
+                detail: format!("the request carries no usable key for {what} {name:?}"),
+                retry_after: None,
+                decision: None,
+            }))
         }
         MissingKey::Pass => {
             tracing::debug!(
@@ -72,26 +78,37 @@ pub(crate) fn store_failure(
     name: &str,
     error: &lockguard_core::Error,
     mode: FailureMode,
+    refusals: &Refusals,
 ) -> crate::admit::Admission {
     use crate::admit::Admission;
+    let refusal = |kind, status, detail: String| {
+        Admission::Respond(refusals.respond(&Refusal {
+            kind,
+            status,
+            policy: name.to_owned(),
+            detail,
+            retry_after: None,
+            decision: None,
+        }))
+    };
     if error.is_invalid_input() {
         // Not the store's fault and not the client's: a quota, lease or
         // permit count that cannot work. Loud, whatever the failure mode.
         tracing::error!(what, name, error = %error, "misconfigured; refusing the request");
-        return Admission::Respond(crate::problem::response(
+        return refusal(
+            RefusalKind::Misconfigured,
             StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("{what} {name:?} is misconfigured"),
-            &[],
-        ));
+            format!("{what} {name:?} is misconfigured"),
+        );
     }
     match mode {
         FailureMode::Closed => {
             tracing::warn!(what, name, error = %error, "store unavailable; refusing the request (fail-closed)");
-            Admission::Respond(crate::problem::response(
+            refusal(
+                RefusalKind::Unavailable,
                 StatusCode::SERVICE_UNAVAILABLE,
-                &format!("{what} {name:?} cannot be checked right now"),
-                &[],
-            ))
+                format!("{what} {name:?} cannot be checked right now"),
+            )
         }
         FailureMode::Open => {
             tracing::warn!(what, name, error = %error, "store unavailable; letting the request through unchecked (fail-open)");

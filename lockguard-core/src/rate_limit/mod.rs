@@ -153,6 +153,21 @@ impl RateLimiter {
         self.check_cost(key, 1).await
     }
 
+    /// Checks the name and quota now, without a round trip: what every
+    /// check would refuse as [`ErrorKind::InvalidInput`] whatever its key.
+    /// For configuration checked at start-up.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for an empty or braced name, or a quota
+    /// that cannot work.
+    pub fn validate(&self) -> Result<()> {
+        self.prepared
+            .as_ref()
+            .map(drop)
+            .map_err(|e| Error::invalid(e.clone()))
+    }
+
     /// Spends `cost` units of `key`'s budget if it has them (all or nothing).
     ///
     /// # Errors

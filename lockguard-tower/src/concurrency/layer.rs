@@ -6,7 +6,7 @@ use lockguard_core::Lockguard;
 use tower_layer::Layer;
 
 use super::service::ConcurrencyLimit;
-use crate::hold::Settings;
+use crate::hold::{Kind, Settings};
 use crate::key::Global;
 
 /// Serves at most N requests at once per key; see the
@@ -30,7 +30,8 @@ impl ConcurrencyLimitLayer<Global> {
     /// watchdog while the response lasts, and a store that cannot be
     /// reached gives `503`. A permit count of 0 or above
     /// [`MAX_PERMITS`](lockguard_core::MAX_PERMITS) cannot work: every
-    /// request is answered `500` and an error is logged.
+    /// request is answered `500` and an error is logged, unless
+    /// [`validate`](Self::validate) caught it at start-up.
     pub fn new(client: Lockguard, name: &str, permits: u32) -> Self {
         Self {
             settings: Arc::new(Settings::new(client, name, StatusCode::SERVICE_UNAVAILABLE)),
@@ -50,6 +51,20 @@ impl<K> ConcurrencyLimitLayer<K> {
             permits: self.permits,
             key: Arc::new(key),
         }
+    }
+
+    /// Checks the configuration now, so that a permit count of 0 or above
+    /// [`MAX_PERMITS`](lockguard_core::MAX_PERMITS), a name too long for
+    /// any key or a lease the store refuses fails at start-up instead of
+    /// answering every request with `500` or `400`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// naming what cannot work.
+    pub fn validate(self) -> Result<Self, lockguard_core::Error> {
+        self.settings.validate(Kind::Permits(self.permits))?;
+        Ok(self)
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
@@ -88,6 +103,12 @@ impl<K> ConcurrencyLimitLayer<K> {
         /// Answers `503 Service Unavailable` while the store is down (the
         /// default).
         fail_closed;
+
+        /// Builds the response of every refusal (busy, no key, store down)
+        /// with `hook` instead of the default problem+json body. The layer
+        /// still adds `Retry-After` where the refusal knows it (a busy
+        /// lock's remaining lease) and the hook's response lacks it.
+        on_refusal;
 
         /// The name in front of every semaphore's key.
         name;

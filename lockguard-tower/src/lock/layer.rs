@@ -6,7 +6,7 @@ use lockguard_core::Lockguard;
 use tower_layer::Layer;
 
 use super::service::LockService;
-use crate::hold::Settings;
+use crate::hold::{Kind, Settings};
 
 /// Runs one request per key at a time; see the [module docs](crate::lock).
 ///
@@ -31,6 +31,19 @@ impl<K> LockLayer<K> {
             settings: Arc::new(Settings::new(client, name, StatusCode::CONFLICT)),
             key: Arc::new(key),
         }
+    }
+
+    /// Checks the configuration now, so that a name too long for any key
+    /// or a lease the store refuses fails at start-up instead of answering
+    /// every request with `500` or `400`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// naming what cannot work.
+    pub fn validate(self) -> Result<Self, lockguard_core::Error> {
+        self.settings.validate(Kind::Lock)?;
+        Ok(self)
     }
 
     fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
@@ -68,6 +81,12 @@ impl<K> LockLayer<K> {
         /// Answers `503 Service Unavailable` while the store is down (the
         /// default).
         fail_closed;
+
+        /// Builds the response of every refusal (busy, no key, store down)
+        /// with `hook` instead of the default problem+json body. The layer
+        /// still adds `Retry-After` where the refusal knows it (a busy
+        /// lock's remaining lease) and the hook's response lacks it.
+        on_refusal;
 
         /// The name in front of every lock's key.
         name;

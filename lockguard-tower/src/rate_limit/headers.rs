@@ -123,8 +123,11 @@ impl RateHeaders {
         }
         if !self.decision.allowed {
             // Never 0: a refusal never invites a retry that fails.
+            // A refusal hook's own value is kept.
             let secs = self.decision.retry_after_secs().max(1);
-            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+            headers
+                .entry(RETRY_AFTER)
+                .or_insert_with(|| HeaderValue::from(secs));
         }
     }
 }

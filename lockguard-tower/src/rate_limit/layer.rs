@@ -5,16 +5,19 @@ use lockguard_core::RateLimiter;
 use tower_layer::Layer;
 
 use super::headers::HeaderOptions;
-use super::policy::Rule;
+use super::policy::{RateLimitPolicy, Rule};
 use super::service::RateLimit;
+use super::table::RateLimitTable;
 use crate::outcome::{FailureMode, MissingKey};
+use crate::refusal::Refusals;
 
 /// Settings a rate-limit layer applies to every request.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Options {
     pub(crate) on_missing_key: MissingKey,
     pub(crate) failure: FailureMode,
     pub(crate) headers: HeaderOptions,
+    pub(crate) refusals: Refusals,
 }
 
 /// Applies a rate limit to every request of a service; see the
@@ -32,6 +35,34 @@ impl<K> RateLimitLayer<Rule<K>> {
     /// Limits every request with `limiter`, keyed by `key`.
     pub fn new(limiter: RateLimiter, key: K) -> Self {
         Self::with_policy(Rule::new(limiter, key))
+    }
+
+    /// Checks the limiter's name and quota and the rule's cost now (see
+    /// [`Rule::validate`]), so that a configuration that cannot work fails
+    /// at start-up instead of answering every request with `500`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// naming what cannot work.
+    pub fn validate(self) -> Result<Self, lockguard_core::Error> {
+        self.policy.validate()?;
+        Ok(self)
+    }
+}
+
+impl<B> RateLimitLayer<RateLimitTable<B>> {
+    /// Checks every rule of the table now (see
+    /// [`RateLimitPolicy::validate`]), so that a configuration that cannot
+    /// work fails at start-up instead of answering `500`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// naming what cannot work.
+    pub fn validate(self) -> Result<Self, lockguard_core::Error> {
+        RateLimitPolicy::<B>::validate(&*self.policy)?;
+        Ok(self)
     }
 }
 
@@ -65,6 +96,12 @@ impl<P> RateLimitLayer<P> {
         /// Answers `503 Service Unavailable` while the store is down (the
         /// default).
         fail_closed;
+
+        /// Builds the response of every refusal (rate limited, no key,
+        /// store down) with `hook` instead of the default problem+json
+        /// body. The layer still adds `Retry-After` and the `RateLimit`
+        /// headers where the hook's response lacks them.
+        on_refusal;
     }
 
     /// Whether to send the IETF `RateLimit-Policy` and `RateLimit` headers
@@ -91,7 +128,7 @@ impl<P> Clone for RateLimitLayer<P> {
     fn clone(&self) -> Self {
         Self {
             policy: self.policy.clone(),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 }
@@ -109,6 +146,6 @@ impl<S, P> Layer<S> for RateLimitLayer<P> {
     type Service = RateLimit<S, P>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, self.policy.clone(), self.options)
+        RateLimit::new(inner, self.policy.clone(), self.options.clone())
     }
 }

@@ -92,6 +92,18 @@ impl Selection {
 pub trait RateLimitPolicy<B> {
     /// The limit `req` is checked against, if any.
     fn select(&self, req: &Request<B>) -> Option<Selection>;
+
+    /// Checks the limiters this policy can select, where it knows them
+    /// (a [`Rule`], a [`RateLimitTable`](crate::RateLimitTable)); a closure
+    /// has nothing to check.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// for a limiter, quota or cost that cannot work.
+    fn validate(&self) -> Result<(), lockguard_core::Error> {
+        Ok(())
+    }
 }
 
 impl<B, F> RateLimitPolicy<B> for F
@@ -167,6 +179,29 @@ impl<K> Rule<K> {
     pub fn limiter(&self) -> &RateLimiter {
         &self.limiter
     }
+
+    /// Checks the limiter's name and quota, and that the cost fits the
+    /// quota; see [`RateLimitPolicy::validate`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
+    /// naming what cannot work.
+    pub fn validate(&self) -> Result<(), lockguard_core::Error> {
+        self.limiter.validate()?;
+        if self.cost == 0 || self.cost > self.limiter.limit() {
+            return Err(lockguard_core::Error::new(
+                lockguard_core::ErrorKind::InvalidInput,
+                format!(
+                    "rate limit {:?}: a cost of {} can never pass a limit of {}",
+                    self.limiter.name(),
+                    self.cost,
+                    self.limiter.limit()
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl<B, K> RateLimitPolicy<B> for Rule<K>
@@ -181,5 +216,9 @@ where
             on_missing_key: self.on_missing_key,
             failure: self.failure,
         })
+    }
+
+    fn validate(&self) -> Result<(), lockguard_core::Error> {
+        Rule::validate(self)
     }
 }

@@ -15,7 +15,7 @@ use super::policy::{RateLimitPolicy, Selection};
 use crate::admit::{Admission, Admit, take_ready};
 use crate::body::{Guard, ResponseBody};
 use crate::outcome::{self, FailureMode};
-use crate::problem;
+use crate::refusal::{Refusal, RefusalKind, Refusals};
 
 /// A service whose requests are rate limited; made by
 /// [`RateLimitLayer`](super::RateLimitLayer).
@@ -55,7 +55,7 @@ impl<S: Clone, P> Clone for RateLimit<S, P> {
         Self {
             inner: self.inner.clone(),
             policy: self.policy.clone(),
-            options: self.options,
+            options: self.options.clone(),
         }
     }
 }
@@ -99,7 +99,15 @@ where
         let Some(key) = key else {
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
             let name = limiter.name();
-            return ResponseFuture::new(Admit::unkeyed("rate limit", name, outcome, inner, req));
+            let refusals = &self.options.refusals;
+            return ResponseFuture::new(Admit::unkeyed(
+                "rate limit",
+                name,
+                outcome,
+                refusals,
+                inner,
+                req,
+            ));
         };
         let span = tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost);
         let check = decide(
@@ -108,6 +116,7 @@ where
             cost,
             failure.unwrap_or(self.options.failure),
             self.options.headers,
+            self.options.refusals.clone(),
         )
         .instrument(span);
         ResponseFuture::new(Admit::admitting(Box::pin(check), inner, req))
@@ -121,10 +130,13 @@ async fn decide(
     cost: u64,
     failure: FailureMode,
     options: HeaderOptions,
+    refusals: Refusals,
 ) -> Admission {
     let decision = match limiter.check_cost(&key, cost).await {
         Ok(decision) => decision,
-        Err(e) => return outcome::store_failure("rate limit", limiter.name(), &e, failure),
+        Err(e) => {
+            return outcome::store_failure("rate limit", limiter.name(), &e, failure, &refusals);
+        }
     };
     let headers = RateHeaders {
         policy: limiter.name().to_owned(),
@@ -144,14 +156,17 @@ async fn decide(
         retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
         "request rate limited"
     );
-    let mut response = problem::response(
-        StatusCode::TOO_MANY_REQUESTS,
-        &format!(
+    let mut response = refusals.respond(&Refusal {
+        kind: RefusalKind::RateLimited,
+        status: StatusCode::TOO_MANY_REQUESTS,
+        policy: limiter.name().to_owned(),
+        detail: format!(
             "rate limit {:?} exceeded; retry in {secs} s",
             limiter.name()
         ),
-        &[("retry_after", secs.to_string())],
-    );
+        retry_after: Some(decision.retry_after),
+        decision: Some(decision),
+    });
     headers.apply(response.headers_mut());
     Admission::Respond(response)
 }

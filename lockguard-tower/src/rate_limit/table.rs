@@ -211,6 +211,10 @@ impl<B> RateLimitPolicy<B> for RateLimitTable<B> {
             .find(|e| method_matches(e.method.as_ref(), req.method()) && e.pattern.matches(path))?;
         entry.policy.select(req)
     }
+
+    fn validate(&self) -> Result<(), lockguard_core::Error> {
+        self.entries.iter().try_for_each(|e| e.policy.validate())
+    }
 }
 
 #[cfg(test)]

@@ -319,3 +319,96 @@ async fn poll_ready_forwards_and_errors_are_the_inner_services() {
     let err = svc.call(request(None)).await.unwrap_err();
     assert_eq!(err, "inner failed");
 }
+
+/// The handler sees the limiter's decision in the request's extensions.
+#[tokio::test(start_paused = true)]
+async fn the_handler_sees_the_decision() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("seen", Quota::per_minute(5)), user_key());
+    let svc = layer.layer(service_fn(|req: Request<Body>| async move {
+        let d = req
+            .extensions()
+            .get::<lockguard_core::Decision>()
+            .copied()
+            .expect("no decision in the request");
+        Ok::<_, Infallible>(Response::new(Body::from(format!(
+            "{} {}",
+            d.allowed, d.remaining
+        ))))
+    }));
+    let res = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(body_string(res).await, "true 4");
+    let res = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(body_string(res).await, "true 3");
+}
+
+/// A refusal hook writes its own body; the layer still sends the
+/// `RateLimit` headers and `Retry-After`, and the hook gets the decision.
+#[tokio::test(start_paused = true)]
+async fn a_refusal_hook_builds_the_body_and_headers_stay() {
+    let lg = Lockguard::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("hooked", Quota::per_minute(1)), user_key())
+        .on_refusal(|r: &crate::Refusal| {
+            assert_eq!(r.kind, crate::RefusalKind::RateLimited);
+            let d = r
+                .decision
+                .expect("a rate-limit refusal carries its decision");
+            let mut res = Response::new(bytes::Bytes::from(format!(
+                "{{\"error\":\"slow down\",\"policy\":\"{}\",\"remaining\":{}}}",
+                r.policy, d.remaining
+            )));
+            *res.status_mut() = r.status;
+            res
+        });
+    let svc = layer.layer(ok_service());
+    assert_eq!(
+        svc.clone()
+            .oneshot(request(Some("ada")))
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let refused = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(header(&refused, "retry-after").as_deref(), Some("60"));
+    assert_eq!(
+        header(&refused, "ratelimit").as_deref(),
+        Some("\"hooked\";r=0;t=60")
+    );
+    assert_eq!(
+        body_string(refused).await,
+        "{\"error\":\"slow down\",\"policy\":\"hooked\",\"remaining\":0}"
+    );
+}
+
+/// A configuration that cannot work fails at start-up.
+#[test]
+fn validate_refuses_what_could_never_pass() {
+    let lg = Lockguard::memory();
+    let costly = Rule::new(lg.rate_limiter("costly", Quota::per_second(5)), key::Global).cost(6);
+    let err = RateLimitLayer::with_policy(costly).validate().unwrap_err();
+    assert!(
+        err.is_invalid_input() && err.to_string().contains("costly"),
+        "{err}"
+    );
+    let braced = RateLimitLayer::new(lg.rate_limiter("a{b}", Quota::per_second(5)), key::Global);
+    assert!(braced.validate().unwrap_err().is_invalid_input());
+    let table: crate::RateLimitTable<Body> = crate::RateLimitTable::new()
+        .any(
+            "/ok",
+            Rule::new(lg.rate_limiter("ok", Quota::per_second(5)), key::Global),
+        )
+        .any(
+            "/bad",
+            Rule::new(lg.rate_limiter("bad", Quota::per_second(5)), key::Global).cost(0),
+        );
+    assert!(
+        RateLimitLayer::with_policy(table)
+            .validate()
+            .unwrap_err()
+            .is_invalid_input()
+    );
+    let fine = RateLimitLayer::new(lg.rate_limiter("fine", Quota::per_second(5)), key::Global);
+    assert!(fine.validate().is_ok());
+}
