@@ -13,7 +13,9 @@
 //!   proxy) and per user, takes one item with the atomic bounded decrement
 //!   (never oversold), lets each user buy once, and creates an order;
 //! - `POST /orders/{id}/pay` runs under a lock per order, so a double click
-//!   never charges twice;
+//!   never charges twice: the handler gets the lock's lease from the layer
+//!   and records the payment with its fencing token, and a click that finds
+//!   the lock busy gets the shop's own JSON refusal;
 //! - `GET /stock/{sku}` reads the stock.
 //!
 //! Run without arguments, it serves on a free loopback port, sends a burst
@@ -27,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::extract::{ConnectInfo, Extension, Path, Request, State};
 use axum::http::{self, HeaderName, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -36,9 +38,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lockguard::{Error, Lockguard, Quota};
+use lockguard::{Error, LeaseWatch, Lockguard, Quota};
 use lockguard_tower::key::{ClientIp, Header, TrustedProxies};
-use lockguard_tower::{LockLayer, MissingKey, RateLimitLayer};
+use lockguard_tower::{LockLayer, MissingKey, RateLimitLayer, Refusal};
 
 /// What is on sale.
 const SKU: &str = "hoodie";
@@ -136,13 +138,30 @@ async fn buy(State(shop): State<Shop>, Path(sku): Path<String>, req: Request) ->
 
 /// Runs under the lock `pay:order:{id}`: the read, the charge and the write
 /// below are not atomic together, and the lock is what makes a double
-/// click (or two servers) charge once.
-async fn pay(State(shop): State<Shop>, Path(id): Path<i64>) -> Response {
+/// click (or two servers) charge once. The layer hands the handler the
+/// lock's lease: the payment record is written with its fencing token, so a
+/// handler that stalled past its lease cannot overwrite a newer record.
+async fn pay(
+    State(shop): State<Shop>,
+    Path(id): Path<i64>,
+    Extension(lease): Extension<LeaseWatch>,
+) -> Response {
     let order = shop.order(id);
     match order.get().await {
         Ok(0) => json(StatusCode::NOT_FOUND, r#"{"error":"no such order"}"#.into()),
         Ok(1) => {
             tokio::time::sleep(CHARGE_TIME).await; // the payment provider
+            let record = shop.lg.fenced(&format!("payment:{id}"));
+            match record.write(lease.fencing_token(), "charged").await {
+                Ok(()) => {}
+                Err(e) if e.kind() == lockguard::ErrorKind::StaleFencingToken => {
+                    return json(
+                        StatusCode::CONFLICT,
+                        r#"{"error":"a newer payment attempt took over"}"#.into(),
+                    );
+                }
+                Err(e) => return store_error(&e),
+            }
             if let Err(e) = shop.lg.counter("charges").incr_by(1).await {
                 return store_error(&e);
             }
@@ -184,7 +203,22 @@ async fn peer_addr(
     next.run(req).await
 }
 
-fn app(lg: &Lockguard) -> Router {
+/// The shop's own refusal body for a busy order: JSON like its other
+/// errors. The layer adds `Retry-After` from the holder's lease.
+fn order_busy(refusal: &Refusal) -> http::Response<Bytes> {
+    let mut res = http::Response::new(Bytes::from(format!(
+        r#"{{"error":"payment in progress","policy":"{}"}}"#,
+        refusal.policy
+    )));
+    *res.status_mut() = refusal.status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    res
+}
+
+fn app(lg: &Lockguard) -> Result<Router, Error> {
     // Clients come through a load balancer on this host: believe the
     // address it appends to X-Forwarded-For, and nothing a client forges
     // to its left.
@@ -206,19 +240,23 @@ fn app(lg: &Lockguard) -> Router {
             .strip_suffix("/pay")?;
         Some(format!("order:{id}"))
     };
-    Router::new()
+    // Checked here, at start-up: a setting that cannot work is an error
+    // now, not a 500 on every request.
+    let per_client = per_client.validate()?;
+    let per_user = per_user.validate()?;
+    let pay_lock = LockLayer::new(lg.clone(), "pay", order_id)
+        .on_refusal(order_busy)
+        .validate()?;
+    Ok(Router::new()
         // Layers run outside in: per client first, then per user.
         .route(
             "/buy/{sku}",
             post(buy).route_layer(per_user).route_layer(per_client),
         )
-        .route(
-            "/orders/{id}/pay",
-            post(pay).route_layer(LockLayer::new(lg.clone(), "pay", order_id)),
-        )
+        .route("/orders/{id}/pay", post(pay).route_layer(pay_lock))
         .route("/stock/{sku}", get(stock))
         .layer(middleware::from_fn(peer_addr))
-        .with_state(Shop { lg: lg.clone() })
+        .with_state(Shop { lg: lg.clone() }))
 }
 
 // ------------------------------------------------------------ the shoppers
@@ -393,7 +431,9 @@ async fn drive(shoppers: &Shoppers) -> (Tally, Payments) {
         match answer.status {
             StatusCode::OK => payments.accepted += 1,
             // The lock layer's refusal: the other click holds the order.
-            StatusCode::CONFLICT if answer.body.contains("holds lock") => payments.locked += 1,
+            StatusCode::CONFLICT if answer.body.contains("payment in progress") => {
+                payments.locked += 1
+            }
             // The other click got there first and finished.
             StatusCode::CONFLICT => payments.already_paid += 1,
             other => {
@@ -480,8 +520,8 @@ async fn main() -> Result<(), Error> {
     };
     let addr = listener.local_addr().expect("bound socket has an address");
     let shop = lg.clone();
+    let service = app(&lg)?.into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
-        let service = app(&lg).into_make_service_with_connect_info::<SocketAddr>();
         if let Err(e) = axum::serve(listener, service).await {
             eprintln!("server error: {e}");
         }

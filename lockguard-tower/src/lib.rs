@@ -87,6 +87,7 @@ mod admit;
 mod body;
 mod builders;
 pub mod concurrency;
+mod error_response;
 mod hold;
 pub mod key;
 pub mod lock;
@@ -97,6 +98,7 @@ pub mod refusal;
 
 pub use body::ResponseBody;
 pub use concurrency::ConcurrencyLimitLayer;
+pub use error_response::ErrorResponse;
 pub use key::KeyExtractor;
 pub use lock::LockLayer;
 pub use outcome::{FailureMode, MissingKey};
