@@ -47,7 +47,7 @@
 //! | feature | what it adds |
 //! |---|---|
 //! | (always) | the three layers; keys from the peer address (as a `SocketAddr` extension), forwarding headers, a header, the method, a closure |
-//! | `axum` | the peer address from axum's `ConnectInfo<SocketAddr>`, and `key::Route` from axum's `MatchedPath` |
+//! | `axum` | the peer address from axum's `ConnectInfo<SocketAddr>`, `key::Route` from axum's `MatchedPath`, and `IntoResponse` for [`ErrorResponse`] |
 //!
 //! # The layers
 //!
@@ -72,6 +72,33 @@
 //! default) or let through, as [`MissingKey`] says. When the store cannot be
 //! reached, the request is refused with `503` ([`FailureMode::Closed`], the
 //! default) or let through with a warning ([`FailureMode::Open`]).
+//!
+//! # What the handler sees
+//!
+//! An admitted request carries what its admission was, in its extensions
+//! (with axum, the `Extension<T>` extractor reads them):
+//!
+//! - behind a [`LockLayer`] or a [`ConcurrencyLimitLayer`], a
+//!   [`LeaseWatch`](lockguard_core::LeaseWatch) of the lock or permit the
+//!   request runs under: its fencing token, to pass with every write to a
+//!   resource that checks it, and `is_held()` / `lost()`, to stop work the
+//!   lock no longer protects (the innermost of these layers is the one seen);
+//! - behind a [`RateLimitLayer`], the [`Decision`](lockguard_core::Decision)
+//!   (remaining budget, reset).
+//!
+//! A handler that uses lockguard itself can return
+//! `Result<_, `[`ErrorResponse`]`>` and answer lockguard errors with `?`.
+//!
+//! # Refusals and start-up checks
+//!
+//! Every layer takes `on_refusal(hook)`: the hook builds the response from
+//! a typed [`Refusal`] (why, the status, the policy, when to retry, the
+//! limiter's decision), in place of the default problem+json body; the layer
+//! still adds `Retry-After` (on a busy lock, from the holder's remaining
+//! lease) and the `RateLimit` headers where the hook's response lacks them.
+//! `validate()` checks a layer's settings when the application starts, so
+//! a quota, lease or permit count that cannot work is an error then, not a
+//! `500` on every request.
 //!
 //! # Observability
 //!

@@ -154,12 +154,12 @@ impl RateLimiter {
     }
 
     /// Checks the name and quota now, without a round trip: what every
-    /// check would refuse as [`ErrorKind::InvalidInput`] whatever its key.
+    /// check would refuse as [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) whatever its key.
     /// For configuration checked at start-up.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`] for an empty or braced name, or a quota
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty or braced name, or a quota
     /// that cannot work.
     pub fn validate(&self) -> Result<()> {
         self.prepared
