@@ -340,6 +340,33 @@ mod tests {
         assert_eq!(&body[..], b"busy: jobs");
     }
 
+    /// A route parameter keys the lock, in a nested router too.
+    #[tokio::test]
+    async fn a_route_parameter_keys_the_lock() {
+        use axum::Extension;
+        let lg = Lockguard::memory();
+        let pay = axum::routing::post(
+            |Extension(w): Extension<lockguard_core::LeaseWatch>| async move { w.name().to_owned() },
+        );
+        let orders = axum::Router::new().route(
+            "/orders/{id}/pay",
+            pay.route_layer(LockLayer::new(lg, "pay", key::PathParam::new("id"))),
+        );
+        let app = axum::Router::new()
+            .merge(orders.clone())
+            .nest("/api", orders);
+        for uri in ["/orders/42/pay", "/api/orders/42/pay"] {
+            let req = Request::post(uri).body(Body::empty()).unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(res.status(), 200, "{uri}");
+            let body = http_body_util::BodyExt::collect(res.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            assert_eq!(&body[..], b"pay:id:42", "{uri}");
+        }
+    }
+
     /// Settings that cannot work fail at start-up.
     #[test]
     fn validate_refuses_what_cannot_work() {

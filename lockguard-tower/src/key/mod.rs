@@ -155,6 +155,133 @@ impl<B> KeyExtractor<B> for Route {
     }
 }
 
+/// A value another layer put into the request's extensions, such as the
+/// user an authentication middleware found: `NAME:VALUE`, with the value's
+/// `Display` form.
+///
+/// Missing when the request has no `T` (the authentication layer did not
+/// run, or found nobody). Put this layer inside the one that inserts `T`.
+///
+/// ```
+/// use std::fmt;
+/// use http::Request;
+/// use lockguard_tower::{KeyExtractor, key};
+///
+/// #[derive(Clone)]
+/// struct UserId(u64);
+/// impl fmt::Display for UserId {
+///     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+///         self.0.fmt(f)
+///     }
+/// }
+///
+/// let user = key::Extension::<UserId>::new("user");
+/// let mut req = Request::get("/").body(()).unwrap();
+/// assert_eq!(user.extract(&req), None);
+/// req.extensions_mut().insert(UserId(42));
+/// assert_eq!(user.extract(&req).as_deref(), Some("user:42"));
+/// ```
+pub struct Extension<T> {
+    name: String,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> Extension<T> {
+    /// Keys `name:VALUE` from the request's `T`.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            _t: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<T> Clone for Extension<T> {
+    fn clone(&self) -> Self {
+        Self::new(&self.name)
+    }
+}
+
+impl<T> std::fmt::Debug for Extension<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extension")
+            .field("name", &self.name)
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<B, T> KeyExtractor<B> for Extension<T>
+where
+    T: std::fmt::Display + Send + Sync + 'static,
+{
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        let value = req.extensions().get::<T>()?;
+        Some(format!("{}:{value}", self.name))
+    }
+}
+
+/// A parameter of the route that matched: with the route
+/// `/orders/{id}/pay`, `PathParam::new("id")` keys `/orders/42/pay` as
+/// `id:42`. A wildcard parameter (`{*rest}`) takes the rest of the path.
+///
+/// It reads axum's [`MatchedPath`](axum::extract::MatchedPath) (set for
+/// layers added with `Router::layer` and `Router::route_layer`) and the
+/// request's path ([`OriginalUri`](axum::extract::OriginalUri) when a
+/// nested router stripped a prefix). Missing when no route matched, the
+/// route has no such parameter, or the value is empty. The value is taken
+/// as it appears in the path, still percent-encoded.
+#[cfg(feature = "axum")]
+#[derive(Debug, Clone)]
+pub struct PathParam {
+    name: String,
+}
+
+#[cfg(feature = "axum")]
+impl PathParam {
+    /// The route parameter `name` (as in `{name}` or `{*name}`).
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+        }
+    }
+}
+
+#[cfg(feature = "axum")]
+impl<B> KeyExtractor<B> for PathParam {
+    fn extract(&self, req: &Request<B>) -> Option<String> {
+        let route = req.extensions().get::<axum::extract::MatchedPath>()?;
+        let path = match req.extensions().get::<axum::extract::OriginalUri>() {
+            Some(original) => original.0.path().to_owned(),
+            None => req.uri().path().to_owned(),
+        };
+        let value = path_param(route.as_str(), &path, &self.name)?;
+        (!value.is_empty()).then(|| format!("{}:{value}", self.name))
+    }
+}
+
+/// The value of parameter `name` of `route` in `path`, matching segment by
+/// segment.
+#[cfg(feature = "axum")]
+fn path_param<'a>(route: &str, path: &'a str, name: &str) -> Option<&'a str> {
+    let mut rest = path.trim_start_matches('/');
+    for part in route.trim_start_matches('/').split('/') {
+        if let Some(param) = part.strip_prefix("{*").and_then(|p| p.strip_suffix('}')) {
+            return (param == name).then_some(rest);
+        }
+        let (segment, after) = rest.split_once('/').unwrap_or((rest, ""));
+        if let Some(param) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+            if param == name {
+                return Some(segment);
+            }
+        } else if part != segment {
+            return None;
+        }
+        rest = after;
+    }
+    None
+}
+
 /// Whether `key` is usable as a lockguard key (the layers add a short name
 /// in front, which `reserve` accounts for).
 pub(crate) fn is_valid(key: &str, reserve: usize) -> bool {
@@ -224,6 +351,32 @@ mod tests {
         );
         let nobody = Header::new(HeaderName::from_static("x-nobody"));
         assert_eq!((Method, user, nobody).extract(&r), None);
+    }
+
+    #[test]
+    fn extensions_key_by_their_display_form() {
+        let mut r = req(|b| b);
+        let ext = Extension::<u64>::new("user");
+        assert_eq!(ext.extract(&r), None);
+        r.extensions_mut().insert(7u64);
+        assert_eq!(ext.extract(&r).as_deref(), Some("user:7"));
+    }
+
+    #[cfg(feature = "axum")]
+    #[test]
+    fn path_params_follow_the_matched_route() {
+        assert_eq!(
+            path_param("/orders/{id}/pay", "/orders/42/pay", "id"),
+            Some("42")
+        );
+        assert_eq!(path_param("/orders/{id}/pay", "/orders/42/pay", "x"), None);
+        assert_eq!(path_param("/a/{x}/b/{y}", "/a/1/b/2", "y"), Some("2"));
+        assert_eq!(
+            path_param("/files/{*path}", "/files/a/b.txt", "path"),
+            Some("a/b.txt")
+        );
+        assert_eq!(path_param("/orders/{id}", "/other/42", "id"), None);
+        assert_eq!(path_param("/orders/{id}", "/orders/", "id"), Some(""));
     }
 
     #[test]
