@@ -7,6 +7,11 @@ use http::{Response, StatusCode};
 /// The media type of a problem body.
 pub(crate) const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The problem type of draft-ietf-httpapi-ratelimit-headers for a request
+/// over one or more quota policies.
+pub(crate) const QUOTA_EXCEEDED: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
 /// A problem response: `status` with a JSON body holding `type`, `title`,
 /// `status`, `detail`, and the given extension members (already valid JSON
 /// values).
@@ -16,8 +21,21 @@ pub(crate) fn response(
     extensions: &[(&str, String)],
 ) -> Response<Bytes> {
     let title = status.canonical_reason().unwrap_or("Error");
+    typed(status, "about:blank", title, detail, extensions)
+}
+
+/// A problem response of type `problem_type` with `title`.
+pub(crate) fn typed(
+    status: StatusCode,
+    problem_type: &str,
+    title: &str,
+    detail: &str,
+    extensions: &[(&str, String)],
+) -> Response<Bytes> {
     let mut body = String::with_capacity(128);
-    body.push_str("{\"type\":\"about:blank\",\"title\":");
+    body.push_str("{\"type\":");
+    push_json_string(&mut body, problem_type);
+    body.push_str(",\"title\":");
     push_json_string(&mut body, title);
     body.push_str(",\"status\":");
     body.push_str(&status.as_u16().to_string());

@@ -54,19 +54,34 @@ impl Refusal {
     /// `retry_after` in whole seconds, rounded up and at least 1, as the
     /// `Retry-After` header says it.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after.map(|d| {
-            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-            secs.max(1)
-        })
+        self.retry_after
+            .map(|d| crate::rate_limit::headers::ceil_secs(d).max(1))
     }
 
     /// The default response: `status` with an RFC 9457
     /// `application/problem+json` body (`type`, `title`, `status`,
-    /// `detail`, and `retry_after` in seconds where known).
+    /// `detail`, and `retry_after` in seconds where known). A rate-limit
+    /// refusal has the `quota-exceeded` problem type of
+    /// draft-ietf-httpapi-ratelimit-headers, with the policy in
+    /// `violated-policies`.
     pub fn problem(&self) -> Response<Bytes> {
-        let retry = self.retry_after_secs().map(|s| s.to_string());
-        let extensions: Vec<(&str, String)> =
-            retry.into_iter().map(|s| ("retry_after", s)).collect();
+        let mut extensions: Vec<(&str, String)> = Vec::new();
+        if let Some(secs) = self.retry_after_secs() {
+            extensions.push(("retry_after", secs.to_string()));
+        }
+        if self.kind == RefusalKind::RateLimited {
+            let mut policies = String::from("[");
+            problem::push_json_string(&mut policies, &self.policy);
+            policies.push(']');
+            extensions.push(("violated-policies", policies));
+            return problem::typed(
+                self.status,
+                problem::QUOTA_EXCEEDED,
+                "Quota Exceeded",
+                &self.detail,
+                &extensions,
+            );
+        }
         problem::response(self.status, &self.detail, &extensions)
     }
 }

@@ -49,6 +49,20 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// `count` per `period` as a quota over a window of whole seconds: `(q, w)`
+/// with `w` the period rounded up (at least 1 s) and `q` the count scaled
+/// to `w` at the same rate, rounded down (never above the true rate).
+pub(crate) fn whole_second_window(count: u64, period: Duration) -> (u64, u64) {
+    let w = ceil_secs(period).max(1);
+    let period_ns = period.as_nanos().max(1);
+    let window_ns = u128::from(w) * 1_000_000_000;
+    if window_ns == period_ns {
+        return (count, w);
+    }
+    let q = u128::from(count) * window_ns / period_ns;
+    (u64::try_from(q).unwrap_or(u64::MAX), w)
+}
+
 /// `name` as a structured-field string: printable ASCII, with `"` and `\`
 /// escaped; anything else becomes `_`.
 pub(crate) fn sf_string(name: &str) -> String {
@@ -69,29 +83,39 @@ pub(crate) fn sf_string(name: &str) -> String {
 }
 
 impl RateHeaders {
-    /// `"name";q=100;w=60`
+    /// `"name";q=100;w=60`, the quota over a window of whole seconds (the
+    /// draft allows no other): a period that is not whole seconds is
+    /// stated over the next whole second, with `q` scaled to the same rate
+    /// (10 per 100 ms is `q=100;w=1`, never `q=10;w=1`). When the limiter
+    /// lets a burst through beyond `q` (GCRA with a burst), the burst is
+    /// the vendor parameter `lockguard-burst`, so that a client seeing `r`
+    /// above `q` knows why.
     pub(crate) fn policy_value(&self) -> String {
-        format!(
-            "{};q={};w={}",
-            sf_string(&self.policy),
-            self.quota.count(),
-            ceil_secs(self.quota.period()).max(1)
-        )
+        let (q, w) = whole_second_window(self.quota.count(), self.quota.period());
+        let mut value = format!("{};q={q};w={w}", sf_string(&self.policy));
+        if self.decision.limit > q {
+            value.push_str(&format!(";lockguard-burst={}", self.decision.limit));
+        }
+        value
     }
 
-    /// `"name";r=42;t=30`
+    /// `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the wait
+    /// before the next request can pass, the same moment `Retry-After`
+    /// names (the draft: `Retry-After` SHOULD NOT be earlier than the end
+    /// of `t`); when allowed, `t` is the time until the limiter is back to
+    /// its full limit.
     pub(crate) fn limit_value(&self) -> String {
-        let remaining = if self.decision.allowed {
-            self.decision.remaining
+        let (remaining, t) = if self.decision.allowed {
+            (self.decision.remaining, self.decision.reset_after_secs())
         } else {
-            0
+            (0, self.retry_after_secs())
         };
-        format!(
-            "{};r={};t={}",
-            sf_string(&self.policy),
-            remaining,
-            self.decision.reset_after_secs()
-        )
+        format!("{};r={remaining};t={t}", sf_string(&self.policy))
+    }
+
+    /// The refusal's `Retry-After` in seconds: rounded up, never 0.
+    pub(crate) fn retry_after_secs(&self) -> u64 {
+        self.decision.retry_after_secs().max(1)
     }
 
     /// Adds the headers to a response. Several layers on one route each
@@ -124,7 +148,7 @@ impl RateHeaders {
         if !self.decision.allowed {
             // Never 0: a refusal never invites a retry that fails.
             // A refusal hook's own value is kept.
-            let secs = self.decision.retry_after_secs().max(1);
+            let secs = self.retry_after_secs();
             headers
                 .entry(RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));

@@ -79,9 +79,10 @@ async fn success_and_refusal_carry_the_ietf_headers() {
     let refused = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&refused, "retry-after").as_deref(), Some("30"));
+    // On a refusal `t` ends when Retry-After does (draft-11 §6).
     assert_eq!(
         header(&refused, "ratelimit").as_deref(),
-        Some("\"api\";r=0;t=60")
+        Some("\"api\";r=0;t=30")
     );
     assert_eq!(
         header(&refused, "ratelimit-policy").as_deref(),
@@ -93,7 +94,7 @@ async fn success_and_refusal_carry_the_ietf_headers() {
     );
     assert_eq!(
         body_string(refused).await,
-        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit \"api\" exceeded; retry in 30 s","retry_after":30}"#
+        r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"rate limit \"api\" exceeded; retry in 30 s","retry_after":30,"violated-policies":["api"]}"#
     );
 
     // Another key has its own budget.
@@ -411,4 +412,84 @@ fn validate_refuses_what_could_never_pass() {
     );
     let fine = RateLimitLayer::new(lg.rate_limiter("fine", Quota::per_second(5)), key::Global);
     assert!(fine.validate().is_ok());
+}
+
+/// The name and integer parameters of each item of a structured-field
+/// list, parsed by an RFC 9651 parser.
+fn sf_items(value: &str) -> Vec<(String, std::collections::BTreeMap<String, i64>)> {
+    let list: sfv::List = sfv::Parser::new(value)
+        .parse()
+        .expect("a structured-field list");
+    list.into_iter()
+        .map(|entry| match entry {
+            sfv::ListEntry::Item(item) => (
+                item.bare_item
+                    .as_string()
+                    .expect("a string item")
+                    .as_str()
+                    .to_owned(),
+                item.params
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            k.as_str().to_owned(),
+                            i64::from(v.as_integer().expect("integer")),
+                        )
+                    })
+                    .collect(),
+            ),
+            sfv::ListEntry::InnerList(_) => panic!("inner list in {value:?}"),
+        })
+        .collect()
+}
+
+/// draft-ietf-httpapi-ratelimit-headers-11, point by point: windows are
+/// whole seconds with `q` at the true rate, a burst above `q` is said, and
+/// a refusal's `t` never ends after its `Retry-After`.
+#[tokio::test(start_paused = true)]
+async fn headers_follow_draft_11() {
+    let lg = Lockguard::memory();
+    // 10 per 100 ms is 100 per second, not 10 (w is whole seconds).
+    let fast = RateLimitLayer::new(
+        lg.rate_limiter("fast", Quota::new(10, Duration::from_millis(100))),
+        user_key(),
+    )
+    .layer(ok_service());
+    let res = fast.oneshot(request(Some("ada"))).await.unwrap();
+    let policy = sf_items(&header(&res, "ratelimit-policy").unwrap());
+    assert_eq!(policy.len(), 1);
+    assert_eq!((policy[0].1["q"], policy[0].1["w"]), (100, 1));
+    // 3 per 1.5 s is stated over 2 s: 4, rounded down from the true rate.
+    let odd = RateLimitLayer::new(
+        lg.rate_limiter("odd", Quota::new(3, Duration::from_millis(1500))),
+        user_key(),
+    )
+    .layer(ok_service());
+    let res = odd.oneshot(request(Some("ada"))).await.unwrap();
+    let policy = sf_items(&header(&res, "ratelimit-policy").unwrap());
+    assert_eq!((policy[0].1["q"], policy[0].1["w"]), (4, 2));
+    // A GCRA burst above the quota: `r` may exceed `q`, and the policy
+    // says why.
+    let bursty = RateLimitLayer::new(
+        lg.rate_limiter("bursty", Quota::per_minute(2).burst(5)),
+        user_key(),
+    )
+    .layer(ok_service());
+    let res = bursty.clone().oneshot(request(Some("ada"))).await.unwrap();
+    let policy = sf_items(&header(&res, "ratelimit-policy").unwrap());
+    let limit = sf_items(&header(&res, "ratelimit").unwrap());
+    assert_eq!(policy[0].1["q"], 2);
+    assert_eq!(policy[0].1["lockguard-burst"], 5);
+    assert_eq!(limit[0].1["r"], 4);
+    // Refusals: `t` and Retry-After name the same moment.
+    for _ in 0..4 {
+        bursty.clone().oneshot(request(Some("ada"))).await.unwrap();
+    }
+    let refused = bursty.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: i64 = header(&refused, "retry-after").unwrap().parse().unwrap();
+    let limit = sf_items(&header(&refused, "ratelimit").unwrap());
+    assert_eq!(limit[0].0, "bursty");
+    assert_eq!((limit[0].1["r"], limit[0].1["t"]), (0, retry));
+    assert!(retry >= 1);
 }

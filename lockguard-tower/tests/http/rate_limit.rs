@@ -49,18 +49,25 @@ async fn admitted_and_refused_requests_carry_status_headers_and_problem_body() {
     );
     let (_, r, t) = parse_ratelimit(refused.header("ratelimit").unwrap());
     assert_eq!(r, 0);
-    assert!(
-        t >= retry,
-        "the budget is full again no sooner than a retry succeeds"
-    );
+    // draft-11 §6: Retry-After SHOULD NOT be earlier than the end of `t`.
+    assert!(t <= retry, "t={t} ends after Retry-After {retry}");
     assert_eq!(refused.header("x-ratelimit-remaining"), Some("0"));
-    assert!(refused.body.starts_with(
-        r#"{"type":"about:blank","title":"Too Many Requests","status":429,"detail":"rate limit \"http\" exceeded; retry in "#
-    ));
     assert!(
-        refused
-            .body
-            .ends_with(&format!(",\"retry_after\":{retry}}}"))
+        refused.body.starts_with(
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429,"detail":"rate limit \"http\" exceeded; retry in "#
+        ),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains(r#""violated-policies":["http"]"#),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains(&format!(",\"retry_after\":{retry},")),
+        "{}",
+        refused.body
     );
 }
 

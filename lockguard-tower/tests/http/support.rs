@@ -266,17 +266,49 @@ pub(crate) fn wait_queue(kind: &str, name: &str) -> String {
     format!("lockguard:{kind}:{{{name}}}:queue")
 }
 
-/// The `r` and `t` parameters of a `RateLimit` item.
-pub(crate) fn parse_ratelimit(item: &str) -> (String, u64, u64) {
-    let mut parts = item.split(';');
-    let name = parts.next().unwrap().trim_matches('"').to_owned();
-    let (mut r, mut t) = (None, None);
-    for p in parts {
-        match p.split_once('=') {
-            Some(("r", v)) => r = v.parse().ok(),
-            Some(("t", v)) => t = v.parse().ok(),
-            _ => panic!("unexpected parameter {p:?} in {item:?}"),
-        }
-    }
-    (name, r.expect("r"), t.expect("t"))
+/// The items of a `RateLimit` or `RateLimit-Policy` field, parsed as an
+/// RFC 9651 structured-field list: each item's name (a string, as the
+/// draft requires) and its parameters, which must all be integers.
+pub(crate) fn sf_items(value: &str) -> Vec<(String, std::collections::BTreeMap<String, i64>)> {
+    let list: sfv::List = sfv::Parser::new(value)
+        .parse()
+        .unwrap_or_else(|e| panic!("{value:?} is not a structured-field list: {e}"));
+    list.into_iter()
+        .map(|entry| match entry {
+            sfv::ListEntry::Item(item) => {
+                let name = item
+                    .bare_item
+                    .as_string()
+                    .unwrap_or_else(|| panic!("item of {value:?} is not a string"))
+                    .as_str()
+                    .to_owned();
+                let params = item
+                    .params
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = v.as_integer().unwrap_or_else(|| {
+                            panic!("parameter {k:?} of {value:?} is not an integer")
+                        });
+                        (k.as_str().to_owned(), i64::from(v))
+                    })
+                    .collect();
+                (name, params)
+            }
+            sfv::ListEntry::InnerList(_) => panic!("inner list in {value:?}"),
+        })
+        .collect()
+}
+
+/// The name and the `r` and `t` parameters of a one-item `RateLimit` field
+/// (no other parameter allowed).
+pub(crate) fn parse_ratelimit(value: &str) -> (String, u64, u64) {
+    let mut items = sf_items(value);
+    assert_eq!(items.len(), 1, "{value:?}");
+    let (name, params) = items.remove(0);
+    assert!(
+        params.keys().all(|k| k == "r" || k == "t"),
+        "unexpected parameter in {value:?}"
+    );
+    let get = |k: &str| u64::try_from(params[k]).expect("non-negative");
+    (name, get("r"), get("t"))
 }
