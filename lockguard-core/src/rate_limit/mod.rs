@@ -20,6 +20,7 @@ mod decision;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod quota;
+mod refused;
 pub(crate) mod sliding_window;
 
 pub use decision::Decision;
@@ -82,6 +83,9 @@ pub struct RateLimiter {
     /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
     /// key as the hash tag; or why the name or quota cannot work. Built once, not per check.
     prepared: Result<Arc<str>, String>,
+    /// Keys the store refused, refused locally until their `retry_after`
+    /// ends (opt-in; shared by clones).
+    refused: Option<Arc<refused::RefusedCache>>,
 }
 
 impl RateLimiter {
@@ -92,6 +96,7 @@ impl RateLimiter {
             quota,
             algorithm: Algorithm::default(),
             prepared: Err(String::new()),
+            refused: None,
         };
         limiter.prepared = limiter.prepare_base();
         limiter
@@ -109,6 +114,25 @@ impl RateLimiter {
             self.name
         );
         Ok(base.into())
+    }
+
+    /// Refuses keys the store has refused locally, without a round trip,
+    /// until the store's `retry_after` has passed: under a flood from
+    /// clients over their limit, each refused key costs the store one
+    /// request per `retry_after` instead of one per request. At most
+    /// `capacity` keys are remembered (a refusal that finds the cache full
+    /// of live refusals is not cached); clones share the cache.
+    ///
+    /// The cache only refuses, and only while the store would: its wait is
+    /// counted from when the store's answer arrived (a little after the
+    /// store decided), and a request costing less than the refused one
+    /// still asks the store. So it never admits more than the store would;
+    /// what it changes is that another process's spending cannot shorten
+    /// a local refusal, and that a refusal it answers carries the store's
+    /// figures as they were then (`remaining` 0, the waits counted down).
+    pub fn cache_refusals(mut self, capacity: usize) -> Self {
+        self.refused = (capacity > 0).then(|| Arc::new(refused::RefusedCache::new(capacity)));
+        self
     }
 
     /// Runs `algorithm` instead of GCRA.
@@ -213,7 +237,16 @@ impl RateLimiter {
 
     pub(crate) async fn decide(&self, key: &str, cost: u64, now: Option<i64>) -> Result<Decision> {
         let (keys, op) = self.prepare(key, cost)?;
+        if let Some(cache) = &self.refused
+            && let Some(d) = cache.lookup(key, cost, tokio::time::Instant::now())
+        {
+            tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
+            return Ok(d);
+        }
         let d = self.client.store().rate_limit(&keys, op, cost, now).await?;
+        if let Some(cache) = &self.refused {
+            cache.record(key, cost, &d, tokio::time::Instant::now());
+        }
         if d.allowed {
             tracing::trace!(limiter = %self.name, key, cost, remaining = d.remaining, "request allowed");
         } else {

@@ -792,3 +792,68 @@ async fn eviction_is_warned_about_on_every_connection_kind() {
         captured.text()
     );
 }
+
+/// Client-sent calls of `command` since the last `CONFIG RESETSTAT`.
+async fn calls(server: &RedisServer, command: &str) -> u64 {
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// A flood of checks on one key over its limit for a second: with the
+/// refusal cache, the store is asked about once per admitted request and
+/// per `retry_after` (not once per request), and no more requests are
+/// admitted than the quota allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_refusals_spare_the_store_and_admit_no_more() {
+    let server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    // GCRA, 10 per second with a burst of 10: in one second at most 20.
+    let quota = lockguard_core::Quota::per_second(10);
+    let limiter = lg.rate_limiter("flood", quota).cache_refusals(1000);
+    let mut conn = server
+        .client()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (mut admitted, mut refused) = (0u64, 0u64);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(1) {
+        let d = limiter.check("k").await.unwrap();
+        if d.allowed {
+            admitted += 1;
+        } else {
+            assert!(d.retry_after > Duration::ZERO && d.remaining == 0, "{d:?}");
+            refused += 1;
+        }
+        tokio::task::yield_now().await;
+    }
+    let asked = calls(&server, "evalsha").await + calls(&server, "eval").await;
+    assert!(admitted <= 21, "{admitted} admitted in one second");
+    assert!(
+        refused >= 1000,
+        "only {refused} refusals: the flood was too slow"
+    );
+    // Each admission and each ended refusal asks once (about 20 + 10).
+    assert!(
+        asked <= admitted + 25,
+        "{asked} store calls for {admitted} admissions and {refused} refusals"
+    );
+}

@@ -493,3 +493,26 @@ async fn headers_follow_draft_11() {
     assert_eq!((limit[0].1["r"], limit[0].1["t"]), (0, retry));
     assert!(retry >= 1);
 }
+
+/// A refusal answered from the limiter's local cache carries the same
+/// headers as the store's.
+#[tokio::test(start_paused = true)]
+async fn cached_refusals_keep_their_headers() {
+    let lg = Lockguard::memory();
+    let limiter = lg
+        .rate_limiter("cached", Quota::per_minute(1))
+        .cache_refusals(100);
+    let svc = RateLimitLayer::new(limiter, user_key()).layer(ok_service());
+    let ok = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    let from_store = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    let from_cache = svc.oneshot(request(Some("ada"))).await.unwrap();
+    for res in [&from_store, &from_cache] {
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(header(res, "retry-after").as_deref(), Some("60"));
+        assert_eq!(
+            header(res, "ratelimit").as_deref(),
+            Some("\"cached\";r=0;t=60")
+        );
+    }
+}
