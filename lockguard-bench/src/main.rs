@@ -558,6 +558,70 @@ async fn limiters(b: &mut Bench) {
     }
 }
 
+/// A flood of requests from clients over their limit: 16 tasks, each on
+/// its own key, checking as fast as they can for `run_for` after spending
+/// the key's budget. Without the refusal cache every refused request is a
+/// round trip; with it, one per `retry_after`.
+async fn flood(b: &mut Bench) {
+    b.line("\n## A flood of refused requests (GCRA 10/s per key, 16 tasks on 16 keys over their limit)\n");
+    b.line("| limiter | checks/s | refused | store round trips | round trips per refused check | admitted beyond the quota |");
+    b.line("|---|---:|---:|---:|---:|---:|");
+    let mut per_refusal = Vec::new();
+    for (name, cache) in [("store only", false), ("`cache_refusals(10_000)`", true)] {
+        let lg = b.lockguard().await;
+        let mut limiter = lg.rate_limiter(&format!("flood-{cache}"), Quota::per_second(10));
+        if cache {
+            limiter = limiter.cache_refusals(10_000);
+        }
+        b.reset_stats().await;
+        let admitted = Arc::new(AtomicU64::new(0));
+        let refused = Arc::new(AtomicU64::new(0));
+        let started = std::time::Instant::now();
+        let rate = throughput(16, b.run_for, |t, stop, done| {
+            let (limiter, admitted, refused) = (limiter.clone(), admitted.clone(), refused.clone());
+            async move {
+                let key = format!("k{t}");
+                while !stop.load(Ordering::Relaxed) {
+                    let d = limiter.check(&key).await.expect("decision");
+                    if d.allowed {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let elapsed = started.elapsed().as_secs_f64();
+        let sent = b.commands(RAW_SENT).await.sent;
+        let (admitted, refused) = (
+            admitted.load(Ordering::Relaxed),
+            refused.load(Ordering::Relaxed),
+        );
+        // GCRA 10/s with a burst of 10: what the store admits at most, per
+        // key, over the whole run (warm-up included).
+        let quota_allows = 16.0 * (10.0 + 10.0 * elapsed);
+        let beyond = (admitted as f64 - quota_allows).max(0.0);
+        let per = sent.saturating_sub(admitted) as f64 / refused.max(1) as f64;
+        per_refusal.push(per);
+        b.line(&format!(
+            "| {name} | {rate:.0} | {refused} | {sent} | {per:.4} | {beyond:.0} |"
+        ));
+        b.target(
+            &format!("flood, {name}: admits no more than the quota"),
+            format!("{admitted} admitted, quota {quota_allows:.0}"),
+            beyond == 0.0,
+        );
+    }
+    let fewer = per_refusal[0] / per_refusal[1].max(f64::MIN_POSITIVE);
+    b.target(
+        "refusal cache: ≥ 10x fewer round trips per refused request",
+        format!("{fewer:.0}x fewer"),
+        fewer >= 10.0,
+    );
+}
+
 async fn memory(b: &mut Bench) {
     b.line("\n## In-memory store (one task)\n");
     b.line("| operation | per second |");
@@ -700,6 +764,9 @@ async fn main() {
     }
     if run("limiters") {
         limiters(&mut b).await;
+    }
+    if run("flood") {
+        flood(&mut b).await;
     }
     if run("memory") {
         memory(&mut b).await;

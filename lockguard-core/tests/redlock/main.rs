@@ -200,7 +200,9 @@ async fn node_restarted_empty_during_a_held_lock() {
 /// minority at a time, each kept down longer than a lease before it comes
 /// back empty (the delayed restart Redlock requires). No update is lost.
 ///
-/// Runs for `LOCKGUARD_CHAOS_SECS` seconds (default 6).
+/// Runs for `LOCKGUARD_CHAOS_SECS` seconds (default 6), and on until at
+/// least 100 acquisitions went through the chaos (at most 60 s: a loaded
+/// machine gets there later, not never).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_loses_no_update() {
     let secs: u64 = std::env::var("LOCKGUARD_CHAOS_SECS")
@@ -261,12 +263,17 @@ async fn chaos_loses_no_update() {
     }
     // The chaos: every 300 ms, kill a random live node if fewer than two are
     // down; bring back nodes that have been down for longer than a lease.
+    let progress = acquired.clone();
     let chaos = std::thread::spawn(move || {
         let mut rng = fastrand::Rng::with_seed(42);
         let mut down: Vec<(usize, Instant)> = Vec::new();
         let (mut kills, mut restarts) = (0, 0);
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < deadline {
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(secs);
+        let give_up = started + Duration::from_secs(60);
+        while Instant::now() < give_up
+            && (Instant::now() < deadline || progress.load(Ordering::SeqCst) < 100)
+        {
             std::thread::sleep(Duration::from_millis(300));
             down.retain(|&(i, at)| {
                 if at.elapsed() > lease + Duration::from_millis(300) {
@@ -305,12 +312,11 @@ async fn chaos_loses_no_update() {
         .expect("reading the shared value");
     let acquired = acquired.load(Ordering::SeqCst);
     println!(
-        "chaos {secs}s: {acquired} acquisitions, {failures} failed attempts, {kills} kills, {restarts} restarts"
+        "chaos at least {secs}s: {acquired} acquisitions, {failures} failed attempts, {kills} kills, {restarts} restarts"
     );
     assert!(kills >= 2, "the chaos killed only {kills} nodes");
-    // Enough acquisitions that many fell between kills and restarts (about
-    // 140 alone on two cores, fewer beside the other tests of this file).
-    assert!(acquired >= 60, "only {acquired} acquisitions");
+    // Enough acquisitions that many fell between kills and restarts.
+    assert!(acquired >= 100, "only {acquired} acquisitions in 60 s");
     assert_eq!(total.unwrap_or(0), acquired, "lost updates");
 }
 
