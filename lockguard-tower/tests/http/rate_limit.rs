@@ -88,3 +88,51 @@ async fn every_connection_spends_the_same_budget() {
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
 }
+
+/// Over HTTP/2 (h2c, every request a stream of one connection), the budget
+/// is per key, not per stream or connection, and refusals carry the same
+/// status and headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_share_one_budget_and_get_the_same_headers() {
+    let store = Store::start().await;
+    let app = Router::new()
+        .route("/", get(|| async { "hello" }))
+        .layer(RateLimitLayer::new(
+            store.lg.rate_limiter("h2", Quota::per_minute(3)),
+            key::PeerIp::new(),
+        ));
+    let server = Server::start(app).await;
+    let client = Client::http2(&server);
+    let answers = futures_join_all((0..5).map(|_| {
+        let client = client.clone();
+        async move { client.get("/", &[]).await }
+    }))
+    .await;
+    let mut statuses: Vec<u16> = answers.iter().map(|a| a.status.as_u16()).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    for a in &answers {
+        assert_eq!(a.version, http::Version::HTTP_2);
+        assert_eq!(a.header("ratelimit-policy"), Some("\"h2\";q=3;w=60"));
+        let (_, r, t) = parse_ratelimit(a.header("ratelimit").unwrap());
+        if a.status == 429 {
+            let retry: u64 = a.header("retry-after").unwrap().parse().unwrap();
+            assert_eq!((r, t), (0, retry));
+        }
+    }
+}
+
+/// Runs the futures at once and collects their outputs in order.
+async fn futures_join_all<F: std::future::Future + Send + 'static>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::new();
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
+}

@@ -23,24 +23,39 @@ fn streaming_handler(feeds: Feeds) -> axum::routing::MethodRouter {
     })
 }
 
-async fn streaming_case(app: impl FnOnce(Feeds) -> Router, refused: u16) {
+async fn streaming_case(app: impl FnOnce(Feeds) -> Router, refused: u16, http2: bool) {
     let feeds: Feeds = Arc::default();
     let (tx, rx) = mpsc::channel(4);
     feeds.lock().unwrap().push(rx);
     let server = Server::start(app(feeds.clone())).await;
-    let c = Client::new(&server);
+    // Over HTTP/2, one client's requests are streams of one connection.
+    let client = |server: &Server| {
+        if http2 {
+            Client::http2(server)
+        } else {
+            Client::new(server)
+        }
+    };
+    let c = client(&server);
 
     // The headers are out and the body is open.
     let res = c.open(Method::GET, "/stream", &[]).await;
     assert_eq!(res.status(), 200);
+    let expected = if http2 {
+        http::Version::HTTP_2
+    } else {
+        http::Version::HTTP_11
+    };
+    assert_eq!(res.version(), expected);
     let mut body = res.into_body();
     tx.send(Bytes::from_static(b"first ")).await.unwrap();
     let frame = body.frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap(), "first ");
 
     // While the body streams, the key is still held.
-    let during = Client::new(&server).get("/stream", &[]).await;
+    let during = c.get("/stream", &[]).await;
     assert_eq!(during.status.as_u16(), refused, "{}", during.body);
+    assert_eq!(during.version, expected);
 
     // The body ends; the client reads it to its end.
     tx.send(Bytes::from_static(b"last")).await.unwrap();
@@ -56,36 +71,46 @@ async fn streaming_case(app: impl FnOnce(Feeds) -> Router, refused: u16) {
     assert_eq!(after.status, 200, "{}", after.body);
 }
 
+/// Over HTTP/1.1 and over HTTP/2 (h2c), where the requests are streams
+/// of one connection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_response_keeps_the_lock_until_its_body_ends() {
     let store = Store::start().await;
-    let lg = store.lg.clone();
-    streaming_case(
-        |feeds| {
-            Router::new().route(
-                "/stream",
-                streaming_handler(feeds).route_layer(LockLayer::new(lg, "stream", key::Global)),
-            )
-        },
-        409,
-    )
-    .await;
+    for http2 in [false, true] {
+        let lg = store.lg.clone();
+        streaming_case(
+            |feeds| {
+                Router::new().route(
+                    "/stream",
+                    streaming_handler(feeds).route_layer(LockLayer::new(lg, "stream", key::Global)),
+                )
+            },
+            409,
+            http2,
+        )
+        .await;
+    }
 }
 
+/// Over HTTP/1.1 and over HTTP/2 (h2c).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_response_keeps_the_permit_until_its_body_ends() {
     let store = Store::start().await;
-    let lg = store.lg.clone();
-    streaming_case(
-        |feeds| {
-            Router::new().route(
-                "/stream",
-                streaming_handler(feeds).route_layer(ConcurrencyLimitLayer::new(lg, "stream", 1)),
-            )
-        },
-        503,
-    )
-    .await;
+    for http2 in [false, true] {
+        let lg = store.lg.clone();
+        streaming_case(
+            |feeds| {
+                Router::new().route(
+                    "/stream",
+                    streaming_handler(feeds)
+                        .route_layer(ConcurrencyLimitLayer::new(lg, "stream", 1)),
+                )
+            },
+            503,
+            http2,
+        )
+        .await;
+    }
 }
 
 /// Whatever the shape of the response (a body of known length, no body,

@@ -89,6 +89,7 @@ impl Drop for Server {
 pub(crate) struct Resp {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
+    pub(crate) version: http::Version,
     pub(crate) body: String,
 }
 
@@ -107,10 +108,22 @@ pub(crate) struct Client {
 
 impl Client {
     pub(crate) fn new(server: &Server) -> Self {
+        Self::with_protocol(server, false)
+    }
+
+    /// A client speaking HTTP/2 without TLS (h2c, prior knowledge): every
+    /// request of the client is a stream on one connection.
+    pub(crate) fn http2(server: &Server) -> Self {
+        Self::with_protocol(server, true)
+    }
+
+    fn with_protocol(server: &Server, http2: bool) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         Self {
-            inner: HyperClient::builder(TokioExecutor::new()).build(connector),
+            inner: HyperClient::builder(TokioExecutor::new())
+                .http2_only(http2)
+                .build(connector),
             base: format!("http://{}", server.addr),
         }
     }
@@ -138,10 +151,12 @@ impl Client {
     pub(crate) async fn send(&self, method: Method, path: &str, headers: &[(&str, &str)]) -> Resp {
         let res = self.open(method, path, headers).await;
         let (parts, body) = res.into_parts();
+        let version = parts.version;
         let body = body.collect().await.expect("response body").to_bytes();
         Resp {
             status: parts.status,
             headers: parts.headers,
+            version,
             body: String::from_utf8(body.to_vec()).expect("utf-8 body"),
         }
     }
