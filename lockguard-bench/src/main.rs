@@ -564,7 +564,7 @@ async fn limiters(b: &mut Bench) {
 /// round trip; with it, one per `retry_after`.
 async fn flood(b: &mut Bench) {
     b.line("\n## A flood of refused requests (GCRA 10/s per key, 16 tasks on 16 keys over their limit)\n");
-    b.line("| limiter | checks/s | refused | store round trips | round trips per refused check | admitted beyond the quota |");
+    b.line("| limiter | checks/s | refused | store round trips | round trips per 1000 refused checks | admitted beyond the quota |");
     b.line("|---|---:|---:|---:|---:|---:|");
     let mut per_refusal = Vec::new();
     for (name, cache) in [("store only", false), ("`cache_refusals(10_000)`", true)] {
@@ -606,7 +606,8 @@ async fn flood(b: &mut Bench) {
         let per = sent.saturating_sub(admitted) as f64 / refused.max(1) as f64;
         per_refusal.push(per);
         b.line(&format!(
-            "| {name} | {rate:.0} | {refused} | {sent} | {per:.4} | {beyond:.0} |"
+            "| {name} | {rate:.0} | {refused} | {sent} | {:.3} | {beyond:.0} |",
+            per * 1000.0
         ));
         b.target(
             &format!("flood, {name}: admits no more than the quota"),
