@@ -21,6 +21,8 @@ pub(crate) enum Variant {
     RateLimit,
     Lock,
     ConcurrencyLimit,
+    /// tower_governor's in-memory GCRA, the crate axum users pick today.
+    Governor,
 }
 
 impl Variant {
@@ -30,6 +32,7 @@ impl Variant {
             Self::RateLimit => "RateLimitLayer (GCRA, global key)",
             Self::Lock => "LockLayer (a key per connection)",
             Self::ConcurrencyLimit => "ConcurrencyLimitLayer (1000 permits)",
+            Self::Governor => "tower_governor GovernorLayer (GCRA, global key, headers on)",
         }
     }
 }
@@ -46,6 +49,18 @@ fn app(variant: Variant) -> Router {
         )),
         Variant::Lock => hello.layer(LockLayer::new(lg, "bench", conn_key)),
         Variant::ConcurrencyLimit => hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000)),
+        Variant::Governor => {
+            // The same quota: one request per µs, a burst of a million;
+            // with its rate-limit headers on, as ours are.
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+                .use_headers()
+                .finish()
+                .expect("valid governor config");
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
     }
 }
 

@@ -677,12 +677,16 @@ async fn http_layers(b: &mut Bench) {
         "| {} | {base:.0} | 1.00x |",
         http::Variant::None.name()
     ));
+    let mut ours = 0.0;
     for v in [
         http::Variant::RateLimit,
         http::Variant::Lock,
         http::Variant::ConcurrencyLimit,
     ] {
         let rate = http::requests_per_second(v, 32, b.run_for).await;
+        if matches!(v, http::Variant::RateLimit) {
+            ours = rate;
+        }
         b.line(&format!(
             "| {} | {rate:.0} | {:.2}x |",
             v.name(),
@@ -694,6 +698,17 @@ async fn http_layers(b: &mut Bench) {
             rate / base > 0.9,
         );
     }
+    let peer = http::requests_per_second(http::Variant::Governor, 32, b.run_for).await;
+    b.line(&format!(
+        "| {} | {peer:.0} | {:.2}x |",
+        http::Variant::Governor.name(),
+        peer / base
+    ));
+    b.target(
+        "in-memory RateLimitLayer ≥ 1.0x tower_governor's throughput",
+        format!("{:.2}x", ours / peer),
+        ours / peer >= 1.0,
+    );
 }
 
 fn machine() -> String {
