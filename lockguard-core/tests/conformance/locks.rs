@@ -29,15 +29,11 @@ async fn mutual_exclusion_under_contention(env: Env) {
     const HANDLES: usize = 4;
     const TASKS: usize = 32;
     // Redlock pays five round trips per attempt, and its waiters do not
-    // queue: every release wakes all 31 (its chaos test adds more). Its
-    // per-node timeout is raised from 50 ms, which a loaded two-core test
-    // machine running a dozen servers can miss: a node that misses it makes
-    // the attempt an unavailable-store error, not a wait.
+    // queue: every release wakes all 31 (its chaos test adds more).
     let rounds: usize = if env.nodes.is_empty() { 200 } else { 10 };
     let mut clients = Vec::new();
     for _ in 0..HANDLES {
-        let settings = Lockguard::builder().node_timeout(Duration::from_millis(500));
-        clients.push(env.client_with(settings).await);
+        clients.push(env.client().await);
     }
     let inside = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();

@@ -112,7 +112,11 @@ impl Env {
             unreachable!("{urls:?}");
         }
         match (&self.server, &self.memory) {
+            // A per-node timeout with room for a loaded two-core test
+            // machine running a dozen servers (the default, 50 ms, is for
+            // production); still far below every lease the tests use.
             (Some(_), _) if !self.nodes.is_empty() => b
+                .node_timeout(Duration::from_millis(250))
                 .redlock(self.node_urls())
                 .await
                 .expect("connect to redlock nodes"),
