@@ -533,9 +533,43 @@ impl Builder {
     pub async fn connect(self, url: &str) -> Result<Lockguard> {
         self.validate()?;
         let client = crate::backend::redis::client_for(url)?;
+        let lg = self.connect_redis(client).await?;
+        tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
+        Ok(lg)
+    }
+
+    /// Connects with connection settings the application already has: a
+    /// `redis::ConnectionInfo` carrying its address, database, user,
+    /// password, protocol and (with a TLS feature of redis-rs) TLS
+    /// settings. `TCP_NODELAY` is turned on: small requests would otherwise
+    /// wait tens of milliseconds for Nagle's algorithm.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect`]; a server that refuses the credentials is
+    /// [`ErrorKind::Unavailable`] with the server's answer as the source.
+    pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Lockguard> {
+        self.validate()?;
+        let client = crate::backend::redis::client_from_info(info)?;
+        self.connect_redis(client).await
+    }
+
+    /// Connects with the settings of a `redis::Client` the application
+    /// already has; see [`Builder::connect_with`]. lockguard opens its own
+    /// connections (a multiplexed one and, once a task waits, a pub/sub
+    /// one); the application's client is left as it is.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect_with`].
+    pub async fn connect_client(self, client: &redis::Client) -> Result<Lockguard> {
+        self.connect_with(client.get_connection_info().clone())
+            .await
+    }
+
+    async fn connect_redis(self, client: redis::Client) -> Result<Lockguard> {
         let subscriber = Subscriber::new(&client, self.opts)?;
         let store = RedisStore::connect(client, self.opts).await?;
-        tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
         Ok(self.build(Store::Redis(store), vec![subscriber]))
     }
 

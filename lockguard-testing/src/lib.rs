@@ -241,7 +241,8 @@ impl Drop for RedisServer {
     }
 }
 
-/// Whether something on `port` answers `PING` with `+PONG`.
+/// Whether a Redis on `port` answers `PING`: with `+PONG`, or with
+/// `-NOAUTH` when it was started with a password.
 fn ping(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect((Ipv4Addr::LOCALHOST, port)) else {
         return false;
@@ -251,7 +252,7 @@ fn ping(port: u16) -> bool {
         return false;
     }
     let mut buf = [0u8; 7];
-    matches!(stream.read_exact(&mut buf), Ok(()) if &buf == b"+PONG\r\n")
+    matches!(stream.read_exact(&mut buf), Ok(()) if &buf == b"+PONG\r\n" || &buf == b"-NOAUTH")
 }
 
 /// A Redis Cluster of `masters` real `redis-server` processes (no

@@ -857,3 +857,72 @@ async fn cached_refusals_spare_the_store_and_admit_no_more() {
         "{asked} store calls for {admitted} admissions and {refused} refusals"
     );
 }
+
+/// A client the application built (here with a password; TLS and ACL
+/// users come the same way) is what lockguard connects with, for its
+/// commands and for its pub/sub connection: a waiter is woken by the
+/// handoff. Without the password, connecting fails with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_client_brings_its_credentials() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let url = format!("redis://:s3cret@127.0.0.1:{}", server.port());
+    let app_client = redis::Client::open(url.as_str()).unwrap();
+    let holder = Lockguard::builder()
+        .connect_client(&app_client)
+        .await
+        .expect("connect with the application's client");
+    let waiter = Lockguard::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+        .connect_with(app_client.get_connection_info().clone())
+        .await
+        .expect("connect with the application's connection info");
+    let held = holder
+        .lock("byo")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let g = waiter
+            .lock("byo")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        g.release().await.unwrap();
+        waited
+    });
+    // The waiter has queued once its place is in the store.
+    let queued = eventually(Duration::from_secs(10), || async {
+        let mut conn = app_client.get_multiplexed_async_connection().await.unwrap();
+        let n: u64 = redis::cmd("ZCARD")
+            .arg("lockguard:lock:{byo}:queue")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        n == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert!(held.release().await.unwrap());
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(15),
+        "woken by its retry, not the handoff: {waited:?}"
+    );
+    let anonymous = redis::Client::open(server.url().as_str()).unwrap();
+    let err = Lockguard::builder()
+        .connect_client(&anonymous)
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_unavailable() && err.to_string().contains("NOAUTH"),
+        "{err}"
+    );
+}

@@ -87,11 +87,37 @@ pub(crate) fn client_for(url: &str) -> Result<redis::Client> {
         )
         .with_source(e)
     })?;
-    let info = info.set_tcp_settings(TcpSettings::default().set_nodelay(true));
+    client_from_info(info)
+}
+
+/// The code of a server error that refuses a connection's commands for want
+/// of credentials (`NOAUTH`, `WRONGPASS`). An ACL user refused `INFO`
+/// alone (`NOPERM`) may still run scripts, so it is not one.
+fn server_refusal(e: &Error) -> Option<String> {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(r) = s.downcast_ref::<redis::RedisError>()
+            && let Some(code) = r.code()
+            && matches!(code, "NOAUTH" | "WRONGPASS")
+        {
+            return Some(code.to_owned());
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// A client for connection settings the application built, with
+/// `TCP_NODELAY` on.
+pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Client> {
+    let addr = info.addr().to_string();
+    // The application's other TCP settings (keepalive, ...) are kept.
+    let tcp = info.tcp_settings().clone().set_nodelay(true);
+    let info = info.set_tcp_settings(tcp);
     redis::Client::open(info).map_err(|e| {
         Error::new(
             ErrorKind::InvalidInput,
-            format!("unusable redis url {:?}", redact(url)),
+            format!("unusable redis connection settings for {addr}"),
         )
         .with_source(e)
     })
@@ -283,6 +309,17 @@ impl RedisStore {
         let mut cmd = redis::cmd("INFO");
         cmd.arg("server");
         let info: Result<String> = self.query(&cmd, || "INFO server".to_owned()).await;
+        if let Err(e) = &info
+            && let Some(code) = server_refusal(e)
+        {
+            // Not a version question: the server will refuse every command.
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "redis at {addr} refused lockguard's commands ({code}); check the credentials"
+                ),
+            ));
+        }
         match info.ok().as_deref().and_then(redis_version) {
             Some(v) if (v.0, v.1) < MIN_REDIS_VERSION => Err(Error::new(
                 ErrorKind::Unsupported,
