@@ -190,3 +190,123 @@ mod tests {
         assert_eq!(Quota::per_second(4).emission_interval_us(), 250_000);
     }
 }
+
+/// The units a quota's period may be written in, with their length in ms.
+const PERIOD_UNITS: [(&str, u64); 7] = [
+    ("ms", 1),
+    ("s", 1000),
+    ("m", 60_000),
+    ("min", 60_000),
+    ("h", 3_600_000),
+    ("d", 86_400_000),
+    ("day", 86_400_000),
+];
+
+const QUOTA_HELP: &str = "a quota is a count, a slash and a period, optionally followed by a burst, \
+     like \"10/s\", \"100/min\", \"5/250ms\" or \"100/min burst 20\"";
+
+/// A period: a unit (`s`, `min`, ...) or a count of units (`250ms`, `2s`).
+fn parse_period(text: &str) -> Option<Duration> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let (_, ms) = PERIOD_UNITS.iter().find(|(u, _)| *u == unit)?;
+    let n: u64 = if number.is_empty() {
+        1
+    } else {
+        number.parse().ok()?
+    };
+    n.checked_mul(*ms).map(Duration::from_millis)
+}
+
+/// Reads a quota as configuration files write it: `"10/s"`, `"100/min"`,
+/// `"1000/h"`, `"5/250ms"`, `"1/d"`, with an optional burst for GCRA:
+/// `"100/min burst 20"`. The quota is then [validated](Quota::validate).
+///
+/// ```
+/// use std::time::Duration;
+/// use lockguard_core::Quota;
+/// let q: Quota = "100/min burst 20".parse()?;
+/// assert_eq!((q.count(), q.period(), q.burst_size()), (100, Duration::from_secs(60), 20));
+/// assert!("10 per second".parse::<Quota>().unwrap_err().is_invalid_input());
+/// # Ok::<(), lockguard_core::Error>(())
+/// ```
+impl std::str::FromStr for Quota {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Self> {
+        let bad = |what: &str| Error::invalid(format!("{what} in quota {text:?}; {QUOTA_HELP}"));
+        let mut words = text.split_whitespace();
+        let rate = words.next().ok_or_else(|| bad("no rate"))?;
+        let (count, period) = rate.split_once('/').ok_or_else(|| bad("no slash"))?;
+        if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(&format!("invalid count {count:?}")));
+        }
+        let count: u64 = count
+            .parse()
+            .map_err(|_| bad(&format!("count {count:?} too large")))?;
+        let period =
+            parse_period(period).ok_or_else(|| bad(&format!("invalid period {period:?}")))?;
+        let mut quota = Quota::new(count, period);
+        match (words.next(), words.next(), words.next()) {
+            (None, _, _) => {}
+            (Some("burst"), Some(n), None) if n.bytes().all(|b| b.is_ascii_digit()) => {
+                let burst = n
+                    .parse()
+                    .map_err(|_| bad(&format!("burst {n:?} too large")))?;
+                quota = quota.burst(burst);
+            }
+            _ => return Err(bad("unexpected words after the rate")),
+        }
+        quota.validate()?;
+        Ok(quota)
+    }
+}
+
+#[cfg(test)]
+mod parse_tests {
+    use super::*;
+
+    #[test]
+    fn reads_rates_periods_and_bursts() {
+        let q = |s: &str| s.parse::<Quota>().unwrap();
+        assert_eq!(q("10/s"), Quota::per_second(10));
+        assert_eq!(q("100/min"), Quota::per_minute(100));
+        assert_eq!(q("100/m"), Quota::per_minute(100));
+        assert_eq!(q("1000/h"), Quota::per_hour(1000));
+        assert_eq!(q("5/250ms"), Quota::new(5, Duration::from_millis(250)));
+        assert_eq!(q("3/2s"), Quota::new(3, Duration::from_secs(2)));
+        assert_eq!(q("1/d"), Quota::new(1, Duration::from_secs(86_400)));
+        assert_eq!(q("  100/min   burst 20 "), Quota::per_minute(100).burst(20));
+    }
+
+    #[test]
+    fn refuses_what_is_malformed_or_cannot_work() {
+        for bad in [
+            "",
+            "10",
+            "10/",
+            "/s",
+            "ten/s",
+            "10/sec",
+            "10 / s",
+            "-1/s",
+            "0/s",
+            "1/0s",
+            "1.5/s",
+            "10/s/m",
+            "10/s burst",
+            "10/s burst x",
+            "10/s burst 0",
+            "10/s bursts 5",
+            "10/s burst 5 more",
+            "2000/ms",
+            "1/367d",
+            "99999999999999999999/s",
+        ] {
+            let e = bad.parse::<Quota>().unwrap_err();
+            assert!(e.is_invalid_input(), "{bad:?}: {e}");
+        }
+        let e = "10/sec".parse::<Quota>().unwrap_err();
+        assert!(e.to_string().contains("\"10/sec\""), "{e}");
+    }
+}
