@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+#[cfg(feature = "cluster")]
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
