@@ -49,7 +49,7 @@ impl Settings {
     }
 
     /// Checks now what every request would otherwise be refused for: the
-    /// name (it must leave room for a key), lease, wait, and the permit
+    /// name (it must leave room for a key), the lease, and the permit
     /// count of a concurrency limit.
     pub(crate) fn validate(&self, kind: Kind) -> Result<(), Error> {
         // A one-byte key stands for every key: the name and settings are
