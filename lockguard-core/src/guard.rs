@@ -541,7 +541,13 @@ impl LockGuard {
         let held = self.held.clone();
         drop(self);
         if held.drop_guard() {
-            held.release_now().await
+            let s = &held.shared;
+            let span = if s.keys.permits.is_some() {
+                tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
+            } else {
+                tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
+            };
+            tracing::Instrument::instrument(held.release_now(), span).await
         } else {
             Ok(held.is_held())
         }

@@ -10,6 +10,8 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, Place};
 use crate::client::{Lockguard, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 use crate::error::{Error, ErrorKind, Result};
+use tracing::Instrument;
+
 use crate::fence::FencingToken;
 use crate::guard::{Held, LockGuard, PendingRelease, safety_margin};
 use crate::key::LockKeys;
@@ -73,6 +75,23 @@ pub struct Lock {
 
 /// Checks a lease: not zero, whole milliseconds at least, at most
 /// [`MAX_LEASE`], and long enough for the watchdog when it renews.
+/// Records how an acquisition in `span` ended: its fencing token, and how
+/// long it took.
+fn finish_span(
+    span: &tracing::Span,
+    started: Instant,
+    result: Result<LockGuard>,
+) -> Result<LockGuard> {
+    if let Ok(guard) = &result {
+        span.record("fence", guard.fencing_token().get());
+    }
+    span.record(
+        "waited_ms",
+        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    );
+    result
+}
+
 pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
     if lease < MIN_LEASE {
         return Err(Error::invalid(format!(
@@ -219,6 +238,12 @@ impl Lock {
     /// [`Error::retry_after`] set to the holder's remaining lease when known);
     /// [`ErrorKind::InvalidInput`] for a bad key or lease; the store's errors.
     pub async fn try_acquire(&self) -> Result<LockGuard> {
+        let (span, started) = (self.span("try_acquire"), Instant::now());
+        let result = self.try_acquire_inner().instrument(span.clone()).await;
+        finish_span(&span, started, result)
+    }
+
+    async fn try_acquire_inner(&self) -> Result<LockGuard> {
         let (keys, lease) = self.checked()?;
         if let Some(guard) = self.reenter(keys) {
             return Ok(guard);
@@ -261,6 +286,23 @@ impl Lock {
     ///
     /// [`Builder::waiter_timeout`]: crate::Builder::waiter_timeout
     pub async fn acquire(&self) -> Result<LockGuard> {
+        let (span, started) = (self.span("acquire"), Instant::now());
+        let result = self.acquire_inner().instrument(span.clone()).await;
+        finish_span(&span, started, result)
+    }
+
+    /// The span of one acquisition: `lock` (or `semaphore`) names it;
+    /// `fence` and `waited_ms` are recorded when it ends.
+    fn span(&self, op: &'static str) -> tracing::Span {
+        let semaphore = self.keys.as_ref().is_ok_and(|k| k.permits.is_some());
+        if semaphore {
+            tracing::debug_span!("semaphore", op, semaphore = %self.name, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
+        } else {
+            tracing::debug_span!("lock", op, lock = %self.name, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
+        }
+    }
+
+    async fn acquire_inner(&self) -> Result<LockGuard> {
         let (keys, lease) = self.checked()?;
         if let Some(guard) = self.reenter(keys) {
             return Ok(guard);
