@@ -35,10 +35,10 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lockguard::{Error, LeaseWatch, Lockguard, Quota};
+use lockguard::{Client, Error, LeaseWatch, Quota};
 use lockguard_tower::key::{ClientIp, Header, TrustedProxies};
 use lockguard_tower::{LockLayer, MissingKey, RateLimitLayer, Refusal};
 
@@ -54,7 +54,7 @@ const USER_ID: HeaderName = HeaderName::from_static("x-user-id");
 
 #[derive(Clone)]
 struct Shop {
-    lg: Lockguard,
+    lg: Client,
 }
 
 impl Shop {
@@ -218,7 +218,7 @@ fn order_busy(refusal: &Refusal) -> http::Response<Bytes> {
     res
 }
 
-fn app(lg: &Lockguard) -> Result<Router, Error> {
+fn app(lg: &Client) -> Result<Router, Error> {
     // Clients come through a load balancer on this host: believe the
     // address it appends to X-Forwarded-For, and nothing a client forges
     // to its left.
@@ -269,7 +269,7 @@ struct Answer {
 
 #[derive(Clone)]
 struct Shoppers {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: HttpClient<HttpConnector, Full<Bytes>>,
     base: String,
     /// At most this many requests in flight, to be kind to small machines.
     in_flight: Arc<tokio::sync::Semaphore>,
@@ -280,7 +280,7 @@ impl Shoppers {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         Self {
-            http: Client::builder(TokioExecutor::new()).build(connector),
+            http: HttpClient::builder(TokioExecutor::new()).build(connector),
             base: format!("http://{addr}"),
             in_flight: Arc::new(tokio::sync::Semaphore::new(64)),
         }
@@ -503,7 +503,7 @@ async fn main() -> Result<(), Error> {
     }
 
     // A fresh key prefix per run, so runs on a shared Redis start clean.
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .prefix(format!("flash-sale:{}:", std::process::id()))
         .from_env()
         .await?;

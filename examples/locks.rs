@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockguard::{Error, Lockguard};
+use lockguard::{Client, Error};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {
@@ -17,10 +17,10 @@ async fn main() -> Result<(), Error> {
         )
         .init();
 
-    let lg = Lockguard::from_env().await?;
+    let lg = Client::from_env().await?;
     // A second handle on the same store, standing in for another process.
     let other = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Lockguard::connect(url.trim()).await?,
+        Ok(url) if !url.trim().is_empty() => Client::connect(url.trim()).await?,
         _ => lg.peer(),
     };
     println!("store: {}", lg.backend_name());

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockguard::{Error, Lockguard};
+use lockguard::{Client, Error};
 use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 
 /// The shop's state, as a real service would keep it in its store; here in
@@ -83,7 +83,7 @@ async fn reindex(run: &str) -> Result<(), Error> {
 /// The nightly report, which skips when another process is on it; the
 /// client comes from the caller.
 #[distributed_lock(key = "{run}:nightly", skip_if_busy, client = lg)]
-async fn nightly(lg: &Lockguard, run: &str) -> Result<Option<&'static str>, Error> {
+async fn nightly(lg: &Client, run: &str) -> Result<Option<&'static str>, Error> {
     Ok(Some("report sent"))
 }
 
@@ -97,11 +97,11 @@ async fn main() -> Result<(), Error> {
 
     // Redis when REDIS_URL is set, memory otherwise; the functions without
     // `client = ...` use this default.
-    let lg = Lockguard::from_env().await?;
+    let lg = Client::from_env().await?;
     lg.install_default();
     // A second handle on the same store, standing in for another process.
     let other = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Lockguard::connect(url.trim()).await?,
+        Ok(url) if !url.trim().is_empty() => Client::connect(url.trim()).await?,
         _ => lg.peer(),
     };
     println!("store: {}", lg.backend_name());

@@ -6,10 +6,10 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard::Error> {
 //! use std::time::Duration;
-//! use lockguard::Lockguard;
+//! use lockguard::Client;
 //!
 //! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Lockguard::from_env().await?;
+//! let lg = Client::from_env().await?;
 //!
 //! let guard = lg
 //!     .lock("order:42")
@@ -30,7 +30,7 @@
 //! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
 //! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
-//! | `cluster` | Redis Cluster support (`Lockguard::connect_cluster`) |
+//! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `full` | all of the above |
 //!
 //! See [`lockguard_core`] for the guarantees every lock keeps.
@@ -62,7 +62,7 @@ pub mod __private {
     use std::task::Poll;
 
     pub use lockguard_core;
-    pub use lockguard_core::{Algorithm, Error, LockGuard, Lockguard, Permit, Quota, Result};
+    pub use lockguard_core::{Algorithm, Client, Error, LockGuard, Permit, Quota, Result};
     pub use std::option::Option::{None, Some};
     pub use std::result::Result::{Err, Ok};
     pub use std::string::String;
@@ -70,12 +70,12 @@ pub mod __private {
     pub use std::{concat, format, module_path};
 
     /// The process-wide default client, or the `NoDefaultClient` error.
-    pub fn default_client() -> Result<Lockguard> {
-        Lockguard::default_client()
+    pub fn default_client() -> Result<Client> {
+        Client::default_client()
     }
 
     /// The client named by `client = <expr>`.
-    pub fn client(client: &Lockguard) -> Result<Lockguard> {
+    pub fn client(client: &Client) -> Result<Client> {
         Ok(client.clone())
     }
 
@@ -123,7 +123,7 @@ pub mod __private {
     tokio::task_local! {
         /// The locks held by the `#[distributed_lock]` bodies this code runs
         /// inside: a nested call on one of them is reentrant.
-        static HELD: std::sync::Arc<Vec<(Lockguard, String)>>;
+        static HELD: std::sync::Arc<Vec<(Client, String)>>;
     }
 
     /// `#[distributed_lock]`: takes the lock on `key`, then runs `body`
@@ -134,7 +134,7 @@ pub mod __private {
     /// again, while calls that merely share a task (branches of one
     /// `join!`) exclude each other like calls from anywhere else.
     pub async fn locked<F: Future>(
-        client: Result<Lockguard>,
+        client: Result<Client>,
         key: String,
         opts: LeaseOptions,
         body: F,
@@ -171,7 +171,7 @@ pub mod __private {
     /// `#[concurrency_limit]`: takes a permit of the semaphore `key`, then
     /// runs `body` under it.
     pub async fn limited<F: Future>(
-        client: Result<Lockguard>,
+        client: Result<Client>,
         key: String,
         permits: u32,
         opts: LeaseOptions,
@@ -233,7 +233,7 @@ pub mod __private {
     /// `#[rate_limit]`: spends one unit (or `cost`) of `key`'s budget in the
     /// limiter `name`, then runs `body`.
     pub async fn rate_limited<F: Future>(
-        client: Result<Lockguard>,
+        client: Result<Client>,
         name: &str,
         quota: Quota,
         algorithm: Algorithm,

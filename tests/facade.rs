@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lockguard::{ErrorKind, Lockguard};
+use lockguard::{Client, ErrorKind};
 use lockguard_testing::RedisServer;
 
 /// Two "processes" (separate connections) increment a fenced value under
@@ -11,8 +11,8 @@ use lockguard_testing::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_counter_under_the_lock_loses_no_update() {
     let server = RedisServer::start();
-    let a = Lockguard::connect(&server.url()).await.unwrap();
-    let b = Lockguard::connect(&server.url()).await.unwrap();
+    let a = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..8 {
         let lg = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -50,12 +50,12 @@ async fn fenced_counter_under_the_lock_loses_no_update() {
 #[tokio::test]
 async fn prefixes_separate_applications() {
     let server = RedisServer::start();
-    let billing = Lockguard::builder()
+    let billing = Client::builder()
         .prefix("billing:")
         .connect(&server.url())
         .await
         .unwrap();
-    let shipping = Lockguard::builder()
+    let shipping = Client::builder()
         .prefix("shipping:")
         .connect(&server.url())
         .await

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use lockguard_core::{Lockguard, Quota};
+use lockguard_core::{Client, Quota};
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 use redis::io::tcp::TcpSettings;
@@ -34,7 +34,7 @@ fn lock_cycles(c: &mut Criterion) {
     let rt = runtime();
     let server = RedisServer::start();
     let lg = rt
-        .block_on(Lockguard::connect(&server.url()))
+        .block_on(Client::connect(&server.url()))
         .expect("connect");
     let mut raw = rt.block_on(raw_conn(&server.url()));
     let release = Script::new(
@@ -75,7 +75,7 @@ fn lock_cycles(c: &mut Criterion) {
     g.finish();
     let _ = &mut raw;
 
-    let mem = Lockguard::memory();
+    let mem = Client::memory();
     let lock = mem.lock("micro").lease(Duration::from_secs(30));
     let limiter = mem.rate_limiter("micro", Quota::per_second(1_000_000));
     let mut g = c.benchmark_group("memory store");

@@ -9,9 +9,9 @@ use axum::Router;
 use axum::routing::get;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
-use lockguard_core::{Lockguard, Quota};
+use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
 /// The layer under test.
@@ -38,7 +38,7 @@ impl Variant {
 }
 
 fn app(variant: Variant) -> Router {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
     match variant {
@@ -82,7 +82,7 @@ pub(crate) async fn requests_per_second(variant: Variant, conns: usize, run_for:
             let uri = uri.clone();
             async move {
                 // One client per task: one keep-alive connection each.
-                let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+                let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
                 while !stop.load(Ordering::Relaxed) {
                     let req = http::Request::get(uri.clone())
                         .header("x-conn", c.to_string())

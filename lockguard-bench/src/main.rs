@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Algorithm, Lockguard, Quota};
+use lockguard_core::{Algorithm, Client, Quota};
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
@@ -98,10 +98,8 @@ impl Bench {
         split(&parse_commandstats(&info), sent_by_client)
     }
 
-    async fn lockguard(&self) -> Lockguard {
-        Lockguard::connect(&self.server.url())
-            .await
-            .expect("connect")
+    async fn lockguard(&self) -> Client {
+        Client::connect(&self.server.url()).await.expect("connect")
     }
 
     fn target(&mut self, what: &str, measured: String, met: bool) {
@@ -627,7 +625,7 @@ async fn memory(b: &mut Bench) {
     b.line("\n## In-memory store (one task)\n");
     b.line("| operation | per second |");
     b.line("|---|---:|");
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let lock = lg.lock("m").lease(Duration::from_secs(30));
     let rate = throughput(1, b.run_for, |_, stop, done| {
         let lock = lock.clone();

@@ -99,7 +99,7 @@ struct Holding {
 
 /// The process-wide default client, for code (such as the attribute
 /// macros) that is not handed one.
-static DEFAULT: std::sync::RwLock<Option<Lockguard>> = std::sync::RwLock::new(None);
+static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None);
 
 #[derive(Debug)]
 struct Inner {
@@ -121,21 +121,21 @@ struct Inner {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
-/// use lockguard_core::Lockguard;
+/// use lockguard_core::Client;
 ///
 /// // Redis when REDIS_URL is set, memory otherwise.
-/// let lg = Lockguard::from_env().await?;
+/// let lg = Client::from_env().await?;
 /// let guard = lg.lock("report:daily").acquire().await?;
 /// // ... exclusive work ...
 /// assert!(guard.release().await?);
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct Lockguard {
+pub struct Client {
     inner: Arc<Inner>,
 }
 
-impl Lockguard {
+impl Client {
     /// A client on a fresh in-memory store, with default settings.
     ///
     /// Only clones of the returned handle share its locks.
@@ -191,7 +191,7 @@ impl Lockguard {
     ///
     /// # Errors
     ///
-    /// As [`Lockguard::connect`] when `REDIS_URL` is set.
+    /// As [`Client::connect`] when `REDIS_URL` is set.
     pub async fn from_env() -> Result<Self> {
         Self::builder().from_env().await
     }
@@ -208,7 +208,7 @@ impl Lockguard {
     /// # Errors
     ///
     /// [`ErrorKind::NoDefaultClient`] when none was installed with
-    /// [`Lockguard::install_default`].
+    /// [`Client::install_default`].
     pub fn default_client() -> Result<Self> {
         DEFAULT
             .read()
@@ -217,7 +217,7 @@ impl Lockguard {
             .ok_or_else(|| {
                 Error::new(
                     ErrorKind::NoDefaultClient,
-                    "no default lockguard client installed; call Lockguard::install_default at start-up",
+                    "no default lockguard client installed; call Client::install_default at start-up",
                 )
             })
     }
@@ -279,7 +279,7 @@ impl Lockguard {
 
     /// Whether two handles are clones of one client (sharing its store and
     /// reentrancy records).
-    pub fn same_client(&self, other: &Lockguard) -> bool {
+    pub fn same_client(&self, other: &Client) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
@@ -352,13 +352,13 @@ impl Lockguard {
     }
 }
 
-/// Settings for a [`Lockguard`] client.
+/// Settings for a [`Client`] client.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// let lg = lockguard_core::Lockguard::builder()
+/// let lg = lockguard_core::Client::builder()
 ///     .prefix("billing:")
 ///     .default_wait(Duration::from_secs(2))
 ///     .memory()?;
@@ -488,7 +488,7 @@ impl Builder {
         Ok(())
     }
 
-    fn build(self, store: Store, subscribers: Vec<Subscriber>) -> Lockguard {
+    fn build(self, store: Store, subscribers: Vec<Subscriber>) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
@@ -501,7 +501,7 @@ impl Builder {
                 }
             });
         }
-        Lockguard {
+        Client {
             inner: Arc::new(Inner {
                 store: Arc::new(store),
                 prefix: self.prefix,
@@ -518,7 +518,7 @@ impl Builder {
     ///
     /// [`ErrorKind::InvalidInput`] for settings that cannot work (a zero
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`]).
-    pub fn memory(self) -> Result<Lockguard> {
+    pub fn memory(self) -> Result<Client> {
         self.validate()?;
         let store = Store::Memory(MemoryStore::new(self.clock.clone()));
         Ok(self.build(store, Vec::new()))
@@ -530,7 +530,7 @@ impl Builder {
     ///
     /// [`ErrorKind::InvalidInput`] for a malformed URL or settings that
     /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
-    pub async fn connect(self, url: &str) -> Result<Lockguard> {
+    pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
         let client = crate::backend::redis::client_for(url)?;
         let lg = self.connect_redis(client).await?;
@@ -548,7 +548,7 @@ impl Builder {
     ///
     /// As [`Builder::connect`]; a server that refuses the credentials is
     /// [`ErrorKind::Unavailable`] with the server's answer as the source.
-    pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Lockguard> {
+    pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Client> {
         self.validate()?;
         let client = crate::backend::redis::client_from_info(info)?;
         self.connect_redis(client).await
@@ -562,12 +562,12 @@ impl Builder {
     /// # Errors
     ///
     /// As [`Builder::connect_with`].
-    pub async fn connect_client(self, client: &redis::Client) -> Result<Lockguard> {
+    pub async fn connect_client(self, client: &redis::Client) -> Result<Client> {
         self.connect_with(client.get_connection_info().clone())
             .await
     }
 
-    async fn connect_redis(self, client: redis::Client) -> Result<Lockguard> {
+    async fn connect_redis(self, client: redis::Client) -> Result<Client> {
         let subscriber = Subscriber::new(&client, self.opts)?;
         let store = RedisStore::connect(client, self.opts).await?;
         Ok(self.build(Store::Redis(store), vec![subscriber]))
@@ -585,7 +585,7 @@ impl Builder {
     /// [`ErrorKind::InvalidInput`] for no or malformed URLs;
     /// [`ErrorKind::Unavailable`] when the cluster cannot be reached.
     #[cfg(feature = "cluster")]
-    pub async fn connect_cluster<I, S>(self, urls: I) -> Result<Lockguard>
+    pub async fn connect_cluster<I, S>(self, urls: I) -> Result<Client>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -621,7 +621,7 @@ impl Builder {
     /// [`ErrorKind::InvalidInput`] for no URLs, a malformed or repeated URL,
     /// or a node timeout that is zero or not below the default lease;
     /// [`ErrorKind::Unavailable`] when fewer than a quorum can be reached.
-    pub async fn redlock<I, S>(self, urls: I) -> Result<Lockguard>
+    pub async fn redlock<I, S>(self, urls: I) -> Result<Client>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
@@ -702,7 +702,7 @@ impl Builder {
     /// # Errors
     ///
     /// As [`Builder::connect`] when `REDIS_URL` is set.
-    pub async fn from_env(self) -> Result<Lockguard> {
+    pub async fn from_env(self) -> Result<Client> {
         match std::env::var("REDIS_URL") {
             Ok(url) if !url.trim().is_empty() => self.connect(url.trim()).await,
             Ok(_) | Err(std::env::VarError::NotPresent) => {
@@ -737,7 +737,7 @@ mod tests {
                 .enable_time()
                 .build()
                 .unwrap();
-            let lg = Lockguard::memory();
+            let lg = Client::memory();
             for _ in 0..5_000 {
                 let guard = rt
                     .block_on(lg.lock("race").lease(Duration::from_secs(30)).acquire())
@@ -759,7 +759,7 @@ mod tests {
             .expect("the reentrancy check deadlocked against a concurrent drop");
     }
 
-    fn guard_key(lg: &Lockguard) -> String {
+    fn guard_key(lg: &Client) -> String {
         crate::key::LockKeys::new(lg.prefix(), "race").lock
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Lockguard;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::CounterKeys;
 use crate::rate_limit::MAX_PERIOD;
@@ -28,7 +28,7 @@ pub struct Versioned {
 
 /// An atomic 64-bit counter in the store.
 ///
-/// Made by [`Lockguard::counter`]. Every operation is one round trip (one
+/// Made by [`Client::counter`]. Every operation is one round trip (one
 /// Lua script on Redis) and atomic. Each write bumps a version, which
 /// [`Counter::compare_and_set`] and [`Counter::update`] use for optimistic
 /// concurrency without lost updates.
@@ -38,7 +38,7 @@ pub struct Versioned {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
-/// let lg = lockguard_core::Lockguard::memory();
+/// let lg = lockguard_core::Client::memory();
 /// let stock = lg.counter("stock:sku-1");
 /// stock.set(2).await?;
 /// assert_eq!(stock.decr_if_at_least(1).await?, Some(1));
@@ -51,14 +51,14 @@ pub struct Versioned {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Counter {
-    client: Lockguard,
+    client: Client,
     name: Arc<str>,
     keys: Result<CounterKeys, String>,
     ttl: Option<Duration>,
 }
 
 impl Counter {
-    pub(crate) fn new(client: Lockguard, name: &str) -> Self {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
         let keys = crate::key::validate("counter", name)
             .map(|()| CounterKeys::new(client.prefix(), name))
             .map_err(|e| e.message().to_owned());

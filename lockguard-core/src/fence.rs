@@ -11,7 +11,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::client::Lockguard;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 
 /// A number handed out with each acquisition of a lock, strictly greater than
@@ -40,7 +40,7 @@ impl fmt::Display for FencingToken {
 /// A value in the store that only accepts writes whose fencing token is at
 /// least the newest one it has accepted.
 ///
-/// Obtained from [`Lockguard::fenced`]. The check and the write are one atomic
+/// Obtained from [`Client::fenced`]. The check and the write are one atomic
 /// step (one Lua script on Redis).
 ///
 /// # Examples
@@ -48,7 +48,7 @@ impl fmt::Display for FencingToken {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
-/// let lg = lockguard_core::Lockguard::memory();
+/// let lg = lockguard_core::Client::memory();
 /// let guard = lg.lock("invoice:7").lease(std::time::Duration::from_secs(5)).acquire().await?;
 /// let ledger = lg.fenced("ledger:7");
 /// ledger.write(guard.fencing_token(), b"paid").await?;
@@ -57,7 +57,7 @@ impl fmt::Display for FencingToken {
 /// ```
 #[derive(Debug, Clone)]
 pub struct FencedResource {
-    client: Lockguard,
+    client: Client,
     name: Arc<str>,
     key: Result<String, String>,
 }
@@ -73,7 +73,7 @@ pub struct FencedValue {
 }
 
 impl FencedResource {
-    pub(crate) fn new(client: Lockguard, name: &str) -> Self {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
         let key = crate::key::validate("fenced resource", name)
             .map(|()| crate::key::base(client.prefix(), "fenced", name));
         Self {

@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 
-use crate::client::Lockguard;
+use crate::client::Client;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
@@ -35,7 +35,7 @@ pub(crate) struct LeaseState {
 /// What the watchdog and the guard share about one acquisition.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) client: Lockguard,
+    pub(crate) client: Client,
     pub(crate) name: Arc<str>,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Token,
@@ -190,7 +190,7 @@ pub(crate) struct Held {
 impl Held {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        client: Lockguard,
+        client: Client,
         name: Arc<str>,
         keys: Arc<LockKeys>,
         token: Token,
@@ -307,7 +307,7 @@ impl Drop for Held {
     }
 }
 
-type ReleaseParts = (Lockguard, Arc<LockKeys>, Token);
+type ReleaseParts = (Client, Arc<LockKeys>, Token);
 
 /// Releases in the background on `runtime` (or the current one); without a
 /// runtime the lease frees the lock.
@@ -335,11 +335,11 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
 /// needs and clones it only if it has to act.
 #[derive(Debug)]
 pub(crate) struct PendingRelease<'a> {
-    parts: Option<(&'a Lockguard, &'a Arc<LockKeys>, Token)>,
+    parts: Option<(&'a Client, &'a Arc<LockKeys>, Token)>,
 }
 
 impl<'a> PendingRelease<'a> {
-    pub(crate) fn new(client: &'a Lockguard, keys: &'a Arc<LockKeys>, token: Token) -> Self {
+    pub(crate) fn new(client: &'a Client, keys: &'a Arc<LockKeys>, token: Token) -> Self {
         Self {
             parts: Some((client, keys, token)),
         }
@@ -473,7 +473,7 @@ impl LockGuard {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), lockguard_core::Error> {
-    /// # let lg = lockguard_core::Lockguard::memory();
+    /// # let lg = lockguard_core::Client::memory();
     /// # async fn work() {}
     /// let guard = lg.lock("job").acquire().await?;
     /// tokio::select! {
@@ -571,7 +571,7 @@ mod tests {
     /// `is_held()` turns false when the guard is released or dropped.
     #[tokio::test]
     async fn a_watch_follows_the_guard_without_holding_the_lock() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let guard = lg.lock("watched").acquire().await.unwrap();
         let watch = guard.watch();
         assert_eq!(watch.fencing_token(), guard.fencing_token());
@@ -602,7 +602,7 @@ mod tests {
     /// last reference, its result lost.)
     #[tokio::test]
     async fn release_of_the_last_guard_releases_now() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let guard = lg
             .lock("now")
             .lease(Duration::from_secs(30))
@@ -620,7 +620,7 @@ mod tests {
     /// lock, and the last guard's release frees it and reports so.
     #[tokio::test]
     async fn the_last_of_shared_guards_releases() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let outer = lg.lock("shared").acquire().await.unwrap();
         let inner = lg.lock("shared").acquire().await.unwrap();
         assert!(inner.is_reentrant());

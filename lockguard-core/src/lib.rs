@@ -5,10 +5,10 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard_core::Error> {
-//! use lockguard_core::Lockguard;
+//! use lockguard_core::Client;
 //!
 //! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Lockguard::from_env().await?;
+//! let lg = Client::from_env().await?;
 //!
 //! // Waits up to 10 s for the lock; a watchdog renews its 30 s lease while
 //! // the guard lives, and dropping the guard releases it.
@@ -65,10 +65,10 @@
 //!
 //! | constructor | store |
 //! |---|---|
-//! | [`Lockguard::memory`] | this process only; tests, single-process use |
-//! | [`Lockguard::connect`] | one Redis server (6.2 or newer) |
-//! | [`Lockguard::from_env`] | Redis at `REDIS_URL`, else memory |
-//! | [`Lockguard::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
+//! | [`Client::memory`] | this process only; tests, single-process use |
+//! | [`Client::connect`] | one Redis server (6.2 or newer) |
+//! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
+//! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to
@@ -104,9 +104,9 @@ mod watchdog;
 
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 pub use client::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX, DEFAULT_RESPONSE_TIMEOUT,
-    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT, Lockguard, MAX_LEASE, MIN_LEASE,
-    MIN_WAITER_TIMEOUT, MIN_WATCHDOG_LEASE,
+    Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX,
+    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT,
+    MAX_LEASE, MIN_LEASE, MIN_WAITER_TIMEOUT, MIN_WATCHDOG_LEASE,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Attempt, Place};
-use crate::client::{Lockguard, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
+use crate::client::{Client, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 use crate::error::{Error, ErrorKind, Result};
 use tracing::Instrument;
 
@@ -29,7 +29,7 @@ enum LeaseMode {
 
 /// A distributed lock on one key, ready to be acquired.
 ///
-/// Made by [`Lockguard::lock`]. Without [`Lock::lease`], the lease is the
+/// Made by [`Client::lock`]. Without [`Lock::lease`], the lease is the
 /// client's default (30 s) and a watchdog renews it every third of the lease
 /// while the guard lives, so work of any length stays protected and a
 /// crashed process frees the lock within one lease.
@@ -40,7 +40,7 @@ enum LeaseMode {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
 /// use std::time::Duration;
-/// let lg = lockguard_core::Lockguard::memory();
+/// let lg = lockguard_core::Client::memory();
 ///
 /// let guard = lg
 ///     .lock("order:42")
@@ -64,7 +64,7 @@ enum LeaseMode {
 #[derive(Debug, Clone)]
 #[must_use = "a lock does nothing until acquired"]
 pub struct Lock {
-    client: Lockguard,
+    client: Client,
     name: Arc<str>,
     keys: Result<Arc<LockKeys>, String>,
     lease: LeaseMode,
@@ -112,7 +112,7 @@ pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Lockguard, name: &str) -> Self {
+    pub(crate) fn new(client: Client, name: &str) -> Self {
         let keys = crate::key::validate("lock", name)
             .map(|()| Arc::new(LockKeys::new(client.prefix(), name)))
             .map_err(|e| e.message().to_owned());
@@ -121,7 +121,7 @@ impl Lock {
 
     /// The acquirer behind a semaphore: the same leases, watchdog and
     /// waiting, on permits instead of one lock.
-    pub(crate) fn semaphore(client: Lockguard, name: &str, permits: u32) -> Self {
+    pub(crate) fn semaphore(client: Client, name: &str, permits: u32) -> Self {
         let keys = crate::key::validate("semaphore", name)
             .and_then(|()| {
                 // Checked before anything is sent: an attempt that cannot
@@ -141,7 +141,7 @@ impl Lock {
         Self::with_keys(client, name, keys)
     }
 
-    fn with_keys(client: Lockguard, name: &str, keys: Result<Arc<LockKeys>, String>) -> Self {
+    fn with_keys(client: Client, name: &str, keys: Result<Arc<LockKeys>, String>) -> Self {
         let defaults = client.defaults();
         Self {
             name: name.into(),
@@ -707,7 +707,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_release_wakes_the_first_waiter_alone() {
         let server = lockguard_testing::RedisServer::start();
-        let holder = Lockguard::connect(&server.url()).await.unwrap();
+        let holder = Client::connect(&server.url()).await.unwrap();
         let mut admin = server.connection().await;
         let keys = LockKeys::new(holder.prefix(), "herd");
         let stat = |info: &str, cmd: &str| -> u64 {
@@ -720,7 +720,7 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for i in 0..5 {
             // Refreshes every 10 s: none falls inside the measurement.
-            let lg = Lockguard::builder()
+            let lg = Client::builder()
                 .waiter_timeout(Duration::from_secs(30))
                 .retry_interval(Duration::from_secs(10))
                 .connect(&server.url())
@@ -794,7 +794,7 @@ mod tests {
 
     #[tokio::test]
     async fn released_and_dropped_guards_leave_no_reentrancy_record() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         for i in 0..100 {
             let g = lg.lock(&format!("k{i}")).acquire().await.unwrap();
             if i % 2 == 0 {
@@ -809,14 +809,11 @@ mod tests {
     #[test]
     fn waiter_timeouts_are_validated() {
         for bad in [Duration::ZERO, Duration::from_millis(49), MAX_LEASE * 2] {
-            let err = Lockguard::builder()
-                .waiter_timeout(bad)
-                .memory()
-                .unwrap_err();
+            let err = Client::builder().waiter_timeout(bad).memory().unwrap_err();
             assert!(err.is_invalid_input(), "{bad:?}: {err}");
         }
         assert!(
-            Lockguard::builder()
+            Client::builder()
                 .waiter_timeout(crate::MIN_WAITER_TIMEOUT)
                 .memory()
                 .is_ok()

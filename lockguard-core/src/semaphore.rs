@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::client::Lockguard;
+use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
@@ -13,7 +13,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// A distributed semaphore: at most `permits` holders of a key at once,
 /// across every process using the store.
 ///
-/// Made by [`Lockguard::semaphore`]. Permits behave like lock guards: each
+/// Made by [`Client::semaphore`]. Permits behave like lock guards: each
 /// has a lease (so a crashed holder's permit expires), renewed by the same
 /// watchdog unless a fixed [`Semaphore::lease`] is set; waiters queue like
 /// a lock's, first come first served, and a permit given back goes straight
@@ -28,7 +28,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
-/// let lg = lockguard_core::Lockguard::memory();
+/// let lg = lockguard_core::Client::memory();
 /// let exports = lg.semaphore("exports", 2);
 /// let a = exports.acquire().await?;
 /// let b = exports.acquire().await?;
@@ -46,7 +46,7 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
-    pub(crate) fn new(client: Lockguard, name: &str, permits: u32) -> Self {
+    pub(crate) fn new(client: Client, name: &str, permits: u32) -> Self {
         Self {
             inner: Lock::semaphore(client, name, permits),
             permits,

@@ -2,7 +2,7 @@
 //! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard).
 //!
 //! ```
-//! use lockguard::{Lockguard, concurrency_limit, distributed_lock, rate_limit};
+//! use lockguard::{Client, concurrency_limit, distributed_lock, rate_limit};
 //!
 //! /// Ships an order; one process of the fleet at a time per order.
 //! #[distributed_lock(key = "order:{order_id}", wait = "5s")]
@@ -26,7 +26,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard::Error> {
 //! // At start-up: Redis when REDIS_URL is set, memory otherwise.
-//! Lockguard::from_env().await?.install_default();
+//! Client::from_env().await?.install_default();
 //! ship(42).await?;
 //! sign_in("ann").await?;
 //! export("acme").await?;
@@ -72,12 +72,12 @@
 //! # The client
 //!
 //! Without `client`, each call uses the process-wide default installed at
-//! start-up with `Lockguard::install_default`; when none is installed, the
+//! start-up with `Client::install_default`; when none is installed, the
 //! call returns the `NoDefaultClient` error (it never panics). With
 //! `client = <expr>`, the expression is evaluated in the function's scope
-//! before the body, and may be a `Lockguard`, a reference to one, or
+//! before the body, and may be a `Client`, a reference to one, or
 //! anything that dereferences to one: `client = self.locks`,
-//! `client = lg` for an argument `lg: &Lockguard`, `client = state.lg.clone()`.
+//! `client = lg` for an argument `lg: &Client`, `client = state.lg.clone()`.
 //!
 //! # Options checked at compile time
 //!
@@ -119,7 +119,7 @@ use crate::attr::Kind;
 /// from its arguments.
 ///
 /// ```
-/// use lockguard::{Lockguard, distributed_lock};
+/// use lockguard::{Client, distributed_lock};
 ///
 /// struct Order {
 ///     id: u64,
@@ -148,7 +148,7 @@ use crate::attr::Kind;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), ShipError> {
-/// Lockguard::memory().install_default();
+/// Client::memory().install_default();
 /// assert_eq!(ship(&Order { id: 42 }, 3).await?, 3);
 /// # Ok(()) }
 /// ```
@@ -188,7 +188,7 @@ use crate::attr::Kind;
 /// The example above is equivalent to:
 ///
 /// ```
-/// # use lockguard::Lockguard;
+/// # use lockguard::Client;
 /// # struct Order { id: u64 }
 /// # #[derive(Debug)] enum ShipError { Lock(lockguard::Error), NothingToShip }
 /// # impl From<lockguard::Error> for ShipError { fn from(e: lockguard::Error) -> Self { ShipError::Lock(e) } }
@@ -196,7 +196,7 @@ use crate::attr::Kind;
 ///
 /// async fn ship(order: &Order, items: u32) -> Result<u32, ShipError> {
 ///     let key = format!("order:{}", order.id);
-///     let lg = Lockguard::default_client()?;
+///     let lg = Client::default_client()?;
 ///     let guard = lg
 ///         .lock(&key)
 ///         .lease(Duration::from_secs(30)) // without `ttl`: no `.lease`, the watchdog renews
@@ -219,7 +219,7 @@ use crate::attr::Kind;
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), ShipError> {
-/// # Lockguard::memory().install_default();
+/// # Client::memory().install_default();
 /// # assert_eq!(ship(&Order { id: 42 }, 3).await?, 3);
 /// # Ok(()) }
 /// ```
@@ -236,7 +236,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// Lets a call of an `async fn` run only while the key's quota allows it.
 ///
 /// ```
-/// use lockguard::{Lockguard, rate_limit};
+/// use lockguard::{Client, rate_limit};
 ///
 /// struct User {
 ///     id: u64,
@@ -251,7 +251,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard::Error> {
-/// Lockguard::memory().install_default();
+/// Client::memory().install_default();
 /// let ann = User { id: 1 };
 /// for _ in 0..3 {
 ///     reset_password(&ann).await?;
@@ -289,13 +289,13 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The example above is equivalent to:
 ///
 /// ```
-/// # use lockguard::Lockguard;
+/// # use lockguard::Client;
 /// # struct User { id: u64 }
 /// use lockguard::{Algorithm, Quota};
 ///
 /// async fn reset_password(user: &User) -> Result<(), lockguard::Error> {
 ///     let key = format!("user:{}", user.id);
-///     let lg = Lockguard::default_client()?;
+///     let lg = Client::default_client()?;
 ///     lg.rate_limiter(concat!(module_path!(), "::reset_password"), Quota::per_hour(2).burst(3))
 ///         .algorithm(Algorithm::Gcra)
 ///         .try_acquire(&key) // `.try_acquire_cost(&key, cost)` with `cost`
@@ -304,7 +304,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard::Error> {
-/// # Lockguard::memory().install_default();
+/// # Client::memory().install_default();
 /// # reset_password(&User { id: 1 }).await
 /// # }
 /// ```
@@ -322,10 +322,10 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// most `permits` bodies run at once per key, across every process.
 ///
 /// ```
-/// use lockguard::{Lockguard, concurrency_limit};
+/// use lockguard::{Client, concurrency_limit};
 ///
 /// struct Exporter {
-///     locks: Lockguard,
+///     locks: Client,
 /// }
 ///
 /// impl Exporter {
@@ -339,7 +339,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard::Error> {
-/// let exporter = Exporter { locks: Lockguard::memory() };
+/// let exporter = Exporter { locks: Client::memory() };
 /// assert_eq!(exporter.export("acme").await?, 4);
 /// # Ok(()) }
 /// ```
@@ -364,8 +364,8 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The example above is equivalent to:
 ///
 /// ```
-/// # use lockguard::Lockguard;
-/// # struct Exporter { locks: Lockguard }
+/// # use lockguard::Client;
+/// # struct Exporter { locks: Client }
 /// use std::time::Duration;
 ///
 /// impl Exporter {
@@ -389,7 +389,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard::Error> {
-/// # let exporter = Exporter { locks: Lockguard::memory() };
+/// # let exporter = Exporter { locks: Client::memory() };
 /// # assert_eq!(exporter.export("acme").await?, 4);
 /// # Ok(()) }
 /// ```

@@ -5,13 +5,13 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use lockguard::{ErrorKind, Lockguard, concurrency_limit, distributed_lock, rate_limit};
+use lockguard::{Client, ErrorKind, concurrency_limit, distributed_lock, rate_limit};
 use lockguard_testing::RedisServer;
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
 #[distributed_lock(key = "default:{id}")]
-async fn locked(id: u32, other: Option<&Lockguard>) -> Result<u32, lockguard::Error> {
+async fn locked(id: u32, other: Option<&Client>) -> Result<u32, lockguard::Error> {
     RUNS.fetch_add(1, Ordering::SeqCst);
     if let Some(other) = other {
         // The lock is held on the default client's store.
@@ -52,18 +52,18 @@ async fn the_default_client_is_required_then_used() {
         "a body ran without a client"
     );
 
-    Lockguard::memory().install_default();
+    Client::memory().install_default();
     assert_eq!(locked(1, None).await.unwrap(), 1);
     limited().await.unwrap();
     bounded().await.unwrap();
     assert_eq!(RUNS.load(Ordering::SeqCst), 3);
 
     let server = RedisServer::start();
-    Lockguard::connect(&server.url())
+    Client::connect(&server.url())
         .await
         .unwrap()
         .install_default();
-    let other = Lockguard::connect(&server.url()).await.unwrap();
+    let other = Client::connect(&server.url()).await.unwrap();
     assert_eq!(locked(2, Some(&other)).await.unwrap(), 2);
     assert_eq!(RUNS.load(Ordering::SeqCst), 4);
 }

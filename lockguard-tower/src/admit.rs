@@ -321,7 +321,7 @@ mod tests {
     use std::convert::Infallible;
 
     use axum::body::Body as AxumBody;
-    use lockguard_core::Lockguard;
+    use lockguard_core::Client;
     use tower::{Layer, ServiceExt, service_fn};
 
     use super::*;
@@ -331,7 +331,7 @@ mod tests {
     /// `HEAD`) releases the lock before the head is handed over.
     #[tokio::test]
     async fn bodiless_responses_release_before_the_head() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let other = lg.peer();
         let svc = LockLayer::new(lg, "nobody", key::Global).layer(service_fn(
             |req: Request<AxumBody>| async move {

@@ -306,7 +306,7 @@ mod tests {
 
     #[tokio::test]
     async fn lock_is_held_until_the_body_ends_then_released() {
-        let lg = lockguard_core::Lockguard::memory();
+        let lg = lockguard_core::Client::memory();
         let guard = lg
             .lock("body")
             .lease(Duration::from_secs(60))
@@ -338,7 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_last_frame_comes_after_the_release() {
-        let lg = lockguard_core::Lockguard::memory();
+        let lg = lockguard_core::Client::memory();
         let other = lg.peer();
         // A body that says it is done after its one frame.
         let guard = lg.lock("last").try_acquire().await.unwrap();

@@ -27,11 +27,11 @@ use crate::refusal::{Refusal, RefusalKind};
 ///
 /// ```
 /// use axum::{Router, extract::{Path, State}, routing::post};
-/// use lockguard_core::Lockguard;
+/// use lockguard_core::Client;
 /// use lockguard_tower::ErrorResponse;
 ///
 /// async fn restock(
-///     State(lg): State<Lockguard>,
+///     State(lg): State<Client>,
 ///     Path(sku): Path<String>,
 /// ) -> Result<String, ErrorResponse> {
 ///     let left = lg.counter(&format!("stock:{sku}")).incr_by(10).await?;
@@ -40,7 +40,7 @@ use crate::refusal::{Refusal, RefusalKind};
 ///
 /// let app: Router = Router::new()
 ///     .route("/restock/{sku}", post(restock))
-///     .with_state(Lockguard::memory());
+///     .with_state(Client::memory());
 /// # let _ = app;
 /// ```
 pub struct ErrorResponse(pub Error);
@@ -163,7 +163,7 @@ mod tests {
         use axum::routing::get;
         use tower::ServiceExt;
 
-        let lg = lockguard_core::Lockguard::memory();
+        let lg = lockguard_core::Client::memory();
         let _held = lg.lock("job").reentrant(false).acquire().await.unwrap();
         let app: Router = Router::new().route(
             "/",

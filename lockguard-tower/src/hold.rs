@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use lockguard_core::{Error, Lockguard};
+use lockguard_core::{Client, Error};
 use tokio::time::Instant;
 use tower_service::Service;
 use tracing::Instrument;
@@ -19,7 +19,7 @@ use crate::refusal::{Refusal, RefusalKind, Refusals};
 /// The settings of a lock or concurrency-limit layer.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    pub(crate) client: Lockguard,
+    pub(crate) client: Client,
     pub(crate) name: Arc<str>,
     pub(crate) wait: Option<Duration>,
     pub(crate) lease: Option<Duration>,
@@ -30,7 +30,7 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    pub(crate) fn new(client: Lockguard, name: &str, busy_status: StatusCode) -> Self {
+    pub(crate) fn new(client: Client, name: &str, busy_status: StatusCode) -> Self {
         Self {
             client,
             name: name.into(),
@@ -203,7 +203,7 @@ mod tests {
 
     use axum::body::Body;
     use http::{Request, Response};
-    use lockguard_core::Lockguard;
+    use lockguard_core::Client;
     use tower::{Layer, Service, ServiceExt, service_fn};
 
     use crate::{ConcurrencyLimitLayer, LockLayer, MissingKey, key};
@@ -231,7 +231,7 @@ mod tests {
     /// owners: the second does not re-enter the first one's lock.
     #[tokio::test]
     async fn requests_in_one_task_do_not_share_a_lock() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let svc = LockLayer::new(lg, "same-task", user_key()).layer(ok_service());
         let first = svc.clone().oneshot(user(Some("ada"))).await.unwrap();
         assert_eq!(first.status(), 200);
@@ -248,7 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn missing_keys_follow_the_setting() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let reject = LockLayer::new(lg.clone(), "k", user_key()).layer(ok_service());
         assert_eq!(reject.oneshot(user(None)).await.unwrap().status(), 400);
         let pass = ConcurrencyLimitLayer::new(lg, "k", 1)
@@ -263,7 +263,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_permit_count_that_cannot_work_is_a_server_error_not_a_panic() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         for permits in [0, lockguard_core::MAX_PERMITS + 1] {
             let svc = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
                 .fail_open()
@@ -276,7 +276,7 @@ mod tests {
     /// lease it runs under: the fencing token, and `is_held`.
     #[tokio::test]
     async fn the_handler_sees_its_lease() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let handler = service_fn(|req: Request<Body>| async move {
             let watch = req
                 .extensions()
@@ -310,7 +310,7 @@ mod tests {
     /// remaining lease, through the refusal hook when one is set.
     #[tokio::test(start_paused = true)]
     async fn busy_refusals_say_when_to_retry_and_can_be_rewritten() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let _held = lg
             .lock("jobs:header:x-user:ada")
             .reentrant(false)
@@ -344,7 +344,7 @@ mod tests {
     #[tokio::test]
     async fn a_route_parameter_keys_the_lock() {
         use axum::Extension;
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let pay = axum::routing::post(
             |Extension(w): Extension<lockguard_core::LeaseWatch>| async move { w.name().to_owned() },
         );
@@ -370,7 +370,7 @@ mod tests {
     /// Settings that cannot work fail at start-up.
     #[test]
     fn validate_refuses_what_cannot_work() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         for permits in [0, lockguard_core::MAX_PERMITS + 1] {
             let err = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
                 .validate()
@@ -396,7 +396,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_too_long_for_the_key_leaves_no_room_and_is_missing() {
-        let lg = Lockguard::memory();
+        let lg = Client::memory();
         let name = "n".repeat(lockguard_core::MAX_KEY_LEN);
         let svc = LockLayer::new(lg, &name, key::Global).layer(ok_service());
         assert_eq!(svc.oneshot(user(None)).await.unwrap().status(), 400);

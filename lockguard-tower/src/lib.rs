@@ -8,12 +8,12 @@
 //! use std::time::Duration;
 //! use axum::{Router, body::Body, routing::{get, post}};
 //! use http::{Request, StatusCode};
-//! use lockguard_core::{Lockguard, Quota};
+//! use lockguard_core::{Client, Quota};
 //! use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 //! use tower::ServiceExt;
 //!
 //! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Lockguard::from_env().await?;
+//! let lg = Client::from_env().await?;
 //! let user = key::Header::new(http::HeaderName::from_static("x-user-id"));
 //!
 //! let app = Router::new()

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use crate::backend::{LimitKeys, LimitOp};
-use crate::client::Lockguard;
+use crate::client::Client;
 use crate::error::{Error, Result};
 
 mod decision;
@@ -53,7 +53,7 @@ impl Algorithm {
 /// A rate limiter: a [`Quota`] per key, shared by every process using the
 /// store.
 ///
-/// Made by [`Lockguard::rate_limiter`]. The name separates limiters; the key
+/// Made by [`Client::rate_limiter`]. The name separates limiters; the key
 /// passed to [`RateLimiter::check`] picks whose budget is spent (a user, an
 /// IP address, an API key).
 ///
@@ -62,8 +62,8 @@ impl Algorithm {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lockguard_core::Error> {
-/// use lockguard_core::{Lockguard, Quota};
-/// let lg = Lockguard::memory();
+/// use lockguard_core::{Client, Quota};
+/// let lg = Client::memory();
 /// let login = lg.rate_limiter("login", Quota::per_minute(5));
 /// for _ in 0..5 {
 ///     assert!(login.check("ip:203.0.113.9").await?.allowed);
@@ -76,7 +76,7 @@ impl Algorithm {
 #[derive(Debug, Clone)]
 #[must_use = "a rate limiter does nothing until checked"]
 pub struct RateLimiter {
-    client: Lockguard,
+    client: Client,
     name: Arc<str>,
     quota: Quota,
     algorithm: Algorithm,
@@ -89,7 +89,7 @@ pub struct RateLimiter {
 }
 
 impl RateLimiter {
-    pub(crate) fn new(client: Lockguard, name: &str, quota: Quota) -> Self {
+    pub(crate) fn new(client: Client, name: &str, quota: Quota) -> Self {
         let mut limiter = Self {
             client,
             name: name.into(),

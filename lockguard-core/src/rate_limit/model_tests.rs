@@ -8,7 +8,7 @@ use lockguard_testing::RedisServer;
 use proptest::prelude::*;
 
 use super::{Algorithm, Quota};
-use crate::Lockguard;
+use crate::Client;
 use crate::clock::ManualClock;
 
 /// GCRA as the continuous-state leaky bucket (ITU-T I.371): a bucket level
@@ -81,7 +81,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn check_gcra(
     rt: &tokio::runtime::Runtime,
-    lg: &Lockguard,
+    lg: &Client,
     clock: Option<&ManualClock>,
     key: &str,
     q: Quota,
@@ -120,7 +120,7 @@ fn check_gcra(
 
 fn check_sliding(
     rt: &tokio::runtime::Runtime,
-    lg: &Lockguard,
+    lg: &Client,
     clock: Option<&ManualClock>,
     key: &str,
     q: Quota,
@@ -155,8 +155,8 @@ fn check_sliding(
     Ok(())
 }
 
-fn memory(clock: &ManualClock) -> Lockguard {
-    Lockguard::builder()
+fn memory(clock: &ManualClock) -> Client {
+    Client::builder()
         .clock(clock.clone())
         .memory()
         .expect("valid settings")
@@ -186,7 +186,7 @@ proptest! {
 fn redis_scripts_match_the_models() {
     let server = RedisServer::start();
     let rt = runtime();
-    let lg = rt.block_on(Lockguard::connect(&server.url())).unwrap();
+    let lg = rt.block_on(Client::connect(&server.url())).unwrap();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
     let case = std::cell::Cell::new(0u64);
     runner

@@ -1,6 +1,6 @@
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Algorithm, Lockguard, Quota};
+use lockguard_core::{Algorithm, Client, Quota};
 
 use crate::support::Env;
 
@@ -137,7 +137,7 @@ async fn keys_and_limiters_are_independent(env: Env) {
 }
 
 async fn limiter_bad_input(env: Env) {
-    let lg: Lockguard = env.client().await;
+    let lg: Client = env.client().await;
     let cases = [
         lg.rate_limiter("z", Quota::per_second(0)).check("k").await,
         lg.rate_limiter("z", Quota::new(5, Duration::ZERO))
@@ -170,7 +170,7 @@ async fn limiter_bad_input(env: Env) {
 
 #[tokio::test]
 async fn try_acquire_turns_a_refusal_into_a_rate_limited_error() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let l = lg.rate_limiter("once", Quota::per_minute(1));
     assert!(l.try_acquire("k").await.unwrap().allowed);
     let e = l.try_acquire("k").await.unwrap_err();
@@ -181,11 +181,8 @@ async fn try_acquire_turns_a_refusal_into_a_rate_limited_error() {
 #[tokio::test]
 async fn default_client_is_an_error_until_installed() {
     // The only test in this binary touching the process-wide default.
-    let e = Lockguard::default_client().unwrap_err();
+    let e = Client::default_client().unwrap_err();
     assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
-    Lockguard::memory().install_default();
-    assert_eq!(
-        Lockguard::default_client().unwrap().backend_name(),
-        "memory"
-    );
+    Client::memory().install_default();
+    assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
 }

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use lockguard_core::{ErrorKind, Lockguard, MAX_LEASE};
+use lockguard_core::{Client, ErrorKind, MAX_LEASE};
 
 use crate::support::{Env, eventually};
 
@@ -179,7 +179,7 @@ async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
     let holder = env.client().await;
     let waiter = env
         .client_with(
-            Lockguard::builder()
+            Client::builder()
                 .retry_interval(Duration::from_secs(5))
                 .waiter_timeout(Duration::from_secs(30)),
         )
@@ -296,7 +296,7 @@ async fn dropped_guard_releases_in_the_background(env: Env) {
 async fn nested_acquisition_is_reentrant_and_excludes_other_tasks(env: Env) {
     let lg = env.client().await;
     let other = env.client().await;
-    let busy_elsewhere = |other: Lockguard| async move {
+    let busy_elsewhere = |other: Client| async move {
         tokio::spawn(async move { other.lock("nest").try_acquire().await })
             .await
             .unwrap()
@@ -426,20 +426,20 @@ async fn bad_input_is_a_clear_error(env: Env) {
             .is_invalid_input()
     );
     g.release().await.unwrap();
-    let err = Lockguard::builder()
+    let err = Client::builder()
         .retry_interval(Duration::ZERO)
         .memory()
         .unwrap_err();
     assert!(err.is_invalid_input());
     // Braces outside the hash tag would pick every key's cluster slot.
     for prefix in ["app:{x}:", "}", "{"] {
-        let err = Lockguard::builder().prefix(prefix).memory().unwrap_err();
+        let err = Client::builder().prefix(prefix).memory().unwrap_err();
         assert!(
             err.is_invalid_input() && err.to_string().contains("brace"),
             "{err}"
         );
         if let Some(server) = &env.server {
-            let err = Lockguard::builder()
+            let err = Client::builder()
                 .prefix(prefix)
                 .connect(&server.url())
                 .await
@@ -480,7 +480,7 @@ async fn acquire_wait_is_bounded(env: Env) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_reentrant_locks_exclude_their_own_task() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let outer = lg.lock("nr").reentrant(false).acquire().await.unwrap();
     let again = lg
         .lock("nr")

@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Lockguard, MAX_PERMITS};
+use lockguard_core::{Client, MAX_PERMITS};
 
 use crate::support::Env;
 
@@ -75,7 +75,7 @@ async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     })
     .join()
     .unwrap();
-    let lg: Lockguard = env.client().await;
+    let lg: Client = env.client().await;
     let sem = lg.semaphore("crash", 1).wait(Duration::from_secs(10));
     assert!(
         sem.try_acquire().await.unwrap_err().is_busy(),
@@ -123,7 +123,7 @@ async fn permits_release_extend_and_expire(env: Env) {
 async fn permit_waiter_is_woken_by_release(env: Env) {
     let holder = env.client().await;
     let waiter = env
-        .client_with(Lockguard::builder().waiter_timeout(Duration::from_secs(30)))
+        .client_with(Client::builder().waiter_timeout(Duration::from_secs(30)))
         .await;
     let p = holder
         .semaphore("wake", 1)

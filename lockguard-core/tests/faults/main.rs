@@ -9,13 +9,13 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockguard_core::{ErrorKind, Lockguard};
+use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::RedisServer;
 
 use support::eventually;
 
-async fn connect(server: &RedisServer, response_timeout: Duration) -> Lockguard {
-    Lockguard::builder()
+async fn connect(server: &RedisServer, response_timeout: Duration) -> Client {
+    Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(response_timeout)
         .connect(&server.url())
@@ -31,7 +31,7 @@ async fn connect(server: &RedisServer, response_timeout: Duration) -> Lockguard 
 async fn waiter_survives_its_pubsub_connection_being_killed() {
     let server = RedisServer::start();
     let holder = connect(&server, Duration::from_secs(2)).await;
-    let waiter = Lockguard::builder()
+    let waiter = Client::builder()
         .waiter_timeout(Duration::from_secs(60))
         .connect(&server.url())
         .await
@@ -240,7 +240,7 @@ async fn unreachable_and_malformed_urls_are_clear_errors() {
         .unwrap()
         .port();
     let started = Instant::now();
-    let err = Lockguard::builder()
+    let err = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .connect(&format!("redis://127.0.0.1:{port}"))
         .await
@@ -254,7 +254,7 @@ async fn unreachable_and_malformed_urls_are_clear_errors() {
         "redis://h:port",
         "mysql://x",
     ] {
-        let err = Lockguard::connect(url).await.unwrap_err();
+        let err = Client::connect(url).await.unwrap_err();
         assert!(err.is_invalid_input(), "{url:?}: {err}");
     }
 }
@@ -288,7 +288,7 @@ async fn garbage_answers_are_a_protocol_error() {
             });
         }
     });
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .connect(&format!("redis://127.0.0.1:{port}"))
@@ -315,7 +315,7 @@ fn guard_dropped_outside_a_runtime_does_not_panic() {
         .enable_all()
         .build()
         .unwrap();
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let guard = rt
         .block_on(
             lg.lock("outside")
@@ -339,12 +339,12 @@ async fn skewed_client_clocks_get_the_same_decisions() {
             .unwrap()
             + Duration::from_secs(3600),
     );
-    let a = Lockguard::builder()
+    let a = Client::builder()
         .clock(skewed.clone())
         .connect(&server.url())
         .await
         .unwrap();
-    let b = Lockguard::connect(&server.url()).await.unwrap();
+    let b = Client::connect(&server.url()).await.unwrap();
     for algorithm in [
         lockguard_core::Algorithm::Gcra,
         lockguard_core::Algorithm::FixedWindow,
@@ -389,7 +389,7 @@ async fn cluster_master_killed_fails_only_its_slots() {
     use lockguard_testing::RedisCluster;
     let mut cluster = RedisCluster::start(3);
     let timeout = Duration::from_millis(500);
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(timeout)
         .connect_cluster(cluster.urls())
@@ -571,7 +571,7 @@ async fn too_old_a_server_is_refused_at_connect() {
             });
         }
     });
-    let err = Lockguard::builder()
+    let err = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
         .connect(&format!("redis://127.0.0.1:{port}"))
@@ -767,7 +767,7 @@ async fn eviction_is_warned_about_on_every_connection_kind() {
     // Node 2 is down when the Redlock client starts: it is connected, and
     // checked, on first use.
     nodes[2].pause();
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .connect_timeout(Duration::from_millis(200))
         .redlock(nodes.iter().map(RedisServer::url))
         .await
@@ -855,11 +855,11 @@ async fn an_application_client_brings_its_credentials() {
     let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
     let url = format!("redis://:s3cret@127.0.0.1:{}", server.port());
     let app_client = redis::Client::open(url.as_str()).unwrap();
-    let holder = Lockguard::builder()
+    let holder = Client::builder()
         .connect_client(&app_client)
         .await
         .expect("connect with the application's client");
-    let waiter = Lockguard::builder()
+    let waiter = Client::builder()
         .waiter_timeout(Duration::from_secs(30))
         .retry_interval(Duration::from_secs(20))
         .connect_with(app_client.get_connection_info().clone())
@@ -907,7 +907,7 @@ async fn an_application_client_brings_its_credentials() {
         "woken by its refresh, not the handoff: {waited:?}"
     );
     let anonymous = redis::Client::open(server.url().as_str()).unwrap();
-    let err = Lockguard::builder()
+    let err = Client::builder()
         .connect_client(&anonymous)
         .await
         .unwrap_err();
@@ -931,7 +931,7 @@ async fn spans_name_the_lock_and_record_its_fence() {
             .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
             .finish(),
     );
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let guard = lg.lock("job").acquire().await.unwrap();
     let fence = guard.fencing_token().get();
     assert!(guard.release().await.unwrap());

@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use lockguard_core::{Builder, Lockguard};
+use lockguard_core::{Builder, Client};
 use tokio::time::Instant;
 
 use crate::support::{Env, eventually};
@@ -24,7 +24,7 @@ async fn child_waiter() {
     let Ok(url) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .waiter_timeout(Duration::from_millis(500))
         .connect(&url)
         .await
@@ -85,7 +85,7 @@ async fn killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
     let url = env.server.as_ref().expect("redis").url();
     let queue = Queue::Lock("victim");
     let timeout = Duration::from_millis(500);
-    let settings = || Lockguard::builder().waiter_timeout(timeout);
+    let settings = || Client::builder().waiter_timeout(timeout);
     let holder = env.client_with(settings()).await;
     let guard = holder
         .lock("victim")

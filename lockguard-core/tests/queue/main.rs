@@ -3,7 +3,7 @@
 //! losing its connections, a restart with a full queue, and semaphore
 //! permits in order.
 //!
-//! On Redis each client is its own `Lockguard` with its own connections, as
+//! On Redis each client is its own `Client` with its own connections, as
 //! separate processes have, and one test runs a real child process. The
 //! order tests also run on the in-memory store, with peers for processes
 //! and paused time, so that the order of arrivals is exact.

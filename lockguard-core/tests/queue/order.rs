@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockguard_core::Lockguard;
+use lockguard_core::Client;
 use tokio::sync::{Barrier, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -16,12 +16,7 @@ use crate::{Queue, assert_busy, join_all, until_queued};
 
 /// Acquires `name` (waiting up to 60 s), reports `index` on `served`, holds
 /// the lock ~5 ms and releases it.
-async fn take_turn(
-    lg: Lockguard,
-    name: &'static str,
-    index: u64,
-    served: mpsc::UnboundedSender<u64>,
-) {
+async fn take_turn(lg: Client, name: &'static str, index: u64, served: mpsc::UnboundedSender<u64>) {
     let g = lg
         .lock(name)
         .wait(Duration::from_secs(60))

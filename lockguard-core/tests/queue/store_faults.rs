@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockguard_core::Lockguard;
+use lockguard_core::Client;
 use redis::aio::MultiplexedConnection;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -37,7 +37,7 @@ async fn handoff_target_connection_killed() {
     let env = Env::redis();
     let server = env.server.as_ref().expect("redis");
     let timeout = Duration::from_secs(1);
-    let settings = || Lockguard::builder().waiter_timeout(timeout);
+    let settings = || Client::builder().waiter_timeout(timeout);
     let holder = env.client_with(settings()).await;
     let guard = holder
         .lock("cut")

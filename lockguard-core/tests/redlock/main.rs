@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockguard_core::{DEFAULT_NODE_TIMEOUT, ErrorKind, Lockguard};
+use lockguard_core::{Client, DEFAULT_NODE_TIMEOUT, ErrorKind};
 use lockguard_testing::RedisServer;
 
 fn nodes(n: usize) -> Vec<RedisServer> {
@@ -19,12 +19,12 @@ fn urls(nodes: &[RedisServer]) -> Vec<String> {
     nodes.iter().map(RedisServer::url).collect()
 }
 
-async fn client(nodes: &[RedisServer]) -> Lockguard {
+async fn client(nodes: &[RedisServer]) -> Client {
     client_with_timeout(nodes, lockguard_core::DEFAULT_NODE_TIMEOUT).await
 }
 
-async fn client_with_timeout(nodes: &[RedisServer], node_timeout: Duration) -> Lockguard {
-    Lockguard::builder()
+async fn client_with_timeout(nodes: &[RedisServer], node_timeout: Duration) -> Client {
+    Client::builder()
         .connect_timeout(Duration::from_millis(300))
         .node_timeout(node_timeout)
         .redlock(urls(nodes))
@@ -33,7 +33,7 @@ async fn client_with_timeout(nodes: &[RedisServer], node_timeout: Duration) -> L
 }
 
 /// Acquire-and-release latencies of `rounds` uncontended cycles.
-async fn cycle_latencies(lg: &Lockguard, key: &str, rounds: usize) -> Vec<Duration> {
+async fn cycle_latencies(lg: &Client, key: &str, rounds: usize) -> Vec<Duration> {
     let mut out = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let started = Instant::now();
@@ -324,12 +324,12 @@ async fn chaos_loses_no_update() {
 async fn redlock_bad_input_and_unsupported_operations() {
     let nodes = nodes(3);
     for e in [
-        Lockguard::redlock(Vec::<String>::new()).await.unwrap_err(),
-        Lockguard::redlock([nodes[0].url(), nodes[0].url()])
+        Client::redlock(Vec::<String>::new()).await.unwrap_err(),
+        Client::redlock([nodes[0].url(), nodes[0].url()])
             .await
             .unwrap_err(),
-        Lockguard::redlock(["not a url"]).await.unwrap_err(),
-        Lockguard::builder()
+        Client::redlock(["not a url"]).await.unwrap_err(),
+        Client::builder()
             .node_timeout(Duration::ZERO)
             .redlock(urls(&nodes))
             .await
@@ -356,7 +356,7 @@ async fn redlock_bad_input_and_unsupported_operations() {
     let mut down = nodes;
     down[0].kill();
     down[1].kill();
-    let e = Lockguard::builder()
+    let e = Client::builder()
         .connect_timeout(Duration::from_millis(300))
         .redlock(urls(&down))
         .await
@@ -420,7 +420,7 @@ async fn numsub(node: &RedisServer, channel: &str) -> i64 {
 
 /// Spawns a wait of at most `wait` for `key` on `lg`, then its release.
 fn wait_then_release(
-    lg: &Lockguard,
+    lg: &Client,
     key: &'static str,
     wait: Duration,
 ) -> tokio::task::JoinHandle<bool> {
@@ -496,7 +496,7 @@ async fn a_subscription_whose_answer_was_lost_is_undone() {
 /// `try_acquire` until the nodes that just came back answer; a busy lock
 /// is an answer too. Bounded: a few seconds at most.
 async fn try_acquire_once_reachable(
-    lg: &Lockguard,
+    lg: &Client,
     key: &str,
     lease: Duration,
 ) -> lockguard_core::Result<lockguard_core::LockGuard> {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lockguard_core::{Lockguard, ManualClock};
+use lockguard_core::{Client, ManualClock};
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
@@ -23,7 +23,7 @@ pub struct Env {
     /// The in-memory store's clock (unused on Redis, where time is the
     /// server's).
     pub clock: ManualClock,
-    memory: Option<Lockguard>,
+    memory: Option<Client>,
     shared: Arc<AtomicU64>,
 }
 
@@ -39,7 +39,7 @@ impl Env {
             // its settings: a long waiter timeout, so that the tests of
             // wake-ups see the notification and not a refresh.
             memory: Some(
-                Lockguard::builder()
+                Client::builder()
                     .clock(clock.clone())
                     .waiter_timeout(Duration::from_secs(30))
                     .memory()
@@ -101,7 +101,7 @@ impl Env {
     /// On Redis each call opens separate connections; on memory each call
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
-    pub async fn client_with(&self, b: lockguard_core::Builder) -> Lockguard {
+    pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
         if let Some(urls) = self.cluster_urls() {
             #[cfg(feature = "cluster")]
             return b
@@ -128,17 +128,17 @@ impl Env {
 
     /// A client for the tests' own data (counters, fenced resources): the
     /// store under test, or for Redlock the extra single server.
-    pub async fn data_client(&self) -> Lockguard {
+    pub async fn data_client(&self) -> Client {
         match &self.server {
             Some(server) if !self.nodes.is_empty() => {
-                Lockguard::connect(&server.url()).await.expect("connect")
+                Client::connect(&server.url()).await.expect("connect")
             }
             _ => self.client().await,
         }
     }
 
-    pub async fn client(&self) -> Lockguard {
-        self.client_with(Lockguard::builder()).await
+    pub async fn client(&self) -> Client {
+        self.client_with(Client::builder()).await
     }
 
     /// A value read and written in two separate steps, to detect two holders.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lockguard::{Lockguard, concurrency_limit};
+use lockguard::{Client, concurrency_limit};
 use tokio::sync::{Barrier, oneshot};
 
 use crate::support::{Env, Tracker, on_both_stores, within};
@@ -15,7 +15,7 @@ on_both_stores!(
 
 #[concurrency_limit(key = "exports:{tenant}", permits = 3, wait = "30s", client = lg)]
 async fn export(
-    lg: &Lockguard,
+    lg: &Client,
     tenant: &str,
     tracker: &Tracker,
     barrier: &Barrier,
@@ -52,7 +52,7 @@ async fn never_more_than_n_bodies_run(env: Env) {
 
 #[concurrency_limit(key = "reports", permits = 2, client = lg)]
 async fn report(
-    lg: &Lockguard,
+    lg: &Client,
     tracker: &Tracker,
     entered: oneshot::Sender<()>,
     leave: oneshot::Receiver<()>,
@@ -65,10 +65,7 @@ async fn report(
 }
 
 #[concurrency_limit(key = "reports", permits = 2, skip_if_busy, client = lg)]
-async fn report_if_free(
-    lg: &Lockguard,
-    tracker: &Tracker,
-) -> Result<Option<u32>, lockguard::Error> {
+async fn report_if_free(lg: &Client, tracker: &Tracker) -> Result<Option<u32>, lockguard::Error> {
     tracker.enter().finish();
     Ok(Some(2))
 }
@@ -121,7 +118,7 @@ async fn a_caller_past_the_limit_is_refused(env: Env) {
 }
 
 #[concurrency_limit(key = "leased", permits = 1, ttl = "300ms", client = lg)]
-async fn outlives_its_permit(lg: &Lockguard, tracker: &Tracker) -> Result<(), lockguard::Error> {
+async fn outlives_its_permit(lg: &Client, tracker: &Tracker) -> Result<(), lockguard::Error> {
     let inside = tracker.enter();
     std::future::pending::<()>().await;
     inside.finish();

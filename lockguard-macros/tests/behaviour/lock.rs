@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use lockguard::{Lockguard, distributed_lock};
+use lockguard::{Client, distributed_lock};
 use tokio::sync::oneshot;
 
 use crate::support::{Env, Tracker, eventually, on_both_stores, within};
@@ -22,7 +22,7 @@ on_both_stores!(
 );
 
 #[distributed_lock(key = "account:{id}", wait = "30s", client = lg)]
-async fn exclusive(lg: &Lockguard, id: u32, tracker: &Tracker) -> Result<(), lockguard::Error> {
+async fn exclusive(lg: &Client, id: u32, tracker: &Tracker) -> Result<(), lockguard::Error> {
     let inside = tracker.enter();
     for _ in 0..3 {
         tokio::task::yield_now().await;
@@ -58,7 +58,7 @@ async fn two_concurrent_calls_never_overlap(env: Env) {
 
 #[distributed_lock(key = "job:{name}", client = lg)]
 async fn hold_until(
-    lg: &Lockguard,
+    lg: &Client,
     name: &str,
     tracker: &Tracker,
     entered: oneshot::Sender<()>,
@@ -116,16 +116,13 @@ async fn a_second_caller_is_refused_while_the_body_runs(env: Env) {
 }
 
 #[distributed_lock(key = "queue", wait = "30s", client = lg)]
-async fn after_the_holder(
-    lg: &Lockguard,
-    holder_done: &AtomicBool,
-) -> Result<bool, lockguard::Error> {
+async fn after_the_holder(lg: &Client, holder_done: &AtomicBool) -> Result<bool, lockguard::Error> {
     Ok(holder_done.load(Ordering::SeqCst))
 }
 
 #[distributed_lock(key = "queue", client = lg)]
 async fn first_holder(
-    lg: &Lockguard,
+    lg: &Client,
     entered: oneshot::Sender<()>,
     leave: oneshot::Receiver<()>,
     done: &AtomicBool,
@@ -166,7 +163,7 @@ async fn a_waiting_caller_runs_after_the_holder(env: Env) {
 
 #[distributed_lock(key = "nightly:{day}", skip_if_busy, client = lg)]
 async fn nightly(
-    lg: &Lockguard,
+    lg: &Client,
     day: u32,
     tracker: &Tracker,
 ) -> Result<Option<u32>, lockguard::Error> {
@@ -189,7 +186,7 @@ async fn skip_if_busy_returns_none_without_running_the_body(env: Env) {
 
 #[distributed_lock(key = "lease:{name}", ttl = "300ms", client = lg)]
 async fn forever(
-    lg: &Lockguard,
+    lg: &Client,
     name: &str,
     tracker: &Tracker,
     entered: oneshot::Sender<()>,
@@ -224,7 +221,7 @@ async fn a_lost_lease_stops_the_body(env: Env) {
 
 #[distributed_lock(key = "slow:{name}", ttl = "200ms", keep_going_on_lost, client = lg)]
 async fn slow(
-    lg: &Lockguard,
+    lg: &Client,
     name: &str,
     tracker: &Tracker,
     entered: oneshot::Sender<()>,
@@ -269,8 +266,8 @@ async fn keep_going_on_lost_finishes_the_body(env: Env) {
 
 #[distributed_lock(key = "acct:{id}", wait = "5s", client = lg)]
 async fn transfer(
-    lg: &Lockguard,
-    other: &Lockguard,
+    lg: &Client,
+    other: &Client,
     id: u32,
     tracker: &Tracker,
 ) -> Result<u32, lockguard::Error> {
@@ -287,7 +284,7 @@ async fn transfer(
 }
 
 #[distributed_lock(key = "acct:{id}", client = lg)]
-async fn debit(lg: &Lockguard, id: u32, tracker: &Tracker) -> Result<u32, lockguard::Error> {
+async fn debit(lg: &Client, id: u32, tracker: &Tracker) -> Result<u32, lockguard::Error> {
     let _inside = tracker.enter();
     Ok(id * 10)
 }
@@ -325,7 +322,7 @@ async fn calls_joined_in_one_task_exclude_each_other(env: Env) {
 }
 
 struct Tenant {
-    locks: Lockguard,
+    locks: Client,
     name: String,
     invoices: u32,
 }
@@ -405,7 +402,7 @@ async fn a_lock_taken_away_on_redis_stops_the_body() {
 
 #[distributed_lock(key = "renewed", watchdog = "300ms", client = lg)]
 async fn renewed_forever(
-    lg: &Lockguard,
+    lg: &Client,
     tracker: &Tracker,
     entered: oneshot::Sender<()>,
 ) -> Result<(), lockguard::Error> {
@@ -421,7 +418,7 @@ async fn renewed_forever(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_is_down_is_an_error() {
     let mut env = Env::redis();
-    let lg = Lockguard::builder()
+    let lg = Client::builder()
         .response_timeout(Duration::from_millis(500))
         .connect(&env.server.as_ref().unwrap().url())
         .await

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use lockguard::{Lockguard, rate_limit};
+use lockguard::{Client, rate_limit};
 
 use crate::support::{Env, Tracker, on_both_stores};
 
@@ -19,19 +19,19 @@ struct User {
 }
 
 #[rate_limit(key = "user:{user.id}", rate = "3/h", client = lg)]
-async fn gcra(lg: &Lockguard, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
+async fn gcra(lg: &Client, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
     tracker.enter().finish();
     Ok(user.id)
 }
 
 #[rate_limit(key = "user:{user.id}", rate = "3/h", algorithm = "fixed_window", client = lg)]
-async fn fixed(lg: &Lockguard, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
+async fn fixed(lg: &Client, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
     tracker.enter().finish();
     Ok(user.id)
 }
 
 #[rate_limit(key = "user:{user.id}", rate = "3/h", algorithm = "sliding_window", client = lg)]
-async fn sliding(lg: &Lockguard, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
+async fn sliding(lg: &Client, user: &User, tracker: &Tracker) -> Result<u64, lockguard::Error> {
     tracker.enter().finish();
     Ok(user.id)
 }
@@ -76,12 +76,12 @@ async fn sliding_window_refuses_calls_past_the_quota(env: Env) {
 }
 
 #[rate_limit(key = "burst", rate = "1/h", burst = 3, client = lg)]
-async fn bursty(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn bursty(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
 #[rate_limit(key = "costly", rate = "5/h", algorithm = "fixed_window", cost = 2, client = lg)]
-async fn costly(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn costly(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
@@ -99,22 +99,22 @@ async fn burst_and_cost_set_what_passes_at_once(env: Env) {
 }
 
 #[rate_limit(key = "shared", rate = "1/h", client = lg)]
-async fn first(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn first(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
 #[rate_limit(key = "shared", rate = "1/h", client = lg)]
-async fn second(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn second(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
 #[rate_limit(key = "shared", rate = "1/h", name = "exports", client = lg)]
-async fn named_a(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn named_a(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 
 #[rate_limit(key = "shared", rate = "1/h", name = "exports", client = lg)]
-async fn named_b(lg: &Lockguard) -> Result<(), lockguard::Error> {
+async fn named_b(lg: &Client) -> Result<(), lockguard::Error> {
     Ok(())
 }
 

@@ -4,21 +4,21 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lockguard::Lockguard;
+use lockguard::Client;
 use lockguard_testing::RedisServer;
 
 /// One store under test: in memory, or a real `redis-server` started for
 /// this test and killed when it ends.
 pub(crate) struct Env {
     pub(crate) server: Option<RedisServer>,
-    memory: Option<Lockguard>,
+    memory: Option<Client>,
 }
 
 impl Env {
     pub(crate) fn memory() -> Self {
         Self {
             server: None,
-            memory: Some(Lockguard::memory()),
+            memory: Some(Client::memory()),
         }
     }
 
@@ -31,9 +31,9 @@ impl Env {
 
     /// A client as if in another process: its own connections on Redis,
     /// a peer (no shared reentrancy) of one handle in memory.
-    pub(crate) async fn client(&self) -> Lockguard {
+    pub(crate) async fn client(&self) -> Client {
         match (&self.server, &self.memory) {
-            (Some(server), _) => Lockguard::connect(&server.url()).await.expect("connect"),
+            (Some(server), _) => Client::connect(&server.url()).await.expect("connect"),
             (None, Some(memory)) => memory.peer(),
             (None, None) => unreachable!("an env has a store"),
         }

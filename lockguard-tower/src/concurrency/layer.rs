@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::StatusCode;
-use lockguard_core::Lockguard;
+use lockguard_core::Client;
 use tower_layer::Layer;
 
 use super::service::ConcurrencyLimit;
@@ -32,7 +32,7 @@ impl ConcurrencyLimitLayer<Global> {
     /// [`MAX_PERMITS`](lockguard_core::MAX_PERMITS) cannot work: every
     /// request is answered `500` and an error is logged, unless
     /// [`validate`](Self::validate) caught it at start-up.
-    pub fn new(client: Lockguard, name: &str, permits: u32) -> Self {
+    pub fn new(client: Client, name: &str, permits: u32) -> Self {
         Self {
             settings: Arc::new(Settings::new(client, name, StatusCode::SERVICE_UNAVAILABLE)),
             permits,

@@ -19,10 +19,10 @@
 //! ```
 //! use std::time::Duration;
 //! use axum::{Router, routing::post};
-//! use lockguard_core::Lockguard;
+//! use lockguard_core::Client;
 //! use lockguard_tower::{ConcurrencyLimitLayer, key};
 //!
-//! let lg = Lockguard::memory();
+//! let lg = Client::memory();
 //! // At most 2 exports at once per user; others wait up to 5 s.
 //! let app: Router = Router::new()
 //!     .route("/export", post(|| async { "exported" }))

@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::StatusCode;
-use lockguard_core::Lockguard;
+use lockguard_core::Client;
 use tower_layer::Layer;
 
 use super::service::LockService;
@@ -26,7 +26,7 @@ impl<K> LockLayer<K> {
     /// lock's lease is renewed by the watchdog while the response lasts, a
     /// request without a key is refused with `400`, and a store that
     /// cannot be reached gives `503`.
-    pub fn new(client: Lockguard, name: &str, key: K) -> Self {
+    pub fn new(client: Client, name: &str, key: K) -> Self {
         Self {
             settings: Arc::new(Settings::new(client, name, StatusCode::CONFLICT)),
             key: Arc::new(key),

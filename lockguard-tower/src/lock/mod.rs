@@ -28,10 +28,10 @@
 //! use std::time::Duration;
 //! use axum::{Router, body::Body, routing::post};
 //! use http::Request;
-//! use lockguard_core::Lockguard;
+//! use lockguard_core::Client;
 //! use lockguard_tower::LockLayer;
 //!
-//! let lg = Lockguard::memory();
+//! let lg = Client::memory();
 //! // `POST /orders/42/pay` locks `pay:order:42` while it runs.
 //! let order = |req: &Request<Body>| {
 //!     let id = req.uri().path().strip_prefix("/orders/")?.split('/').next()?;

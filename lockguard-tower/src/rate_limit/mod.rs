@@ -54,11 +54,11 @@
 //! # async fn main() {
 //! use axum::{Router, body::Body, routing::post};
 //! use http::Request;
-//! use lockguard_core::{Lockguard, Quota};
+//! use lockguard_core::{Client, Quota};
 //! use lockguard_tower::{RateLimitLayer, key};
 //! use tower::ServiceExt;
 //!
-//! let lg = Lockguard::memory();
+//! let lg = Client::memory();
 //! let app = Router::new().route("/login", post(|| async { "welcome" })).route_layer(
 //!     RateLimitLayer::new(
 //!         lg.rate_limiter("login", Quota::per_minute(1)),

@@ -73,10 +73,10 @@ impl Selection {
 ///
 /// ```
 /// use http::Request;
-/// use lockguard_core::{Lockguard, Quota};
+/// use lockguard_core::{Client, Quota};
 /// use lockguard_tower::{RateLimitLayer, Selection};
 ///
-/// let lg = Lockguard::memory();
+/// let lg = Client::memory();
 /// let reads = lg.rate_limiter("reads", Quota::per_second(100));
 /// let writes = lg.rate_limiter("writes", Quota::per_second(10));
 /// // Reads and writes of each tenant have their own budgets.
@@ -120,10 +120,10 @@ where
 /// # Examples
 ///
 /// ```
-/// use lockguard_core::{Lockguard, Quota};
+/// use lockguard_core::{Client, Quota};
 /// use lockguard_tower::{RateLimitLayer, Rule, key};
 ///
-/// let lg = Lockguard::memory();
+/// let lg = Client::memory();
 /// // Exports cost 10 units of a per-user budget of 100 per hour.
 /// let rule = Rule::new(
 ///     lg.rate_limiter("exports", Quota::per_hour(100)),

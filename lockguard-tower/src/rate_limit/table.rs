@@ -96,10 +96,10 @@ struct Entry<B> {
 ///
 /// ```
 /// use http::{HeaderName, Method};
-/// use lockguard_core::{Lockguard, Quota};
+/// use lockguard_core::{Client, Quota};
 /// use lockguard_tower::{MissingKey, RateLimitLayer, RateLimitTable, Rule, key};
 ///
-/// let lg = Lockguard::memory();
+/// let lg = Client::memory();
 /// let table = RateLimitTable::new()
 ///     // 5 login attempts per minute per client address.
 ///     .route(
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn first_matching_entry_decides() {
-        let lg = lockguard_core::Lockguard::memory();
+        let lg = lockguard_core::Client::memory();
         let q = lockguard_core::Quota::per_second(1);
         let named = |name: &'static str| {
             let limiter = lg.rate_limiter(name, q);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use lockguard_core::{Algorithm, Lockguard, Quota};
+use lockguard_core::{Algorithm, Client, Quota};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
 use super::*;
@@ -48,7 +48,7 @@ where
 
 #[tokio::test(start_paused = true)]
 async fn success_and_refusal_carry_the_ietf_headers() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("api", Quota::per_minute(2)), user_key());
     let svc = layer.layer(ok_service());
 
@@ -109,7 +109,7 @@ async fn success_and_refusal_carry_the_ietf_headers() {
 
 #[tokio::test(start_paused = true)]
 async fn retry_after_rounds_sub_second_waits_up() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(
         lg.rate_limiter("fine", Quota::new(1, Duration::from_millis(1500))),
         key::Global,
@@ -135,7 +135,7 @@ async fn retry_after_rounds_sub_second_waits_up() {
 
 #[tokio::test(start_paused = true)]
 async fn stacked_layers_list_both_policies_and_legacy_shows_the_tightest() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let per_user = RateLimitLayer::new(
         lg.rate_limiter("user", Quota::per_minute(10))
             .algorithm(Algorithm::FixedWindow),
@@ -161,7 +161,7 @@ async fn stacked_layers_list_both_policies_and_legacy_shows_the_tightest() {
 
 #[tokio::test]
 async fn standard_headers_can_be_turned_off() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("quiet", Quota::per_minute(1)), key::Global)
         .standard_headers(false);
     let svc = layer.layer(ok_service());
@@ -178,7 +178,7 @@ async fn standard_headers_can_be_turned_off() {
 
 #[tokio::test]
 async fn missing_key_is_rejected_or_passed_as_configured() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let limiter = lg.rate_limiter("keyed", Quota::per_minute(1));
     let default = RateLimitLayer::new(limiter.clone(), user_key()).layer(ok_service());
     let res = default.oneshot(request(None)).await.unwrap();
@@ -205,7 +205,7 @@ async fn missing_key_is_rejected_or_passed_as_configured() {
 
 #[tokio::test]
 async fn an_oversized_or_control_character_key_is_missing_not_an_error() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let svc = RateLimitLayer::new(lg.rate_limiter("keys", Quota::per_minute(5)), user_key())
         .layer(ok_service());
     let long = "k".repeat(5000);
@@ -217,7 +217,7 @@ async fn an_oversized_or_control_character_key_is_missing_not_an_error() {
 
 #[tokio::test]
 async fn a_quota_that_cannot_work_is_a_server_error() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let svc = RateLimitLayer::new(lg.rate_limiter("broken", Quota::per_second(0)), key::Global)
         .fail_open()
         .layer(ok_service());
@@ -228,7 +228,7 @@ async fn a_quota_that_cannot_work_is_a_server_error() {
 
 #[tokio::test]
 async fn clones_of_the_layer_and_service_share_one_budget() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("shared", Quota::per_minute(2)), key::Global);
     // As axum does: one service per route, cloned per connection.
     let a = layer.clone().layer(ok_service());
@@ -247,7 +247,7 @@ async fn clones_of_the_layer_and_service_share_one_budget() {
 
 #[tokio::test]
 async fn cost_and_closure_policies() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let heavy = Rule::new(lg.rate_limiter("heavy", Quota::per_minute(10)), key::Global).cost(4);
     let svc = RateLimitLayer::with_policy(heavy).layer(ok_service());
     let res = svc.clone().oneshot(request(None)).await.unwrap();
@@ -309,7 +309,7 @@ impl Service<Request<Body>> for Stubborn {
 
 #[tokio::test]
 async fn poll_ready_forwards_and_errors_are_the_inner_services() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("fwd", Quota::per_minute(5)), key::Global);
     let mut svc = layer.layer(Stubborn);
     let mut cx = Context::from_waker(Waker::noop());
@@ -324,7 +324,7 @@ async fn poll_ready_forwards_and_errors_are_the_inner_services() {
 /// The handler sees the limiter's decision in the request's extensions.
 #[tokio::test(start_paused = true)]
 async fn the_handler_sees_the_decision() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("seen", Quota::per_minute(5)), user_key());
     let svc = layer.layer(service_fn(|req: Request<Body>| async move {
         let d = req
@@ -347,7 +347,7 @@ async fn the_handler_sees_the_decision() {
 /// `RateLimit` headers and `Retry-After`, and the hook gets the decision.
 #[tokio::test(start_paused = true)]
 async fn a_refusal_hook_builds_the_body_and_headers_stay() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let layer = RateLimitLayer::new(lg.rate_limiter("hooked", Quota::per_minute(1)), user_key())
         .on_refusal(|r: &crate::Refusal| {
             assert_eq!(r.kind, crate::RefusalKind::RateLimited);
@@ -386,7 +386,7 @@ async fn a_refusal_hook_builds_the_body_and_headers_stay() {
 /// A configuration that cannot work fails at start-up.
 #[test]
 fn validate_refuses_what_could_never_pass() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let costly = Rule::new(lg.rate_limiter("costly", Quota::per_second(5)), key::Global).cost(6);
     let err = RateLimitLayer::with_policy(costly).validate().unwrap_err();
     assert!(
@@ -448,7 +448,7 @@ fn sf_items(value: &str) -> Vec<(String, std::collections::BTreeMap<String, i64>
 /// a refusal's `t` never ends after its `Retry-After`.
 #[tokio::test(start_paused = true)]
 async fn headers_follow_draft_11() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     // 10 per 100 ms is 100 per second, not 10 (w is whole seconds).
     let fast = RateLimitLayer::new(
         lg.rate_limiter("fast", Quota::new(10, Duration::from_millis(100))),
@@ -498,7 +498,7 @@ async fn headers_follow_draft_11() {
 /// headers as the store's.
 #[tokio::test(start_paused = true)]
 async fn cached_refusals_keep_their_headers() {
-    let lg = Lockguard::memory();
+    let lg = Client::memory();
     let limiter = lg
         .rate_limiter("cached", Quota::per_minute(1))
         .cache_refusals(100);

@@ -7,7 +7,7 @@ use axum::routing::post;
 use http::StatusCode;
 use lockguard_tower::ConcurrencyLimitLayer;
 
-use crate::support::{Client, Probe, Server, Store, eventually, wait_queue};
+use crate::support::{HttpClient, Probe, Server, Store, eventually, wait_queue};
 
 fn app(probe: &Probe, layer: ConcurrencyLimitLayer<lockguard_tower::key::Global>) -> Router {
     let probe = probe.clone();
@@ -31,7 +31,7 @@ async fn the_limit_is_never_exceeded_and_waiters_all_get_served() {
     let layer =
         ConcurrencyLimitLayer::new(store.lg.clone(), "slots", 3).wait(Duration::from_secs(60));
     let server = Server::start(app(&probe, layer)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
 
     let tasks: Vec<_> = (0..12)
         .map(|_| {
@@ -63,7 +63,7 @@ async fn without_a_wait_the_request_over_the_limit_is_refused() {
     let probe = Probe::new();
     let layer = ConcurrencyLimitLayer::new(store.lg.clone(), "pair", 2);
     let server = Server::start(app(&probe, layer)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     let held: Vec<_> = (0..2)
         .map(|_| {
             let c = c.clone();

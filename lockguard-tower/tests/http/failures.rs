@@ -5,7 +5,7 @@ use axum::routing::get;
 use lockguard_core::Quota;
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
-use crate::support::{Client, Server, Store, eventually};
+use crate::support::{HttpClient, Server, Store, eventually};
 
 fn app(store: &Store) -> Router {
     let lg = &store.lg;
@@ -54,7 +54,7 @@ const PATHS: [&str; 6] = [
 async fn with_redis_killed_fail_closed_is_503_and_fail_open_passes() {
     let mut store = Store::start().await;
     let server = Server::start(app(&store)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     for path in PATHS {
         assert_eq!(c.get(path, &[]).await.status, 200, "{path} with redis up");
     }
@@ -92,7 +92,7 @@ async fn with_redis_killed_fail_closed_is_503_and_fail_open_passes() {
 async fn a_paused_redis_is_bounded_by_the_response_timeout() {
     let mut store = Store::start().await;
     let server = Server::start(app(&store)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     assert_eq!(c.get("/limit/closed", &[]).await.status, 200);
     store.server.pause();
     // The client's response timeout (500 ms) bounds the wait; then the

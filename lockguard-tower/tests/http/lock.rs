@@ -8,7 +8,7 @@ use axum::routing::post;
 use http::{Request, StatusCode, Uri};
 use lockguard_tower::LockLayer;
 
-use crate::support::{Client, PATIENCE, Probe, Server, Store, eventually, wait_queue};
+use crate::support::{HttpClient, PATIENCE, Probe, Server, Store, eventually, wait_queue};
 
 /// `POST /{route}/{key}` visits the probe (as its path) under the lock
 /// `NAME:job:{key}`.
@@ -51,7 +51,7 @@ async fn a_second_request_on_a_held_key_is_refused_with_the_configured_status() 
     let store = Store::start().await;
     let probe = Probe::new();
     let server = Server::start(app(&store, &probe)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
 
     let first = tokio::spawn({
         let c = c.clone();
@@ -89,7 +89,7 @@ async fn requests_on_two_keys_run_at_the_same_time() {
     let store = Store::start().await;
     let probe = Probe::new();
     let server = Server::start(app(&store, &probe)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     let a = tokio::spawn({
         let c = c.clone();
         async move { c.post("/work/x", &[]).await }
@@ -112,7 +112,7 @@ async fn a_waiting_request_runs_after_the_holder_never_alongside() {
     let store = Store::start().await;
     let probe = Probe::new();
     let server = Server::start(app(&store, &probe)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
 
     let first = tokio::spawn({
         let c = c.clone();
@@ -155,7 +155,7 @@ async fn many_concurrent_requests_on_one_key_never_overlap() {
     let store = Store::start().await;
     let probe = Probe::new();
     let server = Server::start(app(&store, &probe)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     // Handlers leave as soon as they enter.
     probe.open(1000);
     let tasks: Vec<_> = (0..16)

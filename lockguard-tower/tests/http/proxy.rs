@@ -6,7 +6,7 @@ use lockguard_core::Quota;
 use lockguard_tower::RateLimitLayer;
 use lockguard_tower::key::{ClientIp, TrustedProxies};
 
-use crate::support::{Client, Server, Store};
+use crate::support::{HttpClient, Server, Store};
 
 async fn app(store: &Store, name: &str, key: ClientIp) -> Server {
     let app = Router::new()
@@ -29,7 +29,7 @@ async fn spoofed_leftmost_x_forwarded_for_does_not_change_the_key() {
         ClientIp::x_forwarded_for(TrustedProxies::loopback()),
     )
     .await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     // The same client forges a different leftmost entry each time; the
     // proxy appended its real address on the right.
     let mut statuses = Vec::new();
@@ -69,7 +69,7 @@ async fn headers_from_an_untrusted_peer_are_ignored() {
     let store = Store::start().await;
     let trusted = TrustedProxies::parse(["10.0.0.0/8"]).unwrap();
     let server = app(&store, "untrusted", ClientIp::x_forwarded_for(trusted)).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     // Each request claims another client; all are 127.0.0.1's.
     let mut statuses = Vec::new();
     for claimed in ["198.51.100.1", "198.51.100.2", "198.51.100.3"] {
@@ -92,7 +92,7 @@ async fn forwarded_header_gives_the_rightmost_untrusted_for() {
         ClientIp::forwarded(TrustedProxies::loopback()),
     )
     .await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
     let fwd = |forged: &str| format!("for={forged}, for=\"[2001:db8::1]:4711\";proto=https");
     assert_eq!(
         c.get("/", &[("forwarded", &fwd("1.2.3.4"))]).await.status,

@@ -5,7 +5,7 @@ use axum::routing::get;
 use lockguard_core::Quota;
 use lockguard_tower::{RateLimitLayer, key};
 
-use crate::support::{Client, Server, Store, parse_ratelimit};
+use crate::support::{HttpClient, Server, Store, parse_ratelimit};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admitted_and_refused_requests_carry_status_headers_and_problem_body() {
@@ -18,7 +18,7 @@ async fn admitted_and_refused_requests_carry_status_headers_and_problem_body() {
         .legacy_headers(true),
     );
     let server = Server::start(app).await;
-    let client = Client::new(&server);
+    let client = HttpClient::new(&server);
 
     let first = client.get("/", &[]).await;
     assert_eq!(first.status, 200);
@@ -84,7 +84,7 @@ async fn every_connection_spends_the_same_budget() {
     // A client per request: a new connection, a new clone of the service.
     let mut statuses = Vec::new();
     for _ in 0..5 {
-        statuses.push(Client::new(&server).get("/", &[]).await.status.as_u16());
+        statuses.push(HttpClient::new(&server).get("/", &[]).await.status.as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 429, 429]);
 }
@@ -102,7 +102,7 @@ async fn http2_streams_share_one_budget_and_get_the_same_headers() {
             key::PeerIp::new(),
         ));
     let server = Server::start(app).await;
-    let client = Client::http2(&server);
+    let client = HttpClient::http2(&server);
     let answers = futures_join_all((0..5).map(|_| {
         let client = client.clone();
         async move { client.get("/", &[]).await }

@@ -6,7 +6,7 @@ use http::{HeaderName, Method, StatusCode};
 use lockguard_core::Quota;
 use lockguard_tower::{MissingKey, RateLimitLayer, RateLimitTable, Rule, key};
 
-use crate::support::{Client, Server, Store};
+use crate::support::{HttpClient, Server, Store};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_route_has_its_own_policy_through_route_layer() {
@@ -29,7 +29,7 @@ async fn each_route_has_its_own_policy_through_route_layer() {
         )
         .route("/health", get(|| async { "ok" }));
     let server = Server::start(app).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
 
     assert_eq!(c.post("/login", &[]).await.status, 200);
     let refused = c.post("/login", &[]).await;
@@ -90,7 +90,7 @@ async fn one_table_limits_by_method_and_route_pattern() {
         .route("/health", get(|| async { "ok" }))
         .layer(RateLimitLayer::with_policy(table));
     let server = Server::start(app).await;
-    let c = Client::new(&server);
+    let c = HttpClient::new(&server);
 
     // POST /login: 2 per minute per address.
     assert_eq!(c.post("/login", &[]).await.status, 200);

@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, key};
 use tokio::sync::mpsc;
 
-use crate::support::{ChannelBody, Client, Server, Store};
+use crate::support::{ChannelBody, HttpClient, Server, Store};
 
 type Feeds = Arc<Mutex<Vec<mpsc::Receiver<Bytes>>>>;
 
@@ -31,9 +31,9 @@ async fn streaming_case(app: impl FnOnce(Feeds) -> Router, refused: u16, http2: 
     // Over HTTP/2, one client's requests are streams of one connection.
     let client = |server: &Server| {
         if http2 {
-            Client::http2(server)
+            HttpClient::http2(server)
         } else {
-            Client::new(server)
+            HttpClient::new(server)
         }
     };
     let c = client(&server);
@@ -142,7 +142,7 @@ async fn back_to_back_requests_find_the_lock_free_whatever_the_response() {
     let server = Server::start(app).await;
     // A new connection per request: the next request does not wait for the
     // previous connection's task to finish its response.
-    let c = || Client::new(&server);
+    let c = || HttpClient::new(&server);
     for _ in 0..20 {
         let sized = c().get("/sized", &[]).await;
         assert_eq!((sized.status.as_u16(), sized.body.len()), (200, 10_000));

@@ -19,7 +19,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lockguard_core::Lockguard;
+use lockguard_core::Client;
 use lockguard_testing::RedisServer;
 use tokio::sync::{Semaphore, mpsc, watch};
 
@@ -30,13 +30,13 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(15);
 /// A real Redis for this test, and a client on it.
 pub(crate) struct Store {
     pub(crate) server: RedisServer,
-    pub(crate) lg: Lockguard,
+    pub(crate) lg: Client,
 }
 
 impl Store {
     pub(crate) async fn start() -> Self {
         let server = RedisServer::start();
-        let lg = Lockguard::builder()
+        let lg = Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .response_timeout(Duration::from_millis(500))
             .connect(&server.url())
@@ -101,12 +101,12 @@ impl Resp {
 
 /// A hyper client for one server.
 #[derive(Clone)]
-pub(crate) struct Client {
+pub(crate) struct HttpClient {
     inner: HyperClient<HttpConnector, Full<Bytes>>,
     base: String,
 }
 
-impl Client {
+impl HttpClient {
     pub(crate) fn new(server: &Server) -> Self {
         Self::with_protocol(server, false)
     }

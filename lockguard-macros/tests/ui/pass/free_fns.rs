@@ -1,7 +1,7 @@
 //! Free functions: arguments in the key, `?` and early `return` in the
 //! body, a custom error type, all three attributes.
 
-use lockguard::{concurrency_limit, distributed_lock, rate_limit, Lockguard};
+use lockguard::{concurrency_limit, distributed_lock, rate_limit, Client};
 
 #[derive(Debug)]
 enum AppError {
@@ -51,7 +51,7 @@ async fn global() -> Result<(), lockguard::Error> {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    Lockguard::memory().install_default();
+    Client::memory().install_default();
     assert_eq!(parse_quantity(3, "41").await.unwrap(), 42);
     assert_eq!(parse_quantity(3, "").await.unwrap(), 0);
     assert!(matches!(parse_quantity(3, "x").await, Err(AppError::Parse(_))));

@@ -1,10 +1,10 @@
 //! Inherent methods: `&self`, `&mut self`, `self`, the client and the key
 //! taken from `self`, visibility, docs and other attributes kept.
 
-use lockguard::{concurrency_limit, distributed_lock, rate_limit, Lockguard};
+use lockguard::{concurrency_limit, distributed_lock, rate_limit, Client};
 
 struct Orders {
-    locks: Lockguard,
+    locks: Client,
     tenant: String,
     placed: u32,
 }
@@ -37,15 +37,15 @@ impl Orders {
         Ok(())
     }
 
-    fn shared() -> Lockguard {
-        Lockguard::memory()
+    fn shared() -> Client {
+        Client::memory()
     }
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut orders = Orders {
-        locks: Lockguard::memory(),
+        locks: Client::memory(),
         tenant: "acme".into(),
         placed: 0,
     };

@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use lockguard::{concurrency_limit, distributed_lock, Lockguard};
+use lockguard::{concurrency_limit, distributed_lock, Client};
 
 trait Job {
     async fn run(&self, n: u32) -> Result<u32, lockguard::Error>;
@@ -14,7 +14,7 @@ trait SendJob {
 }
 
 struct Double {
-    lg: Lockguard,
+    lg: Client,
     name: &'static str,
 }
 
@@ -36,7 +36,7 @@ impl SendJob for Double {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let job = Double {
-        lg: Lockguard::memory(),
+        lg: Client::memory(),
         name: "double",
     };
     assert_eq!(Job::run(&job, 2).await.unwrap(), 4);
