@@ -133,16 +133,20 @@ async fn main() -> Result<(), Error> {
     );
     new.release().await?;
 
-    // 5. Reentrancy: a task that holds a lock can take it again.
+    // 5. Reentrancy: inside the body a lock runs, taking it again (a nested
+    //    call) does not wait for itself; outside, the same task is another
+    //    owner.
     let key = format!("{run}:nested");
-    let outer = lg.lock(&key).acquire().await?;
-    let inner = lg.lock(&key).try_acquire().await?;
-    println!(
-        "5. nested acquire in the same task: reentrant = {}",
-        inner.is_reentrant()
-    );
-    inner.release().await?;
-    outer.release().await?;
+    let lock = lg.lock(&key);
+    let nested = lock
+        .run(async {
+            let inner = lg.lock(&key).try_acquire().await?;
+            let reentrant = inner.is_reentrant();
+            inner.release().await?;
+            Ok::<_, lockguard::Error>(reentrant)
+        })
+        .await??;
+    println!("5. nested acquire inside the lock's body: reentrant = {nested}");
     println!("done");
     Ok(())
 }

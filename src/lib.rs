@@ -57,12 +57,10 @@ pub use lockguard_tower as tower;
 /// still finds it.
 #[doc(hidden)]
 pub mod __private {
-    use std::future::{Future, poll_fn};
-    use std::pin::pin;
-    use std::task::Poll;
+    use std::future::Future;
 
     pub use lockguard_core;
-    pub use lockguard_core::{Algorithm, Client, Error, LockGuard, Permit, Quota, Result};
+    pub use lockguard_core::{Algorithm, Client, Error, Lease, Quota, Result};
     pub use std::option::Option::{None, Some};
     pub use std::result::Result::{Err, Ok};
     pub use std::string::String;
@@ -93,45 +91,24 @@ pub mod __private {
         pub stop_on_lost: bool,
     }
 
-    /// A held lock or permit: what the body runs under.
-    pub trait Held: Send + Sized {
-        /// Completes with the lease-lost error when the lease is lost or
-        /// about to run out.
-        fn lost(&self) -> impl Future<Output = Error> + Send + 'static;
-        /// Gives the lock or permit back.
-        fn release(self) -> impl Future<Output = Result<bool>> + Send;
-    }
-
-    impl Held for LockGuard {
-        fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-            LockGuard::lost(self)
+    impl LeaseOptions {
+        /// The lease asked for, if any (the client's default otherwise).
+        fn lease(self) -> Option<Lease> {
+            self.ttl
+                .map(Lease::Fixed)
+                .or(self.watchdog.map(Lease::Watchdog))
         }
-        fn release(self) -> impl Future<Output = Result<bool>> + Send {
-            LockGuard::release(self)
+
+        fn wait(self) -> Duration {
+            self.wait.unwrap_or(Duration::ZERO)
         }
     }
 
-    impl Held for Permit {
-        fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-            Permit::lost(self)
-        }
-        fn release(self) -> impl Future<Output = Result<bool>> + Send {
-            Permit::release(self)
-        }
-    }
-
-    tokio::task_local! {
-        /// The locks held by the `#[distributed_lock]` bodies this code runs
-        /// inside: a nested call on one of them is reentrant.
-        static HELD: std::sync::Arc<Vec<(Client, String)>>;
-    }
-
-    /// `#[distributed_lock]`: takes the lock on `key`, then runs `body`
-    /// under it.
+    /// `#[distributed_lock]`: runs `body` under the lock on `key`.
     ///
-    /// Reentrancy is scoped to the body: a call on the same key (and
-    /// client) made from inside the body runs without taking the lock
-    /// again, while calls that merely share a task (branches of one
+    /// Reentrancy is the core's, scoped to the body: a call on the same
+    /// key (and client) made from inside the body runs without taking the
+    /// lock again, while calls that merely share a task (branches of one
     /// `join!`) exclude each other like calls from anywhere else.
     pub async fn locked<F: Future>(
         client: Result<Client>,
@@ -139,37 +116,23 @@ pub mod __private {
         opts: LeaseOptions,
         body: F,
     ) -> Result<F::Output> {
-        let client = client?;
-        let outer = HELD.try_with(std::sync::Arc::clone).unwrap_or_default();
-        if outer
-            .iter()
-            .any(|(c, k)| *k == key && c.same_client(&client))
-        {
-            return Ok(body.await);
+        let mut lock = client?.lock(&key).wait(opts.wait());
+        if let Some(lease) = opts.lease() {
+            lock = lock.with_lease(lease);
         }
-        let mut lock = client.lock(&key).reentrant(false);
-        if let Some(ttl) = opts.ttl {
-            lock = lock.lease(ttl);
+        if opts.stop_on_lost {
+            return lock.run(body).await;
         }
-        if let Some(lease) = opts.watchdog {
-            lock = lock.watchdog(lease);
-        }
-        let guard = match opts.wait {
-            Some(wait) => lock.wait(wait).acquire().await?,
-            None => lock.try_acquire().await?,
-        };
-        let mut held = Vec::with_capacity(outer.len() + 1);
-        held.extend(outer.iter().cloned());
-        held.push((client, key));
-        HELD.scope(
-            std::sync::Arc::new(held),
-            run_held(guard, opts.stop_on_lost, body),
-        )
-        .await
+        let guard = lock.acquire().await?;
+        let out = guard.scope(body).await;
+        // The work is done; a failed release is logged and left to the
+        // lease.
+        let _ = guard.release().await;
+        Ok(out)
     }
 
-    /// `#[concurrency_limit]`: takes a permit of the semaphore `key`, then
-    /// runs `body` under it.
+    /// `#[concurrency_limit]`: runs `body` holding a permit of the
+    /// semaphore `key`.
     pub async fn limited<F: Future>(
         client: Result<Client>,
         key: String,
@@ -177,57 +140,17 @@ pub mod __private {
         opts: LeaseOptions,
         body: F,
     ) -> Result<F::Output> {
-        let client = client?;
-        let mut semaphore = client.semaphore(&key, permits);
-        if let Some(ttl) = opts.ttl {
-            semaphore = semaphore.lease(ttl);
+        let mut semaphore = client?.semaphore(&key, permits).wait(opts.wait());
+        if let Some(lease) = opts.lease() {
+            semaphore = semaphore.with_lease(lease);
         }
-        if let Some(lease) = opts.watchdog {
-            semaphore = semaphore.watchdog(lease);
+        if opts.stop_on_lost {
+            return semaphore.run(body).await;
         }
-        let permit = match opts.wait {
-            Some(wait) => semaphore.wait(wait).acquire().await?,
-            None => semaphore.try_acquire().await?,
-        };
-        run_held(permit, opts.stop_on_lost, body).await
-    }
-
-    /// Runs `body` while `held` is held. With `stop_on_lost`, a lost lease
-    /// drops the body at once (it is not polled again) and is returned as
-    /// the error. Once the body is done, `held` is released explicitly; a
-    /// failed release is left to the lease, since the work is done.
-    pub async fn run_held<H: Held, F: Future>(
-        held: H,
-        stop_on_lost: bool,
-        body: F,
-    ) -> Result<F::Output> {
-        let out = if stop_on_lost {
-            let mut lost = pin!(held.lost());
-            let mut body = pin!(body);
-            // The lost signal is polled first: once the lease is gone the
-            // body never makes another step.
-            poll_fn(|cx| {
-                if let Poll::Ready(e) = lost.as_mut().poll(cx) {
-                    return Poll::Ready(Err(e));
-                }
-                body.as_mut().poll(cx).map(Ok)
-            })
-            .await
-        } else {
-            Ok(body.await)
-        };
-        // The body (dropped at the end of the block above) is gone before
-        // the lock is given back.
-        match out {
-            Ok(out) => {
-                let _ = held.release().await;
-                Ok(out)
-            }
-            Err(lost) => {
-                drop(held);
-                Err(lost)
-            }
-        }
+        let permit = semaphore.acquire().await?;
+        let out = body.await;
+        let _ = permit.release().await;
+        Ok(out)
     }
 
     /// `#[rate_limit]`: spends one unit (or `cost`) of `key`'s budget in the

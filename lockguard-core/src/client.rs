@@ -1,55 +1,27 @@
 //! The client handle: one store, a key prefix, defaults, and the machinery
 //! shared by every primitive it hands out.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Store;
 use crate::backend::memory::MemoryStore;
-use crate::backend::redis::{RedisOptions, RedisStore, Subscriber};
-use crate::backend::redlock::RedlockStore;
+use crate::backend::redis::RedisOptions;
 use crate::clock::{Clock, MonotonicClock};
 use crate::counter::Counter;
+use crate::engine::{
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT, Defaults, Engine,
+    MIN_WAITER_TIMEOUT,
+};
 use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencedResource;
-use crate::guard::Held;
+use crate::fenced::FencedResource;
+use crate::key::DEFAULT_PREFIX;
+use crate::lease::{DEFAULT_LEASE, Lease, MAX_LEASE};
+use crate::limiter::RateLimiter;
 use crate::lock::Lock;
-use crate::notify::Waiters;
-use crate::rate_limit::{Quota, RateLimiter};
+use crate::rate_limit::Quota;
 use crate::semaphore::Semaphore;
 use crate::token::Token;
-
-/// The longest lease a lock accepts: one day. Longer leases are almost
-/// always a unit mistake (seconds passed as milliseconds) and would keep a
-/// crashed holder's lock for too long.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The shortest lease a lock accepts. The holder stops counting on a lease
-/// 1% + 2 ms before it ends, so shorter leases would leave no time to use.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
-
-/// The shortest lease the watchdog renews: it renews every third of the
-/// lease, and shorter leases would flood the store with renewals.
-pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
-
-/// The default lease of a lock renewed by the watchdog.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-
-/// How long [`Lock::acquire`] waits by default.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
-
-/// The default longest pause between two attempts of a waiting acquire
-/// when no notification arrives.
-pub const DEFAULT_RETRY_INTERVAL: Duration = Duration::from_millis(500);
-
-/// How long a queued waiter that stops answering keeps its place by default:
-/// a waiter whose process died or whose connection is gone delays the queue
-/// by at most this.
-pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The shortest waiter timeout a client accepts.
-pub const MIN_WAITER_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -57,64 +29,16 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// The default timeout for one Redis request.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The default prefix of every key lockguard writes.
-pub const DEFAULT_PREFIX: &str = "lockguard:";
-
-/// Defaults a client applies to the primitives it hands out.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Defaults {
-    pub(crate) lease: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) retry_interval: Duration,
-    pub(crate) waiter_timeout: Duration,
-}
-
-/// Who holds a lock, for reentrant acquisition: the tokio task, or, for a
-/// future that is not a task (the one `block_on` runs, as under
-/// `#[tokio::main]`), the thread that polls it, which is always the same.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Owner {
-    Task(tokio::task::Id),
-    Thread(std::thread::ThreadId),
-}
-
-impl Owner {
-    fn current() -> Self {
-        match tokio::task::try_id() {
-            Some(id) => Self::Task(id),
-            None => Self::Thread(std::thread::current().id()),
-        }
-    }
-}
-
-/// An owner holding a lock, for reentrant acquisition.
-#[derive(Debug)]
-struct Holding {
-    owner: Owner,
-    held: Weak<Held>,
-    /// Identifies the acquisition (the `Held` may have moved out of its
-    /// `Arc` by the time it is forgotten).
-    token: Token,
-}
-
 /// The process-wide default client, for code (such as the attribute
 /// macros) that is not handed one.
 static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None);
 
-#[derive(Debug)]
-struct Inner {
-    store: Arc<Store>,
-    prefix: String,
-    defaults: Defaults,
-    waiters: Arc<Waiters>,
-    holdings: Mutex<HashMap<String, Holding>>,
-}
-
 /// A handle on one store (Redis or in memory) that hands out locks and the
 /// other primitives.
 ///
-/// Cloning is cheap and clones share everything: the connection, the
-/// pub/sub subscriber, and the record of which task holds which lock.
+/// Cloning is cheap and clones share everything: the connections, the
+/// pub/sub subscriber, and the identity that reentrancy goes by (see
+/// [`LockGuard::scope`](crate::LockGuard::scope)).
 ///
 /// # Examples
 ///
@@ -132,7 +56,7 @@ struct Inner {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    engine: Arc<Engine>,
 }
 
 impl Client {
@@ -141,8 +65,8 @@ impl Client {
     /// Only clones of the returned handle share its locks.
     pub fn memory() -> Self {
         let b = Builder::default();
-        let store = Store::Memory(MemoryStore::new(b.clock.clone()));
-        b.build(store, Vec::new())
+        let store = Store::new(Arc::new(MemoryStore::new(b.clock.clone())), Vec::new());
+        b.build(store)
     }
 
     /// Connects to the Redis at `url` (`redis://host:port/db`,
@@ -229,17 +153,11 @@ impl Client {
 
     /// A handle on the same store and connections that does not share
     /// reentrancy with this one: a lock held through `self` is not reentrant
-    /// through the peer, even in the same task. Two peers behave like two
-    /// processes, which is what tests of the in-memory store need.
+    /// through the peer, even inside the holder's scope. Two peers behave
+    /// like two processes, which is what tests of the in-memory store need.
     pub fn peer(&self) -> Self {
         Self {
-            inner: Arc::new(Inner {
-                store: self.inner.store.clone(),
-                prefix: self.inner.prefix.clone(),
-                defaults: self.inner.defaults,
-                waiters: self.inner.waiters.clone(),
-                holdings: Mutex::new(HashMap::new()),
-            }),
+            engine: Arc::new(self.engine.peer()),
         }
     }
 
@@ -248,19 +166,19 @@ impl Client {
     /// An invalid name (empty, longer than [`MAX_KEY_LEN`](crate::MAX_KEY_LEN)
     /// bytes, control characters) is reported by `acquire`.
     pub fn lock(&self, name: &str) -> Lock {
-        Lock::new(self.clone(), name)
+        Lock::new(self.engine.clone(), name)
     }
 
     /// A semaphore admitting at most `permits` holders of `name` at once.
     ///
     /// A zero or oversized permit count is reported by `acquire`.
     pub fn semaphore(&self, name: &str, permits: u32) -> Semaphore {
-        Semaphore::new(self.clone(), name, permits)
+        Semaphore::new(self.engine.clone(), name, permits)
     }
 
     /// An atomic counter.
     pub fn counter(&self, name: &str) -> Counter {
-        Counter::new(self.clone(), name)
+        Counter::new(self.engine.clone(), name)
     }
 
     /// A rate limiter named `name` (GCRA unless another algorithm is
@@ -269,90 +187,33 @@ impl Client {
     /// A name that is empty or holds braces (which would choose the Redis
     /// Cluster slot of every key) is reported by each check.
     pub fn rate_limiter(&self, name: &str, quota: Quota) -> RateLimiter {
-        RateLimiter::new(self.clone(), name, quota)
+        RateLimiter::new(self.engine.clone(), name, quota)
     }
 
     /// A value that only accepts writes with fresh fencing tokens.
     pub fn fenced(&self, name: &str) -> FencedResource {
-        FencedResource::new(self.clone(), name)
+        FencedResource::new(self.engine.clone(), name)
     }
 
     /// Whether two handles are clones of one client (sharing its store and
-    /// reentrancy records).
+    /// the identity reentrancy goes by).
     pub fn same_client(&self, other: &Client) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
+        Arc::ptr_eq(&self.engine, &other.engine)
     }
 
     /// The prefix of every key this client writes.
     pub fn prefix(&self) -> &str {
-        &self.inner.prefix
+        &self.engine.prefix
     }
 
-    /// `"memory"` or `"redis"`.
+    /// The store's name: `"memory"`, `"redis"`, `"redis-cluster"` or
+    /// `"redlock"`.
     pub fn backend_name(&self) -> &'static str {
-        self.inner.store.name()
-    }
-
-    pub(crate) fn store(&self) -> &Store {
-        &self.inner.store
-    }
-
-    pub(crate) fn defaults(&self) -> Defaults {
-        self.inner.defaults
-    }
-
-    pub(crate) fn waiters(&self) -> &Arc<Waiters> {
-        &self.inner.waiters
-    }
-
-    fn holdings(&self) -> std::sync::MutexGuard<'_, HashMap<String, Holding>> {
-        self.inner
-            .holdings
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The lock on `key` the current task holds, if any and still valid.
-    pub(crate) fn held_by_current_task(&self, key: &str) -> Option<Arc<Held>> {
-        let held = {
-            let holdings = self.holdings();
-            let holding = holdings.get(key)?;
-            if holding.owner != Owner::current() {
-                return None;
-            }
-            holding.held.clone()
-        };
-        // Upgraded outside the lock: if the guard went meanwhile, this may
-        // be the last reference, and dropping it releases the lock, which
-        // takes the same lock to forget the holding.
-        held.upgrade().filter(|h| h.is_held())
-    }
-
-    #[cfg(test)]
-    pub(crate) fn holdings_len(&self) -> usize {
-        self.holdings().len()
-    }
-
-    pub(crate) fn record_holding(&self, key: &str, held: &Arc<Held>, token: Token) {
-        self.holdings().insert(
-            key.to_owned(),
-            Holding {
-                owner: Owner::current(),
-                held: Arc::downgrade(held),
-                token,
-            },
-        );
-    }
-
-    pub(crate) fn forget_holding(&self, key: &str, token: &Token) {
-        let mut holdings = self.holdings();
-        if holdings.get(key).is_some_and(|h| h.token == *token) {
-            holdings.remove(key);
-        }
+        self.engine.store.locks.name()
     }
 }
 
-/// Settings for a [`Client`] client.
+/// Settings for a [`Client`].
 ///
 /// # Examples
 ///
@@ -465,7 +326,7 @@ impl Builder {
         // table is built here, not in the first operation.
         crate::key::prepare();
         let d = &self.defaults;
-        crate::lock::validate_lease(d.lease, true)?;
+        Lease::Watchdog(d.lease).validate()?;
         if d.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be greater than zero"));
         }
@@ -488,27 +349,12 @@ impl Builder {
         Ok(())
     }
 
-    fn build(self, store: Store, subscribers: Vec<Subscriber>) -> Client {
+    fn build(self, store: Store) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
-        let waiters = Arc::new(Waiters::new(channel, subscribers));
-        if let Store::Memory(m) = &store {
-            let waiters = Arc::downgrade(&waiters);
-            m.set_notify(move |grant| {
-                if let Some(w) = waiters.upgrade() {
-                    w.grant(grant);
-                }
-            });
-        }
         Client {
-            inner: Arc::new(Inner {
-                store: Arc::new(store),
-                prefix: self.prefix,
-                defaults: self.defaults,
-                waiters,
-                holdings: Mutex::new(HashMap::new()),
-            }),
+            engine: Arc::new(Engine::new(store, self.prefix, self.defaults, channel)),
         }
     }
 
@@ -520,8 +366,8 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`]).
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
-        let store = Store::Memory(MemoryStore::new(self.clock.clone()));
-        Ok(self.build(store, Vec::new()))
+        let store = Store::new(Arc::new(MemoryStore::new(self.clock.clone())), Vec::new());
+        Ok(self.build(store))
     }
 
     /// Connects to the Redis at `url`.
@@ -568,9 +414,8 @@ impl Builder {
     }
 
     async fn connect_redis(self, client: redis::Client) -> Result<Client> {
-        let subscriber = Subscriber::new(&client, self.opts)?;
-        let store = RedisStore::connect(client, self.opts).await?;
-        Ok(self.build(Store::Redis(store), vec![subscriber]))
+        let store = crate::backend::redis::connect(client, self.opts).await?;
+        Ok(self.build(store))
     }
 
     /// Connects to a Redis Cluster through any of `urls` (seed nodes).
@@ -592,11 +437,8 @@ impl Builder {
     {
         self.validate()?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let client = crate::backend::redis::cluster_client_for(&urls, self.opts, None)?;
-        let store = RedisStore::connect_cluster(client, self.opts).await?;
-        let subscriber =
-            Subscriber::for_target(crate::backend::redis::SubTarget::Cluster(urls), self.opts);
-        Ok(self.build(Store::Redis(store), vec![subscriber]))
+        let store = crate::backend::redis::connect_cluster(urls, self.opts).await?;
+        Ok(self.build(store))
     }
 
     /// The per-node timeout of a Redlock client (default 50 ms): how long
@@ -653,47 +495,8 @@ impl Builder {
             }
             clients.push(client);
         }
-        let mut set = tokio::task::JoinSet::new();
-        for (i, client) in clients.iter().enumerate() {
-            let client = client.clone();
-            set.spawn(async move { (i, RedisStore::connect(client, opts).await) });
-        }
-        let mut nodes: Vec<Option<RedisStore>> = (0..clients.len()).map(|_| None).collect();
-        let mut errors = Vec::new();
-        while let Some(joined) = set.join_next().await {
-            let Ok((i, result)) = joined else { continue };
-            match result {
-                Ok(store) => nodes[i] = Some(store),
-                Err(e) => errors.push(e),
-            }
-        }
-        let quorum = clients.len() / 2 + 1;
-        let up = nodes.iter().filter(|n| n.is_some()).count();
-        if up < quorum {
-            let first = errors.first().map(ToString::to_string).unwrap_or_default();
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!(
-                    "redlock: only {up} of {} nodes reachable, a quorum needs {quorum} (first error: {first})",
-                    clients.len()
-                ),
-            ));
-        }
-        let mut stores = Vec::new();
-        let mut subscribers = Vec::new();
-        for (node, client) in nodes.into_iter().zip(&clients) {
-            let store = match node {
-                Some(store) => store,
-                None => {
-                    tracing::warn!(node = %client.get_connection_info().addr(), "redlock node unreachable at start-up; will reconnect");
-                    RedisStore::lazy(client.clone(), opts)?
-                }
-            };
-            stores.push(store);
-            subscribers.push(Subscriber::new(client, opts)?);
-        }
-        tracing::debug!(nodes = stores.len(), quorum, "connected to redlock nodes");
-        Ok(self.build(Store::Redlock(RedlockStore::new(stores)), subscribers))
+        let store = crate::backend::redlock::connect(clients, opts).await?;
+        Ok(self.build(store))
     }
 
     /// Connects to `REDIS_URL` when set (and not empty), or builds an
@@ -723,11 +526,12 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::{ErrorKind, LockGuard};
 
-    /// A task asks for a lock it took and moved away, whose lease is over,
-    /// while the guard is dropped on another thread: the reference the
+    /// Inside the scope of a guard whose lease is over, a task asks for the
+    /// lock while the guard is dropped on another thread: the reference the
     /// reentrancy check takes may be the last one, and dropping it must not
-    /// take the holdings lock it is still under (a deadlock before).
+    /// deadlock (it did when reentrancy was a registry behind a mutex).
     /// (Issue 11, item 3.)
     #[test]
     fn reentrancy_check_racing_the_last_drop_does_not_deadlock() {
@@ -744,12 +548,21 @@ mod tests {
                     .unwrap();
                 // Lost: the reentrancy check upgrades and then rejects it.
                 guard.mark_lost_for_test();
-                let dropper = std::thread::spawn(move || drop(guard));
-                while !dropper.is_finished() {
-                    assert!(lg.held_by_current_task(&guard_key(&lg)).is_none());
-                }
-                dropper.join().unwrap();
-                // Let the background release run.
+                // The guard moves into its own scope, to be dropped from it.
+                let slot = std::sync::Mutex::new(None);
+                let body = async {
+                    let guard: LockGuard = slot.lock().unwrap().take().unwrap();
+                    let dropper = std::thread::spawn(move || drop(guard));
+                    while !dropper.is_finished() {
+                        let again = lg.lock("race").try_acquire().await;
+                        assert!(again.is_err() || !again.unwrap().is_reentrant());
+                    }
+                    dropper.join().unwrap();
+                };
+                let scope = guard.scope(body);
+                *slot.lock().unwrap() = Some(guard);
+                rt.block_on(scope);
+                // Let the background releases run.
                 rt.block_on(tokio::task::yield_now());
             }
             done.send(()).unwrap();
@@ -759,7 +572,84 @@ mod tests {
             .expect("the reentrancy check deadlocked against a concurrent drop");
     }
 
-    fn guard_key(lg: &Client) -> String {
-        crate::key::LockKeys::new(lg.prefix(), "race").lock
+    #[test]
+    fn waiter_timeouts_are_validated() {
+        for bad in [Duration::ZERO, Duration::from_millis(49), MAX_LEASE * 2] {
+            let err = Client::builder().waiter_timeout(bad).memory().unwrap_err();
+            assert!(err.is_invalid_input(), "{bad:?}: {err}");
+        }
+        assert!(
+            Client::builder()
+                .waiter_timeout(crate::MIN_WAITER_TIMEOUT)
+                .memory()
+                .is_ok()
+        );
+    }
+
+    /// A watch sees the guard's token and lease, does not keep the lock,
+    /// and reports the end of the acquisition: `lost()` completes and
+    /// `is_held()` turns false when the guard is released or dropped.
+    #[tokio::test]
+    async fn a_watch_follows_the_guard_without_holding_the_lock() {
+        let lg = Client::memory();
+        let guard = lg.lock("watched").acquire().await.unwrap();
+        let watch = guard.watch();
+        assert_eq!(watch.fencing_token(), guard.fencing_token());
+        assert_eq!(watch.name(), "watched");
+        assert!(watch.is_held() && watch.valid_for() > Duration::ZERO);
+        let lost = watch.lost();
+        assert!(guard.release().await.unwrap());
+        let err = tokio::time::timeout(Duration::from_secs(5), lost)
+            .await
+            .expect("lost() did not complete on release");
+        assert_eq!(err.kind(), ErrorKind::LeaseLost);
+        assert!(!watch.is_held() && watch.valid_for() == Duration::ZERO);
+        // The watch kept nothing: the key is free.
+        let again = lg.lock("watched").try_acquire().await.unwrap();
+        let dropped = again.watch();
+        drop(again);
+        tokio::time::timeout(Duration::from_secs(5), dropped.lost())
+            .await
+            .expect("lost() did not complete on drop");
+        assert!(!dropped.is_held());
+    }
+
+    /// `release()` of the last guard releases at once, even while another
+    /// reference to the acquisition is alive (a reentrancy check of the
+    /// owning task holds one for a moment): the key is free when it
+    /// returns, and it reports that the lock was held. (Issue 11, item 13:
+    /// it returned `is_held()` and left the release to whoever dropped the
+    /// last reference, its result lost.)
+    #[tokio::test]
+    async fn release_of_the_last_guard_releases_now() {
+        let lg = Client::memory();
+        let guard = lg
+            .lock("now")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let other_reference = guard.tenancy().clone();
+        assert!(guard.release().await.unwrap(), "the lock was held");
+        let again = lg.peer().lock("now").try_acquire().await;
+        assert!(again.is_ok(), "the key was not released: {again:?}");
+        drop(other_reference);
+    }
+
+    /// Reentrant guards share the acquisition: giving up a share keeps the
+    /// lock, and the last guard's release frees it and reports so.
+    #[tokio::test]
+    async fn the_last_of_shared_guards_releases() {
+        let lg = Client::memory();
+        let outer = lg.lock("shared").acquire().await.unwrap();
+        let inner = outer.scope(lg.lock("shared").acquire()).await.unwrap();
+        assert!(inner.is_reentrant());
+        assert!(
+            outer.release().await.unwrap(),
+            "still held by the inner guard"
+        );
+        assert!(lg.peer().lock("shared").try_acquire().await.is_err());
+        assert!(inner.release().await.unwrap());
+        assert!(lg.peer().lock("shared").try_acquire().await.is_ok());
     }
 }

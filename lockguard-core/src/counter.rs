@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::Client;
-use crate::error::{Error, ErrorKind, Result};
+use crate::backend::DataBackend;
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::key::CounterKeys;
 use crate::rate_limit::MAX_PERIOD;
 
@@ -28,7 +29,7 @@ pub struct Versioned {
 
 /// An atomic 64-bit counter in the store.
 ///
-/// Made by [`Client::counter`]. Every operation is one round trip (one
+/// Made by [`Client::counter`](crate::Client::counter). Every operation is one round trip (one
 /// Lua script on Redis) and atomic. Each write bumps a version, which
 /// [`Counter::compare_and_set`] and [`Counter::update`] use for optimistic
 /// concurrency without lost updates.
@@ -51,19 +52,19 @@ pub struct Versioned {
 /// ```
 #[derive(Debug, Clone)]
 pub struct Counter {
-    client: Client,
+    engine: Arc<Engine>,
     name: Arc<str>,
-    keys: Result<CounterKeys, String>,
+    keys: Result<CounterKeys, Invalid>,
     ttl: Option<Duration>,
 }
 
 impl Counter {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
-        let keys = crate::key::validate("counter", name)
-            .map(|()| CounterKeys::new(client.prefix(), name))
-            .map_err(|e| e.message().to_owned());
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
+        let keys = crate::key::validate_key("counter", name)
+            .map(|()| CounterKeys::new(&engine.prefix, name))
+            .map_err(Invalid::from);
         Self {
-            client,
+            engine,
             name: name.into(),
             keys,
             ttl: None,
@@ -83,8 +84,13 @@ impl Counter {
         &self.name
     }
 
+    /// The store's counters, or `Unsupported` on a store without them.
+    fn store(&self) -> Result<&dyn DataBackend> {
+        self.engine.store.data("a counter")
+    }
+
     fn keys(&self) -> Result<(&CounterKeys, Option<Duration>)> {
-        let keys = self.keys.as_ref().map_err(|e| Error::invalid(e.clone()))?;
+        let keys = self.keys.as_ref().map_err(Invalid::error)?;
         if let Some(ttl) = self.ttl
             && (ttl < Duration::from_millis(1) || ttl > MAX_PERIOD)
         {
@@ -103,7 +109,7 @@ impl Counter {
     /// the store's errors.
     pub async fn incr_by(&self, n: i64) -> Result<i64> {
         let (keys, ttl) = self.keys()?;
-        self.client.store().counter_add(keys, n, ttl).await
+        self.store()?.counter_add(keys, n, ttl).await
     }
 
     /// Subtracts `n` and returns the new value, which may go below zero;
@@ -135,7 +141,7 @@ impl Counter {
     /// The store's errors.
     pub async fn get_versioned(&self) -> Result<Versioned> {
         let (keys, _) = self.keys()?;
-        let (value, version) = self.client.store().counter_get(&keys.value).await?;
+        let (value, version) = self.store()?.counter_get(keys).await?;
         Ok(Versioned { value, version })
     }
 
@@ -146,8 +152,7 @@ impl Counter {
     /// The store's errors.
     pub async fn set(&self, value: i64) -> Result<()> {
         let (keys, ttl) = self.keys()?;
-        self.client
-            .store()
+        self.store()?
             .counter_set(keys, value, None, ttl)
             .await?
             .map(drop)
@@ -169,7 +174,7 @@ impl Counter {
             )));
         }
         let (keys, ttl) = self.keys()?;
-        Ok(self.client.store().counter_take(keys, n, ttl).await?.ok())
+        Ok(self.store()?.counter_take(keys, n, ttl).await?.ok())
     }
 
     /// Sets the value to `new` only if the counter's version is still
@@ -182,8 +187,7 @@ impl Counter {
     pub async fn compare_and_set(&self, expected_version: u64, new: i64) -> Result<bool> {
         let (keys, ttl) = self.keys()?;
         Ok(self
-            .client
-            .store()
+            .store()?
             .counter_set(keys, new, Some(expected_version), ttl)
             .await?
             .is_ok())
@@ -229,9 +233,6 @@ impl Counter {
             )));
         }
         let (keys, ttl) = self.keys()?;
-        self.client
-            .store()
-            .mark_once(&keys.marks, member, ttl)
-            .await
+        self.store()?.mark_once(keys, member, ttl).await
     }
 }

@@ -161,34 +161,24 @@ impl Error {
     pub fn is_invalid_input(&self) -> bool {
         self.kind == ErrorKind::InvalidInput
     }
+}
 
-    pub(crate) fn from_redis(err: redis::RedisError, what: &str) -> Self {
-        let kind = match err.kind() {
-            // A reply of the wrong shape: the store answered, with garbage.
-            redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,
-            redis::ErrorKind::InvalidClientConfig => ErrorKind::InvalidInput,
-            _ if err.is_timeout() => ErrorKind::Timeout,
-            _ if err.is_io_error()
-                || err.is_connection_refusal()
-                || err.is_connection_dropped()
-                || err.is_unrecoverable_error() =>
-            {
-                ErrorKind::Unavailable
-            }
-            redis::ErrorKind::AuthenticationFailed
-            | redis::ErrorKind::Client
-            | redis::ErrorKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
-            // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the cluster is moving or
-            // failing over; trying again later may succeed.
-            _ if err.is_cluster_error() => ErrorKind::Unavailable,
-            _ => match err.code() {
-                Some(
-                    "LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "READONLY",
-                ) => ErrorKind::Unavailable,
-                _ => ErrorKind::Protocol,
-            },
-        };
-        Self::new(kind, what.to_owned()).with_source(err)
+/// Input found invalid when a primitive was made (`client.lock("")`),
+/// reported as [`ErrorKind::InvalidInput`] each time it is used. Cheap to
+/// clone with the primitive.
+#[derive(Debug, Clone)]
+pub(crate) struct Invalid(std::sync::Arc<str>);
+
+impl Invalid {
+    /// The error to report.
+    pub(crate) fn error(&self) -> Error {
+        Error::invalid(&*self.0)
+    }
+}
+
+impl From<Error> for Invalid {
+    fn from(e: Error) -> Self {
+        Self(e.message.into())
     }
 }
 

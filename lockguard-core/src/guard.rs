@@ -1,184 +1,30 @@
-//! The held lock: RAII guard, explicit release, extend, and the lease-loss
-//! signal.
+//! The held lock: RAII guard, explicit release, extend, the lease-loss
+//! signal, and releases in the background.
 
 use std::fmt;
+use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::client::Client;
-use crate::error::{Error, ErrorKind, Result};
+use crate::acquisition::Acquisition;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::key::LockKeys;
+use crate::key::{LockKeys, Resource};
+use crate::lease::{Grant, Lease};
 use crate::token::Token;
 
-/// How long before the lease's end the guard stops counting itself as held:
-/// 1% of the lease plus 2 ms, for clock drift and the time a request takes.
-pub(crate) fn safety_margin(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
-/// What the holder knows about its lease.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LeaseState {
-    /// Until when the lease is certainly ours (measured from before the
-    /// request that set it, minus the safety margin).
-    pub(crate) valid_until: Instant,
-    /// The store said the lock is no longer ours.
-    pub(crate) lost: bool,
-}
-
-/// What the watchdog and the guard share about one acquisition.
+/// The guards' shared hold on one acquisition: a guard and the reentrant
+/// guards of its scope. The last guard to go releases it.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) client: Client,
-    pub(crate) name: Arc<str>,
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) token: Token,
-    pub(crate) fence: FencingToken,
-    pub(crate) lease: Duration,
-    pub(crate) state: watch::Sender<LeaseState>,
-    /// Set when the guard is released or dropped: a confirmation that
-    /// finds the lock gone after that is no loss.
-    released: AtomicBool,
-    /// Held from sending a renewal (watchdog, `extend`, confirmation) to
-    /// applying its answer: renewals are sent and applied in one order, so
-    /// the validity the guard counts on is the one the store ran last.
-    pub(crate) renewal: tokio::sync::Mutex<()>,
-}
-
-impl Shared {
-    /// How much longer the lease certainly lasts (zero once lost).
-    fn valid_for(&self) -> Duration {
-        let s = *self.state.borrow();
-        if s.lost || self.released.load(Ordering::Acquire) {
-            Duration::ZERO
-        } else {
-            s.valid_until.saturating_duration_since(Instant::now())
-        }
-    }
-
-    /// Completes when the lock is lost or its lease is about to run out.
-    fn lost(shared: Arc<Self>) -> impl Future<Output = Error> + Send + 'static {
-        let mut rx = shared.state.subscribe();
-        async move {
-            loop {
-                let s = *rx.borrow_and_update();
-                if s.lost {
-                    return shared.lost_error("was lost");
-                }
-                if shared.released.load(Ordering::Acquire) {
-                    return shared.lost_error("was released");
-                }
-                tokio::select! {
-                    () = tokio::time::sleep_until(s.valid_until) => {
-                        if !rx.has_changed().unwrap_or(false) {
-                            return shared.lost_error("is running out");
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return shared.lost_error("ended");
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    pub(crate) fn is_held(&self) -> bool {
-        let s = *self.state.borrow();
-        !s.lost && Instant::now() < s.valid_until && !self.released.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn mark_lost(&self, why: &str) {
-        let was_lost = self.state.send_replace(LeaseState {
-            valid_until: Instant::now(),
-            lost: true,
-        });
-        if !was_lost.lost {
-            tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
-        }
-    }
-
-    /// Records a successful renewal sent at `sent_at`. A renewal that comes
-    /// back after the lease had already run out locally does not revive the
-    /// guard: its loss has been signalled, so it stays lost. Returns whether
-    /// the guard still holds.
-    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) -> bool {
-        let now = Instant::now();
-        let mut revived_too_late = false;
-        self.state.send_if_modified(|s| {
-            if s.lost {
-                false
-            } else if now >= s.valid_until {
-                revived_too_late = true;
-                false
-            } else {
-                s.valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
-                true
-            }
-        });
-        if revived_too_late {
-            self.mark_lost("renewal answered after the lease had run out");
-        }
-        !self.state.borrow().lost
-    }
-
-    /// Confirms a lock handed over to this waiter: sets its own lease in
-    /// the store and counts from that request. Until the answer comes, the
-    /// guard counts on the earlier of the grant's reservation and the new
-    /// lease (the request may shorten the reservation).
-    async fn confirm(&self) {
-        let _turn = self.renewal.lock().await;
-        let sent_at = Instant::now();
-        let capped = sent_at + self.lease.saturating_sub(safety_margin(self.lease));
-        self.state.send_if_modified(|s| {
-            let cap = capped < s.valid_until;
-            if cap {
-                s.valid_until = capped;
-            }
-            cap
-        });
-        match self
-            .client
-            .store()
-            .extend(&self.keys, &self.token, self.lease)
-            .await
-        {
-            Ok(true) => {
-                self.renewed(sent_at, self.lease);
-            }
-            Ok(false) if !self.released.load(Ordering::Acquire) => {
-                self.mark_lost("the lock handed over was gone before it was confirmed");
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
-            }
-        }
-    }
-
-    fn lost_error(&self, why: &str) -> Error {
-        Error::new(
-            ErrorKind::LeaseLost,
-            format!(
-                "lease of lock {:?} (fencing token {}) {why}",
-                self.name, self.fence
-            ),
-        )
-    }
-}
-
-/// One acquisition, shared by the guard and its reentrant guards; released
-/// when the last of them goes.
-#[derive(Debug)]
-pub(crate) struct Held {
-    shared: Arc<Shared>,
+pub(crate) struct Tenancy {
+    shared: Arc<Acquisition>,
     /// Dropping it stops the watchdog.
     stop_watchdog: std::sync::Mutex<Option<oneshot::Sender<()>>>,
     runtime: Option<Handle>,
@@ -187,35 +33,25 @@ pub(crate) struct Held {
     guards: AtomicUsize,
 }
 
-impl Held {
-    #[allow(clippy::too_many_arguments)]
+impl Tenancy {
+    /// Holds what `grant` gave, under `lease` (renewed by the watchdog if
+    /// it says so).
     pub(crate) fn new(
-        client: Client,
+        engine: Arc<Engine>,
         name: Arc<str>,
         keys: Arc<LockKeys>,
-        token: Token,
-        fence: FencingToken,
-        lease: Duration,
-        valid_until: Instant,
-        watchdog: bool,
-        reentrant: bool,
+        grant: Grant,
+        lease: Lease,
     ) -> Arc<Self> {
-        let shared = Arc::new(Shared {
-            client,
+        let shared = Arc::new(Acquisition::new(
+            engine,
             name,
             keys,
-            token,
-            fence,
-            lease,
-            state: watch::Sender::new(LeaseState {
-                valid_until,
-                lost: false,
-            }),
-            released: AtomicBool::new(false),
-            renewal: tokio::sync::Mutex::new(()),
-        });
+            grant,
+            lease.duration(),
+        ));
         let runtime = Handle::try_current().ok();
-        let stop_watchdog = match (&runtime, watchdog) {
+        let stop_watchdog = match (&runtime, lease.is_watchdog()) {
             (Some(rt), true) => {
                 let (tx, rx) = oneshot::channel();
                 rt.spawn(crate::watchdog::run(shared.clone(), rx));
@@ -223,25 +59,29 @@ impl Held {
             }
             _ => None,
         };
-        let held = Arc::new(Self {
+        Arc::new(Self {
             shared,
             stop_watchdog: std::sync::Mutex::new(stop_watchdog),
             runtime,
             guards: AtomicUsize::new(0),
-        });
-        if reentrant && held.shared.keys.permits.is_none() {
-            held.shared
-                .client
-                .record_holding(&held.shared.keys.lock, &held, held.shared.token);
-        }
-        held
+        })
+    }
+
+    /// The store key of the lock held.
+    pub(crate) fn key(&self) -> &str {
+        &self.shared.keys.lock
+    }
+
+    /// The client it was taken through.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.shared.engine
     }
 
     pub(crate) fn is_held(&self) -> bool {
         self.shared.is_held()
     }
 
-    /// Stops the watchdog and forgets the holding; true the first time.
+    /// Stops the watchdog; true the first time.
     fn begin_release(&self) -> bool {
         if self.shared.released.swap(true, Ordering::AcqRel) {
             return false;
@@ -252,9 +92,6 @@ impl Held {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        self.shared
-            .client
-            .forget_holding(&self.shared.keys.lock, &self.shared.token);
         true
     }
 
@@ -272,7 +109,7 @@ impl Held {
     fn release_in_background(&self) {
         if self.begin_release() {
             let s = &self.shared;
-            let parts = (s.client.clone(), s.keys.clone(), s.token);
+            let parts = (s.engine.clone(), s.keys.clone(), s.token);
             spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
         }
     }
@@ -282,8 +119,8 @@ impl Held {
             return Ok(false);
         }
         let s = &self.shared;
-        let pending = PendingRelease::new(&s.client, &s.keys, s.token);
-        let result = s.client.store().release(&s.keys, &s.token).await;
+        let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
+        let result = s.engine.store.locks.release(&s.keys, &s.token).await;
         pending.disarm();
         match &result {
             Ok(true) => {
@@ -300,14 +137,14 @@ impl Held {
     }
 }
 
-impl Drop for Held {
+impl Drop for Tenancy {
     fn drop(&mut self) {
         // Released by its last guard already, unless it never had one.
         self.release_in_background();
     }
 }
 
-type ReleaseParts = (Client, Arc<LockKeys>, Token);
+type ReleaseParts = (Arc<Engine>, Arc<LockKeys>, Token);
 
 /// Releases in the background on `runtime` (or the current one); without a
 /// runtime the lease frees the lock.
@@ -319,8 +156,8 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
     };
     let name: Arc<str> = name.into();
     runtime.spawn(async move {
-        let (client, keys, token) = parts;
-        match client.store().release(&keys, &token).await {
+        let (engine, keys, token) = parts;
+        match engine.store.locks.release(&keys, &token).await {
             Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
             Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
             Err(e) => {
@@ -335,13 +172,13 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
 /// needs and clones it only if it has to act.
 #[derive(Debug)]
 pub(crate) struct PendingRelease<'a> {
-    parts: Option<(&'a Client, &'a Arc<LockKeys>, Token)>,
+    parts: Option<(&'a Arc<Engine>, &'a Arc<LockKeys>, Token)>,
 }
 
 impl<'a> PendingRelease<'a> {
-    pub(crate) fn new(client: &'a Client, keys: &'a Arc<LockKeys>, token: Token) -> Self {
+    pub(crate) fn new(engine: &'a Arc<Engine>, keys: &'a Arc<LockKeys>, token: Token) -> Self {
         Self {
-            parts: Some((client, keys, token)),
+            parts: Some((engine, keys, token)),
         }
     }
 
@@ -352,8 +189,8 @@ impl<'a> PendingRelease<'a> {
 
 impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
-        if let Some((client, keys, token)) = self.parts.take() {
-            let parts = (client.clone(), keys.clone(), token);
+        if let Some((engine, keys, token)) = self.parts.take() {
+            let parts = (engine.clone(), keys.clone(), token);
             spawn_release(None, parts, &keys.lock, FencingToken::new(0));
         }
     }
@@ -363,12 +200,12 @@ impl Drop for PendingRelease<'_> {
 ///
 /// Dropping the guard releases the lock in the background on the runtime
 /// it was acquired on; it never blocks. [`LockGuard::release`] is the
-/// explicit form and reports whether the lock was still held. Guards that a
-/// task obtained reentrantly share the acquisition: the lock is released
-/// when the outermost one goes.
+/// explicit form and reports whether the lock was still held. Guards
+/// obtained reentrantly inside [`LockGuard::scope`] share the acquisition:
+/// the lock is released when the outermost one goes.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    held: Arc<Held>,
+    held: Arc<Tenancy>,
     reentrant: bool,
     /// Set by [`LockGuard::release`], which gives up the share itself.
     given_up: bool,
@@ -386,7 +223,7 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(held: Arc<Held>) -> Self {
+    pub(crate) fn new(held: Arc<Tenancy>) -> Self {
         held.add_guard();
         Self {
             held,
@@ -395,7 +232,7 @@ impl LockGuard {
         }
     }
 
-    pub(crate) fn reentrant(held: Arc<Held>) -> Self {
+    pub(crate) fn reentrant(held: Arc<Tenancy>) -> Self {
         held.add_guard();
         Self {
             held,
@@ -404,8 +241,12 @@ impl LockGuard {
         }
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<Acquisition> {
         &self.held.shared
+    }
+
+    pub(crate) fn tenancy(&self) -> &Arc<Tenancy> {
+        &self.held
     }
 
     /// Marks the guard lost, as a renewal finding the lock gone would.
@@ -415,7 +256,7 @@ impl LockGuard {
     }
 
     /// Confirms, in the background, a lock handed to this waiter: see
-    /// [`Shared::confirm`].
+    /// [`Acquisition::confirm`].
     pub(crate) fn confirm(&self) {
         let shared = self.shared().clone();
         let runtime = self
@@ -444,8 +285,8 @@ impl LockGuard {
         self.shared().lease
     }
 
-    /// Whether this guard was handed out reentrantly to a task that already
-    /// held the lock.
+    /// Whether this guard was handed out reentrantly, inside the
+    /// [`scope`](LockGuard::scope) of a guard of the same lock.
     pub fn is_reentrant(&self) -> bool {
         self.reentrant
     }
@@ -484,7 +325,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        Shared::lost(self.shared().clone())
+        Acquisition::lost(self.shared().clone())
     }
 
     /// A handle on this acquisition's lease that does not hold the lock:
@@ -506,14 +347,19 @@ impl LockGuard {
     /// someone else (the guard then counts as lost);
     /// [`ErrorKind::InvalidInput`] for a bad lease; the store's errors.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
-        crate::lock::validate_lease(lease, false)?;
+        Lease::Fixed(lease).validate()?;
         let s = self.shared();
         if s.state.borrow().lost {
             return Err(s.lost_error("was lost before the extend"));
         }
         let _turn = s.renewal.lock().await;
         let sent_at = Instant::now();
-        if s.client.store().extend(&s.keys, &s.token, lease).await? {
+        if s.engine
+            .store
+            .locks
+            .extend(&s.keys, &s.token, lease)
+            .await?
+        {
             if !s.renewed(sent_at, lease) {
                 return Err(s.lost_error("ran out before the extend was answered"));
             }
@@ -542,10 +388,13 @@ impl LockGuard {
         drop(self);
         if held.drop_guard() {
             let s = &held.shared;
-            let span = if s.keys.permits.is_some() {
-                tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
-            } else {
-                tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
+            let span = match s.keys.resource {
+                Resource::Semaphore { .. } => {
+                    tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
+                }
+                Resource::Lock => {
+                    tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
+                }
             };
             tracing::Instrument::instrument(held.release_now(), span).await
         } else {
@@ -562,75 +411,43 @@ impl Drop for LockGuard {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A watch sees the guard's token and lease, does not keep the lock,
-    /// and reports the end of the acquisition: `lost()` completes and
-    /// `is_held()` turns false when the guard is released or dropped.
-    #[tokio::test]
-    async fn a_watch_follows_the_guard_without_holding_the_lock() {
-        let lg = Client::memory();
-        let guard = lg.lock("watched").acquire().await.unwrap();
-        let watch = guard.watch();
-        assert_eq!(watch.fencing_token(), guard.fencing_token());
-        assert_eq!(watch.name(), "watched");
-        assert!(watch.is_held() && watch.valid_for() > Duration::ZERO);
-        let lost = watch.lost();
-        assert!(guard.release().await.unwrap());
-        let err = tokio::time::timeout(Duration::from_secs(5), lost)
-            .await
-            .expect("lost() did not complete on release");
-        assert_eq!(err.kind(), ErrorKind::LeaseLost);
-        assert!(!watch.is_held() && watch.valid_for() == Duration::ZERO);
-        // The watch kept nothing: the key is free.
-        let again = lg.lock("watched").try_acquire().await.unwrap();
-        let dropped = again.watch();
-        drop(again);
-        tokio::time::timeout(Duration::from_secs(5), dropped.lost())
-            .await
-            .expect("lost() did not complete on drop");
-        assert!(!dropped.is_held());
-    }
-
-    /// `release()` of the last guard releases at once, even while another
-    /// reference to the acquisition is alive (a reentrancy check of the
-    /// owning task holds one for a moment): the key is free when it
-    /// returns, and it reports that the lock was held. (Issue 11, item 13:
-    /// it returned `is_held()` and left the release to whoever dropped the
-    /// last reference, its result lost.)
-    #[tokio::test]
-    async fn release_of_the_last_guard_releases_now() {
-        let lg = Client::memory();
-        let guard = lg
-            .lock("now")
-            .lease(Duration::from_secs(30))
-            .acquire()
-            .await
-            .unwrap();
-        let other_reference = guard.held.clone();
-        assert!(guard.release().await.unwrap(), "the lock was held");
-        let again = lg.peer().lock("now").try_acquire().await;
-        assert!(again.is_ok(), "the key was not released: {again:?}");
-        drop(other_reference);
-    }
-
-    /// Reentrant guards share the acquisition: giving up a share keeps the
-    /// lock, and the last guard's release frees it and reports so.
-    #[tokio::test]
-    async fn the_last_of_shared_guards_releases() {
-        let lg = Client::memory();
-        let outer = lg.lock("shared").acquire().await.unwrap();
-        let inner = lg.lock("shared").acquire().await.unwrap();
-        assert!(inner.is_reentrant());
-        assert!(
-            outer.release().await.unwrap(),
-            "still held by the inner guard"
-        );
-        assert!(lg.peer().lock("shared").try_acquire().await.is_err());
-        assert!(inner.release().await.unwrap());
-        assert!(lg.peer().lock("shared").try_acquire().await.is_ok());
+/// Runs `body` while `guard` holds its lock or permit, then releases it.
+///
+/// A lost lease drops the body at once (it is not polled again) and is
+/// returned as the [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost)
+/// error; so is a release that finds the lock already gone after the body
+/// finished, since the body's work may not have been exclusive. A release
+/// that cannot reach the store is logged and left to the lease: the work is
+/// done.
+pub(crate) async fn run_guarded<F: Future>(guard: LockGuard, body: F) -> Result<F::Output> {
+    let out = {
+        let mut lost = pin!(guard.lost());
+        let mut body = pin!(body);
+        // The lost signal is polled first: once the lease is gone the body
+        // never makes another step.
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(e) = lost.as_mut().poll(cx) {
+                return Poll::Ready(Err(e));
+            }
+            body.as_mut().poll(cx).map(Ok)
+        })
+        .await
+    };
+    // The body (dropped at the end of the block above) is gone before the
+    // lock is given back.
+    let out = match out {
+        Ok(out) => out,
+        Err(lost) => {
+            drop(guard);
+            return Err(lost);
+        }
+    };
+    let shared = guard.shared().clone();
+    match guard.release().await {
+        Ok(true) => Ok(out),
+        Ok(false) => Err(shared.lost_error("was gone when the work under it finished")),
+        // Logged by the release; the lease frees the lock.
+        Err(_) => Ok(out),
     }
 }
 
@@ -641,7 +458,7 @@ mod tests {
 /// guard releases the lock, after which the watch reports it not held.
 #[derive(Clone)]
 pub struct LeaseWatch {
-    shared: Arc<Shared>,
+    shared: Arc<Acquisition>,
 }
 
 impl fmt::Debug for LeaseWatch {
@@ -680,6 +497,6 @@ impl LeaseWatch {
     /// Completes when the lock is lost, released, or its lease is about to
     /// run out, as [`LockGuard::lost`].
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        Shared::lost(self.shared.clone())
+        Acquisition::lost(self.shared.clone())
     }
 }

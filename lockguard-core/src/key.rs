@@ -7,8 +7,30 @@ use crate::error::{Error, Result};
 /// The longest key a user may pass, in bytes.
 pub const MAX_KEY_LEN: usize = 1024;
 
-/// Checks a user-supplied key: not empty, not too long, no control characters.
-pub(crate) fn validate(what: &str, key: &str) -> Result<()> {
+/// The default prefix of every key lockguard writes.
+pub const DEFAULT_PREFIX: &str = "lockguard:";
+
+/// What a key's holders hold: one lock, or one of a semaphore's permits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Resource {
+    /// A lock: one holder at a time, reentrant within a scope.
+    Lock,
+    /// A semaphore: at most `permits` holders at once.
+    Semaphore { permits: u32 },
+}
+
+/// Checks a user-supplied key: not empty, not too long, no control
+/// characters. `what` names the key in the message (`"lock"`, `"counter"`).
+///
+/// Every primitive checks its key with this before it reaches the store;
+/// it is public so code that builds keys (the HTTP layers) can refuse a
+/// bad one with the same rules.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) saying what
+/// is wrong with the key.
+pub fn validate_key(what: &str, key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid(format!("{what} key must not be empty")));
     }
@@ -143,8 +165,8 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
 /// The keys and channel of one lock, or of one semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LockKeys {
-    /// `None` for a lock; the number of permits for a semaphore.
-    pub(crate) permits: Option<u32>,
+    /// A lock, or a semaphore and its permits.
+    pub(crate) resource: Resource,
     /// The key holding the holder's token, with the lease as its TTL.
     pub(crate) lock: String,
     /// The sequence fencing tokens are drawn from, shared by every key of
@@ -161,24 +183,19 @@ pub(crate) struct LockKeys {
 }
 
 impl LockKeys {
-    pub(crate) fn new(prefix: &str, name: &str) -> Self {
-        Self::of_kind(prefix, "lock", name, None)
-    }
-
-    pub(crate) fn semaphore(prefix: &str, name: &str, permits: u32) -> Self {
-        Self::of_kind(prefix, "sem", name, Some(permits))
-    }
-
-    fn of_kind(prefix: &str, kind: &str, name: &str, permits: Option<u32>) -> Self {
-        let lock = base(prefix, kind, name);
-        Self::derived(prefix, lock, permits)
+    pub(crate) fn new(prefix: &str, name: &str, resource: Resource) -> Self {
+        let kind = match resource {
+            Resource::Lock => "lock",
+            Resource::Semaphore { .. } => "sem",
+        };
+        Self::derived(prefix, base(prefix, kind, name), resource)
     }
 
     /// The keys around `lock`, a key already laid out by [`base`] (a
     /// Redlock semaphore's slot keys append to the semaphore's).
-    pub(crate) fn derived(prefix: &str, lock: String, permits: Option<u32>) -> Self {
+    pub(crate) fn derived(prefix: &str, lock: String, resource: Resource) -> Self {
         Self {
-            permits,
+            resource,
             sequence: sequence(prefix, &lock),
             channel: format!("{lock}:released"),
             queue: format!("{lock}:queue"),
@@ -216,36 +233,42 @@ mod tests {
 
     #[test]
     fn rejects_empty_long_and_control_keys() {
-        assert!(validate("lock", "").unwrap_err().is_invalid_input());
-        assert!(validate("lock", &"x".repeat(MAX_KEY_LEN + 1)).is_err());
-        assert!(validate("lock", "a\nb").is_err());
-        assert!(validate("lock", "order:42").is_ok());
+        assert!(validate_key("lock", "").unwrap_err().is_invalid_input());
+        assert!(validate_key("lock", &"x".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(validate_key("lock", "a\nb").is_err());
+        assert!(validate_key("lock", "order:42").is_ok());
     }
 
     #[test]
     fn derived_keys_share_a_hash_tag() {
-        let k = LockKeys::new("lg:", "order:42");
+        let k = LockKeys::new("lg:", "order:42", Resource::Lock);
         assert_eq!(k.lock, "lg:lock:{order:42}");
         assert_eq!(k.queue, "lg:lock:{order:42}:queue");
         assert_eq!(k.tickets, "lg:lock:{order:42}:tickets");
         assert_eq!(slot(&k.sequence), slot(&k.lock));
         // A user's braces are escaped, never taken as the tag.
-        let k = LockKeys::new("lg:", "order:{42}");
+        let k = LockKeys::new("lg:", "order:{42}", Resource::Lock);
         assert_eq!(k.lock, "lg:lock:{order:{42\\}}");
-        assert_eq!(LockKeys::new("lg:", "a{}b").lock, "lg:lock:{a{\\}b}");
-        assert_eq!(LockKeys::new("lg:", "a\\b").lock, "lg:lock:{a\\\\b}");
+        assert_eq!(
+            LockKeys::new("lg:", "a{}b", Resource::Lock).lock,
+            "lg:lock:{a{\\}b}"
+        );
+        assert_eq!(
+            LockKeys::new("lg:", "a\\b", Resource::Lock).lock,
+            "lg:lock:{a\\\\b}"
+        );
     }
 
     #[test]
     fn braces_in_a_key_never_alias_another_key() {
         // The aliases a verbatim layout allowed: a user key naming a key
         // derived from another, and "a" and "{a}" being one lock.
-        let n = LockKeys::new("lg:", "n");
+        let n = LockKeys::new("lg:", "n", Resource::Lock);
         assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue);
         assert_ne!(base("lg:", "lock", "n}:queue"), n.queue);
         assert_ne!(
-            LockKeys::new("lg:", "{a}").lock,
-            LockKeys::new("lg:", "a").lock
+            LockKeys::new("lg:", "{a}", Resource::Lock).lock,
+            LockKeys::new("lg:", "a", Resource::Lock).lock
         );
         let c = CounterKeys::new("lg:", "n");
         assert_ne!(base("lg:", "counter", "{n}:marks"), c.marks);
@@ -257,7 +280,7 @@ mod tests {
         for key in [
             "}", "}x", "{}", "a{}b", "\\", "x\\}", "{a}", "{", "a}b{c}", "é{ü}",
         ] {
-            let k = LockKeys::new("p:", key);
+            let k = LockKeys::new("p:", key, Resource::Lock);
             let s = slot(&k.lock);
             for other in [&k.sequence, &k.queue, &k.tickets] {
                 assert_eq!(

@@ -40,12 +40,12 @@
 //!   first served across clients and processes; a release hands the lock to
 //!   the first live waiter and wakes it alone. A dead waiter delays the
 //!   queue by at most [`Builder::waiter_timeout`]; see [`safety`].
-//! - **Reentrancy**: a task that holds a lock and asks again gets a
-//!   reentrant guard without a round trip. The unit is the tokio task (or,
-//!   for the future `block_on` runs, its thread): branches of one `join!` or
-//!   `select!` share it, and a guard moved to another task still counts as
-//!   held by the task that took it. Where one task acts for many independent
-//!   requests, use [`Lock::reentrant`]`(false)`.
+//! - **Reentrancy, scoped to a body**: inside the body a lock runs
+//!   ([`Lock::run`], [`LockGuard::scope`], a `#[distributed_lock]`
+//!   function), taking the same lock on the same client gets a reentrant
+//!   guard without a round trip. Outside a body every acquisition is its own
+//!   owner: requests served by one task, or the branches of one `join!`,
+//!   exclude each other as they would across processes.
 //! - **Cancellation safety**: dropping an `acquire` future never leaves a lock
 //!   held by nobody for longer than the request in flight takes to answer.
 //!
@@ -83,37 +83,53 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-mod backend;
-mod client;
+// The modules in layers, each using only those listed before it.
+//
+// Values: errors, tokens, fencing tokens, keys, clocks, the rate-limit
+// algorithms, leases.
 mod clock;
-mod counter;
 mod error;
 mod fence;
-mod guard;
 mod key;
-mod lock;
-mod notify;
+mod lease;
 pub mod rate_limit;
+mod token;
+// The stores behind the boundary of `backend`.
+mod backend;
+// Waking waiters; what one client's primitives share.
+mod engine;
+mod notify;
+// Holding: one acquisition, its renewal, its guards, reentrancy scopes.
+mod acquisition;
+mod guard;
+mod reentry;
+mod watchdog;
+// The primitives, and the client that hands them out.
+mod client;
+mod counter;
+mod fenced;
+mod limiter;
+mod lock;
 mod semaphore;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
-mod token;
-mod watchdog;
 
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
-pub use client::{
-    Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_LEASE, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT, DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT,
-    MAX_LEASE, MIN_LEASE, MIN_WAITER_TIMEOUT, MIN_WATCHDOG_LEASE,
-};
+pub use client::{Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
+pub use engine::{
+    DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT, MIN_WAITER_TIMEOUT,
+};
 pub use error::{Error, ErrorKind, Result};
-pub use fence::{FencedResource, FencedValue, FencingToken};
+pub use fence::FencingToken;
+pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};
-pub use key::MAX_KEY_LEN;
+pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, validate_key};
+pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
+pub use limiter::RateLimiter;
 pub use lock::Lock;
-pub use rate_limit::{Algorithm, Decision, Quota, RateLimiter};
+pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{MAX_PERMITS, Permit, Semaphore};

@@ -7,29 +7,20 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Place};
-use crate::client::{Client, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
-use crate::error::{Error, ErrorKind, Result};
 use tracing::Instrument;
 
+use crate::backend::{Attempt, Place, Waiting};
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
-use crate::guard::{Held, LockGuard, PendingRelease, safety_margin};
-use crate::key::LockKeys;
+use crate::guard::{LockGuard, PendingRelease, Tenancy, run_guarded};
+use crate::key::{LockKeys, Resource};
+use crate::lease::{Grant, Lease, valid_until};
 use crate::token::Token;
-
-/// How a lock's lease is kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LeaseMode {
-    /// A lease of this length, renewed by the watchdog while the guard lives.
-    Watchdog(Duration),
-    /// A lease of this length and no renewal: the lock frees itself when it
-    /// ends unless [`LockGuard::extend`] is called.
-    Fixed(Duration),
-}
 
 /// A distributed lock on one key, ready to be acquired.
 ///
-/// Made by [`Client::lock`]. Without [`Lock::lease`], the lease is the
+/// Made by [`Client::lock`](crate::Client::lock). Without [`Lock::lease`], the lease is the
 /// client's default (30 s) and a watchdog renews it every third of the lease
 /// while the guard lives, so work of any length stays protected and a
 /// crashed process frees the lock within one lease.
@@ -64,17 +55,14 @@ enum LeaseMode {
 #[derive(Debug, Clone)]
 #[must_use = "a lock does nothing until acquired"]
 pub struct Lock {
-    client: Client,
+    engine: Arc<Engine>,
     name: Arc<str>,
-    keys: Result<Arc<LockKeys>, String>,
-    lease: LeaseMode,
+    keys: Result<Arc<LockKeys>, Invalid>,
+    lease: Lease,
     wait: Duration,
     retry_interval: Duration,
-    reentrant: bool,
 }
 
-/// Checks a lease: not zero, whole milliseconds at least, at most
-/// [`MAX_LEASE`], and long enough for the watchdog when it renews.
 /// Records how an acquisition in `span` ended: its fencing token, and how
 /// long it took.
 fn finish_span(
@@ -92,83 +80,74 @@ fn finish_span(
     result
 }
 
-pub(crate) fn validate_lease(lease: Duration, watchdog: bool) -> Result<()> {
-    if lease < MIN_LEASE {
-        return Err(Error::invalid(format!(
-            "lease must be at least {MIN_LEASE:?}, got {lease:?}"
-        )));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::invalid(format!(
-            "lease of {lease:?} exceeds the maximum of {MAX_LEASE:?}"
-        )));
-    }
-    if watchdog && lease < MIN_WATCHDOG_LEASE {
-        return Err(Error::invalid(format!(
-            "a lease renewed by the watchdog must be at least {MIN_WATCHDOG_LEASE:?}, got {lease:?}"
-        )));
-    }
-    Ok(())
-}
-
 impl Lock {
-    pub(crate) fn new(client: Client, name: &str) -> Self {
-        let keys = crate::key::validate("lock", name)
-            .map(|()| Arc::new(LockKeys::new(client.prefix(), name)))
-            .map_err(|e| e.message().to_owned());
-        Self::with_keys(client, name, keys)
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
+        let keys = crate::key::validate_key("lock", name)
+            .map(|()| Arc::new(LockKeys::new(&engine.prefix, name, Resource::Lock)))
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
     }
 
     /// The acquirer behind a semaphore: the same leases, watchdog and
     /// waiting, on permits instead of one lock.
-    pub(crate) fn semaphore(client: Client, name: &str, permits: u32) -> Self {
-        let keys = crate::key::validate("semaphore", name)
+    pub(crate) fn semaphore(engine: Arc<Engine>, name: &str, permits: u32) -> Self {
+        let keys = crate::key::validate_key("semaphore", name)
             .and_then(|()| {
                 // Checked before anything is sent: an attempt that cannot
                 // reach the store arms no background release.
-                let max = client.store().max_permits();
+                let max = engine.store.locks.max_permits();
                 if permits == 0 || permits > max {
                     Err(Error::invalid(format!(
                         "semaphore {name:?} needs between 1 and {max} permits on a {} client, got {permits}",
-                        client.store().name()
+                        engine.store.locks.name()
                     )))
                 } else {
                     Ok(())
                 }
             })
-            .map(|()| Arc::new(LockKeys::semaphore(client.prefix(), name, permits)))
-            .map_err(|e| e.message().to_owned());
-        Self::with_keys(client, name, keys)
+            .map(|()| {
+                let resource = Resource::Semaphore { permits };
+                Arc::new(LockKeys::new(&engine.prefix, name, resource))
+            })
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
     }
 
-    fn with_keys(client: Client, name: &str, keys: Result<Arc<LockKeys>, String>) -> Self {
-        let defaults = client.defaults();
+    fn with_keys(engine: Arc<Engine>, name: &str, keys: Result<Arc<LockKeys>, Invalid>) -> Self {
+        let defaults = engine.defaults;
         Self {
             name: name.into(),
             keys,
-            lease: LeaseMode::Watchdog(defaults.lease),
+            lease: Lease::Watchdog(defaults.lease),
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
-            reentrant: true,
-            client,
+            engine,
         }
     }
 
     /// A fixed lease with no watchdog: the lock frees itself `lease` after
     /// it was taken unless extended.
     pub fn lease(mut self, lease: Duration) -> Self {
-        self.lease = LeaseMode::Fixed(lease);
+        self.lease = Lease::Fixed(lease);
         self
     }
 
     /// A lease of `lease` renewed by the watchdog every `lease / 3` while the
     /// guard lives (the default, with the client's default lease).
     pub fn watchdog(mut self, lease: Duration) -> Self {
-        self.lease = LeaseMode::Watchdog(lease);
+        self.lease = Lease::Watchdog(lease);
+        self
+    }
+
+    /// How the lease is kept: [`Lock::lease`] or [`Lock::watchdog`] as a
+    /// value, for settings that choose between them.
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.lease = lease;
         self
     }
 
     /// How long [`Lock::acquire`] waits for a busy lock before giving up.
+    /// Zero makes one attempt, as [`Lock::try_acquire`] does.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
         self
@@ -181,15 +160,6 @@ impl Lock {
     /// lease runs out.
     pub fn retry_interval(mut self, interval: Duration) -> Self {
         self.retry_interval = interval;
-        self
-    }
-
-    /// Whether a task that already holds this lock gets a reentrant guard
-    /// when it asks again (the default). Turned off, a second acquire by the
-    /// same task waits like anyone else's: for a task that acts for many
-    /// independent requests, such as a server's connection task.
-    pub fn reentrant(mut self, reentrant: bool) -> Self {
-        self.reentrant = reentrant;
         self
     }
 
@@ -211,17 +181,8 @@ impl Lock {
     }
 
     fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
-        let keys = self.keys.as_ref().map_err(|e| Error::invalid(e.clone()))?;
-        let lease = match self.lease {
-            LeaseMode::Watchdog(lease) => {
-                validate_lease(lease, true)?;
-                lease
-            }
-            LeaseMode::Fixed(lease) => {
-                validate_lease(lease, false)?;
-                lease
-            }
-        };
+        let keys = self.keys.as_ref().map_err(Invalid::error)?;
+        let lease = self.lease.validate()?;
         if self.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be greater than zero"));
         }
@@ -230,7 +191,9 @@ impl Lock {
 
     /// Takes the lock if it is free, without waiting.
     ///
-    /// A task that already holds this lock gets a reentrant guard at once.
+    /// Inside the [`scope`](LockGuard::scope) of a guard of this lock (the
+    /// body of [`Lock::run`] or of a `#[distributed_lock]` function), the
+    /// guard is reentrant and given at once.
     ///
     /// # Errors
     ///
@@ -250,7 +213,7 @@ impl Lock {
         }
         match self.attempt(keys, lease).await? {
             Ok(guard) => Ok(guard),
-            Err(wait) => Err(self.busy(wait.ttl(), None)),
+            Err(wait) => Err(self.busy(wait.ttl(), Duration::ZERO)),
         }
     }
 
@@ -269,9 +232,12 @@ impl Lock {
     /// refreshing (its process died) is skipped after the timeout. It never
     /// spins.
     ///
-    /// On a Redlock client waiters do not queue: they retry when a release
+    /// On a store without a queue (Redlock) waiters retry when a release
     /// is announced, after the holder's lease, or after a jittered retry
     /// interval, whichever comes first.
+    ///
+    /// Inside the [`scope`](LockGuard::scope) of a guard of this lock, the
+    /// guard is reentrant and given at once.
     ///
     /// Dropping the returned future at any point is safe: it leaves the
     /// queue, and a lock handed to it but not yet returned is passed on, in
@@ -291,10 +257,51 @@ impl Lock {
         finish_span(&span, started, result)
     }
 
+    /// Runs `body` under the lock: acquires it (waiting as configured),
+    /// runs `body` in the lock's [`scope`](LockGuard::scope), and releases
+    /// it when `body` is done.
+    ///
+    /// Inside `body`, acquiring this lock again on the same client (a
+    /// nested `run`, a nested `#[distributed_lock]` function) is reentrant.
+    /// If the lease is lost while `body` runs, `body` is dropped at once,
+    /// never polled again, and the [`ErrorKind::LeaseLost`] error returned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// let lg = lockguard_core::Client::memory();
+    /// let lock = lg.lock("nightly-report");
+    /// let rows = lock
+    ///     .run(async {
+    ///         // A nested run of the same lock does not wait for itself.
+    ///         lock.run(async { 42 }).await
+    ///     })
+    ///     .await??;
+    /// assert_eq!(rows, 42);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::acquire`]; [`ErrorKind::LeaseLost`] when the lease was
+    /// lost while `body` ran, or found gone by the release after it (the
+    /// work may not have been exclusive). A release that cannot reach the
+    /// store is logged and left to the lease.
+    pub async fn run<F: Future>(&self, body: F) -> Result<F::Output> {
+        let guard = self.acquire().await?;
+        let body = guard.scope(body);
+        run_guarded(guard, body).await
+    }
+
     /// The span of one acquisition: `lock` (or `semaphore`) names it;
     /// `fence` and `waited_ms` are recorded when it ends.
     fn span(&self, op: &'static str) -> tracing::Span {
-        let semaphore = self.keys.as_ref().is_ok_and(|k| k.permits.is_some());
+        let semaphore = self
+            .keys
+            .as_ref()
+            .is_ok_and(|k| matches!(k.resource, Resource::Semaphore { .. }));
         if semaphore {
             tracing::debug_span!("semaphore", op, semaphore = %self.name, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
         } else {
@@ -310,14 +317,14 @@ impl Lock {
         if self.wait.is_zero() {
             return match self.attempt(keys, lease).await? {
                 Ok(guard) => Ok(guard),
-                Err(wait) => Err(self.busy(wait.ttl(), Some(self.wait))),
+                Err(wait) => Err(self.busy(wait.ttl(), self.wait)),
             };
         }
-        if !self.client.store().queues() {
+        if self.engine.store.locks.waiting() == Waiting::Retry {
             return self.wait_for_release(keys, lease).await;
         }
         let deadline = Instant::now().checked_add(self.wait);
-        let waiters = self.client.waiters();
+        let waiters = &self.engine.waiters;
         if !waiters.listening() {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
@@ -340,17 +347,17 @@ impl Lock {
     ) -> Result<LockGuard> {
         let started = Instant::now();
         let token = Token::random();
-        let waiters = self.client.waiters();
+        let waiters = &self.engine.waiters;
         let ticket = waiters.ticket(token);
-        let timeout = self.client.defaults().waiter_timeout;
+        let timeout = self.engine.defaults.waiter_timeout;
         let refresh = (timeout / 3).min(self.retry_interval);
-        // When each recent attempt was sent: a grant is reserved for us
+        // When each recent attempt was sent: a handoff is reserved for us
         // until at least `timeout` after the attempt it names.
         let mut sent: VecDeque<(u32, Instant)> = VecDeque::with_capacity(RECENT_ATTEMPTS);
         // Until the lock is handed out, dropping this (the future was
         // dropped, or the wait ended) takes the token out of the queue and
         // passes on a lock handed to it, in the background.
-        let leave = PendingRelease::new(&self.client, keys, token);
+        let leave = PendingRelease::new(&self.engine, keys, token);
         let mut attempt: u32 = 0;
         loop {
             // Numbers only tell recent attempts apart: wrapping is harmless.
@@ -369,24 +376,28 @@ impl Lock {
             let attempt_result = self
                 .within(
                     deadline,
-                    self.client
-                        .store()
+                    self.engine
+                        .store
+                        .locks
                         .acquire(keys, &token, lease, Some(place)),
                 )
                 .await;
             let (ttl, failed) = match attempt_result {
-                Ok(Attempt::Acquired(fence)) => {
+                Ok(Attempt::Acquired { fence, keys }) => {
                     leave.disarm();
                     drop(ticket);
-                    let valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
-                    let guard = self.granted(keys.clone(), token, fence, lease, valid_until)?;
+                    let grant = Grant {
+                        token,
+                        fence,
+                        valid_until: valid_until(sent_at, lease),
+                    };
+                    let guard = self.granted(keys, grant)?;
                     self.log_acquired(fence, started);
                     return Ok(guard);
                 }
-                Ok(Attempt::Held(ttl)) => (ttl, None),
-                Ok(Attempt::Contended | Attempt::AcquiredSlot(..)) => {
-                    unreachable!("only Redlock splits or hands out slots, and it does not queue")
-                }
+                Ok(Attempt::Busy(ttl)) => (ttl, None),
+                // Nobody won this round: try again at the next refresh.
+                Ok(Attempt::Contended) => (None, None),
                 Err(e) if first => return Err(e),
                 Err(e) => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
@@ -399,7 +410,7 @@ impl Lock {
             let now = Instant::now();
             let remaining = match deadline {
                 Some(d) if d <= now => {
-                    return Err(failed.unwrap_or_else(|| self.busy(ttl, Some(self.wait))));
+                    return Err(failed.unwrap_or_else(|| self.busy(ttl, self.wait)));
                 }
                 Some(d) => d - now,
                 None => Duration::MAX,
@@ -417,31 +428,35 @@ impl Lock {
                 () = ticket.notified() => {}
                 () = tokio::time::sleep(nap) => {
                     if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(self.busy(ttl, Some(self.wait)));
+                        return Err(self.busy(ttl, self.wait));
                     }
                     continue;
                 }
             }
-            // A grant is ours until the deadline the attempt it names set:
+            // A handoff is ours until the deadline the attempt it names set:
             // take the lock now, valid from that attempt of ours, and
-            // confirm it with our lease in the background. A grant we cannot
-            // place (too old, or about to lapse) is claimed by the next
-            // attempt instead, if it is still ours.
-            let Some(grant) = ticket.take_grant() else {
+            // confirm it with our lease in the background. A handoff we
+            // cannot place (too old, or about to lapse) is claimed by the
+            // next attempt instead, if it is still ours.
+            let Some(handoff) = ticket.take_handoff() else {
                 continue;
             };
-            let Some(&(_, at)) = sent.iter().find(|(a, _)| *a == grant.attempt) else {
+            let Some(&(_, at)) = sent.iter().find(|(a, _)| *a == handoff.attempt) else {
                 continue;
             };
-            let valid_until = at + timeout.saturating_sub(safety_margin(timeout));
-            if valid_until <= Instant::now() + MIN_GRANT_VALIDITY {
+            let grant = Grant {
+                token,
+                fence: handoff.fence,
+                valid_until: valid_until(at, timeout),
+            };
+            if grant.valid_until <= Instant::now() + MIN_HANDOFF_VALIDITY {
                 continue;
             }
             leave.disarm();
             drop(ticket);
-            let guard = self.granted(keys.clone(), token, grant.fence, lease, valid_until)?;
+            let guard = self.granted(keys.clone(), grant)?;
             guard.confirm();
-            self.log_acquired(grant.fence, started);
+            self.log_acquired(handoff.fence, started);
             return Ok(guard);
         }
     }
@@ -480,9 +495,9 @@ impl Lock {
         );
     }
 
-    /// Waits for a Redlock lock: no queue across independent nodes, so
-    /// waiters retry when a release is announced on the key's channel, when
-    /// the holder's lease ends, or after a jittered retry interval.
+    /// Waits on a store without a queue: waiters retry when a release is
+    /// announced on the key's channel, when the holder's lease ends, or
+    /// after a jittered retry interval.
     async fn wait_for_release(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
@@ -490,11 +505,7 @@ impl Lock {
             return Ok(guard);
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
-        let mut registration = self
-            .client
-            .waiters()
-            .broadcast(&keys.channel, deadline)
-            .await;
+        let mut registration = self.engine.waiters.broadcast(&keys.channel, deadline).await;
         loop {
             // Attempt again at once: a release may have come before the
             // subscription.
@@ -505,7 +516,7 @@ impl Lock {
             };
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if d <= now => return Err(self.busy(wait.ttl(), Some(self.wait))),
+                Some(d) if d <= now => return Err(self.busy(wait.ttl(), self.wait)),
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
@@ -525,27 +536,28 @@ impl Lock {
                 _ = registration.rx.changed() => {}
                 () = tokio::time::sleep(nap) => {
                     if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(self.busy(wait.ttl(), Some(self.wait)));
+                        return Err(self.busy(wait.ttl(), self.wait));
                     }
                 }
             }
         }
     }
 
+    /// A reentrant guard, when a scope this runs in holds the lock.
     fn reenter(&self, keys: &LockKeys) -> Option<LockGuard> {
-        if !self.reentrant || keys.permits.is_some() {
-            // Permits are counted, not owned: a task may hold several.
+        if keys.resource != Resource::Lock {
+            // Permits are counted, not owned: a body may hold several.
             return None;
         }
-        let held = self.client.held_by_current_task(&keys.lock)?;
+        let held = crate::reentry::find(&self.engine, &keys.lock)?;
         tracing::trace!(lock = %self.name, "reentrant acquisition");
         Some(LockGuard::reentrant(held))
     }
 
     /// One attempt that never queues. `Ok(Err(wait))` when someone else
-    /// holds the lock: `Held(ttl)` with their remaining lease, or
-    /// `Contended` when a Redlock round had no winner and the caller should
-    /// back off at random.
+    /// holds the lock: `Busy(ttl)` with their remaining lease, or
+    /// `Contended` when a round had no winner and the caller should back
+    /// off at random.
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,
@@ -556,40 +568,36 @@ impl Lock {
         // Until the store's answer is handled, a drop of this future (or a
         // timeout with an unknown outcome) releases the token in the
         // background: the request may have taken the lock.
-        let pending = PendingRelease::new(&self.client, keys, token);
+        let pending = PendingRelease::new(&self.engine, keys, token);
         let outcome = self
-            .client
-            .store()
+            .engine
+            .store
+            .locks
             .acquire(keys, &token, lease, None)
             .await?;
         pending.disarm();
-        let valid_until = sent_at + lease.saturating_sub(safety_margin(lease));
         match outcome {
-            Attempt::Held(ttl) => Ok(Err(Wait::Held(ttl))),
+            Attempt::Busy(ttl) => Ok(Err(Wait::Busy(ttl))),
             // Our partial grants were undone by the store already.
             Attempt::Contended => Ok(Err(Wait::Contended)),
-            Attempt::Acquired(fence) => self
-                .granted(keys.clone(), token, fence, lease, valid_until)
-                .map(Ok),
-            Attempt::AcquiredSlot(fence, slot) => {
-                self.granted(slot, token, fence, lease, valid_until).map(Ok)
+            Attempt::Acquired { fence, keys } => {
+                let grant = Grant {
+                    token,
+                    fence,
+                    valid_until: valid_until(sent_at, lease),
+                };
+                self.granted(keys, grant).map(Ok)
             }
         }
     }
 
-    /// The guard for a lock taken with `token`, certainly ours until
-    /// `valid_until`, or an error (and the token released) when that has
-    /// passed: a lock that might have expired is never handed out.
-    fn granted(
-        &self,
-        keys: Arc<LockKeys>,
-        token: Token,
-        fence: FencingToken,
-        lease: Duration,
-        valid_until: Instant,
-    ) -> Result<LockGuard> {
-        if Instant::now() >= valid_until {
-            drop(PendingRelease::new(&self.client, &keys, token));
+    /// The guard for what `grant` gave (its `keys`), or an error (and the
+    /// token released) when the grant's validity has passed: a lock that
+    /// might have expired is never handed out.
+    fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
+        let lease = self.lease.duration();
+        if Instant::now() >= grant.valid_until {
+            drop(PendingRelease::new(&self.engine, &keys, grant.token));
             return Err(Error::new(
                 ErrorKind::Timeout,
                 format!(
@@ -598,30 +606,34 @@ impl Lock {
                 ),
             ));
         }
-        let watchdog = matches!(self.lease, LeaseMode::Watchdog(_));
-        let held = Held::new(
-            self.client.clone(),
+        let watchdog = self.lease.is_watchdog();
+        let fence = grant.fence;
+        let held = Tenancy::new(
+            self.engine.clone(),
             self.name.clone(),
             keys,
-            token,
-            fence,
-            lease,
-            valid_until,
-            watchdog,
-            self.reentrant,
+            grant,
+            self.lease,
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Ok(LockGuard::new(held))
     }
 
-    fn busy(&self, ttl: Option<Duration>, waited: Option<Duration>) -> Error {
-        let what = match self.keys.as_ref().ok().and_then(|k| k.permits) {
-            Some(n) => format!("all {n} permits of semaphore {:?} are taken", self.name),
-            None => format!("lock {:?} is held by another owner", self.name),
+    /// The busy error after waiting `waited` (zero: one attempt).
+    fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
+        let what = match self.keys.as_ref().map(|k| k.resource) {
+            Ok(Resource::Semaphore { permits }) => {
+                format!(
+                    "all {permits} permits of semaphore {:?} are taken",
+                    self.name
+                )
+            }
+            _ => format!("lock {:?} is held by another owner", self.name),
         };
-        let msg = match waited {
-            Some(w) => format!("{what}; gave up after waiting {w:?}"),
-            None => what,
+        let msg = if waited.is_zero() {
+            what
+        } else {
+            format!("{what}; gave up after waiting {waited:?}")
         };
         let err = Error::new(ErrorKind::Busy, msg);
         match ttl {
@@ -635,29 +647,29 @@ impl Lock {
 /// grant naming an older one has lapsed or is about to.
 const RECENT_ATTEMPTS: usize = 8;
 
-/// The least validity a grant must have left to be taken without asking
+/// The least validity a handoff must have left to be taken without asking
 /// the store: time to confirm it.
-const MIN_GRANT_VALIDITY: Duration = Duration::from_millis(20);
+const MIN_HANDOFF_VALIDITY: Duration = Duration::from_millis(20);
 
 /// Why an attempt did not take the lock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Wait {
     /// Someone holds it, with this much lease left if known.
-    Held(Option<Duration>),
-    /// A Redlock round split the nodes between contenders.
+    Busy(Option<Duration>),
+    /// A round split the store between contenders.
     Contended,
 }
 
 impl Wait {
     fn ttl(self) -> Option<Duration> {
         match self {
-            Self::Held(ttl) => ttl,
+            Self::Busy(ttl) => ttl,
             Self::Contended => None,
         }
     }
 }
 
-/// The random pause after a Redlock round with no winner: long enough to
+/// The random pause after a round with no winner: long enough to
 /// desynchronize contenders (a few round trips), short against any lease.
 fn contention_backoff() -> Duration {
     Duration::from_micros(fastrand::u64(500..=10_000))
@@ -698,137 +710,5 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
         }
         let _ = jitter(Duration::MAX);
-    }
-
-    /// With five waiters of five clients queued, a release is one script
-    /// that publishes once, and the handoff costs the release and the
-    /// first waiter's confirmation: two scripts, whatever the number of
-    /// waiters.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_release_wakes_the_first_waiter_alone() {
-        let server = lockguard_testing::RedisServer::start();
-        let holder = Client::connect(&server.url()).await.unwrap();
-        let mut admin = server.connection().await;
-        let keys = LockKeys::new(holder.prefix(), "herd");
-        let stat = |info: &str, cmd: &str| -> u64 {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
-                .and_then(|r| r.split(',').next())
-                .map_or(0, |n| n.parse().unwrap())
-        };
-        let guard = holder.lock("herd").acquire().await.unwrap();
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        for i in 0..5 {
-            // Refreshes every 10 s: none falls inside the measurement.
-            let lg = Client::builder()
-                .waiter_timeout(Duration::from_secs(30))
-                .retry_interval(Duration::from_secs(10))
-                .connect(&server.url())
-                .await
-                .unwrap();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let g = lg
-                    .lock("herd")
-                    .wait(Duration::from_secs(20))
-                    .acquire()
-                    .await;
-                let _ = tx.send((i, g.unwrap()));
-            });
-            loop {
-                let queued: u64 = redis::cmd("ZCARD")
-                    .arg(&keys.queue)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                if queued == i + 1 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-        // Load the release and extend scripts, so no SCRIPT LOAD falls
-        // inside.
-        let warm = holder.lock("warm").acquire().await.unwrap();
-        warm.extend(Duration::from_secs(5)).await.unwrap();
-        assert!(warm.release().await.unwrap());
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        let before = guard.fencing_token();
-        assert!(guard.release().await.unwrap());
-        let (first, g) = rx.recv().await.unwrap();
-        assert_eq!(first, 0, "the first waiter in the queue gets the lock");
-        assert!(g.fencing_token() > before);
-        // The new holder confirms its lease in the background.
-        let mut info = String::new();
-        for _ in 0..200 {
-            info = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(&mut admin)
-                .await
-                .unwrap();
-            if stat(&info, "evalsha") >= 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        assert_eq!(stat(&info, "publish"), 1, "one waiter notified\n{info}");
-        assert_eq!(
-            stat(&info, "evalsha"),
-            2,
-            "release and confirm only\n{info}"
-        );
-        // The rest follow in order.
-        let mut g = g;
-        for expected in 1..5 {
-            assert!(g.release().await.unwrap());
-            let (i, next) = rx.recv().await.unwrap();
-            assert_eq!(i, expected);
-            g = next;
-        }
-        assert!(g.release().await.unwrap());
-    }
-
-    #[tokio::test]
-    async fn released_and_dropped_guards_leave_no_reentrancy_record() {
-        let lg = Client::memory();
-        for i in 0..100 {
-            let g = lg.lock(&format!("k{i}")).acquire().await.unwrap();
-            if i % 2 == 0 {
-                assert!(g.release().await.unwrap());
-            } else {
-                drop(g);
-            }
-        }
-        assert_eq!(lg.holdings_len(), 0);
-    }
-
-    #[test]
-    fn waiter_timeouts_are_validated() {
-        for bad in [Duration::ZERO, Duration::from_millis(49), MAX_LEASE * 2] {
-            let err = Client::builder().waiter_timeout(bad).memory().unwrap_err();
-            assert!(err.is_invalid_input(), "{bad:?}: {err}");
-        }
-        assert!(
-            Client::builder()
-                .waiter_timeout(crate::MIN_WAITER_TIMEOUT)
-                .memory()
-                .is_ok()
-        );
-    }
-
-    #[test]
-    fn leases_are_validated() {
-        assert!(validate_lease(Duration::ZERO, false).is_err());
-        assert!(validate_lease(Duration::from_millis(9), false).is_err());
-        assert!(validate_lease(MIN_LEASE, false).is_ok());
-        // The shortest lease still leaves time to use it.
-        assert!(crate::guard::safety_margin(MIN_LEASE) < MIN_LEASE / 2);
-        assert!(validate_lease(Duration::from_millis(50), true).is_err());
-        assert!(validate_lease(MAX_LEASE, true).is_ok());
-        assert!(validate_lease(MAX_LEASE + Duration::from_millis(1), false).is_err());
     }
 }

@@ -3,13 +3,13 @@
 //! On a store with wait queues (memory, Redis, a cluster) every waiting
 //! task holds a [`Ticket`]: its token, queued in the store, and a local wake
 //! handle. A release hands the lock (or a permit) to the first live waiter
-//! in the store and publishes the [`Grant`] on the channel of that waiter's
-//! client; the client's one pub/sub connection routes it to that one task,
-//! which takes the lock. Nobody else is woken.
+//! in the store and announces the [`Handoff`] to that waiter's client; the
+//! client's listener routes it to that one task, which takes the lock.
+//! Nobody else is woken.
 //!
-//! Redlock waiters do not queue (independent nodes would order them each
-//! their own way): they listen on the key's release channel on every node,
-//! through a [`Broadcast`].
+//! Waiters of a store without a queue (a quorum of independent nodes,
+//! which would each order a queue their own way) listen on the key's
+//! release channel on every node, through a [`Broadcast`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,8 +20,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backend::Grant;
-use crate::backend::redis::Subscriber;
+use crate::backend::{Handoff, Inbox, Listener};
 use crate::token::Token;
 
 /// How long a release channel stays subscribed after its last waiter left,
@@ -29,8 +28,8 @@ use crate::token::Token;
 /// each time.
 const UNSUBSCRIBE_GRACE: Duration = Duration::from_secs(2);
 
-/// How close together the same release announced by several Redlock nodes
-/// arrives; a later announcement with the same token is a new release.
+/// How close together the same release announced by several nodes arrives;
+/// a later announcement with the same token is a new release.
 const DUPLICATE_WINDOW: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
@@ -49,19 +48,19 @@ pub(crate) struct Waiters {
     channel: String,
     /// Queued waiters by token.
     tickets: Mutex<HashMap<Token, Arc<Slot>>>,
-    /// Redlock waiters by release channel.
+    /// Waiters without a queue, by release channel.
     broadcasts: Mutex<HashMap<String, Entry>>,
-    /// The pub/sub connections (one per Redis node).
-    subscribers: Vec<Arc<Subscriber>>,
-    /// Whether `channel` is subscribed (always, without pub/sub).
+    /// The store's message connections (one per node).
+    listeners: Vec<Arc<dyn Listener>>,
+    /// Whether `channel` is subscribed (always, without listeners).
     listening: AtomicBool,
 }
 
-/// Where a queued waiter's grant is left for it.
+/// Where a queued waiter's handoff is left for it.
 #[derive(Debug, Default)]
 struct Slot {
     notify: Notify,
-    grant: Mutex<Option<Grant>>,
+    handoff: Mutex<Option<Handoff>>,
 }
 
 /// A queued waiter's wake handle, withdrawn on drop.
@@ -79,10 +78,10 @@ impl Ticket {
         self.slot.notify.notified().await;
     }
 
-    /// The grant announced to this waiter, if one was.
-    pub(crate) fn take_grant(&self) -> Option<Grant> {
+    /// The handoff announced to this waiter, if one was.
+    pub(crate) fn take_handoff(&self) -> Option<Handoff> {
         self.slot
-            .grant
+            .handoff
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
@@ -95,7 +94,8 @@ impl Drop for Ticket {
     }
 }
 
-/// One Redlock waiter's interest in a release channel, withdrawn on drop.
+/// One waiter's interest in a release channel (on a store without a
+/// queue), withdrawn on drop.
 #[derive(Debug)]
 pub(crate) struct Broadcast {
     waiters: Arc<Waiters>,
@@ -104,14 +104,18 @@ pub(crate) struct Broadcast {
 }
 
 impl Waiters {
-    pub(crate) fn new(channel: String, subscribers: Vec<Subscriber>) -> Self {
+    pub(crate) fn new(channel: String, listeners: Vec<Arc<dyn Listener>>) -> Self {
         Self {
             channel,
             tickets: Mutex::new(HashMap::new()),
             broadcasts: Mutex::new(HashMap::new()),
-            listening: AtomicBool::new(subscribers.is_empty()),
-            subscribers: subscribers.into_iter().map(Arc::new).collect(),
+            listening: AtomicBool::new(listeners.is_empty()),
+            listeners,
         }
+    }
+
+    fn inbox(self: &Arc<Self>) -> Arc<dyn Inbox> {
+        self.clone()
     }
 
     /// The channel this client's queued waiters are notified on.
@@ -139,10 +143,10 @@ impl Waiters {
     /// leaves waiters on their timed refreshes, which also claim a lock
     /// handed to them.
     pub(crate) async fn listen(self: &Arc<Self>, deadline: Option<Instant>) {
-        let [one] = self.subscribers.as_slice() else {
+        let [one] = self.listeners.as_slice() else {
             return;
         };
-        let subscribe = one.sync(&self.channel, self);
+        let subscribe = one.sync(&self.channel, self.inbox());
         let result = match deadline {
             Some(d) => tokio::time::timeout_at(d, subscribe).await.ok(),
             None => Some(subscribe.await),
@@ -168,12 +172,12 @@ impl Waiters {
         }
     }
 
-    /// Hands `grant` to its waiter and wakes it, if it is one of this
+    /// Hands `handoff` to its waiter and wakes it, if it is one of this
     /// client's.
-    pub(crate) fn grant(&self, grant: Grant) {
-        let slot = self.tickets().get(&grant.token).cloned();
+    fn hand_over(&self, handoff: Handoff) {
+        let slot = self.tickets().get(&handoff.token).cloned();
         if let Some(slot) = slot {
-            *slot.grant.lock().unwrap_or_else(|p| p.into_inner()) = Some(grant);
+            *slot.handoff.lock().unwrap_or_else(|p| p.into_inner()) = Some(handoff);
             slot.notify.notify_one();
         }
     }
@@ -182,10 +186,10 @@ impl Waiters {
     /// anyone waits on it, all nodes at once. A node that fails is logged;
     /// its waiters keep their timed retries.
     async fn sync(self: &Arc<Self>, channel: &str) {
-        match self.subscribers.as_slice() {
+        match self.listeners.as_slice() {
             [] => {}
             [one] => {
-                if let Err(e) = one.sync(channel, self).await {
+                if let Err(e) = one.sync(channel, self.inbox()).await {
                     tracing::debug!(channel, error = %e, "pub/sub subscription change failed");
                 }
             }
@@ -197,10 +201,10 @@ impl Waiters {
                 let needed = many.len() / 2 + 1;
                 let (tx, mut rx) = tokio::sync::mpsc::channel(many.len());
                 for sub in many {
-                    let (sub, waiters, channel) = (sub.clone(), self.clone(), channel.to_owned());
+                    let (sub, inbox, channel) = (sub.clone(), self.inbox(), channel.to_owned());
                     let tx = tx.clone();
                     tokio::spawn(async move {
-                        let r = sub.sync(&channel, &waiters).await;
+                        let r = sub.sync(&channel, inbox).await;
                         if let Err(e) = &r {
                             tracing::debug!(channel, error = %e, "pub/sub subscription change failed on a node");
                         }
@@ -219,7 +223,7 @@ impl Waiters {
         }
     }
 
-    /// Registers a Redlock waiter's interest in `channel` and makes sure the
+    /// Registers a waiter's interest in `channel` and makes sure the
     /// channel is subscribed before returning. A failed subscription is
     /// logged and leaves the waiter on its timed retries.
     pub(crate) async fn broadcast(
@@ -252,20 +256,21 @@ impl Waiters {
         }
         registration
     }
+}
 
-    /// Whether `channel` should be subscribed.
-    pub(crate) fn is_wanted(&self, channel: &str) -> bool {
+impl Inbox for Waiters {
+    fn is_wanted(&self, channel: &str) -> bool {
         channel == self.channel || self.broadcasts().contains_key(channel)
     }
 
-    /// Routes a message published on `channel`: a grant on this client's
+    /// Routes a message published on `channel`: a handoff on this client's
     /// channel goes to its waiter; a release on a key's channel wakes its
-    /// Redlock waiters, unless that release has woken them already.
-    pub(crate) fn deliver(&self, channel: &str, payload: &[u8]) {
+    /// waiters, unless that release has woken them already.
+    fn deliver(&self, channel: &str, payload: &[u8]) {
         if channel == self.channel {
-            match Grant::parse(payload) {
-                Some(grant) => self.grant(grant),
-                None => tracing::debug!(channel, "unreadable grant announcement ignored"),
+            match Handoff::parse(payload) {
+                Some(handoff) => self.hand_over(handoff),
+                None => tracing::debug!(channel, "unreadable handoff announcement ignored"),
             }
             return;
         }
@@ -279,8 +284,11 @@ impl Waiters {
         }
     }
 
-    /// Wakes every waiter, after notifications may have been missed.
-    pub(crate) fn notify_all(&self) {
+    fn handoff(&self, handoff: Handoff) {
+        self.hand_over(handoff);
+    }
+
+    fn wake_all(&self) {
         for slot in self.tickets().values() {
             slot.notify.notify_one();
         }
@@ -307,7 +315,7 @@ impl Drop for Broadcast {
             }
         };
         if last
-            && !self.waiters.subscribers.is_empty()
+            && !self.waiters.listeners.is_empty()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             let waiters = self.waiters.clone();

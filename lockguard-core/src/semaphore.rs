@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
-use crate::client::Client;
+use std::sync::Arc;
+
+use crate::engine::Engine;
 use crate::error::{Error, Result};
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, run_guarded};
+use crate::lease::Lease;
 use crate::lock::Lock;
 
 /// The most permits a semaphore may have.
@@ -13,7 +16,7 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 /// A distributed semaphore: at most `permits` holders of a key at once,
 /// across every process using the store.
 ///
-/// Made by [`Client::semaphore`]. Permits behave like lock guards: each
+/// Made by [`Client::semaphore`](crate::Client::semaphore). Permits behave like lock guards: each
 /// has a lease (so a crashed holder's permit expires), renewed by the same
 /// watchdog unless a fixed [`Semaphore::lease`] is set; waiters queue like
 /// a lock's, first come first served, and a permit given back goes straight
@@ -46,9 +49,9 @@ pub struct Semaphore {
 }
 
 impl Semaphore {
-    pub(crate) fn new(client: Client, name: &str, permits: u32) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str, permits: u32) -> Self {
         Self {
-            inner: Lock::semaphore(client, name, permits),
+            inner: Lock::semaphore(engine, name, permits),
             permits,
         }
     }
@@ -66,7 +69,14 @@ impl Semaphore {
         self
     }
 
+    /// How each permit's lease is kept; see [`Lock::with_lease`].
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.inner = self.inner.with_lease(lease);
+        self
+    }
+
     /// How long [`Semaphore::acquire`] waits when every permit is taken.
+    /// Zero makes one attempt.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.inner = self.inner.wait(wait);
         self
@@ -118,6 +128,19 @@ impl Semaphore {
     /// As [`Semaphore::try_acquire`], with `Busy` once the wait ran out.
     pub async fn acquire(&self) -> Result<Permit> {
         self.inner.acquire().await.map(Permit)
+    }
+
+    /// Runs `body` holding a permit: acquires one (waiting as configured),
+    /// runs `body`, and gives the permit back when it is done. A lost lease
+    /// drops `body` at once and returns the lease-lost error; see
+    /// [`Lock::run`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`] and [`Lock::run`].
+    pub async fn run<F: Future>(&self, body: F) -> Result<F::Output> {
+        let permit = self.acquire().await?;
+        run_guarded(permit.0, body).await
     }
 }
 

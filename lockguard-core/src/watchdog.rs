@@ -6,14 +6,15 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::guard::{Shared, safety_margin};
+use crate::acquisition::Acquisition;
+use crate::lease::safety_margin;
 
 /// Renews the lease every third of it until `stop` fires (the guard was
 /// released or dropped) or the lock turns out to be gone.
 ///
 /// A renewal that fails to reach the store is retried sooner; if none
 /// succeeds before the lease's end the guard is marked lost.
-pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
+pub(crate) async fn run(shared: Arc<Acquisition>, mut stop: oneshot::Receiver<()>) {
     let lease = shared.lease;
     let interval = lease / 3;
     // The first renewal is due a third of the lease after the request that
@@ -40,7 +41,7 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: oneshot::Receiver<()>) {
         let result = tokio::select! {
             biased;
             _ = &mut stop => return,
-            r = shared.client.store().extend(&shared.keys, &shared.token, lease) => r,
+            r = shared.engine.store.locks.extend(&shared.keys, &shared.token, lease) => r,
         };
         // A release may have raced the renewal; say nothing then.
         if !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {

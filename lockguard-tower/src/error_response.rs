@@ -164,13 +164,13 @@ mod tests {
         use tower::ServiceExt;
 
         let lg = lockguard_core::Client::memory();
-        let _held = lg.lock("job").reentrant(false).acquire().await.unwrap();
+        let _held = lg.lock("job").acquire().await.unwrap();
         let app: Router = Router::new().route(
             "/",
             get(move || {
                 let lg = lg.clone();
                 async move {
-                    let guard = lg.lock("job").reentrant(false).try_acquire().await?;
+                    let guard = lg.lock("job").try_acquire().await?;
                     guard.release().await?;
                     Ok::<_, ErrorResponse>("done")
                 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use lockguard_core::{Client, Error};
+use lockguard_core::{Client, Error, Lock, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
 use tracing::Instrument;
@@ -56,21 +56,32 @@ impl Settings {
         // what can be wrong.
         let probe = self.store_name("k");
         match kind {
-            Kind::Lock => {
-                let mut lock = self.client.lock(&probe);
-                if let Some(lease) = self.lease {
-                    lock = lock.lease(lease);
-                }
-                lock.validate()
-            }
-            Kind::Permits(permits) => {
-                let mut semaphore = self.client.semaphore(&probe, permits);
-                if let Some(lease) = self.lease {
-                    semaphore = semaphore.lease(lease);
-                }
-                semaphore.validate()
-            }
+            Kind::Lock => self.lock(&probe).validate(),
+            Kind::Permits(permits) => self.semaphore(&probe, permits).validate(),
         }
+    }
+
+    /// The lock on `store_name`, with the layer's lease and wait (none:
+    /// one attempt).
+    fn lock(&self, store_name: &str) -> Lock {
+        let lock = self.client.lock(store_name).wait(self.wait());
+        match self.lease {
+            Some(lease) => lock.lease(lease),
+            None => lock,
+        }
+    }
+
+    /// The semaphore `store_name`, with the layer's lease and wait.
+    fn semaphore(&self, store_name: &str, permits: u32) -> Semaphore {
+        let semaphore = self.client.semaphore(store_name, permits).wait(self.wait());
+        match self.lease {
+            Some(lease) => semaphore.lease(lease),
+            None => semaphore,
+        }
+    }
+
+    fn wait(&self) -> Duration {
+        self.wait.unwrap_or(Duration::ZERO)
     }
 
     /// How many bytes of a key the name takes.
@@ -127,31 +138,15 @@ where
 async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
     let store_name = settings.store_name(&key);
     let started = Instant::now();
+    // Each request is its own owner: requests are not run in a lock's
+    // scope, so two served by one task (one connection) exclude each other.
     let result = match kind {
-        Kind::Lock => {
-            // Not reentrant: two requests served by one task (one
-            // connection) must still exclude each other.
-            let mut lock = settings.client.lock(&store_name).reentrant(false);
-            if let Some(lease) = settings.lease {
-                lock = lock.lease(lease);
-            }
-            match settings.wait {
-                Some(wait) => lock.wait(wait).acquire().await,
-                None => lock.try_acquire().await,
-            }
-            .map(Guard::Lock)
-        }
-        Kind::Permits(permits) => {
-            let mut semaphore = settings.client.semaphore(&store_name, permits);
-            if let Some(lease) = settings.lease {
-                semaphore = semaphore.lease(lease);
-            }
-            match settings.wait {
-                Some(wait) => semaphore.wait(wait).acquire().await,
-                None => semaphore.try_acquire().await,
-            }
-            .map(Guard::Permit)
-        }
+        Kind::Lock => settings.lock(&store_name).acquire().await.map(Guard::Lock),
+        Kind::Permits(permits) => settings
+            .semaphore(&store_name, permits)
+            .acquire()
+            .await
+            .map(Guard::Permit),
     };
     let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match result {
@@ -313,7 +308,6 @@ mod tests {
         let lg = Client::memory();
         let _held = lg
             .lock("jobs:header:x-user:ada")
-            .reentrant(false)
             .lease(std::time::Duration::from_millis(7500))
             .acquire()
             .await

@@ -1,9 +1,24 @@
-//! The stores behind a client: one small set of atomic operations, each one
-//! round trip, implemented in memory and on Redis.
+//! The boundary between the primitives and the stores.
+//!
+//! A store implements [`LockBackend`] (locks and semaphores: acquire,
+//! release, extend; every store has them) and, where it can,
+//! [`DataBackend`] (counters, rate limiters, fenced values). Every
+//! operation is atomic and one round trip. A store that wakes waiters
+//! through messages (Redis pub/sub) also gives the client [`Listener`]s,
+//! which deliver to the client's [`Inbox`].
+//!
+//! Adding a store means implementing these traits in a module of its own,
+//! a constructor on [`Builder`](crate::Builder) that builds a [`Store`],
+//! and passing the conformance suite (`lockguard-core/tests/conformance`),
+//! which every store runs: see the crate docs.
 
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{CounterKeys, LockKeys};
 use crate::rate_limit::{Decision, gcra};
@@ -13,21 +28,38 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 
-/// The outcome of one attempt to take a lock.
+/// The future of one store operation.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The outcome of one attempt to take a lock or a permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
-    /// Taken, with this fencing token.
-    Acquired(FencingToken),
-    /// Taken as one slot of a Redlock semaphore: release and renew these
-    /// keys (a plain lock) rather than the semaphore's.
-    AcquiredSlot(FencingToken, std::sync::Arc<LockKeys>),
+    /// Taken, with this fencing token. `keys` are what to release and renew:
+    /// the keys asked for, or (a store that keeps a semaphore's permits as
+    /// locks of their own) the one permit taken.
+    Acquired {
+        fence: FencingToken,
+        keys: Arc<LockKeys>,
+    },
     /// Someone else holds it; their lease has this long left, if known.
-    Held(Option<Duration>),
-    /// Nobody won: concurrent Redlock attempts split the nodes between
-    /// them. Retry after a short random pause, not on the next notification
-    /// (which every loser gets at once), so the next round does not split
-    /// the same way.
+    Busy(Option<Duration>),
+    /// Nobody won: concurrent attempts split the store between them (the
+    /// nodes of a quorum store). Retry after a short random pause, not on
+    /// the next notification (which every loser gets at once), so the next
+    /// round does not split the same way.
     Contended,
+}
+
+/// How waiters of a store wait for a lock or permit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waiting {
+    /// In a first-come-first-served queue in the store: a release hands
+    /// the lock to the first live waiter and announces a [`Handoff`] to it.
+    Queue,
+    /// Without a queue: a release is announced on the key's channel and
+    /// waiters retry (a quorum store, whose nodes would each order a queue
+    /// their own way).
+    Retry,
 }
 
 /// How a waiter keeps its place in a key's wait queue: refreshed by each of
@@ -37,7 +69,7 @@ pub(crate) enum Attempt {
 pub(crate) struct Place<'a> {
     pub(crate) timeout: Duration,
     pub(crate) channel: &'a str,
-    /// The number of this attempt of the waiter: a grant names the attempt
+    /// The number of this attempt of the waiter: a handoff names the attempt
     /// whose deadline it is reserved until.
     pub(crate) attempt: u32,
 }
@@ -46,13 +78,13 @@ pub(crate) struct Place<'a> {
 /// for it until the deadline that its attempt number `attempt` set, which
 /// is at least `timeout` after that attempt was sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Grant {
+pub(crate) struct Handoff {
     pub(crate) token: Token,
     pub(crate) fence: FencingToken,
     pub(crate) attempt: u32,
 }
 
-impl Grant {
+impl Handoff {
     /// Parses the announcement `token fence attempt`.
     pub(crate) fn parse(payload: &[u8]) -> Option<Self> {
         let mut parts = payload.split(|b| *b == b' ');
@@ -93,186 +125,187 @@ pub(crate) enum LimitOp {
     Sliding { limit: u64, period_us: i64 },
 }
 
-/// The store a client talks to.
-///
-/// An enum rather than a trait object: every operation is a plain `async fn`
-/// with no boxing on the hot path, and the set of stores is closed.
-#[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // one per client, behind an `Arc`
-pub(crate) enum Store {
-    Memory(memory::MemoryStore),
-    Redis(redis::RedisStore),
-    Redlock(redlock::RedlockStore),
-}
+/// Locks and semaphores: what every store offers.
+pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
+    /// The store's name, for messages and [`Client::backend_name`](crate::Client::backend_name).
+    fn name(&self) -> &'static str;
 
-impl Store {
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            Self::Memory(_) => "memory",
-            Self::Redis(r) if r.is_cluster() => "redis-cluster",
-            Self::Redis(_) => "redis",
-            Self::Redlock(_) => "redlock",
-        }
-    }
-
-    /// Whether waiters queue in this store (FIFO, handed the lock by the
-    /// release). Redlock waiters do not: each node would order them its own
-    /// way; they retry when a release is announced.
-    pub(crate) fn queues(&self) -> bool {
-        !matches!(self, Self::Redlock(_))
-    }
+    /// How its waiters wait.
+    fn waiting(&self) -> Waiting;
 
     /// The most permits a semaphore may have on this store.
-    pub(crate) fn max_permits(&self) -> u32 {
-        match self {
-            Self::Redlock(_) => redlock::MAX_REDLOCK_PERMITS,
-            Self::Memory(_) | Self::Redis(_) => crate::semaphore::MAX_PERMITS,
-        }
+    fn max_permits(&self) -> u32 {
+        crate::semaphore::MAX_PERMITS
     }
 
-    /// One attempt to take a lock or a semaphore permit: takes it when it is
-    /// free and nobody queues ahead, claims it when a release handed it to
-    /// `token`, and otherwise, with a `place`, joins the queue (or keeps and
-    /// refreshes the place held). Without a place it never queues.
-    pub(crate) async fn acquire(
-        &self,
-        keys: &std::sync::Arc<LockKeys>,
-        token: &Token,
+    /// Where the store announces handoffs it makes without a message
+    /// channel (the in-memory store); the others ignore it.
+    fn attach(&self, _inbox: Weak<dyn Inbox>) {}
+
+    /// One attempt to take a lock or a semaphore permit: takes it when it
+    /// is free and nobody queues ahead, claims it when a release handed it
+    /// to `token`, and otherwise, with a `place` (on a [`Waiting::Queue`]
+    /// store), joins the queue or keeps and refreshes the place held.
+    /// Without a place it never queues.
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
         lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
-        match self {
-            Self::Memory(m) => Ok(m.acquire(keys, token, lease, place)),
-            Self::Redis(r) => r.acquire(keys, token, lease, place).await,
-            Self::Redlock(r) => r.try_acquire(keys, token, lease).await,
-        }
-    }
+        place: Option<Place<'a>>,
+    ) -> BoxFuture<'a, Result<Attempt>>;
 
     /// Gives up `token`'s lock or permit, handing it to the first live
     /// waiter in the same step; `token` also leaves the queue. True when
     /// it was still held.
-    pub(crate) async fn release(
-        &self,
-        keys: &std::sync::Arc<LockKeys>,
-        token: &Token,
-    ) -> Result<bool> {
-        match self {
-            Self::Memory(m) => Ok(m.release(keys, token)),
-            Self::Redis(r) => r.release(keys, token, false).await,
-            Self::Redlock(r) => r.release(keys, token).await,
-        }
-    }
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool>>;
 
-    pub(crate) async fn extend(
-        &self,
-        keys: &std::sync::Arc<LockKeys>,
-        token: &Token,
+    /// Resets `token`'s lease to `lease` from now; true when it was still
+    /// held.
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
         lease: Duration,
-    ) -> Result<bool> {
-        match self {
-            Self::Memory(m) => Ok(m.extend(keys, token, lease)),
-            Self::Redis(r) => r.extend(keys, token, lease).await,
-            Self::Redlock(r) => r.extend(keys, token, lease).await,
-        }
-    }
-
-    pub(crate) async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        match self {
-            Self::Memory(m) => Ok(m.fenced_write(key, token, value)),
-            Self::Redis(r) => r.fenced_write(key, token, value).await,
-            Self::Redlock(_) => Err(redlock::unsupported("fenced write")),
-        }
-    }
-
-    pub(crate) async fn fenced_read(&self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        match self {
-            Self::Memory(m) => Ok(m.fenced_read(key)),
-            Self::Redis(r) => r.fenced_read(key).await,
-            Self::Redlock(_) => Err(redlock::unsupported("fenced read")),
-        }
-    }
+    ) -> BoxFuture<'a, Result<bool>>;
 }
 
-impl Store {
-    pub(crate) async fn counter_add(
-        &self,
-        keys: &CounterKeys,
+/// Counters, rate limiters and fenced values: what a store offers where it
+/// can.
+pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
+    /// Adds `delta`; the new value.
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> Result<i64> {
-        match self {
-            Self::Memory(m) => m.counter_add(&keys.value, delta, ttl),
-            Self::Redis(r) => r.counter_add(keys, delta, ttl).await,
-            Self::Redlock(_) => Err(redlock::unsupported("counter add")),
-        }
-    }
+    ) -> BoxFuture<'a, Result<i64>>;
 
-    /// `Ok(new value)` when taken, `Err(current value)` when too little.
-    pub(crate) async fn counter_take(
-        &self,
-        keys: &CounterKeys,
+    /// `Ok(new value)` when `n` was taken, `Err(current value)` when there
+    /// was too little.
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> Result<Result<i64, i64>> {
-        match self {
-            Self::Memory(m) => m.counter_take(&keys.value, n, ttl),
-            Self::Redis(r) => r.counter_take(keys, n, ttl).await,
-            Self::Redlock(_) => Err(redlock::unsupported("counter take")),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Result<i64, i64>>>;
 
     /// The value and its version (both 0 for a counter never written).
-    pub(crate) async fn counter_get(&self, key: &str) -> Result<(i64, u64)> {
-        match self {
-            Self::Memory(m) => Ok(m.counter_get(key)),
-            Self::Redis(r) => r.counter_get(key).await,
-            Self::Redlock(_) => Err(redlock::unsupported("counter get")),
-        }
-    }
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>>;
 
     /// `Ok(new version)` when set, `Err(current version)` when `expected`
     /// did not match.
-    pub(crate) async fn counter_set(
-        &self,
-        keys: &CounterKeys,
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> Result<Result<u64, u64>> {
-        match self {
-            Self::Memory(m) => Ok(m.counter_set(&keys.value, value, expected, ttl)),
-            Self::Redis(r) => r.counter_set(keys, value, expected, ttl).await,
-            Self::Redlock(_) => Err(redlock::unsupported("counter set")),
-        }
-    }
+    ) -> BoxFuture<'a, Result<Result<u64, u64>>>;
 
-    pub(crate) async fn mark_once(
-        &self,
-        key: &str,
-        member: &str,
+    /// Adds `member` to the counter's marks; true when it was new.
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
         ttl: Option<Duration>,
-    ) -> Result<bool> {
-        match self {
-            Self::Memory(m) => Ok(m.mark_once(key, member, ttl)),
-            Self::Redis(r) => r.mark_once(key, member, ttl).await,
-            Self::Redlock(_) => Err(redlock::unsupported("mark once")),
-        }
-    }
+    ) -> BoxFuture<'a, Result<bool>>;
 
-    /// One rate-limit decision. `now` (µs) replaces the store's clock, for
-    /// tests only.
-    pub(crate) async fn rate_limit(
-        &self,
-        keys: &LimitKeys,
+    /// One rate-limit decision, on the store's clock.
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
-        now: Option<i64>,
-    ) -> Result<Decision> {
-        match self {
-            Self::Memory(m) => Ok(m.rate_limit(keys, op, cost, now)),
-            Self::Redis(r) => r.rate_limit(keys, op, cost, now).await,
-            Self::Redlock(_) => Err(redlock::unsupported("rate limit")),
+    ) -> BoxFuture<'a, Result<Decision>>;
+
+    /// Stores `value` if `token` is at least the newest accepted; true
+    /// when it was stored.
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool>>;
+
+    /// The stored value and the token that wrote it.
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>>;
+}
+
+/// Where a store's messages for one client go: the client's waiters.
+pub(crate) trait Inbox: Send + Sync {
+    /// Whether anyone of this client listens on `channel`.
+    fn is_wanted(&self, channel: &str) -> bool;
+
+    /// A message published on `channel`.
+    fn deliver(&self, channel: &str, payload: &[u8]);
+
+    /// A handoff the store made to one of this client's waiters.
+    fn handoff(&self, handoff: Handoff);
+
+    /// Messages may have been missed (a connection was lost): every waiter
+    /// checks.
+    fn wake_all(&self);
+}
+
+/// One message connection of a store (a Redis pub/sub connection): it
+/// subscribes the channels the client's [`Inbox`] wants.
+pub(crate) trait Listener: Send + Sync + fmt::Debug {
+    /// Brings the subscription of `channel` in line with whether `inbox`
+    /// wants it now.
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> BoxFuture<'a, Result<()>>;
+}
+
+/// A client's store: its lock backend, its data backend if it has one, and
+/// its message connections.
+#[derive(Debug, Clone)]
+pub(crate) struct Store {
+    pub(crate) locks: Arc<dyn LockBackend>,
+    data: Option<Arc<dyn DataBackend>>,
+    pub(crate) listeners: Vec<Arc<dyn Listener>>,
+}
+
+impl Store {
+    /// A store of locks and data in one.
+    pub(crate) fn new<B>(backend: Arc<B>, listeners: Vec<Arc<dyn Listener>>) -> Self
+    where
+        B: LockBackend + DataBackend + 'static,
+    {
+        Self {
+            locks: backend.clone(),
+            data: Some(backend),
+            listeners,
         }
+    }
+
+    /// A store of locks only.
+    pub(crate) fn locks_only(
+        locks: Arc<dyn LockBackend>,
+        listeners: Vec<Arc<dyn Listener>>,
+    ) -> Self {
+        Self {
+            locks,
+            data: None,
+            listeners,
+        }
+    }
+
+    /// The data backend, or [`ErrorKind::Unsupported`] naming `what` on a
+    /// store that has none.
+    pub(crate) fn data(&self, what: &str) -> Result<&dyn DataBackend> {
+        self.data.as_deref().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{what} is not offered on a {} client; it offers locks and semaphores only",
+                    self.locks.name()
+                ),
+            )
+        })
     }
 }
 
@@ -293,12 +326,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn grant_announcements_parse_strictly() {
+    fn handoff_announcements_parse_strictly() {
         let token = Token::random();
         let text = format!("{} 42 7", token.as_str());
         assert_eq!(
-            Grant::parse(text.as_bytes()),
-            Some(Grant {
+            Handoff::parse(text.as_bytes()),
+            Some(Handoff {
                 token,
                 fence: FencingToken::new(42),
                 attempt: 7,
@@ -317,7 +350,7 @@ mod tests {
             format!("{}X 42 1", &t[1..]),
             "\u{fffd} 1 1".to_owned(),
         ] {
-            assert_eq!(Grant::parse(bad.as_bytes()), None, "{bad:?}");
+            assert_eq!(Handoff::parse(bad.as_bytes()), None, "{bad:?}");
         }
     }
 }

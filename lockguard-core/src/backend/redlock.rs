@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::Attempt;
-use super::redis::RedisStore;
+use super::redis::{RedisOptions, RedisStore, Subscriber};
+use super::{Attempt, BoxFuture, LockBackend, Place, Store, Waiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
-use crate::key::LockKeys;
+use crate::key::{LockKeys, Resource};
 use crate::token::Token;
 
 /// The most permits a semaphore may have on a Redlock client: each permit
@@ -38,15 +38,6 @@ pub const MAX_REDLOCK_PERMITS: u32 = 64;
 
 /// The default per-node timeout of a Redlock client.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-
-pub(crate) fn unsupported(what: &str) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!(
-            "{what} needs one Redis server (or a cluster); a Redlock client serves locks and semaphores"
-        ),
-    )
-}
 
 /// N independent Redis masters.
 #[derive(Debug)]
@@ -169,29 +160,28 @@ impl RedlockStore {
         token: &Token,
         lease: Duration,
     ) -> Result<Attempt> {
-        match keys.permits {
-            None => self.try_lock(keys, token, lease).await,
-            Some(permits) => {
+        match keys.resource {
+            Resource::Lock => self.try_lock(keys, token, lease).await,
+            Resource::Semaphore { permits } => {
                 // Try the slots from a random start, so holders spread out.
                 let start = fastrand::u32(0..permits);
                 let mut shortest: Option<Duration> = None;
                 for i in 0..permits {
                     let slot = Arc::new(slot_keys(keys, (start + i) % permits));
                     match self.try_lock(&slot, token, lease).await? {
-                        Attempt::Acquired(fence) => return Ok(Attempt::AcquiredSlot(fence, slot)),
-                        Attempt::Held(ttl) => {
+                        taken @ Attempt::Acquired { .. } => return Ok(taken),
+                        Attempt::Busy(ttl) => {
                             shortest = match (shortest, ttl) {
                                 (Some(a), Some(b)) => Some(a.min(b)),
                                 (a, b) => a.or(b),
                             };
                         }
                         Attempt::Contended => shortest = Some(Duration::ZERO),
-                        Attempt::AcquiredSlot(..) => unreachable!("plain locks take no slots"),
                     }
                 }
                 Ok(match shortest {
                     Some(Duration::ZERO) => Attempt::Contended,
-                    other => Attempt::Held(other),
+                    other => Attempt::Busy(other),
                 })
             }
         }
@@ -217,7 +207,7 @@ impl RedlockStore {
             tokio::spawn(async move {
                 let result = node.acquire(&keys, &token, lease, None).await;
                 healthy[i].store(result.is_ok(), Ordering::Relaxed);
-                let may_hold = !matches!(result, Ok(Attempt::Held(_)));
+                let may_hold = !matches!(result, Ok(Attempt::Busy(_)));
                 let cleanup = {
                     let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
                     if *failed {
@@ -255,11 +245,10 @@ impl RedlockStore {
             };
             answered[i] = true;
             match result {
-                Ok(Attempt::Acquired(f)) => granted.push((i, f.get())),
-                Ok(Attempt::Held(ttl)) => held.push(ttl),
-                Ok(Attempt::AcquiredSlot(..) | Attempt::Contended) => {
-                    unreachable!("a node answers taken or held")
-                }
+                Ok(Attempt::Acquired { fence, .. }) => granted.push((i, fence.get())),
+                Ok(Attempt::Busy(ttl)) => held.push(ttl),
+                // A node of its own is one store: it never splits.
+                Ok(Attempt::Contended) => held.push(None),
                 Err(e) => errors.push((i, e)),
             }
         }
@@ -268,7 +257,10 @@ impl RedlockStore {
             round.armed = false;
             let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
             if self.raise_fences(keys, &granted, fence).await {
-                return Ok(Attempt::Acquired(FencingToken::new(fence)));
+                return Ok(Attempt::Acquired {
+                    fence: FencingToken::new(fence),
+                    keys: keys.clone(),
+                });
             }
             self.release_in_background(keys, token);
             return Err(Error::new(
@@ -285,7 +277,7 @@ impl RedlockStore {
         round.armed = false;
         while let Ok((i, result)) = rx.try_recv() {
             match result {
-                Ok(Attempt::Held(_)) => {}
+                Ok(Attempt::Busy(_)) => {}
                 Ok(_) => granted.push((i, 0)),
                 Err(e) => errors.push((i, e)),
             }
@@ -320,7 +312,7 @@ impl RedlockStore {
         if !granted.is_empty() && held.len() < q {
             return Ok(Attempt::Contended);
         }
-        Ok(Attempt::Held(held.into_iter().flatten().min()))
+        Ok(Attempt::Busy(held.into_iter().flatten().min()))
     }
 
     /// Brings the sequences of the granting nodes that are behind up to
@@ -367,9 +359,12 @@ impl RedlockStore {
     pub(crate) async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         let n = self.nodes.len();
         let q = self.quorum();
-        let slots: Option<Arc<Vec<String>>> = keys
-            .permits
-            .map(|p| Arc::new((0..p).map(|i| slot_keys(keys, i).lock).collect()));
+        let slots: Option<Arc<Vec<String>>> = match keys.resource {
+            Resource::Semaphore { permits } => Some(Arc::new(
+                (0..permits).map(|i| slot_keys(keys, i).lock).collect(),
+            )),
+            Resource::Lock => None,
+        };
         let tally = self
             .round(
                 |node| {
@@ -453,7 +448,7 @@ impl Drop for Abandon {
         }
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
         while let Ok((i, result)) = self.rx.try_recv() {
-            if !matches!(result, Ok(Attempt::Held(_)))
+            if !matches!(result, Ok(Attempt::Busy(_)))
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
                 let (node, keys, token) = (self.nodes[i].clone(), self.keys.clone(), self.token);
@@ -478,11 +473,103 @@ fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
     // The slot keys append to the semaphore's key, after its hash tag, so
     // they share its slot and its sequence.
     LockKeys {
-        permits: None,
+        resource: Resource::Lock,
         sequence: sem.sequence.clone(),
         channel: sem.channel.clone(),
         queue: format!("{lock}:queue"),
         tickets: format!("{lock}:tickets"),
         lock,
     }
+}
+
+impl LockBackend for RedlockStore {
+    fn name(&self) -> &'static str {
+        "redlock"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Retry
+    }
+
+    fn max_permits(&self) -> u32 {
+        MAX_REDLOCK_PERMITS
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        _place: Option<Place<'a>>,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        // No queue across independent nodes: every attempt is one try.
+        Box::pin(self.try_acquire(keys, token, lease))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::release(self, keys, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::extend(self, keys, token, lease))
+    }
+}
+
+/// Connects to the Redis masters at `clients`, each request bounded by
+/// `opts.response_timeout` (the node timeout). Nodes that cannot be
+/// reached now are connected later, as long as a quorum answers now.
+pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> Result<Store> {
+    let mut set = tokio::task::JoinSet::new();
+    for (i, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        set.spawn(async move { (i, RedisStore::connect(client, opts).await) });
+    }
+    let mut nodes: Vec<Option<RedisStore>> = (0..clients.len()).map(|_| None).collect();
+    let mut errors = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        let Ok((i, result)) = joined else { continue };
+        match result {
+            Ok(store) => nodes[i] = Some(store),
+            Err(e) => errors.push(e),
+        }
+    }
+    let quorum = clients.len() / 2 + 1;
+    let up = nodes.iter().filter(|n| n.is_some()).count();
+    if up < quorum {
+        let first = errors.first().map(ToString::to_string).unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "redlock: only {up} of {} nodes reachable, a quorum needs {quorum} (first error: {first})",
+                clients.len()
+            ),
+        ));
+    }
+    let mut stores = Vec::new();
+    let mut listeners: Vec<Arc<dyn super::Listener>> = Vec::new();
+    for (node, client) in nodes.into_iter().zip(&clients) {
+        let store = match node {
+            Some(store) => store,
+            None => {
+                tracing::warn!(node = %client.get_connection_info().addr(), "redlock node unreachable at start-up; will reconnect");
+                RedisStore::lazy(client.clone(), opts)?
+            }
+        };
+        stores.push(store);
+        listeners.push(Arc::new(Subscriber::new(client, opts)?));
+    }
+    tracing::debug!(nodes = stores.len(), quorum, "connected to redlock nodes");
+    Ok(Store::locks_only(
+        Arc::new(RedlockStore::new(stores)),
+        listeners,
+    ))
 }

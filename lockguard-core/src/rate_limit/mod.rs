@@ -10,23 +10,21 @@
 //! | [`Algorithm::FixedWindow`] | exactly `count` per window; up to `2 × count` across a window boundary | one integer | 1 |
 //! | [`Algorithm::SlidingWindow`] | at most `count` in every rolling `period`, exactly | one entry per admitted request | 1 |
 
-use std::sync::Arc;
-
-use crate::backend::{LimitKeys, LimitOp};
-use crate::client::Client;
-use crate::error::{Error, Result};
+//!
+//! This module holds the algorithms as pure steps over a key's state and
+//! the store's time ([`Quota`], [`Decision`], [`Algorithm`]); the stores
+//! keep the state, and [`RateLimiter`](crate::RateLimiter) runs them.
 
 mod decision;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 mod quota;
-mod refused;
 pub(crate) mod sliding_window;
 
 pub use decision::Decision;
 pub use quota::{MAX_PERIOD, MAX_QUOTA, Quota};
 
-/// Which algorithm a [`RateLimiter`] runs.
+/// Which algorithm a [`RateLimiter`](crate::RateLimiter) runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -41,7 +39,8 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
-    fn key_kind(self) -> &'static str {
+    /// The part of a limiter's keys that names the algorithm.
+    pub(crate) fn key_kind(self) -> &'static str {
         match self {
             Self::Gcra => "gcra",
             Self::FixedWindow => "fw",
@@ -49,247 +48,3 @@ impl Algorithm {
         }
     }
 }
-
-/// A rate limiter: a [`Quota`] per key, shared by every process using the
-/// store.
-///
-/// Made by [`Client::rate_limiter`]. The name separates limiters; the key
-/// passed to [`RateLimiter::check`] picks whose budget is spent (a user, an
-/// IP address, an API key).
-///
-/// # Examples
-///
-/// ```
-/// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lockguard_core::Error> {
-/// use lockguard_core::{Client, Quota};
-/// let lg = Client::memory();
-/// let login = lg.rate_limiter("login", Quota::per_minute(5));
-/// for _ in 0..5 {
-///     assert!(login.check("ip:203.0.113.9").await?.allowed);
-/// }
-/// let refused = login.check("ip:203.0.113.9").await?;
-/// assert!(!refused.allowed);
-/// println!("retry in {} s", refused.retry_after_secs());
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-#[must_use = "a rate limiter does nothing until checked"]
-pub struct RateLimiter {
-    client: Client,
-    name: Arc<str>,
-    quota: Quota,
-    algorithm: Algorithm,
-    /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
-    /// key as the hash tag; or why the name or quota cannot work. Built once, not per check.
-    prepared: Result<Arc<str>, String>,
-    /// Keys the store refused, refused locally until their `retry_after`
-    /// ends (opt-in; shared by clones).
-    refused: Option<Arc<refused::RefusedCache>>,
-}
-
-impl RateLimiter {
-    pub(crate) fn new(client: Client, name: &str, quota: Quota) -> Self {
-        let mut limiter = Self {
-            client,
-            name: name.into(),
-            quota,
-            algorithm: Algorithm::default(),
-            prepared: Err(String::new()),
-            refused: None,
-        };
-        limiter.prepared = limiter.prepare_base();
-        limiter
-    }
-
-    fn prepare_base(&self) -> Result<Arc<str>, String> {
-        crate::key::validate("rate limiter name", &self.name)
-            .and_then(|()| crate::key::validate_plain("rate limiter name", &self.name))
-            .map_err(|e| e.message().to_owned())?;
-        self.quota.validate().map_err(|e| e.message().to_owned())?;
-        let base = format!(
-            "{}rl:{}:{}:",
-            self.client.prefix(),
-            self.algorithm.key_kind(),
-            self.name
-        );
-        Ok(base.into())
-    }
-
-    /// Refuses keys the store has refused locally, without a round trip,
-    /// until the store's `retry_after` has passed: under a flood from
-    /// clients over their limit, each refused key costs the store one
-    /// request per `retry_after` instead of one per request. At most
-    /// `capacity` keys are remembered (a refusal that finds the cache full
-    /// of live refusals is not cached); clones share the cache.
-    ///
-    /// The cache only refuses, and only while the store would: its wait is
-    /// counted from when the store's answer arrived (a little after the
-    /// store decided), and a request costing less than the refused one
-    /// still asks the store. So it never admits more than the store would;
-    /// what it changes is that another process's spending cannot shorten
-    /// a local refusal, and that a refusal it answers carries the store's
-    /// figures as they were then (`remaining` 0, the waits counted down).
-    pub fn cache_refusals(mut self, capacity: usize) -> Self {
-        self.refused = (capacity > 0).then(|| Arc::new(refused::RefusedCache::new(capacity)));
-        self
-    }
-
-    /// Runs `algorithm` instead of GCRA.
-    pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
-        self.prepared = self.prepare_base();
-        self
-    }
-
-    /// The limiter's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The quota.
-    pub fn quota(&self) -> Quota {
-        self.quota
-    }
-
-    /// The algorithm.
-    pub fn algorithm_kind(&self) -> Algorithm {
-        self.algorithm
-    }
-
-    /// The most a single request may cost: the burst for GCRA, the count
-    /// for windows.
-    pub fn limit(&self) -> u64 {
-        match self.algorithm {
-            Algorithm::Gcra => self.quota.burst_size(),
-            _ => self.quota.count(),
-        }
-    }
-
-    /// Spends one unit of `key`'s budget if it has one.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad
-    /// key or quota; the store's errors. A refusal is not an error: it is a
-    /// [`Decision`] with `allowed == false`.
-    pub async fn check(&self, key: &str) -> Result<Decision> {
-        self.check_cost(key, 1).await
-    }
-
-    /// Checks the name and quota now, without a round trip: what every
-    /// check would refuse as [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) whatever its key.
-    /// For configuration checked at start-up.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty or braced name, or a quota
-    /// that cannot work.
-    pub fn validate(&self) -> Result<()> {
-        self.prepared
-            .as_ref()
-            .map(drop)
-            .map_err(|e| Error::invalid(e.clone()))
-    }
-
-    /// Spends `cost` units of `key`'s budget if it has them (all or nothing).
-    ///
-    /// # Errors
-    ///
-    /// As [`RateLimiter::check`], and
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a cost
-    /// of zero or above [`RateLimiter::limit`], which could never pass.
-    pub async fn check_cost(&self, key: &str, cost: u64) -> Result<Decision> {
-        self.decide(key, cost, None).await
-    }
-
-    /// Like [`RateLimiter::check`], but a refusal is an error of kind
-    /// [`ErrorKind::RateLimited`](crate::ErrorKind::RateLimited) carrying the
-    /// decision's `retry_after`, for code that propagates it with `?`.
-    ///
-    /// # Errors
-    ///
-    /// `RateLimited` on a refusal; otherwise as [`RateLimiter::check`].
-    pub async fn try_acquire(&self, key: &str) -> Result<Decision> {
-        self.try_acquire_cost(key, 1).await
-    }
-
-    /// [`RateLimiter::try_acquire`] with a cost.
-    ///
-    /// # Errors
-    ///
-    /// As [`RateLimiter::try_acquire`] and [`RateLimiter::check_cost`].
-    pub async fn try_acquire_cost(&self, key: &str, cost: u64) -> Result<Decision> {
-        let d = self.check_cost(key, cost).await?;
-        if d.allowed {
-            Ok(d)
-        } else {
-            Err(Error::new(
-                crate::ErrorKind::RateLimited,
-                format!(
-                    "rate limit {:?} for {key:?} exceeded; retry after {:?}",
-                    self.name, d.retry_after
-                ),
-            )
-            .with_retry_after(d.retry_after))
-        }
-    }
-
-    pub(crate) async fn decide(&self, key: &str, cost: u64, now: Option<i64>) -> Result<Decision> {
-        let (keys, op) = self.prepare(key, cost)?;
-        if let Some(cache) = &self.refused
-            && let Some(d) = cache.lookup(key, cost, tokio::time::Instant::now())
-        {
-            tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
-            return Ok(d);
-        }
-        let d = self.client.store().rate_limit(&keys, op, cost, now).await?;
-        if let Some(cache) = &self.refused {
-            cache.record(key, cost, &d, tokio::time::Instant::now());
-        }
-        if d.allowed {
-            tracing::trace!(limiter = %self.name, key, cost, remaining = d.remaining, "request allowed");
-        } else {
-            tracing::debug!(limiter = %self.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
-        }
-        Ok(d)
-    }
-
-    fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys, LimitOp)> {
-        let base = self
-            .prepared
-            .as_ref()
-            .map_err(|e| Error::invalid(e.clone()))?;
-        crate::key::validate("rate limit", key)?;
-        if cost == 0 {
-            return Err(Error::invalid("rate limit cost must be at least 1"));
-        }
-        if cost > self.limit() {
-            return Err(Error::invalid(format!(
-                "rate limit cost {cost} exceeds the limiter's {} ({:?}), so it could never pass",
-                self.limit(),
-                self.algorithm
-            )));
-        }
-        // The same layout as `key::base`: the key, escaped, is the hash tag.
-        let mut full = String::with_capacity(base.len() + key.len() + 2);
-        full.push_str(base);
-        crate::key::push_tagged(&mut full, key);
-        let keys = LimitKeys::new(full);
-        let op = match self.algorithm {
-            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),
-            Algorithm::FixedWindow => LimitOp::Fixed {
-                limit: self.quota.count(),
-                period_us: self.quota.period_us(),
-            },
-            Algorithm::SlidingWindow => LimitOp::Sliding {
-                limit: self.quota.count(),
-                period_us: self.quota.period_us(),
-            },
-        };
-        Ok((keys, op))
-    }
-}
-
-#[cfg(test)]
-mod model_tests;

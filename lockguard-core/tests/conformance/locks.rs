@@ -15,7 +15,7 @@ crate::conformance!(
     waiter_is_woken_by_release_not_by_its_retry_interval,
     dropped_acquire_futures_never_keep_the_lock,
     dropped_guard_releases_in_the_background,
-    nested_acquisition_is_reentrant_and_excludes_other_tasks,
+    nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
     fencing_tokens_strictly_increase,
     fenced_writes_compare_tokens_exactly,
     braced_keys_are_locks_of_their_own,
@@ -293,7 +293,11 @@ async fn dropped_guard_releases_in_the_background(env: Env) {
     assert!(freed, "dropped guard kept the lock");
 }
 
-async fn nested_acquisition_is_reentrant_and_excludes_other_tasks(env: Env) {
+/// Inside the scope of a guard, acquiring its lock again on the same client
+/// is reentrant (no wait, the same fencing token); every other owner is
+/// excluded: other clients, other tasks of the client, and the holding
+/// task itself outside the scope.
+async fn nested_acquisition_in_a_scope_is_reentrant_and_excludes_others(env: Env) {
     let lg = env.client().await;
     let other = env.client().await;
     let busy_elsewhere = |other: Client| async move {
@@ -306,12 +310,21 @@ async fn nested_acquisition_is_reentrant_and_excludes_other_tasks(env: Env) {
     assert!(!outer.is_reentrant());
     let inner = tokio::time::timeout(
         Duration::from_secs(1),
-        lg.lock("nest").wait(Duration::from_secs(30)).acquire(),
+        outer.scope(lg.lock("nest").wait(Duration::from_secs(30)).acquire()),
     )
     .await
     .expect("nested acquire deadlocked")
     .unwrap();
     assert!(inner.is_reentrant());
+    // Outside the scope, the holding task is another owner.
+    let outside = lg.lock("nest").try_acquire().await.unwrap_err();
+    assert!(outside.is_busy(), "{outside}");
+    // A nested run is reentrant too, and leaves the lock held.
+    let nested = outer
+        .scope(async { lg.lock("nest").run(async { 7 }).await })
+        .await
+        .unwrap();
+    assert_eq!(nested, 7);
     assert_eq!(inner.fencing_token(), outer.fencing_token());
     assert!(busy_elsewhere(other.clone()).await);
     // Another task of the same client is excluded too.
@@ -357,10 +370,11 @@ async fn braced_keys_are_locks_of_their_own(env: Env) {
     let g = a.lock("a").acquire().await.unwrap();
     let other = b.lock("{a}").try_acquire().await;
     assert!(other.is_ok(), "\"{{a}}\" is lock \"a\": {other:?}");
-    // In the task holding "b", "{b}" is another lock, not a reentrant
+    // In the scope holding "b", "{b}" is another lock, not a reentrant
     // guard of "b": releasing "b" frees "b" and leaves "{b}" held.
     let outer = a.lock("b").acquire().await.unwrap();
-    let inner = a.lock("{b}").acquire().await.unwrap();
+    let inner = outer.scope(a.lock("{b}").acquire()).await.unwrap();
+    assert!(!inner.is_reentrant());
     assert!(outer.release().await.unwrap());
     let freed = b.lock("b").try_acquire().await;
     assert!(freed.is_ok(), "\"b\" outlived its release: {freed:?}");
@@ -478,21 +492,20 @@ async fn acquire_wait_is_bounded(env: Env) {
     );
 }
 
+/// Outside a scope every acquisition is its own owner: two requests served
+/// by one task, or the branches of one `join!`, exclude each other.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn non_reentrant_locks_exclude_their_own_task() {
+async fn acquisitions_outside_a_scope_exclude_their_own_task() {
     let lg = Client::memory();
-    let outer = lg.lock("nr").reentrant(false).acquire().await.unwrap();
-    let again = lg
-        .lock("nr")
-        .reentrant(false)
-        .try_acquire()
-        .await
-        .unwrap_err();
+    let outer = lg.lock("nr").acquire().await.unwrap();
+    let again = lg.lock("nr").try_acquire().await.unwrap_err();
     assert!(again.is_busy(), "{again}");
-    // A reentrant request does not reenter a non-reentrant holding either.
-    assert!(lg.lock("nr").try_acquire().await.unwrap_err().is_busy());
+    // Branches of one join! are two owners.
+    let (first, second) = (lg.lock("nr2"), lg.lock("nr2"));
+    let (a, b) = tokio::join!(first.try_acquire(), second.try_acquire());
+    assert!(a.is_ok() != b.is_ok(), "both or neither branch took it");
     assert!(outer.release().await.unwrap());
-    assert!(lg.lock("nr").reentrant(false).try_acquire().await.is_ok());
+    assert!(lg.lock("nr").try_acquire().await.is_ok());
 }
 
 /// Tokens beyond 2^53 are compared exactly: after a write with 2^53 + 1, a

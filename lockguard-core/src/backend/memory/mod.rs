@@ -5,16 +5,20 @@
 //! and rate limiters follow the client's [`Clock`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Attempt, Grant, LimitKeys, LimitOp, Place};
+use super::{
+    Attempt, BoxFuture, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Place,
+    Waiting,
+};
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
+use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use crate::token::Token;
 
@@ -58,7 +62,7 @@ struct Step<'a> {
 struct Queue<'a> {
     waiters: &'a mut VecDeque<Waiter>,
     fence: &'a mut u64,
-    handed: Vec<Grant>,
+    handed: Vec<Handoff>,
     now: Instant,
 }
 
@@ -87,7 +91,7 @@ impl Queue<'_> {
         let first = self.head().filter(|w| Some(&w.token) != me)?;
         self.waiters.pop_front();
         let fence = self.next_fence();
-        self.handed.push(Grant {
+        self.handed.push(Handoff {
             token: first.token,
             fence: FencingToken::new(fence),
             attempt: first.attempt,
@@ -119,26 +123,26 @@ impl Queue<'_> {
 }
 
 impl Step<'_> {
-    fn lock(&mut self, key: &str, token: &Token, lease: Duration) -> Attempt {
+    fn lock(&mut self, key: &str, token: &Token, lease: Duration) -> Taken {
         let now = self.queue.now;
         if let Some(((holder, f), ends)) = self.locks.get_mut(key, now) {
             if holder == token {
                 // Handed to us by a release: claim it with our own lease.
                 *ends = Some(now + lease);
-                return Attempt::Acquired(FencingToken::new(*f));
+                return Ok(FencingToken::new(*f));
             }
-            return Attempt::Held(ends.map(|e| e - now));
+            return Err(ends.map(|e| e - now));
         }
         // Waiters ahead of us: the free lock goes to the first.
         if let Some((first, fence, ends)) = self.queue.grant_first(Some(token)) {
             self.locks.insert(key, (first, fence), Some(ends), now);
-            return Attempt::Held(Some(ends - now));
+            return Err(Some(ends - now));
         }
         let fence = self.queue.next_fence();
         self.locks
             .insert(key, (*token, fence), Some(now + lease), now);
         self.queue.leave(token);
-        Attempt::Acquired(FencingToken::new(fence))
+        Ok(FencingToken::new(fence))
     }
 
     fn release_lock(&mut self, key: &str, token: &Token) -> bool {
@@ -160,14 +164,14 @@ impl Step<'_> {
         ours
     }
 
-    fn permit(&mut self, key: &str, token: &Token, lease: Duration, n: u32) -> Attempt {
+    fn permit(&mut self, key: &str, token: &Token, lease: Duration, n: u32) -> Taken {
         let now = self.queue.now;
         let (holders, ends) = self.permits.entry(key, now, || (HashMap::new(), None));
         let attempt = match holders.get_mut(token) {
             Some((e, f)) if *e > now => {
                 // Handed to us by a release: claim it with our own lease.
                 *e = now + lease;
-                Attempt::Acquired(FencingToken::new(*f))
+                Ok(FencingToken::new(*f))
             }
             _ => {
                 holders.retain(|_, (e, _)| *e > now);
@@ -175,10 +179,10 @@ impl Step<'_> {
                     let fence = self.queue.next_fence();
                     holders.insert(*token, (now + lease, fence));
                     self.queue.leave(token);
-                    Attempt::Acquired(FencingToken::new(fence))
+                    Ok(FencingToken::new(fence))
                 } else {
                     let first = holders.values().map(|(e, _)| *e).min();
-                    Attempt::Held(first.map(|e| e - now))
+                    Err(first.map(|e| e - now))
                 }
             }
         };
@@ -199,8 +203,12 @@ impl Step<'_> {
     }
 }
 
-/// The hook a grant to a waiter is announced through.
-struct Notify(Box<dyn Fn(Grant) + Send + Sync>);
+/// The outcome of one attempt on the holders: taken with this fencing
+/// token, or busy with the holder's lease left.
+type Taken = std::result::Result<FencingToken, Option<Duration>>;
+
+/// Where handoffs to waiters are announced: the client's inbox.
+struct Notify(Weak<dyn Inbox>);
 
 impl std::fmt::Debug for Notify {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,16 +273,10 @@ impl MemoryStore {
 
     // ---- locks and semaphores ------------------------------------------
 
-    /// Calls `notify` with the token of every waiter a lock or permit is
-    /// handed to (the in-process counterpart of Redis's `PUBLISH`).
-    pub(crate) fn set_notify(&self, notify: impl Fn(Grant) + Send + Sync + 'static) {
-        let _ = self.notify.set(Notify(Box::new(notify)));
-    }
-
-    fn announce(&self, handed: Vec<Grant>) {
-        if let Some(notify) = self.notify.get() {
-            for grant in handed {
-                (notify.0)(grant);
+    fn announce(&self, handed: Vec<Handoff>) {
+        if let Some(inbox) = self.notify.get().and_then(|n| n.0.upgrade()) {
+            for handoff in handed {
+                inbox.handoff(handoff);
             }
         }
     }
@@ -315,20 +317,20 @@ impl MemoryStore {
         result
     }
 
-    /// One attempt; see [`super::Store::acquire`].
+    /// One attempt; see [`LockBackend::acquire`].
     pub(crate) fn acquire(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Attempt {
-        self.step(keys, |step| {
-            let attempt = match keys.permits {
-                None => step.lock(&keys.lock, token, lease),
-                Some(n) => step.permit(&keys.lock, token, lease, n),
+        let taken = self.step(keys, |step| {
+            let taken = match keys.resource {
+                Resource::Lock => step.lock(&keys.lock, token, lease),
+                Resource::Semaphore { permits } => step.permit(&keys.lock, token, lease, permits),
             };
-            if !matches!(attempt, Attempt::Acquired(_))
+            if taken.is_err()
                 && let Some(place) = place
             {
                 let q = &mut step.queue;
@@ -342,8 +344,15 @@ impl MemoryStore {
                     }),
                 }
             }
-            attempt
-        })
+            taken
+        });
+        match taken {
+            Ok(fence) => Attempt::Acquired {
+                fence,
+                keys: keys.clone(),
+            },
+            Err(ttl) => Attempt::Busy(ttl),
+        }
     }
 
     /// Gives up `token`'s lock or permit, handing it to the first live
@@ -351,9 +360,9 @@ impl MemoryStore {
     pub(crate) fn release(&self, keys: &LockKeys, token: &Token) -> bool {
         self.step(keys, |step| {
             step.queue.leave(token);
-            match keys.permits {
-                None => step.release_lock(&keys.lock, token),
-                Some(n) => step.release_permit(&keys.lock, token, n),
+            match keys.resource {
+                Resource::Lock => step.release_lock(&keys.lock, token),
+                Resource::Semaphore { permits } => step.release_permit(&keys.lock, token, permits),
             }
         })
     }
@@ -361,15 +370,15 @@ impl MemoryStore {
     pub(crate) fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> bool {
         let now = Instant::now();
         let mut st = self.state();
-        match keys.permits {
-            None => match st.locks.get_mut(&keys.lock, now) {
+        match keys.resource {
+            Resource::Lock => match st.locks.get_mut(&keys.lock, now) {
                 Some(((t, _), ends)) if t == token => {
                     *ends = Some(now + lease);
                     true
                 }
                 _ => false,
             },
-            Some(_) => match st.permits.get_mut(&keys.lock, now) {
+            Resource::Semaphore { .. } => match st.permits.get_mut(&keys.lock, now) {
                 Some((holders, ends)) => match holders.get_mut(token) {
                     Some((e, _)) if *e > now => {
                         *e = now + lease;
@@ -489,14 +498,8 @@ impl MemoryStore {
 
     // ---- rate limits -----------------------------------------------------
 
-    pub(crate) fn rate_limit(
-        &self,
-        keys: &LimitKeys,
-        op: LimitOp,
-        cost: u64,
-        now: Option<i64>,
-    ) -> Decision {
-        let now = now.unwrap_or_else(|| self.now_us());
+    pub(crate) fn rate_limit(&self, keys: &LimitKeys, op: LimitOp, cost: u64) -> Decision {
+        let now = self.now_us();
         let mut st = self.state();
         let key = keys.main.as_str();
         match op {
@@ -547,6 +550,141 @@ impl MemoryStore {
     }
 }
 
+impl LockBackend for MemoryStore {
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn attach(&self, inbox: Weak<dyn Inbox>) {
+        let _ = self.notify.set(Notify(inbox));
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(std::future::ready(Ok(Self::acquire(
+            self, keys, token, lease, place,
+        ))))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(Self::release(self, keys, token))))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(Self::extend(
+            self, keys, token, lease,
+        ))))
+    }
+}
+
+impl DataBackend for MemoryStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(std::future::ready(Self::counter_add(
+            self,
+            &keys.value,
+            delta,
+            ttl,
+        )))
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Result<i64, i64>>> {
+        Box::pin(std::future::ready(Self::counter_take(
+            self,
+            &keys.value,
+            n,
+            ttl,
+        )))
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>> {
+        Box::pin(std::future::ready(Ok(Self::counter_get(self, &keys.value))))
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Result<u64, u64>>> {
+        Box::pin(std::future::ready(Ok(Self::counter_set(
+            self,
+            &keys.value,
+            value,
+            expected,
+            ttl,
+        ))))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(Self::mark_once(
+            self,
+            &keys.marks,
+            member,
+            ttl,
+        ))))
+    }
+
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys,
+        op: LimitOp,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<Decision>> {
+        Box::pin(std::future::ready(Ok(Self::rate_limit(
+            self, keys, op, cost,
+        ))))
+    }
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(std::future::ready(Ok(Self::fenced_write(
+            self, key, token, value,
+        ))))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>> {
+        Box::pin(std::future::ready(Ok(Self::fenced_read(self, key))))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -560,13 +698,13 @@ mod tests {
         let lease = Duration::from_millis(10);
         let op = LimitOp::Gcra(gcra::Params::new(&Quota::per_second(100)));
         for i in 0..100_000 {
-            let keys = LockKeys::new("t:", &format!("k{i}"));
+            let keys = Arc::new(LockKeys::new("t:", &format!("k{i}"), Resource::Lock));
             assert!(matches!(
                 store.acquire(&keys, &Token::random(), lease, None),
-                Attempt::Acquired(_)
+                Attempt::Acquired { .. }
             ));
             let lk = LimitKeys::new(format!("rl{i}"));
-            assert!(store.rate_limit(&lk, op, 1, None).allowed);
+            assert!(store.rate_limit(&lk, op, 1).allowed);
             if i % 1000 == 999 {
                 tokio::time::advance(Duration::from_millis(20)).await;
                 clock.advance(Duration::from_millis(20));
@@ -584,19 +722,19 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn lease_expiry_frees_the_key_and_stale_tokens_cannot_act() {
         let store = MemoryStore::new(Arc::new(ManualClock::new()));
-        let keys = LockKeys::new("t:", "k");
+        let keys = Arc::new(LockKeys::new("t:", "k", Resource::Lock));
         let (a, b) = (Token::random(), Token::random());
         let lease = Duration::from_millis(100);
-        let Attempt::Acquired(fa) = store.acquire(&keys, &a, lease, None) else {
+        let Attempt::Acquired { fence: fa, .. } = store.acquire(&keys, &a, lease, None) else {
             panic!("free key not acquired")
         };
         assert!(matches!(
             store.acquire(&keys, &b, lease, None),
-            Attempt::Held(Some(_))
+            Attempt::Busy(Some(_))
         ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!store.extend(&keys, &a, lease), "extend after expiry");
-        let Attempt::Acquired(fb) = store.acquire(&keys, &b, lease, None) else {
+        let Attempt::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, None) else {
             panic!("expired key not acquired")
         };
         assert!(fb > fa);
@@ -612,10 +750,25 @@ mod tests {
         })
     }
 
-    fn notified(store: &MemoryStore) -> Arc<Mutex<Vec<Token>>> {
-        let seen: Arc<Mutex<Vec<Token>>> = Arc::default();
-        let s = seen.clone();
-        store.set_notify(move |g| s.lock().unwrap().push(g.token));
+    /// An inbox recording the tokens handed a lock.
+    #[derive(Default)]
+    struct Seen(Mutex<Vec<Token>>);
+
+    impl Inbox for Seen {
+        fn is_wanted(&self, _: &str) -> bool {
+            false
+        }
+        fn deliver(&self, _: &str, _: &[u8]) {}
+        fn handoff(&self, handoff: Handoff) {
+            self.0.lock().unwrap().push(handoff.token);
+        }
+        fn wake_all(&self) {}
+    }
+
+    fn notified(store: &MemoryStore) -> Arc<Seen> {
+        let seen = Arc::new(Seen::default());
+        let inbox: Arc<dyn Inbox> = seen.clone();
+        store.attach(Arc::downgrade(&inbox));
         seen
     }
 
@@ -626,36 +779,37 @@ mod tests {
     async fn release_hands_over_in_order_and_leaving_passes_it_on() {
         let store = MemoryStore::new(Arc::new(ManualClock::new()));
         let seen = notified(&store);
-        let keys = LockKeys::new("t:", "k");
+        let keys = Arc::new(LockKeys::new("t:", "k", Resource::Lock));
         let lease = Duration::from_secs(10);
         let [holder, a, b, c] = [(); 4].map(|()| Token::random());
-        let Attempt::Acquired(f0) = store.acquire(&keys, &holder, lease, None) else {
+        let Attempt::Acquired { fence: f0, .. } = store.acquire(&keys, &holder, lease, None) else {
             panic!("free key not acquired")
         };
         for w in [&a, &b] {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Held(_)
+                Attempt::Busy(_)
             ));
         }
         assert!(store.release(&keys, &holder));
-        assert_eq!(*seen.lock().unwrap(), vec![a], "only the first is told");
+        assert_eq!(*seen.0.lock().unwrap(), vec![a], "only the first is told");
         // Handed to a: c cannot barge in, not even with try_acquire.
         assert!(matches!(
             store.acquire(&keys, &c, lease, None),
-            Attempt::Held(_)
+            Attempt::Busy(_)
         ));
         // a leaves (its wait ended) before claiming: b is next.
         assert!(store.release(&keys, &a), "a held the handed lock");
-        assert_eq!(*seen.lock().unwrap(), vec![a, b]);
-        let Attempt::Acquired(fb) = store.acquire(&keys, &b, lease, place(1000)) else {
+        assert_eq!(*seen.0.lock().unwrap(), vec![a, b]);
+        let Attempt::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, place(1000))
+        else {
             panic!("b's claim failed")
         };
         assert!(fb > f0);
         assert!(store.release(&keys, &b));
         assert!(matches!(
             store.acquire(&keys, &c, lease, None),
-            Attempt::Acquired(_)
+            Attempt::Acquired { .. }
         ));
     }
 
@@ -666,7 +820,7 @@ mod tests {
     async fn silent_waiters_delay_the_queue_by_at_most_their_timeout() {
         let store = MemoryStore::new(Arc::new(ManualClock::new()));
         let seen = notified(&store);
-        let keys = LockKeys::new("t:", "k");
+        let keys = Arc::new(LockKeys::new("t:", "k", Resource::Lock));
         let lease = Duration::from_secs(10);
         let [holder, dead, live] = [(); 3].map(|()| Token::random());
         store.acquire(&keys, &holder, lease, None);
@@ -678,13 +832,13 @@ mod tests {
         store.acquire(&keys, &live, lease, place(200));
         assert!(store.release(&keys, &holder));
         assert_eq!(
-            *seen.lock().unwrap(),
+            *seen.0.lock().unwrap(),
             vec![live],
             "the dead waiter was skipped"
         );
         assert!(matches!(
             store.acquire(&keys, &live, lease, place(200)),
-            Attempt::Acquired(_)
+            Attempt::Acquired { .. }
         ));
 
         // Handed to a waiter that then died: free again by its deadline.
@@ -695,7 +849,7 @@ mod tests {
         let other = Token::random();
         assert!(matches!(
             store.acquire(&keys, &other, lease, None),
-            Attempt::Acquired(_)
+            Attempt::Acquired { .. }
         ));
     }
 
@@ -705,34 +859,34 @@ mod tests {
     async fn permits_are_handed_out_in_order() {
         let store = MemoryStore::new(Arc::new(ManualClock::new()));
         let seen = notified(&store);
-        let keys = LockKeys::semaphore("t:", "s", 2);
+        let keys = Arc::new(LockKeys::new("t:", "s", Resource::Semaphore { permits: 2 }));
         let lease = Duration::from_secs(10);
         let holders = [(); 2].map(|()| Token::random());
         let waiting = [(); 3].map(|()| Token::random());
         for h in &holders {
             assert!(matches!(
                 store.acquire(&keys, h, lease, None),
-                Attempt::Acquired(_)
+                Attempt::Acquired { .. }
             ));
         }
         for w in &waiting {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Held(_)
+                Attempt::Busy(_)
             ));
         }
         assert!(store.release(&keys, &holders[1]));
         assert!(store.release(&keys, &holders[0]));
-        assert_eq!(*seen.lock().unwrap(), waiting[..2].to_vec());
+        assert_eq!(*seen.0.lock().unwrap(), waiting[..2].to_vec());
         let latecomer = Token::random();
         assert!(matches!(
             store.acquire(&keys, &latecomer, lease, None),
-            Attempt::Held(_)
+            Attempt::Busy(_)
         ));
         for w in &waiting[..2] {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Acquired(_)
+                Attempt::Acquired { .. }
             ));
         }
     }

@@ -1,8 +1,8 @@
 //! The Redis store: every operation is one `EVALSHA` (or one plain command)
 //! on a connection that reconnects by itself.
 
-use std::sync::LazyLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -10,10 +10,14 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
-use super::{Attempt, Place, millis_ceil};
+use super::{
+    Attempt, BoxFuture, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, Waiting,
+    millis_ceil,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
-use crate::key::LockKeys;
+use crate::key::{CounterKeys, LockKeys, Resource};
+use crate::rate_limit::Decision;
 use crate::token::Token;
 
 mod counter;
@@ -21,7 +25,7 @@ mod limit;
 mod subscriber;
 
 #[cfg(feature = "cluster")]
-pub(crate) use subscriber::SubTarget;
+use subscriber::SubTarget;
 pub(crate) use subscriber::Subscriber;
 
 /// A script that uses the wait queue: `sequence.lua` and `queue.lua`
@@ -192,6 +196,47 @@ pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
+/// The error for a failed Redis request about `what`.
+pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
+    let kind = match err.kind() {
+        // A reply of the wrong shape: the store answered, with garbage.
+        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,
+        redis::ErrorKind::InvalidClientConfig => ErrorKind::InvalidInput,
+        _ if err.is_timeout() => ErrorKind::Timeout,
+        _ if err.is_io_error()
+            || err.is_connection_refusal()
+            || err.is_connection_dropped()
+            || err.is_unrecoverable_error() =>
+        {
+            ErrorKind::Unavailable
+        }
+        redis::ErrorKind::AuthenticationFailed
+        | redis::ErrorKind::Client
+        | redis::ErrorKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
+        // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the cluster is moving or
+        // failing over; trying again later may succeed.
+        _ if err.is_cluster_error() => ErrorKind::Unavailable,
+        _ => match err.code() {
+            Some("LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "READONLY") => {
+                ErrorKind::Unavailable
+            }
+            _ => ErrorKind::Protocol,
+        },
+    };
+    Error::new(kind, what.to_owned()).with_source(err)
+}
+
+/// A connect that did not answer in time, or answered garbage, means the
+/// server cannot be reached.
+fn unreachable(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Timeout | ErrorKind::Protocol => {
+            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+        }
+        _ => e,
+    }
+}
+
 /// Runs one request under the response timeout and maps its error.
 pub(crate) async fn bounded<T>(
     timeout: Duration,
@@ -200,7 +245,7 @@ pub(crate) async fn bounded<T>(
 ) -> Result<T> {
     match tokio::time::timeout(timeout, fut).await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(Error::from_redis(e, &what())),
+        Ok(Err(e)) => Err(redis_error(e, &what())),
         Err(_) => Err(Error::new(
             ErrorKind::Timeout,
             format!("{}: no answer from redis within {timeout:?}", what()),
@@ -223,6 +268,21 @@ impl std::fmt::Debug for Conn {
             Self::Single(c) => c.fmt(f),
             #[cfg(feature = "cluster")]
             Self::Cluster(_) => f.write_str("ClusterConnection"),
+        }
+    }
+}
+
+impl Conn {
+    /// Subscribes `channel` (or unsubscribes it) on a RESP3 connection,
+    /// which subscribes it again after a reconnect.
+    async fn set_subscribed(&mut self, channel: &str, on: bool) -> RedisResult<()> {
+        match (self, on) {
+            (Self::Single(c), true) => c.subscribe(channel).await,
+            (Self::Single(c), false) => c.unsubscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            (Self::Cluster(c), true) => c.subscribe(channel).await,
+            #[cfg(feature = "cluster")]
+            (Self::Cluster(c), false) => c.unsubscribe(channel).await,
         }
     }
 }
@@ -284,13 +344,7 @@ impl RedisStore {
             ConnectionManager::new_with_config(client, manager_config(opts)),
         )
         .await
-        .map_err(|e| match e.kind() {
-            // Not answering at connect time means not reachable.
-            ErrorKind::Timeout | ErrorKind::Protocol => {
-                Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-            }
-            _ => e,
-        })?;
+        .map_err(unreachable)?;
         let store = Self {
             conn: Conn::Single(conn),
             opts,
@@ -399,12 +453,7 @@ impl RedisStore {
             client.get_async_connection(),
         )
         .await
-        .map_err(|e| match e.kind() {
-            ErrorKind::Timeout | ErrorKind::Protocol => {
-                Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-            }
-            _ => e,
-        })?;
+        .map_err(unreachable)?;
         let store = Self {
             conn: Conn::Cluster(conn),
             opts,
@@ -427,7 +476,7 @@ impl RedisStore {
     pub(crate) fn lazy(client: redis::Client, opts: RedisOptions) -> Result<Self> {
         let addr = client.get_connection_info().addr().to_string();
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config(opts))
-            .map_err(|e| Error::from_redis(e, "preparing a lazy redis connection"))?;
+            .map_err(|e| redis_error(e, "preparing a lazy redis connection"))?;
         Ok(Self {
             conn: Conn::Single(conn),
             opts,
@@ -466,17 +515,17 @@ impl RedisStore {
         answer
     }
 
-    /// One attempt; see [`super::Store::acquire`].
+    /// One attempt; see [`LockBackend::acquire`].
     pub(crate) async fn acquire(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let mut call = match keys.permits {
-            None => LOCK_ACQUIRE.prepare_invoke(),
-            Some(_) => SEMAPHORE_ACQUIRE.prepare_invoke(),
+        let mut call = match keys.resource {
+            Resource::Lock => LOCK_ACQUIRE.prepare_invoke(),
+            Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
         };
         call.key(&keys.lock)
             .key(&keys.sequence)
@@ -484,7 +533,7 @@ impl RedisStore {
             .key(&keys.tickets)
             .arg(token.as_str())
             .arg(millis_ceil(lease));
-        if let Some(permits) = keys.permits {
+        if let Resource::Semaphore { permits } = keys.resource {
             call.arg(permits);
         }
         // Without a place the script never queues.
@@ -497,10 +546,13 @@ impl RedisStore {
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;
         match (taken, u64::try_from(n)) {
-            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired(FencingToken::new(fence))),
+            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence),
+                keys: keys.clone(),
+            }),
             // PTTL 0: under a millisecond left.
-            (0, Ok(ms)) => Ok(Attempt::Held(Some(Duration::from_millis(ms)))),
-            (0, Err(_)) => Ok(Attempt::Held(None)),
+            (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
+            (0, Err(_)) => Ok(Attempt::Busy(None)),
             _ => Err(Error::new(
                 ErrorKind::Protocol,
                 format!(
@@ -520,19 +572,19 @@ impl RedisStore {
         token: &Token,
         announce: bool,
     ) -> Result<bool> {
-        let mut call = match keys.permits {
-            None => LOCK_RELEASE.prepare_invoke(),
-            Some(_) => SEMAPHORE_RELEASE.prepare_invoke(),
+        let mut call = match keys.resource {
+            Resource::Lock => LOCK_RELEASE.prepare_invoke(),
+            Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
         };
         call.key(&keys.lock)
             .key(&keys.sequence)
             .key(&keys.queue)
             .key(&keys.tickets)
             .arg(token.as_str());
-        match keys.permits {
-            Some(permits) => call.arg(permits),
-            None if announce => call.arg(&keys.channel),
-            None => call.arg(""),
+        match keys.resource {
+            Resource::Semaphore { permits } => call.arg(permits),
+            Resource::Lock if announce => call.arg(&keys.channel),
+            Resource::Lock => call.arg(""),
         };
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
@@ -546,9 +598,9 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
     ) -> Result<bool> {
-        let mut call = match keys.permits {
-            None => LOCK_EXTEND.prepare_invoke(),
-            Some(_) => SEMAPHORE_EXTEND.prepare_invoke(),
+        let mut call = match keys.resource {
+            Resource::Lock => LOCK_EXTEND.prepare_invoke(),
+            Resource::Semaphore { .. } => SEMAPHORE_EXTEND.prepare_invoke(),
         };
         call.key(&keys.lock)
             .arg(token.as_str())
@@ -602,6 +654,129 @@ impl RedisStore {
             .await?;
         Ok(fence.map(|f| (f, value.unwrap_or_default())))
     }
+}
+
+impl LockBackend for RedisStore {
+    fn name(&self) -> &'static str {
+        if self.is_cluster() {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> BoxFuture<'a, Result<Attempt>> {
+        Box::pin(Self::acquire(self, keys, token, lease, place))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::release(self, keys, token, false))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::extend(self, keys, token, lease))
+    }
+}
+
+impl DataBackend for RedisStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<i64>> {
+        Box::pin(Self::counter_add(self, keys, delta, ttl))
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Result<i64, i64>>> {
+        Box::pin(Self::counter_take(self, keys, n, ttl))
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>> {
+        Box::pin(Self::counter_get(self, &keys.value))
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<Result<u64, u64>>> {
+        Box::pin(Self::counter_set(self, keys, value, expected, ttl))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::mark_once(self, &keys.marks, member, ttl))
+    }
+
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys,
+        op: LimitOp,
+        cost: u64,
+    ) -> BoxFuture<'a, Result<Decision>> {
+        Box::pin(Self::rate_limit(self, keys, op, cost))
+    }
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(Self::fenced_write(self, key, token, value))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>> {
+        Box::pin(Self::fenced_read(self, key))
+    }
+}
+
+/// Connects to one Redis server: its store, with the pub/sub connection
+/// waiters are told on (opened at the first wait).
+pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Store> {
+    let subscriber = Subscriber::new(&client, opts)?;
+    let store = RedisStore::connect(client, opts).await?;
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+}
+
+/// Connects to a Redis Cluster through any of `urls` (seed nodes).
+#[cfg(feature = "cluster")]
+pub(crate) async fn connect_cluster(urls: Vec<String>, opts: RedisOptions) -> Result<Store> {
+    let client = cluster_client_for(&urls, opts, None)?;
+    let store = RedisStore::connect_cluster(client, opts).await?;
+    let subscriber = Subscriber::for_target(SubTarget::Cluster(urls), opts);
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex, OnceCell};
 
-use super::{RedisOptions, bounded, manager_config};
+use super::{Conn, RedisOptions, bounded, manager_config};
+use crate::backend::{BoxFuture, Inbox, Listener};
 use crate::error::{Error, ErrorKind, Result};
-use crate::notify::Waiters;
 
 /// Where a subscriber connects.
 #[derive(Debug, Clone)]
@@ -38,26 +38,12 @@ enum Known {
     Maybe,
 }
 
-/// A live subscriber connection.
-#[derive(Clone)]
-enum SubConn {
-    Single(ConnectionManager),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-}
-
-impl std::fmt::Debug for SubConn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SubConn")
-    }
-}
-
 /// The subscriber connection, created on the first wait.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     target: SubTarget,
     opts: RedisOptions,
-    conn: OnceCell<SubConn>,
+    conn: OnceCell<Conn>,
     /// Channels subscribed on the server; the lock also orders every
     /// SUBSCRIBE and UNSUBSCRIBE this client sends.
     subscribed: Mutex<HashMap<String, Known>>,
@@ -85,11 +71,11 @@ impl Subscriber {
         }
     }
 
-    async fn connection(&self, waiters: &Arc<Waiters>) -> Result<SubConn> {
+    async fn connection(&self, inbox: &Arc<dyn Inbox>) -> Result<Conn> {
         let conn = self
             .conn
             .get_or_try_init(|| async {
-                let tx = Deliver(Arc::downgrade(waiters));
+                let tx = Deliver(Arc::downgrade(inbox));
                 let what = || "connecting the pub/sub connection".to_owned();
                 let conn = match &self.target {
                     SubTarget::Single(client) => {
@@ -97,13 +83,13 @@ impl Subscriber {
                             .set_push_sender(tx)
                             .set_automatic_resubscription();
                         let c = ConnectionManager::new_with_config(client.clone(), config);
-                        SubConn::Single(bounded(self.opts.connect_timeout, what, c).await?)
+                        Conn::Single(bounded(self.opts.connect_timeout, what, c).await?)
                     }
                     #[cfg(feature = "cluster")]
                     SubTarget::Cluster(urls) => {
                         let client = super::cluster_client_for(urls, self.opts, Some(tx))?;
                         let c = client.get_async_connection();
-                        SubConn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
+                        Conn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
                     }
                 };
                 Ok::<_, Error>(conn)
@@ -119,9 +105,9 @@ impl Subscriber {
     /// after the server ran it) leaves the channel recorded as maybe
     /// subscribed: the next change asks again, and a channel nobody wants
     /// is unsubscribed then, never left subscribed for good.
-    pub(crate) async fn sync(&self, channel: &str, waiters: &Arc<Waiters>) -> Result<()> {
+    async fn sync_channel(&self, channel: &str, inbox: Arc<dyn Inbox>) -> Result<()> {
         let mut subscribed = self.subscribed.lock().await;
-        let wanted = waiters.is_wanted(channel);
+        let wanted = inbox.is_wanted(channel);
         match (subscribed.get(channel), wanted) {
             (Some(Known::Subscribed), true) | (None, false) => return Ok(()),
             _ => {}
@@ -129,17 +115,10 @@ impl Subscriber {
         // Recorded before asking: the server may run the change even if
         // its answer never arrives.
         subscribed.insert(channel.to_owned(), Known::Maybe);
-        let conn = self.connection(waiters).await?;
+        let mut conn = self.connection(&inbox).await?;
         let t = self.opts.response_timeout;
         let what = || format!("changing the subscription to {channel:?}");
-        match (conn, wanted) {
-            (SubConn::Single(mut c), true) => bounded(t, what, c.subscribe(channel)).await?,
-            (SubConn::Single(mut c), false) => bounded(t, what, c.unsubscribe(channel)).await?,
-            #[cfg(feature = "cluster")]
-            (SubConn::Cluster(mut c), true) => bounded(t, what, c.subscribe(channel)).await?,
-            #[cfg(feature = "cluster")]
-            (SubConn::Cluster(mut c), false) => bounded(t, what, c.unsubscribe(channel)).await?,
-        }
+        bounded(t, what, conn.set_subscribed(channel, wanted)).await?;
         if wanted {
             subscribed.insert(channel.to_owned(), Known::Subscribed);
         } else {
@@ -149,14 +128,25 @@ impl Subscriber {
     }
 }
 
+impl Listener for Subscriber {
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.sync_channel(channel, inbox))
+    }
+}
+
 /// Routes pub/sub messages to a client's waiters, called by the connection
 /// as it reads them: it only takes a lock and wakes a task, never blocks.
-#[derive(Debug)]
-pub(crate) struct Deliver(Weak<Waiters>);
+pub(crate) struct Deliver(Weak<dyn Inbox>);
+
+impl std::fmt::Debug for Deliver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deliver")
+    }
+}
 
 impl AsyncPushSender for Deliver {
     fn send(&self, push: PushInfo) -> std::result::Result<(), SendError> {
-        let Some(waiters) = self.0.upgrade() else {
+        let Some(inbox) = self.0.upgrade() else {
             // The client is gone: nobody listens any more.
             return Err(SendError);
         };
@@ -172,12 +162,12 @@ impl AsyncPushSender for Deliver {
                         Some(Value::BulkString(token)) => token.as_slice(),
                         _ => &[],
                     };
-                    waiters.deliver(channel, payload);
+                    inbox.deliver(channel, payload);
                 }
             }
             PushKind::Disconnection => {
                 tracing::debug!("pub/sub connection lost; waking every waiter to retry");
-                waiters.notify_all();
+                inbox.wake_all();
             }
             _ => {}
         }

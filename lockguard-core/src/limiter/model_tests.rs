@@ -1,15 +1,15 @@
 //! GCRA and the sliding window log against independent reference models,
-//! over random arrival sequences: on the in-memory store with a manual
-//! clock, and on a real Redis with the time passed to the scripts.
+//! over random arrival sequences, on the in-memory store with a manual
+//! clock. (The Redis scripts meet the same models in the conformance
+//! suite, `tests/conformance/models.rs`.)
 
 use std::time::Duration;
 
-use lockguard_testing::RedisServer;
 use proptest::prelude::*;
 
-use super::{Algorithm, Quota};
 use crate::Client;
 use crate::clock::ManualClock;
+use crate::rate_limit::{Algorithm, Quota};
 
 /// GCRA as the continuous-state leaky bucket (ITU-T I.371): a bucket level
 /// that drains one microsecond per microsecond, where a request of cost
@@ -82,7 +82,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn check_gcra(
     rt: &tokio::runtime::Runtime,
     lg: &Client,
-    clock: Option<&ManualClock>,
+    clock: &ManualClock,
     key: &str,
     q: Quota,
     seq: &[(u64, u64)],
@@ -95,15 +95,8 @@ fn check_gcra(
     for (i, &(gap, cost)) in seq.iter().enumerate() {
         let cost = cost.min(q.burst_size());
         now += i64::try_from(gap).unwrap();
-        let d = rt.block_on(async {
-            match clock {
-                Some(c) => {
-                    c.advance(Duration::from_micros(gap));
-                    limiter.check_cost(key, cost).await
-                }
-                None => limiter.decide(key, cost, Some(now)).await,
-            }
-        });
+        clock.advance(Duration::from_micros(gap));
+        let d = rt.block_on(limiter.check_cost(key, cost));
         let d = d.map_err(|e| TestCaseError::fail(e.to_string()))?;
         let (allowed, remaining, retry) = model.arrive(i128::from(now), i128::from(cost), t, tau);
         prop_assert_eq!(d.allowed, allowed, "request {} (cost {})", i, cost);
@@ -121,7 +114,7 @@ fn check_gcra(
 fn check_sliding(
     rt: &tokio::runtime::Runtime,
     lg: &Client,
-    clock: Option<&ManualClock>,
+    clock: &ManualClock,
     key: &str,
     q: Quota,
     seq: &[(u64, u64)],
@@ -134,15 +127,8 @@ fn check_sliding(
     for (i, &(gap, cost)) in seq.iter().enumerate() {
         let cost = cost.min(q.count());
         now += i64::try_from(gap).unwrap();
-        let d = rt.block_on(async {
-            match clock {
-                Some(c) => {
-                    c.advance(Duration::from_micros(gap));
-                    limiter.check_cost(key, cost).await
-                }
-                None => limiter.decide(key, cost, Some(now)).await,
-            }
-        });
+        clock.advance(Duration::from_micros(gap));
+        let d = rt.block_on(limiter.check_cost(key, cost));
         let d = d.map_err(|e| TestCaseError::fail(e.to_string()))?;
         let allowed = model.arrive(
             i128::from(now),
@@ -169,32 +155,13 @@ proptest! {
     fn gcra_on_memory_matches_the_leaky_bucket(q in quota(), seq in arrivals()) {
         let rt = runtime();
         let clock = ManualClock::starting_at(Duration::from_micros(START_US as u64));
-        check_gcra(&rt, &memory(&clock), Some(&clock), "k", q, &seq)?;
+        check_gcra(&rt, &memory(&clock), &clock, "k", q, &seq)?;
     }
 
     #[test]
     fn sliding_window_on_memory_matches_its_definition(q in quota(), seq in arrivals()) {
         let rt = runtime();
         let clock = ManualClock::starting_at(Duration::from_micros(START_US as u64));
-        check_sliding(&rt, &memory(&clock), Some(&clock), "k", q, &seq)?;
+        check_sliding(&rt, &memory(&clock), &clock, "k", q, &seq)?;
     }
-}
-
-/// The same sequences against the Lua scripts on a real server, with the
-/// time passed in (test only), one server for all cases.
-#[test]
-fn redis_scripts_match_the_models() {
-    let server = RedisServer::start();
-    let rt = runtime();
-    let lg = rt.block_on(Client::connect(&server.url())).unwrap();
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(64));
-    let case = std::cell::Cell::new(0u64);
-    runner
-        .run(&(quota(), arrivals()), |(q, seq)| {
-            case.set(case.get() + 1);
-            let case = case.get();
-            check_gcra(&rt, &lg, None, &format!("gcra-{case}"), q, &seq)?;
-            check_sliding(&rt, &lg, None, &format!("sw-{case}"), q, &seq)
-        })
-        .unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use tokio::time::Instant;
 
-use super::Decision;
+use crate::rate_limit::Decision;
 
 /// One refused key: until when, and for what cost.
 #[derive(Debug, Clone, Copy)]

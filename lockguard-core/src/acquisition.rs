@@ -1,0 +1,186 @@
+//! One acquisition of a lock or permit: its token and fencing token, and
+//! what its holder knows of its lease (until when it is certainly ours,
+//! whether the store said it is gone). The guard, the watchdog and the
+//! lease watches share it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind};
+use crate::fence::FencingToken;
+use crate::key::LockKeys;
+use crate::lease::{Grant, LeaseState, valid_until};
+use crate::token::Token;
+
+/// One acquisition of a lock or permit, as the guard, the watchdog and
+/// the lease watches see it: what it is, and what is known of its lease.
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) name: Arc<str>,
+    pub(crate) keys: Arc<LockKeys>,
+    pub(crate) token: Token,
+    pub(crate) fence: FencingToken,
+    pub(crate) lease: Duration,
+    pub(crate) state: watch::Sender<LeaseState>,
+    /// Set when the guard is released or dropped: a confirmation that
+    /// finds the lock gone after that is no loss.
+    pub(crate) released: AtomicBool,
+    /// Held from sending a renewal (watchdog, `extend`, confirmation) to
+    /// applying its answer: renewals are sent and applied in one order, so
+    /// the validity the guard counts on is the one the store ran last.
+    pub(crate) renewal: tokio::sync::Mutex<()>,
+}
+
+impl Acquisition {
+    /// A new acquisition made with `grant`, whose lease is `lease`.
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        name: Arc<str>,
+        keys: Arc<LockKeys>,
+        grant: Grant,
+        lease: Duration,
+    ) -> Self {
+        Self {
+            engine,
+            name,
+            keys,
+            token: grant.token,
+            fence: grant.fence,
+            lease,
+            state: watch::Sender::new(LeaseState {
+                valid_until: grant.valid_until,
+                lost: false,
+            }),
+            released: AtomicBool::new(false),
+            renewal: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// How much longer the lease certainly lasts (zero once lost).
+    pub(crate) fn valid_for(&self) -> Duration {
+        let s = *self.state.borrow();
+        if s.lost || self.released.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else {
+            s.valid_until.saturating_duration_since(Instant::now())
+        }
+    }
+
+    /// Completes when the lock is lost or its lease is about to run out.
+    pub(crate) fn lost(shared: Arc<Self>) -> impl Future<Output = Error> + Send + 'static {
+        let mut rx = shared.state.subscribe();
+        async move {
+            loop {
+                let s = *rx.borrow_and_update();
+                if s.lost {
+                    return shared.lost_error("was lost");
+                }
+                if shared.released.load(Ordering::Acquire) {
+                    return shared.lost_error("was released");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(s.valid_until) => {
+                        if !rx.has_changed().unwrap_or(false) {
+                            return shared.lost_error("is running out");
+                        }
+                    }
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return shared.lost_error("ended");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn is_held(&self) -> bool {
+        let s = *self.state.borrow();
+        !s.lost && Instant::now() < s.valid_until && !self.released.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        let was_lost = self.state.send_replace(LeaseState {
+            valid_until: Instant::now(),
+            lost: true,
+        });
+        if !was_lost.lost {
+            tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
+        }
+    }
+
+    /// Records a successful renewal sent at `sent_at`. A renewal that comes
+    /// back after the lease had already run out locally does not revive the
+    /// guard: its loss has been signalled, so it stays lost. Returns whether
+    /// the guard still holds.
+    pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) -> bool {
+        let now = Instant::now();
+        let mut revived_too_late = false;
+        self.state.send_if_modified(|s| {
+            if s.lost {
+                false
+            } else if now >= s.valid_until {
+                revived_too_late = true;
+                false
+            } else {
+                s.valid_until = valid_until(sent_at, lease);
+                true
+            }
+        });
+        if revived_too_late {
+            self.mark_lost("renewal answered after the lease had run out");
+        }
+        !self.state.borrow().lost
+    }
+
+    /// Confirms a lock handed over to this waiter: sets its own lease in
+    /// the store and counts from that request. Until the answer comes, the
+    /// guard counts on the earlier of the grant's reservation and the new
+    /// lease (the request may shorten the reservation).
+    pub(crate) async fn confirm(&self) {
+        let _turn = self.renewal.lock().await;
+        let sent_at = Instant::now();
+        let capped = valid_until(sent_at, self.lease);
+        self.state.send_if_modified(|s| {
+            let cap = capped < s.valid_until;
+            if cap {
+                s.valid_until = capped;
+            }
+            cap
+        });
+        match self
+            .engine
+            .store
+            .locks
+            .extend(&self.keys, &self.token, self.lease)
+            .await
+        {
+            Ok(true) => {
+                self.renewed(sent_at, self.lease);
+            }
+            Ok(false) if !self.released.load(Ordering::Acquire) => {
+                self.mark_lost("the lock handed over was gone before it was confirmed");
+            }
+            Ok(false) => {}
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
+            }
+        }
+    }
+
+    pub(crate) fn lost_error(&self, why: &str) -> Error {
+        Error::new(
+            ErrorKind::LeaseLost,
+            format!(
+                "lease of lock {:?} (fencing token {}) {why}",
+                self.name, self.fence
+            ),
+        )
+    }
+}

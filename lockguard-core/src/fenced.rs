@@ -1,0 +1,114 @@
+//! The fenced-write helper: a value that refuses writes carrying an older
+//! fencing token than one it has accepted.
+
+use std::sync::Arc;
+
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Invalid, Result};
+use crate::fence::FencingToken;
+
+/// A value in the store that only accepts writes whose fencing token is at
+/// least the newest one it has accepted.
+///
+/// Obtained from [`Client::fenced`](crate::Client::fenced). The check and the write are one atomic
+/// step (one Lua script on Redis).
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// let lg = lockguard_core::Client::memory();
+/// let guard = lg.lock("invoice:7").lease(std::time::Duration::from_secs(5)).acquire().await?;
+/// let ledger = lg.fenced("ledger:7");
+/// ledger.write(guard.fencing_token(), b"paid").await?;
+/// assert_eq!(ledger.read().await?.unwrap().value, b"paid");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct FencedResource {
+    engine: Arc<Engine>,
+    name: Arc<str>,
+    key: Result<String, Invalid>,
+}
+
+/// The current contents of a [`FencedResource`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FencedValue {
+    /// The token of the write that stored `value`.
+    pub token: FencingToken,
+    /// The bytes written.
+    pub value: Vec<u8>,
+}
+
+impl FencedResource {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
+        let key = crate::key::validate_key("fenced resource", name)
+            .map(|()| crate::key::base(&engine.prefix, "fenced", name))
+            .map_err(Invalid::from);
+        Self {
+            engine,
+            name: name.into(),
+            key,
+        }
+    }
+
+    fn key(&self) -> Result<&str> {
+        self.key.as_deref().map_err(Invalid::error)
+    }
+
+    /// The resource's name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stores `value` if `token` is at least the newest token this resource
+    /// has accepted.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::StaleFencingToken`] when a newer token has written
+    /// already; the store's errors otherwise.
+    pub async fn write(&self, token: FencingToken, value: impl AsRef<[u8]>) -> Result<()> {
+        let key = self.key()?;
+        let accepted = self
+            .engine
+            .store
+            .data("a fenced write")?
+            .fenced_write(key, token.get(), value.as_ref())
+            .await?;
+        if accepted {
+            tracing::debug!(resource = %self.name, fence = token.get(), "fenced write accepted");
+            Ok(())
+        } else {
+            tracing::warn!(resource = %self.name, fence = token.get(), "fenced write rejected: stale token");
+            Err(Error::new(
+                ErrorKind::StaleFencingToken,
+                format!(
+                    "write to {:?} with fencing token {token} rejected: a newer token has written",
+                    self.name
+                ),
+            ))
+        }
+    }
+
+    /// Reads the stored value and the token that wrote it, if any.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub async fn read(&self) -> Result<Option<FencedValue>> {
+        let key = self.key()?;
+        Ok(self
+            .engine
+            .store
+            .data("a fenced read")?
+            .fenced_read(key)
+            .await?
+            .map(|(token, value)| FencedValue {
+                token: FencingToken::new(token),
+                value,
+            }))
+    }
+}
