@@ -11,66 +11,10 @@ use crate::Client;
 use crate::clock::ManualClock;
 use crate::rate_limit::{Algorithm, Quota};
 
-/// GCRA as the continuous-state leaky bucket (ITU-T I.371): a bucket level
-/// that drains one microsecond per microsecond, where a request of cost
-/// `c` adds `T*c` if that keeps the level within `tau`. Equivalent to the
-/// virtual-scheduling form the stores run, written independently.
-#[derive(Debug, Default)]
-struct LeakyBucket {
-    level: i128,
-    last: i128,
-}
+#[path = "../../tests/support/models.rs"]
+mod models;
 
-impl LeakyBucket {
-    /// Returns (allowed, remaining, retry_after µs).
-    fn arrive(&mut self, now: i128, cost: i128, t: i128, tau: i128) -> (bool, i128, i128) {
-        let level = (self.level - (now - self.last)).max(0);
-        if level + t * cost > tau {
-            let remaining = (tau - level) / t;
-            (false, remaining, level + t * cost - tau)
-        } else {
-            self.level = level + t * cost;
-            self.last = now;
-            (true, (tau - self.level) / t, 0)
-        }
-    }
-}
-
-/// The sliding window as its definition: the costs admitted in
-/// `(now - period, now]` plus this one stay within the limit.
-#[derive(Debug, Default)]
-struct Window {
-    admitted: Vec<(i128, i128)>,
-}
-
-impl Window {
-    fn arrive(&mut self, now: i128, cost: i128, limit: i128, period: i128) -> bool {
-        let used: i128 = self
-            .admitted
-            .iter()
-            .filter(|(t, _)| *t > now - period)
-            .map(|(_, c)| c)
-            .sum();
-        let ok = used + cost <= limit;
-        if ok {
-            self.admitted.push((now, cost));
-        }
-        ok
-    }
-}
-
-fn quota() -> impl Strategy<Value = Quota> {
-    (1u64..40, 1u64..5_000, 1u64..12).prop_map(|(count, period_ms, burst)| {
-        Quota::new(count, Duration::from_millis(period_ms)).burst(burst)
-    })
-}
-
-/// Arrivals as (gap since the previous one in µs, cost).
-fn arrivals() -> impl Strategy<Value = Vec<(u64, u64)>> {
-    prop::collection::vec((0u64..400_000, 1u64..12), 1..60)
-}
-
-const START_US: i64 = 1_700_000_000_000_000;
+use models::{LeakyBucket, START_US, Window, arrivals, quota};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

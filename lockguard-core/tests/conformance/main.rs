@@ -7,4 +7,5 @@ mod support;
 mod counters;
 mod limits;
 mod locks;
+mod models;
 mod semaphores;

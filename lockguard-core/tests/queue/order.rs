@@ -11,7 +11,7 @@ use tokio::sync::{Barrier, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::support::Env;
+use crate::support::{Env, eventually};
 use crate::{Queue, assert_busy, join_all, until_queued};
 
 /// Acquires `name` (waiting up to 60 s), reports `index` on `served`, holds
@@ -236,4 +236,90 @@ async fn semaphore_permits_in_fifo_order() {
 #[tokio::test(start_paused = true)]
 async fn semaphore_permits_in_fifo_order_on_memory() {
     semaphore_order(Env::memory()).await;
+}
+
+/// With five waiters of five clients queued, a release is one script
+/// that publishes once, and the handoff costs the release and the
+/// first waiter's confirmation: two scripts, whatever the number of
+/// waiters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_the_first_waiter_alone() {
+    let server = lockguard_testing::RedisServer::start();
+    let holder = Client::connect(&server.url()).await.unwrap();
+    let mut admin = server.connection().await;
+    let queue = Queue::Lock("herd");
+    let stat = |info: &str, cmd: &str| -> u64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+            .and_then(|r| r.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    let guard = holder.lock("herd").acquire().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..5 {
+        // Refreshes every 10 s: none falls inside the measurement.
+        let lg = Client::builder()
+            .waiter_timeout(Duration::from_secs(30))
+            .retry_interval(Duration::from_secs(10))
+            .connect(&server.url())
+            .await
+            .unwrap();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let g = lg
+                .lock("herd")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await;
+            let _ = tx.send((i, g.unwrap()));
+        });
+        let queued = eventually(Duration::from_secs(10), || async {
+            queue.len(&server).await == i + 1
+        })
+        .await;
+        assert!(queued, "waiter {i} never queued");
+    }
+    // Load the release and extend scripts, so no SCRIPT LOAD falls
+    // inside.
+    let warm = holder.lock("warm").acquire().await.unwrap();
+    warm.extend(Duration::from_secs(5)).await.unwrap();
+    assert!(warm.release().await.unwrap());
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let before = guard.fencing_token();
+    assert!(guard.release().await.unwrap());
+    let (first, g) = rx.recv().await.unwrap();
+    assert_eq!(first, 0, "the first waiter in the queue gets the lock");
+    assert!(g.fencing_token() > before);
+    // The new holder confirms its lease in the background.
+    let mut info = String::new();
+    for _ in 0..200 {
+        info = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if stat(&info, "evalsha") >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stat(&info, "publish"), 1, "one waiter notified\n{info}");
+    assert_eq!(
+        stat(&info, "evalsha"),
+        2,
+        "release and confirm only\n{info}"
+    );
+    // The rest follow in order.
+    let mut g = g;
+    for expected in 1..5 {
+        assert!(g.release().await.unwrap());
+        let (i, next) = rx.recv().await.unwrap();
+        assert_eq!(i, expected);
+        g = next;
+    }
+    assert!(g.release().await.unwrap());
 }
