@@ -10,6 +10,9 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// The default prefix of every key lockguard writes.
 pub const DEFAULT_PREFIX: &str = "lockguard:";
 
+/// The most permits a semaphore may have.
+pub const MAX_PERMITS: u32 = 1_000_000;
+
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Resource {

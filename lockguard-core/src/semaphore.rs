@@ -10,9 +10,6 @@ use crate::guard::{LockGuard, run_guarded};
 use crate::lease::Lease;
 use crate::lock::Lock;
 
-/// The most permits a semaphore may have.
-pub const MAX_PERMITS: u32 = 1_000_000;
-
 /// A distributed semaphore: at most `permits` holders of a key at once,
 /// across every process using the store.
 ///

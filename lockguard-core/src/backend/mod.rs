@@ -28,6 +28,9 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 
+/// A fenced value as stored: the token that wrote it and its bytes.
+pub(crate) type Stored = Option<(u64, Vec<u8>)>;
+
 /// The future of one store operation.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -135,7 +138,7 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
 
     /// The most permits a semaphore may have on this store.
     fn max_permits(&self) -> u32 {
-        crate::semaphore::MAX_PERMITS
+        crate::key::MAX_PERMITS
     }
 
     /// Where the store announces handoffs it makes without a message
@@ -233,7 +236,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
     ) -> BoxFuture<'a, Result<bool>>;
 
     /// The stored value and the token that wrote it.
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>>;
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>>;
 }
 
 /// Where a store's messages for one client go: the client's waiters.

@@ -1,7 +1,7 @@
 //! GCRA and the sliding window log against independent reference models,
 //! over random arrival sequences, on the in-memory store with a manual
 //! clock. (The Redis scripts meet the same models in the conformance
-//! suite, `tests/conformance/models.rs`.)
+//! suite, `tests/conformance/limit_scripts.rs`.)
 
 use std::time::Duration;
 

@@ -7,5 +7,5 @@ mod support;
 mod counters;
 mod limits;
 mod locks;
-mod models;
+mod limit_scripts;
 mod semaphores;

@@ -1,7 +1,7 @@
 //! Reference models of the rate-limit algorithms, written independently
 //! of the stores, and the random arrivals they are checked over. Shared by
 //! the in-memory model tests (`src/limiter/model_tests.rs`) and the Redis
-//! script tests (`tests/conformance/models.rs`).
+//! script tests (`tests/conformance/limit_scripts.rs`).
 
 use std::time::Duration;
 
@@ -21,7 +21,13 @@ pub(crate) struct LeakyBucket {
 
 impl LeakyBucket {
     /// Returns (allowed, remaining, retry_after µs).
-    pub(crate) fn arrive(&mut self, now: i128, cost: i128, t: i128, tau: i128) -> (bool, i128, i128) {
+    pub(crate) fn arrive(
+        &mut self,
+        now: i128,
+        cost: i128,
+        t: i128,
+        tau: i128,
+    ) -> (bool, i128, i128) {
         let level = (self.level - (now - self.last)).max(0);
         if level + t * cost > tau {
             let remaining = (tau - level) / t;

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::{
     Attempt, BoxFuture, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Place,
-    Waiting,
+    Stored, Waiting,
 };
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
@@ -680,7 +680,7 @@ impl DataBackend for MemoryStore {
         ))))
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>> {
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>> {
         Box::pin(std::future::ready(Ok(Self::fenced_read(self, key))))
     }
 }

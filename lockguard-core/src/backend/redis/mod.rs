@@ -11,8 +11,8 @@ use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
 use super::{
-    Attempt, BoxFuture, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, Waiting,
-    millis_ceil,
+    Attempt, BoxFuture, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, Stored,
+    Waiting, millis_ceil,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
@@ -757,7 +757,7 @@ impl DataBackend for RedisStore {
         Box::pin(Self::fenced_write(self, key, token, value))
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<(u64, Vec<u8>)>>> {
+    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>> {
         Box::pin(Self::fenced_read(self, key))
     }
 }

@@ -19,7 +19,9 @@ fn gcra() -> Script {
 }
 
 fn sliding_window() -> Script {
-    Script::new(include_str!("../../src/backend/redis/scripts/sliding_window.lua"))
+    Script::new(include_str!(
+        "../../src/backend/redis/scripts/sliding_window.lua"
+    ))
 }
 
 /// GCRA: allowed, remaining and retry-after agree with the leaky bucket.
