@@ -363,7 +363,7 @@ impl Builder {
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`] for settings that cannot work (a zero
-    /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`]).
+    /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
         let store = Store::new(Arc::new(MemoryStore::new(self.clock.clone())), Vec::new());

@@ -205,7 +205,7 @@ impl Drop for PendingRelease<'_> {
 /// the lock is released when the outermost one goes.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    held: Arc<Tenancy>,
+    tenancy: Arc<Tenancy>,
     reentrant: bool,
     /// Set by [`LockGuard::release`], which gives up the share itself.
     given_up: bool,
@@ -214,8 +214,8 @@ pub struct LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.held.shared.name)
-            .field("fencing_token", &self.held.shared.fence)
+            .field("name", &self.tenancy.shared.name)
+            .field("fencing_token", &self.tenancy.shared.fence)
             .field("held", &self.is_held())
             .field("reentrant", &self.reentrant)
             .finish()
@@ -223,30 +223,30 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(held: Arc<Tenancy>) -> Self {
-        held.add_guard();
+    pub(crate) fn new(tenancy: Arc<Tenancy>) -> Self {
+        tenancy.add_guard();
         Self {
-            held,
+            tenancy,
             reentrant: false,
             given_up: false,
         }
     }
 
-    pub(crate) fn reentrant(held: Arc<Tenancy>) -> Self {
-        held.add_guard();
+    pub(crate) fn reentrant(tenancy: Arc<Tenancy>) -> Self {
+        tenancy.add_guard();
         Self {
-            held,
+            tenancy,
             reentrant: true,
             given_up: false,
         }
     }
 
     fn shared(&self) -> &Arc<Acquisition> {
-        &self.held.shared
+        &self.tenancy.shared
     }
 
     pub(crate) fn tenancy(&self) -> &Arc<Tenancy> {
-        &self.held
+        &self.tenancy
     }
 
     /// Marks the guard lost, as a renewal finding the lock gone would.
@@ -260,7 +260,7 @@ impl LockGuard {
     pub(crate) fn confirm(&self) {
         let shared = self.shared().clone();
         let runtime = self
-            .held
+            .tenancy
             .runtime
             .clone()
             .or_else(|| Handle::try_current().ok());
@@ -304,7 +304,7 @@ impl LockGuard {
 
     /// Completes when the lock is lost or its lease is about to run out
     /// (a safety margin before the store lets it go), with the
-    /// [`ErrorKind::LeaseLost`] error to report. With the watchdog on, it
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) error to report. With the watchdog on, it
     /// completes only when a renewal finds the lock gone or renewals fail
     /// until the lease runs out.
     ///
@@ -343,9 +343,9 @@ impl LockGuard {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::LeaseLost`] when the lock had expired or was taken by
+    /// [`ErrorKind::LeaseLost`](crate::ErrorKind::LeaseLost) when the lock had expired or was taken by
     /// someone else (the guard then counts as lost);
-    /// [`ErrorKind::InvalidInput`] for a bad lease; the store's errors.
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad lease; the store's errors.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         Lease::Fixed(lease).validate()?;
         let s = self.shared();
@@ -384,10 +384,10 @@ impl LockGuard {
     /// The store's errors; the lease then frees the lock.
     pub async fn release(mut self) -> Result<bool> {
         self.given_up = true;
-        let held = self.held.clone();
+        let tenancy = self.tenancy.clone();
         drop(self);
-        if held.drop_guard() {
-            let s = &held.shared;
+        if tenancy.drop_guard() {
+            let s = &tenancy.shared;
             let span = match s.keys.resource {
                 Resource::Semaphore { .. } => {
                     tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
@@ -396,17 +396,17 @@ impl LockGuard {
                     tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
                 }
             };
-            tracing::Instrument::instrument(held.release_now(), span).await
+            tracing::Instrument::instrument(tenancy.release_now(), span).await
         } else {
-            Ok(held.is_held())
+            Ok(tenancy.is_held())
         }
     }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.given_up && self.held.drop_guard() {
-            self.held.release_in_background();
+        if !self.given_up && self.tenancy.drop_guard() {
+            self.tenancy.release_in_background();
         }
     }
 }

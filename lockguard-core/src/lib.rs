@@ -74,6 +74,36 @@
 //! past the lease, clock jumps, restarts without persistence), and how to
 //! run Redis for locks.
 //!
+//! # The layers, and adding a store
+//!
+//! The modules read top to bottom, each using only those below it: values
+//! (errors, tokens, fencing tokens, keys, clocks, the rate-limit
+//! algorithms, leases); the store boundary; waking waiters; the engine
+//! (what one client's primitives share: store, prefix, defaults, waiters);
+//! holding (one acquisition, the watchdog, guards, reentrancy scopes); the
+//! primitives; the client.
+//!
+//! Every store sits behind one boundary, `src/backend/mod.rs`, of domain
+//! operations, each atomic and one round trip:
+//!
+//! 1. **`LockBackend`**, which every store implements: one attempt to take
+//!    a lock or a semaphore permit (joining the store's wait queue when
+//!    asked), release (handing over to the first live waiter in the same
+//!    step), extend; and how its waiters wait (a queue in the store, or
+//!    retries on release announcements) and how many permits it allows.
+//! 2. **`DataBackend`**, which a store offers where it can: counters,
+//!    rate-limit steps and fenced values. A store without it answers
+//!    [`ErrorKind::Unsupported`] for all of them, from one place.
+//! 3. **`Listener`**, for a store that announces handoffs over a message
+//!    connection (Redis pub/sub): it delivers them to the client's `Inbox`.
+//!
+//! A constructor on [`Builder`] builds the store from these. A store is done
+//! when it passes the conformance suite (`lockguard-core/tests/conformance`),
+//! which every store runs: add it to `support::Env` and to the
+//! `conformance!` macro, and every test of locks, semaphores, counters and
+//! limiters runs on it. No Redis command, Lua script or quorum detail
+//! appears above the boundary.
+//!
 //! # Observability
 //!
 //! `tracing` events at `debug` for acquire, wait and release, `trace` for

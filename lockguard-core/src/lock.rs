@@ -549,9 +549,9 @@ impl Lock {
             // Permits are counted, not owned: a body may hold several.
             return None;
         }
-        let held = crate::reentry::find(&self.engine, &keys.lock)?;
+        let tenancy = crate::reentry::find(&self.engine, &keys.lock)?;
         tracing::trace!(lock = %self.name, "reentrant acquisition");
-        Some(LockGuard::reentrant(held))
+        Some(LockGuard::reentrant(tenancy))
     }
 
     /// One attempt that never queues. `Ok(Err(wait))` when someone else
@@ -608,7 +608,7 @@ impl Lock {
         }
         let watchdog = self.lease.is_watchdog();
         let fence = grant.fence;
-        let held = Tenancy::new(
+        let tenancy = Tenancy::new(
             self.engine.clone(),
             self.name.clone(),
             keys,
@@ -616,7 +616,7 @@ impl Lock {
             self.lease,
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
-        Ok(LockGuard::new(held))
+        Ok(LockGuard::new(tenancy))
     }
 
     /// The busy error after waiting `waited` (zero: one attempt).

@@ -12,9 +12,9 @@ use std::sync::{Arc, Weak};
 use crate::engine::Engine;
 use crate::guard::{LockGuard, Tenancy};
 
-/// A lock held by an enclosing scope.
+/// A lock an enclosing scope holds.
 #[derive(Debug, Clone)]
-struct Held {
+struct Scoped {
     /// The client, by identity.
     engine: Weak<Engine>,
     tenancy: Weak<Tenancy>,
@@ -22,7 +22,7 @@ struct Held {
 
 tokio::task_local! {
     /// The locks held by the scopes the current code runs inside.
-    static SCOPE: Arc<Vec<Held>>;
+    static SCOPE: Arc<Vec<Scoped>>;
 }
 
 /// The lock on `key` (its store key) that an enclosing scope holds through
@@ -75,8 +75,8 @@ impl LockGuard {
     /// ```
     pub fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> + use<F> {
         let tenancy = self.tenancy();
-        let mut held: Vec<Held> = SCOPE.try_with(|h| h.to_vec()).unwrap_or_default();
-        held.push(Held {
+        let mut held: Vec<Scoped> = SCOPE.try_with(|h| h.to_vec()).unwrap_or_default();
+        held.push(Scoped {
             engine: Arc::downgrade(tenancy.engine()),
             tenancy: Arc::downgrade(tenancy),
         });

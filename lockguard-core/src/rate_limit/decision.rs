@@ -39,7 +39,16 @@ impl Decision {
     }
 }
 
-fn ceil_secs(d: Duration) -> u64 {
+/// Whole seconds, rounded up: what a `Retry-After` or `RateLimit` header
+/// may say without inviting a client back before its time.
+///
+/// ```
+/// use std::time::Duration;
+/// use lockguard_core::rate_limit::ceil_secs;
+/// assert_eq!(ceil_secs(Duration::from_millis(1)), 1);
+/// assert_eq!(ceil_secs(Duration::from_secs(2)), 2);
+/// ```
+pub fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 

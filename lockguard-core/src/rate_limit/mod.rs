@@ -21,7 +21,7 @@ pub(crate) mod gcra;
 mod quota;
 pub(crate) mod sliding_window;
 
-pub use decision::Decision;
+pub use decision::{Decision, ceil_secs};
 pub use quota::{MAX_PERIOD, MAX_QUOTA, Quota};
 
 /// Which algorithm a [`RateLimiter`](crate::RateLimiter) runs.

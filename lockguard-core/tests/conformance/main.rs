@@ -5,7 +5,7 @@
 mod support;
 
 mod counters;
+mod limit_scripts;
 mod limits;
 mod locks;
-mod limit_scripts;
 mod semaphores;

@@ -204,6 +204,9 @@ where
 /// Runs each listed test against both stores; with `redlock:` also
 /// against five Redlock nodes, with `cluster:` also against a three-master
 /// Redis Cluster (with the `cluster` feature), with `all:` against all four.
+///
+/// This suite is what a new store must pass: give it a constructor in
+/// [`Env`] and an arm here, and every conformance test runs on it.
 #[macro_export]
 macro_rules! conformance {
     (all: $($name:ident),* $(,)?) => {

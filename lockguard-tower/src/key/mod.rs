@@ -282,12 +282,11 @@ fn path_param<'a>(route: &str, path: &'a str, name: &str) -> Option<&'a str> {
     None
 }
 
-/// Whether `key` is usable as a lockguard key (the layers add a short name
-/// in front, which `reserve` accounts for).
+/// Whether `key` is usable as a lockguard key, by the core's rules, once
+/// the layer has put its name (`reserve` bytes) in front.
 pub(crate) fn is_valid(key: &str, reserve: usize) -> bool {
-    !key.is_empty()
+    lockguard_core::validate_key("request", key).is_ok()
         && key.len().saturating_add(reserve) <= lockguard_core::MAX_KEY_LEN
-        && !key.chars().any(char::is_control)
 }
 
 /// Extracts and checks a key; an invalid one counts as missing.

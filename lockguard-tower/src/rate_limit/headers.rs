@@ -44,10 +44,7 @@ pub(crate) struct RateHeaders {
     pub(crate) options: HeaderOptions,
 }
 
-/// Whole seconds, rounded up.
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
+pub(crate) use lockguard_core::rate_limit::ceil_secs;
 
 /// `count` per `period` as a quota over a window of whole seconds: `(q, w)`
 /// with `w` the period rounded up (at least 1 s) and `q` the count scaled
