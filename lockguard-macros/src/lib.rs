@@ -167,9 +167,11 @@ use crate::attr::Kind;
 ///   dropped and not polled again, and the function returns the
 ///   `LeaseLost` error. With `keep_going_on_lost` the body runs to its end
 ///   regardless.
-/// - After the body, the lock is released explicitly; its value is
-///   returned as is, whatever the release says (the lease frees a lock
-///   whose release failed).
+/// - After the body, the lock is released. A release that finds the lock
+///   already gone means the body's work may not have been exclusive: the
+///   function returns the `LeaseLost` error (with `keep_going_on_lost`, the
+///   body's value is returned whatever the release says). A release that
+///   cannot reach the store is logged, and the lease frees the lock.
 /// - A call made from inside the body on the same key and client (a locked
 ///   function calling another on the same key) runs without taking the lock
 ///   again: nested calls do not deadlock, and the lock is released when the
@@ -197,25 +199,17 @@ use crate::attr::Kind;
 /// async fn ship(order: &Order, items: u32) -> Result<u32, ShipError> {
 ///     let key = format!("order:{}", order.id);
 ///     let lg = Client::default_client()?;
-///     let guard = lg
-///         .lock(&key)
+///     lg.lock(&key)
 ///         .lease(Duration::from_secs(30)) // without `ttl`: no `.lease`, the watchdog renews
-///         .wait(Duration::from_secs(5)) // without `wait`: `.try_acquire()`
-///         .acquire()
-///         .await?;
-///     let body = async move {
-///         if items == 0 {
-///             return Err(ShipError::NothingToShip);
-///         }
-///         Ok(items)
-///     };
-///     let out = tokio::select! {
-///         biased;
-///         lost = guard.lost() => return Err(lost.into()),
-///         out = body => out,
-///     };
-///     let _ = guard.release().await;
-///     out
+///         .wait(Duration::from_secs(5)) // without `wait`: one attempt
+///         .run(async move {
+///             // Nested calls on the same key run inside this body's scope.
+///             if items == 0 {
+///                 return Err(ShipError::NothingToShip);
+///             }
+///             Ok(items)
+///         })
+///         .await?
 /// }
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), ShipError> {
@@ -372,19 +366,10 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     async fn export(&self, tenant: &str) -> Result<usize, lockguard::Error> {
 ///         let lg = self.locks.clone();
 ///         let key = format!("exports:{tenant}");
-///         let permit = lg
-///             .semaphore(&key, 4)
+///         lg.semaphore(&key, 4)
 ///             .wait(Duration::from_secs(2))
-///             .acquire()
-///             .await?;
-///         let body = async move { Ok(tenant.len()) };
-///         let out = tokio::select! {
-///             biased;
-///             lost = permit.lost() => return Err(lost.into()),
-///             out = body => out,
-///         };
-///         let _ = permit.release().await;
-///         out
+///             .run(async move { Ok(tenant.len()) })
+///             .await?
 ///     }
 /// }
 /// # #[tokio::main(flavor = "current_thread")]

@@ -961,3 +961,29 @@ async fn spans_name_the_lock_and_record_its_fence() {
         "{text}"
     );
 }
+
+/// `Lock::run` reports a lock that vanished under a body that finished
+/// before its lease ran out (the key deleted behind its back, as a restart
+/// without persistence or a failover to a replica that never saw it would
+/// do): the release finds it gone, and the work may not have been
+/// exclusive, so the caller gets `LeaseLost`, not the body's value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_lock_vanished_reports_the_loss() {
+    let server = RedisServer::start();
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    let mut admin = server.connection().await;
+    let lock = lg.lock("vanishing").lease(Duration::from_secs(30));
+    let out = lock
+        .run(async {
+            let _: () = redis::cmd("FLUSHALL")
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            "done"
+        })
+        .await;
+    let err = out.expect_err("the run returned the body's value for a lock it no longer held");
+    assert_eq!(err.kind(), ErrorKind::LeaseLost, "{err}");
+    // A lock still held at the end returns the body's value.
+    assert_eq!(lock.run(async { "kept" }).await.unwrap(), "kept");
+}
