@@ -48,7 +48,9 @@ fn app(variant: Variant) -> Router {
             key::Global,
         )),
         Variant::Lock => hello.layer(LockLayer::new(lg, "bench", conn_key)),
-        Variant::ConcurrencyLimit => hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000)),
+        Variant::ConcurrencyLimit => {
+            hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000, key::Global))
+        }
         Variant::Governor => {
             // The same quota: one request per µs, a burst of a million;
             // with its rate-limit headers on, as ours are.

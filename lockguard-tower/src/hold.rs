@@ -246,8 +246,7 @@ mod tests {
         let lg = Client::memory();
         let reject = LockLayer::new(lg.clone(), "k", user_key()).layer(ok_service());
         assert_eq!(reject.oneshot(user(None)).await.unwrap().status(), 400);
-        let pass = ConcurrencyLimitLayer::new(lg, "k", 1)
-            .key(user_key())
+        let pass = ConcurrencyLimitLayer::new(lg, "k", 1, user_key())
             .on_missing_key(MissingKey::Pass)
             .layer(ok_service());
         // Unkeyed requests are not counted against any permit.
@@ -260,7 +259,7 @@ mod tests {
     async fn a_permit_count_that_cannot_work_is_a_server_error_not_a_panic() {
         let lg = Client::memory();
         for permits in [0, lockguard_core::MAX_PERMITS + 1] {
-            let svc = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
+            let svc = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits, key::Global)
                 .fail_open()
                 .layer(ok_service());
             assert_eq!(svc.oneshot(user(None)).await.unwrap().status(), 500);
@@ -292,7 +291,7 @@ mod tests {
             .unwrap()
             .to_bytes();
         assert_eq!(&body[..], b"orders:header:x-user:ada 1");
-        let limited = ConcurrencyLimitLayer::new(lg, "slots", 2).layer(handler);
+        let limited = ConcurrencyLimitLayer::new(lg, "slots", 2, key::Global).layer(handler);
         let res = limited.oneshot(user(None)).await.unwrap();
         let body = http_body_util::BodyExt::collect(res.into_body())
             .await
@@ -366,7 +365,7 @@ mod tests {
     fn validate_refuses_what_cannot_work() {
         let lg = Client::memory();
         for permits in [0, lockguard_core::MAX_PERMITS + 1] {
-            let err = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits)
+            let err = ConcurrencyLimitLayer::new(lg.clone(), "bad", permits, key::Global)
                 .validate()
                 .unwrap_err();
             assert!(err.is_invalid_input(), "{err}");
@@ -385,7 +384,11 @@ mod tests {
                 .validate()
                 .is_ok()
         );
-        assert!(ConcurrencyLimitLayer::new(lg, "c", 3).validate().is_ok());
+        assert!(
+            ConcurrencyLimitLayer::new(lg, "c", 3, key::Global)
+                .validate()
+                .is_ok()
+        );
     }
 
     #[tokio::test]

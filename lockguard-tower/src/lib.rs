@@ -31,7 +31,7 @@
 //!         post(|| async { "done" }).route_layer(LockLayer::new(lg.clone(), "checkout", user)),
 //!     )
 //!     // At most 100 requests in flight across the fleet.
-//!     .layer(ConcurrencyLimitLayer::new(lg.clone(), "api", 100).wait(Duration::from_secs(1)));
+//!     .layer(ConcurrencyLimitLayer::new(lg.clone(), "api", 100, key::Global).wait(Duration::from_secs(1)));
 //!
 //! let report = || Request::get("/report").header("x-user-id", "ada").body(Body::empty()).unwrap();
 //! assert_eq!(app.clone().oneshot(report()).await.unwrap().status(), StatusCode::OK);

@@ -16,6 +16,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -31,8 +32,43 @@ pub(crate) mod redlock;
 /// A fenced value as stored: the token that wrote it and its bytes.
 pub(crate) type Stored = Option<(u64, Vec<u8>)>;
 
-/// The future of one store operation.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// The future of one store operation: the answer itself for a store that
+/// answers at once (the in-memory store: no allocation), or a boxed future
+/// for one that answers over the network.
+pub(crate) enum StoreFuture<'a, T> {
+    Ready(Option<T>),
+    Pending(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// An answer already known.
+    pub(crate) fn ready(value: T) -> Self {
+        Self::Ready(Some(value))
+    }
+
+    /// An answer still to come.
+    pub(crate) fn boxed(future: impl Future<Output = T> + Send + 'a) -> Self {
+        Self::Pending(Box::pin(future))
+    }
+}
+
+// The value is moved out, never pinned in place.
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.get_mut() {
+            Self::Ready(value) => Poll::Ready(
+                value
+                    .take()
+                    .expect("store future polled after it completed"),
+            ),
+            Self::Pending(future) => future.as_mut().poll(cx),
+        }
+    }
+}
 
 /// The outcome of one attempt to take a lock or a permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,7 +192,7 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> BoxFuture<'a, Result<Attempt>>;
+    ) -> StoreFuture<'a, Result<Attempt>>;
 
     /// Gives up `token`'s lock or permit, handing it to the first live
     /// waiter in the same step; `token` also leaves the queue. True when
@@ -165,7 +201,7 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
         &'a self,
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
-    ) -> BoxFuture<'a, Result<bool>>;
+    ) -> StoreFuture<'a, Result<bool>>;
 
     /// Resets `token`'s lease to `lease` from now; true when it was still
     /// held.
@@ -174,7 +210,7 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
         lease: Duration,
-    ) -> BoxFuture<'a, Result<bool>>;
+    ) -> StoreFuture<'a, Result<bool>>;
 }
 
 /// Counters, rate limiters and fenced values: what a store offers where it
@@ -186,7 +222,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         keys: &'a CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<i64>>;
+    ) -> StoreFuture<'a, Result<i64>>;
 
     /// `Ok(new value)` when `n` was taken, `Err(current value)` when there
     /// was too little.
@@ -195,10 +231,10 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         keys: &'a CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<i64, i64>>>;
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>>;
 
     /// The value and its version (both 0 for a counter never written).
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>>;
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>>;
 
     /// `Ok(new version)` when set, `Err(current version)` when `expected`
     /// did not match.
@@ -208,7 +244,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<u64, u64>>>;
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>>;
 
     /// Adds `member` to the counter's marks; true when it was new.
     fn mark_once<'a>(
@@ -216,7 +252,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         keys: &'a CounterKeys,
         member: &'a str,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<bool>>;
+    ) -> StoreFuture<'a, Result<bool>>;
 
     /// One rate-limit decision, on the store's clock.
     fn rate_limit<'a>(
@@ -224,7 +260,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
-    ) -> BoxFuture<'a, Result<Decision>>;
+    ) -> StoreFuture<'a, Result<Decision>>;
 
     /// Stores `value` if `token` is at least the newest accepted; true
     /// when it was stored.
@@ -233,10 +269,10 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         key: &'a str,
         token: u64,
         value: &'a [u8],
-    ) -> BoxFuture<'a, Result<bool>>;
+    ) -> StoreFuture<'a, Result<bool>>;
 
     /// The stored value and the token that wrote it.
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>>;
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>>;
 }
 
 /// Where a store's messages for one client go: the client's waiters.
@@ -260,7 +296,7 @@ pub(crate) trait Inbox: Send + Sync {
 pub(crate) trait Listener: Send + Sync + fmt::Debug {
     /// Brings the subscription of `channel` in line with whether `inbox`
     /// wants it now.
-    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> BoxFuture<'a, Result<()>>;
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>>;
 }
 
 /// A client's store: its lock backend, its data backend if it has one, and

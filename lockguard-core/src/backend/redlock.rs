@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::redis::{RedisOptions, RedisStore, Subscriber};
-use super::{Attempt, BoxFuture, LockBackend, Place, Store, Waiting};
+use super::{Attempt, LockBackend, Place, Store, StoreFuture, Waiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{LockKeys, Resource};
@@ -501,17 +501,17 @@ impl LockBackend for RedlockStore {
         token: &'a Token,
         lease: Duration,
         _place: Option<Place<'a>>,
-    ) -> BoxFuture<'a, Result<Attempt>> {
+    ) -> StoreFuture<'a, Result<Attempt>> {
         // No queue across independent nodes: every attempt is one try.
-        Box::pin(self.try_acquire(keys, token, lease))
+        StoreFuture::boxed(self.try_acquire(keys, token, lease))
     }
 
     fn release<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::release(self, keys, token))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::release(self, keys, token))
     }
 
     fn extend<'a>(
@@ -519,8 +519,8 @@ impl LockBackend for RedlockStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
         lease: Duration,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::extend(self, keys, token, lease))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
     }
 }
 

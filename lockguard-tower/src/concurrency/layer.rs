@@ -7,7 +7,6 @@ use tower_layer::Layer;
 
 use super::service::ConcurrencyLimit;
 use crate::hold::{Kind, Settings};
-use crate::key::Global;
 
 /// Serves at most N requests at once per key; see the
 /// [module docs](crate::concurrency).
@@ -21,9 +20,10 @@ pub struct ConcurrencyLimitLayer<K> {
     key: Arc<K>,
 }
 
-impl ConcurrencyLimitLayer<Global> {
-    /// At most `permits` requests at once in all, on the semaphore
-    /// `name:global`.
+impl<K> ConcurrencyLimitLayer<K> {
+    /// At most `permits` requests at once per key: the semaphore
+    /// `name:KEY` for each key `key` extracts (a user, an API key, a
+    /// route); [`key::Global`](crate::key::Global) for one limit in all.
     ///
     /// By default a request finding every permit taken is refused at once
     /// with `503 Service Unavailable`, permits are leased and renewed by the
@@ -32,23 +32,10 @@ impl ConcurrencyLimitLayer<Global> {
     /// [`MAX_PERMITS`](lockguard_core::MAX_PERMITS) cannot work: every
     /// request is answered `500` and an error is logged, unless
     /// [`validate`](Self::validate) caught it at start-up.
-    pub fn new(client: Client, name: &str, permits: u32) -> Self {
+    pub fn new(client: Client, name: &str, permits: u32, key: K) -> Self {
         Self {
             settings: Arc::new(Settings::new(client, name, StatusCode::SERVICE_UNAVAILABLE)),
             permits,
-            key: Arc::new(Global),
-        }
-    }
-}
-
-impl<K> ConcurrencyLimitLayer<K> {
-    /// At most the permit count per key: `name:KEY` for each key `key`
-    /// extracts (a user, an API key, a route).
-    #[must_use]
-    pub fn key<K2>(self, key: K2) -> ConcurrencyLimitLayer<K2> {
-        ConcurrencyLimitLayer {
-            settings: self.settings,
-            permits: self.permits,
             key: Arc::new(key),
         }
     }

@@ -10,9 +10,8 @@
 //! ([`ConcurrencyLimitLayer::wait`]). Permits are leased, so a crashed
 //! process gives its permits back when the lease ends.
 //!
-//! The limit is global by default (`NAME:global`); with
-//! [`ConcurrencyLimitLayer::key`] it is per key: per user, per API key,
-//! per route.
+//! The limit is per key: per user, per API key, per route, or one in all
+//! with [`key::Global`](crate::key::Global) (`NAME:global`).
 //!
 //! # Examples
 //!
@@ -27,10 +26,14 @@
 //! let app: Router = Router::new()
 //!     .route("/export", post(|| async { "exported" }))
 //!     .route_layer(
-//!         ConcurrencyLimitLayer::new(lg, "exports", 2)
-//!             .key(key::Header::new(http::HeaderName::from_static("x-user-id")))
-//!             .wait(Duration::from_secs(5))
-//!             .busy_status(http::StatusCode::TOO_MANY_REQUESTS),
+//!         ConcurrencyLimitLayer::new(
+//!             lg,
+//!             "exports",
+//!             2,
+//!             key::Header::new(http::HeaderName::from_static("x-user-id")),
+//!         )
+//!         .wait(Duration::from_secs(5))
+//!         .busy_status(http::StatusCode::TOO_MANY_REQUESTS),
 //!     );
 //! # let _ = app;
 //! ```

@@ -1,4 +1,4 @@
 crate::admit::response_future! {
-    /// The response future of [`LockService`](super::LockService): the lock, then
+    /// The response future of [`Lock`](super::Lock): the lock, then
     /// the inner service or a refusal.
 }

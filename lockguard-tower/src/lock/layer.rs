@@ -5,7 +5,7 @@ use http::StatusCode;
 use lockguard_core::Client;
 use tower_layer::Layer;
 
-use super::service::LockService;
+use super::service::Lock;
 use crate::hold::{Kind, Settings};
 
 /// Runs one request per key at a time; see the [module docs](crate::lock).
@@ -112,9 +112,9 @@ impl<K: fmt::Debug> fmt::Debug for LockLayer<K> {
 }
 
 impl<S, K> Layer<S> for LockLayer<K> {
-    type Service = LockService<S, K>;
+    type Service = Lock<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        LockService::new(inner, self.settings.clone(), self.key.clone())
+        Lock::new(inner, self.settings.clone(), self.key.clone())
     }
 }

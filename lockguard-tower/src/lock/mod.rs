@@ -54,4 +54,4 @@ mod service;
 
 pub use future::ResponseFuture;
 pub use layer::LockLayer;
-pub use service::LockService;
+pub use service::Lock;

@@ -14,13 +14,13 @@ use crate::key::KeyExtractor;
 
 /// A service that runs one request per key at a time; made by
 /// [`LockLayer`](super::LockLayer).
-pub struct LockService<S, K> {
+pub struct Lock<S, K> {
     inner: S,
     settings: Arc<Settings>,
     key: Arc<K>,
 }
 
-impl<S, K> LockService<S, K> {
+impl<S, K> Lock<S, K> {
     pub(crate) fn new(inner: S, settings: Arc<Settings>, key: Arc<K>) -> Self {
         Self {
             inner,
@@ -45,7 +45,7 @@ impl<S, K> LockService<S, K> {
     }
 }
 
-impl<S: Clone, K> Clone for LockService<S, K> {
+impl<S: Clone, K> Clone for Lock<S, K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -55,9 +55,9 @@ impl<S: Clone, K> Clone for LockService<S, K> {
     }
 }
 
-impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for LockService<S, K> {
+impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for Lock<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockService")
+        f.debug_struct("Lock")
             .field("inner", &self.inner)
             .field("settings", &self.settings)
             .field("key", &self.key)
@@ -65,7 +65,7 @@ impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for LockService<S, K> {
     }
 }
 
-impl<S, K, ReqB, ResB> Service<Request<ReqB>> for LockService<S, K>
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for Lock<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     ResB: Body,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::post;
 use http::StatusCode;
-use lockguard_tower::ConcurrencyLimitLayer;
+use lockguard_tower::{ConcurrencyLimitLayer, key};
 
 use crate::support::{HttpClient, Probe, Server, Store, eventually, wait_queue};
 
@@ -28,8 +28,8 @@ fn app(probe: &Probe, layer: ConcurrencyLimitLayer<lockguard_tower::key::Global>
 async fn the_limit_is_never_exceeded_and_waiters_all_get_served() {
     let store = Store::start().await;
     let probe = Probe::new();
-    let layer =
-        ConcurrencyLimitLayer::new(store.lg.clone(), "slots", 3).wait(Duration::from_secs(60));
+    let layer = ConcurrencyLimitLayer::new(store.lg.clone(), "slots", 3, key::Global)
+        .wait(Duration::from_secs(60));
     let server = Server::start(app(&probe, layer)).await;
     let c = HttpClient::new(&server);
 
@@ -61,7 +61,7 @@ async fn the_limit_is_never_exceeded_and_waiters_all_get_served() {
 async fn without_a_wait_the_request_over_the_limit_is_refused() {
     let store = Store::start().await;
     let probe = Probe::new();
-    let layer = ConcurrencyLimitLayer::new(store.lg.clone(), "pair", 2);
+    let layer = ConcurrencyLimitLayer::new(store.lg.clone(), "pair", 2, key::Global);
     let server = Server::start(app(&probe, layer)).await;
     let c = HttpClient::new(&server);
     let held: Vec<_> = (0..2)

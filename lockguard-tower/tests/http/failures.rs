@@ -32,12 +32,18 @@ fn app(store: &Store) -> Router {
         )
         .route(
             "/slots/closed",
-            get(|| async { "ok" }).route_layer(ConcurrencyLimitLayer::new(lg.clone(), "s1", 5)),
+            get(|| async { "ok" }).route_layer(ConcurrencyLimitLayer::new(
+                lg.clone(),
+                "s1",
+                5,
+                key::Global,
+            )),
         )
         .route(
             "/slots/open",
-            get(|| async { "ok" })
-                .route_layer(ConcurrencyLimitLayer::new(lg.clone(), "s2", 5).fail_open()),
+            get(|| async { "ok" }).route_layer(
+                ConcurrencyLimitLayer::new(lg.clone(), "s2", 5, key::Global).fail_open(),
+            ),
         )
 }
 

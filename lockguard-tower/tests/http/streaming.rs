@@ -102,8 +102,12 @@ async fn a_streaming_response_keeps_the_permit_until_its_body_ends() {
             |feeds| {
                 Router::new().route(
                     "/stream",
-                    streaming_handler(feeds)
-                        .route_layer(ConcurrencyLimitLayer::new(lg, "stream", 1)),
+                    streaming_handler(feeds).route_layer(ConcurrencyLimitLayer::new(
+                        lg,
+                        "stream",
+                        1,
+                        key::Global,
+                    )),
                 )
             },
             503,

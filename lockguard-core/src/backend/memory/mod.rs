@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Attempt, BoxFuture, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Place,
+    Attempt, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Place, StoreFuture,
     Stored, Waiting,
 };
 use crate::clock::{self, Clock};
@@ -569,18 +569,16 @@ impl LockBackend for MemoryStore {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> BoxFuture<'a, Result<Attempt>> {
-        Box::pin(std::future::ready(Ok(Self::acquire(
-            self, keys, token, lease, place,
-        ))))
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::ready(Ok(Self::acquire(self, keys, token, lease, place)))
     }
 
     fn release<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(std::future::ready(Ok(Self::release(self, keys, token))))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::release(self, keys, token)))
     }
 
     fn extend<'a>(
@@ -588,10 +586,8 @@ impl LockBackend for MemoryStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
         lease: Duration,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(std::future::ready(Ok(Self::extend(
-            self, keys, token, lease,
-        ))))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::extend(self, keys, token, lease)))
     }
 }
 
@@ -601,13 +597,8 @@ impl DataBackend for MemoryStore {
         keys: &'a CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(std::future::ready(Self::counter_add(
-            self,
-            &keys.value,
-            delta,
-            ttl,
-        )))
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::ready(Self::counter_add(self, &keys.value, delta, ttl))
     }
 
     fn counter_take<'a>(
@@ -615,17 +606,12 @@ impl DataBackend for MemoryStore {
         keys: &'a CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<i64, i64>>> {
-        Box::pin(std::future::ready(Self::counter_take(
-            self,
-            &keys.value,
-            n,
-            ttl,
-        )))
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::ready(Self::counter_take(self, &keys.value, n, ttl))
     }
 
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>> {
-        Box::pin(std::future::ready(Ok(Self::counter_get(self, &keys.value))))
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::ready(Ok(Self::counter_get(self, &keys.value)))
     }
 
     fn counter_set<'a>(
@@ -634,14 +620,14 @@ impl DataBackend for MemoryStore {
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<u64, u64>>> {
-        Box::pin(std::future::ready(Ok(Self::counter_set(
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::ready(Ok(Self::counter_set(
             self,
             &keys.value,
             value,
             expected,
             ttl,
-        ))))
+        )))
     }
 
     fn mark_once<'a>(
@@ -649,13 +635,8 @@ impl DataBackend for MemoryStore {
         keys: &'a CounterKeys,
         member: &'a str,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(std::future::ready(Ok(Self::mark_once(
-            self,
-            &keys.marks,
-            member,
-            ttl,
-        ))))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::mark_once(self, &keys.marks, member, ttl)))
     }
 
     fn rate_limit<'a>(
@@ -663,10 +644,8 @@ impl DataBackend for MemoryStore {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
-    ) -> BoxFuture<'a, Result<Decision>> {
-        Box::pin(std::future::ready(Ok(Self::rate_limit(
-            self, keys, op, cost,
-        ))))
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::ready(Ok(Self::rate_limit(self, keys, op, cost)))
     }
 
     fn fenced_write<'a>(
@@ -674,14 +653,12 @@ impl DataBackend for MemoryStore {
         key: &'a str,
         token: u64,
         value: &'a [u8],
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(std::future::ready(Ok(Self::fenced_write(
-            self, key, token, value,
-        ))))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::fenced_write(self, key, token, value)))
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>> {
-        Box::pin(std::future::ready(Ok(Self::fenced_read(self, key))))
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::ready(Ok(Self::fenced_read(self, key)))
     }
 }
 

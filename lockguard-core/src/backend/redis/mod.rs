@@ -11,7 +11,7 @@ use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
 use super::{
-    Attempt, BoxFuture, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, Stored,
+    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, StoreFuture, Stored,
     Waiting, millis_ceil,
 };
 use crate::error::{Error, ErrorKind, Result};
@@ -675,16 +675,16 @@ impl LockBackend for RedisStore {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> BoxFuture<'a, Result<Attempt>> {
-        Box::pin(Self::acquire(self, keys, token, lease, place))
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
     }
 
     fn release<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::release(self, keys, token, false))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::release(self, keys, token, false))
     }
 
     fn extend<'a>(
@@ -692,8 +692,8 @@ impl LockBackend for RedisStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
         lease: Duration,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::extend(self, keys, token, lease))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
     }
 }
 
@@ -703,8 +703,8 @@ impl DataBackend for RedisStore {
         keys: &'a CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<i64>> {
-        Box::pin(Self::counter_add(self, keys, delta, ttl))
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
     }
 
     fn counter_take<'a>(
@@ -712,12 +712,12 @@ impl DataBackend for RedisStore {
         keys: &'a CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<i64, i64>>> {
-        Box::pin(Self::counter_take(self, keys, n, ttl))
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
     }
 
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> BoxFuture<'a, Result<(i64, u64)>> {
-        Box::pin(Self::counter_get(self, &keys.value))
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::boxed(Self::counter_get(self, &keys.value))
     }
 
     fn counter_set<'a>(
@@ -726,8 +726,8 @@ impl DataBackend for RedisStore {
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<Result<u64, u64>>> {
-        Box::pin(Self::counter_set(self, keys, value, expected, ttl))
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
     }
 
     fn mark_once<'a>(
@@ -735,8 +735,8 @@ impl DataBackend for RedisStore {
         keys: &'a CounterKeys,
         member: &'a str,
         ttl: Option<Duration>,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::mark_once(self, &keys.marks, member, ttl))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::mark_once(self, &keys.marks, member, ttl))
     }
 
     fn rate_limit<'a>(
@@ -744,8 +744,8 @@ impl DataBackend for RedisStore {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
-    ) -> BoxFuture<'a, Result<Decision>> {
-        Box::pin(Self::rate_limit(self, keys, op, cost))
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost))
     }
 
     fn fenced_write<'a>(
@@ -753,12 +753,12 @@ impl DataBackend for RedisStore {
         key: &'a str,
         token: u64,
         value: &'a [u8],
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(Self::fenced_write(self, key, token, value))
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Stored>> {
-        Box::pin(Self::fenced_read(self, key))
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::boxed(Self::fenced_read(self, key))
     }
 }
 

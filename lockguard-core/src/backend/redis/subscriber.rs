@@ -15,7 +15,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex, OnceCell};
 
 use super::{Conn, RedisOptions, bounded, manager_config};
-use crate::backend::{BoxFuture, Inbox, Listener};
+use crate::backend::{Inbox, Listener, StoreFuture};
 use crate::error::{Error, ErrorKind, Result};
 
 /// Where a subscriber connects.
@@ -129,8 +129,8 @@ impl Subscriber {
 }
 
 impl Listener for Subscriber {
-    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.sync_channel(channel, inbox))
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
+        StoreFuture::boxed(self.sync_channel(channel, inbox))
     }
 }
 
