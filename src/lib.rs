@@ -31,6 +31,7 @@
 //! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
+//! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `full` | all of the above |
 //!
 //! See [`lockguard_core`] for the guarantees every lock keeps.

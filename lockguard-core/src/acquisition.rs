@@ -23,6 +23,10 @@ use crate::token::Token;
 pub(crate) struct Acquisition {
     pub(crate) engine: Arc<Engine>,
     pub(crate) name: Arc<str>,
+    /// The `name` label of its metrics.
+    pub(crate) metric_name: Arc<str>,
+    /// When it was granted.
+    pub(crate) since: Instant,
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) token: Token,
     pub(crate) fence: FencingToken,
@@ -41,7 +45,7 @@ impl Acquisition {
     /// A new acquisition made with `grant`, whose lease is `lease`.
     pub(crate) fn new(
         engine: Arc<Engine>,
-        name: Arc<str>,
+        (name, metric_name): (Arc<str>, Arc<str>),
         keys: Arc<LockKeys>,
         grant: Grant,
         lease: Duration,
@@ -49,6 +53,8 @@ impl Acquisition {
         Self {
             engine,
             name,
+            metric_name,
+            since: Instant::now(),
             keys,
             token: grant.token,
             fence: grant.fence,
@@ -111,6 +117,7 @@ impl Acquisition {
             lost: true,
         });
         if !was_lost.lost {
+            crate::meter::lost(self.primitive(), &self.metric_name);
             tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
         }
     }
@@ -172,6 +179,11 @@ impl Acquisition {
                 tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
             }
         }
+    }
+
+    /// The `primitive` label of its metrics.
+    pub(crate) fn primitive(&self) -> &'static str {
+        crate::meter::primitive(self.keys.resource)
     }
 
     pub(crate) fn lost_error(&self, why: &str) -> Error {

@@ -38,18 +38,19 @@ impl Tenancy {
     /// it says so).
     pub(crate) fn new(
         engine: Arc<Engine>,
-        name: Arc<str>,
+        names: (Arc<str>, Arc<str>),
         keys: Arc<LockKeys>,
         grant: Grant,
         lease: Lease,
     ) -> Arc<Self> {
         let shared = Arc::new(Acquisition::new(
             engine,
-            name,
+            names,
             keys,
             grant,
             lease.duration(),
         ));
+        crate::meter::held(shared.primitive(), &shared.metric_name);
         let runtime = Handle::try_current().ok();
         let stop_watchdog = match (&runtime, lease.is_watchdog()) {
             (Some(rt), true) => {
@@ -88,6 +89,8 @@ impl Tenancy {
         }
         // Wakes the watches' `lost()`: the lock is given up.
         self.shared.state.send_modify(|_| {});
+        let s = &self.shared;
+        crate::meter::released(s.primitive(), &s.metric_name, s.since.elapsed());
         self.stop_watchdog
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -130,6 +133,7 @@ impl Tenancy {
                 s.mark_lost("release found the lock no longer ours");
             }
             Err(e) => {
+                crate::meter::store_error(s.primitive(), "release");
                 tracing::warn!(lock = %s.name, fence = s.fence.get(), error = %e, "release failed; the lease will free the lock");
             }
         }
@@ -161,6 +165,7 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
             Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
             Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
             Err(e) => {
+                crate::meter::store_error(crate::meter::primitive(keys.resource), "release");
                 tracing::warn!(lock = %name, error = %e, "release on drop failed; the lease will free the lock");
             }
         }

@@ -109,38 +109,79 @@
 //! `tracing` events at `debug` for acquire, wait and release, `trace` for
 //! renewals, `warn` for lease loss and failed releases, each with the lock
 //! name and the fencing token as fields.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, the primitives record through the
+//! [`metrics`](https://docs.rs/metrics) facade, to whatever recorder the
+//! application installed (a Prometheus or OpenTelemetry exporter):
+//!
+//! | metric | kind | labels | counts or measures |
+//! |---|---|---|---|
+//! | `lockguard_acquisitions_total` | counter | `primitive`, `name`, `outcome` | acquisitions asked for, by outcome: `acquired`, `busy`, `timeout`, `invalid`, `error` |
+//! | `lockguard_wait_seconds` | histogram | `primitive`, `name` | from asking to holding, for granted acquisitions |
+//! | `lockguard_hold_seconds` | histogram | `primitive`, `name` | from holding to giving back (release, drop or loss) |
+//! | `lockguard_held` | gauge | `primitive`, `name` | locks and permits this process holds now |
+//! | `lockguard_waiting` | gauge | `primitive`, `name` | tasks of this process waiting for one now |
+//! | `lockguard_releases_total` | counter | `primitive`, `name` | locks and permits given back (released or dropped) |
+//! | `lockguard_leases_lost_total` | counter | `primitive`, `name` | leases found lost while held (the store said the lock is gone, or renewals failed until the lease ran out) |
+//! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
+//! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |
+//!
+//! `primitive` is `lock` or `semaphore` (`rate_limiter` for store errors of
+//! a limiter). `name` is the lock's or semaphore's name as given, unless
+//! [`Lock::metric_name`] sets another: a name that
+//! carries an id (`order:42`) makes a series per id, so give such locks a
+//! templated metric name (`order`). `limiter` is the rate limiter's name,
+//! never the key it checks.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
-// The modules in layers, each using only those listed before it.
+// The modules from the bottom up: each uses only modules above it here.
 //
-// Values: errors, tokens, fencing tokens, keys, clocks, the rate-limit
-// algorithms, leases.
-mod clock;
+// Errors.
 mod error;
-mod fence;
-mod key;
-mod lease;
-pub mod rate_limit;
+// Lock tokens.
 mod token;
-// The stores behind the boundary of `backend`.
+// Fencing tokens.
+mod fence;
+// The key layout and key rules.
+mod key;
+// Clocks for the in-memory store.
+mod clock;
+// The rate-limit algorithms, pure.
+pub mod rate_limit;
+// Leases: bounds, safety margin, what a grant is.
+mod lease;
+// Metrics (feature `metrics`).
+mod meter;
+// The store boundary, and the stores behind it.
 mod backend;
-// Waking waiters; what one client's primitives share.
-mod engine;
+// Waking waiting tasks.
 mod notify;
-// Holding: one acquisition, its renewal, its guards, reentrancy scopes.
+// What one client's primitives share.
+mod engine;
+// One acquisition and its lease state.
 mod acquisition;
-mod guard;
-mod reentry;
+// Lease renewal.
 mod watchdog;
-// The primitives, and the client that hands them out.
-mod client;
-mod counter;
-mod fenced;
-mod limiter;
+// Guards.
+mod guard;
+// Reentrancy scopes.
+mod reentry;
+// Locks and the waiting for them.
 mod lock;
+// Semaphores.
 mod semaphore;
+// Counters.
+mod counter;
+// Rate limiters.
+mod limiter;
+// Fenced values.
+mod fenced;
+// The client handle.
+mod client;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]

@@ -61,23 +61,8 @@ pub struct Lock {
     lease: Lease,
     wait: Duration,
     retry_interval: Duration,
-}
-
-/// Records how an acquisition in `span` ended: its fencing token, and how
-/// long it took.
-fn finish_span(
-    span: &tracing::Span,
-    started: Instant,
-    result: Result<LockGuard>,
-) -> Result<LockGuard> {
-    if let Ok(guard) = &result {
-        span.record("fence", guard.fencing_token().get());
-    }
-    span.record(
-        "waited_ms",
-        u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    );
-    result
+    /// The `name` label of its metrics, when not the name.
+    metric_name: Option<Arc<str>>,
 }
 
 impl Lock {
@@ -121,6 +106,7 @@ impl Lock {
             lease: Lease::Watchdog(defaults.lease),
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
+            metric_name: None,
             engine,
         }
     }
@@ -163,9 +149,51 @@ impl Lock {
         self
     }
 
+    /// The `name` label of this lock's metrics (feature `metrics`; see the
+    /// [crate docs](crate#metrics)), instead of its name: for names that
+    /// carry an id, so that `order:42` and `order:43` count as `order`
+    /// rather than making a series each.
+    pub fn metric_name(mut self, name: &str) -> Self {
+        self.metric_name = Some(name.into());
+        self
+    }
+
     /// The key as given.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    fn metric_label(&self) -> &Arc<str> {
+        self.metric_name.as_ref().unwrap_or(&self.name)
+    }
+
+    /// The `primitive` label of its metrics.
+    fn primitive(&self) -> &'static str {
+        match &self.keys {
+            Ok(keys) => crate::meter::primitive(keys.resource),
+            Err(_) => "lock",
+        }
+    }
+
+    /// Records how an acquisition in `span` ended: its fencing token and
+    /// how long it took, in the span and in the metrics.
+    fn finish(
+        &self,
+        span: &tracing::Span,
+        started: Instant,
+        result: Result<LockGuard>,
+    ) -> Result<LockGuard> {
+        let waited = started.elapsed();
+        if let Ok(guard) = &result {
+            span.record("fence", guard.fencing_token().get());
+        }
+        span.record(
+            "waited_ms",
+            u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        );
+        let outcome = result.as_ref().map(drop);
+        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, waited);
+        result
     }
 
     /// Checks the key and settings now, without a round trip: what
@@ -203,7 +231,7 @@ impl Lock {
     pub async fn try_acquire(&self) -> Result<LockGuard> {
         let (span, started) = (self.span("try_acquire"), Instant::now());
         let result = self.try_acquire_inner().instrument(span.clone()).await;
-        finish_span(&span, started, result)
+        self.finish(&span, started, result)
     }
 
     async fn try_acquire_inner(&self) -> Result<LockGuard> {
@@ -254,7 +282,7 @@ impl Lock {
     pub async fn acquire(&self) -> Result<LockGuard> {
         let (span, started) = (self.span("acquire"), Instant::now());
         let result = self.acquire_inner().instrument(span.clone()).await;
-        finish_span(&span, started, result)
+        self.finish(&span, started, result)
     }
 
     /// Runs `body` under the lock: acquires it (waiting as configured),
@@ -346,6 +374,7 @@ impl Lock {
         deadline: Option<Instant>,
     ) -> Result<LockGuard> {
         let started = Instant::now();
+        let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
         let token = Token::random();
         let waiters = &self.engine.waiters;
         let ticket = waiters.ticket(token);
@@ -505,6 +534,7 @@ impl Lock {
             return Ok(guard);
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
+        let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
         let mut registration = self.engine.waiters.broadcast(&keys.channel, deadline).await;
         loop {
             // Attempt again at once: a release may have come before the
@@ -610,7 +640,7 @@ impl Lock {
         let fence = grant.fence;
         let tenancy = Tenancy::new(
             self.engine.clone(),
-            self.name.clone(),
+            (self.name.clone(), self.metric_label().clone()),
             keys,
             grant,
             self.lease,

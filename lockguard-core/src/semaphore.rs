@@ -86,6 +86,13 @@ impl Semaphore {
         self
     }
 
+    /// The `name` label of this semaphore's metrics; see
+    /// [`Lock::metric_name`].
+    pub fn metric_name(mut self, name: &str) -> Self {
+        self.inner = self.inner.metric_name(name);
+        self
+    }
+
     /// The semaphore's key as given.
     pub fn name(&self) -> &str {
         self.inner.name()

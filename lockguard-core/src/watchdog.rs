@@ -60,6 +60,7 @@ pub(crate) async fn run(shared: Arc<Acquisition>, mut stop: oneshot::Receiver<()
                 return;
             }
             Err(e) => {
+                crate::meter::store_error(shared.primitive(), "renew");
                 let valid_until = shared.state.borrow().valid_until;
                 let left = valid_until.saturating_duration_since(Instant::now());
                 if left.is_zero() {

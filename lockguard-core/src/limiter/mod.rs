@@ -198,9 +198,13 @@ impl RateLimiter {
             && let Some(d) = cache.lookup(key, cost, tokio::time::Instant::now())
         {
             tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
+            crate::meter::decision(&self.name, false);
             return Ok(d);
         }
-        let d = store.rate_limit(&keys, op, cost).await?;
+        let d = store.rate_limit(&keys, op, cost).await.inspect_err(|_| {
+            crate::meter::store_error("rate_limiter", "check");
+        })?;
+        crate::meter::decision(&self.name, d.allowed);
         if let Some(cache) = &self.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());
         }

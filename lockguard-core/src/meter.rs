@@ -1,0 +1,141 @@
+//! What the primitives record through the `metrics` facade, with the
+//! `metrics` feature (the names and labels are in the crate docs, under
+//! "Metrics"); without it every function here is empty and compiles away.
+
+use std::time::Duration;
+
+use crate::error::Error;
+#[cfg(feature = "metrics")]
+use crate::error::ErrorKind;
+use crate::key::Resource;
+
+/// The `primitive` label of a lock or a semaphore.
+pub(crate) fn primitive(resource: Resource) -> &'static str {
+    match resource {
+        Resource::Lock => "lock",
+        Resource::Semaphore { .. } => "semaphore",
+    }
+}
+
+/// An acquisition asked for ended: granted after `waited`, or refused.
+pub(crate) fn acquisition(
+    primitive: &'static str,
+    name: &str,
+    result: Result<(), &Error>,
+    waited: Duration,
+) {
+    #[cfg(feature = "metrics")]
+    {
+        let outcome = match result {
+            Ok(()) => "acquired",
+            Err(e) => match e.kind() {
+                ErrorKind::Busy => "busy",
+                ErrorKind::Timeout => "timeout",
+                ErrorKind::InvalidInput => "invalid",
+                _ => "error",
+            },
+        };
+        let name = name.to_owned();
+        ::metrics::counter!(
+            "lockguard_acquisitions_total",
+            "primitive" => primitive,
+            "name" => name.clone(),
+            "outcome" => outcome,
+        )
+        .increment(1);
+        if result.is_ok() {
+            ::metrics::histogram!("lockguard_wait_seconds", "primitive" => primitive, "name" => name)
+                .record(waited.as_secs_f64());
+        } else if matches!(outcome, "timeout" | "error") {
+            store_error(primitive, "acquire");
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, name, result, waited);
+}
+
+/// A lock or permit is now held.
+pub(crate) fn held(primitive: &'static str, name: &str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::gauge!("lockguard_held", "primitive" => primitive, "name" => name.to_owned())
+        .increment(1.0);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, name);
+}
+
+/// A lock or permit held for `held_for` was given back.
+pub(crate) fn released(primitive: &'static str, name: &str, held_for: Duration) {
+    #[cfg(feature = "metrics")]
+    {
+        let name = name.to_owned();
+        ::metrics::gauge!("lockguard_held", "primitive" => primitive, "name" => name.clone())
+            .decrement(1.0);
+        ::metrics::counter!("lockguard_releases_total", "primitive" => primitive, "name" => name.clone())
+            .increment(1);
+        ::metrics::histogram!("lockguard_hold_seconds", "primitive" => primitive, "name" => name)
+            .record(held_for.as_secs_f64());
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, name, held_for);
+}
+
+/// A held lease was lost.
+pub(crate) fn lost(primitive: &'static str, name: &str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("lockguard_leases_lost_total", "primitive" => primitive, "name" => name.to_owned())
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, name);
+}
+
+/// A store request of `op` failed.
+pub(crate) fn store_error(primitive: &'static str, op: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!("lockguard_store_errors_total", "primitive" => primitive, "op" => op)
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, op);
+}
+
+/// A rate limiter decided.
+pub(crate) fn decision(limiter: &str, allowed: bool) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        "lockguard_rate_limit_decisions_total",
+        "limiter" => limiter.to_owned(),
+        "outcome" => if allowed { "allowed" } else { "refused" },
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (limiter, allowed);
+}
+
+/// A task waiting, counted in `lockguard_waiting` until this is dropped.
+#[derive(Debug)]
+#[must_use = "the task counts as waiting until this is dropped"]
+pub(crate) struct Waiting {
+    #[cfg(feature = "metrics")]
+    gauge: ::metrics::Gauge,
+}
+
+/// Counts a task as waiting until the returned value is dropped.
+pub(crate) fn waiting(primitive: &'static str, name: &str) -> Waiting {
+    #[cfg(feature = "metrics")]
+    {
+        let gauge = ::metrics::gauge!("lockguard_waiting", "primitive" => primitive, "name" => name.to_owned());
+        gauge.increment(1.0);
+        Waiting { gauge }
+    }
+    #[cfg(not(feature = "metrics"))]
+    {
+        let _ = (primitive, name);
+        Waiting {}
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        #[cfg(feature = "metrics")]
+        self.gauge.decrement(1.0);
+    }
+}
