@@ -37,6 +37,7 @@
 //! See [`lockguard_core`] for the guarantees every lock keeps.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 pub use lockguard_core::*;
@@ -44,10 +45,12 @@ pub use lockguard_core::*;
 // Attribute macros for `async fn`: a distributed lock, a rate limit or a
 // concurrency limit around the body.
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 
 /// Tower layers for HTTP services.
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub use lockguard_tower as tower;
 
 /// Items the macros' generated code refers to. Not a public API: it may

@@ -88,6 +88,7 @@ impl Client {
     ///
     /// As [`Builder::connect_cluster`].
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(urls: I) -> Result<Self>
     where
         I: IntoIterator<Item = S>,
@@ -430,6 +431,7 @@ impl Builder {
     /// [`ErrorKind::InvalidInput`] for no or malformed URLs;
     /// [`ErrorKind::Unavailable`] when the cluster cannot be reached.
     #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster<I, S>(self, urls: I) -> Result<Client>
     where
         I: IntoIterator<Item = S>,

@@ -136,6 +136,7 @@
 //! never the key it checks.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 // The modules from the bottom up: each uses only modules above it here.

@@ -110,6 +110,7 @@ impl ErrorResponse {
 }
 
 #[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 impl axum::response::IntoResponse for ErrorResponse {
     fn into_response(self) -> axum::response::Response {
         self.into_http().map(axum::body::Body::from)

@@ -108,6 +108,7 @@
 //! (a quota or permit count that cannot work) `error`.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub)]
 
 mod admit;
