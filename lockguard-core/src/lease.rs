@@ -39,15 +39,23 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// let lock = lg.lock("report").with_lease(Lease::Fixed(Duration::from_secs(5)));
 /// # drop(lock);
 /// ```
+///
+/// With the `serde` feature it reads and writes as `{"watchdog": "30s"}` or
+/// `{"fixed": "10s"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Lease {
     /// A lease of this length renewed by the watchdog every third of it
     /// while the guard lives.
-    Watchdog(Duration),
+    Watchdog(#[cfg_attr(feature = "serde", serde(with = "crate::text::serde_duration"))] Duration),
     /// A lease of this length and no renewal: the lock frees itself when it
     /// ends unless the holder extends it.
-    Fixed(Duration),
+    Fixed(#[cfg_attr(feature = "serde", serde(with = "crate::text::serde_duration"))] Duration),
 }
 
 impl Lease {

@@ -151,6 +151,8 @@ mod fence;
 mod key;
 // Clocks for the in-memory store.
 mod clock;
+// Durations as text.
+mod text;
 // The rate-limit algorithms, pure.
 pub mod rate_limit;
 // Leases: bounds, safety margin, what a grant is.
@@ -205,3 +207,5 @@ pub use limiter::RateLimiter;
 pub use lock::Lock;
 pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{Permit, Semaphore};
+#[cfg(feature = "serde")]
+pub use text::serde_duration;

@@ -25,7 +25,15 @@ pub use decision::{Decision, ceil_secs};
 pub use quota::{MAX_PERIOD, MAX_QUOTA, Quota};
 
 /// Which algorithm a [`RateLimiter`](crate::RateLimiter) runs.
+///
+/// With the `serde` feature it reads and writes as `"gcra"`,
+/// `"fixed_window"` or `"sliding_window"`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Algorithm {
     /// Generic cell rate algorithm: a token bucket with `burst` capacity

@@ -192,31 +192,8 @@ mod tests {
 }
 
 /// The units a quota's period may be written in, with their length in ms.
-const PERIOD_UNITS: [(&str, u64); 7] = [
-    ("ms", 1),
-    ("s", 1000),
-    ("m", 60_000),
-    ("min", 60_000),
-    ("h", 3_600_000),
-    ("d", 86_400_000),
-    ("day", 86_400_000),
-];
-
 const QUOTA_HELP: &str = "a quota is a count, a slash and a period, optionally followed by a burst, \
      like \"10/s\", \"100/min\", \"5/250ms\" or \"100/min burst 20\"";
-
-/// A period: a unit (`s`, `min`, ...) or a count of units (`250ms`, `2s`).
-fn parse_period(text: &str) -> Option<Duration> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let (_, ms) = PERIOD_UNITS.iter().find(|(u, _)| *u == unit)?;
-    let n: u64 = if number.is_empty() {
-        1
-    } else {
-        number.parse().ok()?
-    };
-    n.checked_mul(*ms).map(Duration::from_millis)
-}
 
 /// Reads a quota as configuration files write it: `"10/s"`, `"100/min"`,
 /// `"1000/h"`, `"5/250ms"`, `"1/d"`, with an optional burst for GCRA:
@@ -227,6 +204,7 @@ fn parse_period(text: &str) -> Option<Duration> {
 /// use lockguard_core::Quota;
 /// let q: Quota = "100/min burst 20".parse()?;
 /// assert_eq!((q.count(), q.period(), q.burst_size()), (100, Duration::from_secs(60), 20));
+/// assert_eq!(q.to_string(), "100/min burst 20");
 /// assert!("10 per second".parse::<Quota>().unwrap_err().is_invalid_input());
 /// # Ok::<(), lockguard_core::Error>(())
 /// ```
@@ -244,8 +222,8 @@ impl std::str::FromStr for Quota {
         let count: u64 = count
             .parse()
             .map_err(|_| bad(&format!("count {count:?} too large")))?;
-        let period =
-            parse_period(period).ok_or_else(|| bad(&format!("invalid period {period:?}")))?;
+        let period = crate::text::parse_duration(period, true)
+            .ok_or_else(|| bad(&format!("invalid period {period:?}")))?;
         let mut quota = Quota::new(count, period);
         match (words.next(), words.next(), words.next()) {
             (None, _, _) => {}
@@ -259,6 +237,47 @@ impl std::str::FromStr for Quota {
         }
         quota.validate()?;
         Ok(quota)
+    }
+}
+
+/// The quota as [`FromStr`](std::str::FromStr) reads it: `"100/min"`,
+/// `"5/250ms"`, `"100/min burst 20"`. A period that is not a whole number
+/// of milliseconds is written in microseconds (`"1/1500us"`), which the
+/// parser does not read back.
+impl std::fmt::Display for Quota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/", self.count)?;
+        crate::text::write_duration(f, self.period, true)?;
+        match self.burst {
+            Some(b) => write!(f, " burst {b}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// As its text (`"100/min burst 20"`), read with [`FromStr`](std::str::FromStr).
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl serde::Serialize for Quota {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        if !self.period.subsec_nanos().is_multiple_of(1_000_000) {
+            return Err(serde::ser::Error::custom(format!(
+                "quota period {:?} is not a whole number of milliseconds",
+                self.period
+            )));
+        }
+        s.collect_str(self)
+    }
+}
+
+/// From its text (`"100/min burst 20"`); a quota that cannot work is an
+/// error naming it.
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+impl<'de> serde::Deserialize<'de> for Quota {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
