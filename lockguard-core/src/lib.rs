@@ -190,6 +190,7 @@ mod client;
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
 
+pub use backend::Occupancy;
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 pub use client::{Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use clock::{Clock, ManualClock, MonotonicClock};

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use tracing::Instrument;
 
-use crate::backend::{Attempt, Place, Waiting};
+use crate::backend::{Attempt, Occupancy, Place, Waiting};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
@@ -283,6 +283,37 @@ impl Lock {
         let (span, started) = (self.span("acquire"), Instant::now());
         let result = self.acquire_inner().instrument(span.clone()).await;
         self.finish(&span, started, result)
+    }
+
+    /// What the store knows of this lock now, in one round trip that
+    /// changes nothing: whether it is held and for how long yet, how many
+    /// wait, and the newest fencing token of its sequence. For dashboards
+    /// and "who holds it" questions, not for deciding to acquire: the
+    /// answer may be stale by the time it arrives.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// use std::time::Duration;
+    /// let lg = lockguard_core::Client::memory();
+    /// let lock = lg.lock("report").lease(Duration::from_secs(30));
+    /// assert!(!lock.inspect().await?.is_held());
+    /// let guard = lock.acquire().await?;
+    /// let now = lock.inspect().await?;
+    /// assert!(now.is_held() && now.lease_left.unwrap() <= Duration::from_secs(30));
+    /// assert!(now.latest_fence >= Some(guard.fencing_token()));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a bad key; [`ErrorKind::Unsupported`]
+    /// on a Redlock client (its nodes may disagree); the store's errors.
+    pub async fn inspect(&self) -> Result<Occupancy> {
+        let keys = self.keys.as_ref().map_err(Invalid::error)?;
+        self.engine.store.locks.inspect(keys).await
     }
 
     /// Runs `body` under the lock: acquires it (waiting as configured),

@@ -134,6 +134,17 @@ impl Semaphore {
         self.inner.acquire().await.map(Permit)
     }
 
+    /// What the store knows of this semaphore now, in one round trip that
+    /// changes nothing: how many permits are held, the soonest lease to
+    /// end, how many wait; see [`Lock::inspect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::inspect`].
+    pub async fn inspect(&self) -> Result<crate::Occupancy> {
+        self.inner.inspect().await
+    }
+
     /// Runs `body` holding a permit: acquires one (waiting as configured),
     /// runs `body`, and gives the permit back when it is done. A lost lease
     /// drops `body` at once and returns the lease-lost error; see

@@ -164,6 +164,45 @@ pub(crate) enum LimitOp {
     Sliding { limit: u64, period_us: i64 },
 }
 
+/// A lock or semaphore as the store sees it at one moment: made by
+/// [`Lock::inspect`](crate::Lock::inspect) and
+/// [`Semaphore::inspect`](crate::Semaphore::inspect), one round trip,
+/// changing nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Occupancy {
+    /// How many hold it: 0 or 1 for a lock, up to the permits for a
+    /// semaphore.
+    pub holders: u32,
+    /// How many may hold it at once: 1 for a lock, the permits for a
+    /// semaphore.
+    pub capacity: u32,
+    /// How long the holder's lease has left (for a semaphore, the lease
+    /// that ends first); `None` when nobody holds it.
+    pub lease_left: Option<Duration>,
+    /// Waiters in its queue. A waiter that died is counted until the queue
+    /// drops it, at most the waiter timeout later.
+    pub waiters: u64,
+    /// The newest fencing token drawn from the sequence the key's tokens
+    /// come from: the holder's, or a later one of another key sharing the
+    /// sequence. No acquisition of the key has had a greater token; `None`
+    /// when none has been drawn.
+    pub latest_fence: Option<FencingToken>,
+}
+
+impl Occupancy {
+    /// Whether anyone holds it.
+    pub fn is_held(&self) -> bool {
+        self.holders > 0
+    }
+
+    /// Whether every permit (the lock) is taken, so an acquisition now
+    /// would wait.
+    pub fn is_full(&self) -> bool {
+        self.holders >= self.capacity
+    }
+}
+
 /// Locks and semaphores: what every store offers.
 pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
     /// The store's name, for messages and [`Client::backend_name`](crate::Client::backend_name).
@@ -202,6 +241,14 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>>;
+
+    /// What the store knows of the lock or semaphore now, changing nothing.
+    fn inspect<'a>(&'a self, _keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::ready(Err(Error::new(
+            ErrorKind::Unsupported,
+            format!("inspection is not offered on a {} client", self.name()),
+        )))
+    }
 
     /// Resets `token`'s lease to `lease` from now; true when it was still
     /// held.

@@ -5,6 +5,7 @@
 mod support;
 
 mod counters;
+mod inspection;
 mod limit_scripts;
 mod limits;
 mod locks;

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{
-    Attempt, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Place, StoreFuture,
-    Stored, Waiting,
+    Attempt, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Occupancy, Place,
+    StoreFuture, Stored, Waiting,
 };
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
@@ -392,6 +392,45 @@ impl MemoryStore {
         }
     }
 
+    /// What the store holds for the lock or semaphore; see
+    /// [`LockBackend::inspect`].
+    pub(crate) fn inspect(&self, keys: &LockKeys) -> Occupancy {
+        let now = Instant::now();
+        let st = self.state();
+        let (holders, capacity, lease_left) = match keys.resource {
+            Resource::Lock => match st.locks.get(&keys.lock, now) {
+                Some((_, ends)) => (1, 1, ends.map(|e| e - now)),
+                None => (0, 1, None),
+            },
+            Resource::Semaphore { permits } => {
+                let live: Vec<Instant> = st
+                    .permits
+                    .get(&keys.lock, now)
+                    .map(|(holders, _)| {
+                        holders
+                            .values()
+                            .map(|(e, _)| *e)
+                            .filter(|e| *e > now)
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let first = live.iter().min().map(|e| *e - now);
+                (
+                    u32::try_from(live.len()).unwrap_or(u32::MAX),
+                    permits,
+                    first,
+                )
+            }
+        };
+        Occupancy {
+            holders,
+            capacity,
+            lease_left,
+            waiters: st.queues.get(&keys.lock).map_or(0, |q| q.len() as u64),
+            latest_fence: (st.sequence > 0).then(|| FencingToken::new(st.sequence)),
+        }
+    }
+
     // ---- fenced resources ----------------------------------------------
 
     pub(crate) fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> bool {
@@ -588,6 +627,9 @@ impl LockBackend for MemoryStore {
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::ready(Ok(Self::extend(self, keys, token, lease)))
+    }
+    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::ready(Ok(Self::inspect(self, keys)))
     }
 }
 

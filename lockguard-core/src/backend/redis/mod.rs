@@ -11,8 +11,8 @@ use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
 use super::{
-    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Place, Store, StoreFuture, Stored,
-    Waiting, millis_ceil,
+    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
+    Stored, Waiting, millis_ceil,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
@@ -54,6 +54,8 @@ static LOCK_RELEASE_ANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
 static SEMAPHORE_ACQUIRE: LazyLock<Script> = queue_script!("semaphore_acquire.lua");
 static SEMAPHORE_RELEASE: LazyLock<Script> = queue_script!("semaphore_release.lua");
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 static SEMAPHORE_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
 
@@ -611,6 +613,44 @@ impl RedisStore {
         Ok(n == 1)
     }
 
+    /// What the server knows of the lock or semaphore; see
+    /// [`LockBackend::inspect`].
+    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
+        let mut call = INSPECT.prepare_invoke();
+        call.key(&keys.lock).key(&keys.sequence).key(&keys.queue);
+        let capacity = match keys.resource {
+            Resource::Lock => {
+                call.arg("lock");
+                1
+            }
+            Resource::Semaphore { permits } => {
+                call.arg("semaphore");
+                permits
+            }
+        };
+        let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
+            .run(&call, || format!("inspecting {:?}", keys.lock))
+            .await?;
+        let garbage = || {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
+                    keys.lock
+                ),
+            )
+        };
+        let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
+        Ok(Occupancy {
+            holders: u32::try_from(holders).map_err(|_| garbage())?,
+            capacity,
+            lease_left: (holders > 0 && left >= 0)
+                .then(|| Duration::from_millis(left.unsigned_abs())),
+            waiters: u64::try_from(waiters).map_err(|_| garbage())?,
+            latest_fence: (sequence > 0).then(|| FencingToken::new(sequence)),
+        })
+    }
+
     /// Raises a token sequence to at least `value`; returns the sequence.
     pub(crate) async fn raise_fence(&self, fence_key: &str, value: u64) -> Result<u64> {
         let mut call = FENCE_RAISE.prepare_invoke();
@@ -694,6 +734,10 @@ impl LockBackend for RedisStore {
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    }
+
+    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(Self::inspect(self, keys))
     }
 }
 
