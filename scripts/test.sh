@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # Runs the whole lockguard test suite. Works on a fresh Debian machine as
-# root: installs redis-server with apt-get when it is missing, then builds
+# root: installs redis-server (and openssl) with apt-get when missing, then builds
 # and runs every test, doctest and example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# redis-server for every Redis test, redis-cli to form the test clusters.
-if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
-  echo "redis-server or redis-cli not found; installing them with apt-get" >&2
+# redis-server for every Redis test, redis-cli to form the test clusters,
+# openssl to make the TLS tests' certificates, OpenSSL's headers and
+# pkg-config to build the tls-native-tls feature.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: the tests need redis-server and redis-cli; install them (apt-get install redis-server) and retry" >&2
+    echo "error: the tests need ${missing[*]}; install them (apt-get install ${missing[*]}) and retry" >&2
     exit 1
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends redis-server redis-tools >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 redis-server --version
 
@@ -22,6 +30,9 @@ redis-server --version
 # processes the tests start and stop themselves.
 log=$(mktemp)
 cargo test --workspace --all-features 2>&1 | tee "$log"
+# With every feature on, rustls serves rediss://; the TLS tests again on the
+# platform's TLS library.
+cargo test -p lockguard-core --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"
 summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 

@@ -32,6 +32,7 @@
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
+//! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |
 //! | `full` | all of the above |
 //!

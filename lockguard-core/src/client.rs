@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::backend::Store;
 use crate::backend::memory::MemoryStore;
-use crate::backend::redis::RedisOptions;
+use crate::backend::redis::{RedisOptions, TlsSettings};
 use crate::clock::{Clock, MonotonicClock};
 use crate::counter::Counter;
 use crate::engine::{
@@ -235,6 +235,7 @@ pub struct Builder {
     opts: RedisOptions,
     node_timeout: Duration,
     clock: Arc<dyn Clock>,
+    tls: TlsSettings,
 }
 
 impl Default for Builder {
@@ -253,6 +254,7 @@ impl Default for Builder {
             },
             node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -310,6 +312,48 @@ impl Builder {
     /// How long one Redis request may take (default 2 s).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.opts.response_timeout = timeout;
+        self
+    }
+
+    /// A CA certificate (PEM) to trust for `rediss://` servers instead of
+    /// the system's roots: for a private CA, as managed Redis services and
+    /// self-run TLS set-ups use. It applies to every node of a cluster or a
+    /// Redlock client too.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), lockguard_core::Error> {
+    /// let ca = std::fs::read("/etc/redis/ca.crt").expect("the CA file");
+    /// let lg = lockguard_core::Client::builder()
+    ///     .tls_root_certificate(ca)
+    ///     .connect("rediss://redis.internal:6380")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    #[cfg_attr(
+        docsrs,
+        doc(cfg(any(feature = "tls-rustls", feature = "tls-native-tls")))
+    )]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.root_cert = Some(pem.into());
+        self
+    }
+
+    /// A client certificate and its private key (both PEM) for `rediss://`
+    /// servers that authenticate clients (`tls-auth-clients yes`).
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    #[cfg_attr(
+        docsrs,
+        doc(cfg(any(feature = "tls-rustls", feature = "tls-native-tls")))
+    )]
+    pub fn tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((cert_pem.into(), key_pem.into()));
         self
     }
 
@@ -379,7 +423,7 @@ impl Builder {
     /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
-        let client = crate::backend::redis::client_for(url)?;
+        let client = crate::backend::redis::client_for(url, &self.tls)?;
         let lg = self.connect_redis(client).await?;
         tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
         Ok(lg)
@@ -439,7 +483,8 @@ impl Builder {
     {
         self.validate()?;
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let store = crate::backend::redis::connect_cluster(urls, self.opts).await?;
+        let store =
+            crate::backend::redis::connect_cluster(urls, self.opts, self.tls.clone()).await?;
         Ok(self.build(store))
     }
 
@@ -488,7 +533,7 @@ impl Builder {
         let mut clients = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for url in &urls {
-            let client = crate::backend::redis::client_for(url)?;
+            let client = crate::backend::redis::client_for(url, &self.tls)?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid(format!(

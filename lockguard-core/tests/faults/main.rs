@@ -4,6 +4,9 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+mod tls;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;

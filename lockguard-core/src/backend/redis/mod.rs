@@ -84,17 +84,95 @@ pub(crate) struct RedisOptions {
     pub(crate) response_timeout: Duration,
 }
 
-/// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
-/// for Nagle's algorithm.
-pub(crate) fn client_for(url: &str) -> Result<redis::Client> {
-    let info = url.into_connection_info().map_err(|e| {
+/// Certificates for `rediss://` connections: a CA to trust instead of the
+/// system's, and a client certificate for servers that ask for one.
+#[derive(Clone, Default)]
+pub(crate) struct TlsSettings {
+    pub(crate) root_cert: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Certificates and keys are never printed.
+        f.debug_struct("TlsSettings")
+            .field("root_cert", &self.root_cert.is_some())
+            .field("client", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl TlsSettings {
+    fn is_set(&self) -> bool {
+        self.root_cert.is_some() || self.client.is_some()
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self.client.clone().map(|(client_cert, client_key)| {
+                redis::ClientTlsConfig {
+                    client_cert,
+                    client_key,
+                }
+            }),
+            root_cert: self.root_cert.clone(),
+        }
+    }
+}
+
+/// Whether lockguard was built with a TLS feature.
+const TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
+
+/// Reads a URL's connection settings; a `rediss://` URL without a TLS
+/// feature is refused with the feature to turn on.
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
+    if !TLS && url.trim_start().to_ascii_lowercase().starts_with("rediss:") {
+        return Err(Error::invalid(format!(
+            "{:?} is a TLS url; build lockguard with the tls-rustls or tls-native-tls feature",
+            redact(url)
+        )));
+    }
+    url.into_connection_info().map_err(|e| {
         Error::new(
             ErrorKind::InvalidInput,
             format!("malformed redis url {:?}", redact(url)),
         )
         .with_source(e)
-    })?;
-    client_from_info(info)
+    })
+}
+
+/// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
+/// for Nagle's algorithm. `tls` applies to a `rediss://` URL.
+pub(crate) fn client_for(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
+    let info = connection_info(url)?;
+    if !tls.is_set() {
+        return client_from_info(info);
+    }
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    {
+        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
+            return Err(Error::invalid(format!(
+                "TLS certificates were given, but {:?} is not a rediss:// url",
+                redact(url)
+            )));
+        }
+        let with_certs = redis::Client::build_with_tls(info, tls.certificates()).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("unusable TLS certificates for {:?}", redact(url)),
+            )
+            .with_source(e)
+        })?;
+        client_from_info(with_certs.get_connection_info().clone())
+    }
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    {
+        let _ = info;
+        Err(Error::invalid(
+            "TLS certificates need the tls-rustls or tls-native-tls feature",
+        ))
+    }
 }
 
 /// The code of a server error that refuses a connection's commands for want
@@ -136,6 +214,7 @@ pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Cli
 pub(crate) fn cluster_client_for(
     urls: &[String],
     opts: RedisOptions,
+    tls: &TlsSettings,
     resp3_push: Option<subscriber::Deliver>,
 ) -> Result<redis::cluster::ClusterClient> {
     if urls.is_empty() {
@@ -145,14 +224,7 @@ pub(crate) fn cluster_client_for(
     }
     let mut infos = Vec::new();
     for url in urls {
-        let info = url.as_str().into_connection_info().map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                format!("malformed redis url {:?}", redact(url)),
-            )
-            .with_source(e)
-        })?;
-        infos.push(info);
+        infos.push(connection_info(url)?);
     }
     let mut b = redis::cluster::ClusterClientBuilder::new(infos)
         .connection_timeout(opts.connect_timeout)
@@ -163,6 +235,16 @@ pub(crate) fn cluster_client_for(
         // the callers clean up after it.
         .retries(0)
         .tcp_settings(TcpSettings::default().set_nodelay(true));
+    if tls.is_set() {
+        #[cfg(feature = "tls-rustls")]
+        {
+            b = b.certs(tls.certificates());
+        }
+        #[cfg(not(feature = "tls-rustls"))]
+        return Err(Error::invalid(
+            "TLS certificates for a cluster need the tls-rustls feature",
+        ));
+    }
     if let Some(tx) = resp3_push {
         b = b
             .use_protocol(redis::ProtocolVersion::RESP3)
@@ -816,10 +898,14 @@ pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result
 
 /// Connects to a Redis Cluster through any of `urls` (seed nodes).
 #[cfg(feature = "cluster")]
-pub(crate) async fn connect_cluster(urls: Vec<String>, opts: RedisOptions) -> Result<Store> {
-    let client = cluster_client_for(&urls, opts, None)?;
+pub(crate) async fn connect_cluster(
+    urls: Vec<String>,
+    opts: RedisOptions,
+    tls: TlsSettings,
+) -> Result<Store> {
+    let client = cluster_client_for(&urls, opts, &tls, None)?;
     let store = RedisStore::connect_cluster(client, opts).await?;
-    let subscriber = Subscriber::for_target(SubTarget::Cluster(urls), opts);
+    let subscriber = Subscriber::for_target(SubTarget::Cluster(urls, tls), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }
 
@@ -830,7 +916,7 @@ mod tests {
     #[test]
     fn malformed_urls_are_invalid_input() {
         for url in ["", "not a url", "http://localhost", "redis://:99999999"] {
-            let err = client_for(url).unwrap_err();
+            let err = client_for(url, &TlsSettings::default()).unwrap_err();
             assert!(err.is_invalid_input(), "{url:?}: {err}");
         }
     }
@@ -855,7 +941,7 @@ mod tests {
     #[test]
     fn passwords_never_reach_messages() {
         assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
-        let err = client_for("redis://u:secret@h:notaport").unwrap_err();
+        let err = client_for("redis://u:secret@h:notaport", &TlsSettings::default()).unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");
     }
 }

@@ -1,0 +1,209 @@
+//! `rediss://` against a real `redis-server` serving TLS, with certificates
+//! made for the test by `openssl`: a private CA, the server's certificate,
+//! and a client certificate for a server that authenticates clients.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+use lockguard_testing::RedisServer;
+
+use crate::support::eventually;
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, in
+/// `dir`, made with the `openssl` command.
+fn make_certificates(dir: &Path) {
+    let run = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the TLS tests need the openssl command (Debian package openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // Extensions make version 3 certificates, which rustls requires.
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=lockguard test CA",
+    ]);
+    for who in ["server", "client"] {
+        run(&[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            &format!("{who}.key"),
+            "-out",
+            &format!("{who}.csr"),
+            "-subj",
+            &format!("/CN=lockguard test {who}"),
+        ]);
+        let mut args = vec![
+            "x509".to_owned(),
+            "-req".into(),
+            "-in".into(),
+            format!("{who}.csr"),
+            "-CA".into(),
+            "ca.crt".into(),
+            "-CAkey".into(),
+            "ca.key".into(),
+            "-CAcreateserial".into(),
+            "-out".into(),
+            format!("{who}.crt"),
+            "-days".into(),
+            "2".into(),
+        ];
+        args.extend(["-extfile".into(), format!("{who}.ext")]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&args);
+    }
+}
+
+/// A free loopback port for the TLS listener.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+/// A server that also serves TLS on a port of its own; `auth_clients`
+/// makes it demand a client certificate. Returns it with the TLS url.
+fn tls_server(certs: &Path, auth_clients: bool) -> (RedisServer, String) {
+    let port = free_port().to_string();
+    let file = |f: &str| certs.join(f).to_str().unwrap().to_owned();
+    let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.crt"));
+    let server = RedisServer::start_with_args(&[
+        "--tls-port",
+        &port,
+        "--tls-cert-file",
+        &cert,
+        "--tls-key-file",
+        &key,
+        "--tls-ca-cert-file",
+        &ca,
+        "--tls-auth-clients",
+        if auth_clients { "yes" } else { "no" },
+    ]);
+    (server, format!("rediss://127.0.0.1:{port}"))
+}
+
+/// Locks work over TLS with a private CA, and a waiter on another TLS
+/// client is woken by the handoff over its TLS pub/sub connection. Without
+/// the CA, the server's certificate is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certificates(certs.path());
+    let (_server, url) = tls_server(certs.path(), false);
+    let ca = std::fs::read(certs.path().join("ca.crt")).unwrap();
+    let holder = Client::builder()
+        .tls_root_certificate(ca.clone())
+        .connect(&url)
+        .await
+        .expect("connect over TLS with the test CA");
+    let waiter = Client::builder()
+        .tls_root_certificate(ca)
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+        .connect(&url)
+        .await
+        .unwrap();
+    let held = holder
+        .lock("tls")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let started = Instant::now();
+            let g = waiter
+                .lock("tls")
+                .wait(Duration::from_secs(25))
+                .acquire()
+                .await
+                .unwrap();
+            let waited = started.elapsed();
+            g.release().await.unwrap();
+            waited
+        }
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("tls").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert!(held.release().await.unwrap());
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    // Its first refresh is due 10 s in: a waiter that got in sooner was
+    // woken by the handoff, published on its TLS pub/sub connection.
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+
+    let untrusted = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&url)
+        .await
+        .unwrap_err();
+    assert!(untrusted.is_unavailable(), "{untrusted}");
+    // Certificates for a plain url are a mistake, said at once.
+    let plain = Client::builder()
+        .tls_root_certificate(b"not used".to_vec())
+        .connect("redis://127.0.0.1:1")
+        .await
+        .unwrap_err();
+    assert!(plain.is_invalid_input(), "{plain}");
+}
+
+/// A server that authenticates clients admits the one with a certificate
+/// from its CA and refuses the one without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_is_presented_when_the_server_asks() {
+    let certs = tempfile::tempdir().unwrap();
+    make_certificates(certs.path());
+    let (_server, url) = tls_server(certs.path(), true);
+    let read = |f: &str| std::fs::read(certs.path().join(f)).unwrap();
+    let refused = Client::builder()
+        .tls_root_certificate(read("ca.crt"))
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&url)
+        .await;
+    assert!(
+        refused.as_ref().is_err_and(|e| e.is_unavailable()),
+        "a client without a certificate got in: {refused:?}"
+    );
+    let lg = Client::builder()
+        .tls_root_certificate(read("ca.crt"))
+        .tls_client_certificate(read("client.crt"), read("client.key"))
+        .connect(&url)
+        .await
+        .expect("connect with a client certificate");
+    let g = lg.lock("mtls").acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
+}
