@@ -23,6 +23,17 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | (always) | the in-memory, Redis and Redlock stores |
+//! | `cluster` | Redis Cluster ([`Client::connect_cluster`]) |
+//! | `tls-rustls` | `rediss://` through rustls; a private CA and client certificates on the [`Builder`] |
+//! | `tls-native-tls` | `rediss://` through the platform's TLS library (rustls wins when both are on) |
+//! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
+//! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
+//!
 //! # Guarantees
 //!
 //! - **Mutual exclusion** while leases are respected: acquire is
