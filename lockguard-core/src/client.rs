@@ -251,6 +251,7 @@ impl Default for Builder {
             opts: RedisOptions {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+                replicas: None,
             },
             node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
@@ -357,6 +358,30 @@ impl Builder {
         self
     }
 
+    /// Makes every lock and semaphore write (acquire and extend) wait until
+    /// `replicas` replicas of the Redis master have it (`WAIT`), for at
+    /// most `timeout`, as Redisson does. Off by default.
+    ///
+    /// Redis replicates asynchronously: a master that fails over right
+    /// after granting a lock may be replaced by a replica that never saw
+    /// it, and a second holder is then granted the same lock. With this
+    /// set, an acquisition the replicas did not confirm in time is given
+    /// back and fails with [`ErrorKind::Unavailable`], and an extension
+    /// they did not confirm counts as failed (the watchdog retries; the
+    /// guard is lost if none succeeds before the lease ends). It narrows
+    /// the window, it does not close it: a replica that confirmed may still
+    /// not be the one promoted, and `WAIT` does not make the write durable
+    /// on disk. See the [`safety`](crate::safety) page.
+    ///
+    /// `WAIT` holds this client's connection until the replicas answer, so
+    /// a slow or paused replica delays every request of the client by up to
+    /// `timeout`: keep it short (tens of milliseconds). It applies to
+    /// single-server and Redlock clients; a cluster client refuses it.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.opts.replicas = Some((replicas, timeout));
+        self
+    }
+
     /// The clock of the in-memory store's rate limiters and counter
     /// expiry (default: [`MonotonicClock`]). A Redis client ignores it: on
     /// Redis, time comes from the server.
@@ -379,6 +404,13 @@ impl Builder {
             return Err(Error::invalid(format!(
                 "waiter timeout must be between {MIN_WAITER_TIMEOUT:?} and {MAX_LEASE:?}, got {:?}",
                 d.waiter_timeout
+            )));
+        }
+        if let Some((replicas, timeout)) = self.opts.replicas
+            && (replicas == 0 || timeout.is_zero() || timeout > MAX_LEASE)
+        {
+            return Err(Error::invalid(format!(
+                "waiting for replicas needs at least one replica and a timeout between zero and {MAX_LEASE:?}, got {replicas} and {timeout:?}"
             )));
         }
         for (what, t) in [
@@ -482,6 +514,11 @@ impl Builder {
         S: AsRef<str>,
     {
         self.validate()?;
+        if self.opts.replicas.is_some() {
+            return Err(Error::invalid(
+                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
+            ));
+        }
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
         let store =
             crate::backend::redis::connect_cluster(urls, self.opts, self.tls.clone()).await?;
@@ -527,8 +564,8 @@ impl Builder {
             )));
         }
         let opts = RedisOptions {
-            connect_timeout: self.opts.connect_timeout,
             response_timeout: self.node_timeout,
+            ..self.opts
         };
         let mut clients = Vec::new();
         let mut seen = std::collections::HashSet::new();

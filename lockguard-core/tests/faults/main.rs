@@ -990,3 +990,87 @@ async fn a_run_whose_lock_vanished_reports_the_loss() {
     // A lock still held at the end returns the body's value.
     assert_eq!(lock.run(async { "kept" }).await.unwrap(), "kept");
 }
+
+/// With `wait_for_replicas`, a lock is handed out only once a replica has
+/// it: the replica holds the key when `acquire` returns. With the replica
+/// paused, the acquisition fails as unavailable and leaves nothing held,
+/// and an extension fails instead of being counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_wait_for_their_replica_when_asked() {
+    let master = RedisServer::start();
+    let mut replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let mut replica_conn = replica.connection().await;
+    let synced = eventually(Duration::from_secs(10), || {
+        let mut conn = replica_conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.contains("master_link_status:up")
+        }
+    })
+    .await;
+    assert!(synced, "the replica never synced");
+    let lg = Client::builder()
+        .wait_for_replicas(1, Duration::from_millis(300))
+        .connect(&master.url())
+        .await
+        .unwrap();
+    let guard = lg
+        .lock("replicated")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // No wait here: WAIT already made sure.
+    let on_replica: Option<String> = redis::cmd("GET")
+        .arg("lockguard:lock:{replicated}")
+        .query_async(&mut replica_conn)
+        .await
+        .unwrap();
+    assert!(
+        on_replica.is_some(),
+        "acquire returned before the replica had the lock"
+    );
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+
+    replica.pause();
+    let started = Instant::now();
+    let err = lg
+        .lock("unreplicated")
+        .lease(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(
+        err.is_unavailable() && err.to_string().contains("replicas"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    // Given back: the master no longer has it.
+    let other = connect(&master, Duration::from_secs(2)).await;
+    let free = other.lock("unreplicated").inspect().await.unwrap();
+    assert!(
+        !free.is_held(),
+        "the unreplicated lock was left held: {free:?}"
+    );
+    let extend = guard.extend(Duration::from_secs(30)).await.unwrap_err();
+    assert!(extend.is_unavailable(), "{extend}");
+    replica.resume();
+    assert!(guard.release().await.unwrap());
+    // Settings that cannot work are refused.
+    for (n, t) in [(0, Duration::from_millis(100)), (1, Duration::ZERO)] {
+        let bad = Client::builder()
+            .wait_for_replicas(n, t)
+            .memory()
+            .unwrap_err();
+        assert!(bad.is_invalid_input(), "{bad}");
+    }
+}

@@ -82,6 +82,9 @@ fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
 pub(crate) struct RedisOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
+    /// Replicas that must confirm each lock write (`WAIT`), and for how
+    /// long to wait for them.
+    pub(crate) replicas: Option<(u32, Duration)>,
 }
 
 /// Certificates for `rediss://` connections: a CA to trust instead of the
@@ -630,10 +633,21 @@ impl RedisStore {
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;
         match (taken, u64::try_from(n)) {
-            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired {
-                fence: FencingToken::new(fence),
-                keys: keys.clone(),
-            }),
+            (1, Ok(fence)) if fence > 0 => {
+                if let Err(e) = self.replicated(&keys.lock).await {
+                    // Not on enough replicas to survive a failover: give it
+                    // back rather than hand out a lock a promoted replica
+                    // would not know.
+                    if let Err(undo) = self.release(keys, token, false).await {
+                        tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
+                    }
+                    return Err(e);
+                }
+                Ok(Attempt::Acquired {
+                    fence: FencingToken::new(fence),
+                    keys: keys.clone(),
+                })
+            }
             // PTTL 0: under a millisecond left.
             (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
             (0, Err(_)) => Ok(Attempt::Busy(None)),
@@ -692,7 +706,38 @@ impl RedisStore {
         let n: i64 = self
             .run(&call, || format!("extending {:?}", keys.lock))
             .await?;
+        if n == 1 {
+            // An extension the replicas did not confirm is a failed one:
+            // the watchdog retries, and the guard is lost if none succeeds.
+            self.replicated(&keys.lock).await?;
+        }
         Ok(n == 1)
+    }
+
+    /// Waits until the configured number of replicas has every write this
+    /// connection made (`WAIT`), if the client asked for it.
+    async fn replicated(&self, key: &str) -> Result<()> {
+        let Some((count, timeout)) = self.opts.replicas else {
+            return Ok(());
+        };
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(count).arg(millis_ceil(timeout));
+        let mut conn = self.conn.clone();
+        let acked: u64 = bounded(
+            timeout + self.opts.response_timeout,
+            || format!("waiting for replicas of {key:?}"),
+            cmd.query_async(&mut conn),
+        )
+        .await?;
+        if acked < u64::from(count) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "{key:?}: {acked} of the {count} replicas asked for confirmed the write within {timeout:?}"
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// What the server knows of the lock or semaphore; see
