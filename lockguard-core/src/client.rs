@@ -513,15 +513,35 @@ impl Builder {
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
+        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let infos = crate::backend::redis::cluster_infos(&urls)?;
+        self.connect_cluster_with(infos).await
+    }
+
+    /// Connects to a Redis Cluster through seed nodes whose connection
+    /// settings the application already has (`redis::ConnectionInfo`:
+    /// address, user, password, TLS), as [`Builder::connect_with`] does for
+    /// one server. lockguard builds its own cluster client from them, with
+    /// its timeouts, `TCP_NODELAY` and no automatic retries.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::connect_cluster`].
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub async fn connect_cluster_with<I>(self, nodes: I) -> Result<Client>
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>,
+    {
         self.validate()?;
         if self.opts.replicas.is_some() {
             return Err(Error::invalid(
                 "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
             ));
         }
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
+        let infos: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
         let store =
-            crate::backend::redis::connect_cluster(urls, self.opts, self.tls.clone()).await?;
+            crate::backend::redis::connect_cluster(infos, self.opts, self.tls.clone()).await?;
         Ok(self.build(store))
     }
 

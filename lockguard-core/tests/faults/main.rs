@@ -1074,3 +1074,69 @@ async fn locks_wait_for_their_replica_when_asked() {
         assert!(bad.is_invalid_input(), "{bad}");
     }
 }
+
+/// A cluster client made from connection settings the application already
+/// has locks, counts, and wakes a waiter of another such client through
+/// its cluster pub/sub connection.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_client_from_the_applications_connection_settings() {
+    use redis::IntoConnectionInfo;
+    let cluster = lockguard_testing::RedisCluster::start(3);
+    let infos = || {
+        cluster
+            .urls()
+            .into_iter()
+            .map(|u| u.into_connection_info().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let holder = Client::builder()
+        .connect_cluster_with(infos())
+        .await
+        .unwrap();
+    let waiter = Client::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+        .connect_cluster_with(infos())
+        .await
+        .unwrap();
+    assert_eq!(holder.backend_name(), "redis-cluster");
+    assert_eq!(holder.counter("byo-cluster").incr_by(2).await.unwrap(), 2);
+    let held = holder
+        .lock("byo-cluster")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let g = waiter
+            .lock("byo-cluster")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        g.release().await.unwrap();
+        waited
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("byo-cluster").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert!(held.release().await.unwrap());
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+    let none = Client::builder()
+        .connect_cluster_with(Vec::new())
+        .await
+        .unwrap_err();
+    assert!(none.is_invalid_input(), "{none}");
+}

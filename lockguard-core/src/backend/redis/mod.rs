@@ -145,6 +145,12 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
     })
 }
 
+/// Reads the seed nodes of a cluster.
+#[cfg(feature = "cluster")]
+pub(crate) fn cluster_infos(urls: &[String]) -> Result<Vec<redis::ConnectionInfo>> {
+    urls.iter().map(|u| connection_info(u)).collect()
+}
+
 /// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
 /// for Nagle's algorithm. `tls` applies to a `rediss://` URL.
 pub(crate) fn client_for(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
@@ -215,20 +221,17 @@ pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Cli
 /// `TCP_NODELAY` as single connections.
 #[cfg(feature = "cluster")]
 pub(crate) fn cluster_client_for(
-    urls: &[String],
+    infos: &[redis::ConnectionInfo],
     opts: RedisOptions,
     tls: &TlsSettings,
     resp3_push: Option<subscriber::Deliver>,
 ) -> Result<redis::cluster::ClusterClient> {
-    if urls.is_empty() {
+    if infos.is_empty() {
         return Err(Error::invalid(
             "a redis cluster needs at least one node url",
         ));
     }
-    let mut infos = Vec::new();
-    for url in urls {
-        infos.push(connection_info(url)?);
-    }
+    let infos = infos.to_vec();
     let mut b = redis::cluster::ClusterClientBuilder::new(infos)
         .connection_timeout(opts.connect_timeout)
         .response_timeout(opts.response_timeout)
@@ -944,13 +947,13 @@ pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result
 /// Connects to a Redis Cluster through any of `urls` (seed nodes).
 #[cfg(feature = "cluster")]
 pub(crate) async fn connect_cluster(
-    urls: Vec<String>,
+    infos: Vec<redis::ConnectionInfo>,
     opts: RedisOptions,
     tls: TlsSettings,
 ) -> Result<Store> {
-    let client = cluster_client_for(&urls, opts, &tls, None)?;
+    let client = cluster_client_for(&infos, opts, &tls, None)?;
     let store = RedisStore::connect_cluster(client, opts).await?;
-    let subscriber = Subscriber::for_target(SubTarget::Cluster(urls, tls), opts);
+    let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }
 

@@ -26,7 +26,7 @@ pub(crate) enum SubTarget {
     /// A cluster, through these seed nodes. Releases are published with
     /// `PUBLISH`, which a cluster delivers on every node.
     #[cfg(feature = "cluster")]
-    Cluster(Vec<String>, super::TlsSettings),
+    Cluster(Vec<redis::ConnectionInfo>, super::TlsSettings),
 }
 
 /// What this client knows of a channel's subscription on the server.
@@ -86,8 +86,8 @@ impl Subscriber {
                         Conn::Single(bounded(self.opts.connect_timeout, what, c).await?)
                     }
                     #[cfg(feature = "cluster")]
-                    SubTarget::Cluster(urls, tls) => {
-                        let client = super::cluster_client_for(urls, self.opts, tls, Some(tx))?;
+                    SubTarget::Cluster(infos, tls) => {
+                        let client = super::cluster_client_for(infos, self.opts, tls, Some(tx))?;
                         let c = client.get_async_connection();
                         Conn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
                     }
