@@ -1,5 +1,6 @@
 //! Requests per second through an axum hello-world with each lockguard
-//! layer (in-memory store) and without, over loopback HTTP/1.1 keep-alive.
+//! layer (on the in-memory store or on Redis) and without, over loopback
+//! HTTP/1.1 keep-alive.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,8 +38,7 @@ impl Variant {
     }
 }
 
-fn app(variant: Variant) -> Router {
-    let lg = Client::memory();
+fn app(variant: Variant, lg: Client) -> Router {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
     match variant {
@@ -66,22 +66,32 @@ fn app(variant: Variant) -> Router {
     }
 }
 
-/// Serves the variant on a loopback port and drives it with `conns`
-/// keep-alive connections for `run_for`; returns requests per second.
-pub(crate) async fn requests_per_second(variant: Variant, conns: usize, run_for: Duration) -> f64 {
+/// Serves the variant, its layer on `lg`'s store, on a loopback port and
+/// drives it with `conns` keep-alive connections for `run_for`; returns
+/// requests per second, and every request served (the warm-up's too).
+pub(crate) async fn requests_per_second(
+    variant: Variant,
+    lg: Client,
+    conns: usize,
+    run_for: Duration,
+) -> (f64, u64) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let addr = listener.local_addr().expect("addr");
     let server = tokio::spawn(async move {
-        axum::serve(listener, app(variant)).await.expect("serve");
+        axum::serve(listener, app(variant, lg))
+            .await
+            .expect("serve");
     });
     let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
+    let served = Arc::new(AtomicU64::new(0));
     let rate = crate::throughput(
         conns,
         run_for,
         |c, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| {
             let uri = uri.clone();
+            let served = served.clone();
             async move {
                 // One client per task: one keep-alive connection each.
                 let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
@@ -94,11 +104,12 @@ pub(crate) async fn requests_per_second(variant: Variant, conns: usize, run_for:
                     assert!(res.status().is_success(), "{}", res.status());
                     res.into_body().collect().await.expect("body");
                     done.fetch_add(1, Ordering::Relaxed);
+                    served.fetch_add(1, Ordering::Relaxed);
                 }
             }
         },
     )
     .await;
     server.abort();
-    rate
+    (rate, served.load(Ordering::Relaxed))
 }
