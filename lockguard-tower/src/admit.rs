@@ -43,9 +43,30 @@ impl Admission {
 /// An admission check in flight.
 pub(crate) type Admitting = Pin<Box<dyn Future<Output = Admission> + Send>>;
 
+/// The responses the layers wrap: `http::Response<B>` for any body `B`.
+///
+/// It names the body type in the bounds of the layers' response futures;
+/// it is sealed, implemented for `http::Response<B>` only.
+pub trait HasBody: sealed::Sealed {
+    /// The response's body.
+    type Body: Body;
+}
+
+impl<B: Body> HasBody for Response<B> {
+    type Body = B;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<B> Sealed for http::Response<B> {}
+}
+
 pin_project! {
     #[project = StateProj]
-    enum State<F, S, ReqB, R> {
+    enum State<F, S, ReqB, R>
+    where
+        R: HasBody,
+    {
         Admitting {
             admitting: Admitting,
             service: Option<S>,
@@ -61,6 +82,11 @@ pin_project! {
             release: Pin<Box<dyn Future<Output = ()> + Send>>,
             response: Option<R>,
         },
+        // The response holds a lock or permit: its body may be complete,
+        // to be released before the head goes out.
+        Settling {
+            response: Option<Response<ResponseBody<R::Body>>>,
+        },
         Responding {
             response: Option<Response<Bytes>>,
         },
@@ -72,6 +98,7 @@ pin_project! {
     pub(crate) struct Admit<S, ReqB>
     where
         S: Service<Request<ReqB>>,
+        S::Response: HasBody,
     {
         #[pin]
         state: State<S::Future, S, ReqB, S::Response>,
@@ -83,6 +110,7 @@ pin_project! {
 impl<S, ReqB> Admit<S, ReqB>
 where
     S: Service<Request<ReqB>>,
+    S::Response: HasBody,
 {
     /// Waits for `admitting`, then calls `service` (which is ready).
     pub(crate) fn admitting(admitting: Admitting, service: S, request: Request<ReqB>) -> Self {
@@ -144,6 +172,7 @@ macro_rules! response_future {
             pub struct ResponseFuture<S, ReqB>
             where
                 S: tower_service::Service<http::Request<ReqB>>,
+                S::Response: $crate::admit::HasBody,
             {
                 #[pin]
                 inner: $crate::admit::Admit<S, ReqB>,
@@ -153,6 +182,7 @@ macro_rules! response_future {
         impl<S, ReqB> ResponseFuture<S, ReqB>
         where
             S: tower_service::Service<http::Request<ReqB>>,
+            S::Response: $crate::admit::HasBody,
         {
             pub(crate) fn new(inner: $crate::admit::Admit<S, ReqB>) -> Self {
                 Self { inner }
@@ -162,6 +192,7 @@ macro_rules! response_future {
         impl<S, ReqB> std::fmt::Debug for ResponseFuture<S, ReqB>
         where
             S: tower_service::Service<http::Request<ReqB>>,
+            S::Response: $crate::admit::HasBody,
         {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.debug_tuple("ResponseFuture").field(&self.inner).finish()
@@ -190,12 +221,14 @@ pub(crate) use response_future;
 impl<S, ReqB> fmt::Debug for Admit<S, ReqB>
 where
     S: Service<Request<ReqB>>,
+    S::Response: HasBody,
 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match &self.state {
             State::Admitting { .. } => "admitting",
             State::Calling { .. } => "calling",
             State::Finishing { .. } => "finishing",
+            State::Settling { .. } => "settling",
             State::Responding { .. } => "responding",
         };
         f.debug_struct("Admit").field("state", &state).finish()
@@ -265,7 +298,21 @@ where
                             None => return Poll::Ready(Ok(wrap(response, Guard::None))),
                         }
                     }
-                    return Poll::Ready(Ok(wrap(response, guard)));
+                    if guard.is_none() {
+                        return Poll::Ready(Ok(wrap(response, guard)));
+                    }
+                    this.state.set(State::Settling {
+                        response: Some(wrap(response, guard)),
+                    });
+                }
+                StateProj::Settling { response } => {
+                    let body = response
+                        .as_mut()
+                        .expect("response polled after completion")
+                        .body_mut();
+                    ready!(body.poll_settle(cx));
+                    let response = response.take().expect("response polled after completion");
+                    return Poll::Ready(Ok(response));
                 }
                 StateProj::Finishing { release, response } => {
                     ready!(release.as_mut().poll(cx));
@@ -355,16 +402,63 @@ mod tests {
             assert!(free.release().await.unwrap());
             drop(res);
         }
-        // A response with a body keeps the lock until the body is read.
+        // A body complete when the response is ready is released before
+        // the response goes out, so its head and body leave together.
         let res = svc.oneshot(Request::new(AxumBody::empty())).await.unwrap();
-        assert!(
-            other
-                .lock("nobody:global")
-                .try_acquire()
+        let free = other.lock("nobody:global").try_acquire().await.unwrap();
+        assert!(free.release().await.unwrap());
+        assert_eq!(
+            http_body_util::BodyExt::collect(res.into_body())
                 .await
-                .unwrap_err()
-                .is_busy()
+                .unwrap()
+                .to_bytes(),
+            "content"
         );
-        drop(res);
+    }
+
+    /// A body still streaming when the response is ready keeps the lock
+    /// until it ends; a body of two frames keeps it until the last.
+    #[tokio::test]
+    async fn streaming_bodies_keep_the_lock_until_they_end() {
+        let lg = Client::memory();
+        let other = lg.peer();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(rx)));
+        let svc = LockLayer::new(lg, "stream", key::Global).layer(service_fn(
+            move |_req: Request<AxumBody>| {
+                let rx = rx.clone();
+                async move {
+                    let rx = rx.lock().await.take().unwrap();
+                    Ok::<_, Infallible>(Response::new(AxumBody::new(Channel(rx))))
+                }
+            },
+        ));
+        let res = svc.oneshot(Request::new(AxumBody::empty())).await.unwrap();
+        let busy = other.lock("stream:global").try_acquire().await.unwrap_err();
+        assert!(busy.is_busy(), "{busy}");
+        let reading = tokio::spawn(http_body_util::BodyExt::collect(res.into_body()));
+        tx.send(Bytes::from_static(b"one")).await.unwrap();
+        drop(tx);
+        let body = reading.await.unwrap().unwrap().to_bytes();
+        assert_eq!(body, "one");
+        let free = other.lock("stream:global").try_acquire().await.unwrap();
+        assert!(free.release().await.unwrap());
+    }
+
+    /// Frames from a channel, ending when it closes.
+    struct Channel(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl http_body::Body for Channel {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+            self.0
+                .poll_recv(cx)
+                .map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+        }
     }
 }

@@ -105,12 +105,12 @@ impl Release {
     }
 }
 
-pin_project! {
-    #[project = KindProj]
-    enum Kind<B> {
-        Inner { #[pin] body: B },
-        Full { data: Option<Bytes> },
-    }
+/// What a [`ResponseBody`] sends. The inner body is boxed: the layers
+/// may read its first frame before the response is handed over (see
+/// [`ResponseBody::poll_settle`]), which needs it pinned where it stays.
+enum Kind<B> {
+    Inner { body: Pin<Box<B>> },
+    Full { data: Option<Bytes> },
 }
 
 pin_project! {
@@ -120,20 +120,25 @@ pin_project! {
     /// the `application/problem+json` body of a refusal.
     ///
     /// A body that carries the request's lock or permit releases it before
-    /// the client can see the response end: before the last frame when the
-    /// body or its `Content-Length` says which one is last, else before
-    /// reporting the end. So a client that has read the whole response
-    /// finds the lock free. An inner body that fails, or is dropped early
+    /// the client can see the response end: before the response goes out
+    /// when the body is already complete then, else before the last frame
+    /// when the body or its `Content-Length` says which one is last, else
+    /// before reporting the end. So a client that has read the whole
+    /// response finds the lock free. An inner body that fails, or is dropped early
     /// (the client went away), releases it in the background.
     pub struct ResponseBody<B>
     where
         B: Body,
     {
-        #[pin]
         kind: Kind<B>,
         release: Release,
         pending: Option<Frame<B::Data>>,
+        // An error of the inner body read by `poll_settle`, reported by the
+        // next `poll_frame`.
+        failed: Option<B::Error>,
         ended: bool,
+        // Whether `poll_settle` has looked at the first frame.
+        settled: bool,
         remaining: Option<u64>,
     }
 }
@@ -143,11 +148,65 @@ impl<B: Body> ResponseBody<B> {
     /// the response's `Content-Length`, if it has one.
     pub(crate) fn inner(body: B, guard: Guard, content_length: Option<u64>) -> Self {
         Self {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner {
+                body: Box::pin(body),
+            },
             release: Release::Held(guard),
             pending: None,
+            failed: None,
             ended: false,
+            settled: false,
             remaining: content_length,
+        }
+    }
+
+    /// Before the response goes out: reads the inner body's first frame if
+    /// it is ready, and when that frame is the body's last, releases the
+    /// lock or permit now, so the head and the whole body leave in one
+    /// write once the release is done. (Released only after the head was
+    /// written, the body would wait on a socket with Nagle's algorithm for
+    /// the client's delayed acknowledgement, tens of milliseconds.) Pending
+    /// only while that release runs; a body not ready at once, or longer
+    /// than one frame, is left to [`Body::poll_frame`].
+    pub(crate) fn poll_settle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if let Release::Releasing(fut) = &mut self.release {
+                ready!(fut.as_mut().poll(cx));
+                self.release = Release::Done;
+                return Poll::Ready(());
+            }
+            if self.settled || !self.release.holds() {
+                return Poll::Ready(());
+            }
+            self.settled = true;
+            let Kind::Inner { body } = &mut self.kind else {
+                return Poll::Ready(());
+            };
+            match body.as_mut().poll_frame(cx) {
+                // Not ready: the head goes out first, as it would anyway.
+                Poll::Pending => return Poll::Ready(()),
+                Poll::Ready(None) => {
+                    self.ended = true;
+                    self.release.start();
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.failed = Some(e);
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let (Some(left), Some(data)) = (self.remaining.as_mut(), frame.data_ref()) {
+                        *left = left.saturating_sub(data.remaining() as u64);
+                    }
+                    let last = body.is_end_stream()
+                        || body.size_hint().exact() == Some(0)
+                        || self.remaining == Some(0);
+                    self.pending = Some(frame);
+                    if !last {
+                        return Poll::Ready(());
+                    }
+                    self.release.start();
+                }
+            }
         }
     }
 
@@ -158,7 +217,9 @@ impl<B: Body> ResponseBody<B> {
             },
             release: Release::Done,
             pending: None,
+            failed: None,
             ended: false,
+            settled: true,
             remaining: None,
         }
     }
@@ -195,11 +256,17 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let mut this = self.project();
+        let this = self.project();
         loop {
             if let Release::Releasing(fut) = this.release {
                 ready!(fut.as_mut().poll(cx));
                 *this.release = Release::Done;
+            }
+            if let Some(e) = this.failed.take() {
+                // Dropping the guard releases it in the background.
+                *this.ended = true;
+                *this.release = Release::Done;
+                return Poll::Ready(Some(Err(e)));
             }
             if let Some(frame) = this.pending.take() {
                 return Poll::Ready(Some(Ok(frame)));
@@ -210,13 +277,13 @@ where
                 }
                 return Poll::Ready(None);
             }
-            let (frame, at_end) = match this.kind.as_mut().project() {
-                KindProj::Inner { mut body } => {
+            let (frame, at_end) = match this.kind {
+                Kind::Inner { body } => {
                     let frame = ready!(body.as_mut().poll_frame(cx));
                     let hint = body.size_hint();
                     (frame, body.is_end_stream() || hint.exact() == Some(0))
                 }
-                KindProj::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
+                Kind::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
             };
             match frame {
                 None => *this.ended = true,
@@ -246,6 +313,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         if self.pending.is_some()
+            || self.failed.is_some()
             || !matches!(self.release, Release::Done | Release::Held(Guard::None))
         {
             return false;

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tower_service::Service;
 use tracing::Instrument;
 
-use crate::admit::{Admission, Admit};
+use crate::admit::{Admission, Admit, HasBody};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
@@ -117,6 +117,7 @@ pub(crate) fn admit<S, K, ReqB>(
 ) -> Admit<S, ReqB>
 where
     S: Service<Request<ReqB>>,
+    S::Response: HasBody,
     K: KeyExtractor<ReqB> + ?Sized,
 {
     let Some(key) = key::extract_checked(key, &request, settings.reserve()) else {
@@ -210,6 +211,28 @@ mod tests {
         })
     }
 
+    /// A body still streaming: it holds the request's lock while it lives.
+    struct Streaming;
+
+    impl http_body::Body for Streaming {
+        type Data = bytes::Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+            std::task::Poll::Pending
+        }
+    }
+
+    fn streaming_service()
+    -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
+        service_fn(|_req: Request<Body>| async {
+            Ok::<_, Infallible>(Response::new(Body::new(Streaming)))
+        })
+    }
+
     fn user(name: Option<&str>) -> Request<Body> {
         let mut b = Request::get("/");
         if let Some(n) = name {
@@ -227,7 +250,7 @@ mod tests {
     #[tokio::test]
     async fn requests_in_one_task_do_not_share_a_lock() {
         let lg = Client::memory();
-        let svc = LockLayer::new(lg, "same-task", user_key()).layer(ok_service());
+        let svc = LockLayer::new(lg, "same-task", user_key()).layer(streaming_service());
         let first = svc.clone().oneshot(user(Some("ada"))).await.unwrap();
         assert_eq!(first.status(), 200);
         let second = svc.clone().oneshot(user(Some("ada"))).await.unwrap();

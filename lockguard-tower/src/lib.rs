@@ -68,12 +68,12 @@
 //! bodies included) and released before the end is reported, so a client
 //! that has read the whole response can start the next request at once.
 //!
-//! On Redis that release is a round trip taken after the response head is
-//! written. On a server socket without `TCP_NODELAY`, Nagle's algorithm
-//! then holds the body until the client acknowledges the head: about 40 ms
-//! per request. Until the layers release before the head for bodies that
-//! are already complete, turn `TCP_NODELAY` on for the server's sockets
-//! (with axum: `listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); })`).
+//! A body already complete when the handler returns (most small responses)
+//! is released before the response goes out, so the head and the body
+//! leave in one write: released after the head, on Redis (a round trip),
+//! the body would wait behind Nagle's algorithm for the client's delayed
+//! acknowledgement, about 40 ms a request on a socket without
+//! `TCP_NODELAY`.
 //!
 //! When the key cannot be extracted, the request is refused (`400` by
 //! default) or let through, as [`MissingKey`] says. When the store cannot be
@@ -131,6 +131,7 @@ mod problem;
 pub mod rate_limit;
 pub mod refusal;
 
+pub use admit::HasBody;
 pub use body::ResponseBody;
 pub use concurrency::ConcurrencyLimitLayer;
 pub use error_response::ErrorResponse;
