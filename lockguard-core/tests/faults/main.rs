@@ -868,47 +868,7 @@ async fn an_application_client_brings_its_credentials() {
         .connect_with(app_client.get_connection_info().clone())
         .await
         .expect("connect with the application's connection info");
-    let held = holder
-        .lock("byo")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiting = tokio::spawn(async move {
-        let started = Instant::now();
-        let g = waiter
-            .lock("byo")
-            .wait(Duration::from_secs(25))
-            .acquire()
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        g.release().await.unwrap();
-        waited
-    });
-    // The waiter has queued once its place is in the store.
-    let queued = eventually(Duration::from_secs(10), || async {
-        let mut conn = app_client.get_multiplexed_async_connection().await.unwrap();
-        let n: u64 = redis::cmd("ZCARD")
-            .arg("lockguard:lock:{byo}:queue")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        n == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
-    assert!(held.release().await.unwrap());
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
-        .await
-        .expect("the waiter was not woken")
-        .unwrap();
-    // Its first refresh is due 10 s in (a third of the waiter timeout): a
-    // waiter that got in sooner was woken by the handoff's notification.
-    assert!(
-        waited < Duration::from_secs(5),
-        "woken by its refresh, not the handoff: {waited:?}"
-    );
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo").await;
     let anonymous = redis::Client::open(server.url().as_str()).unwrap();
     let err = Client::builder()
         .connect_client(&anonymous)
@@ -1102,38 +1062,7 @@ async fn a_cluster_client_from_the_applications_connection_settings() {
         .unwrap();
     assert_eq!(holder.backend_name(), "redis-cluster");
     assert_eq!(holder.counter("byo-cluster").incr_by(2).await.unwrap(), 2);
-    let held = holder
-        .lock("byo-cluster")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiting = tokio::spawn(async move {
-        let started = Instant::now();
-        let g = waiter
-            .lock("byo-cluster")
-            .wait(Duration::from_secs(25))
-            .acquire()
-            .await
-            .unwrap();
-        let waited = started.elapsed();
-        g.release().await.unwrap();
-        waited
-    });
-    let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock("byo-cluster").inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
-    assert!(held.release().await.unwrap());
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
-        .await
-        .expect("the waiter was not woken")
-        .unwrap();
-    assert!(
-        waited < Duration::from_secs(5),
-        "woken by its refresh, not the handoff: {waited:?}"
-    );
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo-cluster").await;
     let none = Client::builder()
         .connect_cluster_with(Vec::new())
         .await

@@ -4,12 +4,10 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_testing::RedisServer;
-
-use crate::support::eventually;
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in
 /// `dir`, made with the `openssl` command.
@@ -128,43 +126,7 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
         .connect(&url)
         .await
         .unwrap();
-    let held = holder
-        .lock("tls")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            let started = Instant::now();
-            let g = waiter
-                .lock("tls")
-                .wait(Duration::from_secs(25))
-                .acquire()
-                .await
-                .unwrap();
-            let waited = started.elapsed();
-            g.release().await.unwrap();
-            waited
-        }
-    });
-    let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock("tls").inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
-    assert!(held.release().await.unwrap());
-    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
-        .await
-        .expect("the waiter was not woken")
-        .unwrap();
-    // Its first refresh is due 10 s in: a waiter that got in sooner was
-    // woken by the handoff, published on its TLS pub/sub connection.
-    assert!(
-        waited < Duration::from_secs(5),
-        "woken by its refresh, not the handoff: {waited:?}"
-    );
+    crate::support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "tls").await;
 
     let untrusted = Client::builder()
         .connect_timeout(Duration::from_secs(2))

@@ -258,3 +258,44 @@ macro_rules! conformance {
         }
     };
 }
+
+/// Checks that a waiter of `waiter` (a client whose waiter timeout and retry
+/// interval are long, 30 s and 20 s) is woken by the handoff when `holder`
+/// releases the lock `name`: it must get the lock well before its first
+/// refresh (10 s in) could claim it, so the notification reached it over
+/// the waiter client's pub/sub connection.
+pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, name: &str) {
+    let held = holder
+        .lock(name)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let owned = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let g = waiter
+            .lock(&owned)
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let waited = started.elapsed();
+        g.release().await.unwrap();
+        waited
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock(name).inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert!(held.release().await.unwrap());
+    let waited = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+}
