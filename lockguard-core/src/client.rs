@@ -473,7 +473,7 @@ impl Builder {
     /// [`ErrorKind::Unavailable`] with the server's answer as the source.
     pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Client> {
         self.validate()?;
-        let client = crate::backend::redis::client_from_info(info)?;
+        let client = crate::backend::redis::client_with(info, &self.tls)?;
         self.connect_redis(client).await
     }
 

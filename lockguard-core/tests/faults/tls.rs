@@ -127,6 +127,16 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
         .await
         .unwrap();
     crate::support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "tls").await;
+    // The certificates apply to connection settings the application
+    // brings, too.
+    let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();
+    let brought = Client::builder()
+        .tls_root_certificate(std::fs::read(certs.path().join("ca.crt")).unwrap())
+        .connect_with(info)
+        .await
+        .expect("connect with the application's settings and the test CA");
+    let g = brought.lock("tls-brought").acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
 
     let untrusted = Client::builder()
         .connect_timeout(Duration::from_secs(2))

@@ -154,22 +154,27 @@ pub(crate) fn cluster_infos(urls: &[String]) -> Result<Vec<redis::ConnectionInfo
 /// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
 /// for Nagle's algorithm. `tls` applies to a `rediss://` URL.
 pub(crate) fn client_for(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
-    let info = connection_info(url)?;
+    client_with(connection_info(url)?, tls)
+}
+
+/// A client for connection settings, with `TCP_NODELAY` on and, for a TLS
+/// address, `tls`'s certificates.
+pub(crate) fn client_with(info: redis::ConnectionInfo, tls: &TlsSettings) -> Result<redis::Client> {
     if !tls.is_set() {
         return client_from_info(info);
     }
+    let addr = info.addr().to_string();
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
     {
         if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
             return Err(Error::invalid(format!(
-                "TLS certificates were given, but {:?} is not a rediss:// url",
-                redact(url)
+                "TLS certificates were given, but {addr} is not a TLS (rediss://) address"
             )));
         }
         let with_certs = redis::Client::build_with_tls(info, tls.certificates()).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
-                format!("unusable TLS certificates for {:?}", redact(url)),
+                format!("unusable TLS certificates for {addr}"),
             )
             .with_source(e)
         })?;
@@ -177,7 +182,7 @@ pub(crate) fn client_for(url: &str, tls: &TlsSettings) -> Result<redis::Client> 
     }
     #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
     {
-        let _ = info;
+        let _ = (info, addr);
         Err(Error::invalid(
             "TLS certificates need the tls-rustls or tls-native-tls feature",
         ))
