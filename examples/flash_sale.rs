@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo run --example flash_sale                                   # drives itself, prints a summary, exits
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example flash_sale  # the same on Redis
+//! DATABASE_URL=postgres://user@host/db cargo run --example flash_sale  # on PostgreSQL
 //! cargo run --example flash_sale -- --serve                        # then keeps serving
 //! ```
 //!
@@ -470,6 +471,7 @@ fn usage(code: i32) -> ! {
         "  --serve            keep serving afterwards (Ctrl-C to stop)",
         "  --addr HOST:PORT   listen there (default 127.0.0.1:0, a free port)",
         "  REDIS_URL=...      use this Redis instead of the in-memory store",
+        "  DATABASE_URL=...   or this PostgreSQL (when REDIS_URL is not set)",
     ]
     .join("\n");
     if code == 0 {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole lockguard test suite. Works on a fresh Debian machine as
-# root: installs redis-server (and openssl) with apt-get when missing, then builds
-# and runs every test, doctest and example.
+# root: installs redis-server, PostgreSQL (and openssl) with apt-get when
+# missing, then builds and runs every test, doctest and example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,13 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+# PostgreSQL's server for the PostgreSQL store's tests (Debian puts its
+# programs in /usr/lib/postgresql/VERSION/bin, off PATH).
+pg_bin() {
+  if command -v initdb >/dev/null 2>&1; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+[ -x "$(pg_bin)/initdb" ] || missing+=(postgresql)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -25,6 +32,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 redis-server --version
+"$(pg_bin)/postgres" --version
 
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
@@ -49,6 +57,20 @@ for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example macros
+
+# flash_sale on a PostgreSQL started here (as the postgres user when root:
+# PostgreSQL refuses to run as root), on a unix socket.
+pgdir=$(mktemp -d)
+as_pg=()
+if [ "$(id -u)" -eq 0 ]; then
+  chown postgres "$pgdir"
+  as_pg=(runuser -u postgres --)
+fi
+trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; "${as_pg[@]}" "$(pg_bin)/pg_ctl" -D "$pgdir/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$dir" "$pgdir"' EXIT
+"${as_pg[@]}" "$(pg_bin)/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
+"${as_pg[@]}" "$(pg_bin)/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
+  -o "-c listen_addresses='' -k $pgdir -p 5432" start >/dev/null
+DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres" cargo run --quiet --example flash_sale
 
 echo
 echo "tests: $summary"

@@ -5,12 +5,18 @@
 //! loopback port, with persistence off, and is killed when dropped. A
 //! missing `redis-server` binary fails the test with a message saying how to
 //! install it; it is never a silent skip.
+//!
+//! [`PostgresServer`] does the same for PostgreSQL (`initdb` and `postgres`
+//! run as an unprivileged user when the tests run as root).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod postgres;
+pub use postgres::{PostgresServer, postgres_bin_dir};
 
 /// How long a server may take to answer `PING` after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

@@ -26,6 +26,8 @@ use crate::rate_limit::{Decision, gcra};
 use crate::token::Token;
 
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 

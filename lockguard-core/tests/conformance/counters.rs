@@ -139,7 +139,7 @@ async fn versions_do_not_repeat_after_expiry(env: Env) {
         .expire_after(Duration::from_millis(200));
     c.set(1).await.unwrap();
     let seen = c.get_versioned().await.unwrap();
-    if env.is_redis() {
+    if env.real_time() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     } else {
         env.clock.advance(Duration::from_millis(300));
@@ -170,7 +170,7 @@ async fn versions_do_not_repeat_after_expiry(env: Env) {
 async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
     // On Redis every write takes far more than a µs, so the expiry is long
     // enough for the reads below to see the counter.
-    let ttl = Duration::from_millis(if env.is_redis() { 1000 } else { 1 });
+    let ttl = Duration::from_millis(if env.real_time() { 1000 } else { 1 });
     let lg = env.client().await;
     let c = lg.counter("busy").expire_after(ttl);
     for _ in 0..1100 {
@@ -178,7 +178,7 @@ async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
     }
     let seen = c.get_versioned().await.unwrap().version;
     assert_ne!(seen, 0);
-    if env.is_redis() {
+    if env.real_time() {
         tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     } else {
         env.clock.advance(ttl);
@@ -221,7 +221,7 @@ async fn expiry_resets_a_counter(env: Env) {
     let c = lg.counter("daily").expire_after(Duration::from_millis(200));
     c.incr_by(3).await.unwrap();
     assert!(c.mark_once("a").await.unwrap());
-    if env.is_redis() {
+    if env.real_time() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     } else {
         env.clock.advance(Duration::from_millis(300));

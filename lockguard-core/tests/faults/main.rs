@@ -4,6 +4,8 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+#[cfg(feature = "postgres")]
+mod postgres;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
 

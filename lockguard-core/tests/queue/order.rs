@@ -48,7 +48,7 @@ async fn fifo_order(env: Env) {
     drop(tx);
     // Longer than the waiter timeout: 1 s on Redis, 30 s on the support
     // module's memory store (where time is paused).
-    let timeout = if env.is_redis() { 1 } else { 30 };
+    let timeout = if env.real_time() { 1 } else { 30 };
     tokio::time::sleep(Duration::from_secs(timeout) + Duration::from_millis(500)).await;
     assert!(guard.release().await.unwrap());
     join_all(&mut waiters, Duration::from_secs(30)).await;

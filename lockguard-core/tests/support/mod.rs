@@ -6,6 +6,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockguard_core::{Client, ManualClock};
+#[cfg(feature = "postgres")]
+use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
@@ -20,8 +22,12 @@ pub struct Env {
     /// A Redis Cluster under test (with `server` holding shared test data).
     #[cfg(feature = "cluster")]
     pub cluster: Option<RedisCluster>,
-    /// The in-memory store's clock (unused on Redis, where time is the
-    /// server's).
+    /// A PostgreSQL store under test: the server shared by the test binary
+    /// and a schema of this test's own.
+    #[cfg(feature = "postgres")]
+    pub postgres: Option<(&'static PostgresServer, String)>,
+    /// The in-memory store's clock (unused on the real stores, where time
+    /// is the server's).
     pub clock: ManualClock,
     memory: Option<Client>,
     shared: Arc<AtomicU64>,
@@ -35,6 +41,8 @@ impl Env {
             nodes: Vec::new(),
             #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "postgres")]
+            postgres: None,
             // Every handle of the memory store is a peer of this one, with
             // its settings: a long waiter timeout, so that the tests of
             // wake-ups see the notification and not a refresh.
@@ -56,6 +64,31 @@ impl Env {
             nodes: Vec::new(),
             #[cfg(feature = "cluster")]
             cluster: None,
+            #[cfg(feature = "postgres")]
+            postgres: None,
+            clock: ManualClock::new(),
+            memory: None,
+            shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// PostgreSQL: the server shared by this test binary, with a schema of
+    /// this test's own (created by the first client), so tests running
+    /// side by side share nothing.
+    #[cfg(feature = "postgres")]
+    pub fn postgres() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let schema = format!(
+            "t{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        Self {
+            server: None,
+            nodes: Vec::new(),
+            #[cfg(feature = "cluster")]
+            cluster: None,
+            postgres: Some((PostgresServer::shared(), schema)),
             clock: ManualClock::new(),
             memory: None,
             shared: Arc::new(AtomicU64::new(0)),
@@ -93,8 +126,10 @@ impl Env {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
-    pub fn is_redis(&self) -> bool {
-        self.server.is_some()
+    /// Whether the store keeps its own time (Redis, PostgreSQL), so tests
+    /// wait in real time instead of moving the memory store's clock.
+    pub fn real_time(&self) -> bool {
+        self.memory.is_none()
     }
 
     /// A client handle with the given settings, as if in another process.
@@ -102,6 +137,14 @@ impl Env {
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
+        #[cfg(feature = "postgres")]
+        if let Some((server, schema)) = &self.postgres {
+            return b
+                .postgres_schema(schema.as_str())
+                .connect_postgres(&server.url())
+                .await
+                .expect("connect to postgres");
+        }
         if let Some(urls) = self.cluster_urls() {
             #[cfg(feature = "cluster")]
             return b
@@ -201,7 +244,8 @@ where
     }
 }
 
-/// Runs each listed test against both stores; with `redlock:` also
+/// Runs each listed test against memory, Redis and (with the `postgres`
+/// feature) PostgreSQL; with `redlock:` also
 /// against five Redlock nodes, with `cluster:` also against a three-master
 /// Redis Cluster (with the `cluster` feature), with `all:` against all four.
 ///
@@ -240,6 +284,15 @@ macro_rules! conformance {
         }
     };
     ($($name:ident),* $(,)?) => {
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::postgres()).await;
+                }
+            )*
+        }
         mod memory {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

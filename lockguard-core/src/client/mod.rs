@@ -23,6 +23,9 @@ use crate::rate_limit::Quota;
 use crate::semaphore::Semaphore;
 use crate::token::Token;
 
+#[cfg(feature = "postgres")]
+mod postgres;
+
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -236,6 +239,8 @@ pub struct Builder {
     node_timeout: Duration,
     clock: Arc<dyn Clock>,
     tls: TlsSettings,
+    #[cfg(feature = "postgres")]
+    postgres_schema: String,
 }
 
 impl Default for Builder {
@@ -256,6 +261,8 @@ impl Default for Builder {
             node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
             tls: TlsSettings::default(),
+            #[cfg(feature = "postgres")]
+            postgres_schema: crate::backend::postgres::DEFAULT_SCHEMA.to_owned(),
         }
     }
 }
@@ -603,25 +610,40 @@ impl Builder {
         Ok(self.build(store))
     }
 
-    /// Connects to `REDIS_URL` when set (and not empty), or builds an
-    /// in-memory client and says so in a log line.
+    /// Connects to `REDIS_URL` when set (and not empty); else, with the
+    /// `postgres` feature, to `DATABASE_URL` when set; else builds an
+    /// in-memory client and says so in a log line (its locks are then
+    /// process-local).
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`] when `REDIS_URL` is set.
+    /// As [`Builder::connect`] (or `Builder::connect_postgres`) when a URL
+    /// is set.
     pub async fn from_env(self) -> Result<Client> {
-        match std::env::var("REDIS_URL") {
-            Ok(url) if !url.trim().is_empty() => self.connect(url.trim()).await,
-            Ok(_) | Err(std::env::VarError::NotPresent) => {
-                tracing::info!("REDIS_URL is not set; using the in-memory store");
-                self.memory()
-            }
-            Err(e @ std::env::VarError::NotUnicode(_)) => Err(Error::new(
-                ErrorKind::InvalidInput,
-                "REDIS_URL is not valid unicode",
-            )
-            .with_source(e)),
+        if let Some(url) = env_url("REDIS_URL")? {
+            return self.connect(&url).await;
         }
+        #[cfg(feature = "postgres")]
+        if let Some(url) = env_url("DATABASE_URL")? {
+            return self.connect_postgres(&url).await;
+        }
+        tracing::warn!(
+            "REDIS_URL is not set; using the in-memory store: locks and limits hold within this process only"
+        );
+        self.memory()
+    }
+}
+
+/// The value of the environment variable `name`, when set and not empty.
+fn env_url(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(url) if !url.trim().is_empty() => Ok(Some(url.trim().to_owned())),
+        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e @ std::env::VarError::NotUnicode(_)) => Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("{name} is not valid unicode"),
+        )
+        .with_source(e)),
     }
 }
 

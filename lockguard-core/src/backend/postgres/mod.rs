@@ -1,0 +1,757 @@
+//! The PostgreSQL store: the design's lock table made safe.
+//!
+//! Every operation is one statement, a call of a function in lockguard's
+//! schema (`schema.sql`), so one round trip and one transaction; the
+//! statements are prepared once per pooled connection. Operations on one
+//! key are serialized by a transaction advisory lock on it, and take their
+//! time from the database's clock. Handoffs are announced with `NOTIFY` on
+//! the waiter's channel, in the transaction that made them, and reach the
+//! waiter's client over its one listening connection ([`listener`]).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Pool, PoolError};
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+
+use super::{
+    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
+    Stored, Waiting, millis_ceil,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+use crate::key::{CounterKeys, LockKeys, Resource};
+use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::token::Token;
+
+mod listener;
+mod schema;
+
+pub(crate) use schema::{DEFAULT_SCHEMA, migration_sql, validate_schema};
+
+/// How to reach PostgreSQL and how long to wait for it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PgOptions {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    /// How often each client removes expired state.
+    pub(crate) sweep_interval: Duration,
+}
+
+/// The statements, with the schema's name filled in.
+#[derive(Debug)]
+struct Statements {
+    acquire: String,
+    release: String,
+    extend: String,
+    inspect: String,
+    counter_add: String,
+    counter_take: String,
+    counter_get: String,
+    counter_set: String,
+    mark_once: String,
+    gcra: String,
+    fixed_window: String,
+    sliding_window: String,
+    fenced_write: String,
+    fenced_read: String,
+    sweep: String,
+}
+
+impl Statements {
+    fn new(s: &str) -> Self {
+        Self {
+            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"),
+            release: format!("SELECT {s}.release($1, $2, $3)"),
+            extend: format!("SELECT {s}.extend($1, $2, $3)"),
+            inspect: format!("SELECT * FROM {s}.inspect($1)"),
+            counter_add: format!("SELECT {s}.counter_add($1, $2, $3)"),
+            counter_take: format!("SELECT * FROM {s}.counter_take($1, $2, $3)"),
+            counter_get: format!(
+                "SELECT value, version FROM {s}.counters \
+                 WHERE key = $1 AND (expires_at IS NULL OR expires_at > clock_timestamp())"
+            ),
+            counter_set: format!("SELECT * FROM {s}.counter_set($1, $2, $3, $4)"),
+            mark_once: format!("SELECT {s}.mark_once($1, $2, $3)"),
+            gcra: format!("SELECT * FROM {s}.gcra($1, $2, $3, $4)"),
+            fixed_window: format!("SELECT * FROM {s}.fixed_window($1, $2, $3, $4)"),
+            sliding_window: format!("SELECT * FROM {s}.sliding_window($1, $2, $3, $4)"),
+            fenced_write: format!(
+                "INSERT INTO {s}.fenced AS f (key, fence, value) VALUES ($1, $2::text::numeric, $3) \
+                 ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence, value = EXCLUDED.value \
+                 WHERE f.fence <= EXCLUDED.fence RETURNING 1"
+            ),
+            fenced_read: format!("SELECT fence::text, value FROM {s}.fenced WHERE key = $1"),
+            sweep: format!("SELECT {s}.sweep()"),
+        }
+    }
+}
+
+/// The PostgreSQL store.
+pub(crate) struct PostgresStore {
+    pool: Pool,
+    schema: String,
+    sql: Statements,
+    opts: PgOptions,
+    /// The periodic sweep of expired state, stopped with the store.
+    sweeper: Option<tokio::task::AbortHandle>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.schema)
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
+    }
+}
+
+/// Connects a store over `pool`, creating lockguard's schema in it when
+/// missing (or older than this version), and a listener opening its own
+/// connection with `listen`.
+pub(crate) async fn connect(
+    pool: Pool,
+    listen: tokio_postgres::Config,
+    schema: String,
+    opts: PgOptions,
+) -> Result<Store> {
+    let mut store = PostgresStore {
+        sql: Statements::new(&schema),
+        pool,
+        schema,
+        opts,
+        sweeper: None,
+    };
+    let what = "connecting to postgres";
+    let mut conn = store
+        .bounded(opts.connect_timeout, || what.to_owned(), async {
+            store.pool.get().await.map_err(|e| pool_error(e, what))
+        })
+        .await
+        .map_err(unreachable)?;
+    store
+        .bounded(
+            opts.connect_timeout,
+            || format!("creating lockguard's schema {:?}", store.schema),
+            schema::ensure(&mut conn, &store.schema),
+        )
+        .await?;
+    drop(conn);
+    store.sweeper = Some(spawn_sweeper(&store));
+    let listener = listener::PgListener::new(listen, opts);
+    Ok(Store::new(Arc::new(store), vec![Arc::new(listener)]))
+}
+
+/// Removes expired state every `sweep_interval`, starting at a random point
+/// of the interval so that clients started together do not sweep together.
+fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
+    let pool = store.pool.clone();
+    let sql = store.sql.sweep.clone();
+    let every = store.opts.sweep_interval;
+    let timeout = store.opts.response_timeout.max(Duration::from_secs(30));
+    tokio::spawn(async move {
+        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let sweep = async {
+                let conn = pool.get().await.ok()?;
+                let stmt = conn.prepare_cached(&sql).await.ok()?;
+                conn.query_one(&stmt, &[])
+                    .await
+                    .ok()?
+                    .try_get::<_, i64>(0)
+                    .ok()
+            };
+            match tokio::time::timeout(timeout, sweep).await {
+                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
+                Ok(Some(_)) => {}
+                _ => tracing::debug!("sweeping expired state failed; tried again later"),
+            }
+        }
+    })
+    .abort_handle()
+}
+
+/// The error for a failed statement about `what`.
+pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
+    let kind = match err.code() {
+        Some(code) => {
+            let c = code.code();
+            if *code == SqlState::NUMERIC_VALUE_OUT_OF_RANGE {
+                ErrorKind::InvalidInput
+            } else if c.starts_with("08")
+                || c.starts_with("53")
+                || c.starts_with("57")
+                || c.starts_with("58")
+                || *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
+            {
+                // Connection failures, resources, shutdown, a read-only
+                // standby: trying again later may succeed.
+                ErrorKind::Unavailable
+            } else if *code == SqlState::INVALID_PASSWORD
+                || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+            {
+                ErrorKind::Unavailable
+            } else {
+                ErrorKind::Protocol
+            }
+        }
+        None if err.is_closed() => ErrorKind::Unavailable,
+        // I/O, TLS and connection errors carry no SQL state.
+        None => ErrorKind::Unavailable,
+    };
+    let message = match err.code() {
+        Some(code)
+            if *code == SqlState::UNDEFINED_FUNCTION
+                || *code == SqlState::UNDEFINED_TABLE
+                || *code == SqlState::INVALID_SCHEMA_NAME =>
+        {
+            format!("{what}: lockguard's schema is missing or was changed")
+        }
+        _ => what.to_owned(),
+    };
+    Error::new(kind, message).with_source(err)
+}
+
+/// The error for a connection the pool could not hand out.
+fn pool_error(err: PoolError, what: &str) -> Error {
+    match err {
+        PoolError::Backend(e) => pg_error(e, what),
+        PoolError::Timeout(_) => Error::new(
+            ErrorKind::Unavailable,
+            format!("{what}: no postgres connection could be had in time"),
+        ),
+        other => Error::new(ErrorKind::Unavailable, what.to_owned()).with_source(other),
+    }
+}
+
+/// A connect that timed out or was answered with garbage means the server
+/// cannot be reached.
+fn unreachable(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::Timeout | ErrorKind::Protocol if e.message().starts_with("connecting") => {
+            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+        }
+        _ => e,
+    }
+}
+
+/// The reply's column `i`, or a protocol error naming `what`.
+fn column<'a, T>(row: &'a Row, i: usize, what: &str) -> Result<T>
+where
+    T: tokio_postgres::types::FromSql<'a>,
+{
+    row.try_get(i).map_err(|e| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("{what}: unexpected reply from postgres"),
+        )
+        .with_source(e)
+    })
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
+}
+
+fn ttl_ms(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(0, ms)
+}
+
+fn permits(resource: Resource) -> i32 {
+    match resource {
+        Resource::Lock => 1,
+        // At most MAX_PERMITS (1,000,000).
+        Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
+    }
+}
+
+/// A channel name PostgreSQL accepts (at most 63 bytes): the channel
+/// itself, or its end, which holds the client's random token.
+pub(crate) fn pg_channel(channel: &str) -> &str {
+    const MAX: usize = 63;
+    if channel.len() <= MAX {
+        return channel;
+    }
+    let mut start = channel.len() - MAX;
+    while !channel.is_char_boundary(start) {
+        start += 1;
+    }
+    &channel[start..]
+}
+
+impl PostgresStore {
+    /// Runs `fut` under `timeout`.
+    async fn bounded<T>(
+        &self,
+        timeout: Duration,
+        what: impl FnOnce() -> String,
+        fut: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!("{}: no answer from postgres within {timeout:?}", what()),
+            )),
+        }
+    }
+
+    /// Runs one statement on a pooled connection and returns its rows:
+    /// one round trip once the connection has the statement prepared.
+    async fn query(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        what: impl Fn() -> String,
+    ) -> Result<Vec<Row>> {
+        self.bounded(self.opts.response_timeout, &what, async {
+            let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
+            let stmt = conn
+                .prepare_cached(sql)
+                .await
+                .map_err(|e| pg_error(e, &what()))?;
+            conn.query(&stmt, params)
+                .await
+                .map_err(|e| pg_error(e, &what()))
+        })
+        .await
+    }
+
+    /// Like [`query`](Self::query), for a statement answering one row.
+    async fn query_one(
+        &self,
+        sql: &str,
+        params: &[&(dyn ToSql + Sync)],
+        what: impl Fn() -> String,
+    ) -> Result<Row> {
+        let mut rows = self.query(sql, params, &what).await?;
+        match rows.len() {
+            1 => Ok(rows.remove(0)),
+            n => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("{}: postgres answered {n} rows, not one", what()),
+            )),
+        }
+    }
+
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let what = || format!("acquiring {:?}", keys.lock);
+        let (wait, channel, attempt) = match place {
+            Some(p) => (
+                Some(ms(p.timeout)),
+                Some(pg_channel(p.channel)),
+                Some(i64::from(p.attempt)),
+            ),
+            None => (None, None, None),
+        };
+        let row = self
+            .query_one(
+                &self.sql.acquire,
+                &[
+                    &keys.lock,
+                    &token.as_str(),
+                    &ms(lease),
+                    &permits(keys.resource),
+                    &wait,
+                    &channel,
+                    &attempt,
+                ],
+                what,
+            )
+            .await?;
+        let taken: bool = column(&row, 0, &what())?;
+        let n: Option<i64> = column(&row, 1, &what())?;
+        match (taken, n.map(u64::try_from)) {
+            (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence),
+                keys: keys.clone(),
+            }),
+            (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
+            (false, _) => Ok(Attempt::Busy(None)),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unexpected reply ({taken}, {n:?})", what()),
+            )),
+        }
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let what = || format!("releasing {:?}", keys.lock);
+        let row = self
+            .query_one(
+                &self.sql.release,
+                &[&keys.lock, &token.as_str(), &permits(keys.resource)],
+                what,
+            )
+            .await?;
+        column(&row, 0, &what())
+    }
+
+    async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
+        let what = || format!("extending {:?}", keys.lock);
+        let row = self
+            .query_one(
+                &self.sql.extend,
+                &[&keys.lock, &token.as_str(), &ms(lease)],
+                what,
+            )
+            .await?;
+        column(&row, 0, &what())
+    }
+
+    async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
+        let what = || format!("inspecting {:?}", keys.lock);
+        let row = self
+            .query_one(&self.sql.inspect, &[&keys.lock], what)
+            .await?;
+        let holders: i64 = column(&row, 0, &what())?;
+        let left: Option<i64> = column(&row, 1, &what())?;
+        let waiters: i64 = column(&row, 2, &what())?;
+        let latest: Option<i64> = column(&row, 3, &what())?;
+        let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+        Ok(Occupancy {
+            holders: u32::try_from(holders).map_err(|_| garbage())?,
+            capacity: match keys.resource {
+                Resource::Lock => 1,
+                Resource::Semaphore { permits } => permits,
+            },
+            lease_left: left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            waiters: u64::try_from(waiters).map_err(|_| garbage())?,
+            latest_fence: latest
+                .and_then(|f| u64::try_from(f).ok())
+                .filter(|f| *f > 0)
+                .map(FencingToken::new),
+        })
+    }
+
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> Result<i64> {
+        let key = keys.value.as_str();
+        let what = || format!("adding to counter {key:?}");
+        let row = self
+            .query_one(&self.sql.counter_add, &[&key, &delta, &ttl_ms(ttl)], what)
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        column(&row, 0, &what())
+    }
+
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> Result<Result<i64, i64>> {
+        let key = keys.value.as_str();
+        let what = || format!("taking from counter {key:?}");
+        let row = self
+            .query_one(&self.sql.counter_take, &[&key, &n, &ttl_ms(ttl)], what)
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        let taken: bool = column(&row, 0, &what())?;
+        let value: i64 = column(&row, 1, &what())?;
+        Ok(if taken { Ok(value) } else { Err(value) })
+    }
+
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        let key = keys.value.as_str();
+        let what = || format!("reading counter {key:?}");
+        let rows = self.query(&self.sql.counter_get, &[&key], what).await?;
+        let Some(row) = rows.first() else {
+            return Ok((0, 0));
+        };
+        let value: i64 = column(row, 0, &what())?;
+        let version: i64 = column(row, 1, &what())?;
+        Ok((value, version.max(0).unsigned_abs()))
+    }
+
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<Result<u64, u64>> {
+        let key = keys.value.as_str();
+        let what = || format!("setting counter {key:?}");
+        let expected = expected.map(|v| v.to_string());
+        let row = self
+            .query_one(
+                &self.sql.counter_set,
+                &[&key, &value, &expected, &ttl_ms(ttl)],
+                what,
+            )
+            .await?;
+        let done: bool = column(&row, 0, &what())?;
+        let version: i64 = column(&row, 1, &what())?;
+        let version = version.max(0).unsigned_abs();
+        Ok(if done { Ok(version) } else { Err(version) })
+    }
+
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool> {
+        let key = keys.marks.as_str();
+        let what = || format!("marking {member:?} in {key:?}");
+        let row = self
+            .query_one(&self.sql.mark_once, &[&key, &member, &ttl_ms(ttl)], what)
+            .await?;
+        column(&row, 0, &what())
+    }
+
+    async fn rate_limit(&self, keys: &LimitKeys, op: LimitOp, cost: u64) -> Result<Decision> {
+        let key = keys.main.as_str();
+        let what = || format!("rate limiting {key:?}");
+        let cost = i64::try_from(cost).map_err(|_| {
+            Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
+        })?;
+        match op {
+            LimitOp::Gcra(p) => {
+                let row = self
+                    .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost], what)
+                    .await?;
+                let allowed: bool = column(&row, 0, &what())?;
+                let used: i64 = column(&row, 1, &what())?;
+                let retry: i64 = column(&row, 2, &what())?;
+                Ok(gcra::decide(p, allowed, used, retry))
+            }
+            LimitOp::Fixed { limit, period_us } => {
+                let window_ms =
+                    i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let row = self
+                    .query_one(
+                        &self.sql.fixed_window,
+                        &[&key, &limit_i, &window_ms, &cost],
+                        what,
+                    )
+                    .await?;
+                let allowed: bool = column(&row, 0, &what())?;
+                let used: i64 = column(&row, 1, &what())?;
+                let left_ms: i64 = column(&row, 2, &what())?;
+                // As on Redis: the window is over 1 ms after the time left.
+                let reset = (left_ms + 1) * 1000;
+                Ok(fixed_window::decide(
+                    limit,
+                    allowed,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    reset,
+                ))
+            }
+            LimitOp::Sliding { limit, period_us } => {
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let row = self
+                    .query_one(
+                        &self.sql.sliding_window,
+                        &[&key, &limit_i, &period_us, &cost],
+                        what,
+                    )
+                    .await?;
+                let allowed: bool = column(&row, 0, &what())?;
+                let used: i64 = column(&row, 1, &what())?;
+                let reset: i64 = column(&row, 2, &what())?;
+                let retry: i64 = column(&row, 3, &what())?;
+                Ok(sliding_window::decide(
+                    limit,
+                    allowed,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    retry,
+                ))
+            }
+        }
+    }
+
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let what = || format!("writing fenced {key:?}");
+        let rows = self
+            .query(
+                &self.sql.fenced_write,
+                &[&key, &token.to_string(), &value],
+                what,
+            )
+            .await?;
+        Ok(!rows.is_empty())
+    }
+
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        let what = || format!("reading fenced {key:?}");
+        let rows = self.query(&self.sql.fenced_read, &[&key], what).await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let fence: String = column(row, 0, &what())?;
+        let value: Vec<u8> = column(row, 1, &what())?;
+        let fence = fence.parse::<u64>().map_err(|_| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unreadable token {fence:?}", what()),
+            )
+        })?;
+        Ok(Some((fence, value)))
+    }
+}
+
+fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| {
+        if e.is_invalid_input() {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("counter {key:?}: increment or decrement would overflow"),
+            )
+            .with_source(e)
+        } else {
+            e
+        }
+    }
+}
+
+impl LockBackend for PostgresStore {
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::release(self, keys, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    }
+
+    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(Self::inspect(self, keys))
+    }
+}
+
+impl DataBackend for PostgresStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::boxed(Self::counter_get(self, keys))
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
+    }
+
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys,
+        op: LimitOp,
+        cost: u64,
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost))
+    }
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::boxed(Self::fenced_read(self, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_fit_postgres_and_keep_their_token() {
+        let short = "lockguard:waiters:0123456789abcdef0123456789abcdef";
+        assert_eq!(pg_channel(short), short);
+        let long = format!("{}waiters:0123456789abcdef0123456789abcdef", "é".repeat(40));
+        let c = pg_channel(&long);
+        assert!(c.len() <= 63 && long.ends_with(c), "{c}");
+        assert!(c.ends_with("0123456789abcdef0123456789abcdef"));
+    }
+}

@@ -1,0 +1,242 @@
+//! Failures of a real PostgreSQL: the server killed and restarted, paused
+//! with SIGSTOP, and the client's backends terminated
+//! (`pg_terminate_backend`) while a lock is held and a waiter waits.
+
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Client, ErrorKind};
+use lockguard_testing::PostgresServer;
+
+use crate::support::{a_waiter_is_woken_by_the_handoff, eventually};
+
+async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(response_timeout)
+        .connect_postgres(&server.url())
+        .await
+        .expect("connect to postgres")
+}
+
+/// The rows of lockguard's holders table, read from outside the client.
+fn holders(server: &PostgresServer) -> u64 {
+    server
+        .psql("SELECT count(*) FROM lockguard.holders WHERE expires_at > clock_timestamp()")
+        .parse()
+        .expect("a count")
+}
+
+/// Killed (SIGKILL, every backend): operations fail fast as unavailable.
+/// Restarted on the same data: the client recovers by itself, and a lock
+/// held across the crash is still held (the lease table is durable), with
+/// tokens still increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_postgres_fails_fast_and_the_client_recovers_after_restart() {
+    let mut server = PostgresServer::start();
+    let timeout = Duration::from_millis(500);
+    let lg = connect(&server, timeout).await;
+    let held = lg
+        .lock("across-crash")
+        .lease(Duration::from_secs(60))
+        .acquire()
+        .await
+        .unwrap();
+
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = lg.lock("k").try_acquire().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            err.is_unavailable() || err.kind() == ErrorKind::Timeout,
+            "{err}"
+        );
+        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
+    }
+
+    server.restart();
+    let recovered = eventually(Duration::from_secs(15), || {
+        let lg = lg.clone();
+        async move {
+            match lg.lock("k").try_acquire().await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(e) => {
+                    assert!(e.is_unavailable() || e.kind() == ErrorKind::Timeout, "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(recovered, "client did not recover after the restart");
+    let other = connect(&server, Duration::from_secs(2)).await;
+    let err = other.lock("across-crash").try_acquire().await.unwrap_err();
+    assert!(
+        err.is_busy(),
+        "the lock held across the crash was lost: {err}"
+    );
+    let after = other.lock("after-crash").try_acquire().await.unwrap();
+    assert!(after.fencing_token() > held.fencing_token());
+    assert!(held.release().await.unwrap());
+    assert!(after.release().await.unwrap());
+}
+
+/// The server stops answering (SIGSTOP): the holder's renewals fail, the
+/// guard signals the loss before its lease ends, a second client acquires
+/// after the pause, and a write fenced with the first token is rejected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_postgres_makes_the_holder_lose_its_lease_and_its_fence() {
+    let mut server = PostgresServer::start();
+    let a = connect(&server, Duration::from_millis(150)).await;
+    let b = connect(&server, Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(600);
+    let first = a.lock("paused").watchdog(lease).acquire().await.unwrap();
+    let acquired_at = Instant::now();
+    let lost = first.lost();
+
+    server.pause();
+    let err = tokio::time::timeout(lease * 2, lost)
+        .await
+        .expect("loss not signalled within the lease");
+    let signalled = acquired_at.elapsed();
+    server.resume();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        signalled < lease,
+        "loss signalled after {signalled:?}, past the lease"
+    );
+    assert!(!first.is_held());
+
+    let second = b
+        .lock("paused")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(second.fencing_token() > first.fencing_token());
+    b.fenced("paused:res")
+        .write(second.fencing_token(), "b")
+        .await
+        .unwrap();
+    let stale = a
+        .fenced("paused:res")
+        .write(first.fencing_token(), "a")
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!first.release().await.unwrap());
+    assert!(second.release().await.unwrap());
+}
+
+/// A grant that arrives after the attempt timed out (the server was paused
+/// past the lease) is given back at once, not left held by nobody until
+/// its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_grant_is_refused_and_released() {
+    let mut server = PostgresServer::start();
+    let lg = connect(&server, Duration::from_secs(3)).await;
+    // The pool has a connection with the statement ready.
+    let warm = lg.lock("warm").try_acquire().await.unwrap();
+    assert!(warm.release().await.unwrap());
+    let lease = Duration::from_millis(300);
+    server.pause();
+    let lg2 = lg.clone();
+    let attempt = tokio::spawn(async move { lg2.lock("late").lease(lease).try_acquire().await });
+    tokio::time::sleep(lease * 2).await;
+    server.resume();
+    let err = attempt.await.unwrap().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    let gone = eventually(Duration::from_secs(2), || async { holders(&server) == 0 }).await;
+    assert!(gone, "the late grant was kept");
+}
+
+/// Every backend of the clients is terminated (`pg_terminate_backend`)
+/// while a lock is held and a waiter waits: the lease is not tied to a
+/// connection, so the holder keeps its lock (its watchdog renews on a new
+/// connection); the waiter's listening connection comes back, and the
+/// release still reaches it as a handoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_keep_the_lock_and_the_waiters() {
+    let server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let guard = holder
+        .lock("terminated")
+        .watchdog(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = Client::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = w
+            .lock("terminated")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("terminated").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    let killed: u64 = server
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .parse()
+        .unwrap();
+    assert!(killed >= 2, "only {killed} backends were terminated");
+    // Three renewal periods: the watchdog renews on new connections.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(
+        guard.is_held(),
+        "the holder lost its lock with its connection"
+    );
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let got = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap();
+    let waited = got - released;
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+    // And the listening connection works for the next handoff too.
+    a_waiter_is_woken_by_the_handoff(&holder, waiter, "terminated:again").await;
+}
+
+/// A server that is not there, and malformed settings, are clear errors.
+#[tokio::test]
+async fn unreachable_and_malformed_settings_are_clear_errors() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let started = Instant::now();
+    let err = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect_postgres(&format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    for bad in ["postgres://h:x/db", "definitely not a url=", ""] {
+        let err = Client::connect_postgres(bad).await.unwrap_err();
+        assert!(
+            err.is_invalid_input() || err.is_unavailable(),
+            "{bad:?}: {err}"
+        );
+    }
+}
