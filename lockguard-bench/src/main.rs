@@ -1,6 +1,8 @@
 //! The lockguard load benchmark: lock cycles, contention, rate limiting and
 //! the in-memory store, each beside raw redis-rs doing the same Redis
-//! commands in the same run, against a `redis-server` it starts itself.
+//! commands in the same run, against a `redis-server` it starts itself;
+//! and the PostgreSQL store beside raw tokio-postgres running the same
+//! statements, against a server it starts.
 //!
 //! ```sh
 //! cargo run --release -p lockguard-bench                      # print the tables
@@ -19,6 +21,7 @@ use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
 mod http;
+mod postgres;
 mod raw;
 mod stats;
 
@@ -820,6 +823,9 @@ async fn main() {
     }
     if run("http") {
         http_layers(&mut b).await;
+    }
+    if run("postgres") {
+        postgres::section(&mut b).await;
     }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");

@@ -1,0 +1,364 @@
+//! The PostgreSQL store beside raw tokio-postgres running the same
+//! statements (the same function calls, prepared once per connection) over
+//! the same kind of pool, against a server the harness starts.
+//!
+//! Round trips are counted by the server: every statement lockguard sends
+//! is its own transaction, so the transactions the database committed or
+//! rolled back (`pg_stat_database`), read once the clients have closed
+//! their connections (a backend reports its counts when it exits), are the
+//! statements the clients sent.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use lockguard_core::{Algorithm, Client, Quota};
+use lockguard_testing::PostgresServer;
+
+use crate::stats::{percentile, us};
+use crate::{Bench, Contention, HOLD, Recorder, THINK, hold, throughput};
+
+/// A pool like lockguard's own: 16 connections, handed out untested.
+fn raw_pool(server: &PostgresServer) -> Pool {
+    let config: tokio_postgres::Config = server.url().parse().expect("url");
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .expect("pool")
+}
+
+async fn lockguard(server: &PostgresServer) -> Client {
+    Client::connect_postgres(&server.url())
+        .await
+        .expect("connect to postgres")
+}
+
+const ACQUIRE: &str = "SELECT * FROM lockguard.acquire($1, $2, $3, $4, $5, $6, $7)";
+const RELEASE: &str = "SELECT lockguard.release($1, $2, $3)";
+
+/// One raw attempt at the lock (never queued); whether it was taken.
+async fn raw_try_lock(pool: &Pool, key: &str, token: &str) -> bool {
+    let conn = pool.get().await.expect("connection");
+    let stmt = conn.prepare_cached(ACQUIRE).await.expect("prepare");
+    let none: Option<i64> = None;
+    let no_channel: Option<&str> = None;
+    let row = conn
+        .query_one(
+            &stmt,
+            &[&key, &token, &30_000i64, &1i32, &none, &no_channel, &none],
+        )
+        .await
+        .expect("acquire");
+    row.get(0)
+}
+
+async fn raw_unlock(pool: &Pool, key: &str, token: &str) {
+    let conn = pool.get().await.expect("connection");
+    let stmt = conn.prepare_cached(RELEASE).await.expect("prepare");
+    let released: bool = conn
+        .query_one(&stmt, &[&key, &token, &1i32])
+        .await
+        .expect("release")
+        .get(0);
+    assert!(released);
+}
+
+/// What the server counted so far, once every other client has closed its
+/// connections (a backend reports its counts as it exits).
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    /// Calls of the functions a client calls (not those they call).
+    statements: u64,
+    /// Transactions committed or rolled back.
+    transactions: u64,
+}
+
+impl std::ops::Sub for Counts {
+    type Output = Counts;
+
+    fn sub(self, before: Counts) -> Counts {
+        Counts {
+            statements: self.statements - before.statements,
+            transactions: self.transactions - before.transactions,
+        }
+    }
+}
+
+async fn counts(server: &PostgresServer) -> Counts {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let out = server.psql(
+        "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions \
+                 WHERE funcname IN ('acquire', 'release', 'extend', 'inspect', 'gcra', \
+                                    'fixed_window', 'sliding_window')) \
+             || ' ' || \
+             (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres')",
+    );
+    let (a, b) = out.split_once(' ').expect("two counts");
+    Counts {
+        statements: a.parse().expect("a count"),
+        transactions: b.parse().expect("a count"),
+    }
+}
+
+pub(crate) async fn section(b: &mut Bench) {
+    let server = PostgresServer::start();
+    // The schema, created once; calls of its functions counted.
+    drop(lockguard(&server).await);
+    server.psql("ALTER SYSTEM SET track_functions = 'pl'");
+    server.psql("SELECT pg_reload_conf()");
+    b.line(
+        "\n## PostgreSQL: the same statements through lockguard and through raw tokio-postgres\n",
+    );
+    b.line("A `postgres` server the harness starts (PostgreSQL's defaults but `fsync=off`), on loopback TCP. The yardstick is raw tokio-postgres calling the same functions of lockguard's schema through the same kind of pool (deadpool-postgres, 16 connections, `RecyclingMethod::Fast`), each statement prepared once per connection. Statements are counted by the server (`pg_stat_user_functions`, calls of the functions a client calls), over the whole run, once the clients have closed their connections.\n");
+    uncontended(b, &server).await;
+    contention(b, &server).await;
+    limiters(b, &server).await;
+}
+
+async fn uncontended(b: &mut Bench, server: &PostgresServer) {
+    b.line("### Uncontended lock + unlock cycles (distinct keys)\n");
+    b.line("| tasks | lockguard cycles/s | raw tokio-postgres cycles/s | ratio | statements / cycle (lockguard) |");
+    b.line("|---:|---:|---:|---:|---:|");
+    for tasks in [1, 16] {
+        let before = counts(server).await;
+        let lg = lockguard(server).await;
+        let cycles = Arc::new(AtomicU64::new(0));
+        let counted = cycles.clone();
+        let lg_rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let lock = lg.lock(&format!("u:{t}")).lease(Duration::from_secs(30));
+            let counted = counted.clone();
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.try_acquire().await.expect("uncontended acquire");
+                    assert!(g.release().await.expect("release"));
+                    done.fetch_add(1, Ordering::Relaxed);
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        drop(lg);
+        let counted = counts(server).await - before;
+        let per = counted.statements as f64 / cycles.load(Ordering::Relaxed).max(1) as f64;
+        let pool = raw_pool(server);
+        let raw_rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let pool = pool.clone();
+            async move {
+                let key = format!("raw:u:{t}");
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let token = format!("{t}-{n}");
+                    assert!(raw_try_lock(&pool, &key, &token).await);
+                    raw_unlock(&pool, &key, &token).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let ratio = lg_rate / raw_rate;
+        b.line(&format!(
+            "| {tasks} | {lg_rate:.0} | {raw_rate:.0} | {ratio:.2}x | {per:.2} |"
+        ));
+        b.target(
+            &format!("postgres: uncontended lock cycles ≥ 0.9x raw, {tasks} tasks"),
+            format!("{ratio:.3}x"),
+            ratio >= 0.9,
+        );
+        b.target(
+            &format!("postgres: one statement per operation (2 per cycle), {tasks} tasks"),
+            format!("{per:.2}"),
+            per <= 2.01,
+        );
+    }
+}
+
+async fn contention(b: &mut Bench, server: &PostgresServer) {
+    b.line(&format!(
+        "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
+    ));
+    b.line("*lockguard*: each contender builds its own client (its own pool and listening connection), as separate processes do; waiters queue and are handed the lock with `NOTIFY`. *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend). Server transactions / acquisition: every transaction the server ran, which also counts the listening connections: on each `NOTIFY` PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so a handoff costs the server work in every listening connection, one per client, though only the one waiter's client is told.\n");
+    b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | min/max per contender |");
+    b.line("|---:|---|---:|---:|---:|---:|---:|---:|");
+    for tasks in [4, 16] {
+        let before = counts(server).await;
+        let mut clients = Vec::new();
+        for _ in 0..tasks {
+            clients.push(lockguard(server).await);
+        }
+        let rec = Recorder::new(tasks);
+        let rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let lock = clients[t]
+                .lock("contended")
+                .lease(Duration::from_secs(10))
+                .wait(Duration::from_secs(60));
+            let rec = rec.clone();
+            async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let g = lock.acquire().await.expect("acquire");
+                    rec.acquired(t);
+                    hold().await;
+                    rec.releasing(t);
+                    g.release().await.expect("release");
+                    done.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(THINK).await;
+                }
+            }
+        })
+        .await;
+        drop(clients);
+        let c = rec.finish(rate);
+        let counted = counts(server).await - before;
+        let per = counted.statements as f64 / c.acquisitions.max(1) as f64;
+        row(b, tasks, "lockguard", &c, counted);
+        if tasks == 16 {
+            b.target(
+                "postgres: ≤ 4 statements per acquisition, 16 contenders",
+                format!("{per:.2}"),
+                per <= 4.0,
+            );
+        }
+
+        let before = counts(server).await;
+        let pools: Vec<Pool> = (0..tasks).map(|_| raw_pool(server)).collect();
+        let rec = Recorder::new(tasks);
+        let rate = throughput(tasks, b.run_for, |t, stop, done| {
+            let pool = pools[t].clone();
+            let rec = rec.clone();
+            async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let token = format!("{t}-{n}");
+                    while !raw_try_lock(&pool, "raw:contended", &token).await {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    rec.acquired(t);
+                    hold().await;
+                    rec.releasing(t);
+                    raw_unlock(&pool, "raw:contended", &token).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                    tokio::time::sleep(THINK).await;
+                }
+            }
+        })
+        .await;
+        drop(pools);
+        let raw = rec.finish(rate);
+        row(b, tasks, "raw spin", &raw, counts(server).await - before);
+        if tasks == 16 {
+            b.target(
+                "postgres: acquisitions/s ≥ 0.9x raw spin's, 16 contenders",
+                format!("{:.0}/s vs {:.0}/s", c.rate, raw.rate),
+                c.rate >= 0.9 * raw.rate,
+            );
+            let (p50, raw_p50) = (
+                percentile(&c.handoffs, 50.0),
+                percentile(&raw.handoffs, 50.0),
+            );
+            b.target(
+                "postgres: handoff p50 ≤ raw spin's, 16 contenders",
+                format!("{} vs {}", us(p50), us(raw_p50)),
+                p50 <= raw_p50,
+            );
+        }
+    }
+}
+
+fn row(b: &mut Bench, tasks: usize, variant: &str, c: &Contention, counted: Counts) {
+    let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
+    b.line(&format!(
+        "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+        c.rate,
+        us(percentile(&c.handoffs, 50.0)),
+        us(percentile(&c.handoffs, 99.0)),
+        per(counted.statements),
+        per(counted.transactions),
+        c.evenness,
+    ));
+}
+
+async fn limiters(b: &mut Bench, server: &PostgresServer) {
+    b.line("\n### Rate-limit decisions (16 tasks, distinct keys)\n");
+    b.line("| algorithm | lockguard decisions/s | raw call of the same function | ratio |");
+    b.line("|---|---:|---:|---:|");
+    let quota = Quota::per_second(1_000_000);
+    for (algorithm, name) in [
+        (Algorithm::Gcra, "GCRA"),
+        (Algorithm::FixedWindow, "fixed window"),
+        (Algorithm::SlidingWindow, "sliding window log"),
+    ] {
+        let lg = lockguard(server).await;
+        let limiter = lg.rate_limiter("bench", quota).algorithm(algorithm);
+        let lg_rate = throughput(16, b.run_for, |t, stop, done| {
+            let limiter = limiter.clone();
+            async move {
+                let key = format!("k{t}");
+                while !stop.load(Ordering::Relaxed) {
+                    limiter.check(&key).await.expect("decision");
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        drop(limiter);
+        drop(lg);
+        let pool = raw_pool(server);
+        let raw_rate = throughput(16, b.run_for, |t, stop, done| {
+            let pool = pool.clone();
+            async move {
+                let key = format!("raw:rl:{algorithm:?}:{t}");
+                while !stop.load(Ordering::Relaxed) {
+                    raw_decision(&pool, algorithm, &key).await;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let ratio = lg_rate / raw_rate;
+        b.line(&format!(
+            "| {name} | {lg_rate:.0} | {raw_rate:.0} | {ratio:.2}x |"
+        ));
+        b.target(
+            &format!("postgres: {name} decisions ≥ 0.9x raw"),
+            format!("{ratio:.3}x"),
+            ratio >= 0.9,
+        );
+    }
+}
+
+/// The decision lockguard makes for 1,000,000 per second, cost 1.
+async fn raw_decision(pool: &Pool, algorithm: Algorithm, key: &str) {
+    let conn = pool.get().await.expect("connection");
+    let (sql, params): (&str, Vec<i64>) = match algorithm {
+        Algorithm::Gcra => (
+            "SELECT * FROM lockguard.gcra($1, $2, $3, $4)",
+            vec![1, 1_000_000, 1],
+        ),
+        Algorithm::FixedWindow => (
+            "SELECT * FROM lockguard.fixed_window($1, $2, $3, $4)",
+            vec![1_000_000, 1_000, 1],
+        ),
+        _ => (
+            "SELECT * FROM lockguard.sliding_window($1, $2, $3, $4)",
+            vec![1_000_000, 1_000_000, 1],
+        ),
+    };
+    let stmt = conn.prepare_cached(sql).await.expect("prepare");
+    conn.query_one(&stmt, &[&key, &params[0], &params[1], &params[2]])
+        .await
+        .expect("decision");
+}
