@@ -9,8 +9,8 @@ use std::time::Duration;
 use lockguard_core::{Builder, Client};
 use tokio::time::Instant;
 
-use crate::support::{Env, eventually};
-use crate::{Queue, SETTLE, until_queue_empty, until_queued};
+use crate::support::Env;
+use crate::{Queue, SETTLE, until_queue_holds, until_queued};
 
 /// Set to the Redis URL, makes `child_waiter` queue for "victim".
 const CHILD_ENV: &str = "LOCKGUARD_QUEUE_CHILD";
@@ -179,16 +179,12 @@ async fn giving_up_leaves_the_queue(env: Env, how: GiveUp) {
             assert!(err.is_busy(), "{err}");
         }
     }
-    match &env.server {
-        Some(server) => {
-            let left = eventually(Duration::from_secs(2), || async {
-                queue.len(server).await == 1
-            })
-            .await;
-            assert!(left, "the waiter that gave up is still queued");
-        }
+    if env.real_time() {
+        // The waiter that gave up leaves the queue.
+        until_queue_holds(&env, queue, 1, Duration::from_secs(2)).await;
+    } else {
         // Let its leaving, in the background, run.
-        None => tokio::time::sleep(SETTLE).await,
+        tokio::time::sleep(SETTLE).await;
     }
     let released = Instant::now();
     assert!(guard.release().await.unwrap());
@@ -201,7 +197,7 @@ async fn giving_up_leaves_the_queue(env: Env, how: GiveUp) {
         delay < Duration::from_secs(2),
         "the waiter behind waited {delay:?} after the release"
     );
-    until_queue_empty(&env, queue, Duration::from_secs(2)).await;
+    until_queue_holds(&env, queue, 0, Duration::from_secs(2)).await;
     // Nobody left in the queue (the only check the memory store allows): a
     // try_acquire gets the free lock, not handed to a waiter that is gone.
     let outsider = env.client().await;
@@ -212,6 +208,18 @@ async fn giving_up_leaves_the_queue(env: Env, how: GiveUp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquire_leaves_the_queue() {
     giving_up_leaves_the_queue(Env::redis(), GiveUp::Dropped).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquire_leaves_the_queue_on_postgres() {
+    giving_up_leaves_the_queue(Env::postgres(), GiveUp::Dropped).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_wait_leaves_the_queue_on_postgres() {
+    giving_up_leaves_the_queue(Env::postgres(), GiveUp::WaitOver).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -61,38 +61,60 @@ impl Queue<'_> {
 /// is queued: arrivals are ordered exactly, not by luck.
 const SETTLE: Duration = Duration::from_millis(10);
 
-/// Waits until exactly `n` waiters are queued: on Redis by watching the
-/// queue's size (for at most 10 s); on memory (tests with paused time only)
-/// by letting the waiters spawned so far run until they wait.
+impl Queue<'_> {
+    /// How many waiters a store with its own clock has queued, seen through
+    /// a client's inspection (one round trip); `None` on memory.
+    async fn waiting(self, env: &Env) -> Option<u64> {
+        #[cfg(feature = "postgres")]
+        if env.postgres.is_some() {
+            let lg = env.client().await;
+            let seen = match self {
+                Self::Lock(name) => lg.lock(name).inspect().await,
+                Self::Semaphore(name) => lg.semaphore(name, 1).inspect().await,
+            };
+            return Some(seen.expect("inspect").waiters);
+        }
+        match &env.server {
+            Some(server) => Some(self.len(server).await),
+            None => None,
+        }
+    }
+}
+
+/// Waits until exactly `n` waiters are queued: on the real stores by
+/// watching the queue's size (for at most 10 s); on memory (tests with
+/// paused time only) by letting the waiters spawned so far run until they
+/// wait.
 async fn until_queued(env: &Env, queue: Queue<'_>, n: u64) {
-    let Some(server) = &env.server else {
+    if !env.real_time() {
         tokio::time::sleep(SETTLE).await;
         return;
     };
     let reached = eventually(Duration::from_secs(10), || async {
-        queue.len(server).await == n
+        queue.waiting(env).await == Some(n)
     })
     .await;
     assert!(
         reached,
-        "{n} waiters never queued in {} (now {})",
+        "{n} waiters never queued in {} (now {:?})",
         queue.key(),
-        queue.len(server).await
+        queue.waiting(env).await
     );
 }
 
-/// Waits until the Redis queue is empty (for at most `within`); on memory,
-/// where the queue cannot be seen, a caller checks with a `try_acquire`.
-async fn until_queue_empty(env: &Env, queue: Queue<'_>, within: Duration) {
-    let Some(server) = &env.server else {
+/// Waits until the queue holds `n` waiters (for at most `within`) on the
+/// real stores; on memory, where the queue cannot be seen, a caller checks
+/// with a `try_acquire`.
+async fn until_queue_holds(env: &Env, queue: Queue<'_>, n: u64, within: Duration) {
+    if !env.real_time() {
         return;
-    };
-    let empty = eventually(within, || async { queue.len(server).await == 0 }).await;
+    }
+    let reached = eventually(within, || async { queue.waiting(env).await == Some(n) }).await;
     assert!(
-        empty,
-        "{} still holds {} waiters",
+        reached,
+        "{} holds {:?} waiters, not {n}",
         queue.key(),
-        queue.len(server).await
+        queue.waiting(env).await
     );
 }
 

@@ -68,6 +68,12 @@ async fn fifo_order_across_8_clients() {
     fifo_order(Env::redis()).await;
 }
 
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_across_8_clients_on_postgres() {
+    fifo_order(Env::postgres()).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn fifo_order_across_8_peers_on_memory() {
     fifo_order(Env::memory()).await;
@@ -93,8 +99,8 @@ async fn try_acquire_neither_queues_nor_barges(env: Env) {
     });
     until_queued(&env, queue, 1).await;
     assert_busy(outsider.lock("strict").try_acquire().await, "while held");
-    if let Some(server) = &env.server {
-        assert_eq!(queue.len(server).await, 1, "try_acquire joined the queue");
+    if let Some(n) = queue.waiting(&env).await {
+        assert_eq!(n, 1, "try_acquire joined the queue");
     }
     let old = guard.fencing_token();
     assert!(guard.release().await.unwrap());
@@ -118,6 +124,12 @@ async fn try_acquire_neither_queues_nor_barges(env: Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_redis() {
     try_acquire_neither_queues_nor_barges(Env::redis()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_neither_queues_nor_barges_on_postgres() {
+    try_acquire_neither_queues_nor_barges(Env::postgres()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -231,6 +243,12 @@ async fn semaphore_order(env: Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order() {
     semaphore_order(Env::redis()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_in_fifo_order_on_postgres() {
+    semaphore_order(Env::postgres()).await;
 }
 
 #[tokio::test(start_paused = true)]
