@@ -70,7 +70,10 @@ trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; "${as_pg[@
 "${as_pg[@]}" "$(pg_bin)/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
 "${as_pg[@]}" "$(pg_bin)/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-c listen_addresses='' -k $pgdir -p 5432" start >/dev/null
-DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres" cargo run --quiet --example flash_sale
+export DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres"
+cargo run --quiet --example flash_sale
+cargo run --quiet --example postgres_fenced
+unset DATABASE_URL
 
 echo
 echo "tests: $summary"

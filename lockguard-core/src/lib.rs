@@ -196,44 +196,15 @@ mod limiter;
 mod fenced;
 // The client handle.
 mod client;
+// The PostgreSQL store's extras for applications: the schema's SQL, fenced
+// writes to their own tables.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
-
-/// The PostgreSQL store's extras: the SQL of lockguard's schema, for
-/// creating it by hand, and the driver crates the store is built on, so an
-/// application hands in a pool and settings of the same versions.
-///
-/// Connect with [`Client::connect_postgres`] or the `connect_postgres*`
-/// methods of [`Builder`].
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres {
-    pub use deadpool_postgres;
-    pub use tokio_postgres;
-
-    /// The SQL that creates lockguard's tables and functions in `schema`
-    /// (or brings them up to date), for a database administrator who
-    /// creates them by hand. Clients create them on first connect when
-    /// they are missing; nothing in it drops a table.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
-    /// schema name that is not a lowercase identifier.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// let sql = lockguard_core::postgres::migration_sql("app_locks")?;
-    /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS app_locks.holders"));
-    /// # Ok::<(), lockguard_core::Error>(())
-    /// ```
-    pub fn migration_sql(schema: &str) -> crate::Result<String> {
-        crate::backend::postgres::migration_sql(schema)
-    }
-}
 
 pub use backend::Occupancy;
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};

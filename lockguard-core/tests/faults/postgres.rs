@@ -240,3 +240,86 @@ async fn unreachable_and_malformed_settings_are_clear_errors() {
         );
     }
 }
+
+/// The application's own table, fenced: the holder whose lease ran out
+/// (paused past it) writes after the next holder did, and its write is
+/// refused in the same statement; the next holder's stands. A missing row
+/// is told apart from a stale token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_table_refuses_the_write_of_a_holder_whose_lease_ran_out() {
+    use lockguard_core::postgres::{FencedTable, tokio_postgres};
+
+    let server = PostgresServer::shared();
+    let (db, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    db.batch_execute(
+        "CREATE TABLE fenced_orders (id bigint PRIMARY KEY, status text NOT NULL);
+         INSERT INTO fenced_orders VALUES (42, 'new');",
+    )
+    .await
+    .unwrap();
+    let orders = FencedTable::new("fenced_orders", "id").unwrap();
+    db.batch_execute(&orders.add_column_sql()).await.unwrap();
+    // Twice: the column is added once.
+    db.batch_execute(&orders.add_column_sql()).await.unwrap();
+
+    let a = connect(server, Duration::from_secs(2)).await;
+    let b = connect(server, Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(300);
+    let first = a.lock("fenced-order").lease(lease).acquire().await.unwrap();
+    // The first holder stalls past its lease; the second takes over.
+    tokio::time::sleep(lease + Duration::from_millis(100)).await;
+    let second = b
+        .lock("fenced-order")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        orders
+            .update(&db, &42i64, second.fencing_token(), &[("status", &"paid")])
+            .await
+            .unwrap()
+    );
+    let stale = orders
+        .update(
+            &db,
+            &42i64,
+            first.fencing_token(),
+            &[("status", &"cancelled")],
+        )
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    let row = db
+        .query_one("SELECT status, fence FROM fenced_orders WHERE id = 42", &[])
+        .await
+        .unwrap();
+    assert_eq!(row.get::<_, String>(0), "paid");
+    assert_eq!(
+        row.get::<_, lockguard_core::FencingToken>(1),
+        second.fencing_token()
+    );
+    // The same token again is fine (a retry of the holder's own write).
+    assert!(
+        orders
+            .update(
+                &db,
+                &42i64,
+                second.fencing_token(),
+                &[("status", &"shipped")]
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !orders
+            .update(&db, &7i64, second.fencing_token(), &[("status", &"paid")])
+            .await
+            .unwrap(),
+        "a missing row was written"
+    );
+    assert!(second.release().await.unwrap());
+}

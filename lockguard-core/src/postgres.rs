@@ -1,0 +1,226 @@
+//! The PostgreSQL store's extras for applications: the SQL of lockguard's
+//! schema, for creating it by hand; fenced writes to the application's own
+//! tables; and the driver crates the store is built on, so an application
+//! hands in a pool and settings of the same versions.
+//!
+//! Connect with [`Client::connect_postgres`](crate::Client::connect_postgres)
+//! or the `connect_postgres*` methods of [`Builder`](crate::Builder). What
+//! the store guarantees, and what a single database does and does not
+//! survive, is in the [safety notes](crate::safety).
+//!
+//! # Fencing the application's own rows
+//!
+//! A lock's [`FencingToken`] is a `bigint` to PostgreSQL. A table that keeps
+//! the token of each row's last write beside the row refuses the write of a
+//! holder whose lease ran out meanwhile (another holder, with a greater
+//! token, has written since), in the same statement as the write:
+//!
+//! ```sql
+//! ALTER TABLE orders ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
+//! UPDATE orders SET status = $2, fence = $3 WHERE id = $1 AND fence <= $3;
+//! ```
+//!
+//! [`FencedTable`] writes that statement for a table, runs it in one round
+//! trip and tells a stale token from a missing row:
+//!
+//! ```no_run
+//! # async fn run(db: &tokio_postgres::Client, lg: &lockguard_core::Client) -> lockguard_core::Result<()> {
+//! use lockguard_core::postgres::FencedTable;
+//!
+//! let orders = FencedTable::new("orders", "id")?;
+//! let guard = lg.lock("order:42").acquire().await?;
+//! let written = orders
+//!     .update(db, &42i64, guard.fencing_token(), &[("status", &"paid")])
+//!     .await?; // Err(StaleFencingToken) if a newer holder wrote first
+//! assert!(written, "no order 42");
+//! # Ok(()) }
+//! ```
+
+use tokio_postgres::types::ToSql;
+
+pub use deadpool_postgres;
+pub use tokio_postgres;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+
+/// The SQL that creates lockguard's tables and functions in `schema` (or
+/// brings them up to date), for a database administrator who creates them
+/// by hand. Clients create them on first connect when they are missing;
+/// nothing in it drops a table.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`] for a schema name that is not a lowercase
+/// identifier.
+///
+/// # Examples
+///
+/// ```
+/// let sql = lockguard_core::postgres::migration_sql("app_locks")?;
+/// assert!(sql.contains("CREATE TABLE IF NOT EXISTS app_locks.holders"));
+/// # Ok::<(), lockguard_core::Error>(())
+/// ```
+pub fn migration_sql(schema: &str) -> Result<String> {
+    crate::backend::postgres::migration_sql(schema)
+}
+
+/// A table of the application's whose rows carry the fencing token of
+/// their last write, in a `bigint` column (`fence` unless configured).
+/// See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct FencedTable {
+    table: String,
+    key: String,
+    fence: String,
+}
+
+/// Quotes an identifier (`schema.table` quoted part by part), refusing
+/// what cannot be one.
+fn identifier(what: &str, name: &str) -> Result<String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    if name.is_empty()
+        || parts.len() > 2
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || p.len() > 63 || p.contains(['"', '\0']))
+    {
+        return Err(Error::invalid(format!(
+            "{what} {name:?} is not a usable identifier"
+        )));
+    }
+    Ok(parts
+        .iter()
+        .map(|p| format!("\"{p}\""))
+        .collect::<Vec<_>>()
+        .join("."))
+}
+
+impl FencedTable {
+    /// The table `table` (`name` or `schema.name`, as created: quoted
+    /// names are case-sensitive) whose rows are found by the column `key`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for names that cannot be identifiers.
+    pub fn new(table: &str, key: &str) -> Result<Self> {
+        Ok(Self {
+            table: identifier("table", table)?,
+            key: identifier("key column", key)?,
+            fence: identifier("fence column", "fence")?,
+        })
+    }
+
+    /// The column holding the token (default `fence`).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a name that cannot be an identifier.
+    pub fn fence_column(mut self, column: &str) -> Result<Self> {
+        self.fence = identifier("fence column", column)?;
+        Ok(self)
+    }
+
+    /// The statement that adds the token column to the table (once).
+    pub fn add_column_sql(&self) -> String {
+        format!(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} bigint NOT NULL DEFAULT 0",
+            self.table, self.fence
+        )
+    }
+
+    /// The statement [`update`](Self::update) runs for these columns:
+    /// `$1` the key, `$2` the token, `$3...` the values. It answers the
+    /// row's token before the write (none: no such row) and whether it
+    /// wrote.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for no columns, or names that cannot be
+    /// identifiers.
+    pub fn update_sql(&self, columns: &[&str]) -> Result<String> {
+        if columns.is_empty() {
+            return Err(Error::invalid("a fenced update needs at least one column"));
+        }
+        let mut sets = Vec::with_capacity(columns.len() + 1);
+        for (i, c) in columns.iter().enumerate() {
+            sets.push(format!("{} = ${}", identifier("column", c)?, i + 3));
+        }
+        sets.push(format!("{} = $2", self.fence));
+        let (t, k, f) = (&self.table, &self.key, &self.fence);
+        Ok(format!(
+            "WITH current AS (SELECT {f} AS fence FROM {t} WHERE {k} = $1 FOR UPDATE), \
+             written AS (UPDATE {t} SET {} WHERE {k} = $1 AND {f} <= $2 RETURNING 1) \
+             SELECT (SELECT fence FROM current), (SELECT count(*) FROM written)",
+            sets.join(", ")
+        ))
+    }
+
+    /// Writes `set` (column, value) to the row whose key is `key`, with
+    /// `token`, unless a write with a greater token came first; one
+    /// statement, one round trip. True when written, false when there is
+    /// no such row.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::StaleFencingToken`] when the row was written with a
+    /// greater token (a holder whose lease ran out: its write is refused);
+    /// the store's errors as for every operation.
+    pub async fn update<C>(
+        &self,
+        client: &C,
+        key: &(dyn ToSql + Sync),
+        token: FencingToken,
+        set: &[(&str, &(dyn ToSql + Sync))],
+    ) -> Result<bool>
+    where
+        C: tokio_postgres::GenericClient + Sync,
+    {
+        let columns: Vec<&str> = set.iter().map(|(c, _)| *c).collect();
+        let sql = self.update_sql(&columns)?;
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![key, &token];
+        params.extend(set.iter().map(|(_, v)| *v));
+        let what = || format!("fenced update of {}", self.table);
+        let row = client
+            .query_one(sql.as_str(), &params)
+            .await
+            .map_err(|e| crate::backend::postgres::pg_error(e, &what()))?;
+        let current: Option<i64> = row.get(0);
+        let written: i64 = row.get(1);
+        match current {
+            None => Ok(false),
+            Some(_) if written > 0 => Ok(true),
+            Some(newer) => Err(Error::new(
+                ErrorKind::StaleFencingToken,
+                format!(
+                    "{}: the row was written with token {newer}, newer than {token}",
+                    what()
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted_and_checked() {
+        let t = FencedTable::new("shop.Orders", "id").unwrap();
+        let sql = t.update_sql(&["status", "paid at"]).unwrap();
+        assert!(
+            sql.contains(r#"FROM "shop"."Orders" WHERE "id" = $1"#),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(r#""status" = $3, "paid at" = $4, "fence" = $2"#),
+            "{sql}"
+        );
+        for bad in ["", "a.b.c", "x\"y", ".t"] {
+            assert!(FencedTable::new(bad, "id").unwrap_err().is_invalid_input());
+        }
+        assert!(t.update_sql(&[]).unwrap_err().is_invalid_input());
+        assert!(t.clone().fence_column("").unwrap_err().is_invalid_input());
+    }
+}
