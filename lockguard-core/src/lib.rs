@@ -33,6 +33,7 @@
 //! | `tls-native-tls` | `rediss://` through the platform's TLS library (rustls wins when both are on) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
 //! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
+//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`), through tokio-postgres and deadpool-postgres; `postgres::FencedTable` |
 //!
 //! # Guarantees
 //!
@@ -80,6 +81,7 @@
 //! | [`Client::connect`] | one Redis server (6.2 or newer) |
 //! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
+//! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (12 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to
@@ -106,7 +108,8 @@
 //!    rate-limit steps and fenced values. A store without it answers
 //!    [`ErrorKind::Unsupported`] for all of them, from one place.
 //! 3. **`Listener`**, for a store that announces handoffs over a message
-//!    connection (Redis pub/sub): it delivers them to the client's `Inbox`.
+//!    connection (Redis pub/sub, PostgreSQL `LISTEN`): it delivers them to
+//!    the client's `Inbox`.
 //!
 //! A constructor on [`Builder`] builds the store from these. A store is done
 //! when it passes the conformance suite (`lockguard-core/tests/conformance`),

@@ -323,3 +323,20 @@ async fn a_fenced_table_refuses_the_write_of_a_holder_whose_lease_ran_out() {
     );
     assert!(second.release().await.unwrap());
 }
+
+/// A session that runs under repeatable read (here the database's default)
+/// would take its snapshot before the key's lock, and could let two holders
+/// in: every operation on it is refused as unsupported, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_not_in_read_committed_is_refused() {
+    let server = PostgresServer::start();
+    // The schema exists; then new sessions default to repeatable read.
+    drop(connect(&server, Duration::from_secs(2)).await);
+    server.psql("ALTER DATABASE postgres SET default_transaction_isolation = 'repeatable read'");
+    let lg = connect(&server, Duration::from_secs(2)).await;
+    let err = lg.lock("rr").try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("read committed"), "{err}");
+    let err = lg.counter("rr").decr_if_at_least(1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+}

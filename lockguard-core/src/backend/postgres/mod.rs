@@ -27,6 +27,7 @@ use crate::key::{CounterKeys, LockKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use crate::token::Token;
 
+mod flights;
 mod listener;
 mod schema;
 
@@ -94,8 +95,10 @@ impl Statements {
 pub(crate) struct PostgresStore {
     pool: Pool,
     schema: String,
-    sql: Statements,
+    sql: Arc<Statements>,
     opts: PgOptions,
+    /// Acquisitions whose statement may still be running, by token.
+    flights: Arc<flights::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
     sweeper: Option<tokio::task::AbortHandle>,
 }
@@ -127,10 +130,11 @@ pub(crate) async fn connect(
     opts: PgOptions,
 ) -> Result<Store> {
     let mut store = PostgresStore {
-        sql: Statements::new(&schema),
+        sql: Arc::new(Statements::new(&schema)),
         pool,
         schema,
         opts,
+        flights: Arc::default(),
         sweeper: None,
     };
     let what = "connecting to postgres";
@@ -192,6 +196,9 @@ pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
             let c = code.code();
             if *code == SqlState::NUMERIC_VALUE_OUT_OF_RANGE {
                 ErrorKind::InvalidInput
+            } else if *code == SqlState::FEATURE_NOT_SUPPORTED {
+                // The session's isolation level (see schema.sql).
+                ErrorKind::Unsupported
             } else if c.starts_with("08")
                 || c.starts_with("53")
                 || c.starts_with("57")
@@ -215,15 +222,20 @@ pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
         // I/O, TLS and connection errors carry no SQL state.
         None => ErrorKind::Unavailable,
     };
-    let message = match err.code() {
-        Some(code)
-            if *code == SqlState::UNDEFINED_FUNCTION
-                || *code == SqlState::UNDEFINED_TABLE
-                || *code == SqlState::INVALID_SCHEMA_NAME =>
-        {
-            format!("{what}: lockguard's schema is missing or was changed")
+    let message = match err.as_db_error() {
+        Some(db) if *db.code() == SqlState::FEATURE_NOT_SUPPORTED => {
+            format!("{what}: {}", db.message())
         }
-        _ => what.to_owned(),
+        _ => match err.code() {
+            Some(code)
+                if *code == SqlState::UNDEFINED_FUNCTION
+                    || *code == SqlState::UNDEFINED_TABLE
+                    || *code == SqlState::INVALID_SCHEMA_NAME =>
+            {
+                format!("{what}: lockguard's schema is missing or was changed")
+            }
+            _ => what.to_owned(),
+        },
     };
     Error::new(kind, message).with_source(err)
 }
@@ -366,20 +378,42 @@ impl PostgresStore {
             ),
             None => (None, None, None),
         };
-        let row = self
-            .query_one(
-                &self.sql.acquire,
-                &[
-                    &keys.lock,
-                    &token.as_str(),
-                    &ms(lease),
-                    &permits(keys.resource),
-                    &wait,
-                    &channel,
-                    &attempt,
-                ],
-                what,
+        // The statement runs to its end in a task of its own, even when the
+        // caller stops waiting for it (a dropped acquire, a timeout): a
+        // release of the token waits for it (see `release`), so that the
+        // two, sent on different connections of the pool, reach the
+        // database in the order they were made.
+        let pool = self.pool.clone();
+        let sql = self.sql.clone();
+        let flight = self.flights.depart(token.as_str());
+        let (key, tok) = (keys.lock.clone(), token.as_str().to_owned());
+        let (lease_ms, permits) = (ms(lease), permits(keys.resource));
+        let channel = channel.map(str::to_owned);
+        let label = what();
+        let running = tokio::spawn(async move {
+            let _flight = flight;
+            let conn = pool.get().await.map_err(|e| pool_error(e, &label))?;
+            let stmt = conn
+                .prepare_cached(&sql.acquire)
+                .await
+                .map_err(|e| pg_error(e, &label))?;
+            conn.query_one(
+                &stmt,
+                &[&key, &tok, &lease_ms, &permits, &wait, &channel, &attempt],
             )
+            .await
+            .map_err(|e| pg_error(e, &label))
+        });
+        let row = self
+            .bounded(self.opts.response_timeout, what, async {
+                running.await.map_err(|e| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("{}: the request was lost", what()),
+                    )
+                    .with_source(e)
+                })?
+            })
             .await?;
         let taken: bool = column(&row, 0, &what())?;
         let n: Option<i64> = column(&row, 1, &what())?;
@@ -399,6 +433,12 @@ impl PostgresStore {
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let what = || format!("releasing {:?}", keys.lock);
+        // An acquisition of this token still running is let finish first;
+        // waiting longer than a request may take is pointless (its lease
+        // then frees what it took).
+        self.flights
+            .landed(token.as_str(), self.opts.response_timeout)
+            .await;
         let row = self
             .query_one(
                 &self.sql.release,

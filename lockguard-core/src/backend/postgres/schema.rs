@@ -6,6 +6,9 @@ use crate::error::{Error, Result};
 /// The schema lockguard's tables and functions live in unless configured.
 pub(crate) const DEFAULT_SCHEMA: &str = "lockguard";
 
+/// The oldest PostgreSQL lockguard works with (`hashtextextended`, 11).
+const MIN_SERVER_VERSION: i32 = 110_000;
+
 /// The version of `schema.sql`; a schema of an older version is brought up
 /// to date (every statement of the file is idempotent), a newer one is
 /// refused.
@@ -44,6 +47,22 @@ pub(crate) fn migration_sql(schema: &str) -> Result<String> {
 /// it once.
 pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -> Result<()> {
     let what = || format!("creating lockguard's schema {schema:?}");
+    let version: i32 = conn
+        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| super::pg_error(e, "reading the server's version"))?;
+    if version < MIN_SERVER_VERSION {
+        return Err(Error::new(
+            crate::ErrorKind::Unsupported,
+            format!(
+                "postgres is version {}.{}; lockguard needs {} or newer",
+                version / 10_000,
+                version % 10_000,
+                MIN_SERVER_VERSION / 10_000
+            ),
+        ));
+    }
     let read = format!("SELECT max(version) FROM {schema}.meta");
     // Missing (an error): created below, where any other failure shows.
     if let Ok(row) = conn.query_one(&read, &[]).await {

@@ -105,9 +105,19 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Serializes the operations on one key until the end of the transaction.
+-- Only under read committed does each statement after it see the commits
+-- of the operations it waited for; under repeatable read or serializable
+-- the snapshot predates the lock, and two holders could both find the key
+-- free. So anything else is refused.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_key(p_key text) RETURNS void
-LANGUAGE sql VOLATILE AS $$
-  SELECT pg_advisory_xact_lock(hashtextextended(p_key, 7164))
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'lockguard needs read committed isolation; this session runs %',
+      current_setting('transaction_isolation') USING ERRCODE = 'feature_not_supported';
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7164));
+END
 $$;
 
 -- Hands up to p_free free permits (a free lock) to the first live waiters,
