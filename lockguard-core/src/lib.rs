@@ -29,6 +29,7 @@
 //! |---|---|
 //! | (always) | the in-memory, Redis and Redlock stores |
 //! | `cluster` | Redis Cluster ([`Client::connect_cluster`]) |
+//! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
 //! | `tls-rustls` | `rediss://` through rustls; a private CA and client certificates on the [`Builder`] |
 //! | `tls-native-tls` | `rediss://` through the platform's TLS library (rustls wins when both are on) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |

@@ -16,7 +16,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod postgres;
+mod sentinel;
 pub use postgres::{PostgresServer, postgres_bin_dir};
+pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
 
 /// How long a server may take to answer `PING` after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,7 +57,7 @@ pub fn redis_server_binary() -> PathBuf {
     })
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

@@ -25,6 +25,8 @@ use crate::token::Token;
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

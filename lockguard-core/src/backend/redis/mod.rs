@@ -22,9 +22,14 @@ use crate::token::Token;
 
 mod counter;
 mod limit;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod subscriber;
 
-#[cfg(feature = "cluster")]
+#[cfg(feature = "sentinel")]
+pub(crate) use sentinel::SentinelTarget;
+
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
 use subscriber::SubTarget;
 pub(crate) use subscriber::Subscriber;
 
@@ -143,6 +148,12 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
         )
         .with_source(e)
     })
+}
+
+/// Reads the addresses of the sentinels.
+#[cfg(feature = "sentinel")]
+pub(crate) fn sentinel_infos(urls: &[String]) -> Result<Vec<redis::ConnectionInfo>> {
+    urls.iter().map(|u| connection_info(u)).collect()
 }
 
 /// Reads the seed nodes of a cluster.
@@ -355,6 +366,9 @@ pub(crate) enum Conn {
     Single(ConnectionManager),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster_async::ClusterConnection),
+    /// The master a group of sentinels names, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    Sentinel(sentinel::SentinelConn),
 }
 
 impl std::fmt::Debug for Conn {
@@ -363,6 +377,8 @@ impl std::fmt::Debug for Conn {
             Self::Single(c) => c.fmt(f),
             #[cfg(feature = "cluster")]
             Self::Cluster(_) => f.write_str("ClusterConnection"),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(c) => c.fmt(f),
         }
     }
 }
@@ -378,6 +394,8 @@ impl Conn {
             (Self::Cluster(c), true) => c.subscribe(channel).await,
             #[cfg(feature = "cluster")]
             (Self::Cluster(c), false) => c.unsubscribe(channel).await,
+            #[cfg(feature = "sentinel")]
+            (Self::Sentinel(c), on) => c.set_subscribed(channel, on).await,
         }
     }
 }
@@ -392,6 +410,8 @@ impl redis::aio::ConnectionLike for Conn {
             Self::Single(c) => c.req_packed_command(cmd),
             #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -405,6 +425,8 @@ impl redis::aio::ConnectionLike for Conn {
             Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
             #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -413,6 +435,8 @@ impl redis::aio::ConnectionLike for Conn {
             Self::Single(c) => c.get_db(),
             #[cfg(feature = "cluster")]
             Self::Cluster(c) => c.get_db(),
+            #[cfg(feature = "sentinel")]
+            Self::Sentinel(c) => c.get_db(),
         }
     }
 }
@@ -562,8 +586,41 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// Connects to the master a group of sentinels names.
+    #[cfg(feature = "sentinel")]
+    pub(crate) async fn connect_sentinel(
+        target: &SentinelTarget,
+        opts: RedisOptions,
+    ) -> Result<Self> {
+        let conn = sentinel::SentinelConn::connect(
+            target,
+            redis::ProtocolVersion::RESP2,
+            manager_config(opts),
+            opts,
+            None,
+        )
+        .await
+        .map_err(unreachable)?;
+        let store = Self {
+            addr: format!(
+                "the master of {:?} ({})",
+                target.service,
+                conn.master_addr()
+            ),
+            conn: Conn::Sentinel(conn),
+            opts,
+            checked: AtomicBool::new(true),
+        };
+        store.check_version().await?;
+        store.warn_if_evicting().await;
+        Ok(store)
+    }
+
     pub(crate) fn is_cluster(&self) -> bool {
-        !matches!(self.conn, Conn::Single(_))
+        #[cfg(feature = "cluster")]
+        return matches!(self.conn, Conn::Cluster(_));
+        #[cfg(not(feature = "cluster"))]
+        false
     }
 
     /// A store whose connection is made on first use (and remade after
@@ -946,6 +1003,15 @@ impl DataBackend for RedisStore {
 pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Store> {
     let subscriber = Subscriber::new(&client, opts)?;
     let store = RedisStore::connect(client, opts).await?;
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+}
+
+/// Connects to the master a group of sentinels names, with a subscriber
+/// connection that follows it too.
+#[cfg(feature = "sentinel")]
+pub(crate) async fn connect_sentinel(target: SentinelTarget, opts: RedisOptions) -> Result<Store> {
+    let store = RedisStore::connect_sentinel(&target, opts).await?;
+    let subscriber = Subscriber::for_target(SubTarget::Sentinel(target), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }
 

@@ -27,6 +27,9 @@ pub(crate) enum SubTarget {
     /// `PUBLISH`, which a cluster delivers on every node.
     #[cfg(feature = "cluster")]
     Cluster(Vec<redis::ConnectionInfo>, super::TlsSettings),
+    /// The master a group of sentinels names, followed across failovers.
+    #[cfg(feature = "sentinel")]
+    Sentinel(super::SentinelTarget),
 }
 
 /// What this client knows of a channel's subscription on the server.
@@ -84,6 +87,28 @@ impl Subscriber {
                             .set_automatic_resubscription();
                         let c = ConnectionManager::new_with_config(client.clone(), config);
                         Conn::Single(bounded(self.opts.connect_timeout, what, c).await?)
+                    }
+                    #[cfg(feature = "sentinel")]
+                    SubTarget::Sentinel(target) => {
+                        let config = manager_config(self.opts)
+                            .set_push_sender(tx)
+                            .set_automatic_resubscription();
+                        // On another master, a handoff announced meanwhile
+                        // may have been missed: every waiter checks.
+                        let woken = Arc::downgrade(inbox);
+                        let on_switch: super::sentinel::OnSwitch = Arc::new(move || {
+                            if let Some(inbox) = woken.upgrade() {
+                                inbox.wake_all();
+                            }
+                        });
+                        let c = super::sentinel::SentinelConn::connect(
+                            target,
+                            ProtocolVersion::RESP3,
+                            config,
+                            self.opts,
+                            Some(on_switch),
+                        );
+                        Conn::Sentinel(c.await?)
                     }
                     #[cfg(feature = "cluster")]
                     SubTarget::Cluster(infos, tls) => {

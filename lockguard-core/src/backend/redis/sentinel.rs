@@ -1,0 +1,320 @@
+//! A connection to the master that a group of Redis Sentinels names, which
+//! follows it across a failover.
+//!
+//! redis-rs asks the sentinels for the master when a connection is made,
+//! and its reconnecting connection keeps going back to that address. This
+//! one holds a reconnecting connection to the master of the moment and,
+//! when a request fails in a way a failover explains (the connection lost
+//! or refused, `READONLY` from a master turned replica, `MASTERDOWN`), asks
+//! the sentinels again in the background; when they name another master, it
+//! switches to a connection to that one (subscribing again to the channels
+//! it had, for a pub/sub connection). The request that failed is reported
+//! as failed: its outcome is unknown, and callers clean up after it.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+
+use super::{RedisOptions, bounded, client_from_info};
+use crate::error::{Error, ErrorKind, Result};
+
+/// How often a listening connection asks the sentinels where the master is.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Called after a switch to a new master (a pub/sub connection wakes every
+/// waiter: a handoff announced meanwhile may have been missed).
+pub(crate) type OnSwitch = Arc<dyn Fn() + Send + Sync>;
+
+/// Where to find the master: the sentinels, and the settings of the
+/// connection to it (database, user, password).
+#[derive(Clone)]
+pub(crate) struct SentinelTarget {
+    pub(crate) sentinels: Vec<redis::ConnectionInfo>,
+    pub(crate) service: String,
+    pub(crate) master: redis::RedisConnectionInfo,
+}
+
+impl SentinelTarget {
+    /// The settings of a connection to the master, in `protocol`.
+    fn node(&self, protocol: redis::ProtocolVersion) -> SentinelNodeConnectionInfo {
+        SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(self.master.clone().set_protocol(protocol))
+    }
+}
+
+impl std::fmt::Debug for SentinelTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelTarget")
+            .field("sentinels", &self.sentinels.len())
+            .field("service", &self.service)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection; clones share it.
+#[derive(Clone)]
+pub(crate) struct SentinelConn {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    /// The master's address and the connection to it.
+    current: RwLock<(String, ConnectionManager)>,
+    config: ConnectionManagerConfig,
+    opts: RedisOptions,
+    /// Whether the sentinels are being asked now.
+    resolving: AtomicBool,
+    /// Channels subscribed (a pub/sub connection), to subscribe again on
+    /// the next master.
+    channels: Mutex<HashSet<String>>,
+    on_switch: Option<OnSwitch>,
+    service: String,
+}
+
+impl std::fmt::Debug for SentinelConn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelConn")
+            .field("service", &self.inner.service)
+            .field("master", &self.master_addr())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether a failed request may mean the master moved.
+fn master_may_have_moved(e: &RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_unrecoverable_error()
+        || e.is_timeout()
+        || matches!(e.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"))
+}
+
+impl SentinelConn {
+    /// Asks the sentinels for the master and connects to it.
+    pub(crate) async fn connect(
+        target: &SentinelTarget,
+        protocol: redis::ProtocolVersion,
+        config: ConnectionManagerConfig,
+        opts: RedisOptions,
+        on_switch: Option<OnSwitch>,
+    ) -> Result<Self> {
+        if target.sentinels.is_empty() {
+            return Err(Error::invalid(
+                "redis sentinel needs at least one sentinel url",
+            ));
+        }
+        if target.service.is_empty() {
+            return Err(Error::invalid(
+                "redis sentinel needs the master's service name",
+            ));
+        }
+        let sentinel = SentinelClient::build(
+            target.sentinels.clone(),
+            target.service.clone(),
+            Some(target.node(protocol)),
+            SentinelServerType::Master,
+        )
+        .map_err(|e| {
+            Error::new(ErrorKind::InvalidInput, "unusable sentinel settings").with_source(e)
+        })?;
+        let sentinel = tokio::sync::Mutex::new(sentinel);
+        let first = master(&sentinel, &config, opts, &target.service).await?;
+        let watched = on_switch.is_some();
+        let conn = Self {
+            inner: Arc::new(Inner {
+                sentinel,
+                current: RwLock::new(first),
+                config,
+                opts,
+                resolving: AtomicBool::new(false),
+                channels: Mutex::new(HashSet::new()),
+                on_switch,
+                service: target.service.clone(),
+            }),
+        };
+        if watched {
+            conn.watch();
+        }
+        Ok(conn)
+    }
+
+    /// For a connection that only listens (pub/sub), which sends nothing
+    /// that could fail: asks the sentinels every [`WATCH_INTERVAL`] whether
+    /// the master moved, until the connection is dropped.
+    fn watch(&self) {
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(WATCH_INTERVAL).await;
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.resolve_soon();
+            }
+        });
+    }
+
+    /// The master's address this connection talks to now.
+    pub(crate) fn master_addr(&self) -> String {
+        self.inner.current().0
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.inner.current().1
+    }
+
+    /// Notes the outcome of a request: one that a failover explains makes
+    /// the sentinels be asked again, in the background.
+    fn after<T>(&self, r: &RedisResult<T>) {
+        if let Err(e) = r
+            && master_may_have_moved(e)
+        {
+            self.inner.clone().resolve_soon();
+        }
+    }
+
+    /// Subscribes `channel` (or unsubscribes it), now and on every master
+    /// this connection switches to.
+    pub(crate) async fn set_subscribed(&self, channel: &str, on: bool) -> RedisResult<()> {
+        {
+            let mut channels = self
+                .inner
+                .channels
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if on {
+                channels.insert(channel.to_owned());
+            } else {
+                channels.remove(channel);
+            }
+        }
+        let mut conn = self.conn();
+        let r = if on {
+            conn.subscribe(channel).await
+        } else {
+            conn.unsubscribe(channel).await
+        };
+        self.after(&r);
+        r
+    }
+}
+
+/// Asks the sentinels for the master of `service` and connects to it.
+async fn master(
+    sentinel: &tokio::sync::Mutex<SentinelClient>,
+    config: &ConnectionManagerConfig,
+    opts: RedisOptions,
+    service: &str,
+) -> Result<(String, ConnectionManager)> {
+    let what = || format!("asking the sentinels for the master of {service:?}");
+    let client = {
+        let mut sentinel = sentinel.lock().await;
+        bounded(opts.connect_timeout, what, sentinel.async_get_client()).await?
+    };
+    let info = client.get_connection_info().clone();
+    let addr = info.addr().to_string();
+    let client = client_from_info(info)?;
+    let conn = bounded(
+        opts.connect_timeout,
+        || format!("connecting to the redis master at {addr}"),
+        ConnectionManager::new_with_config(client, config.clone()),
+    )
+    .await?;
+    Ok((addr, conn))
+}
+
+impl Inner {
+    fn current(&self) -> (String, ConnectionManager) {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Asks the sentinels again, once at a time, until they answer; switches
+    /// to the master they name if it is another one.
+    fn resolve_soon(self: Arc<Self>) {
+        if self.resolving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(50);
+            for _ in 0..20 {
+                match master(&self.sentinel, &self.config, self.opts, &self.service).await {
+                    Ok((addr, conn)) => {
+                        if addr != self.current().0 {
+                            self.switch(addr, conn).await;
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "no master from the sentinels yet");
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(1));
+                    }
+                }
+            }
+            self.resolving.store(false, Ordering::Release);
+        });
+    }
+
+    async fn switch(&self, addr: String, mut conn: ConnectionManager) {
+        let channels: Vec<String> = self
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        for channel in &channels {
+            if let Err(e) = conn.subscribe(channel).await {
+                tracing::warn!(channel, error = %e, "subscribing on the new master failed");
+            }
+        }
+        let old = std::mem::replace(
+            &mut *self.current.write().unwrap_or_else(|p| p.into_inner()),
+            (addr.clone(), conn),
+        );
+        tracing::warn!(from = %old.0, to = %addr, service = %self.service, "redis master moved; following it");
+        if let Some(f) = &self.on_switch {
+            f();
+        }
+    }
+}
+
+impl ConnectionLike for SentinelConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let r = self.conn().req_packed_command(cmd).await;
+            self.after(&r);
+            r
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let r = self
+                .conn()
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            self.after(&r);
+            r
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn().get_db()
+    }
+}

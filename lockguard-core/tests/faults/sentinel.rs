@@ -1,0 +1,163 @@
+//! Redis Sentinel: a master, a replica and three sentinels (real
+//! `redis-server` processes), and `SENTINEL FAILOVER` in the middle of a
+//! run with a lock held and a waiter queued.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+use lockguard_testing::{SENTINEL_SERVICE, SentinelGroup};
+
+use crate::support::eventually;
+
+/// A client whose waiters, when `patient`, try again on their own only
+/// 10 to 20 s apart (so a quicker acquisition was a handoff they were told
+/// of).
+async fn connect(group: &SentinelGroup, patient: bool) -> Client {
+    let b = Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_millis(500));
+    let b = if patient {
+        b.waiter_timeout(Duration::from_secs(60))
+            .retry_interval(Duration::from_secs(30))
+    } else {
+        b
+    };
+    b.connect_sentinel(group.sentinel_urls(), SENTINEL_SERVICE)
+        .await
+        .expect("connect through the sentinels")
+}
+
+/// The client keeps working on the new master without being rebuilt: the
+/// holder keeps its lock (its renewals switch over), counter updates resume
+/// within seconds, the queued waiter is not stranded (it gets the lock when
+/// the holder releases on the new master, told over its pub/sub connection,
+/// which followed the master too), and tokens keep increasing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_follows_the_master_across_a_failover() {
+    let mut group = SentinelGroup::start(1, 3);
+    let first_master = group.master_port().expect("a master");
+    let holder = connect(&group, false).await;
+    // The handoff must reach the waiter over its pub/sub connection, which
+    // must have followed the master.
+    let waiter = connect(&group, true).await;
+
+    let guard = holder
+        .lock("failover")
+        .watchdog(Duration::from_secs(6))
+        .acquire()
+        .await
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = w
+            .lock("failover")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("the waiter was stranded");
+        (Instant::now(), g)
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("failover").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    // Writes run all along, and are counted.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let writer = tokio::spawn({
+        let (lg, stop, ok, failed) = (holder.clone(), stop.clone(), ok.clone(), failed.clone());
+        async move {
+            while !stop.load(Ordering::Relaxed) {
+                match lg.counter("writes").incr_by(1).await {
+                    Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                };
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let new_master = group.failover();
+    assert_ne!(new_master, first_master);
+    // The old master, now a replica, goes away: only the new one serves.
+    group.servers[0].kill();
+    let failed_over = Instant::now();
+    let before = ok.load(Ordering::Relaxed);
+    let resumed = eventually(Duration::from_secs(15), || async {
+        ok.load(Ordering::Relaxed) > before + 10
+    })
+    .await;
+    assert!(
+        resumed,
+        "writes did not resume on the new master ({} failed)",
+        failed.load(Ordering::Relaxed)
+    );
+    println!(
+        "writes resumed {:?} after the failover, {} failed",
+        failed_over.elapsed(),
+        failed.load(Ordering::Relaxed)
+    );
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+
+    // The holder kept its lock across the failover: a renewal on the new
+    // master.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(guard.is_held(), "the holder lost its lock in the failover");
+    let held_fence = guard.fencing_token();
+    let released = Instant::now();
+    assert!(
+        guard.release().await.unwrap(),
+        "the release found the lock gone"
+    );
+    let (got_at, next) = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("the waiter was stranded")
+        .unwrap();
+    assert!(
+        got_at - released < Duration::from_secs(2),
+        "the waiter took {:?} after the release",
+        got_at - released
+    );
+    assert!(next.fencing_token() > held_fence);
+    assert!(next.release().await.unwrap());
+
+    // A client made before the failover, never used since, works too.
+    let fresh = holder.lock("after").try_acquire().await.unwrap();
+    assert!(fresh.release().await.unwrap());
+}
+
+/// Sentinels that are not there, and bad settings, are clear errors.
+#[tokio::test]
+async fn unreachable_sentinels_and_bad_settings_are_clear_errors() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = Client::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .connect_sentinel([format!("redis://127.0.0.1:{port}")], "mymaster")
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    let none: [&str; 0] = [];
+    let err = Client::builder()
+        .connect_sentinel(none, "mymaster")
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    let err = Client::builder()
+        .connect_sentinel(["redis://127.0.0.1:1"], " ")
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    let err = Client::builder()
+        .connect_sentinel(["not a url"], "mymaster")
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}
