@@ -345,15 +345,15 @@ async fn raw_decision(pool: &Pool, algorithm: Algorithm, key: &str) {
     let conn = pool.get().await.expect("connection");
     let (sql, params): (&str, Vec<i64>) = match algorithm {
         Algorithm::Gcra => (
-            "SELECT * FROM lockguard.gcra($1, $2, $3, $4)",
+            "SELECT * FROM lockguard.gcra($1, $2, $3, $4, false)",
             vec![1, 1_000_000, 1],
         ),
         Algorithm::FixedWindow => (
-            "SELECT * FROM lockguard.fixed_window($1, $2, $3, $4)",
+            "SELECT * FROM lockguard.fixed_window($1, $2, $3, $4, false)",
             vec![1_000_000, 1_000, 1],
         ),
         _ => (
-            "SELECT * FROM lockguard.sliding_window($1, $2, $3, $4)",
+            "SELECT * FROM lockguard.sliding_window($1, $2, $3, $4, false)",
             vec![1_000_000, 1_000_000, 1],
         ),
     };

@@ -303,12 +303,14 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<bool>>;
 
-    /// One rate-limit decision, on the store's clock.
+    /// One rate-limit decision, on the store's clock; with `peek`, the
+    /// decision a request of `cost` would get now, changing nothing.
     fn rate_limit<'a>(
         &'a self,
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
+        peek: bool,
     ) -> StoreFuture<'a, Result<Decision>>;
 
     /// Stores `value` if `token` is at least the newest accepted; true

@@ -159,6 +159,39 @@ impl RateLimiter {
         self.decide(key, cost).await
     }
 
+    /// What a [`check`](RateLimiter::check) of `key` would decide now,
+    /// changing nothing: whether it would pass, what would remain, and when
+    /// to retry or when the budget is whole again. One round trip (refusals
+    /// cached by [`cache_refusals`](RateLimiter::cache_refusals) are not
+    /// consulted: this asks the store).
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::check`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// use lockguard_core::{Client, Quota};
+    ///
+    /// let limiter = Client::memory().rate_limiter("api", Quota::per_minute(10));
+    /// limiter.check("ann").await?;
+    /// let now = limiter.peek("ann").await?;
+    /// assert!(now.allowed);
+    /// assert_eq!(now.remaining, 8); // after the request it describes
+    /// assert_eq!(limiter.peek("ann").await?.remaining, 8); // nothing spent
+    /// # Ok(()) }
+    /// ```
+    pub async fn peek(&self, key: &str) -> Result<Decision> {
+        let (keys, op) = self.prepare(key, 1)?;
+        self.store()?
+            .rate_limit(&keys, op, 1, true)
+            .await
+            .inspect_err(|_| crate::meter::store_error("rate_limiter", "peek"))
+    }
+
     /// Like [`RateLimiter::check`], but a refusal is an error of kind
     /// [`ErrorKind::RateLimited`](crate::ErrorKind::RateLimited) carrying the
     /// decision's `retry_after`, for code that propagates it with `?`.
@@ -201,9 +234,12 @@ impl RateLimiter {
             crate::meter::decision(&self.name, false);
             return Ok(d);
         }
-        let d = store.rate_limit(&keys, op, cost).await.inspect_err(|_| {
-            crate::meter::store_error("rate_limiter", "check");
-        })?;
+        let d = store
+            .rate_limit(&keys, op, cost, false)
+            .await
+            .inspect_err(|_| {
+                crate::meter::store_error("rate_limiter", "check");
+            })?;
         crate::meter::decision(&self.name, d.allowed);
         if let Some(cache) = &self.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());

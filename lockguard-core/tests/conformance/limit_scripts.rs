@@ -39,15 +39,26 @@ async fn check_gcra(
     for (i, &(gap, cost)) in seq.iter().enumerate() {
         let cost = cost.min(q.burst_size());
         now += i64::try_from(gap).unwrap();
-        let (allowed, used, retry): (i64, i64, i64) = script
-            .key(key)
-            .arg(i64::try_from(t).unwrap())
-            .arg(i64::try_from(tau).unwrap())
-            .arg(cost)
-            .arg(now)
+        // A peek first: the same answer, and (the model agreeing after it)
+        // nothing changed.
+        let call = |peek: &'static str| {
+            let mut inv = script.key(key);
+            inv.arg(i64::try_from(t).unwrap())
+                .arg(i64::try_from(tau).unwrap())
+                .arg(cost)
+                .arg(now)
+                .arg(peek);
+            inv
+        };
+        let peeked: (i64, i64, i64) = call("1")
             .invoke_async(conn)
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let (allowed, used, retry): (i64, i64, i64) = call("")
+            .invoke_async(conn)
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(peeked, (allowed, used, retry), "peek at request {}", i);
         let (m_allowed, m_remaining, m_retry) =
             model.arrive(i128::from(now), i128::from(cost), t, tau);
         prop_assert_eq!(allowed == 1, m_allowed, "request {} (cost {})", i, cost);
@@ -73,17 +84,29 @@ async fn check_sliding(
     for (i, &(gap, cost)) in seq.iter().enumerate() {
         let cost = cost.min(q.count());
         now += i64::try_from(gap).unwrap();
-        let (allowed, ..): (i64, i64, i64, i64) = script
-            .key(key)
-            .key(format!("{key}:sum"))
-            .arg(q.count())
-            .arg(period)
-            .arg(cost)
-            .arg(format!("m{i}"))
-            .arg(now)
+        // A peek first (expired entries left in place): the same answer,
+        // and (the model agreeing after it) nothing changed.
+        let call = |peek: &'static str| {
+            let mut inv = script.key(key);
+            inv.key(format!("{key}:sum"))
+                .arg(q.count())
+                .arg(period)
+                .arg(cost)
+                .arg(format!("m{i}"))
+                .arg(now)
+                .arg(peek);
+            inv
+        };
+        let peeked: (i64, i64, i64, i64) = call("1")
             .invoke_async(conn)
             .await
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let answer: (i64, i64, i64, i64) = call("")
+            .invoke_async(conn)
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(peeked, answer, "peek at request {}", i);
+        let allowed = answer.0;
         let m_allowed = model.arrive(
             i128::from(now),
             i128::from(cost),

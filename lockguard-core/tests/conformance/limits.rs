@@ -12,6 +12,7 @@ crate::conformance!(
     decisions_report_limit_remaining_and_reset,
     keys_and_limiters_are_independent,
     limiter_bad_input,
+    peek_tells_the_decision_and_spends_nothing,
 );
 
 /// 500 concurrent requests across 4 handles on a quota of 100 per minute.
@@ -185,4 +186,43 @@ async fn default_client_is_an_error_until_installed() {
     assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
     Client::memory().install_default();
     assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
+}
+
+/// `peek` says what a check would decide now and spends nothing: peeked
+/// any number of times, the budget is whole; it agrees with the check that
+/// follows; and once the budget is spent it says when to retry.
+async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
+    let lg = env.client().await;
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+    ] {
+        let limiter = lg
+            .rate_limiter(&format!("peek-{algorithm:?}"), Quota::per_minute(3))
+            .algorithm(algorithm);
+        for _ in 0..10 {
+            let d = limiter.peek("ann").await.unwrap();
+            assert!(d.allowed, "{algorithm:?}: {d:?}");
+            assert_eq!(d.remaining, 2, "{algorithm:?}: a peek spent: {d:?}");
+        }
+        for left in (0..3).rev() {
+            let peeked = limiter.peek("ann").await.unwrap();
+            let checked = limiter.check("ann").await.unwrap();
+            assert!(peeked.allowed && checked.allowed, "{algorithm:?}");
+            assert_eq!(peeked.remaining, left, "{algorithm:?}: {peeked:?}");
+            assert_eq!(checked.remaining, left, "{algorithm:?}: {checked:?}");
+        }
+        let refused = limiter.peek("ann").await.unwrap();
+        assert!(!refused.allowed, "{algorithm:?}: {refused:?}");
+        assert!(
+            refused.retry_after > Duration::ZERO && refused.retry_after <= Duration::from_secs(60),
+            "{algorithm:?}: {refused:?}"
+        );
+        let checked = limiter.check("ann").await.unwrap();
+        assert!(!checked.allowed, "{algorithm:?}: {checked:?}");
+        // Another key's budget is whole.
+        assert_eq!(limiter.peek("bob").await.unwrap().remaining, 2);
+        assert!(limiter.peek("").await.unwrap_err().is_invalid_input());
+    }
 }

@@ -537,7 +537,13 @@ impl MemoryStore {
 
     // ---- rate limits -----------------------------------------------------
 
-    pub(crate) fn rate_limit(&self, keys: &LimitKeys, op: LimitOp, cost: u64) -> Decision {
+    pub(crate) fn rate_limit(
+        &self,
+        keys: &LimitKeys,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Decision {
         let now = self.now_us();
         let mut st = self.state();
         let key = keys.main.as_str();
@@ -548,7 +554,7 @@ impl MemoryStore {
                     _ => None,
                 };
                 let (d, new_tat) = gcra::step(p, tat, now, cost);
-                if let Some(t) = new_tat {
+                if let Some(t) = new_tat.filter(|_| !peek) {
                     st.limits.insert(key, LimitState::Gcra(t), Some(t), now);
                 }
                 d
@@ -559,11 +565,18 @@ impl MemoryStore {
                     _ => None,
                 };
                 let (d, new_w) = fixed_window::step(limit, period_us, w, now, cost);
-                if let Some(w) = new_w {
+                if let Some(w) = new_w.filter(|_| !peek) {
                     st.limits
                         .insert(key, LimitState::Fixed(w), Some(w.ends_at), now);
                 }
                 d
+            }
+            LimitOp::Sliding { limit, period_us } if peek => {
+                let mut log = match st.limits.get(key, now) {
+                    Some((LimitState::Sliding(log), _)) => log.clone(),
+                    _ => sliding_window::Log::default(),
+                };
+                sliding_window::step(limit, period_us, &mut log, now, cost)
             }
             LimitOp::Sliding { limit, period_us } => {
                 let (state, ends) = st.limits.entry(key, now, || {
@@ -686,8 +699,9 @@ impl DataBackend for MemoryStore {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
+        peek: bool,
     ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::ready(Ok(Self::rate_limit(self, keys, op, cost)))
+        StoreFuture::ready(Ok(Self::rate_limit(self, keys, op, cost, peek)))
     }
 
     fn fenced_write<'a>(
@@ -723,7 +737,7 @@ mod tests {
                 Attempt::Acquired { .. }
             ));
             let lk = LimitKeys::new(format!("rl{i}"));
-            assert!(store.rate_limit(&lk, op, 1).allowed);
+            assert!(store.rate_limit(&lk, op, 1, false).allowed);
             if i % 1000 == 999 {
                 tokio::time::advance(Duration::from_millis(20)).await;
                 clock.advance(Duration::from_millis(20));

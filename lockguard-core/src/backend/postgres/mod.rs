@@ -77,9 +77,9 @@ impl Statements {
             ),
             counter_set: format!("SELECT * FROM {s}.counter_set($1, $2, $3, $4)"),
             mark_once: format!("SELECT {s}.mark_once($1, $2, $3)"),
-            gcra: format!("SELECT * FROM {s}.gcra($1, $2, $3, $4)"),
-            fixed_window: format!("SELECT * FROM {s}.fixed_window($1, $2, $3, $4)"),
-            sliding_window: format!("SELECT * FROM {s}.sliding_window($1, $2, $3, $4)"),
+            gcra: format!("SELECT * FROM {s}.gcra($1, $2, $3, $4, $5)"),
+            fixed_window: format!("SELECT * FROM {s}.fixed_window($1, $2, $3, $4, $5)"),
+            sliding_window: format!("SELECT * FROM {s}.sliding_window($1, $2, $3, $4, $5)"),
             fenced_write: format!(
                 "INSERT INTO {s}.fenced AS f (key, fence, value) VALUES ($1, $2::text::numeric, $3) \
                  ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence, value = EXCLUDED.value \
@@ -567,7 +567,13 @@ impl PostgresStore {
         column(&row, 0, &what())
     }
 
-    async fn rate_limit(&self, keys: &LimitKeys, op: LimitOp, cost: u64) -> Result<Decision> {
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision> {
         let key = keys.main.as_str();
         let what = || format!("rate limiting {key:?}");
         let cost = i64::try_from(cost).map_err(|_| {
@@ -576,7 +582,7 @@ impl PostgresStore {
         match op {
             LimitOp::Gcra(p) => {
                 let row = self
-                    .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost], what)
+                    .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost, &peek], what)
                     .await?;
                 let allowed: bool = column(&row, 0, &what())?;
                 let used: i64 = column(&row, 1, &what())?;
@@ -590,7 +596,7 @@ impl PostgresStore {
                 let row = self
                     .query_one(
                         &self.sql.fixed_window,
-                        &[&key, &limit_i, &window_ms, &cost],
+                        &[&key, &limit_i, &window_ms, &cost, &peek],
                         what,
                     )
                     .await?;
@@ -612,7 +618,7 @@ impl PostgresStore {
                 let row = self
                     .query_one(
                         &self.sql.sliding_window,
-                        &[&key, &limit_i, &period_us, &cost],
+                        &[&key, &limit_i, &period_us, &cost, &peek],
                         what,
                     )
                     .await?;
@@ -763,8 +769,9 @@ impl DataBackend for PostgresStore {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
+        peek: bool,
     ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost))
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
     }
 
     fn fenced_write<'a>(

@@ -368,8 +368,10 @@ $$;
 
 -- GCRA: p_t the emission interval, p_tau the tolerance (µs). Returns
 -- (allowed, used µs = max(TAT, now) - now after the request, retry µs).
+-- With p_peek, the decision the request would get, nothing stored (so
+-- the rate-limit functions take one argument more than a request needs).
 CREATE OR REPLACE FUNCTION __SCHEMA__.gcra(
-  p_key text, p_t bigint, p_tau bigint, p_cost bigint,
+  p_key text, p_t bigint, p_tau bigint, p_cost bigint, p_peek boolean,
   OUT allowed boolean, OUT used bigint, OUT retry bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -388,19 +390,22 @@ BEGIN
     retry := v_new - p_tau - v_now;
     RETURN;
   END IF;
-  INSERT INTO __SCHEMA__.limits AS l (key, value, expires_at)
-    VALUES (p_key, v_new, to_timestamp(v_new / 1000000.0) + interval '1 millisecond')
-    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at;
   allowed := true;
   used := v_new - v_now;
   retry := 0;
+  IF p_peek THEN
+    RETURN;
+  END IF;
+  INSERT INTO __SCHEMA__.limits AS l (key, value, expires_at)
+    VALUES (p_key, v_new, to_timestamp(v_new / 1000000.0) + interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at;
 END
 $$;
 
 -- Fixed window of p_window_ms; refused requests are not counted. Returns
--- (allowed, used, ms left of the window).
+-- (allowed, used, ms left of the window). With p_peek, nothing is stored.
 CREATE OR REPLACE FUNCTION __SCHEMA__.fixed_window(
-  p_key text, p_limit bigint, p_window_ms bigint, p_cost bigint,
+  p_key text, p_limit bigint, p_window_ms bigint, p_cost bigint, p_peek boolean,
   OUT allowed boolean, OUT used bigint, OUT left_ms bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -417,17 +422,25 @@ BEGIN
       used := 0;
       RETURN;
     END IF;
+    allowed := true;
+    used := p_cost;
+    IF p_peek THEN
+      RETURN;
+    END IF;
     INSERT INTO __SCHEMA__.limits AS l (key, value, expires_at)
       VALUES (p_key, p_cost, v_now + p_window_ms * interval '1 millisecond')
       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at;
-    allowed := true;
-    used := p_cost;
     RETURN;
   END IF;
   left_ms := floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint;
   IF v_row.value + p_cost > p_limit THEN
     allowed := false;
     used := v_row.value;
+    RETURN;
+  END IF;
+  IF p_peek THEN
+    allowed := true;
+    used := v_row.value + p_cost;
     RETURN;
   END IF;
   UPDATE __SCHEMA__.limits l SET value = l.value + p_cost WHERE l.key = p_key
@@ -440,9 +453,9 @@ $$;
 -- now < at + window. Returns (allowed, used, reset µs, retry µs) as the
 -- Redis script does: the retry is when the oldest entries holding the
 -- excess expire (never, for a cost above the whole limit: a window), the
--- reset when the newest does.
+-- reset when the newest does. With p_peek, nothing is stored or removed.
 CREATE OR REPLACE FUNCTION __SCHEMA__.sliding_window(
-  p_key text, p_limit bigint, p_window_us bigint, p_cost bigint,
+  p_key text, p_limit bigint, p_window_us bigint, p_cost bigint, p_peek boolean,
   OUT allowed boolean, OUT used bigint, OUT reset bigint, OUT retry bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -459,8 +472,14 @@ BEGIN
   IF NOT FOUND THEN
     -- Idle for a whole window: every entry is over (some may be swept
     -- already, so the sum starts again rather than being counted down).
-    DELETE FROM __SCHEMA__.limit_log g WHERE g.key = p_key;
+    IF NOT p_peek THEN
+      DELETE FROM __SCHEMA__.limit_log g WHERE g.key = p_key;
+    END IF;
     v_sum := 0;
+  ELSIF p_peek THEN
+    SELECT coalesce(sum(g.cost), 0) INTO v_freed FROM __SCHEMA__.limit_log g
+      WHERE g.key = p_key AND g.at <= v_now - p_window_us;
+    v_sum := greatest(v_sum - v_freed, 0);
   ELSE
     WITH gone AS (
       DELETE FROM __SCHEMA__.limit_log g
@@ -475,7 +494,7 @@ BEGIN
     IF v_need <= v_sum THEN
       v_freed := 0;
       FOR v_entry IN SELECT g.at, g.cost FROM __SCHEMA__.limit_log g
-          WHERE g.key = p_key ORDER BY g.at, g.id LOOP
+          WHERE g.key = p_key AND g.at > v_now - p_window_us ORDER BY g.at, g.id LOOP
         v_freed := v_freed + v_entry.cost;
         IF v_freed >= v_need THEN
           retry := v_entry.at + p_window_us - v_now;
@@ -485,9 +504,18 @@ BEGIN
     END IF;
     SELECT coalesce(max(g.at) + p_window_us - v_now, 0) INTO reset
       FROM __SCHEMA__.limit_log g WHERE g.key = p_key;
-    UPDATE __SCHEMA__.limits l SET value = v_sum WHERE l.key = p_key;
+    IF NOT p_peek THEN
+      UPDATE __SCHEMA__.limits l SET value = v_sum WHERE l.key = p_key;
+    END IF;
     allowed := false;
     used := v_sum;
+    RETURN;
+  END IF;
+  IF p_peek THEN
+    allowed := true;
+    used := v_sum + p_cost;
+    reset := p_window_us;
+    retry := 0;
     RETURN;
   END IF;
   INSERT INTO __SCHEMA__.limit_log (key, at, cost) VALUES (p_key, v_now, p_cost);

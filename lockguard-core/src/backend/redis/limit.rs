@@ -22,22 +22,33 @@ impl RedisStore {
         keys: &LimitKeys,
         op: LimitOp,
         cost: u64,
+        peek: bool,
     ) -> Result<Decision> {
         let what = || format!("rate limiting {:?}", keys.main);
         // The scripts take the time from the server unless given one (the
         // model tests drive them through their last argument).
         let now = "";
+        let peek = if peek { "1" } else { "" };
         match op {
             LimitOp::Gcra(p) => {
                 let mut call = GCRA.prepare_invoke();
-                call.key(&keys.main).arg(p.t).arg(p.tau).arg(cost).arg(now);
+                call.key(&keys.main)
+                    .arg(p.t)
+                    .arg(p.tau)
+                    .arg(cost)
+                    .arg(now)
+                    .arg(peek);
                 let (allowed, used, retry): (i64, i64, i64) = self.run(&call, what).await?;
                 Ok(gcra::decide(p, allowed == 1, used, retry))
             }
             LimitOp::Fixed { limit, period_us } => {
                 let window_ms = period_us.unsigned_abs().div_ceil(1000);
                 let mut call = FIXED_WINDOW.prepare_invoke();
-                call.key(&keys.main).arg(limit).arg(window_ms).arg(cost);
+                call.key(&keys.main)
+                    .arg(limit)
+                    .arg(window_ms)
+                    .arg(cost)
+                    .arg(peek);
                 let (allowed, used, ttl_ms): (i64, u64, i64) = self.run(&call, what).await?;
                 // Redis lets a key go only once its expiry time has passed,
                 // so the window is over 1 ms after the TTL it reports.
@@ -59,7 +70,8 @@ impl RedisStore {
                     .arg(period_us)
                     .arg(cost)
                     .arg(member.as_str())
-                    .arg(now);
+                    .arg(now)
+                    .arg(peek);
                 let (allowed, used, reset, retry): (i64, u64, i64, i64) =
                     self.run(&call, what).await?;
                 Ok(sliding_window::decide(

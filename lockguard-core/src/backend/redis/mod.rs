@@ -980,8 +980,9 @@ impl DataBackend for RedisStore {
         keys: &'a LimitKeys,
         op: LimitOp,
         cost: u64,
+        peek: bool,
     ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost))
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
     }
 
     fn fenced_write<'a>(

@@ -1,7 +1,8 @@
 -- GCRA: the key holds the theoretical arrival time (TAT) in microseconds.
 -- KEYS[1] TAT key
 -- ARGV[1] emission interval T (us), ARGV[2] tolerance tau = T * burst (us),
--- ARGV[3] cost, ARGV[4] the time in us ('' = the server's TIME; set by tests only)
+-- ARGV[3] cost, ARGV[4] the time in us ('' = the server's TIME; set by tests only),
+-- ARGV[5] '1' to peek: the decision the request would get, nothing stored
 -- Returns {allowed, used_us, retry_us}: used_us is max(TAT, now) - now after the request.
 if redis.replicate_commands then redis.replicate_commands() end
 local now
@@ -20,6 +21,9 @@ local new_tat = tat + T * cost
 local allow_at = new_tat - tau
 if now < allow_at then
   return {0, tat - now, allow_at - now}
+end
+if ARGV[5] == '1' then
+  return {1, new_tat - now, 0}
 end
 local ttl_ms = math.ceil((new_tat - now) / 1000)
 if ttl_ms < 1 then

@@ -2,7 +2,9 @@
 -- member = id:cost) and the running sum of their costs.
 -- KEYS[1] log, KEYS[2] sum
 -- ARGV[1] limit, ARGV[2] window (us), ARGV[3] cost, ARGV[4] unique member id,
--- ARGV[5] the time in us ('' = the server's TIME; set by tests only)
+-- ARGV[5] the time in us ('' = the server's TIME; set by tests only),
+-- ARGV[6] '1' to peek: the decision the request would get, nothing stored
+-- (expired entries are skipped, not removed)
 -- Returns {allowed, used, reset_us, retry_us}.
 if redis.replicate_commands then redis.replicate_commands() end
 local now
@@ -24,17 +26,25 @@ local function cost_of(member)
 end
 -- An entry counts while now < t + window.
 local cutoff = now - window
+local peek = ARGV[6] == '1'
 local sum = tonumber(redis.call('GET', KEYS[2]) or '0')
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+-- Where the live entries start in the log: after the expired ones, which
+-- a peek leaves in place.
+local first_live = 0
 if #expired > 0 then
   for _, m in ipairs(expired) do
     sum = sum - cost_of(m)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
   if sum < 0 then
     sum = 0
   end
-  redis.call('SET', KEYS[2], sum, 'KEEPTTL')
+  if peek then
+    first_live = #expired
+  else
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', cutoff)
+    redis.call('SET', KEYS[2], sum, 'KEEPTTL')
+  end
 end
 if sum + cost > limit then
   -- Refused: reads only what the answer needs, never the whole log. The
@@ -46,7 +56,7 @@ if sum + cost > limit then
   local retry, reset = window, 0
   if need <= sum then
     -- Every entry costs at least 1: `need` entries always suffice.
-    local freed, offset, size = 0, 0, math.min(need, 64)
+    local freed, offset, size = 0, first_live, math.min(need, 64)
     while freed < need do
       local page = redis.call('ZRANGE', KEYS[1], offset, offset + size - 1, 'WITHSCORES')
       if #page == 0 then
@@ -67,6 +77,9 @@ if sum + cost > limit then
     reset = tonumber(newest[2]) + window - now
   end
   return {0, sum, reset, retry}
+end
+if peek then
+  return {1, sum + cost, window, 0}
 end
 redis.call('ZADD', KEYS[1], now, ARGV[4] .. ':' .. cost)
 sum = sum + cost
