@@ -75,6 +75,8 @@
 //! # }
 //! ```
 
+#[cfg(feature = "serde")]
+mod config;
 mod future;
 pub(crate) mod headers;
 mod layer;
@@ -82,6 +84,12 @@ mod policy;
 mod service;
 mod table;
 
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use config::{
+    FailureModeConfig, ForwardedFrom, KeyConfig, MissingKeyConfig, PassWord, RouteConfig,
+    TableConfig,
+};
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
 pub use policy::{RateLimitPolicy, Rule, Selection};
