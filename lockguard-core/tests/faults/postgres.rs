@@ -340,3 +340,58 @@ async fn a_session_not_in_read_committed_is_refused() {
     let err = lg.counter("rr").decr_if_at_least(1).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
 }
+
+/// An acquisition cut off by the response timeout while the server is
+/// paused may still run when it resumes. Its clean-up release goes out on
+/// another pooled connection; it must not overtake the acquisition it
+/// undoes (it waits until the acquisition's connection has run it), or the
+/// lock would stay held by nobody for its whole lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_acquisition_is_undone_after_it_runs() {
+    let mut server = PostgresServer::start();
+    let lg = Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .response_timeout(Duration::from_millis(300))
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    let other = connect(&server, Duration::from_secs(2)).await;
+    // Several pooled connections, so the clean-up may go out on another
+    // one than the acquisition (the pool hands out the longest idle).
+    let warm: Vec<_> = (0..4)
+        .map(|i| {
+            let lg = lg.clone();
+            tokio::spawn(async move {
+                let g = lg.lock(&format!("warm-{i}")).try_acquire().await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                g.release().await.unwrap();
+            })
+        })
+        .collect();
+    for w in warm {
+        w.await.unwrap();
+    }
+    for _ in 0..5 {
+        server.pause();
+        let cut = lg
+            .lock("cut-off")
+            .lease(Duration::from_secs(60))
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert_eq!(cut.kind(), ErrorKind::Timeout, "{cut}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.resume();
+        let freed = eventually(Duration::from_secs(5), || async {
+            match other.lock("cut-off").try_acquire().await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(e) => {
+                    assert!(e.is_busy(), "{e}");
+                    false
+                }
+            }
+        })
+        .await;
+        assert!(freed, "the cut-off acquisition kept the lock for its lease");
+    }
+}

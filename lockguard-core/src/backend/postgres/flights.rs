@@ -2,6 +2,11 @@
 //! statements of the same token still running, so that the two, sent on
 //! different connections of a pool, run in the order they were made.
 //! (One Redis connection keeps that order by itself.)
+//!
+//! An acquisition whose caller stops waiting (a dropped future, a timeout)
+//! may still run in the database. Its flight then ends when the connection
+//! it was sent on has answered a statement sent after it: a connection
+//! answers in order, so by then the acquisition has run.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -54,6 +59,51 @@ impl Flights {
             if tokio::time::timeout_at(deadline, ended).await.is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// An acquisition sent on `conn`: ends its flight when it has answered, or
+/// (dropped before that) once the connection has run it.
+pub(crate) struct InFlight {
+    conn: Option<deadpool_postgres::Object>,
+    flight: Option<Flight>,
+}
+
+impl InFlight {
+    pub(crate) fn new(conn: deadpool_postgres::Object, flight: Flight) -> Self {
+        Self {
+            conn: Some(conn),
+            flight: Some(flight),
+        }
+    }
+
+    /// The connection the statement goes out on.
+    pub(crate) fn conn(&self) -> &deadpool_postgres::Object {
+        self.conn.as_ref().expect("present until landed or dropped")
+    }
+
+    /// The statement answered: the flight is over.
+    pub(crate) fn landed(mut self) {
+        self.flight = None;
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let (Some(conn), Some(flight)) = (self.conn.take(), self.flight.take()) else {
+            return;
+        };
+        // Outside a runtime nothing can be sent; the release then goes
+        // without waiting (the lease bounds what a late acquisition holds).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                // Queued behind the acquisition on the same connection.
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(30), conn.batch_execute("SELECT 1"))
+                        .await;
+                drop(flight);
+            });
         }
     }
 }

@@ -378,41 +378,38 @@ impl PostgresStore {
             ),
             None => (None, None, None),
         };
-        // The statement runs to its end in a task of its own, even when the
-        // caller stops waiting for it (a dropped acquire, a timeout): a
-        // release of the token waits for it (see `release`), so that the
-        // two, sent on different connections of the pool, reach the
-        // database in the order they were made.
-        let pool = self.pool.clone();
-        let sql = self.sql.clone();
-        let flight = self.flights.depart(token.as_str());
-        let (key, tok) = (keys.lock.clone(), token.as_str().to_owned());
-        let (lease_ms, permits) = (ms(lease), permits(keys.resource));
-        let channel = channel.map(str::to_owned);
-        let label = what();
-        let running = tokio::spawn(async move {
-            let _flight = flight;
-            let conn = pool.get().await.map_err(|e| pool_error(e, &label))?;
-            let stmt = conn
-                .prepare_cached(&sql.acquire)
-                .await
-                .map_err(|e| pg_error(e, &label))?;
-            conn.query_one(
-                &stmt,
-                &[&key, &tok, &lease_ms, &permits, &wait, &channel, &attempt],
-            )
-            .await
-            .map_err(|e| pg_error(e, &label))
-        });
+        // A release of the token waits until this statement has run (see
+        // `release`), so that the two, sent on different connections of the
+        // pool, reach the database in the order they were made; a caller
+        // that stops waiting (a dropped acquire, a timeout) leaves the
+        // flight to end when the connection has run it (`InFlight`).
         let row = self
             .bounded(self.opts.response_timeout, what, async {
-                running.await.map_err(|e| {
-                    Error::new(
-                        ErrorKind::Unavailable,
-                        format!("{}: the request was lost", what()),
+                let flight = self.flights.depart(token.as_str());
+                let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
+                let stmt = conn
+                    .prepare_cached(&self.sql.acquire)
+                    .await
+                    .map_err(|e| pg_error(e, &what()))?;
+                let sent = flights::InFlight::new(conn, flight);
+                let row = sent
+                    .conn()
+                    .query_one(
+                        &stmt,
+                        &[
+                            &keys.lock,
+                            &token.as_str(),
+                            &ms(lease),
+                            &permits(keys.resource),
+                            &wait,
+                            &channel,
+                            &attempt,
+                        ],
                     )
-                    .with_source(e)
-                })?
+                    .await
+                    .map_err(|e| pg_error(e, &what()));
+                sent.landed();
+                row
             })
             .await?;
         let taken: bool = column(&row, 0, &what())?;
