@@ -169,6 +169,42 @@ async fn paused_store_makes_the_holder_lose_its_lease_and_its_fence() {
     let mut server = RedisServer::start();
     let a = connect(&server, Duration::from_millis(150)).await;
     let b = connect(&server, Duration::from_secs(2)).await;
+    a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
+}
+
+/// A server the fault tests freeze (SIGSTOP) and resume.
+trait Pausable {
+    fn pause(&mut self);
+    fn resume(&mut self);
+}
+
+impl Pausable for RedisServer {
+    fn pause(&mut self) {
+        RedisServer::pause(self);
+    }
+
+    fn resume(&mut self) {
+        RedisServer::resume(self);
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Pausable for lockguard_testing::PostgresServer {
+    fn pause(&mut self) {
+        lockguard_testing::PostgresServer::pause(self);
+    }
+
+    fn resume(&mut self) {
+        lockguard_testing::PostgresServer::resume(self);
+    }
+}
+
+/// The check every store with a server shares: `a` (whose requests time
+/// out in 150 ms) holds a lock under a 600 ms watchdog lease when `server`
+/// freezes. The loss is signalled before the lease ends; after the pause
+/// `b` acquires with a greater fencing token, and `a`'s write fenced with
+/// its old token is rejected.
+async fn a_pause_takes_the_lease_and_the_fence(server: &mut dyn Pausable, a: &Client, b: &Client) {
     let lease = Duration::from_millis(600);
     let first = a.lock("paused").watchdog(lease).acquire().await.unwrap();
     let acquired_at = Instant::now();
@@ -179,13 +215,13 @@ async fn paused_store_makes_the_holder_lose_its_lease_and_its_fence() {
         .await
         .expect("loss not signalled within the lease");
     let signalled = acquired_at.elapsed();
+    server.resume();
     assert!(err.is_lease_lost(), "{err}");
     assert!(
         signalled < lease,
         "loss signalled after {signalled:?}, past the lease"
     );
     assert!(!first.is_held());
-    server.resume();
 
     let second = b
         .lock("paused")

@@ -89,43 +89,7 @@ async fn paused_postgres_makes_the_holder_lose_its_lease_and_its_fence() {
     let mut server = PostgresServer::start();
     let a = connect(&server, Duration::from_millis(150)).await;
     let b = connect(&server, Duration::from_secs(2)).await;
-    let lease = Duration::from_millis(600);
-    let first = a.lock("paused").watchdog(lease).acquire().await.unwrap();
-    let acquired_at = Instant::now();
-    let lost = first.lost();
-
-    server.pause();
-    let err = tokio::time::timeout(lease * 2, lost)
-        .await
-        .expect("loss not signalled within the lease");
-    let signalled = acquired_at.elapsed();
-    server.resume();
-    assert!(err.is_lease_lost(), "{err}");
-    assert!(
-        signalled < lease,
-        "loss signalled after {signalled:?}, past the lease"
-    );
-    assert!(!first.is_held());
-
-    let second = b
-        .lock("paused")
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(second.fencing_token() > first.fencing_token());
-    b.fenced("paused:res")
-        .write(second.fencing_token(), "b")
-        .await
-        .unwrap();
-    let stale = a
-        .fenced("paused:res")
-        .write(first.fencing_token(), "a")
-        .await
-        .unwrap_err();
-    assert!(stale.is_stale_fencing_token(), "{stale}");
-    assert!(!first.release().await.unwrap());
-    assert!(second.release().await.unwrap());
+    crate::a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
 }
 
 /// A grant that arrives after the attempt timed out (the server was paused
