@@ -40,7 +40,7 @@ impl Shop {
         Ok(())
     }
 
-    #[rate_limit(key = "user:{user}", rate = "3/m", client = self.locks)]
+    #[rate_limit(key = "user:{user}", rate = "3/min", client = self.locks)]
     async fn search(&self, user: &str) -> Result<(), Error> {
         assert!(!user.is_empty());
         Ok(())

@@ -2,12 +2,16 @@
 
 use std::time::Duration;
 
-/// The units a duration may use, longest first so `ms` wins over `m`.
-const UNITS: [(&str, u64); 5] = [
+/// The units a duration may use (the ones `lockguard::Quota`'s parser
+/// takes too), each before any unit it starts with, so `ms` and `min` win
+/// over `m` and `day` over `d`.
+const UNITS: [(&str, u64); 7] = [
     ("ms", 1),
+    ("min", 60_000),
     ("s", 1_000),
     ("m", 60_000),
     ("h", 3_600_000),
+    ("day", 86_400_000),
     ("d", 86_400_000),
 ];
 
@@ -105,6 +109,11 @@ mod tests {
     fn periods_take_bare_units() {
         assert_eq!(parse_period("s"), Ok(Duration::from_secs(1)));
         assert_eq!(parse_period("m"), Ok(Duration::from_secs(60)));
+        // The spellings `lockguard::Quota` reads from configuration.
+        assert_eq!(parse_period("min"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse("5min"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse("1day"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_period("ms"), Ok(Duration::from_millis(1)));
         assert_eq!(parse_period("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_period("sec").is_err());

@@ -68,6 +68,13 @@ mod tests {
 
     #[test]
     fn parses_counts_and_periods() {
+        assert_eq!(
+            parse("3/min"),
+            Ok(Rate {
+                count: 3,
+                period: Duration::from_secs(60)
+            })
+        );
         let r = |count, ms| Rate {
             count,
             period: Duration::from_millis(ms),
