@@ -303,9 +303,15 @@ async fn contended_lockguard(b: &Bench, tasks: usize, clients: usize) -> Content
     for _ in 0..clients {
         handles.push(b.lockguard().await);
     }
+    contend(&handles, tasks, b.run_for).await
+}
+
+/// `tasks` contenders over `handles` (task `t` uses handle `t % len`), each
+/// taking the lock, holding it for [`HOLD`] and thinking for [`THINK`].
+async fn contend(handles: &[Client], tasks: usize, run_for: Duration) -> Contention {
     let rec = Recorder::new(tasks);
-    let rate = throughput(tasks, b.run_for, |t, stop, done| {
-        let lock = handles[t % clients]
+    let rate = throughput(tasks, run_for, |t, stop, done| {
+        let lock = handles[t % handles.len()]
             .lock("contended")
             .lease(Duration::from_secs(10))
             .wait(Duration::from_secs(60));

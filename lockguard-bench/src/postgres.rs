@@ -17,7 +17,7 @@ use lockguard_core::{Algorithm, Client, Quota};
 use lockguard_testing::PostgresServer;
 
 use crate::stats::{percentile, us};
-use crate::{Bench, Contention, HOLD, Recorder, THINK, hold, throughput};
+use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, throughput};
 
 /// A pool like lockguard's own: 16 connections, handed out untested.
 fn raw_pool(server: &PostgresServer) -> Pool {
@@ -210,28 +210,8 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         for _ in 0..tasks {
             clients.push(lockguard(server).await);
         }
-        let rec = Recorder::new(tasks);
-        let rate = throughput(tasks, b.run_for, |t, stop, done| {
-            let lock = clients[t]
-                .lock("contended")
-                .lease(Duration::from_secs(10))
-                .wait(Duration::from_secs(60));
-            let rec = rec.clone();
-            async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let g = lock.acquire().await.expect("acquire");
-                    rec.acquired(t);
-                    hold().await;
-                    rec.releasing(t);
-                    g.release().await.expect("release");
-                    done.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(THINK).await;
-                }
-            }
-        })
-        .await;
+        let c = contend(&clients, tasks, b.run_for).await;
         drop(clients);
-        let c = rec.finish(rate);
         let counted = counts(server).await - before;
         let per = counted.statements as f64 / c.acquisitions.max(1) as f64;
         row(b, tasks, "lockguard", &c, counted);

@@ -16,7 +16,7 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, ErrorKind};
+use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_testing::RedisServer;
 
 use support::eventually;
@@ -135,30 +135,8 @@ async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
         .await
         .unwrap();
 
-    server.kill();
-    for _ in 0..3 {
-        let started = Instant::now();
-        let err = lg.lock("k").try_acquire().await.unwrap_err();
-        let took = started.elapsed();
-        assert!(err.is_unavailable(), "{err}");
-        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
-    }
-
-    server.restart();
-    let recovered = eventually(Duration::from_secs(10), || {
-        let lg = lg.clone();
-        async move {
-            match lg.lock("k").try_acquire().await {
-                Ok(g) => g.release().await.unwrap(),
-                Err(e) => {
-                    assert!(e.is_unavailable(), "{e}");
-                    false
-                }
-            }
-        }
-    })
-    .await;
-    assert!(recovered, "client did not recover after the restart");
+    a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, Error::is_unavailable)
+        .await;
 }
 
 /// The holder's renewals stop reaching Redis (server paused): the guard
@@ -172,10 +150,12 @@ async fn paused_store_makes_the_holder_lose_its_lease_and_its_fence() {
     a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
 }
 
-/// A server the fault tests freeze (SIGSTOP) and resume.
+/// A server the fault tests freeze (SIGSTOP) and resume, kill and restart.
 trait Pausable {
     fn pause(&mut self);
     fn resume(&mut self);
+    fn kill(&mut self);
+    fn restart(&mut self);
 }
 
 impl Pausable for RedisServer {
@@ -185,6 +165,14 @@ impl Pausable for RedisServer {
 
     fn resume(&mut self) {
         RedisServer::resume(self);
+    }
+
+    fn kill(&mut self) {
+        RedisServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        RedisServer::restart(self);
     }
 }
 
@@ -197,6 +185,49 @@ impl Pausable for lockguard_testing::PostgresServer {
     fn resume(&mut self) {
         lockguard_testing::PostgresServer::resume(self);
     }
+
+    fn kill(&mut self) {
+        lockguard_testing::PostgresServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        lockguard_testing::PostgresServer::restart(self);
+    }
+}
+
+/// The check every store with a server shares: killed, `server` makes
+/// `lg`'s operations fail fast (within `timeout` and some slack) with an
+/// error `down` accepts; restarted, the same client recovers by itself
+/// (within 15 s).
+async fn a_kill_fails_fast_and_a_restart_is_recovered(
+    server: &mut dyn Pausable,
+    lg: &Client,
+    timeout: Duration,
+    down: fn(&Error) -> bool,
+) {
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = lg.lock("k").try_acquire().await.unwrap_err();
+        let took = started.elapsed();
+        assert!(down(&err), "{err}");
+        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
+    }
+    server.restart();
+    let recovered = eventually(Duration::from_secs(15), || {
+        let lg = lg.clone();
+        async move {
+            match lg.lock("k").try_acquire().await {
+                Ok(g) => g.release().await.unwrap(),
+                Err(e) => {
+                    assert!(down(&e), "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(recovered, "client did not recover after the restart");
 }
 
 /// The check every store with a server shares: `a` (whose requests time

@@ -42,33 +42,11 @@ async fn killed_postgres_fails_fast_and_the_client_recovers_after_restart() {
         .await
         .unwrap();
 
-    server.kill();
-    for _ in 0..3 {
-        let started = Instant::now();
-        let err = lg.lock("k").try_acquire().await.unwrap_err();
-        let took = started.elapsed();
-        assert!(
-            err.is_unavailable() || err.kind() == ErrorKind::Timeout,
-            "{err}"
-        );
-        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
-    }
-
-    server.restart();
-    let recovered = eventually(Duration::from_secs(15), || {
-        let lg = lg.clone();
-        async move {
-            match lg.lock("k").try_acquire().await {
-                Ok(g) => g.release().await.unwrap(),
-                Err(e) => {
-                    assert!(e.is_unavailable() || e.kind() == ErrorKind::Timeout, "{e}");
-                    false
-                }
-            }
-        }
+    // A request cut off by the kill may time out rather than fail.
+    crate::a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
+        e.is_unavailable() || e.kind() == ErrorKind::Timeout
     })
     .await;
-    assert!(recovered, "client did not recover after the restart");
     let other = connect(&server, Duration::from_secs(2)).await;
     let err = other.lock("across-crash").try_acquire().await.unwrap_err();
     assert!(
