@@ -9,7 +9,9 @@
 //! the sentinels again in the background; when they name another master, it
 //! switches to a connection to that one (subscribing again to the channels
 //! it had, for a pub/sub connection). The request that failed is reported
-//! as failed: its outcome is unknown, and callers clean up after it.
+//! as failed: its outcome is unknown, and callers clean up after it. Every
+//! such connection also asks the sentinels once a second, so one idle
+//! through a failover has usually moved before its next request.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -126,7 +128,6 @@ impl SentinelConn {
         })?;
         let sentinel = tokio::sync::Mutex::new(sentinel);
         let first = master(&sentinel, &config, opts, &target.service).await?;
-        let watched = on_switch.is_some();
         let conn = Self {
             inner: Arc::new(Inner {
                 sentinel,
@@ -139,15 +140,14 @@ impl SentinelConn {
                 service: target.service.clone(),
             }),
         };
-        if watched {
-            conn.watch();
-        }
+        conn.watch();
         Ok(conn)
     }
 
-    /// For a connection that only listens (pub/sub), which sends nothing
-    /// that could fail: asks the sentinels every [`WATCH_INTERVAL`] whether
-    /// the master moved, until the connection is dropped.
+    /// Asks the sentinels every [`WATCH_INTERVAL`] whether the master
+    /// moved, until the connection is dropped: a listening connection sends
+    /// nothing that could fail, and a command connection that was idle
+    /// through a failover would otherwise fail its first request after it.
     fn watch(&self) {
         let inner = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
