@@ -34,6 +34,15 @@ fi
 redis-server --version
 "$(pg_bin)/postgres" --version
 
+# A build of every feature with its tests takes about 3 GB; say so up front
+# rather than fail at link time. A one-off build (CI's fresh clone) keeps no
+# incremental caches.
+free_kb=$(df -Pk . | awk 'NR == 2 { print $4 }')
+if [ "${free_kb:-0}" -lt 4000000 ]; then
+  echo "warning: only $((free_kb / 1024)) MB free where the build goes; it needs about 3 GB" >&2
+fi
+if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
+
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)

@@ -50,6 +50,12 @@ pub use lockguard_core::*;
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
 pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 
+// The README's Rust snippets, compiled as doctests of this crate (every
+// feature they use is in `full`).
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// Tower layers for HTTP services.
 #[cfg(feature = "tower")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
