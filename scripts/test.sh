@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole lockguard test suite. Works on a fresh Debian machine as
-# root: installs redis-server, PostgreSQL (and openssl) with apt-get when
-# missing, then builds and runs every test, doctest and example.
+# root: installs redis-server, PostgreSQL, ZooKeeper (and openssl) with
+# apt-get when missing, then builds and runs every test, doctest and example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,9 @@ pg_bin() {
   ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
 }
 [ -x "$(pg_bin)/initdb" ] || missing+=(postgresql)
+# ZooKeeper (Debian's package, on the machine's Java) for the ZooKeeper
+# store's tests.
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -33,6 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 redis-server --version
 "$(pg_bin)/postgres" --version
+echo "zookeeper $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '(version unknown)')"
 
 # A build of every feature with its tests takes about 3 GB; say so up front
 # rather than fail at link time. A one-off build (CI's fresh clone) keeps no
@@ -46,11 +50,12 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-cargo test --workspace --all-features -- --skip postgres 2>&1 | tee "$log"
-# The PostgreSQL tests in a pass of their own: the backends of their server
+cargo test --workspace --all-features -- --skip postgres --skip zookeeper 2>&1 | tee "$log"
+# The PostgreSQL and ZooKeeper tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
 cargo test --workspace --all-features postgres 2>&1 | tee -a "$log"
+cargo test --workspace --all-features zookeeper 2>&1 | tee -a "$log"
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
 cargo test -p lockguard-core --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"

@@ -2,7 +2,8 @@
 //! the in-memory store, each beside raw redis-rs doing the same Redis
 //! commands in the same run, against a `redis-server` it starts itself;
 //! and the PostgreSQL store beside raw tokio-postgres running the same
-//! statements, against a server it starts.
+//! statements, against a server it starts; and the ZooKeeper store beside
+//! the raw `zookeeper-client` lock recipe.
 //!
 //! ```sh
 //! cargo run --release -p lockguard-bench                      # print the tables
@@ -24,6 +25,7 @@ mod http;
 mod postgres;
 mod raw;
 mod stats;
+mod zookeeper;
 
 use stats::{
     Counted, SlowlogEntry, parse_commandstats, percentile, script_calls, split, split_by_origin, us,
@@ -832,6 +834,9 @@ async fn main() {
     }
     if run("postgres") {
         postgres::section(&mut b).await;
+    }
+    if run("zookeeper") {
+        zookeeper::section(&mut b).await;
     }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");

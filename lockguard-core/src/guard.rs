@@ -354,6 +354,14 @@ impl LockGuard {
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         Lease::Fixed(lease).validate()?;
         let s = self.shared();
+        if let Some(max) = s.engine.store.locks.max_lease()
+            && lease > max
+        {
+            return Err(crate::Error::invalid(format!(
+                "a lease on a {} client can be at most {max:?} (its session timeout), got {lease:?}",
+                s.engine.store.locks.name()
+            )));
+        }
         if s.state.borrow().lost {
             return Err(s.lost_error("was lost before the extend"));
         }

@@ -35,6 +35,7 @@
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
 //! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
 //! | `postgres` | the PostgreSQL store (`Client::connect_postgres`), through tokio-postgres and deadpool-postgres; `postgres::FencedTable` |
+//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks and semaphores as ZooKeeper's lock recipe, through `zookeeper-client` |
 //!
 //! # Guarantees
 //!
@@ -82,7 +83,8 @@
 //! | [`Client::connect`] | one Redis server (6.2 or newer) |
 //! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
-//! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (12 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
+//! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
+//! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on (locks and semaphores) |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to
@@ -212,6 +214,9 @@ pub mod safety {}
 
 pub use backend::Occupancy;
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub use client::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
 pub use client::{Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
@@ -230,3 +235,8 @@ pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{Permit, Semaphore};
 #[cfg(feature = "serde")]
 pub use text::serde_duration;
+/// The ZooKeeper client crate lockguard uses (feature `zookeeper`), for
+/// [`Builder::connect_zookeeper_client`].
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub use zookeeper_client;

@@ -210,11 +210,30 @@ impl Lock {
 
     fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
         let keys = self.keys.as_ref().map_err(Invalid::error)?;
-        let lease = self.lease.validate()?;
+        let lease = self.effective_lease()?.duration();
         if self.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be greater than zero"));
         }
         Ok((keys, lease))
+    }
+
+    /// The lease, validated and fitted to the store: a watchdog lease
+    /// longer than the store can keep (a ZooKeeper session timeout) is
+    /// shortened to it (renewed more often); a longer fixed lease is an
+    /// error, since nothing would renew it.
+    fn effective_lease(&self) -> Result<Lease> {
+        let duration = self.lease.validate()?;
+        match self.engine.store.locks.max_lease() {
+            Some(max) if duration > max => match self.lease {
+                Lease::Watchdog(_) => Ok(Lease::Watchdog(max)),
+                _ => Err(Error::invalid(format!(
+                    "a fixed lease on a {} client can be at most {max:?} (its session \
+                     timeout), got {duration:?}; use the watchdog or a longer session timeout",
+                    self.engine.store.locks.name()
+                ))),
+            },
+            _ => Ok(self.lease),
+        }
     }
 
     /// Takes the lock if it is free, without waiting.
@@ -656,7 +675,8 @@ impl Lock {
     /// token released) when the grant's validity has passed: a lock that
     /// might have expired is never handed out.
     fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
-        let lease = self.lease.duration();
+        let kept = self.effective_lease()?;
+        let lease = kept.duration();
         if Instant::now() >= grant.valid_until {
             drop(PendingRelease::new(&self.engine, &keys, grant.token));
             return Err(Error::new(
@@ -674,7 +694,7 @@ impl Lock {
             (self.name.clone(), self.metric_label().clone()),
             keys,
             grant,
-            self.lease,
+            kept,
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Ok(LockGuard::new(tenancy))

@@ -288,6 +288,12 @@ impl Inbox for Waiters {
         self.hand_over(handoff);
     }
 
+    fn wake(&self, token: &Token) {
+        if let Some(slot) = self.tickets().get(token) {
+            slot.notify.notify_one();
+        }
+    }
+
     fn wake_all(&self) {
         for slot in self.tickets().values() {
             slot.notify.notify_one();

@@ -17,8 +17,10 @@ use std::time::{Duration, Instant};
 
 mod postgres;
 mod sentinel;
+mod zookeeper;
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
+pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, zookeeper_classpath};
 
 /// How long a server may take to answer `PING` after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(10);

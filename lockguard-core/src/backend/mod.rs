@@ -30,6 +30,8 @@ pub(crate) mod memory;
 pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 /// A fenced value as stored: the token that wrote it and its bytes.
 pub(crate) type Stored = Option<(u64, Vec<u8>)>;
@@ -180,7 +182,8 @@ pub struct Occupancy {
     /// semaphore.
     pub capacity: u32,
     /// How long the holder's lease has left (for a semaphore, the lease
-    /// that ends first); `None` when nobody holds it.
+    /// that ends first); `None` when nobody holds it, and on ZooKeeper,
+    /// where a holder's own client keeps its lease.
     pub lease_left: Option<Duration>,
     /// Waiters in its queue. A waiter that died is counted until the queue
     /// drops it, at most the waiter timeout later.
@@ -216,6 +219,13 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
     /// The most permits a semaphore may have on this store.
     fn max_permits(&self) -> u32 {
         crate::key::MAX_PERMITS
+    }
+
+    /// The longest lease the store can keep (ZooKeeper: the session
+    /// timeout, past which a holder's session may have ended unnoticed);
+    /// `None` for any lease.
+    fn max_lease(&self) -> Option<Duration> {
+        None
     }
 
     /// Where the store announces handoffs it makes without a message
@@ -336,6 +346,11 @@ pub(crate) trait Inbox: Send + Sync {
 
     /// A handoff the store made to one of this client's waiters.
     fn handoff(&self, handoff: Handoff);
+
+    /// Something changed ahead of `token`'s waiter in its queue (a store
+    /// that watches rather than hands over: ZooKeeper): it asks again.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    fn wake(&self, token: &Token);
 
     /// Messages may have been missed (a connection was lost): every waiter
     /// checks.

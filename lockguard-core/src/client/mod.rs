@@ -27,6 +27,10 @@ use crate::token::Token;
 mod postgres;
 #[cfg(feature = "sentinel")]
 mod sentinel;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
+#[cfg(feature = "zookeeper")]
+pub use zookeeper::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
 
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -243,6 +247,8 @@ pub struct Builder {
     tls: TlsSettings,
     #[cfg(feature = "postgres")]
     postgres_schema: String,
+    #[cfg(feature = "zookeeper")]
+    zookeeper: zookeeper::ZooKeeperSettings,
 }
 
 impl Default for Builder {
@@ -265,6 +271,8 @@ impl Default for Builder {
             tls: TlsSettings::default(),
             #[cfg(feature = "postgres")]
             postgres_schema: crate::backend::postgres::DEFAULT_SCHEMA.to_owned(),
+            #[cfg(feature = "zookeeper")]
+            zookeeper: zookeeper::ZooKeeperSettings::default(),
         }
     }
 }

@@ -15,6 +15,15 @@ crate::conformance!(
     semaphore_bad_input,
 );
 
+crate::conformance!(
+    zookeeper:
+    never_more_than_n_inside,
+    crashed_holder_frees_its_permit_at_lease_end,
+    permits_release_extend_and_expire,
+    permit_waiter_is_woken_by_release,
+    semaphore_bad_input,
+);
+
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
 async fn never_more_than_n_inside(env: Env) {
@@ -50,7 +59,8 @@ async fn never_more_than_n_inside(env: Env) {
 }
 
 /// A holder whose process dies (its runtime is shut down, so neither the
-/// watchdog nor a release runs) frees its permit when the lease ends.
+/// watchdog nor a release runs) frees its permit when the lease ends (on
+/// ZooKeeper, when its session, as long as the lease, expires).
 async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     let env = Arc::new(env);
     let lease = Duration::from_millis(600);
@@ -58,7 +68,7 @@ async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     let crashed_at = std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let lg = env2.client().await;
+            let lg = env2.client_for_lease(lease).await;
             let permit = lg
                 .semaphore("crash", 1)
                 .watchdog(lease)
@@ -97,7 +107,12 @@ async fn permits_release_extend_and_expire(env: Env) {
     let b = sem.acquire().await.unwrap();
     let busy = sem.try_acquire().await.unwrap_err();
     assert!(busy.is_busy(), "{busy}");
-    assert!(busy.retry_after().is_some());
+    // The holder's remaining lease, where the store keeps it.
+    assert_eq!(
+        busy.retry_after().is_some(),
+        env.store_keeps_leases(),
+        "{busy:?}"
+    );
     b.extend(Duration::from_secs(10)).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     assert!(!a.is_held());

@@ -10,6 +10,8 @@ mod postgres;
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

@@ -11,6 +11,8 @@ use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
+#[cfg(feature = "zookeeper")]
+use lockguard_testing::ZooKeeperServer;
 use redis::AsyncCommands;
 
 /// One store under test: the in-memory store, or a real `redis-server`
@@ -26,10 +28,18 @@ pub struct Env {
     /// and a schema of this test's own.
     #[cfg(feature = "postgres")]
     pub postgres: Option<(&'static PostgresServer, String)>,
+    /// A ZooKeeper store under test: a server of this test's own. The
+    /// tests' own data (counters), which ZooKeeper does not offer, is kept
+    /// in `memory`'s store.
+    #[cfg(feature = "zookeeper")]
+    pub zookeeper: Option<ZooKeeperServer>,
     /// The in-memory store's clock (unused on the real stores, where time
     /// is the server's).
     pub clock: ManualClock,
     memory: Option<Client>,
+    /// Where the tests' own data goes when the store under test has no
+    /// counters (ZooKeeper).
+    data: Option<Client>,
     shared: Arc<AtomicU64>,
 }
 
@@ -43,6 +53,8 @@ impl Env {
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
+            #[cfg(feature = "zookeeper")]
+            zookeeper: None,
             // Every handle of the memory store is a peer of this one, with
             // its settings: a long waiter timeout, so that the tests of
             // wake-ups see the notification and not a refresh.
@@ -53,6 +65,7 @@ impl Env {
                     .memory()
                     .expect("valid settings"),
             ),
+            data: None,
             clock,
             shared: Arc::new(AtomicU64::new(0)),
         }
@@ -61,13 +74,24 @@ impl Env {
     pub fn redis() -> Self {
         Self {
             server: Some(RedisServer::start()),
+            ..Self::bare()
+        }
+    }
+
+    /// No store yet: for the constructors above.
+    fn bare() -> Self {
+        Self {
+            server: None,
             nodes: Vec::new(),
             #[cfg(feature = "cluster")]
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
+            #[cfg(feature = "zookeeper")]
+            zookeeper: None,
             clock: ManualClock::new(),
             memory: None,
+            data: None,
             shared: Arc::new(AtomicU64::new(0)),
         }
     }
@@ -89,9 +113,22 @@ impl Env {
             #[cfg(feature = "cluster")]
             cluster: None,
             postgres: Some((PostgresServer::shared(), schema)),
+            #[cfg(feature = "zookeeper")]
+            zookeeper: None,
             clock: ManualClock::new(),
             memory: None,
+            data: None,
             shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// ZooKeeper: a standalone server of this test's own.
+    #[cfg(feature = "zookeeper")]
+    pub fn zookeeper() -> Self {
+        Self {
+            zookeeper: Some(ZooKeeperServer::start()),
+            data: Some(Client::memory()),
+            ..Self::bare()
         }
     }
 
@@ -137,6 +174,15 @@ impl Env {
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
+        #[cfg(feature = "zookeeper")]
+        if let Some(server) = &self.zookeeper {
+            // A session timeout above every lease the tests fix.
+            return b
+                .zookeeper_session_timeout(Duration::from_secs(60))
+                .connect_zookeeper(&server.hosts())
+                .await
+                .expect("connect to zookeeper");
+        }
         #[cfg(feature = "postgres")]
         if let Some((server, schema)) = &self.postgres {
             return b
@@ -172,6 +218,9 @@ impl Env {
     /// A client for the tests' own data (counters, fenced resources): the
     /// store under test, or for Redlock the extra single server.
     pub async fn data_client(&self) -> Client {
+        if let Some(data) = &self.data {
+            return data.clone();
+        }
         match &self.server {
             Some(server) if !self.nodes.is_empty() => {
                 Client::connect(&server.url()).await.expect("connect")
@@ -182,6 +231,33 @@ impl Env {
 
     pub async fn client(&self) -> Client {
         self.client_with(Client::builder()).await
+    }
+
+    /// A client whose holders' crashes free their locks within `lease`: on
+    /// ZooKeeper, where a crashed holder's lock goes with its session, one
+    /// whose session timeout is `lease`.
+    pub async fn client_for_lease(&self, lease: Duration) -> Client {
+        #[cfg(feature = "zookeeper")]
+        if let Some(server) = &self.zookeeper {
+            return Client::builder()
+                .zookeeper_session_timeout(lease)
+                .connect_zookeeper(&server.hosts())
+                .await
+                .expect("connect to zookeeper");
+        }
+        let _ = lease;
+        self.client().await
+    }
+
+    /// Whether the store keeps each holder's lease (and so can say how long
+    /// it has left): all but ZooKeeper, where a holder's client keeps it
+    /// and the store knows only that the holder's session lives.
+    pub fn store_keeps_leases(&self) -> bool {
+        #[cfg(feature = "zookeeper")]
+        if self.zookeeper.is_some() {
+            return false;
+        }
+        true
     }
 
     /// A value read and written in two separate steps, to detect two holders.
@@ -260,6 +336,17 @@ macro_rules! conformance {
     (cluster: $($name:ident),* $(,)?) => {
         $crate::conformance!($($name),*);
         $crate::conformance!(@cluster $($name),*);
+    };
+    (zookeeper: $($name:ident),* $(,)?) => {
+        #[cfg(feature = "zookeeper")]
+        mod zookeeper {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::zookeeper()).await;
+                }
+            )*
+        }
     };
     (@cluster $($name:ident),* $(,)?) => {
         #[cfg(feature = "cluster")]

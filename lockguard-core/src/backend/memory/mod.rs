@@ -795,6 +795,7 @@ mod tests {
         fn handoff(&self, handoff: Handoff) {
             self.0.lock().unwrap().push(handoff.token);
         }
+        fn wake(&self, _: &Token) {}
         fn wake_all(&self) {}
     }
 

@@ -1,0 +1,190 @@
+//! The ZooKeeper session a client works in, renewed when it expires.
+//!
+//! A ZooKeeper session outlives connections: the client library reconnects
+//! within it (to another server of the ensemble, too) and its watches
+//! survive. Only when the ensemble has not heard from the client for the
+//! session timeout does the session expire, taking its ephemeral nodes
+//! (held locks, queue places) with it; a client handle of an expired
+//! session answers nothing but `SessionExpired`. This keeps the current
+//! handle and replaces it with one of a new session when that happens,
+//! noticed by a monitor task or by an operation, whichever comes first.
+
+use std::sync::{RwLock, Weak};
+use std::time::Duration;
+
+use zookeeper_client as zk;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// How to open a session.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionOptions {
+    /// The connect string: `host:port,host:port[/chroot]`.
+    pub(crate) hosts: String,
+    /// The session timeout asked for (the ensemble may negotiate another).
+    pub(crate) session_timeout: Duration,
+    /// How long opening a session may take.
+    pub(crate) connect_timeout: Duration,
+}
+
+/// The current session of a client.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// How to open a new one; `None` for a client handed in by the
+    /// application, which cannot be renewed here.
+    options: Option<SessionOptions>,
+    current: RwLock<zk::Client>,
+    /// Held while a new session is opened, so concurrent callers open one.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+impl Session {
+    /// Opens a session.
+    pub(crate) async fn open(options: SessionOptions) -> Result<Self> {
+        let client = connect(&options).await?;
+        Ok(Self {
+            options: Some(options),
+            current: RwLock::new(client),
+            renewing: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Works in the session of a client the application made.
+    pub(crate) fn adopt(client: zk::Client) -> Self {
+        Self {
+            options: None,
+            current: RwLock::new(client),
+            renewing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The current session's client handle.
+    pub(crate) fn client(&self) -> zk::Client {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The session timeout the ensemble granted.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.client().session_timeout()
+    }
+
+    /// Opens a new session in place of `expired`, unless that was done
+    /// already. A client handed in by the application cannot be renewed:
+    /// that is an error saying so.
+    pub(crate) async fn renew(&self, expired: zk::SessionId) -> Result<()> {
+        let _turn = self.renewing.lock().await;
+        if self.client().session_id() != expired {
+            return Ok(());
+        }
+        let Some(options) = &self.options else {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the zookeeper session expired; a client handed in by the application is not \
+                 renewed: build a new lockguard client on a new session",
+            ));
+        };
+        let client = connect(options).await?;
+        tracing::warn!(
+            expired = %expired,
+            session = %client.session_id(),
+            "zookeeper session expired; working in a new one (locks held in the old one are lost)"
+        );
+        *self.current.write().unwrap_or_else(|p| p.into_inner()) = client;
+        Ok(())
+    }
+
+    /// Watches the session's state in the background: when it expires,
+    /// opens a new one and calls `expired` (which wakes every waiter, whose
+    /// queue places went with the session). Ends when the store is gone.
+    pub(crate) fn monitor(this: Weak<Self>, expired: impl Fn() + Send + 'static) {
+        tokio::spawn(async move {
+            loop {
+                let Some(session) = this.upgrade() else {
+                    return;
+                };
+                // The watcher alone does not keep the session open: once the
+                // store is dropped, the session closes.
+                let mut states = session.client().state_watcher();
+                drop(session);
+                let state = loop {
+                    tokio::select! {
+                        state = states.changed() => {
+                            if state.is_terminated() {
+                                break state;
+                            }
+                        }
+                        () = tokio::time::sleep(Duration::from_secs(1)) => {
+                            if this.strong_count() == 0 {
+                                return;
+                            }
+                        }
+                    }
+                };
+                tracing::debug!(?state, "zookeeper session ended");
+                let mut pause = Duration::from_millis(50);
+                loop {
+                    let Some(session) = this.upgrade() else {
+                        return;
+                    };
+                    let id = session.client().session_id();
+                    match session.renew(id).await {
+                        Ok(()) => break,
+                        Err(e) if session.options.is_none() => {
+                            tracing::error!(error = %e, "zookeeper session ended");
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot open a new zookeeper session yet; retrying");
+                        }
+                    }
+                    drop(session);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                expired();
+            }
+        });
+    }
+}
+
+/// Opens a session with `options`, bounded by the connect timeout.
+async fn connect(options: &SessionOptions) -> Result<zk::Client> {
+    let connect = zk::Client::connector()
+        .with_session_timeout(options.session_timeout)
+        // Try each server once, then say so: the outer timeout bounds the
+        // whole attempt, and the monitor retries.
+        .with_fail_eagerly()
+        .connect(&options.hosts);
+    match tokio::time::timeout(options.connect_timeout, connect).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(zk_error(
+            e,
+            &format!("connecting to zookeeper at {}", options.hosts),
+        )),
+        Err(_) => Err(Error::new(
+            ErrorKind::Unavailable,
+            format!(
+                "connecting to zookeeper at {}: no session within {:?}",
+                options.hosts, options.connect_timeout
+            ),
+        )),
+    }
+}
+
+/// A ZooKeeper error as lockguard's, saying what failed.
+pub(crate) fn zk_error(e: zk::Error, what: &str) -> Error {
+    let kind = match &e {
+        zk::Error::BadArguments(_) | zk::Error::InvalidAcl => ErrorKind::InvalidInput,
+        zk::Error::Unimplemented => ErrorKind::Unsupported,
+        zk::Error::UnmarshalError { .. }
+        | zk::Error::UnexpectedError(_)
+        | zk::Error::UnexpectedErrorCode(_)
+        | zk::Error::MarshallingError
+        | zk::Error::RuntimeInconsistent => ErrorKind::Protocol,
+        _ => ErrorKind::Unavailable,
+    };
+    Error::new(kind, format!("{what}: {e}")).with_source(e)
+}

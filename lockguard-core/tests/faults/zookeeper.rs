@@ -1,0 +1,376 @@
+//! ZooKeeper faults: a server killed and restarted, a server paused past a
+//! holder's session, the leader of an ensemble killed while clients wait,
+//! and client processes killed while they hold or wait.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Builder, Client, Error, ErrorKind};
+use lockguard_testing::{ZooKeeperEnsemble, ZooKeeperServer};
+
+use crate::{Pausable, a_kill_fails_fast_and_a_restart_is_recovered};
+
+impl Pausable for ZooKeeperServer {
+    fn pause(&mut self) {
+        ZooKeeperServer::pause(self);
+    }
+
+    fn resume(&mut self) {
+        ZooKeeperServer::resume(self);
+    }
+
+    fn kill(&mut self) {
+        ZooKeeperServer::kill(self);
+    }
+
+    fn restart(&mut self) {
+        ZooKeeperServer::restart(self);
+    }
+}
+
+async fn connect(hosts: &str, b: Builder) -> Client {
+    b.connect_timeout(Duration::from_secs(5))
+        .connect_zookeeper(hosts)
+        .await
+        .expect("connect to zookeeper")
+}
+
+/// Killed, the server makes operations fail fast as unavailable (or timed
+/// out); restarted on its data, the same client recovers by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_fails_fast_and_the_client_recovers_after_restart() {
+    let mut server = ZooKeeperServer::start();
+    let timeout = Duration::from_millis(300);
+    let lg = connect(&server.hosts(), Client::builder().response_timeout(timeout)).await;
+    a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
+        e.is_unavailable() || e.is_timeout()
+    })
+    .await;
+}
+
+/// `a` holds a lock under a watchdog lease as long as its 1 s session when
+/// the server freezes for three times that: the loss is signalled before
+/// the lease ends. After the pause `b` acquires with a greater fencing
+/// token, and `a`'s write fenced with its old token is rejected (the fenced
+/// value lives in another store: ZooKeeper has none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
+    let mut server = ZooKeeperServer::start();
+    let session = Duration::from_secs(1);
+    let a = connect(
+        &server.hosts(),
+        Client::builder()
+            .zookeeper_session_timeout(session)
+            .response_timeout(Duration::from_millis(200)),
+    )
+    .await;
+    let b = connect(&server.hosts(), Client::builder()).await;
+    let data = Client::memory();
+
+    let first = a.lock("paused").acquire().await.unwrap();
+    let acquired_at = Instant::now();
+    let lost = first.lost();
+    server.pause();
+    let err = tokio::time::timeout(session * 2, lost)
+        .await
+        .expect("loss not signalled within the session");
+    let signalled = acquired_at.elapsed();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        signalled < session,
+        "loss signalled after {signalled:?}, past the session timeout"
+    );
+    assert!(!first.is_held());
+    tokio::time::sleep(session * 2).await;
+    server.resume();
+
+    let second = b
+        .lock("paused")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the next holder acquires once the old one's node is gone");
+    assert!(second.fencing_token() > first.fencing_token());
+    data.fenced("paused:res")
+        .write(second.fencing_token(), "b")
+        .await
+        .unwrap();
+    let stale = data
+        .fenced("paused:res")
+        .write(first.fencing_token(), "a")
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!first.release().await.unwrap());
+    assert!(second.release().await.unwrap());
+}
+
+/// A three-member ensemble loses its leader while a holder holds and three
+/// clients wait: every client moves to another member within its session,
+/// the holder keeps its lock through the election, and the waiters are
+/// served one at a time, in their order, with increasing fencing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_leader_killed_while_clients_wait() {
+    let mut ensemble = ZooKeeperEnsemble::start(3);
+    let hosts = ensemble.hosts();
+    let holder = connect(&hosts, Client::builder()).await;
+    let guard = holder.lock("election").acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let lg = connect(&hosts, Client::builder()).await;
+        let (inside, order) = (inside.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = lg
+                .lock("election")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("a waiter is served after the election");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            order.lock().unwrap().push((i, g.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(g.release().await.unwrap());
+        }));
+        // Each waiter queues before the next one starts.
+        let queued = crate::support::eventually(Duration::from_secs(10), || {
+            let holder = holder.clone();
+            async move { holder.lock("election").inspect().await.unwrap().waiters == i + 1 }
+        })
+        .await;
+        assert!(queued, "waiter {i} did not queue");
+    }
+    let leader = ensemble.wait_for_leader(Duration::from_secs(30));
+    ensemble.member_mut(leader).kill();
+    let new_leader = ensemble.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(new_leader, leader);
+    assert!(guard.is_held(), "the holder lost its lock in the election");
+    assert!(
+        guard.release().await.unwrap(),
+        "the holder's node did not survive the election"
+    );
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("a waiter was never served")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let served: Vec<_> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(served, [0, 1, 2], "waiters served out of order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
+
+/// Set to the connect string, makes `zookeeper_child` act as a client
+/// process: `hold` or `wait` for the lock "victim".
+const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
+
+/// The child half of the process tests below, run only in the child
+/// process they start (which sets `LOCKGUARD_ZOOKEEPER_CHILD`): it holds,
+/// or waits for, the lock "victim" in a session of 1 s, says so on its
+/// standard output, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the zookeeper process tests"]
+async fn zookeeper_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (role, hosts) = spec.split_once(' ').expect("role and hosts");
+    let lg = Client::builder()
+        .zookeeper_session_timeout(Duration::from_secs(1))
+        .connect_zookeeper(hosts)
+        .await
+        .expect("the child connects");
+    match role {
+        "hold" => {
+            let guard = lg.lock("victim").acquire().await.expect("the child holds");
+            println!("held {}", guard.fencing_token());
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            panic!("the holding child was not killed");
+        }
+        _ => {
+            println!("waiting");
+            let outcome = lg
+                .lock("victim")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await;
+            panic!("the waiting child was not killed while queued: {outcome:?}");
+        }
+    }
+}
+
+/// This test binary run again as `zookeeper_child`; killed and reaped on
+/// drop, whatever way the test ends.
+struct ChildClient {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl ChildClient {
+    fn spawn(role: &str, hosts: &str) -> Self {
+        let module = module_path!().split_once("::").expect("a module").1;
+        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args(["--exact", &format!("{module}::zookeeper_child")])
+            .args(["--ignored", "--nocapture", "--quiet"])
+            .env(CHILD_ENV, format!("{role} {hosts}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the child client");
+        let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        Self { child, lines }
+    }
+
+    /// The child's next line that starts with `word`.
+    fn expect(&mut self, word: &str) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.expect("the child's output");
+            if line.starts_with(word) {
+                return line;
+            }
+        }
+        panic!("the child ended without saying {word:?}");
+    }
+
+    /// SIGKILLs the child and checks it was still running.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the child");
+        let status = self.child.wait().expect("reap the child");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the child ended before it was killed: {status}"
+        );
+    }
+}
+
+impl Drop for ChildClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A waiter process killed with SIGKILL while first in the queue leaves it
+/// when the ensemble expires its 1 s session: the waiter behind it is
+/// served within that (plus slack), never after the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_waiter_process_leaves_the_queue_with_its_session() {
+    let server = ZooKeeperServer::start();
+    let hosts = server.hosts();
+    let holder = connect(&hosts, Client::builder()).await;
+    let guard = holder.lock("victim").acquire().await.unwrap();
+    let mut child = ChildClient::spawn("wait", &hosts);
+    child.expect("waiting");
+    let queued = |n: u64| {
+        let holder = holder.clone();
+        crate::support::eventually(Duration::from_secs(10), move || {
+            let holder = holder.clone();
+            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
+        })
+    };
+    assert!(queued(1).await, "the child never queued");
+    let second = connect(&hosts, Client::builder()).await;
+    let waiter = tokio::spawn(async move {
+        let g = second
+            .lock("victim")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("the waiter behind the dead one acquires");
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    assert!(queued(2).await, "the second waiter never queued");
+    child.kill();
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter behind the dead one was never served")
+        .unwrap();
+    let delay = acquired - released;
+    println!("the waiter behind the killed one acquired {delay:?} after the release");
+    let bound = Duration::from_secs(1) + Duration::from_secs(2);
+    assert!(
+        delay < bound,
+        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
+    );
+}
+
+/// A holder process killed with SIGKILL frees the lock when the ensemble
+/// expires its 1 s session: a waiter in this process, woken by the node's
+/// deletion, takes it with a greater fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
+    let server = ZooKeeperServer::start();
+    let hosts = server.hosts();
+    let mut child = ChildClient::spawn("hold", &hosts);
+    let held = child.expect("held");
+    let old_fence: u64 = held
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .expect("the child's fencing token");
+    let lg = connect(&hosts, Client::builder()).await;
+    let busy = lg.lock("victim").try_acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    child.kill();
+    let killed = Instant::now();
+    let guard = lg
+        .lock("victim")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the lock is freed when the dead holder's session expires");
+    let freed_after = killed.elapsed();
+    println!("the dead holder's lock was taken {freed_after:?} after the kill");
+    assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
+    assert!(guard.fencing_token().get() > old_fence);
+    assert!(guard.release().await.unwrap());
+}
+
+/// Counters, limiters and fenced values are refused with a message naming
+/// the store; a fixed lease past the session timeout is refused at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_refuses_what_it_does_not_offer() {
+    let server = ZooKeeperServer::start();
+    let lg = connect(
+        &server.hosts(),
+        Client::builder().zookeeper_session_timeout(Duration::from_secs(2)),
+    )
+    .await;
+    let err: Error = lg.counter("c").incr_by(1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("zookeeper"), "{err}");
+    let err = lg
+        .fenced("f")
+        .write(lockguard_core::FencingToken::new(1), "x")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    let err = lg
+        .lock("l")
+        .lease(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    let guard = lg
+        .lock("l")
+        .lease(Duration::from_secs(1))
+        .try_acquire()
+        .await
+        .unwrap();
+    let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(guard.release().await.unwrap());
+}
