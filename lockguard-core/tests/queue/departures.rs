@@ -222,6 +222,18 @@ async fn ended_wait_leaves_the_queue_on_postgres() {
     giving_up_leaves_the_queue(Env::postgres(), GiveUp::WaitOver).await;
 }
 
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquire_leaves_the_queue_on_zookeeper() {
+    giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::Dropped).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_wait_leaves_the_queue_on_zookeeper() {
+    giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::WaitOver).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn dropped_acquire_leaves_the_queue_on_memory() {
     giving_up_leaves_the_queue(Env::memory(), GiveUp::Dropped).await;

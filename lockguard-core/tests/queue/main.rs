@@ -29,7 +29,8 @@ use support::{Env, eventually};
 #[derive(Debug, Clone, Copy)]
 enum Queue<'a> {
     Lock(&'a str),
-    Semaphore(&'a str),
+    /// A semaphore and its permits (ZooKeeper counts its waiters by them).
+    Semaphore(&'a str, u32),
 }
 
 impl Queue<'_> {
@@ -39,7 +40,7 @@ impl Queue<'_> {
     fn key(self) -> String {
         match self {
             Self::Lock(name) => format!("lockguard:lock:{{{name}}}:queue"),
-            Self::Semaphore(name) => format!("lockguard:sem:{{{name}}}:queue"),
+            Self::Semaphore(name, _) => format!("lockguard:sem:{{{name}}}:queue"),
         }
     }
 
@@ -65,12 +66,11 @@ impl Queue<'_> {
     /// How many waiters a store with its own clock has queued, seen through
     /// a client's inspection (one round trip); `None` on memory.
     async fn waiting(self, env: &Env) -> Option<u64> {
-        #[cfg(feature = "postgres")]
-        if env.postgres.is_some() {
+        if env.queues_by_inspection() {
             let lg = env.client().await;
             let seen = match self {
                 Self::Lock(name) => lg.lock(name).inspect().await,
-                Self::Semaphore(name) => lg.semaphore(name, 1).inspect().await,
+                Self::Semaphore(name, permits) => lg.semaphore(name, permits).inspect().await,
             };
             return Some(seen.expect("inspect").waiters);
         }

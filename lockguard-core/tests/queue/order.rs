@@ -74,6 +74,12 @@ async fn fifo_order_across_8_clients_on_postgres() {
     fifo_order(Env::postgres()).await;
 }
 
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_across_8_clients_on_zookeeper() {
+    fifo_order(Env::zookeeper()).await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn fifo_order_across_8_peers_on_memory() {
     fifo_order(Env::memory()).await;
@@ -130,6 +136,12 @@ async fn try_acquire_neither_queues_nor_barges_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_postgres() {
     try_acquire_neither_queues_nor_barges(Env::postgres()).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_neither_queues_nor_barges_on_zookeeper() {
+    try_acquire_neither_queues_nor_barges(Env::zookeeper()).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -221,7 +233,7 @@ async fn semaphore_order(env: Env) {
                 .unwrap_or_else(|e| panic!("waiter {i}: {e}"));
             tx.send((i, p)).expect("the test listens");
         });
-        until_queued(&env, Queue::Semaphore("slots"), i + 1).await;
+        until_queued(&env, Queue::Semaphore("slots", 2), i + 1).await;
     }
     drop(tx);
     for expected in 0..6 {
@@ -249,6 +261,12 @@ async fn semaphore_permits_in_fifo_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order_on_postgres() {
     semaphore_order(Env::postgres()).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_in_fifo_order_on_zookeeper() {
+    semaphore_order(Env::zookeeper()).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -249,6 +249,20 @@ impl Env {
         self.client().await
     }
 
+    /// Whether a queue's size is read through inspection (PostgreSQL,
+    /// ZooKeeper) rather than from the store's keys (Redis).
+    pub fn queues_by_inspection(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if self.postgres.is_some() {
+            return true;
+        }
+        #[cfg(feature = "zookeeper")]
+        if self.zookeeper.is_some() {
+            return true;
+        }
+        false
+    }
+
     /// Whether the store keeps each holder's lease (and so can say how long
     /// it has left): all but ZooKeeper, where a holder's client keeps it
     /// and the store knows only that the holder's session lives.

@@ -46,6 +46,10 @@ use crate::token::Token;
 /// The node under which lockguard keeps its locks, by default.
 pub(crate) const DEFAULT_ROOT: &str = "/lockguard";
 
+/// How long a waiter trusts a watch that has not fired before it lists
+/// the queue again anyway.
+const RECHECK: Duration = Duration::from_secs(5);
+
 /// The ZooKeeper store of one client.
 pub(crate) struct ZooKeeperStore {
     session: Arc<Session>,
@@ -79,16 +83,34 @@ struct Node {
 #[derive(Debug)]
 enum Role {
     /// In the queue. `watch` waits for what this waiter waits on and wakes
-    /// it; while it has not fired, nothing has changed ahead of it.
-    Waiting { watch: Option<JoinHandle<()>> },
+    /// it; while it has not fired, nothing has changed ahead of it. It was
+    /// set at the instant it holds.
+    Waiting {
+        watch: Option<(JoinHandle<()>, Instant)>,
+    },
     /// Holding. The lease ends at the instant sent; a task of this client
     /// deletes the node then, unless the lease was extended.
     Holding { lease_end: watch::Sender<Instant> },
 }
 
+impl Node {
+    /// Changes the node's role, stopping the watch of the earlier one.
+    fn set_role(&mut self, role: Role) {
+        if let Role::Waiting {
+            watch: Some((task, _)),
+        } = std::mem::replace(&mut self.role, role)
+        {
+            task.abort();
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Role::Waiting { watch: Some(task) } = &self.role {
+        if let Role::Waiting {
+            watch: Some((task, _)),
+        } = &self.role
+        {
             task.abort();
         }
     }
@@ -216,14 +238,18 @@ impl ZooKeeperStore {
         Some((node.path.clone(), node.fence, waiting))
     }
 
-    /// Whether this token waits with a watch that has not fired: nothing
-    /// ahead of it changed since it looked.
+    /// Whether this token waits with a recent watch that has not fired:
+    /// nothing ahead of it changed since it looked. A watch older than
+    /// [`RECHECK`] is looked past, the safety net for a signal lost (a
+    /// semaphore holder whose touch failed).
     fn watching(&self, token: &Token) -> bool {
         let nodes = self.nodes();
         matches!(
             nodes.get(token),
-            Some(Node { role: Role::Waiting { watch: Some(task) }, session, .. })
-                if !task.is_finished() && *session == self.session.client().session_id()
+            Some(Node { role: Role::Waiting { watch: Some((task, set)) }, session, .. })
+                if !task.is_finished()
+                    && set.elapsed() < RECHECK
+                    && *session == self.session.client().session_id()
         )
     }
 
@@ -336,7 +362,9 @@ impl ZooKeeperStore {
                 }
             });
             match self.nodes().get_mut(token) {
-                Some(node) => node.role = Role::Waiting { watch: Some(task) },
+                Some(node) => node.set_role(Role::Waiting {
+                    watch: Some((task, Instant::now())),
+                }),
                 None => task.abort(),
             }
             return Ok(Attempt::Busy(None));
@@ -353,7 +381,7 @@ impl ZooKeeperStore {
             let Some(node) = nodes.get_mut(token) else {
                 return;
             };
-            node.role = Role::Holding { lease_end: tx };
+            node.set_role(Role::Holding { lease_end: tx });
             node.path.clone()
         };
         let (nodes, session, timeout, token) = (
