@@ -68,8 +68,10 @@ impl Builder {
     /// expires the client opens a new one by itself (the locks held in the
     /// old one are lost, and their guards say so).
     ///
-    /// ZooKeeper offers locks and semaphores; counters, rate limiters and
-    /// fenced values answer [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
+    /// ZooKeeper offers locks, semaphores, counters (without expiry; each
+    /// update a compare-and-set, two round trips), marks and fenced values;
+    /// rate limiters and expiry answer
+    /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported).
     ///
     /// # Errors
     ///
@@ -143,7 +145,7 @@ impl Builder {
             self.opts.response_timeout,
         )
         .await?;
-        Ok(self.build(Store::locks_only(store, Vec::new())))
+        Ok(self.build(Store::new(store, Vec::new())))
     }
 }
 

@@ -17,6 +17,16 @@ crate::conformance!(
     counter_bad_input,
 );
 
+// ZooKeeper offers counters without expiry, and no rate limiters.
+crate::conformance!(
+    zookeeper:
+    stock_is_never_oversold,
+    mark_once_is_first_exactly_once,
+    incr_decr_get_set_and_overflow,
+    compare_and_set_and_update_lose_no_update,
+    counter_bad_input,
+);
+
 /// 64 tasks on 4 handles buy from a stock of 1000 with
 /// `decr_if_at_least(1)`: exactly 1000 succeed and it never goes below 0.
 async fn stock_is_never_oversold(env: Env) {

@@ -338,8 +338,8 @@ async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
     assert!(guard.release().await.unwrap());
 }
 
-/// Counters, limiters and fenced values are refused with a message naming
-/// the store; a fixed lease past the session timeout is refused at once.
+/// Rate limiters and expiry are refused with a message naming the store;
+/// a fixed lease past the session timeout is refused at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_refuses_what_it_does_not_offer() {
     let server = ZooKeeperServer::start();
@@ -348,15 +348,21 @@ async fn zookeeper_refuses_what_it_does_not_offer() {
         Client::builder().zookeeper_session_timeout(Duration::from_secs(2)),
     )
     .await;
-    let err: Error = lg.counter("c").incr_by(1).await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert!(err.to_string().contains("zookeeper"), "{err}");
-    let err = lg
-        .fenced("f")
-        .write(lockguard_core::FencingToken::new(1), "x")
+    let err: Error = lg
+        .rate_limiter("api", lockguard_core::Quota::per_second(10))
+        .check("k")
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("zookeeper"), "{err}");
+    let err = lg
+        .counter("c")
+        .expire_after(Duration::from_secs(60))
+        .incr_by(1)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert_eq!(lg.counter("c").get().await.unwrap(), 0, "nothing was written");
     let err = lg
         .lock("l")
         .lease(Duration::from_secs(30))
@@ -372,5 +378,49 @@ async fn zookeeper_refuses_what_it_does_not_offer() {
         .unwrap();
     let err = guard.extend(Duration::from_secs(30)).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
+    assert!(guard.release().await.unwrap());
+}
+
+/// The application's own ZooKeeper client (here under a chroot) is used as
+/// it is: the locks live under its chroot, in its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_an_application_session_is_used_as_it_is() {
+    use lockguard_core::zookeeper_client as zk;
+    let server = ZooKeeperServer::start();
+    let admin = zk::Client::connect(&server.hosts()).await.unwrap();
+    admin
+        .create(
+            "/app",
+            &[],
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let session = Duration::from_secs(2);
+    let app = zk::Client::connector()
+        .with_session_timeout(session)
+        .connect(&format!("{}/app", server.hosts()))
+        .await
+        .unwrap();
+    let lg = Client::builder()
+        .connect_zookeeper_client(app.clone())
+        .await
+        .unwrap();
+    let guard = lg.lock("order:1").acquire().await.unwrap();
+    let locks = admin.list_children("/app/lockguard").await.unwrap();
+    assert_eq!(locks.len(), 1, "{locks:?}");
+    let queue = admin
+        .list_children(&format!("/app/lockguard/{}", locks[0]))
+        .await
+        .unwrap();
+    assert_eq!(queue.len(), 1, "{queue:?}");
+
+    let node = admin
+        .check_stat(&format!("/app/lockguard/{}/{}", locks[0], queue[0]))
+        .await
+        .unwrap()
+        .expect("the lock's node");
+    assert_eq!(node.ephemeral_owner, app.session_id().0, "not the application's session");
+    assert_eq!(node.czxid as u64, guard.fencing_token().get());
     assert!(guard.release().await.unwrap());
 }

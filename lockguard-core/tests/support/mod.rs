@@ -28,9 +28,7 @@ pub struct Env {
     /// and a schema of this test's own.
     #[cfg(feature = "postgres")]
     pub postgres: Option<(&'static PostgresServer, String)>,
-    /// A ZooKeeper store under test: a server of this test's own. The
-    /// tests' own data (counters), which ZooKeeper does not offer, is kept
-    /// in `memory`'s store.
+    /// A ZooKeeper store under test: a server of this test's own.
     #[cfg(feature = "zookeeper")]
     pub zookeeper: Option<ZooKeeperServer>,
     /// The in-memory store's clock (unused on the real stores, where time
@@ -127,7 +125,6 @@ impl Env {
     pub fn zookeeper() -> Self {
         Self {
             zookeeper: Some(ZooKeeperServer::start()),
-            data: Some(Client::memory()),
             ..Self::bare()
         }
     }

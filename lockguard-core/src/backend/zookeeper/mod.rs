@@ -23,6 +23,7 @@
 //! Nothing here queues in a waiter's place while it is not asking: a place
 //! lives with the session, and a waiter that gives up deletes it.
 
+mod data;
 mod session;
 
 use std::collections::HashMap;

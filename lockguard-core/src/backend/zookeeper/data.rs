@@ -1,0 +1,407 @@
+//! Counters, marks and fenced values on ZooKeeper: what it does well,
+//! versioned compare-and-set.
+//!
+//! A counter is a persistent node under the root holding its value in
+//! decimal; its version is the zxid of the node's last write (`mzxid`),
+//! which no later write of any node repeats. An update reads the node and
+//! writes it back conditional on the version read (`setData` with the
+//! node's version, `create` for a missing one), again after a short random
+//! pause when another write came first: atomic, two round trips when
+//! uncontended, more under contention. A mark is a child node of the
+//! counter's mark set, created or found there; a fenced value a node
+//! holding the token and the value, written the same conditional way.
+//! Expiry (`expire_after`) and rate limiting are not offered.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::{ZooKeeperStore, bounded, node_name};
+use crate::backend::{DataBackend, LimitKeys, LimitOp, Stored, StoreFuture};
+use crate::error::{Error, ErrorKind, Result};
+use crate::key::CounterKeys;
+use crate::rate_limit::Decision;
+
+/// How many times the response timeout an update may spend losing to
+/// concurrent writes before it gives up.
+const CONTENDED_TIMEOUTS: u32 = 10;
+
+/// A node's content as read: its bytes and stat, or `None` when missing.
+type Read = Option<(Vec<u8>, zk::Stat)>;
+
+fn unsupported(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "{what} is not offered on a zookeeper client; it offers locks, semaphores, \
+             counters without expiry, marks and fenced values"
+        ),
+    )
+}
+
+fn overflow(key: &str) -> Error {
+    Error::invalid(format!(
+        "counter {key:?}: increment or decrement would overflow"
+    ))
+}
+
+/// A zxid as a version (always positive on a real ensemble).
+fn version(stat: &zk::Stat) -> u64 {
+    u64::try_from(stat.mzxid).unwrap_or(0)
+}
+
+fn unreadable(path: &str) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!("zookeeper node {path} does not hold what lockguard wrote there"),
+    )
+}
+
+fn counter_value(path: &str, read: &Read) -> Result<i64> {
+    match read {
+        None => Ok(0),
+        Some((data, _)) => std::str::from_utf8(data)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| unreadable(path)),
+    }
+}
+
+/// A fenced node's content: `{token} {value}`.
+fn fenced_content(path: &str, data: &[u8]) -> Result<(u64, Vec<u8>)> {
+    let space = data
+        .iter()
+        .position(|b| *b == b' ')
+        .ok_or_else(|| unreadable(path))?;
+    let token = std::str::from_utf8(&data[..space])
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| unreadable(path))?;
+    Ok((token, data[space + 1..].to_vec()))
+}
+
+impl ZooKeeperStore {
+    fn data_path(&self, key: &str) -> String {
+        format!("{}/{}", self.root, node_name(key))
+    }
+
+    async fn read(&self, client: &zk::Client, path: &str) -> Result<Read> {
+        match bounded(self.response_timeout, client.get_data(path)).await? {
+            Ok(read) => Ok(Some(read)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(self.failed(e, "reading a node").await),
+        }
+    }
+
+    /// Writes `data` if the node is still as `read` found it (still missing
+    /// for `None`): the write's version, or `None` when another write came
+    /// first.
+    async fn write_if(
+        &self,
+        client: &zk::Client,
+        path: &str,
+        data: &[u8],
+        read: &Read,
+    ) -> Result<Option<u64>> {
+        let written = match read {
+            Some((_, stat)) => {
+                bounded(
+                    self.response_timeout,
+                    client.set_data(path, data, Some(stat.version)),
+                )
+                .await?
+            }
+            None => {
+                let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                bounded(
+                    self.response_timeout,
+                    client.create(path, data, &persistent),
+                )
+                .await?
+                .map(|(stat, _)| stat)
+            }
+        };
+        match written {
+            Ok(stat) => Ok(Some(version(&stat))),
+            Err(zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(self.failed(e, "writing a node").await),
+        }
+    }
+
+    /// Reads the node at `path`, decides with `step` what to write (or to
+    /// stop with a value), and writes it conditionally, again until no other
+    /// write comes between.
+    async fn update<T>(
+        &self,
+        path: &str,
+        mut step: impl FnMut(&Read) -> Result<Result<Vec<u8>, T>>,
+        done: impl Fn(u64) -> T,
+    ) -> Result<T> {
+        let client = self.session.client();
+        let deadline = Instant::now() + self.response_timeout * CONTENDED_TIMEOUTS;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let read = self.read(&client, path).await?;
+            let data = match step(&read)? {
+                Ok(data) => data,
+                Err(answer) => return Ok(answer),
+            };
+            if let Some(version) = self.write_if(&client, path, &data, &read).await? {
+                return Ok(done(version));
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "updating {path}: other writes kept coming first for {:?}",
+                        self.response_timeout * CONTENDED_TIMEOUTS
+                    ),
+                ));
+            }
+            // A random pause, so the writers that lost this round do not
+            // meet again in the next.
+            let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
+            tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    async fn counter_update(
+        &self,
+        keys: &CounterKeys,
+        ttl: Option<Duration>,
+        f: impl Fn(i64) -> Result<Result<i64, i64>>,
+    ) -> Result<Result<i64, i64>> {
+        if ttl.is_some() {
+            return Err(unsupported("counter expiry"));
+        }
+        let path = self.data_path(&keys.value);
+        let mut new = 0;
+        let answer = self
+            .update(
+                &path,
+                |read| {
+                    let current = counter_value(&path, read)?;
+                    Ok(match f(current)? {
+                        Ok(value) => {
+                            new = value;
+                            Ok(value.to_string().into_bytes())
+                        }
+                        Err(current) => Err(Err(current)),
+                    })
+                },
+                |_| Ok(()),
+            )
+            .await?;
+        Ok(answer.map(|()| new))
+    }
+
+    async fn counter_set_inner(
+        &self,
+        keys: &CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<Result<u64, u64>> {
+        if ttl.is_some() {
+            return Err(unsupported("counter expiry"));
+        }
+        let path = self.data_path(&keys.value);
+        let client = self.session.client();
+        let Some(expected) = expected else {
+            return self
+                .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
+                .await;
+        };
+        let read = self.read(&client, &path).await?;
+        let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
+        if current != expected {
+            return Ok(Err(current));
+        }
+        match self
+            .write_if(&client, &path, value.to_string().as_bytes(), &read)
+            .await?
+        {
+            Some(version) => Ok(Ok(version)),
+            None => {
+                let now = self.read(&client, &path).await?;
+                Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
+            }
+        }
+    }
+
+    async fn mark_once_inner(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool> {
+        if ttl.is_some() {
+            return Err(unsupported("mark expiry"));
+        }
+        let set = self.data_path(&keys.marks);
+        let path = format!("{set}/{}", node_name(member));
+        let client = self.session.client();
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        for _ in 0..3 {
+            match bounded(
+                self.response_timeout,
+                client.create(&path, &[], &persistent),
+            )
+            .await?
+            {
+                Ok(_) => return Ok(true),
+                Err(zk::Error::NodeExists) => return Ok(false),
+                Err(zk::Error::NoNode) => {
+                    match bounded(self.response_timeout, client.create(&set, &[], &container))
+                        .await?
+                    {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(self.failed(e, "creating a mark set").await),
+                    }
+                }
+                Err(e) => return Err(self.failed(e, "marking a member").await),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("zookeeper removed {set} each time a mark was made in it"),
+        ))
+    }
+
+    async fn fenced_write_inner(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let path = self.data_path(key);
+        let mut data = format!("{token} ").into_bytes();
+        data.extend_from_slice(value);
+        self.update(
+            &path,
+            |read| match read {
+                Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
+                _ => Ok(Ok(data.clone())),
+            },
+            |_| true,
+        )
+        .await
+    }
+
+    async fn fenced_read_inner(&self, key: &str) -> Result<Stored> {
+        let path = self.data_path(key);
+        let client = self.session.client();
+        match self.read(&client, &path).await? {
+            Some((data, _)) => Ok(Some(fenced_content(&path, &data)?)),
+            None => Ok(None),
+        }
+    }
+}
+
+impl DataBackend for ZooKeeperStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::boxed(async move {
+            let key = keys.value.as_str();
+            let added = self
+                .counter_update(keys, ttl, |v| {
+                    v.checked_add(delta).map(Ok).ok_or_else(|| overflow(key))
+                })
+                .await?;
+            Ok(added.unwrap_or_else(|v| v))
+        })
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::boxed(async move {
+            let key = keys.value.as_str();
+            self.counter_update(keys, ttl, |v| {
+                if v < n {
+                    Ok(Err(v))
+                } else {
+                    v.checked_sub(n).map(Ok).ok_or_else(|| overflow(key))
+                }
+            })
+            .await
+        })
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::boxed(async move {
+            let path = self.data_path(&keys.value);
+            let read = self.read(&self.session.client(), &path).await?;
+            let value = counter_value(&path, &read)?;
+            Ok((value, read.as_ref().map_or(0, |(_, stat)| version(stat))))
+        })
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::boxed(self.counter_set_inner(keys, value, expected, ttl))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(self.mark_once_inner(keys, member, ttl))
+    }
+
+    fn rate_limit<'a>(
+        &'a self,
+        _keys: &'a LimitKeys,
+        _op: LimitOp,
+        _cost: u64,
+        _peek: bool,
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::ready(Err(unsupported("rate limiting")))
+    }
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(self.fenced_write_inner(key, token, value))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::boxed(self.fenced_read_inner(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fenced_content_is_read_strictly() {
+        assert_eq!(
+            fenced_content("/p", b"42 paid").unwrap(),
+            (42, b"paid".to_vec())
+        );
+        assert_eq!(fenced_content("/p", b"7 ").unwrap(), (7, Vec::new()));
+        assert_eq!(
+            fenced_content("/p", b"7 a b").unwrap(),
+            (7, b"a b".to_vec())
+        );
+        for bad in [&b""[..], b"42", b"x 1", b"-1 v"] {
+            assert!(fenced_content("/p", bad).is_err(), "{bad:?}");
+        }
+    }
+}
