@@ -84,7 +84,7 @@
 //! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
-//! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on (locks and semaphores) |
+//! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to

@@ -362,7 +362,11 @@ async fn zookeeper_refuses_what_it_does_not_offer() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert_eq!(lg.counter("c").get().await.unwrap(), 0, "nothing was written");
+    assert_eq!(
+        lg.counter("c").get().await.unwrap(),
+        0,
+        "nothing was written"
+    );
     let err = lg
         .lock("l")
         .lease(Duration::from_secs(30))
@@ -420,7 +424,11 @@ async fn zookeeper_an_application_session_is_used_as_it_is() {
         .await
         .unwrap()
         .expect("the lock's node");
-    assert_eq!(node.ephemeral_owner, app.session_id().0, "not the application's session");
+    assert_eq!(
+        node.ephemeral_owner,
+        app.session_id().0,
+        "not the application's session"
+    );
     assert_eq!(node.czxid as u64, guard.fencing_token().get());
     assert!(guard.release().await.unwrap());
 }

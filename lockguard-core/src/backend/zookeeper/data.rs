@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::{ZooKeeperStore, bounded, node_name};
-use crate::backend::{DataBackend, LimitKeys, LimitOp, Stored, StoreFuture};
+use crate::backend::{DataBackend, LimitKeys, LimitOp, StoreFuture, Stored};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::CounterKeys;
 use crate::rate_limit::Decision;
@@ -90,7 +90,7 @@ impl ZooKeeperStore {
         match bounded(self.response_timeout, client.get_data(path)).await? {
             Ok(read) => Ok(Some(read)),
             Err(zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(self.failed(e, "reading a node").await),
+            Err(e) => Err(self.failed(client, e, "reading a node")),
         }
     }
 
@@ -125,7 +125,7 @@ impl ZooKeeperStore {
         match written {
             Ok(stat) => Ok(Some(version(&stat))),
             Err(zk::Error::BadVersion | zk::Error::NodeExists | zk::Error::NoNode) => Ok(None),
-            Err(e) => Err(self.failed(e, "writing a node").await),
+            Err(e) => Err(self.failed(client, e, "writing a node")),
         }
     }
 
@@ -259,10 +259,10 @@ impl ZooKeeperStore {
                         .await?
                     {
                         Ok(_) | Err(zk::Error::NodeExists) => {}
-                        Err(e) => return Err(self.failed(e, "creating a mark set").await),
+                        Err(e) => return Err(self.failed(&client, e, "creating a mark set")),
                     }
                 }
-                Err(e) => return Err(self.failed(e, "marking a member").await),
+                Err(e) => return Err(self.failed(&client, e, "marking a member")),
             }
         }
         Err(Error::new(

@@ -28,6 +28,7 @@ mod session;
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -50,6 +51,10 @@ pub(crate) const DEFAULT_ROOT: &str = "/lockguard";
 /// How long a waiter trusts a watch that has not fired before it lists
 /// the queue again anyway.
 const RECHECK: Duration = Duration::from_secs(5);
+
+/// The most permits a semaphore may have on ZooKeeper: its first waiter
+/// watches every holder.
+const MAX_ZOOKEEPER_PERMITS: u32 = 1_000;
 
 /// The ZooKeeper store of one client.
 pub(crate) struct ZooKeeperStore {
@@ -74,47 +79,56 @@ impl fmt::Debug for ZooKeeperStore {
 /// One of this client's nodes.
 #[derive(Debug)]
 struct Node {
-    path: String,
+    /// Its path; `None` while the outcome of its creation is unknown (the
+    /// request may still run): then it is found by its token's prefix.
+    path: Option<String>,
     /// The session that created it: the node dies with it.
     session: zk::SessionId,
-    fence: FencingToken,
     role: Role,
 }
 
 #[derive(Debug)]
 enum Role {
-    /// In the queue. `watch` waits for what this waiter waits on and wakes
-    /// it; while it has not fired, nothing has changed ahead of it. It was
-    /// set at the instant it holds.
-    Waiting {
-        watch: Option<(JoinHandle<()>, Instant)>,
-    },
+    /// In the queue. `watch` waits for what this waiter waits on, and
+    /// wakes it once it has set its `fired` flag; while the flag is down,
+    /// nothing has changed ahead of it. It was set at the instant it holds.
+    Waiting { watch: Option<Watch> },
     /// Holding. The lease ends at the instant sent; a task of this client
     /// deletes the node then, unless the lease was extended.
     Holding { lease_end: watch::Sender<Instant> },
 }
 
+/// A waiter's standing watch.
+#[derive(Debug)]
+struct Watch {
+    task: JoinHandle<()>,
+    set: Instant,
+    fired: Arc<AtomicBool>,
+}
+
 impl Node {
     /// Changes the node's role, stopping the watch of the earlier one.
     fn set_role(&mut self, role: Role) {
-        if let Role::Waiting {
-            watch: Some((task, _)),
-        } = std::mem::replace(&mut self.role, role)
-        {
-            task.abort();
+        if let Role::Waiting { watch: Some(w) } = std::mem::replace(&mut self.role, role) {
+            w.task.abort();
         }
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Role::Waiting {
-            watch: Some((task, _)),
-        } = &self.role
-        {
-            task.abort();
+        if let Role::Waiting { watch: Some(w) } = &self.role {
+            w.task.abort();
         }
     }
+}
+
+/// What this client knows of a token's node.
+enum Known {
+    /// Its path and whether it holds.
+    Node(String, bool),
+    /// A creation whose outcome is unknown.
+    Unknown,
 }
 
 impl ZooKeeperStore {
@@ -134,12 +148,10 @@ impl ZooKeeperStore {
         });
         let client = store.session.client();
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        store
-            .call(
-                "creating the root node",
-                client.mkdir(&store.root, &options),
-            )
-            .await?;
+        match bounded(response_timeout, client.mkdir(&store.root, &options)).await? {
+            Ok(()) => {}
+            Err(e) => return Err(zk_error(e, "creating the root node")),
+        }
         let inbox = store.inbox.clone();
         Session::monitor(Arc::downgrade(&store.session), move || {
             // Every place in the queue went with the session: every waiter
@@ -160,59 +172,43 @@ impl ZooKeeperStore {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs one request under the response timeout; an expired session is
-    /// renewed for the next request.
-    async fn call<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = std::result::Result<T, zk::Error>>,
-    ) -> Result<T> {
-        call(&self.session, self.response_timeout, what, request).await
-    }
-
     /// The container node of a lock or semaphore.
     fn dir(&self, keys: &LockKeys) -> String {
         format!("{}/{}", self.root, node_name(&keys.lock))
     }
 
+    /// Maps the error of a request `client` sent. When its session expired,
+    /// a new one is opened in the background for the next request (never
+    /// in place of a newer, live session).
+    fn failed(&self, client: &zk::Client, e: zk::Error, what: &str) -> Error {
+        if e == zk::Error::SessionExpired {
+            Session::renew_later(&self.session, client.session_id());
+        }
+        zk_error(e, what)
+    }
+
     /// Creates this token's node in `dir` (and `dir` when missing): its
-    /// path and fencing token.
-    async fn create(
-        &self,
-        client: &zk::Client,
-        dir: &str,
-        token: &Token,
-    ) -> Result<(String, FencingToken)> {
+    /// path and creating zxid.
+    async fn create(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<(String, u64)> {
         let node = format!("{dir}/{}-", token.as_str());
         let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         // The container may be removed by the server between our creating
         // it and our node's: try again then.
         for _ in 0..3 {
-            match bounded(self.response_timeout, client.create(&node, &[], &ephemeral)).await {
-                Ok(Ok((stat, sequence))) => {
-                    let fence = u64::try_from(stat.czxid)
-                        .ok()
-                        .filter(|z| *z > 0)
-                        .map(FencingToken::new)
-                        .ok_or_else(|| {
-                            Error::new(
-                                ErrorKind::Protocol,
-                                format!("zookeeper created {node} with zxid {}", stat.czxid),
-                            )
-                        })?;
-                    return Ok((format!("{node}{sequence}"), fence));
+            match bounded(self.response_timeout, client.create(&node, &[], &ephemeral)).await? {
+                Ok((stat, sequence)) => {
+                    return Ok((format!("{node}{sequence}"), zxid(stat.czxid, &node)?));
                 }
-                Ok(Err(zk::Error::NoNode)) => {
-                    match bounded(self.response_timeout, client.create(dir, &[], &container)).await
+                Err(zk::Error::NoNode) => {
+                    match bounded(self.response_timeout, client.create(dir, &[], &container))
+                        .await?
                     {
-                        Ok(Ok(_)) | Ok(Err(zk::Error::NodeExists)) => {}
-                        Ok(Err(e)) => return Err(self.failed(e, "creating a lock node").await),
-                        Err(e) => return Err(e),
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(self.failed(client, e, "creating a lock node")),
                     }
                 }
-                Ok(Err(e)) => return Err(self.failed(e, "creating a queue node").await),
-                Err(e) => return Err(e),
+                Err(e) => return Err(self.failed(client, e, "creating a queue node")),
             }
         }
         Err(Error::new(
@@ -221,35 +217,63 @@ impl ZooKeeperStore {
         ))
     }
 
-    /// Maps a failed request's error, renewing an expired session first.
-    async fn failed(&self, e: zk::Error, what: &str) -> Error {
-        failed(&self.session, e, what).await
-    }
-
-    /// This token's node, if this client made one in the current session;
-    /// a node of an ended session is forgotten.
-    fn known(&self, token: &Token, session: zk::SessionId) -> Option<(String, FencingToken, bool)> {
+    /// This token's node as this client knows it in `session`; a node of
+    /// an ended session is forgotten.
+    fn known(&self, token: &Token, session: zk::SessionId) -> Option<Known> {
         let mut nodes = self.nodes();
         let node = nodes.get(token)?;
         if node.session != session {
             nodes.remove(token);
             return None;
         }
-        let waiting = matches!(node.role, Role::Waiting { .. });
-        Some((node.path.clone(), node.fence, waiting))
+        Some(match &node.path {
+            Some(path) => Known::Node(path.clone(), matches!(node.role, Role::Holding { .. })),
+            None => Known::Unknown,
+        })
+    }
+
+    /// Records what is known of this token's node.
+    fn record(&self, token: &Token, session: zk::SessionId, path: Option<String>) {
+        let mut nodes = self.nodes();
+        match nodes.get_mut(token) {
+            Some(node) if node.session == session => node.path = path,
+            _ => {
+                nodes.insert(
+                    *token,
+                    Node {
+                        path,
+                        session,
+                        role: Role::Waiting { watch: None },
+                    },
+                );
+            }
+        }
+    }
+
+    /// This token's nodes in `dir` (one, unless creations whose answers
+    /// were lost made more): their names.
+    async fn find(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<Vec<String>> {
+        let prefix = format!("{}-", token.as_str());
+        match bounded(self.response_timeout, client.list_children(dir)).await? {
+            Ok(children) => Ok(children
+                .into_iter()
+                .filter(|c| c.starts_with(&prefix))
+                .collect()),
+            Err(zk::Error::NoNode) => Ok(Vec::new()),
+            Err(e) => Err(self.failed(client, e, "finding a lock node")),
+        }
     }
 
     /// Whether this token waits with a recent watch that has not fired:
     /// nothing ahead of it changed since it looked. A watch older than
-    /// [`RECHECK`] is looked past, the safety net for a signal lost (a
-    /// semaphore holder whose touch failed).
+    /// [`RECHECK`] is looked past, the safety net for a signal lost.
     fn watching(&self, token: &Token) -> bool {
         let nodes = self.nodes();
         matches!(
             nodes.get(token),
-            Some(Node { role: Role::Waiting { watch: Some((task, set)) }, session, .. })
-                if !task.is_finished()
-                    && set.elapsed() < RECHECK
+            Some(Node { role: Role::Waiting { watch: Some(w) }, session, .. })
+                if !w.fired.load(Ordering::Acquire)
+                    && w.set.elapsed() < RECHECK
                     && *session == self.session.client().session_id()
         )
     }
@@ -268,29 +292,63 @@ impl ZooKeeperStore {
         let dir = self.dir(keys);
         let client = self.session.client();
         let session = client.session_id();
-        let (path, fence, queued) = match self.known(token, session) {
-            Some(known) => known,
-            None => {
-                let (path, fence) = self.create(&client, &dir, token).await?;
-                self.nodes().insert(
-                    *token,
-                    Node {
-                        path: path.clone(),
-                        session,
-                        fence,
-                        role: Role::Waiting { watch: None },
-                    },
-                );
-                (path, fence, false)
+        // A listing right after our creation is as new as the creation (a
+        // write, ordered by the leader); any other one is synced first, so
+        // that a server cut off from the ensemble cannot answer it from a
+        // past that no longer holds.
+        let mut fresh = false;
+        let path = match self.known(token, session) {
+            Some(Known::Node(_, true)) => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    "a token already holding asked to acquire again",
+                ));
+            }
+            Some(Known::Node(path, false)) => path,
+            known => {
+                let mut found = Vec::new();
+                if matches!(known, Some(Known::Unknown)) {
+                    found = self.find(&client, &dir, token).await?;
+                }
+                match found.as_slice() {
+                    [name, ..] => {
+                        for extra in &found[1..] {
+                            self.discard(format!("{dir}/{extra}"));
+                        }
+                        let path = format!("{dir}/{name}");
+                        self.record(token, session, Some(path.clone()));
+                        path
+                    }
+                    [] => {
+                        // Until its answer comes, the creation's outcome is
+                        // unknown: a release finds the node by name.
+                        self.record(token, session, None);
+                        let (path, _) = self.create(&client, &dir, token).await?;
+                        self.record(token, session, Some(path.clone()));
+                        fresh = true;
+                        path
+                    }
+                }
             }
         };
-        let name = &path[dir.len() + 1..];
+        let name = path.rsplit_once('/').map_or(path.as_str(), |(_, n)| n);
         // A node ahead may go between our listing and our watch: look again.
         for _ in 0..8 {
-            let children = match bounded(self.response_timeout, client.list_children(&dir)).await? {
+            let listed = if fresh {
+                bounded(self.response_timeout, client.list_children(&dir)).await?
+            } else {
+                let sync = client.sync(&dir);
+                let list = client.list_children(&dir);
+                match bounded(self.response_timeout, sync).await? {
+                    Ok(()) => bounded(self.response_timeout, list).await?,
+                    Err(e) => Err(e),
+                }
+            };
+            fresh = false;
+            let children = match listed {
                 Ok(children) => children,
                 Err(zk::Error::NoNode) => Vec::new(),
-                Err(e) => return Err(self.failed(e, "listing a lock's queue").await),
+                Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
             let queue = in_order(&children);
             let Some(rank) = queue.iter().position(|n| *n == name) else {
@@ -303,20 +361,7 @@ impl ZooKeeperStore {
                 ));
             };
             if rank < permits {
-                self.hold(token, lease);
-                if queued && permits > 1 {
-                    // Tell the waiter watching this node that it now comes
-                    // first among the waiters.
-                    if let Ok(Err(e)) =
-                        bounded(self.response_timeout, client.set_data(&path, b"held", None)).await
-                    {
-                        tracing::debug!(error = %e, "touching a semaphore node failed");
-                    }
-                }
-                return Ok(Attempt::Acquired {
-                    fence,
-                    keys: keys.clone(),
-                });
+                return self.take(&client, keys, token, &path, permits, lease).await;
             }
             if place.is_none() {
                 // Never queue without a place: give the node up.
@@ -324,6 +369,8 @@ impl ZooKeeperStore {
                 self.discard(path);
                 return Ok(Attempt::Busy(None));
             }
+            // The first waiter watches the holders, each later one its
+            // predecessor (a lock's first waiter: both at once).
             let targets: Vec<String> = if rank == permits {
                 queue[..permits]
                     .iter()
@@ -342,35 +389,97 @@ impl ZooKeeperStore {
             let mut moved = false;
             for request in requests {
                 match bounded(self.response_timeout, request).await? {
-                    Ok((Some(_), watcher)) => watchers.push(watcher),
-                    Ok((None, _)) => moved = true,
-                    Err(e) => return Err(self.failed(e, "watching a lock's queue").await),
+                    // A predecessor that has touched its node holds a
+                    // permit: our listing was older than its touch.
+                    Ok((Some(stat), watcher)) if rank == permits || stat.data_length == 0 => {
+                        watchers.push(watcher);
+                    }
+                    Ok(_) => moved = true,
+                    Err(e) => return Err(self.failed(&client, e, "watching a lock's queue")),
                 }
             }
             if moved {
                 continue;
             }
-            let inbox = self.inbox.clone();
-            let waiter = *token;
-            let task = tokio::spawn(async move {
-                let mut fired = JoinSet::new();
-                for watcher in watchers {
-                    fired.spawn(watcher.changed());
-                }
-                let _ = fired.join_next().await;
-                if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
-                    inbox.wake(&waiter);
-                }
-            });
-            match self.nodes().get_mut(token) {
-                Some(node) => node.set_role(Role::Waiting {
-                    watch: Some((task, Instant::now())),
-                }),
-                None => task.abort(),
-            }
+            self.arm(token, watchers);
             return Ok(Attempt::Busy(None));
         }
         Ok(Attempt::Busy(None))
+    }
+
+    /// Takes the lock or permit `token`'s node at `path` came to hold. A
+    /// semaphore holder touches its node first, which wakes the waiter
+    /// watching it (now first among the waiters) and draws its fencing
+    /// token, the touch's zxid, so permits' tokens follow the order they
+    /// were taken in. A lock's token is its node's creating zxid: its
+    /// holders come in creation order.
+    async fn take(
+        &self,
+        client: &zk::Client,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        path: &str,
+        permits: usize,
+        lease: Duration,
+    ) -> Result<Attempt> {
+        let stat = if permits > 1 {
+            match bounded(self.response_timeout, client.set_data(path, b"held", None)).await? {
+                Ok(stat) => stat,
+                Err(e) => return Err(self.failed(client, e, "taking a permit")),
+            }
+        } else {
+            match bounded(self.response_timeout, client.check_stat(path)).await? {
+                Ok(Some(stat)) => stat,
+                Ok(None) => {
+                    self.nodes().remove(token);
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        "the zookeeper session holding this lock ended",
+                    ));
+                }
+                Err(e) => return Err(self.failed(client, e, "taking a lock")),
+            }
+        };
+        let fence = if permits > 1 {
+            zxid(stat.mzxid, path)?
+        } else {
+            zxid(stat.czxid, path)?
+        };
+        self.hold(token, lease);
+        Ok(Attempt::Acquired {
+            fence: FencingToken::new(fence),
+            keys: keys.clone(),
+        })
+    }
+
+    /// Sets the watch of a waiting token: when any of `watchers` fires, the
+    /// waiter is woken to look again.
+    fn arm(&self, token: &Token, watchers: Vec<zk::OneshotWatcher>) {
+        let inbox = self.inbox.clone();
+        let waiter = *token;
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = fired.clone();
+        let task = tokio::spawn(async move {
+            let mut changes = JoinSet::new();
+            for watcher in watchers {
+                changes.spawn(watcher.changed());
+            }
+            let _ = changes.join_next().await;
+            flag.store(true, Ordering::Release);
+            if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
+                inbox.wake(&waiter);
+            }
+        });
+        match self.nodes().get_mut(token) {
+            Some(node) => node.set_role(Role::Waiting {
+                watch: Some(Watch {
+                    task,
+                    set: Instant::now(),
+                    fired,
+                }),
+            }),
+            None => task.abort(),
+        }
     }
 
     /// Marks this token's node held, with a lease of `lease` from now that
@@ -385,9 +494,10 @@ impl ZooKeeperStore {
             node.set_role(Role::Holding { lease_end: tx });
             node.path.clone()
         };
+        let Some(path) = path else { return };
         let (nodes, session, timeout, token) = (
             Arc::downgrade(&self.nodes),
-            self.session.clone(),
+            Arc::downgrade(&self.session),
             self.response_timeout,
             *token,
         );
@@ -402,7 +512,7 @@ impl ZooKeeperStore {
                             let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
                             let ended = matches!(
                                 nodes.get(&token),
-                                Some(Node { role: Role::Holding { lease_end }, path: p, .. })
+                                Some(Node { role: Role::Holding { lease_end }, path: Some(p), .. })
                                     if *p == path && *lease_end.borrow() <= Instant::now()
                             );
                             if ended {
@@ -412,7 +522,7 @@ impl ZooKeeperStore {
                         };
                         if ended {
                             tracing::debug!(node = %path, "lease ended; deleting the lock node");
-                            discard_in(session, timeout, path).await;
+                            discard_in(session, timeout, Leftover::Node(path)).await;
                             return;
                         }
                     }
@@ -431,43 +541,33 @@ impl ZooKeeperStore {
     /// would come to hold the lock for nobody.
     fn discard(&self, path: String) {
         tokio::spawn(discard_in(
-            self.session.clone(),
+            Arc::downgrade(&self.session),
             self.response_timeout,
-            path,
+            Leftover::Node(path),
         ));
     }
 
     async fn release_inner(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let client = self.session.client();
-        let known = self.nodes().get(token).map(|n| {
-            (
-                n.path.clone(),
-                matches!(n.role, Role::Holding { .. }),
-                n.session == client.session_id(),
-            )
-        });
-        let (path, holding) = match known {
-            Some((_, _, false)) => {
-                self.nodes().remove(token);
-                return Ok(false);
-            }
-            Some((path, holding, true)) => (path, holding),
-            None => {
-                // An acquisition whose answer was lost: find its node by
-                // name. The listing is sent after the creation, and a
-                // session's requests run in order.
-                let dir = self.dir(keys);
-                let children =
-                    match bounded(self.response_timeout, client.list_children(&dir)).await? {
-                        Ok(children) => children,
-                        Err(zk::Error::NoNode) => return Ok(false),
-                        Err(e) => return Err(self.failed(e, "finding a lock node").await),
-                    };
-                let prefix = format!("{}-", token.as_str());
-                match children.iter().find(|c| c.starts_with(&prefix)) {
-                    Some(name) => (format!("{dir}/{name}"), true),
-                    None => return Ok(false),
+        let dir = self.dir(keys);
+        let (path, holding) = match self.known(token, client.session_id()) {
+            Some(Known::Node(path, holding)) => (path, holding),
+            // Not ours in this session: a node of an ended session is gone.
+            None if self.nodes().contains_key(token) => return Ok(false),
+            // An acquisition whose answer was lost (or never recorded):
+            // find its nodes by name. The listing is sent after the
+            // creation, and a session's requests run in order.
+            _ => {
+                let sweep = self.sweep(&client, &dir, token).await;
+                if sweep.is_err() {
+                    tokio::spawn(discard_in(
+                        Arc::downgrade(&self.session),
+                        self.response_timeout,
+                        Leftover::Token(dir, *token),
+                    ));
                 }
+                self.nodes().remove(token);
+                return sweep;
             }
         };
         match bounded(self.response_timeout, client.delete(&path, None)).await {
@@ -479,49 +579,61 @@ impl ZooKeeperStore {
                 self.nodes().remove(token);
                 Ok(false)
             }
-            Ok(Err(e)) => {
+            failed => {
                 if !holding {
-                    // A waiter's node must not stay in the queue.
+                    // A waiter's node must not stay in the queue. (A
+                    // holder's is deleted when its lease ends.)
                     self.nodes().remove(token);
                     self.discard(path);
                 }
-                // A holder's node is deleted when its lease ends.
-                Err(self.failed(e, "deleting a lock node").await)
-            }
-            Err(e) => {
-                if !holding {
-                    self.nodes().remove(token);
-                    self.discard(path);
-                }
-                Err(e)
+                Err(match failed {
+                    Ok(Err(e)) => self.failed(&client, e, "deleting a lock node"),
+                    Err(e) => e,
+                    Ok(Ok(())) => unreachable!("handled above"),
+                })
             }
         }
     }
 
+    /// Deletes every node of `token` in `dir`; whether there was one.
+    async fn sweep(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<bool> {
+        let found = self.find(client, dir, token).await?;
+        let deletes: Vec<_> = found
+            .iter()
+            .map(|name| client.delete(&format!("{dir}/{name}"), None))
+            .collect();
+        for delete in deletes {
+            match bounded(self.response_timeout, delete).await? {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(self.failed(client, e, "deleting a lock node")),
+            }
+        }
+        Ok(!found.is_empty())
+    }
+
     async fn extend_inner(&self, token: &Token, lease: Duration) -> Result<bool> {
         let client = self.session.client();
-        let path = {
-            let mut nodes = self.nodes();
-            match nodes.get(token) {
-                Some(n) if n.session == client.session_id() => n.path.clone(),
-                Some(_) => {
-                    nodes.remove(token);
-                    return Ok(false);
-                }
-                None => return Ok(false),
-            }
+        let path = match self.known(token, client.session_id()) {
+            Some(Known::Node(path, true)) => path,
+            _ => return Ok(false),
         };
         let sent_at = Instant::now();
-        let stat = self
-            .call("checking a lock node", client.check_stat(&path))
-            .await?;
+        // Synced first: a server cut off from the ensemble must not vouch
+        // for a session the leader may have expired.
+        let sync = client.sync(&path);
+        let check = client.check_stat(&path);
+        let checked = match bounded(self.response_timeout, sync).await? {
+            Ok(()) => bounded(self.response_timeout, check).await?,
+            Err(e) => Err(e),
+        };
+        let stat = checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?;
         let mut nodes = self.nodes();
         match (stat, nodes.get(token)) {
             (
                 Some(stat),
                 Some(Node {
                     role: Role::Holding { lease_end },
-                    path: p,
+                    path: Some(p),
                     ..
                 }),
             ) if stat.ephemeral_owner == client.session_id().0 && *p == path => {
@@ -541,8 +653,9 @@ impl ZooKeeperStore {
             Resource::Semaphore { permits } => permits,
         };
         let client = self.session.client();
+        let dir = self.dir(keys);
         let (children, stat) =
-            match bounded(self.response_timeout, client.get_children(&self.dir(keys))).await? {
+            match bounded(self.response_timeout, client.get_children(&dir)).await? {
                 Ok(answer) => answer,
                 Err(zk::Error::NoNode) => {
                     return Ok(Occupancy {
@@ -553,10 +666,29 @@ impl ZooKeeperStore {
                         latest_fence: None,
                     });
                 }
-                Err(e) => return Err(self.failed(e, "listing a lock's queue").await),
+                Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
-        let queued = u32::try_from(in_order(&children).len()).unwrap_or(u32::MAX);
+        let queue = in_order(&children);
+        let queued = u32::try_from(queue.len()).unwrap_or(u32::MAX);
         let holders = queued.min(capacity);
+        // The zxid of the last change to the queue: no node of it was
+        // created later. A semaphore's tokens are its holders' touches,
+        // which may be later still.
+        let mut latest = u64::try_from(stat.pzxid).unwrap_or(0);
+        if capacity > 1 {
+            let requests: Vec<_> = queue
+                .iter()
+                .take(holders as usize)
+                .map(|n| client.check_stat(&format!("{dir}/{n}")))
+                .collect();
+            for request in requests {
+                match bounded(self.response_timeout, request).await? {
+                    Ok(Some(s)) => latest = latest.max(u64::try_from(s.mzxid).unwrap_or(0)),
+                    Ok(None) => {}
+                    Err(e) => return Err(self.failed(&client, e, "reading a permit")),
+                }
+            }
+        }
         Ok(Occupancy {
             holders,
             capacity,
@@ -564,12 +696,7 @@ impl ZooKeeperStore {
             // only that its session lives.
             lease_left: None,
             waiters: u64::from(queued - holders),
-            // The zxid of the last change to the queue: no node of it was
-            // created later.
-            latest_fence: u64::try_from(stat.pzxid)
-                .ok()
-                .filter(|z| *z > 0 && !children.is_empty())
-                .map(FencingToken::new),
+            latest_fence: (latest > 0 && !queue.is_empty()).then(|| FencingToken::new(latest)),
         })
     }
 }
@@ -581,6 +708,10 @@ impl LockBackend for ZooKeeperStore {
 
     fn waiting(&self) -> Waiting {
         Waiting::Queue
+    }
+
+    fn max_permits(&self) -> u32 {
+        MAX_ZOOKEEPER_PERMITS
     }
 
     fn max_lease(&self) -> Option<Duration> {
@@ -628,6 +759,16 @@ impl LockBackend for ZooKeeperStore {
     }
 }
 
+/// A zxid as a fencing token: positive on every real ensemble.
+fn zxid(zxid: i64, path: &str) -> Result<u64> {
+    u64::try_from(zxid).ok().filter(|z| *z > 0).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("zookeeper reported zxid {zxid} for {path}"),
+        )
+    })
+}
+
 /// The children of a lock's node in queue order (by sequence); names that
 /// are not queue nodes are left out.
 fn in_order(children: &[String]) -> Vec<&str> {
@@ -670,50 +811,61 @@ async fn bounded<T>(
     })
 }
 
-/// Runs one request under `timeout` and maps its error.
-async fn call<T>(
-    session: &Session,
-    timeout: Duration,
-    what: &str,
-    request: impl Future<Output = std::result::Result<T, zk::Error>>,
-) -> Result<T> {
-    match bounded(timeout, request).await? {
-        Ok(v) => Ok(v),
-        Err(e) => Err(failed(session, e, what).await),
-    }
+/// What a background cleanup deletes: one node, or every node of a token
+/// in a lock's node.
+#[derive(Debug)]
+enum Leftover {
+    Node(String),
+    Token(String, Token),
 }
 
-/// Maps a failed request's error; an expired session is renewed first, so
-/// the next request runs in a new one.
-async fn failed(session: &Session, e: zk::Error, what: &str) -> Error {
-    if e == zk::Error::SessionExpired {
-        let id = session.client().session_id();
-        if let Err(renew) = session.renew(id).await {
-            tracing::debug!(error = %renew, "renewing the zookeeper session failed");
-        }
-    }
-    zk_error(e, what)
-}
-
-/// Deletes `path`, retrying until it is gone or its session ended.
-async fn discard_in(session: Arc<Session>, timeout: Duration, path: String) {
+/// Deletes `leftover`, retrying until it is gone, its session ended, or the
+/// store is dropped (its session then closes, and its nodes go with it).
+async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftover) {
     let mut pause = Duration::from_millis(20);
-    let deadline = Instant::now() + session.timeout() * 2;
     loop {
-        let client = session.client();
-        match bounded(timeout, client.delete(&path, None)).await {
-            Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::SessionExpired)) => return,
-            Ok(Err(e)) => {
-                tracing::debug!(node = %path, error = %e, "deleting a node failed; retrying")
-            }
-            Err(e) => tracing::debug!(node = %path, error = %e, "deleting a node failed; retrying"),
-        }
-        if Instant::now() >= deadline {
-            tracing::warn!(node = %path, "gave up deleting a node; it goes with its session");
+        let Some(client) = session.upgrade().map(|s| s.client()) else {
             return;
+        };
+        let paths = match &leftover {
+            Leftover::Node(path) => Ok(Ok(vec![path.clone()])),
+            Leftover::Token(dir, token) => {
+                let prefix = format!("{}-", token.as_str());
+                bounded(timeout, client.list_children(dir)).await.map(|r| {
+                    r.map(|children| {
+                        children
+                            .into_iter()
+                            .filter(|c| c.starts_with(&prefix))
+                            .map(|c| format!("{dir}/{c}"))
+                            .collect()
+                    })
+                })
+            }
+        };
+        let outcome = match paths {
+            Ok(Ok(paths)) => {
+                let mut outcome = Ok(Ok(()));
+                for path in paths {
+                    match bounded(timeout, client.delete(&path, None)).await {
+                        Ok(Ok(())) | Ok(Err(zk::Error::NoNode)) => {}
+                        other => outcome = other,
+                    }
+                }
+                outcome
+            }
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(Ok(())) | Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired)) => return,
+            Ok(Err(e)) => {
+                tracing::debug!(?leftover, error = %e, "deleting a node failed; retrying")
+            }
+            Err(e) => tracing::debug!(?leftover, error = %e, "deleting a node failed; retrying"),
         }
+        drop(client);
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(500));
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
 }
 

@@ -9,7 +9,7 @@
 //! handle and replaces it with one of a new session when that happens,
 //! noticed by a monitor task or by an operation, whichever comes first.
 
-use std::sync::{RwLock, Weak};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use zookeeper_client as zk;
@@ -76,9 +76,13 @@ impl Session {
     /// that is an error saying so.
     pub(crate) async fn renew(&self, expired: zk::SessionId) -> Result<()> {
         let _turn = self.renewing.lock().await;
-        if self.client().session_id() != expired {
+        let current = self.client();
+        // Only the session that ended is replaced: never a newer one, nor
+        // one the client library still serves.
+        if current.session_id() != expired || !current.state().is_terminated() {
             return Ok(());
         }
+        drop(current);
         let Some(options) = &self.options else {
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -96,6 +100,21 @@ impl Session {
         Ok(())
     }
 
+    /// Renews the session `expired` in the background (see
+    /// [`Session::renew`]), so the request that found it expired fails
+    /// at once.
+    pub(crate) fn renew_later(this: &Arc<Self>, expired: zk::SessionId) {
+        let session = Arc::downgrade(this);
+        tokio::spawn(async move {
+            let Some(session) = session.upgrade() else {
+                return;
+            };
+            if let Err(e) = session.renew(expired).await {
+                tracing::debug!(error = %e, "renewing the zookeeper session failed");
+            }
+        });
+    }
+
     /// Watches the session's state in the background: when it expires,
     /// opens a new one and calls `expired` (which wakes every waiter, whose
     /// queue places went with the session). Ends when the store is gone.
@@ -107,29 +126,26 @@ impl Session {
                 };
                 // The watcher alone does not keep the session open: once the
                 // store is dropped, the session closes.
-                let mut states = session.client().state_watcher();
-                drop(session);
-                let state = loop {
+                let client = session.client();
+                let (id, mut states) = (client.session_id(), client.state_watcher());
+                let mut state = client.state();
+                drop((client, session));
+                while !state.is_terminated() {
                     tokio::select! {
-                        state = states.changed() => {
-                            if state.is_terminated() {
-                                break state;
-                            }
-                        }
+                        changed = states.changed() => state = changed,
                         () = tokio::time::sleep(Duration::from_secs(1)) => {
                             if this.strong_count() == 0 {
                                 return;
                             }
                         }
                     }
-                };
+                }
                 tracing::debug!(?state, "zookeeper session ended");
                 let mut pause = Duration::from_millis(50);
                 loop {
                     let Some(session) = this.upgrade() else {
                         return;
                     };
-                    let id = session.client().session_id();
                     match session.renew(id).await {
                         Ok(()) => break,
                         Err(e) if session.options.is_none() => {
