@@ -82,6 +82,8 @@ struct Node {
     /// Its path; `None` while the outcome of its creation is unknown (the
     /// request may still run): then it is found by its token's prefix.
     path: Option<String>,
+    /// The zxid that created it, when known.
+    created: Option<u64>,
     /// The session that created it: the node dies with it.
     session: zk::SessionId,
     role: Role,
@@ -125,8 +127,8 @@ impl Drop for Node {
 
 /// What this client knows of a token's node.
 enum Known {
-    /// Its path and whether it holds.
-    Node(String, bool),
+    /// Its path, whether it holds, and its creating zxid when known.
+    Node(String, bool, Option<u64>),
     /// A creation whose outcome is unknown.
     Unknown,
 }
@@ -227,21 +229,35 @@ impl ZooKeeperStore {
             return None;
         }
         Some(match &node.path {
-            Some(path) => Known::Node(path.clone(), matches!(node.role, Role::Holding { .. })),
+            Some(path) => Known::Node(
+                path.clone(),
+                matches!(node.role, Role::Holding { .. }),
+                node.created,
+            ),
             None => Known::Unknown,
         })
     }
 
     /// Records what is known of this token's node.
-    fn record(&self, token: &Token, session: zk::SessionId, path: Option<String>) {
+    fn record(
+        &self,
+        token: &Token,
+        session: zk::SessionId,
+        path: Option<String>,
+        created: Option<u64>,
+    ) {
         let mut nodes = self.nodes();
         match nodes.get_mut(token) {
-            Some(node) if node.session == session => node.path = path,
+            Some(node) if node.session == session => {
+                node.path = path;
+                node.created = created;
+            }
             _ => {
                 nodes.insert(
                     *token,
                     Node {
                         path,
+                        created,
                         session,
                         role: Role::Waiting { watch: None },
                     },
@@ -297,14 +313,14 @@ impl ZooKeeperStore {
         // that a server cut off from the ensemble cannot answer it from a
         // past that no longer holds.
         let mut fresh = false;
-        let path = match self.known(token, session) {
-            Some(Known::Node(_, true)) => {
+        let (path, created) = match self.known(token, session) {
+            Some(Known::Node(_, true, _)) => {
                 return Err(Error::new(
                     ErrorKind::Protocol,
                     "a token already holding asked to acquire again",
                 ));
             }
-            Some(Known::Node(path, false)) => path,
+            Some(Known::Node(path, false, created)) => (path, created),
             known => {
                 let mut found = Vec::new();
                 if matches!(known, Some(Known::Unknown)) {
@@ -316,17 +332,17 @@ impl ZooKeeperStore {
                             self.discard(format!("{dir}/{extra}"));
                         }
                         let path = format!("{dir}/{name}");
-                        self.record(token, session, Some(path.clone()));
-                        path
+                        self.record(token, session, Some(path.clone()), None);
+                        (path, None)
                     }
                     [] => {
                         // Until its answer comes, the creation's outcome is
                         // unknown: a release finds the node by name.
-                        self.record(token, session, None);
-                        let (path, _) = self.create(&client, &dir, token).await?;
-                        self.record(token, session, Some(path.clone()));
+                        self.record(token, session, None, None);
+                        let (path, created) = self.create(&client, &dir, token).await?;
+                        self.record(token, session, Some(path.clone()), Some(created));
                         fresh = true;
-                        path
+                        (path, Some(created))
                     }
                 }
             }
@@ -361,7 +377,9 @@ impl ZooKeeperStore {
                 ));
             };
             if rank < permits {
-                return self.take(&client, keys, token, &path, permits, lease).await;
+                return self
+                    .take(&client, keys, token, (&path, created), permits, lease)
+                    .await;
             }
             if place.is_none() {
                 // Never queue without a place: give the node up.
@@ -418,18 +436,21 @@ impl ZooKeeperStore {
         client: &zk::Client,
         keys: &Arc<LockKeys>,
         token: &Token,
-        path: &str,
+        (path, created): (&str, Option<u64>),
         permits: usize,
         lease: Duration,
     ) -> Result<Attempt> {
-        let stat = if permits > 1 {
+        let fence = if permits > 1 {
             match bounded(self.response_timeout, client.set_data(path, b"held", None)).await? {
-                Ok(stat) => stat,
+                Ok(stat) => zxid(stat.mzxid, path)?,
                 Err(e) => return Err(self.failed(client, e, "taking a permit")),
             }
+        } else if let Some(created) = created {
+            created
         } else {
+            // A node adopted after a lost answer: its creation is read.
             match bounded(self.response_timeout, client.check_stat(path)).await? {
-                Ok(Some(stat)) => stat,
+                Ok(Some(stat)) => zxid(stat.czxid, path)?,
                 Ok(None) => {
                     self.nodes().remove(token);
                     return Err(Error::new(
@@ -439,11 +460,6 @@ impl ZooKeeperStore {
                 }
                 Err(e) => return Err(self.failed(client, e, "taking a lock")),
             }
-        };
-        let fence = if permits > 1 {
-            zxid(stat.mzxid, path)?
-        } else {
-            zxid(stat.czxid, path)?
         };
         self.hold(token, lease);
         Ok(Attempt::Acquired {
@@ -551,7 +567,7 @@ impl ZooKeeperStore {
         let client = self.session.client();
         let dir = self.dir(keys);
         let (path, holding) = match self.known(token, client.session_id()) {
-            Some(Known::Node(path, holding)) => (path, holding),
+            Some(Known::Node(path, holding, _)) => (path, holding),
             // Not ours in this session: a node of an ended session is gone.
             None if self.nodes().contains_key(token) => return Ok(false),
             // An acquisition whose answer was lost (or never recorded):
@@ -614,7 +630,7 @@ impl ZooKeeperStore {
     async fn extend_inner(&self, token: &Token, lease: Duration) -> Result<bool> {
         let client = self.session.client();
         let path = match self.known(token, client.session_id()) {
-            Some(Known::Node(path, true)) => path,
+            Some(Known::Node(path, true, _)) => path,
             _ => return Ok(false),
         };
         let sent_at = Instant::now();
