@@ -2,19 +2,11 @@
 //! unchanged, against a real server the harness starts.
 #![cfg(all(feature = "macros", feature = "tower", feature = "postgres"))]
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+mod support;
 
-use axum::Router;
-use axum::body::Body;
-use axum::routing::get;
-use http_body_util::BodyExt;
-use lockguard::tower::{ConcurrencyLimitLayer, LockLayer, key};
-use lockguard::{Client, Error, distributed_lock, rate_limit};
+use lockguard::Client;
 use lockguard_testing::PostgresServer;
-use tokio::sync::Semaphore;
-use tower::ServiceExt;
+use support::{Shop, all_at_once, the_lock_and_limit_layers_refuse_then_serve};
 
 async fn client(server: &PostgresServer) -> Client {
     Client::connect_postgres(&server.url())
@@ -22,61 +14,17 @@ async fn client(server: &PostgresServer) -> Client {
         .expect("connect to postgres")
 }
 
-/// A service of one process: its own client, and a count of the callers
-/// inside the locked section, shared by every "process".
-struct Shop {
-    locks: Client,
-    inside: Arc<AtomicU32>,
-    most: Arc<AtomicU32>,
-}
-
-impl Shop {
-    #[distributed_lock(key = "order:{order}", wait = "20s", client = self.locks)]
-    async fn pay(&self, order: u64) -> Result<(), Error> {
-        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        self.inside.fetch_sub(1, Ordering::SeqCst);
-        Ok(())
-    }
-
-    #[rate_limit(key = "user:{user}", rate = "3/min", client = self.locks)]
-    async fn search(&self, user: &str) -> Result<(), Error> {
-        assert!(!user.is_empty());
-        Ok(())
-    }
-}
-
 /// Three processes (clients) pay the same order through the macro: never
 /// two inside at once; and the macro's limiter refuses the fourth search.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_macros_work_on_a_postgres_client() {
     let server = PostgresServer::shared();
-    let inside = Arc::new(AtomicU32::new(0));
-    let most = Arc::new(AtomicU32::new(0));
-    let mut tasks = Vec::new();
+    let mut clients = Vec::new();
     for _ in 0..3 {
-        let shop = Shop {
-            locks: client(server).await,
-            inside: inside.clone(),
-            most: most.clone(),
-        };
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..10 {
-                shop.pay(42).await.unwrap();
-            }
-            shop
-        }));
+        clients.push(client(server).await);
     }
-    let mut shops = Vec::new();
-    for t in tasks {
-        shops.push(t.await.unwrap());
-    }
-    assert_eq!(
-        most.load(Ordering::SeqCst),
-        1,
-        "two payers were inside at once"
-    );
+    let shops = all_at_once(Shop::each(clients), |s| async move { s.pay(42).await }).await;
+    assert_eq!(shops[0].most_inside(), 1, "two payers were inside at once");
     for _ in 0..3 {
         shops[0].search("ann").await.unwrap();
     }
@@ -89,72 +37,6 @@ async fn the_macros_work_on_a_postgres_client() {
 /// and once it is done the next is served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tower_layers_work_on_a_postgres_client() {
-    let server = PostgresServer::shared();
-    let lg = client(server).await;
-    let gate = Arc::new(Semaphore::new(0));
-    let handler = {
-        let gate = gate.clone();
-        move || {
-            let gate = gate.clone();
-            async move {
-                gate.acquire().await.unwrap().forget();
-                "done"
-            }
-        }
-    };
-    let app = Router::new()
-        .route(
-            "/locked",
-            get(handler.clone()).route_layer(LockLayer::new(lg.clone(), "pg-http", key::Global)),
-        )
-        .route(
-            "/limited",
-            get(handler).route_layer(ConcurrencyLimitLayer::new(
-                lg.clone(),
-                "pg-http",
-                1,
-                key::Global,
-            )),
-        );
-    for (path, busy) in [("/locked", 409), ("/limited", 503)] {
-        let first = tokio::spawn(app.clone().oneshot(request(path)));
-        let seen = wait_until_held(&lg, path).await;
-        assert!(seen, "{path}: the first request never held its key");
-        let refused = app.clone().oneshot(request(path)).await.unwrap();
-        assert_eq!(refused.status().as_u16(), busy, "{path}");
-        gate.add_permits(1);
-        let served = first.await.unwrap().unwrap();
-        assert_eq!(served.status().as_u16(), 200, "{path}");
-        let body = served.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"done");
-        gate.add_permits(1);
-        let again = app.clone().oneshot(request(path)).await.unwrap();
-        assert_eq!(
-            again.status().as_u16(),
-            200,
-            "{path}: the key was not given back"
-        );
-    }
-}
-
-fn request(path: &str) -> axum::http::Request<Body> {
-    axum::http::Request::get(path).body(Body::empty()).unwrap()
-}
-
-/// Whether the lock (or the semaphore) of the route came to be held
-/// within 10 s, seen through inspection.
-async fn wait_until_held(lg: &Client, path: &str) -> bool {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while tokio::time::Instant::now() < deadline {
-        let seen = if path == "/locked" {
-            lg.lock("pg-http:global").inspect().await
-        } else {
-            lg.semaphore("pg-http:global", 1).inspect().await
-        };
-        if seen.unwrap().is_held() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    false
+    let lg = client(PostgresServer::shared()).await;
+    the_lock_and_limit_layers_refuse_then_serve(&lg, "pg-http").await;
 }

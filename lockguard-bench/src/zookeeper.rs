@@ -17,15 +17,21 @@ use zookeeper_client as zk;
 use crate::stats::{percentile, us};
 use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, throughput};
 
+/// Both sides' sessions: long enough for the 10 s lease of the shared
+/// contention loop (two thirds of it, the longest lease on ZooKeeper).
+const SESSION: Duration = Duration::from_secs(20);
+
 async fn lockguard(server: &ZooKeeperServer) -> Client {
-    Client::connect_zookeeper(&server.hosts())
+    Client::builder()
+        .zookeeper_session_timeout(SESSION)
+        .connect_zookeeper(&server.hosts())
         .await
         .expect("connect to zookeeper")
 }
 
 async fn raw_client(server: &ZooKeeperServer) -> zk::Client {
     zk::Client::connector()
-        .with_session_timeout(Duration::from_secs(10))
+        .with_session_timeout(SESSION)
         .connect(&server.hosts())
         .await
         .expect("connect to zookeeper")

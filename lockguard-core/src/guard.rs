@@ -358,7 +358,7 @@ impl LockGuard {
             && lease > max
         {
             return Err(crate::Error::invalid(format!(
-                "a lease on a {} client can be at most {max:?} (its session timeout), got {lease:?}",
+                "a lease on a {} client can be at most {max:?} (two thirds of its session timeout), got {lease:?}",
                 s.engine.store.locks.name()
             )));
         }

@@ -45,8 +45,9 @@ impl Builder {
     /// (default 10 s; the servers bound it, by default between 2 and 20
     /// ticks). It is the lease of every lock the client holds: a holder
     /// whose process dies frees its locks when the ensemble expires its
-    /// session, and a live holder's watchdog renews at least every third of
-    /// it. A fixed lease longer than it is refused.
+    /// session. A live holder's lease counts for at most two thirds of it
+    /// (a watchdog lease is shortened to that, a longer fixed lease is
+    /// refused).
     #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
     pub fn zookeeper_session_timeout(mut self, timeout: Duration) -> Self {
         self.zookeeper.session_timeout = timeout;

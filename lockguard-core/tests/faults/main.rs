@@ -256,12 +256,25 @@ async fn a_pause_takes_the_lease_and_the_fence(server: &mut dyn Pausable, a: &Cl
     );
     assert!(!first.is_held());
 
+    the_next_holder_fences_out_the_old(a, b, first, Duration::from_secs(5)).await;
+}
+
+/// After `first` (of the lock "paused") lost its lease, `b` takes the lock
+/// within `wait` with a greater fencing token and writes the fenced value
+/// "paused:res" with it; `a`'s write with `first`'s token is then rejected,
+/// and `first`'s release finds the lock no longer its own.
+async fn the_next_holder_fences_out_the_old(
+    a: &Client,
+    b: &Client,
+    first: lockguard_core::LockGuard,
+    wait: Duration,
+) {
     let second = b
         .lock("paused")
-        .wait(Duration::from_secs(5))
+        .wait(wait)
         .acquire()
         .await
-        .unwrap();
+        .expect("the next holder acquires once the old lease is gone");
     assert!(second.fencing_token() > first.fencing_token());
     b.fenced("paused:res")
         .write(second.fencing_token(), "b")

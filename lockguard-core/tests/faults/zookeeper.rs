@@ -2,9 +2,6 @@
 //! holder's session, the leader of an ensemble killed while clients wait,
 //! and client processes killed while they hold or wait.
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -12,6 +9,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Builder, Client, Error, ErrorKind};
 use lockguard_testing::{ZooKeeperEnsemble, ZooKeeperServer};
 
+use crate::support::ChildProcess;
 use crate::{Pausable, a_kill_fails_fast_and_a_restart_is_recovered};
 
 impl Pausable for ZooKeeperServer {
@@ -55,8 +53,7 @@ async fn zookeeper_killed_fails_fast_and_the_client_recovers_after_restart() {
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
 /// the server freezes for three times that: the loss is signalled before
 /// the lease ends. After the pause `b` acquires with a greater fencing
-/// token, and `a`'s write fenced with its old token is rejected (the fenced
-/// value lives in another store: ZooKeeper has none).
+/// token, and a write fenced with `a`'s old token is rejected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     let mut server = ZooKeeperServer::start();
@@ -69,7 +66,6 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     )
     .await;
     let b = connect(&server.hosts(), Client::builder()).await;
-    let data = Client::memory();
 
     let first = a.lock("paused").acquire().await.unwrap();
     let acquired_at = Instant::now();
@@ -88,25 +84,9 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     tokio::time::sleep(session * 2).await;
     server.resume();
 
-    let second = b
-        .lock("paused")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("the next holder acquires once the old one's node is gone");
-    assert!(second.fencing_token() > first.fencing_token());
-    data.fenced("paused:res")
-        .write(second.fencing_token(), "b")
-        .await
-        .unwrap();
-    let stale = data
-        .fenced("paused:res")
-        .write(first.fencing_token(), "a")
-        .await
-        .unwrap_err();
-    assert!(stale.is_stale_fencing_token(), "{stale}");
-    assert!(!first.release().await.unwrap());
-    assert!(second.release().await.unwrap());
+    // The fenced value lives in ZooKeeper too; `b` writes the stale token
+    // as well (`a`'s session may still be being renewed).
+    crate::the_next_holder_fences_out_the_old(&b, &b, first, Duration::from_secs(20)).await;
 }
 
 /// A three-member ensemble loses its leader while a holder holds and three
@@ -206,56 +186,13 @@ async fn zookeeper_child() {
     }
 }
 
-/// This test binary run again as `zookeeper_child`; killed and reaped on
-/// drop, whatever way the test ends.
-struct ChildClient {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-}
-
-impl ChildClient {
-    fn spawn(role: &str, hosts: &str) -> Self {
-        let module = module_path!().split_once("::").expect("a module").1;
-        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", &format!("{module}::zookeeper_child")])
-            .args(["--ignored", "--nocapture", "--quiet"])
-            .env(CHILD_ENV, format!("{role} {hosts}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn the child client");
-        let lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-        Self { child, lines }
-    }
-
-    /// The child's next line that starts with `word`.
-    fn expect(&mut self, word: &str) -> String {
-        for line in self.lines.by_ref() {
-            let line = line.expect("the child's output");
-            if line.starts_with(word) {
-                return line;
-            }
-        }
-        panic!("the child ended without saying {word:?}");
-    }
-
-    /// SIGKILLs the child and checks it was still running.
-    fn kill(&mut self) {
-        self.child.kill().expect("SIGKILL the child");
-        let status = self.child.wait().expect("reap the child");
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "the child ended before it was killed: {status}"
-        );
-    }
-}
-
-impl Drop for ChildClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// This test binary run again as `zookeeper_child`, holding or waiting.
+fn child_client(role: &str, hosts: &str) -> ChildProcess {
+    let module = module_path!().split_once("::").expect("a module").1;
+    ChildProcess::spawn(
+        &format!("{module}::zookeeper_child"),
+        (CHILD_ENV, &format!("{role} {hosts}")),
+    )
 }
 
 /// A waiter process killed with SIGKILL while first in the queue leaves it
@@ -267,7 +204,7 @@ async fn zookeeper_killed_waiter_process_leaves_the_queue_with_its_session() {
     let hosts = server.hosts();
     let holder = connect(&hosts, Client::builder()).await;
     let guard = holder.lock("victim").acquire().await.unwrap();
-    let mut child = ChildClient::spawn("wait", &hosts);
+    let mut child = child_client("wait", &hosts);
     child.expect("waiting");
     let queued = |n: u64| {
         let holder = holder.clone();
@@ -313,7 +250,7 @@ async fn zookeeper_killed_waiter_process_leaves_the_queue_with_its_session() {
 async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
     let server = ZooKeeperServer::start();
     let hosts = server.hosts();
-    let mut child = ChildClient::spawn("hold", &hosts);
+    let mut child = child_client("hold", &hosts);
     let held = child.expect("held");
     let old_fence: u64 = held
         .split_whitespace()

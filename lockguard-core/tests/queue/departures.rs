@@ -2,14 +2,12 @@
 //! at most the waiter timeout, and a waiter that gives up (its future
 //! dropped, or its wait over) leaves the queue at once.
 
-use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lockguard_core::{Builder, Client};
 use tokio::time::Instant;
 
-use crate::support::Env;
+use crate::support::{ChildProcess, Env};
 use crate::{Queue, SETTLE, until_queue_holds, until_queued};
 
 /// Set to the Redis URL, makes `child_waiter` queue for "victim".
@@ -38,44 +36,6 @@ async fn child_waiter() {
     panic!("the child waiter was not killed while queued: {outcome:?}");
 }
 
-/// This test binary run again as `child_waiter`; killed and reaped on drop,
-/// whatever way the test ends.
-struct ChildWaiter(Child);
-
-impl ChildWaiter {
-    fn spawn(url: &str) -> Self {
-        // The test's name without the crate's: `departures::child_waiter`.
-        let module = module_path!().split_once("::").expect("a module").1;
-        let child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args(["--exact", &format!("{module}::child_waiter")])
-            .args(["--ignored", "--nocapture"])
-            .env(CHILD_ENV, url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("spawn the child waiter");
-        Self(child)
-    }
-
-    /// SIGKILLs the child and checks it was still waiting, not finished.
-    fn kill(&mut self) {
-        self.0.kill().expect("SIGKILL the child");
-        let status = self.0.wait().expect("reap the child");
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "the child ended before it was killed: {status}"
-        );
-    }
-}
-
-impl Drop for ChildWaiter {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A waiter process killed with SIGKILL while first in the queue delays the
 /// waiter behind it by at most the waiter timeout (plus slack), never the
 /// holder's lease (60 s).
@@ -93,7 +53,9 @@ async fn killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
         .acquire()
         .await
         .unwrap();
-    let mut child = ChildWaiter::spawn(&url);
+    // The test's name without the crate's: `departures::child_waiter`.
+    let module = module_path!().split_once("::").expect("a module").1;
+    let mut child = ChildProcess::spawn(&format!("{module}::child_waiter"), (CHILD_ENV, &url));
     until_queued(&env, queue, 1).await;
     let second = env.client_with(settings()).await;
     let waiter = tokio::spawn(async move {

@@ -450,3 +450,58 @@ pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, n
         "woken by its refresh, not the handoff: {waited:?}"
     );
 }
+
+/// This test binary run again as one of its ignored tests, `test` (its
+/// path without the crate's name), with `env` set so that it acts as a
+/// client process; its standard output is read line by line. Killed and
+/// reaped on drop, whatever way the test ends.
+pub struct ChildProcess {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl ChildProcess {
+    pub fn spawn(test: &str, env: (&str, &str)) -> Self {
+        use std::io::BufRead;
+        let mut child =
+            std::process::Command::new(std::env::current_exe().expect("the test binary"))
+                .args(["--exact", test, "--ignored", "--nocapture", "--quiet"])
+                .env(env.0, env.1)
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn the child process");
+        let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+        Self { child, lines }
+    }
+
+    /// The child's next line that starts with `word`.
+    pub fn expect(&mut self, word: &str) -> String {
+        for line in self.lines.by_ref() {
+            let line = line.expect("the child's output");
+            if line.starts_with(word) {
+                return line;
+            }
+        }
+        panic!("the child ended without saying {word:?}");
+    }
+
+    /// SIGKILLs the child and checks it was still running.
+    pub fn kill(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        self.child.kill().expect("SIGKILL the child");
+        let status = self.child.wait().expect("reap the child");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the child ended before it was killed: {status}"
+        );
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -14,14 +14,13 @@
 //! The lease is the session: a holder's node lives while its session does,
 //! so a holder whose process dies frees the lock when the ensemble expires
 //! its session. A live holder keeps its lease like on any store: the
-//! watchdog's renewals check that its node still exists (and so that its
-//! session still lives), each renewal counts for at most the session
-//! timeout, and when a lease ends without renewal the holder's client
-//! deletes the node. The fencing token is the zxid that created the node,
-//! which increases with every write to the ensemble.
+//! watchdog's renewals check (synced with the leader) that its node still
+//! exists in its session, each renewal counts for at most two thirds of the
+//! session timeout, and when a lease ends without renewal the holder's
+//! client deletes the node. A lock's fencing token is the zxid that created
+//! its node; a semaphore permit's, the zxid of its holder's touch.
 //!
-//! Nothing here queues in a waiter's place while it is not asking: a place
-//! lives with the session, and a waiter that gives up deletes it.
+//! A queue place lives with the session; a waiter that gives up deletes it.
 
 mod data;
 mod session;
@@ -730,8 +729,12 @@ impl LockBackend for ZooKeeperStore {
         MAX_ZOOKEEPER_PERMITS
     }
 
+    /// Two thirds of the session timeout, as ZooKeeper's own client gives
+    /// up on a connection after two thirds of it: the rest is the margin for
+    /// how late the leader may learn that a server heard from this client
+    /// (servers report their sessions' activity to the leader once a tick).
     fn max_lease(&self) -> Option<Duration> {
-        Some(self.session_timeout())
+        Some(self.session_timeout() * 2 / 3)
     }
 
     fn attach(&self, inbox: Weak<dyn Inbox>) {
