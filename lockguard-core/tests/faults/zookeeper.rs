@@ -53,7 +53,8 @@ async fn zookeeper_killed_fails_fast_and_the_client_recovers_after_restart() {
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
 /// the server freezes for three times that: the loss is signalled before
 /// the lease ends. After the pause `b` acquires with a greater fencing
-/// token, and a write fenced with `a`'s old token is rejected.
+/// token, a write fenced with `a`'s old token is rejected, and `a` takes
+/// locks again by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     let mut server = ZooKeeperServer::start();
@@ -87,6 +88,23 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     // The fenced value lives in ZooKeeper too; `b` writes the stale token
     // as well (`a`'s session may still be being renewed).
     crate::the_next_holder_fences_out_the_old(&b, &b, first, Duration::from_secs(20)).await;
+
+    // `a` works again by itself: in a new session when the ensemble
+    // expired its old one during the pause.
+    let recovered = crate::support::eventually(Duration::from_secs(15), || {
+        let a = a.clone();
+        async move {
+            match a.lock("paused").try_acquire().await {
+                Ok(g) => g.release().await.unwrap_or(false),
+                Err(e) => {
+                    assert!(e.is_unavailable() || e.is_timeout(), "{e}");
+                    false
+                }
+            }
+        }
+    })
+    .await;
+    assert!(recovered, "the paused client did not recover");
 }
 
 /// A three-member ensemble loses its leader while a holder holds and three
