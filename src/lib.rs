@@ -26,11 +26,14 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis and in-memory stores |
+//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis, Redlock and in-memory stores |
 //! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
 //! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
+//! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
+//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`) |
+//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |

@@ -221,9 +221,9 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
         crate::key::MAX_PERMITS
     }
 
-    /// The longest lease the store can keep (ZooKeeper: the session
-    /// timeout, past which a holder's session may have ended unnoticed);
-    /// `None` for any lease.
+    /// The longest lease the store can keep (ZooKeeper: two thirds of the
+    /// session timeout, past which a holder's session may have ended
+    /// unnoticed); `None` for any lease.
     fn max_lease(&self) -> Option<Duration> {
         None
     }

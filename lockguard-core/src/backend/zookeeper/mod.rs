@@ -567,11 +567,10 @@ impl ZooKeeperStore {
         let dir = self.dir(keys);
         let (path, holding) = match self.known(token, client.session_id()) {
             Some(Known::Node(path, holding, _)) => (path, holding),
-            // Not ours in this session: a node of an ended session is gone.
-            None if self.nodes().contains_key(token) => return Ok(false),
-            // An acquisition whose answer was lost (or never recorded):
-            // find its nodes by name. The listing is sent after the
-            // creation, and a session's requests run in order.
+            // An acquisition whose answer was lost (or never recorded), or
+            // a node of an ended session (gone with it): find its nodes by
+            // name. The listing is sent after the creation, and a
+            // session's requests run in order.
             _ => {
                 let sweep = self.sweep(&client, &dir, token).await;
                 if sweep.is_err() {
