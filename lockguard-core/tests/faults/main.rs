@@ -216,19 +216,7 @@ async fn a_kill_fails_fast_and_a_restart_is_recovered(
         assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
     }
     server.restart();
-    let recovered = eventually(Duration::from_secs(15), || {
-        let lg = lg.clone();
-        async move {
-            match lg.lock("k").try_acquire().await {
-                Ok(g) => g.release().await.unwrap(),
-                Err(e) => {
-                    assert!(down(&e), "{e}");
-                    false
-                }
-            }
-        }
-    })
-    .await;
+    let recovered = support::takes_lock_within(lg, "k", Duration::from_secs(15), down).await;
     assert!(recovered, "client did not recover after the restart");
 }
 
@@ -513,20 +501,8 @@ async fn cluster_master_killed_fails_only_its_slots() {
         let err = lg.counter(&doomed).incr_by(1).await.unwrap_err();
         assert!(err.is_unavailable(), "{err}");
     }
-    let safe_ok = support::eventually(Duration::from_secs(5), || {
-        let lg = lg.clone();
-        let safe = safe.clone();
-        async move {
-            match lg.lock(&safe).try_acquire().await {
-                Ok(g) => g.release().await.unwrap(),
-                Err(e) => {
-                    assert!(e.is_unavailable(), "{e}");
-                    false
-                }
-            }
-        }
-    })
-    .await;
+    let safe_ok =
+        support::takes_lock_within(&lg, &safe, Duration::from_secs(5), Error::is_unavailable).await;
     assert!(safe_ok, "keys on the surviving masters stopped working");
     assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
 }

@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, ErrorKind};
+use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_testing::PostgresServer;
 
-use crate::support::{a_waiter_is_woken_by_the_handoff, eventually};
+use crate::support::{a_waiter_is_woken_by_the_handoff, eventually, takes_lock_within};
 
 async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
     Client::builder()
@@ -324,16 +324,8 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
         assert_eq!(cut.kind(), ErrorKind::Timeout, "{cut}");
         tokio::time::sleep(Duration::from_millis(200)).await;
         server.resume();
-        let freed = eventually(Duration::from_secs(5), || async {
-            match other.lock("cut-off").try_acquire().await {
-                Ok(g) => g.release().await.unwrap(),
-                Err(e) => {
-                    assert!(e.is_busy(), "{e}");
-                    false
-                }
-            }
-        })
-        .await;
+        let freed =
+            takes_lock_within(&other, "cut-off", Duration::from_secs(5), Error::is_busy).await;
         assert!(freed, "the cut-off acquisition kept the lock for its lease");
     }
 }

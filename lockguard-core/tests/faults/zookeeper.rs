@@ -91,17 +91,8 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
 
     // `a` works again by itself: in a new session when the ensemble
     // expired its old one during the pause.
-    let recovered = crate::support::eventually(Duration::from_secs(15), || {
-        let a = a.clone();
-        async move {
-            match a.lock("paused").try_acquire().await {
-                Ok(g) => g.release().await.unwrap_or(false),
-                Err(e) => {
-                    assert!(e.is_unavailable() || e.is_timeout(), "{e}");
-                    false
-                }
-            }
-        }
+    let recovered = crate::support::takes_lock_within(&a, "paused", Duration::from_secs(15), |e| {
+        e.is_unavailable() || e.is_timeout()
     })
     .await;
     assert!(recovered, "the paused client did not recover");

@@ -331,6 +331,28 @@ where
     }
 }
 
+/// Whether `lg` takes the lock `name`, and gives it back, within `within`
+/// (trying every 5 ms); every refusal until then must be one `expected`
+/// accepts.
+pub async fn takes_lock_within(
+    lg: &Client,
+    name: &str,
+    within: Duration,
+    expected: impl Fn(&lockguard_core::Error) -> bool,
+) -> bool {
+    let expected = &expected;
+    eventually(within, || async move {
+        match lg.lock(name).try_acquire().await {
+            Ok(g) => g.release().await.unwrap(),
+            Err(e) => {
+                assert!(expected(&e), "{e}");
+                false
+            }
+        }
+    })
+    .await
+}
+
 /// Runs each listed test against memory, Redis and (with the `postgres`
 /// feature) PostgreSQL; with `redlock:` also
 /// against five Redlock nodes, with `cluster:` also against a three-master
