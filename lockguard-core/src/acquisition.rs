@@ -39,6 +39,9 @@ pub(crate) struct Acquisition {
     /// applying its answer: renewals are sent and applied in one order, so
     /// the validity the guard counts on is the one the store ran last.
     pub(crate) renewal: tokio::sync::Mutex<()>,
+    /// Where its next watchdog renewal is booked (see
+    /// [`Renewals`](crate::watchdog::Renewals)).
+    pub(crate) booking: std::sync::Mutex<Option<crate::watchdog::Booking>>,
 }
 
 impl Acquisition {
@@ -65,6 +68,7 @@ impl Acquisition {
             }),
             released: AtomicBool::new(false),
             renewal: tokio::sync::Mutex::new(()),
+            booking: std::sync::Mutex::new(None),
         }
     }
 

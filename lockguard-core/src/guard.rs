@@ -9,7 +9,6 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::acquisition::Acquisition;
@@ -25,8 +24,6 @@ use crate::token::Token;
 #[derive(Debug)]
 pub(crate) struct Tenancy {
     shared: Arc<Acquisition>,
-    /// Dropping it stops the watchdog.
-    stop_watchdog: std::sync::Mutex<Option<oneshot::Sender<()>>>,
     runtime: Option<Handle>,
     /// The guards sharing this acquisition: the last one to go releases
     /// it, whatever other references (a reentrancy check's) are alive.
@@ -52,17 +49,11 @@ impl Tenancy {
         ));
         crate::meter::held(shared.primitive(), &shared.metric_name);
         let runtime = Handle::try_current().ok();
-        let stop_watchdog = match (&runtime, lease.is_watchdog()) {
-            (Some(rt), true) => {
-                let (tx, rx) = oneshot::channel();
-                rt.spawn(crate::watchdog::run(shared.clone(), rx));
-                Some(tx)
-            }
-            _ => None,
-        };
+        if let (Some(rt), true) = (&runtime, lease.is_watchdog()) {
+            shared.engine.renewals.start(&shared, rt);
+        }
         Arc::new(Self {
             shared,
-            stop_watchdog: std::sync::Mutex::new(stop_watchdog),
             runtime,
             guards: AtomicUsize::new(0),
         })
@@ -91,10 +82,7 @@ impl Tenancy {
         self.shared.state.send_modify(|_| {});
         let s = &self.shared;
         crate::meter::released(s.primitive(), &s.metric_name, s.since.elapsed());
-        self.stop_watchdog
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        s.engine.renewals.cancel(s);
         true
     }
 

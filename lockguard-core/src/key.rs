@@ -1,6 +1,6 @@
 //! Validation of user keys and the Redis key layout derived from them.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -162,28 +162,64 @@ pub(crate) fn prepare() {
 /// slot however many keys are ever locked or counted.
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
     let tag = SLOT_TAGS[usize::from(slot(key))];
-    format!("{prefix}seq:{{{tag}}}")
+    let mut out = String::with_capacity(prefix.len() + 16);
+    out.push_str(prefix);
+    out.push_str("seq:{");
+    // A u32 needs at most 10 digits: written without the formatter.
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut n = tag;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        out.push(char::from(d));
+    }
+    out.push('}');
+    out
 }
 
 /// The keys and channel of one lock, or of one semaphore.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Only the lock's own key is laid out when it is made; the keys around it
+/// (the sequence, the wait queue, the tickets, the release channel) are
+/// laid out the first time a store asks for them. The in-memory store,
+/// which keys its state by the lock's key alone, never does: a lock made
+/// per request (an HTTP layer's) costs one string, not five.
+#[derive(Debug, Clone)]
 pub(crate) struct LockKeys {
     /// A lock, or a semaphore and its permits.
     pub(crate) resource: Resource,
     /// The key holding the holder's token, with the lease as its TTL.
     pub(crate) lock: String,
-    /// The sequence fencing tokens are drawn from, shared by every key of
-    /// the lock's cluster slot (see [`sequence`]).
-    pub(crate) sequence: String,
-    /// The pub/sub channel a release nobody was handed is announced on
-    /// (Redlock waiters, who do not queue, listen on it).
-    pub(crate) channel: String,
-    /// The waiters' queue: tokens in order of arrival.
-    pub(crate) queue: String,
-    /// Each queued waiter's deadline and channel (and a semaphore holder's
-    /// fencing token).
-    pub(crate) tickets: String,
+    /// How many bytes of `lock` are the client's prefix.
+    prefix_len: usize,
+    around: OnceLock<Around>,
 }
+
+/// The keys around a lock's own key.
+#[derive(Debug, Clone)]
+struct Around {
+    sequence: String,
+    channel: String,
+    queue: String,
+    tickets: String,
+}
+
+impl PartialEq for LockKeys {
+    fn eq(&self, other: &Self) -> bool {
+        // The keys around it are a function of these, or (a Redlock
+        // semaphore's slots) were given with a lock key of their own.
+        self.resource == other.resource && self.lock == other.lock
+    }
+}
+
+impl Eq for LockKeys {}
 
 impl LockKeys {
     pub(crate) fn new(prefix: &str, name: &str, resource: Resource) -> Self {
@@ -191,21 +227,71 @@ impl LockKeys {
             Resource::Lock => "lock",
             Resource::Semaphore { .. } => "sem",
         };
-        Self::derived(prefix, base(prefix, kind, name), resource)
-    }
-
-    /// The keys around `lock`, a key already laid out by [`base`] (a
-    /// Redlock semaphore's slot keys append to the semaphore's).
-    pub(crate) fn derived(prefix: &str, lock: String, resource: Resource) -> Self {
         Self {
             resource,
-            sequence: sequence(prefix, &lock),
-            channel: format!("{lock}:released"),
-            queue: format!("{lock}:queue"),
-            tickets: format!("{lock}:tickets"),
+            lock: base(prefix, kind, name),
+            prefix_len: prefix.len(),
+            around: OnceLock::new(),
+        }
+    }
+
+    /// The keys of a lock laid out after `of`'s key (a Redlock
+    /// semaphore's slot `lock`): in its slot, sharing its sequence and
+    /// release channel, with a queue and tickets of its own.
+    pub(crate) fn beside(of: &Self, lock: String, resource: Resource) -> Self {
+        let around = Around {
+            sequence: of.sequence().to_owned(),
+            channel: of.channel().to_owned(),
+            queue: suffixed(&lock, ":queue"),
+            tickets: suffixed(&lock, ":tickets"),
+        };
+        Self {
+            resource,
+            prefix_len: of.prefix_len,
+            around: OnceLock::from(around),
             lock,
         }
     }
+
+    fn around(&self) -> &Around {
+        self.around.get_or_init(|| Around {
+            sequence: sequence(&self.lock[..self.prefix_len], &self.lock),
+            channel: suffixed(&self.lock, ":released"),
+            queue: suffixed(&self.lock, ":queue"),
+            tickets: suffixed(&self.lock, ":tickets"),
+        })
+    }
+
+    /// The sequence fencing tokens are drawn from, shared by every key of
+    /// the lock's cluster slot (see [`sequence`]).
+    pub(crate) fn sequence(&self) -> &str {
+        &self.around().sequence
+    }
+
+    /// The pub/sub channel a release nobody was handed is announced on
+    /// (Redlock waiters, who do not queue, listen on it).
+    pub(crate) fn channel(&self) -> &str {
+        &self.around().channel
+    }
+
+    /// The waiters' queue: tokens in order of arrival.
+    pub(crate) fn queue(&self) -> &str {
+        &self.around().queue
+    }
+
+    /// Each queued waiter's deadline and channel (and a semaphore holder's
+    /// fencing token).
+    pub(crate) fn tickets(&self) -> &str {
+        &self.around().tickets
+    }
+}
+
+/// `key` + `suffix`, in one allocation.
+fn suffixed(key: &str, suffix: &str) -> String {
+    let mut out = String::with_capacity(key.len() + suffix.len());
+    out.push_str(key);
+    out.push_str(suffix);
+    out
 }
 
 /// The keys of one counter.
@@ -246,9 +332,9 @@ mod tests {
     fn derived_keys_share_a_hash_tag() {
         let k = LockKeys::new("lg:", "order:42", Resource::Lock);
         assert_eq!(k.lock, "lg:lock:{order:42}");
-        assert_eq!(k.queue, "lg:lock:{order:42}:queue");
-        assert_eq!(k.tickets, "lg:lock:{order:42}:tickets");
-        assert_eq!(slot(&k.sequence), slot(&k.lock));
+        assert_eq!(k.queue(), "lg:lock:{order:42}:queue");
+        assert_eq!(k.tickets(), "lg:lock:{order:42}:tickets");
+        assert_eq!(slot(k.sequence()), slot(&k.lock));
         // A user's braces are escaped, never taken as the tag.
         let k = LockKeys::new("lg:", "order:{42}", Resource::Lock);
         assert_eq!(k.lock, "lg:lock:{order:{42\\}}");
@@ -267,8 +353,8 @@ mod tests {
         // The aliases a verbatim layout allowed: a user key naming a key
         // derived from another, and "a" and "{a}" being one lock.
         let n = LockKeys::new("lg:", "n", Resource::Lock);
-        assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue);
-        assert_ne!(base("lg:", "lock", "n}:queue"), n.queue);
+        assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue());
+        assert_ne!(base("lg:", "lock", "n}:queue"), n.queue());
         assert_ne!(
             LockKeys::new("lg:", "{a}", Resource::Lock).lock,
             LockKeys::new("lg:", "a", Resource::Lock).lock
@@ -285,7 +371,7 @@ mod tests {
         ] {
             let k = LockKeys::new("p:", key, Resource::Lock);
             let s = slot(&k.lock);
-            for other in [&k.sequence, &k.queue, &k.tickets] {
+            for other in [k.sequence(), k.queue(), k.tickets()] {
                 assert_eq!(
                     slot(other),
                     s,

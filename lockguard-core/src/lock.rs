@@ -586,7 +586,11 @@ impl Lock {
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
         let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
-        let mut registration = self.engine.waiters.broadcast(&keys.channel, deadline).await;
+        let mut registration = self
+            .engine
+            .waiters
+            .broadcast(keys.channel(), deadline)
+            .await;
         loop {
             // Attempt again at once: a release may have come before the
             // subscription.

@@ -337,7 +337,7 @@ impl RedlockStore {
         let mut set = tokio::task::JoinSet::new();
         for i in behind {
             let node = self.nodes[i].clone();
-            let key = keys.sequence.clone();
+            let key = keys.sequence().to_owned();
             set.spawn(async move { node.raise_fence(&key, fence).await });
         }
         let mut raised = 0;
@@ -373,7 +373,7 @@ impl RedlockStore {
                         match slots {
                             // A permit whose slot is unknown (an acquire
                             // dropped mid-flight): release any slot with it.
-                            Some(slots) => node.release_any(&slots, &token, &keys.channel).await,
+                            Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
                             None => node.release(&keys, &token, true).await,
                         }
                     }
@@ -469,17 +469,9 @@ async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
 /// The plain lock behind slot `i` of a Redlock semaphore; its releases wake
 /// the semaphore's waiters.
 fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
-    let lock = format!("{}:slot:{i}", sem.lock);
     // The slot keys append to the semaphore's key, after its hash tag, so
     // they share its slot and its sequence.
-    LockKeys {
-        resource: Resource::Lock,
-        sequence: sem.sequence.clone(),
-        channel: sem.channel.clone(),
-        queue: format!("{lock}:queue"),
-        tickets: format!("{lock}:tickets"),
-        lock,
-    }
+    LockKeys::beside(sem, format!("{}:slot:{i}", sem.lock), Resource::Lock)
 }
 
 impl LockBackend for RedlockStore {

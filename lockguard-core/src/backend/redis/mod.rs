@@ -680,9 +680,9 @@ impl RedisStore {
             Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
         };
         call.key(&keys.lock)
-            .key(&keys.sequence)
-            .key(&keys.queue)
-            .key(&keys.tickets)
+            .key(keys.sequence())
+            .key(keys.queue())
+            .key(keys.tickets())
             .arg(token.as_str())
             .arg(millis_ceil(lease));
         if let Resource::Semaphore { permits } = keys.resource {
@@ -740,13 +740,13 @@ impl RedisStore {
             Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
         };
         call.key(&keys.lock)
-            .key(&keys.sequence)
-            .key(&keys.queue)
-            .key(&keys.tickets)
+            .key(keys.sequence())
+            .key(keys.queue())
+            .key(keys.tickets())
             .arg(token.as_str());
         match keys.resource {
             Resource::Semaphore { permits } => call.arg(permits),
-            Resource::Lock if announce => call.arg(&keys.channel),
+            Resource::Lock if announce => call.arg(keys.channel()),
             Resource::Lock => call.arg(""),
         };
         let n: i64 = self
@@ -809,7 +809,7 @@ impl RedisStore {
     /// [`LockBackend::inspect`].
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
         let mut call = INSPECT.prepare_invoke();
-        call.key(&keys.lock).key(&keys.sequence).key(&keys.queue);
+        call.key(&keys.lock).key(keys.sequence()).key(keys.queue());
         let capacity = match keys.resource {
             Resource::Lock => {
                 call.arg("lock");
