@@ -68,13 +68,15 @@ fn app(variant: Variant, lg: Client) -> Router {
 
 /// Serves the variant, its layer on `lg`'s store, on a loopback port and
 /// drives it with `conns` keep-alive connections for `run_for`; returns
-/// requests per second, and every request served (the warm-up's too).
+/// requests per second and CPU time per request (the server's and the
+/// client's: they share the process), and every request served (the
+/// warm-up's too).
 pub(crate) async fn requests_per_second(
     variant: Variant,
     lg: Client,
     conns: usize,
     run_for: Duration,
-) -> (f64, u64) {
+) -> (crate::Measured, u64) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -86,7 +88,7 @@ pub(crate) async fn requests_per_second(
     });
     let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
     let served = Arc::new(AtomicU64::new(0));
-    let rate = crate::throughput(
+    let measured = crate::measure(
         conns,
         run_for,
         |c, stop: Arc<AtomicBool>, done: Arc<AtomicU64>| {
@@ -111,5 +113,5 @@ pub(crate) async fn requests_per_second(
     )
     .await;
     server.abort();
-    (rate, served.load(Ordering::Relaxed))
+    (measured, served.load(Ordering::Relaxed))
 }

@@ -40,6 +40,8 @@ struct Bench {
     server: RedisServer,
     admin: ConnectionManager,
     run_for: Duration,
+    /// A smoke run (`--quick`): short measurements, one round.
+    quick: bool,
     out: String,
     /// The performance targets, checked against this run's figures.
     targets: Vec<String>,
@@ -126,6 +128,37 @@ where
     F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    measure(tasks, run_for, body).await.rate
+}
+
+/// What one measurement found.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    /// Completed cycles per second of wall time.
+    rate: f64,
+    /// CPU time the whole process spent (every thread, user and system)
+    /// per completed cycle.
+    cpu_per_cycle: Duration,
+}
+
+/// The CPU time this process's live threads have run, in nanoseconds
+/// (`/proc/self/task/*/schedstat`, the scheduler's own accounting).
+fn process_cpu() -> Duration {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("/proc/self/task");
+    let ns: u64 = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Duration::from_nanos(ns)
+}
+
+/// Runs `tasks` copies of `body` for `run_for` after a warm-up of a fifth
+/// of it; returns completed cycles per second and the CPU time per cycle.
+async fn measure<F, Fut>(tasks: usize, run_for: Duration, body: F) -> Measured
+where
+    F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..tasks)
@@ -134,15 +167,18 @@ where
     // Warm up, then measure.
     tokio::time::sleep(run_for / 5).await;
     let start_count = done.load(Ordering::Relaxed);
-    let started = Instant::now();
+    let (started, cpu_started) = (Instant::now(), process_cpu());
     tokio::time::sleep(run_for).await;
     let count = done.load(Ordering::Relaxed) - start_count;
-    let elapsed = started.elapsed();
+    let (elapsed, cpu) = (started.elapsed(), process_cpu() - cpu_started);
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.await.expect("task");
     }
-    count as f64 / elapsed.as_secs_f64()
+    Measured {
+        rate: count as f64 / elapsed.as_secs_f64(),
+        cpu_per_cycle: cpu / u32::try_from(count.max(1)).unwrap_or(u32::MAX),
+    }
 }
 
 async fn uncontended(b: &mut Bench) {
@@ -677,53 +713,93 @@ async fn memory(b: &mut Bench) {
     }
 }
 
+/// Rounds of the in-memory HTTP comparison: every variant once per round,
+/// in turn, so a drift of the machine's speed hits them alike.
+const HTTP_ROUNDS: usize = 5;
+
 async fn http_layers(b: &mut Bench) {
     b.line("\n## HTTP: an axum hello-world with each layer (in-memory store), 32 keep-alive connections\n");
-    b.line("| layer | requests/s | ratio to no layer |");
-    b.line("|---|---:|---:|");
-    let base = http::requests_per_second(http::Variant::None, Client::memory(), 32, b.run_for)
-        .await
-        .0;
+    let rounds = if b.quick { 1 } else { HTTP_ROUNDS };
+    let each = b.run_for / 2;
     b.line(&format!(
-        "| {} | {base:.0} | 1.00x |",
-        http::Variant::None.name()
+        "{rounds} rounds; in each, every row runs for {each:?} (after a {:?} warm-up), one after the other, so a drift of the machine's speed hits every row alike. Two figures per row, each the median over the rounds of the row's value divided by the hello-world's in the same round (the range is the lowest and highest of those ratios):\n\n- *throughput*: requests per second of wall time;\n- *CPU*: the hello-world's CPU time per request divided by the row's, counting every thread of the process (server and client) as the kernel's scheduler accounts it. The client's share is the same in every row, so this is the throughput ratio a machine with nothing else running would show; it does not move when another tenant takes the cores.\n",
+        each / 5
     ));
-    let mut ours = 0.0;
-    for v in [
+    b.line("| layer | requests/s (median) | CPU µs / request (median) | throughput ratio | range | CPU ratio | range |");
+    b.line("|---|---:|---:|---:|---:|---:|---:|");
+    let variants = [
+        http::Variant::None,
         http::Variant::RateLimit,
         http::Variant::Lock,
         http::Variant::ConcurrencyLimit,
-    ] {
-        let rate = http::requests_per_second(v, Client::memory(), 32, b.run_for)
-            .await
-            .0;
-        if matches!(v, http::Variant::RateLimit) {
-            ours = rate;
+        http::Variant::Governor,
+    ];
+    let mut runs: Vec<Vec<Measured>> = vec![Vec::new(); variants.len()];
+    for _ in 0..rounds {
+        for (i, v) in variants.iter().enumerate() {
+            let (m, _) = http::requests_per_second(*v, Client::memory(), 32, each).await;
+            runs[i].push(m);
         }
+    }
+    let median = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
+    let range = |xs: &[f64]| {
+        xs.iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
+    };
+    // Row `of` against row `to`, round by round: throughput, and CPU per
+    // request (the other way up, so that more is better in both).
+    let ratios = |of: usize, to: usize| -> (Vec<f64>, Vec<f64>) {
+        let pairs = runs[of].iter().zip(&runs[to]);
+        let tput = pairs.clone().map(|(a, b)| a.rate / b.rate).collect();
+        let cpu = pairs
+            .map(|(a, b)| b.cpu_per_cycle.as_secs_f64() / a.cpu_per_cycle.as_secs_f64())
+            .collect();
+        (tput, cpu)
+    };
+    let mut cpu_ratio = Vec::new();
+    for (i, v) in variants.iter().enumerate() {
+        let (tput, cpu) = ratios(i, 0);
+        let ((tlo, thi), (clo, chi)) = (range(&tput), range(&cpu));
+        let (t, c) = (median(tput), median(cpu));
+        cpu_ratio.push((t, c));
+        let rate = median(runs[i].iter().map(|m| m.rate).collect());
+        let per = median(
+            runs[i]
+                .iter()
+                .map(|m| m.cpu_per_cycle.as_secs_f64() * 1e6)
+                .collect(),
+        );
         b.line(&format!(
-            "| {} | {rate:.0} | {:.2}x |",
+            "| {} | {rate:.0} | {per:.1} | {t:.2}x | {tlo:.2}–{thi:.2}x | {c:.2}x | {clo:.2}–{chi:.2}x |",
             v.name(),
-            rate / base
         ));
+    }
+    for (i, v) in variants.iter().enumerate().skip(1).take(3) {
+        let (t, c) = cpu_ratio[i];
         b.target(
-            &format!("{} costs < 10% of hello-world throughput", v.name()),
-            format!("{:.0}% cost", (1.0 - rate / base) * 100.0),
-            rate / base > 0.9,
+            &format!(
+                "{} costs < 10% of hello-world throughput (CPU ratio; throughput ratio beside it)",
+                v.name()
+            ),
+            format!("{:.0}% ({:.0}%)", (1.0 - c) * 100.0, (1.0 - t) * 100.0),
+            c > 0.9,
         );
     }
-    let peer = http::requests_per_second(http::Variant::Governor, Client::memory(), 32, b.run_for)
-        .await
-        .0;
-    b.line(&format!(
-        "| {} | {peer:.0} | {:.2}x |",
-        http::Variant::Governor.name(),
-        peer / base
-    ));
+    let (tput, cpu) = ratios(1, 4);
+    let (t, c) = (median(tput), median(cpu));
     b.target(
-        "in-memory RateLimitLayer ≥ 1.0x tower_governor's throughput",
-        format!("{:.2}x", ours / peer),
-        ours / peer >= 1.0,
+        "in-memory RateLimitLayer ≥ 1.0x tower_governor (CPU ratio; throughput ratio beside it)",
+        format!("{c:.2}x ({t:.2}x)"),
+        c >= 1.0,
     );
+    let rates: Vec<Vec<f64>> = runs
+        .iter()
+        .map(|r| r.iter().map(|m| m.rate).collect())
+        .collect();
+    let base = median(rates[0].clone());
 
     b.line("\n## HTTP: the same layers on Redis, 32 keep-alive connections\n");
     b.line("Commands sent: what the layer's client sent to Redis over the run, warm-up included, per request served (script-internal calls in brackets).\n");
@@ -740,7 +816,8 @@ async fn http_layers(b: &mut Bench) {
     ] {
         let lg = b.lockguard().await;
         b.reset_stats().await;
-        let (rate, served) = http::requests_per_second(v, lg, 32, b.run_for).await;
+        let (measured, served) = http::requests_per_second(v, lg, 32, b.run_for).await;
+        let rate = measured.rate;
         let counted = b.commands(&["evalsha", "eval", "script|load"]).await;
         let per = |n: u64| n as f64 / served.max(1) as f64;
         b.line(&format!(
@@ -785,6 +862,7 @@ async fn main() {
     let mut b = Bench {
         server,
         admin,
+        quick,
         run_for: if quick {
             Duration::from_millis(300)
         } else {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::engine::Engine;
@@ -31,7 +31,9 @@ pub(crate) struct Acquisition {
     pub(crate) token: Token,
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
-    pub(crate) state: watch::Sender<LeaseState>,
+    state: std::sync::Mutex<LeaseState>,
+    /// Told of every change of `state`, and of the release.
+    changed: Notify,
     /// Set when the guard is released or dropped: a confirmation that
     /// finds the lock gone after that is no loss.
     pub(crate) released: AtomicBool,
@@ -62,19 +64,40 @@ impl Acquisition {
             token: grant.token,
             fence: grant.fence,
             lease,
-            state: watch::Sender::new(LeaseState {
+            state: std::sync::Mutex::new(LeaseState {
                 valid_until: grant.valid_until,
                 lost: false,
             }),
+            changed: Notify::new(),
             released: AtomicBool::new(false),
             renewal: tokio::sync::Mutex::new(()),
             booking: std::sync::Mutex::new(None),
         }
     }
 
+    /// What is known of the lease now.
+    pub(crate) fn lease_state(&self) -> LeaseState {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes what is known of the lease with `f`, which says whether it
+    /// changed anything; the lease's watchers are told if it did.
+    fn modify(&self, f: impl FnOnce(&mut LeaseState) -> bool) -> bool {
+        let changed = f(&mut self.state.lock().unwrap_or_else(|p| p.into_inner()));
+        if changed {
+            self.changed.notify_waiters();
+        }
+        changed
+    }
+
+    /// Tells the lease's watchers that it was given up (`released` is set).
+    pub(crate) fn announce_release(&self) {
+        self.changed.notify_waiters();
+    }
+
     /// How much longer the lease certainly lasts (zero once lost).
     pub(crate) fn valid_for(&self) -> Duration {
-        let s = *self.state.borrow();
+        let s = self.lease_state();
         if s.lost || self.released.load(Ordering::Acquire) {
             Duration::ZERO
         } else {
@@ -83,44 +106,46 @@ impl Acquisition {
     }
 
     /// Completes when the lock is lost or its lease is about to run out.
-    pub(crate) fn lost(shared: Arc<Self>) -> impl Future<Output = Error> + Send + 'static {
-        let mut rx = shared.state.subscribe();
-        async move {
+    pub(crate) async fn lost(shared: Arc<Self>) -> Error {
+        {
             loop {
-                let s = *rx.borrow_and_update();
+                // Made before the state is read: a change after the read
+                // completes it.
+                let changed = shared.changed.notified();
+                let s = shared.lease_state();
                 if s.lost {
                     return shared.lost_error("was lost");
                 }
                 if shared.released.load(Ordering::Acquire) {
                     return shared.lost_error("was released");
                 }
+                if Instant::now() >= s.valid_until {
+                    return shared.lost_error("is running out");
+                }
                 tokio::select! {
-                    () = tokio::time::sleep_until(s.valid_until) => {
-                        if !rx.has_changed().unwrap_or(false) {
-                            return shared.lost_error("is running out");
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return shared.lost_error("ended");
-                        }
-                    }
+                    () = tokio::time::sleep_until(s.valid_until) => {}
+                    () = changed => {}
                 }
             }
         }
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        let s = *self.state.borrow();
+        let s = self.lease_state();
         !s.lost && Instant::now() < s.valid_until && !self.released.load(Ordering::Acquire)
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
-        let was_lost = self.state.send_replace(LeaseState {
-            valid_until: Instant::now(),
-            lost: true,
+        let now = Instant::now();
+        let newly = self.modify(|s| {
+            let newly = !s.lost;
+            *s = LeaseState {
+                valid_until: now,
+                lost: true,
+            };
+            newly
         });
-        if !was_lost.lost {
+        if newly {
             crate::meter::lost(self.primitive(), &self.metric_name);
             tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
         }
@@ -133,7 +158,7 @@ impl Acquisition {
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) -> bool {
         let now = Instant::now();
         let mut revived_too_late = false;
-        self.state.send_if_modified(|s| {
+        self.modify(|s| {
             if s.lost {
                 false
             } else if now >= s.valid_until {
@@ -147,7 +172,7 @@ impl Acquisition {
         if revived_too_late {
             self.mark_lost("renewal answered after the lease had run out");
         }
-        !self.state.borrow().lost
+        !self.lease_state().lost
     }
 
     /// Confirms a lock handed over to this waiter: sets its own lease in
@@ -158,7 +183,7 @@ impl Acquisition {
         let _turn = self.renewal.lock().await;
         let sent_at = Instant::now();
         let capped = valid_until(sent_at, self.lease);
-        self.state.send_if_modified(|s| {
+        self.modify(|s| {
             let cap = capped < s.valid_until;
             if cap {
                 s.valid_until = capped;

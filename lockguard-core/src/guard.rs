@@ -79,7 +79,7 @@ impl Tenancy {
             return false;
         }
         // Wakes the watches' `lost()`: the lock is given up.
-        self.shared.state.send_modify(|_| {});
+        self.shared.announce_release();
         let s = &self.shared;
         crate::meter::released(s.primitive(), &s.metric_name, s.since.elapsed());
         s.engine.renewals.cancel(s);
@@ -350,7 +350,7 @@ impl LockGuard {
                 s.engine.store.locks.name()
             )));
         }
-        if s.state.borrow().lost {
+        if s.lease_state().lost {
             return Err(s.lost_error("was lost before the extend"));
         }
         let _turn = s.renewal.lock().await;

@@ -1,5 +1,6 @@
 //! Validation of user keys and the Redis key layout derived from them.
 
+use std::fmt::Write as _;
 use std::sync::{LazyLock, OnceLock};
 
 use crate::error::{Error, Result};
@@ -43,12 +44,22 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
             key.len()
         )));
     }
-    if key.chars().any(char::is_control) {
+    if has_control(key) {
         return Err(Error::invalid(format!(
             "{what} key {key:?} contains control characters"
         )));
     }
     Ok(())
+}
+
+/// Whether `s` holds a control character (a byte at a time when it is
+/// ASCII, as most keys are).
+fn has_control(s: &str) -> bool {
+    if s.is_ascii() {
+        s.bytes().any(|b| b.is_ascii_control())
+    } else {
+        s.chars().any(char::is_control)
+    }
 }
 
 /// Checks a part of every key that sits outside the hash tag (the client's
@@ -61,7 +72,7 @@ pub(crate) fn validate_plain(what: &str, part: &str) -> Result<()> {
             part.len()
         )));
     }
-    if part.chars().any(char::is_control) {
+    if has_control(part) {
         return Err(Error::invalid(format!(
             "{what} {part:?} contains control characters"
         )));
@@ -88,12 +99,15 @@ pub(crate) fn validate_plain(what: &str, part: &str) -> Result<()> {
 pub(crate) fn push_tagged(out: &mut String, key: &str) {
     out.reserve(key.len() + 2);
     out.push('{');
-    for c in key.chars() {
-        if c == '\\' || c == '}' {
-            out.push('\\');
-        }
-        out.push(c);
+    let mut rest = key;
+    // Both are ASCII: the byte after `i` starts a character.
+    while let Some(i) = rest.find(['\\', '}']) {
+        out.push_str(&rest[..i]);
+        out.push('\\');
+        out.push_str(&rest[i..=i]);
+        rest = &rest[i + 1..];
     }
+    out.push_str(rest);
     out.push('}');
 }
 
@@ -163,24 +177,8 @@ pub(crate) fn prepare() {
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
     let tag = SLOT_TAGS[usize::from(slot(key))];
     let mut out = String::with_capacity(prefix.len() + 16);
-    out.push_str(prefix);
-    out.push_str("seq:{");
-    // A u32 needs at most 10 digits: written without the formatter.
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut n = tag;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    for &d in &digits[at..] {
-        out.push(char::from(d));
-    }
-    out.push('}');
+    // Writing to a String cannot fail.
+    let _ = write!(out, "{prefix}seq:{{{tag}}}");
     out
 }
 

@@ -399,6 +399,14 @@ impl Lock {
                 Err(wait) => Err(self.busy(wait.ttl(), self.wait)),
             };
         }
+        // Boxed: the waiting machinery would make every acquire's future
+        // as large as a waiting one's (an HTTP layer's single attempt
+        // moves and boxes it per request).
+        Box::pin(self.acquire_waiting(keys, lease)).await
+    }
+
+    /// Takes the lock, waiting for it if it is busy.
+    async fn acquire_waiting(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         if self.engine.store.locks.waiting() == Waiting::Retry {
             return self.wait_for_release(keys, lease).await;
         }

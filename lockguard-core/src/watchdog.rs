@@ -19,6 +19,14 @@ use tokio::time::Instant;
 use crate::acquisition::Acquisition;
 use crate::lease::safety_margin;
 
+/// How long a timer with nothing booked sleeps between looks: bookings due
+/// after that wake nobody (a lease's first renewal is a third of it away).
+const IDLE_LOOK: Duration = Duration::from_secs(1);
+
+/// How many looks in a row a timer makes with nothing booked before its
+/// task ends; the next booking starts another.
+const IDLE_LOOKS: u32 = 30;
+
 /// The renewal timers of one client: one per runtime its guards were
 /// taken on, each driven by a task on that runtime (so renewals follow
 /// that runtime's clock, paused time included).
@@ -30,18 +38,19 @@ pub(crate) struct Renewals {
 #[derive(Default)]
 struct State {
     timers: Vec<Timer>,
-    /// Tells apart bookings due at the same instant.
-    booked: u64,
+    /// Tells apart bookings due at the same instant, and timers' tasks.
+    numbered: u64,
 }
 
 struct Timer {
     runtime: Id,
+    /// The number of the task that drives it: a timer whose task ended is
+    /// replaced, never revived.
+    task: u64,
     due: BTreeMap<(Instant, u64), Weak<Acquisition>>,
-    /// When its task looks next (`None`: when told to).
-    looks_at: Option<Instant>,
+    /// When its task looks next: a booking due before that wakes it.
+    looks_at: Instant,
     notify: Arc<Notify>,
-    /// Whether its task was started.
-    running: bool,
 }
 
 /// Where an acquisition's next renewal is booked.
@@ -50,6 +59,14 @@ pub(crate) struct Booking {
     runtime: Id,
     at: Instant,
     n: u64,
+}
+
+/// What a timer's task does after a look.
+enum Look {
+    /// Start these renewals, and look again at `next` (or when told to).
+    Renew(Vec<Arc<Acquisition>>, Instant),
+    /// End: the timer was idle too long, or is gone.
+    Done,
 }
 
 impl fmt::Debug for Renewals {
@@ -74,7 +91,7 @@ impl Renewals {
     /// renewed at once rather than after it ran out.
     pub(crate) fn start(self: &Arc<Self>, shared: &Arc<Acquisition>, runtime: &Handle) {
         let lease = shared.lease;
-        let valid_until = shared.state.borrow().valid_until;
+        let valid_until = shared.lease_state().valid_until;
         let at = (valid_until + lease / 3 + safety_margin(lease))
             .checked_sub(lease)
             .unwrap_or_else(Instant::now);
@@ -89,30 +106,28 @@ impl Renewals {
         if shared.released.load(Ordering::Acquire) {
             return;
         }
-        state.booked += 1;
-        let n = state.booked;
+        state.numbered += 1;
+        let n = state.numbered;
         let id = runtime.id();
-        let i = match state.timers.iter().position(|t| t.runtime == id) {
-            Some(i) => i,
+        let mut start = None;
+        let timer = match state.timers.iter().position(|t| t.runtime == id) {
+            Some(i) => &mut state.timers[i],
             None => {
+                let notify = Arc::new(Notify::new());
+                start = Some((n, notify.clone()));
                 state.timers.push(Timer {
                     runtime: id,
+                    task: n,
                     due: BTreeMap::new(),
-                    looks_at: None,
-                    notify: Arc::new(Notify::new()),
-                    running: false,
+                    looks_at: at,
+                    notify,
                 });
-                state.timers.len() - 1
+                state.timers.last_mut().expect("just pushed")
             }
         };
-        let timer = &mut state.timers[i];
-        let start = (!timer.running).then(|| {
-            timer.running = true;
-            timer.notify.clone()
-        });
         timer.due.insert((at, n), Arc::downgrade(shared));
-        if timer.looks_at.is_none_or(|t| at < t) {
-            timer.looks_at = Some(at);
+        if at < timer.looks_at {
+            timer.looks_at = at;
             timer.notify.notify_one();
         }
         *shared.booking.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -120,8 +135,8 @@ impl Renewals {
         drop(state);
         // Outside the lock: a runtime shutting down drops the task at
         // once, and its drop forgets the timer.
-        if let Some(notify) = start {
-            runtime.spawn(tick(Arc::downgrade(self), id, notify));
+        if let Some((task, notify)) = start {
+            runtime.spawn(tick(Arc::downgrade(self), id, task, notify));
         }
     }
 
@@ -152,13 +167,19 @@ impl Renewals {
         }
     }
 
-    /// Takes the renewals of `runtime`'s timer due by `now`, and when it
-    /// should look next.
-    fn take_due(&self, runtime: Id, now: Instant) -> (Vec<Arc<Acquisition>>, Option<Instant>) {
+    /// Takes the renewals of task `task`'s timer due by `now`, and says
+    /// when to look next; `idle` counts the looks in a row that found
+    /// nothing booked.
+    fn look(&self, runtime: Id, task: u64, now: Instant, idle: &mut u32) -> Look {
         let mut state = self.lock();
-        let Some(timer) = state.timers.iter_mut().find(|t| t.runtime == runtime) else {
-            return (Vec::new(), None);
+        let Some(i) = state
+            .timers
+            .iter()
+            .position(|t| t.runtime == runtime && t.task == task)
+        else {
+            return Look::Done;
         };
+        let timer = &mut state.timers[i];
         let mut due = Vec::new();
         while let Some(entry) = timer.due.first_entry() {
             if entry.key().0 > now {
@@ -169,15 +190,31 @@ impl Renewals {
                 due.push(shared);
             }
         }
-        timer.looks_at = timer.due.first_key_value().map(|((at, _), _)| *at);
-        (due, timer.looks_at)
+        if due.is_empty() && timer.due.is_empty() {
+            *idle += 1;
+            if *idle > IDLE_LOOKS {
+                // Under the lock: a booking either came before (and the
+                // timer was not idle) or will start a new timer.
+                state.timers.swap_remove(i);
+                return Look::Done;
+            }
+        } else {
+            *idle = 0;
+        }
+        timer.looks_at = timer
+            .due
+            .first_key_value()
+            .map_or(now + IDLE_LOOK, |((at, _), _)| *at);
+        Look::Renew(due, timer.looks_at)
     }
 
-    /// Forgets `runtime`'s timer: its task ended, with the runtime (whose
-    /// ids are never reused) or with the client. Renewals still booked on
-    /// it could never run.
-    fn stopped(&self, runtime: Id) {
-        self.lock().timers.retain(|t| t.runtime != runtime);
+    /// Forgets the timer of task `task`, if it still is that task's: the
+    /// task ended with its runtime (whose ids are never reused) or with
+    /// the client. Renewals still booked on it could never run.
+    fn stopped(&self, runtime: Id, task: u64) {
+        self.lock()
+            .timers
+            .retain(|t| t.runtime != runtime || t.task != task);
     }
 }
 
@@ -195,17 +232,18 @@ impl Drop for Renewals {
     }
 }
 
-/// Forgets its timer when its task ends or is dropped with its runtime,
-/// so a client that outlives many runtimes keeps no timer for each.
+/// Forgets its timer when its task is dropped with its runtime, so a
+/// client that outlives many runtimes keeps no timer for each.
 struct Running {
     renewals: Weak<Renewals>,
     runtime: Id,
+    task: u64,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         if let Some(r) = self.renewals.upgrade() {
-            r.stopped(self.runtime);
+            r.stopped(self.runtime, self.task);
         }
     }
 }
@@ -214,6 +252,7 @@ impl Drop for Running {
 fn tick(
     renewals: Weak<Renewals>,
     runtime: Id,
+    task: u64,
     notify: Arc<Notify>,
 ) -> impl Future<Output = ()> + Send + 'static {
     // Made before the task first runs: a runtime that shuts down before
@@ -221,24 +260,22 @@ fn tick(
     let running = Running {
         renewals: renewals.clone(),
         runtime,
+        task,
     };
     async move {
         let _running = running;
+        let mut idle = 0;
         loop {
             let Some(r) = renewals.upgrade() else { return };
-            let (due, next) = r.take_due(runtime, Instant::now());
+            let look = r.look(runtime, task, Instant::now(), &mut idle);
             drop(r);
+            let Look::Renew(due, next) = look else { return };
             for shared in due {
                 tokio::spawn(renew(shared));
             }
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        () = tokio::time::sleep_until(at) => {}
-                        () = notify.notified() => {}
-                    }
-                }
-                None => notify.notified().await,
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = notify.notified() => {}
             }
         }
     }
@@ -280,7 +317,7 @@ async fn renew(shared: Arc<Acquisition>) {
             }
             Err(e) => {
                 crate::meter::store_error(shared.primitive(), "renew");
-                let valid_until = shared.state.borrow().valid_until;
+                let valid_until = shared.lease_state().valid_until;
                 let left = valid_until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     shared.mark_lost("renewals failed until the lease ran out");
@@ -357,6 +394,29 @@ mod tests {
         }
         // Still the holder in the store: another client is refused.
         assert!(lg.lock("long").try_acquire().await.unwrap_err().is_busy());
+        assert!(guard.release().await.unwrap());
+    }
+
+    /// A timer with nothing booked for a while ends its task; the next
+    /// booking starts another, which renews.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timer_ends_and_the_next_booking_starts_another() {
+        let lg = Client::memory();
+        let guard = lg.lock("a").acquire().await.unwrap();
+        let renewals = guard.tenancy().engine().renewals.clone();
+        assert!(guard.release().await.unwrap());
+        assert_eq!(renewals.timers(), 1);
+        tokio::time::sleep(super::IDLE_LOOK * (super::IDLE_LOOKS + 2)).await;
+        assert_eq!(renewals.timers(), 0, "an idle timer kept its task");
+        let guard = lg
+            .lock("b")
+            .watchdog(Duration::from_millis(300))
+            .acquire()
+            .await
+            .unwrap();
+        assert_eq!(renewals.timers(), 1);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(guard.is_held(), "no renewal after the idle timer ended");
         assert!(guard.release().await.unwrap());
     }
 

@@ -43,6 +43,19 @@ impl Admission {
 /// An admission check in flight.
 pub(crate) type Admitting = Pin<Box<dyn Future<Output = Admission> + Send>>;
 
+/// `check` as an admission in flight, run in `span` when anything listens
+/// to it (a disabled span costs a check on every poll).
+pub(crate) fn in_span(
+    check: impl Future<Output = Admission> + Send + 'static,
+    span: tracing::Span,
+) -> Admitting {
+    if span.is_disabled() {
+        Box::pin(check)
+    } else {
+        Box::pin(tracing::Instrument::instrument(check, span))
+    }
+}
+
 /// The responses the layers wrap: `http::Response<B>` for any body `B`.
 ///
 /// It names the body type in the bounds of the layers' response futures;

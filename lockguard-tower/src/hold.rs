@@ -8,9 +8,8 @@ use http::{Request, StatusCode};
 use lockguard_core::{Client, Error, Lock, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
-use tracing::Instrument;
 
-use crate::admit::{Admission, Admit, HasBody};
+use crate::admit::{Admission, Admit, HasBody, in_span};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
@@ -45,7 +44,11 @@ impl Settings {
 
     /// The store key of `key`: `name:key`.
     pub(crate) fn store_name(&self, key: &str) -> String {
-        format!("{}:{key}", self.name)
+        let mut out = String::with_capacity(self.name.len() + 1 + key.len());
+        out.push_str(&self.name);
+        out.push(':');
+        out.push_str(key);
+        out
     }
 
     /// Checks now what every request would otherwise be refused for: the
@@ -131,14 +134,15 @@ where
             tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
         }
     };
-    let acquire = acquire(settings.clone(), kind, key).instrument(span);
-    Admit::admitting(Box::pin(acquire), service, request)
+    let acquire = acquire(settings.clone(), kind, key);
+    Admit::admitting(in_span(acquire, span), service, request)
 }
 
 /// Takes the lock or a permit for `key`, waiting as configured.
 async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
     let store_name = settings.store_name(&key);
-    let started = Instant::now();
+    // Only read the clock for a log line somebody reads.
+    let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
     let result = match kind {
@@ -149,7 +153,9 @@ async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission 
             .await
             .map(Guard::Permit),
     };
-    let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let waited_ms = started.map_or(0, |s| {
+        u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
+    });
     match result {
         Ok(guard) => {
             tracing::debug!(waited_ms, "{} taken", kind.what());

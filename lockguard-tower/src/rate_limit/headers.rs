@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
-use lockguard_core::{Decision, Quota};
+use lockguard_core::{Decision, RateLimiter};
 
 /// `RateLimit-Policy`.
 pub(crate) const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -38,8 +40,8 @@ impl Default for HeaderOptions {
 /// What one decision tells the client.
 #[derive(Debug, Clone)]
 pub(crate) struct RateHeaders {
-    pub(crate) policy: String,
-    pub(crate) quota: Quota,
+    /// The limiter that decided: its name is the policy's.
+    pub(crate) limiter: RateLimiter,
     pub(crate) decision: Decision,
     pub(crate) options: HeaderOptions,
 }
@@ -60,23 +62,30 @@ pub(crate) fn whole_second_window(count: u64, period: Duration) -> (u64, u64) {
     (u64::try_from(q).unwrap_or(u64::MAX), w)
 }
 
-/// `name` as a structured-field string: printable ASCII, with `"` and `\`
-/// escaped; anything else becomes `_`.
-pub(crate) fn sf_string(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 2);
-    out.push('"');
+/// Appends `name` as a structured-field string: printable ASCII, with `"`
+/// and `\` escaped; anything else becomes `_`.
+fn push_sf_string(out: &mut Vec<u8>, name: &str) {
+    out.push(b'"');
     for c in name.chars() {
         match c {
             '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+                out.push(b'\\');
+                out.push(c as u8);
             }
-            ' '..='~' => out.push(c),
-            _ => out.push('_'),
+            // Printable ASCII: one byte.
+            ' '..='~' => out.push(c as u8),
+            _ => out.push(b'_'),
         }
     }
-    out.push('"');
-    out
+    out.push(b'"');
+}
+
+/// Appends `;key=n`, an integer parameter.
+fn push_param(out: &mut Vec<u8>, key: &str, n: u64) {
+    out.push(b';');
+    out.extend_from_slice(key.as_bytes());
+    out.push(b'=');
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 impl RateHeaders {
@@ -87,13 +96,16 @@ impl RateHeaders {
     /// lets a burst through beyond `q` (GCRA with a burst), the burst is
     /// the vendor parameter `lockguard-burst`, so that a client seeing `r`
     /// above `q` knows why.
-    pub(crate) fn policy_value(&self) -> String {
-        let (q, w) = whole_second_window(self.quota.count(), self.quota.period());
-        let mut value = format!("{};q={q};w={w}", sf_string(&self.policy));
-        if self.decision.limit > q {
-            value.push_str(&format!(";lockguard-burst={}", self.decision.limit));
-        }
-        value
+    pub(crate) fn policy_value(&self) -> HeaderValue {
+        let quota = self.limiter.quota();
+        let (q, w) = whole_second_window(quota.count(), quota.period());
+        self.item(|out| {
+            push_param(out, "q", q);
+            push_param(out, "w", w);
+            if self.decision.limit > q {
+                push_param(out, "lockguard-burst", self.decision.limit);
+            }
+        })
     }
 
     /// `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the wait
@@ -101,13 +113,27 @@ impl RateHeaders {
     /// names (the draft: `Retry-After` SHOULD NOT be earlier than the end
     /// of `t`); when allowed, `t` is the time until the limiter is back to
     /// its full limit.
-    pub(crate) fn limit_value(&self) -> String {
+    pub(crate) fn limit_value(&self) -> HeaderValue {
         let (remaining, t) = if self.decision.allowed {
             (self.decision.remaining, self.decision.reset_after_secs())
         } else {
             (0, self.retry_after_secs())
         };
-        format!("{};r={remaining};t={t}", sf_string(&self.policy))
+        self.item(|out| {
+            push_param(out, "r", remaining);
+            push_param(out, "t", t);
+        })
+    }
+
+    /// A list item naming the policy, with the parameters `params` writes:
+    /// built in one buffer that the header value then owns.
+    fn item(&self, params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
+        let policy = self.limiter.name();
+        let mut out = Vec::with_capacity(policy.len() + 40);
+        push_sf_string(&mut out, policy);
+        params(&mut out);
+        HeaderValue::from_maybe_shared(Bytes::from(out))
+            .expect("a structured-field item is a valid header value")
     }
 
     /// The refusal's `Retry-After` in seconds: rounded up, never 0.
@@ -120,8 +146,8 @@ impl RateHeaders {
     /// legacy headers describe the one with the fewest requests left.
     pub(crate) fn apply(&self, headers: &mut HeaderMap) {
         if self.options.standard {
-            append(headers, RATELIMIT_POLICY, self.policy_value());
-            append(headers, RATELIMIT, self.limit_value());
+            headers.append(RATELIMIT_POLICY, self.policy_value());
+            headers.append(RATELIMIT, self.limit_value());
         }
         if self.options.legacy {
             let remaining = if self.decision.allowed {
@@ -150,11 +176,5 @@ impl RateHeaders {
                 .entry(RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));
         }
-    }
-}
-
-fn append(headers: &mut HeaderMap, name: HeaderName, value: String) {
-    if let Ok(v) = HeaderValue::try_from(value) {
-        headers.append(name, v);
     }
 }

@@ -6,13 +6,12 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use lockguard_core::RateLimiter;
 use tower_service::Service;
-use tracing::Instrument;
 
 use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, RateHeaders};
 use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, take_ready};
+use crate::admit::{Admission, Admit, in_span, take_ready};
 use crate::body::{Guard, ResponseBody};
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
@@ -117,9 +116,8 @@ where
             failure.unwrap_or(self.options.failure),
             self.options.headers,
             self.options.refusals.clone(),
-        )
-        .instrument(span);
-        ResponseFuture::new(Admit::admitting(Box::pin(check), inner, req))
+        );
+        ResponseFuture::new(Admit::admitting(in_span(check, span), inner, req))
     }
 }
 
@@ -138,17 +136,15 @@ async fn decide(
             return outcome::store_failure("rate limit", limiter.name(), &e, failure, &refusals);
         }
     };
-    let headers = RateHeaders {
-        policy: limiter.name().to_owned(),
-        quota: limiter.quota(),
-        decision,
-        options,
-    };
     if decision.allowed {
         tracing::debug!(remaining = decision.remaining, "request allowed");
         return Admission::Proceed {
             guard: Guard::None,
-            headers: Some(headers),
+            headers: Some(RateHeaders {
+                limiter,
+                decision,
+                options,
+            }),
         };
     }
     let secs = decision.retry_after_secs().max(1);
@@ -167,6 +163,11 @@ async fn decide(
         retry_after: Some(decision.retry_after),
         decision: Some(decision),
     });
+    let headers = RateHeaders {
+        limiter,
+        decision,
+        options,
+    };
     headers.apply(response.headers_mut());
     Admission::Respond(response)
 }
