@@ -789,10 +789,11 @@ async fn http_layers(b: &mut Bench) {
         );
     }
     let (tput, cpu) = ratios(1, 4);
+    let (lo, hi) = range(&cpu);
     let (t, c) = (median(tput), median(cpu));
     b.target(
-        "in-memory RateLimitLayer ≥ 1.0x tower_governor (CPU ratio; throughput ratio beside it)",
-        format!("{c:.2}x ({t:.2}x)"),
+        "in-memory RateLimitLayer ≥ 1.0x tower_governor (CPU ratio; throughput ratio beside it; the CPU ratio's range over the rounds)",
+        format!("{c:.2}x ({t:.2}x; {lo:.2}–{hi:.2}x)"),
         c >= 1.0,
     );
     let rates: Vec<Vec<f64>> = runs
