@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::backend::Store;
 use crate::notify::Waiters;
-use crate::watchdog::Renewals;
 
 /// How long [`Lock::acquire`](crate::Lock::acquire) waits by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -40,8 +39,6 @@ pub(crate) struct Engine {
     pub(crate) prefix: String,
     pub(crate) defaults: Defaults,
     pub(crate) waiters: Arc<Waiters>,
-    /// The watchdog's timers.
-    pub(crate) renewals: Arc<Renewals>,
 }
 
 impl Engine {
@@ -56,7 +53,6 @@ impl Engine {
             prefix,
             defaults,
             waiters,
-            renewals: Arc::default(),
         }
     }
 
@@ -68,7 +64,6 @@ impl Engine {
             prefix: self.prefix.clone(),
             defaults: self.defaults,
             waiters: self.waiters.clone(),
-            renewals: self.renewals.clone(),
         }
     }
 }

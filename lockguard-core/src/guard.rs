@@ -50,7 +50,7 @@ impl Tenancy {
         crate::meter::held(shared.primitive(), &shared.metric_name);
         let runtime = Handle::try_current().ok();
         if let (Some(rt), true) = (&runtime, lease.is_watchdog()) {
-            shared.engine.renewals.start(&shared, rt);
+            crate::watchdog::renewals().start(&shared, rt);
         }
         Arc::new(Self {
             shared,
@@ -82,7 +82,7 @@ impl Tenancy {
         self.shared.announce_release();
         let s = &self.shared;
         crate::meter::released(s.primitive(), &s.metric_name, s.since.elapsed());
-        s.engine.renewals.cancel(s);
+        crate::watchdog::renewals().cancel(s);
         true
     }
 

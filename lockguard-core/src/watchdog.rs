@@ -1,10 +1,18 @@
 //! Lease renewal in the background while a guard lives.
 //!
-//! One timer per client and runtime keeps every watched lease's next
-//! renewal; a renewal that falls due runs as a task of its own and then
-//! books the next one. A guard released before its first renewal (an HTTP
-//! request's lock, most short critical sections) costs an entry in that
-//! timer's map, not a task and a timer of its own.
+//! One timer per runtime keeps every watched lease's next renewal; a
+//! renewal that falls due runs as a task of its own and then books the
+//! next one. A guard released before its first renewal (an HTTP request's
+//! lock, most short critical sections) costs an entry in that timer's map,
+//! not a task and a timer of its own.
+//!
+//! A timer's task sleeps until its earliest booking, and once a deadline
+//! passes with nothing booked it waits to be told, with no timer pending.
+//! Neither a release nor (under load) each booking wakes it: a task woken
+//! by a booking that is gone by the time it looks sleeps as far ahead as
+//! that booking was due (a third of a lease), so bookings due later wake
+//! nobody. Under paused tokio time such a deadline is one the clock may
+//! advance to, as it was while a guard was held.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -19,23 +27,26 @@ use tokio::time::Instant;
 use crate::acquisition::Acquisition;
 use crate::lease::safety_margin;
 
-/// How long a timer with nothing booked sleeps between looks: bookings due
-/// after that wake nobody (a lease's first renewal is a third of it away).
-const IDLE_LOOK: Duration = Duration::from_secs(1);
-
-/// How many looks in a row a timer makes with nothing booked before its
-/// task ends; the next booking starts another.
-const IDLE_LOOKS: u32 = 30;
-
-/// The renewal timers of one client: one per runtime its guards were
+/// The renewal timers of the process: one per runtime that guards were
 /// taken on, each driven by a task on that runtime (so renewals follow
 /// that runtime's clock, paused time included).
-#[derive(Default)]
 pub(crate) struct Renewals {
     state: Mutex<State>,
 }
 
-#[derive(Default)]
+/// The process's renewal timers.
+static RENEWALS: Renewals = Renewals {
+    state: Mutex::new(State {
+        timers: Vec::new(),
+        numbered: 0,
+    }),
+};
+
+/// The process's renewal timers.
+pub(crate) fn renewals() -> &'static Renewals {
+    &RENEWALS
+}
+
 struct State {
     timers: Vec<Timer>,
     /// Tells apart bookings due at the same instant, and timers' tasks.
@@ -48,8 +59,11 @@ struct Timer {
     /// replaced, never revived.
     task: u64,
     due: BTreeMap<(Instant, u64), Weak<Acquisition>>,
-    /// When its task looks next: a booking due before that wakes it.
-    looks_at: Instant,
+    /// When its task looks next (`None`: when told to): a booking due
+    /// before that wakes it.
+    looks_at: Option<Instant>,
+    /// How far ahead the latest booking was due.
+    ahead: Duration,
     notify: Arc<Notify>,
 }
 
@@ -63,9 +77,10 @@ pub(crate) struct Booking {
 
 /// What a timer's task does after a look.
 enum Look {
-    /// Start these renewals, and look again at `next` (or when told to).
-    Renew(Vec<Arc<Acquisition>>, Instant),
-    /// End: the timer was idle too long, or is gone.
+    /// Start these renewals, and look again at `next` (or, with `None`,
+    /// when told to).
+    Renew(Vec<Arc<Acquisition>>, Option<Instant>),
+    /// End: the timer is gone.
     Done,
 }
 
@@ -89,7 +104,7 @@ impl Renewals {
     /// due a third of the lease after the request that set it was sent,
     /// not after the guard was made, so a grant that arrived late is
     /// renewed at once rather than after it ran out.
-    pub(crate) fn start(self: &Arc<Self>, shared: &Arc<Acquisition>, runtime: &Handle) {
+    pub(crate) fn start(&'static self, shared: &Arc<Acquisition>, runtime: &Handle) {
         let lease = shared.lease;
         let valid_until = shared.lease_state().valid_until;
         let at = (valid_until + lease / 3 + safety_margin(lease))
@@ -99,10 +114,11 @@ impl Renewals {
     }
 
     /// Books `shared`'s next renewal at `at`, unless it was released.
-    fn book(self: &Arc<Self>, shared: &Arc<Acquisition>, at: Instant, runtime: &Handle) {
+    fn book(&'static self, shared: &Arc<Acquisition>, at: Instant, runtime: &Handle) {
         let mut state = self.lock();
-        // Checked under the lock that `cancel` takes after setting it: a
-        // release either sees this booking or prevents it.
+        // Checked holding the booking, which `cancel` reads after the flag
+        // is set: a release either sees this booking or prevents it.
+        let mut booking = shared.booking.lock().unwrap_or_else(|p| p.into_inner());
         if shared.released.load(Ordering::Acquire) {
             return;
         }
@@ -119,24 +135,26 @@ impl Renewals {
                     runtime: id,
                     task: n,
                     due: BTreeMap::new(),
-                    looks_at: at,
+                    looks_at: Some(at),
+                    ahead: Duration::ZERO,
                     notify,
                 });
                 state.timers.last_mut().expect("just pushed")
             }
         };
         timer.due.insert((at, n), Arc::downgrade(shared));
-        if at < timer.looks_at {
-            timer.looks_at = at;
+        timer.ahead = at.saturating_duration_since(Instant::now());
+        if timer.looks_at.is_none_or(|t| at < t) {
+            timer.looks_at = Some(at);
             timer.notify.notify_one();
         }
-        *shared.booking.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(Booking { runtime: id, at, n });
+        *booking = Some(Booking { runtime: id, at, n });
+        drop(booking);
         drop(state);
         // Outside the lock: a runtime shutting down drops the task at
         // once, and its drop forgets the timer.
         if let Some((task, notify)) = start {
-            runtime.spawn(tick(Arc::downgrade(self), id, task, notify));
+            runtime.spawn(tick(self, id, task, notify));
         }
     }
 
@@ -168,9 +186,8 @@ impl Renewals {
     }
 
     /// Takes the renewals of task `task`'s timer due by `now`, and says
-    /// when to look next; `idle` counts the looks in a row that found
-    /// nothing booked.
-    fn look(&self, runtime: Id, task: u64, now: Instant, idle: &mut u32) -> Look {
+    /// when to look next.
+    fn look(&self, runtime: Id, task: u64, now: Instant) -> Look {
         let mut state = self.lock();
         let Some(i) = state
             .timers
@@ -180,6 +197,7 @@ impl Renewals {
             return Look::Done;
         };
         let timer = &mut state.timers[i];
+        let at_its_time = timer.looks_at.is_some_and(|t| t <= now);
         let mut due = Vec::new();
         while let Some(entry) = timer.due.first_entry() {
             if entry.key().0 > now {
@@ -190,27 +208,22 @@ impl Renewals {
                 due.push(shared);
             }
         }
-        if due.is_empty() && timer.due.is_empty() {
-            *idle += 1;
-            if *idle > IDLE_LOOKS {
-                // Under the lock: a booking either came before (and the
-                // timer was not idle) or will start a new timer.
-                state.timers.swap_remove(i);
-                return Look::Done;
-            }
-        } else {
-            *idle = 0;
-        }
-        timer.looks_at = timer
-            .due
-            .first_key_value()
-            .map_or(now + IDLE_LOOK, |((at, _), _)| *at);
+        timer.looks_at = match timer.due.first_key_value() {
+            Some(((at, _), _)) => Some(*at),
+            // Woken by a booking already released (every request, under
+            // load): the next is likely as far ahead; not telling this
+            // task of each saves a wake-up per booking.
+            None if !at_its_time => Some(now + timer.ahead),
+            // Idle since the last deadline: wait to be told.
+            None => None,
+        };
         Look::Renew(due, timer.looks_at)
     }
 
     /// Forgets the timer of task `task`, if it still is that task's: the
-    /// task ended with its runtime (whose ids are never reused) or with
-    /// the client. Renewals still booked on it could never run.
+    /// task ended with its runtime. Renewals still booked on it could
+    /// never run. (tokio draws runtime ids from a 64-bit counter: a
+    /// finished runtime's id is not handed to another.)
     fn stopped(&self, runtime: Id, task: u64) {
         self.lock()
             .timers
@@ -218,39 +231,23 @@ impl Renewals {
     }
 }
 
-impl Drop for Renewals {
-    fn drop(&mut self) {
-        // Their tasks find the client gone and end.
-        for t in &self
-            .state
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .timers
-        {
-            t.notify.notify_one();
-        }
-    }
-}
-
 /// Forgets its timer when its task is dropped with its runtime, so a
 /// client that outlives many runtimes keeps no timer for each.
 struct Running {
-    renewals: Weak<Renewals>,
+    renewals: &'static Renewals,
     runtime: Id,
     task: u64,
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(r) = self.renewals.upgrade() {
-            r.stopped(self.runtime, self.task);
-        }
+        self.renewals.stopped(self.runtime, self.task);
     }
 }
 
 /// The task of one timer: starts each renewal when it falls due.
 fn tick(
-    renewals: Weak<Renewals>,
+    renewals: &'static Renewals,
     runtime: Id,
     task: u64,
     notify: Arc<Notify>,
@@ -258,24 +255,26 @@ fn tick(
     // Made before the task first runs: a runtime that shuts down before
     // polling it still drops it.
     let running = Running {
-        renewals: renewals.clone(),
+        renewals,
         runtime,
         task,
     };
     async move {
         let _running = running;
-        let mut idle = 0;
         loop {
-            let Some(r) = renewals.upgrade() else { return };
-            let look = r.look(runtime, task, Instant::now(), &mut idle);
-            drop(r);
+            let look = renewals.look(runtime, task, Instant::now());
             let Look::Renew(due, next) = look else { return };
             for shared in due {
                 tokio::spawn(renew(shared));
             }
-            tokio::select! {
-                () = tokio::time::sleep_until(next) => {}
-                () = notify.notified() => {}
+            match next {
+                Some(at) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(at) => {}
+                        () = notify.notified() => {}
+                    }
+                }
+                None => notify.notified().await,
             }
         }
     }
@@ -289,7 +288,8 @@ async fn renew(shared: Arc<Acquisition>) {
     let interval = lease / 3;
     let next = {
         let _turn = shared.renewal.lock().await;
-        if shared.released.load(Ordering::Acquire) {
+        // Released, or lost (an extend found it gone): nothing to renew.
+        if shared.released.load(Ordering::Acquire) || shared.lease_state().lost {
             return;
         }
         let sent_at = Instant::now();
@@ -328,29 +328,34 @@ async fn renew(shared: Arc<Acquisition>) {
             }
         }
     };
-    let renewals = shared.engine.renewals.clone();
-    renewals.book(&shared, Instant::now() + next, &Handle::current());
+    renewals().book(&shared, Instant::now() + next, &Handle::current());
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use crate::{Client, LockGuard};
+    use tokio::runtime::{Handle, Id};
 
+    use super::renewals;
+    use crate::Client;
+
+    // The timers are the process's, and tests run side by side: each
+    // counts what its own runtime has booked.
     impl super::Renewals {
-        /// How many renewals are booked, on every runtime.
-        fn booked(&self) -> usize {
-            self.lock().timers.iter().map(|t| t.due.len()).sum()
+        fn booked_on(&self, runtime: Id) -> usize {
+            let state = self.lock();
+            let timer = state.timers.iter().find(|t| t.runtime == runtime);
+            timer.map_or(0, |t| t.due.len())
         }
 
-        fn timers(&self) -> usize {
-            self.lock().timers.len()
+        fn has_timer(&self, runtime: Id) -> bool {
+            self.lock().timers.iter().any(|t| t.runtime == runtime)
         }
     }
 
-    fn booked(guard: &LockGuard) -> usize {
-        guard.tenancy().engine().renewals.booked()
+    fn booked() -> usize {
+        renewals().booked_on(Handle::current().id())
     }
 
     /// A guard released before its first renewal leaves nothing behind; a
@@ -360,20 +365,19 @@ mod tests {
         let lg = Client::memory();
         let a = lg.lock("a").acquire().await.unwrap();
         let b = lg.lock("b").acquire().await.unwrap();
-        assert_eq!(booked(&a), 2);
+        assert_eq!(booked(), 2);
         let fixed = lg
             .lock("c")
             .lease(Duration::from_secs(5))
             .acquire()
             .await
             .unwrap();
-        assert_eq!(booked(&a), 2);
+        assert_eq!(booked(), 2);
         b.release().await.unwrap();
-        assert_eq!(booked(&a), 1);
+        assert_eq!(booked(), 1);
         drop(fixed);
-        let renewals = a.tenancy().engine().renewals.clone();
         drop(a);
-        assert_eq!(renewals.booked(), 0);
+        assert_eq!(booked(), 0);
     }
 
     /// The timer renews every third of the lease, one booking at a time,
@@ -390,33 +394,30 @@ mod tests {
         for _ in 0..20 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             assert!(guard.is_held());
-            assert_eq!(booked(&guard), 1);
+            assert_eq!(booked(), 1);
         }
         // Still the holder in the store: another client is refused.
         assert!(lg.lock("long").try_acquire().await.unwrap_err().is_busy());
         assert!(guard.release().await.unwrap());
     }
 
-    /// A timer with nothing booked for a while ends its task; the next
-    /// booking starts another, which renews.
+    /// A timer with nothing booked waits to be told; a booking after a
+    /// long idle spell is renewed.
     #[tokio::test(start_paused = true)]
-    async fn an_idle_timer_ends_and_the_next_booking_starts_another() {
+    async fn a_booking_after_an_idle_spell_is_renewed() {
         let lg = Client::memory();
         let guard = lg.lock("a").acquire().await.unwrap();
-        let renewals = guard.tenancy().engine().renewals.clone();
         assert!(guard.release().await.unwrap());
-        assert_eq!(renewals.timers(), 1);
-        tokio::time::sleep(super::IDLE_LOOK * (super::IDLE_LOOKS + 2)).await;
-        assert_eq!(renewals.timers(), 0, "an idle timer kept its task");
+        assert_eq!(booked(), 0);
+        tokio::time::sleep(Duration::from_secs(120)).await;
         let guard = lg
             .lock("b")
             .watchdog(Duration::from_millis(300))
             .acquire()
             .await
             .unwrap();
-        assert_eq!(renewals.timers(), 1);
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(guard.is_held(), "no renewal after the idle timer ended");
+        assert!(guard.is_held(), "no renewal after the idle spell");
         assert!(guard.release().await.unwrap());
     }
 
@@ -434,16 +435,19 @@ mod tests {
                 .unwrap()
         };
         let first = runtime();
+        let first_id = first.handle().id();
         let guard = first.block_on(
             lg.lock("one")
                 .watchdog(Duration::from_millis(300))
                 .acquire(),
         );
         let guard = guard.unwrap();
-        let renewals = guard.tenancy().engine().renewals.clone();
-        assert_eq!(renewals.timers(), 1);
+        assert!(renewals().has_timer(first_id));
         drop(first);
-        assert_eq!(renewals.timers(), 0, "the dead runtime's timer was kept");
+        assert!(
+            !renewals().has_timer(first_id),
+            "the dead runtime's timer was kept"
+        );
         drop(guard);
         let second = runtime();
         second.block_on(async {
