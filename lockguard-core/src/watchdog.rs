@@ -15,7 +15,6 @@
 //! advance to, as it was while a guard was held.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -82,17 +81,6 @@ enum Look {
     Renew(Vec<Arc<Acquisition>>, Option<Instant>),
     /// End: the timer is gone.
     Done,
-}
-
-impl fmt::Debug for Renewals {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.lock();
-        let booked: usize = state.timers.iter().map(|t| t.due.len()).sum();
-        f.debug_struct("Renewals")
-            .field("timers", &state.timers.len())
-            .field("booked", &booked)
-            .finish()
-    }
 }
 
 impl Renewals {
