@@ -107,25 +107,23 @@ impl Acquisition {
 
     /// Completes when the lock is lost or its lease is about to run out.
     pub(crate) async fn lost(shared: Arc<Self>) -> Error {
-        {
-            loop {
-                // Made before the state is read: a change after the read
-                // completes it.
-                let changed = shared.changed.notified();
-                let s = shared.lease_state();
-                if s.lost {
-                    return shared.lost_error("was lost");
-                }
-                if shared.released.load(Ordering::Acquire) {
-                    return shared.lost_error("was released");
-                }
-                if Instant::now() >= s.valid_until {
-                    return shared.lost_error("is running out");
-                }
-                tokio::select! {
-                    () = tokio::time::sleep_until(s.valid_until) => {}
-                    () = changed => {}
-                }
+        loop {
+            // Made before the state is read: a change after the read
+            // completes it.
+            let changed = shared.changed.notified();
+            let s = shared.lease_state();
+            if s.lost {
+                return shared.lost_error("was lost");
+            }
+            if shared.released.load(Ordering::Acquire) {
+                return shared.lost_error("was released");
+            }
+            if Instant::now() >= s.valid_until {
+                return shared.lost_error("is running out");
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(s.valid_until) => {}
+                () = changed => {}
             }
         }
     }
