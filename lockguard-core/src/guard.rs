@@ -113,6 +113,33 @@ impl Tenancy {
         let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
         let result = s.engine.store.locks.release(&s.keys, &s.token).await;
         pending.disarm();
+        self.released(result)
+    }
+
+    /// [`release_now`](Tenancy::release_now) on a store that answers at
+    /// once.
+    fn release_at_once(&self) -> Result<bool> {
+        if !self.begin_release() {
+            return Ok(false);
+        }
+        let s = &self.shared;
+        match s.engine.store.locks.release(&s.keys, &s.token).into_ready() {
+            Some(result) => self.released(result),
+            None => {
+                // Not reached: asked only of a store that answers at once.
+                let parts = (s.engine.clone(), s.keys.clone(), s.token);
+                spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
+                Err(Error::new(
+                    crate::ErrorKind::Unavailable,
+                    "the store did not answer the release at once; it continues in the background",
+                ))
+            }
+        }
+    }
+
+    /// Reports the store's answer to the release.
+    fn released(&self, result: Result<bool>) -> Result<bool> {
+        let s = &self.shared;
         match &result {
             Ok(true) => {
                 tracing::debug!(lock = %s.name, fence = s.fence.get(), "lock released");
@@ -388,18 +415,61 @@ impl LockGuard {
         let tenancy = self.tenancy.clone();
         drop(self);
         if tenancy.drop_guard() {
-            let s = &tenancy.shared;
-            let span = match s.keys.resource {
-                Resource::Semaphore { .. } => {
-                    tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
-                }
-                Resource::Lock => {
-                    tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
-                }
-            };
+            let span = release_span(&tenancy.shared);
             tracing::Instrument::instrument(tenancy.release_now(), span).await
         } else {
             Ok(tenancy.is_held())
+        }
+    }
+
+    /// [`release`](LockGuard::release) without awaiting, where the store
+    /// answers in process (the [in-memory](crate::Client::memory) store):
+    /// released before this returns, reported the same way. Where the
+    /// store needs a round trip the guard is handed back, still holding
+    /// the lock, for `release().await`.
+    ///
+    /// # Errors
+    ///
+    /// `Err(guard)` on a store that needs a round trip; inside `Ok`, as
+    /// [`LockGuard::release`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// let lg = lockguard_core::Client::memory();
+    /// let guard = lg.lock("report").acquire().await?;
+    /// let still_held = match guard.try_release_now() {
+    ///     Ok(released) => released?,
+    ///     Err(guard) => guard.release().await?,
+    /// };
+    /// assert!(still_held);
+    /// # Ok(()) }
+    /// ```
+    pub fn try_release_now(mut self) -> std::result::Result<Result<bool>, Self> {
+        if !self.tenancy.engine().store.answers_at_once() {
+            return Err(self);
+        }
+        self.given_up = true;
+        let tenancy = self.tenancy.clone();
+        drop(self);
+        if !tenancy.drop_guard() {
+            return Ok(Ok(tenancy.is_held()));
+        }
+        let span = release_span(&tenancy.shared);
+        Ok(span.in_scope(|| tenancy.release_at_once()))
+    }
+}
+
+/// The span of the release of `s`.
+fn release_span(s: &Acquisition) -> tracing::Span {
+    match s.keys.resource {
+        Resource::Semaphore { .. } => {
+            tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
+        }
+        Resource::Lock => {
+            tracing::debug_span!("lock", op = "release", lock = %s.name, fence = s.fence.get())
         }
     }
 }

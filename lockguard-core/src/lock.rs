@@ -265,6 +265,56 @@ impl Lock {
         }
     }
 
+    /// [`try_acquire`](Lock::try_acquire) without awaiting, where the store
+    /// answers in process (the [in-memory](crate::Client::memory) store):
+    /// the same single attempt, with the same outcome, taken before this
+    /// returns. `None` on a store that must be asked over the network
+    /// (nothing is sent): then `try_acquire().await`.
+    ///
+    /// For callers that can skip a future when the answer is known: an
+    /// HTTP layer takes a request's lock without boxing an acquisition.
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::try_acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// let lg = lockguard_core::Client::memory();
+    /// let lock = lg.lock("report");
+    /// let guard = match lock.try_acquire_now() {
+    ///     Some(taken) => taken?,
+    ///     None => lock.try_acquire().await?,
+    /// };
+    /// assert!(lg.peer().lock("report").try_acquire_now().unwrap().unwrap_err().is_busy());
+    /// assert_eq!(guard.try_release_now().ok(), Some(Ok(true)));
+    /// # Ok(()) }
+    /// ```
+    pub fn try_acquire_now(&self) -> Option<Result<LockGuard>> {
+        if !self.engine.store.answers_at_once() {
+            return None;
+        }
+        let (span, started) = (self.span("try_acquire"), Instant::now());
+        let result = span.in_scope(|| {
+            let (keys, lease) = match self.checked() {
+                Ok(checked) => checked,
+                Err(e) => return Some(Err(e)),
+            };
+            if let Some(guard) = self.reenter(keys) {
+                return Some(Ok(guard));
+            }
+            Some(match self.attempt_now(keys, lease)? {
+                Ok(Ok(guard)) => Ok(guard),
+                Ok(Err(wait)) => Err(self.busy(wait.ttl(), Duration::ZERO)),
+                Err(e) => Err(e),
+            })
+        })?;
+        Some(self.finish(&span, started, result))
+    }
+
     /// Takes the lock, waiting up to the configured bound (see
     /// [`Lock::wait`]) while someone else holds it.
     ///
@@ -669,6 +719,32 @@ impl Lock {
             .acquire(keys, &token, lease, None)
             .await?;
         pending.disarm();
+        self.attempted(token, sent_at, lease, outcome)
+    }
+
+    /// [`attempt`](Lock::attempt) where the store answers at once; `None`
+    /// (nothing sent) where it needs a round trip.
+    fn attempt_now(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+    ) -> Option<Result<Result<LockGuard, Wait>>> {
+        let token = Token::random();
+        let sent_at = Instant::now();
+        let store = &self.engine.store.locks;
+        let outcome = store.acquire(keys, &token, lease, None).into_ready()?;
+        Some(outcome.and_then(|outcome| self.attempted(token, sent_at, lease, outcome)))
+    }
+
+    /// What the store's answer to an attempt with `token`, sent at
+    /// `sent_at`, gives.
+    fn attempted(
+        &self,
+        token: Token,
+        sent_at: Instant,
+        lease: Duration,
+        outcome: Attempt,
+    ) -> Result<Result<LockGuard, Wait>> {
         match outcome {
             Attempt::Busy(ttl) => Ok(Err(Wait::Busy(ttl))),
             // Our partial grants were undone by the store already.

@@ -125,6 +125,17 @@ impl Semaphore {
         self.inner.try_acquire().await.map(Permit)
     }
 
+    /// [`try_acquire`](Semaphore::try_acquire) without awaiting, where the
+    /// store answers in process; `None` (nothing sent) where it needs a
+    /// round trip. See [`Lock::try_acquire_now`](crate::Lock::try_acquire_now).
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire`].
+    pub fn try_acquire_now(&self) -> Option<Result<Permit>> {
+        Some(self.inner.try_acquire_now()?.map(Permit))
+    }
+
     /// Takes a permit, waiting up to the configured bound.
     ///
     /// # Errors
@@ -209,5 +220,17 @@ impl Permit {
     /// The store's errors; the lease then frees the permit.
     pub async fn release(self) -> Result<bool> {
         self.0.release().await
+    }
+
+    /// [`release`](Permit::release) without awaiting, where the store
+    /// answers in process; the permit handed back, unreleased, where it
+    /// needs a round trip. See [`LockGuard::try_release_now`].
+    ///
+    /// # Errors
+    ///
+    /// `Err(permit)` on a store that needs a round trip; inside `Ok`, as
+    /// [`Permit::release`].
+    pub fn try_release_now(self) -> std::result::Result<Result<bool>, Self> {
+        self.0.try_release_now().map_err(Self)
     }
 }

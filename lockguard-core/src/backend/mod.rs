@@ -54,6 +54,15 @@ impl<'a, T> StoreFuture<'a, T> {
     pub(crate) fn boxed(future: impl Future<Output = T> + Send + 'a) -> Self {
         Self::Pending(Box::pin(future))
     }
+
+    /// The answer, when the store gave it at once; `None` for one still to
+    /// come (dropped unpolled: nothing was sent).
+    pub(crate) fn into_ready(self) -> Option<T> {
+        match self {
+            Self::Ready(value) => value,
+            Self::Pending(_) => None,
+        }
+    }
 }
 
 // The value is moved out, never pinned in place.
@@ -215,6 +224,13 @@ pub(crate) trait LockBackend: Send + Sync + fmt::Debug {
 
     /// How its waiters wait.
     fn waiting(&self) -> Waiting;
+
+    /// Whether every operation answers at once, in process, with a
+    /// [`StoreFuture::Ready`] (the in-memory store): what the `*_now`
+    /// methods of the primitives rely on.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
 
     /// The most permits a semaphore may have on this store.
     fn max_permits(&self) -> u32 {
@@ -401,6 +417,12 @@ impl Store {
 
     /// The data backend, or [`ErrorKind::Unsupported`] naming `what` on a
     /// store that has none.
+    /// Whether every operation answers at once, in process: see
+    /// [`LockBackend::answers_at_once`].
+    pub(crate) fn answers_at_once(&self) -> bool {
+        self.locks.answers_at_once()
+    }
+
     pub(crate) fn data(&self, what: &str) -> Result<&dyn DataBackend> {
         self.data.as_deref().ok_or_else(|| {
             Error::new(

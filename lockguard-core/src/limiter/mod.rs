@@ -224,22 +224,85 @@ impl RateLimiter {
         }
     }
 
+    /// Decides at once, without awaiting, where no round trip is needed:
+    /// on a store that answers in process (the
+    /// [in-memory](crate::Client::memory) store), or for a refusal cached by
+    /// [`cache_refusals`](RateLimiter::cache_refusals) on any store. `None`
+    /// when the store must be asked over the network: then
+    /// [`check_cost`](RateLimiter::check_cost) it. A `Some` is the decision
+    /// `check_cost` would have given, with the same effect.
+    ///
+    /// For callers that can skip a future when the answer is known: an
+    /// HTTP layer answers a request without boxing a check.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::check_cost`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// use lockguard_core::{Client, Quota};
+    ///
+    /// let limiter = Client::memory().rate_limiter("api", Quota::per_minute(10));
+    /// let decision = match limiter.check_now("ann", 1) {
+    ///     Some(decided) => decided?,
+    ///     None => limiter.check_cost("ann", 1).await?,
+    /// };
+    /// assert!(decision.allowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision>> {
+        let at_once = self.engine.store.answers_at_once();
+        if !at_once && self.refused.is_none() {
+            return None;
+        }
+        let (keys, op) = match self.prepare(key, cost) {
+            Ok(prepared) => prepared,
+            Err(e) => return Some(Err(e)),
+        };
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => return Some(Err(e)),
+        };
+        if let Some(d) = self.cached_refusal(key, cost) {
+            return Some(Ok(d));
+        }
+        if !at_once {
+            return None;
+        }
+        let answer = store.rate_limit(&keys, op, cost, false).into_ready()?;
+        Some(self.decided(key, cost, answer))
+    }
+
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
         let (keys, op) = self.prepare(key, cost)?;
         let store = self.store()?;
-        if let Some(cache) = &self.refused
-            && let Some(d) = cache.lookup(key, cost, tokio::time::Instant::now())
-        {
-            tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
-            crate::meter::decision(&self.name, false);
+        if let Some(d) = self.cached_refusal(key, cost) {
             return Ok(d);
         }
-        let d = store
-            .rate_limit(&keys, op, cost, false)
-            .await
-            .inspect_err(|_| {
-                crate::meter::store_error("rate_limiter", "check");
-            })?;
+        let answer = store.rate_limit(&keys, op, cost, false).await;
+        self.decided(key, cost, answer)
+    }
+
+    /// A refusal of `key` still cached, if any.
+    fn cached_refusal(&self, key: &str, cost: u64) -> Option<Decision> {
+        let d = self
+            .refused
+            .as_ref()?
+            .lookup(key, cost, tokio::time::Instant::now())?;
+        tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
+        crate::meter::decision(&self.name, false);
+        Some(d)
+    }
+
+    /// Accounts for the store's `answer` to a check of `key`.
+    fn decided(&self, key: &str, cost: u64, answer: Result<Decision>) -> Result<Decision> {
+        let d = answer.inspect_err(|_| {
+            crate::meter::store_error("rate_limiter", "check");
+        })?;
         crate::meter::decision(&self.name, d.allowed);
         if let Some(cache) = &self.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());

@@ -13,6 +13,7 @@ crate::conformance!(
     keys_and_limiters_are_independent,
     limiter_bad_input,
     peek_tells_the_decision_and_spends_nothing,
+    check_now_answers_at_once_or_sends_nothing,
 );
 
 /// 500 concurrent requests across 4 handles on a quota of 100 per minute.
@@ -225,4 +226,53 @@ async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
         assert_eq!(limiter.peek("bob").await.unwrap().remaining, 2);
         assert!(limiter.peek("").await.unwrap_err().is_invalid_input());
     }
+}
+
+/// `check_now` decides at once on the in-memory store, as `check_cost`
+/// would; elsewhere it sends nothing (the budget stays whole), except for
+/// a refusal cached by `cache_refusals`, which every store answers at once.
+async fn check_now_answers_at_once_or_sends_nothing(env: Env) {
+    let lg = env.client().await;
+    let at_once = lg.backend_name() == "memory";
+    let limiter = lg.rate_limiter("now", Quota::per_minute(2));
+    for left in [1, 0] {
+        let d = match limiter.check_now("ann", 1) {
+            Some(decided) => {
+                assert!(at_once, "a {} store answered at once", lg.backend_name());
+                decided.unwrap()
+            }
+            None => {
+                assert!(!at_once, "the in-memory store did not answer at once");
+                // Nothing was spent: the check that follows sees the budget
+                // the loop expects.
+                limiter.check("ann").await.unwrap()
+            }
+        };
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.remaining, left, "{d:?}");
+    }
+    let refused = match limiter.check_now("ann", 1) {
+        Some(decided) => decided.unwrap(),
+        None => limiter.check("ann").await.unwrap(),
+    };
+    assert!(!refused.allowed && refused.retry_after > Duration::ZERO);
+    if at_once {
+        let bad = limiter.check_now("", 1).unwrap().unwrap_err();
+        assert!(bad.is_invalid_input(), "{bad}");
+        let bad = limiter.check_now("ann", 3).unwrap().unwrap_err();
+        assert!(bad.is_invalid_input(), "{bad}");
+    }
+
+    // A cached refusal is known without asking the store, on every store.
+    let cached = lg
+        .rate_limiter("now-cached", Quota::per_minute(1))
+        .cache_refusals(16);
+    assert!(cached.check("ann").await.unwrap().allowed);
+    assert!(!cached.check("ann").await.unwrap().allowed);
+    let d = cached
+        .check_now("ann", 1)
+        .expect("a cached refusal is known at once")
+        .unwrap();
+    assert!(!d.allowed && d.retry_after > Duration::ZERO, "{d:?}");
+    assert_eq!(cached.check_now("bob", 1).is_some(), at_once);
 }

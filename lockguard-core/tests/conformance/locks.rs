@@ -21,6 +21,7 @@ crate::conformance!(
     braced_keys_are_locks_of_their_own,
     bad_input_is_a_clear_error,
     acquire_wait_is_bounded,
+    now_methods_answer_at_once_or_send_nothing,
 );
 
 crate::conformance!(
@@ -38,6 +39,7 @@ crate::conformance!(
     braced_keys_are_locks_of_their_own,
     bad_input_is_a_clear_error,
     acquire_wait_is_bounded,
+    now_methods_answer_at_once_or_send_nothing,
 );
 
 /// 32 tasks over 4 client handles take the lock 200 times each and do a
@@ -554,4 +556,70 @@ async fn fenced_writes_compare_tokens_exactly(env: Env) {
     let stale = resource.write(newer, "late").await.unwrap_err();
     assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
     assert_eq!(resource.read().await.unwrap().unwrap().value, b"max");
+}
+
+/// `try_acquire_now` and `try_release_now` answer at once on the in-memory
+/// store, as `try_acquire` and `release` would; on a store that needs a
+/// round trip they send nothing (the lock stays free, a guard handed back
+/// still holds it). The same for a semaphore's permits.
+async fn now_methods_answer_at_once_or_send_nothing(env: Env) {
+    let lg = env.client().await;
+    let other = env.client().await;
+    let at_once = lg.backend_name() == "memory";
+    let lock = lg.lock("now");
+    match lock.try_acquire_now() {
+        Some(taken) => {
+            assert!(at_once, "a {} store answered at once", lg.backend_name());
+            let guard = taken.unwrap();
+            assert!(guard.is_held());
+            let busy = other.lock("now").try_acquire_now().unwrap().unwrap_err();
+            assert!(busy.is_busy(), "{busy}");
+            assert!(busy.retry_after().is_some(), "{busy}");
+            let busy = other.lock("now").try_acquire().await.unwrap_err();
+            assert!(busy.is_busy(), "{busy}");
+            let watch = guard.watch();
+            assert!(guard.try_release_now().unwrap().unwrap());
+            assert!(!watch.is_held());
+        }
+        None => {
+            assert!(!at_once, "the in-memory store did not answer at once");
+            // Nothing was sent: the lock is free.
+            let guard = lock.try_acquire().await.unwrap();
+            let guard = guard
+                .try_release_now()
+                .expect_err("a store that needs a round trip released at once");
+            assert!(guard.is_held());
+            let busy = other.lock("now").try_acquire().await.unwrap_err();
+            assert!(busy.is_busy(), "{busy}");
+            assert!(guard.release().await.unwrap());
+        }
+    }
+    // Free again, for the next owner.
+    let next = other.lock("now").try_acquire().await.unwrap();
+    assert!(next.release().await.unwrap());
+    // Bad input is an error, not a panic, where the store answers at once.
+    if at_once {
+        let bad = lg.lock("").try_acquire_now().unwrap().unwrap_err();
+        assert!(bad.is_invalid_input(), "{bad}");
+    }
+
+    let slots = lg.semaphore("now-slots", 1);
+    match slots.try_acquire_now() {
+        Some(taken) => {
+            let permit = taken.unwrap();
+            let full = other.semaphore("now-slots", 1).try_acquire_now().unwrap();
+            assert!(full.unwrap_err().is_busy());
+            assert!(permit.try_release_now().unwrap().unwrap());
+        }
+        None => {
+            assert!(!at_once);
+            let permit = slots.try_acquire().await.unwrap();
+            let permit = permit.try_release_now().expect_err("released at once");
+            let full = other.semaphore("now-slots", 1).try_acquire().await;
+            assert!(full.unwrap_err().is_busy());
+            assert!(permit.release().await.unwrap());
+        }
+    }
+    let next = other.semaphore("now-slots", 1).try_acquire().await.unwrap();
+    assert!(next.release().await.unwrap());
 }

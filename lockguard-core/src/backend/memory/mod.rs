@@ -549,11 +549,15 @@ impl MemoryStore {
         let key = keys.main.as_str();
         match op {
             LimitOp::Gcra(p) => {
-                let tat = match st.limits.get(key, now) {
-                    Some((LimitState::Gcra(tat), _)) => Some(*tat),
-                    _ => None,
-                };
-                let (d, new_tat) = gcra::step(p, tat, now, cost);
+                // A key seen before: one lookup, updated in place.
+                if let Some((LimitState::Gcra(tat), ends)) = st.limits.get_mut(key, now) {
+                    let (d, new_tat) = gcra::step(p, Some(*tat), now, cost);
+                    if let Some(t) = new_tat.filter(|_| !peek) {
+                        (*tat, *ends) = (t, Some(t));
+                    }
+                    return d;
+                }
+                let (d, new_tat) = gcra::step(p, None, now, cost);
                 if let Some(t) = new_tat.filter(|_| !peek) {
                     st.limits.insert(key, LimitState::Gcra(t), Some(t), now);
                 }
@@ -609,6 +613,10 @@ impl LockBackend for MemoryStore {
 
     fn waiting(&self) -> Waiting {
         Waiting::Queue
+    }
+
+    fn answers_at_once(&self) -> bool {
+        true
     }
 
     fn attach(&self, inbox: Weak<dyn Inbox>) {
