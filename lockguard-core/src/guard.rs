@@ -465,6 +465,7 @@ impl LockGuard {
 /// The span of the release of `s`.
 fn release_span(s: &Acquisition) -> tracing::Span {
     match s.keys.resource {
+        _ if !tracing::level_enabled!(tracing::Level::DEBUG) => tracing::Span::none(),
         Resource::Semaphore { .. } => {
             tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
         }

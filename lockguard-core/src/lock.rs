@@ -427,6 +427,10 @@ impl Lock {
     /// The span of one acquisition: `lock` (or `semaphore`) names it;
     /// `fence` and `waited_ms` are recorded when it ends.
     fn span(&self, op: &'static str) -> tracing::Span {
+        if !tracing::level_enabled!(tracing::Level::DEBUG) {
+            // Not even made: a disabled span still costs its fields' setup.
+            return tracing::Span::none();
+        }
         let semaphore = self
             .keys
             .as_ref()

@@ -120,6 +120,35 @@ pin_project! {
     }
 }
 
+impl<S, ReqB> State<S::Future, S, ReqB, S::Response>
+where
+    S: Service<Request<ReqB>>,
+    S::Response: HasBody,
+{
+    /// What follows `admission`: calling `service` (which is ready), or
+    /// answering.
+    fn after(admission: Admission, mut service: S, mut request: Request<ReqB>) -> Self {
+        match admission {
+            Admission::Proceed { guard, headers } => {
+                // What the handler may want of its admission: the lease it
+                // runs under, the limiter's decision.
+                guard.annotate(request.extensions_mut());
+                if let Some(h) = &headers {
+                    request.extensions_mut().insert(h.decision);
+                }
+                Self::Calling {
+                    future: service.call(request),
+                    guard,
+                    headers,
+                }
+            }
+            Admission::Respond(response) => Self::Responding {
+                response: Some(response),
+            },
+        }
+    }
+}
+
 impl<S, ReqB> Admit<S, ReqB>
 where
     S: Service<Request<ReqB>>,
@@ -134,6 +163,15 @@ where
                 service: Some(service),
                 request: Some(request),
             },
+        }
+    }
+
+    /// Calls `service` (which is ready) at once for a request admitted as
+    /// `admission` said, or answers as it said.
+    pub(crate) fn admitted(admission: Admission, service: S, request: Request<ReqB>) -> Self {
+        Self {
+            head: request.method() == Method::HEAD,
+            state: State::after(admission, service, request),
         }
     }
 
@@ -263,30 +301,12 @@ where
                     admitting,
                     service,
                     request,
-                } => match ready!(admitting.as_mut().poll(cx)) {
-                    Admission::Proceed { guard, headers } => {
-                        let mut service =
-                            service.take().expect("admission polled after completion");
-                        let mut request =
-                            request.take().expect("admission polled after completion");
-                        // What the handler may want of its admission: the
-                        // lease it runs under, the limiter's decision.
-                        guard.annotate(request.extensions_mut());
-                        if let Some(h) = &headers {
-                            request.extensions_mut().insert(h.decision);
-                        }
-                        let future = service.call(request);
-                        this.state.set(State::Calling {
-                            future,
-                            guard,
-                            headers,
-                        });
-                    }
-                    Admission::Respond(response) => {
-                        this.state.set(State::Responding { response: None });
-                        return Poll::Ready(Ok(response.map(ResponseBody::full)));
-                    }
-                },
+                } => {
+                    let admission = ready!(admitting.as_mut().poll(cx));
+                    let service = service.take().expect("admission polled after completion");
+                    let request = request.take().expect("admission polled after completion");
+                    this.state.set(State::after(admission, service, request));
+                }
                 StateProj::Calling {
                     future,
                     guard,

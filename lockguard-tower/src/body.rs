@@ -47,18 +47,35 @@ impl Guard {
         }
     }
 
-    /// Releases the guard, reporting the outcome in the log.
+    /// Releases the guard, reporting the outcome in the log: at once where
+    /// the store answers in process, else in the future returned.
     pub(crate) fn release(self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         match self {
             Self::None => None,
-            Self::Lock(guard) => Some(Box::pin(async move {
-                let name = guard.name().to_owned();
-                report_release("lock", &name, guard.release().await);
-            })),
-            Self::Permit(permit) => Some(Box::pin(async move {
-                let name = permit.name().to_owned();
-                report_release("permit", &name, permit.release().await);
-            })),
+            Self::Lock(guard) => {
+                let watch = guard.watch();
+                match guard.try_release_now() {
+                    Ok(outcome) => {
+                        report_release("lock", watch.name(), outcome);
+                        None
+                    }
+                    Err(guard) => Some(Box::pin(async move {
+                        report_release("lock", watch.name(), guard.release().await);
+                    })),
+                }
+            }
+            Self::Permit(permit) => {
+                let watch = permit.watch();
+                match permit.try_release_now() {
+                    Ok(outcome) => {
+                        report_release("permit", watch.name(), outcome);
+                        None
+                    }
+                    Err(permit) => Some(Box::pin(async move {
+                        report_release("permit", watch.name(), permit.release().await);
+                    })),
+                }
+            }
         }
     }
 }
@@ -105,12 +122,18 @@ impl Release {
     }
 }
 
-/// What a [`ResponseBody`] sends. The inner body is boxed: the layers
-/// may read its first frame before the response is handed over (see
-/// [`ResponseBody::poll_settle`]), which needs it pinned where it stays.
-enum Kind<B> {
-    Inner { body: Pin<Box<B>> },
-    Full { data: Option<Bytes> },
+pin_project! {
+    /// What a [`ResponseBody`] sends. The inner body of a response that
+    /// holds a lock or permit is boxed: the layers may read its first
+    /// frame before the response is handed over (see
+    /// [`ResponseBody::poll_settle`]), which needs it pinned where it
+    /// stays. One that holds nothing is kept in place.
+    #[project = KindProj]
+    enum Kind<B> {
+        Plain { #[pin] body: B },
+        Inner { body: Pin<Box<B>> },
+        Full { data: Option<Bytes> },
+    }
 }
 
 pin_project! {
@@ -130,6 +153,7 @@ pin_project! {
     where
         B: Body,
     {
+        #[pin]
         kind: Kind<B>,
         release: Release,
         pending: Option<Frame<B::Data>>,
@@ -147,10 +171,15 @@ impl<B: Body> ResponseBody<B> {
     /// The inner body, holding `guard` until it ends; `content_length` is
     /// the response's `Content-Length`, if it has one.
     pub(crate) fn inner(body: B, guard: Guard, content_length: Option<u64>) -> Self {
-        Self {
-            kind: Kind::Inner {
+        let kind = if guard.is_none() {
+            Kind::Plain { body }
+        } else {
+            Kind::Inner {
                 body: Box::pin(body),
-            },
+            }
+        };
+        Self {
+            kind,
             release: Release::Held(guard),
             pending: None,
             failed: None,
@@ -232,6 +261,7 @@ where
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut d = f.debug_struct("ResponseBody");
         match &self.kind {
+            Kind::Plain { body } => d.field("inner", body),
             Kind::Inner { body } => d.field("inner", body),
             Kind::Full { data } => d.field("full", data),
         };
@@ -256,7 +286,7 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
+        let mut this = self.project();
         loop {
             if let Release::Releasing(fut) = this.release {
                 ready!(fut.as_mut().poll(cx));
@@ -277,13 +307,18 @@ where
                 }
                 return Poll::Ready(None);
             }
-            let (frame, at_end) = match this.kind {
-                Kind::Inner { body } => {
+            let (frame, at_end) = match this.kind.as_mut().project() {
+                KindProj::Plain { mut body } => {
                     let frame = ready!(body.as_mut().poll_frame(cx));
                     let hint = body.size_hint();
                     (frame, body.is_end_stream() || hint.exact() == Some(0))
                 }
-                Kind::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
+                KindProj::Inner { body } => {
+                    let frame = ready!(body.as_mut().poll_frame(cx));
+                    let hint = body.size_hint();
+                    (frame, body.is_end_stream() || hint.exact() == Some(0))
+                }
+                KindProj::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
             };
             match frame {
                 None => *this.ended = true,
@@ -320,28 +355,28 @@ where
         }
         self.ended
             || match &self.kind {
+                Kind::Plain { body } => body.is_end_stream(),
                 Kind::Inner { body } => body.is_end_stream(),
                 Kind::Full { data } => data.is_none(),
             }
     }
 
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Inner { body } => {
-                let mut hint = body.size_hint();
-                if let Some(frame) = self.pending.as_ref().and_then(Frame::data_ref) {
-                    let n = frame.remaining() as u64;
-                    if let Some(upper) = hint.upper() {
-                        hint.set_upper(upper.saturating_add(n));
-                    }
-                    hint.set_lower(hint.lower().saturating_add(n));
-                }
-                hint
-            }
+        let mut hint = match &self.kind {
+            Kind::Plain { body } => body.size_hint(),
+            Kind::Inner { body } => body.size_hint(),
             Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+                return SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64));
             }
+        };
+        if let Some(frame) = self.pending.as_ref().and_then(Frame::data_ref) {
+            let n = frame.remaining() as u64;
+            if let Some(upper) = hint.upper() {
+                hint.set_upper(upper.saturating_add(n));
+            }
+            hint.set_lower(hint.lower().saturating_add(n));
         }
+        hint
     }
 }
 

@@ -129,33 +129,75 @@ where
         return Admit::unkeyed(what, name, outcome, refusals, service, request);
     };
     let span = match kind {
+        _ if !tracing::level_enabled!(tracing::Level::DEBUG) => tracing::Span::none(),
         Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),
         Kind::Permits(permits) => {
             tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
         }
     };
-    let acquire = acquire(settings.clone(), kind, key);
+    // Each request is its own owner: requests are not run in a lock's
+    // scope, so two served by one task (one connection) exclude each other.
+    let store_name = settings.store_name(&key);
+    let held = match kind {
+        Kind::Lock => Held::Lock(settings.lock(&store_name)),
+        Kind::Permits(permits) => Held::Permits(settings.semaphore(&store_name, permits)),
+    };
+    // Taken at once where the store needs no round trip (the in-memory
+    // store): nothing to box or wait for. Busy with a wait configured, it
+    // waits below, in the queue, like any other waiter.
+    let waits = settings.wait.is_some_and(|w| !w.is_zero());
+    if let Some(taken) = span.in_scope(|| held.try_now())
+        && !(waits && taken.as_ref().is_err_and(Error::is_busy))
+    {
+        let admission = span.in_scope(|| settled(settings, kind, taken, 0));
+        return Admit::admitted(admission, service, request);
+    }
+    let acquire = acquire(settings.clone(), kind, held);
     Admit::admitting(in_span(acquire, span), service, request)
 }
 
-/// Takes the lock or a permit for `key`, waiting as configured.
-async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission {
-    let store_name = settings.store_name(&key);
+/// The lock or semaphore a request takes.
+enum Held {
+    Lock(Lock),
+    Permits(Semaphore),
+}
+
+impl Held {
+    /// One attempt without awaiting, where the store answers at once.
+    fn try_now(&self) -> Option<Result<Guard, Error>> {
+        Some(match self {
+            Self::Lock(lock) => lock.try_acquire_now()?.map(Guard::Lock),
+            Self::Permits(semaphore) => semaphore.try_acquire_now()?.map(Guard::Permit),
+        })
+    }
+
+    /// Takes it, waiting as configured.
+    async fn acquire(&self) -> Result<Guard, Error> {
+        match self {
+            Self::Lock(lock) => lock.acquire().await.map(Guard::Lock),
+            Self::Permits(semaphore) => semaphore.acquire().await.map(Guard::Permit),
+        }
+    }
+}
+
+/// Takes the lock or a permit, waiting as configured.
+async fn acquire(settings: Arc<Settings>, kind: Kind, held: Held) -> Admission {
     // Only read the clock for a log line somebody reads.
     let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
-    // Each request is its own owner: requests are not run in a lock's
-    // scope, so two served by one task (one connection) exclude each other.
-    let result = match kind {
-        Kind::Lock => settings.lock(&store_name).acquire().await.map(Guard::Lock),
-        Kind::Permits(permits) => settings
-            .semaphore(&store_name, permits)
-            .acquire()
-            .await
-            .map(Guard::Permit),
-    };
+    let result = held.acquire().await;
     let waited_ms = started.map_or(0, |s| {
         u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
     });
+    settled(&settings, kind, result, waited_ms)
+}
+
+/// What taking the lock or permit gives the request.
+fn settled(
+    settings: &Settings,
+    kind: Kind,
+    result: Result<Guard, Error>,
+    waited_ms: u64,
+) -> Admission {
     match result {
         Ok(guard) => {
             tracing::debug!(waited_ms, "{} taken", kind.what());
@@ -164,7 +206,7 @@ async fn acquire(settings: Arc<Settings>, kind: Kind, key: String) -> Admission 
                 headers: None,
             }
         }
-        Err(e) if e.is_busy() => busy(&settings, kind, &e, waited_ms),
+        Err(e) if e.is_busy() => busy(settings, kind, &e, waited_ms),
         Err(e) => outcome::store_failure(
             kind.what(),
             &settings.name,

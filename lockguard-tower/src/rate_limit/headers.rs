@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use lockguard_core::{Decision, RateLimiter};
 
@@ -44,6 +42,9 @@ pub(crate) struct RateHeaders {
     pub(crate) limiter: RateLimiter,
     pub(crate) decision: Decision,
     pub(crate) options: HeaderOptions,
+    /// The limiter's `RateLimit-Policy` value, when the policy made it
+    /// beforehand (a [`Rule`](super::Rule) makes it once).
+    pub(crate) policy: Option<HeaderValue>,
 }
 
 pub(crate) use lockguard_core::rate_limit::ceil_secs;
@@ -66,15 +67,23 @@ pub(crate) fn whole_second_window(count: u64, period: Duration) -> (u64, u64) {
 /// and `\` escaped; anything else becomes `_`.
 fn push_sf_string(out: &mut Vec<u8>, name: &str) {
     out.push(b'"');
-    for c in name.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push(b'\\');
-                out.push(c as u8);
+    if name
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\')
+    {
+        // The common case: nothing to escape or replace.
+        out.extend_from_slice(name.as_bytes());
+    } else {
+        for c in name.chars() {
+            match c {
+                '"' | '\\' => {
+                    out.push(b'\\');
+                    out.push(c as u8);
+                }
+                // Printable ASCII: one byte.
+                ' '..='~' => out.push(c as u8),
+                _ => out.push(b'_'),
             }
-            // Printable ASCII: one byte.
-            ' '..='~' => out.push(c as u8),
-            _ => out.push(b'_'),
         }
     }
     out.push(b'"');
@@ -88,24 +97,55 @@ fn push_param(out: &mut Vec<u8>, key: &str, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
+/// A list item naming the policy `name`, with the parameters `params`
+/// writes. Written in a buffer the thread keeps, so the value's own bytes
+/// are the one allocation.
+fn item(name: &str, params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    BUFFER.with_borrow_mut(|out| {
+        out.clear();
+        push_sf_string(out, name);
+        params(out);
+        let value =
+            HeaderValue::from_bytes(out).expect("a structured-field item is a valid header value");
+        // A policy name of unusual length leaves no large buffer behind.
+        if out.capacity() > 1024 {
+            *out = Vec::new();
+        }
+        value
+    })
+}
+
+/// `"name";q=100;w=60`, `limiter`'s quota over a window of whole seconds
+/// (the draft allows no other): a period that is not whole seconds is
+/// stated over the next whole second, with `q` scaled to the same rate (10
+/// per 100 ms is `q=100;w=1`, never `q=10;w=1`). When the limiter lets a
+/// burst through beyond `q` (GCRA with a burst), the burst is the vendor
+/// parameter `lockguard-burst`, so that a client seeing `r` above `q` knows
+/// why.
+pub(crate) fn policy_value(limiter: &RateLimiter) -> HeaderValue {
+    let quota = limiter.quota();
+    let (q, w) = whole_second_window(quota.count(), quota.period());
+    // A decision's `limit`: the burst for GCRA, the count for windows.
+    let limit = limiter.limit();
+    item(limiter.name(), |out| {
+        push_param(out, "q", q);
+        push_param(out, "w", w);
+        if limit > q {
+            push_param(out, "lockguard-burst", limit);
+        }
+    })
+}
+
 impl RateHeaders {
-    /// `"name";q=100;w=60`, the quota over a window of whole seconds (the
-    /// draft allows no other): a period that is not whole seconds is
-    /// stated over the next whole second, with `q` scaled to the same rate
-    /// (10 per 100 ms is `q=100;w=1`, never `q=10;w=1`). When the limiter
-    /// lets a burst through beyond `q` (GCRA with a burst), the burst is
-    /// the vendor parameter `lockguard-burst`, so that a client seeing `r`
-    /// above `q` knows why.
+    /// The `RateLimit-Policy` value: see [`policy_value`].
     pub(crate) fn policy_value(&self) -> HeaderValue {
-        let quota = self.limiter.quota();
-        let (q, w) = whole_second_window(quota.count(), quota.period());
-        self.item(|out| {
-            push_param(out, "q", q);
-            push_param(out, "w", w);
-            if self.decision.limit > q {
-                push_param(out, "lockguard-burst", self.decision.limit);
-            }
-        })
+        match &self.policy {
+            Some(value) => value.clone(),
+            None => policy_value(&self.limiter),
+        }
     }
 
     /// `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the wait
@@ -119,21 +159,10 @@ impl RateHeaders {
         } else {
             (0, self.retry_after_secs())
         };
-        self.item(|out| {
+        item(self.limiter.name(), |out| {
             push_param(out, "r", remaining);
             push_param(out, "t", t);
         })
-    }
-
-    /// A list item naming the policy, with the parameters `params` writes:
-    /// built in one buffer that the header value then owns.
-    fn item(&self, params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
-        let policy = self.limiter.name();
-        let mut out = Vec::with_capacity(policy.len() + 40);
-        push_sf_string(&mut out, policy);
-        params(&mut out);
-        HeaderValue::from_maybe_shared(Bytes::from(out))
-            .expect("a structured-field item is a valid header value")
     }
 
     /// The refusal's `Retry-After` in seconds: rounded up, never 0.

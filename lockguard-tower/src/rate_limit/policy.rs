@@ -1,8 +1,9 @@
 //! Which limit applies to a request: a rule, a table of rules, a closure.
 
-use http::Request;
+use http::{HeaderValue, Request};
 use lockguard_core::RateLimiter;
 
+use super::headers;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{FailureMode, MissingKey};
 
@@ -19,6 +20,8 @@ pub struct Selection {
     pub(crate) cost: u64,
     pub(crate) on_missing_key: Option<MissingKey>,
     pub(crate) failure: Option<FailureMode>,
+    /// The limiter's `RateLimit-Policy` value, when made beforehand.
+    pub(crate) policy: Option<HeaderValue>,
 }
 
 impl Selection {
@@ -30,6 +33,7 @@ impl Selection {
             cost: 1,
             on_missing_key: None,
             failure: None,
+            policy: None,
         }
     }
 
@@ -72,7 +76,7 @@ impl Selection {
 /// and by every closure `Fn(&Request<B>) -> Option<Selection>`:
 ///
 /// ```
-/// use http::Request;
+/// use http::{HeaderValue, Request};
 /// use lockguard_core::{Client, Quota};
 /// use lockguard_tower::{RateLimitLayer, Selection};
 ///
@@ -140,12 +144,15 @@ pub struct Rule<K> {
     cost: u64,
     on_missing_key: Option<MissingKey>,
     failure: Option<FailureMode>,
+    /// The limiter's `RateLimit-Policy` value, made once.
+    policy: HeaderValue,
 }
 
 impl<K> Rule<K> {
     /// `limiter`, keyed by `key`, at a cost of 1 per request.
     pub fn new(limiter: RateLimiter, key: K) -> Self {
         Self {
+            policy: headers::policy_value(&limiter),
             limiter,
             key,
             cost: 1,
@@ -215,6 +222,7 @@ where
             cost: self.cost,
             on_missing_key: self.on_missing_key,
             failure: self.failure,
+            policy: Some(self.policy.clone()),
         })
     }
 

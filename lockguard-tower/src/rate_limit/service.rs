@@ -2,9 +2,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
-use lockguard_core::RateLimiter;
+use lockguard_core::{Decision, RateLimiter};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
@@ -94,6 +94,7 @@ where
             cost,
             on_missing_key,
             failure,
+            policy,
         } = selection;
         let Some(key) = key else {
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
@@ -108,66 +109,88 @@ where
                 req,
             ));
         };
-        let span = tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost);
-        let check = decide(
+        let span = if tracing::level_enabled!(tracing::Level::DEBUG) {
+            tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost)
+        } else {
+            tracing::Span::none()
+        };
+        let ask = Ask {
             limiter,
-            key,
-            cost,
-            failure.unwrap_or(self.options.failure),
-            self.options.headers,
-            self.options.refusals.clone(),
-        );
+            failure: failure.unwrap_or(self.options.failure),
+            options: self.options.headers,
+            policy,
+        };
+        // Decided at once where the store needs no round trip (the
+        // in-memory store, a cached refusal): nothing to box or wait for.
+        if let Some(decided) = ask.limiter.check_now(&key, cost) {
+            let admission = span.in_scope(|| ask.admission(decided, &self.options.refusals));
+            return ResponseFuture::new(Admit::admitted(admission, inner, req));
+        }
+        let refusals = self.options.refusals.clone();
+        let check = async move {
+            let decided = ask.limiter.check_cost(&key, cost).await;
+            ask.admission(decided, &refusals)
+        };
         ResponseFuture::new(Admit::admitting(in_span(check, span), inner, req))
     }
 }
 
-/// Asks the limiter and turns its decision into an admission.
-async fn decide(
+/// What a check needs besides its key: the limiter, and what to do with
+/// its answer.
+struct Ask {
     limiter: RateLimiter,
-    key: String,
-    cost: u64,
     failure: FailureMode,
     options: HeaderOptions,
-    refusals: Refusals,
-) -> Admission {
-    let decision = match limiter.check_cost(&key, cost).await {
-        Ok(decision) => decision,
-        Err(e) => {
-            return outcome::store_failure("rate limit", limiter.name(), &e, failure, &refusals);
-        }
-    };
-    if decision.allowed {
-        tracing::debug!(remaining = decision.remaining, "request allowed");
-        return Admission::Proceed {
-            guard: Guard::None,
-            headers: Some(RateHeaders {
-                limiter,
-                decision,
-                options,
-            }),
+    policy: Option<HeaderValue>,
+}
+
+impl Ask {
+    /// Turns the limiter's answer into an admission.
+    fn admission(
+        self,
+        decided: lockguard_core::Result<Decision>,
+        refusals: &Refusals,
+    ) -> Admission {
+        let Self {
+            limiter,
+            failure,
+            options,
+            policy,
+        } = self;
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(e) => {
+                return outcome::store_failure("rate limit", limiter.name(), &e, failure, refusals);
+            }
         };
+        let headers = RateHeaders {
+            limiter,
+            decision,
+            options,
+            policy,
+        };
+        if decision.allowed {
+            tracing::debug!(remaining = decision.remaining, "request allowed");
+            return Admission::Proceed {
+                guard: Guard::None,
+                headers: Some(headers),
+            };
+        }
+        let secs = decision.retry_after_secs().max(1);
+        tracing::debug!(
+            retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
+            "request rate limited"
+        );
+        let name = headers.limiter.name();
+        let mut response = refusals.respond(&Refusal {
+            kind: RefusalKind::RateLimited,
+            status: StatusCode::TOO_MANY_REQUESTS,
+            policy: name.to_owned(),
+            detail: format!("rate limit {name:?} exceeded; retry in {secs} s"),
+            retry_after: Some(decision.retry_after),
+            decision: Some(decision),
+        });
+        headers.apply(response.headers_mut());
+        Admission::Respond(response)
     }
-    let secs = decision.retry_after_secs().max(1);
-    tracing::debug!(
-        retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
-        "request rate limited"
-    );
-    let mut response = refusals.respond(&Refusal {
-        kind: RefusalKind::RateLimited,
-        status: StatusCode::TOO_MANY_REQUESTS,
-        policy: limiter.name().to_owned(),
-        detail: format!(
-            "rate limit {:?} exceeded; retry in {secs} s",
-            limiter.name()
-        ),
-        retry_after: Some(decision.retry_after),
-        decision: Some(decision),
-    });
-    let headers = RateHeaders {
-        limiter,
-        decision,
-        options,
-    };
-    headers.apply(response.headers_mut());
-    Admission::Respond(response)
 }

@@ -47,6 +47,14 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
         }
     }
 
+    /// The entry, live or expired (with `true` when live): one lookup for
+    /// an update in place, where an expired entry is as good as none.
+    pub(crate) fn slot_mut(&mut self, key: &str, now: T) -> Option<(&mut V, &mut Option<T>, bool)> {
+        let (v, e) = self.entries.get_mut(key)?;
+        let live = Self::live(*e, now);
+        Some((v, e, live))
+    }
+
     /// The live entry, or a new one from `make` (replacing an expired one).
     pub(crate) fn entry(
         &mut self,

@@ -549,11 +549,16 @@ impl MemoryStore {
         let key = keys.main.as_str();
         match op {
             LimitOp::Gcra(p) => {
-                // A key seen before: one lookup, updated in place.
-                if let Some((LimitState::Gcra(tat), ends)) = st.limits.get_mut(key, now) {
-                    let (d, new_tat) = gcra::step(p, Some(*tat), now, cost);
+                // A key seen before, even if its state has expired (a full
+                // budget): one lookup, updated in place.
+                if let Some((state, ends, live)) = st.limits.slot_mut(key, now) {
+                    let tat = match state {
+                        LimitState::Gcra(tat) if live => Some(*tat),
+                        _ => None,
+                    };
+                    let (d, new_tat) = gcra::step(p, tat, now, cost);
                     if let Some(t) = new_tat.filter(|_| !peek) {
-                        (*tat, *ends) = (t, Some(t));
+                        (*state, *ends) = (LimitState::Gcra(t), Some(t));
                     }
                     return d;
                 }
