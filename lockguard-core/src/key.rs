@@ -55,11 +55,16 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
 /// Whether `s` holds a control character (a byte at a time when it is
 /// ASCII, as most keys are).
 fn has_control(s: &str) -> bool {
-    if s.is_ascii() {
-        s.bytes().any(|b| b.is_ascii_control())
-    } else {
-        s.chars().any(char::is_control)
+    for b in s.bytes() {
+        if b.is_ascii_control() {
+            return true;
+        }
+        if !b.is_ascii() {
+            // C1 controls are two bytes: look at characters from here on.
+            return s.chars().any(char::is_control);
+        }
     }
+    false
 }
 
 /// Checks a part of every key that sits outside the hash tag (the client's
@@ -101,7 +106,7 @@ pub(crate) fn push_tagged(out: &mut String, key: &str) {
     out.push('{');
     let mut rest = key;
     // Both are ASCII: the byte after `i` starts a character.
-    while let Some(i) = rest.find(['\\', '}']) {
+    while let Some(i) = rest.bytes().position(|b| b == b'\\' || b == b'}') {
         out.push_str(&rest[..i]);
         out.push('\\');
         out.push_str(&rest[i..=i]);

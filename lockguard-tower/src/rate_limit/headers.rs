@@ -2,6 +2,7 @@
 //! (draft-ietf-httpapi-ratelimit-headers, structured-field form), the legacy
 //! `X-RateLimit-*` trio, and `Retry-After`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
@@ -38,13 +39,32 @@ impl Default for HeaderOptions {
 /// What one decision tells the client.
 #[derive(Debug, Clone)]
 pub(crate) struct RateHeaders {
-    /// The limiter that decided: its name is the policy's.
-    pub(crate) limiter: RateLimiter,
+    /// The policy of the limiter that decided.
+    pub(crate) policy: Arc<Policy>,
     pub(crate) decision: Decision,
     pub(crate) options: HeaderOptions,
-    /// The limiter's `RateLimit-Policy` value, when the policy made it
-    /// beforehand (a [`Rule`](super::Rule) makes it once).
-    pub(crate) policy: Option<HeaderValue>,
+}
+
+/// What every response of one limiter says of its policy, made once (per
+/// [`Rule`](super::Rule)) rather than per request.
+#[derive(Debug)]
+pub(crate) struct Policy {
+    /// The `RateLimit-Policy` value.
+    value: HeaderValue,
+    /// The policy's name as a structured-field string: `"name"`.
+    name: Box<[u8]>,
+}
+
+impl Policy {
+    /// `limiter`'s policy.
+    pub(crate) fn new(limiter: &RateLimiter) -> Arc<Self> {
+        let mut name = Vec::with_capacity(limiter.name().len() + 2);
+        push_sf_string(&mut name, limiter.name());
+        Arc::new(Self {
+            value: policy_value(limiter),
+            name: name.into_boxed_slice(),
+        })
+    }
 }
 
 pub(crate) use lockguard_core::rate_limit::ceil_secs;
@@ -97,16 +117,17 @@ fn push_param(out: &mut Vec<u8>, key: &str, n: u64) {
     out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
-/// A list item naming the policy `name`, with the parameters `params`
-/// writes. Written in a buffer the thread keeps, so the value's own bytes
-/// are the one allocation.
-fn item(name: &str, params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
+/// A list item: the policy's name as a structured-field string (`name`,
+/// quoted already) with the parameters `params` writes. Written in a
+/// buffer the thread keeps, so the value's own bytes are the one
+/// allocation.
+fn item(name: &[u8], params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
     thread_local! {
         static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     BUFFER.with_borrow_mut(|out| {
         out.clear();
-        push_sf_string(out, name);
+        out.extend_from_slice(name);
         params(out);
         let value =
             HeaderValue::from_bytes(out).expect("a structured-field item is a valid header value");
@@ -130,7 +151,9 @@ pub(crate) fn policy_value(limiter: &RateLimiter) -> HeaderValue {
     let (q, w) = whole_second_window(quota.count(), quota.period());
     // A decision's `limit`: the burst for GCRA, the count for windows.
     let limit = limiter.limit();
-    item(limiter.name(), |out| {
+    let mut name = Vec::with_capacity(limiter.name().len() + 2);
+    push_sf_string(&mut name, limiter.name());
+    item(&name, |out| {
         push_param(out, "q", q);
         push_param(out, "w", w);
         if limit > q {
@@ -142,10 +165,7 @@ pub(crate) fn policy_value(limiter: &RateLimiter) -> HeaderValue {
 impl RateHeaders {
     /// The `RateLimit-Policy` value: see [`policy_value`].
     pub(crate) fn policy_value(&self) -> HeaderValue {
-        match &self.policy {
-            Some(value) => value.clone(),
-            None => policy_value(&self.limiter),
-        }
+        self.policy.value.clone()
     }
 
     /// `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the wait
@@ -159,7 +179,7 @@ impl RateHeaders {
         } else {
             (0, self.retry_after_secs())
         };
-        item(self.limiter.name(), |out| {
+        item(&self.policy.name, |out| {
             push_param(out, "r", remaining);
             push_param(out, "t", t);
         })

@@ -1,9 +1,11 @@
 //! Which limit applies to a request: a rule, a table of rules, a closure.
 
-use http::{HeaderValue, Request};
+use std::sync::Arc;
+
+use http::Request;
 use lockguard_core::RateLimiter;
 
-use super::headers;
+use super::headers::Policy;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{FailureMode, MissingKey};
 
@@ -20,8 +22,8 @@ pub struct Selection {
     pub(crate) cost: u64,
     pub(crate) on_missing_key: Option<MissingKey>,
     pub(crate) failure: Option<FailureMode>,
-    /// The limiter's `RateLimit-Policy` value, when made beforehand.
-    pub(crate) policy: Option<HeaderValue>,
+    /// The limiter's policy headers, when made beforehand.
+    pub(crate) policy: Option<Arc<Policy>>,
 }
 
 impl Selection {
@@ -76,7 +78,7 @@ impl Selection {
 /// and by every closure `Fn(&Request<B>) -> Option<Selection>`:
 ///
 /// ```
-/// use http::{HeaderValue, Request};
+/// use http::Request;
 /// use lockguard_core::{Client, Quota};
 /// use lockguard_tower::{RateLimitLayer, Selection};
 ///
@@ -144,15 +146,15 @@ pub struct Rule<K> {
     cost: u64,
     on_missing_key: Option<MissingKey>,
     failure: Option<FailureMode>,
-    /// The limiter's `RateLimit-Policy` value, made once.
-    policy: HeaderValue,
+    /// The limiter's policy headers, made once.
+    policy: Arc<Policy>,
 }
 
 impl<K> Rule<K> {
     /// `limiter`, keyed by `key`, at a cost of 1 per request.
     pub fn new(limiter: RateLimiter, key: K) -> Self {
         Self {
-            policy: headers::policy_value(&limiter),
+            policy: Policy::new(&limiter),
             limiter,
             key,
             cost: 1,

@@ -2,13 +2,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
 use lockguard_core::{Decision, RateLimiter};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::headers::{HeaderOptions, RateHeaders};
+use super::headers::{HeaderOptions, Policy, RateHeaders};
 use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
 use crate::admit::{Admission, Admit, in_span, take_ready};
@@ -141,7 +141,7 @@ struct Ask {
     limiter: RateLimiter,
     failure: FailureMode,
     options: HeaderOptions,
-    policy: Option<HeaderValue>,
+    policy: Option<Arc<Policy>>,
 }
 
 impl Ask {
@@ -164,10 +164,9 @@ impl Ask {
             }
         };
         let headers = RateHeaders {
-            limiter,
+            policy: policy.unwrap_or_else(|| Policy::new(&limiter)),
             decision,
             options,
-            policy,
         };
         if decision.allowed {
             tracing::debug!(remaining = decision.remaining, "request allowed");
@@ -181,7 +180,7 @@ impl Ask {
             retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
             "request rate limited"
         );
-        let name = headers.limiter.name();
+        let name = limiter.name();
         let mut response = refusals.respond(&Refusal {
             kind: RefusalKind::RateLimited,
             status: StatusCode::TOO_MANY_REQUESTS,

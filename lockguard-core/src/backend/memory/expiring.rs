@@ -71,6 +71,32 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
         (v, e)
     }
 
+    /// Runs `f` on the live entry, or on a new one from `make` (replacing
+    /// an expired one in place): one lookup when the key is present.
+    pub(crate) fn with_entry<R>(
+        &mut self,
+        key: &str,
+        now: T,
+        make: impl FnOnce() -> (V, Option<T>),
+        f: impl FnOnce(&mut V, &mut Option<T>) -> R,
+    ) -> R {
+        if let Some((v, e)) = self.entries.get_mut(key) {
+            if !Self::live(*e, now) {
+                (*v, *e) = make();
+            }
+            return f(v, e);
+        }
+        self.maybe_sweep(now);
+        let (v, e) = self.entries.entry(key.to_owned()).or_insert_with(make);
+        f(v, e)
+    }
+
+    /// Inserts `key`, known to be absent.
+    pub(crate) fn insert_new(&mut self, key: &str, value: V, expires: Option<T>, now: T) {
+        self.maybe_sweep(now);
+        self.entries.insert(key.to_owned(), (value, expires));
+    }
+
     pub(crate) fn insert(&mut self, key: &str, value: V, expires: Option<T>, now: T) {
         if let Some(slot) = self.entries.get_mut(key) {
             *slot = (value, expires);
@@ -78,10 +104,6 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
         }
         self.maybe_sweep(now);
         self.entries.insert(key.to_owned(), (value, expires));
-    }
-
-    pub(crate) fn remove(&mut self, key: &str) -> Option<V> {
-        self.entries.remove(key).map(|(v, _)| v)
     }
 
     fn maybe_sweep(&mut self, now: T) {

@@ -125,7 +125,10 @@ impl Queue<'_> {
 impl Step<'_> {
     fn lock(&mut self, key: &str, token: &Token, lease: Duration) -> Taken {
         let now = self.queue.now;
-        if let Some(((holder, f), ends)) = self.locks.get_mut(key, now) {
+        // One lookup: a live holder, an expired (or released) entry reused
+        // in place, or none.
+        let slot = self.locks.slot_mut(key, now);
+        if let Some(((holder, f), ends, true)) = slot {
             if holder == token {
                 // Handed to us by a release: claim it with our own lease.
                 *ends = Some(now + lease);
@@ -134,60 +137,66 @@ impl Step<'_> {
             return Err(ends.map(|e| e - now));
         }
         // Waiters ahead of us: the free lock goes to the first.
-        if let Some((first, fence, ends)) = self.queue.grant_first(Some(token)) {
-            self.locks.insert(key, (first, fence), Some(ends), now);
-            return Err(Some(ends - now));
+        let (holder, ends, taken) = match self.queue.grant_first(Some(token)) {
+            Some((first, fence, ends)) => ((first, fence), ends, Err(Some(ends - now))),
+            None => {
+                let fence = self.queue.next_fence();
+                self.queue.leave(token);
+                let ends = now + lease;
+                ((*token, fence), ends, Ok(FencingToken::new(fence)))
+            }
+        };
+        match slot {
+            Some((value, deadline, _)) => (*value, *deadline) = (holder, Some(ends)),
+            None => self.locks.insert_new(key, holder, Some(ends), now),
         }
-        let fence = self.queue.next_fence();
-        self.locks
-            .insert(key, (*token, fence), Some(now + lease), now);
-        self.queue.leave(token);
-        Ok(FencingToken::new(fence))
+        taken
     }
 
     fn release_lock(&mut self, key: &str, token: &Token) -> bool {
         let now = self.queue.now;
-        let ours = self
-            .locks
-            .get(key, now)
-            .is_some_and(|((t, _), _)| t == token);
-        if ours {
-            match self.queue.grant_first(None) {
-                Some((first, fence, ends)) => {
-                    self.locks.insert(key, (first, fence), Some(ends), now);
-                }
-                None => {
-                    self.locks.remove(key);
-                }
-            }
+        let Some((holder, ends, true)) = self.locks.slot_mut(key, now) else {
+            return false;
+        };
+        if holder.0 != *token {
+            return false;
         }
-        ours
+        match self.queue.grant_first(None) {
+            Some((first, fence, reserved)) => (*holder, *ends) = ((first, fence), Some(reserved)),
+            // Expired in place, not removed: the key's next acquisition
+            // reuses the entry (a sweep drops it if none comes).
+            None => *ends = Some(now),
+        }
+        true
     }
 
     fn permit(&mut self, key: &str, token: &Token, lease: Duration, n: u32) -> Taken {
         let now = self.queue.now;
-        let (holders, ends) = self.permits.entry(key, now, || (HashMap::new(), None));
-        let attempt = match holders.get_mut(token) {
-            Some((e, f)) if *e > now => {
-                // Handed to us by a release: claim it with our own lease.
-                *e = now + lease;
-                Ok(FencingToken::new(*f))
-            }
-            _ => {
-                holders.retain(|_, (e, _)| *e > now);
-                if self.queue.hand_out_permits(holders, n, Some(token)) > 0 {
-                    let fence = self.queue.next_fence();
-                    holders.insert(*token, (now + lease, fence));
-                    self.queue.leave(token);
-                    Ok(FencingToken::new(fence))
-                } else {
-                    let first = holders.values().map(|(e, _)| *e).min();
-                    Err(first.map(|e| e - now))
+        let queue = &mut self.queue;
+        let fresh = || (HashMap::new(), None);
+        self.permits.with_entry(key, now, fresh, |holders, ends| {
+            let attempt = match holders.get_mut(token) {
+                Some((e, f)) if *e > now => {
+                    // Handed to us by a release: claim it with our own lease.
+                    *e = now + lease;
+                    Ok(FencingToken::new(*f))
                 }
-            }
-        };
-        *ends = holders.values().map(|(e, _)| *e).max();
-        attempt
+                _ => {
+                    holders.retain(|_, (e, _)| *e > now);
+                    if queue.hand_out_permits(holders, n, Some(token)) > 0 {
+                        let fence = queue.next_fence();
+                        holders.insert(*token, (now + lease, fence));
+                        queue.leave(token);
+                        Ok(FencingToken::new(fence))
+                    } else {
+                        let first = holders.values().map(|(e, _)| *e).min();
+                        Err(first.map(|e| e - now))
+                    }
+                }
+            };
+            *ends = holders.values().map(|(e, _)| *e).max();
+            attempt
+        })
     }
 
     fn release_permit(&mut self, key: &str, token: &Token, n: u32) -> bool {
@@ -294,8 +303,13 @@ impl MemoryStore {
                 ..
             } = &mut *st;
             // Taken out and put back only when waiters remain, so a key
-            // nobody waits for costs no allocation.
-            let mut queue = queues.remove(&keys.lock).unwrap_or_default();
+            // nobody waits for costs no allocation (and, while nobody
+            // waits anywhere, no lookup).
+            let mut queue = if queues.is_empty() {
+                VecDeque::new()
+            } else {
+                queues.remove(&keys.lock).unwrap_or_default()
+            };
             let mut step = Step {
                 locks,
                 permits,
