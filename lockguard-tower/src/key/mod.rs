@@ -95,7 +95,7 @@ pub struct Method;
 
 impl<B> KeyExtractor<B> for Method {
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        Some(format!("method:{}", req.method()))
+        Some(joined(&["method:", req.method().as_str()]))
     }
 }
 
@@ -123,7 +123,7 @@ impl Header {
 impl<B> KeyExtractor<B> for Header {
     fn extract(&self, req: &Request<B>) -> Option<String> {
         let value = req.headers().get(&self.name)?.to_str().ok()?.trim();
-        (!value.is_empty()).then(|| format!("header:{}:{value}", self.name))
+        (!value.is_empty()).then(|| joined(&["header:", self.name.as_str(), ":", value]))
     }
 }
 
@@ -151,7 +151,7 @@ impl Route {
 impl<B> KeyExtractor<B> for Route {
     fn extract(&self, req: &Request<B>) -> Option<String> {
         let path = req.extensions().get::<axum::extract::MatchedPath>()?;
-        Some(format!("route:{}", path.as_str()))
+        Some(joined(&["route:", path.as_str()]))
     }
 }
 
@@ -256,7 +256,7 @@ impl<B> KeyExtractor<B> for PathParam {
             None => req.uri().path().to_owned(),
         };
         let value = path_param(route.as_str(), &path, &self.name)?;
-        (!value.is_empty()).then(|| format!("{}:{value}", self.name))
+        (!value.is_empty()).then(|| joined(&[&self.name, ":", value]))
     }
 }
 
@@ -287,6 +287,16 @@ fn path_param<'a>(route: &str, path: &'a str, name: &str) -> Option<&'a str> {
 pub(crate) fn is_valid(key: &str, reserve: usize) -> bool {
     lockguard_core::validate_key("request", key).is_ok()
         && key.len().saturating_add(reserve) <= lockguard_core::MAX_KEY_LEN
+}
+
+/// `parts` end to end, in one allocation of the right size (a key is
+/// built per request; `format!` would grow it piecewise).
+fn joined(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
 }
 
 /// Extracts and checks a key; an invalid one counts as missing.
