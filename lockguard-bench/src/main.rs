@@ -715,7 +715,7 @@ async fn memory(b: &mut Bench) {
 
 /// Rounds of the in-memory HTTP comparison: every variant once per round,
 /// in turn, so a drift of the machine's speed hits them alike.
-const HTTP_ROUNDS: usize = 5;
+const HTTP_ROUNDS: usize = 9;
 
 async fn http_layers(b: &mut Bench) {
     b.line("\n## HTTP: an axum hello-world with each layer (in-memory store), 32 keep-alive connections\n");
