@@ -1,6 +1,9 @@
 //! Each HTTP layer's own cost, without the network: `N` requests (default
 //! 200,000) through an axum hello-world router called as a tower service,
-//! per variant, on one runtime worker, printing nanoseconds per request.
+//! per variant, on one runtime worker, printing nanoseconds per request
+//! (wall and CPU). `TASKS=4 WORKERS=2` runs four request loops at once on
+//! two workers, so the layers' shared state is touched from both cores, as
+//! in a server.
 //!
 //! Run under valgrind, it counts instructions instead, which do not move
 //! with the machine's load: `lockguard-bench/layer-cost.sh` runs each
@@ -54,12 +57,18 @@ fn main() {
     let variants: Vec<String> = std::env::args().skip(1).collect();
     let n: u32 = std::env::var("N").map_or(200_000, |v| v.parse().expect("N: a number"));
     let rounds: u32 = std::env::var("ROUNDS").map_or(3, |v| v.parse().expect("ROUNDS: a number"));
+    // `TASKS` request loops at once on `WORKERS` runtime workers (both 1 by
+    // default): with more than one worker the layers' shared state is
+    // touched from several cores, as in a server.
+    let tasks: u32 = std::env::var("TASKS").map_or(1, |v| v.parse().expect("TASKS: a number"));
+    let workers: usize =
+        std::env::var("WORKERS").map_or(1, |v| v.parse().expect("WORKERS: a number"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("runtime");
-    // On the worker, as a server's connection tasks run.
+    // On the workers, as a server's connection tasks run.
     let run = runtime.spawn(async move {
         for round in 0..rounds {
             for v in &variants {
@@ -69,25 +78,50 @@ fn main() {
                     );
                     std::process::exit(2);
                 };
-                let mut svc = app.into_service::<Body>();
                 let started = Instant::now();
-                for i in 0..n {
-                    let req = http::Request::get("/")
-                        .header("x-conn", (i % 32).to_string())
-                        .body(Body::empty())
-                        .expect("request");
-                    let ready = svc.ready().await.expect("ready");
-                    let res = ready.call(req).await.expect("response");
-                    assert!(res.status().is_success(), "{v}: {}", res.status());
-                    res.into_body().collect().await.expect("body");
-                    // As between requests on a connection: other tasks
-                    // (background releases, renewals) get their turn.
-                    tokio::task::yield_now().await;
+                let cpu = cpu_time();
+                let loops: Vec<_> = (0..tasks)
+                    .map(|t| tokio::spawn(requests(app.clone(), v.clone(), t, n / tasks)))
+                    .collect();
+                for l in loops {
+                    l.await.expect("request loop");
                 }
                 let per = started.elapsed().as_nanos() / u128::from(n);
-                println!("round {round} {v}: {per} ns/request");
+                let cpu_per = (cpu_time() - cpu) / u128::from(n);
+                println!("round {round} {v}: {per} ns/request, {cpu_per} ns CPU/request");
             }
         }
     });
     runtime.block_on(run).expect("benchmark task");
+}
+
+/// `n` requests through `app`, one after the other, keyed `x-conn` by
+/// loop `t` and 32 connections each.
+async fn requests(app: Router, v: String, t: u32, n: u32) {
+    let mut svc = app.into_service::<Body>();
+    for i in 0..n {
+        let req = http::Request::get("/")
+            .header("x-conn", (t * 1000 + i % 32).to_string())
+            .body(Body::empty())
+            .expect("request");
+        let ready = svc.ready().await.expect("ready");
+        let res = ready.call(req).await.expect("response");
+        assert!(res.status().is_success(), "{v}: {}", res.status());
+        res.into_body().collect().await.expect("body");
+        // As between requests on a connection: other tasks (background
+        // releases, renewals) get their turn.
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Nanoseconds of CPU every thread of the process has run, as the
+/// scheduler accounts it (0 where `/proc` has no schedstat).
+fn cpu_time() -> u128 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u128>().ok())
+        .sum()
 }
