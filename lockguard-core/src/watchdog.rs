@@ -131,7 +131,9 @@ impl Renewals {
             }
         };
         timer.due.insert((at, n), Arc::downgrade(shared));
-        timer.ahead = at.saturating_duration_since(Instant::now());
+        // A renewal is booked about a third of a lease ahead (no clock
+        // read while every booking waits for this lock).
+        timer.ahead = shared.lease / 3;
         if timer.looks_at.is_none_or(|t| at < t) {
             timer.looks_at = Some(at);
             timer.notify.notify_one();

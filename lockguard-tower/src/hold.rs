@@ -64,6 +64,29 @@ impl Settings {
         }
     }
 
+    /// The lock or semaphore of `key`, under its store name `name:key`
+    /// (written in a buffer the thread keeps: the lock copies it).
+    fn held(&self, kind: Kind, key: &str) -> Held {
+        thread_local! {
+            static NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        NAME.with_borrow_mut(|name| {
+            name.clear();
+            name.push_str(&self.name);
+            name.push(':');
+            name.push_str(key);
+            let held = match kind {
+                Kind::Lock => Held::Lock(self.lock(name)),
+                Kind::Permits(permits) => Held::Permits(self.semaphore(name, permits)),
+            };
+            // A key of unusual length leaves no large buffer behind.
+            if name.capacity() > 4096 {
+                *name = String::new();
+            }
+            held
+        })
+    }
+
     /// The lock on `store_name`, with the layer's lease and wait (none:
     /// one attempt).
     fn lock(&self, store_name: &str) -> Lock {
@@ -137,11 +160,7 @@ where
     };
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
-    let store_name = settings.store_name(&key);
-    let held = match kind {
-        Kind::Lock => Held::Lock(settings.lock(&store_name)),
-        Kind::Permits(permits) => Held::Permits(settings.semaphore(&store_name, permits)),
-    };
+    let held = settings.held(kind, &key);
     // Taken at once where the store needs no round trip (the in-memory
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.
