@@ -287,6 +287,11 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
+        if let KindProj::Plain { body } = this.kind.as_mut().project() {
+            // Holds nothing, and nothing was read ahead: the inner body's
+            // frames as they come.
+            return body.poll_frame(cx);
+        }
         loop {
             if let Release::Releasing(fut) = this.release {
                 ready!(fut.as_mut().poll(cx));

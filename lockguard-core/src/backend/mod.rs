@@ -155,13 +155,14 @@ impl Handoff {
 /// The key of one rate-limited key's state; the sliding log also keeps its
 /// running sum at [`LimitKeys::sum`] (sharing the hash tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct LimitKeys {
-    pub(crate) main: String,
+pub(crate) struct LimitKeys<'k> {
+    /// Borrowed where a check answered at once builds it in a buffer.
+    pub(crate) main: std::borrow::Cow<'k, str>,
 }
 
-impl LimitKeys {
-    pub(crate) fn new(main: String) -> Self {
-        Self { main }
+impl<'k> LimitKeys<'k> {
+    pub(crate) fn new(main: impl Into<std::borrow::Cow<'k, str>>) -> Self {
+        Self { main: main.into() }
     }
 
     pub(crate) fn sum(&self) -> String {
@@ -333,7 +334,7 @@ pub(crate) trait DataBackend: Send + Sync + fmt::Debug {
     /// decision a request of `cost` would get now, changing nothing.
     fn rate_limit<'a>(
         &'a self,
-        keys: &'a LimitKeys,
+        keys: &'a LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,

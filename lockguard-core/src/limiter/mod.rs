@@ -259,8 +259,8 @@ impl RateLimiter {
         if !at_once && self.refused.is_none() {
             return None;
         }
-        let (keys, op) = match self.prepare(key, cost) {
-            Ok(prepared) => prepared,
+        let (base, op) = match self.checked(key, cost) {
+            Ok(checked) => checked,
             Err(e) => return Some(Err(e)),
         };
         let store = match self.store() {
@@ -273,7 +273,22 @@ impl RateLimiter {
         if !at_once {
             return None;
         }
-        let answer = store.rate_limit(&keys, op, cost, false).into_ready()?;
+        // The store key, in a buffer the thread keeps: the store answers
+        // before this returns, so nothing needs to own it.
+        thread_local! {
+            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        let answer = KEY.with_borrow_mut(|full| {
+            full.clear();
+            write_key(full, base, key);
+            let keys = LimitKeys::new(full.as_str());
+            let answer = store.rate_limit(&keys, op, cost, false).into_ready();
+            // A key of unusual length leaves no large buffer behind.
+            if full.capacity() > 4096 {
+                *full = String::new();
+            }
+            answer
+        })?;
         Some(self.decided(key, cost, answer))
     }
 
@@ -320,7 +335,15 @@ impl RateLimiter {
         self.engine.store.data("a rate limiter")
     }
 
-    fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys, LimitOp)> {
+    fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys<'static>, LimitOp)> {
+        let (base, op) = self.checked(key, cost)?;
+        let mut full = String::with_capacity(base.len() + key.len() + 2);
+        write_key(&mut full, base, key);
+        Ok((LimitKeys::new(full), op))
+    }
+
+    /// Checks `key` and `cost`: the key's prefix and the store's step.
+    fn checked(&self, key: &str, cost: u64) -> Result<(&str, LimitOp)> {
         let base = self.prepared.as_ref().map_err(Invalid::error)?;
         crate::key::validate_key("rate limit", key)?;
         if cost == 0 {
@@ -333,11 +356,6 @@ impl RateLimiter {
                 self.algorithm
             )));
         }
-        // The same layout as `key::base`: the key, escaped, is the hash tag.
-        let mut full = String::with_capacity(base.len() + key.len() + 2);
-        full.push_str(base);
-        crate::key::push_tagged(&mut full, key);
-        let keys = LimitKeys::new(full);
         let op = match self.algorithm {
             Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),
             Algorithm::FixedWindow => LimitOp::Fixed {
@@ -349,8 +367,15 @@ impl RateLimiter {
                 period_us: self.quota.period_us(),
             },
         };
-        Ok((keys, op))
+        Ok((base, op))
     }
+}
+
+/// The store key of `key` under `base`: the same layout as `key::base`,
+/// the key, escaped, as the hash tag.
+fn write_key(out: &mut String, base: &str, key: &str) {
+    out.push_str(base);
+    crate::key::push_tagged(out, key);
 }
 
 #[cfg(test)]

@@ -558,14 +558,14 @@ impl MemoryStore {
 
     pub(crate) fn rate_limit(
         &self,
-        keys: &LimitKeys,
+        keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
     ) -> Decision {
         let now = self.now_us();
         let mut st = self.state();
-        let key = keys.main.as_str();
+        let key = &*keys.main;
         match op {
             LimitOp::Gcra(p) => {
                 // A key seen before, even if its state has expired (a full
@@ -728,7 +728,7 @@ impl DataBackend for MemoryStore {
 
     fn rate_limit<'a>(
         &'a self,
-        keys: &'a LimitKeys,
+        keys: &'a LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,

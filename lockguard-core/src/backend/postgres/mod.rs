@@ -566,12 +566,12 @@ impl PostgresStore {
 
     async fn rate_limit(
         &self,
-        keys: &LimitKeys,
+        keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
     ) -> Result<Decision> {
-        let key = keys.main.as_str();
+        let key = &*keys.main;
         let what = || format!("rate limiting {key:?}");
         let cost = i64::try_from(cost).map_err(|_| {
             Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
@@ -763,7 +763,7 @@ impl DataBackend for PostgresStore {
 
     fn rate_limit<'a>(
         &'a self,
-        keys: &'a LimitKeys,
+        keys: &'a LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,

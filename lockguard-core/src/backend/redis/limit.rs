@@ -19,7 +19,7 @@ static SLIDING_WINDOW: LazyLock<Script> =
 impl RedisStore {
     pub(crate) async fn rate_limit(
         &self,
-        keys: &LimitKeys,
+        keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
@@ -32,7 +32,7 @@ impl RedisStore {
         match op {
             LimitOp::Gcra(p) => {
                 let mut call = GCRA.prepare_invoke();
-                call.key(&keys.main)
+                call.key(&*keys.main)
                     .arg(p.t)
                     .arg(p.tau)
                     .arg(cost)
@@ -44,7 +44,7 @@ impl RedisStore {
             LimitOp::Fixed { limit, period_us } => {
                 let window_ms = period_us.unsigned_abs().div_ceil(1000);
                 let mut call = FIXED_WINDOW.prepare_invoke();
-                call.key(&keys.main)
+                call.key(&*keys.main)
                     .arg(limit)
                     .arg(window_ms)
                     .arg(cost)
@@ -64,7 +64,7 @@ impl RedisStore {
             LimitOp::Sliding { limit, period_us } => {
                 let member = Token::random();
                 let mut call = SLIDING_WINDOW.prepare_invoke();
-                call.key(&keys.main)
+                call.key(&*keys.main)
                     .key(keys.sum())
                     .arg(limit)
                     .arg(period_us)

@@ -977,7 +977,7 @@ impl DataBackend for RedisStore {
 
     fn rate_limit<'a>(
         &'a self,
-        keys: &'a LimitKeys,
+        keys: &'a LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,

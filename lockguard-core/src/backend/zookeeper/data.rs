@@ -363,7 +363,7 @@ impl DataBackend for ZooKeeperStore {
 
     fn rate_limit<'a>(
         &'a self,
-        _keys: &'a LimitKeys,
+        _keys: &'a LimitKeys<'_>,
         _op: LimitOp,
         _cost: u64,
         _peek: bool,
