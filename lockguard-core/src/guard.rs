@@ -458,7 +458,7 @@ impl LockGuard {
             return Ok(Ok(tenancy.is_held()));
         }
         let span = release_span(&tenancy.shared);
-        Ok(span.in_scope(|| tenancy.release_at_once()))
+        Ok(crate::span::in_span(&span, || tenancy.release_at_once()))
     }
 }
 

@@ -55,6 +55,14 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
 /// Whether `s` holds a control character (a byte at a time when it is
 /// ASCII, as most keys are).
 fn has_control(s: &str) -> bool {
+    // Printable ASCII throughout, the common case: one pass without early
+    // exit, which the compiler turns into wide compares.
+    let unusual = s
+        .bytes()
+        .fold(false, |seen, b| seen | !(b' '..=b'~').contains(&b));
+    if !unusual {
+        return false;
+    }
     for b in s.bytes() {
         if b.is_ascii_control() {
             return true;

@@ -176,6 +176,8 @@ pub mod rate_limit;
 mod lease;
 // Metrics (feature `metrics`).
 mod meter;
+// Running code in the primitives' spans.
+mod span;
 // The store boundary, and the stores behind it.
 mod backend;
 // Waking waiting tasks.

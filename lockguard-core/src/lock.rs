@@ -298,7 +298,7 @@ impl Lock {
             return None;
         }
         let (span, started) = (self.span("try_acquire"), Instant::now());
-        let result = span.in_scope(|| {
+        let result = crate::span::in_span(&span, || {
             let (keys, lease) = match self.checked() {
                 Ok(checked) => checked,
                 Err(e) => return Some(Err(e)),

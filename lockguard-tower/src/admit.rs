@@ -56,6 +56,16 @@ pub(crate) fn in_span(
     }
 }
 
+/// Runs `f` in `span`, entering it only when something listens (a
+/// disabled span still costs checks on every entry).
+pub(crate) fn within<R>(span: &tracing::Span, f: impl FnOnce() -> R) -> R {
+    if span.is_disabled() {
+        f()
+    } else {
+        span.in_scope(f)
+    }
+}
+
 /// The responses the layers wrap: `http::Response<B>` for any body `B`.
 ///
 /// It names the body type in the bounds of the layers' response futures;

@@ -9,7 +9,7 @@ use lockguard_core::{Client, Error, Lock, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::admit::{Admission, Admit, HasBody, in_span};
+use crate::admit::{Admission, Admit, HasBody, in_span, within};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
@@ -165,10 +165,10 @@ where
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.
     let waits = settings.wait.is_some_and(|w| !w.is_zero());
-    if let Some(taken) = span.in_scope(|| held.try_now())
+    if let Some(taken) = within(&span, || held.try_now())
         && !(waits && taken.as_ref().is_err_and(Error::is_busy))
     {
-        let admission = span.in_scope(|| settled(settings, kind, taken, 0));
+        let admission = within(&span, || settled(settings, kind, taken, 0));
         return Admit::admitted(admission, service, request);
     }
     let acquire = acquire(settings.clone(), kind, held);

@@ -11,7 +11,7 @@ use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, Policy, RateHeaders};
 use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, in_span, take_ready};
+use crate::admit::{Admission, Admit, in_span, take_ready, within};
 use crate::body::{Guard, ResponseBody};
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
@@ -123,7 +123,7 @@ where
         // Decided at once where the store needs no round trip (the
         // in-memory store, a cached refusal): nothing to box or wait for.
         if let Some(decided) = ask.limiter.check_now(&key, cost) {
-            let admission = span.in_scope(|| ask.admission(decided, &self.options.refusals));
+            let admission = within(&span, || ask.admission(decided, &self.options.refusals));
             return ResponseFuture::new(Admit::admitted(admission, inner, req));
         }
         let refusals = self.options.refusals.clone();

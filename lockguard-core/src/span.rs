@@ -1,0 +1,12 @@
+//! Running code in the primitives' tracing spans.
+
+/// Runs `f` in `span`, entering it only when something listens: entering
+/// a disabled span still costs checks (and, with tracing's `log` feature,
+/// a look at the `log` crate's level) on every call.
+pub(crate) fn in_span<R>(span: &tracing::Span, f: impl FnOnce() -> R) -> R {
+    if span.is_disabled() {
+        f()
+    } else {
+        span.in_scope(f)
+    }
+}
