@@ -410,15 +410,27 @@ impl LockGuard {
     /// # Errors
     ///
     /// The store's errors; the lease then frees the lock.
-    pub async fn release(mut self) -> Result<bool> {
+    pub async fn release(self) -> Result<bool> {
+        match self.give_up() {
+            Ok(tenancy) => {
+                let span = release_span(&tenancy.shared);
+                tracing::Instrument::instrument(tenancy.release_now(), span).await
+            }
+            Err(held) => Ok(held),
+        }
+    }
+
+    /// Gives up this guard's share: the acquisition, when this was its
+    /// last guard (releasing it falls to the caller); otherwise whether the
+    /// lock is still held.
+    fn give_up(mut self) -> std::result::Result<Arc<Tenancy>, bool> {
         self.given_up = true;
         let tenancy = self.tenancy.clone();
         drop(self);
         if tenancy.drop_guard() {
-            let span = release_span(&tenancy.shared);
-            tracing::Instrument::instrument(tenancy.release_now(), span).await
+            Ok(tenancy)
         } else {
-            Ok(tenancy.is_held())
+            Err(tenancy.is_held())
         }
     }
 
@@ -447,18 +459,17 @@ impl LockGuard {
     /// assert!(still_held);
     /// # Ok(()) }
     /// ```
-    pub fn try_release_now(mut self) -> std::result::Result<Result<bool>, Self> {
+    pub fn try_release_now(self) -> std::result::Result<Result<bool>, Self> {
         if !self.tenancy.engine().store.answers_at_once() {
             return Err(self);
         }
-        self.given_up = true;
-        let tenancy = self.tenancy.clone();
-        drop(self);
-        if !tenancy.drop_guard() {
-            return Ok(Ok(tenancy.is_held()));
-        }
-        let span = release_span(&tenancy.shared);
-        Ok(crate::span::in_span(&span, || tenancy.release_at_once()))
+        Ok(match self.give_up() {
+            Ok(tenancy) => {
+                let span = release_span(&tenancy.shared);
+                crate::span::in_span(&span, || tenancy.release_at_once())
+            }
+            Err(held) => Ok(held),
+        })
     }
 }
 
