@@ -52,8 +52,8 @@ pub fn validate_key(what: &str, key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Whether `s` holds a control character (a byte at a time when it is
-/// ASCII, as most keys are).
+/// Whether `s` holds a control character: one wide pass when it is
+/// printable ASCII, as most keys are.
 fn has_control(s: &str) -> bool {
     // Printable ASCII throughout, the common case: one pass without early
     // exit, which the compiler turns into wide compares.

@@ -8,7 +8,7 @@ use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
-use lockguard_core::{LockGuard, Permit};
+use lockguard_core::{LeaseWatch, LockGuard, Permit};
 use pin_project_lite::pin_project;
 
 /// What a response holds until its body is complete.
@@ -52,30 +52,37 @@ impl Guard {
     pub(crate) fn release(self) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>> {
         match self {
             Self::None => None,
-            Self::Lock(guard) => {
-                let watch = guard.watch();
-                match guard.try_release_now() {
-                    Ok(outcome) => {
-                        report_release("lock", watch.name(), outcome);
-                        None
-                    }
-                    Err(guard) => Some(Box::pin(async move {
-                        report_release("lock", watch.name(), guard.release().await);
-                    })),
-                }
+            Self::Lock(g) => {
+                release_held("lock", g.watch(), g.try_release_now(), LockGuard::release)
             }
-            Self::Permit(permit) => {
-                let watch = permit.watch();
-                match permit.try_release_now() {
-                    Ok(outcome) => {
-                        report_release("permit", watch.name(), outcome);
-                        None
-                    }
-                    Err(permit) => Some(Box::pin(async move {
-                        report_release("permit", watch.name(), permit.release().await);
-                    })),
-                }
+            Self::Permit(p) => {
+                release_held("permit", p.watch(), p.try_release_now(), Permit::release)
             }
+        }
+    }
+}
+
+/// Reports a release answered at once (`now`), or starts the one the store
+/// needs a round trip for (`later` of the guard handed back).
+fn release_held<G, F>(
+    what: &'static str,
+    watch: LeaseWatch,
+    now: Result<lockguard_core::Result<bool>, G>,
+    later: impl FnOnce(G) -> F,
+) -> Option<Pin<Box<dyn Future<Output = ()> + Send>>>
+where
+    F: Future<Output = lockguard_core::Result<bool>> + Send + 'static,
+{
+    match now {
+        Ok(outcome) => {
+            report_release(what, watch.name(), outcome);
+            None
+        }
+        Err(guard) => {
+            let release = later(guard);
+            Some(Box::pin(async move {
+                report_release(what, watch.name(), release.await);
+            }))
         }
     }
 }

@@ -416,14 +416,14 @@ impl Store {
         }
     }
 
-    /// The data backend, or [`ErrorKind::Unsupported`] naming `what` on a
-    /// store that has none.
     /// Whether every operation answers at once, in process: see
     /// [`LockBackend::answers_at_once`].
     pub(crate) fn answers_at_once(&self) -> bool {
         self.locks.answers_at_once()
     }
 
+    /// The data backend, or [`ErrorKind::Unsupported`] naming `what` on a
+    /// store that has none.
     pub(crate) fn data(&self, what: &str) -> Result<&dyn DataBackend> {
         self.data.as_deref().ok_or_else(|| {
             Error::new(

@@ -56,12 +56,29 @@ pub(crate) struct Policy {
 }
 
 impl Policy {
-    /// `limiter`'s policy.
+    /// `limiter`'s policy. Its value is `"name";q=100;w=60`, the quota over
+    /// a window of whole seconds (the draft allows no other): a period that
+    /// is not whole seconds is stated over the next whole second, with `q`
+    /// scaled to the same rate (10 per 100 ms is `q=100;w=1`, never
+    /// `q=10;w=1`). When the limiter lets a burst through beyond `q` (GCRA
+    /// with a burst), the burst is the vendor parameter `lockguard-burst`,
+    /// so that a client seeing `r` above `q` knows why.
     pub(crate) fn new(limiter: &RateLimiter) -> Arc<Self> {
         let mut name = Vec::with_capacity(limiter.name().len() + 2);
         push_sf_string(&mut name, limiter.name());
+        let quota = limiter.quota();
+        let (q, w) = whole_second_window(quota.count(), quota.period());
+        // A decision's `limit`: the burst for GCRA, the count for windows.
+        let limit = limiter.limit();
+        let value = item(&name, |out| {
+            push_param(out, "q", q);
+            push_param(out, "w", w);
+            if limit > q {
+                push_param(out, "lockguard-burst", limit);
+            }
+        });
         Arc::new(Self {
-            value: policy_value(limiter),
+            value,
             name: name.into_boxed_slice(),
         })
     }
@@ -139,31 +156,8 @@ fn item(name: &[u8], params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
     })
 }
 
-/// `"name";q=100;w=60`, `limiter`'s quota over a window of whole seconds
-/// (the draft allows no other): a period that is not whole seconds is
-/// stated over the next whole second, with `q` scaled to the same rate (10
-/// per 100 ms is `q=100;w=1`, never `q=10;w=1`). When the limiter lets a
-/// burst through beyond `q` (GCRA with a burst), the burst is the vendor
-/// parameter `lockguard-burst`, so that a client seeing `r` above `q` knows
-/// why.
-pub(crate) fn policy_value(limiter: &RateLimiter) -> HeaderValue {
-    let quota = limiter.quota();
-    let (q, w) = whole_second_window(quota.count(), quota.period());
-    // A decision's `limit`: the burst for GCRA, the count for windows.
-    let limit = limiter.limit();
-    let mut name = Vec::with_capacity(limiter.name().len() + 2);
-    push_sf_string(&mut name, limiter.name());
-    item(&name, |out| {
-        push_param(out, "q", q);
-        push_param(out, "w", w);
-        if limit > q {
-            push_param(out, "lockguard-burst", limit);
-        }
-    })
-}
-
 impl RateHeaders {
-    /// The `RateLimit-Policy` value: see [`policy_value`].
+    /// The `RateLimit-Policy` value: see [`Policy::new`].
     pub(crate) fn policy_value(&self) -> HeaderValue {
         self.policy.value.clone()
     }

@@ -583,7 +583,7 @@ impl MemoryStore {
                 }
                 let (d, new_tat) = gcra::step(p, None, now, cost);
                 if let Some(t) = new_tat.filter(|_| !peek) {
-                    st.limits.insert(key, LimitState::Gcra(t), Some(t), now);
+                    st.limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
                 }
                 d
             }
