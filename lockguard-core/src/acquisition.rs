@@ -47,19 +47,20 @@ pub(crate) struct Acquisition {
 }
 
 impl Acquisition {
-    /// A new acquisition made with `grant`, whose lease is `lease`.
+    /// A new acquisition made with `grant`, whose lease is `lease`,
+    /// granted at `since`.
     pub(crate) fn new(
         engine: Arc<Engine>,
         (name, metric_name): (Arc<str>, Arc<str>),
         keys: Arc<LockKeys>,
         grant: Grant,
-        lease: Duration,
+        (lease, since): (Duration, Instant),
     ) -> Self {
         Self {
             engine,
             name,
             metric_name,
-            since: Instant::now(),
+            since,
             keys,
             token: grant.token,
             fence: grant.fence,

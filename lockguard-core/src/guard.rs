@@ -38,14 +38,14 @@ impl Tenancy {
         names: (Arc<str>, Arc<str>),
         keys: Arc<LockKeys>,
         grant: Grant,
-        lease: Lease,
+        (lease, granted_at): (Lease, Instant),
     ) -> Arc<Self> {
         let shared = Arc::new(Acquisition::new(
             engine,
             names,
             keys,
             grant,
-            lease.duration(),
+            (lease.duration(), granted_at),
         ));
         crate::meter::held(shared.primitive(), &shared.metric_name);
         let runtime = Handle::try_current().ok();
@@ -81,7 +81,7 @@ impl Tenancy {
         // Wakes the watches' `lost()`: the lock is given up.
         self.shared.announce_release();
         let s = &self.shared;
-        crate::meter::released(s.primitive(), &s.metric_name, s.since.elapsed());
+        crate::meter::released(s.primitive(), &s.metric_name, s.since);
         crate::watchdog::renewals().cancel(s);
         true
     }

@@ -183,16 +183,19 @@ impl Lock {
         started: Instant,
         result: Result<LockGuard>,
     ) -> Result<LockGuard> {
-        let waited = started.elapsed();
-        if let Ok(guard) = &result {
-            span.record("fence", guard.fencing_token().get());
+        // The clock is read only for a span or metrics that take it.
+        if !span.is_disabled() {
+            if let Ok(guard) = &result {
+                span.record("fence", guard.fencing_token().get());
+            }
+            let waited = started.elapsed();
+            span.record(
+                "waited_ms",
+                u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            );
         }
-        span.record(
-            "waited_ms",
-            u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-        );
         let outcome = result.as_ref().map(drop);
-        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, waited);
+        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, started);
         result
     }
 
@@ -306,7 +309,8 @@ impl Lock {
             if let Some(guard) = self.reenter(keys) {
                 return Some(Ok(guard));
             }
-            Some(match self.attempt_now(keys, lease)? {
+            // Sent as the attempt starts: its clock reading serves both.
+            Some(match self.attempt_now(keys, lease, started)? {
                 Ok(Ok(guard)) => Ok(guard),
                 Ok(Err(wait)) => Err(self.busy(wait.ttl(), Duration::ZERO)),
                 Err(e) => Err(e),
@@ -732,9 +736,9 @@ impl Lock {
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
+        sent_at: Instant,
     ) -> Option<Result<Result<LockGuard, Wait>>> {
         let token = Token::random();
-        let sent_at = Instant::now();
         let store = &self.engine.store.locks;
         let outcome = store.acquire(keys, &token, lease, None).into_ready()?;
         Some(outcome.and_then(|outcome| self.attempted(token, sent_at, lease, outcome)))
@@ -770,7 +774,8 @@ impl Lock {
     fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
         let kept = self.effective_lease()?;
         let lease = kept.duration();
-        if Instant::now() >= grant.valid_until {
+        let now = Instant::now();
+        if now >= grant.valid_until {
             drop(PendingRelease::new(&self.engine, &keys, grant.token));
             return Err(Error::new(
                 ErrorKind::Timeout,
@@ -787,7 +792,7 @@ impl Lock {
             (self.name.clone(), self.metric_label().clone()),
             keys,
             grant,
-            kept,
+            (kept, now),
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Ok(LockGuard::new(tenancy))

@@ -2,8 +2,6 @@
 //! `metrics` feature (the names and labels are in the crate docs, under
 //! "Metrics"); without it every function here is empty and compiles away.
 
-use std::time::Duration;
-
 use crate::error::Error;
 #[cfg(feature = "metrics")]
 use crate::error::ErrorKind;
@@ -17,15 +15,16 @@ pub(crate) fn primitive(resource: Resource) -> &'static str {
     }
 }
 
-/// An acquisition asked for ended: granted after `waited`, or refused.
+/// An acquisition asked for at `started` ended: granted, or refused.
 pub(crate) fn acquisition(
     primitive: &'static str,
     name: &str,
     result: Result<(), &Error>,
-    waited: Duration,
+    started: tokio::time::Instant,
 ) {
     #[cfg(feature = "metrics")]
     {
+        let waited = started.elapsed();
         let outcome = match result {
             Ok(()) => "acquired",
             Err(e) => match e.kind() {
@@ -51,7 +50,7 @@ pub(crate) fn acquisition(
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name, result, waited);
+    let _ = (primitive, name, result, started);
 }
 
 /// A lock or permit is now held.
@@ -63,10 +62,12 @@ pub(crate) fn held(primitive: &'static str, name: &str) {
     let _ = (primitive, name);
 }
 
-/// A lock or permit held for `held_for` was given back.
-pub(crate) fn released(primitive: &'static str, name: &str, held_for: Duration) {
+/// A lock or permit held since `since` was given back (the clock is read
+/// only for the metrics).
+pub(crate) fn released(primitive: &'static str, name: &str, since: tokio::time::Instant) {
     #[cfg(feature = "metrics")]
     {
+        let held_for = since.elapsed();
         let name = name.to_owned();
         ::metrics::gauge!("lockguard_held", "primitive" => primitive, "name" => name.clone())
             .decrement(1.0);
@@ -76,7 +77,7 @@ pub(crate) fn released(primitive: &'static str, name: &str, held_for: Duration) 
             .record(held_for.as_secs_f64());
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name, held_for);
+    let _ = (primitive, name, since);
 }
 
 /// A held lease was lost.

@@ -36,6 +36,13 @@ mod refused;
 #[derive(Debug, Clone)]
 #[must_use = "a rate limiter does nothing until checked"]
 pub struct RateLimiter {
+    /// Everything in one allocation: a clone (an HTTP layer's, per
+    /// request) touches one reference count, not four.
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, Clone)]
+struct Shared {
     engine: Arc<Engine>,
     name: Arc<str>,
     quota: Quota,
@@ -48,20 +55,7 @@ pub struct RateLimiter {
     refused: Option<Arc<refused::RefusedCache>>,
 }
 
-impl RateLimiter {
-    pub(crate) fn new(engine: Arc<Engine>, name: &str, quota: Quota) -> Self {
-        let mut limiter = Self {
-            engine,
-            name: name.into(),
-            quota,
-            algorithm: Algorithm::default(),
-            prepared: Ok(Arc::from("")),
-            refused: None,
-        };
-        limiter.prepared = limiter.prepare_base();
-        limiter
-    }
-
+impl Shared {
     fn prepare_base(&self) -> Result<Arc<str>, Invalid> {
         crate::key::validate_key("rate limiter name", &self.name)
             .and_then(|()| crate::key::validate_plain("rate limiter name", &self.name))?;
@@ -73,6 +67,29 @@ impl RateLimiter {
             self.name
         );
         Ok(base.into())
+    }
+}
+
+impl RateLimiter {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str, quota: Quota) -> Self {
+        let mut shared = Shared {
+            engine,
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+            prepared: Ok(Arc::from("")),
+            refused: None,
+        };
+        shared.prepared = shared.prepare_base();
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The settings, to change before the limiter is shared (a builder
+    /// step): copied first if a clone shares them.
+    fn settings_mut(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.shared)
     }
 
     /// Refuses keys the store has refused locally, without a round trip,
@@ -90,38 +107,40 @@ impl RateLimiter {
     /// a local refusal, and that a refusal it answers carries the store's
     /// figures as they were then (`remaining` 0, the waits counted down).
     pub fn cache_refusals(mut self, capacity: usize) -> Self {
-        self.refused = (capacity > 0).then(|| Arc::new(refused::RefusedCache::new(capacity)));
+        self.settings_mut().refused =
+            (capacity > 0).then(|| Arc::new(refused::RefusedCache::new(capacity)));
         self
     }
 
     /// Runs `algorithm` instead of GCRA.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
-        self.algorithm = algorithm;
-        self.prepared = self.prepare_base();
+        let shared = self.settings_mut();
+        shared.algorithm = algorithm;
+        shared.prepared = shared.prepare_base();
         self
     }
 
     /// The limiter's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.shared.name
     }
 
     /// The quota.
     pub fn quota(&self) -> Quota {
-        self.quota
+        self.shared.quota
     }
 
     /// The algorithm.
     pub fn algorithm_kind(&self) -> Algorithm {
-        self.algorithm
+        self.shared.algorithm
     }
 
     /// The most a single request may cost: the burst for GCRA, the count
     /// for windows.
     pub fn limit(&self) -> u64 {
-        match self.algorithm {
-            Algorithm::Gcra => self.quota.burst_size(),
-            _ => self.quota.count(),
+        match self.shared.algorithm {
+            Algorithm::Gcra => self.shared.quota.burst_size(),
+            _ => self.shared.quota.count(),
         }
     }
 
@@ -145,7 +164,11 @@ impl RateLimiter {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for an empty or braced name, or a quota
     /// that cannot work.
     pub fn validate(&self) -> Result<()> {
-        self.prepared.as_ref().map(drop).map_err(Invalid::error)
+        self.shared
+            .prepared
+            .as_ref()
+            .map(drop)
+            .map_err(Invalid::error)
     }
 
     /// Spends `cost` units of `key`'s budget if it has them (all or nothing).
@@ -217,7 +240,7 @@ impl RateLimiter {
                 crate::ErrorKind::RateLimited,
                 format!(
                     "rate limit {:?} for {key:?} exceeded; retry after {:?}",
-                    self.name, d.retry_after
+                    self.shared.name, d.retry_after
                 ),
             )
             .with_retry_after(d.retry_after))
@@ -255,8 +278,8 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision>> {
-        let at_once = self.engine.store.answers_at_once();
-        if !at_once && self.refused.is_none() {
+        let at_once = self.shared.engine.store.answers_at_once();
+        if !at_once && self.shared.refused.is_none() {
             return None;
         }
         let (base, op) = match self.checked(key, cost) {
@@ -305,11 +328,12 @@ impl RateLimiter {
     /// A refusal of `key` still cached, if any.
     fn cached_refusal(&self, key: &str, cost: u64) -> Option<Decision> {
         let d = self
+            .shared
             .refused
             .as_ref()?
             .lookup(key, cost, tokio::time::Instant::now())?;
-        tracing::trace!(limiter = %self.name, key, cost, "request rate limited (cached refusal)");
-        crate::meter::decision(&self.name, false);
+        tracing::trace!(limiter = %self.shared.name, key, cost, "request rate limited (cached refusal)");
+        crate::meter::decision(&self.shared.name, false);
         Some(d)
     }
 
@@ -318,21 +342,21 @@ impl RateLimiter {
         let d = answer.inspect_err(|_| {
             crate::meter::store_error("rate_limiter", "check");
         })?;
-        crate::meter::decision(&self.name, d.allowed);
-        if let Some(cache) = &self.refused {
+        crate::meter::decision(&self.shared.name, d.allowed);
+        if let Some(cache) = &self.shared.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());
         }
         if d.allowed {
-            tracing::trace!(limiter = %self.name, key, cost, remaining = d.remaining, "request allowed");
+            tracing::trace!(limiter = %self.shared.name, key, cost, remaining = d.remaining, "request allowed");
         } else {
-            tracing::debug!(limiter = %self.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
+            tracing::debug!(limiter = %self.shared.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
         }
         Ok(d)
     }
 
     /// The store's limiters, or `Unsupported` on a store without them.
     fn store(&self) -> Result<&dyn DataBackend> {
-        self.engine.store.data("a rate limiter")
+        self.shared.engine.store.data("a rate limiter")
     }
 
     fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys<'static>, LimitOp)> {
@@ -344,7 +368,7 @@ impl RateLimiter {
 
     /// Checks `key` and `cost`: the key's prefix and the store's step.
     fn checked(&self, key: &str, cost: u64) -> Result<(&str, LimitOp)> {
-        let base = self.prepared.as_ref().map_err(Invalid::error)?;
+        let base = self.shared.prepared.as_ref().map_err(Invalid::error)?;
         crate::key::validate_key("rate limit", key)?;
         if cost == 0 {
             return Err(Error::invalid("rate limit cost must be at least 1"));
@@ -353,18 +377,18 @@ impl RateLimiter {
             return Err(Error::invalid(format!(
                 "rate limit cost {cost} exceeds the limiter's {} ({:?}), so it could never pass",
                 self.limit(),
-                self.algorithm
+                self.shared.algorithm
             )));
         }
-        let op = match self.algorithm {
-            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.quota)),
+        let op = match self.shared.algorithm {
+            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.shared.quota)),
             Algorithm::FixedWindow => LimitOp::Fixed {
-                limit: self.quota.count(),
-                period_us: self.quota.period_us(),
+                limit: self.shared.quota.count(),
+                period_us: self.shared.quota.period_us(),
             },
             Algorithm::SlidingWindow => LimitOp::Sliding {
-                limit: self.quota.count(),
-                period_us: self.quota.period_us(),
+                limit: self.shared.quota.count(),
+                period_us: self.shared.quota.period_us(),
             },
         };
         Ok((base, op))

@@ -20,11 +20,14 @@ use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
-use crate::token::Token;
+use crate::token::{Token, TokenHashing};
 
 mod expiring;
 
 use expiring::Expiring;
+
+/// A semaphore's holders: each token's lease end and fencing token.
+type Holders = HashMap<Token, (Instant, u64), TokenHashing>;
 
 /// Rate-limit state of one key.
 #[derive(Debug)]
@@ -54,7 +57,7 @@ fn reservation(deadline: Instant, now: Instant) -> Instant {
 /// hands a lock or permit to are announced once the mutex is released.
 struct Step<'a> {
     locks: &'a mut Expiring<Instant, (Token, u64)>,
-    permits: &'a mut Expiring<Instant, HashMap<Token, (Instant, u64)>>,
+    permits: &'a mut Expiring<Instant, Holders>,
     queue: Queue<'a>,
 }
 
@@ -107,7 +110,7 @@ impl Queue<'_> {
     /// `me`. Returns how many are left.
     fn hand_out_permits(
         &mut self,
-        holders: &mut HashMap<Token, (Instant, u64)>,
+        holders: &mut Holders,
         permits: u32,
         me: Option<&Token>,
     ) -> usize {
@@ -173,7 +176,7 @@ impl Step<'_> {
     fn permit(&mut self, key: &str, token: &Token, lease: Duration, n: u32) -> Taken {
         let now = self.queue.now;
         let queue = &mut self.queue;
-        let fresh = || (HashMap::new(), None);
+        let fresh = || (Holders::default(), None);
         self.permits.with_entry(key, now, fresh, |holders, ends| {
             let attempt = match holders.get_mut(token) {
                 Some((e, f)) if *e > now => {
@@ -230,7 +233,7 @@ struct State {
     /// Lock holders: token and fencing token.
     locks: Expiring<Instant, (Token, u64)>,
     /// Semaphore holders: token → lease end and fencing token.
-    permits: Expiring<Instant, HashMap<Token, (Instant, u64)>>,
+    permits: Expiring<Instant, Holders>,
     /// Each lock's and semaphore's waiters, first come first served.
     queues: HashMap<String, VecDeque<Waiter>>,
     /// One sequence for every key, which fencing tokens and counter
