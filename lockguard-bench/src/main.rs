@@ -714,13 +714,16 @@ async fn memory(b: &mut Bench) {
 }
 
 /// Rounds of the in-memory HTTP comparison: every variant once per round,
-/// in turn, so a drift of the machine's speed hits them alike.
-const HTTP_ROUNDS: usize = 9;
+/// in turn, so a drift of the machine's speed hits them alike. Many short
+/// rounds rather than a few long ones: a round's ratio is only as good as
+/// the machine's speed was steady over it, and the median of many such
+/// ratios moves less between runs.
+const HTTP_ROUNDS: usize = 25;
 
 async fn http_layers(b: &mut Bench) {
     b.line("\n## HTTP: an axum hello-world with each layer (in-memory store), 32 keep-alive connections\n");
     let rounds = if b.quick { 1 } else { HTTP_ROUNDS };
-    let each = b.run_for / 2;
+    let each = b.run_for * 2 / 5;
     b.line(&format!(
         "{rounds} rounds; in each, every row runs for {each:?} (after a {:?} warm-up), one after the other, so a drift of the machine's speed hits every row alike. Two figures per row, each the median over the rounds of the row's value divided by the hello-world's in the same round (the range is the lowest and highest of those ratios):\n\n- *throughput*: requests per second of wall time;\n- *CPU*: the hello-world's CPU time per request divided by the row's, counting every thread of the process (server and client) as the kernel's scheduler accounts it. The client's share is the same in every row, so this is the throughput ratio a machine with nothing else running would show; it does not move when another tenant takes the cores.\n",
         each / 5
