@@ -41,6 +41,7 @@ pub struct RateLimiter {
     shared: Arc<Shared>,
 }
 
+/// What a limiter and its clones share.
 #[derive(Debug, Clone)]
 struct Shared {
     engine: Arc<Engine>,
