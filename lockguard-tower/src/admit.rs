@@ -395,6 +395,9 @@ fn content_length<B>(response: &Response<B>) -> Option<u64> {
 
 /// The response with its body holding `guard`.
 fn wrap<B: Body>(response: Response<B>, guard: Guard) -> Response<ResponseBody<B>> {
+    if guard.is_none() {
+        return response.map(ResponseBody::plain);
+    }
     let length = content_length(&response);
     response.map(|body| ResponseBody::inner(body, guard, length))
 }

@@ -130,16 +130,40 @@ impl Release {
 }
 
 pin_project! {
-    /// What a [`ResponseBody`] sends. The inner body of a response that
-    /// holds a lock or permit is boxed: the layers may read its first
-    /// frame before the response is handed over (see
-    /// [`ResponseBody::poll_settle`]), which needs it pinned where it
-    /// stays. One that holds nothing is kept in place.
+    /// What a [`ResponseBody`] sends. A response that holds a lock or
+    /// permit keeps its inner body and the state of the release in one box:
+    /// the layers may read its first frame before the response is handed
+    /// over (see [`ResponseBody::poll_settle`]), which needs it pinned where
+    /// it stays. One that holds nothing is the inner body in place, so the
+    /// response of a rate-limited route is no larger than its own.
     #[project = KindProj]
-    enum Kind<B> {
+    enum Kind<B>
+    where
+        B: Body,
+    {
         Plain { #[pin] body: B },
-        Inner { body: Pin<Box<B>> },
+        Held { held: Pin<Box<Held<B>>> },
         Full { data: Option<Bytes> },
+    }
+}
+
+pin_project! {
+    /// An inner body that holds a lock or permit until it ends.
+    struct Held<B>
+    where
+        B: Body,
+    {
+        #[pin]
+        body: B,
+        release: Release,
+        pending: Option<Frame<B::Data>>,
+        // An error of the inner body read by `poll_settle`, reported by the
+        // next `poll_frame`.
+        failed: Option<B::Error>,
+        ended: bool,
+        // Whether `poll_settle` has looked at the first frame.
+        settled: bool,
+        remaining: Option<u64>,
     }
 }
 
@@ -162,37 +186,35 @@ pin_project! {
     {
         #[pin]
         kind: Kind<B>,
-        release: Release,
-        pending: Option<Frame<B::Data>>,
-        // An error of the inner body read by `poll_settle`, reported by the
-        // next `poll_frame`.
-        failed: Option<B::Error>,
-        ended: bool,
-        // Whether `poll_settle` has looked at the first frame.
-        settled: bool,
-        remaining: Option<u64>,
     }
 }
 
 impl<B: Body> ResponseBody<B> {
+    /// The inner body, passed through as it is.
+    pub(crate) fn plain(body: B) -> Self {
+        Self {
+            kind: Kind::Plain { body },
+        }
+    }
+
     /// The inner body, holding `guard` until it ends; `content_length` is
     /// the response's `Content-Length`, if it has one.
     pub(crate) fn inner(body: B, guard: Guard, content_length: Option<u64>) -> Self {
-        let kind = if guard.is_none() {
-            Kind::Plain { body }
-        } else {
-            Kind::Inner {
-                body: Box::pin(body),
-            }
-        };
+        if guard.is_none() {
+            return Self::plain(body);
+        }
         Self {
-            kind,
-            release: Release::Held(guard),
-            pending: None,
-            failed: None,
-            ended: false,
-            settled: false,
-            remaining: content_length,
+            kind: Kind::Held {
+                held: Box::pin(Held {
+                    body,
+                    release: Release::Held(guard),
+                    pending: None,
+                    failed: None,
+                    ended: false,
+                    settled: false,
+                    remaining: content_length,
+                }),
+            },
         }
     }
 
@@ -205,45 +227,10 @@ impl<B: Body> ResponseBody<B> {
     /// only while that release runs; a body not ready at once, or longer
     /// than one frame, is left to [`Body::poll_frame`].
     pub(crate) fn poll_settle(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            if let Release::Releasing(fut) = &mut self.release {
-                ready!(fut.as_mut().poll(cx));
-                self.release = Release::Done;
-                return Poll::Ready(());
-            }
-            if self.settled || !self.release.holds() {
-                return Poll::Ready(());
-            }
-            self.settled = true;
-            let Kind::Inner { body } = &mut self.kind else {
-                return Poll::Ready(());
-            };
-            match body.as_mut().poll_frame(cx) {
-                // Not ready: the head goes out first, as it would anyway.
-                Poll::Pending => return Poll::Ready(()),
-                Poll::Ready(None) => {
-                    self.ended = true;
-                    self.release.start();
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.failed = Some(e);
-                    return Poll::Ready(());
-                }
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let (Some(left), Some(data)) = (self.remaining.as_mut(), frame.data_ref()) {
-                        *left = left.saturating_sub(data.remaining() as u64);
-                    }
-                    let last = body.is_end_stream()
-                        || body.size_hint().exact() == Some(0)
-                        || self.remaining == Some(0);
-                    self.pending = Some(frame);
-                    if !last {
-                        return Poll::Ready(());
-                    }
-                    self.release.start();
-                }
-            }
-        }
+        let Kind::Held { held } = &mut self.kind else {
+            return Poll::Ready(());
+        };
+        held.as_mut().poll_settle(cx)
     }
 
     pub(crate) fn full(data: Bytes) -> Self {
@@ -251,54 +238,59 @@ impl<B: Body> ResponseBody<B> {
             kind: Kind::Full {
                 data: (!data.is_empty()).then_some(data),
             },
-            release: Release::Done,
-            pending: None,
-            failed: None,
-            ended: false,
-            settled: true,
-            remaining: None,
         }
     }
 }
 
-impl<B> fmt::Debug for ResponseBody<B>
-where
-    B: Body + fmt::Debug,
-{
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut d = f.debug_struct("ResponseBody");
-        match &self.kind {
-            Kind::Plain { body } => d.field("inner", body),
-            Kind::Inner { body } => d.field("inner", body),
-            Kind::Full { data } => d.field("full", data),
-        };
-        match &self.release {
-            Release::Held(g) => d.field("holds", g),
-            Release::Releasing(_) => d.field("holds", &"releasing"),
-            Release::Done => d.field("holds", &Guard::None),
-        };
-        d.finish()
+impl<B: Body> Held<B> {
+    /// See [`ResponseBody::poll_settle`].
+    fn poll_settle(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut this = self.project();
+        loop {
+            if let Release::Releasing(fut) = this.release {
+                ready!(fut.as_mut().poll(cx));
+                *this.release = Release::Done;
+                return Poll::Ready(());
+            }
+            if *this.settled || !this.release.holds() {
+                return Poll::Ready(());
+            }
+            *this.settled = true;
+            match this.body.as_mut().poll_frame(cx) {
+                // Not ready: the head goes out first, as it would anyway.
+                Poll::Pending => return Poll::Ready(()),
+                Poll::Ready(None) => {
+                    *this.ended = true;
+                    this.release.start();
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    *this.failed = Some(e);
+                    return Poll::Ready(());
+                }
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let (Some(left), Some(data)) = (this.remaining.as_mut(), frame.data_ref()) {
+                        *left = left.saturating_sub(data.remaining() as u64);
+                    }
+                    let last = this.body.is_end_stream()
+                        || this.body.size_hint().exact() == Some(0)
+                        || *this.remaining == Some(0);
+                    *this.pending = Some(frame);
+                    if !last {
+                        return Poll::Ready(());
+                    }
+                    this.release.start();
+                }
+            }
+        }
     }
-}
 
-impl<B> Body for ResponseBody<B>
-where
-    B: Body,
-    B::Data: From<Bytes>,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
+    /// The next frame, the lock or permit released before the client can
+    /// see the end.
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
         let mut this = self.project();
-        if let KindProj::Plain { body } = this.kind.as_mut().project() {
-            // Holds nothing, and nothing was read ahead: the inner body's
-            // frames as they come.
-            return body.poll_frame(cx);
-        }
         loop {
             if let Release::Releasing(fut) = this.release {
                 ready!(fut.as_mut().poll(cx));
@@ -319,19 +311,8 @@ where
                 }
                 return Poll::Ready(None);
             }
-            let (frame, at_end) = match this.kind.as_mut().project() {
-                KindProj::Plain { mut body } => {
-                    let frame = ready!(body.as_mut().poll_frame(cx));
-                    let hint = body.size_hint();
-                    (frame, body.is_end_stream() || hint.exact() == Some(0))
-                }
-                KindProj::Inner { body } => {
-                    let frame = ready!(body.as_mut().poll_frame(cx));
-                    let hint = body.size_hint();
-                    (frame, body.is_end_stream() || hint.exact() == Some(0))
-                }
-                KindProj::Full { data } => (data.take().map(|d| Ok(Frame::data(d.into()))), true),
-            };
+            let frame = ready!(this.body.as_mut().poll_frame(cx));
+            let at_end = this.body.is_end_stream() || this.body.size_hint().exact() == Some(0);
             match frame {
                 None => *this.ended = true,
                 Some(Err(e)) => {
@@ -365,22 +346,11 @@ where
         {
             return false;
         }
-        self.ended
-            || match &self.kind {
-                Kind::Plain { body } => body.is_end_stream(),
-                Kind::Inner { body } => body.is_end_stream(),
-                Kind::Full { data } => data.is_none(),
-            }
+        self.ended || self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = match &self.kind {
-            Kind::Plain { body } => body.size_hint(),
-            Kind::Inner { body } => body.size_hint(),
-            Kind::Full { data } => {
-                return SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64));
-            }
-        };
+        let mut hint = self.body.size_hint();
         if let Some(frame) = self.pending.as_ref().and_then(Frame::data_ref) {
             let n = frame.remaining() as u64;
             if let Some(upper) = hint.upper() {
@@ -389,6 +359,67 @@ where
             hint.set_lower(hint.lower().saturating_add(n));
         }
         hint
+    }
+}
+
+impl<B> fmt::Debug for ResponseBody<B>
+where
+    B: Body + fmt::Debug,
+{
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ResponseBody");
+        match &self.kind {
+            Kind::Plain { body } => d.field("inner", body).field("holds", &Guard::None),
+            Kind::Held { held } => {
+                d.field("inner", &held.body);
+                match &held.release {
+                    Release::Held(g) => d.field("holds", g),
+                    Release::Releasing(_) => d.field("holds", &"releasing"),
+                    Release::Done => d.field("holds", &Guard::None),
+                }
+            }
+            Kind::Full { data } => d.field("full", data),
+        };
+        d.finish()
+    }
+}
+
+impl<B> Body for ResponseBody<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project().kind.project() {
+            // Holds nothing: the inner body's frames as they come.
+            KindProj::Plain { body } => body.poll_frame(cx),
+            KindProj::Held { held } => held.as_mut().poll_frame(cx),
+            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into())))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Plain { body } => body.is_end_stream(),
+            Kind::Held { held } => held.is_end_stream(),
+            Kind::Full { data } => data.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Plain { body } => body.size_hint(),
+            Kind::Held { held } => held.size_hint(),
+            Kind::Full { data } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+        }
     }
 }
 

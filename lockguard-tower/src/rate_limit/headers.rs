@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use lockguard_core::{Decision, RateLimiter};
 
@@ -70,13 +71,11 @@ impl Policy {
         let (q, w) = whole_second_window(quota.count(), quota.period());
         // A decision's `limit`: the burst for GCRA, the count for windows.
         let limit = limiter.limit();
-        let value = item(&name, |out| {
-            push_param(out, "q", q);
-            push_param(out, "w", w);
-            if limit > q {
-                push_param(out, "lockguard-burst", limit);
-            }
-        });
+        let value = if limit > q {
+            item(&name, &[("q", q), ("w", w), ("lockguard-burst", limit)])
+        } else {
+            item(&name, &[("q", q), ("w", w)])
+        };
         Arc::new(Self {
             value,
             name: name.into_boxed_slice(),
@@ -126,34 +125,29 @@ fn push_sf_string(out: &mut Vec<u8>, name: &str) {
     out.push(b'"');
 }
 
-/// Appends `;key=n`, an integer parameter.
-fn push_param(out: &mut Vec<u8>, key: &str, n: u64) {
-    out.push(b';');
-    out.extend_from_slice(key.as_bytes());
-    out.push(b'=');
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
 /// A list item: the policy's name as a structured-field string (`name`,
-/// quoted already) with the parameters `params` writes. Written in a
-/// buffer the thread keeps, so the value's own bytes are the one
-/// allocation.
-fn item(name: &[u8], params: impl FnOnce(&mut Vec<u8>)) -> HeaderValue {
-    thread_local! {
-        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+/// quoted already) with integer parameters, `"name";r=42;t=30`. Written
+/// straight into the value's own bytes, sized to fit, so that they are the
+/// one allocation and nothing is copied.
+fn item(name: &[u8], params: &[(&str, u64)]) -> HeaderValue {
+    let digits = |n: u64| n.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let len = name.len()
+        + params
+            .iter()
+            .map(|(key, n)| key.len() + 2 + digits(*n))
+            .sum::<usize>();
+    let mut out = Vec::with_capacity(len);
+    out.extend_from_slice(name);
+    for (key, n) in params {
+        out.push(b';');
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'=');
+        out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes());
     }
-    BUFFER.with_borrow_mut(|out| {
-        out.clear();
-        out.extend_from_slice(name);
-        params(out);
-        let value =
-            HeaderValue::from_bytes(out).expect("a structured-field item is a valid header value");
-        // A policy name of unusual length leaves no large buffer behind.
-        if out.capacity() > 1024 {
-            *out = Vec::new();
-        }
-        value
-    })
+    debug_assert_eq!(out.len(), len);
+    // A vector as long as its capacity becomes `Bytes` without copying.
+    HeaderValue::from_maybe_shared(Bytes::from(out))
+        .expect("a structured-field item is a valid header value")
 }
 
 impl RateHeaders {
@@ -173,10 +167,7 @@ impl RateHeaders {
         } else {
             (0, self.retry_after_secs())
         };
-        item(&self.policy.name, |out| {
-            push_param(out, "r", remaining);
-            push_param(out, "t", t);
-        })
+        item(&self.policy.name, &[("r", remaining), ("t", t)])
     }
 
     /// The refusal's `Retry-After` in seconds: rounded up, never 0.
