@@ -14,44 +14,15 @@
 //! cargo run --release -p lockguard-bench --example layer_cost -- none rate governor lock concurrency
 //! ```
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Body;
-use axum::routing::get;
 use http_body_util::BodyExt;
-use lockguard_core::{Client, Quota};
-use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 use tower::{Service, ServiceExt};
 
-/// The hello-world of the HTTP benchmark, with the layer `variant` names.
-fn app(variant: &str) -> Option<Router> {
-    let lg = Client::memory();
-    let hello = Router::new().route("/", get(|| async { "hello" }));
-    let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
-    Some(match variant {
-        "none" => hello,
-        "rate" => hello.layer(RateLimitLayer::new(
-            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
-            key::Global,
-        )),
-        "lock" => hello.layer(LockLayer::new(lg, "bench", conn_key)),
-        "lock-fixed-lease" => {
-            hello.layer(LockLayer::new(lg, "bench", conn_key).lease(Duration::from_secs(30)))
-        }
-        "concurrency" => hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000, key::Global)),
-        "governor" => {
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .per_nanosecond(1000)
-                .burst_size(1_000_000)
-                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
-                .use_headers()
-                .finish()?;
-            hello.layer(tower_governor::GovernorLayer::new(config))
-        }
-        _ => return None,
-    })
-}
+mod apps;
+use apps::app;
 
 fn main() {
     let variants: Vec<String> = std::env::args().skip(1).collect();
@@ -73,9 +44,7 @@ fn main() {
         for round in 0..rounds {
             for v in &variants {
                 let Some(app) = app(v) else {
-                    eprintln!(
-                        "unknown variant {v:?}: none, rate, governor, lock, lock-fixed-lease, concurrency"
-                    );
+                    eprintln!("unknown variant {v:?}: {}", apps::VARIANTS);
                     std::process::exit(2);
                 };
                 let started = Instant::now();

@@ -1,0 +1,45 @@
+//! The hello-world of the HTTP benchmarks with each layer, shared by the
+//! examples that drive it.
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use lockguard_core::{Client, Quota};
+use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
+
+/// The variants' names, for a usage line.
+pub(crate) const VARIANTS: &str = "none, rate, governor, lock, lock-fixed-lease, concurrency";
+
+/// The hello-world with the layer `variant` names (on the in-memory
+/// store), or `None` for a name not in [`VARIANTS`]. Locks are keyed by
+/// the `x-conn` header.
+pub(crate) fn app(variant: &str) -> Option<Router> {
+    let lg = Client::memory();
+    let hello = Router::new().route("/", get(|| async { "hello" }));
+    let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
+    Some(match variant {
+        "none" => hello,
+        "rate" => hello.layer(RateLimitLayer::new(
+            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+            key::Global,
+        )),
+        "lock" => hello.layer(LockLayer::new(lg, "bench", conn_key)),
+        "lock-fixed-lease" => {
+            hello.layer(LockLayer::new(lg, "bench", conn_key).lease(Duration::from_secs(30)))
+        }
+        "concurrency" => hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000, key::Global)),
+        "governor" => {
+            // The same quota: one request per µs, a burst of a million;
+            // with its rate-limit headers on, as ours are.
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+                .use_headers()
+                .finish()?;
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
+        _ => return None,
+    })
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Throughput of the HTTP hello-world with each layer when the server is the
+# bottleneck: the server (examples/http_server.rs, one runtime worker) is
+# pinned to CPU 0 and wrk (one thread, 32 keep-alive connections) to CPU 1,
+# so each request costs the server its full price and nothing of the load
+# generator's. Rounds interleave the variants, so a drift of the machine's
+# speed hits them alike; each ratio is the median over the rounds of one
+# variant's requests/s divided by another's in the same round.
+#
+#   bash lockguard-bench/http-wrk.sh [ROUNDS] [SECONDS]     # default 15 3
+#
+# Every request carries its own `x-conn` value, so the lock layer takes a
+# free lock each time, as in the in-process figures. A run whose server is
+# not busy close to all the time (the load generator could not keep up) or
+# that got any answer but 200 fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-15}
+secs=${2:-3}
+[ "$(nproc)" -ge 2 ] || { echo "http-wrk.sh needs 2 cores: one for the server, one for wrk" >&2; exit 1; }
+if ! command -v wrk >/dev/null; then
+  apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null
+fi
+cargo build --release -q -p lockguard-bench --example http_server
+bin=target/release/examples/http_server
+out=$(mktemp -d)
+server=
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
+cat > "$out/conn.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format("GET", "/", { ["x-conn"] = tostring(n) })
+end
+LUA
+variants=(none rate governor lock concurrency)
+tick=$(getconf CLK_TCK)
+# utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+for ((r = 1; r <= rounds; r++)); do
+  for v in "${variants[@]}"; do
+    taskset -c 0 "$bin" "$v" 127.0.0.1:0 > "$out/server" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do grep -q "listening on" "$out/server" && break; sleep 0.05; done
+    addr=$(sed -n 's/^listening on //p' "$out/server")
+    [ -n "$addr" ] || { cat "$out/server" >&2; exit 1; }
+    taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
+    before=$(cpu_ticks "$server")
+    taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
+    after=$(cpu_ticks "$server")
+    kill "$server"; wait "$server" 2>/dev/null || true; server=
+    if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
+      echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
+    fi
+    rps=$(sed -n 's/^Requests\/sec: *//p' "$out/wrk")
+    busy=$(awk -v a="$after" -v b="$before" -v t="$tick" -v s="$secs" 'BEGIN { printf "%.2f", (a - b) / t / s }')
+    echo "$r $v $rps $busy" >> "$out/runs"
+  done
+  echo "round $r/$rounds: $(awk -v r="$r" '$1 == r { printf "%s %.0f/s (busy %s)  ", $2, $3, $4 }' "$out/runs")" >&2
+done
+awk -v rounds="$rounds" '
+  function median(xs, n,   i, j, t) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
+    return n % 2 ? xs[(n + 1) / 2] : (xs[n / 2] + xs[n / 2 + 1]) / 2
+  }
+  { rps[$1, $2] = $3; busy[$1, $2] = $4; names[$2] = 1 }
+  END {
+    split("none rate governor lock concurrency", order, " ")
+    printf "| variant | requests/s (median) | server core busy (lowest) | ratio to hello-world | range |\n|---|---:|---:|---:|---:|\n"
+    for (k = 1; k <= 5; k++) {
+      v = order[k]; lo = 1e9; hi = 0; low = 1e9
+      for (r = 1; r <= rounds; r++) {
+        a[r] = rps[r, v]; q = rps[r, v] / rps[r, "none"]; b[r] = q
+        if (q < lo) lo = q; if (q > hi) hi = q; if (busy[r, v] < low) low = busy[r, v]
+      }
+      printf "| %s | %.0f | %.2f | %.3fx | %.2f–%.2fx |\n", v, median(a, rounds), low, median(b, rounds), lo, hi
+      if (low < 0.9) starved = starved " " v
+    }
+    lo = 1e9; hi = 0
+    for (r = 1; r <= rounds; r++) { q = rps[r, "rate"] / rps[r, "governor"]; c[r] = q; if (q < lo) lo = q; if (q > hi) hi = q }
+    printf "\nRateLimitLayer / tower_governor: %.3fx (range %.2f–%.2fx)\n", median(c, rounds), lo, hi
+    if (starved != "") { printf "the server was not the bottleneck in some rounds of:%s\n", starved > "/dev/stderr"; exit 1 }
+  }' "$out/runs"
