@@ -48,16 +48,26 @@ struct Shared {
     name: Arc<str>,
     quota: Quota,
     algorithm: Algorithm,
-    /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
-    /// key as the hash tag; or why the name or quota cannot work. Built once, not per check.
-    prepared: Result<Arc<str>, Invalid>,
+    /// What every check needs of the settings, built once, not per check;
+    /// or why the name or quota cannot work.
+    prepared: Result<Prepared, Invalid>,
     /// Keys the store refused, refused locally until their `retry_after`
     /// ends (opt-in; shared by clones).
     refused: Option<Arc<refused::RefusedCache>>,
 }
 
+/// What every check of a limiter needs of its settings.
+#[derive(Debug, Clone)]
+struct Prepared {
+    /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
+    /// key as the hash tag.
+    base: Arc<str>,
+    /// The store's step, with the quota's constants.
+    op: LimitOp,
+}
+
 impl Shared {
-    fn prepare_base(&self) -> Result<Arc<str>, Invalid> {
+    fn prepare(&self) -> Result<Prepared, Invalid> {
         crate::key::validate_key("rate limiter name", &self.name)
             .and_then(|()| crate::key::validate_plain("rate limiter name", &self.name))?;
         self.quota.validate()?;
@@ -67,7 +77,22 @@ impl Shared {
             self.algorithm.key_kind(),
             self.name
         );
-        Ok(base.into())
+        let quota = &self.quota;
+        let op = match self.algorithm {
+            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(quota)),
+            Algorithm::FixedWindow => LimitOp::Fixed {
+                limit: quota.count(),
+                period_us: quota.period_us(),
+            },
+            Algorithm::SlidingWindow => LimitOp::Sliding {
+                limit: quota.count(),
+                period_us: quota.period_us(),
+            },
+        };
+        Ok(Prepared {
+            base: base.into(),
+            op,
+        })
     }
 }
 
@@ -78,10 +103,10 @@ impl RateLimiter {
             name: name.into(),
             quota,
             algorithm: Algorithm::default(),
-            prepared: Ok(Arc::from("")),
+            prepared: Err(Error::invalid("not yet checked").into()),
             refused: None,
         };
-        shared.prepared = shared.prepare_base();
+        shared.prepared = shared.prepare();
         Self {
             shared: Arc::new(shared),
         }
@@ -117,7 +142,7 @@ impl RateLimiter {
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         let shared = self.settings_mut();
         shared.algorithm = algorithm;
-        shared.prepared = shared.prepare_base();
+        shared.prepared = shared.prepare();
         self
     }
 
@@ -369,7 +394,7 @@ impl RateLimiter {
 
     /// Checks `key` and `cost`: the key's prefix and the store's step.
     fn checked(&self, key: &str, cost: u64) -> Result<(&str, LimitOp)> {
-        let base = self.shared.prepared.as_ref().map_err(Invalid::error)?;
+        let prepared = self.shared.prepared.as_ref().map_err(Invalid::error)?;
         crate::key::validate_key("rate limit", key)?;
         if cost == 0 {
             return Err(Error::invalid("rate limit cost must be at least 1"));
@@ -381,18 +406,7 @@ impl RateLimiter {
                 self.shared.algorithm
             )));
         }
-        let op = match self.shared.algorithm {
-            Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(&self.shared.quota)),
-            Algorithm::FixedWindow => LimitOp::Fixed {
-                limit: self.shared.quota.count(),
-                period_us: self.shared.quota.period_us(),
-            },
-            Algorithm::SlidingWindow => LimitOp::Sliding {
-                limit: self.shared.quota.count(),
-                period_us: self.shared.quota.period_us(),
-            },
-        };
-        Ok((base, op))
+        Ok((&prepared.base, prepared.op))
     }
 }
 
