@@ -3,8 +3,8 @@
 # bottleneck: the server (examples/http_server.rs, one runtime worker) is
 # pinned to CPU 0 and wrk (one thread, 32 keep-alive connections) to CPU 1,
 # so each request costs the server its full price and nothing of the load
-# generator's. Rounds interleave the variants, so a drift of the machine's
-# speed hits them alike; each ratio is the median over the rounds of one
+# generator's. Rounds interleave the variants, each round starting at the
+# next one, so a drift of the machine's speed hits them alike; each ratio is the median over the rounds of one
 # variant's requests/s divided by another's in the same round.
 #
 #   bash lockguard-bench/http-wrk.sh [ROUNDS] [SECONDS]     # default 15 3
@@ -38,7 +38,10 @@ tick=$(getconf CLK_TCK)
 # utime + stime of a process, in clock ticks.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 for ((r = 1; r <= rounds; r++)); do
-  for v in "${variants[@]}"; do
+  # Each round starts at another variant, so that none always runs first
+  # (right after the previous round's last server was stopped).
+  order=("${variants[@]:r % 5}" "${variants[@]:0:r % 5}")
+  for v in "${order[@]}"; do
     taskset -c 0 "$bin" "$v" 127.0.0.1:0 > "$out/server" 2>&1 &
     server=$!
     for _ in $(seq 100); do grep -q "listening on" "$out/server" && break; sleep 0.05; done
