@@ -43,26 +43,34 @@ impl Admission {
 /// An admission check in flight.
 pub(crate) type Admitting = Pin<Box<dyn Future<Output = Admission> + Send>>;
 
-/// `check` as an admission in flight, run in `span` when anything listens
-/// to it (a disabled span costs a check on every poll).
-pub(crate) fn in_span(
-    check: impl Future<Output = Admission> + Send + 'static,
-    span: tracing::Span,
-) -> Admitting {
-    if span.is_disabled() {
-        Box::pin(check)
+/// The span of a request's admission: made only when debug logging is
+/// on, since even a disabled span costs a handle to make and drop on
+/// every request.
+pub(crate) fn admission_span(make: impl FnOnce() -> tracing::Span) -> Option<tracing::Span> {
+    if tracing::level_enabled!(tracing::Level::DEBUG) {
+        Some(make()).filter(|span| !span.is_disabled())
     } else {
-        Box::pin(tracing::Instrument::instrument(check, span))
+        None
     }
 }
 
-/// Runs `f` in `span`, entering it only when something listens (a
-/// disabled span still costs checks on every entry).
-pub(crate) fn within<R>(span: &tracing::Span, f: impl FnOnce() -> R) -> R {
-    if span.is_disabled() {
-        f()
-    } else {
-        span.in_scope(f)
+/// `check` as an admission in flight, run in `span` if there is one (a
+/// disabled span would cost a check on every poll).
+pub(crate) fn in_span(
+    check: impl Future<Output = Admission> + Send + 'static,
+    span: Option<tracing::Span>,
+) -> Admitting {
+    match span {
+        None => Box::pin(check),
+        Some(span) => Box::pin(tracing::Instrument::instrument(check, span)),
+    }
+}
+
+/// Runs `f` in `span` if there is one.
+pub(crate) fn within<R>(span: Option<&tracing::Span>, f: impl FnOnce() -> R) -> R {
+    match span {
+        None => f(),
+        Some(span) => span.in_scope(f),
     }
 }
 
@@ -327,7 +335,11 @@ where
                         h.apply(response.headers_mut());
                     }
                     let guard = std::mem::replace(guard, Guard::None);
-                    if !guard.is_none() && !has_body(*this.head, &response) {
+                    if guard.is_none() {
+                        return Poll::Ready(Ok(response.map(ResponseBody::plain)));
+                    }
+                    let length = content_length(&response);
+                    if !has_body(*this.head, &response, length) {
                         // The client sees the end with the head: release
                         // first.
                         match guard.release() {
@@ -338,14 +350,12 @@ where
                                 });
                                 continue;
                             }
-                            None => return Poll::Ready(Ok(wrap(response, Guard::None))),
+                            None => return Poll::Ready(Ok(response.map(ResponseBody::plain))),
                         }
                     }
-                    if guard.is_none() {
-                        return Poll::Ready(Ok(wrap(response, guard)));
-                    }
+                    let response = response.map(|body| ResponseBody::inner(body, guard, length));
                     this.state.set(State::Settling {
-                        response: Some(wrap(response, guard)),
+                        response: Some(response),
                     });
                 }
                 StateProj::Settling { response } => {
@@ -360,7 +370,7 @@ where
                 StateProj::Finishing { release, response } => {
                     ready!(release.as_mut().poll(cx));
                     let response = response.take().expect("response polled after completion");
-                    return Poll::Ready(Ok(wrap(response, Guard::None)));
+                    return Poll::Ready(Ok(response.map(ResponseBody::plain)));
                 }
                 StateProj::Responding { response } => {
                     let response = response.take().expect("response polled after completion");
@@ -371,15 +381,16 @@ where
     }
 }
 
-/// Whether `response` sends a body the client reads to its end.
-fn has_body<B: Body>(head: bool, response: &Response<B>) -> bool {
+/// Whether `response`, whose `Content-Length` is `length`, sends a body
+/// the client reads to its end.
+fn has_body<B: Body>(head: bool, response: &Response<B>, length: Option<u64>) -> bool {
     let status = response.status();
     !(head
         || status.is_informational()
         || status == StatusCode::NO_CONTENT
         || status == StatusCode::NOT_MODIFIED
         || response.body().is_end_stream()
-        || content_length(response) == Some(0))
+        || length == Some(0))
 }
 
 fn content_length<B>(response: &Response<B>) -> Option<u64> {
@@ -391,15 +402,6 @@ fn content_length<B>(response: &Response<B>) -> Option<u64> {
         .trim()
         .parse()
         .ok()
-}
-
-/// The response with its body holding `guard`.
-fn wrap<B: Body>(response: Response<B>, guard: Guard) -> Response<ResponseBody<B>> {
-    if guard.is_none() {
-        return response.map(ResponseBody::plain);
-    }
-    let length = content_length(&response);
-    response.map(|body| ResponseBody::inner(body, guard, length))
 }
 
 /// Takes the ready service out of `slot`, leaving a fresh clone behind, so

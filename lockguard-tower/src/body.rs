@@ -242,6 +242,9 @@ impl<B: Body> ResponseBody<B> {
     }
 }
 
+/// A frame of `B`, or its error.
+type FrameResult<B> = Result<Frame<<B as Body>::Data>, <B as Body>::Error>;
+
 impl<B: Body> Held<B> {
     /// See [`ResponseBody::poll_settle`].
     fn poll_settle(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -289,7 +292,7 @@ impl<B: Body> Held<B> {
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<FrameResult<B>>> {
         let mut this = self.project();
         loop {
             if let Release::Releasing(fut) = this.release {

@@ -9,7 +9,7 @@ use lockguard_core::{Client, Error, Lock, Semaphore};
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::admit::{Admission, Admit, HasBody, in_span, within};
+use crate::admit::{Admission, Admit, HasBody, admission_span, in_span, within};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
@@ -151,13 +151,12 @@ where
         let (outcome, refusals) = (settings.on_missing_key, &settings.refusals);
         return Admit::unkeyed(what, name, outcome, refusals, service, request);
     };
-    let span = match kind {
-        _ if !tracing::level_enabled!(tracing::Level::DEBUG) => tracing::Span::none(),
+    let span = admission_span(|| match kind {
         Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),
         Kind::Permits(permits) => {
             tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
         }
-    };
+    });
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
     let held = settings.held(kind, &key);
@@ -165,10 +164,10 @@ where
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.
     let waits = settings.wait.is_some_and(|w| !w.is_zero());
-    if let Some(taken) = within(&span, || held.try_now())
+    if let Some(taken) = within(span.as_ref(), || held.try_now())
         && !(waits && taken.as_ref().is_err_and(Error::is_busy))
     {
-        let admission = within(&span, || settled(settings, kind, taken, 0));
+        let admission = within(span.as_ref(), || settled(settings, kind, taken, 0));
         return Admit::admitted(admission, service, request);
     }
     let acquire = acquire(settings.clone(), kind, held);

@@ -11,7 +11,7 @@ use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, Policy, RateHeaders};
 use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, in_span, take_ready, within};
+use crate::admit::{Admission, Admit, admission_span, in_span, take_ready, within};
 use crate::body::{Guard, ResponseBody};
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
@@ -109,11 +109,9 @@ where
                 req,
             ));
         };
-        let span = if tracing::level_enabled!(tracing::Level::DEBUG) {
-            tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost)
-        } else {
-            tracing::Span::none()
-        };
+        let span = admission_span(
+            || tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost),
+        );
         let ask = Ask {
             limiter,
             failure: failure.unwrap_or(self.options.failure),
@@ -123,7 +121,9 @@ where
         // Decided at once where the store needs no round trip (the
         // in-memory store, a cached refusal): nothing to box or wait for.
         if let Some(decided) = ask.limiter.check_now(&key, cost) {
-            let admission = within(&span, || ask.admission(decided, &self.options.refusals));
+            let admission = within(span.as_ref(), || {
+                ask.admission(decided, &self.options.refusals)
+            });
             return ResponseFuture::new(Admit::admitted(admission, inner, req));
         }
         let refusals = self.options.refusals.clone();
