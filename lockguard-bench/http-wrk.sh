@@ -40,7 +40,8 @@ cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 for ((r = 1; r <= rounds; r++)); do
   # Each round starts at another variant, so that none always runs first
   # (right after the previous round's last server was stopped).
-  order=("${variants[@]:r % 5}" "${variants[@]:0:r % 5}")
+  k=$((r % ${#variants[@]}))
+  order=("${variants[@]:k}" "${variants[@]:0:k}")
   for v in "${order[@]}"; do
     taskset -c 0 "$bin" "$v" 127.0.0.1:0 > "$out/server" 2>&1 &
     server=$!
@@ -56,21 +57,22 @@ for ((r = 1; r <= rounds; r++)); do
       echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
     fi
     rps=$(sed -n 's/^Requests\/sec: *//p' "$out/wrk")
+    [ -n "$rps" ] || { echo "$v: wrk printed no Requests/sec:" >&2; cat "$out/wrk" >&2; exit 1; }
     busy=$(awk -v a="$after" -v b="$before" -v t="$tick" -v s="$secs" 'BEGIN { printf "%.2f", (a - b) / t / s }')
     echo "$r $v $rps $busy" >> "$out/runs"
   done
   echo "round $r/$rounds: $(awk -v r="$r" '$1 == r { printf "%s %.0f/s (busy %s)  ", $2, $3, $4 }' "$out/runs")" >&2
 done
-awk -v rounds="$rounds" '
+awk -v rounds="$rounds" -v variants="${variants[*]}" '
   function median(xs, n,   i, j, t) {
     for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
     return n % 2 ? xs[(n + 1) / 2] : (xs[n / 2] + xs[n / 2 + 1]) / 2
   }
   { rps[$1, $2] = $3; busy[$1, $2] = $4; names[$2] = 1 }
   END {
-    split("none rate governor lock concurrency", order, " ")
+    n = split(variants, order, " ")
     printf "| variant | requests/s (median) | server core busy (lowest) | ratio to hello-world | range |\n|---|---:|---:|---:|---:|\n"
-    for (k = 1; k <= 5; k++) {
+    for (k = 1; k <= n; k++) {
       v = order[k]; lo = 1e9; hi = 0; low = 1e9
       for (r = 1; r <= rounds; r++) {
         a[r] = rps[r, v]; q = rps[r, v] / rps[r, "none"]; b[r] = q

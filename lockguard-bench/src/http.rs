@@ -122,6 +122,11 @@ pub(crate) async fn requests_per_second(
     )
     .await;
     server.abort();
-    runtime.shutdown_background();
+    // Waited for, so that no thread of this server outlives the
+    // measurement of the next one (the CPU time of threads that end
+    // between two readings would be lost from the second).
+    tokio::task::spawn_blocking(move || runtime.shutdown_timeout(Duration::from_secs(5)))
+        .await
+        .expect("server runtime shut down");
     (measured, served.load(Ordering::Relaxed))
 }

@@ -197,8 +197,8 @@ where
     let cycles = u32::try_from(count.max(1)).unwrap_or(u32::MAX);
     Measured {
         rate: count as f64 / elapsed.as_secs_f64(),
-        cpu_per_cycle: (cpu_ended.0 - cpu_started.0) / cycles,
-        server_cpu_per_cycle: (cpu_ended.1 - cpu_started.1) / cycles,
+        cpu_per_cycle: cpu_ended.0.saturating_sub(cpu_started.0) / cycles,
+        server_cpu_per_cycle: cpu_ended.1.saturating_sub(cpu_started.1) / cycles,
     }
 }
 
@@ -892,6 +892,7 @@ const SECTIONS: [&str; 8] = [
     "zookeeper",
 ];
 
+/// What `--help` prints.
 const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 

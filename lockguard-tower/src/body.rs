@@ -134,8 +134,8 @@ pin_project! {
     /// permit keeps its inner body and the state of the release in one box:
     /// the layers may read its first frame before the response is handed
     /// over (see [`ResponseBody::poll_settle`]), which needs it pinned where
-    /// it stays. One that holds nothing is the inner body in place, so the
-    /// response of a rate-limited route is no larger than its own.
+    /// it stays. One that holds nothing is the inner body in place, with
+    /// nothing allocated for it.
     #[project = KindProj]
     enum Kind<B>
     where
@@ -289,10 +289,7 @@ impl<B: Body> Held<B> {
 
     /// The next frame, the lock or permit released before the client can
     /// see the end.
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<FrameResult<B>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<FrameResult<B>>> {
         let mut this = self.project();
         loop {
             if let Release::Releasing(fut) = this.release {

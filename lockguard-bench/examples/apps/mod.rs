@@ -37,7 +37,8 @@ pub(crate) fn app(variant: &str) -> Option<Router> {
                 .burst_size(1_000_000)
                 .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
                 .use_headers()
-                .finish()?;
+                .finish()
+                .expect("a valid governor configuration");
             hello.layer(tower_governor::GovernorLayer::new(config))
         }
         _ => return None,

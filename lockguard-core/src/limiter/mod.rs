@@ -138,11 +138,16 @@ impl RateLimiter {
         self
     }
 
-    /// Runs `algorithm` instead of GCRA.
+    /// Runs `algorithm` instead of GCRA. The limiter's store keys name the
+    /// algorithm, so this is another limiter: it gets a refusal cache of
+    /// its own (of the same capacity) rather than sharing its origin's.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         let shared = self.settings_mut();
         shared.algorithm = algorithm;
         shared.prepared = shared.prepare();
+        if let Some(cache) = &shared.refused {
+            shared.refused = Some(Arc::new(refused::RefusedCache::new(cache.capacity())));
+        }
         self
     }
 
@@ -419,3 +424,24 @@ fn write_key(out: &mut String, base: &str, key: &str) {
 
 #[cfg(test)]
 mod model_tests;
+
+#[cfg(test)]
+mod tests {
+    use crate::{Algorithm, Client, Quota};
+
+    /// A limiter made from another with another algorithm spends other
+    /// store keys, so a refusal its origin cached never answers for it.
+    #[tokio::test]
+    async fn another_algorithm_gets_a_refusal_cache_of_its_own() {
+        let lg = Client::memory();
+        let gcra = lg
+            .rate_limiter("own-cache", Quota::per_minute(1))
+            .cache_refusals(8);
+        let fixed = gcra.clone().algorithm(Algorithm::FixedWindow);
+        assert!(gcra.check("k").await.unwrap().allowed);
+        assert!(!gcra.check("k").await.unwrap().allowed);
+        // The fixed window's budget for `k` is untouched.
+        assert!(fixed.check("k").await.unwrap().allowed);
+        assert!(!fixed.check("k").await.unwrap().allowed);
+    }
+}

@@ -36,6 +36,11 @@ pub(crate) struct RefusedCache {
 }
 
 impl RefusedCache {
+    /// How many refusals it remembers at most.
+    pub(crate) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity,
