@@ -52,7 +52,8 @@ struct Shared {
     /// or why the name or quota cannot work.
     prepared: Result<Prepared, Invalid>,
     /// Keys the store refused, refused locally until their `retry_after`
-    /// ends (opt-in; shared by clones).
+    /// ends (opt-in; shared by clones, not by a limiter made with another
+    /// algorithm).
     refused: Option<Arc<refused::RefusedCache>>,
 }
 
@@ -123,7 +124,9 @@ impl RateLimiter {
     /// clients over their limit, each refused key costs the store one
     /// request per `retry_after` instead of one per request. At most
     /// `capacity` keys are remembered (a refusal that finds the cache full
-    /// of live refusals is not cached); clones share the cache.
+    /// of live refusals is not cached); clones share the cache, except one
+    /// made with another [`algorithm`](RateLimiter::algorithm), which gets
+    /// its own.
     ///
     /// The cache only refuses, and only while the store would: its wait is
     /// counted from when the store's answer arrived (a little after the
