@@ -10,6 +10,7 @@
 //! One runtime worker (`WORKERS` to change it), as a server given one core
 //! would have. Prints `listening on ADDR` once it accepts connections.
 
+#[path = "../src/apps.rs"]
 mod apps;
 
 fn main() {
@@ -32,9 +33,12 @@ fn main() {
         .build()
         .expect("runtime");
     runtime.block_on(async move {
-        let Some(app) = apps::app(&variant) else {
-            eprintln!("unknown variant {variant:?}: {}", apps::VARIANTS);
-            std::process::exit(2);
+        let app = match apps::app(&variant, lockguard_core::Client::memory()) {
+            Ok(app) => app,
+            Err(e) => {
+                eprintln!("{e}");
+                std::process::exit(2);
+            }
         };
         let listener = match tokio::net::TcpListener::bind(&addr).await {
             Ok(l) => l,

@@ -19,10 +19,11 @@ use std::time::Instant;
 use axum::Router;
 use axum::body::Body;
 use http_body_util::BodyExt;
+use lockguard_core::Client;
 use tower::{Service, ServiceExt};
 
+#[path = "../src/apps.rs"]
 mod apps;
-use apps::app;
 
 fn main() {
     let variants: Vec<String> = std::env::args().skip(1).collect();
@@ -43,9 +44,12 @@ fn main() {
     let run = runtime.spawn(async move {
         for round in 0..rounds {
             for v in &variants {
-                let Some(app) = app(v) else {
-                    eprintln!("unknown variant {v:?}: {}", apps::VARIANTS);
-                    std::process::exit(2);
+                let app = match apps::app(v, Client::memory()) {
+                    Ok(app) => app,
+                    Err(e) => {
+                        eprintln!("{e}");
+                        std::process::exit(2);
+                    }
                 };
                 let started = Instant::now();
                 let cpu = cpu_time();

@@ -6,14 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::rt::TokioExecutor;
-use lockguard_core::{Client, Quota};
-use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
+use lockguard_core::Client;
 
 /// The layer under test.
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +24,17 @@ pub(crate) enum Variant {
 }
 
 impl Variant {
+    /// Its name in [`crate::apps::app`].
+    fn slug(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::RateLimit => "rate",
+            Self::Lock => "lock",
+            Self::ConcurrencyLimit => "concurrency",
+            Self::Governor => "governor",
+        }
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::None => "no layer",
@@ -34,34 +42,6 @@ impl Variant {
             Self::Lock => "LockLayer (a key per connection)",
             Self::ConcurrencyLimit => "ConcurrencyLimitLayer (1000 permits)",
             Self::Governor => "tower_governor GovernorLayer (GCRA, global key, headers on)",
-        }
-    }
-}
-
-fn app(variant: Variant, lg: Client) -> Router {
-    let hello = Router::new().route("/", get(|| async { "hello" }));
-    let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
-    match variant {
-        Variant::None => hello,
-        Variant::RateLimit => hello.layer(RateLimitLayer::new(
-            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
-            key::Global,
-        )),
-        Variant::Lock => hello.layer(LockLayer::new(lg, "bench", conn_key)),
-        Variant::ConcurrencyLimit => {
-            hello.layer(ConcurrencyLimitLayer::new(lg, "bench", 1000, key::Global))
-        }
-        Variant::Governor => {
-            // The same quota: one request per µs, a burst of a million;
-            // with its rate-limit headers on, as ours are.
-            let config = tower_governor::governor::GovernorConfigBuilder::default()
-                .per_nanosecond(1000)
-                .burst_size(1_000_000)
-                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
-                .use_headers()
-                .finish()
-                .expect("valid governor config");
-            hello.layer(tower_governor::GovernorLayer::new(config))
         }
     }
 }
@@ -89,11 +69,10 @@ pub(crate) async fn requests_per_second(
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("addr");
+    let app = crate::apps::app(variant.slug(), lg).expect("a benchmark variant");
     let server = runtime.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-        axum::serve(listener, app(variant, lg))
-            .await
-            .expect("serve");
+        axum::serve(listener, app).await.expect("serve");
     });
     let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
     let served = Arc::new(AtomicU64::new(0));

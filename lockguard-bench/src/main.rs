@@ -21,6 +21,7 @@ use lockguard_core::{Algorithm, Client, Quota};
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
+mod apps;
 mod http;
 mod postgres;
 mod raw;

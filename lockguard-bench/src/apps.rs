@@ -1,5 +1,7 @@
-//! The hello-world of the HTTP benchmarks with each layer, shared by the
-//! examples that drive it.
+//! The hello-world of the HTTP benchmarks with each layer. Shared by the
+//! benchmark (`http.rs`) and the examples that drive it
+//! (`examples/layer_cost.rs`, `examples/http_server.rs`, which include this
+//! file by path).
 
 use std::time::Duration;
 
@@ -8,17 +10,16 @@ use axum::routing::get;
 use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
-/// The variants' names, for a usage line.
+/// The variants' names.
 pub(crate) const VARIANTS: &str = "none, rate, governor, lock, lock-fixed-lease, concurrency";
 
-/// The hello-world with the layer `variant` names (on the in-memory
-/// store), or `None` for a name not in [`VARIANTS`]. Locks are keyed by
-/// the `x-conn` header.
-pub(crate) fn app(variant: &str) -> Option<Router> {
-    let lg = Client::memory();
+/// The hello-world with the layer `variant` names, on `lg`'s store; or,
+/// for a name not in [`VARIANTS`], a message naming them. Locks are keyed
+/// by the `x-conn` header.
+pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
-    Some(match variant {
+    Ok(match variant {
         "none" => hello,
         "rate" => hello.layer(RateLimitLayer::new(
             lg.rate_limiter("bench", Quota::per_second(1_000_000)),
@@ -41,6 +42,6 @@ pub(crate) fn app(variant: &str) -> Option<Router> {
                 .expect("a valid governor configuration");
             hello.layer(tower_governor::GovernorLayer::new(config))
         }
-        _ => return None,
+        other => return Err(format!("unknown variant {other:?}: {VARIANTS}")),
     })
 }
