@@ -71,7 +71,10 @@ fn main() {
 /// `n` requests through `app`, one after the other, keyed `x-conn` by
 /// loop `t` and 32 connections each.
 async fn requests(app: Router, v: String, t: u32, n: u32) {
-    let mut svc = app.into_service::<Body>();
+    // Routes built once, as `axum::serve` does (`into_make_service` calls
+    // `with_state`): otherwise every request would build its route and
+    // apply the layer anew, a cost no server pays.
+    let mut svc = app.with_state::<()>(()).into_service::<Body>();
     for i in 0..n {
         let req = http::Request::get("/")
             .header("x-conn", (t * 1000 + i % 32).to_string())

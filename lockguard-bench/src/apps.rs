@@ -11,11 +11,12 @@ use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
 /// The variants' names.
-pub(crate) const VARIANTS: &str = "none, rate, governor, lock, lock-fixed-lease, concurrency";
+pub(crate) const VARIANTS: &str = "none, rate, governor, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
 
 /// The hello-world with the layer `variant` names, on `lg`'s store; or,
-/// for a name not in [`VARIANTS`], a message naming them. Locks are keyed
-/// by the `x-conn` header.
+/// for a name not in [`VARIANTS`], a message naming them. Locks and the
+/// `-per-client` limits are keyed by the `x-conn` header, as a limit per
+/// client would be.
 pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
@@ -25,6 +26,20 @@ pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
             lg.rate_limiter("bench", Quota::per_second(1_000_000)),
             key::Global,
         )),
+        "rate-per-client" => hello.layer(RateLimitLayer::new(
+            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+            conn_key,
+        )),
+        "governor-per-client" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(ConnKey)
+                .use_headers()
+                .finish()
+                .expect("a valid governor configuration");
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
         "lock" => hello.layer(LockLayer::new(lg, "bench", conn_key)),
         "lock-fixed-lease" => {
             hello.layer(LockLayer::new(lg, "bench", conn_key).lease(Duration::from_secs(30)))
@@ -44,4 +59,24 @@ pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
         }
         other => return Err(format!("unknown variant {other:?}: {VARIANTS}")),
     })
+}
+
+/// tower_governor's key for `-per-client`: the `x-conn` header, as
+/// `key::Header` is ours.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConnKey;
+
+impl tower_governor::key_extractor::KeyExtractor for ConnKey {
+    type Key = String;
+
+    fn extract<T>(
+        &self,
+        req: &http::Request<T>,
+    ) -> Result<Self::Key, tower_governor::GovernorError> {
+        req.headers()
+            .get("x-conn")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .ok_or(tower_governor::GovernorError::UnableToExtractKey)
+    }
 }

@@ -2,7 +2,7 @@
 //! (draft-ietf-httpapi-ratelimit-headers, structured-field form), the legacy
 //! `X-RateLimit-*` trio, and `Retry-After`.
 
-use std::sync::Arc;
+use std::cell::RefCell;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -37,18 +37,20 @@ impl Default for HeaderOptions {
     }
 }
 
-/// What one decision tells the client.
+/// What one decision tells the client: the header values, made when the
+/// decision is, and the response's own, so that nothing shared between
+/// requests (a reference count every core would write) is touched after.
 #[derive(Debug, Clone)]
 pub(crate) struct RateHeaders {
-    /// The policy of the limiter that decided.
-    pub(crate) policy: Arc<Policy>,
+    /// `RateLimit-Policy` and `RateLimit`, when the standard headers are on.
+    standard: Option<(HeaderValue, HeaderValue)>,
     pub(crate) decision: Decision,
-    pub(crate) options: HeaderOptions,
+    options: HeaderOptions,
 }
 
 /// What every response of one limiter says of its policy, made once (per
 /// [`Rule`](super::Rule)) rather than per request.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Policy {
     /// The `RateLimit-Policy` value.
     value: HeaderValue,
@@ -64,7 +66,7 @@ impl Policy {
     /// `q=10;w=1`). When the limiter lets a burst through beyond `q` (GCRA
     /// with a burst), the burst is the vendor parameter `lockguard-burst`,
     /// so that a client seeing `r` above `q` knows why.
-    pub(crate) fn new(limiter: &RateLimiter) -> Arc<Self> {
+    pub(crate) fn new(limiter: &RateLimiter) -> Self {
         let mut name = Vec::with_capacity(limiter.name().len() + 2);
         push_sf_string(&mut name, limiter.name());
         let quota = limiter.quota();
@@ -76,9 +78,36 @@ impl Policy {
         } else {
             item(&name, &[("q", q), ("w", w)])
         };
-        Arc::new(Self {
+        Self {
             value,
             name: name.into_boxed_slice(),
+        }
+    }
+
+    /// The `RateLimit-Policy` value, for one response. A clone of
+    /// [`value`](Self::value) would write its reference count, shared by
+    /// every core serving this policy; so each thread clones a copy of its
+    /// own, made the first time it serves the policy (and kept for the
+    /// last few policies it served).
+    fn value(&self) -> HeaderValue {
+        /// Policies a thread keeps a copy of the value of.
+        const KEPT: usize = 8;
+        thread_local! {
+            static VALUES: RefCell<Vec<HeaderValue>> = const { RefCell::new(Vec::new()) };
+        }
+        let value = self.value.as_bytes();
+        VALUES.with_borrow_mut(|kept| {
+            // Compared by content: a policy dropped and another made at the
+            // same address must not get its value.
+            if let Some(v) = kept.iter().find(|v| v.as_bytes() == value) {
+                return v.clone();
+            }
+            let copy = HeaderValue::from_bytes(value).expect("a valid header value, copied");
+            if kept.len() == KEPT {
+                kept.remove(0);
+            }
+            kept.push(copy.clone());
+            copy
         })
     }
 }
@@ -151,37 +180,36 @@ fn item(name: &[u8], params: &[(&str, u64)]) -> HeaderValue {
 }
 
 impl RateHeaders {
-    /// The `RateLimit-Policy` value: see [`Policy::new`].
-    pub(crate) fn policy_value(&self) -> HeaderValue {
-        self.policy.value.clone()
-    }
-
-    /// `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the wait
-    /// before the next request can pass, the same moment `Retry-After`
-    /// names (the draft: `Retry-After` SHOULD NOT be earlier than the end
-    /// of `t`); when allowed, `t` is the time until the limiter is back to
-    /// its full limit.
-    pub(crate) fn limit_value(&self) -> HeaderValue {
-        let (remaining, t) = if self.decision.allowed {
-            (self.decision.remaining, self.decision.reset_after_secs())
-        } else {
-            (0, self.retry_after_secs())
-        };
-        item(&self.policy.name, &[("r", remaining), ("t", t)])
-    }
-
-    /// The refusal's `Retry-After` in seconds: rounded up, never 0.
-    pub(crate) fn retry_after_secs(&self) -> u64 {
-        self.decision.retry_after_secs().max(1)
+    /// The headers `decision` of `policy`'s limiter gives.
+    pub(crate) fn new(policy: &Policy, decision: Decision, options: HeaderOptions) -> Self {
+        let standard = options.standard.then(|| {
+            // `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the
+            // wait before the next request can pass, the same moment
+            // `Retry-After` names (the draft: `Retry-After` SHOULD NOT be
+            // earlier than the end of `t`); when allowed, `t` is the time
+            // until the limiter is back to its full limit.
+            let (remaining, t) = if decision.allowed {
+                (decision.remaining, decision.reset_after_secs())
+            } else {
+                (0, retry_after_secs(&decision))
+            };
+            let limit = item(&policy.name, &[("r", remaining), ("t", t)]);
+            (policy.value(), limit)
+        });
+        Self {
+            standard,
+            decision,
+            options,
+        }
     }
 
     /// Adds the headers to a response. Several layers on one route each
     /// add their item to the `RateLimit` and `RateLimit-Policy` lists; the
     /// legacy headers describe the one with the fewest requests left.
-    pub(crate) fn apply(&self, headers: &mut HeaderMap) {
-        if self.options.standard {
-            headers.append(RATELIMIT_POLICY, self.policy_value());
-            headers.append(RATELIMIT, self.limit_value());
+    pub(crate) fn apply(self, headers: &mut HeaderMap) {
+        if let Some((policy, limit)) = self.standard {
+            headers.append(RATELIMIT_POLICY, policy);
+            headers.append(RATELIMIT, limit);
         }
         if self.options.legacy {
             let remaining = if self.decision.allowed {
@@ -205,10 +233,15 @@ impl RateHeaders {
         if !self.decision.allowed {
             // Never 0: a refusal never invites a retry that fails.
             // A refusal hook's own value is kept.
-            let secs = self.retry_after_secs();
+            let secs = retry_after_secs(&self.decision);
             headers
                 .entry(RETRY_AFTER)
                 .or_insert_with(|| HeaderValue::from(secs));
         }
     }
+}
+
+/// A refusal's `Retry-After` in seconds: rounded up, never 0.
+fn retry_after_secs(decision: &Decision) -> u64 {
+    decision.retry_after_secs().max(1)
 }

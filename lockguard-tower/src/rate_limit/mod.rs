@@ -8,7 +8,8 @@
 //!   added to one route with axum's `route_layer` or to a whole router;
 //! - a [`RateLimitTable`] of rules by method and route, so all of a
 //!   service's limits are declared in one place;
-//! - any closure `Fn(&Request<B>) -> Option<Selection>`.
+//! - any closure `Fn(&Request<B>) -> Option<Selection<'static>>`, or a
+//!   type of yours that lends the limiters it owns.
 //!
 //! # Responses
 //!

@@ -1,6 +1,6 @@
 //! Which limit applies to a request: a rule, a table of rules, a closure.
 
-use std::sync::Arc;
+use std::borrow::Cow;
 
 use http::Request;
 use lockguard_core::RateLimiter;
@@ -15,20 +15,66 @@ use crate::outcome::{FailureMode, MissingKey};
 /// Made by a [`RateLimitPolicy`]; a key of `None` means the request has no
 /// usable key, and the layer's (or the selection's) [`MissingKey`] setting
 /// decides.
+///
+/// The limiter is the selection's own ([`Selection::new`]) or lent by the
+/// policy for the length of the check ([`Selection::borrowed`], as a
+/// [`Rule`] does): a lent limiter costs no reference count per request,
+/// which on a server with many cores is the difference between every core
+/// writing one shared counter and none doing so.
 #[derive(Debug, Clone)]
-pub struct Selection {
-    pub(crate) limiter: RateLimiter,
+pub struct Selection<'a> {
+    pub(crate) limiter: Cow<'a, RateLimiter>,
     pub(crate) key: Option<String>,
     pub(crate) cost: u64,
     pub(crate) on_missing_key: Option<MissingKey>,
     pub(crate) failure: Option<FailureMode>,
     /// The limiter's policy headers, when made beforehand.
-    pub(crate) policy: Option<Arc<Policy>>,
+    pub(crate) policy: Option<&'a Policy>,
 }
 
-impl Selection {
+impl Selection<'static> {
     /// Check `key` against `limiter`, at a cost of 1.
     pub fn new(limiter: RateLimiter, key: Option<String>) -> Self {
+        Self::with(Cow::Owned(limiter), key)
+    }
+}
+
+impl<'a> Selection<'a> {
+    /// Check `key` against `limiter`, lent by the policy, at a cost of 1.
+    ///
+    /// For a policy that owns its limiters:
+    ///
+    /// ```
+    /// use http::Request;
+    /// use lockguard_core::{Client, Quota, RateLimiter};
+    /// use lockguard_tower::{RateLimitLayer, RateLimitPolicy, Selection};
+    ///
+    /// /// Reads and writes of each tenant have their own budgets.
+    /// struct ByMethod {
+    ///     reads: RateLimiter,
+    ///     writes: RateLimiter,
+    /// }
+    ///
+    /// impl<B> RateLimitPolicy<B> for ByMethod {
+    ///     fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
+    ///         let tenant = req.headers().get("x-tenant")?.to_str().ok()?;
+    ///         let limiter = if req.method().is_safe() { &self.reads } else { &self.writes };
+    ///         Some(Selection::borrowed(limiter, Some(format!("tenant:{tenant}"))))
+    ///     }
+    /// }
+    ///
+    /// let lg = Client::memory();
+    /// let layer = RateLimitLayer::with_policy(ByMethod {
+    ///     reads: lg.rate_limiter("reads", Quota::per_second(100)),
+    ///     writes: lg.rate_limiter("writes", Quota::per_second(10)),
+    /// });
+    /// # let _ = layer;
+    /// ```
+    pub fn borrowed(limiter: &'a RateLimiter, key: Option<String>) -> Self {
+        Self::with(Cow::Borrowed(limiter), key)
+    }
+
+    fn with(limiter: Cow<'a, RateLimiter>, key: Option<String>) -> Self {
         Self {
             limiter,
             key,
@@ -75,7 +121,7 @@ impl Selection {
 ///
 /// Implemented by [`Rule`] (one limiter and key for every request), by
 /// [`RateLimitTable`](crate::RateLimitTable) (a rule per method and route),
-/// and by every closure `Fn(&Request<B>) -> Option<Selection>`:
+/// and by every closure `Fn(&Request<B>) -> Option<Selection<'static>>`:
 ///
 /// ```
 /// use http::Request;
@@ -95,9 +141,11 @@ impl Selection {
 /// ```
 ///
 /// `None` lets the request through unchecked, without rate-limit headers.
+/// A policy that owns its limiters lends them: see
+/// [`Selection::borrowed`].
 pub trait RateLimitPolicy<B> {
     /// The limit `req` is checked against, if any.
-    fn select(&self, req: &Request<B>) -> Option<Selection>;
+    fn select(&self, req: &Request<B>) -> Option<Selection<'_>>;
 
     /// Checks the limiters this policy can select, where it knows them
     /// (a [`Rule`], a [`RateLimitTable`](crate::RateLimitTable)); a closure
@@ -114,9 +162,9 @@ pub trait RateLimitPolicy<B> {
 
 impl<B, F> RateLimitPolicy<B> for F
 where
-    F: Fn(&Request<B>) -> Option<Selection>,
+    F: Fn(&Request<B>) -> Option<Selection<'static>>,
 {
-    fn select(&self, req: &Request<B>) -> Option<Selection> {
+    fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
         self(req)
     }
 }
@@ -147,7 +195,7 @@ pub struct Rule<K> {
     on_missing_key: Option<MissingKey>,
     failure: Option<FailureMode>,
     /// The limiter's policy headers, made once.
-    policy: Arc<Policy>,
+    policy: Policy,
 }
 
 impl<K> Rule<K> {
@@ -217,14 +265,14 @@ impl<B, K> RateLimitPolicy<B> for Rule<K>
 where
     K: KeyExtractor<B>,
 {
-    fn select(&self, req: &Request<B>) -> Option<Selection> {
+    fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
         Some(Selection {
-            limiter: self.limiter.clone(),
+            limiter: Cow::Borrowed(&self.limiter),
             key: key::extract_checked(&self.key, req, 0),
             cost: self.cost,
             on_missing_key: self.on_missing_key,
             failure: self.failure,
-            policy: Some(self.policy.clone()),
+            policy: Some(&self.policy),
         })
     }
 

@@ -112,23 +112,35 @@ where
         let span = admission_span(
             || tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost),
         );
-        let ask = Ask {
-            limiter,
-            failure: failure.unwrap_or(self.options.failure),
-            options: self.options.headers,
-            policy,
-        };
+        let failure = failure.unwrap_or(self.options.failure);
+        let options = self.options.headers;
         // Decided at once where the store needs no round trip (the
-        // in-memory store, a cached refusal): nothing to box or wait for.
-        if let Some(decided) = ask.limiter.check_now(&key, cost) {
+        // in-memory store, a cached refusal): nothing to box or wait for,
+        // and the limiter and its policy only lent.
+        if let Some(decided) = limiter.check_now(&key, cost) {
             let admission = within(span.as_ref(), || {
+                let ask = Ask {
+                    limiter: &limiter,
+                    failure,
+                    options,
+                    policy,
+                };
                 ask.admission(decided, &self.options.refusals)
             });
             return ResponseFuture::new(Admit::admitted(admission, inner, req));
         }
+        // The check outlives this call: it owns what it needs.
+        let limiter = limiter.into_owned();
+        let policy = policy.cloned();
         let refusals = self.options.refusals.clone();
         let check = async move {
-            let decided = ask.limiter.check_cost(&key, cost).await;
+            let decided = limiter.check_cost(&key, cost).await;
+            let ask = Ask {
+                limiter: &limiter,
+                failure,
+                options,
+                policy: policy.as_ref(),
+            };
             ask.admission(decided, &refusals)
         };
         ResponseFuture::new(Admit::admitting(in_span(check, span), inner, req))
@@ -137,14 +149,15 @@ where
 
 /// What a check needs besides its key: the limiter, and what to do with
 /// its answer.
-struct Ask {
-    limiter: RateLimiter,
+struct Ask<'a> {
+    limiter: &'a RateLimiter,
     failure: FailureMode,
     options: HeaderOptions,
-    policy: Option<Arc<Policy>>,
+    /// The limiter's policy headers, when made beforehand.
+    policy: Option<&'a Policy>,
 }
 
-impl Ask {
+impl Ask<'_> {
     /// Turns the limiter's answer into an admission.
     fn admission(
         self,
@@ -163,10 +176,9 @@ impl Ask {
                 return outcome::store_failure("rate limit", limiter.name(), &e, failure, refusals);
             }
         };
-        let headers = RateHeaders {
-            policy: policy.unwrap_or_else(|| Policy::new(&limiter)),
-            decision,
-            options,
+        let headers = match policy {
+            Some(policy) => RateHeaders::new(policy, decision, options),
+            None => RateHeaders::new(&Policy::new(limiter), decision, options),
         };
         if decision.allowed {
             tracing::debug!(remaining = decision.remaining, "request allowed");

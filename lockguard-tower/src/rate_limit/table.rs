@@ -203,7 +203,7 @@ fn method_matches(entry: Option<&Method>, method: &Method) -> bool {
 }
 
 impl<B> RateLimitPolicy<B> for RateLimitTable<B> {
-    fn select(&self, req: &Request<B>) -> Option<Selection> {
+    fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
         let path = req.uri().path();
         let entry = self
             .entries

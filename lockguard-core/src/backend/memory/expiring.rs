@@ -15,13 +15,25 @@ pub(crate) const SWEEP_FLOOR: usize = 1024;
 pub(crate) struct Expiring<T, V> {
     entries: HashMap<String, (V, Option<T>)>,
     sweep_at: usize,
+    /// Below this many entries the map is never swept.
+    floor: usize,
 }
 
 impl<T, V> Default for Expiring<T, V> {
     fn default() -> Self {
+        Self::with_floor(SWEEP_FLOOR)
+    }
+}
+
+impl<T, V> Expiring<T, V> {
+    /// A map never swept below `floor` entries: one of `n` shards of a
+    /// map takes `SWEEP_FLOOR / n`, so that the shards together keep no
+    /// more than one map would.
+    pub(crate) fn with_floor(floor: usize) -> Self {
         Self {
             entries: HashMap::new(),
-            sweep_at: SWEEP_FLOOR,
+            sweep_at: floor,
+            floor,
         }
     }
 }
@@ -109,7 +121,7 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
     fn maybe_sweep(&mut self, now: T) {
         if self.entries.len() >= self.sweep_at {
             self.entries.retain(|_, (_, e)| Self::live(*e, now));
-            self.sweep_at = (self.entries.len() * 2).max(SWEEP_FLOOR);
+            self.sweep_at = (self.entries.len() * 2).max(self.floor);
         }
     }
 

@@ -23,8 +23,10 @@ use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use crate::token::{Token, TokenHashing};
 
 mod expiring;
+mod shards;
 
 use expiring::Expiring;
+use shards::Shards;
 
 /// A semaphore's holders: each token's lease end and fencing token.
 type Holders = HashMap<Token, (Instant, u64), TokenHashing>;
@@ -242,7 +244,6 @@ struct State {
     sequence: u64,
     counters: Expiring<i64, (i64, u64)>,
     marks: Expiring<i64, HashSet<String>>,
-    limits: Expiring<i64, LimitState>,
     fenced: HashMap<String, (u64, Vec<u8>)>,
 }
 
@@ -250,6 +251,9 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
     state: Mutex<State>,
+    /// The limiters' state, apart: a rate-limit check, the most frequent
+    /// operation of a server, takes only its key's shard.
+    limits: Shards<Expiring<i64, LimitState>>,
     clock: Arc<dyn Clock>,
     notify: OnceLock<Notify>,
 }
@@ -268,6 +272,7 @@ impl MemoryStore {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             state: Mutex::new(State::default()),
+            limits: Shards::new(|n| Expiring::with_floor((expiring::SWEEP_FLOOR / n).max(16))),
             clock,
             notify: OnceLock::new(),
         }
@@ -567,13 +572,13 @@ impl MemoryStore {
         peek: bool,
     ) -> Decision {
         let now = self.now_us();
-        let mut st = self.state();
         let key = &*keys.main;
+        let mut limits = self.limits.lock(key);
         match op {
             LimitOp::Gcra(p) => {
                 // A key seen before, even if its state has expired (a full
                 // budget): one lookup, updated in place.
-                if let Some((state, ends, live)) = st.limits.slot_mut(key, now) {
+                if let Some((state, ends, live)) = limits.slot_mut(key, now) {
                     let tat = match state {
                         LimitState::Gcra(tat) if live => Some(*tat),
                         _ => None,
@@ -586,31 +591,30 @@ impl MemoryStore {
                 }
                 let (d, new_tat) = gcra::step(p, None, now, cost);
                 if let Some(t) = new_tat.filter(|_| !peek) {
-                    st.limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
+                    limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
                 }
                 d
             }
             LimitOp::Fixed { limit, period_us } => {
-                let w = match st.limits.get(key, now) {
+                let w = match limits.get(key, now) {
                     Some((LimitState::Fixed(w), _)) => Some(*w),
                     _ => None,
                 };
                 let (d, new_w) = fixed_window::step(limit, period_us, w, now, cost);
                 if let Some(w) = new_w.filter(|_| !peek) {
-                    st.limits
-                        .insert(key, LimitState::Fixed(w), Some(w.ends_at), now);
+                    limits.insert(key, LimitState::Fixed(w), Some(w.ends_at), now);
                 }
                 d
             }
             LimitOp::Sliding { limit, period_us } if peek => {
-                let mut log = match st.limits.get(key, now) {
+                let mut log = match limits.get(key, now) {
                     Some((LimitState::Sliding(log), _)) => log.clone(),
                     _ => sliding_window::Log::default(),
                 };
                 sliding_window::step(limit, period_us, &mut log, now, cost)
             }
             LimitOp::Sliding { limit, period_us } => {
-                let (state, ends) = st.limits.entry(key, now, || {
+                let (state, ends) = limits.entry(key, now, || {
                     (LimitState::Sliding(sliding_window::Log::default()), None)
                 });
                 if !matches!(state, LimitState::Sliding(_)) {
@@ -628,8 +632,8 @@ impl MemoryStore {
 
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
-        let st = self.state();
-        (st.locks.len(), st.limits.len())
+        let limits = self.limits.each().map(|l| l.len()).sum();
+        (self.state().locks.len(), limits)
     }
 }
 
