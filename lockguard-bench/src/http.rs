@@ -21,6 +21,10 @@ pub(crate) enum Variant {
     ConcurrencyLimit,
     /// tower_governor's in-memory GCRA, the crate axum users pick today.
     Governor,
+    /// [`Variant::RateLimit`] keyed by connection, as a limit per client is.
+    RateLimitPerClient,
+    /// [`Variant::Governor`] keyed by connection.
+    GovernorPerClient,
 }
 
 impl Variant {
@@ -32,6 +36,8 @@ impl Variant {
             Self::Lock => "lock",
             Self::ConcurrencyLimit => "concurrency",
             Self::Governor => "governor",
+            Self::RateLimitPerClient => "rate-per-client",
+            Self::GovernorPerClient => "governor-per-client",
         }
     }
 
@@ -42,6 +48,10 @@ impl Variant {
             Self::Lock => "LockLayer (a key per connection)",
             Self::ConcurrencyLimit => "ConcurrencyLimitLayer (1000 permits)",
             Self::Governor => "tower_governor GovernorLayer (GCRA, global key, headers on)",
+            Self::RateLimitPerClient => "RateLimitLayer (GCRA, a key per connection)",
+            Self::GovernorPerClient => {
+                "tower_governor GovernorLayer (GCRA, a key per connection, headers on)"
+            }
         }
     }
 }

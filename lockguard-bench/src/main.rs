@@ -758,6 +758,8 @@ async fn http_layers(b: &mut Bench) {
         http::Variant::Lock,
         http::Variant::ConcurrencyLimit,
         http::Variant::Governor,
+        http::Variant::RateLimitPerClient,
+        http::Variant::GovernorPerClient,
     ];
     let mut runs: Vec<Vec<Measured>> = vec![Vec::new(); variants.len()];
     for _ in 0..rounds {
@@ -827,6 +829,15 @@ async fn http_layers(b: &mut Bench) {
         format!("{s:.2}x ({t:.2}x; {lo:.2}–{hi:.2}x)"),
         s >= 1.0,
     );
+    // Limits are mostly per client: the same comparison with a key per
+    // connection (32 keys) rather than one for all.
+    let [server, tput, _] = ratios(5, 6);
+    let (lo, hi) = range(&server);
+    b.line(&format!(
+        "\nWith a key per connection, RateLimitLayer against tower_governor: {:.2}x on server CPU (range {lo:.2}–{hi:.2}x), {:.2}x on throughput.",
+        median(server),
+        median(tput)
+    ));
     let rates: Vec<Vec<f64>> = runs
         .iter()
         .map(|r| r.iter().map(|m| m.rate).collect())

@@ -102,7 +102,9 @@ impl Policy {
             if let Some(v) = kept.iter().find(|v| v.as_bytes() == value) {
                 return v.clone();
             }
-            let copy = HeaderValue::from_bytes(value).expect("a valid header value, copied");
+            // A copy of a valid value is valid; were it refused, the
+            // shared value would still do.
+            let copy = HeaderValue::from_bytes(value).unwrap_or_else(|_| self.value.clone());
             if kept.len() == KEPT {
                 kept.remove(0);
             }

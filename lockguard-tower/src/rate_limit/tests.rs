@@ -516,3 +516,81 @@ async fn cached_refusals_keep_their_headers() {
         );
     }
 }
+
+/// A policy of one's own lends the limiters it owns; each request is
+/// checked against the one it picks, and the budget is the store's, shared
+/// by every clone of the layer.
+#[tokio::test(start_paused = true)]
+async fn a_policy_lends_the_limiter_it_picks() {
+    struct ByMethod {
+        reads: lockguard_core::RateLimiter,
+        writes: lockguard_core::RateLimiter,
+    }
+    impl<B> RateLimitPolicy<B> for ByMethod {
+        fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
+            let limiter = if req.method().is_safe() {
+                &self.reads
+            } else {
+                &self.writes
+            };
+            Some(Selection::borrowed(limiter, Some("k".to_owned())))
+        }
+    }
+    let lg = Client::memory();
+    let svc = RateLimitLayer::with_policy(ByMethod {
+        reads: lg.rate_limiter("reads", Quota::per_minute(2)),
+        writes: lg.rate_limiter("writes", Quota::per_minute(1)),
+    })
+    .layer(ok_service());
+    let post = || Request::post("/").body(Body::empty()).unwrap();
+    let first = svc.clone().oneshot(post()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(
+        header(&first, "ratelimit").as_deref(),
+        Some("\"writes\";r=0;t=60")
+    );
+    assert_eq!(
+        svc.clone().oneshot(post()).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    // Reads spend a budget of their own.
+    for left in [1, 0] {
+        let res = svc.clone().oneshot(request(None)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            header(&res, "ratelimit").map(|v| v.contains(&format!(";r={left};"))),
+            Some(true)
+        );
+    }
+    assert_eq!(
+        svc.oneshot(request(None)).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+/// Each response names its own limiter's policy, however many policies one
+/// thread serves in turn (more than it keeps a copy of the value of).
+#[tokio::test(start_paused = true)]
+async fn every_response_names_its_own_policy() {
+    let lg = Client::memory();
+    let services: Vec<_> = (1..=20u64)
+        .map(|n| {
+            RateLimitLayer::new(
+                lg.rate_limiter(&format!("p{n}"), Quota::per_minute(n * 10)),
+                key::Global,
+            )
+            .layer(ok_service())
+        })
+        .collect();
+    for round in 0..3 {
+        for (i, svc) in services.iter().enumerate() {
+            let n = i + 1;
+            let res = svc.clone().oneshot(request(None)).await.unwrap();
+            assert_eq!(
+                header(&res, "ratelimit-policy"),
+                Some(format!("\"p{n}\";q={};w=60", n * 10)),
+                "round {round}"
+            );
+        }
+    }
+}
