@@ -6,7 +6,7 @@ use http::Request;
 use lockguard_core::RateLimiter;
 
 use super::headers::Policy;
-use crate::key::{self, KeyExtractor};
+use crate::key::KeyExtractor;
 use crate::outcome::{FailureMode, MissingKey};
 
 /// The limit one request is checked against: a limiter, the key whose
@@ -14,7 +14,9 @@ use crate::outcome::{FailureMode, MissingKey};
 ///
 /// Made by a [`RateLimitPolicy`]; a key of `None` means the request has no
 /// usable key, and the layer's (or the selection's) [`MissingKey`] setting
-/// decides.
+/// decides. So does a key the store would refuse (empty, longer than
+/// [`MAX_KEY_LEN`](lockguard_core::MAX_KEY_LEN), or with control
+/// characters): it comes from the request, so it is the client's doing.
 ///
 /// The limiter is the selection's own ([`Selection::new`]) or lent by the
 /// policy for the length of the check ([`Selection::borrowed`], as a
@@ -268,7 +270,8 @@ where
     fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
         Some(Selection {
             limiter: Cow::Borrowed(&self.limiter),
-            key: key::extract_checked(&self.key, req, 0),
+            // Checked by the layer, as every policy's keys are.
+            key: self.key.extract(req),
             cost: self.cost,
             on_missing_key: self.on_missing_key,
             failure: self.failure,

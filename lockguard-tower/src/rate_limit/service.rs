@@ -13,6 +13,7 @@ use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
 use crate::admit::{Admission, Admit, admission_span, in_span, take_ready, within};
 use crate::body::{Guard, ResponseBody};
+use crate::key;
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
 
@@ -96,7 +97,10 @@ where
             failure,
             policy,
         } = selection;
-        let Some(key) = key else {
+        // A key the store would refuse (empty, too long, with control
+        // characters) is the client's doing, whichever policy made it: it
+        // counts as missing, never as a broken limiter.
+        let Some(key) = key.filter(|k| key::is_valid(k, 0)) else {
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
             let name = limiter.name();
             let refusals = &self.options.refusals;

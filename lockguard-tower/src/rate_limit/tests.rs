@@ -215,6 +215,25 @@ async fn an_oversized_or_control_character_key_is_missing_not_an_error() {
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
 }
 
+/// A closure's key is checked as a rule's is: one the store would refuse
+/// is missing (400 by default), not a broken limiter (500).
+#[tokio::test]
+async fn a_closure_s_unusable_key_is_missing_not_an_error() {
+    let lg = Client::memory();
+    let limiter = lg.rate_limiter("closure-keys", Quota::per_minute(5));
+    let svc = RateLimitLayer::with_policy(move |req: &Request<Body>| {
+        let user = req.headers().get("x-user")?.to_str().ok()?;
+        Some(Selection::new(limiter.clone(), Some(user.to_owned())))
+    })
+    .layer(ok_service());
+    for bad in ["a\tb", &"k".repeat(5000)] {
+        let res = svc.clone().oneshot(request(Some(bad))).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{:.10}", bad);
+    }
+    let res = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+}
+
 #[tokio::test]
 async fn a_quota_that_cannot_work_is_a_server_error() {
     let lg = Client::memory();
