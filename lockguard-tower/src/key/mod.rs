@@ -305,7 +305,12 @@ pub(crate) fn extract_checked<B, K: KeyExtractor<B> + ?Sized>(
     req: &Request<B>,
     reserve: usize,
 ) -> Option<String> {
-    let key = extractor.extract(req)?;
+    checked(extractor.extract(req)?, reserve)
+}
+
+/// `key` if it is usable (see [`is_valid`]); an invalid one counts as
+/// missing.
+pub(crate) fn checked(key: String, reserve: usize) -> Option<String> {
     if is_valid(&key, reserve) {
         Some(key)
     } else {

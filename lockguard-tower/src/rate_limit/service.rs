@@ -100,7 +100,7 @@ where
         // A key the store would refuse (empty, too long, with control
         // characters) is the client's doing, whichever policy made it: it
         // counts as missing, never as a broken limiter.
-        let Some(key) = key.filter(|k| key::is_valid(k, 0)) else {
+        let Some(key) = key.and_then(|k| key::checked(k, 0)) else {
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
             let name = limiter.name();
             let refusals = &self.options.refusals;
