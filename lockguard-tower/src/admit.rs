@@ -11,6 +11,7 @@ use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
 use http::{Method, Request, Response, StatusCode};
 use http_body::Body;
+use lockguard_core::Decision;
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
@@ -21,11 +22,13 @@ use crate::refusal::Refusals;
 
 /// The outcome of an admission check.
 pub(crate) enum Admission {
-    /// Call the service; hold `guard` until the response body ends and add
-    /// the rate-limit headers to the response.
+    /// Call the service, with `decision` in the request's extensions if
+    /// there is one; hold `guard` until the response body ends and add the
+    /// rate-limit headers to the response.
     Proceed {
         guard: Guard,
         headers: Option<RateHeaders>,
+        decision: Option<Decision>,
     },
     /// Answer with this response instead.
     Respond(Response<Bytes>),
@@ -36,6 +39,7 @@ impl Admission {
         Self::Proceed {
             guard: Guard::None,
             headers: None,
+            decision: None,
         }
     }
 }
@@ -145,14 +149,18 @@ where
 {
     /// What follows `admission`: calling `service` (which is ready), or
     /// answering.
-    fn after(admission: Admission, mut service: S, mut request: Request<ReqB>) -> Self {
+    fn after(admission: Admission, service: &mut S, mut request: Request<ReqB>) -> Self {
         match admission {
-            Admission::Proceed { guard, headers } => {
+            Admission::Proceed {
+                guard,
+                headers,
+                decision,
+            } => {
                 // What the handler may want of its admission: the lease it
                 // runs under, the limiter's decision.
                 guard.annotate(request.extensions_mut());
-                if let Some(h) = &headers {
-                    request.extensions_mut().insert(h.decision);
+                if let Some(d) = decision {
+                    request.extensions_mut().insert(d);
                 }
                 Self::Calling {
                     future: service.call(request),
@@ -172,29 +180,34 @@ where
     S: Service<Request<ReqB>>,
     S::Response: HasBody,
 {
-    /// Waits for `admitting`, then calls `service` (which is ready).
-    pub(crate) fn admitting(admitting: Admitting, service: S, request: Request<ReqB>) -> Self {
+    /// Waits for `admitting`, then calls `service` (which is ready): it
+    /// takes the ready service, leaving a clone in its place.
+    pub(crate) fn admitting(admitting: Admitting, service: &mut S, request: Request<ReqB>) -> Self
+    where
+        S: Clone,
+    {
         Self {
             head: request.method() == Method::HEAD,
             state: State::Admitting {
                 admitting,
-                service: Some(service),
+                service: Some(take_ready(service)),
                 request: Some(request),
             },
         }
     }
 
     /// Calls `service` (which is ready) at once for a request admitted as
-    /// `admission` said, or answers as it said.
-    pub(crate) fn admitted(admission: Admission, service: S, request: Request<ReqB>) -> Self {
+    /// `admission` said, or answers as it said. The service is only
+    /// borrowed: nothing outlives this call but its future.
+    pub(crate) fn admitted(admission: Admission, service: &mut S, request: Request<ReqB>) -> Self {
         Self {
             head: request.method() == Method::HEAD,
             state: State::after(admission, service, request),
         }
     }
 
-    /// Calls the service at once, unchecked.
-    pub(crate) fn pass(mut service: S, request: Request<ReqB>) -> Self {
+    /// Calls the service (which is ready) at once, unchecked.
+    pub(crate) fn pass(service: &mut S, request: Request<ReqB>) -> Self {
         Self {
             head: request.method() == Method::HEAD,
             state: State::Calling {
@@ -222,7 +235,7 @@ where
         name: &str,
         outcome: MissingKey,
         refusals: &Refusals,
-        service: S,
+        service: &mut S,
         request: Request<ReqB>,
     ) -> Self {
         match outcome::missing_key(what, name, outcome, refusals) {
@@ -321,9 +334,10 @@ where
                     request,
                 } => {
                     let admission = ready!(admitting.as_mut().poll(cx));
-                    let service = service.take().expect("admission polled after completion");
+                    let mut service = service.take().expect("admission polled after completion");
                     let request = request.take().expect("admission polled after completion");
-                    this.state.set(State::after(admission, service, request));
+                    this.state
+                        .set(State::after(admission, &mut service, request));
                 }
                 StateProj::Calling {
                     future,
@@ -405,8 +419,9 @@ fn content_length<B>(response: &Response<B>) -> Option<u64> {
 }
 
 /// Takes the ready service out of `slot`, leaving a fresh clone behind, so
-/// the service `poll_ready` prepared is the one called.
-pub(crate) fn take_ready<S: Clone>(slot: &mut S) -> S {
+/// the service `poll_ready` prepared is the one called, later. A request
+/// admitted at once calls the service in place: no clone.
+fn take_ready<S: Clone>(slot: &mut S) -> S {
     let clone = slot.clone();
     std::mem::replace(slot, clone)
 }

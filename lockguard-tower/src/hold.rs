@@ -138,11 +138,11 @@ pub(crate) fn admit<S, K, ReqB>(
     settings: &Arc<Settings>,
     kind: Kind,
     key: &K,
-    service: S,
+    service: &mut S,
     request: Request<ReqB>,
 ) -> Admit<S, ReqB>
 where
-    S: Service<Request<ReqB>>,
+    S: Service<Request<ReqB>> + Clone,
     S::Response: HasBody,
     K: KeyExtractor<ReqB> + ?Sized,
 {
@@ -222,6 +222,7 @@ fn settled(
             Admission::Proceed {
                 guard,
                 headers: None,
+                decision: None,
             }
         }
         Err(e) if e.is_busy() => busy(settings, kind, &e, waited_ms),

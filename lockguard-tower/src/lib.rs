@@ -90,8 +90,12 @@
 //!   request runs under: its fencing token, to pass with every write to a
 //!   resource that checks it, and `is_held()` / `lost()`, to stop work the
 //!   lock no longer protects (the innermost of these layers is the one seen);
-//! - behind a [`RateLimitLayer`], the [`Decision`](lockguard_core::Decision)
-//!   (remaining budget, reset).
+//! - behind a [`RateLimitLayer`] built with
+//!   [`decision_extension(true)`](RateLimitLayer::decision_extension), the
+//!   [`Decision`](lockguard_core::Decision) (remaining budget, reset). It is
+//!   off by default, as axum's `ConnectInfo` is: the client reads the same
+//!   in the `RateLimit` headers, and passing it on costs every request an
+//!   allocation and, under axum, the growth of its extension map.
 //!
 //! A handler that uses lockguard itself can return
 //! `Result<_, `[`ErrorResponse`]`>` and answer lockguard errors with `?`.

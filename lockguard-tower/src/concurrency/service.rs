@@ -7,7 +7,6 @@ use http_body::Body;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use crate::admit::take_ready;
 use crate::body::ResponseBody;
 use crate::hold::{self, Kind, Settings};
 use crate::key::KeyExtractor;
@@ -84,12 +83,11 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let inner = take_ready(&mut self.inner);
         ResponseFuture::new(hold::admit(
             &self.settings,
             Kind::Permits(self.permits),
             &*self.key,
-            inner,
+            &mut self.inner,
             req,
         ))
     }

@@ -18,6 +18,8 @@ pub(crate) struct Options {
     pub(crate) failure: FailureMode,
     pub(crate) headers: HeaderOptions,
     pub(crate) refusals: Refusals,
+    /// Whether an admitted request carries its `Decision`.
+    pub(crate) decision_extension: bool,
 }
 
 /// Applies a rate limit to every request of a service; see the
@@ -116,6 +118,46 @@ impl<P> RateLimitLayer<P> {
     #[must_use]
     pub fn legacy_headers(self, on: bool) -> Self {
         self.edit(|o| o.headers.legacy = on)
+    }
+
+    /// Whether an admitted request carries the limiter's
+    /// [`Decision`](lockguard_core::Decision) (remaining budget, reset) in
+    /// its extensions, for the handler to read (with axum, the
+    /// `Extension<Decision>` extractor) (default: no).
+    ///
+    /// Off by default, as axum's `ConnectInfo` is: the client already
+    /// reads the decision in the `RateLimit` headers, and a request
+    /// carrying it costs every request an allocation, and usually the
+    /// growth of its extension map (axum's router puts three entries in it,
+    /// the capacity of its first table), about 5% of a hello-world's CPU.
+    ///
+    /// ```
+    /// use axum::{Extension, Router, body::Body, routing::get};
+    /// use http::Request;
+    /// use http_body_util::BodyExt;
+    /// use lockguard_core::{Client, Decision, Quota};
+    /// use lockguard_tower::{RateLimitLayer, key};
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let lg = Client::memory();
+    /// let app = Router::new()
+    ///     .route("/", get(|Extension(d): Extension<Decision>| async move {
+    ///         format!("{} requests left", d.remaining)
+    ///     }))
+    ///     .layer(
+    ///         RateLimitLayer::new(lg.rate_limiter("api", Quota::per_minute(10)), key::Global)
+    ///             .decision_extension(true),
+    ///     );
+    /// let res = app.oneshot(Request::new(Body::empty())).await.unwrap();
+    /// let body = res.into_body().collect().await.unwrap().to_bytes();
+    /// assert_eq!(body, "9 requests left");
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn decision_extension(self, on: bool) -> Self {
+        self.edit(|o| o.decision_extension = on)
     }
 
     /// The policy.

@@ -11,7 +11,7 @@ use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, Policy, RateHeaders};
 use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, admission_span, in_span, take_ready, within};
+use crate::admit::{Admission, Admit, admission_span, in_span, within};
 use crate::body::{Guard, ResponseBody};
 use crate::key;
 use crate::outcome::{self, FailureMode};
@@ -85,7 +85,7 @@ where
     }
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
-        let inner = take_ready(&mut self.inner);
+        let inner = &mut self.inner;
         let Some(selection) = self.policy.select(&req) else {
             return ResponseFuture::new(Admit::pass(inner, req));
         };
@@ -118,6 +118,7 @@ where
         );
         let failure = failure.unwrap_or(self.options.failure);
         let options = self.options.headers;
+        let expose = self.options.decision_extension;
         // Decided at once where the store needs no round trip (the
         // in-memory store, a cached refusal): nothing to box or wait for,
         // and the limiter and its policy only lent.
@@ -127,6 +128,7 @@ where
                     limiter: &limiter,
                     failure,
                     options,
+                    expose,
                     policy,
                 };
                 ask.admission(decided, &self.options.refusals)
@@ -143,6 +145,7 @@ where
                 limiter: &limiter,
                 failure,
                 options,
+                expose,
                 policy: policy.as_ref(),
             };
             ask.admission(decided, &refusals)
@@ -157,6 +160,8 @@ struct Ask<'a> {
     limiter: &'a RateLimiter,
     failure: FailureMode,
     options: HeaderOptions,
+    /// Whether an admitted request carries the decision.
+    expose: bool,
     /// The limiter's policy headers, when made beforehand.
     policy: Option<&'a Policy>,
 }
@@ -172,6 +177,7 @@ impl Ask<'_> {
             limiter,
             failure,
             options,
+            expose,
             policy,
         } = self;
         let decision = match decided {
@@ -189,6 +195,7 @@ impl Ask<'_> {
             return Admission::Proceed {
                 guard: Guard::None,
                 headers: Some(headers),
+                decision: expose.then_some(decision),
             };
         }
         let secs = decision.retry_after_secs().max(1);

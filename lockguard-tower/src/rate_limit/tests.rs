@@ -340,11 +340,13 @@ async fn poll_ready_forwards_and_errors_are_the_inner_services() {
     assert_eq!(err, "inner failed");
 }
 
-/// The handler sees the limiter's decision in the request's extensions.
+/// Asked to, the layer puts the limiter's decision in the request's
+/// extensions for the handler.
 #[tokio::test(start_paused = true)]
 async fn the_handler_sees_the_decision() {
     let lg = Client::memory();
-    let layer = RateLimitLayer::new(lg.rate_limiter("seen", Quota::per_minute(5)), user_key());
+    let layer = RateLimitLayer::new(lg.rate_limiter("seen", Quota::per_minute(5)), user_key())
+        .decision_extension(true);
     let svc = layer.layer(service_fn(|req: Request<Body>| async move {
         let d = req
             .extensions()
@@ -360,6 +362,21 @@ async fn the_handler_sees_the_decision() {
     assert_eq!(body_string(res).await, "true 4");
     let res = svc.oneshot(request(Some("ada"))).await.unwrap();
     assert_eq!(body_string(res).await, "true 3");
+}
+
+/// Unless asked, the request reaches the handler without the decision,
+/// and the response still carries it in its headers.
+#[tokio::test(start_paused = true)]
+async fn the_decision_stays_out_of_the_request_unless_asked() {
+    let lg = Client::memory();
+    let layer = RateLimitLayer::new(lg.rate_limiter("unseen", Quota::per_minute(5)), user_key());
+    let svc = layer.layer(service_fn(|req: Request<Body>| async move {
+        let seen = req.extensions().get::<lockguard_core::Decision>().is_some();
+        Ok::<_, Infallible>(Response::new(Body::from(seen.to_string())))
+    }));
+    let res = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert!(res.headers().contains_key("ratelimit"));
+    assert_eq!(body_string(res).await, "false");
 }
 
 /// A refusal hook writes its own body; the layer still sends the
