@@ -11,7 +11,7 @@ use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
 /// The variants' names.
-pub(crate) const VARIANTS: &str = "none, rate, governor, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
+pub(crate) const VARIANTS: &str = "none, rate, rate-decision, governor, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
 
 /// The hello-world with the layer `variant` names, on `lg`'s store; or,
 /// for a name not in [`VARIANTS`], a message naming them. Locks and the
@@ -26,6 +26,13 @@ pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
             lg.rate_limiter("bench", Quota::per_second(1_000_000)),
             key::Global,
         )),
+        "rate-decision" => hello.layer(
+            RateLimitLayer::new(
+                lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+                key::Global,
+            )
+            .decision_extension(true),
+        ),
         "rate-per-client" => hello.layer(RateLimitLayer::new(
             lg.rate_limiter("bench", Quota::per_second(1_000_000)),
             conn_key,

@@ -25,6 +25,8 @@ pub(crate) enum Variant {
     RateLimitPerClient,
     /// [`Variant::Governor`] keyed by connection.
     GovernorPerClient,
+    /// [`Variant::RateLimit`] passing its `Decision` on to the handler.
+    RateLimitDecision,
 }
 
 impl Variant {
@@ -38,6 +40,7 @@ impl Variant {
             Self::Governor => "governor",
             Self::RateLimitPerClient => "rate-per-client",
             Self::GovernorPerClient => "governor-per-client",
+            Self::RateLimitDecision => "rate-decision",
         }
     }
 
@@ -51,6 +54,9 @@ impl Variant {
             Self::RateLimitPerClient => "RateLimitLayer (GCRA, a key per connection)",
             Self::GovernorPerClient => {
                 "tower_governor GovernorLayer (GCRA, a key per connection, headers on)"
+            }
+            Self::RateLimitDecision => {
+                "RateLimitLayer (GCRA, global key, `decision_extension(true)`)"
             }
         }
     }
