@@ -44,7 +44,7 @@ impl Default for HeaderOptions {
 pub(crate) struct RateHeaders {
     /// `RateLimit-Policy` and `RateLimit`, when the standard headers are on.
     standard: Option<(HeaderValue, HeaderValue)>,
-    pub(crate) decision: Decision,
+    decision: Decision,
     options: HeaderOptions,
 }
 
