@@ -830,23 +830,24 @@ async fn http_layers(b: &mut Bench) {
         format!("{s:.2}x ({t:.2}x; {lo:.2}–{hi:.2}x)"),
         s >= 1.0,
     );
+    // Row `of` against tower_governor's row `to`, as a sentence.
+    let against_governor = |what: &str, of: usize, to: usize| {
+        let [server, tput, _] = ratios(of, to);
+        let (lo, hi) = range(&server);
+        format!(
+            "{what}, RateLimitLayer against tower_governor: {:.2}x on server CPU (range {lo:.2}–{hi:.2}x), {:.2}x on throughput.",
+            median(server),
+            median(tput)
+        )
+    };
     // Limits are mostly per client: the same comparison with a key per
     // connection (32 keys) rather than one for all.
-    let [server, tput, _] = ratios(5, 6);
-    let (lo, hi) = range(&server);
     b.line(&format!(
-        "\nWith a key per connection, RateLimitLayer against tower_governor: {:.2}x on server CPU (range {lo:.2}–{hi:.2}x), {:.2}x on throughput.",
-        median(server),
-        median(tput)
+        "\n{}",
+        against_governor("With a key per connection", 5, 6)
     ));
     // What passing the `Decision` on to the handler costs.
-    let [server, tput, _] = ratios(7, 4);
-    let (lo, hi) = range(&server);
-    b.line(&format!(
-        "With `decision_extension(true)`, RateLimitLayer against tower_governor: {:.2}x on server CPU (range {lo:.2}–{hi:.2}x), {:.2}x on throughput.",
-        median(server),
-        median(tput)
-    ));
+    b.line(&against_governor("With `decision_extension(true)`", 7, 4));
     let rates: Vec<Vec<f64>> = runs
         .iter()
         .map(|r| r.iter().map(|m| m.rate).collect())
