@@ -348,9 +348,14 @@ impl Lock {
     /// # Errors
     ///
     /// [`ErrorKind::Busy`] when the wait ran out; [`ErrorKind::InvalidInput`]
-    /// for a bad key or lease; the store's errors: at once when the first
-    /// attempt fails, and at the end of the wait when the last one did
-    /// (failures in between are retried).
+    /// for a bad key or lease. A store that cannot be reached
+    /// ([`ErrorKind::Unavailable`], [`ErrorKind::Timeout`]: a restart, a
+    /// failover, a new session, a lost quorum) is retried with backoff
+    /// (10 ms doubling to 1 s) while the wait lasts, so a wait rides out a
+    /// blip shorter than itself; when the wait ends on such a failure, that
+    /// error is returned, saying it was retried. Other store errors are
+    /// returned at once. With no wait ([`Lock::try_acquire`], `wait(0)`)
+    /// every error is returned at once.
     ///
     /// [`Builder::waiter_timeout`]: crate::Builder::waiter_timeout
     pub async fn acquire(&self) -> Result<LockGuard> {
@@ -474,8 +479,14 @@ impl Lock {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
             // queueing, so no handoff is announced before anyone hears it.
-            if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
-                return Ok(guard);
+            match self.within(deadline, self.attempt(keys, lease)).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(_)) => {}
+                // The queue's attempts retry it until the deadline.
+                Err(e) if e.is_unavailable() => {
+                    tracing::debug!(lock = %self.name, error = %e, "attempt failed; retrying while the wait lasts");
+                }
+                Err(e) => return Err(e),
             }
             waiters.listen(deadline).await;
         }
@@ -505,6 +516,7 @@ impl Lock {
         // passes on a lock handed to it, in the background.
         let leave = PendingRelease::new(&self.engine, keys, token);
         let mut attempt: u32 = 0;
+        let mut backoff = Backoff::default();
         loop {
             // Numbers only tell recent attempts apart: wrapping is harmless.
             attempt = attempt.wrapping_add(1);
@@ -544,11 +556,13 @@ impl Lock {
                 Ok(Attempt::Busy(ttl)) => (ttl, None),
                 // Nobody won this round: try again at the next refresh.
                 Ok(Attempt::Contended) => (None, None),
-                Err(e) if first => return Err(e),
-                Err(e) => {
+                // A store that cannot be reached (a restart, a failover, a
+                // new session) is retried with backoff while the wait lasts.
+                Err(e) if e.is_unavailable() => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
                     (None, Some(e))
                 }
+                Err(e) => return Err(e),
             };
             if first {
                 tracing::debug!(lock = %self.name, "lock busy; queued");
@@ -556,25 +570,36 @@ impl Lock {
             let now = Instant::now();
             let remaining = match deadline {
                 Some(d) if d <= now => {
-                    return Err(failed.unwrap_or_else(|| self.busy(ttl, self.wait)));
+                    return Err(match failed {
+                        Some(e) => self.gave_up(e),
+                        None => self.busy(ttl, self.wait),
+                    });
                 }
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
             // Woken by the handoff, or at the next refresh, or when the
             // holder's lease ends (never a zero nap: a lease about to end
-            // gets a millisecond, not a spin).
-            let nap = final_stretch(
-                jitter(refresh)
-                    .min(ttl.unwrap_or(Duration::MAX))
-                    .max(Duration::from_millis(1)),
-                remaining,
-            );
+            // gets a millisecond, not a spin); after a failure, at the
+            // next step of the backoff.
+            let nap = match failed {
+                Some(_) => backoff.next(),
+                None => {
+                    backoff = Backoff::default();
+                    jitter(refresh)
+                        .min(ttl.unwrap_or(Duration::MAX))
+                        .max(Duration::from_millis(1))
+                }
+            };
+            let nap = final_stretch(nap, remaining);
             tokio::select! {
                 () = ticket.notified() => {}
                 () = tokio::time::sleep(nap) => {
                     if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(self.busy(ttl, self.wait));
+                        return Err(match failed {
+                            Some(e) => self.gave_up(e),
+                            None => self.busy(ttl, self.wait),
+                        });
                     }
                     continue;
                 }
@@ -647,8 +672,12 @@ impl Lock {
     async fn wait_for_release(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
-            return Ok(guard);
+        match self.within(deadline, self.attempt(keys, lease)).await {
+            Ok(Ok(guard)) => return Ok(guard),
+            Ok(Err(_)) => {}
+            // Retried below while the wait lasts.
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => return Err(e),
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
         let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
@@ -657,20 +686,35 @@ impl Lock {
             .waiters
             .broadcast(keys.channel(), deadline)
             .await;
+        let mut backoff = Backoff::default();
         loop {
             // Attempt again at once: a release may have come before the
             // subscription.
             registration.rx.borrow_and_update();
-            let wait = match self.within(deadline, self.attempt(keys, lease)).await? {
-                Ok(guard) => return Ok(guard),
-                Err(wait) => wait,
+            let (wait, failed) = match self.within(deadline, self.attempt(keys, lease)).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(wait)) => (wait, None),
+                // No quorum reachable: retried with backoff while the wait
+                // lasts.
+                Err(e) if e.is_unavailable() => (Wait::Busy(None), Some(e)),
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if d <= now => return Err(self.busy(wait.ttl(), self.wait)),
+                Some(d) if d <= now => {
+                    return Err(match failed {
+                        Some(e) => self.gave_up(e),
+                        None => self.busy(wait.ttl(), self.wait),
+                    });
+                }
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
+            if failed.is_some() {
+                tokio::time::sleep(final_stretch(backoff.next(), remaining)).await;
+                continue;
+            }
+            backoff = Backoff::default();
             if wait == Wait::Contended {
                 // Every contender of the split round is notified at once;
                 // a random pause instead keeps the next round from splitting.
@@ -798,6 +842,20 @@ impl Lock {
         Ok(LockGuard::new(tenancy))
     }
 
+    /// The error of a wait that ended while the store could not be
+    /// reached: of the kind of its last failure, saying that it was retried
+    /// for the whole wait.
+    fn gave_up(&self, last: Error) -> Error {
+        Error::new(
+            last.kind(),
+            format!(
+                "lock {:?}: the store could not be reached at the end of the wait of {:?} (failures were retried); last: {last}",
+                self.name, self.wait
+            ),
+        )
+        .with_source(last)
+    }
+
     /// The busy error after waiting `waited` (zero: one attempt).
     fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
         let what = match self.keys.as_ref().map(|k| k.resource) {
@@ -854,6 +912,27 @@ fn contention_backoff() -> Duration {
     Duration::from_micros(fastrand::u64(500..=10_000))
 }
 
+/// The pauses between the attempts of a wait that fail to reach the store:
+/// 10 ms, doubling up to 1 s, each jittered, so a blip costs a waiter a few
+/// quick retries and an outage one attempt a second.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn next(&mut self) -> Duration {
+        let step = Self::FIRST
+            .saturating_mul(1 << self.failures.min(10))
+            .min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        jitter(step)
+    }
+}
+
 /// How close to the end of a wait no new attempt starts: one started later
 /// would likely be cut off by the deadline with its outcome unknown.
 const FINAL_STRETCH: Duration = Duration::from_millis(50);
@@ -889,5 +968,16 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
         }
         let _ = jitter(Duration::MAX);
+    }
+
+    #[test]
+    fn backoff_grows_to_its_bound() {
+        let mut b = Backoff::default();
+        let first = b.next();
+        assert!(first >= Duration::from_millis(5) && first <= Duration::from_millis(10));
+        for _ in 0..100 {
+            assert!(b.next() <= Backoff::MAX);
+        }
+        assert!(b.next() >= Backoff::MAX / 2);
     }
 }
