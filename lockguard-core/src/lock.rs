@@ -262,7 +262,7 @@ impl Lock {
         if let Some(guard) = self.reenter(keys) {
             return Ok(guard);
         }
-        match self.attempt(keys, lease).await? {
+        match self.attempt(keys, lease, None).await? {
             Ok(guard) => Ok(guard),
             Err(wait) => Err(self.busy(wait.ttl(), Duration::ZERO)),
         }
@@ -457,7 +457,7 @@ impl Lock {
             return Ok(guard);
         }
         if self.wait.is_zero() {
-            return match self.attempt(keys, lease).await? {
+            return match self.attempt(keys, lease, None).await? {
                 Ok(guard) => Ok(guard),
                 Err(wait) => Err(self.busy(wait.ttl(), self.wait)),
             };
@@ -470,8 +470,8 @@ impl Lock {
 
     /// Takes the lock, waiting for it if it is busy.
     async fn acquire_waiting(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
-        if self.engine.store.locks.waiting() == Waiting::Retry {
-            return self.wait_for_release(keys, lease).await;
+        if self.engine.store.locks.waiting() == Waiting::Line {
+            return self.wait_in_line(keys, lease).await;
         }
         let deadline = Instant::now().checked_add(self.wait);
         let waiters = &self.engine.waiters;
@@ -479,7 +479,7 @@ impl Lock {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
             // queueing, so no handoff is announced before anyone hears it.
-            match self.within(deadline, self.attempt(keys, lease)).await {
+            match self.within(deadline, self.attempt(keys, lease, None)).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(_)) => {}
                 // The queue's attempts retry it until the deadline.
@@ -530,6 +530,8 @@ impl Lock {
                 timeout,
                 channel: waiters.channel(),
                 attempt,
+                waiter: token,
+                since_ms: 0,
             };
             let attempt_result = self
                 .within(
@@ -666,13 +668,16 @@ impl Lock {
         );
     }
 
-    /// Waits on a store without a queue: waiters retry when a release is
-    /// announced on the key's channel, when the holder's lease ends, or
-    /// after a jittered retry interval.
-    async fn wait_for_release(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
+    /// Waits on a store without a queue (Redlock): the waiter takes its
+    /// place in the key's line, ordered by when it began to wait, and
+    /// attempts again when a release is announced on the key's channel,
+    /// when the holder's lease ends, or after a jittered retry interval (at
+    /// most a third of the waiter timeout, which keeps its place). Only the
+    /// first live waiter of the line can take a free lock.
+    async fn wait_in_line(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        match self.within(deadline, self.attempt(keys, lease)).await {
+        match self.within(deadline, self.attempt(keys, lease, None)).await {
             Ok(Ok(guard)) => return Ok(guard),
             Ok(Err(_)) => {}
             // Retried below while the wait lasts.
@@ -686,12 +691,32 @@ impl Lock {
             .waiters
             .broadcast(keys.channel(), deadline)
             .await;
+        let waiter = Token::random();
+        let since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // Dropping this (the lock was taken, the wait ended, the future was
+        // dropped) takes the waiter out of the line on every node, in the
+        // background.
+        let _leave = PendingRelease::new(&self.engine, keys, waiter);
+        let timeout = self.engine.defaults.waiter_timeout;
+        let refresh = (timeout / 3).min(self.retry_interval);
         let mut backoff = Backoff::default();
+        let mut attempt: u32 = 0;
         loop {
             // Attempt again at once: a release may have come before the
             // subscription.
             registration.rx.borrow_and_update();
-            let (wait, failed) = match self.within(deadline, self.attempt(keys, lease)).await {
+            attempt = attempt.wrapping_add(1);
+            let place = Place {
+                timeout,
+                channel: "",
+                attempt,
+                waiter,
+                since_ms,
+            };
+            let attempt = self.attempt(keys, lease, Some(place));
+            let (wait, failed) = match self.within(deadline, attempt).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(wait)) => (wait, None),
                 // No quorum reachable: retried with backoff while the wait
@@ -722,7 +747,7 @@ impl Lock {
                 continue;
             }
             let nap = final_stretch(
-                jitter(self.retry_interval)
+                jitter(refresh)
                     .min(wait.ttl().unwrap_or(Duration::MAX))
                     .max(Duration::from_millis(1)),
                 remaining,
@@ -749,7 +774,9 @@ impl Lock {
         Some(LockGuard::reentrant(tenancy))
     }
 
-    /// One attempt that never queues. `Ok(Err(wait))` when someone else
+    /// One attempt; it never queues, and keeps a waiter's `place` in the
+    /// line of a store whose waiters line up (Redlock). `Ok(Err(wait))`
+    /// when someone else
     /// holds the lock: `Busy(ttl)` with their remaining lease, or
     /// `Contended` when a round had no winner and the caller should back
     /// off at random.
@@ -757,6 +784,7 @@ impl Lock {
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
+        place: Option<Place<'_>>,
     ) -> Result<Result<LockGuard, Wait>> {
         let token = Token::random();
         let sent_at = Instant::now();
@@ -768,7 +796,7 @@ impl Lock {
             .engine
             .store
             .locks
-            .acquire(keys, &token, lease, None)
+            .acquire(keys, &token, lease, place)
             .await?;
         pending.disarm();
         self.attempted(token, sent_at, lease, outcome)

@@ -10,6 +10,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
+use super::redlock::RedlockLine;
 use super::{
     Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
     Stored, Waiting, millis_ceil,
@@ -55,6 +56,14 @@ static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
+static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sequence.lua"),
+        include_str!("scripts/redlock_acquire.lua")
+    ))
+});
+static REDLOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redlock_release.lua")));
 static LOCK_RELEASE_ANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
 static SEMAPHORE_ACQUIRE: LazyLock<Script> = queue_script!("semaphore_acquire.lua");
@@ -724,6 +733,69 @@ impl RedisStore {
                 ),
             )),
         }
+    }
+
+    /// One attempt at a lock on a Redlock node, where waiters line up by
+    /// when they began to wait (`place`) instead of queueing: see
+    /// `redlock_acquire.lua`.
+    pub(crate) async fn redlock_acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        line: &RedlockLine,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let mut call = REDLOCK_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(keys.sequence())
+            .key(&line.line)
+            .key(&line.alive)
+            .arg(token.as_str())
+            .arg(millis_ceil(lease));
+        if let Some(p) = place {
+            call.arg(p.waiter.as_str())
+                .arg(p.since_ms)
+                .arg(millis_ceil(p.timeout));
+        }
+        let (taken, n): (i64, i64) = self
+            .run(&call, || format!("acquiring {:?}", keys.lock))
+            .await?;
+        match (taken, u64::try_from(n)) {
+            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence),
+                keys: keys.clone(),
+            }),
+            (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
+            (0, Err(_)) => Ok(Attempt::Busy(None)),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "acquiring {:?}: unexpected script reply [{taken}, {n}]",
+                    keys.lock
+                ),
+            )),
+        }
+    }
+
+    /// Gives up `token`'s lock on a Redlock node and announces it on the
+    /// key's channel, or takes the waiter `token` out of the key's line.
+    pub(crate) async fn redlock_release(
+        &self,
+        keys: &LockKeys,
+        line: &RedlockLine,
+        token: &Token,
+    ) -> Result<bool> {
+        let mut call = REDLOCK_RELEASE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&line.line)
+            .key(&line.alive)
+            .arg(token.as_str())
+            .arg(keys.channel());
+        let n: i64 = self
+            .run(&call, || format!("releasing {:?}", keys.lock))
+            .await?;
+        Ok(n == 1)
     }
 
     /// Gives up `token`'s lock or permit, handing it to the first live
