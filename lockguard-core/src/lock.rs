@@ -334,9 +334,11 @@ impl Lock {
     /// refreshing (its process died) is skipped after the timeout. It never
     /// spins.
     ///
-    /// On a store without a queue (Redlock) waiters retry when a release
-    /// is announced, after the holder's lease, or after a jittered retry
-    /// interval, whichever comes first.
+    /// On a store without a queue (Redlock) waiters line up on every node
+    /// by when they began to wait, and only the first live one takes a
+    /// free lock; they attempt again when a release is announced, after
+    /// the holder's lease, or after a jittered retry interval, whichever
+    /// comes first.
     ///
     /// Inside the [`scope`](LockGuard::scope) of a guard of this lock, the
     /// guard is reentrant and given at once.
