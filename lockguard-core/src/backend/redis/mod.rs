@@ -712,7 +712,7 @@ impl RedisStore {
                     // Not on enough replicas to survive a failover: give it
                     // back rather than hand out a lock a promoted replica
                     // would not know.
-                    if let Err(undo) = self.release(keys, token, false).await {
+                    if let Err(undo) = self.release(keys, token).await {
                         tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
                     }
                     return Err(e);
@@ -799,14 +799,8 @@ impl RedisStore {
     }
 
     /// Gives up `token`'s lock or permit, handing it to the first live
-    /// waiter; `announce` publishes a release nobody was handed on the key's
-    /// channel (for Redlock waiters, who do not queue).
-    pub(crate) async fn release(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        announce: bool,
-    ) -> Result<bool> {
+    /// waiter.
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let mut call = match keys.resource {
             Resource::Lock => LOCK_RELEASE.prepare_invoke(),
             Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
@@ -816,11 +810,9 @@ impl RedisStore {
             .key(keys.queue())
             .key(keys.tickets())
             .arg(token.as_str());
-        match keys.resource {
-            Resource::Semaphore { permits } => call.arg(permits),
-            Resource::Lock if announce => call.arg(keys.channel()),
-            Resource::Lock => call.arg(""),
-        };
+        if let Resource::Semaphore { permits } = keys.resource {
+            call.arg(permits);
+        }
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
@@ -988,7 +980,7 @@ impl LockBackend for RedisStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token, false))
+        StoreFuture::boxed(Self::release(self, keys, token))
     }
 
     fn extend<'a>(
