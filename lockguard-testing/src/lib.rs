@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 mod postgres;
 mod sentinel;
 mod zookeeper;
+mod zookeeper_txnlog;
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, zookeeper_classpath};

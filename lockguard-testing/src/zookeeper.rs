@@ -172,6 +172,40 @@ impl ZooKeeperServer {
         panic!("{last_error}");
     }
 
+    /// Starts a standalone server like [`ZooKeeperServer::start`] whose
+    /// data tree already holds the persistent node `path` (and its
+    /// parents), with its children's version (`cversion`) at `cversion`:
+    /// the next sequential child created under `path` is numbered
+    /// `cversion`, the one after `cversion + 1` (wrapping from 2147483647
+    /// to -2147483648, as ZooKeeper's counter does).
+    ///
+    /// Requests cannot set a `cversion` and take hours to move one near the
+    /// wrap; this writes a transaction log of a few creates, one of them
+    /// carrying the `cversion` its parent gets, which the server replays
+    /// as it starts (the log format of ZooKeeper 3.5 and later).
+    ///
+    /// # Panics
+    ///
+    /// As [`ZooKeeperServer::start`]; and when `path` is not an absolute
+    /// node path other than `/`.
+    pub fn start_with_cversion(path: &str, cversion: i32) -> Self {
+        let (name, log) = crate::zookeeper_txnlog::cversion_log(path, cversion);
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = crate::free_port();
+            // A log with no snapshot beside it is refused unless trusted.
+            let mut server = Self::create(port, Role::Standalone, "snapshot.trust.empty=true\n");
+            let logs = server.dir().join("data").join("version-2");
+            std::fs::create_dir(&logs).expect("cannot create zookeeper's log directory");
+            std::fs::write(logs.join(&name), &log).expect("cannot write zookeeper's log");
+            match server.spawn().and_then(|()| server.wait_until_serving()) {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("{last_error}");
+    }
+
     /// A server not yet started: its directory, `zoo.cfg` and data
     /// directory, with `extra` appended to the configuration.
     fn create(port: u16, role: Role, extra: &str) -> Self {

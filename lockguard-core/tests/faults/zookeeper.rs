@@ -156,6 +156,98 @@ async fn zookeeper_leader_killed_while_clients_wait() {
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
 }
 
+/// The sequence number of a queue node (`{token}-{sequence}`), as
+/// ZooKeeper wrote it: `%010d` of a signed 32-bit counter.
+fn sequence_of(name: &str) -> i32 {
+    let (_, sequence) = name.split_once('-').expect("a queue node's name");
+    sequence.parse().expect("a 32-bit sequence number")
+}
+
+/// One lock's sequence counter is at its end, 2147483647, when a holder
+/// takes the lock and four clients queue behind it. ZooKeeper 3.6+ then
+/// numbers every later node 2147483647 too (older servers wrap to
+/// -2147483648): none of them may go ahead of the holder, however its
+/// token sorts, and the waiters are served one at a time in the order
+/// they came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_queue_order_survives_the_sequence_wrap() {
+    use lockguard_core::zookeeper_client as zk;
+    // The lock "wrap"'s node under the default root and key prefix.
+    let dir = "/lockguard/lockguard:lock:{wrap}";
+    let server = ZooKeeperServer::start_with_cversion(dir, i32::MAX);
+    let hosts = server.hosts();
+    let holder = connect(&hosts, Client::builder()).await;
+    let guard = holder.lock("wrap").acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let lg = connect(&hosts, Client::builder()).await;
+        let (inside, order) = (inside.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = lg
+                .lock("wrap")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("a waiter is served");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            order.lock().unwrap().push((i, g.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(g.release().await.unwrap());
+        }));
+        // Each waiter queues before the next one starts.
+        let queued = crate::support::eventually(Duration::from_secs(10), || {
+            let holder = holder.clone();
+            async move { holder.lock("wrap").inspect().await.unwrap().waiters == i + 1 }
+        })
+        .await;
+        assert!(queued, "waiter {i} did not queue");
+    }
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "a waiter went ahead of the holder: {:?}",
+        order.lock().unwrap()
+    );
+    // The queue is really numbered at and past the end of the counter.
+    let admin = zk::Client::connect(&hosts).await.unwrap();
+    let numbers: Vec<i32> = admin
+        .list_children(dir)
+        .await
+        .unwrap()
+        .iter()
+        .map(|n| sequence_of(n))
+        .collect();
+    assert_eq!(numbers.len(), 5, "{numbers:?}");
+    assert!(
+        numbers.iter().all(|&n| n == i32::MAX || n < 0),
+        "the queue is not numbered at the end of the counter: {numbers:?}"
+    );
+    // Newcomers never go ahead of the holder. (Numbered alike, half of
+    // them would, by their random tokens: twenty tries all but ensure one.)
+    let other = connect(&hosts, Client::builder()).await;
+    for attempt in 0..20 {
+        let outcome = other.lock("wrap").try_acquire().await;
+        assert!(
+            matches!(&outcome, Err(e) if e.is_busy()),
+            "try_acquire {attempt} at the end of the counter, while the lock is held: {outcome:?}"
+        );
+    }
+    assert!(guard.is_held());
+    assert!(guard.release().await.unwrap());
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(30), w)
+            .await
+            .expect("a waiter was never served")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let served: Vec<_> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(served, [0, 1, 2, 3], "waiters served out of order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
+
 /// Set to the connect string, makes `zookeeper_child` act as a client
 /// process: `hold` or `wait` for the lock "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";

@@ -3,9 +3,10 @@
 //! Each lock or semaphore is a container node, `{root}/{key}`, and each
 //! acquisition (a holder, or a waiter in the queue) an ephemeral sequential
 //! child of it named for its token, `{token}-{sequence}`, so a client finds
-//! its own node again after a lost answer. In sequence order the children
-//! are the queue: the first `permits` hold, the rest wait, first come first
-//! served. A waiter watches only what it waits for: a lock's waiter its
+//! its own node again after a lost answer. In the order they were created
+//! (their sequence numbers, or their creating zxids once a busy lock's
+//! numbers run out: see `order`) the children are the queue: the first
+//! `permits` hold, the rest wait, first come first served. A waiter watches only what it waits for: a lock's waiter its
 //! predecessor; a semaphore's first waiter the holders, and every later
 //! waiter its predecessor (which touches its node when it comes to hold,
 //! so its successor moves on to watching the holders). A release deletes
@@ -23,6 +24,7 @@
 //! A queue place lives with the session; a waiter that gives up deletes it.
 
 mod data;
+mod order;
 mod session;
 
 use std::collections::HashMap;
@@ -279,6 +281,35 @@ impl ZooKeeperStore {
         }
     }
 
+    /// The queue nodes among `children`, the children of the lock node
+    /// `dir`, in queue order: by their sequence numbers while those tell
+    /// it, else by their creating zxids, read in one pipelined round trip
+    /// (see [`order`]). A node gone before its zxid was read is left out.
+    async fn in_order<'c>(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+        children: &'c [String],
+    ) -> Result<Vec<&'c str>> {
+        let nodes = match order::by_number(children) {
+            order::Order::Numbered(queue) => return Ok(queue),
+            order::Order::Unnumbered(nodes) => nodes,
+        };
+        let requests: Vec<_> = nodes
+            .iter()
+            .map(|n| client.check_stat(&format!("{dir}/{n}")))
+            .collect();
+        let mut created = Vec::with_capacity(nodes.len());
+        for (node, request) in nodes.into_iter().zip(requests) {
+            match bounded(self.response_timeout, request).await? {
+                Ok(Some(stat)) => created.push((stat.czxid, node)),
+                Ok(None) => {}
+                Err(e) => return Err(self.failed(client, e, "reading a lock's queue")),
+            }
+        }
+        Ok(order::by_creation(created))
+    }
+
     /// Whether this token waits with a recent watch that has not fired:
     /// nothing ahead of it changed since it looked. A watch older than
     /// [`RECHECK`] is looked past, the safety net for a signal lost.
@@ -365,7 +396,7 @@ impl ZooKeeperStore {
                 Err(zk::Error::NoNode) => Vec::new(),
                 Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
-            let queue = in_order(&children);
+            let queue = self.in_order(&client, &dir, &children).await?;
             let Some(rank) = queue.iter().position(|n| *n == name) else {
                 // Our node is gone: its session ended. The next attempt
                 // queues again in the new one.
@@ -682,7 +713,7 @@ impl ZooKeeperStore {
                 }
                 Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
-        let queue = in_order(&children);
+        let queue = self.in_order(&client, &dir, &children).await?;
         let queued = u32::try_from(queue.len()).unwrap_or(u32::MAX);
         let holders = queued.min(capacity);
         // The zxid of the last change to the queue: no node of it was
@@ -787,20 +818,6 @@ fn zxid(zxid: i64, path: &str) -> Result<u64> {
     })
 }
 
-/// The children of a lock's node in queue order (by sequence); names that
-/// are not queue nodes are left out.
-fn in_order(children: &[String]) -> Vec<&str> {
-    let mut queue: Vec<(u64, &str)> = children
-        .iter()
-        .filter_map(|c| {
-            let (_, sequence) = c.rsplit_once('-')?;
-            Some((sequence.parse::<u64>().ok()?, c.as_str()))
-        })
-        .collect();
-    queue.sort_unstable();
-    queue.into_iter().map(|(_, c)| c).collect()
-}
-
 /// A key as one node name: characters outside a plain set (`/` among
 /// them) are written `%XX`, byte by byte.
 fn node_name(key: &str) -> String {
@@ -900,19 +917,5 @@ mod tests {
         assert_eq!(node_name("a/b"), "a%2Fb");
         assert_eq!(node_name("100%"), "100%25");
         assert_eq!(node_name("é"), "%C3%A9");
-    }
-
-    #[test]
-    fn the_queue_is_in_sequence_order() {
-        let children = vec![
-            "bbb-0000000012".to_owned(),
-            "aaa-0000000003".to_owned(),
-            "stray".to_owned(),
-            "ccc-0000000100".to_owned(),
-        ];
-        assert_eq!(
-            in_order(&children),
-            ["aaa-0000000003", "bbb-0000000012", "ccc-0000000100"]
-        );
     }
 }
