@@ -248,6 +248,102 @@ async fn zookeeper_queue_order_survives_the_sequence_wrap() {
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
 }
 
+/// A lock held in an application's session when the ensemble expires it
+/// (the server paused past the session timeout): its release says the
+/// lock was no longer held, since its node went with the session, rather
+/// than that the store is unavailable. (lockguard does not renew a session
+/// the application handed in, so the session stays expired.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_lock_gone_with_its_session_is_released_as_not_held() {
+    use lockguard_core::zookeeper_client as zk;
+    let mut server = ZooKeeperServer::start();
+    let session = Duration::from_secs(1);
+    let app = zk::Client::connector()
+        .with_session_timeout(session)
+        .connect(&server.hosts())
+        .await
+        .unwrap();
+    let lg = Client::builder()
+        .response_timeout(Duration::from_secs(2))
+        .connect_zookeeper_client(app.clone())
+        .await
+        .unwrap();
+    let guard = lg.lock("expired").acquire().await.unwrap();
+    let mut states = app.state_watcher();
+    server.pause();
+    // The fault: the server silent for three session timeouts.
+    tokio::time::sleep(session * 3).await;
+    server.resume();
+    let expired = tokio::time::timeout(Duration::from_secs(20), async {
+        while app.state() != zk::SessionState::Expired {
+            states.changed().await;
+        }
+    })
+    .await;
+    assert!(
+        expired.is_ok(),
+        "the session never expired: {:?}",
+        app.state()
+    );
+    let released = guard.release().await;
+    assert!(
+        matches!(released, Ok(false)),
+        "a lock gone with its session released as {released:?}"
+    );
+}
+
+/// The server is down when a client asks for a lock with a 30 s wait, and
+/// comes back (restarted on its data) a few seconds later: the wait rides
+/// out the outage and acquires, rather than failing at once as
+/// unavailable. (The retry of transient errors within a wait is the
+/// lock's; this store's part is to call the outage transient.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_wait_rides_out_a_server_restart() {
+    let mut server = ZooKeeperServer::start();
+    let lg = connect(
+        &server.hosts(),
+        Client::builder().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    // The store is warm: its root node exists.
+    assert!(
+        lg.lock("blip")
+            .try_acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap()
+    );
+    server.kill();
+    let started = Instant::now();
+    let waiter = tokio::spawn(async move {
+        let outcome = lg
+            .lock("blip")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await;
+        (outcome, started.elapsed())
+    });
+    let server = tokio::task::spawn_blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+    .unwrap();
+    let back = started.elapsed();
+    let (outcome, ended) = tokio::time::timeout(Duration::from_secs(40), waiter)
+        .await
+        .expect("the wait outlived its deadline")
+        .unwrap();
+    let guard = outcome.unwrap_or_else(|e| {
+        panic!("the wait failed {ended:?} after it began (server back after {back:?}): {e}")
+    });
+    println!("server back after {back:?}; lock acquired after {ended:?}");
+    assert!(guard.release().await.unwrap());
+    drop(server);
+}
+
 /// Set to the connect string, makes `zookeeper_child` act as a client
 /// process: `hold` or `wait` for the lock "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";

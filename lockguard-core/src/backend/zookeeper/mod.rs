@@ -190,6 +190,21 @@ impl ZooKeeperStore {
         zk_error(e, what)
     }
 
+    /// Says an outage for what it is: a request that went unanswered
+    /// while the client was not connected (reconnecting within its session,
+    /// or opening a new one) failed because the store was unreachable, a
+    /// transient state a wait rides out, not because a server was slow
+    /// to answer a request it had.
+    fn outage<T>(&self, result: Result<T>) -> Result<T> {
+        match result {
+            Err(e) if e.kind() == ErrorKind::Timeout && !connected(&self.session.client()) => {
+                let message = format!("zookeeper is unreachable (reconnecting): {}", e.message());
+                Err(Error::new(ErrorKind::Unavailable, message).with_source(e))
+            }
+            result => result,
+        }
+    }
+
     /// Creates this token's node in `dir` (and `dir` when missing): its
     /// path and creating zxid.
     async fn create(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<(String, u64)> {
@@ -269,9 +284,16 @@ impl ZooKeeperStore {
 
     /// This token's nodes in `dir` (one, unless creations whose answers
     /// were lost made more): their names.
+    ///
+    /// The listing is synced with the leader first. A creation whose
+    /// answer was lost may have been committed through a server this
+    /// client has since left; the server it reconnected to may not have
+    /// applied it yet (the session's order holds only within one
+    /// connection), and a listing from that past would miss the node,
+    /// which would then queue or hold for nobody until the session ends.
     async fn find(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<Vec<String>> {
         let prefix = format!("{}-", token.as_str());
-        match bounded(self.response_timeout, client.list_children(dir)).await? {
+        match bounded(self.response_timeout, synced_children(client, dir)).await? {
             Ok(children) => Ok(children
                 .into_iter()
                 .filter(|c| c.starts_with(&prefix))
@@ -383,12 +405,7 @@ impl ZooKeeperStore {
             let listed = if fresh {
                 bounded(self.response_timeout, client.list_children(&dir)).await?
             } else {
-                let sync = client.sync(&dir);
-                let list = client.list_children(&dir);
-                match bounded(self.response_timeout, sync).await? {
-                    Ok(()) => bounded(self.response_timeout, list).await?,
-                    Err(e) => Err(e),
-                }
+                bounded(self.response_timeout, synced_children(&client, &dir)).await?
             };
             fresh = false;
             let children = match listed {
@@ -600,19 +617,23 @@ impl ZooKeeperStore {
             Some(Known::Node(path, holding, _)) => (path, holding),
             // An acquisition whose answer was lost (or never recorded), or
             // a node of an ended session (gone with it): find its nodes by
-            // name. The listing is sent after the creation, and a
-            // session's requests run in order.
+            // name, in a listing synced with the leader (see `find`).
             _ => {
                 let sweep = self.sweep(&client, &dir, token).await;
-                if sweep.is_err() {
-                    tokio::spawn(discard_in(
-                        Arc::downgrade(&self.session),
-                        self.response_timeout,
-                        Leftover::Token(dir, *token),
-                    ));
-                }
                 self.nodes().remove(token);
-                return sweep;
+                return match sweep {
+                    // Every node of an ended session went with it.
+                    Err(_) if ended(&client) => Ok(false),
+                    Err(e) => {
+                        tokio::spawn(discard_in(
+                            Arc::downgrade(&self.session),
+                            self.response_timeout,
+                            Leftover::Token(dir, *token),
+                        ));
+                        Err(e)
+                    }
+                    swept => swept,
+                };
             }
         };
         match bounded(self.response_timeout, client.delete(&path, None)).await {
@@ -621,6 +642,12 @@ impl ZooKeeperStore {
                 Ok(holding)
             }
             Ok(Err(zk::Error::NoNode)) => {
+                self.nodes().remove(token);
+                Ok(false)
+            }
+            Ok(Err(zk::Error::SessionExpired)) => {
+                // The node went with its session: no longer held.
+                Session::renew_later(&self.session, client.session_id());
                 self.nodes().remove(token);
                 Ok(false)
             }
@@ -671,7 +698,16 @@ impl ZooKeeperStore {
             Ok(()) => bounded(self.response_timeout, check).await?,
             Err(e) => Err(e),
         };
-        let stat = checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?;
+        let stat = match checked {
+            // The node went with its session: the lock is lost, which is
+            // the answer (not an outage to wait out).
+            Err(zk::Error::SessionExpired) => {
+                Session::renew_later(&self.session, client.session_id());
+                self.nodes().remove(token);
+                return Ok(false);
+            }
+            checked => checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?,
+        };
         let mut nodes = self.nodes();
         match (stat, nodes.get(token)) {
             (
@@ -783,7 +819,10 @@ impl LockBackend for ZooKeeperStore {
             // it changed (a change, or the session's end, fires the watch).
             return StoreFuture::ready(Ok(Attempt::Busy(None)));
         }
-        StoreFuture::boxed(self.acquire_inner(keys, token, lease, place))
+        StoreFuture::boxed(async move {
+            let attempt = self.acquire_inner(keys, token, lease, place).await;
+            self.outage(attempt)
+        })
     }
 
     fn release<'a>(
@@ -791,11 +830,11 @@ impl LockBackend for ZooKeeperStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.release_inner(keys, token))
+        StoreFuture::boxed(async move { self.outage(self.release_inner(keys, token).await) })
     }
 
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(self.inspect_inner(keys))
+        StoreFuture::boxed(async move { self.outage(self.inspect_inner(keys).await) })
     }
 
     fn extend<'a>(
@@ -804,7 +843,7 @@ impl LockBackend for ZooKeeperStore {
         token: &'a Token,
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.extend_inner(token, lease))
+        StoreFuture::boxed(async move { self.outage(self.extend_inner(token, lease).await) })
     }
 }
 
@@ -846,6 +885,38 @@ async fn bounded<T>(
     })
 }
 
+/// Whether `client` is connected to a server of its session.
+fn connected(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+    )
+}
+
+/// Whether `client`'s session has ended, expired by the ensemble or
+/// closed: its ephemeral nodes are gone.
+fn ended(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::Expired | zk::SessionState::Closed
+    )
+}
+
+/// The children of `dir`, listed after a `sync` of it: as new as the
+/// leader's state when the sync was sent. Both requests are sent at once
+/// (one round trip); a session's requests are answered in order.
+async fn synced_children(
+    client: &zk::Client,
+    dir: &str,
+) -> std::result::Result<Vec<String>, zk::Error> {
+    let sync = client.sync(dir);
+    let list = client.list_children(dir);
+    match sync.await {
+        Ok(()) | Err(zk::Error::NoNode) => list.await,
+        Err(e) => Err(e),
+    }
+}
+
 /// What a background cleanup deletes: one node, or every node of a token
 /// in a lock's node.
 #[derive(Debug)]
@@ -866,15 +937,18 @@ async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftove
             Leftover::Node(path) => Ok(Ok(vec![path.clone()])),
             Leftover::Token(dir, token) => {
                 let prefix = format!("{}-", token.as_str());
-                bounded(timeout, client.list_children(dir)).await.map(|r| {
-                    r.map(|children| {
-                        children
-                            .into_iter()
-                            .filter(|c| c.starts_with(&prefix))
-                            .map(|c| format!("{dir}/{c}"))
-                            .collect()
+                // Synced, as in `find`: a node missed here lives on.
+                bounded(timeout, synced_children(&client, dir))
+                    .await
+                    .map(|r| {
+                        r.map(|children| {
+                            children
+                                .into_iter()
+                                .filter(|c| c.starts_with(&prefix))
+                                .map(|c| format!("{dir}/{c}"))
+                                .collect()
+                        })
                     })
-                })
             }
         };
         let outcome = match paths {
