@@ -344,6 +344,115 @@ async fn zookeeper_a_wait_rides_out_a_server_restart() {
     drop(server);
 }
 
+/// A creation whose answer is lost, and the client then moves to member 0,
+/// whose link to the leader is held back (it has not even received the
+/// creation): the cleanup that looks for the node by name finds it and
+/// deletes it, rather than leaving it to block the lock for the life of the
+/// client's session (30 s here).
+///
+/// That lookup lists the lock's node after a sync with the leader, since
+/// ZooKeeper promises a moved client only that it sees nothing older than
+/// what it saw answered. This test does not fail without the sync on
+/// ZooKeeper 3.8: a member revalidates a moved session with the leader
+/// before serving it, over the same link as the commits, so the member
+/// has received the creation before the cleanup can list; the window left
+/// is the member's delay in applying what it received, which a test cannot
+/// hold open from outside the server. It fails when the cleanup does not
+/// retry across the move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
+    use lockguard_core::zookeeper_client as zk;
+    use lockguard_testing::Relay;
+    let (ensemble, quorum_links) = ZooKeeperEnsemble::start_with_relayed_member(3, 0);
+    let leader = ensemble.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(leader, 0, "the relayed member leads");
+    let other = (1..3).find(|&i| i != leader).expect("a third member");
+    // The client reaches the other follower, and later member 0, through
+    // relays of its own; member 0's refuses it for now.
+    let to_other = Relay::start(ensemble.member(other).port());
+    let to_lagging = Relay::start_closed(ensemble.member(0).port());
+    let app = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(&format!(
+            "127.0.0.1:{},127.0.0.1:{}",
+            to_other.port(),
+            to_lagging.port()
+        ))
+        .await
+        .unwrap();
+    let lg = Client::builder()
+        .response_timeout(Duration::from_millis(500))
+        .connect_zookeeper_client(app.clone())
+        .await
+        .unwrap();
+    let admin = zk::Client::connect(&ensemble.member(leader).hosts())
+        .await
+        .unwrap();
+    let dir = "/lockguard/lockguard:lock:{ghost}";
+    let queue = || {
+        let admin = admin.clone();
+        async move {
+            match admin.list_children(dir).await {
+                Ok(children) => children,
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(e) => panic!("listing {dir}: {e}"),
+            }
+        }
+    };
+
+    // The lock's node exists (an empty container stays for a minute), so
+    // that the creation below is a single request.
+    let warm = lg.lock("ghost").try_acquire().await.unwrap();
+    assert!(warm.release().await.unwrap());
+
+    // Member 0 hears nothing more from the leader, and the client nothing
+    // more from the member it is on: the creation is committed (by the
+    // leader and the other follower), its answer lost.
+    for link in &quorum_links {
+        link.hold();
+    }
+    to_other.hold();
+    let err = lg.lock("ghost").try_acquire().await.unwrap_err();
+    assert!(err.is_timeout() || err.is_unavailable(), "{err}");
+    let created = crate::support::eventually(Duration::from_secs(10), || async {
+        queue().await.len() == 1
+    })
+    .await;
+    assert!(created, "the creation was never committed");
+
+    // The client moves to member 0, which has not applied the creation.
+    to_lagging.open();
+    to_other.cut();
+    let session = format!("sid=0x{:x}", app.session_id().0);
+    let moved = crate::support::eventually(Duration::from_secs(10), || async {
+        ensemble
+            .member(0)
+            .four_letter("cons")
+            .is_some_and(|cons| cons.contains(&session))
+    })
+    .await;
+    assert!(moved, "the client never reconnected to the lagging member");
+    // The fault lasts a few seconds more: time for the cleanup (which
+    // retries every 2 s at most) to try on member 0.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for link in &quorum_links {
+        link.release();
+    }
+
+    let cleaned = crate::support::eventually(Duration::from_secs(10), || async {
+        queue().await.is_empty()
+    })
+    .await;
+    assert!(
+        cleaned,
+        "the lost creation's node outlived the cleanup: {:?}",
+        queue().await
+    );
+    let taker = connect(&ensemble.member(leader).hosts(), Client::builder()).await;
+    let guard = taker.lock("ghost").try_acquire().await.unwrap();
+    assert!(guard.release().await.unwrap());
+}
+
 /// Set to the connect string, makes `zookeeper_child` act as a client
 /// process: `hold` or `wait` for the lock "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
