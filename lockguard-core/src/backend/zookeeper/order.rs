@@ -45,7 +45,7 @@ pub(super) fn by_number(children: &[String]) -> Order<'_> {
 /// Queue nodes with their creating zxids in queue order: by zxid (distinct
 /// for distinct nodes; the name breaks a tie all the same, so the order is
 /// total).
-pub(super) fn by_creation<'a>(mut nodes: Vec<(i64, &'a str)>) -> Vec<&'a str> {
+pub(super) fn by_creation(mut nodes: Vec<(i64, &str)>) -> Vec<&str> {
     nodes.sort_unstable();
     nodes.into_iter().map(|(_, c)| c).collect()
 }
