@@ -1,8 +1,8 @@
 //! The order of a lock's queue: its nodes in the order they were created.
 //!
 //! ZooKeeper numbers a sequential node with its parent's children's version
-//! (`cversion`), a signed 32-bit counter that every child created moves on
-//! by one, written `%010d`. Until that counter reaches 2147483647 the
+//! (`cversion`), a signed 32-bit counter that every child created or
+//! deleted moves on by one, written `%010d`. Until that counter reaches 2147483647 the
 //! numbers are distinct and rise, and they are the order. At the end they
 //! are not: on servers before 3.6 the counter wraps to -2147483648 (written
 //! `-2147483648`), so new nodes number below old ones; from 3.6 on, the
