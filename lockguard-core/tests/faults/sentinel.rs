@@ -132,6 +132,23 @@ async fn the_client_follows_the_master_across_a_failover() {
     assert!(fresh.release().await.unwrap());
 }
 
+/// The master restarts on its own address (no replica to fail over to),
+/// twice: the waiters' pub/sub connection, which the sentinels still name
+/// the same master for, comes back and hears the next handoff at once; and
+/// clients idle meanwhile do not fail their first request once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restart_loses_neither_wake_ups_nor_requests() {
+    let mut group = SentinelGroup::start(0, 1);
+    // All made now: for a moment after a restart, the sentinel names no
+    // master (until it has seen this one up again).
+    let holder = connect(&group, false).await;
+    let waiter = connect(&group, true).await;
+    let locks = connect(&group, false).await;
+    let counts = connect(&group, false).await;
+    crate::wake_ups_come_back_after_an_outage(&mut group.servers[0], &holder, &waiter).await;
+    crate::first_requests_after_an_outage_succeed(&mut group.servers[0], &locks, &counts).await;
+}
+
 /// Sentinels that are not there, and bad settings, are clear errors.
 #[tokio::test]
 async fn unreachable_sentinels_and_bad_settings_are_clear_errors() {

@@ -213,6 +213,20 @@ async fn master(
     opts: RedisOptions,
     service: &str,
 ) -> Result<(String, ConnectionManager)> {
+    let (addr, client) = master_client(sentinel, opts, service).await?;
+    Ok((
+        addr.clone(),
+        connect_master(addr, client, config, opts).await?,
+    ))
+}
+
+/// Asks the sentinels for the master of `service`: its address, and a
+/// client for it (nothing connected yet).
+async fn master_client(
+    sentinel: &tokio::sync::Mutex<SentinelClient>,
+    opts: RedisOptions,
+    service: &str,
+) -> Result<(String, redis::Client)> {
     let what = || format!("asking the sentinels for the master of {service:?}");
     let client = {
         let mut sentinel = sentinel.lock().await;
@@ -220,14 +234,22 @@ async fn master(
     };
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
-    let client = client_from_info(info)?;
-    let conn = bounded(
+    Ok((addr, client_from_info(info)?))
+}
+
+/// Connects to the master at `addr`.
+async fn connect_master(
+    addr: String,
+    client: redis::Client,
+    config: &ConnectionManagerConfig,
+    opts: RedisOptions,
+) -> Result<ConnectionManager> {
+    bounded(
         opts.connect_timeout,
         || format!("connecting to the redis master at {addr}"),
         ConnectionManager::new_with_config(client, config.clone()),
     )
-    .await?;
-    Ok((addr, conn))
+    .await
 }
 
 impl Inner {
@@ -247,13 +269,23 @@ impl Inner {
         tokio::spawn(async move {
             let mut pause = Duration::from_millis(50);
             for _ in 0..20 {
-                match master(&self.sentinel, &self.config, self.opts, &self.service).await {
-                    Ok((addr, conn)) => {
-                        if addr != self.current().0 {
-                            self.switch(addr, conn).await;
-                        }
+                // Connected only when it is another master: this runs every
+                // second, and the master rarely moves.
+                let moved = match master_client(&self.sentinel, self.opts, &self.service).await {
+                    Ok((addr, _)) if addr == self.current().0 => Ok(None),
+                    Ok((addr, client)) => {
+                        connect_master(addr.clone(), client, &self.config, self.opts)
+                            .await
+                            .map(|conn| Some((addr, conn)))
+                    }
+                    Err(e) => Err(e),
+                };
+                match moved {
+                    Ok(Some((addr, conn))) => {
+                        self.switch(addr, conn).await;
                         break;
                     }
+                    Ok(None) => break,
                     Err(e) => {
                         tracing::debug!(error = %e, "no master from the sentinels yet");
                         tokio::time::sleep(pause).await;
