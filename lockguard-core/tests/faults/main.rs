@@ -598,6 +598,66 @@ async fn cluster_master_killed_fails_only_its_slots() {
     assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
 }
 
+/// A cluster master restarts (down for [`OUTAGE`], back on its address
+/// with its slots): the waiter's pub/sub connection to it comes back and
+/// hears the next handoff at once, and a client idle meanwhile does not
+/// fail its first request for a key in its slots.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
+    use lockguard_testing::RedisCluster;
+    let mut cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let holder = Client::connect_cluster(&urls).await.unwrap();
+    let waiter = patient().connect_cluster(&urls).await.unwrap();
+    let idle = Client::connect_cluster(&urls).await.unwrap();
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
+    // The master the waiter's client is subscribed on.
+    let mut listening = Vec::new();
+    for node in &cluster.nodes {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("lockguard:*")
+            .query_async(&mut node.connection().await)
+            .await
+            .unwrap();
+        listening.push(!channels.is_empty());
+    }
+    let k = listening
+        .iter()
+        .position(|l| *l)
+        .expect("a subscribed node");
+    // `redis-cli --cluster create` gives each master a third of the slots.
+    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
+    let name = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|n| slots.contains(&cluster.nodes[k].key_slot(&format!("{{{n}}}"))))
+        .unwrap();
+    let g = idle.lock(&name).try_acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
+
+    outage(&mut cluster.nodes[k], OUTAGE).await;
+    let formed = eventually(Duration::from_secs(20), || async {
+        cluster.nodes.iter().all(|n| n.cluster_ok())
+    })
+    .await;
+    assert!(formed, "the cluster did not recover");
+    let g = idle
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("the first acquisition after the restart");
+    assert!(g.release().await.unwrap());
+    for lg in [&holder, &waiter] {
+        let back = eventually(Duration::from_secs(10), || async {
+            lg.counter(&name).get().await.is_ok()
+        })
+        .await;
+        assert!(back, "a client did not reach the restarted node again");
+    }
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+}
+
 /// A grant that arrives late (the server paused with the request in
 /// flight for 70% of a 1 s watchdog lease) is renewed at once: the first
 /// renewal is due a third of the lease after the request was sent, not
