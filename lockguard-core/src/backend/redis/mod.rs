@@ -503,6 +503,9 @@ pub(crate) struct RedisStore {
     /// connect time, or for a lazily connected Redlock node, after its
     /// first answer.
     checked: AtomicBool,
+    /// Through Sentinel: the leases renewed, renewed again on a new master.
+    #[cfg(feature = "sentinel")]
+    leases: Option<Arc<sentinel::Leases>>,
 }
 
 impl RedisStore {
@@ -520,6 +523,8 @@ impl RedisStore {
             opts,
             addr,
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         store.check_version().await?;
         store.warn_if_evicting().await;
@@ -604,6 +609,8 @@ impl RedisStore {
             opts: self.opts,
             addr: self.addr.clone(),
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         tokio::spawn(async move {
             if let Err(e) = probe.check_version().await {
@@ -631,6 +638,8 @@ impl RedisStore {
             opts,
             addr: "the redis cluster".to_owned(),
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         // CONFIG GET reaches one node of the cluster; its nodes are
         // normally configured alike.
@@ -645,12 +654,13 @@ impl RedisStore {
         target: &SentinelTarget,
         opts: RedisOptions,
     ) -> Result<Self> {
+        let leases = Arc::new(sentinel::Leases::default());
         let conn = sentinel::SentinelConn::connect(
             target,
             redis::ProtocolVersion::RESP3,
             manager_config(opts),
             opts,
-            None,
+            Some(leases.on_switch()),
         )
         .await
         .map_err(unreachable)?;
@@ -663,6 +673,7 @@ impl RedisStore {
             conn: Conn::Sentinel(conn),
             opts,
             checked: AtomicBool::new(true),
+            leases: Some(leases),
         };
         store.check_version().await?;
         store.warn_if_evicting().await;
@@ -687,6 +698,8 @@ impl RedisStore {
             opts,
             addr,
             checked: AtomicBool::new(false),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         })
     }
 
@@ -803,6 +816,10 @@ impl RedisStore {
             Resource::Lock if announce => call.arg(keys.channel()),
             Resource::Lock => call.arg(""),
         };
+        #[cfg(feature = "sentinel")]
+        if let Some(leases) = &self.leases {
+            leases.forget(keys, token);
+        }
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
@@ -829,6 +846,14 @@ impl RedisStore {
             // An extension the replicas did not confirm is a failed one:
             // the watchdog retries, and the guard is lost if none succeeds.
             self.replicated(&keys.lock).await?;
+        }
+        #[cfg(feature = "sentinel")]
+        if let Some(leases) = &self.leases {
+            if n == 1 {
+                leases.renewed(keys, token, lease);
+            } else {
+                leases.forget(keys, token);
+            }
         }
         Ok(n == 1)
     }
@@ -1067,9 +1092,12 @@ pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result
 /// connection that follows it too.
 #[cfg(feature = "sentinel")]
 pub(crate) async fn connect_sentinel(target: SentinelTarget, opts: RedisOptions) -> Result<Store> {
-    let store = RedisStore::connect_sentinel(&target, opts).await?;
+    let store = Arc::new(RedisStore::connect_sentinel(&target, opts).await?);
+    if let Some(leases) = &store.leases {
+        leases.renewed_by(&store);
+    }
     let subscriber = Subscriber::for_target(SubTarget::Sentinel(target), opts);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    Ok(Store::new(store, vec![Arc::new(subscriber)]))
 }
 
 /// Connects to a Redis Cluster through any of `urls` (seed nodes).
