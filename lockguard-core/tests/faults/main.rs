@@ -163,6 +163,49 @@ async fn wake_ups_come_back_after_redis_was_down() {
     let holder = connect(&server, Duration::from_secs(2)).await;
     let waiter = patient().connect(&server.url()).await.expect("connect");
     wake_ups_come_back_after_an_outage(&mut server, &holder, &waiter).await;
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        lat.push(handoff_latency(&holder, &waiter).await);
+    }
+    lat.sort();
+    println!(
+        "handoff after the outage: median {:?}, max {:?}",
+        lat[lat.len() / 2],
+        lat[lat.len() - 1]
+    );
+    // Told, not found by a refresh (10 s apart).
+    assert!(lat[lat.len() / 2] < Duration::from_secs(1), "{lat:?}");
+}
+
+/// How long after `holder` releases a lock its queued waiter (of `waiter`)
+/// holds it.
+async fn handoff_latency(holder: &Client, waiter: &Client) -> Duration {
+    let held = holder
+        .lock("latency")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let lg = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = lg
+            .lock("latency")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("latency").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    waiting.await.unwrap() - released
 }
 
 /// A client idle while Redis was down for [`OUTAGE`] does not fail its
