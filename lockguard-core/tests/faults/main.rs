@@ -142,6 +142,140 @@ async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
         .await;
 }
 
+/// How long the outages of the restart tests last: longer than the
+/// connections' first few quick reconnection attempts.
+const OUTAGE: Duration = Duration::from_secs(2);
+
+/// A client whose waiters wait long for their turn (waiter timeout 30 s,
+/// refresh every 10 s, retry interval 20 s): one woken sooner was told of
+/// its handoff over its pub/sub connection.
+fn patient() -> lockguard_core::Builder {
+    Client::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+}
+
+/// Redis is down for [`OUTAGE`] and comes back (empty, on the same port):
+/// the waiters' pub/sub connection comes back too, so a handoff wakes the
+/// waiter at once, not its refresh 10 s later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wake_ups_come_back_after_redis_was_down() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let waiter = patient().connect(&server.url()).await.expect("connect");
+    wake_ups_come_back_after_an_outage(&mut server, &holder, &waiter).await;
+    let mut lat = Vec::new();
+    for _ in 0..20 {
+        lat.push(handoff_latency(&holder, &waiter).await);
+    }
+    lat.sort();
+    println!(
+        "handoff after the outage: median {:?}, max {:?}",
+        lat[lat.len() / 2],
+        lat[lat.len() - 1]
+    );
+    // Told, not found by a refresh (10 s apart).
+    assert!(lat[lat.len() / 2] < Duration::from_secs(1), "{lat:?}");
+}
+
+/// How long after `holder` releases a lock its queued waiter (of `waiter`)
+/// holds it.
+async fn handoff_latency(holder: &Client, waiter: &Client) -> Duration {
+    let held = holder
+        .lock("latency")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let lg = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = lg
+            .lock("latency")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        g.release().await.unwrap();
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("latency").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    waiting.await.unwrap() - released
+}
+
+/// A client idle while Redis was down for [`OUTAGE`] does not fail its
+/// first request once the server is back: not a lock, not a counter (which
+/// counts once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_idle_through_a_restart_does_not_fail_its_first_request() {
+    let mut server = RedisServer::start();
+    let locks = connect(&server, Duration::from_secs(2)).await;
+    let counts = connect(&server, Duration::from_secs(2)).await;
+    first_requests_after_an_outage_succeed(&mut server, &locks, &counts).await;
+}
+
+/// Stops `server` for `down` and starts it again, empty.
+async fn outage(server: &mut dyn Pausable, down: Duration) {
+    tokio::task::block_in_place(|| server.kill());
+    tokio::time::sleep(down).await;
+    tokio::task::block_in_place(|| server.restart());
+}
+
+/// The check every Redis deployment shares: `waiter` (a [`patient`]
+/// client) is woken by `holder`'s handoff, `server` is down for [`OUTAGE`],
+/// and once both clients' requests go through again, a handoff still wakes
+/// the waiter at once.
+async fn wake_ups_come_back_after_an_outage(
+    server: &mut dyn Pausable,
+    holder: &Client,
+    waiter: &Client,
+) {
+    support::a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "before").await;
+    outage(server, OUTAGE).await;
+    // Whether a first request fails is the other test's question: here
+    // the clients only need to reach the server again.
+    for lg in [holder, waiter] {
+        let back = eventually(Duration::from_secs(10), || async {
+            lg.counter("ping").get().await.is_ok()
+        })
+        .await;
+        assert!(back, "a client did not reach the server again");
+    }
+    support::a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "after").await;
+}
+
+/// The check every Redis deployment shares: `locks` and `counts` are used,
+/// `server` is down for [`OUTAGE`], and the first request of each once it
+/// is back (an acquisition, an increment) succeeds, and counts once.
+async fn first_requests_after_an_outage_succeed(
+    server: &mut dyn Pausable,
+    locks: &Client,
+    counts: &Client,
+) {
+    let g = locks.lock("idle").try_acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
+    assert_eq!(counts.counter("idle").incr_by(1).await.unwrap(), 1);
+    outage(server, OUTAGE).await;
+    let g = locks
+        .lock("idle")
+        .try_acquire()
+        .await
+        .expect("the first acquisition after the restart");
+    assert!(g.release().await.unwrap());
+    let n = counts
+        .counter("idle")
+        .incr_by(1)
+        .await
+        .expect("the first increment after the restart");
+    assert_eq!(n, 1, "the restarted server counts from zero, once");
+}
+
 /// The holder's renewals stop reaching Redis (server paused): the guard
 /// signals the loss by the lease's end, a second client acquires after the
 /// pause, and a write fenced with the first token is rejected.
@@ -506,6 +640,66 @@ async fn cluster_master_killed_fails_only_its_slots() {
         support::takes_lock_within(&lg, &safe, Duration::from_secs(5), Error::is_unavailable).await;
     assert!(safe_ok, "keys on the surviving masters stopped working");
     assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
+}
+
+/// A cluster master restarts (down for [`OUTAGE`], back on its address
+/// with its slots): the waiter's pub/sub connection to it comes back and
+/// hears the next handoff at once, and a client idle meanwhile does not
+/// fail its first request for a key in its slots.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
+    use lockguard_testing::RedisCluster;
+    let mut cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let holder = Client::connect_cluster(&urls).await.unwrap();
+    let waiter = patient().connect_cluster(&urls).await.unwrap();
+    let idle = Client::connect_cluster(&urls).await.unwrap();
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
+    // The master the waiter's client is subscribed on.
+    let mut listening = Vec::new();
+    for node in &cluster.nodes {
+        let channels: Vec<String> = redis::cmd("PUBSUB")
+            .arg("CHANNELS")
+            .arg("lockguard:*")
+            .query_async(&mut node.connection().await)
+            .await
+            .unwrap();
+        listening.push(!channels.is_empty());
+    }
+    let k = listening
+        .iter()
+        .position(|l| *l)
+        .expect("a subscribed node");
+    // `redis-cli --cluster create` gives each master a third of the slots.
+    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
+    let name = (0..)
+        .map(|i| format!("k{i}"))
+        .find(|n| slots.contains(&cluster.nodes[k].key_slot(&format!("{{{n}}}"))))
+        .unwrap();
+    let g = idle.lock(&name).try_acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
+
+    outage(&mut cluster.nodes[k], OUTAGE).await;
+    let formed = eventually(Duration::from_secs(20), || async {
+        cluster.nodes.iter().all(|n| n.cluster_ok())
+    })
+    .await;
+    assert!(formed, "the cluster did not recover");
+    let g = idle
+        .lock(&name)
+        .try_acquire()
+        .await
+        .expect("the first acquisition after the restart");
+    assert!(g.release().await.unwrap());
+    for lg in [&holder, &waiter] {
+        let back = eventually(Duration::from_secs(10), || async {
+            lg.counter(&name).get().await.is_ok()
+        })
+        .await;
+        assert!(back, "a client did not reach the restarted node again");
+    }
+    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
 }
 
 /// A grant that arrives late (the server paused with the request in

@@ -132,6 +132,58 @@ async fn the_client_follows_the_master_across_a_failover() {
     assert!(fresh.release().await.unwrap());
 }
 
+/// A master stays writable for a moment after the sentinels promoted its
+/// replica, and a renewal it accepts then never reaches the new master,
+/// whose copy of the lease is older than the holder counts on: the client
+/// renews every lease it renewed on the new master the moment it switches
+/// to it, not at the holder's next turn (a third of a lease later, perhaps
+/// after the new master's copy ran out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_renews_leases_on_the_new_master_at_once() {
+    let group = SentinelGroup::start(1, 3);
+    let holder = connect(&group, false).await;
+    let lease = Duration::from_secs(30);
+    // A fixed lease, extended once: nothing renews it again by itself.
+    let guard = holder.lock("renewed").lease(lease).acquire().await.unwrap();
+    guard.extend(lease).await.unwrap();
+    // Aged, so that the copy the replica has is told from a renewed one.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let new_master = tokio::task::block_in_place(|| group.failover());
+    let promoted = redis::Client::open(format!("redis://127.0.0.1:{new_master}")).unwrap();
+    let promoted = promoted.get_multiplexed_async_connection().await.unwrap();
+    let renewed = eventually(Duration::from_secs(10), || {
+        let mut promoted = promoted.clone();
+        async move {
+            let left: i64 = redis::cmd("PTTL")
+                .arg("lockguard:lock:{renewed}")
+                .query_async(&mut promoted)
+                .await
+                .unwrap();
+            left > 28_500
+        }
+    })
+    .await;
+    assert!(renewed, "the lease was not renewed on the new master");
+    assert!(guard.release().await.unwrap());
+}
+
+/// The master restarts on its own address (no replica to fail over to),
+/// twice: the waiters' pub/sub connection, which the sentinels still name
+/// the same master for, comes back and hears the next handoff at once; and
+/// clients idle meanwhile do not fail their first request once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restart_loses_neither_wake_ups_nor_requests() {
+    let mut group = SentinelGroup::start(0, 1);
+    // All made now: for a moment after a restart, the sentinel names no
+    // master (until it has seen this one up again).
+    let holder = connect(&group, false).await;
+    let waiter = connect(&group, true).await;
+    let locks = connect(&group, false).await;
+    let counts = connect(&group, false).await;
+    crate::wake_ups_come_back_after_an_outage(&mut group.servers[0], &holder, &waiter).await;
+    crate::first_requests_after_an_outage_succeed(&mut group.servers[0], &locks, &counts).await;
+}
+
 /// Sentinels that are not there, and bad settings, are clear errors.
 #[tokio::test]
 async fn unreachable_sentinels_and_bad_settings_are_clear_errors() {

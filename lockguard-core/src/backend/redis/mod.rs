@@ -227,12 +227,21 @@ fn server_refusal(e: &Error) -> Option<String> {
 }
 
 /// A client for connection settings the application built, with
-/// `TCP_NODELAY` on.
+/// `TCP_NODELAY` on and RESP3.
+///
+/// RESP3 because over it a connection hears of its own loss (a disconnect
+/// push) while idle, and its manager reconnects at once: a client idle
+/// through a server restart does not send its next request into the dead
+/// connection (where it would fail, the server perhaps having run it).
 pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Client> {
     let addr = info.addr().to_string();
     // The application's other TCP settings (keepalive, ...) are kept.
     let tcp = info.tcp_settings().clone().set_nodelay(true);
-    let info = info.set_tcp_settings(tcp);
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let info = info.set_tcp_settings(tcp).set_redis_settings(settings);
     redis::Client::open(info).map_err(|e| {
         Error::new(
             ErrorKind::InvalidInput,
@@ -265,6 +274,9 @@ pub(crate) fn cluster_client_for(
         // counter is added to twice). An unknown outcome is an error, and
         // the callers clean up after it.
         .retries(0)
+        // RESP3, so a node's connection lost while idle is reconnected at
+        // once (see `client_from_info`).
+        .use_protocol(redis::ProtocolVersion::RESP3)
         .tcp_settings(TcpSettings::default().set_nodelay(true));
     if tls.is_set() {
         #[cfg(feature = "tls-rustls")]
@@ -277,9 +289,7 @@ pub(crate) fn cluster_client_for(
         ));
     }
     if let Some(tx) = resp3_push {
-        b = b
-            .use_protocol(redis::ProtocolVersion::RESP3)
-            .push_sender(tx);
+        b = b.push_sender(tx);
     }
     b.build().map_err(|e| {
         Error::new(
@@ -301,7 +311,16 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 /// The reconnect policy shared by the command and subscriber connections:
-/// bounded retries with backoff, explicit connect and response timeouts.
+/// explicit connect and response timeouts, and after a lost connection, a
+/// few attempts with backoff (20 ms doubling up to 500 ms, with jitter).
+///
+/// The attempts are few because the manager's reconnecting task holds the
+/// connection alive (a client dropped while its server is down would leave
+/// a task retrying for ever), and because the first connection makes them
+/// too (a server refusing the credentials must be reported within the
+/// connect timeout). After they run out, the next request starts a new
+/// round (see [`resent_if_unsent`]), and a subscriber has a keeper that
+/// does.
 pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(opts.connect_timeout))
@@ -309,6 +328,29 @@ pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
         .set_number_of_retries(3)
         .set_min_delay(Duration::from_millis(20))
         .set_max_delay(Duration::from_millis(500))
+}
+
+/// Sends a request with `send`, and once more if the first attempt failed
+/// before it could reach the server.
+///
+/// Only a refused connection proves that: the connection manager had lost
+/// its connection before the request (it hears of a loss at once over
+/// RESP3) and could not make a new one, so nothing was sent; the failure
+/// also made it start reconnecting, and the second attempt waits for that.
+/// Any other failure (a connection lost after the request was written, a
+/// timeout) leaves the outcome unknown: a script may have run, and running
+/// it again could acquire twice or count twice, so it is reported instead.
+pub(crate) async fn resent_if_unsent<T, F>(mut send: impl FnMut() -> F) -> RedisResult<T>
+where
+    F: Future<Output = RedisResult<T>>,
+{
+    match send().await {
+        Err(e) if e.is_connection_refusal() => {
+            tracing::debug!(error = %e, "redis connection was down; sending the request again");
+            send().await
+        }
+        answer => answer,
+    }
 }
 
 /// The error for a failed Redis request about `what`.
@@ -342,8 +384,17 @@ pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
 }
 
 /// A connect that did not answer in time, or answered garbage, means the
-/// server cannot be reached.
+/// server cannot be reached. One the server refused for want of credentials
+/// says so (over RESP3 the refusal comes at connect time, in answer to
+/// `HELLO`).
 fn unreachable(e: Error) -> Error {
+    if let Some(code) = server_refusal(&e) {
+        let message = format!(
+            "{}: the server refused the connection ({code}); check the credentials",
+            e.message()
+        );
+        return Error::new(ErrorKind::Unavailable, message).with_source(e);
+    }
     match e.kind() {
         ErrorKind::Timeout | ErrorKind::Protocol => {
             Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
@@ -461,6 +512,9 @@ pub(crate) struct RedisStore {
     /// connect time, or for a lazily connected Redlock node, after its
     /// first answer.
     checked: AtomicBool,
+    /// Through Sentinel: the leases renewed, renewed again on a new master.
+    #[cfg(feature = "sentinel")]
+    leases: Option<Arc<sentinel::Leases>>,
 }
 
 impl RedisStore {
@@ -478,6 +532,8 @@ impl RedisStore {
             opts,
             addr,
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         store.check_version().await?;
         store.warn_if_evicting().await;
@@ -530,9 +586,11 @@ impl RedisStore {
         let addr = self.addr.as_str();
         let mut cmd = redis::cmd("CONFIG");
         cmd.arg("GET").arg("maxmemory-policy");
-        let reply: Result<Vec<String>> = self.query(&cmd, || "CONFIG GET".to_owned()).await;
+        // A map over RESP3, pairs in an array over RESP2: both read here.
+        let reply: Result<std::collections::HashMap<String, String>> =
+            self.query(&cmd, || "CONFIG GET".to_owned()).await;
         if let Ok(reply) = reply
-            && let Some(policy) = reply.get(1)
+            && let Some(policy) = reply.get("maxmemory-policy")
             && policy != "noeviction"
         {
             tracing::warn!(
@@ -560,6 +618,8 @@ impl RedisStore {
             opts: self.opts,
             addr: self.addr.clone(),
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         tokio::spawn(async move {
             if let Err(e) = probe.check_version().await {
@@ -587,6 +647,8 @@ impl RedisStore {
             opts,
             addr: "the redis cluster".to_owned(),
             checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         };
         // CONFIG GET reaches one node of the cluster; its nodes are
         // normally configured alike.
@@ -601,12 +663,13 @@ impl RedisStore {
         target: &SentinelTarget,
         opts: RedisOptions,
     ) -> Result<Self> {
+        let leases = Arc::new(sentinel::Leases::default());
         let conn = sentinel::SentinelConn::connect(
             target,
-            redis::ProtocolVersion::RESP2,
+            redis::ProtocolVersion::RESP3,
             manager_config(opts),
             opts,
-            None,
+            Some(leases.on_switch()),
         )
         .await
         .map_err(unreachable)?;
@@ -619,6 +682,7 @@ impl RedisStore {
             conn: Conn::Sentinel(conn),
             opts,
             checked: AtomicBool::new(true),
+            leases: Some(leases),
         };
         store.check_version().await?;
         store.warn_if_evicting().await;
@@ -643,6 +707,8 @@ impl RedisStore {
             opts,
             addr,
             checked: AtomicBool::new(false),
+            #[cfg(feature = "sentinel")]
+            leases: None,
         })
     }
 
@@ -652,8 +718,11 @@ impl RedisStore {
         cmd: &redis::Cmd,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        bounded(self.opts.response_timeout, what, cmd.query_async(&mut conn)).await
+        let send = || {
+            let mut conn = self.conn.clone();
+            async move { cmd.query_async(&mut conn).await }
+        };
+        bounded(self.opts.response_timeout, what, resent_if_unsent(send)).await
     }
 
     /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
@@ -663,13 +732,11 @@ impl RedisStore {
         call: &ScriptInvocation<'_>,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
-        let mut conn = self.conn.clone();
-        let answer = bounded(
-            self.opts.response_timeout,
-            what,
-            call.invoke_async(&mut conn),
-        )
-        .await;
+        let send = || {
+            let mut conn = self.conn.clone();
+            async move { call.invoke_async(&mut conn).await }
+        };
+        let answer = bounded(self.opts.response_timeout, what, resent_if_unsent(send)).await;
         if answer.is_ok() {
             self.check_after_first_answer();
         }
@@ -813,6 +880,10 @@ impl RedisStore {
         if let Resource::Semaphore { permits } = keys.resource {
             call.arg(permits);
         }
+        #[cfg(feature = "sentinel")]
+        if let Some(leases) = &self.leases {
+            leases.forget(keys, token);
+        }
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
@@ -840,6 +911,14 @@ impl RedisStore {
             // the watchdog retries, and the guard is lost if none succeeds.
             self.replicated(&keys.lock).await?;
         }
+        #[cfg(feature = "sentinel")]
+        if let Some(leases) = &self.leases {
+            if n == 1 {
+                leases.renewed(keys, token, lease);
+            } else {
+                leases.forget(keys, token);
+            }
+        }
         Ok(n == 1)
     }
 
@@ -852,6 +931,8 @@ impl RedisStore {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(count).arg(millis_ceil(timeout));
         let mut conn = self.conn.clone();
+        // Never sent again: a WAIT on another connection would wait for
+        // that connection's writes, not the lock's.
         let acked: u64 = bounded(
             timeout + self.opts.response_timeout,
             || format!("waiting for replicas of {key:?}"),
@@ -1075,9 +1156,12 @@ pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result
 /// connection that follows it too.
 #[cfg(feature = "sentinel")]
 pub(crate) async fn connect_sentinel(target: SentinelTarget, opts: RedisOptions) -> Result<Store> {
-    let store = RedisStore::connect_sentinel(&target, opts).await?;
+    let store = Arc::new(RedisStore::connect_sentinel(&target, opts).await?);
+    if let Some(leases) = &store.leases {
+        leases.renewed_by(&store);
+    }
     let subscriber = Subscriber::for_target(SubTarget::Sentinel(target), opts);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    Ok(Store::new(store, vec![Arc::new(subscriber)]))
 }
 
 /// Connects to a Redis Cluster through any of `urls` (seed nodes).

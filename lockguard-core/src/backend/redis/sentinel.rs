@@ -11,19 +11,25 @@
 //! it had, for a pub/sub connection). The request that failed is reported
 //! as failed: its outcome is unknown, and callers clean up after it. Every
 //! such connection also asks the sentinels once a second, so one idle
-//! through a failover has usually moved before its next request.
+//! through a failover has usually moved before its next request. A command
+//! connection renews on the new master, at once, every lease it renewed
+//! (see [`Leases`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
-use super::{RedisOptions, bounded, client_from_info};
+use super::{RedisOptions, RedisStore, bounded, client_from_info};
 use crate::error::{Error, ErrorKind, Result};
+use crate::key::LockKeys;
+use crate::token::Token;
 
 /// How often a listening connection asks the sentinels where the master is.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -206,6 +212,113 @@ impl SentinelConn {
     }
 }
 
+/// A renewed lease: its keys, its length, and until when it was set to
+/// last (entries past it are forgotten).
+type Renewed = (LockKeys, Duration, Instant);
+
+/// The leases a client renewed through a Sentinel connection, renewed again
+/// on the new master the moment the connection switches to it.
+///
+/// Redis replicates asynchronously, and a master stays writable after the
+/// sentinels promoted its replica until they reconfigure it or it dies: a
+/// renewal it accepted in that window never reaches the new master, which
+/// keeps the lease of the last renewal that replicated before the
+/// promotion. The holder, counting on the later renewal, would renew on the
+/// new master only at its next turn (a third of a lease later), perhaps
+/// after the new master's lease ran out and the lock went to someone else.
+/// Renewing at once on the switch leaves the lease on the new master as
+/// long as the holder counts on, unless the switch itself came too late.
+///
+/// Only renewed leases are kept (a watchdog's, or one a holder extended):
+/// a fixed lease never renewed replicated as it was set and is left to end
+/// when it was meant to.
+#[derive(Default)]
+pub(crate) struct Leases {
+    /// By lock (or semaphore) key and holder's token.
+    held: Mutex<HashMap<(String, Token), Renewed>>,
+    /// The store renewing them (set once it is built).
+    store: OnceLock<Weak<RedisStore>>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("held", &self.lock().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Token), Renewed>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the store that renews the leases.
+    pub(crate) fn renewed_by(&self, store: &Arc<RedisStore>) {
+        let _ = self.store.set(Arc::downgrade(store));
+    }
+
+    /// Notes that `token`'s lease on `keys` was renewed for `lease`.
+    pub(crate) fn renewed(&self, keys: &LockKeys, token: &Token, lease: Duration) {
+        let now = Instant::now();
+        let mut held = self.lock();
+        let entry = (keys.clone(), lease, now + lease);
+        if held.insert((keys.lock.clone(), *token), entry).is_none() {
+            // Leases whose holders stopped renewing without a release (guards
+            // leaked) end; so do their entries, looked for once per new
+            // lease rather than at every renewal.
+            held.retain(|_, (_, _, until)| *until > now);
+        }
+    }
+
+    /// Forgets `token`'s lease on `keys` (released, or found gone).
+    pub(crate) fn forget(&self, keys: &LockKeys, token: &Token) {
+        self.lock().remove(&(keys.lock.clone(), *token));
+    }
+
+    /// Renews every lease still running on the master just switched to, in
+    /// the background.
+    fn renew_all(&self) {
+        let Some(store) = self.store.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        let now = Instant::now();
+        let due: Vec<(LockKeys, Token, Duration)> = self
+            .lock()
+            .iter()
+            .filter(|(_, (_, _, until))| *until > now)
+            .map(|((_, token), (keys, lease, _))| (keys.clone(), *token, *lease))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        tokio::spawn(async move {
+            for (keys, token, lease) in due {
+                // `extend` keeps the record: renewed, or forgotten if gone.
+                match store.extend(&keys, &token, lease).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        tracing::warn!(lock = %keys.lock, "the lease was gone on the new master");
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %keys.lock, error = %e, "renewing a lease on the new master failed; its watchdog retries");
+                    }
+                }
+            }
+        });
+    }
+
+    /// The callback that renews every lease after a switch.
+    pub(crate) fn on_switch(self: &Arc<Self>) -> OnSwitch {
+        let leases = Arc::downgrade(self);
+        Arc::new(move || {
+            if let Some(leases) = leases.upgrade() {
+                leases.renew_all();
+            }
+        })
+    }
+}
+
 /// Asks the sentinels for the master of `service` and connects to it.
 async fn master(
     sentinel: &tokio::sync::Mutex<SentinelClient>,
@@ -213,6 +326,20 @@ async fn master(
     opts: RedisOptions,
     service: &str,
 ) -> Result<(String, ConnectionManager)> {
+    let (addr, client) = master_client(sentinel, opts, service).await?;
+    Ok((
+        addr.clone(),
+        connect_master(addr, client, config, opts).await?,
+    ))
+}
+
+/// Asks the sentinels for the master of `service`: its address, and a
+/// client for it (nothing connected yet).
+async fn master_client(
+    sentinel: &tokio::sync::Mutex<SentinelClient>,
+    opts: RedisOptions,
+    service: &str,
+) -> Result<(String, redis::Client)> {
     let what = || format!("asking the sentinels for the master of {service:?}");
     let client = {
         let mut sentinel = sentinel.lock().await;
@@ -220,14 +347,22 @@ async fn master(
     };
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
-    let client = client_from_info(info)?;
-    let conn = bounded(
+    Ok((addr, client_from_info(info)?))
+}
+
+/// Connects to the master at `addr`.
+async fn connect_master(
+    addr: String,
+    client: redis::Client,
+    config: &ConnectionManagerConfig,
+    opts: RedisOptions,
+) -> Result<ConnectionManager> {
+    bounded(
         opts.connect_timeout,
         || format!("connecting to the redis master at {addr}"),
         ConnectionManager::new_with_config(client, config.clone()),
     )
-    .await?;
-    Ok((addr, conn))
+    .await
 }
 
 impl Inner {
@@ -247,13 +382,23 @@ impl Inner {
         tokio::spawn(async move {
             let mut pause = Duration::from_millis(50);
             for _ in 0..20 {
-                match master(&self.sentinel, &self.config, self.opts, &self.service).await {
-                    Ok((addr, conn)) => {
-                        if addr != self.current().0 {
-                            self.switch(addr, conn).await;
-                        }
+                // Connected only when it is another master: this runs every
+                // second, and the master rarely moves.
+                let moved = match master_client(&self.sentinel, self.opts, &self.service).await {
+                    Ok((addr, _)) if addr == self.current().0 => Ok(None),
+                    Ok((addr, client)) => {
+                        connect_master(addr.clone(), client, &self.config, self.opts)
+                            .await
+                            .map(|conn| Some((addr, conn)))
+                    }
+                    Err(e) => Err(e),
+                };
+                match moved {
+                    Ok(Some((addr, conn))) => {
+                        self.switch(addr, conn).await;
                         break;
                     }
+                    Ok(None) => break,
                     Err(e) => {
                         tracing::debug!(error = %e, "no master from the sentinels yet");
                         tokio::time::sleep(pause).await;

@@ -6,13 +6,24 @@
 //! is on the critical path of every contended acquisition); a disconnect
 //! wakes every waiter, so nobody sleeps through a handoff announced while
 //! the connection was down.
+//!
+//! The connection manager gives up reconnecting after a few seconds, and a
+//! listening connection sends nothing that would make it try again: after
+//! a longer outage it would stay down for good, and waiters would fall back
+//! to their timed refreshes without anyone noticing. So a keeper task, for
+//! as long as the subscriber lives, answers each lost connection by pinging
+//! (which makes the manager reconnect) with bounded backoff until the
+//! server answers, then subscribes every wanted channel again and wakes
+//! every waiter to check for a handoff announced while it was away.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::{Mutex, Notify, OnceCell};
+use tokio::task::AbortHandle;
 
 use super::{Conn, RedisOptions, bounded, manager_config};
 use crate::backend::{Inbox, Listener, StoreFuture};
@@ -41,15 +52,38 @@ enum Known {
     Maybe,
 }
 
+/// The shortest and the longest pause between the keeper's attempts to
+/// reach the server again after the connection was lost.
+const RECONNECT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(20), Duration::from_millis(500));
+
+/// Channels subscribed on the server; the lock also orders every
+/// SUBSCRIBE and UNSUBSCRIBE this client sends.
+type Channels = Arc<Mutex<HashMap<String, Known>>>;
+
 /// The subscriber connection, created on the first wait.
 #[derive(Debug)]
 pub(crate) struct Subscriber {
     target: SubTarget,
     opts: RedisOptions,
     conn: OnceCell<Conn>,
-    /// Channels subscribed on the server; the lock also orders every
-    /// SUBSCRIBE and UNSUBSCRIBE this client sends.
-    subscribed: Mutex<HashMap<String, Known>>,
+    subscribed: Channels,
+    /// Told by the connection each time it is lost.
+    lost: Arc<Notify>,
+    /// The keeper task, started with the connection and stopped with the
+    /// subscriber.
+    keeper: OnceLock<Keeper>,
+}
+
+/// Aborts the keeper task when the subscriber is dropped: the task holds
+/// the connection, which would otherwise outlive its client.
+#[derive(Debug)]
+struct Keeper(AbortHandle);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Subscriber {
@@ -70,7 +104,9 @@ impl Subscriber {
             target,
             opts,
             conn: OnceCell::new(),
-            subscribed: Mutex::new(HashMap::new()),
+            subscribed: Arc::new(Mutex::new(HashMap::new())),
+            lost: Arc::new(Notify::new()),
+            keeper: OnceLock::new(),
         }
     }
 
@@ -78,7 +114,10 @@ impl Subscriber {
         let conn = self
             .conn
             .get_or_try_init(|| async {
-                let tx = Deliver(Arc::downgrade(inbox));
+                let tx = Deliver {
+                    inbox: Arc::downgrade(inbox),
+                    lost: self.lost.clone(),
+                };
                 let what = || "connecting the pub/sub connection".to_owned();
                 let conn = match &self.target {
                     SubTarget::Single(client) => {
@@ -117,6 +156,22 @@ impl Subscriber {
                         Conn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
                     }
                 };
+                // A cluster connection reconnects each node for as long as
+                // it lives, and subscribes it again, by itself.
+                #[cfg(feature = "cluster")]
+                let kept = !matches!(conn, Conn::Cluster(_));
+                #[cfg(not(feature = "cluster"))]
+                let kept = true;
+                if kept {
+                    let task = tokio::spawn(keep(
+                        conn.clone(),
+                        self.subscribed.clone(),
+                        self.lost.clone(),
+                        Arc::downgrade(inbox),
+                        self.opts,
+                    ));
+                    let _ = self.keeper.set(Keeper(task.abort_handle()));
+                }
                 Ok::<_, Error>(conn)
             })
             .await?;
@@ -141,15 +196,92 @@ impl Subscriber {
         // its answer never arrives.
         subscribed.insert(channel.to_owned(), Known::Maybe);
         let mut conn = self.connection(&inbox).await?;
-        let t = self.opts.response_timeout;
-        let what = || format!("changing the subscription to {channel:?}");
-        bounded(t, what, conn.set_subscribed(channel, wanted)).await?;
-        if wanted {
-            subscribed.insert(channel.to_owned(), Known::Subscribed);
-        } else {
-            subscribed.remove(channel);
+        change(&mut subscribed, &mut conn, channel, wanted, self.opts).await
+    }
+}
+
+/// Asks the server to subscribe `channel` (or unsubscribe it) and records
+/// the outcome in `subscribed`: left as maybe subscribed when unknown.
+async fn change(
+    subscribed: &mut HashMap<String, Known>,
+    conn: &mut Conn,
+    channel: &str,
+    wanted: bool,
+    opts: RedisOptions,
+) -> Result<()> {
+    let what = || format!("changing the subscription to {channel:?}");
+    bounded(
+        opts.response_timeout,
+        what,
+        conn.set_subscribed(channel, wanted),
+    )
+    .await?;
+    if wanted {
+        subscribed.insert(channel.to_owned(), Known::Subscribed);
+    } else {
+        subscribed.remove(channel);
+    }
+    Ok(())
+}
+
+/// The keeper of a subscriber connection: after each loss, brings it back
+/// and restores its subscriptions (see the module's docs). Runs until the
+/// subscriber drops it.
+async fn keep(
+    mut conn: Conn,
+    subscribed: Channels,
+    lost: Arc<Notify>,
+    inbox: Weak<dyn Inbox>,
+    opts: RedisOptions,
+) {
+    loop {
+        lost.notified().await;
+        // The manager reconnects by itself for a few seconds; a request
+        // that finds it given up makes it start again.
+        let mut pause = RECONNECT_BACKOFF.0;
+        loop {
+            let ping = redis::cmd("PING");
+            let what = || "pinging the pub/sub connection".to_owned();
+            match bounded(
+                opts.response_timeout,
+                what,
+                ping.query_async::<()>(&mut conn),
+            )
+            .await
+            {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::debug!(error = %e, "pub/sub connection still down; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECONNECT_BACKOFF.1);
+                }
+            }
         }
-        Ok(())
+        let Some(inbox) = inbox.upgrade() else {
+            return;
+        };
+        // Every channel again, wanted or not: the manager's own
+        // resubscription may have failed unseen, and a channel left maybe
+        // subscribed must be settled either way.
+        let mut subscribed = subscribed.lock().await;
+        let channels: Vec<String> = subscribed.keys().cloned().collect();
+        let mut restored = 0;
+        for channel in channels {
+            let wanted = inbox.is_wanted(&channel);
+            subscribed.insert(channel.clone(), Known::Maybe);
+            match change(&mut subscribed, &mut conn, &channel, wanted, opts).await {
+                Ok(()) => restored += 1,
+                Err(e) => {
+                    // Left maybe subscribed: the next wait on it asks again.
+                    tracing::warn!(channel, error = %e, "restoring a pub/sub subscription failed");
+                }
+            }
+        }
+        drop(subscribed);
+        tracing::debug!(restored, "pub/sub connection back; subscriptions restored");
+        // A handoff announced before the subscriptions were back was
+        // missed: every waiter checks.
+        inbox.wake_all();
     }
 }
 
@@ -161,7 +293,11 @@ impl Listener for Subscriber {
 
 /// Routes pub/sub messages to a client's waiters, called by the connection
 /// as it reads them: it only takes a lock and wakes a task, never blocks.
-pub(crate) struct Deliver(Weak<dyn Inbox>);
+pub(crate) struct Deliver {
+    inbox: Weak<dyn Inbox>,
+    /// Told when the connection is lost (the subscriber's keeper listens).
+    lost: Arc<Notify>,
+}
 
 impl std::fmt::Debug for Deliver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -171,7 +307,7 @@ impl std::fmt::Debug for Deliver {
 
 impl AsyncPushSender for Deliver {
     fn send(&self, push: PushInfo) -> std::result::Result<(), SendError> {
-        let Some(inbox) = self.0.upgrade() else {
+        let Some(inbox) = self.inbox.upgrade() else {
             // The client is gone: nobody listens any more.
             return Err(SendError);
         };
@@ -193,6 +329,7 @@ impl AsyncPushSender for Deliver {
             PushKind::Disconnection => {
                 tracing::debug!("pub/sub connection lost; waking every waiter to retry");
                 inbox.wake_all();
+                self.lost.notify_one();
             }
             _ => {}
         }
