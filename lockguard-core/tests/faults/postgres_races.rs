@@ -34,14 +34,20 @@ async fn raw() -> tokio_postgres::Client {
     db
 }
 
+/// The store keys of the user's key `name`: its hash tag, with or without
+/// a suffix (`:marks`).
+fn like(name: &str) -> String {
+    format!("%{{{name}}}%")
+}
+
 /// Opens a transaction on `db` that holds the lock of the one row of
-/// `table` whose key ends with `{name}` (the user's key as a hash tag).
+/// `table` for the user's key `name`.
 async fn lock_row(db: &tokio_postgres::Client, schema: &str, table: &str, name: &str) {
     db.batch_execute("BEGIN").await.unwrap();
     let rows = db
         .query(
             &format!("SELECT key FROM {schema}.{table} WHERE key LIKE $1 FOR UPDATE"),
-            &[&format!("%{{{name}}}")],
+            &[&like(name)],
         )
         .await
         .unwrap();
@@ -181,7 +187,7 @@ async fn a_fixed_window_swept_under_a_waiting_request_still_decides() {
         async move { limiter.check("swept").await }
     });
     until_waiting(schema, "fixed_window", 1).await;
-    window_over(&db, schema, "swept").await;
+    until_expired(&db, schema, "limits", "swept").await;
     let swept: i64 = db
         .query_one(&format!("SELECT {schema}.sweep()"), &[])
         .await
@@ -214,7 +220,7 @@ async fn a_sliding_window_swept_under_a_waiting_request_keeps_its_sum() {
         async move { limiter.check("swept").await }
     });
     until_waiting(schema, "sliding_window", 1).await;
-    window_over(&db, schema, "swept").await;
+    until_expired(&db, schema, "limits", "swept").await;
     db.query_one(&format!("SELECT {schema}.sweep()"), &[])
         .await
         .unwrap();
@@ -229,16 +235,16 @@ async fn a_sliding_window_swept_under_a_waiting_request_keeps_its_sum() {
     );
 }
 
-/// Waits (on `db`, inside its transaction) until the limiter state of
-/// `name` has expired by the database's clock.
-async fn window_over(db: &tokio_postgres::Client, schema: &str, name: &str) {
+/// Waits (on `db`, also inside its transaction) until the rows of `table`
+/// for the user's key `name` have expired by the database's clock.
+async fn until_expired(db: &tokio_postgres::Client, schema: &str, table: &str, name: &str) {
     let over = eventually(Duration::from_secs(10), || async {
         db.query_one(
             &format!(
-                "SELECT bool_and(expires_at < clock_timestamp()) FROM {schema}.limits \
+                "SELECT bool_and(expires_at < clock_timestamp()) FROM {schema}.{table} \
                  WHERE key LIKE $1"
             ),
-            &[&format!("%{{{name}}}")],
+            &[&like(name)],
         )
         .await
         .unwrap()
@@ -246,7 +252,40 @@ async fn window_over(db: &tokio_postgres::Client, schema: &str, name: &str) {
         .unwrap_or(false)
     })
     .await;
-    assert!(over, "the window of {name:?} never ended");
+    assert!(over, "the state of {name:?} in {table} never expired");
+}
+
+/// A set of marks that expired is begun again by a mark that waits for its
+/// row while the sweep removes it: the mark lands in a set that stays, so
+/// the member is new once, not twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_on_a_set_swept_under_it_is_new_once() {
+    let schema = "races_marks";
+    let lg = client(schema).await;
+    let promo = lg
+        .counter("promo")
+        .expire_after(Duration::from_millis(300));
+    assert!(promo.mark_once("alice").await.unwrap());
+    let db = raw().await;
+    lock_row(&db, schema, "mark_sets", "promo").await;
+    until_expired(&db, schema, "mark_sets", "promo").await;
+    let mark = tokio::spawn({
+        let promo = promo.clone();
+        async move { promo.mark_once("alice").await }
+    });
+    until_waiting(schema, "mark_once", 1).await;
+    db.query_one(&format!("SELECT {schema}.sweep()"), &[])
+        .await
+        .unwrap();
+    db.batch_execute("COMMIT").await.unwrap();
+    assert!(
+        mark.await.unwrap().unwrap(),
+        "alice is new in the set begun again"
+    );
+    assert!(
+        !promo.mark_once("alice").await.unwrap(),
+        "alice was new twice in one set"
+    );
 }
 
 /// Runs `program` of PostgreSQL's against `server`, returning its output.
@@ -295,7 +334,7 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
         lg.counter("failover-counter"),
     );
     let mut newest = (0u64, 0u64, 0u64);
-    let mut round = async |n: usize, newest: &mut (u64, u64, u64)| {
+    let round = async |n: usize, newest: &mut (u64, u64, u64)| {
         for _ in 0..n {
             let g = lock.try_acquire().await.unwrap();
             newest.0 = newest.0.max(g.fencing_token().get());
