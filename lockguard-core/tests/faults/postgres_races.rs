@@ -262,9 +262,7 @@ async fn until_expired(db: &tokio_postgres::Client, schema: &str, table: &str, n
 async fn a_mark_on_a_set_swept_under_it_is_new_once() {
     let schema = "races_marks";
     let lg = client(schema).await;
-    let promo = lg
-        .counter("promo")
-        .expire_after(Duration::from_millis(300));
+    let promo = lg.counter("promo").expire_after(Duration::from_millis(300));
     assert!(promo.mark_once("alice").await.unwrap());
     let db = raw().await;
     lock_row(&db, schema, "mark_sets", "promo").await;
@@ -348,7 +346,11 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     };
     round(3, &mut newest).await;
     // What the standby has: everything up to here.
-    let standby = pg_tool(&server, "pg_dump", &["-n", "lockguard", "--clean", "--if-exists"]);
+    let standby = pg_tool(
+        &server,
+        "pg_dump",
+        &["-n", "lockguard", "--clean", "--if-exists"],
+    );
     // More than a sequence logs ahead (32 values) happen after it.
     round(40, &mut newest).await;
     drop((lock, sem, counter, lg));
