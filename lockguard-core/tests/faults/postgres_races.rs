@@ -110,6 +110,36 @@ async fn a_compare_and_set_never_overwrites_an_increment_it_waited_for() {
     );
 }
 
+/// A counter's first increment is still uncommitted (it made the row, in a
+/// transaction not yet over) when a compare-and-set on version 0, which
+/// found no row, goes to create it: it must wait for the increment and then
+/// fail, not overwrite the row the increment made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compare_and_set_never_overwrites_a_first_increment() {
+    let schema = "races_first";
+    let lg = client(schema).await;
+    let c = lg.counter("first");
+    assert_eq!(c.get_versioned().await.unwrap().version, 0);
+    let db = raw().await;
+    db.batch_execute(&format!(
+        "BEGIN; SELECT {schema}.counter_add('lockguard:counter:{{first}}', 5, 0)"
+    ))
+    .await
+    .unwrap();
+    let cas = tokio::spawn({
+        let c = c.clone();
+        async move { c.compare_and_set(0, 20).await }
+    });
+    until_waiting(schema, "counter_set", 1).await;
+    db.batch_execute("COMMIT").await.unwrap();
+    let cas = cas.await.unwrap().unwrap();
+    let value = c.get().await.unwrap();
+    assert!(
+        !cas && value == 5,
+        "compare-and-set said {cas}, the counter holds {value}"
+    );
+}
+
 /// A decrement waits for the counter's row; a `decr_if_at_least` of the
 /// whole stock comes after: the stock is never taken below zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -133,11 +133,16 @@ $$;
 -- The next fencing token of lock or semaphore p_key, drawn under the row
 -- lock of the key's latest token (the clock is read after it).
 CREATE OR REPLACE FUNCTION __SCHEMA__.next_fence(p_key text) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_fence bigint;
+BEGIN
   INSERT INTO __SCHEMA__.latest_fences AS f (key, fence)
     VALUES (p_key, __SCHEMA__.next_after(NULL))
     ON CONFLICT (key) DO UPDATE SET fence = __SCHEMA__.next_after(f.fence)
-    RETURNING f.fence
+    RETURNING f.fence INTO v_fence;
+  RETURN v_fence;
+END
 $$;
 
 -- Serializes the operations on one key until the end of the transaction.
@@ -300,20 +305,21 @@ END
 $$;
 
 -- Locks the row of counter p_key (until the end of the transaction: every
--- counter operation checks and writes under it) and reads it as of p_now.
--- present: the row exists; value: 0 unless live; version: 0 unless live
--- (what a reader sees); last: the stored version even when expired (NULL
--- without a row), which the next version must exceed; expires_at: NULL
--- unless live.
+-- counter operation checks and writes under it) and reads it as of now,
+-- the clock read once the row is ours. present: the row exists; value: 0
+-- unless live; version: 0 unless live (what a reader sees); last: the
+-- stored version even when expired (NULL without a row), which the next
+-- version must exceed; expires_at: NULL unless live.
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_lock(
-  p_key text, p_now timestamptz, OUT present boolean, OUT value bigint,
-  OUT version bigint, OUT last bigint, OUT expires_at timestamptz)
+  p_key text, OUT present boolean, OUT value bigint, OUT version bigint,
+  OUT last bigint, OUT expires_at timestamptz, OUT now timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
   SELECT c.value, c.version, c.version, c.expires_at INTO value, version, last, expires_at
     FROM __SCHEMA__.counters c WHERE c.key = p_key FOR UPDATE;
   present := FOUND;
-  IF NOT present OR expires_at <= p_now THEN
+  now := clock_timestamp();
+  IF NOT present OR expires_at <= now THEN
     value := 0;
     version := 0;
     expires_at := NULL;
@@ -321,10 +327,11 @@ BEGIN
 END
 $$;
 
--- Writes p_value to counter p_key, whose row counter_lock locked (and
--- found, p_present, with live expiry p_expires_at and stored version
--- p_last), with a version after p_last; an expiry of p_ttl_ms is set on a
--- counter without one. Returns the new version.
+-- Writes p_value to counter p_key as counter_lock found it (p_present,
+-- p_last, p_expires_at, p_now), with a version after p_last; an expiry of p_ttl_ms is set on a counter
+-- without one. Returns the new version, or NULL when the counter had no
+-- row and one appeared meanwhile (an increment's, which takes no key's
+-- lock): the caller locks it and decides again.
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_put(
   p_key text, p_present boolean, p_value bigint, p_last bigint,
   p_expires_at timestamptz, p_ttl_ms bigint, p_now timestamptz)
@@ -337,28 +344,39 @@ BEGIN
   IF p_present THEN
     UPDATE __SCHEMA__.counters c SET value = p_value, version = v_version, expires_at = v_expiry
       WHERE c.key = p_key;
-  ELSE
-    INSERT INTO __SCHEMA__.counters (key, value, version, expires_at)
-      VALUES (p_key, p_value, v_version, v_expiry);
+    RETURN v_version;
   END IF;
-  RETURN v_version;
+  INSERT INTO __SCHEMA__.counters (key, value, version, expires_at)
+    VALUES (p_key, p_value, v_version, v_expiry)
+    ON CONFLICT (key) DO NOTHING;
+  RETURN CASE WHEN FOUND THEN v_version END;
 END
 $$;
 
 -- Adds p_delta to a counter (a counter that expired starts again from 0);
--- an expiry is set on a counter without one. Returns the new value.
+-- an expiry is set on a counter without one. Returns the new value. One
+-- statement, no key's lock: the row's lock, taken by the upsert, orders it
+-- with every other write of the counter, and what it writes is computed
+-- under that lock (the clock read once, the version drawn after it).
+-- (plpgsql, as every function here that runs statements: it keeps their
+-- plans for the session, where a non-inlined SQL function plans its
+-- statement at every call.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_add(p_key text, p_delta bigint, p_ttl_ms bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz;
-  v_c record;
+  v_value bigint;
 BEGIN
-  PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key, v_now);
-  PERFORM __SCHEMA__.counter_put(p_key, v_c.present, v_c.value + p_delta, v_c.last,
-                                 v_c.expires_at, p_ttl_ms, v_now);
-  RETURN v_c.value + p_delta;
+  INSERT INTO __SCHEMA__.counters AS c (key, value, version, expires_at)
+    VALUES (p_key, p_delta, __SCHEMA__.next_after(NULL),
+            CASE WHEN p_ttl_ms > 0 THEN clock_timestamp() + p_ttl_ms * interval '1 millisecond' END)
+    ON CONFLICT (key) DO UPDATE SET (value, version, expires_at) = (
+      SELECT CASE WHEN c.expires_at <= t.now THEN 0 ELSE c.value END + p_delta,
+             __SCHEMA__.next_after(c.version),
+             CASE WHEN c.expires_at > t.now THEN c.expires_at
+                  WHEN p_ttl_ms > 0 THEN t.now + p_ttl_ms * interval '1 millisecond' END
+        FROM (SELECT clock_timestamp() AS now) t)
+    RETURNING c.value INTO v_value;
+  RETURN v_value;
 END
 $$;
 
@@ -368,20 +386,21 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.counter_take(
   p_key text, p_n bigint, p_ttl_ms bigint, OUT taken boolean, OUT n bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz;
   v_c record;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key, v_now);
-  IF v_c.value < p_n THEN
-    taken := false;
-    n := v_c.value;
-    RETURN;
-  END IF;
-  taken := true;
-  n := v_c.value - p_n;
-  PERFORM __SCHEMA__.counter_put(p_key, v_c.present, n, v_c.last, v_c.expires_at, p_ttl_ms, v_now);
+  LOOP
+    SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key);
+    IF v_c.value < p_n THEN
+      taken := false;
+      n := v_c.value;
+      RETURN;
+    END IF;
+    taken := true;
+    n := v_c.value - p_n;
+    EXIT WHEN __SCHEMA__.counter_put(p_key, v_c.present, n, v_c.last, v_c.expires_at, p_ttl_ms,
+                                     v_c.now) IS NOT NULL;
+  END LOOP;
 END
 $$;
 
@@ -391,20 +410,21 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.counter_set(
   p_key text, p_value bigint, p_expected text, p_ttl_ms bigint, OUT done boolean, OUT version bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz;
   v_c record;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key, v_now);
-  IF p_expected IS NOT NULL AND p_expected <> v_c.version::text THEN
-    done := false;
-    version := v_c.version;
-    RETURN;
-  END IF;
-  version := __SCHEMA__.counter_put(p_key, v_c.present, p_value, v_c.last, v_c.expires_at,
-                                    p_ttl_ms, v_now);
-  done := true;
+  LOOP
+    SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key);
+    IF p_expected IS NOT NULL AND p_expected <> v_c.version::text THEN
+      done := false;
+      version := v_c.version;
+      RETURN;
+    END IF;
+    done := true;
+    version := __SCHEMA__.counter_put(p_key, v_c.present, p_value, v_c.last, v_c.expires_at,
+                                      p_ttl_ms, v_c.now);
+    EXIT WHEN version IS NOT NULL;
+  END LOOP;
 END
 $$;
 
