@@ -9,9 +9,11 @@
 -- advisory lock on the key's hash, taken first: like a Redis script, each
 -- sees the key as the previous one left it. And a row whose value decides a
 -- write is locked (FOR UPDATE), or checked in the writing statement itself,
--- before it is trusted: the sweep, which takes no key's lock, cannot delete
--- it between the check and the write. Time is the database's:
--- clock_timestamp() read after that lock, never a client's clock.
+-- before it is trusted: no writer that skips the key's lock (the sweep, a
+-- counter's increment, which is one upsert ordered by the row's lock
+-- alone) can change it between the check and the write. Time is the
+-- database's: clock_timestamp() read after those locks, never a client's
+-- clock.
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
@@ -476,6 +478,9 @@ DECLARE
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
   v_now := __SCHEMA__.now_us();
+  -- Not locked: the state written below is computed whatever the row holds
+  -- now, and a row the sweep removes meanwhile had expired (an expired TAT
+  -- counts as now), so it changes nothing; a refusal then writes nothing.
   SELECT l.value INTO v_tat FROM __SCHEMA__.limits l WHERE l.key = p_key;
   v_tat := greatest(coalesce(v_tat, v_now), v_now);
   v_new := v_tat + p_t * p_cost;
