@@ -413,3 +413,56 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     assert!(g.release().await.unwrap());
     assert!(p.release().await.unwrap());
 }
+
+/// The database's clock stepped back (played by moving a key's newest token
+/// and a counter's version an hour ahead of it): the key's row remembers,
+/// and the next token and version are still greater.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_and_versions_stay_above_what_the_key_remembers() {
+    let schema = "races_clock";
+    let lg = client(schema).await;
+    let lock = lg.lock("stepped");
+    let held = lock.try_acquire().await.unwrap();
+    let first = held.fencing_token().get();
+    assert!(held.release().await.unwrap());
+    let c = lg.counter("stepped");
+    c.incr_by(1).await.unwrap();
+    let db = raw().await;
+    let ahead: i64 = db
+        .query_one(
+            &format!(
+                "UPDATE {schema}.latest_fences SET fence = fence + 3600000000 \
+                 WHERE key LIKE $1 RETURNING fence"
+            ),
+            &[&like("stepped")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let version_ahead: i64 = db
+        .query_one(
+            &format!(
+                "UPDATE {schema}.counters SET version = version + 3600000000 \
+                 WHERE key LIKE $1 RETURNING version"
+            ),
+            &[&like("stepped")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ahead = u64::try_from(ahead).unwrap();
+    assert!(ahead > first);
+    let g = lock.try_acquire().await.unwrap();
+    assert!(
+        g.fencing_token().get() > ahead,
+        "token {} after {ahead}",
+        g.fencing_token().get()
+    );
+    c.incr_by(1).await.unwrap();
+    let version = c.get_versioned().await.unwrap().version;
+    assert!(
+        version > u64::try_from(version_ahead).unwrap(),
+        "version {version} after {version_ahead}"
+    );
+    assert!(g.release().await.unwrap());
+}
