@@ -466,3 +466,64 @@ async fn fences_and_versions_stay_above_what_the_key_remembers() {
     );
     assert!(g.release().await.unwrap());
 }
+
+/// A real failover to an asynchronous standby that missed the latest
+/// writes: the standby is stopped while the primary hands out more tokens
+/// and versions than a sequence logs ahead (32), then the primary dies and
+/// the standby is promoted. The next token of the lock and version of the
+/// counter are greater than every one handed out before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_and_versions_keep_growing_after_a_real_failover() {
+    let mut primary = PostgresServer::start();
+    let connect = |url: String| async move {
+        Client::builder()
+            .response_timeout(Duration::from_secs(5))
+            .connect_postgres(&url)
+            .await
+            .expect("connect to postgres")
+    };
+    let lg = connect(primary.url()).await;
+    let (lock, counter) = (lg.lock("failover"), lg.counter("failover-counter"));
+    let mut newest = (0u64, 0u64);
+    let round = async |n: usize, newest: &mut (u64, u64)| {
+        for _ in 0..n {
+            let g = lock.try_acquire().await.unwrap();
+            newest.0 = newest.0.max(g.fencing_token().get());
+            assert!(g.release().await.unwrap());
+            counter.incr_by(1).await.unwrap();
+            newest.1 = newest.1.max(counter.get_versioned().await.unwrap().version);
+        }
+    };
+    round(3, &mut newest).await;
+    let mut standby = primary.start_standby();
+    // The standby has replayed everything so far.
+    let lsn = primary.psql("SELECT pg_current_wal_lsn()");
+    let caught_up = eventually(Duration::from_secs(20), || async {
+        standby.psql(&format!("SELECT pg_last_wal_replay_lsn() >= '{lsn}'")) == "t"
+    })
+    .await;
+    assert!(caught_up, "the standby never caught up");
+    standby.kill();
+    round(40, &mut newest).await;
+    drop((lock, counter, lg));
+    primary.kill();
+    standby.restart();
+    standby.promote();
+    let lg = connect(standby.url()).await;
+    let g = lg.lock("failover").try_acquire().await.unwrap();
+    assert!(
+        g.fencing_token().get() > newest.0,
+        "lock token {} after {} was handed out",
+        g.fencing_token().get(),
+        newest.0
+    );
+    let c = lg.counter("failover-counter");
+    c.incr_by(1).await.unwrap();
+    let version = c.get_versioned().await.unwrap().version;
+    assert!(
+        version > newest.1,
+        "counter version {version} after {} was seen",
+        newest.1
+    );
+    assert!(g.release().await.unwrap());
+}
