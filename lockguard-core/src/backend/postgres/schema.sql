@@ -504,11 +504,12 @@ $$;
 
 -- Fixed window of p_window_ms; refused requests are not counted. Returns
 -- (allowed, used, ms left of the window). With p_peek, nothing is stored.
--- A request is counted by one statement that checks that the window is
--- live and has room under the row's lock; a window it finds over is begun
--- again by an upsert that checks, under the row's lock, that the window it
--- replaces is over. Anything else (a window that changed between two
--- statements) goes round again.
+-- A refusal is decided from a read (it writes nothing); a request is
+-- counted by one statement that checks again, under the row's lock, that
+-- the window is live and has room; a window found over is begun again by
+-- an upsert that checks, under the row's lock, that the window it replaces
+-- is over. A check that fails there (the window changed between the two
+-- statements: the sweep removed it, say) goes round again.
 CREATE OR REPLACE FUNCTION __SCHEMA__.fixed_window(
   p_key text, p_limit bigint, p_window_ms bigint, p_cost bigint, p_peek boolean,
   OUT allowed boolean, OUT used bigint, OUT left_ms bigint)
@@ -518,21 +519,8 @@ DECLARE
   v_row __SCHEMA__.limits%ROWTYPE;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
   LOOP
-    IF NOT p_peek THEN
-      -- The clock is read again under the row's lock, which it may have
-      -- waited for.
-      UPDATE __SCHEMA__.limits l SET value = l.value + p_cost
-        WHERE l.key = p_key AND l.expires_at > clock_timestamp() AND l.value + p_cost <= p_limit
-        RETURNING l.value, l.expires_at, clock_timestamp() INTO used, v_row.expires_at, v_now;
-      IF FOUND THEN
-        allowed := true;
-        left_ms := greatest(floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint, 0);
-        RETURN;
-      END IF;
-      v_now := clock_timestamp();
-    END IF;
+    v_now := clock_timestamp();
     SELECT * INTO v_row FROM __SCHEMA__.limits l WHERE l.key = p_key AND l.expires_at > v_now;
     IF FOUND THEN
       left_ms := floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint;
@@ -541,9 +529,18 @@ BEGIN
         used := v_row.value;
         RETURN;
       END IF;
+      allowed := true;
       IF p_peek THEN
-        allowed := true;
         used := v_row.value + p_cost;
+        RETURN;
+      END IF;
+      -- The clock is read again under the row's lock, which it may have
+      -- waited for.
+      UPDATE __SCHEMA__.limits l SET value = l.value + p_cost
+        WHERE l.key = p_key AND l.expires_at > clock_timestamp() AND l.value + p_cost <= p_limit
+        RETURNING l.value, l.expires_at, clock_timestamp() INTO used, v_row.expires_at, v_now;
+      IF FOUND THEN
+        left_ms := greatest(floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint, 0);
         RETURN;
       END IF;
       CONTINUE;
