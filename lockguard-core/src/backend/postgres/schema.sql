@@ -307,21 +307,21 @@ END
 $$;
 
 -- Locks the row of counter p_key (until the end of the transaction: every
--- counter operation checks and writes under it) and reads it as of now,
--- the clock read once the row is ours. present: the row exists; value: 0
+-- counter operation checks and writes under it) and reads it as of
+-- read_at, the clock read once the row is ours. present: the row exists; value: 0
 -- unless live; version: 0 unless live (what a reader sees); last: the
 -- stored version even when expired (NULL without a row), which the next
 -- version must exceed; expires_at: NULL unless live.
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_lock(
   p_key text, OUT present boolean, OUT value bigint, OUT version bigint,
-  OUT last bigint, OUT expires_at timestamptz, OUT now timestamptz)
+  OUT last bigint, OUT expires_at timestamptz, OUT read_at timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
   SELECT c.value, c.version, c.version, c.expires_at INTO value, version, last, expires_at
     FROM __SCHEMA__.counters c WHERE c.key = p_key FOR UPDATE;
   present := FOUND;
-  now := clock_timestamp();
-  IF NOT present OR expires_at <= now THEN
+  read_at := clock_timestamp();
+  IF NOT present OR expires_at <= read_at THEN
     value := 0;
     version := 0;
     expires_at := NULL;
@@ -330,8 +330,8 @@ END
 $$;
 
 -- Writes p_value to counter p_key as counter_lock found it (p_present,
--- p_last, p_expires_at, p_now), with a version after p_last; an expiry of p_ttl_ms is set on a counter
--- without one. Returns the new version, or NULL when the counter had no
+-- p_last, p_expires_at, p_now), with a version after p_last; an expiry of
+-- p_ttl_ms is set on a counter without one. Returns the new version, or NULL when the counter had no
 -- row and one appeared meanwhile (an increment's, which takes no key's
 -- lock): the caller locks it and decides again.
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_put(
@@ -401,7 +401,7 @@ BEGIN
     taken := true;
     n := v_c.value - p_n;
     EXIT WHEN __SCHEMA__.counter_put(p_key, v_c.present, n, v_c.last, v_c.expires_at, p_ttl_ms,
-                                     v_c.now) IS NOT NULL;
+                                     v_c.read_at) IS NOT NULL;
   END LOOP;
 END
 $$;
@@ -424,7 +424,7 @@ BEGIN
     END IF;
     done := true;
     version := __SCHEMA__.counter_put(p_key, v_c.present, p_value, v_c.last, v_c.expires_at,
-                                      p_ttl_ms, v_c.now);
+                                      p_ttl_ms, v_c.read_at);
     EXIT WHEN version IS NOT NULL;
   END LOOP;
 END
@@ -438,13 +438,16 @@ DECLARE
   v_now timestamptz;
   v_set __SCHEMA__.mark_sets%ROWTYPE;
   v_expiry timestamptz;
+  v_found boolean;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
+  -- Locked: the sweep cannot remove the set between here and the marks;
+  -- the clock is read once it is ours.
+  SELECT * INTO v_set FROM __SCHEMA__.mark_sets s WHERE s.key = p_key FOR UPDATE;
+  v_found := FOUND;
   v_now := clock_timestamp();
   v_expiry := CASE WHEN p_ttl_ms > 0 THEN v_now + p_ttl_ms * interval '1 millisecond' END;
-  -- Locked: the sweep cannot remove the set between here and the marks.
-  SELECT * INTO v_set FROM __SCHEMA__.mark_sets s WHERE s.key = p_key FOR UPDATE;
-  IF NOT FOUND THEN
+  IF NOT v_found THEN
     v_set.generation := __SCHEMA__.next_after(NULL);
     INSERT INTO __SCHEMA__.mark_sets (key, generation, expires_at)
       VALUES (p_key, v_set.generation, v_expiry);
