@@ -22,8 +22,7 @@ pub struct Versioned {
     /// never written). Every write gives the counter a version greater
     /// than any it had before, also across its expiry and a step back of
     /// the store's clock, so a version read once never matches a later
-    /// write (versions grow, but not by one: they are drawn from a
-    /// sequence the store shares between keys).
+    /// write (versions grow, but not by one).
     pub version: u64,
 }
 

@@ -162,27 +162,84 @@ impl PostgresServer {
     }
 
     fn create(dir: PathBuf, owned_dir: Option<tempfile::TempDir>) -> Self {
+        Self::create_with(dir, owned_dir, |bin, data| {
+            let mut initdb = Command::new(bin.join("initdb"));
+            initdb.arg("-D").arg(data).args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+            ]);
+            initdb
+        })
+    }
+
+    /// A hot standby of this server, streaming its WAL asynchronously (as
+    /// PostgreSQL replicates by default): a copy taken with
+    /// `pg_basebackup`, started on a port of its own. Stop it, and it
+    /// misses what the primary does meanwhile; [`restart`](Self::restart)
+    /// it after the primary is gone and [`promote`](Self::promote) it, and
+    /// it plays a failover to a standby that had not seen the latest
+    /// writes.
+    ///
+    /// # Panics
+    ///
+    /// When the copy fails or the standby does not come up.
+    pub fn start_standby(&self) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("lockguard-pg-standby-")
+            .tempdir()
+            .expect("cannot create a temporary directory for postgres");
+        let path = dir.path().to_owned();
+        let port = self.port.to_string();
+        Self::create_with(path, Some(dir), |bin, data| {
+            let mut copy = Command::new(bin.join("pg_basebackup"));
+            copy.arg("-D")
+                .arg(data)
+                .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+                .args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+            copy
+        })
+    }
+
+    /// Makes a standby the primary (`pg_promote()`), returning once it
+    /// takes writes.
+    ///
+    /// # Panics
+    ///
+    /// When it does not.
+    pub fn promote(&self) {
+        let promoted = self.psql("SELECT pg_promote(true, 60)");
+        assert_eq!(promoted, "t", "the standby was not promoted");
+    }
+
+    /// Creates a cluster in `dir` with `make` (given the binaries' directory
+    /// and the data directory; run as the server's user) and starts it.
+    fn create_with(
+        dir: PathBuf,
+        owned_dir: Option<tempfile::TempDir>,
+        make: impl FnOnce(&Path, &Path) -> Command,
+    ) -> Self {
         let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
         let user = server_user();
         if let Some(u) = user {
             chown(&dir, u);
         }
         let bin = postgres_bin_dir();
-        let mut initdb = Command::new(bin.join("initdb"));
-        initdb
-            .arg("-D")
-            .arg(dir.join("data"))
-            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
-            .stdin(Stdio::null());
+        let mut cmd = make(&bin, &dir.join("data"));
+        cmd.stdin(Stdio::null());
         if let Some((uid, gid)) = user {
-            initdb.uid(uid).gid(gid);
+            cmd.uid(uid).gid(gid);
         }
-        let out = initdb
+        let out = cmd
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.join("initdb").display()));
+            .unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
         assert!(
             out.status.success(),
-            "initdb failed: {}{}",
+            "{:?} failed: {}{}",
+            cmd.get_program(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
@@ -295,7 +352,9 @@ impl PostgresServer {
     fn accepts_connections(&self) -> bool {
         let log = self.log();
         let this_start = log.rfind(&self.start_marker()).map_or("", |at| &log[at..]);
+        // A standby is ready for read-only connections.
         this_start.contains("database system is ready to accept connections")
+            || this_start.contains("database system is ready to accept read-only connections")
     }
 
     fn start_marker(&self) -> String {

@@ -6,6 +6,8 @@ mod support;
 
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_races;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]

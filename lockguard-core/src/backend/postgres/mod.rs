@@ -3,10 +3,12 @@
 //! Every operation is one statement, a call of a function in lockguard's
 //! schema (`schema.sql`), so one round trip and one transaction; the
 //! statements are prepared once per pooled connection. Operations on one
-//! key are serialized by a transaction advisory lock on it, and take their
-//! time from the database's clock. Handoffs are announced with `NOTIFY` on
-//! the waiter's channel, in the transaction that made them, and reach the
-//! waiter's client over its one listening connection ([`listener`]).
+//! key are serialized by a transaction advisory lock on it, check the rows
+//! they write under those rows' locks, and take their time from the
+//! database's clock, read after the locks. Handoffs are announced with
+//! `NOTIFY` on the waiter's channel, in the transaction that made them, and
+//! reach the waiter's client over its one listening connection
+//! ([`listener`]).
 
 use std::fmt;
 use std::sync::Arc;

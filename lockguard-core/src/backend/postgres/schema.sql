@@ -7,8 +7,13 @@
 -- Every operation is one statement (a function call), so one round trip and
 -- one transaction. Operations on one key are serialized by a transaction
 -- advisory lock on the key's hash, taken first: like a Redis script, each
--- sees the key as the previous one left it. Time is the database's:
--- clock_timestamp() read after that lock, never a client's clock.
+-- sees the key as the previous one left it. And a row whose value decides a
+-- write is locked (FOR UPDATE), or checked in the writing statement itself,
+-- before it is trusted: no writer that skips the key's lock (the sweep, a
+-- counter's increment, which is one upsert ordered by the row's lock
+-- alone) can change it between the check and the write. Time is the
+-- database's: clock_timestamp() read after those locks, never a client's
+-- clock.
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
@@ -43,9 +48,21 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.waiters (
 CREATE INDEX IF NOT EXISTS waiters_order ON __SCHEMA__.waiters (key, arrival);
 CREATE INDEX IF NOT EXISTS waiters_deadline ON __SCHEMA__.waiters (deadline);
 
--- Fencing tokens and counter versions: one sequence, so every token is
--- greater than every token drawn before it, for any key. A sequence never
--- goes back, not even across a crash.
+-- Fencing tokens, counter versions and mark generations are drawn as on
+-- Redis (sequence.lua): each is greater than the key's last one and than
+-- the database's clock in µs (next_after). So they strictly increase per
+-- key across a failover to a standby that had not seen the latest ones
+-- (sequences and rows went back; the clock did not), and across a step back
+-- of the clock (the key's row remembers), though not both at once. The
+-- newest token of each lock or semaphore; a row is swept a minute after the
+-- clock passed it, when it no longer adds anything to the clock.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.latest_fences (
+  key text PRIMARY KEY,
+  fence bigint NOT NULL
+);
+-- Version 1 drew tokens from this sequence, which a standby can hold behind
+-- the primary (sequences are logged 32 values ahead, and replicated
+-- asynchronously); kept, never drawn from.
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.fences;
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.arrivals;
 
@@ -104,6 +121,32 @@ LANGUAGE sql VOLATILE AS $$
   SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint
 $$;
 
+-- The value after p_last (NULL: none) of a key's sequence: greater than it
+-- and than the database's clock in µs, as Redis's seq_next does with its
+-- clock. (Redis counts whole ms so that Redlock nodes agree; one database
+-- needs no agreement, and every µs is headroom: a key would have to draw
+-- more than a value per µs, a committed transaction each, to run ahead of
+-- the clock.)
+CREATE OR REPLACE FUNCTION __SCHEMA__.next_after(p_last bigint) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT greatest(coalesce(p_last, 0), __SCHEMA__.now_us()) + 1
+$$;
+
+-- The next fencing token of lock or semaphore p_key, drawn under the row
+-- lock of the key's latest token (the clock is read after it).
+CREATE OR REPLACE FUNCTION __SCHEMA__.next_fence(p_key text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_fence bigint;
+BEGIN
+  INSERT INTO __SCHEMA__.latest_fences AS f (key, fence)
+    VALUES (p_key, __SCHEMA__.next_after(NULL))
+    ON CONFLICT (key) DO UPDATE SET fence = __SCHEMA__.next_after(f.fence)
+    RETURNING f.fence INTO v_fence;
+  RETURN v_fence;
+END
+$$;
+
 -- Serializes the operations on one key until the end of the transaction.
 -- Only under read committed does each statement after it see the commits
 -- of the operations it waited for; under repeatable read or serializable
@@ -141,7 +184,7 @@ BEGIN
       CONTINUE;
     END IF;
     EXIT WHEN v_first.token = p_me;
-    v_fence := nextval('__SCHEMA__.fences');
+    v_fence := __SCHEMA__.next_fence(p_key);
     DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = v_first.token;
     INSERT INTO __SCHEMA__.holders AS h (key, token, expires_at, fence)
       VALUES (p_key, v_first.token, greatest(v_first.deadline, p_now + interval '50 milliseconds'), v_fence)
@@ -186,7 +229,7 @@ BEGIN
   IF v_free > 0 THEN
     DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = p_token;
     INSERT INTO __SCHEMA__.holders (key, token, expires_at, fence)
-      VALUES (p_key, p_token, v_now + p_lease_ms * interval '1 millisecond', nextval('__SCHEMA__.fences'))
+      VALUES (p_key, p_token, v_now + p_lease_ms * interval '1 millisecond', __SCHEMA__.next_fence(p_key))
       RETURNING fence INTO n;
     acquired := true;
     RETURN;
@@ -244,7 +287,8 @@ END
 $$;
 
 -- A lock or semaphore as it is now: live holders, ms left of the lease that
--- ends first (NULL when none), queued waiters, the newest fencing token.
+-- ends first (NULL when none), queued waiters, the key's newest fencing
+-- token (a holder's, should its row be gone).
 CREATE OR REPLACE FUNCTION __SCHEMA__.inspect(
   p_key text, OUT holders bigint, OUT left_ms bigint, OUT waiting bigint, OUT latest bigint)
 LANGUAGE plpgsql AS $$
@@ -255,51 +299,110 @@ BEGIN
     INTO holders, left_ms
     FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.expires_at > v_now;
   SELECT count(*) INTO waiting FROM __SCHEMA__.waiters w WHERE w.key = p_key;
-  SELECT CASE WHEN s.is_called THEN s.last_value END INTO latest FROM __SCHEMA__.fences s;
+  SELECT greatest(
+      (SELECT f.fence FROM __SCHEMA__.latest_fences f WHERE f.key = p_key),
+      (SELECT max(h.fence) FROM __SCHEMA__.holders h WHERE h.key = p_key))
+    INTO latest;
+END
+$$;
+
+-- Locks the row of counter p_key (until the end of the transaction: every
+-- counter operation checks and writes under it) and reads it as of
+-- read_at, the clock read once the row is ours. present: the row exists; value: 0
+-- unless live; version: 0 unless live (what a reader sees); last: the
+-- stored version even when expired (NULL without a row), which the next
+-- version must exceed; expires_at: NULL unless live.
+CREATE OR REPLACE FUNCTION __SCHEMA__.counter_lock(
+  p_key text, OUT present boolean, OUT value bigint, OUT version bigint,
+  OUT last bigint, OUT expires_at timestamptz, OUT read_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT c.value, c.version, c.version, c.expires_at INTO value, version, last, expires_at
+    FROM __SCHEMA__.counters c WHERE c.key = p_key FOR UPDATE;
+  present := FOUND;
+  read_at := clock_timestamp();
+  IF NOT present OR expires_at <= read_at THEN
+    value := 0;
+    version := 0;
+    expires_at := NULL;
+  END IF;
+END
+$$;
+
+-- Writes p_value to counter p_key as counter_lock found it (p_present,
+-- p_last, p_expires_at, p_now), with a version after p_last; an expiry of
+-- p_ttl_ms is set on a counter without one. Returns the new version, or NULL when the counter had no
+-- row and one appeared meanwhile (an increment's, which takes no key's
+-- lock): the caller locks it and decides again.
+CREATE OR REPLACE FUNCTION __SCHEMA__.counter_put(
+  p_key text, p_present boolean, p_value bigint, p_last bigint,
+  p_expires_at timestamptz, p_ttl_ms bigint, p_now timestamptz)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_version bigint := __SCHEMA__.next_after(p_last);
+  v_expiry timestamptz := coalesce(p_expires_at,
+    CASE WHEN p_ttl_ms > 0 THEN p_now + p_ttl_ms * interval '1 millisecond' END);
+BEGIN
+  IF p_present THEN
+    UPDATE __SCHEMA__.counters c SET value = p_value, version = v_version, expires_at = v_expiry
+      WHERE c.key = p_key;
+    RETURN v_version;
+  END IF;
+  INSERT INTO __SCHEMA__.counters (key, value, version, expires_at)
+    VALUES (p_key, p_value, v_version, v_expiry)
+    ON CONFLICT (key) DO NOTHING;
+  RETURN CASE WHEN FOUND THEN v_version END;
 END
 $$;
 
 -- Adds p_delta to a counter (a counter that expired starts again from 0);
--- an expiry is set on a counter without one. Returns the new value.
+-- an expiry is set on a counter without one. Returns the new value. One
+-- statement, no key's lock: the row's lock, taken by the upsert, orders it
+-- with every other write of the counter, and what it writes is computed
+-- under that lock (the clock read once, the version drawn after it).
+-- (plpgsql, as every function here that runs statements: it keeps their
+-- plans for the session, where a non-inlined SQL function plans its
+-- statement at every call.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_add(p_key text, p_delta bigint, p_ttl_ms bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz := clock_timestamp();
   v_value bigint;
 BEGIN
   INSERT INTO __SCHEMA__.counters AS c (key, value, version, expires_at)
-    VALUES (p_key, p_delta, nextval('__SCHEMA__.fences'),
-            CASE WHEN p_ttl_ms > 0 THEN v_now + p_ttl_ms * interval '1 millisecond' END)
-    ON CONFLICT (key) DO UPDATE SET
-      value = CASE WHEN c.expires_at <= v_now THEN EXCLUDED.value ELSE c.value + EXCLUDED.value END,
-      version = EXCLUDED.version,
-      expires_at = CASE WHEN c.expires_at > v_now THEN c.expires_at ELSE EXCLUDED.expires_at END
+    VALUES (p_key, p_delta, __SCHEMA__.next_after(NULL),
+            CASE WHEN p_ttl_ms > 0 THEN clock_timestamp() + p_ttl_ms * interval '1 millisecond' END)
+    ON CONFLICT (key) DO UPDATE SET (value, version, expires_at) = (
+      SELECT CASE WHEN c.expires_at <= t.now THEN 0 ELSE c.value END + p_delta,
+             __SCHEMA__.next_after(c.version),
+             CASE WHEN c.expires_at > t.now THEN c.expires_at
+                  WHEN p_ttl_ms > 0 THEN t.now + p_ttl_ms * interval '1 millisecond' END
+        FROM (SELECT clock_timestamp() AS now) t)
     RETURNING c.value INTO v_value;
   RETURN v_value;
 END
 $$;
 
--- Takes p_n only if at least p_n is there. Returns (true, new value) or
--- (false, current value).
+-- Takes p_n (positive) only if at least p_n is there. Returns (true, new
+-- value) or (false, current value).
 CREATE OR REPLACE FUNCTION __SCHEMA__.counter_take(
   p_key text, p_n bigint, p_ttl_ms bigint, OUT taken boolean, OUT n bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz;
-  v_value bigint;
+  v_c record;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT c.value INTO v_value FROM __SCHEMA__.counters c
-    WHERE c.key = p_key AND (c.expires_at IS NULL OR c.expires_at > v_now);
-  v_value := coalesce(v_value, 0);
-  IF v_value - p_n < 0 THEN
-    taken := false;
-    n := v_value;
-    RETURN;
-  END IF;
-  taken := true;
-  n := __SCHEMA__.counter_add(p_key, -p_n, p_ttl_ms);
+  LOOP
+    SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key);
+    IF v_c.value < p_n THEN
+      taken := false;
+      n := v_c.value;
+      RETURN;
+    END IF;
+    taken := true;
+    n := v_c.value - p_n;
+    EXIT WHEN __SCHEMA__.counter_put(p_key, v_c.present, n, v_c.last, v_c.expires_at, p_ttl_ms,
+                                     v_c.read_at) IS NOT NULL;
+  END LOOP;
 END
 $$;
 
@@ -309,28 +412,21 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.counter_set(
   p_key text, p_value bigint, p_expected text, p_ttl_ms bigint, OUT done boolean, OUT version bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_now timestamptz;
-  v_version bigint;
+  v_c record;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT c.version INTO v_version FROM __SCHEMA__.counters c
-    WHERE c.key = p_key AND (c.expires_at IS NULL OR c.expires_at > v_now);
-  v_version := coalesce(v_version, 0);
-  IF p_expected IS NOT NULL AND p_expected <> v_version::text THEN
-    done := false;
-    version := v_version;
-    RETURN;
-  END IF;
-  INSERT INTO __SCHEMA__.counters AS c (key, value, version, expires_at)
-    VALUES (p_key, p_value, nextval('__SCHEMA__.fences'),
-            CASE WHEN p_ttl_ms > 0 THEN v_now + p_ttl_ms * interval '1 millisecond' END)
-    ON CONFLICT (key) DO UPDATE SET
-      value = EXCLUDED.value,
-      version = EXCLUDED.version,
-      expires_at = CASE WHEN c.expires_at > v_now THEN c.expires_at ELSE EXCLUDED.expires_at END
-    RETURNING c.version INTO version;
-  done := true;
+  LOOP
+    SELECT * INTO v_c FROM __SCHEMA__.counter_lock(p_key);
+    IF p_expected IS NOT NULL AND p_expected <> v_c.version::text THEN
+      done := false;
+      version := v_c.version;
+      RETURN;
+    END IF;
+    done := true;
+    version := __SCHEMA__.counter_put(p_key, v_c.present, p_value, v_c.last, v_c.expires_at,
+                                      p_ttl_ms, v_c.read_at);
+    EXIT WHEN version IS NOT NULL;
+  END LOOP;
 END
 $$;
 
@@ -342,17 +438,21 @@ DECLARE
   v_now timestamptz;
   v_set __SCHEMA__.mark_sets%ROWTYPE;
   v_expiry timestamptz;
+  v_found boolean;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
+  -- Locked: the sweep cannot remove the set between here and the marks;
+  -- the clock is read once it is ours.
+  SELECT * INTO v_set FROM __SCHEMA__.mark_sets s WHERE s.key = p_key FOR UPDATE;
+  v_found := FOUND;
   v_now := clock_timestamp();
   v_expiry := CASE WHEN p_ttl_ms > 0 THEN v_now + p_ttl_ms * interval '1 millisecond' END;
-  SELECT * INTO v_set FROM __SCHEMA__.mark_sets s WHERE s.key = p_key;
-  IF NOT FOUND THEN
-    v_set.generation := nextval('__SCHEMA__.fences');
+  IF NOT v_found THEN
+    v_set.generation := __SCHEMA__.next_after(NULL);
     INSERT INTO __SCHEMA__.mark_sets (key, generation, expires_at)
       VALUES (p_key, v_set.generation, v_expiry);
   ELSIF v_set.expires_at <= v_now THEN
-    v_set.generation := nextval('__SCHEMA__.fences');
+    v_set.generation := __SCHEMA__.next_after(v_set.generation);
     UPDATE __SCHEMA__.mark_sets s SET generation = v_set.generation, expires_at = v_expiry
       WHERE s.key = p_key;
   ELSIF v_set.expires_at IS NULL AND v_expiry IS NOT NULL THEN
@@ -381,6 +481,9 @@ DECLARE
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
   v_now := __SCHEMA__.now_us();
+  -- Not locked: the state written below is computed whatever the row holds
+  -- now, and a row the sweep removes meanwhile had expired (an expired TAT
+  -- counts as now), so it changes nothing; a refusal then writes nothing.
   SELECT l.value INTO v_tat FROM __SCHEMA__.limits l WHERE l.key = p_key;
   v_tat := greatest(coalesce(v_tat, v_now), v_now);
   v_new := v_tat + p_t * p_cost;
@@ -404,6 +507,12 @@ $$;
 
 -- Fixed window of p_window_ms; refused requests are not counted. Returns
 -- (allowed, used, ms left of the window). With p_peek, nothing is stored.
+-- A refusal is decided from a read (it writes nothing); a request is
+-- counted by one statement that checks again, under the row's lock, that
+-- the window is live and has room; a window found over is begun again by
+-- an upsert that checks, under the row's lock, that the window it replaces
+-- is over. A check that fails there (the window changed between the two
+-- statements: the sweep removed it, say) goes round again.
 CREATE OR REPLACE FUNCTION __SCHEMA__.fixed_window(
   p_key text, p_limit bigint, p_window_ms bigint, p_cost bigint, p_peek boolean,
   OUT allowed boolean, OUT used bigint, OUT left_ms bigint)
@@ -413,9 +522,32 @@ DECLARE
   v_row __SCHEMA__.limits%ROWTYPE;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
-  v_now := clock_timestamp();
-  SELECT * INTO v_row FROM __SCHEMA__.limits l WHERE l.key = p_key AND l.expires_at > v_now;
-  IF NOT FOUND THEN
+  LOOP
+    v_now := clock_timestamp();
+    SELECT * INTO v_row FROM __SCHEMA__.limits l WHERE l.key = p_key AND l.expires_at > v_now;
+    IF FOUND THEN
+      left_ms := floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint;
+      IF v_row.value + p_cost > p_limit THEN
+        allowed := false;
+        used := v_row.value;
+        RETURN;
+      END IF;
+      allowed := true;
+      IF p_peek THEN
+        used := v_row.value + p_cost;
+        RETURN;
+      END IF;
+      -- The clock is read again under the row's lock, which it may have
+      -- waited for.
+      UPDATE __SCHEMA__.limits l SET value = l.value + p_cost
+        WHERE l.key = p_key AND l.expires_at > clock_timestamp() AND l.value + p_cost <= p_limit
+        RETURNING l.value, l.expires_at, clock_timestamp() INTO used, v_row.expires_at, v_now;
+      IF FOUND THEN
+        left_ms := greatest(floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint, 0);
+        RETURN;
+      END IF;
+      CONTINUE;
+    END IF;
     left_ms := p_window_ms;
     IF p_cost > p_limit THEN
       allowed := false;
@@ -429,23 +561,12 @@ BEGIN
     END IF;
     INSERT INTO __SCHEMA__.limits AS l (key, value, expires_at)
       VALUES (p_key, p_cost, v_now + p_window_ms * interval '1 millisecond')
-      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at;
-    RETURN;
-  END IF;
-  left_ms := floor(extract(epoch FROM v_row.expires_at - v_now) * 1000)::bigint;
-  IF v_row.value + p_cost > p_limit THEN
-    allowed := false;
-    used := v_row.value;
-    RETURN;
-  END IF;
-  IF p_peek THEN
-    allowed := true;
-    used := v_row.value + p_cost;
-    RETURN;
-  END IF;
-  UPDATE __SCHEMA__.limits l SET value = l.value + p_cost WHERE l.key = p_key
-    RETURNING l.value INTO used;
-  allowed := true;
+      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, expires_at = EXCLUDED.expires_at
+        WHERE l.expires_at <= v_now;
+    IF FOUND THEN
+      RETURN;
+    END IF;
+  END LOOP;
 END
 $$;
 
@@ -466,10 +587,19 @@ DECLARE
   v_entry record;
 BEGIN
   PERFORM __SCHEMA__.lock_key(p_key);
+  IF p_peek THEN
+    SELECT l.value INTO v_sum FROM __SCHEMA__.limits l
+      WHERE l.key = p_key AND l.expires_at > clock_timestamp();
+  ELSE
+    -- Locked: the sweep cannot remove the sum and the log it counts
+    -- between here and the write (the sum would then count requests gone).
+    SELECT l.value INTO v_sum FROM __SCHEMA__.limits l
+      WHERE l.key = p_key AND l.expires_at > clock_timestamp() FOR UPDATE;
+  END IF;
+  -- The time is read once the row is ours: a request logged at the time it
+  -- began waiting would leave the window early.
   v_now := __SCHEMA__.now_us();
-  SELECT l.value INTO v_sum FROM __SCHEMA__.limits l
-    WHERE l.key = p_key AND l.expires_at > clock_timestamp();
-  IF NOT FOUND THEN
+  IF v_sum IS NULL THEN
     -- Idle for a whole window: every entry is over (some may be swept
     -- already, so the sum starts again rather than being counted down).
     IF NOT p_peek THEN
@@ -531,9 +661,11 @@ END
 $$;
 
 -- Removes state that no longer matters: leases and queue places long over,
--- expired counters, limiter state and mark sets, and marks of old
--- generations. Rows are rechecked as they are deleted, so state an
--- operation just renewed stays. Returns the rows removed.
+-- tokens the clock passed long ago, expired counters, limiter state and
+-- mark sets, and marks of old generations. It takes no key's lock: rows are
+-- rechecked as they are deleted, so state an operation just renewed stays,
+-- and a row an operation locked to check and write is deleted only after
+-- that operation, if it is still over. Returns the rows removed.
 CREATE OR REPLACE FUNCTION __SCHEMA__.sweep() RETURNS bigint
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -544,6 +676,11 @@ BEGIN
   DELETE FROM __SCHEMA__.holders h WHERE h.expires_at < v_now - interval '1 minute';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.waiters w WHERE w.deadline < v_now - interval '1 minute';
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  -- A token a minute behind the clock adds nothing: the next is drawn
+  -- above the clock anyway (next_after).
+  DELETE FROM __SCHEMA__.latest_fences f
+    WHERE f.fence < (extract(epoch FROM v_now - interval '1 minute') * 1000000)::bigint;
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.counters c WHERE c.expires_at < v_now;
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
