@@ -1,0 +1,219 @@
+//! The store under test, started by the run with lockguard-testing's
+//! harnesses, and the faults that can be done to it.
+
+use std::time::Duration;
+
+use lockguard_testing::{
+    PostgresServer, RedisCluster, RedisServer, SentinelGroup, ZooKeeperServer,
+};
+
+use crate::store::{Kind, Target};
+
+/// Redis persistence that loses no acknowledged write: a restarted server
+/// comes back on its data, so its locks and fences survive, as the safety
+/// page requires of a Redis that may restart. (Restarting an empty server
+/// forgets its locks: two holders by design, not a finding.)
+const REDIS_PERSIST: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "always"];
+
+/// A fault done to the store's servers. Faults on worker processes are
+/// the runner's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ServerFault {
+    /// SIGSTOP a server for `pause`, then SIGCONT.
+    Pause,
+    /// Kill a server (SIGKILL) and start it again on its port and data.
+    Restart,
+    /// Close the clients' connections from the server side.
+    KillConnections,
+}
+
+impl ServerFault {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ServerFault::Pause => "pause-server",
+            ServerFault::Restart => "restart-server",
+            ServerFault::KillConnections => "kill-connections",
+        }
+    }
+}
+
+/// A running store.
+#[derive(Debug)]
+pub(crate) enum Deployment {
+    Redis(RedisServer),
+    /// Three independent masters.
+    Redlock(Vec<RedisServer>),
+    Cluster(RedisCluster),
+    Sentinel(SentinelGroup),
+    Postgres(PostgresServer),
+    ZooKeeper(ZooKeeperServer),
+    /// A user's store (`--target`): only client-side faults.
+    External(Target),
+}
+
+impl Deployment {
+    /// Starts a store of `kind`.
+    pub(crate) fn start(kind: Kind) -> Self {
+        match kind {
+            Kind::Redis => Deployment::Redis(RedisServer::start_with_args(&REDIS_PERSIST)),
+            Kind::Redlock => Deployment::Redlock(
+                (0..3)
+                    .map(|_| RedisServer::start_with_args(&REDIS_PERSIST))
+                    .collect(),
+            ),
+            Kind::Cluster => Deployment::Cluster(RedisCluster::start_with_args(3, &REDIS_PERSIST)),
+            // One replica: the one a failover would promote.
+            Kind::Sentinel => Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &REDIS_PERSIST)),
+            Kind::Postgres => Deployment::Postgres(PostgresServer::start()),
+            Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperServer::start()),
+        }
+    }
+
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Deployment::Redis(_) => Kind::Redis,
+            Deployment::Redlock(_) => Kind::Redlock,
+            Deployment::Cluster(_) => Kind::Cluster,
+            Deployment::Sentinel(_) => Kind::Sentinel,
+            Deployment::Postgres(_) => Kind::Postgres,
+            Deployment::ZooKeeper(_) => Kind::ZooKeeper,
+            Deployment::External(t) => t.kind,
+        }
+    }
+
+    /// Where workers connect, with keys under `namespace`.
+    pub(crate) fn target(&self, namespace: &str) -> Target {
+        let addr = match self {
+            Deployment::Redis(s) => s.url(),
+            Deployment::Redlock(nodes) => join(nodes.iter().map(RedisServer::url)),
+            Deployment::Cluster(c) => c.urls().join(","),
+            Deployment::Sentinel(g) => g.sentinel_urls().join(","),
+            Deployment::Postgres(s) => s.url(),
+            Deployment::ZooKeeper(s) => s.hosts(),
+            Deployment::External(t) => {
+                return Target {
+                    namespace: namespace.to_owned(),
+                    ..t.clone()
+                };
+            }
+        };
+        Target {
+            kind: self.kind(),
+            addr,
+            namespace: namespace.to_owned(),
+        }
+    }
+
+    /// The server faults this store can be given.
+    pub(crate) fn faults(&self) -> Vec<ServerFault> {
+        use ServerFault::*;
+        match self {
+            Deployment::External(_) => vec![],
+            Deployment::ZooKeeper(_) => vec![Pause, Restart],
+            _ => vec![Pause, Restart, KillConnections],
+        }
+    }
+
+    /// How long a server pause lasts: past the workers' lease, except on
+    /// Sentinel, whose sentinels fail the master over after 1 s of silence
+    /// (a failover of asynchronous replication may lose a lock, as
+    /// documented), so there it stays below that.
+    pub(crate) fn pause_length(&self, lease: Duration) -> Duration {
+        match self {
+            Deployment::Sentinel(_) => Duration::from_millis(700),
+            _ => lease + Duration::from_millis(300),
+        }
+    }
+
+    /// Does `fault` to the server picked by `pick` (a node of several),
+    /// healing it before returning; returns which server.
+    pub(crate) fn apply(
+        &mut self,
+        fault: ServerFault,
+        pick: usize,
+        pause: Duration,
+    ) -> Result<String, String> {
+        match self {
+            Deployment::Redis(s) => redis_fault(s, fault, pause),
+            Deployment::Redlock(nodes) => {
+                // One node at a time: a minority.
+                let i = pick % nodes.len();
+                redis_fault(&mut nodes[i], fault, pause)
+            }
+            Deployment::Cluster(c) => {
+                let i = pick % c.nodes.len();
+                redis_fault(&mut c.nodes[i], fault, pause)
+            }
+            Deployment::Sentinel(g) => {
+                let master = g.master_port().ok_or("no sentinel names a master")?;
+                let i = g
+                    .servers
+                    .iter()
+                    .position(|s| s.port() == master)
+                    .ok_or("the master is none of the group's servers")?;
+                redis_fault(&mut g.servers[i], fault, pause)
+            }
+            Deployment::Postgres(s) => {
+                match fault {
+                    ServerFault::Pause => {
+                        s.pause();
+                        std::thread::sleep(pause);
+                        s.resume();
+                    }
+                    ServerFault::Restart => s.restart(),
+                    ServerFault::KillConnections => {
+                        s.psql(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                             WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'",
+                        );
+                    }
+                }
+                Ok(format!("postgres:{}", s.port()))
+            }
+            Deployment::ZooKeeper(s) => {
+                match fault {
+                    ServerFault::Pause => {
+                        s.pause();
+                        std::thread::sleep(pause);
+                        s.resume();
+                    }
+                    ServerFault::Restart => s.restart(),
+                    ServerFault::KillConnections => return Err("not offered".into()),
+                }
+                Ok(format!("zookeeper:{}", s.port()))
+            }
+            Deployment::External(_) => Err("no server faults on a user's store".into()),
+        }
+    }
+}
+
+fn join(urls: impl Iterator<Item = String>) -> String {
+    urls.collect::<Vec<_>>().join(",")
+}
+
+fn redis_fault(s: &mut RedisServer, fault: ServerFault, pause: Duration) -> Result<String, String> {
+    match fault {
+        ServerFault::Pause => {
+            s.pause();
+            std::thread::sleep(pause);
+            s.resume();
+        }
+        ServerFault::Restart => s.restart(),
+        ServerFault::KillConnections => {
+            let mut conn = s
+                .client()
+                .get_connection_with_timeout(Duration::from_secs(2))
+                .map_err(|e| e.to_string())?;
+            // Commands and pub/sub (the wake-ups) both; never this one.
+            for kind in ["normal", "pubsub"] {
+                redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg(kind)
+                    .query::<i64>(&mut conn)
+                    .map_err(|e| format!("CLIENT KILL TYPE {kind}: {e}"))?;
+            }
+        }
+    }
+    Ok(format!("redis:{}", s.port()))
+}
