@@ -21,7 +21,8 @@ const REDIS_PERSIST: [&str; 4] = ["--appendonly", "yes", "--appendfsync", "alway
 pub(crate) enum ServerFault {
     /// SIGSTOP a server for `pause`, then SIGCONT.
     Pause,
-    /// Kill a server (SIGKILL) and start it again on its port and data.
+    /// Kill a server (SIGKILL), keep it down a while, and start it again
+    /// on its port and data.
     Restart,
     /// Close the clients' connections from the server side.
     KillConnections,
@@ -63,7 +64,9 @@ impl Deployment {
             ),
             Kind::Cluster => Deployment::Cluster(RedisCluster::start_with_args(3, &REDIS_PERSIST)),
             // One replica: the one a failover would promote.
-            Kind::Sentinel => Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &REDIS_PERSIST)),
+            Kind::Sentinel => {
+                Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &REDIS_PERSIST))
+            }
             Kind::Postgres => Deployment::Postgres(PostgresServer::start()),
             Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperServer::start()),
         }
@@ -125,24 +128,35 @@ impl Deployment {
         }
     }
 
+    /// How long a restarted server stays down: up to `longest`, except on
+    /// Sentinel, where a master down for a second is failed over.
+    pub(crate) fn longest_downtime(&self) -> Duration {
+        match self {
+            Deployment::Sentinel(_) => Duration::from_millis(400),
+            _ => Duration::from_millis(1500),
+        }
+    }
+
     /// Does `fault` to the server picked by `pick` (a node of several),
-    /// healing it before returning; returns which server.
+    /// healing it before returning; returns which server. A pause lasts
+    /// `pause`; a restarted server stays down for `down`.
     pub(crate) fn apply(
         &mut self,
         fault: ServerFault,
         pick: usize,
         pause: Duration,
+        down: Duration,
     ) -> Result<String, String> {
         match self {
-            Deployment::Redis(s) => redis_fault(s, fault, pause),
+            Deployment::Redis(s) => redis_fault(s, fault, pause, down),
             Deployment::Redlock(nodes) => {
                 // One node at a time: a minority.
                 let i = pick % nodes.len();
-                redis_fault(&mut nodes[i], fault, pause)
+                redis_fault(&mut nodes[i], fault, pause, down)
             }
             Deployment::Cluster(c) => {
                 let i = pick % c.nodes.len();
-                redis_fault(&mut c.nodes[i], fault, pause)
+                redis_fault(&mut c.nodes[i], fault, pause, down)
             }
             Deployment::Sentinel(g) => {
                 let master = g.master_port().ok_or("no sentinel names a master")?;
@@ -151,7 +165,7 @@ impl Deployment {
                     .iter()
                     .position(|s| s.port() == master)
                     .ok_or("the master is none of the group's servers")?;
-                redis_fault(&mut g.servers[i], fault, pause)
+                redis_fault(&mut g.servers[i], fault, pause, down)
             }
             Deployment::Postgres(s) => {
                 match fault {
@@ -160,7 +174,11 @@ impl Deployment {
                         std::thread::sleep(pause);
                         s.resume();
                     }
-                    ServerFault::Restart => s.restart(),
+                    ServerFault::Restart => {
+                        s.kill();
+                        std::thread::sleep(down);
+                        s.restart();
+                    }
                     ServerFault::KillConnections => {
                         s.psql(
                             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -177,7 +195,11 @@ impl Deployment {
                         std::thread::sleep(pause);
                         s.resume();
                     }
-                    ServerFault::Restart => s.restart(),
+                    ServerFault::Restart => {
+                        s.kill();
+                        std::thread::sleep(down);
+                        s.restart();
+                    }
                     ServerFault::KillConnections => return Err("not offered".into()),
                 }
                 Ok(format!("zookeeper:{}", s.port()))
@@ -191,14 +213,23 @@ fn join(urls: impl Iterator<Item = String>) -> String {
     urls.collect::<Vec<_>>().join(",")
 }
 
-fn redis_fault(s: &mut RedisServer, fault: ServerFault, pause: Duration) -> Result<String, String> {
+fn redis_fault(
+    s: &mut RedisServer,
+    fault: ServerFault,
+    pause: Duration,
+    down: Duration,
+) -> Result<String, String> {
     match fault {
         ServerFault::Pause => {
             s.pause();
             std::thread::sleep(pause);
             s.resume();
         }
-        ServerFault::Restart => s.restart(),
+        ServerFault::Restart => {
+            s.kill();
+            std::thread::sleep(down);
+            s.restart();
+        }
         ServerFault::KillConnections => {
             let mut conn = s
                 .client()

@@ -242,7 +242,11 @@ impl Op {
     pub(crate) fn describe(&self, t0: u64) -> String {
         let rel = |t: u64| crate::clock::ms(t.saturating_sub(t0));
         let done = match &self.done {
-            Some((t, o)) => format!("{:.1}ms {}", rel(*t), serde_json::to_string(o).unwrap_or_default()),
+            Some((t, o)) => format!(
+                "{:.1}ms {}",
+                rel(*t),
+                serde_json::to_string(o).unwrap_or_default()
+            ),
             None => "never completed".to_owned(),
         };
         format!(

@@ -72,7 +72,11 @@ fn parse(args: &[String]) -> Result<Options, String> {
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or_else(|| format!("{a} needs a value"));
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
         match a.as_str() {
             "--profile" => {
                 o.profile = match value()?.as_str() {
@@ -91,11 +95,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
                         .collect::<Result<_, _>>()?
                 };
             }
-            "--seed" => {
-                o.seed = value()?
-                    .parse()
-                    .map_err(|e| format!("--seed: {e}"))?
-            }
+            "--seed" => o.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--self-test" => o.self_test = true,
             "--target" => o.target = Some(value()?),
             "--out" => o.out = Some(PathBuf::from(value()?)),
@@ -159,7 +159,10 @@ fn main() -> ExitCode {
     };
     let out = match &o.out {
         Some(d) => d.clone(),
-        None => match tempfile::Builder::new().prefix("lockguard-chaos-").tempdir() {
+        None => match tempfile::Builder::new()
+            .prefix("lockguard-chaos-")
+            .tempdir()
+        {
             Ok(d) => d.keep(),
             Err(e) => {
                 eprintln!("error: cannot make a temporary directory: {e}");
@@ -237,7 +240,12 @@ fn main() -> ExitCode {
 }
 
 /// Prints one store's result; whether it passed.
-fn report(r: &run::Outcome2, self_test: bool, setup: std::time::Duration, took: std::time::Duration) -> bool {
+fn report(
+    r: &run::Outcome2,
+    self_test: bool,
+    setup: std::time::Duration,
+    took: std::time::Duration,
+) -> bool {
     let m = &r.measures;
     println!(
         "{}: {} ops ({} with unknown outcome), {} holds, {} faults, {} handoffs after the last fault{}; {:.1} s ({:.1} s to start the store)",
@@ -263,7 +271,11 @@ fn report(r: &run::Outcome2, self_test: bool, setup: std::time::Duration, took: 
         println!(
             "  self-test: overlapping holds {}, lost counter update {}",
             if lock_caught { "caught" } else { "NOT CAUGHT" },
-            if counter_caught { "caught (or no counters)" } else { "NOT CAUGHT" }
+            if counter_caught {
+                "caught (or no counters)"
+            } else {
+                "NOT CAUGHT"
+            }
         );
         lock_caught && counter_caught
     } else {

@@ -126,7 +126,9 @@ impl Workers {
                         }
                         break;
                     }
-                    Ok(None) if now_ns() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                    Ok(None) if now_ns() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
                     _ => {
                         let _ = child.kill();
                         let _ = child.wait();
@@ -172,19 +174,17 @@ pub(crate) fn run(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let client = rt
-        .block_on(target.connect())
-        .map_err(|e| format!("the runner cannot connect to {}: {e}", kind.name()))?;
+    let client = connect_retrying(&rt, &target)?;
     let file = std::fs::File::create(dir.join("w000.jsonl")).map_err(|e| e.to_string())?;
     let mut rec = Recorder::new(0, Box::new(std::io::BufWriter::new(file)));
     if kind.has_counters() {
         for (key, n) in [(STOCK, STOCK_START), (CAS, 0)] {
-            let op = rec.invoke(Call::Set {
-                key: key.into(),
-                n,
-            });
+            let op = rec.invoke(Call::Set { key: key.into(), n });
             let out = match rt.block_on(client.counter(key).set(n)) {
-                Ok(()) => Outcome::Value { v: n, version: None },
+                Ok(()) => Outcome::Value {
+                    v: n,
+                    version: None,
+                },
                 Err(e) => return Err(format!("cannot set {key} to start: {e}")),
             };
             rec.complete(op, out);
@@ -219,11 +219,12 @@ pub(crate) fn run(
     let mut done_faults = Vec::new();
     let mut next = start + 500_000_000;
     // A fault starts only if it can heal (a pause lasts 1.3 s, a restart
-    // about as long) before the quiet tail.
-    while !self_test && next + 1_500_000_000 < faults_until {
+    // up to 2 s) before the quiet tail.
+    while !self_test && next + 2_000_000_000 < faults_until {
         sleep_until(next);
         let fault = kinds[rng.usize(..kinds.len())];
         let pick = rng.usize(..1000);
+        let down = Duration::from_millis(rng.u64(..=deploy.longest_downtime().as_millis() as u64));
         let (what, mut target_name) = match fault {
             Fault::Server(f) => (f.name(), format!("server {}", pick)),
             Fault::PauseWorker | Fault::KillWorker => {
@@ -243,7 +244,7 @@ pub(crate) fn run(
         });
         let result = match fault {
             Fault::Server(f) => deploy
-                .apply(f, pick, deploy.pause_length(LEASE))
+                .apply(f, pick, deploy.pause_length(LEASE), down)
                 .map(|server| target_name = server),
             Fault::PauseWorker => {
                 // Past its lease: it must find the lock lost.
@@ -269,15 +270,22 @@ pub(crate) fn run(
             "at {:.0} ms for {:.0} ms: {what} {target_name}{}",
             ms(began),
             ms(rec_time(start) - began),
-            result.err().map(|e| format!(" (failed: {e})")).unwrap_or_default()
+            result
+                .err()
+                .map(|e| format!(" (failed: {e})"))
+                .unwrap_or_default()
         ));
         next = now_ns() + rng.u64(200_000_000..700_000_000);
     }
     sleep_until(end);
     let problems = workers.finish(Duration::from_secs(10));
 
-    // The final values, once the store answers.
+    // The final values, once the store answers, through a new client: the
+    // first one's runtime stood still through the run (a ZooKeeper
+    // session cannot live through that).
+    drop(client);
     if kind.has_counters() {
+        let client = connect_retrying(&rt, &target)?;
         for key in [STOCK, CAS] {
             let deadline = now_ns() + 10_000_000_000;
             loop {
@@ -305,7 +313,6 @@ pub(crate) fn run(
         }
     }
     drop(rec);
-    drop(client);
 
     let ops = crate::history::load(dir).map_err(|e| format!("cannot read the histories: {e}"))?;
     let bounds = Bounds {
@@ -315,7 +322,7 @@ pub(crate) fn run(
         wait_slack_ns: (RESPONSE_TIMEOUT * 2 + Duration::from_millis(750)).as_nanos() as u64,
         settle_ns: 1_500_000_000,
         handoff_median_ns: 50_000_000,
-        min_handoffs: 20,
+        min_handoffs: 10,
     };
     let (mut violations, measures) = check::check(&ops, bounds, end);
     if self_test {
@@ -338,6 +345,27 @@ pub(crate) fn run(
     })
 }
 
+/// A client of `target`, retried for a while: the store may still be
+/// coming back from the last fault.
+fn connect_retrying(
+    rt: &tokio::runtime::Runtime,
+    target: &Target,
+) -> Result<lockguard_core::Client, String> {
+    let deadline = now_ns() + 10_000_000_000;
+    loop {
+        match rt.block_on(target.connect()) {
+            Ok(c) => return Ok(c),
+            Err(e) if now_ns() > deadline => {
+                return Err(format!(
+                    "the runner cannot connect to {}: {e}",
+                    target.kind.name()
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 fn rec_time(start: u64) -> u64 {
     now_ns().saturating_sub(start)
 }
@@ -346,8 +374,8 @@ fn kind_salt(kind: Kind) -> u64 {
     crate::store::ALL
         .iter()
         .position(|k| *k == kind)
-        .unwrap_or(0) as u64
-        * 0x9e37_79b9_7f4a_7c15
+        .map_or(0, |i| i as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 fn sleep_until(t: u64) {

@@ -136,7 +136,7 @@ pub(crate) fn run(args: WorkerArgs) -> Result<(), String> {
 impl Worker {
     async fn step(&mut self) {
         let roll = self.rng.u32(0..100);
-        if roll < 55 || !self.counters {
+        if roll < 60 || !self.counters {
             self.lock_op().await;
         } else if roll < 90 || !self.limiter {
             self.counter_op().await;
@@ -168,7 +168,7 @@ impl Worker {
         let (lease, hold) = if long {
             (WATCHDOG_LEASE, LONG_HOLD)
         } else {
-            (LEASE, Duration::from_millis(self.rng.u64(2..12)))
+            (LEASE, Duration::from_millis(self.rng.u64(4..14)))
         };
         let lock = self.client.lock(&key).wait(WAIT);
         let lock = if long {
@@ -245,7 +245,14 @@ impl Worker {
             lease_ms: lease.as_millis() as u64,
             watchdog: false,
         });
-        let guard = match self.client.lock(&key).wait(WAIT).lease(lease).acquire().await {
+        let guard = match self
+            .client
+            .lock(&key)
+            .wait(WAIT)
+            .lease(lease)
+            .acquire()
+            .await
+        {
             Ok(g) => g,
             Err(e) => return self.rec.complete(op, Outcome::error(&e)),
         };

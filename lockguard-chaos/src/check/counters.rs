@@ -55,16 +55,14 @@ pub(crate) fn exact(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
                     _ => Some(new - read),
                 },
             ),
-            _ => (
-                "",
-                None,
-            ),
+            _ => ("", None),
         };
         let Some(delta) = delta else { continue };
         let t = by_key.entry(key).or_default();
         t.updates += 1;
         match o.outcome() {
-            Some(Outcome::Error { .. }) if o.outcome().is_some_and(Outcome::definitely_not_applied) => {}
+            Some(Outcome::Error { .. })
+                if o.outcome().is_some_and(Outcome::definitely_not_applied) => {}
             Some(Outcome::Error { .. }) | None => t.unknown.push(delta),
             Some(_) => t.known += delta,
         }
@@ -141,8 +139,13 @@ fn reachable(deltas: &[i64], need: i64) -> bool {
 pub(crate) fn versions(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
     let mut reads: BTreeMap<&str, Vec<(&Op, u64, i64)>> = BTreeMap::new();
     for o in ops {
-        if let (Call::Get { key }, Some(Outcome::Value { v: x, version: Some(ver) })) =
-            (&o.call, o.outcome())
+        if let (
+            Call::Get { key },
+            Some(Outcome::Value {
+                v: x,
+                version: Some(ver),
+            }),
+        ) = (&o.call, o.outcome())
         {
             reads.entry(key).or_default().push((o, *ver, *x));
         }

@@ -79,7 +79,8 @@ pub(crate) fn handoffs(
                 continue;
             };
             // The next holder was already waiting when the release began.
-            if rel.invoke < from || b.invoke >= rel.invoke || b.end() <= rel.invoke || b.end() > end {
+            if rel.invoke < from || b.invoke >= rel.invoke || b.end() <= rel.invoke || b.end() > end
+            {
                 continue;
             }
             let lat = b.end() - rel.invoke;

@@ -203,12 +203,23 @@ pub(crate) fn fenced_writes(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
 /// `is_held()` that says false with no fault from a few seconds before the
 /// acquisition to the check means the lease was lost by the client itself
 /// (a renewal booked wrongly, a handoff that lost its lease).
-pub(crate) fn lease_kept_in_calm(ops: &[Op], faults: &[FaultSpan], t0: u64, v: &mut Vec<Violation>) {
+pub(crate) fn lease_kept_in_calm(
+    ops: &[Op],
+    faults: &[FaultSpan],
+    t0: u64,
+    v: &mut Vec<Violation>,
+) {
     const BEFORE: u64 = 3_000_000_000;
     let mut acquired: HashMap<(u32, &str, u64), &Op> = HashMap::new();
     for o in ops {
-        if let (Call::Acquire { key, watchdog: true, .. }, Some(Outcome::Acquired { fence })) =
-            (&o.call, o.outcome())
+        if let (
+            Call::Acquire {
+                key,
+                watchdog: true,
+                ..
+            },
+            Some(Outcome::Acquired { fence }),
+        ) = (&o.call, o.outcome())
         {
             acquired.insert((o.w, key.as_str(), *fence), o);
         }
