@@ -23,9 +23,9 @@ pub(crate) fn waits_bounded(
             continue;
         };
         let Some((end, _)) = &o.done else { continue };
-        let paused = faults
-            .iter()
-            .any(|f| f.worker() == Some(o.w) && f.from < *end && f.to > o.invoke);
+        let paused = faults.iter().any(|f| {
+            f.what == "pause-worker" && f.worker() == Some(o.w) && f.from < *end && f.to > o.invoke
+        });
         let took = end - o.invoke;
         let bound = wait_ms * 1_000_000 + bounds.wait_slack_ns;
         if !paused && took > bound {
