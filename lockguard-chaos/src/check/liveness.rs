@@ -106,7 +106,9 @@ pub(crate) fn handoffs(
         });
         return;
     }
-    let median = latencies[latencies.len() / 2];
+    let Some(&median) = latencies.get(latencies.len() / 2) else {
+        return;
+    };
     m.handoff_median_ms = Some(ms(median));
     if median > bounds.handoff_median_ns {
         let (_, rel, b) = slowest.expect("latencies are not empty");

@@ -110,3 +110,222 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
 fn describe(ops: &[&Op], t0: u64) -> Vec<String> {
     ops.iter().map(|o| o.describe(t0)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The checks on small hand-made histories: each catches what it is
+    //! for and passes what is allowed.
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn op(w: u32, call: Call, invoke_ms: u64, done: Option<(u64, Outcome)>) -> Op {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Op {
+            w,
+            op: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            call,
+            invoke: invoke_ms * MS,
+            done: done.map(|(t, o)| (t * MS, o)),
+        }
+    }
+
+    /// A hold by worker `w` of lock "a" with `fence`: acquired at `from`,
+    /// `is_held()` true at `to`, released after.
+    fn hold(w: u32, fence: u64, from: u64, to: u64) -> Vec<Op> {
+        vec![
+            op(
+                w,
+                Call::Acquire {
+                    key: "a".into(),
+                    wait_ms: 1000,
+                    lease_ms: 1000,
+                    watchdog: false,
+                },
+                from - 1,
+                Some((from, Outcome::Acquired { fence })),
+            ),
+            op(
+                w,
+                Call::IsHeld {
+                    key: "a".into(),
+                    fence,
+                },
+                to,
+                Some((to, Outcome::Held { yes: true })),
+            ),
+            op(
+                w,
+                Call::Release {
+                    key: "a".into(),
+                    fence,
+                },
+                to + 1,
+                Some((to + 2, Outcome::Released { was_held: true })),
+            ),
+        ]
+    }
+
+    fn run(mut ops: Vec<Op>) -> Vec<&'static str> {
+        ops.sort_by_key(|o| o.invoke);
+        let bounds = Bounds {
+            wait_slack_ns: 100 * MS,
+            settle_ns: 0,
+            handoff_median_ns: 50 * MS,
+            min_handoffs: 0,
+        };
+        let (v, _) = check(&ops, bounds, u64::MAX);
+        v.into_iter().map(|v| v.check).collect()
+    }
+
+    #[test]
+    fn holds_one_after_another_pass() {
+        let mut ops = hold(1, 1, 10, 20);
+        ops.extend(hold(2, 2, 25, 30));
+        assert_eq!(run(ops), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn overlapping_holds_are_caught() {
+        let mut ops = hold(1, 1, 10, 20);
+        ops.extend(hold(2, 2, 19, 30));
+        assert!(run(ops).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn a_hold_whose_is_held_said_false_claims_nothing() {
+        let mut ops = hold(1, 1, 10, 20);
+        let last = ops.len() - 2;
+        ops[last].done = Some((20 * MS, Outcome::Held { yes: false }));
+        ops.extend(hold(2, 2, 15, 30));
+        assert!(!run(ops).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn fences_going_back_are_caught() {
+        let mut ops = hold(1, 5, 10, 20);
+        ops.extend(hold(2, 4, 25, 30));
+        assert!(run(ops).contains(&"fences"));
+    }
+
+    #[test]
+    fn a_stale_write_accepted_is_caught() {
+        let w = |fence, at, out| {
+            op(
+                1,
+                Call::FencedWrite {
+                    key: "r".into(),
+                    fence,
+                },
+                at,
+                Some((at + 1, out)),
+            )
+        };
+        assert_eq!(
+            run(vec![w(5, 10, Outcome::Written), w(4, 20, Outcome::Stale)]),
+            Vec::<&str>::new()
+        );
+        assert!(
+            run(vec![w(5, 10, Outcome::Written), w(4, 20, Outcome::Written)])
+                .contains(&"fenced-writes")
+        );
+        // Refused with no newer writer anywhere.
+        assert!(run(vec![w(4, 20, Outcome::Stale)]).contains(&"fenced-writes"));
+    }
+
+    fn counter_history(final_value: i64, unknown: bool) -> Vec<Op> {
+        let set = op(
+            0,
+            Call::Set {
+                key: "c".into(),
+                n: 10,
+            },
+            0,
+            Some((
+                1,
+                Outcome::Value {
+                    v: 10,
+                    version: None,
+                },
+            )),
+        );
+        let incr = op(
+            1,
+            Call::Incr {
+                key: "c".into(),
+                n: 3,
+            },
+            5,
+            Some((
+                6,
+                Outcome::Value {
+                    v: 13,
+                    version: None,
+                },
+            )),
+        );
+        let maybe = op(
+            2,
+            Call::Take {
+                key: "c".into(),
+                n: 2,
+            },
+            7,
+            unknown.then_some((
+                8,
+                Outcome::Error {
+                    kind: "store unavailable".into(),
+                    msg: "connection lost".into(),
+                },
+            )),
+        );
+        let last = op(
+            0,
+            Call::Get { key: "c".into() },
+            100,
+            Some((
+                101,
+                Outcome::Value {
+                    v: final_value,
+                    version: Some(9),
+                },
+            )),
+        );
+        vec![set, incr, maybe, last]
+    }
+
+    #[test]
+    fn counters_count_unknown_outcomes_either_way() {
+        // The take may or may not have applied: 13 and 11 both fit.
+        assert!(!run(counter_history(13, true)).contains(&"counters-exact"));
+        assert!(!run(counter_history(11, true)).contains(&"counters-exact"));
+        assert!(run(counter_history(12, true)).contains(&"counters-exact"));
+        assert!(run(counter_history(14, true)).contains(&"counters-exact"));
+    }
+
+    #[test]
+    fn waits_past_their_bound_are_caught() {
+        let acquire = |took: u64| {
+            op(
+                1,
+                Call::Acquire {
+                    key: "a".into(),
+                    wait_ms: 1000,
+                    lease_ms: 1000,
+                    watchdog: false,
+                },
+                10,
+                Some((
+                    10 + took,
+                    Outcome::Error {
+                        kind: "busy".into(),
+                        msg: String::new(),
+                    },
+                )),
+            )
+        };
+        assert!(!run(vec![acquire(1050)]).contains(&"no-starvation"));
+        assert!(run(vec![acquire(1200)]).contains(&"no-starvation"));
+    }
+}
