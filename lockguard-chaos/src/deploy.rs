@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lockguard_testing::{
-    PostgresServer, RedisCluster, RedisServer, SentinelGroup, ZooKeeperServer,
+    PostgresServer, RedisCluster, RedisServer, SentinelGroup, ZooKeeperEnsemble,
 };
 
 use crate::store::{Kind, Target};
@@ -26,6 +26,9 @@ pub(crate) enum ServerFault {
     Restart,
     /// Close the clients' connections from the server side.
     KillConnections,
+    /// Kill the leader of a ZooKeeper ensemble, wait for the others to
+    /// elect a new one, and start the old one again.
+    Failover,
 }
 
 impl ServerFault {
@@ -34,6 +37,7 @@ impl ServerFault {
             ServerFault::Pause => "pause-server",
             ServerFault::Restart => "restart-server",
             ServerFault::KillConnections => "kill-connections",
+            ServerFault::Failover => "failover",
         }
     }
 }
@@ -47,7 +51,8 @@ pub(crate) enum Deployment {
     Cluster(RedisCluster),
     Sentinel(SentinelGroup),
     Postgres(PostgresServer),
-    ZooKeeper(ZooKeeperServer),
+    /// Three members: a quorum that survives one down.
+    ZooKeeper(ZooKeeperEnsemble),
     /// A user's store (`--target`): only client-side faults.
     External(Target),
 }
@@ -68,7 +73,7 @@ impl Deployment {
                 Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &REDIS_PERSIST))
             }
             Kind::Postgres => Deployment::Postgres(PostgresServer::start()),
-            Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperServer::start()),
+            Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperEnsemble::start(3)),
         }
     }
 
@@ -92,7 +97,7 @@ impl Deployment {
             Deployment::Cluster(c) => c.urls().join(","),
             Deployment::Sentinel(g) => g.sentinel_urls().join(","),
             Deployment::Postgres(s) => s.url(),
-            Deployment::ZooKeeper(s) => s.hosts(),
+            Deployment::ZooKeeper(ens) => ens.hosts(),
             Deployment::External(t) => {
                 return Target {
                     namespace: namespace.to_owned(),
@@ -112,7 +117,7 @@ impl Deployment {
         use ServerFault::*;
         match self {
             Deployment::External(_) => vec![],
-            Deployment::ZooKeeper(_) => vec![Pause, Restart],
+            Deployment::ZooKeeper(_) => vec![Pause, Restart, Failover],
             _ => vec![Pause, Restart, KillConnections],
         }
     }
@@ -134,6 +139,20 @@ impl Deployment {
         match self {
             Deployment::Sentinel(_) => Duration::from_millis(400),
             _ => Duration::from_millis(1500),
+        }
+    }
+
+    /// About the longest `fault` takes to do and heal: the run starts a
+    /// fault only if it has healed before the quiet tail.
+    pub(crate) fn longest(&self, fault: ServerFault) -> Duration {
+        match (self, fault) {
+            (_, ServerFault::KillConnections) => Duration::from_millis(500),
+            // Elections and a member's return to the quorum.
+            (Deployment::ZooKeeper(_), ServerFault::Restart | ServerFault::Failover) => {
+                Duration::from_secs(5)
+            }
+            (Deployment::Postgres(_), ServerFault::Restart) => Duration::from_secs(3),
+            _ => Duration::from_millis(2000),
         }
     }
 
@@ -179,6 +198,7 @@ impl Deployment {
                         std::thread::sleep(down);
                         s.restart();
                     }
+                    ServerFault::Failover => return Err("not offered".into()),
                     ServerFault::KillConnections => {
                         s.psql(
                             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
@@ -188,21 +208,34 @@ impl Deployment {
                 }
                 Ok(format!("postgres:{}", s.port()))
             }
-            Deployment::ZooKeeper(s) => {
+            Deployment::ZooKeeper(ens) => {
+                let i = match fault {
+                    ServerFault::Failover => ens
+                        .leader()
+                        .ok_or("no member of the ensemble says it leads")?,
+                    _ => pick % ens.len(),
+                };
                 match fault {
                     ServerFault::Pause => {
-                        s.pause();
+                        let m = ens.member_mut(i);
+                        m.pause();
                         std::thread::sleep(pause);
-                        s.resume();
+                        m.resume();
                     }
                     ServerFault::Restart => {
-                        s.kill();
+                        ens.member_mut(i).kill();
                         std::thread::sleep(down);
-                        s.restart();
+                        ens.member_mut(i).restart();
+                    }
+                    ServerFault::Failover => {
+                        ens.member_mut(i).kill();
+                        ens.wait_for_leader(Duration::from_secs(30));
+                        std::thread::sleep(down);
+                        ens.member_mut(i).restart();
                     }
                     ServerFault::KillConnections => return Err("not offered".into()),
                 }
-                Ok(format!("zookeeper:{}", s.port()))
+                Ok(format!("zookeeper:{}", ens.member(i).port()))
             }
             Deployment::External(_) => Err("no server faults on a user's store".into()),
         }
@@ -230,6 +263,7 @@ fn redis_fault(
             std::thread::sleep(down);
             s.restart();
         }
+        ServerFault::Failover => return Err("not offered".into()),
         ServerFault::KillConnections => {
             let mut conn = s
                 .client()

@@ -29,7 +29,7 @@ pub(crate) struct Profile {
 pub(crate) const CI: Profile = Profile {
     name: "ci",
     workers: 4,
-    duration: Duration::from_secs(8),
+    duration: Duration::from_secs(9),
     quiet: Duration::from_millis(3000),
 };
 
@@ -218,11 +218,24 @@ pub(crate) fn run(
     let faults_until = end.saturating_sub(profile.quiet.as_nanos() as u64);
     let mut done_faults = Vec::new();
     let mut next = start + 500_000_000;
-    // A fault starts only if it can heal (a pause lasts 1.3 s, a restart
-    // up to 2 s) before the quiet tail.
-    while !self_test && next + 2_000_000_000 < faults_until {
+    // A fault starts only if it can heal before the quiet tail.
+    while !self_test && next < faults_until {
+        let fits: Vec<Fault> = kinds
+            .iter()
+            .copied()
+            .filter(|f| {
+                let longest = match f {
+                    Fault::Server(f) => deploy.longest(*f),
+                    _ => LEASE + Duration::from_millis(700),
+                };
+                next + longest.as_nanos() as u64 <= faults_until
+            })
+            .collect();
+        if fits.is_empty() {
+            break;
+        }
+        let fault = fits[rng.usize(..fits.len())];
         sleep_until(next);
-        let fault = kinds[rng.usize(..kinds.len())];
         let pick = rng.usize(..1000);
         let down = Duration::from_millis(rng.u64(..=deploy.longest_downtime().as_millis() as u64));
         let (what, mut target_name) = match fault {
