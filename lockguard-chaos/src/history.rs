@@ -133,6 +133,8 @@ pub(crate) struct Line {
 
 /// Writes one process's history, a line per invocation and completion.
 pub(crate) struct Recorder {
+    /// Errors recorded since the caller last reset this.
+    pub(crate) errors: usize,
     w: u32,
     next: u64,
     out: Box<dyn Write + Send>,
@@ -150,7 +152,12 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder for process `w` writing to `out` (flushed line by line).
     pub(crate) fn new(w: u32, out: Box<dyn Write + Send>) -> Self {
-        Self { w, next: 0, out }
+        Self {
+            errors: 0,
+            w,
+            next: 0,
+            out,
+        }
     }
 
     fn write(&mut self, line: &Line) {
@@ -190,6 +197,9 @@ impl Recorder {
     /// Records the completion of `op` at `t` (taken by the caller right
     /// after the call returned).
     pub(crate) fn complete_at(&mut self, op: u64, t: u64, out: Outcome) {
+        if matches!(out, Outcome::Error { .. }) {
+            self.errors += 1;
+        }
         self.write(&Line {
             w: self.w,
             op,

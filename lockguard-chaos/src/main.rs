@@ -46,6 +46,7 @@ usage: lockguard-chaos [--profile ci|long] [--store NAME[,NAME...]|all] [--seed 
   --store          redis, redlock, postgres, zookeeper, sentinel, cluster, or all (default)
   --seed N         the fault schedule's seed (printed; random when not given)
   --self-test      break the locking on purpose; succeed only if the checker catches it
+  --no-faults      the workload alone, no faults (to tell a fault's doing from the client's)
   --target URL     run against your own store (redis://, rediss://, postgres://,
                    zookeeper://HOST:PORT,...) with client-side faults only
   --out DIR        keep the histories in DIR (default: a temporary directory,
@@ -57,6 +58,7 @@ struct Options {
     stores: Vec<Kind>,
     seed: u64,
     self_test: bool,
+    no_faults: bool,
     target: Option<String>,
     out: Option<PathBuf>,
 }
@@ -67,6 +69,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         stores: store::ALL.to_vec(),
         seed: fastrand::u64(..),
         self_test: false,
+        no_faults: false,
         target: None,
         out: None,
     };
@@ -97,6 +100,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
             }
             "--seed" => o.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--self-test" => o.self_test = true,
+            "--no-faults" => o.no_faults = true,
             "--target" => o.target = Some(value()?),
             "--out" => o.out = Some(PathBuf::from(value()?)),
             "-h" | "--help" => return Err(String::new()),
@@ -208,7 +212,7 @@ fn main() -> ExitCode {
         let kind = d.kind();
         let setup = started.elapsed();
         let dir = out.join(kind.name());
-        let result = run::run(&mut d, o.profile, o.seed, o.self_test, &dir);
+        let result = run::run(&mut d, o.profile, o.seed, o.self_test, o.no_faults, &dir);
         drop(d);
         match result {
             Err(e) => {

@@ -159,6 +159,7 @@ pub(crate) fn run(
     profile: Profile,
     seed: u64,
     self_test: bool,
+    no_faults: bool,
     dir: &Path,
 ) -> Result<Outcome2, String> {
     let profile = if self_test { SELF_TEST } else { profile };
@@ -219,7 +220,7 @@ pub(crate) fn run(
     let mut done_faults = Vec::new();
     let mut next = start + 500_000_000;
     // A fault starts only if it can heal before the quiet tail.
-    while !self_test && next < faults_until {
+    while !self_test && !no_faults && next < faults_until {
         let fits: Vec<Fault> = kinds
             .iter()
             .copied()

@@ -124,9 +124,16 @@ pub(crate) fn run(args: WorkerArgs) -> Result<(), String> {
             last_fence: HashMap::new(),
         };
         while now_ns() < args.until {
-            w.step().await;
-            // A short breath between operations, so waiters queue up.
-            let pause = w.rng.u64(0..4);
+            let failed = w.step().await;
+            // A short breath between operations, so waiters queue up; a
+            // longer one after an error, as a client backs off, so a store
+            // that is down does not fill the history with updates of
+            // unknown outcome.
+            let pause = if failed {
+                w.rng.u64(50..100)
+            } else {
+                w.rng.u64(0..4)
+            };
             tokio::time::sleep(Duration::from_millis(pause)).await;
         }
         Ok(())
@@ -134,8 +141,11 @@ pub(crate) fn run(args: WorkerArgs) -> Result<(), String> {
 }
 
 impl Worker {
-    async fn step(&mut self) {
+    /// One operation (or a few that belong together); whether one of
+    /// them failed with an error.
+    async fn step(&mut self) -> bool {
         let roll = self.rng.u32(0..100);
+        self.rec.errors = 0;
         if roll < 60 || !self.counters {
             self.lock_op().await;
         } else if roll < 90 || !self.limiter {
@@ -143,6 +153,7 @@ impl Worker {
         } else {
             self.limiter_op().await;
         }
+        self.rec.errors > 0
     }
 
     /// `is_held()`, recorded with the time taken before the call: when it
@@ -298,7 +309,7 @@ impl Worker {
             55..62 => {
                 self.get(STOCK).await;
             }
-            62..80 => self.incr(CAS, 1).await,
+            62..70 => self.incr(CAS, 1).await,
             _ => {
                 let Some((read, version)) = self.get(CAS).await else {
                     return;
@@ -310,11 +321,36 @@ impl Worker {
                     read,
                     new,
                 });
-                let out = match self.client.counter(CAS).compare_and_set(version, new).await {
-                    Ok(ok) => Outcome::Swapped { ok },
-                    Err(e) => Outcome::error(&e),
+                let counter = self.client.counter(CAS);
+                let cas = async {
+                    let out = match counter.compare_and_set(version, new).await {
+                        Ok(ok) => Outcome::Swapped { ok },
+                        Err(e) => Outcome::error(&e),
+                    };
+                    (out, now_ns())
                 };
-                self.rec.complete(op, out);
+                // Half the time an increment races the compare-and-set
+                // from this same process (two requests in flight at once),
+                // so the two meet inside the store as often as possible.
+                if self.rng.bool() {
+                    let incr = self.rec.invoke(Call::Incr {
+                        key: CAS.into(),
+                        n: 1,
+                    });
+                    let add = async {
+                        let out = match counter.incr_by(1).await {
+                            Ok(v) => Outcome::Value { v, version: None },
+                            Err(e) => Outcome::error(&e),
+                        };
+                        (out, now_ns())
+                    };
+                    let ((cas_out, t1), (add_out, t2)) = tokio::join!(cas, add);
+                    self.rec.complete_at(op, t1, cas_out);
+                    self.rec.complete_at(incr, t2, add_out);
+                } else {
+                    let (out, t) = cas.await;
+                    self.rec.complete_at(op, t, out);
+                }
             }
         }
     }
