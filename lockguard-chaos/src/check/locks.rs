@@ -236,12 +236,29 @@ pub(crate) fn lease_kept_in_calm(
         let from = acq.invoke.saturating_sub(BEFORE);
         let calm = faults.iter().all(|f| f.to < from || f.from > o.end());
         if calm {
+            // Whether the lock was handed over: another holder's release
+            // began while this acquisition waited.
+            let handoff = ops.iter().find(|r| {
+                matches!(&r.call, Call::Release { key: k, .. } if k == key)
+                    && r.w != o.w
+                    && r.invoke >= acq.invoke
+                    && r.invoke <= acq.end()
+            });
+            let how = match handoff {
+                Some(_) => format!(
+                    "handed over after a wait of {:.1} ms",
+                    crate::clock::ms(acq.end() - acq.invoke)
+                ),
+                None => "taken without a handoff".to_owned(),
+            };
+            let mut shown = vec![acq, o];
+            shown.extend(handoff);
             v.push(Violation {
                 check: "lease-kept",
                 what: format!(
-                    "lock {key:?}: the watchdog's guard (fence {fence}) lost its lease with no fault in effect"
+                    "lock {key:?}: the watchdog's guard (fence {fence}, {how}) lost its lease with no fault in effect"
                 ),
-                ops: describe(&[acq, o], t0),
+                ops: describe(&shown, t0),
             });
         }
     }
