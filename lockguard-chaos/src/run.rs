@@ -336,7 +336,7 @@ pub(crate) fn run(
         wait_slack_ns: (RESPONSE_TIMEOUT * 2 + Duration::from_millis(750)).as_nanos() as u64,
         settle_ns: 1_500_000_000,
         handoff_median_ns: 50_000_000,
-        min_handoffs: 10,
+        min_handoffs: 5,
     };
     let (mut violations, measures) = check::check(&ops, bounds, end);
     if self_test {

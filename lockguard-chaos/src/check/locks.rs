@@ -199,10 +199,11 @@ pub(crate) fn fenced_writes(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
     }
 }
 
-/// A watchdog lease is kept through a hold while no fault is in effect: an
-/// `is_held()` that says false with no fault from a few seconds before the
-/// acquisition to the check means the lease was lost by the client itself
-/// (a renewal booked wrongly, a handoff that lost its lease).
+/// A watchdog lease is kept through a hold while nothing goes wrong: an
+/// `is_held()` that says false with no fault and no failed operation from a
+/// few seconds before the acquisition to the check means the lease was lost
+/// by the client itself (a renewal booked wrongly, a handoff that lost its
+/// lease).
 pub(crate) fn lease_kept_in_calm(
     ops: &[Op],
     faults: &[FaultSpan],
@@ -234,7 +235,14 @@ pub(crate) fn lease_kept_in_calm(
             continue;
         };
         let from = acq.invoke.saturating_sub(BEFORE);
-        let calm = faults.iter().all(|f| f.to < from || f.from > o.end());
+        // Calm: no fault, and no operation anywhere failing (a machine so
+        // busy that requests time out delays renewals too).
+        let calm = faults.iter().all(|f| f.to < from || f.from > o.end())
+            && !ops.iter().any(|e| {
+                matches!(e.outcome(), Some(Outcome::Error { .. }))
+                    && e.end() >= from
+                    && e.end() <= o.end()
+            });
         if calm {
             // Whether the lock was handed over: another holder's release
             // began while this acquisition waited.
