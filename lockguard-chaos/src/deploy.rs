@@ -117,9 +117,21 @@ impl Deployment {
         use ServerFault::*;
         match self {
             Deployment::External(_) => vec![],
-            Deployment::ZooKeeper(_) => vec![Pause, Restart, Failover],
+            Deployment::ZooKeeper(_) | Deployment::Sentinel(_) => {
+                vec![Pause, Restart, Failover, KillConnections]
+                    .into_iter()
+                    .filter(|f| self.offers(*f))
+                    .collect()
+            }
             _ => vec![Pause, Restart, KillConnections],
         }
+    }
+
+    fn offers(&self, fault: ServerFault) -> bool {
+        !matches!(
+            (self, fault),
+            (Deployment::ZooKeeper(_), ServerFault::KillConnections)
+        )
     }
 
     /// How long a server pause lasts: past the workers' lease, except on
@@ -152,6 +164,7 @@ impl Deployment {
                 Duration::from_secs(5)
             }
             (Deployment::Postgres(_), ServerFault::Restart) => Duration::from_secs(3),
+            (Deployment::Sentinel(_), ServerFault::Failover) => Duration::from_secs(5),
             _ => Duration::from_millis(2000),
         }
     }
@@ -176,6 +189,11 @@ impl Deployment {
             Deployment::Cluster(c) => {
                 let i = pick % c.nodes.len();
                 redis_fault(&mut c.nodes[i], fault, pause, down)
+            }
+            Deployment::Sentinel(g) if fault == ServerFault::Failover => {
+                let old = g.master_port().ok_or("no sentinel names a master")?;
+                let new = g.failover();
+                Ok(format!("redis:{old} to redis:{new}"))
             }
             Deployment::Sentinel(g) => {
                 let master = g.master_port().ok_or("no sentinel names a master")?;

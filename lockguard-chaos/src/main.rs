@@ -268,6 +268,12 @@ fn report(
     for f in &r.faults {
         println!("  fault {f}");
     }
+    if !r.skipped.is_empty() {
+        println!(
+            "  not checked across the failover (asynchronous replication loses acknowledged writes, as documented): {}",
+            r.skipped.join(", ")
+        );
+    }
     let ok = if self_test {
         let lock_caught = r.violations.iter().any(|v| v.check == "mutual-exclusion");
         let counter_caught = !crate::store::Kind::parse(r.store).is_some_and(Kind::has_counters)

@@ -118,7 +118,11 @@ impl Target {
             }
             Kind::Cluster => b.connect_cluster(self.urls()).await,
             Kind::Sentinel => {
-                b.connect_sentinel(self.urls(), lockguard_testing::SENTINEL_SERVICE)
+                // Every acquisition and renewal confirmed by the one replica,
+                // the one a failover promotes: locks survive a failover.
+                // (Counters and limits are not waited for; see the checks.)
+                b.wait_for_replicas(1, Duration::from_millis(250))
+                    .connect_sentinel(self.urls(), lockguard_testing::SENTINEL_SERVICE)
                     .await
             }
             Kind::Postgres => {
