@@ -245,7 +245,7 @@ fn main() -> ExitCode {
 
 /// Prints one store's result; whether it passed.
 fn report(
-    r: &run::Outcome2,
+    r: &run::StoreRun,
     self_test: bool,
     setup: std::time::Duration,
     took: std::time::Duration,

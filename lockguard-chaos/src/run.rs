@@ -50,7 +50,7 @@ const SELF_TEST: Profile = Profile {
 
 /// What one store's run found.
 #[derive(Debug)]
-pub(crate) struct Outcome2 {
+pub(crate) struct StoreRun {
     pub(crate) store: &'static str,
     pub(crate) violations: Vec<Violation>,
     pub(crate) measures: Measures,
@@ -163,7 +163,7 @@ pub(crate) fn run(
     self_test: bool,
     no_faults: bool,
     dir: &Path,
-) -> Result<Outcome2, String> {
+) -> Result<StoreRun, String> {
     let profile = if self_test { SELF_TEST } else { profile };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let kind = deploy.kind();
@@ -226,6 +226,7 @@ pub(crate) fn run(
         let fits: Vec<Fault> = kinds
             .iter()
             .copied()
+            .filter(|f| matches!(f, Fault::Server(_)) || !workers.live.is_empty())
             .filter(|f| {
                 let longest = match f {
                     Fault::Server(f) => deploy.longest(*f),
@@ -357,7 +358,7 @@ pub(crate) fn run(
             ops: vec![],
         });
     }
-    Ok(Outcome2 {
+    Ok(StoreRun {
         store: kind.name(),
         violations,
         measures,

@@ -30,9 +30,9 @@ pub(crate) const ALL: [Kind; 6] = [
 /// server costs a bounded wait, far above a healthy round trip.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// The ZooKeeper session timeout of the workers: above the longest lease
-/// they take (a lease is at most two thirds of it), below a worker pause
-/// plus... see `Profile`.
+/// The ZooKeeper session timeout of the workers: a lease may be at most two
+/// thirds of it, and the longest the workers take is 1 s; a worker paused
+/// for 1.3 s keeps its session (its lease is lost all the same).
 pub(crate) const ZK_SESSION: Duration = Duration::from_secs(3);
 
 impl Kind {

@@ -64,7 +64,7 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
 }
 
 /// No two holds of a key overlap.
-pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], _ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
     for h in holds {
         by_key.entry(h.key).or_default().push(h);

@@ -24,12 +24,15 @@ pub(crate) struct Violation {
 /// What the checks measured besides their verdicts.
 #[derive(Debug, Default)]
 pub(crate) struct Measures {
-    /// Handoffs after the last fault healed (and settled): count and median
-    /// latency in ms.
+    /// Handoffs measured after the last fault healed (and settled).
     pub(crate) handoffs: usize,
+    /// Their median latency, in ms.
     pub(crate) handoff_median_ms: Option<f64>,
+    /// Non-empty holds in the history.
     pub(crate) holds: usize,
+    /// Operations in the history.
     pub(crate) ops: usize,
+    /// Operations whose outcome is unknown (an error, or never completed).
     pub(crate) unknown: usize,
 }
 
@@ -102,7 +105,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
             .count(),
         ..Measures::default()
     };
-    locks::mutual_exclusion(&holds, ops, t0, &mut v);
+    locks::mutual_exclusion(&holds, t0, &mut v);
     locks::fences(ops, t0, &mut v);
     locks::fenced_writes(ops, t0, &mut v);
     locks::lease_kept_in_calm(ops, &faults, t0, &mut v);
