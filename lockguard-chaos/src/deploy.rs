@@ -112,6 +112,14 @@ impl Deployment {
         }
     }
 
+    /// Which server is master now, on Sentinel (`None` elsewhere).
+    pub(crate) fn master(&self) -> Option<u16> {
+        match self {
+            Deployment::Sentinel(g) => g.master_port(),
+            _ => None,
+        }
+    }
+
     /// The server faults this store can be given.
     pub(crate) fn faults(&self) -> Vec<ServerFault> {
         use ServerFault::*;
@@ -135,12 +143,13 @@ impl Deployment {
     }
 
     /// How long a server pause lasts: past the workers' lease, except on
-    /// Sentinel, whose sentinels fail the master over after 1 s of silence
-    /// (a failover of asynchronous replication may lose a lock, as
-    /// documented), so there it stays below that.
+    /// Sentinel, whose sentinels fail the master over after 1 s of silence,
+    /// so there it stays well below that (a busy machine adds to it; a
+    /// failover the sentinels start on their own is noticed, see
+    /// [`Deployment::master`]).
     pub(crate) fn pause_length(&self, lease: Duration) -> Duration {
         match self {
-            Deployment::Sentinel(_) => Duration::from_millis(700),
+            Deployment::Sentinel(_) => Duration::from_millis(500),
             _ => lease + Duration::from_millis(300),
         }
     }

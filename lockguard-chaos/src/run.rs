@@ -214,6 +214,8 @@ pub(crate) fn run(
         workers.spawn(brk)?;
     }
 
+    let master = deploy.master();
+
     // Faults, one at a time, until the quiet tail.
     let mut rng = fastrand::Rng::with_seed(seed ^ kind_salt(kind));
     let mut kinds: Vec<Fault> = deploy.faults().into_iter().map(Fault::Server).collect();
@@ -296,6 +298,22 @@ pub(crate) fn run(
     }
     sleep_until(end);
     let problems = workers.finish(Duration::from_secs(10));
+    // The sentinels may fail over on their own (a pause that looked longer
+    // than their 1 s on a busy machine): say so, and treat it as the
+    // failover it is.
+    let now_master = deploy.master();
+    if master.is_some()
+        && now_master != master
+        && !done_faults
+            .iter()
+            .any(|f: &String| f.contains(" failover "))
+    {
+        done_faults.push(format!(
+            "during the run: failover by the sentinels on their own, redis:{} to redis:{}",
+            master.unwrap_or_default(),
+            now_master.unwrap_or_default()
+        ));
+    }
 
     // The final values, once the store answers, through a new client: the
     // first one's runtime stood still through the run (a ZooKeeper

@@ -146,7 +146,12 @@ impl Worker {
     async fn step(&mut self) -> bool {
         let roll = self.rng.u32(0..100);
         self.rec.errors = 0;
-        if roll < 60 || !self.counters {
+        let lock_share = if self.brk == Some(Break::Miscount) {
+            30
+        } else {
+            60
+        };
+        if roll < lock_share || !self.counters {
             self.lock_op().await;
         } else if roll < 90 || !self.limiter {
             self.counter_op().await;
@@ -289,6 +294,12 @@ impl Worker {
     }
 
     async fn counter_op(&mut self) {
+        if self.brk == Some(Break::Miscount) {
+            // Every counter operation of the broken worker miscounts, so
+            // even a short run on a slow machine has some.
+            let key = if self.rng.bool() { STOCK } else { CAS };
+            return self.incr(key, 1).await;
+        }
         match self.rng.u32(0..100) {
             0..40 => {
                 let n = self.rng.i64(1..=3);
