@@ -68,9 +68,15 @@ impl Deployment {
                     .collect(),
             ),
             Kind::Cluster => Deployment::Cluster(RedisCluster::start_with_args(3, &REDIS_PERSIST)),
-            // One replica: the one a failover would promote.
+            // One replica: the one a failover would promote. A master
+            // restarted without replication state resyncs its replica in
+            // full, and Redis waits 5 s for more replicas before it starts
+            // (`repl-diskless-sync-delay`): the replica would confirm no
+            // write for that long.
             Kind::Sentinel => {
-                Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &REDIS_PERSIST))
+                let mut args = REDIS_PERSIST.to_vec();
+                args.extend(["--repl-diskless-sync-delay", "0"]);
+                Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &args))
             }
             Kind::Postgres => Deployment::Postgres(PostgresServer::start()),
             Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperEnsemble::start(3)),
