@@ -208,18 +208,30 @@ fn main() -> ExitCode {
     let run_started = std::time::Instant::now();
     for start in deployments {
         let started = std::time::Instant::now();
-        let mut d = start();
-        let kind = d.kind();
-        let setup = started.elapsed();
-        let dir = out.join(kind.name());
-        let result = run::run(&mut d, o.profile, o.seed, o.self_test, o.no_faults, &dir);
-        drop(d);
+        // A harness that cannot start or restart a server panics (with the
+        // server's log): that store's run fails, the next one still runs,
+        // and the servers are killed as the panic unwinds.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut d = start();
+            let setup = started.elapsed();
+            let kind = d.kind();
+            let dir = out.join(kind.name());
+            (
+                kind,
+                setup,
+                run::run(&mut d, o.profile, o.seed, o.self_test, o.no_faults, &dir),
+            )
+        }));
         match result {
-            Err(e) => {
+            Err(_) => {
+                failed = true;
+                println!("a store's harness failed (its message is above); the run failed");
+            }
+            Ok((kind, _, Err(e))) => {
                 failed = true;
                 println!("{}: the run failed: {e}", kind.name());
             }
-            Ok(r) => {
+            Ok((_, setup, Ok(r))) => {
                 let ok = report(&r, o.self_test, setup, started.elapsed());
                 failed |= !ok;
             }
