@@ -164,7 +164,7 @@ impl Deployment {
     /// Sentinel, where a master down for a second is failed over.
     pub(crate) fn longest_downtime(&self) -> Duration {
         match self {
-            Deployment::Sentinel(_) => Duration::from_millis(400),
+            Deployment::Sentinel(_) => Duration::from_millis(200),
             _ => Duration::from_millis(1500),
         }
     }

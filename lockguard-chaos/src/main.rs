@@ -280,6 +280,9 @@ fn report(
     for f in &r.faults {
         println!("  fault {f}");
     }
+    if let Some(why) = &m.wakeups_unmeasured {
+        println!("  wake-ups not measured: {why}");
+    }
     if !r.skipped.is_empty() {
         println!(
             "  not checked across the failover (asynchronous replication loses acknowledged writes, as documented): {}",

@@ -56,6 +56,16 @@ pub(crate) fn handoffs(
 ) {
     let healed = faults.iter().map(|f| f.to).max().unwrap_or(t0).max(t0);
     let from = healed.saturating_add(bounds.settle_ns);
+    // A fault the run did not schedule (a failover the sentinels started on
+    // their own) may leave too little of the run to measure: said, not
+    // failed.
+    if from.saturating_add(bounds.min_window_ns) > end {
+        m.wakeups_unmeasured = Some(format!(
+            "the last fault healed at {:.1} ms, too late to measure wake-ups after it",
+            ms(healed - t0)
+        ));
+        return;
+    }
     let mut releases: HashMap<(u32, &str, u64), &Op> = HashMap::new();
     let mut acquired: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
     for o in ops {

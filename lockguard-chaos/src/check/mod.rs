@@ -34,6 +34,8 @@ pub(crate) struct Measures {
     pub(crate) ops: usize,
     /// Operations whose outcome is unknown (an error, or never completed).
     pub(crate) unknown: usize,
+    /// Why wake-ups were not measured, when they were not.
+    pub(crate) wakeups_unmeasured: Option<String>,
 }
 
 /// A time span of the run during which a fault was in effect, with what it
@@ -64,6 +66,9 @@ pub(crate) struct Bounds {
     pub(crate) handoff_median_ns: u64,
     /// Fewest handoffs to measure.
     pub(crate) min_handoffs: usize,
+    /// The shortest stretch after the last fault (and the settle time) in
+    /// which handoffs are measured.
+    pub(crate) min_window_ns: u64,
 }
 
 /// The checks a failover of asynchronous replication (Redis Sentinel) may
@@ -185,6 +190,7 @@ mod tests {
             settle_ns: 0,
             handoff_median_ns: 50 * MS,
             min_handoffs: 0,
+            min_window_ns: 0,
         };
         let (v, _) = check(&ops, bounds, u64::MAX);
         v.into_iter().map(|v| v.check).collect()
