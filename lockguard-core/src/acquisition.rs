@@ -178,7 +178,11 @@ impl Acquisition {
     /// the store and counts from that request. Until the answer comes, the
     /// guard counts on the earlier of the grant's reservation and the new
     /// lease (the request may shorten the reservation).
-    pub(crate) async fn confirm(&self) {
+    ///
+    /// The watchdog's first renewal was booked from the reservation, which
+    /// lasts the waiter timeout and may end well after the lease confirmed
+    /// here: it is booked again from the confirmed lease.
+    pub(crate) async fn confirm(self: Arc<Self>) {
         let _turn = self.renewal.lock().await;
         let sent_at = Instant::now();
         let capped = valid_until(sent_at, self.lease);
@@ -206,6 +210,9 @@ impl Acquisition {
             Err(e) => {
                 tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
             }
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            crate::watchdog::renewals().rebook(&self, &runtime);
         }
     }
 

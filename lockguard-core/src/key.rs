@@ -279,8 +279,8 @@ impl LockKeys {
         &self.around().sequence
     }
 
-    /// The pub/sub channel a release nobody was handed is announced on
-    /// (Redlock waiters, who do not queue, listen on it).
+    /// The pub/sub channel a release is announced on, on a store whose
+    /// waiters line up instead of queueing (Redlock).
     pub(crate) fn channel(&self) -> &str {
         &self.around().channel
     }

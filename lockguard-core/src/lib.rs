@@ -41,7 +41,8 @@
 //!
 //! - **Mutual exclusion** while leases are respected: acquire is
 //!   `SET key token NX PX lease` (with the fencing token in the same Lua
-//!   script), the token is 128 random bits per acquisition.
+//!   script); the token is unique by construction: 64 bits drawn from the
+//!   OS once per process and a per-process counter.
 //! - **No deadlock**: every lock has a lease; a crashed holder frees the key
 //!   when it ends, at most [`MAX_LEASE`] later.
 //! - **Only the holder releases or extends**: both compare the token first.

@@ -262,7 +262,7 @@ impl Lock {
         if let Some(guard) = self.reenter(keys) {
             return Ok(guard);
         }
-        match self.attempt(keys, lease).await? {
+        match self.attempt(keys, lease, None).await? {
             Ok(guard) => Ok(guard),
             Err(wait) => Err(self.busy(wait.ttl(), Duration::ZERO)),
         }
@@ -334,9 +334,11 @@ impl Lock {
     /// refreshing (its process died) is skipped after the timeout. It never
     /// spins.
     ///
-    /// On a store without a queue (Redlock) waiters retry when a release
-    /// is announced, after the holder's lease, or after a jittered retry
-    /// interval, whichever comes first.
+    /// On a store without a queue (Redlock) waiters line up on every node
+    /// by when they began to wait, and only the first live one takes a
+    /// free lock; they attempt again when a release is announced, after
+    /// the holder's lease, or after a jittered retry interval, whichever
+    /// comes first.
     ///
     /// Inside the [`scope`](LockGuard::scope) of a guard of this lock, the
     /// guard is reentrant and given at once.
@@ -348,9 +350,14 @@ impl Lock {
     /// # Errors
     ///
     /// [`ErrorKind::Busy`] when the wait ran out; [`ErrorKind::InvalidInput`]
-    /// for a bad key or lease; the store's errors: at once when the first
-    /// attempt fails, and at the end of the wait when the last one did
-    /// (failures in between are retried).
+    /// for a bad key or lease. A store that cannot be reached
+    /// ([`ErrorKind::Unavailable`], [`ErrorKind::Timeout`]: a restart, a
+    /// failover, a new session, a lost quorum) is retried with backoff
+    /// (10 ms doubling to 1 s) while the wait lasts, so a wait rides out a
+    /// blip shorter than itself; when the wait ends on such a failure, that
+    /// error is returned, saying it was retried. Other store errors are
+    /// returned at once. With no wait ([`Lock::try_acquire`], `wait(0)`)
+    /// every error is returned at once.
     ///
     /// [`Builder::waiter_timeout`]: crate::Builder::waiter_timeout
     pub async fn acquire(&self) -> Result<LockGuard> {
@@ -452,7 +459,7 @@ impl Lock {
             return Ok(guard);
         }
         if self.wait.is_zero() {
-            return match self.attempt(keys, lease).await? {
+            return match self.attempt(keys, lease, None).await? {
                 Ok(guard) => Ok(guard),
                 Err(wait) => Err(self.busy(wait.ttl(), self.wait)),
             };
@@ -465,8 +472,8 @@ impl Lock {
 
     /// Takes the lock, waiting for it if it is busy.
     async fn acquire_waiting(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
-        if self.engine.store.locks.waiting() == Waiting::Retry {
-            return self.wait_for_release(keys, lease).await;
+        if self.engine.store.locks.waiting() == Waiting::Line {
+            return self.wait_in_line(keys, lease).await;
         }
         let deadline = Instant::now().checked_add(self.wait);
         let waiters = &self.engine.waiters;
@@ -474,8 +481,14 @@ impl Lock {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
             // queueing, so no handoff is announced before anyone hears it.
-            if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
-                return Ok(guard);
+            match self.within(deadline, self.attempt(keys, lease, None)).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(_)) => {}
+                // The queue's attempts retry it until the deadline.
+                Err(e) if e.is_unavailable() => {
+                    tracing::debug!(lock = %self.name, error = %e, "attempt failed; retrying while the wait lasts");
+                }
+                Err(e) => return Err(e),
             }
             waiters.listen(deadline).await;
         }
@@ -505,6 +518,7 @@ impl Lock {
         // passes on a lock handed to it, in the background.
         let leave = PendingRelease::new(&self.engine, keys, token);
         let mut attempt: u32 = 0;
+        let mut backoff = Backoff::default();
         loop {
             // Numbers only tell recent attempts apart: wrapping is harmless.
             attempt = attempt.wrapping_add(1);
@@ -518,6 +532,8 @@ impl Lock {
                 timeout,
                 channel: waiters.channel(),
                 attempt,
+                waiter: token,
+                since_ms: 0,
             };
             let attempt_result = self
                 .within(
@@ -544,11 +560,13 @@ impl Lock {
                 Ok(Attempt::Busy(ttl)) => (ttl, None),
                 // Nobody won this round: try again at the next refresh.
                 Ok(Attempt::Contended) => (None, None),
-                Err(e) if first => return Err(e),
-                Err(e) => {
+                // A store that cannot be reached (a restart, a failover, a
+                // new session) is retried with backoff while the wait lasts.
+                Err(e) if e.is_unavailable() => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
                     (None, Some(e))
                 }
+                Err(e) => return Err(e),
             };
             if first {
                 tracing::debug!(lock = %self.name, "lock busy; queued");
@@ -556,25 +574,36 @@ impl Lock {
             let now = Instant::now();
             let remaining = match deadline {
                 Some(d) if d <= now => {
-                    return Err(failed.unwrap_or_else(|| self.busy(ttl, self.wait)));
+                    return Err(match failed {
+                        Some(e) => self.gave_up(e),
+                        None => self.busy(ttl, self.wait),
+                    });
                 }
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
             // Woken by the handoff, or at the next refresh, or when the
             // holder's lease ends (never a zero nap: a lease about to end
-            // gets a millisecond, not a spin).
-            let nap = final_stretch(
-                jitter(refresh)
-                    .min(ttl.unwrap_or(Duration::MAX))
-                    .max(Duration::from_millis(1)),
-                remaining,
-            );
+            // gets a millisecond, not a spin); after a failure, at the
+            // next step of the backoff.
+            let nap = match failed {
+                Some(_) => backoff.next(),
+                None => {
+                    backoff = Backoff::default();
+                    jitter(refresh)
+                        .min(ttl.unwrap_or(Duration::MAX))
+                        .max(Duration::from_millis(1))
+                }
+            };
+            let nap = final_stretch(nap, remaining);
             tokio::select! {
                 () = ticket.notified() => {}
                 () = tokio::time::sleep(nap) => {
                     if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(self.busy(ttl, self.wait));
+                        return Err(match failed {
+                            Some(e) => self.gave_up(e),
+                            None => self.busy(ttl, self.wait),
+                        });
                     }
                     continue;
                 }
@@ -641,14 +670,21 @@ impl Lock {
         );
     }
 
-    /// Waits on a store without a queue: waiters retry when a release is
-    /// announced on the key's channel, when the holder's lease ends, or
-    /// after a jittered retry interval.
-    async fn wait_for_release(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
+    /// Waits on a store without a queue (Redlock): the waiter takes its
+    /// place in the key's line, ordered by when it began to wait, and
+    /// attempts again when a release is announced on the key's channel,
+    /// when the holder's lease ends, or after a jittered retry interval (at
+    /// most a third of the waiter timeout, which keeps its place). Only the
+    /// first live waiter of the line can take a free lock.
+    async fn wait_in_line(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        if let Ok(guard) = self.within(deadline, self.attempt(keys, lease)).await? {
-            return Ok(guard);
+        match self.within(deadline, self.attempt(keys, lease, None)).await {
+            Ok(Ok(guard)) => return Ok(guard),
+            Ok(Err(_)) => {}
+            // Retried below while the wait lasts.
+            Err(e) if e.is_unavailable() => {}
+            Err(e) => return Err(e),
         }
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
         let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
@@ -657,20 +693,55 @@ impl Lock {
             .waiters
             .broadcast(keys.channel(), deadline)
             .await;
+        let waiter = Token::random();
+        let since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        // Dropping this (the lock was taken, the wait ended, the future was
+        // dropped) takes the waiter out of the line on every node, in the
+        // background.
+        let _leave = PendingRelease::new(&self.engine, keys, waiter);
+        let timeout = self.engine.defaults.waiter_timeout;
+        let refresh = (timeout / 3).min(self.retry_interval);
+        let mut backoff = Backoff::default();
+        let mut attempt: u32 = 0;
         loop {
             // Attempt again at once: a release may have come before the
             // subscription.
             registration.rx.borrow_and_update();
-            let wait = match self.within(deadline, self.attempt(keys, lease)).await? {
-                Ok(guard) => return Ok(guard),
-                Err(wait) => wait,
+            attempt = attempt.wrapping_add(1);
+            let place = Place {
+                timeout,
+                channel: "",
+                attempt,
+                waiter,
+                since_ms,
+            };
+            let attempt = self.attempt(keys, lease, Some(place));
+            let (wait, failed) = match self.within(deadline, attempt).await {
+                Ok(Ok(guard)) => return Ok(guard),
+                Ok(Err(wait)) => (wait, None),
+                // No quorum reachable: retried with backoff while the wait
+                // lasts.
+                Err(e) if e.is_unavailable() => (Wait::Busy(None), Some(e)),
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             let remaining = match deadline {
-                Some(d) if d <= now => return Err(self.busy(wait.ttl(), self.wait)),
+                Some(d) if d <= now => {
+                    return Err(match failed {
+                        Some(e) => self.gave_up(e),
+                        None => self.busy(wait.ttl(), self.wait),
+                    });
+                }
                 Some(d) => d - now,
                 None => Duration::MAX,
             };
+            if failed.is_some() {
+                tokio::time::sleep(final_stretch(backoff.next(), remaining)).await;
+                continue;
+            }
+            backoff = Backoff::default();
             if wait == Wait::Contended {
                 // Every contender of the split round is notified at once;
                 // a random pause instead keeps the next round from splitting.
@@ -678,7 +749,7 @@ impl Lock {
                 continue;
             }
             let nap = final_stretch(
-                jitter(self.retry_interval)
+                jitter(refresh)
                     .min(wait.ttl().unwrap_or(Duration::MAX))
                     .max(Duration::from_millis(1)),
                 remaining,
@@ -705,7 +776,9 @@ impl Lock {
         Some(LockGuard::reentrant(tenancy))
     }
 
-    /// One attempt that never queues. `Ok(Err(wait))` when someone else
+    /// One attempt; it never queues, and keeps a waiter's `place` in the
+    /// line of a store whose waiters line up (Redlock). `Ok(Err(wait))`
+    /// when someone else
     /// holds the lock: `Busy(ttl)` with their remaining lease, or
     /// `Contended` when a round had no winner and the caller should back
     /// off at random.
@@ -713,6 +786,7 @@ impl Lock {
         &self,
         keys: &Arc<LockKeys>,
         lease: Duration,
+        place: Option<Place<'_>>,
     ) -> Result<Result<LockGuard, Wait>> {
         let token = Token::random();
         let sent_at = Instant::now();
@@ -724,7 +798,7 @@ impl Lock {
             .engine
             .store
             .locks
-            .acquire(keys, &token, lease, None)
+            .acquire(keys, &token, lease, place)
             .await?;
         pending.disarm();
         self.attempted(token, sent_at, lease, outcome)
@@ -798,6 +872,20 @@ impl Lock {
         Ok(LockGuard::new(tenancy))
     }
 
+    /// The error of a wait that ended while the store could not be
+    /// reached: of the kind of its last failure, saying that it was retried
+    /// for the whole wait.
+    fn gave_up(&self, last: Error) -> Error {
+        Error::new(
+            last.kind(),
+            format!(
+                "lock {:?}: the store could not be reached at the end of the wait of {:?} (failures were retried); last: {last}",
+                self.name, self.wait
+            ),
+        )
+        .with_source(last)
+    }
+
     /// The busy error after waiting `waited` (zero: one attempt).
     fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
         let what = match self.keys.as_ref().map(|k| k.resource) {
@@ -854,6 +942,27 @@ fn contention_backoff() -> Duration {
     Duration::from_micros(fastrand::u64(500..=10_000))
 }
 
+/// The pauses between the attempts of a wait that fail to reach the store:
+/// 10 ms, doubling up to 1 s, each jittered, so a blip costs a waiter a few
+/// quick retries and an outage one attempt a second.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(10);
+    const MAX: Duration = Duration::from_secs(1);
+
+    fn next(&mut self) -> Duration {
+        let step = Self::FIRST
+            .saturating_mul(1 << self.failures.min(10))
+            .min(Self::MAX);
+        self.failures = self.failures.saturating_add(1);
+        jitter(step)
+    }
+}
+
 /// How close to the end of a wait no new attempt starts: one started later
 /// would likely be cut off by the deadline with its outcome unknown.
 const FINAL_STRETCH: Duration = Duration::from_millis(50);
@@ -889,5 +998,16 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
         }
         let _ = jitter(Duration::MAX);
+    }
+
+    #[test]
+    fn backoff_grows_to_its_bound() {
+        let mut b = Backoff::default();
+        let first = b.next();
+        assert!(first >= Duration::from_millis(5) && first <= Duration::from_millis(10));
+        for _ in 0..100 {
+            assert!(b.next() <= Backoff::MAX);
+        }
+        assert!(b.next() >= Backoff::MAX / 2);
     }
 }

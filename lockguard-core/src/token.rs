@@ -1,42 +1,60 @@
-//! Lock tokens: 128 random bits per acquisition.
+//! Lock tokens: unique by construction, a per-process random part and a
+//! per-process counter.
 
-use std::cell::RefCell;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-thread_local! {
-    /// A fast generator per thread, seeded once from the operating system,
-    /// so drawing a token costs no system call.
-    static RNG: RefCell<fastrand::Rng> = RefCell::new(seeded());
+/// The random half of every token this process draws, from the operating
+/// system once.
+static PROCESS: OnceLock<u64> = OnceLock::new();
+
+/// How many tokens this process has drawn.
+static DRAWN: AtomicU64 = AtomicU64::new(0);
+
+fn process_part() -> u64 {
+    *PROCESS.get_or_init(|| {
+        let mut seed = [0u8; 8];
+        match getrandom::fill(&mut seed) {
+            Ok(()) => u64::from_le_bytes(seed),
+            // No OS generator: fastrand's own seeding (time, thread,
+            // address), with the process id.
+            Err(_) => fastrand::u64(..) ^ u64::from(std::process::id()).rotate_left(32),
+        }
+    })
 }
 
-fn seeded() -> fastrand::Rng {
-    let mut seed = [0u8; 8];
-    match getrandom::fill(&mut seed) {
-        Ok(()) => fastrand::Rng::with_seed(u64::from_le_bytes(seed)),
-        // No OS generator: fastrand's own seeding (time, thread, address).
-        Err(_) => fastrand::Rng::new(),
-    }
+/// A bijection of `u64` that spreads consecutive numbers over all bits
+/// (SplitMix64's finalizer: xor-shifts and odd multipliers, each
+/// invertible): distinct counts give distinct, random-looking halves.
+fn spread(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-/// 128 random bits identifying one acquisition, hex encoded, stored inline
-/// (copying a token allocates nothing).
+/// 128 bits identifying one acquisition (or waiter), hex encoded, stored
+/// inline (copying a token allocates nothing).
 ///
-/// A fresh token is drawn for every acquisition and never reused, so a
-/// release or extend carrying it can only ever touch that acquisition.
-/// Tokens are unique, not secret: the generator is a per-thread PRNG seeded
-/// from the OS; anyone who can write to Redis can delete a lock anyway.
+/// Unique by construction: the first 64 bits are drawn from the operating
+/// system once per process, the last 64 bits are a bijection of a counter
+/// of the tokens this process drew, which never repeats. Two tokens of one
+/// process never match; tokens of two processes match only if their random
+/// halves do (chance 2^-64 per pair of processes). A process forked without
+/// `exec` after drawing tokens would repeat its parent's: lockguard does not
+/// guard against that. Tokens are unique, not secret: anyone who can write
+/// to the store can delete a lock anyway.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Token([u8; 32]);
 
 impl Token {
+    /// A token no other acquisition has (see the type's docs).
     pub(crate) fn random() -> Self {
-        let bits = RNG.with(|rng| {
-            let mut rng = rng.borrow_mut();
-            (u128::from(rng.u64(..)) << 64) | u128::from(rng.u64(..))
-        });
+        let count = DRAWN.fetch_add(1, Ordering::Relaxed);
+        let bits = (u128::from(process_part()) << 64) | u128::from(spread(count));
         let mut hex = [0u8; 32];
         for (i, c) in hex.iter_mut().enumerate() {
             *c = HEX[((bits >> (124 - 4 * i)) & 0xf) as usize];
@@ -123,6 +141,43 @@ mod tests {
         // Expected about 78 per value.
         let (lo, hi) = (*top.iter().min().unwrap(), *top.iter().max().unwrap());
         assert!(lo > 30 && hi < 135, "top bits from {lo} to {hi}");
+    }
+
+    /// Unique by construction: every token of the process carries its
+    /// random half, and the other half never repeats, whichever thread
+    /// draws.
+    #[test]
+    fn tokens_of_a_process_share_its_random_half_and_never_repeat() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(|| (0..50_000).map(|_| Token::random()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all = std::collections::HashSet::new();
+        for t in threads {
+            for token in t.join().unwrap() {
+                let (ours, count) = token.as_str().split_at(16);
+                assert_eq!(ours, format!("{:016x}", process_part()));
+                assert!(all.insert(count.to_owned()), "{count} repeated");
+            }
+        }
+        assert_eq!(all.len(), 200_000);
+    }
+
+    /// The counter's spread is a bijection: it can be undone, so distinct
+    /// counts never give the same half.
+    #[test]
+    fn spread_is_invertible() {
+        fn unspread(mut x: u64) -> u64 {
+            x = x ^ (x >> 31) ^ (x >> 62);
+            x = x.wrapping_mul(0x3196_42b2_d24d_8ec3);
+            x = x ^ (x >> 27) ^ (x >> 54);
+            x = x.wrapping_mul(0x96de_1b17_3f11_9089);
+            x ^ (x >> 30) ^ (x >> 60)
+        }
+        for x in (0..10_000).chain([u64::MAX, u64::MAX / 3, 1 << 63]) {
+            assert_eq!(unspread(spread(x)), x);
+        }
     }
 
     #[test]

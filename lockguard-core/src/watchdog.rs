@@ -93,11 +93,32 @@ impl Renewals {
     /// not after the guard was made, so a grant that arrived late is
     /// renewed at once rather than after it ran out.
     pub(crate) fn start(&'static self, shared: &Arc<Acquisition>, runtime: &Handle) {
-        let lease = shared.lease;
-        let valid_until = shared.lease_state().valid_until;
-        let at = (valid_until + lease / 3 + safety_margin(lease))
-            .checked_sub(lease)
-            .unwrap_or_else(Instant::now);
+        self.book(shared, first_due(shared), runtime);
+    }
+
+    /// Books `shared`'s next renewal again from what is known of its lease
+    /// now, when that is sooner than the renewal booked: a lock handed over
+    /// from the queue was booked from the waiter's reservation, and its
+    /// confirmation set a lease of its own, which may end before that.
+    /// Nothing is booked when no renewal is (a fixed lease, a release, or a
+    /// renewal under way, which books the next one itself).
+    pub(crate) fn rebook(&'static self, shared: &Arc<Acquisition>, runtime: &Handle) {
+        let at = first_due(shared);
+        {
+            let mut state = self.lock();
+            let mut booking = shared.booking.lock().unwrap_or_else(|p| p.into_inner());
+            match *booking {
+                Some(b) if b.at > at => {
+                    if let Some(t) = state.timers.iter_mut().find(|t| t.runtime == b.runtime) {
+                        t.due.remove(&(b.at, b.n));
+                    }
+                    *booking = None;
+                }
+                _ => return,
+            }
+        }
+        // Taken out of the timer above, under its lock: no renewal of the
+        // old booking can start, and a release now stops `book`.
         self.book(shared, at, runtime);
     }
 
@@ -219,6 +240,17 @@ impl Renewals {
             .timers
             .retain(|t| t.runtime != runtime || t.task != task);
     }
+}
+
+/// When the first renewal of `shared`'s lease falls due: a third of the
+/// lease after the request that set it was sent, which is its validity's
+/// end less the lease and plus the safety margin.
+fn first_due(shared: &Acquisition) -> Instant {
+    let lease = shared.lease;
+    let valid_until = shared.lease_state().valid_until;
+    (valid_until + lease / 3 + safety_margin(lease))
+        .checked_sub(lease)
+        .unwrap_or_else(Instant::now)
 }
 
 /// Forgets its timer when its task is dropped with its runtime, so a
@@ -409,6 +441,37 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert!(guard.is_held(), "no renewal after the idle spell");
         assert!(guard.release().await.unwrap());
+    }
+
+    /// A lock handed over from the queue is renewed from the lease its
+    /// confirmation set, not from the reservation: with a 60 s waiter
+    /// timeout and the default 30 s lease, the first renewal used to fall
+    /// due 40 s after the handoff, after the lease had ended.
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_handed_over_is_renewed_from_its_confirmed_lease() {
+        let lg = Client::builder()
+            .waiter_timeout(Duration::from_secs(60))
+            .memory()
+            .unwrap();
+        let held = lg.lock("handed").acquire().await.unwrap();
+        let waiter = lg.peer();
+        let waiting = tokio::spawn(async move {
+            let lock = waiter.lock("handed").wait(Duration::from_secs(300));
+            lock.acquire().await
+        });
+        while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(held.release().await.unwrap());
+        let guard = waiting.await.unwrap().unwrap();
+        for _ in 0..12 {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            assert!(guard.is_held(), "the lock handed over was lost");
+            assert!(lg.lock("handed").try_acquire().await.unwrap_err().is_busy());
+        }
+        assert_eq!(booked(), 1);
+        assert!(guard.release().await.unwrap());
+        assert_eq!(booked(), 0);
     }
 
     /// A client outlives the runtime its first guards were taken on: the

@@ -16,9 +16,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod postgres;
+mod relay;
 mod sentinel;
 mod zookeeper;
+mod zookeeper_txnlog;
 pub use postgres::{PostgresServer, postgres_bin_dir};
+pub use relay::Relay;
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, zookeeper_classpath};
 

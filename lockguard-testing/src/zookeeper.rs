@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::Relay;
+
 /// How long a server may take to serve after it was started (an ensemble
 /// member: to join a quorum).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -164,6 +166,40 @@ impl ZooKeeperServer {
         for _ in 0..5 {
             let port = crate::free_port();
             let mut server = Self::create(port, Role::Standalone, config);
+            match server.spawn().and_then(|()| server.wait_until_serving()) {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("{last_error}");
+    }
+
+    /// Starts a standalone server like [`ZooKeeperServer::start`] whose
+    /// data tree already holds the persistent node `path` (and its
+    /// parents), with its children's version (`cversion`) at `cversion`:
+    /// the next sequential child created under `path` is numbered
+    /// `cversion`, the one after `cversion + 1` (wrapping from 2147483647
+    /// to -2147483648, as ZooKeeper's counter does).
+    ///
+    /// Requests cannot set a `cversion` and take hours to move one near the
+    /// wrap; this writes a transaction log of a few creates, one of them
+    /// carrying the `cversion` its parent gets, which the server replays
+    /// as it starts (the log format of ZooKeeper 3.5 and later).
+    ///
+    /// # Panics
+    ///
+    /// As [`ZooKeeperServer::start`]; and when `path` is not an absolute
+    /// node path other than `/`.
+    pub fn start_with_cversion(path: &str, cversion: i32) -> Self {
+        let (name, log) = crate::zookeeper_txnlog::cversion_log(path, cversion);
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let port = crate::free_port();
+            // A log with no snapshot beside it is refused unless trusted.
+            let mut server = Self::create(port, Role::Standalone, "snapshot.trust.empty=true\n");
+            let logs = server.dir().join("data").join("version-2");
+            std::fs::create_dir(&logs).expect("cannot create zookeeper's log directory");
+            std::fs::write(logs.join(&name), &log).expect("cannot write zookeeper's log");
             match server.spawn().and_then(|()| server.wait_until_serving()) {
                 Ok(()) => return server,
                 Err(e) => last_error = e,
@@ -547,6 +583,30 @@ impl ZooKeeperEnsemble {
     /// ensemble does not form within 30 s; the message holds the tail of
     /// every member's log.
     pub fn start(n: usize) -> Self {
+        Self::start_relayed(n, None).0
+    }
+
+    /// Starts `n` members like [`ZooKeeperEnsemble::start`], with member
+    /// `relayed`'s links to the others' quorum ports (where a follower
+    /// reaches its leader) going through a [`Relay`] each, returned in the
+    /// other members' order. Holding them makes that member lag: it stops
+    /// hearing proposals, commits and sync answers from the leader, and
+    /// goes on serving its clients from what it has, forwarding their
+    /// writes and syncs. The members give up on a silent leader or
+    /// follower after 20 s here (`syncLimit`), so a hold may last that long.
+    ///
+    /// Member `relayed` should be 0: with the lowest `myid` it is never
+    /// elected while another member runs.
+    ///
+    /// # Panics
+    ///
+    /// As [`ZooKeeperEnsemble::start`]; and when `relayed` is out of range.
+    pub fn start_with_relayed_member(n: usize, relayed: usize) -> (Self, Vec<Relay>) {
+        assert!(relayed < n, "no member {relayed} in an ensemble of {n}");
+        Self::start_relayed(n, Some(relayed))
+    }
+
+    fn start_relayed(n: usize, relayed: Option<usize>) -> (Self, Vec<Relay>) {
         assert!(n > 0, "an ensemble needs at least one member");
         // Three ports per member (clients, followers to the leader,
         // elections), all bound at once so that they differ.
@@ -558,20 +618,38 @@ impl ZooKeeperEnsemble {
             .map(|l| l.local_addr().expect("bound").port())
             .collect();
         drop(listeners);
+        // The relayed member's way to each other member's quorum port.
+        let relays: Vec<(usize, Relay)> = match relayed {
+            Some(r) => (0..n)
+                .filter(|&i| i != r)
+                .map(|i| (i, Relay::start(ports[3 * i + 1])))
+                .collect(),
+            None => Vec::new(),
+        };
         // server.ID=host:quorum port:election port. A one-member ensemble
         // runs as a quorum of one (leader) rather than standalone.
-        let mut servers = String::from("standaloneEnabled=false\n");
-        for i in 0..n {
-            servers.push_str(&format!(
-                "server.{}=127.0.0.1:{}:{}\n",
-                i + 1,
-                ports[3 * i + 1],
-                ports[3 * i + 2]
-            ));
-        }
+        let servers = |me: usize| {
+            let mut servers = String::from("standaloneEnabled=false\n");
+            if relayed.is_some() {
+                // A held link must not end the followership at once.
+                servers.push_str("syncLimit=100\n");
+            }
+            for i in 0..n {
+                let quorum = match relays.iter().find(|(peer, _)| *peer == i) {
+                    Some((_, relay)) if Some(me) == relayed => relay.port(),
+                    _ => ports[3 * i + 1],
+                };
+                servers.push_str(&format!(
+                    "server.{}=127.0.0.1:{quorum}:{}\n",
+                    i + 1,
+                    ports[3 * i + 2]
+                ));
+            }
+            servers
+        };
         let mut members: Vec<ZooKeeperServer> = (0..n)
             .map(|i| {
-                let member = ZooKeeperServer::create(ports[3 * i], Role::Member, &servers);
+                let member = ZooKeeperServer::create(ports[3 * i], Role::Member, &servers(i));
                 std::fs::write(
                     member.dir().join("data").join("myid"),
                     format!("{}\n", i + 1),
@@ -587,7 +665,7 @@ impl ZooKeeperEnsemble {
         }
         let ensemble = Self { members };
         ensemble.wait_until_serving();
-        ensemble
+        (ensemble, relays.into_iter().map(|(_, r)| r).collect())
     }
 
     /// The members' `127.0.0.1:PORT`s joined with commas, a ZooKeeper

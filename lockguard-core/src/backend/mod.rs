@@ -108,10 +108,11 @@ pub(crate) enum Waiting {
     /// In a first-come-first-served queue in the store: a release hands
     /// the lock to the first live waiter and announces a [`Handoff`] to it.
     Queue,
-    /// Without a queue: a release is announced on the key's channel and
-    /// waiters retry (a quorum store, whose nodes would each order a queue
-    /// their own way).
-    Retry,
+    /// In a line ordered by when each waiter began to wait, kept on every
+    /// node of a quorum store (whose nodes keep no common queue): a waiter
+    /// takes a free lock only when no live waiter is ahead of it, and a
+    /// release is announced on the key's channel for the waiters to retry.
+    Line,
 }
 
 /// How a waiter keeps its place in a key's wait queue: refreshed by each of
@@ -124,6 +125,13 @@ pub(crate) struct Place<'a> {
     /// The number of this attempt of the waiter: a handoff names the attempt
     /// whose deadline it is reserved until.
     pub(crate) attempt: u32,
+    /// The waiter, the same for all its attempts (on a queue store, the
+    /// token its attempts take the lock with).
+    pub(crate) waiter: Token,
+    /// When the waiter began to wait, in ms since the Unix epoch on its
+    /// client's clock: a store whose nodes keep no common queue (Redlock)
+    /// lines waiters up by it, so that every node orders them alike.
+    pub(crate) since_ms: u64,
 }
 
 /// A lock or permit handed to a queued waiter, as announced to it: reserved

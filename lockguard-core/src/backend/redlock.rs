@@ -154,21 +154,29 @@ impl RedlockStore {
         )
     }
 
+    /// One attempt; a lock's waiter (`place`) takes its place in the key's
+    /// line on every node (see [`RedlockLine`]). A semaphore's waiters do
+    /// not line up: its permits are slot locks, each free to the first who
+    /// asks.
     pub(crate) async fn try_acquire(
         &self,
         keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
+        place: Option<Place<'_>>,
     ) -> Result<Attempt> {
         match keys.resource {
-            Resource::Lock => self.try_lock(keys, token, lease).await,
+            Resource::Lock => {
+                let place = place.map(|p| Place { channel: "", ..p });
+                self.try_lock(keys, token, lease, place).await
+            }
             Resource::Semaphore { permits } => {
                 // Try the slots from a random start, so holders spread out.
                 let start = fastrand::u32(0..permits);
                 let mut shortest: Option<Duration> = None;
                 for i in 0..permits {
                     let slot = Arc::new(slot_keys(keys, (start + i) % permits));
-                    match self.try_lock(&slot, token, lease).await? {
+                    match self.try_lock(&slot, token, lease, None).await? {
                         taken @ Attempt::Acquired { .. } => return Ok(taken),
                         Attempt::Busy(ttl) => {
                             shortest = match (shortest, ttl) {
@@ -192,7 +200,9 @@ impl RedlockStore {
         keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
+        place: Option<Place<'static>>,
     ) -> Result<Attempt> {
+        let line = Arc::new(RedlockLine::of(keys));
         let n = self.nodes.len();
         let q = self.quorum();
         // Set once the attempt has failed (or was abandoned): a node
@@ -202,10 +212,12 @@ impl RedlockStore {
         let failed = Arc::new(std::sync::Mutex::new(false));
         let (tx, rx) = mpsc::unbounded_channel();
         for (i, node) in self.nodes.iter().enumerate() {
-            let (node, keys, token) = (node.clone(), keys.clone(), *token);
+            let (node, keys, token, line) = (node.clone(), keys.clone(), *token, line.clone());
             let (tx, failed, healthy) = (tx.clone(), failed.clone(), self.healthy.clone());
             tokio::spawn(async move {
-                let result = node.acquire(&keys, &token, lease, None).await;
+                let result = node
+                    .redlock_acquire(&keys, &line, &token, lease, place)
+                    .await;
                 healthy[i].store(result.is_ok(), Ordering::Relaxed);
                 let may_hold = !matches!(result, Ok(Attempt::Busy(_)));
                 let cleanup = {
@@ -374,7 +386,10 @@ impl RedlockStore {
                             // A permit whose slot is unknown (an acquire
                             // dropped mid-flight): release any slot with it.
                             Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
-                            None => node.release(&keys, &token, true).await,
+                            None => {
+                                node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
+                                    .await
+                            }
                         }
                     }
                 },
@@ -461,8 +476,30 @@ impl Drop for Abandon {
 /// Releases a token on one node, for cleanup: failures only logged (the
 /// lease frees the key).
 async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
-    if let Err(e) = node.release(keys, token, true).await {
+    let line = RedlockLine::of(keys);
+    if let Err(e) = node.redlock_release(keys, &line, token).await {
         tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
+    }
+}
+
+/// The waiting line of a Redlock lock on each node: its waiters scored by
+/// when they began to wait (`line`), and by when their place lapses
+/// (`alive`). Every node gets the same waiter ids and scores, so every node
+/// orders the line alike and agrees on its head, and a waiter takes a free
+/// lock only when no live waiter is ahead of it: the head gets a quorum as
+/// soon as the lock is free. See `redlock_acquire.lua`.
+#[derive(Debug)]
+pub(crate) struct RedlockLine {
+    pub(crate) line: String,
+    pub(crate) alive: String,
+}
+
+impl RedlockLine {
+    fn of(keys: &LockKeys) -> Self {
+        Self {
+            line: format!("{}:line", keys.lock),
+            alive: format!("{}:line:alive", keys.lock),
+        }
     }
 }
 
@@ -480,7 +517,7 @@ impl LockBackend for RedlockStore {
     }
 
     fn waiting(&self) -> Waiting {
-        Waiting::Retry
+        Waiting::Line
     }
 
     fn max_permits(&self) -> u32 {
@@ -492,10 +529,11 @@ impl LockBackend for RedlockStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
         lease: Duration,
-        _place: Option<Place<'a>>,
+        place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
-        // No queue across independent nodes: every attempt is one try.
-        StoreFuture::boxed(self.try_acquire(keys, token, lease))
+        // No queue across independent nodes: every attempt is one try, in
+        // the order of the key's line.
+        StoreFuture::boxed(self.try_acquire(keys, token, lease, place))
     }
 
     fn release<'a>(

@@ -12,6 +12,7 @@ crate::conformance!(
     lease_expiry_hands_over_and_fences_the_old_holder,
     non_holder_cannot_release_and_expired_lock_cannot_extend,
     watchdog_keeps_a_short_lease_alive,
+    a_lock_handed_to_a_waiter_keeps_its_lease,
     waiter_is_woken_by_release_not_by_its_retry_interval,
     dropped_acquire_futures_never_keep_the_lock,
     dropped_guard_releases_in_the_background,
@@ -30,6 +31,7 @@ crate::conformance!(
     lease_expiry_hands_over_and_fences_the_old_holder,
     non_holder_cannot_release_and_expired_lock_cannot_extend,
     watchdog_keeps_a_short_lease_alive,
+    a_lock_handed_to_a_waiter_keeps_its_lease,
     waiter_is_woken_by_release_not_by_its_retry_interval,
     dropped_acquire_futures_never_keep_the_lock,
     dropped_guard_releases_in_the_background,
@@ -47,8 +49,9 @@ crate::conformance!(
 async fn mutual_exclusion_under_contention(env: Env) {
     const HANDLES: usize = 4;
     const TASKS: usize = 32;
-    // Redlock pays five round trips per attempt, and its waiters do not
-    // queue: every release wakes all 31 (its chaos test adds more).
+    // Redlock pays five round trips per attempt, and every release wakes
+    // all 31 waiters to find the head of the line (its chaos test adds
+    // more). The line serves them in turn: none waits for long.
     let rounds: usize = if env.nodes.is_empty() { 200 } else { 10 };
     let mut clients = Vec::new();
     for _ in 0..HANDLES {
@@ -194,6 +197,62 @@ async fn watchdog_keeps_a_short_lease_alive(env: Env) {
         .unwrap()
         .expect("free after release");
     assert!(again.release().await.unwrap());
+}
+
+/// A waiter handed the lock by a release keeps it as long as its guard
+/// lives: the watchdog renews the lease it confirmed, however long the
+/// reservation the handoff made (the waiter timeout, 1 s by default and 30 s
+/// on the memory store's test client) is against the 300 ms lease.
+async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
+    let holder = env.client().await;
+    let waiter = env.client().await;
+    let probe = env.client().await;
+    let lease = Duration::from_millis(300);
+    let held = holder
+        .lock("handed")
+        .watchdog(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("handed")
+                .watchdog(lease)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    // Released once the waiter is queued, where the store counts waiters
+    // (Redlock's do not queue: it takes the lock by retrying, and the
+    // check below holds the same).
+    let counted = probe.lock("handed").inspect().await.is_ok();
+    if counted {
+        let queued = eventually(Duration::from_secs(10), || async {
+            probe.lock("handed").inspect().await.unwrap().waiters == 1
+        })
+        .await;
+        assert!(queued, "the waiter never queued");
+    }
+    assert!(held.release().await.unwrap());
+    let guard = waiting.await.unwrap().expect("the waiter gets the lock");
+    // Four leases and more: every renewal must have landed in time.
+    let until = Instant::now() + lease * 5;
+    while Instant::now() < until {
+        assert!(guard.is_held(), "the lock handed over was lost");
+        let probe = probe.clone();
+        let r = tokio::spawn(async move { probe.lock("handed").try_acquire().await })
+            .await
+            .unwrap();
+        assert!(
+            r.unwrap_err().is_busy(),
+            "another client took the lock handed over"
+        );
+        tokio::time::sleep(lease / 4).await;
+    }
+    assert!(guard.release().await.unwrap(), "the watchdog lost the lock");
 }
 
 /// With a 5 s retry interval, a 30 s waiter timeout (refreshes every 5 s)

@@ -10,6 +10,7 @@ mod postgres;
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
+mod waits;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 

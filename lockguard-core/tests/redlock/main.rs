@@ -601,3 +601,74 @@ async fn only_persistence_or_a_delayed_restart_keeps_exclusion() {
         let _ = held.release().await;
     }
 }
+
+/// How many waiters `node` has in the line of lock `name`.
+async fn line_len(node: &RedisServer, name: &str) -> u64 {
+    let mut conn = node.connection().await;
+    redis::cmd("ZCARD")
+        .arg(format!("lockguard:lock:{{{name}}}:line"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Redlock waiters are served in the order they began to wait, across
+/// clients (one each, as separate processes would have), however the
+/// releases' announcements race: every node lines them up by the same
+/// score, and only the head of the line takes the free lock. Six waiters
+/// arrive one after another, each once the one before is in the line on
+/// every node; each holds the lock for a moment. They must be served
+/// 0, 1, ..., 5.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_the_order_they_arrived() {
+    let nodes = nodes(3);
+    let holder = client(&nodes).await;
+    let held = holder
+        .lock("fair")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..6u64 {
+        let lg = client(&nodes).await;
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = lg
+                .lock("fair")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            tx.send(i).unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(g.release().await.unwrap());
+        }));
+        for node in &nodes {
+            let lined = support::eventually(Duration::from_secs(10), || async {
+                line_len(node, "fair").await == i + 1
+            })
+            .await;
+            assert!(lined, "waiter {i} never joined the line");
+        }
+    }
+    drop(tx);
+    assert!(held.release().await.unwrap());
+    let mut served = Vec::new();
+    while let Some(i) = rx.recv().await {
+        served.push(i);
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(served, (0..6).collect::<Vec<_>>(), "served out of order");
+    // Everyone served left the line on every node.
+    for node in &nodes {
+        let left = support::eventually(Duration::from_secs(5), || async {
+            line_len(node, "fair").await == 0
+        })
+        .await;
+        assert!(left, "the line kept waiters that were served");
+    }
+}

@@ -819,6 +819,9 @@ mod tests {
             timeout: Duration::from_millis(timeout_ms),
             channel: "",
             attempt: 1,
+            // Read by line stores (Redlock) only.
+            waiter: Token::random(),
+            since_ms: 0,
         })
     }
 

@@ -10,6 +10,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
+use super::redlock::RedlockLine;
 use super::{
     Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
     Stored, Waiting, millis_ceil,
@@ -55,6 +56,14 @@ static FENCED_WRITE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
+static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("scripts/sequence.lua"),
+        include_str!("scripts/redlock_acquire.lua")
+    ))
+});
+static REDLOCK_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/redlock_release.lua")));
 static LOCK_RELEASE_ANY: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
 static SEMAPHORE_ACQUIRE: LazyLock<Script> = queue_script!("semaphore_acquire.lua");
@@ -703,7 +712,7 @@ impl RedisStore {
                     // Not on enough replicas to survive a failover: give it
                     // back rather than hand out a lock a promoted replica
                     // would not know.
-                    if let Err(undo) = self.release(keys, token, false).await {
+                    if let Err(undo) = self.release(keys, token).await {
                         tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
                     }
                     return Err(e);
@@ -726,15 +735,72 @@ impl RedisStore {
         }
     }
 
-    /// Gives up `token`'s lock or permit, handing it to the first live
-    /// waiter; `announce` publishes a release nobody was handed on the key's
-    /// channel (for Redlock waiters, who do not queue).
-    pub(crate) async fn release(
+    /// One attempt at a lock on a Redlock node, where waiters line up by
+    /// when they began to wait (`place`) instead of queueing: see
+    /// `redlock_acquire.lua`.
+    pub(crate) async fn redlock_acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        line: &RedlockLine,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let mut call = REDLOCK_ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(keys.sequence())
+            .key(&line.line)
+            .key(&line.alive)
+            .arg(token.as_str())
+            .arg(millis_ceil(lease));
+        if let Some(p) = place {
+            call.arg(p.waiter.as_str())
+                .arg(p.since_ms)
+                .arg(millis_ceil(p.timeout));
+        }
+        let (taken, n): (i64, i64) = self
+            .run(&call, || format!("acquiring {:?}", keys.lock))
+            .await?;
+        match (taken, u64::try_from(n)) {
+            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence),
+                keys: keys.clone(),
+            }),
+            (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
+            (0, Err(_)) => Ok(Attempt::Busy(None)),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "acquiring {:?}: unexpected script reply [{taken}, {n}]",
+                    keys.lock
+                ),
+            )),
+        }
+    }
+
+    /// Gives up `token`'s lock on a Redlock node and announces it on the
+    /// key's channel, or takes the waiter `token` out of the key's line.
+    pub(crate) async fn redlock_release(
         &self,
         keys: &LockKeys,
+        line: &RedlockLine,
         token: &Token,
-        announce: bool,
     ) -> Result<bool> {
+        let mut call = REDLOCK_RELEASE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&line.line)
+            .key(&line.alive)
+            .arg(token.as_str())
+            .arg(keys.channel());
+        let n: i64 = self
+            .run(&call, || format!("releasing {:?}", keys.lock))
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Gives up `token`'s lock or permit, handing it to the first live
+    /// waiter.
+    pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let mut call = match keys.resource {
             Resource::Lock => LOCK_RELEASE.prepare_invoke(),
             Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
@@ -744,11 +810,9 @@ impl RedisStore {
             .key(keys.queue())
             .key(keys.tickets())
             .arg(token.as_str());
-        match keys.resource {
-            Resource::Semaphore { permits } => call.arg(permits),
-            Resource::Lock if announce => call.arg(keys.channel()),
-            Resource::Lock => call.arg(""),
-        };
+        if let Resource::Semaphore { permits } = keys.resource {
+            call.arg(permits);
+        }
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
             .await?;
@@ -916,7 +980,7 @@ impl LockBackend for RedisStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token, false))
+        StoreFuture::boxed(Self::release(self, keys, token))
     }
 
     fn extend<'a>(

@@ -3,9 +3,10 @@
 //! Each lock or semaphore is a container node, `{root}/{key}`, and each
 //! acquisition (a holder, or a waiter in the queue) an ephemeral sequential
 //! child of it named for its token, `{token}-{sequence}`, so a client finds
-//! its own node again after a lost answer. In sequence order the children
-//! are the queue: the first `permits` hold, the rest wait, first come first
-//! served. A waiter watches only what it waits for: a lock's waiter its
+//! its own node again after a lost answer. In the order they were created
+//! (their sequence numbers, or their creating zxids once a busy lock's
+//! numbers run out: see `order`) the children are the queue: the first
+//! `permits` hold, the rest wait, first come first served. A waiter watches only what it waits for: a lock's waiter its
 //! predecessor; a semaphore's first waiter the holders, and every later
 //! waiter its predecessor (which touches its node when it comes to hold,
 //! so its successor moves on to watching the holders). A release deletes
@@ -23,6 +24,7 @@
 //! A queue place lives with the session; a waiter that gives up deletes it.
 
 mod data;
+mod order;
 mod session;
 
 use std::collections::HashMap;
@@ -188,6 +190,21 @@ impl ZooKeeperStore {
         zk_error(e, what)
     }
 
+    /// Says an outage for what it is: a request that went unanswered
+    /// while the client was not connected (reconnecting within its session,
+    /// or opening a new one) failed because the store was unreachable, a
+    /// transient state a wait rides out, not because a server was slow
+    /// to answer a request it had.
+    fn outage<T>(&self, result: Result<T>) -> Result<T> {
+        match result {
+            Err(e) if e.kind() == ErrorKind::Timeout && !connected(&self.session.client()) => {
+                let message = format!("zookeeper is unreachable (reconnecting): {}", e.message());
+                Err(Error::new(ErrorKind::Unavailable, message).with_source(e))
+            }
+            result => result,
+        }
+    }
+
     /// Creates this token's node in `dir` (and `dir` when missing): its
     /// path and creating zxid.
     async fn create(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<(String, u64)> {
@@ -267,9 +284,16 @@ impl ZooKeeperStore {
 
     /// This token's nodes in `dir` (one, unless creations whose answers
     /// were lost made more): their names.
+    ///
+    /// The listing is synced with the leader first. A creation whose
+    /// answer was lost may have been committed through a server this
+    /// client has since left; the server it reconnected to may not have
+    /// applied it yet (the session's order holds only within one
+    /// connection), and a listing from that past would miss the node,
+    /// which would then queue or hold for nobody until the session ends.
     async fn find(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<Vec<String>> {
         let prefix = format!("{}-", token.as_str());
-        match bounded(self.response_timeout, client.list_children(dir)).await? {
+        match bounded(self.response_timeout, synced_children(client, dir)).await? {
             Ok(children) => Ok(children
                 .into_iter()
                 .filter(|c| c.starts_with(&prefix))
@@ -277,6 +301,35 @@ impl ZooKeeperStore {
             Err(zk::Error::NoNode) => Ok(Vec::new()),
             Err(e) => Err(self.failed(client, e, "finding a lock node")),
         }
+    }
+
+    /// The queue nodes among `children`, the children of the lock node
+    /// `dir`, in queue order: by their sequence numbers while those tell
+    /// it, else by their creating zxids, read in one pipelined round trip
+    /// (see [`order`]). A node gone before its zxid was read is left out.
+    async fn in_order<'c>(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+        children: &'c [String],
+    ) -> Result<Vec<&'c str>> {
+        let nodes = match order::by_number(children) {
+            order::Order::Numbered(queue) => return Ok(queue),
+            order::Order::Unnumbered(nodes) => nodes,
+        };
+        let requests: Vec<_> = nodes
+            .iter()
+            .map(|n| client.check_stat(&format!("{dir}/{n}")))
+            .collect();
+        let mut created = Vec::with_capacity(nodes.len());
+        for (node, request) in nodes.into_iter().zip(requests) {
+            match bounded(self.response_timeout, request).await? {
+                Ok(Some(stat)) => created.push((stat.czxid, node)),
+                Ok(None) => {}
+                Err(e) => return Err(self.failed(client, e, "reading a lock's queue")),
+            }
+        }
+        Ok(order::by_creation(created))
     }
 
     /// Whether this token waits with a recent watch that has not fired:
@@ -352,12 +405,7 @@ impl ZooKeeperStore {
             let listed = if fresh {
                 bounded(self.response_timeout, client.list_children(&dir)).await?
             } else {
-                let sync = client.sync(&dir);
-                let list = client.list_children(&dir);
-                match bounded(self.response_timeout, sync).await? {
-                    Ok(()) => bounded(self.response_timeout, list).await?,
-                    Err(e) => Err(e),
-                }
+                bounded(self.response_timeout, synced_children(&client, &dir)).await?
             };
             fresh = false;
             let children = match listed {
@@ -365,7 +413,7 @@ impl ZooKeeperStore {
                 Err(zk::Error::NoNode) => Vec::new(),
                 Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
-            let queue = in_order(&children);
+            let queue = self.in_order(&client, &dir, &children).await?;
             let Some(rank) = queue.iter().position(|n| *n == name) else {
                 // Our node is gone: its session ended. The next attempt
                 // queues again in the new one.
@@ -569,19 +617,23 @@ impl ZooKeeperStore {
             Some(Known::Node(path, holding, _)) => (path, holding),
             // An acquisition whose answer was lost (or never recorded), or
             // a node of an ended session (gone with it): find its nodes by
-            // name. The listing is sent after the creation, and a
-            // session's requests run in order.
+            // name, in a listing synced with the leader (see `find`).
             _ => {
                 let sweep = self.sweep(&client, &dir, token).await;
-                if sweep.is_err() {
-                    tokio::spawn(discard_in(
-                        Arc::downgrade(&self.session),
-                        self.response_timeout,
-                        Leftover::Token(dir, *token),
-                    ));
-                }
                 self.nodes().remove(token);
-                return sweep;
+                return match sweep {
+                    // Every node of an ended session went with it.
+                    Err(_) if ended(&client) => Ok(false),
+                    Err(e) => {
+                        tokio::spawn(discard_in(
+                            Arc::downgrade(&self.session),
+                            self.response_timeout,
+                            Leftover::Token(dir, *token),
+                        ));
+                        Err(e)
+                    }
+                    swept => swept,
+                };
             }
         };
         match bounded(self.response_timeout, client.delete(&path, None)).await {
@@ -590,6 +642,12 @@ impl ZooKeeperStore {
                 Ok(holding)
             }
             Ok(Err(zk::Error::NoNode)) => {
+                self.nodes().remove(token);
+                Ok(false)
+            }
+            Ok(Err(zk::Error::SessionExpired)) => {
+                // The node went with its session: no longer held.
+                Session::renew_later(&self.session, client.session_id());
                 self.nodes().remove(token);
                 Ok(false)
             }
@@ -640,7 +698,16 @@ impl ZooKeeperStore {
             Ok(()) => bounded(self.response_timeout, check).await?,
             Err(e) => Err(e),
         };
-        let stat = checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?;
+        let stat = match checked {
+            // The node went with its session: the lock is lost, which is
+            // the answer (not an outage to wait out).
+            Err(zk::Error::SessionExpired) => {
+                Session::renew_later(&self.session, client.session_id());
+                self.nodes().remove(token);
+                return Ok(false);
+            }
+            checked => checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?,
+        };
         let mut nodes = self.nodes();
         match (stat, nodes.get(token)) {
             (
@@ -682,7 +749,7 @@ impl ZooKeeperStore {
                 }
                 Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
-        let queue = in_order(&children);
+        let queue = self.in_order(&client, &dir, &children).await?;
         let queued = u32::try_from(queue.len()).unwrap_or(u32::MAX);
         let holders = queued.min(capacity);
         // The zxid of the last change to the queue: no node of it was
@@ -752,7 +819,10 @@ impl LockBackend for ZooKeeperStore {
             // it changed (a change, or the session's end, fires the watch).
             return StoreFuture::ready(Ok(Attempt::Busy(None)));
         }
-        StoreFuture::boxed(self.acquire_inner(keys, token, lease, place))
+        StoreFuture::boxed(async move {
+            let attempt = self.acquire_inner(keys, token, lease, place).await;
+            self.outage(attempt)
+        })
     }
 
     fn release<'a>(
@@ -760,11 +830,11 @@ impl LockBackend for ZooKeeperStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.release_inner(keys, token))
+        StoreFuture::boxed(async move { self.outage(self.release_inner(keys, token).await) })
     }
 
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(self.inspect_inner(keys))
+        StoreFuture::boxed(async move { self.outage(self.inspect_inner(keys).await) })
     }
 
     fn extend<'a>(
@@ -773,7 +843,7 @@ impl LockBackend for ZooKeeperStore {
         token: &'a Token,
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.extend_inner(token, lease))
+        StoreFuture::boxed(async move { self.outage(self.extend_inner(token, lease).await) })
     }
 }
 
@@ -785,20 +855,6 @@ fn zxid(zxid: i64, path: &str) -> Result<u64> {
             format!("zookeeper reported zxid {zxid} for {path}"),
         )
     })
-}
-
-/// The children of a lock's node in queue order (by sequence); names that
-/// are not queue nodes are left out.
-fn in_order(children: &[String]) -> Vec<&str> {
-    let mut queue: Vec<(u64, &str)> = children
-        .iter()
-        .filter_map(|c| {
-            let (_, sequence) = c.rsplit_once('-')?;
-            Some((sequence.parse::<u64>().ok()?, c.as_str()))
-        })
-        .collect();
-    queue.sort_unstable();
-    queue.into_iter().map(|(_, c)| c).collect()
 }
 
 /// A key as one node name: characters outside a plain set (`/` among
@@ -829,6 +885,38 @@ async fn bounded<T>(
     })
 }
 
+/// Whether `client` is connected to a server of its session.
+fn connected(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly
+    )
+}
+
+/// Whether `client`'s session has ended, expired by the ensemble or
+/// closed: its ephemeral nodes are gone.
+fn ended(client: &zk::Client) -> bool {
+    matches!(
+        client.state(),
+        zk::SessionState::Expired | zk::SessionState::Closed
+    )
+}
+
+/// The children of `dir`, listed after a `sync` of it: as new as the
+/// leader's state when the sync was sent. Both requests are sent at once
+/// (one round trip); a session's requests are answered in order.
+async fn synced_children(
+    client: &zk::Client,
+    dir: &str,
+) -> std::result::Result<Vec<String>, zk::Error> {
+    let sync = client.sync(dir);
+    let list = client.list_children(dir);
+    match sync.await {
+        Ok(()) | Err(zk::Error::NoNode) => list.await,
+        Err(e) => Err(e),
+    }
+}
+
 /// What a background cleanup deletes: one node, or every node of a token
 /// in a lock's node.
 #[derive(Debug)]
@@ -849,15 +937,18 @@ async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftove
             Leftover::Node(path) => Ok(Ok(vec![path.clone()])),
             Leftover::Token(dir, token) => {
                 let prefix = format!("{}-", token.as_str());
-                bounded(timeout, client.list_children(dir)).await.map(|r| {
-                    r.map(|children| {
-                        children
-                            .into_iter()
-                            .filter(|c| c.starts_with(&prefix))
-                            .map(|c| format!("{dir}/{c}"))
-                            .collect()
+                // Synced, as in `find`: a node missed here lives on.
+                bounded(timeout, synced_children(&client, dir))
+                    .await
+                    .map(|r| {
+                        r.map(|children| {
+                            children
+                                .into_iter()
+                                .filter(|c| c.starts_with(&prefix))
+                                .map(|c| format!("{dir}/{c}"))
+                                .collect()
+                        })
                     })
-                })
             }
         };
         let outcome = match paths {
@@ -900,19 +991,5 @@ mod tests {
         assert_eq!(node_name("a/b"), "a%2Fb");
         assert_eq!(node_name("100%"), "100%25");
         assert_eq!(node_name("é"), "%C3%A9");
-    }
-
-    #[test]
-    fn the_queue_is_in_sequence_order() {
-        let children = vec![
-            "bbb-0000000012".to_owned(),
-            "aaa-0000000003".to_owned(),
-            "stray".to_owned(),
-            "ccc-0000000100".to_owned(),
-        ];
-        assert_eq!(
-            in_order(&children),
-            ["aaa-0000000003", "bbb-0000000012", "ccc-0000000100"]
-        );
     }
 }

@@ -4,8 +4,7 @@
 -- delete it when nobody waits. A waiter that gives up calls this too: it
 -- leaves the queue, and passes the lock on if it had just been handed to it.
 -- KEYS[1] lock, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
--- ARGV[1] token, ARGV[2] channel announcing a release nobody was handed
--- ('' = none; Redlock waiters, who do not queue, listen on it)
+-- ARGV[1] token
 -- Returns 1 when the lock was ours, 0 otherwise.
 local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
@@ -19,7 +18,4 @@ if redis.call('EXISTS', queue) == 1 and queue_lib().lock_hand_first(lock, seq, q
   return 1
 end
 redis.call('DEL', lock)
-if ARGV[2] ~= '' then
-  redis.call('PUBLISH', ARGV[2], token)
-end
 return 1
