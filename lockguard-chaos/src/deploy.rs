@@ -131,21 +131,26 @@ impl Deployment {
         use ServerFault::*;
         match self {
             Deployment::External(_) => vec![],
-            Deployment::ZooKeeper(_) | Deployment::Sentinel(_) => {
-                vec![Pause, Restart, Failover, KillConnections]
-                    .into_iter()
-                    .filter(|f| self.offers(*f))
-                    .collect()
-            }
+            Deployment::ZooKeeper(_) => vec![Pause, Restart, Failover],
+            Deployment::Sentinel(_) => vec![Pause, Restart, Failover, KillConnections],
             _ => vec![Pause, Restart, KillConnections],
         }
     }
 
-    fn offers(&self, fault: ServerFault) -> bool {
-        !matches!(
-            (self, fault),
-            (Deployment::ZooKeeper(_), ServerFault::KillConnections)
-        )
+    /// Whether `fault` can be done now.
+    ///
+    /// On Sentinel, the master is restarted only while it is the server
+    /// started as master: a promoted replica restarted with its command
+    /// line (`--replicaof` the old master) would come back as a replica,
+    /// leaving no master at all, which no real deployment does.
+    pub(crate) fn offers(&self, fault: ServerFault) -> bool {
+        match (self, fault) {
+            (Deployment::ZooKeeper(_), ServerFault::KillConnections) => false,
+            (Deployment::Sentinel(g), ServerFault::Restart) => {
+                g.master_port() == Some(g.servers[0].port())
+            }
+            _ => true,
+        }
     }
 
     /// How long a server pause lasts: past the workers' lease, except on

@@ -228,7 +228,10 @@ pub(crate) fn run(
         let fits: Vec<Fault> = kinds
             .iter()
             .copied()
-            .filter(|f| matches!(f, Fault::Server(_)) || !workers.live.is_empty())
+            .filter(|f| match f {
+                Fault::Server(f) => deploy.offers(*f),
+                _ => !workers.live.is_empty(),
+            })
             .filter(|f| {
                 let longest = match f {
                     Fault::Server(f) => deploy.longest(*f),
