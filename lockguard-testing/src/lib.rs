@@ -227,7 +227,9 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, empty (no persistence).
+    /// Starts the server again on the same port: empty, unless it was
+    /// started with persistence on (`--appendonly yes`), when it comes back
+    /// on its data (the same directory, the same arguments).
     ///
     /// # Panics
     ///
@@ -306,9 +308,20 @@ impl RedisCluster {
     /// When a node does not start or the cluster does not form within 20 s;
     /// the message says what `redis-cli` printed.
     pub fn start(masters: usize) -> Self {
+        Self::start_with_args(masters, &[])
+    }
+
+    /// Like [`RedisCluster::start`], with extra `redis-server` arguments
+    /// for every node (`["--appendonly", "yes"]`, so that a node restarted
+    /// with [`RedisServer::restart`] comes back on its data).
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start`].
+    pub fn start_with_args(masters: usize, extra: &[&str]) -> Self {
         let nodes: Vec<RedisServer> = (0..masters)
             .map(|_| {
-                RedisServer::start_with_args(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -317,7 +330,9 @@ impl RedisCluster {
                     "1000",
                     "--cluster-require-full-coverage",
                     "no",
-                ])
+                ];
+                args.extend_from_slice(extra);
+                RedisServer::start_with_args(&args)
             })
             .collect();
         let addrs: Vec<String> = nodes

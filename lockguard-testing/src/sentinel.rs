@@ -76,15 +76,25 @@ impl SentinelGroup {
     /// When a server does not come up or the group does not form within
     /// 20 s.
     pub fn start(replicas: usize, sentinels: usize) -> Self {
-        let master = RedisServer::start();
+        Self::start_with_args(replicas, sentinels, &[])
+    }
+
+    /// Like [`SentinelGroup::start`], with extra `redis-server` arguments
+    /// for the master and every replica (`["--appendonly", "yes"]`, so
+    /// that a server restarted with [`RedisServer::restart`] comes back on
+    /// its data).
+    ///
+    /// # Panics
+    ///
+    /// As [`SentinelGroup::start`].
+    pub fn start_with_args(replicas: usize, sentinels: usize, extra: &[&str]) -> Self {
+        let master = RedisServer::start_with_args(extra);
         let mport = master.port().to_string();
         let mut servers = vec![master];
         for _ in 0..replicas {
-            servers.push(RedisServer::start_with_args(&[
-                "--replicaof",
-                "127.0.0.1",
-                &mport,
-            ]));
+            let mut args = vec!["--replicaof", "127.0.0.1", &mport];
+            args.extend_from_slice(extra);
+            servers.push(RedisServer::start_with_args(&args));
         }
         let sentinels = (0..sentinels)
             .map(|_| Self::start_sentinel(&mport))

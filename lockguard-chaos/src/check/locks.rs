@@ -1,0 +1,273 @@
+//! Locks: no two holds overlap, fences grow in the order of holds, stale
+//! fenced writes are refused, and a watchdog keeps its lease while nothing
+//! goes wrong.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{FaultSpan, Violation, describe};
+use crate::history::{Call, Op, Outcome};
+
+/// One hold: from the time `acquire()` had returned (taken after it
+/// returned) to the last time `is_held()` said true before the release
+/// (taken before that call). Both ends are conservative: the holder
+/// certainly held the lock, in its own view, through the whole span.
+#[derive(Debug)]
+pub(crate) struct Hold<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) fence: u64,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+    pub(crate) acquire: &'a Op,
+    pub(crate) last_held: &'a Op,
+}
+
+/// Every non-empty hold of the history.
+pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
+    // Acquisitions by (worker, key, fence); a worker holds one lock at a
+    // time, so its is_held calls name the acquisition.
+    let mut acquired: HashMap<(u32, &str, u64), &Op> = HashMap::new();
+    for o in ops {
+        if let (Call::Acquire { key, .. }, Some(Outcome::Acquired { fence })) =
+            (&o.call, o.outcome())
+        {
+            acquired.insert((o.w, key.as_str(), *fence), o);
+        }
+    }
+    let mut last: HashMap<(u32, &str, u64), &Op> = HashMap::new();
+    for o in ops {
+        if let (Call::IsHeld { key, fence }, Some(Outcome::Held { yes: true })) =
+            (&o.call, o.outcome())
+        {
+            let k = (o.w, key.as_str(), *fence);
+            if last.get(&k).is_none_or(|p| p.invoke < o.invoke) {
+                last.insert(k, o);
+            }
+        }
+    }
+    let mut out: Vec<Hold<'_>> = last
+        .into_iter()
+        .filter_map(|(k, held)| {
+            let acq = acquired.get(&k)?;
+            Some(Hold {
+                key: k.1,
+                fence: k.2,
+                from: acq.end(),
+                to: held.invoke,
+                acquire: acq,
+                last_held: held,
+            })
+        })
+        .filter(|h| h.from <= h.to)
+        .collect();
+    out.sort_by_key(|h| (h.key, h.from));
+    out
+}
+
+/// No two holds of a key overlap.
+pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
+    let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
+    for h in holds {
+        by_key.entry(h.key).or_default().push(h);
+    }
+    for (key, hs) in by_key {
+        // Sorted by start: each hold against the one reaching furthest
+        // among those before it.
+        let mut reach: Option<&Hold<'_>> = None;
+        for h in hs {
+            if let Some(r) = reach
+                && h.from < r.to
+            {
+                v.push(Violation {
+                    check: "mutual-exclusion",
+                    what: format!(
+                        "lock {key:?}: two holders at once for {:.1} ms (fence {} held until {:.1} ms, fence {} from {:.1} ms)",
+                        crate::clock::ms(r.to.min(h.to) - h.from),
+                        r.fence,
+                        crate::clock::ms(r.to - t0),
+                        h.fence,
+                        crate::clock::ms(h.from - t0),
+                    ),
+                    ops: describe(&[r.acquire, r.last_held, h.acquire, h.last_held], t0),
+                });
+            }
+            if reach.is_none_or(|r| h.to > r.to) {
+                reach = Some(h);
+            }
+        }
+    }
+}
+
+/// Fences: unique per key, and an acquisition that began after another
+/// returned has a greater fence.
+pub(crate) fn fences(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+    let mut by_key: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
+    for o in ops {
+        if let (Call::Acquire { key, .. }, Some(Outcome::Acquired { fence })) =
+            (&o.call, o.outcome())
+        {
+            by_key.entry(key).or_default().push((o, *fence));
+        }
+    }
+    for (key, mut acqs) in by_key {
+        let mut seen: HashMap<u64, &Op> = HashMap::new();
+        for (o, f) in &acqs {
+            if let Some(p) = seen.insert(*f, o) {
+                v.push(Violation {
+                    check: "fences",
+                    what: format!("lock {key:?}: fence {f} given twice"),
+                    ops: describe(&[p, o], t0),
+                });
+            }
+        }
+        // In invocation order, against the greatest fence of those that
+        // had returned before this one began.
+        acqs.sort_by_key(|(o, _)| o.invoke);
+        let mut done: Vec<(&Op, u64)> = acqs.clone();
+        done.sort_by_key(|(o, _)| o.end());
+        let mut j = 0;
+        let mut best: Option<(&Op, u64)> = None;
+        for (o, f) in &acqs {
+            while j < done.len() && done[j].0.end() < o.invoke {
+                if best.is_none_or(|(_, b)| done[j].1 > b) {
+                    best = Some(done[j]);
+                }
+                j += 1;
+            }
+            if let Some((p, b)) = best
+                && *f <= b
+            {
+                v.push(Violation {
+                    check: "fences",
+                    what: format!(
+                        "lock {key:?}: fence {f} not greater than fence {b} of an acquisition that returned before it began"
+                    ),
+                    ops: describe(&[p, o], t0),
+                });
+            }
+        }
+    }
+}
+
+/// A fenced write is accepted only if no write with a greater token was
+/// accepted before it began, and refused only if a write with a greater
+/// token began before it returned.
+pub(crate) fn fenced_writes(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+    let mut by_key: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
+    for o in ops {
+        if let Call::FencedWrite { key, fence } = &o.call {
+            by_key.entry(key).or_default().push((o, *fence));
+        }
+    }
+    for (key, ws) in by_key {
+        let accepted: Vec<(&Op, u64)> = ws
+            .iter()
+            .filter(|(o, _)| o.outcome() == Some(&Outcome::Written))
+            .copied()
+            .collect();
+        for (o, f) in &ws {
+            match o.outcome() {
+                Some(Outcome::Written) => {
+                    if let Some((p, b)) = accepted
+                        .iter()
+                        .filter(|(p, b)| p.end() < o.invoke && b > f)
+                        .max_by_key(|(_, b)| *b)
+                    {
+                        v.push(Violation {
+                            check: "fenced-writes",
+                            what: format!(
+                                "resource {key:?}: write with token {f} accepted after token {b} had written"
+                            ),
+                            ops: describe(&[p, o], t0),
+                        });
+                    }
+                }
+                Some(Outcome::Stale) => {
+                    let newer = ws.iter().any(|(p, b)| b > f && p.invoke < o.end());
+                    if !newer {
+                        v.push(Violation {
+                            check: "fenced-writes",
+                            what: format!(
+                                "resource {key:?}: write with token {f} refused as stale, but no greater token had tried to write"
+                            ),
+                            ops: describe(&[o], t0),
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A watchdog lease is kept through a hold while nothing goes wrong: an
+/// `is_held()` that says false with no fault and no failed operation from a
+/// few seconds before the acquisition to the check means the lease was lost
+/// by the client itself (a renewal booked wrongly, a handoff that lost its
+/// lease).
+pub(crate) fn lease_kept_in_calm(
+    ops: &[Op],
+    faults: &[FaultSpan],
+    t0: u64,
+    v: &mut Vec<Violation>,
+) {
+    const BEFORE: u64 = 3_000_000_000;
+    let mut acquired: HashMap<(u32, &str, u64), &Op> = HashMap::new();
+    for o in ops {
+        if let (
+            Call::Acquire {
+                key,
+                watchdog: true,
+                ..
+            },
+            Some(Outcome::Acquired { fence }),
+        ) = (&o.call, o.outcome())
+        {
+            acquired.insert((o.w, key.as_str(), *fence), o);
+        }
+    }
+    for o in ops {
+        let (Call::IsHeld { key, fence }, Some(Outcome::Held { yes: false })) =
+            (&o.call, o.outcome())
+        else {
+            continue;
+        };
+        let Some(acq) = acquired.get(&(o.w, key.as_str(), *fence)) else {
+            continue;
+        };
+        let from = acq.invoke.saturating_sub(BEFORE);
+        // Calm: no fault, and no operation anywhere failing (a machine so
+        // busy that requests time out delays renewals too).
+        let calm = faults.iter().all(|f| f.to < from || f.from > o.end())
+            && !ops.iter().any(|e| {
+                matches!(e.outcome(), Some(Outcome::Error { .. }))
+                    && e.end() >= from
+                    && e.end() <= o.end()
+            });
+        if calm {
+            // Whether the lock was handed over: another holder's release
+            // began while this acquisition waited.
+            let handoff = ops.iter().find(|r| {
+                matches!(&r.call, Call::Release { key: k, .. } if k == key)
+                    && r.w != o.w
+                    && r.invoke >= acq.invoke
+                    && r.invoke <= acq.end()
+            });
+            let how = match handoff {
+                Some(_) => format!(
+                    "handed over after a wait of {:.1} ms",
+                    crate::clock::ms(acq.end() - acq.invoke)
+                ),
+                None => "taken without a handoff".to_owned(),
+            };
+            let mut shown = vec![acq, o];
+            shown.extend(handoff);
+            v.push(Violation {
+                check: "lease-kept",
+                what: format!(
+                    "lock {key:?}: the watchdog's guard (fence {fence}, {how}) lost its lease with no fault in effect"
+                ),
+                ops: describe(&shown, t0),
+            });
+        }
+    }
+}

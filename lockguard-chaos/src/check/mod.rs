@@ -1,0 +1,348 @@
+//! The checks on a merged history. Each is exact where the history allows
+//! it: an operation whose outcome is unknown (an error that may or may not
+//! have applied, a worker killed mid-call) is accounted for as either, never
+//! assumed away.
+
+mod counters;
+mod limiter;
+mod liveness;
+mod locks;
+
+use crate::history::{Call, Op, Outcome};
+
+/// A failed check.
+#[derive(Debug)]
+pub(crate) struct Violation {
+    /// Which check (`mutual-exclusion`, `fences`, ...).
+    pub(crate) check: &'static str,
+    /// What went wrong.
+    pub(crate) what: String,
+    /// The operations involved, described.
+    pub(crate) ops: Vec<String>,
+}
+
+/// What the checks measured besides their verdicts.
+#[derive(Debug, Default)]
+pub(crate) struct Measures {
+    /// Handoffs measured after the last fault healed (and settled).
+    pub(crate) handoffs: usize,
+    /// Their median latency, in ms.
+    pub(crate) handoff_median_ms: Option<f64>,
+    /// Non-empty holds in the history.
+    pub(crate) holds: usize,
+    /// Operations in the history.
+    pub(crate) ops: usize,
+    /// Operations whose outcome is unknown (an error, or never completed).
+    pub(crate) unknown: usize,
+    /// Why wake-ups were not measured, when they were not.
+    pub(crate) wakeups_unmeasured: Option<String>,
+}
+
+/// A time span of the run during which a fault was in effect, with what it
+/// was done to (a worker id for a worker fault).
+#[derive(Debug, Clone)]
+pub(crate) struct FaultSpan {
+    pub(crate) what: String,
+    pub(crate) target: String,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+}
+
+impl FaultSpan {
+    /// The worker a worker fault was done to.
+    pub(crate) fn worker(&self) -> Option<u32> {
+        self.target.strip_prefix("worker ")?.parse().ok()
+    }
+}
+
+/// The settings the checks need.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Bounds {
+    /// What an acquisition may take beyond its wait.
+    pub(crate) wait_slack_ns: u64,
+    /// How long after the last fault heals wake-ups must be back.
+    pub(crate) settle_ns: u64,
+    /// Median handoff latency allowed after the last fault (ns).
+    pub(crate) handoff_median_ns: u64,
+    /// Fewest handoffs to measure.
+    pub(crate) min_handoffs: usize,
+    /// The shortest stretch after the last fault (and the settle time) in
+    /// which handoffs are measured.
+    pub(crate) min_window_ns: u64,
+}
+
+/// The checks a failover of asynchronous replication (Redis Sentinel) may
+/// fail by design: acknowledged counter, limiter and fenced writes the
+/// promoted replica had not received are lost (the safety page says so).
+/// Locks are checked across it: the run's Sentinel clients wait for the
+/// replica to confirm every acquisition and renewal.
+pub(crate) const NOT_ACROSS_ASYNC_FAILOVER: [&str; 4] =
+    ["counters-exact", "versions", "rate-limit", "fenced-writes"];
+
+/// Runs every check on `ops`.
+pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Measures) {
+    let faults: Vec<FaultSpan> = ops
+        .iter()
+        .filter_map(|o| match &o.call {
+            Call::Fault { what, target } => Some(FaultSpan {
+                what: what.clone(),
+                target: target.clone(),
+                from: o.invoke,
+                to: o.end(),
+            }),
+            _ => None,
+        })
+        .collect();
+    let t0 = ops.iter().map(|o| o.invoke).min().unwrap_or(0);
+    let mut v = Vec::new();
+    let holds = locks::holds(ops);
+    let mut m = Measures {
+        holds: holds.len(),
+        ops: ops.len(),
+        unknown: ops
+            .iter()
+            .filter(|o| !matches!(o.call, Call::Fault { .. }))
+            .filter(|o| match o.outcome() {
+                None => true,
+                Some(Outcome::Error { .. }) => true,
+                Some(_) => false,
+            })
+            .count(),
+        ..Measures::default()
+    };
+    locks::mutual_exclusion(&holds, t0, &mut v);
+    locks::fences(ops, t0, &mut v);
+    locks::fenced_writes(ops, t0, &mut v);
+    locks::lease_kept_in_calm(ops, &faults, t0, &mut v);
+    counters::exact(ops, t0, &mut v);
+    counters::versions(ops, t0, &mut v);
+    limiter::within_quota(ops, t0, &mut v);
+    liveness::waits_bounded(ops, &faults, bounds, t0, &mut v);
+    liveness::handoffs(ops, &faults, bounds, end, t0, &mut v, &mut m);
+    (v, m)
+}
+
+/// The operations with the given indexes, described.
+fn describe(ops: &[&Op], t0: u64) -> Vec<String> {
+    ops.iter().map(|o| o.describe(t0)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    //! The checks on small hand-made histories: each catches what it is
+    //! for and passes what is allowed.
+
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn op(w: u32, call: Call, invoke_ms: u64, done: Option<(u64, Outcome)>) -> Op {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        Op {
+            w,
+            op: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            call,
+            invoke: invoke_ms * MS,
+            done: done.map(|(t, o)| (t * MS, o)),
+        }
+    }
+
+    /// A hold by worker `w` of lock "a" with `fence`: acquired at `from`,
+    /// `is_held()` true at `to`, released after.
+    fn hold(w: u32, fence: u64, from: u64, to: u64) -> Vec<Op> {
+        vec![
+            op(
+                w,
+                Call::Acquire {
+                    key: "a".into(),
+                    wait_ms: 1000,
+                    lease_ms: 1000,
+                    watchdog: false,
+                },
+                from - 1,
+                Some((from, Outcome::Acquired { fence })),
+            ),
+            op(
+                w,
+                Call::IsHeld {
+                    key: "a".into(),
+                    fence,
+                },
+                to,
+                Some((to, Outcome::Held { yes: true })),
+            ),
+            op(
+                w,
+                Call::Release {
+                    key: "a".into(),
+                    fence,
+                },
+                to + 1,
+                Some((to + 2, Outcome::Released { was_held: true })),
+            ),
+        ]
+    }
+
+    fn run(mut ops: Vec<Op>) -> Vec<&'static str> {
+        ops.sort_by_key(|o| o.invoke);
+        let bounds = Bounds {
+            wait_slack_ns: 100 * MS,
+            settle_ns: 0,
+            handoff_median_ns: 50 * MS,
+            min_handoffs: 0,
+            min_window_ns: 0,
+        };
+        let (v, _) = check(&ops, bounds, u64::MAX);
+        v.into_iter().map(|v| v.check).collect()
+    }
+
+    #[test]
+    fn holds_one_after_another_pass() {
+        let mut ops = hold(1, 1, 10, 20);
+        ops.extend(hold(2, 2, 25, 30));
+        assert_eq!(run(ops), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn overlapping_holds_are_caught() {
+        let mut ops = hold(1, 1, 10, 20);
+        ops.extend(hold(2, 2, 19, 30));
+        assert!(run(ops).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn a_hold_whose_is_held_said_false_claims_nothing() {
+        let mut ops = hold(1, 1, 10, 20);
+        let last = ops.len() - 2;
+        ops[last].done = Some((20 * MS, Outcome::Held { yes: false }));
+        ops.extend(hold(2, 2, 15, 30));
+        assert!(!run(ops).contains(&"mutual-exclusion"));
+    }
+
+    #[test]
+    fn fences_going_back_are_caught() {
+        let mut ops = hold(1, 5, 10, 20);
+        ops.extend(hold(2, 4, 25, 30));
+        assert!(run(ops).contains(&"fences"));
+    }
+
+    #[test]
+    fn a_stale_write_accepted_is_caught() {
+        let w = |fence, at, out| {
+            op(
+                1,
+                Call::FencedWrite {
+                    key: "r".into(),
+                    fence,
+                },
+                at,
+                Some((at + 1, out)),
+            )
+        };
+        assert_eq!(
+            run(vec![w(5, 10, Outcome::Written), w(4, 20, Outcome::Stale)]),
+            Vec::<&str>::new()
+        );
+        assert!(
+            run(vec![w(5, 10, Outcome::Written), w(4, 20, Outcome::Written)])
+                .contains(&"fenced-writes")
+        );
+        // Refused with no newer writer anywhere.
+        assert!(run(vec![w(4, 20, Outcome::Stale)]).contains(&"fenced-writes"));
+    }
+
+    fn counter_history(final_value: i64, unknown: bool) -> Vec<Op> {
+        let set = op(
+            0,
+            Call::Set {
+                key: "c".into(),
+                n: 10,
+            },
+            0,
+            Some((
+                1,
+                Outcome::Value {
+                    v: 10,
+                    version: None,
+                },
+            )),
+        );
+        let incr = op(
+            1,
+            Call::Incr {
+                key: "c".into(),
+                n: 3,
+            },
+            5,
+            Some((
+                6,
+                Outcome::Value {
+                    v: 13,
+                    version: None,
+                },
+            )),
+        );
+        let maybe = op(
+            2,
+            Call::Take {
+                key: "c".into(),
+                n: 2,
+            },
+            7,
+            unknown.then_some((
+                8,
+                Outcome::Error {
+                    kind: "store unavailable".into(),
+                    msg: "connection lost".into(),
+                },
+            )),
+        );
+        let last = op(
+            0,
+            Call::Get { key: "c".into() },
+            100,
+            Some((
+                101,
+                Outcome::Value {
+                    v: final_value,
+                    version: Some(9),
+                },
+            )),
+        );
+        vec![set, incr, maybe, last]
+    }
+
+    #[test]
+    fn counters_count_unknown_outcomes_either_way() {
+        // The take may or may not have applied: 13 and 11 both fit.
+        assert!(!run(counter_history(13, true)).contains(&"counters-exact"));
+        assert!(!run(counter_history(11, true)).contains(&"counters-exact"));
+        assert!(run(counter_history(12, true)).contains(&"counters-exact"));
+        assert!(run(counter_history(14, true)).contains(&"counters-exact"));
+    }
+
+    #[test]
+    fn waits_past_their_bound_are_caught() {
+        let acquire = |took: u64| {
+            op(
+                1,
+                Call::Acquire {
+                    key: "a".into(),
+                    wait_ms: 1000,
+                    lease_ms: 1000,
+                    watchdog: false,
+                },
+                10,
+                Some((
+                    10 + took,
+                    Outcome::Error {
+                        kind: "busy".into(),
+                        msg: String::new(),
+                    },
+                )),
+            )
+        };
+        assert!(!run(vec![acquire(1050)]).contains(&"no-starvation"));
+        assert!(run(vec![acquire(1200)]).contains(&"no-starvation"));
+    }
+}

@@ -1,0 +1,456 @@
+//! One store's run: start it, start the workers, inject faults on a
+//! schedule drawn from the seed, collect and check the histories.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::check::{self, Bounds, Measures, Violation};
+use crate::clock::{ms, now_ns};
+use crate::deploy::{Deployment, ServerFault};
+use crate::history::{Call, Outcome, Recorder};
+use crate::store::{Kind, RESPONSE_TIMEOUT, Target};
+use crate::worker::{Break, CAS, LEASE, STOCK, STOCK_START};
+
+/// How long a run lasts and how hard it is pushed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Profile {
+    pub(crate) name: &'static str,
+    /// Workers at once.
+    pub(crate) workers: u32,
+    /// Workload length.
+    pub(crate) duration: Duration,
+    /// The quiet tail after the last fault may begin: long enough for a
+    /// dead holder's lease and a dead waiter's place to lapse, then for
+    /// handoffs to be measured.
+    pub(crate) quiet: Duration,
+}
+
+pub(crate) const CI: Profile = Profile {
+    name: "ci",
+    workers: 4,
+    duration: Duration::from_secs(9),
+    quiet: Duration::from_millis(3000),
+};
+
+pub(crate) const LONG: Profile = Profile {
+    name: "long",
+    workers: 6,
+    duration: Duration::from_secs(120),
+    quiet: Duration::from_millis(4000),
+};
+
+/// The self-test's runs: short, no faults.
+const SELF_TEST: Profile = Profile {
+    name: "self-test",
+    workers: 3,
+    duration: Duration::from_secs(3),
+    quiet: Duration::from_secs(3),
+};
+
+/// What one store's run found.
+#[derive(Debug)]
+pub(crate) struct StoreRun {
+    pub(crate) store: &'static str,
+    pub(crate) violations: Vec<Violation>,
+    pub(crate) measures: Measures,
+    pub(crate) faults: Vec<String>,
+    /// Checks not made, because a fault of the run voids them by design.
+    pub(crate) skipped: Vec<&'static str>,
+    pub(crate) dir: PathBuf,
+}
+
+/// A worker fault: done by the runner to one of its processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    Server(ServerFault),
+    PauseWorker,
+    KillWorker,
+}
+
+struct Workers {
+    exe: PathBuf,
+    target: Target,
+    dir: PathBuf,
+    until: u64,
+    seed: u64,
+    next_id: u32,
+    live: Vec<(u32, Child)>,
+}
+
+impl Workers {
+    fn spawn(&mut self, brk: Option<Break>) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("worker")
+            .args(self.target.to_args())
+            .args(["--id", &id.to_string()])
+            .args(["--seed", &(self.seed ^ (u64::from(id) << 32)).to_string()])
+            .args(["--until", &self.until.to_string()])
+            .arg("--out")
+            .arg(self.dir.join(format!("w{id:03}.jsonl")))
+            .stdin(Stdio::null());
+        if let Some(b) = brk {
+            cmd.args(["--break", b.name()]);
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))?;
+        self.live.push((id, child));
+        Ok(())
+    }
+
+    /// Kills the `i`th live worker (SIGKILL) and starts a replacement,
+    /// which keeps the contention up, unless the run is nearly over.
+    fn kill(&mut self, i: usize) -> Result<(), String> {
+        let (_, mut child) = self.live.remove(i);
+        let _ = child.kill();
+        let _ = child.wait();
+        if now_ns() + 1_000_000_000 < self.until {
+            self.spawn(None)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for every worker to finish, killing those still running
+    /// `grace` after the end; returns the ids that had to be killed and
+    /// those that failed.
+    fn finish(&mut self, grace: Duration) -> Vec<String> {
+        let deadline = self.until + grace.as_nanos() as u64;
+        let mut problems = Vec::new();
+        for (id, child) in &mut self.live {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => {
+                        if !status.success() {
+                            problems.push(format!("worker {id} exited with {status}"));
+                        }
+                        break;
+                    }
+                    Ok(None) if now_ns() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        problems.push(format!(
+                            "worker {id} was still running {grace:?} after the end and was killed"
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        problems
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    // The kill(1) program: signalling our own child needs no unsafe code.
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs `profile` on `deploy`, histories in `dir`.
+pub(crate) fn run(
+    deploy: &mut Deployment,
+    profile: Profile,
+    seed: u64,
+    self_test: bool,
+    no_faults: bool,
+    dir: &Path,
+) -> Result<StoreRun, String> {
+    let profile = if self_test { SELF_TEST } else { profile };
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let kind = deploy.kind();
+    let namespace = format!(
+        "chaos_{}_{}",
+        seed % 1_000_000_000,
+        if self_test { "selftest" } else { "run" }
+    );
+    let target = deploy.target(&namespace);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let client = connect_retrying(&rt, &target)?;
+    let file = std::fs::File::create(dir.join("w000.jsonl")).map_err(|e| e.to_string())?;
+    let mut rec = Recorder::new(0, Box::new(std::io::BufWriter::new(file)));
+    if kind.has_counters() {
+        for (key, n) in [(STOCK, STOCK_START), (CAS, 0)] {
+            let op = rec.invoke(Call::Set { key: key.into(), n });
+            let out = match rt.block_on(client.counter(key).set(n)) {
+                Ok(()) => Outcome::Value {
+                    v: n,
+                    version: None,
+                },
+                Err(e) => return Err(format!("cannot set {key} to start: {e}")),
+            };
+            rec.complete(op, out);
+        }
+    }
+
+    let start = now_ns();
+    let end = start + profile.duration.as_nanos() as u64;
+    let mut workers = Workers {
+        exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        target: target.clone(),
+        dir: dir.to_owned(),
+        until: end,
+        seed,
+        next_id: 1,
+        live: Vec::new(),
+    };
+    for i in 0..profile.workers {
+        let brk = match (self_test, i) {
+            (true, 0) => Some(Break::StaleHold),
+            (true, 1) if kind.has_counters() => Some(Break::Miscount),
+            _ => None,
+        };
+        workers.spawn(brk)?;
+    }
+
+    let mut master = deploy.master();
+
+    // Faults, one at a time, until the quiet tail.
+    let mut rng = fastrand::Rng::with_seed(seed ^ kind_salt(kind));
+    let mut kinds: Vec<Fault> = deploy.faults().into_iter().map(Fault::Server).collect();
+    kinds.extend([Fault::PauseWorker, Fault::KillWorker]);
+    let faults_until = end.saturating_sub(profile.quiet.as_nanos() as u64);
+    let mut done_faults = Vec::new();
+    let mut next = start + 500_000_000;
+    // A fault starts only if it can heal before the quiet tail.
+    while !self_test && !no_faults && next < faults_until {
+        let fits: Vec<Fault> = kinds
+            .iter()
+            .copied()
+            .filter(|f| match f {
+                Fault::Server(f) => deploy.offers(*f),
+                _ => !workers.live.is_empty(),
+            })
+            .filter(|f| {
+                let longest = match f {
+                    Fault::Server(f) => deploy.longest(*f),
+                    _ => LEASE + Duration::from_millis(700),
+                };
+                next + longest.as_nanos() as u64 <= faults_until
+            })
+            .collect();
+        if fits.is_empty() {
+            break;
+        }
+        let fault = fits[rng.usize(..fits.len())];
+        sleep_until(next);
+        let pick = rng.usize(..1000);
+        let down = Duration::from_millis(rng.u64(..=deploy.longest_downtime().as_millis() as u64));
+        let (what, mut target_name) = match fault {
+            Fault::Server(f) => (f.name(), format!("server {}", pick)),
+            Fault::PauseWorker | Fault::KillWorker => {
+                let id = workers.live[pick % workers.live.len()].0;
+                let what = if fault == Fault::PauseWorker {
+                    "pause-worker"
+                } else {
+                    "kill-worker"
+                };
+                (what, format!("worker {id}"))
+            }
+        };
+        let began = rec_time(start);
+        let op = rec.invoke(Call::Fault {
+            what: what.into(),
+            target: target_name.clone(),
+        });
+        let result = match fault {
+            Fault::Server(f) => deploy
+                .apply(f, pick, deploy.pause_length(LEASE), down)
+                .map(|server| target_name = server),
+            Fault::PauseWorker => {
+                // Past its lease: it must find the lock lost.
+                let pid = workers.live[pick % workers.live.len()].1.id();
+                signal(pid, "-STOP");
+                std::thread::sleep(LEASE + Duration::from_millis(300));
+                signal(pid, "-CONT");
+                Ok(())
+            }
+            Fault::KillWorker => workers.kill(pick % workers.live.len()),
+        };
+        rec.complete(
+            op,
+            match &result {
+                Ok(()) => Outcome::Healed,
+                Err(e) => Outcome::Error {
+                    kind: "fault".into(),
+                    msg: e.clone(),
+                },
+            },
+        );
+        done_faults.push(format!(
+            "at {:.0} ms for {:.0} ms: {what} {target_name}{}",
+            ms(began),
+            ms(rec_time(start) - began),
+            result
+                .err()
+                .map(|e| format!(" (failed: {e})"))
+                .unwrap_or_default()
+        ));
+        if fault == Fault::Server(ServerFault::Failover) {
+            master = deploy.master();
+        }
+        watch_master(deploy, &mut master, &mut rec, &mut done_faults, start);
+        next = now_ns() + rng.u64(200_000_000..700_000_000);
+    }
+    // The quiet tail, watching for a failover the sentinels start on
+    // their own.
+    while now_ns() < end {
+        sleep_until((now_ns() + 100_000_000).min(end));
+        watch_master(deploy, &mut master, &mut rec, &mut done_faults, start);
+    }
+    let problems = workers.finish(Duration::from_secs(10));
+
+    // The final values, once the store answers, through a new client: the
+    // first one's runtime stood still through the run (a ZooKeeper
+    // session cannot live through that).
+    drop(client);
+    if kind.has_counters() {
+        let client = connect_retrying(&rt, &target)?;
+        for key in [STOCK, CAS] {
+            let deadline = now_ns() + 10_000_000_000;
+            loop {
+                let op = rec.invoke(Call::Get { key: key.into() });
+                match rt.block_on(client.counter(key).get_versioned()) {
+                    Ok(v) => {
+                        rec.complete(
+                            op,
+                            Outcome::Value {
+                                v: v.value,
+                                version: Some(v.version),
+                            },
+                        );
+                        break;
+                    }
+                    Err(e) => {
+                        rec.complete(op, Outcome::error(&e));
+                        if now_ns() > deadline {
+                            return Err(format!("cannot read {key} after the run: {e}"));
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        }
+    }
+    drop(rec);
+
+    let ops = crate::history::load(dir).map_err(|e| format!("cannot read the histories: {e}"))?;
+    let bounds = Bounds {
+        // The last attempt of a wait may start just before the wait ends
+        // and take a connect and a response timeout; a busy machine adds
+        // scheduling delays.
+        wait_slack_ns: (RESPONSE_TIMEOUT * 2 + Duration::from_millis(750)).as_nanos() as u64,
+        settle_ns: 1_500_000_000,
+        handoff_median_ns: 50_000_000,
+        min_handoffs: 5,
+        min_window_ns: 1_000_000_000,
+    };
+    let (mut violations, measures) = check::check(&ops, bounds, end);
+    if self_test {
+        // Liveness of a deliberately broken run is not the point.
+        violations.retain(|v| v.check != "wake-ups");
+    }
+    let mut skipped = Vec::new();
+    if kind == Kind::Sentinel && done_faults.iter().any(|f| f.contains(" failover ")) {
+        skipped = check::NOT_ACROSS_ASYNC_FAILOVER.to_vec();
+        violations.retain(|v| !skipped.contains(&v.check));
+    }
+    for p in problems {
+        violations.push(Violation {
+            check: "workers",
+            what: p,
+            ops: vec![],
+        });
+    }
+    Ok(StoreRun {
+        store: kind.name(),
+        violations,
+        measures,
+        faults: done_faults,
+        skipped,
+        dir: dir.to_owned(),
+    })
+}
+
+/// Notices a failover the sentinels started on their own (a master paused
+/// or restarted for what looked like their 1 s on a busy machine), and
+/// records it as a fault of the run: the checks treat it as the failover it
+/// is, and wake-ups are measured only after it.
+fn watch_master(
+    deploy: &Deployment,
+    master: &mut Option<u16>,
+    rec: &mut Recorder,
+    done_faults: &mut Vec<String>,
+    start: u64,
+) {
+    if master.is_none() {
+        return;
+    }
+    let now = deploy.master();
+    if now.is_none() || now == *master {
+        return;
+    }
+    let op = rec.invoke(Call::Fault {
+        what: "failover".into(),
+        target: "by the sentinels".into(),
+    });
+    rec.complete(op, Outcome::Healed);
+    done_faults.push(format!(
+        "at {:.0} ms: failover by the sentinels on their own, redis:{} to redis:{}",
+        ms(rec_time(start)),
+        master.unwrap_or_default(),
+        now.unwrap_or_default()
+    ));
+    *master = now;
+}
+
+/// A client of `target`, retried for a while: the store may still be
+/// coming back from the last fault.
+fn connect_retrying(
+    rt: &tokio::runtime::Runtime,
+    target: &Target,
+) -> Result<lockguard_core::Client, String> {
+    let deadline = now_ns() + 10_000_000_000;
+    loop {
+        match rt.block_on(target.connect()) {
+            Ok(c) => return Ok(c),
+            Err(e) if now_ns() > deadline => {
+                return Err(format!(
+                    "the runner cannot connect to {}: {e}",
+                    target.kind.name()
+                ));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+fn rec_time(start: u64) -> u64 {
+    now_ns().saturating_sub(start)
+}
+
+fn kind_salt(kind: Kind) -> u64 {
+    crate::store::ALL
+        .iter()
+        .position(|k| *k == kind)
+        .map_or(0, |i| i as u64)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+fn sleep_until(t: u64) {
+    let now = now_ns();
+    if t > now {
+        std::thread::sleep(Duration::from_nanos(t - now));
+    }
+}
