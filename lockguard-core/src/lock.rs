@@ -564,6 +564,13 @@ impl Lock {
                 // new session) is retried with backoff while the wait lasts.
                 Err(e) if e.is_unavailable() => {
                     tracing::debug!(lock = %self.name, error = %e, "attempt failed while waiting; retrying");
+                    // Its outcome is unknown: it may have claimed a lock
+                    // handed to us and given it back (a grant the replicas
+                    // did not confirm is released, to the next waiter). No
+                    // handoff named by it or an earlier attempt is used:
+                    // the next attempt claims the lock if it is still ours.
+                    sent.clear();
+                    let _stale = ticket.take_handoff();
                     (None, Some(e))
                 }
                 Err(e) => return Err(e),
