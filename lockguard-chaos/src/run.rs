@@ -29,8 +29,11 @@ pub(crate) struct Profile {
 pub(crate) const CI: Profile = Profile {
     name: "ci",
     workers: 4,
-    duration: Duration::from_secs(9),
-    quiet: Duration::from_millis(3000),
+    // The quiet tail leaves three seconds after the settle time to measure
+    // handoffs: a slow store (Sentinel waiting for its replica) makes only
+    // a few a second.
+    duration: Duration::from_secs(10),
+    quiet: Duration::from_millis(4500),
 };
 
 pub(crate) const LONG: Profile = Profile {
@@ -353,7 +356,10 @@ pub(crate) fn run(
         wait_slack_ns: (RESPONSE_TIMEOUT * 2 + Duration::from_millis(750)).as_nanos() as u64,
         settle_ns: 1_500_000_000,
         handoff_median_ns: 50_000_000,
-        min_handoffs: 5,
+        // Three tell a store whose waiters are woken (a few ms) from one
+        // whose waiters find the lock on their timed refreshes (a hundred
+        // ms and more): the median of three is slow only if two are.
+        min_handoffs: 3,
         min_window_ns: 1_000_000_000,
     };
     let (mut violations, measures) = check::check(&ops, bounds, end);
