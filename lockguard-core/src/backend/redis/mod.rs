@@ -882,7 +882,7 @@ impl RedisStore {
         }
         #[cfg(feature = "sentinel")]
         if let Some(leases) = &self.leases {
-            leases.forget(keys, token);
+            leases.forget(token);
         }
         let n: i64 = self
             .run(&call, || format!("releasing {:?}", keys.lock))
@@ -916,7 +916,7 @@ impl RedisStore {
             if n == 1 {
                 leases.renewed(keys, token, lease);
             } else {
-                leases.forget(keys, token);
+                leases.forget(token);
             }
         }
         Ok(n == 1)

@@ -234,8 +234,8 @@ type Renewed = (LockKeys, Duration, Instant);
 /// when it was meant to.
 #[derive(Default)]
 pub(crate) struct Leases {
-    /// By lock (or semaphore) key and holder's token.
-    held: Mutex<HashMap<(String, Token), Renewed>>,
+    /// By holder's token (unique to one acquisition of one key).
+    held: Mutex<HashMap<Token, Renewed>>,
     /// The store renewing them (set once it is built).
     store: OnceLock<Weak<RedisStore>>,
 }
@@ -249,7 +249,7 @@ impl std::fmt::Debug for Leases {
 }
 
 impl Leases {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, Token), Renewed>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Renewed>> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -263,7 +263,7 @@ impl Leases {
         let now = Instant::now();
         let mut held = self.lock();
         let entry = (keys.clone(), lease, now + lease);
-        if held.insert((keys.lock.clone(), *token), entry).is_none() {
+        if held.insert(*token, entry).is_none() {
             // Leases whose holders stopped renewing without a release (guards
             // leaked) end; so do their entries, looked for once per new
             // lease rather than at every renewal.
@@ -272,8 +272,8 @@ impl Leases {
     }
 
     /// Forgets `token`'s lease on `keys` (released, or found gone).
-    pub(crate) fn forget(&self, keys: &LockKeys, token: &Token) {
-        self.lock().remove(&(keys.lock.clone(), *token));
+    pub(crate) fn forget(&self, token: &Token) {
+        self.lock().remove(token);
     }
 
     /// Renews every lease still running on the master just switched to, in
@@ -287,7 +287,7 @@ impl Leases {
             .lock()
             .iter()
             .filter(|(_, (_, _, until))| *until > now)
-            .map(|((_, token), (keys, lease, _))| (keys.clone(), *token, *lease))
+            .map(|(token, (keys, lease, _))| (keys.clone(), *token, *lease))
             .collect();
         if due.is_empty() {
             return;
