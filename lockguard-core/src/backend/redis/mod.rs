@@ -353,6 +353,25 @@ where
     }
 }
 
+/// What an acquire script's reply `[taken, n]` says: the fencing token of a
+/// lock taken, or the attempt that did not take it (`n` the holder's PTTL;
+/// negative when it has none, or the key is free but others are ahead).
+fn attempt_reply(keys: &LockKeys, (taken, n): (i64, i64)) -> Result<Result<FencingToken, Attempt>> {
+    match (taken, u64::try_from(n)) {
+        (1, Ok(fence)) if fence > 0 => Ok(Ok(FencingToken::new(fence))),
+        // PTTL 0: under a millisecond left.
+        (0, Ok(ms)) => Ok(Err(Attempt::Busy(Some(Duration::from_millis(ms))))),
+        (0, Err(_)) => Ok(Err(Attempt::Busy(None))),
+        _ => Err(Error::new(
+            ErrorKind::Protocol,
+            format!(
+                "acquiring {:?}: unexpected script reply [{taken}, {n}]",
+                keys.lock
+            ),
+        )),
+    }
+}
+
 /// The error for a failed Redis request about `what`.
 pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
     let kind = match err.kind() {
@@ -770,36 +789,25 @@ impl RedisStore {
                 .arg(p.channel)
                 .arg(p.attempt);
         }
-        let (taken, n): (i64, i64) = self
+        let reply = self
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;
-        match (taken, u64::try_from(n)) {
-            (1, Ok(fence)) if fence > 0 => {
-                if let Err(e) = self.replicated(&keys.lock).await {
-                    // Not on enough replicas to survive a failover: give it
-                    // back rather than hand out a lock a promoted replica
-                    // would not know.
-                    if let Err(undo) = self.release(keys, token).await {
-                        tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
-                    }
-                    return Err(e);
-                }
-                Ok(Attempt::Acquired {
-                    fence: FencingToken::new(fence),
-                    keys: keys.clone(),
-                })
+        let fence = match attempt_reply(keys, reply)? {
+            Ok(fence) => fence,
+            Err(busy) => return Ok(busy),
+        };
+        if let Err(e) = self.replicated(&keys.lock).await {
+            // Not on enough replicas to survive a failover: give it back
+            // rather than hand out a lock a promoted replica would not know.
+            if let Err(undo) = self.release(keys, token).await {
+                tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
             }
-            // PTTL 0: under a millisecond left.
-            (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
-            (0, Err(_)) => Ok(Attempt::Busy(None)),
-            _ => Err(Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "acquiring {:?}: unexpected script reply [{taken}, {n}]",
-                    keys.lock
-                ),
-            )),
+            return Err(e);
         }
+        Ok(Attempt::Acquired {
+            fence,
+            keys: keys.clone(),
+        })
     }
 
     /// One attempt at a lock on a Redlock node, where waiters line up by
@@ -825,24 +833,16 @@ impl RedisStore {
                 .arg(p.since_ms)
                 .arg(millis_ceil(p.timeout));
         }
-        let (taken, n): (i64, i64) = self
+        let reply = self
             .run(&call, || format!("acquiring {:?}", keys.lock))
             .await?;
-        match (taken, u64::try_from(n)) {
-            (1, Ok(fence)) if fence > 0 => Ok(Attempt::Acquired {
-                fence: FencingToken::new(fence),
+        Ok(match attempt_reply(keys, reply)? {
+            Ok(fence) => Attempt::Acquired {
+                fence,
                 keys: keys.clone(),
-            }),
-            (0, Ok(ms)) => Ok(Attempt::Busy(Some(Duration::from_millis(ms)))),
-            (0, Err(_)) => Ok(Attempt::Busy(None)),
-            _ => Err(Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "acquiring {:?}: unexpected script reply [{taken}, {n}]",
-                    keys.lock
-                ),
-            )),
-        }
+            },
+            Err(busy) => busy,
+        })
     }
 
     /// Gives up `token`'s lock on a Redlock node and announces it on the
