@@ -413,8 +413,21 @@ async fn renewed_forever(
     Ok(())
 }
 
+/// Waits up to a second, as [`exclusive`] waits thirty.
+#[distributed_lock(key = "account:{id}", wait = "1s", client = lg)]
+async fn exclusive_briefly(
+    lg: &Client,
+    id: u32,
+    tracker: &Tracker,
+) -> Result<(), lockguard::Error> {
+    let inside = tracker.enter();
+    inside.finish();
+    Ok(())
+}
+
 /// When Redis is down, the function returns the store's error (never a
-/// panic) and its body does not run.
+/// panic) and its body does not run: at the end of its wait, which retries
+/// the store while it lasts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_that_is_down_is_an_error() {
     let mut env = Env::redis();
@@ -425,9 +438,15 @@ async fn a_store_that_is_down_is_an_error() {
         .unwrap();
     env.server.as_mut().unwrap().kill();
     let tracker = Tracker::default();
-    let err = within("the call", exclusive(&lg, 1, &tracker))
+    let started = std::time::Instant::now();
+    let err = within("the call", exclusive_briefly(&lg, 1, &tracker))
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains("retried"), "{err}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "gave up before its wait ended"
+    );
     assert_eq!(tracker.runs(), 0);
 }
