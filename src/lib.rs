@@ -32,7 +32,7 @@
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
-//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`) |
+//! | `postgres` | `lockguard-postgres` as `lockguard::postgres`: the PostgreSQL store (`Client::connect_postgres` with `lockguard::postgres::ClientExt` in scope, or `lockguard::prelude::*`), `FencedTable` |
 //! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
@@ -58,6 +58,19 @@ pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 #[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The PostgreSQL store, from the crate `lockguard-postgres`.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use lockguard_postgres as postgres;
+
+/// The traits that add the store crates' constructors to [`Client`] and
+/// [`Builder`]: `use lockguard::prelude::*;` and
+/// `Client::connect_postgres(url)` works as before.
+pub mod prelude {
+    #[cfg(feature = "postgres")]
+    pub use lockguard_postgres::{BuilderExt as _, ClientExt as _};
+}
 
 /// Tower layers for HTTP services.
 #[cfg(feature = "tower")]

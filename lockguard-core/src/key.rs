@@ -27,6 +27,16 @@ pub enum Resource {
     },
 }
 
+impl Resource {
+    /// How many may hold it at once: 1 for a lock.
+    pub fn permits(self) -> u32 {
+        match self {
+            Self::Lock => 1,
+            Self::Semaphore { permits } => permits,
+        }
+    }
+}
+
 /// Checks a user-supplied key: not empty, not too long, no control
 /// characters. `what` names the key in the message (`"lock"`, `"counter"`).
 ///

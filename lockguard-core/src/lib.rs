@@ -34,7 +34,7 @@
 //! | `tls-native-tls` | `rediss://` through the platform's TLS library (rustls wins when both are on) |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
 //! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
-//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`), through tokio-postgres and deadpool-postgres; `postgres::FencedTable` |
+//! | `postgres` | `ToSql`/`FromSql` for [`FencingToken`], through `postgres-types` (the PostgreSQL store is the crate `lockguard-postgres`) |
 //! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks and semaphores as ZooKeeper's lock recipe, through `zookeeper-client` |
 //!
 //! # Guarantees
@@ -84,7 +84,7 @@
 //! | [`Client::connect`] | one Redis server (6.2 or newer) |
 //! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
-//! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
+//! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
 //! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
@@ -212,11 +212,6 @@ mod limiter;
 mod fenced;
 // The client handle.
 mod client;
-// The PostgreSQL store's extras for applications: the schema's SQL, fenced
-// writes to their own tables.
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]
@@ -226,7 +221,9 @@ pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 #[cfg(feature = "zookeeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use client::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
-pub use client::{Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+pub use client::{
+    Builder, Client, ConnectionSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
 pub use engine::{

@@ -375,6 +375,24 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// What a store reports: `holders` of `capacity`, the lease that ends
+    /// first, the waiters and the newest fencing token drawn.
+    pub fn new(
+        holders: u32,
+        capacity: u32,
+        lease_left: Option<Duration>,
+        waiters: u64,
+        latest_fence: Option<FencingToken>,
+    ) -> Self {
+        Self {
+            holders,
+            capacity,
+            lease_left,
+            waiters,
+            latest_fence,
+        }
+    }
+
     /// Whether anyone holds it.
     pub fn is_held(&self) -> bool {
         self.holders > 0

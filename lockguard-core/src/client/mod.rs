@@ -23,8 +23,6 @@ use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::token::Token;
 
-#[cfg(feature = "postgres")]
-mod postgres;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(feature = "zookeeper")]
@@ -245,10 +243,19 @@ pub struct Builder {
     node_timeout: Duration,
     clock: Arc<dyn Clock>,
     tls: TlsSettings,
-    #[cfg(feature = "postgres")]
-    postgres_schema: String,
     #[cfg(feature = "zookeeper")]
     zookeeper: zookeeper::ZooKeeperSettings,
+}
+
+/// The connection settings of a [`Builder`], for a store crate to open its
+/// connections with: see [`Builder::connection_settings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionSettings {
+    /// How long to wait for a connection ([`Builder::connect_timeout`]).
+    pub connect_timeout: Duration,
+    /// How long to wait for an answer ([`Builder::response_timeout`]).
+    pub response_timeout: Duration,
 }
 
 impl Default for Builder {
@@ -269,8 +276,6 @@ impl Default for Builder {
             node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
             tls: TlsSettings::default(),
-            #[cfg(feature = "postgres")]
-            postgres_schema: crate::backend::postgres::DEFAULT_SCHEMA.to_owned(),
             #[cfg(feature = "zookeeper")]
             zookeeper: zookeeper::ZooKeeperSettings::default(),
         }
@@ -407,7 +412,24 @@ impl Builder {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// The connection settings a store crate opens its connections with.
+    pub fn connection_settings(&self) -> ConnectionSettings {
+        ConnectionSettings {
+            connect_timeout: self.opts.connect_timeout,
+            response_timeout: self.opts.response_timeout,
+        }
+    }
+
+    /// Checks the settings, as every constructor does before it connects:
+    /// a store crate's constructor calls it first, so settings that cannot
+    /// work are reported before any connection is made.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for settings that cannot work (a prefix
+    /// with a brace, a zero retry interval, a default lease below
+    /// [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
+    pub fn validate(&self) -> Result<()> {
         crate::key::validate_plain("key prefix", &self.prefix)?;
         // Every constructor validates first: the key layout's one-time
         // table is built here, not in the first operation.
@@ -632,22 +654,16 @@ impl Builder {
         Ok(self.finish(store))
     }
 
-    /// Connects to `REDIS_URL` when set (and not empty); else, with the
-    /// `postgres` feature, to `DATABASE_URL` when set; else builds an
+    /// Connects to `REDIS_URL` when set (and not empty); else builds an
     /// in-memory client and says so in a log line (its locks are then
     /// process-local).
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`] (or `Builder::connect_postgres`) when a URL
-    /// is set.
+    /// As [`Builder::connect`] when a URL is set.
     pub async fn from_env(self) -> Result<Client> {
         if let Some(url) = env_url("REDIS_URL")? {
             return self.connect(&url).await;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(url) = env_url("DATABASE_URL")? {
-            return self.connect_postgres(&url).await;
         }
         tracing::warn!(
             "REDIS_URL is not set; using the in-memory store: locks and limits hold within this process only"

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use lockguard_core::{Client, ManualClock};
 #[cfg(feature = "postgres")]
+use lockguard_postgres::BuilderExt as _;
+#[cfg(feature = "postgres")]
 use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
