@@ -33,7 +33,7 @@
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
 //! | `postgres` | `lockguard-postgres` as `lockguard::postgres`: the PostgreSQL store (`Client::connect_postgres` with `lockguard::postgres::ClientExt` in scope, or `lockguard::prelude::*`), `FencedTable` |
-//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks, semaphores, counters and fenced values |
+//! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |
@@ -64,12 +64,19 @@ struct ReadmeDoctests;
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use lockguard_postgres as postgres;
 
+/// The ZooKeeper store, from the crate `lockguard-zookeeper`.
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub use lockguard_zookeeper as zookeeper;
+
 /// The traits that add the store crates' constructors to [`Client`] and
 /// [`Builder`]: `use lockguard::prelude::*;` and
 /// `Client::connect_postgres(url)` works as before.
 pub mod prelude {
     #[cfg(feature = "postgres")]
     pub use lockguard_postgres::{BuilderExt as _, ClientExt as _};
+    #[cfg(feature = "zookeeper")]
+    pub use lockguard_zookeeper::{BuilderExt as _, ClientExt as _};
 }
 
 /// Tower layers for HTTP services.

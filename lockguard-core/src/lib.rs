@@ -35,7 +35,6 @@
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
 //! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
 //! | `postgres` | `ToSql`/`FromSql` for [`FencingToken`], through `postgres-types` (the PostgreSQL store is the crate `lockguard-postgres`) |
-//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks and semaphores as ZooKeeper's lock recipe, through `zookeeper-client` |
 //!
 //! # Guarantees
 //!
@@ -85,7 +84,7 @@
 //! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
 //! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
 //! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
-//! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
+//! | `Client::connect_zookeeper` (crate `lockguard-zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to
@@ -218,9 +217,6 @@ mod client;
 pub mod safety {}
 
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
-#[cfg(feature = "zookeeper")]
-#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
-pub use client::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
 pub use client::{
     Builder, Client, ConnectionSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
 };
@@ -242,8 +238,3 @@ pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
 #[cfg(feature = "serde")]
 pub use text::serde_duration;
-/// The ZooKeeper client crate lockguard uses (feature `zookeeper`), for
-/// [`Builder::connect_zookeeper_client`].
-#[cfg(feature = "zookeeper")]
-#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
-pub use zookeeper_client;

@@ -25,10 +25,6 @@ use crate::token::Token;
 
 #[cfg(feature = "sentinel")]
 mod sentinel;
-#[cfg(feature = "zookeeper")]
-mod zookeeper;
-#[cfg(feature = "zookeeper")]
-pub use zookeeper::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
 
 /// The default timeout for connecting to Redis.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -243,8 +239,6 @@ pub struct Builder {
     node_timeout: Duration,
     clock: Arc<dyn Clock>,
     tls: TlsSettings,
-    #[cfg(feature = "zookeeper")]
-    zookeeper: zookeeper::ZooKeeperSettings,
 }
 
 /// The connection settings of a [`Builder`], for a store crate to open its
@@ -276,8 +270,6 @@ impl Default for Builder {
             node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
             tls: TlsSettings::default(),
-            #[cfg(feature = "zookeeper")]
-            zookeeper: zookeeper::ZooKeeperSettings::default(),
         }
     }
 }

@@ -13,7 +13,6 @@ mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
 mod waits;
-#[cfg(feature = "zookeeper")]
 mod zookeeper;
 
 use std::io::{Read, Write};

@@ -184,13 +184,11 @@ async fn ended_wait_leaves_the_queue_on_postgres() {
     giving_up_leaves_the_queue(Env::postgres(), GiveUp::WaitOver).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquire_leaves_the_queue_on_zookeeper() {
     giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::Dropped).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ended_wait_leaves_the_queue_on_zookeeper() {
     giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::WaitOver).await;

@@ -74,7 +74,6 @@ async fn fifo_order_across_8_clients_on_postgres() {
     fifo_order(Env::postgres()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_order_across_8_clients_on_zookeeper() {
     fifo_order(Env::zookeeper()).await;
@@ -138,7 +137,6 @@ async fn try_acquire_neither_queues_nor_barges_on_postgres() {
     try_acquire_neither_queues_nor_barges(Env::postgres()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_zookeeper() {
     try_acquire_neither_queues_nor_barges(Env::zookeeper()).await;
@@ -263,7 +261,6 @@ async fn semaphore_permits_in_fifo_order_on_postgres() {
     semaphore_order(Env::postgres()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order_on_zookeeper() {
     semaphore_order(Env::zookeeper()).await;

@@ -13,8 +13,8 @@ use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
-#[cfg(feature = "zookeeper")]
 use lockguard_testing::ZooKeeperServer;
+use lockguard_zookeeper::BuilderExt as _;
 use redis::AsyncCommands;
 
 /// One store under test: the in-memory store, or a real `redis-server`
@@ -31,7 +31,6 @@ pub struct Env {
     #[cfg(feature = "postgres")]
     pub postgres: Option<(&'static PostgresServer, String)>,
     /// A ZooKeeper store under test: a server of this test's own.
-    #[cfg(feature = "zookeeper")]
     pub zookeeper: Option<ZooKeeperServer>,
     /// The in-memory store's clock (unused on the real stores, where time
     /// is the server's).
@@ -53,7 +52,6 @@ impl Env {
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             // Every handle of the memory store is a peer of this one, with
             // its settings: a long waiter timeout, so that the tests of
@@ -87,7 +85,6 @@ impl Env {
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             clock: ManualClock::new(),
             memory: None,
@@ -113,7 +110,6 @@ impl Env {
             #[cfg(feature = "cluster")]
             cluster: None,
             postgres: Some((PostgresServer::shared(), schema)),
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             clock: ManualClock::new(),
             memory: None,
@@ -123,7 +119,6 @@ impl Env {
     }
 
     /// ZooKeeper: a standalone server of this test's own.
-    #[cfg(feature = "zookeeper")]
     pub fn zookeeper() -> Self {
         Self {
             zookeeper: Some(ZooKeeperServer::start()),
@@ -173,7 +168,6 @@ impl Env {
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
-        #[cfg(feature = "zookeeper")]
         if let Some(server) = &self.zookeeper {
             // A session timeout above every lease the tests fix.
             return b
@@ -236,7 +230,6 @@ impl Env {
     /// ZooKeeper, where a crashed holder's lock goes with its session, one
     /// whose session timeout is `lease`.
     pub async fn client_for_lease(&self, lease: Duration) -> Client {
-        #[cfg(feature = "zookeeper")]
         if let Some(server) = &self.zookeeper {
             return Client::builder()
                 .zookeeper_session_timeout(lease)
@@ -255,7 +248,6 @@ impl Env {
         if self.postgres.is_some() {
             return true;
         }
-        #[cfg(feature = "zookeeper")]
         if self.zookeeper.is_some() {
             return true;
         }
@@ -266,7 +258,6 @@ impl Env {
     /// it has left): all but ZooKeeper, where a holder's client keeps it
     /// and the store knows only that the holder's session lives.
     pub fn store_keeps_leases(&self) -> bool {
-        #[cfg(feature = "zookeeper")]
         if self.zookeeper.is_some() {
             return false;
         }
@@ -373,7 +364,6 @@ macro_rules! conformance {
         $crate::conformance!(@cluster $($name),*);
     };
     (zookeeper: $($name:ident),* $(,)?) => {
-        #[cfg(feature = "zookeeper")]
         mod zookeeper {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
