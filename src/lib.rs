@@ -26,7 +26,8 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis, Redlock and in-memory stores |
+//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the public store boundary; the in-memory store |
+//! | `redis` (default) | the Redis and Redlock stores (`Client::connect`, `Client::redlock`); without it no redis-rs is compiled |
 //! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
 //! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |

@@ -1,7 +1,10 @@
 //! Validation of user keys and the Redis key layout derived from them.
 
+#[cfg(feature = "redis")]
 use std::fmt::Write as _;
-use std::sync::{LazyLock, OnceLock};
+#[cfg(feature = "redis")]
+use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 
@@ -150,6 +153,7 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
     out
 }
 
+#[cfg(feature = "redis")]
 /// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of
 /// the whole key when it has none, modulo 16384.
 pub(crate) fn slot(key: &str) -> u16 {
@@ -166,12 +170,14 @@ pub(crate) fn slot(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
 }
 
+#[cfg(feature = "redis")]
 const SLOTS: u16 = 16384;
 
 /// For each cluster slot, the smallest number whose decimal form hashes to
 /// it: the hash tag of that slot's sequence key. Built once per process
 /// (about 170 000 CRC16s: a few ms in release builds, 50 ms in debug
 /// builds), when the first client is built, so no operation waits for it.
+#[cfg(feature = "redis")]
 static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
     let mut tags = vec![u32::MAX; usize::from(SLOTS)];
     let mut missing = tags.len();
@@ -189,6 +195,7 @@ static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
 });
 
 /// Builds the slot table now, if no client did yet (see [`SLOT_TAGS`]).
+#[cfg(feature = "redis")]
 pub(crate) fn prepare() {
     LazyLock::force(&SLOT_TAGS);
 }
@@ -201,6 +208,7 @@ pub(crate) fn prepare() {
 /// server's clock (in whole ms, times 1000), so tokens and versions strictly increase per key
 /// across the key's expiry, and the store holds at most one such key per
 /// slot however many keys are ever locked or counted.
+#[cfg(feature = "redis")]
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
     let tag = SLOT_TAGS[usize::from(slot(key))];
     let mut out = String::with_capacity(prefix.len() + 16);
@@ -235,9 +243,12 @@ pub struct LockKeys {
 /// The keys around a lock's own key.
 #[derive(Debug, Clone)]
 struct Around {
+    #[cfg(feature = "redis")]
     sequence: String,
     channel: String,
+    #[cfg(feature = "redis")]
     queue: String,
+    #[cfg(feature = "redis")]
     tickets: String,
 }
 
@@ -284,6 +295,7 @@ impl LockKeys {
         }
     }
 
+    #[cfg(feature = "redis")]
     /// The keys of a lock laid out after `of`'s key (a Redlock
     /// semaphore's slot `lock`): in its slot, sharing its sequence and
     /// release channel, with a queue and tickets of its own.
@@ -327,32 +339,39 @@ impl LockKeys {
 
     fn around(&self) -> &Around {
         self.around.get_or_init(|| Around {
+            #[cfg(feature = "redis")]
             sequence: sequence(&self.lock[..self.prefix_len], &self.lock),
             channel: suffixed(&self.lock, ":released"),
+            #[cfg(feature = "redis")]
             queue: suffixed(&self.lock, ":queue"),
+            #[cfg(feature = "redis")]
             tickets: suffixed(&self.lock, ":tickets"),
         })
     }
 
     /// The sequence fencing tokens are drawn from, shared by every key of
     /// the lock's cluster slot (see [`sequence`]).
+    #[cfg(feature = "redis")]
     pub(crate) fn sequence(&self) -> &str {
         &self.around().sequence
     }
 
-    /// The pub/sub channel a release is announced on, on a store whose
-    /// waiters line up instead of queueing (Redlock).
-    pub(crate) fn channel(&self) -> &str {
+    /// The channel a release is announced on, on a store whose waiters
+    /// line up instead of queueing ([`Waiting::Line`](crate::store::Waiting::Line)):
+    /// its waiters listen there.
+    pub fn channel(&self) -> &str {
         &self.around().channel
     }
 
     /// The waiters' queue: tokens in order of arrival.
+    #[cfg(feature = "redis")]
     pub(crate) fn queue(&self) -> &str {
         &self.around().queue
     }
 
     /// Each queued waiter's deadline and channel (and a semaphore holder's
     /// fencing token).
+    #[cfg(feature = "redis")]
     pub(crate) fn tickets(&self) -> &str {
         &self.around().tickets
     }
@@ -395,6 +414,7 @@ pub struct CounterKeys {
     /// The set of members [`mark_once`](crate::Counter::mark_once) saw.
     pub(crate) marks: String,
     /// The sequence versions are drawn from (see [`sequence`]).
+    #[cfg(feature = "redis")]
     pub(crate) sequence: String,
 }
 
@@ -415,13 +435,14 @@ impl CounterKeys {
         let value = base(prefix, "counter", name);
         Self {
             marks: format!("{value}:marks"),
+            #[cfg(feature = "redis")]
             sequence: sequence(prefix, &value),
             value,
         }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::*;
 

@@ -27,7 +27,8 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | the in-memory, Redis and Redlock stores |
+//! | (always) | the in-memory store and the public [`store`] boundary |
+//! | `redis` (default) | the Redis and Redlock stores, through redis-rs |
 //! | `cluster` | Redis Cluster ([`Client::connect_cluster`]) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
 //! | `tls-rustls` | `rediss://` through rustls; a private CA and client certificates on the [`Builder`] |
@@ -216,6 +217,8 @@ mod client;
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 pub use client::{
     Builder, Client, ConnectionSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,

@@ -316,6 +316,7 @@ impl<'k> LimitKeys<'k> {
         &self.main
     }
 
+    #[cfg(feature = "redis")]
     pub(crate) fn sum(&self) -> String {
         format!("{}:sum", self.main)
     }

@@ -3,6 +3,7 @@
 
 use super::{Builder, Client};
 use crate::backend::redis::{self, SentinelTarget};
+
 use crate::error::{Error, Result};
 
 impl Builder {
@@ -82,7 +83,7 @@ impl Builder {
             service: service.to_owned(),
             master,
         };
-        let store = redis::connect_sentinel(target, self.opts).await?;
+        let store = redis::connect_sentinel(target, self.redis_options()).await?;
         tracing::debug!(service, "connected to the redis master through sentinel");
         Ok(self.finish(store))
     }
