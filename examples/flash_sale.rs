@@ -23,7 +23,10 @@
 //! of concurrent requests to itself over HTTP, prints what happened and
 //! checks its own numbers (exit status 1 if any is wrong).
 
+// The stores' constructors on the Builder (`use lockguard::prelude::*;`
+// does the same with the facade's features on).
 use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::BuilderExt as _;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,12 +1,14 @@
 //! lockguard: distributed locks with leases, fencing tokens and a watchdog,
-//! atomic counters, rate limiters and semaphores on Redis, with an in-memory
-//! store of the same semantics for tests and single-process use.
+//! atomic counters, rate limiters and semaphores on Redis, PostgreSQL or
+//! ZooKeeper, with an in-memory store of the same semantics for tests and
+//! single-process use.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard::Error> {
 //! use std::time::Duration;
 //! use lockguard::Client;
+//! use lockguard::prelude::*; // the stores' constructors
 //!
 //! // Redis when REDIS_URL is set, the in-memory store otherwise.
 //! let lg = Client::from_env().await?;
@@ -60,6 +62,12 @@ pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+/// The Redis stores (one server, Sentinel, Cluster, Redlock), from the crate
+/// `lockguard-redis`.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use lockguard_redis as redis;
+
 /// The PostgreSQL store, from the crate `lockguard-postgres`.
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
@@ -71,11 +79,13 @@ pub use lockguard_postgres as postgres;
 pub use lockguard_zookeeper as zookeeper;
 
 /// The traits that add the store crates' constructors to [`Client`] and
-/// [`Builder`]: `use lockguard::prelude::*;` and
-/// `Client::connect_postgres(url)` works as before.
+/// [`Builder`]: with `use lockguard::prelude::*;`, `Client::connect(url)`,
+/// `Client::from_env()` and `Client::connect_postgres(url)` work as before.
 pub mod prelude {
     #[cfg(feature = "postgres")]
     pub use lockguard_postgres::{BuilderExt as _, ClientExt as _};
+    #[cfg(feature = "redis")]
+    pub use lockguard_redis::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "zookeeper")]
     pub use lockguard_zookeeper::{BuilderExt as _, ClientExt as _};
 }

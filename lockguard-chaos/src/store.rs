@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use lockguard_core::{Client, Result};
 use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::BuilderExt as _;
 use lockguard_zookeeper::BuilderExt as _;
 
 /// A store kind.

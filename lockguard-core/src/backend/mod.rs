@@ -3,7 +3,3 @@
 //! implementation), Redis (standalone, Sentinel, Cluster) and Redlock.
 
 pub(crate) mod memory;
-#[cfg(feature = "redis")]
-pub(crate) mod redis;
-#[cfg(feature = "redis")]
-pub(crate) mod redlock;

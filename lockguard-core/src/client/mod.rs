@@ -22,22 +22,17 @@ use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::token::Token;
 
-#[cfg(feature = "redis")]
-mod redis;
-#[cfg(feature = "sentinel")]
-mod sentinel;
-
-/// The default timeout for connecting to Redis.
+/// The default timeout for connecting to a store.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The default timeout for one Redis request.
+/// The default timeout for one request to a store.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process-wide default client, for code (such as the attribute
 /// macros) that is not handed one.
 static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None);
 
-/// A handle on one store (Redis or in memory) that hands out locks and the
+/// A handle on one store (in memory, or a store crate's) that hands out locks and the
 /// other primitives.
 ///
 /// Cloning is cheap and clones share everything: the connections, the
@@ -51,8 +46,9 @@ static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None)
 /// # async fn main() -> Result<(), lockguard_core::Error> {
 /// use lockguard_core::Client;
 ///
-/// // Redis when REDIS_URL is set, memory otherwise.
-/// let lg = Client::from_env().await?;
+/// // The in-memory store here; a store crate's constructor
+/// // (`lockguard_redis::ClientExt::connect`, ...) gives the same handle.
+/// let lg = Client::memory();
 /// let guard = lg.lock("report:daily").acquire().await?;
 /// // ... exclusive work ...
 /// assert!(guard.release().await?);
@@ -186,8 +182,6 @@ pub struct Builder {
     defaults: Defaults,
     connection: ConnectionSettings,
     clock: Arc<dyn Clock>,
-    #[cfg(feature = "redis")]
-    redis: redis::RedisSettings,
 }
 
 /// The connection settings of a [`Builder`], for a store crate to open its
@@ -216,8 +210,6 @@ impl Default for Builder {
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             },
             clock: Arc::new(MonotonicClock::new()),
-            #[cfg(feature = "redis")]
-            redis: redis::RedisSettings::default(),
         }
     }
 }
@@ -266,13 +258,13 @@ impl Builder {
         self
     }
 
-    /// How long connecting to Redis may take (default 2 s).
+    /// How long connecting to the store may take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connection.connect_timeout = timeout;
         self
     }
 
-    /// How long one Redis request may take (default 2 s).
+    /// How long one request to the store may take (default 2 s).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
         self.connection.response_timeout = timeout;
         self
@@ -284,6 +276,13 @@ impl Builder {
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Arc::new(clock);
         self
+    }
+
+    /// The lease of locks renewed by the watchdog, as set with
+    /// [`Builder::default_lease`]: for a store crate's checks of its own
+    /// settings against it.
+    pub fn get_default_lease(&self) -> Duration {
+        self.defaults.lease
     }
 
     /// The connection settings a store crate opens its connections with.
@@ -302,10 +301,6 @@ impl Builder {
     /// [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn validate(&self) -> Result<()> {
         crate::key::validate_plain("key prefix", &self.prefix)?;
-        // Every constructor validates first: the key layout's one-time
-        // table is built here, not in the first operation.
-        #[cfg(feature = "redis")]
-        crate::key::prepare();
         let d = &self.defaults;
         Lease::Watchdog(d.lease).validate()?;
         if d.retry_interval.is_zero() {
@@ -317,8 +312,6 @@ impl Builder {
                 d.waiter_timeout
             )));
         }
-        #[cfg(feature = "redis")]
-        self.redis.validate()?;
         for (what, t) in [
             ("connect timeout", self.connection.connect_timeout),
             ("response timeout", self.connection.response_timeout),
@@ -344,7 +337,7 @@ impl Builder {
         Ok(self.finish(store))
     }
 
-    pub(crate) fn finish(self, store: Store) -> Client {
+    fn finish(self, store: Store) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
+use lockguard_redis::BuilderExt as _;
 
 use crate::support::{Env, eventually};
 

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use lockguard_core::{Builder, Client};
+use lockguard_redis::BuilderExt as _;
 use tokio::time::Instant;
 
 use crate::support::{ChildProcess, Env};

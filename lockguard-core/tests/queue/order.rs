@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockguard_core::Client;
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
 use tokio::sync::{Barrier, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;

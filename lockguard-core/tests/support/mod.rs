@@ -8,6 +8,7 @@ use std::time::Duration;
 use lockguard_core::{Client, ManualClock};
 #[cfg(feature = "postgres")]
 use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
 #[cfg(feature = "postgres")]
 use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]

@@ -1,16 +1,20 @@
-//! The constructors of Redis clients (feature `redis`, on by default):
-//! one server, a Redis Cluster, Redlock nodes, and their settings.
+//! The constructors of Redis clients: [`ClientExt`] and [`BuilderExt`] add
+//! them to lockguard-core's `Client` and `Builder`; [`RedisBuilder`] holds
+//! the Redis store's own settings.
 
+use std::future::Future;
 use std::time::Duration;
 
-use super::{Builder, Client};
-use crate::backend::redis::{RedisOptions, TlsSettings};
-use crate::error::{Error, ErrorKind, Result};
-use crate::lease::MAX_LEASE;
+use lockguard_core::{Builder, Client, Error, ErrorKind, MAX_LEASE, Result};
+
+use crate::store::{RedisOptions, TlsSettings};
+
+#[cfg(feature = "sentinel")]
+mod sentinel;
 
 /// A builder's Redis settings.
 #[derive(Debug, Clone)]
-pub(super) struct RedisSettings {
+struct RedisSettings {
     replicas: Option<(u32, Duration)>,
     node_timeout: Duration,
     tls: TlsSettings,
@@ -20,26 +24,15 @@ impl Default for RedisSettings {
     fn default() -> Self {
         Self {
             replicas: None,
-            node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
+            node_timeout: crate::redlock::DEFAULT_NODE_TIMEOUT,
             tls: TlsSettings::default(),
         }
     }
 }
 
-impl RedisSettings {
-    pub(super) fn validate(&self) -> Result<()> {
-        if let Some((replicas, timeout)) = self.replicas
-            && (replicas == 0 || timeout.is_zero() || timeout > MAX_LEASE)
-        {
-            return Err(Error::invalid(format!(
-                "waiting for replicas needs at least one replica and a timeout between zero and {MAX_LEASE:?}, got {replicas} and {timeout:?}"
-            )));
-        }
-        Ok(())
-    }
-}
-
-impl Client {
+/// `Client::connect(url)` and the other Redis constructors with default
+/// settings.
+pub trait ClientExt: Sized {
     /// Connects to the Redis at `url` (`redis://host:port/db`,
     /// `rediss://...`, `redis+unix:///path`), with default settings.
     ///
@@ -48,55 +41,262 @@ impl Client {
     /// [`ErrorKind::InvalidInput`] for a malformed URL,
     /// [`ErrorKind::Unavailable`] when Redis cannot be reached within the
     /// connect timeout.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder().connect(url).await
-    }
+    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send;
 
     /// Connects to a Redis Cluster through its seed nodes, with default
-    /// settings. See [`Builder::connect_cluster`].
+    /// settings. See [`RedisBuilder::connect_cluster`].
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect_cluster`].
+    /// As [`RedisBuilder::connect_cluster`].
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self>
+    fn connect_cluster<I, S>(urls: I) -> impl Future<Output = Result<Self>> + Send
     where
         I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder().connect_cluster(urls).await
-    }
+        S: AsRef<str>;
 
     /// Connects to N independent Redis masters for Redlock, with default
-    /// settings. See [`Builder::redlock`].
+    /// settings. See [`RedisBuilder::redlock`].
     ///
     /// # Errors
     ///
-    /// As [`Builder::redlock`].
-    pub async fn redlock<I, S>(urls: I) -> Result<Self>
+    /// As [`RedisBuilder::redlock`].
+    fn redlock<I, S>(urls: I) -> impl Future<Output = Result<Self>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>;
+
+    /// Connects to `REDIS_URL` when it is set, or falls back to the
+    /// in-memory store (and says so in a log line) when it is not.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientExt::connect`] when `REDIS_URL` is set.
+    fn from_env() -> impl Future<Output = Result<Self>> + Send;
+}
+
+/// The URLs as owned strings, so a future need not hold the caller's
+/// iterator.
+fn owned<I, S>(urls: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
+}
+
+impl ClientExt for Client {
+    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send {
+        RedisBuilder::new(Client::builder()).connect(url)
+    }
+
+    #[cfg(feature = "cluster")]
+    fn connect_cluster<I, S>(urls: I) -> impl Future<Output = Result<Self>> + Send
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
-        Self::builder().redlock(urls).await
+        RedisBuilder::new(Client::builder()).connect_cluster(owned(urls))
     }
 
-    /// Connects to `REDIS_URL` when it is set, or falls back to the in-memory
-    /// store (and says so in an `info` log line) when it is not.
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::connect`] when `REDIS_URL` is set.
-    pub async fn from_env() -> Result<Self> {
-        Self::builder().from_env().await
+    fn redlock<I, S>(urls: I) -> impl Future<Output = Result<Self>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedisBuilder::new(Client::builder()).redlock(owned(urls))
+    }
+
+    fn from_env() -> impl Future<Output = Result<Self>> + Send {
+        RedisBuilder::new(Client::builder()).from_env()
     }
 }
 
-impl Builder {
+/// The Redis constructors and settings on lockguard-core's [`Builder`]: each
+/// starts a [`RedisBuilder`] from the builder's settings. See
+/// [`RedisBuilder`] for each.
+#[allow(missing_docs)]
+pub trait BuilderExt {
+    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send;
+    fn connect_with(
+        self,
+        info: redis::ConnectionInfo,
+    ) -> impl Future<Output = Result<Client>> + Send;
+    fn connect_client(self, client: &redis::Client) -> impl Future<Output = Result<Client>> + Send;
+    #[cfg(feature = "cluster")]
+    fn connect_cluster<I, S>(self, urls: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>;
+    #[cfg(feature = "cluster")]
+    fn connect_cluster_with<I>(self, nodes: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>;
+    #[cfg(feature = "sentinel")]
+    fn connect_sentinel<I, S>(
+        self,
+        sentinel_urls: I,
+        service: &str,
+    ) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>;
+    #[cfg(feature = "sentinel")]
+    fn connect_sentinel_with(
+        self,
+        sentinels: Vec<redis::ConnectionInfo>,
+        service: &str,
+        master: redis::RedisConnectionInfo,
+    ) -> impl Future<Output = Result<Client>> + Send;
+    fn redlock<I, S>(self, urls: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>;
+    // The name users know from `Builder::from_env`.
+    #[allow(clippy::wrong_self_convention)]
+    fn from_env(self) -> impl Future<Output = Result<Client>> + Send;
+    fn node_timeout(self, timeout: Duration) -> RedisBuilder;
+    fn wait_for_replicas(self, replicas: u32, timeout: Duration) -> RedisBuilder;
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn tls_root_certificate(self, pem: impl Into<Vec<u8>>) -> RedisBuilder;
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn tls_client_certificate(
+        self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> RedisBuilder;
+}
+
+impl BuilderExt for Builder {
+    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).connect(url)
+    }
+
+    fn connect_with(
+        self,
+        info: redis::ConnectionInfo,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).connect_with(info)
+    }
+
+    fn connect_client(self, client: &redis::Client) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).connect_with(client.get_connection_info().clone())
+    }
+
+    #[cfg(feature = "cluster")]
+    fn connect_cluster<I, S>(self, urls: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedisBuilder::new(self).connect_cluster(owned(urls))
+    }
+
+    #[cfg(feature = "cluster")]
+    fn connect_cluster_with<I>(self, nodes: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>,
+    {
+        let nodes: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
+        RedisBuilder::new(self).connect_cluster_with(nodes)
+    }
+
+    #[cfg(feature = "sentinel")]
+    fn connect_sentinel<I, S>(
+        self,
+        sentinel_urls: I,
+        service: &str,
+    ) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedisBuilder::new(self).connect_sentinel(owned(sentinel_urls), service)
+    }
+
+    #[cfg(feature = "sentinel")]
+    fn connect_sentinel_with(
+        self,
+        sentinels: Vec<redis::ConnectionInfo>,
+        service: &str,
+        master: redis::RedisConnectionInfo,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).connect_sentinel_with(sentinels, service, master)
+    }
+
+    fn redlock<I, S>(self, urls: I) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        RedisBuilder::new(self).redlock(owned(urls))
+    }
+
+    fn from_env(self) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).from_env()
+    }
+
+    fn node_timeout(self, timeout: Duration) -> RedisBuilder {
+        RedisBuilder::new(self).node_timeout(timeout)
+    }
+
+    fn wait_for_replicas(self, replicas: u32, timeout: Duration) -> RedisBuilder {
+        RedisBuilder::new(self).wait_for_replicas(replicas, timeout)
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn tls_root_certificate(self, pem: impl Into<Vec<u8>>) -> RedisBuilder {
+        RedisBuilder::new(self).tls_root_certificate(pem)
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn tls_client_certificate(
+        self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> RedisBuilder {
+        RedisBuilder::new(self).tls_client_certificate(cert_pem, key_pem)
+    }
+}
+
+/// A client's settings ([`Builder`]) and the Redis store's own: TLS
+/// certificates, replica acknowledgements, Redlock's per-node timeout.
+#[derive(Debug)]
+#[must_use]
+pub struct RedisBuilder {
+    builder: Builder,
+    redis: RedisSettings,
+}
+
+impl RedisBuilder {
+    /// The store's settings at their defaults, with the client's settings
+    /// of `builder`.
+    pub fn new(builder: Builder) -> Self {
+        Self {
+            builder,
+            redis: RedisSettings::default(),
+        }
+    }
+
+    /// Checks the client's and the store's settings, and builds the key
+    /// layout's one-time table (so no operation waits for it).
+    fn validate(&self) -> Result<()> {
+        self.builder.validate()?;
+        if let Some((replicas, timeout)) = self.redis.replicas
+            && (replicas == 0 || timeout.is_zero() || timeout > MAX_LEASE)
+        {
+            return Err(Error::invalid(format!(
+                "waiting for replicas needs at least one replica and a timeout between zero and {MAX_LEASE:?}, got {replicas} and {timeout:?}"
+            )));
+        }
+        crate::layout::prepare();
+        Ok(())
+    }
+
     /// The options of the Redis store's connections.
-    pub(super) fn redis_options(&self) -> RedisOptions {
-        let c = self.connection_settings();
+    pub(crate) fn redis_options(&self) -> RedisOptions {
+        let c = self.builder.connection_settings();
         RedisOptions {
             connect_timeout: c.connect_timeout,
             response_timeout: c.response_timeout,
@@ -113,6 +313,8 @@ impl Builder {
     ///
     /// ```no_run
     /// # async fn run() -> Result<(), lockguard_core::Error> {
+    /// use lockguard_redis::BuilderExt as _;
+    ///
     /// let ca = std::fs::read("/etc/redis/ca.crt").expect("the CA file");
     /// let lg = lockguard_core::Client::builder()
     ///     .tls_root_certificate(ca)
@@ -159,7 +361,7 @@ impl Builder {
     /// guard is lost if none succeeds before the lease ends). It narrows
     /// the window, it does not close it: a replica that confirmed may still
     /// not be the one promoted, and `WAIT` does not make the write durable
-    /// on disk. See the [`safety`](crate::safety) page.
+    /// on disk. See the [`safety`](lockguard_core::safety) page.
     ///
     /// `WAIT` holds this client's connection until the replicas answer, so
     /// a slow or paused replica delays every request of the client by up to
@@ -178,9 +380,9 @@ impl Builder {
     /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
-        let client = crate::backend::redis::client_for(url, &self.redis.tls)?;
+        let client = crate::store::client_for(url, &self.redis.tls)?;
         let lg = self.connect_redis(client).await?;
-        tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
+        tracing::debug!(url = %crate::store::redact(url), "connected to redis");
         Ok(lg)
     }
 
@@ -192,30 +394,30 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`]; a server that refuses the credentials is
+    /// As [`RedisBuilder::connect`]; a server that refuses the credentials is
     /// [`ErrorKind::Unavailable`] with the server's answer as the source.
     pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Client> {
         self.validate()?;
-        let client = crate::backend::redis::client_with(info, &self.redis.tls)?;
+        let client = crate::store::client_with(info, &self.redis.tls)?;
         self.connect_redis(client).await
     }
 
     /// Connects with the settings of a `redis::Client` the application
-    /// already has; see [`Builder::connect_with`]. lockguard opens its own
+    /// already has; see [`RedisBuilder::connect_with`]. lockguard opens its own
     /// connections (a multiplexed one and, once a task waits, a pub/sub
     /// one); the application's client is left as it is.
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect_with`].
+    /// As [`RedisBuilder::connect_with`].
     pub async fn connect_client(self, client: &redis::Client) -> Result<Client> {
         self.connect_with(client.get_connection_info().clone())
             .await
     }
 
     async fn connect_redis(self, client: redis::Client) -> Result<Client> {
-        let store = crate::backend::redis::connect(client, self.redis_options()).await?;
-        Ok(self.finish(store))
+        let store = crate::store::connect(client, self.redis_options()).await?;
+        self.builder.build(store)
     }
 
     /// Connects to a Redis Cluster through any of `urls` (seed nodes).
@@ -237,19 +439,19 @@ impl Builder {
         S: AsRef<str>,
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let infos = crate::backend::redis::cluster_infos(&urls)?;
+        let infos = crate::store::cluster_infos(&urls)?;
         self.connect_cluster_with(infos).await
     }
 
     /// Connects to a Redis Cluster through seed nodes whose connection
     /// settings the application already has (`redis::ConnectionInfo`:
-    /// address, user, password, TLS), as [`Builder::connect_with`] does for
+    /// address, user, password, TLS), as [`RedisBuilder::connect_with`] does for
     /// one server. lockguard builds its own cluster client from them, with
     /// its timeouts, `TCP_NODELAY` and no automatic retries.
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect_cluster`].
+    /// As [`RedisBuilder::connect_cluster`].
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub async fn connect_cluster_with<I>(self, nodes: I) -> Result<Client>
@@ -263,13 +465,10 @@ impl Builder {
             ));
         }
         let infos: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
-        let store = crate::backend::redis::connect_cluster(
-            infos,
-            self.redis_options(),
-            self.redis.tls.clone(),
-        )
-        .await?;
-        Ok(self.finish(store))
+        let store =
+            crate::store::connect_cluster(infos, self.redis_options(), self.redis.tls.clone())
+                .await?;
+        self.builder.build(store)
     }
 
     /// The per-node timeout of a Redlock client (default 50 ms): how long
@@ -287,7 +486,7 @@ impl Builder {
     /// Every operation needs a quorum of N/2 + 1 nodes; nodes that cannot be
     /// reached at start-up are connected later, as long as a quorum answers
     /// now. Counters, rate limiters and fenced resources are not offered on
-    /// a Redlock client ([`ErrorKind::Unsupported`]).
+    /// a Redlock client ([`ErrorKind::Unsupported`](lockguard_core::ErrorKind::Unsupported)).
     ///
     /// # Errors
     ///
@@ -305,7 +504,7 @@ impl Builder {
             return Err(Error::invalid("redlock needs at least one redis url"));
         }
         let node_timeout = self.redis.node_timeout;
-        if node_timeout.is_zero() || node_timeout >= self.defaults.lease {
+        if node_timeout.is_zero() || node_timeout >= self.builder.get_default_lease() {
             return Err(Error::invalid(format!(
                 "redlock node timeout must be above zero and below the lease, got {:?}",
                 node_timeout
@@ -318,7 +517,7 @@ impl Builder {
         let mut clients = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for url in &urls {
-            let client = crate::backend::redis::client_for(url, &self.redis.tls)?;
+            let client = crate::store::client_for(url, &self.redis.tls)?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid(format!(
@@ -327,8 +526,8 @@ impl Builder {
             }
             clients.push(client);
         }
-        let store = crate::backend::redlock::connect(clients, opts).await?;
-        Ok(self.finish(store))
+        let store = crate::redlock::connect(clients, opts).await?;
+        self.builder.build(store)
     }
 
     /// Connects to `REDIS_URL` when set (and not empty); else builds an
@@ -337,7 +536,7 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect`] when a URL is set.
+    /// As [`RedisBuilder::connect`] when a URL is set.
     pub async fn from_env(self) -> Result<Client> {
         if let Some(url) = env_url("REDIS_URL")? {
             return self.connect(&url).await;
@@ -345,7 +544,7 @@ impl Builder {
         tracing::warn!(
             "REDIS_URL is not set; using the in-memory store: locks and limits hold within this process only"
         );
-        self.memory()
+        self.builder.memory()
     }
 }
 
