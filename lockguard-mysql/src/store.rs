@@ -1,0 +1,395 @@
+//! The store: locks and semaphores as rows with leases on the database's
+//! clock, one `CALL` of a procedure in lockguard's schema per operation
+//! (`schema.sql`), so one round trip and one transaction. Statements are
+//! prepared once per pooled connection.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockguard_core::store::{
+    Attempt, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store, StoreFuture,
+    Waiting,
+};
+use lockguard_core::{Error, ErrorKind, FencingToken, Result, Token};
+use mysql_async::prelude::{FromRow, Queryable};
+use mysql_async::{Conn, Params, Pool};
+
+use crate::bell::Bell;
+use crate::error::{bounded, garbage, mysql_error};
+use crate::flights::{Flights, InFlight};
+use crate::schema;
+
+/// The longest row key: the primary keys holding it stay within InnoDB's
+/// 3072 bytes.
+pub(crate) const MAX_ROW_KEY: usize = 2900;
+
+/// What the store needs to know of its settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) sweep_interval: Duration,
+    /// How long a bell sleeps between wake-ups when nobody rings it.
+    pub(crate) bell_period: Duration,
+}
+
+/// The statements, with the table prefix filled in.
+#[derive(Debug)]
+struct Statements {
+    acquire: String,
+    release: String,
+    extend: String,
+    inspect: String,
+    sweep: String,
+}
+
+impl Statements {
+    fn new(p: &str) -> Self {
+        let now = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)";
+        Self {
+            acquire: format!("CALL {p}acquire(?, ?, ?, ?, ?, ?, ?)"),
+            release: format!("CALL {p}release(?, ?, ?)"),
+            extend: format!("CALL {p}extend(?, ?, ?)"),
+            inspect: format!(
+                "SELECT \
+                   (SELECT COUNT(*) FROM {p}holders h WHERE h.k = ? AND h.expires_us > t.now), \
+                   (SELECT CAST(CEIL((MIN(h.expires_us) - t.now) / 1000) AS SIGNED) \
+                      FROM {p}holders h WHERE h.k = ? AND h.expires_us > t.now), \
+                   (SELECT COUNT(*) FROM {p}waiters w WHERE w.k = ?), \
+                   CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = ?), 0), \
+                     COALESCE((SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = ?), 0)) AS SIGNED) \
+                 FROM (SELECT {now} AS now) t"
+            ),
+            sweep: format!("CALL {p}sweep()"),
+        }
+    }
+}
+
+/// The MySQL/MariaDB store.
+pub(crate) struct MySqlStore {
+    pool: Pool,
+    cfg: Arc<Config>,
+    sql: Statements,
+    /// Acquisitions whose statement may still be running, by token.
+    flights: Arc<Flights>,
+    /// The periodic sweep of expired state, stopped with the store.
+    sweeper: Option<tokio::task::AbortHandle>,
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("prefix", &self.cfg.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for MySqlStore {
+    fn drop(&mut self) {
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
+    }
+}
+
+/// Connects a store over `pool`, creating lockguard's tables when missing
+/// (or older than this version), and a bell opening its own connection
+/// with `bell_opts` at the first wait.
+pub(crate) async fn connect(
+    pool: Pool,
+    bell_opts: mysql_async::Opts,
+    cfg: Config,
+) -> Result<Store> {
+    let cfg = Arc::new(cfg);
+    let mut store = MySqlStore {
+        sql: Statements::new(&cfg.prefix),
+        pool,
+        cfg: cfg.clone(),
+        flights: Arc::default(),
+        sweeper: None,
+    };
+    let what = "connecting to mysql";
+    let mut conn = bounded(cfg.connect_timeout, || what.to_owned(), async {
+        store.pool.get_conn().await.map_err(|e| mysql_error(e, what))
+    })
+    .await
+    .map_err(unreachable)?;
+    bounded(
+        cfg.connect_timeout.max(Duration::from_secs(30)),
+        || format!("creating lockguard's tables {}*", cfg.prefix),
+        schema::ensure(&mut conn, &cfg.prefix),
+    )
+    .await?;
+    drop(conn);
+    store.sweeper = Some(spawn_sweeper(&store));
+    let bell = Bell::new(bell_opts, cfg);
+    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
+}
+
+/// A connect that timed out means the server cannot be reached.
+fn unreachable(e: Error) -> Error {
+    if e.kind() == ErrorKind::Timeout {
+        Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+    } else {
+        e
+    }
+}
+
+/// Removes expired state every `sweep_interval`, starting at a random point
+/// of the interval so that clients started together do not sweep together.
+fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
+    let pool = store.pool.clone();
+    let sql = store.sql.sweep.clone();
+    let every = store.cfg.sweep_interval;
+    let timeout = store.cfg.response_timeout.max(Duration::from_secs(30));
+    tokio::spawn(async move {
+        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let sweep = async {
+                let mut conn = pool.get_conn().await.ok()?;
+                conn.exec_first::<i64, _, _>(&sql, ()).await.ok()?
+            };
+            match tokio::time::timeout(timeout, sweep).await {
+                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
+                Ok(Some(_)) => {}
+                _ => tracing::debug!("sweeping expired state failed; tried again later"),
+            }
+        }
+    })
+    .abort_handle()
+}
+
+fn ms(d: Duration) -> i64 {
+    // Rounded up, so a sub-millisecond remainder never shortens a lease.
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn permits(resource: Resource) -> i32 {
+    match resource {
+        Resource::Lock => 1,
+        // At most MAX_PERMITS (1,000,000).
+        Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
+        _ => 1,
+    }
+}
+
+fn capacity(resource: Resource) -> u32 {
+    match resource {
+        Resource::Semaphore { permits } => permits,
+        _ => 1,
+    }
+}
+
+/// The key's row key, or an error for one longer than a row key may be.
+fn row_key<'k>(keys: &'k LockKeys, what: &impl Fn() -> String) -> Result<&'k str> {
+    let id = keys.id();
+    if id.len() > MAX_ROW_KEY {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{}: the key with its prefix is {} bytes long; the mysql store keeps keys of \
+                 up to {MAX_ROW_KEY} bytes",
+                what(),
+                id.len()
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+impl MySqlStore {
+    async fn conn(&self, what: &str) -> Result<Conn> {
+        self.pool.get_conn().await.map_err(|e| mysql_error(e, what))
+    }
+
+    /// Runs one statement answering one row on a pooled connection.
+    async fn exec_one<T>(
+        &self,
+        sql: &str,
+        params: impl Into<Params> + Send,
+        what: impl Fn() -> String,
+    ) -> Result<T>
+    where
+        T: FromRow + Send + 'static,
+    {
+        bounded(self.cfg.response_timeout, &what, async {
+            let mut conn = self.conn(&what()).await?;
+            let row: Option<T> = conn
+                .exec_first(sql, params)
+                .await
+                .map_err(|e| mysql_error(e, &what()))?;
+            row.ok_or_else(|| garbage(&what(), "no row"))
+        })
+        .await
+    }
+
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let what = || format!("acquiring {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let (wait, channel, attempt) = match place {
+            Some(p) => (
+                Some(ms(p.timeout)),
+                Some(p.channel.to_owned()),
+                Some(i64::from(p.attempt)),
+            ),
+            None => (None, None, None),
+        };
+        // A release of the token waits until this statement has run (see
+        // `release`), so that the two, sent on different connections of the
+        // pool, reach the database in the order they were made; a caller
+        // that stops waiting (a dropped acquire, a timeout) leaves the
+        // flight to end when the connection has run it (`InFlight`).
+        let row: Option<(i64, Option<i64>)> = bounded(self.cfg.response_timeout, what, async {
+            let flight = self.flights.depart(token.as_str());
+            let conn = self.conn(&what()).await?;
+            let mut sent = InFlight::new(conn, flight);
+            let row = sent
+                .conn()
+                .exec_first(
+                    &self.sql.acquire,
+                    (
+                        key,
+                        token.as_str(),
+                        ms(lease),
+                        permits(keys.resource()),
+                        wait,
+                        channel,
+                        attempt,
+                    ),
+                )
+                .await
+                .map_err(|e| mysql_error(e, &what()));
+            sent.landed();
+            row
+        })
+        .await?;
+        match row {
+            Some((1, Some(fence))) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence.unsigned_abs()),
+                keys: keys.clone(),
+            }),
+            Some((0, Some(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(
+                left.max(0).unsigned_abs(),
+            )))),
+            Some((0, None)) => Ok(Attempt::Busy(None)),
+            other => Err(garbage(&what(), other)),
+        }
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let what = || format!("releasing {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        // An acquisition of this token still running is let finish first;
+        // waiting longer than a request may take is pointless (its lease
+        // then frees what it took).
+        self.flights
+            .landed(token.as_str(), self.cfg.response_timeout)
+            .await;
+        let held: i64 = self
+            .exec_one(
+                &self.sql.release,
+                (key, token.as_str(), permits(keys.resource())),
+                what,
+            )
+            .await?;
+        Ok(held == 1)
+    }
+
+    async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
+        let what = || format!("extending {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let held: i64 = self
+            .exec_one(&self.sql.extend, (key, token.as_str(), ms(lease)), what)
+            .await?;
+        Ok(held == 1)
+    }
+
+    async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
+        let what = || format!("inspecting {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let (holders, left, waiters, latest): (i64, Option<i64>, i64, i64) = self
+            .exec_one(&self.sql.inspect, (key, key, key, key, key), what)
+            .await?;
+        let holders = u32::try_from(holders).map_err(|_| garbage(&what(), holders))?;
+        let waiters = u64::try_from(waiters).map_err(|_| garbage(&what(), waiters))?;
+        Ok(Occupancy::new(
+            holders,
+            capacity(keys.resource()),
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            waiters,
+            u64::try_from(latest)
+                .ok()
+                .filter(|f| *f > 0)
+                .map(FencingToken::new),
+        ))
+    }
+}
+
+impl LockStore for MySqlStore {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::release(self, keys, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    }
+
+    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(Self::inspect(self, keys))
+    }
+}
+
+// Counters, rate limiters and fenced values are not offered yet: each
+// answers `Unsupported`, naming this store.
+impl DataStore for MySqlStore {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_round_up_to_whole_milliseconds() {
+        assert_eq!(ms(Duration::from_millis(30)), 30);
+        assert_eq!(ms(Duration::from_micros(30_001)), 31);
+        assert_eq!(ms(Duration::MAX), i64::MAX);
+    }
+}
