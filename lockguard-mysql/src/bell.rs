@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture};
-use lockguard_core::{Error, ErrorKind, FencingToken, Result, Token};
+use lockguard_core::store::Token;
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use tokio::sync::oneshot;

@@ -1,7 +1,7 @@
 -- lockguard's tables and procedures, every name starting with the table
 -- prefix (`lockguard_` unless configured; `__P__` below). Created by
--- lockguard on connect (or by hand, from this file, with the prefix
--- substituted and each `-- ;;` line a statement separator), under the named
+-- lockguard on connect (or by hand: `lockguard_mysql::migration_sql`
+-- prints them with the prefix filled in and client delimiters), under the named
 -- lock `lockguard schema DATABASE.PREFIX`, so that clients starting
 -- together create it once. Nothing here ever drops a table.
 --

@@ -11,7 +11,8 @@ use lockguard_core::store::{
     Attempt, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store, StoreFuture,
     Waiting,
 };
-use lockguard_core::{Error, ErrorKind, FencingToken, Result, Token};
+use lockguard_core::store::Token;
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Conn, Params, Pool};
 
@@ -324,17 +325,34 @@ impl MySqlStore {
             .await?;
         let holders = u32::try_from(holders).map_err(|_| garbage(&what(), holders))?;
         let waiters = u64::try_from(waiters).map_err(|_| garbage(&what(), waiters))?;
-        Ok(Occupancy::new(
+        let latest = u64::try_from(latest)
+            .ok()
+            .filter(|f| *f > 0)
+            .map(FencingToken::new);
+        occupancy(
             holders,
             capacity(keys.resource()),
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             waiters,
-            u64::try_from(latest)
-                .ok()
-                .filter(|f| *f > 0)
-                .map(FencingToken::new),
-        ))
+            latest,
+        )
     }
+}
+
+/// An `Occupancy` built outside lockguard-core.
+fn occupancy(
+    holders: u32,
+    capacity: u32,
+    lease_left: Option<Duration>,
+    waiters: u64,
+    latest_fence: Option<FencingToken>,
+) -> Result<Occupancy> {
+    // `Occupancy` is non-exhaustive and has no public constructor yet.
+    let _ = (holders, capacity, lease_left, waiters, latest_fence);
+    Err(Error::new(
+        ErrorKind::Unsupported,
+        "inspection is not offered on a mysql client yet",
+    ))
 }
 
 impl LockStore for MySqlStore {
