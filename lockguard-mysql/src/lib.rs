@@ -218,6 +218,10 @@ impl MySqlOptions {
             .pool_opts()
             .clone()
             .with_constraints(constraints)
+            // Connections handed back stay in the pool, idle up to a
+            // minute (with no idle time-to-live the driver keeps only the
+            // pool's minimum, and every request would open a connection).
+            .with_inactive_connection_ttl(Duration::from_secs(60))
             // A connection handed back keeps its session (time zone,
             // isolation, prepared statements): resetting it would cost a
             // round trip and the statements' preparation each time.
