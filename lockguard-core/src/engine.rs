@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Store;
 use crate::notify::Waiters;
+use crate::store::Store;
 
 /// How long [`Lock::acquire`](crate::Lock::acquire) waits by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -46,7 +46,7 @@ impl Engine {
     /// `channel`.
     pub(crate) fn new(store: Store, prefix: String, defaults: Defaults, channel: String) -> Self {
         let waiters = Arc::new(Waiters::new(channel, store.listeners.clone()));
-        let inbox: Arc<dyn crate::backend::Inbox> = waiters.clone();
+        let inbox: Arc<dyn crate::store::Inbox> = waiters.clone();
         store.locks.attach(Arc::downgrade(&inbox));
         Self {
             store,

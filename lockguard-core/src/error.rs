@@ -92,10 +92,9 @@ impl Error {
         }
     }
 
-    pub(crate) fn with_source(
-        mut self,
-        source: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
+    /// Keeps `source` as the cause (what [`std::error::Error::source`]
+    /// returns).
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self
     }
@@ -160,6 +159,11 @@ impl Error {
     /// The caller's input was rejected.
     pub fn is_invalid_input(&self) -> bool {
         self.kind == ErrorKind::InvalidInput
+    }
+
+    /// The store does not offer the operation.
+    pub fn is_unsupported(&self) -> bool {
+        self.kind == ErrorKind::Unsupported
     }
 }
 

@@ -75,7 +75,7 @@ impl FencedResource {
         let accepted = self
             .engine
             .store
-            .data("a fenced write")?
+            .data()
             .fenced_write(key, token.get(), value.as_ref())
             .await?;
         if accepted {
@@ -103,7 +103,7 @@ impl FencedResource {
         Ok(self
             .engine
             .store
-            .data("a fenced read")?
+            .data()
             .fenced_read(key)
             .await?
             .map(|(token, value)| FencedValue {

@@ -16,11 +16,15 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Resource {
+#[non_exhaustive]
+pub enum Resource {
     /// A lock: one holder at a time, reentrant within a scope.
     Lock,
     /// A semaphore: at most `permits` holders at once.
-    Semaphore { permits: u32 },
+    Semaphore {
+        /// How many may hold it at once.
+        permits: u32,
+    },
 }
 
 /// Checks a user-supplied key: not empty, not too long, no control
@@ -195,7 +199,12 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
     out
 }
 
-/// The keys and channel of one lock, or of one semaphore.
+/// The keys of one lock, or of one semaphore: what a store is asked to
+/// take, release, extend or inspect.
+///
+/// A store keys its state by [`id`](Self::id) and lays out whatever else it
+/// needs from it; [`prefix`](Self::prefix), [`name`](Self::name) and
+/// [`resource`](Self::resource) say what it names.
 ///
 /// Only the lock's own key is laid out when it is made; the keys around it
 /// (the sequence, the wait queue, the tickets, the release channel) are
@@ -203,7 +212,7 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
 /// which keys its state by the lock's key alone, never does: a lock made
 /// per request (an HTTP layer's) costs one string, not five.
 #[derive(Debug, Clone)]
-pub(crate) struct LockKeys {
+pub struct LockKeys {
     /// A lock, or a semaphore and its permits.
     pub(crate) resource: Resource,
     /// The key holding the holder's token, with the lease as its TTL.
@@ -233,6 +242,25 @@ impl PartialEq for LockKeys {
 impl Eq for LockKeys {}
 
 impl LockKeys {
+    /// The keys of the lock (or semaphore) `name` under `prefix`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// name [`validate_key`] refuses or a prefix with a brace or a control
+    /// character.
+    pub fn checked(prefix: &str, name: &str, resource: Resource) -> Result<Self> {
+        validate_plain("prefix", prefix)?;
+        validate_key(
+            match resource {
+                Resource::Lock => "lock",
+                Resource::Semaphore { .. } => "semaphore",
+            },
+            name,
+        )?;
+        Ok(Self::new(prefix, name, resource))
+    }
+
     pub(crate) fn new(prefix: &str, name: &str, resource: Resource) -> Self {
         let kind = match resource {
             Resource::Lock => "lock",
@@ -262,6 +290,29 @@ impl LockKeys {
             around: OnceLock::from(around),
             lock,
         }
+    }
+
+    /// The identity of the lock: unique per prefix, kind (lock or
+    /// semaphore) and name, and a function of them alone. A store keys the
+    /// lock's state by it.
+    pub fn id(&self) -> &str {
+        &self.lock
+    }
+
+    /// The client's prefix the lock lives under.
+    pub fn prefix(&self) -> &str {
+        &self.lock[..self.prefix_len]
+    }
+
+    /// The user's name of the lock, as given to
+    /// [`Client::lock`](crate::Client::lock).
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        untag(&self.lock)
+    }
+
+    /// A lock, or a semaphore with its permits.
+    pub fn resource(&self) -> Resource {
+        self.resource
     }
 
     fn around(&self) -> &Around {
@@ -297,6 +348,26 @@ impl LockKeys {
     }
 }
 
+/// The user key in a store key `prefix kind:{escaped key}...`: the text
+/// of the hash tag, unescaped.
+fn untag(key: &str) -> std::borrow::Cow<'_, str> {
+    let tagged = key.find('{').map_or(key, |open| &key[open + 1..]);
+    let end = tagged.find(['\\', '}']).unwrap_or(tagged.len());
+    if !tagged[end..].starts_with('\\') {
+        return std::borrow::Cow::Borrowed(&tagged[..end]);
+    }
+    let mut out = String::with_capacity(tagged.len());
+    let mut chars = tagged.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            '}' => break,
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// `key` + `suffix`, in one allocation.
 fn suffixed(key: &str, suffix: &str) -> String {
     let mut out = String::with_capacity(key.len() + suffix.len());
@@ -305,9 +376,10 @@ fn suffixed(key: &str, suffix: &str) -> String {
     out
 }
 
-/// The keys of one counter.
+/// The keys of one counter: a store keys its state by
+/// [`id`](Self::id).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CounterKeys {
+pub struct CounterKeys {
     /// The hash of the counter's value and version.
     pub(crate) value: String,
     /// The set of members [`mark_once`](crate::Counter::mark_once) saw.
@@ -317,6 +389,18 @@ pub(crate) struct CounterKeys {
 }
 
 impl CounterKeys {
+    /// The identity of the counter: unique per prefix and name, and a
+    /// function of them alone.
+    pub fn id(&self) -> &str {
+        &self.value
+    }
+
+    /// The user's name of the counter, as given to
+    /// [`Client::counter`](crate::Client::counter).
+    pub fn name(&self) -> std::borrow::Cow<'_, str> {
+        untag(&self.value)
+    }
+
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let value = base(prefix, "counter", name);
         Self {
@@ -441,6 +525,18 @@ mod tests {
             proptest::prop_assert_eq!(&decoded, &key);
             proptest::prop_assert_eq!(chars.as_str(), suffix.as_str());
         }
+    }
+
+    #[test]
+    fn keys_say_their_prefix_and_name() {
+        for name in ["order:42", "a{}b", "x\\}", "{a}", "é{ü}\\"] {
+            let k = LockKeys::new("lg:", name, Resource::Lock);
+            assert_eq!(k.prefix(), "lg:");
+            assert_eq!(k.name(), name);
+            assert_eq!(CounterKeys::new("lg:", name).name(), name);
+        }
+        assert!(LockKeys::checked("lg:", "", Resource::Lock).is_err());
+        assert!(LockKeys::checked("{lg}:", "a", Resource::Lock).is_err());
     }
 
     #[test]

@@ -100,27 +100,32 @@
 //! holding (one acquisition, the watchdog, guards, reentrancy scopes); the
 //! primitives; the client.
 //!
-//! Every store sits behind one boundary, `src/backend/mod.rs`, of domain
-//! operations, each atomic and one round trip:
+//! Every store sits behind one public boundary, [`store`], of domain
+//! operations, each atomic and one round trip where the store allows:
 //!
-//! 1. **`LockBackend`**, which every store implements: one attempt to take
-//!    a lock or a semaphore permit (joining the store's wait queue when
-//!    asked), release (handing over to the first live waiter in the same
-//!    step), extend; and how its waiters wait (a queue in the store, or
-//!    retries on release announcements) and how many permits it allows.
-//! 2. **`DataBackend`**, which a store offers where it can: counters,
-//!    rate-limit steps and fenced values. A store without it answers
-//!    [`ErrorKind::Unsupported`] for all of them, from one place.
-//! 3. **`Listener`**, for a store that announces handoffs over a message
-//!    connection (Redis pub/sub, PostgreSQL `LISTEN`): it delivers them to
-//!    the client's `Inbox`.
+//! 1. **[`store::LockStore`]**, which every store implements: one attempt
+//!    to take a lock or a semaphore permit (joining the store's wait queue
+//!    when asked), release (handing over to the first live waiter in the
+//!    same step), extend, inspect; and how its waiters wait (a queue in the
+//!    store, or retries on release announcements) and how many permits it
+//!    allows.
+//! 2. **[`store::DataStore`]**: counters, rate-limit steps and fenced
+//!    values. Each method a store does not implement answers
+//!    [`ErrorKind::Unsupported`], naming the store.
+//! 3. **[`store::Listener`]**, for a store that announces handoffs over a
+//!    message connection (Redis pub/sub, PostgreSQL `LISTEN`): it delivers
+//!    them to the client's [`store::Inbox`].
 //!
-//! A constructor on [`Builder`] builds the store from these. A store is done
+//! [`Builder::build`] makes a client of any [`store::Store`], so a store
+//! can live in a crate of its own (`lockguard-mysql` does). A store is done
 //! when it passes the conformance suite (`lockguard-core/tests/conformance`),
 //! which every store runs: add it to `support::Env` and to the
 //! `conformance!` macro, and every test of locks, semaphores, counters and
 //! limiters runs on it. No Redis command, Lua script or quorum detail
-//! appears above the boundary.
+//! appears above the boundary. The in-memory store is the reference
+//! implementation; the Redis, Redlock, PostgreSQL and ZooKeeper stores
+//! still live in this crate, in `src/backend/`, and move to crates of their
+//! own next.
 //!
 //! # Observability
 //!
@@ -179,8 +184,10 @@ mod lease;
 mod meter;
 // Running code in the primitives' spans.
 mod span;
-// The store boundary, and the stores behind it.
+// The stores still kept in this crate, behind the boundary below.
 mod backend;
+
+pub mod store;
 // Waking waiting tasks.
 mod notify;
 // What one client's primitives share.
@@ -215,7 +222,6 @@ pub mod postgres;
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
 
-pub use backend::Occupancy;
 pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
 #[cfg(feature = "zookeeper")]
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
@@ -236,6 +242,7 @@ pub use limiter::RateLimiter;
 pub use lock::Lock;
 pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{Permit, Semaphore};
+pub use store::Occupancy;
 #[cfg(feature = "serde")]
 pub use text::serde_duration;
 /// The ZooKeeper client crate lockguard uses (feature `zookeeper`), for

@@ -9,13 +9,13 @@ use tokio::time::Instant;
 
 use tracing::Instrument;
 
-use crate::backend::{Attempt, Occupancy, Place, Waiting};
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
 use crate::guard::{LockGuard, PendingRelease, Tenancy, run_guarded};
 use crate::key::{LockKeys, Resource};
 use crate::lease::{Grant, Lease, valid_until};
+use crate::store::{Attempt, Occupancy, Place, Waiting};
 use crate::token::Token;
 
 /// A distributed lock on one key, ready to be acquired.

@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use crate::backend::{Handoff, Inbox, Listener};
+use crate::store::{Handoff, Inbox, Listener};
 use crate::token::Token;
 
 /// How long a release channel stays subscribed after its last waiter left,

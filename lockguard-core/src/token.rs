@@ -48,7 +48,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// guard against that. Tokens are unique, not secret: anyone who can write
 /// to the store can delete a lock anyway.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Token([u8; 32]);
+pub struct Token([u8; 32]);
 
 impl Token {
     /// A token no other acquisition has (see the type's docs).
@@ -62,13 +62,15 @@ impl Token {
         Self(hex)
     }
 
-    /// The token whose text is `text`, if it is one.
-    pub(crate) fn parse(text: &[u8]) -> Option<Self> {
+    /// The token whose text is `text` (32 lowercase hex digits), if it is
+    /// one.
+    pub fn parse(text: &[u8]) -> Option<Self> {
         let hex: [u8; 32] = text.try_into().ok()?;
         hex.iter().all(|c| HEX.contains(c)).then_some(Self(hex))
     }
 
-    pub(crate) fn as_str(&self) -> &str {
+    /// The token as text: 32 lowercase hex digits.
+    pub fn as_str(&self) -> &str {
         // Always ASCII hex digits.
         std::str::from_utf8(&self.0).unwrap_or_default()
     }

@@ -26,10 +26,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::redis::{RedisOptions, RedisStore, Subscriber};
-use super::{Attempt, LockBackend, Place, Store, StoreFuture, Waiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{LockKeys, Resource};
+use crate::store::{Attempt, DataStore, LockStore, Place, Store, StoreFuture, Waiting};
 use crate::token::Token;
 
 /// The most permits a semaphore may have on a Redlock client: each permit
@@ -511,7 +511,11 @@ fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
     LockKeys::beside(sem, format!("{}:slot:{i}", sem.lock), Resource::Lock)
 }
 
-impl LockBackend for RedlockStore {
+/// Locks and semaphores only: a quorum of independent nodes keeps no
+/// counter exactly.
+impl DataStore for RedlockStore {}
+
+impl LockStore for RedlockStore {
     fn name(&self) -> &'static str {
         "redlock"
     }
@@ -585,7 +589,7 @@ pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> 
         ));
     }
     let mut stores = Vec::new();
-    let mut listeners: Vec<Arc<dyn super::Listener>> = Vec::new();
+    let mut listeners: Vec<Arc<dyn crate::store::Listener>> = Vec::new();
     for (node, client) in nodes.into_iter().zip(&clients) {
         let store = match node {
             Some(store) => store,
@@ -598,8 +602,5 @@ pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> 
         listeners.push(Arc::new(Subscriber::new(client, opts)?));
     }
     tracing::debug!(nodes = stores.len(), quorum, "connected to redlock nodes");
-    Ok(Store::locks_only(
-        Arc::new(RedlockStore::new(stores)),
-        listeners,
-    ))
+    Ok(Store::new(Arc::new(RedlockStore::new(stores)), listeners))
 }

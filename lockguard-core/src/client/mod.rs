@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Store;
 use crate::backend::memory::MemoryStore;
 use crate::backend::redis::{RedisOptions, TlsSettings};
 use crate::clock::{Clock, MonotonicClock};
@@ -21,6 +20,7 @@ use crate::limiter::RateLimiter;
 use crate::lock::Lock;
 use crate::rate_limit::Quota;
 use crate::semaphore::Semaphore;
+use crate::store::Store;
 use crate::token::Token;
 
 #[cfg(feature = "postgres")]
@@ -75,7 +75,7 @@ impl Client {
     pub fn memory() -> Self {
         let b = Builder::default();
         let store = Store::new(Arc::new(MemoryStore::new(b.clock.clone())), Vec::new());
-        b.build(store)
+        b.finish(store)
     }
 
     /// Connects to the Redis at `url` (`redis://host:port/db`,
@@ -443,7 +443,19 @@ impl Builder {
         Ok(())
     }
 
-    fn build(self, store: Store) -> Client {
+    /// A client on `store`, a store of any crate built on the
+    /// [store boundary](crate::store).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for settings that cannot work (a zero
+    /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
+    pub fn build(self, store: Store) -> Result<Client> {
+        self.validate()?;
+        Ok(self.finish(store))
+    }
+
+    fn finish(self, store: Store) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
@@ -461,7 +473,7 @@ impl Builder {
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
         let store = Store::new(Arc::new(MemoryStore::new(self.clock.clone())), Vec::new());
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 
     /// Connects to the Redis at `url`.
@@ -509,7 +521,7 @@ impl Builder {
 
     async fn connect_redis(self, client: redis::Client) -> Result<Client> {
         let store = crate::backend::redis::connect(client, self.opts).await?;
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 
     /// Connects to a Redis Cluster through any of `urls` (seed nodes).
@@ -559,7 +571,7 @@ impl Builder {
         let infos: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
         let store =
             crate::backend::redis::connect_cluster(infos, self.opts, self.tls.clone()).await?;
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 
     /// The per-node timeout of a Redlock client (default 50 ms): how long
@@ -617,7 +629,7 @@ impl Builder {
             clients.push(client);
         }
         let store = crate::backend::redlock::connect(clients, opts).await?;
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 
     /// Connects to `REDIS_URL` when set (and not empty); else, with the

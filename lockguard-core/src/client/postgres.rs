@@ -139,7 +139,7 @@ impl Builder {
         };
         let store = postgres::connect(pool, listen, self.postgres_schema.clone(), opts).await?;
         tracing::debug!(schema = %self.postgres_schema, "connected to postgres");
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 }
 

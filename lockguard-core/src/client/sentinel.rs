@@ -84,6 +84,6 @@ impl Builder {
         };
         let store = redis::connect_sentinel(target, self.opts).await?;
         tracing::debug!(service, "connected to the redis master through sentinel");
-        Ok(self.build(store))
+        Ok(self.finish(store))
     }
 }

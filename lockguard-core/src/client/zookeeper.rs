@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use super::{Builder, Client};
-use crate::backend::Store;
 use crate::backend::zookeeper::{DEFAULT_ROOT, Session, SessionOptions, ZooKeeperStore};
 use crate::error::Result;
+use crate::store::Store;
 
 /// The session timeout a ZooKeeper client asks for by default.
 pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -146,7 +146,7 @@ impl Builder {
             self.opts.response_timeout,
         )
         .await?;
-        Ok(self.build(Store::new(store, Vec::new())))
+        Ok(self.finish(Store::new(store, Vec::new())))
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use crate::backend::{DataBackend, LimitKeys, LimitOp};
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
 use crate::rate_limit::{Algorithm, Decision, Quota, gcra};
+use crate::store::{DataStore, LimitKeys, LimitOp};
 
 mod refused;
 
@@ -389,8 +389,8 @@ impl RateLimiter {
     }
 
     /// The store's limiters, or `Unsupported` on a store without them.
-    fn store(&self) -> Result<&dyn DataBackend> {
-        self.shared.engine.store.data("a rate limiter")
+    fn store(&self) -> Result<&dyn DataStore> {
+        Ok(self.shared.engine.store.data())
     }
 
     fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys<'static>, LimitOp)> {

@@ -8,15 +8,16 @@ use super::decision::{Decision, us};
 
 /// One window's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Window {
-    pub(crate) used: u64,
+pub struct Window {
+    /// The cost admitted in the window so far.
+    pub used: u64,
     /// When the window ends (µs), exclusive.
-    pub(crate) ends_at: i64,
+    pub ends_at: i64,
 }
 
-/// One step on the in-memory store. Returns the decision and the window to
-/// store when allowed.
-pub(crate) fn step(
+/// One step at `now` (µs on the store's clock) over the stored window.
+/// Returns the decision and the window to store when allowed.
+pub fn step(
     limit: u64,
     period_us: i64,
     state: Option<Window>,
@@ -43,7 +44,10 @@ pub(crate) fn step(
 }
 
 /// The decision from the numbers both stores produce (µs).
-pub(crate) fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> Decision {
+/// The decision from a store's own arithmetic: whether it was allowed, the
+/// cost used in the window after it, and the µs until the window resets
+/// and until a retry can pass.
+pub fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> Decision {
     Decision {
         allowed,
         limit,

@@ -15,14 +15,19 @@ use super::quota::Quota;
 
 /// The GCRA constants of a quota, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Params {
-    pub(crate) t: i64,
-    pub(crate) tau: i64,
-    pub(crate) limit: u64,
+#[non_exhaustive]
+pub struct Params {
+    /// The emission interval `T = period / count`, in µs.
+    pub t: i64,
+    /// The tolerance `tau = T * burst`, in µs.
+    pub tau: i64,
+    /// The burst: the most requests admitted at once.
+    pub limit: u64,
 }
 
 impl Params {
-    pub(crate) fn new(q: &Quota) -> Self {
+    /// The constants of quota `q`.
+    pub fn new(q: &Quota) -> Self {
         let t = q.emission_interval_us();
         let burst = i64::try_from(q.burst_size()).unwrap_or(i64::MAX);
         Self {
@@ -33,8 +38,9 @@ impl Params {
     }
 }
 
-/// One step. Returns the decision and, when allowed, the TAT to store.
-pub(crate) fn step(p: Params, tat: Option<i64>, now: i64, cost: u64) -> (Decision, Option<i64>) {
+/// One step at `now` (µs on the store's clock) over the stored TAT.
+/// Returns the decision and, when allowed, the TAT to store.
+pub fn step(p: Params, tat: Option<i64>, now: i64, cost: u64) -> (Decision, Option<i64>) {
     let cost = i64::try_from(cost).unwrap_or(i64::MAX);
     let tat = tat.unwrap_or(now).max(now);
     let new_tat = tat.saturating_add(p.t.saturating_mul(cost));
@@ -48,7 +54,7 @@ pub(crate) fn step(p: Params, tat: Option<i64>, now: i64, cost: u64) -> (Decisio
 
 /// Builds the decision from the numbers both stores produce: how much of
 /// the tolerance is in use after the request (`used`), and the wait.
-pub(crate) fn decide(p: Params, allowed: bool, used: i64, retry: i64) -> Decision {
+pub fn decide(p: Params, allowed: bool, used: i64, retry: i64) -> Decision {
     let left = (p.tau - used).max(0);
     Decision {
         allowed,

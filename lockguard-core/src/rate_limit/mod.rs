@@ -16,10 +16,10 @@
 //! keep the state, and [`RateLimiter`](crate::RateLimiter) runs them.
 
 mod decision;
-pub(crate) mod fixed_window;
-pub(crate) mod gcra;
+pub mod fixed_window;
+pub mod gcra;
 mod quota;
-pub(crate) mod sliding_window;
+pub mod sliding_window;
 
 pub use decision::{Decision, ceil_secs};
 pub use quota::{MAX_PERIOD, MAX_QUOTA, Quota};

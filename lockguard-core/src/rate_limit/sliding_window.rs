@@ -17,20 +17,20 @@ use super::decision::{Decision, us};
 
 /// The log of one key.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Log {
+pub struct Log {
     entries: VecDeque<(i64, u64)>,
     sum: u64,
 }
 
 impl Log {
     /// When the newest entry leaves the window (µs), for expiry.
-    pub(crate) fn expires_at(&self, period_us: i64) -> Option<i64> {
+    pub fn expires_at(&self, period_us: i64) -> Option<i64> {
         self.entries.back().map(|(t, _)| t + period_us)
     }
 }
 
-/// One step on the in-memory store, updating `log` in place.
-pub(crate) fn step(limit: u64, period_us: i64, log: &mut Log, now: i64, cost: u64) -> Decision {
+/// One step at `now` (µs on the store's clock), updating `log` in place.
+pub fn step(limit: u64, period_us: i64, log: &mut Log, now: i64, cost: u64) -> Decision {
     // An entry counts while now < t + period.
     while let Some(&(t, c)) = log.entries.front() {
         if t + period_us > now {
@@ -59,7 +59,11 @@ pub(crate) fn step(limit: u64, period_us: i64, log: &mut Log, now: i64, cost: u6
 }
 
 /// The decision from the numbers both stores produce (µs).
-pub(crate) fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> Decision {
+/// The decision from a store's own arithmetic (a log kept as rows or a
+/// sorted set): whether it was allowed, the cost logged in the window after
+/// it, and the µs until the newest entry and until enough of the oldest
+/// leave the window.
+pub fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> Decision {
     Decision {
         allowed,
         limit,

@@ -10,16 +10,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{
-    Attempt, DataBackend, Handoff, Inbox, LimitKeys, LimitOp, LockBackend, Occupancy, Place,
-    StoreFuture, Stored, Waiting,
-};
 use crate::clock::{self, Clock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::store::{
+    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place,
+    StoreFuture, Stored, Waiting,
+};
 use crate::token::{Token, TokenHashing};
 
 mod expiring;
@@ -344,7 +344,7 @@ impl MemoryStore {
         result
     }
 
-    /// One attempt; see [`LockBackend::acquire`].
+    /// One attempt; see [`LockStore::acquire`].
     pub(crate) fn acquire(
         &self,
         keys: &Arc<LockKeys>,
@@ -420,7 +420,7 @@ impl MemoryStore {
     }
 
     /// What the store holds for the lock or semaphore; see
-    /// [`LockBackend::inspect`].
+    /// [`LockStore::inspect`].
     pub(crate) fn inspect(&self, keys: &LockKeys) -> Occupancy {
         let now = Instant::now();
         let st = self.state();
@@ -637,7 +637,7 @@ impl MemoryStore {
     }
 }
 
-impl LockBackend for MemoryStore {
+impl LockStore for MemoryStore {
     fn name(&self) -> &'static str {
         "memory"
     }
@@ -685,7 +685,7 @@ impl LockBackend for MemoryStore {
     }
 }
 
-impl DataBackend for MemoryStore {
+impl DataStore for MemoryStore {
     fn counter_add<'a>(
         &'a self,
         keys: &'a CounterKeys,

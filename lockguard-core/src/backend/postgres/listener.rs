@@ -17,8 +17,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use super::{PgOptions, pg_channel, pg_error};
-use crate::backend::{Inbox, Listener, StoreFuture};
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::{Inbox, Listener, StoreFuture};
 
 /// A request to bring one channel's subscription in line with the inbox.
 struct Sync {

@@ -19,14 +19,14 @@ use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
-use super::{
-    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
-    Stored, Waiting, millis_ceil,
-};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{CounterKeys, LockKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::store::{
+    Attempt, DataStore, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store, StoreFuture,
+    Stored, Waiting, millis_ceil,
+};
 use crate::token::Token;
 
 mod flights;
@@ -680,7 +680,7 @@ fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
     }
 }
 
-impl LockBackend for PostgresStore {
+impl LockStore for PostgresStore {
     fn name(&self) -> &'static str {
         "postgres"
     }
@@ -721,7 +721,7 @@ impl LockBackend for PostgresStore {
     }
 }
 
-impl DataBackend for PostgresStore {
+impl DataStore for PostgresStore {
     fn counter_add<'a>(
         &'a self,
         keys: &'a CounterKeys,

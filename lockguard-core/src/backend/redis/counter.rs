@@ -7,9 +7,9 @@ use std::time::Duration;
 use redis::Script;
 
 use super::RedisStore;
-use crate::backend::millis_ceil;
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::CounterKeys;
+use crate::store::millis_ceil;
 
 static COUNTER_ADD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(

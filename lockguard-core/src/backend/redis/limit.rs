@@ -5,9 +5,9 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::RedisStore;
-use crate::backend::{LimitKeys, LimitOp};
 use crate::error::Result;
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::store::{LimitKeys, LimitOp};
 use crate::token::Token;
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/gcra.lua")));

@@ -11,14 +11,14 @@ use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
 use super::redlock::RedlockLine;
-use super::{
-    Attempt, DataBackend, LimitKeys, LimitOp, LockBackend, Occupancy, Place, Store, StoreFuture,
-    Stored, Waiting, millis_ceil,
-};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{CounterKeys, LockKeys, Resource};
 use crate::rate_limit::Decision;
+use crate::store::{
+    Attempt, DataStore, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store, StoreFuture,
+    Stored, Waiting, millis_ceil,
+};
 use crate::token::Token;
 
 mod counter;
@@ -762,7 +762,7 @@ impl RedisStore {
         answer
     }
 
-    /// One attempt; see [`LockBackend::acquire`].
+    /// One attempt; see [`LockStore::acquire`].
     pub(crate) async fn acquire(
         &self,
         keys: &Arc<LockKeys>,
@@ -951,7 +951,7 @@ impl RedisStore {
     }
 
     /// What the server knows of the lock or semaphore; see
-    /// [`LockBackend::inspect`].
+    /// [`LockStore::inspect`].
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
         let mut call = INSPECT.prepare_invoke();
         call.key(&keys.lock).key(keys.sequence()).key(keys.queue());
@@ -1033,7 +1033,7 @@ impl RedisStore {
     }
 }
 
-impl LockBackend for RedisStore {
+impl LockStore for RedisStore {
     fn name(&self) -> &'static str {
         if self.is_cluster() {
             "redis-cluster"
@@ -1078,7 +1078,7 @@ impl LockBackend for RedisStore {
     }
 }
 
-impl DataBackend for RedisStore {
+impl DataStore for RedisStore {
     fn counter_add<'a>(
         &'a self,
         keys: &'a CounterKeys,

@@ -18,10 +18,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use super::{ZooKeeperStore, bounded, node_name};
-use crate::backend::{DataBackend, LimitKeys, LimitOp, StoreFuture, Stored};
 use crate::error::{Error, ErrorKind, Result};
 use crate::key::CounterKeys;
 use crate::rate_limit::Decision;
+use crate::store::{DataStore, LimitKeys, LimitOp, StoreFuture, Stored};
 
 /// How many times the response timeout an update may spend losing to
 /// concurrent writes before it gives up.
@@ -296,7 +296,7 @@ impl ZooKeeperStore {
     }
 }
 
-impl DataBackend for ZooKeeperStore {
+impl DataStore for ZooKeeperStore {
     fn counter_add<'a>(
         &'a self,
         keys: &'a CounterKeys,

@@ -40,10 +40,10 @@ use zookeeper_client as zk;
 
 use self::session::zk_error;
 pub(crate) use self::session::{Session, SessionOptions};
-use super::{Attempt, Inbox, LockBackend, Occupancy, Place, StoreFuture, Waiting};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 use crate::key::{LockKeys, Resource};
+use crate::store::{Attempt, Inbox, LockStore, Occupancy, Place, StoreFuture, Waiting};
 use crate::token::Token;
 
 /// The node under which lockguard keeps its locks, by default.
@@ -782,7 +782,7 @@ impl ZooKeeperStore {
     }
 }
 
-impl LockBackend for ZooKeeperStore {
+impl LockStore for ZooKeeperStore {
     fn name(&self) -> &'static str {
         "zookeeper"
     }
