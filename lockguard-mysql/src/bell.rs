@@ -1,38 +1,53 @@
 //! The bell: how a release wakes a waiter of another client without
 //! polling, on a server that has no `LISTEN`/`NOTIFY`.
 //!
-//! Each client opens, at its first wait, one connection of its own (not a
-//! pooled one) that records its connection id in the `bells` table under
-//! the client's channel, then sleeps in a query naming that channel:
+//! Each client opens, at its first wait, two connections of its own (not
+//! pooled ones). One, the *holder*, takes a user lock named for the
+//! client's channel (`GET_LOCK`) and keeps it. The other, the *bell*,
+//! records its connection id in the `bells` table under the channel, then
+//! waits for that lock in a query naming the channel:
 //!
 //! ```sql
 //! SELECT 'lockguard bell <channel in hex>',
-//!        IF(EXISTS(SELECT 1 FROM handoffs WHERE channel = <channel>), 0, SLEEP(30))
+//!        IF(EXISTS(SELECT 1 FROM handoffs WHERE channel = <channel>), 0,
+//!           GET_LOCK('<lock of the channel>', 30))
 //! ```
 //!
 //! A release that hands a lock to one of the client's waiters writes the
 //! handoff to the `handoffs` mailbox in its transaction and, once that has
 //! committed, runs `KILL QUERY` on the bell's connection, in the same
 //! procedure call (no round trip more), after checking in the process list
-//! that the connection is that bell asleep in that query (connection ids
-//! start again after a server restart). The interrupted bell reads and
-//! removes its handoffs ([`drain`]) and hands each to its waiter through
-//! the client's inbox; then it sleeps again.
+//! that the connection is that bell in that query (connection ids start
+//! again after a server restart). The interrupted bell reads and removes
+//! its handoffs ([`drain`]) and hands each to its waiter through the
+//! client's inbox; then it waits again. A bell rung and not yet read is
+//! not rung again (a flag in its row, reset as it reads): it reads the
+//! handoffs made meanwhile anyway.
 //!
-//! No wake-up is lost between two sleeps: the query checks the mailbox
-//! before it sleeps, in the same statement, so a kill that lands while the
+//! Why a user lock's wait and not `SLEEP()`, the obvious way to sleep in a
+//! query: MariaDB's `KILL` of a thread in `SLEEP()` retries a mutex that
+//! every sleeping thread shares, and was measured stalling the killer (so
+//! the release) for one to two seconds under contention; a user lock's
+//! wait is woken through the waiting thread's own mutex. And why not the
+//! other way round, each waiter blocking in `GET_LOCK` on a name its
+//! releaser holds: the holder of a lock would have to keep a connection
+//! (and the lock's name) for the whole hold, and every waiter a connection
+//! for its whole wait, where a bell is one connection pair per client.
+//!
+//! No wake-up is lost between two waits: the query checks the mailbox
+//! before it waits, in the same statement, so a kill that lands while the
 //! connection is between statements (and does nothing) has its handoff
 //! found by the next check, and one that lands after that check but before
-//! the sleep interrupts the sleep (the statement's kill flag stays set).
+//! the wait interrupts the wait (the statement's kill flag stays set).
 //! The bell's session reads uncommitted rows (`READ UNCOMMITTED`) so that
 //! its long statement opens no InnoDB read view (which would hold back the
-//! purge of old row versions for the length of the sleep); a handoff seen
+//! purge of old row versions for the length of the wait); a handoff seen
 //! before its commit only makes the drain wait for that commit, as the
 //! drain's reads lock what they read and so see only committed rows.
 //!
-//! Whatever still goes wrong (the bell's connection lost, a bell another
-//! user's release may not kill) is covered by the waiter's timed refresh,
-//! which claims a lock handed to it as well; when the bell's connection is
+//! Whatever still goes wrong (a connection lost, a bell another user's
+//! release may not kill) is covered by the waiter's timed refresh, which
+//! claims a lock handed to it as well; when the bell's connections are
 //! lost, every waiter of the client is woken to check at once.
 
 use std::collections::HashMap;
@@ -40,8 +55,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture};
 use lockguard_core::store::Token;
+use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
@@ -77,7 +92,12 @@ impl Bell {
 
 impl Drop for Bell {
     fn drop(&mut self) {
-        for task in self.running.lock().unwrap_or_else(|p| p.into_inner()).values() {
+        for task in self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
             task.abort();
         }
     }
@@ -117,30 +137,78 @@ fn hex(channel: &str) -> String {
     channel.bytes().map(|b| format!("{b:02X}")).collect()
 }
 
-/// The statement a bell sleeps in, for at most `period`.
-fn sleep_sql(prefix: &str, channel: &str, period: Duration) -> String {
+/// The user lock the holder keeps and the bell waits for: named for the
+/// channel's end, which holds the client's random token (names are at most
+/// 64 characters).
+fn lock_name(channel: &str) -> String {
+    let mut start = channel.len().saturating_sub(40);
+    while !channel.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("lockguard bell {}", &channel[start..]).replace('\'', "")
+}
+
+/// The statement a bell waits in, for at most `period`.
+fn wait_sql(prefix: &str, channel: &str, period: Duration) -> String {
     let h = hex(channel);
     format!(
         "SELECT 'lockguard bell {h}', IF(EXISTS(SELECT 1 FROM {prefix}handoffs \
-         WHERE channel = 0x{h}), 0, SLEEP({:.3}))",
-        period.as_secs_f64()
+         WHERE channel = 0x{h}), 0, GET_LOCK('{}', {}))",
+        lock_name(channel),
+        period.as_secs().max(1)
     )
 }
 
-/// Opens the bell's connection and records it under `channel`.
-async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Conn> {
-    let what = "opening the mysql bell connection";
+/// A bell's two connections: the holder of the lock, and the bell.
+struct Pair {
+    holder: Conn,
+    bell: Conn,
+}
+
+/// Opens the bell's connections, takes the lock and records the bell under
+/// `channel`.
+async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
+    let what = "opening the mysql bell connections";
     bounded(cfg.connect_timeout, || what.to_owned(), async {
-        let mut conn = Conn::new(opts.clone())
+        let mut holder = Conn::new(opts.clone())
             .await
             .map_err(|e| mysql_error(e, what))?;
-        conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+        let got: Option<mysql_async::Row> = holder
+            .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(channel),))
             .await
             .map_err(|e| mysql_error(e, what))?;
-        register(&mut conn, cfg, channel).await?;
-        Ok(conn)
+        let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
+        if got != Some(Some(1)) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("{what}: the bell's lock is held elsewhere ({got:?})"),
+            ));
+        }
+        let mut bell = Conn::new(opts.clone())
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        register(&mut bell, cfg, channel).await?;
+        Ok(Pair { holder, bell })
     })
     .await
+}
+
+/// Renews the bell's row (its connection id unchanged) from the holder.
+async fn renew(holder: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
+    let p = &cfg.prefix;
+    holder
+        .exec_drop(
+            format!(
+                "UPDATE {p}bells SET at_us = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) \
+                 WHERE channel = ?"
+            ),
+            (channel,),
+        )
+        .await
+        .map_err(|e| mysql_error(e, "renewing the mysql bell"))
 }
 
 /// Records (or renews) the bell's connection id under `channel`.
@@ -150,7 +218,7 @@ async fn register(conn: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
         format!(
             "INSERT INTO {p}bells (channel, conn, at_us) \
              VALUES (?, CONNECTION_ID(), CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) \
-             ON DUPLICATE KEY UPDATE conn = VALUES(conn), at_us = VALUES(at_us)"
+             ON DUPLICATE KEY UPDATE conn = VALUES(conn), at_us = VALUES(at_us), rung = 0"
         ),
         (channel,),
     )
@@ -164,12 +232,14 @@ async fn drain(
     cfg: &Config,
     channel: &str,
 ) -> std::result::Result<Vec<Handoff>, mysql_async::Error> {
-    let rows: Vec<(Vec<u8>, u64, u64)> = conn
+    let rows: Vec<mysql_async::Row> = conn
         .exec(format!("CALL {}drain(?)", cfg.prefix), (channel,))
         .await?;
     Ok(rows
         .into_iter()
-        .filter_map(|(token, fence, attempt)| {
+        .filter_map(|row| {
+            let (token, fence, attempt) =
+                mysql_async::from_row_opt::<(Vec<u8>, u64, u64)>(row).ok()?;
             let token = Token::parse(&token)?;
             let attempt = u32::try_from(attempt).ok()?;
             (fence > 0).then(|| Handoff::new(token, FencingToken::new(fence), attempt))
@@ -196,12 +266,12 @@ async fn run(
     let mut backoff = Duration::from_millis(20);
     loop {
         match open(&opts, &cfg, &channel).await {
-            Ok(mut conn) => {
+            Ok(mut pair) => {
                 backoff = Duration::from_millis(20);
                 if let Some(r) = ready.take() {
                     let _ = r.send(Ok(()));
                 }
-                let stopped = ring(&mut conn, &cfg, &channel, &inbox).await;
+                let stopped = ring(&mut pair, &cfg, &channel, &inbox).await;
                 // Handoffs made while nobody could ring: every waiter checks.
                 let Some(i) = inbox.upgrade() else { return };
                 i.wake_all();
@@ -210,7 +280,9 @@ async fn run(
                     return;
                 }
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
+                    let second = Duration::from_secs(1);
+                    let _ = tokio::time::timeout(second, pair.bell.disconnect()).await;
+                    let _ = tokio::time::timeout(second, pair.holder.disconnect()).await;
                 });
             }
             Err(e) => {
@@ -229,27 +301,28 @@ async fn run(
     }
 }
 
-/// Sleeps in the bell's query and delivers the handoffs each ring brings,
-/// until the connection fails or the client is gone.
-async fn ring(conn: &mut Conn, cfg: &Config, channel: &str, inbox: &Weak<dyn Inbox>) -> Stopped {
-    let sleep = sleep_sql(&cfg.prefix, channel, cfg.bell_period);
-    // The sleep answers within its period; past that and a request's
+/// Waits in the bell's query and delivers the handoffs each ring brings,
+/// until a connection fails or the client is gone.
+async fn ring(pair: &mut Pair, cfg: &Config, channel: &str, inbox: &Weak<dyn Inbox>) -> Stopped {
+    let wait = wait_sql(&cfg.prefix, channel, cfg.bell_period);
+    // The wait answers within its period; past that and a request's
     // timeout, the server is gone or frozen.
-    let sleep_bound = cfg.bell_period + cfg.response_timeout;
+    let wait_bound = cfg.bell_period + cfg.response_timeout;
     let mut renewed = tokio::time::Instant::now();
     loop {
-        let handoffs = match tokio::time::timeout(cfg.response_timeout, drain(conn, cfg, channel))
-            .await
-        {
-            Ok(Ok(h)) => h,
-            // Rung while reading: read again.
-            Ok(Err(e)) if is_interrupted(&e) => continue,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "mysql bell connection lost");
-                return Stopped::Lost;
-            }
-            Err(_) => return Stopped::Lost,
-        };
+        let handoffs =
+            match tokio::time::timeout(cfg.response_timeout, drain(&mut pair.bell, cfg, channel))
+                .await
+            {
+                Ok(Ok(h)) => h,
+                // Rung while reading: read again.
+                Ok(Err(e)) if is_interrupted(&e) => continue,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "mysql bell connection lost");
+                    return Stopped::Lost;
+                }
+                Err(_) => return Stopped::Lost,
+            };
         let Some(i) = inbox.upgrade() else {
             return Stopped::ClientGone;
         };
@@ -257,9 +330,10 @@ async fn ring(conn: &mut Conn, cfg: &Config, channel: &str, inbox: &Weak<dyn Inb
             i.handoff(h);
         }
         drop(i);
-        // Stale rows are swept after five minutes: renewed every minute.
+        // Stale rows are swept after five minutes: renewed every minute,
+        // through the holder, whose connection this keeps in use.
         if renewed.elapsed() >= Duration::from_secs(60) {
-            if tokio::time::timeout(cfg.response_timeout, register(conn, cfg, channel))
+            if tokio::time::timeout(cfg.response_timeout, renew(&mut pair.holder, cfg, channel))
                 .await
                 .map_or(true, |r| r.is_err())
             {
@@ -267,14 +341,28 @@ async fn ring(conn: &mut Conn, cfg: &Config, channel: &str, inbox: &Weak<dyn Inb
             }
             renewed = tokio::time::Instant::now();
         }
-        match tokio::time::timeout(sleep_bound, conn.query_drop(&sleep)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) if is_interrupted(&e) => {}
-            Ok(Err(e)) => {
+        let conn = &mut pair.bell;
+        let waited: std::result::Result<Option<mysql_async::Row>, _> =
+            match tokio::time::timeout(wait_bound, conn.query_first(&wait)).await {
+                Ok(r) => r,
+                Err(_) => return Stopped::Lost,
+            };
+        match waited {
+            // 0: a handoff waits, or the period passed; NULL: rung.
+            Ok(Some(row)) => {
+                let got = mysql_async::from_row_opt::<(String, Option<i64>)>(row);
+                if let Ok((_, Some(1))) = got {
+                    // The bell took the lock: the holder's connection is
+                    // gone. Both are opened again.
+                    return Stopped::Lost;
+                }
+            }
+            Ok(None) => {}
+            Err(e) if is_interrupted(&e) => {}
+            Err(e) => {
                 tracing::debug!(error = %e, "mysql bell connection lost");
                 return Stopped::Lost;
             }
-            Err(_) => return Stopped::Lost,
         }
     }
 }
@@ -284,10 +372,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_sleep_names_its_channel_in_hex() {
-        let sql = sleep_sql("lg_", "a'b", Duration::from_millis(1500));
+    fn the_wait_names_its_channel_in_hex() {
+        let sql = wait_sql("lg_", "a'b", Duration::from_millis(1500));
         assert!(sql.starts_with("SELECT 'lockguard bell 612762'"), "{sql}");
         assert!(sql.contains("channel = 0x612762"), "{sql}");
-        assert!(sql.contains("SLEEP(1.500)"), "{sql}");
+        assert!(sql.contains("GET_LOCK('lockguard bell ab', 1)"), "{sql}");
+        let long = format!("{}waiters:{}", "é".repeat(40), "0123456789abcdef".repeat(2));
+        let name = lock_name(&long);
+        assert!(
+            name.len() <= 64 && name.ends_with("0123456789abcdef"),
+            "{name}"
+        );
     }
 }

@@ -84,3 +84,12 @@ pub(crate) async fn bounded<T>(
         Err(_) => Err(timed_out(&what(), timeout)),
     }
 }
+
+/// Reads `row` as `T`, or a protocol error naming `what` (the driver's own
+/// conversion panics on a mismatch).
+pub(crate) fn read_row<T: mysql_async::prelude::FromRow>(
+    row: mysql_async::Row,
+    what: &str,
+) -> Result<T> {
+    mysql_async::from_row_opt(row).map_err(|e| garbage(what, e.0))
+}

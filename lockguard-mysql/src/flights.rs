@@ -66,7 +66,8 @@ impl Flights {
 }
 
 /// An acquisition sent on a connection: ends its flight when it has
-/// answered, or (dropped before that) once the connection has run it.
+/// answered, or (dropped before that) once the connection has run it, and
+/// then disconnects that connection.
 pub(crate) struct InFlight {
     conn: Option<Conn>,
     flight: Option<Flight>,
@@ -100,10 +101,14 @@ impl Drop for InFlight {
         // without waiting (the lease bounds what a late acquisition holds).
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
-                // The driver reads the rest of the acquisition's answer
-                // before it sends this.
-                let _ = tokio::time::timeout(Duration::from_secs(30), conn.query_drop("DO 0")).await;
+                // Answered once the acquisition has run (whatever the driver
+                // makes of the cut-off answer). The connection is not
+                // reused: the driver may not know an answer was left
+                // unread, and would hand it to the next request.
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(30), conn.query_drop("DO 0")).await;
                 drop(flight);
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
             });
         }
     }

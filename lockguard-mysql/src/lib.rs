@@ -211,9 +211,10 @@ impl MySqlOptions {
             ));
         }
         let lock_wait = self.response_timeout.as_secs().max(1);
-        let constraints = mysql_async::PoolConstraints::new(0, self.pool_size).ok_or_else(|| {
-            Error::new(ErrorKind::InvalidInput, "the pool size must be at least 1")
-        })?;
+        let constraints =
+            mysql_async::PoolConstraints::new(0, self.pool_size).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidInput, "the pool size must be at least 1")
+            })?;
         let pool_opts = opts
             .pool_opts()
             .clone()

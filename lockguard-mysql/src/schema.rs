@@ -153,9 +153,19 @@ mod tests {
     #[test]
     fn the_schema_splits_into_statements_with_the_prefix() {
         let all = statements("lg_");
-        assert!(all[0].contains("CREATE TABLE IF NOT EXISTS lg_meta"), "{}", all[0]);
-        assert!(all.iter().all(|s| !s.contains("__P__") && !s.contains("-- ;;")));
-        assert!(all.iter().any(|s| s.contains("CREATE PROCEDURE lg_acquire(")));
+        assert!(
+            all[0].contains("CREATE TABLE IF NOT EXISTS lg_meta"),
+            "{}",
+            all[0]
+        );
+        assert!(
+            all.iter()
+                .all(|s| !s.contains("__P__") && !s.contains("-- ;;"))
+        );
+        assert!(
+            all.iter()
+                .any(|s| s.contains("CREATE PROCEDURE lg_acquire("))
+        );
         let sql = migration_sql("lg_").unwrap();
         assert!(sql.ends_with("DELIMITER ;\n"));
     }

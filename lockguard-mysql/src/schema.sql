@@ -77,11 +77,13 @@ CREATE TABLE IF NOT EXISTS __P__handoffs (
 ) ENGINE=InnoDB
 -- ;;
 -- Each client's bell: the connection to ring (KILL QUERY) when a lock was
--- handed to one of its waiters. Renewed by the bell at each wake-up.
+-- handed to one of its waiters, and whether it was rung since it last read
+-- its mailbox. Renewed by the bell every minute.
 CREATE TABLE IF NOT EXISTS __P__bells (
   channel VARBINARY(2900) NOT NULL PRIMARY KEY,
   conn BIGINT UNSIGNED NOT NULL,
   at_us BIGINT NOT NULL,
+  rung TINYINT NOT NULL DEFAULT 0,
   KEY __P__bells_age (at_us)
 ) ENGINE=InnoDB
 -- ;;
@@ -148,6 +150,12 @@ DROP PROCEDURE IF EXISTS __P__ring
 -- CONNECTION ADMIN privileges) is skipped: its waiter's refresh claims the
 -- lock instead. Rows of other handoffs in the range only ring their bells
 -- once more.
+--
+-- A bell rung and not yet read is not rung again (`rung`, reset by the bell
+-- as it reads its mailbox): it will read the handoffs made meanwhile
+-- anyway. And MariaDB's KILL of a thread in SLEEP() can stall for up to a
+-- second when another KILL of the same thread races it (the killer retries
+-- a mutex the woken sleeper holds), so two must not overlap.
 CREATE PROCEDURE __P__ring(IN p_first BIGINT, IN p_last BIGINT)
 BEGIN
   DECLARE v_done INT DEFAULT 0;
@@ -163,12 +171,13 @@ BEGIN
     IF v_done = 1 THEN
       LEAVE bells;
     END IF;
-    SET v_conn = (
+    UPDATE __P__bells SET rung = 1 WHERE channel = v_channel AND rung = 0;
+    SET v_conn = IF(ROW_COUNT() = 0, NULL, (
       SELECT b.conn FROM __P__bells b
         JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
         WHERE b.channel = v_channel
           AND LOCATE(CONCAT('lockguard bell ', HEX(v_channel)), p.INFO) > 0
-        LIMIT 1);
+        LIMIT 1));
     IF v_conn IS NOT NULL THEN
       KILL QUERY v_conn;
     END IF;
@@ -285,8 +294,9 @@ END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__drain
 -- ;;
--- Reads and removes the handoffs addressed to p_channel's waiters: what a
--- bell does when rung. Both reads lock what they read, so they see only
+-- Reads and removes the handoffs addressed to p_channel's waiters, and
+-- marks the bell ready to be rung again: what a bell does when rung. Both
+-- reads lock what they read, so they see only
 -- committed handoffs (the bell's session reads uncommitted rows
 -- otherwise: see bell.rs) and wait for one being committed.
 CREATE PROCEDURE __P__drain(IN p_channel VARBINARY(2900))
@@ -294,6 +304,7 @@ BEGIN
   DECLARE v_max BIGINT;
   DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
   START TRANSACTION;
+  UPDATE __P__bells SET rung = 0 WHERE channel = p_channel;
   SELECT MAX(h.id) INTO v_max FROM __P__handoffs h WHERE h.channel = p_channel FOR UPDATE;
   SELECT h.token, h.fence, h.attempt FROM __P__handoffs h
     WHERE h.channel = p_channel AND h.id <= v_max ORDER BY h.id FOR UPDATE;

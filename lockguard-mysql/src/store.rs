@@ -7,17 +7,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockguard_core::store::Token;
 use lockguard_core::store::{
     Attempt, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store, StoreFuture,
     Waiting,
 };
-use lockguard_core::store::Token;
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
-use mysql_async::{Conn, Params, Pool};
+use mysql_async::{Conn, Params, Pool, Row};
 
 use crate::bell::Bell;
-use crate::error::{bounded, garbage, mysql_error};
+use crate::error::{bounded, garbage, mysql_error, read_row};
 use crate::flights::{Flights, InFlight};
 use crate::schema;
 
@@ -113,7 +113,11 @@ pub(crate) async fn connect(
     };
     let what = "connecting to mysql";
     let mut conn = bounded(cfg.connect_timeout, || what.to_owned(), async {
-        store.pool.get_conn().await.map_err(|e| mysql_error(e, what))
+        store
+            .pool
+            .get_conn()
+            .await
+            .map_err(|e| mysql_error(e, what))
     })
     .await
     .map_err(unreachable)?;
@@ -153,7 +157,8 @@ fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
             tick.tick().await;
             let sweep = async {
                 let mut conn = pool.get_conn().await.ok()?;
-                conn.exec_first::<i64, _, _>(&sql, ()).await.ok()?
+                let row: Row = conn.exec_first(&sql, ()).await.ok()??;
+                mysql_async::from_row_opt::<i64>(row).ok()
             };
             match tokio::time::timeout(timeout, sweep).await {
                 Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
@@ -204,6 +209,33 @@ fn row_key<'k>(keys: &'k LockKeys, what: &impl Fn() -> String) -> Result<&'k str
     Ok(id)
 }
 
+/// A pooled connection whose request may be cut off (a timeout, a dropped
+/// future): unless it answered, it is disconnected when dropped rather
+/// than handed back to the pool, where the driver could read the cut-off
+/// request's answer as the next request's.
+struct Checked(Option<Conn>);
+
+impl Checked {
+    fn conn(&mut self) -> &mut Conn {
+        self.0.as_mut().expect("present until dropped")
+    }
+
+    /// The request answered: the connection goes back to the pool.
+    fn answered(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Checked {
+    fn drop(&mut self) {
+        if let (Some(conn), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
+            });
+        }
+    }
+}
+
 impl MySqlStore {
     async fn conn(&self, what: &str) -> Result<Conn> {
         self.pool.get_conn().await.map_err(|e| mysql_error(e, what))
@@ -220,12 +252,14 @@ impl MySqlStore {
         T: FromRow + Send + 'static,
     {
         bounded(self.cfg.response_timeout, &what, async {
-            let mut conn = self.conn(&what()).await?;
-            let row: Option<T> = conn
+            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let row: Option<Row> = conn
+                .conn()
                 .exec_first(sql, params)
                 .await
                 .map_err(|e| mysql_error(e, &what()))?;
-            row.ok_or_else(|| garbage(&what(), "no row"))
+            conn.answered();
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())
         })
         .await
     }
@@ -252,7 +286,7 @@ impl MySqlStore {
         // pool, reach the database in the order they were made; a caller
         // that stops waiting (a dropped acquire, a timeout) leaves the
         // flight to end when the connection has run it (`InFlight`).
-        let row: Option<(i64, Option<i64>)> = bounded(self.cfg.response_timeout, what, async {
+        let row: Option<Row> = bounded(self.cfg.response_timeout, what, async {
             let flight = self.flights.depart(token.as_str());
             let conn = self.conn(&what()).await?;
             let mut sent = InFlight::new(conn, flight);
@@ -276,7 +310,9 @@ impl MySqlStore {
             row
         })
         .await?;
-        match row {
+        let row: (i64, Option<i64>) =
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())?;
+        match Some(row) {
             Some((1, Some(fence))) if fence > 0 => Ok(Attempt::Acquired {
                 fence: FencingToken::new(fence.unsigned_abs()),
                 keys: keys.clone(),

@@ -93,7 +93,12 @@ async fn statements_per_acquisition_under_contention() {
     for t in tasks {
         t.await.unwrap();
     }
-    report("lockguard (queue + bell)", &server, &before, started.elapsed());
+    report(
+        "lockguard (queue + bell)",
+        &server,
+        &before,
+        started.elapsed(),
+    );
 
     for poll in [Duration::from_millis(10), Duration::from_millis(50)] {
         raw_polling(&server, poll).await;

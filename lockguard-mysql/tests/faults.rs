@@ -91,9 +91,8 @@ async fn a_server_paused_past_a_lease_frees_the_lock_on_its_own_clock() {
 
 /// Kills every connection of the test user, as a DBA or a proxy might.
 fn kill_connections(server: &MariaDbServer) -> usize {
-    let ids = server.sql(
-        "SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'lockguard' ORDER BY ID",
-    );
+    let ids = server
+        .sql("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'lockguard' ORDER BY ID");
     let ids: Vec<&str> = ids.lines().collect();
     for id in &ids {
         // A connection may end on its own meanwhile.
@@ -189,7 +188,12 @@ async fn holder_process() {
 async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
     let server = MariaDbServer::start();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "holder_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("LOCKGUARD_MYSQL_HOLDER_URL", server.url())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -220,7 +224,11 @@ async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
         .await
         .unwrap();
     // Freed by its lease (2 s from the acquisition), not before.
-    assert!(killed.elapsed() < Duration::from_secs(4), "{:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed.elapsed()
+    );
     assert!(guard.fencing_token().get() > fence);
     guard.release().await.unwrap();
 }
