@@ -17,6 +17,7 @@ mod code {
     pub(super) const QUERY_INTERRUPTED: u16 = 1317;
     pub(super) const DATA_TOO_LONG: u16 = 1406;
     pub(super) const OUT_OF_RANGE: u16 = 1264;
+    pub(super) const VALUE_OUT_OF_RANGE: u16 = 1690;
     pub(super) const READ_ONLY: u16 = 1290;
     pub(super) const CONNECTION_KILLED: u16 = 1927;
 }
@@ -41,7 +42,9 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
             | code::READ_ONLY
             | code::ACCESS_DENIED
             | code::BAD_DB => (ErrorKind::Unavailable, what.to_owned()),
-            code::DATA_TOO_LONG | code::OUT_OF_RANGE => (ErrorKind::InvalidInput, what.to_owned()),
+            code::DATA_TOO_LONG | code::OUT_OF_RANGE | code::VALUE_OUT_OF_RANGE => {
+                (ErrorKind::InvalidInput, what.to_owned())
+            }
             code::NO_SUCH_TABLE | code::NO_SUCH_PROCEDURE => (
                 ErrorKind::Protocol,
                 format!("{what}: lockguard's tables are missing or were changed"),

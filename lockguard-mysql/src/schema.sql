@@ -87,6 +87,41 @@ CREATE TABLE IF NOT EXISTS __P__bells (
   KEY __P__bells_age (at_us)
 ) ENGINE=InnoDB
 -- ;;
+-- Counters: value and version (the optimistic lock's version column),
+-- until their expiry (µs on the database's clock), if any.
+CREATE TABLE IF NOT EXISTS __P__counters (
+  k VARBINARY(2900) NOT NULL PRIMARY KEY,
+  value BIGINT NOT NULL,
+  version BIGINT NOT NULL,
+  expires_us BIGINT NULL,
+  KEY __P__counters_expiry (expires_us)
+) ENGINE=InnoDB
+-- ;;
+-- Once-per-member marks: a set (its generation and expiry) and its members
+-- (by the SHA-256 of the member, so any member fits the key). A member
+-- counts when it carries the set's current generation; a set that expired
+-- starts a new generation, and the old members are swept later.
+CREATE TABLE IF NOT EXISTS __P__mark_sets (
+  k VARBINARY(2900) NOT NULL PRIMARY KEY,
+  generation BIGINT NOT NULL,
+  expires_us BIGINT NULL,
+  KEY __P__mark_sets_expiry (expires_us)
+) ENGINE=InnoDB
+-- ;;
+CREATE TABLE IF NOT EXISTS __P__marks (
+  k VARBINARY(2900) NOT NULL,
+  member BINARY(32) NOT NULL,
+  generation BIGINT NOT NULL,
+  PRIMARY KEY (k, member)
+) ENGINE=InnoDB
+-- ;;
+-- Fenced values: the newest token accepted and the value it wrote.
+CREATE TABLE IF NOT EXISTS __P__fenced (
+  k VARBINARY(2900) NOT NULL PRIMARY KEY,
+  fence BIGINT UNSIGNED NOT NULL,
+  value LONGBLOB NOT NULL
+) ENGINE=InnoDB
+-- ;;
 DROP PROCEDURE IF EXISTS __P__hand_out
 -- ;;
 -- Hands up to p_free free permits (a free lock) to the first live waiters,
@@ -325,11 +360,165 @@ BEGIN
   SELECT ROW_COUNT() > 0;
 END
 -- ;;
+DROP PROCEDURE IF EXISTS __P__counter_lock
+-- ;;
+-- Locks the row of counter p_k (creating an empty one, version 0, when
+-- missing; every counter operation checks and writes under this lock) and
+-- reads it as of p_now, the clock read once the row is ours: p_value and
+-- p_expires as live (0 and NULL for an expired counter), p_last the stored
+-- version even when expired, which the next version must exceed. Runs in
+-- the caller's transaction.
+CREATE PROCEDURE __P__counter_lock(
+  IN p_k VARBINARY(2900), OUT p_value BIGINT, OUT p_version BIGINT, OUT p_last BIGINT,
+  OUT p_expires BIGINT, OUT p_now BIGINT)
+BEGIN
+  INSERT INTO __P__counters (k, value, version, expires_us) VALUES (p_k, 0, 0, NULL)
+    ON DUPLICATE KEY UPDATE version = version;
+  SELECT c.value, c.version, c.version, c.expires_us INTO p_value, p_version, p_last, p_expires
+    FROM __P__counters c WHERE c.k = p_k FOR UPDATE;
+  SET p_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  IF p_expires IS NOT NULL AND p_expires <= p_now THEN
+    SET p_value = 0, p_version = 0, p_expires = NULL;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__counter_put
+-- ;;
+-- Writes p_value to counter p_k as counter_lock found it, with a version
+-- after p_last (greater than it and than the clock in µs); an expiry of
+-- p_ttl_ms is set on a counter without one. p_version: the new version.
+CREATE PROCEDURE __P__counter_put(
+  IN p_k VARBINARY(2900), IN p_value BIGINT, IN p_last BIGINT, IN p_expires BIGINT,
+  IN p_ttl_ms BIGINT, IN p_now BIGINT, OUT p_version BIGINT)
+BEGIN
+  SET p_version = GREATEST(p_last, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) + 1;
+  UPDATE __P__counters SET value = p_value, version = p_version,
+    expires_us = COALESCE(p_expires, IF(p_ttl_ms > 0, p_now + p_ttl_ms * 1000, NULL))
+    WHERE k = p_k;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__counter_add
+-- ;;
+-- Adds p_delta to a counter (a counter that expired starts again from 0);
+-- answers the new value. Overflow is an error (out of range).
+CREATE PROCEDURE __P__counter_add(IN p_k VARBINARY(2900), IN p_delta BIGINT, IN p_ttl_ms BIGINT)
+BEGIN
+  DECLARE v_value, v_version, v_last, v_expires, v_now, v_new BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__counter_lock(p_k, v_value, v_version, v_last, v_expires, v_now);
+  SET v_value = v_value + p_delta;
+  CALL __P__counter_put(p_k, v_value, v_last, v_expires, p_ttl_ms, v_now, v_new);
+  COMMIT;
+  SELECT v_value;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__counter_take
+-- ;;
+-- Takes p_n (positive) only if at least p_n is there. Answers (1, new
+-- value) or (0, current value).
+CREATE PROCEDURE __P__counter_take(IN p_k VARBINARY(2900), IN p_n BIGINT, IN p_ttl_ms BIGINT)
+BEGIN
+  DECLARE v_value, v_version, v_last, v_expires, v_now, v_new BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__counter_lock(p_k, v_value, v_version, v_last, v_expires, v_now);
+  IF v_value < p_n THEN
+    -- Nothing written: an empty row this made goes again.
+    DELETE FROM __P__counters WHERE k = p_k AND version = 0;
+    COMMIT;
+    SELECT 0, v_value;
+  ELSE
+    SET v_value = v_value - p_n;
+    CALL __P__counter_put(p_k, v_value, v_last, v_expires, p_ttl_ms, v_now, v_new);
+    COMMIT;
+    SELECT 1, v_value;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__counter_set
+-- ;;
+-- Sets a counter, only if its version is p_expected (NULL: any). Answers
+-- (1, new version) or (0, current version).
+CREATE PROCEDURE __P__counter_set(
+  IN p_k VARBINARY(2900), IN p_value BIGINT, IN p_expected BIGINT UNSIGNED, IN p_ttl_ms BIGINT)
+BEGIN
+  DECLARE v_value, v_version, v_last, v_expires, v_now, v_new BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__counter_lock(p_k, v_value, v_version, v_last, v_expires, v_now);
+  IF p_expected IS NOT NULL AND p_expected <> v_version THEN
+    DELETE FROM __P__counters WHERE k = p_k AND version = 0;
+    COMMIT;
+    SELECT 0, v_version;
+  ELSE
+    CALL __P__counter_put(p_k, p_value, v_last, v_expires, p_ttl_ms, v_now, v_new);
+    COMMIT;
+    SELECT 1, v_new;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__mark_once
+-- ;;
+-- Marks p_member in a set; answers 1 the first time. An expiry is set on a
+-- set without one; a set that expired starts empty.
+CREATE PROCEDURE __P__mark_once(IN p_k VARBINARY(2900), IN p_member BLOB, IN p_ttl_ms BIGINT)
+BEGIN
+  DECLARE v_gen, v_expires, v_now, v_expiry, v_mine BIGINT;
+  DECLARE v_hash BINARY(32) DEFAULT UNHEX(SHA2(p_member, 256));
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_mine = NULL;
+  START TRANSACTION;
+  INSERT INTO __P__mark_sets (k, generation, expires_us) VALUES (p_k, 0, NULL)
+    ON DUPLICATE KEY UPDATE generation = generation;
+  SELECT s.generation, s.expires_us INTO v_gen, v_expires
+    FROM __P__mark_sets s WHERE s.k = p_k FOR UPDATE;
+  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_expiry = IF(p_ttl_ms > 0, v_now + p_ttl_ms * 1000, NULL);
+  IF v_gen = 0 OR (v_expires IS NOT NULL AND v_expires <= v_now) THEN
+    SET v_gen = GREATEST(v_gen, v_now) + 1;
+    UPDATE __P__mark_sets SET generation = v_gen, expires_us = v_expiry WHERE k = p_k;
+  ELSEIF v_expires IS NULL AND v_expiry IS NOT NULL THEN
+    UPDATE __P__mark_sets SET expires_us = v_expiry WHERE k = p_k;
+  END IF;
+  SET v_mine = NULL;
+  SELECT m.generation INTO v_mine FROM __P__marks m
+    WHERE m.k = p_k AND m.member = v_hash FOR UPDATE;
+  IF v_mine IS NULL THEN
+    INSERT INTO __P__marks (k, member, generation) VALUES (p_k, v_hash, v_gen);
+  ELSEIF v_mine <> v_gen THEN
+    UPDATE __P__marks SET generation = v_gen WHERE k = p_k AND member = v_hash;
+  END IF;
+  COMMIT;
+  SELECT v_mine IS NULL OR v_mine <> v_gen;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__fenced_write
+-- ;;
+-- Stores p_value if p_fence is at least the newest token accepted for
+-- p_k; answers 1 when it was stored.
+CREATE PROCEDURE __P__fenced_write(
+  IN p_k VARBINARY(2900), IN p_fence BIGINT UNSIGNED, IN p_value LONGBLOB)
+BEGIN
+  DECLARE v_fence BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  INSERT INTO __P__fenced (k, fence, value) VALUES (p_k, p_fence, p_value)
+    ON DUPLICATE KEY UPDATE fence = fence;
+  SELECT f.fence INTO v_fence FROM __P__fenced f WHERE f.k = p_k FOR UPDATE;
+  IF v_fence <= p_fence THEN
+    UPDATE __P__fenced SET fence = p_fence, value = p_value WHERE k = p_k;
+  END IF;
+  COMMIT;
+  SELECT v_fence <= p_fence;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS __P__sweep
 -- ;;
 -- Removes state that no longer matters: leases and queue places a minute
 -- over, mailbox rows nobody read within a minute, bells not renewed within
--- five, and key rows whose token the clock passed a minute ago (the next
+-- five, expired counters and mark sets, marks of old generations, and key
+-- rows whose token the clock passed a minute ago (the next
 -- token is drawn above the clock anyway) with nobody holding or waiting.
 -- Each statement on its own (autocommit): rows are rechecked as they are
 -- deleted, so state an operation just renewed stays.
@@ -345,6 +534,13 @@ BEGIN
   DELETE FROM __P__handoffs WHERE at_us < v_now - 60000000;
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__bells WHERE at_us < v_now - 300000000;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__counters WHERE expires_us < v_now;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__mark_sets WHERE expires_us < v_now;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__marks WHERE NOT EXISTS (
+    SELECT 1 FROM __P__mark_sets s WHERE s.k = __P__marks.k AND s.generation = __P__marks.generation);
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__keys WHERE fence < v_now - 60000000
     AND NOT EXISTS (SELECT 1 FROM __P__holders h WHERE h.k = __P__keys.k)

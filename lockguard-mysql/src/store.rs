@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store, StoreFuture,
-    Waiting,
+    Attempt, CounterKeys, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store,
+    StoreFuture, Stored, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -43,6 +43,13 @@ struct Statements {
     release: String,
     extend: String,
     inspect: String,
+    counter_add: String,
+    counter_take: String,
+    counter_get: String,
+    counter_set: String,
+    mark_once: String,
+    fenced_write: String,
+    fenced_read: String,
     sweep: String,
 }
 
@@ -63,6 +70,16 @@ impl Statements {
                      COALESCE((SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = ?), 0)) AS SIGNED) \
                  FROM (SELECT {now} AS now) t"
             ),
+            counter_add: format!("CALL {p}counter_add(?, ?, ?)"),
+            counter_take: format!("CALL {p}counter_take(?, ?, ?)"),
+            counter_get: format!(
+                "SELECT value, version FROM {p}counters WHERE k = ? AND version > 0 \
+                 AND (expires_us IS NULL OR expires_us > {now})"
+            ),
+            counter_set: format!("CALL {p}counter_set(?, ?, ?, ?)"),
+            mark_once: format!("CALL {p}mark_once(?, ?, ?)"),
+            fenced_write: format!("CALL {p}fenced_write(?, ?, ?)"),
+            fenced_read: format!("SELECT fence, value FROM {p}fenced WHERE k = ?"),
             sweep: format!("CALL {p}sweep()"),
         }
     }
@@ -194,7 +211,11 @@ fn capacity(resource: Resource) -> u32 {
 
 /// The key's row key, or an error for one longer than a row key may be.
 fn row_key<'k>(keys: &'k LockKeys, what: &impl Fn() -> String) -> Result<&'k str> {
-    let id = keys.id();
+    checked_key(keys.id(), what)
+}
+
+/// `id` as a row key, or an error for one longer than a row key may be.
+fn checked_key<'k>(id: &'k str, what: &impl Fn() -> String) -> Result<&'k str> {
     if id.len() > MAX_ROW_KEY {
         return Err(Error::new(
             ErrorKind::InvalidInput,
@@ -260,6 +281,29 @@ impl MySqlStore {
                 .map_err(|e| mysql_error(e, &what()))?;
             conn.answered();
             read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())
+        })
+        .await
+    }
+
+    /// Runs one statement answering at most one row on a pooled connection.
+    async fn exec_opt<T>(
+        &self,
+        sql: &str,
+        params: impl Into<Params> + Send,
+        what: impl Fn() -> String,
+    ) -> Result<Option<T>>
+    where
+        T: FromRow + Send + 'static,
+    {
+        bounded(self.cfg.response_timeout, &what, async {
+            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let row: Option<Row> = conn
+                .conn()
+                .exec_first(sql, params)
+                .await
+                .map_err(|e| mysql_error(e, &what()))?;
+            conn.answered();
+            row.map(|r| read_row(r, &what())).transpose()
         })
         .await
     }
@@ -432,9 +476,169 @@ impl LockStore for MySqlStore {
     }
 }
 
-// Counters, rate limiters and fenced values are not offered yet: each
-// answers `Unsupported`, naming this store.
-impl DataStore for MySqlStore {}
+fn ttl_ms(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(0, ms)
+}
+
+/// An out-of-range error from arithmetic on a counter is an overflow.
+fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| {
+        if e.is_invalid_input() {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("counter {key:?}: increment or decrement would overflow"),
+            )
+            .with_source(e)
+        } else {
+            e
+        }
+    }
+}
+
+impl MySqlStore {
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> Result<i64> {
+        let what = || format!("adding to counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        self.exec_one(&self.sql.counter_add, (key, delta, ttl_ms(ttl)), what)
+            .await
+            .map_err(overflow_is_invalid(key))
+    }
+
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> Result<Result<i64, i64>> {
+        let what = || format!("taking from counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let (taken, value): (i64, i64) = self
+            .exec_one(&self.sql.counter_take, (key, n, ttl_ms(ttl)), what)
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        Ok(if taken == 1 { Ok(value) } else { Err(value) })
+    }
+
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        let what = || format!("reading counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let row: Option<(i64, i64)> = self.exec_opt(&self.sql.counter_get, (key,), what).await?;
+        Ok(row.map_or((0, 0), |(v, version)| (v, version.max(0).unsigned_abs())))
+    }
+
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<Result<u64, u64>> {
+        let what = || format!("setting counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let (done, version): (i64, i64) = self
+            .exec_one(
+                &self.sql.counter_set,
+                (key, value, expected, ttl_ms(ttl)),
+                what,
+            )
+            .await?;
+        let version = version.max(0).unsigned_abs();
+        Ok(if done == 1 { Ok(version) } else { Err(version) })
+    }
+
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool> {
+        let what = || format!("marking {member:?} in {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let first: i64 = self
+            .exec_one(&self.sql.mark_once, (key, member, ttl_ms(ttl)), what)
+            .await?;
+        Ok(first == 1)
+    }
+
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let what = || format!("writing fenced {key:?}");
+        let key = checked_key(key, &what)?;
+        let stored: i64 = self
+            .exec_one(&self.sql.fenced_write, (key, token, value), what)
+            .await?;
+        Ok(stored == 1)
+    }
+
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        let what = || format!("reading fenced {key:?}");
+        let key = checked_key(key, &what)?;
+        self.exec_opt(&self.sql.fenced_read, (key,), what).await
+    }
+}
+
+impl DataStore for MySqlStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::boxed(Self::counter_get(self, keys))
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
+    }
+
+    // Rate limiting is not offered yet: the default answer, `Unsupported`
+    // naming this store.
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::boxed(Self::fenced_read(self, key))
+    }
+}
 
 #[cfg(test)]
 mod tests {

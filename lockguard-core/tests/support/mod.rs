@@ -129,8 +129,7 @@ impl Env {
 
     /// MySQL (on MariaDB): the server shared by this test binary, with a
     /// table prefix of this test's own, so tests running side by side share
-    /// nothing. The tests' own counters and fenced values go to an
-    /// in-memory store (the MySQL store offers locks and semaphores only).
+    /// nothing.
     pub fn mysql() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let prefix = format!(
@@ -140,7 +139,6 @@ impl Env {
         );
         Self {
             mysql: Some((MariaDbServer::shared(), prefix)),
-            data: Some(Client::builder().memory().expect("valid settings")),
             ..Self::bare()
         }
     }
