@@ -397,7 +397,7 @@ impl MySqlStore {
         Ok(held == 1)
     }
 
-    async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
         let what = || format!("inspecting {:?}", keys.name());
         let key = row_key(keys, &what)?;
         let (holders, left, waiters, latest): (i64, Option<i64>, i64, i64) = self
@@ -410,8 +410,8 @@ impl MySqlStore {
             .filter(|f| *f > 0)
             .map(FencingToken::new);
         occupancy(
+            keys,
             holders,
-            capacity(keys.resource()),
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             waiters,
             latest,
@@ -420,19 +420,30 @@ impl MySqlStore {
 }
 
 /// An `Occupancy` built outside lockguard-core.
+///
+/// `Occupancy` is non-exhaustive with public fields and no constructor: one
+/// is had from the in-memory store's answer for the same keys (a free lock
+/// or semaphore, answered at once, nothing stored), and its fields set.
 fn occupancy(
+    keys: &Arc<LockKeys>,
     holders: u32,
-    capacity: u32,
     lease_left: Option<Duration>,
     waiters: u64,
     latest_fence: Option<FencingToken>,
 ) -> Result<Occupancy> {
-    // `Occupancy` is non-exhaustive and has no public constructor yet.
-    let _ = (holders, capacity, lease_left, waiters, latest_fence);
-    Err(Error::new(
-        ErrorKind::Unsupported,
-        "inspection is not offered on a mysql client yet",
-    ))
+    static MEMORY: std::sync::LazyLock<Store> = std::sync::LazyLock::new(Store::memory);
+    let mut o = MEMORY.locks().inspect(keys).into_ready().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Unsupported,
+            "inspection is not offered on a mysql client",
+        )
+    })??;
+    o.holders = holders;
+    o.capacity = capacity(keys.resource());
+    o.lease_left = lease_left;
+    o.waiters = waiters;
+    o.latest_fence = latest_fence;
+    Ok(o)
 }
 
 impl LockStore for MySqlStore {

@@ -75,10 +75,14 @@ async fn statements_per_acquisition_under_contention() {
     let before = status(&server);
     let started = Instant::now();
     let mut tasks = Vec::new();
-    for lg in &clients {
+    let per_client: usize = std::env::var("TASKS_PER_CLIENT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for lg in clients.iter().cycle().take(CLIENTS * per_client) {
         let lg = lg.clone();
         tasks.push(tokio::spawn(async move {
-            for _ in 0..ROUNDS {
+            for _ in 0..ROUNDS / per_client {
                 let g = lg
                     .lock("contended")
                     .wait(Duration::from_secs(60))

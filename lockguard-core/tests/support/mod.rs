@@ -280,6 +280,9 @@ impl Env {
     /// Whether a queue's size is read through inspection (PostgreSQL,
     /// ZooKeeper) rather than from the store's keys (Redis).
     pub fn queues_by_inspection(&self) -> bool {
+        if self.mysql.is_some() {
+            return true;
+        }
         #[cfg(feature = "postgres")]
         if self.postgres.is_some() {
             return true;
