@@ -122,6 +122,25 @@ CREATE TABLE IF NOT EXISTS __P__fenced (
   value LONGBLOB NOT NULL
 ) ENGINE=InnoDB
 -- ;;
+-- Rate limiters: GCRA's theoretical arrival time (µs), a fixed window's
+-- count, or a sliding log's running sum, until the state no longer matters
+-- (µs on the database's clock).
+CREATE TABLE IF NOT EXISTS __P__limits (
+  k VARBINARY(2900) NOT NULL PRIMARY KEY,
+  value BIGINT NOT NULL,
+  expires_us BIGINT NOT NULL,
+  KEY __P__limits_expiry (expires_us)
+) ENGINE=InnoDB
+-- ;;
+-- The sliding window's log of admitted requests (time in µs and cost).
+CREATE TABLE IF NOT EXISTS __P__limit_log (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  k VARBINARY(2900) NOT NULL,
+  at_us BIGINT NOT NULL,
+  cost BIGINT NOT NULL,
+  KEY __P__limit_log_order (k, at_us)
+) ENGINE=InnoDB
+-- ;;
 DROP PROCEDURE IF EXISTS __P__hand_out
 -- ;;
 -- Hands up to p_free free permits (a free lock) to the first live waiters,
@@ -513,11 +532,172 @@ BEGIN
   SELECT v_fence <= p_fence;
 END
 -- ;;
+DROP PROCEDURE IF EXISTS __P__limit_lock
+-- ;;
+-- Locks the state row of limiter p_k (creating an empty one, expired at 0,
+-- when missing: every limiter operation decides and writes under this
+-- lock) and reads it as of p_now, the clock read once the row is ours;
+-- p_expires is 0 for a row that is not live. Runs in the caller's
+-- transaction.
+CREATE PROCEDURE __P__limit_lock(
+  IN p_k VARBINARY(2900), OUT p_value BIGINT, OUT p_expires BIGINT, OUT p_now BIGINT)
+BEGIN
+  INSERT INTO __P__limits (k, value, expires_us) VALUES (p_k, 0, 0)
+    ON DUPLICATE KEY UPDATE expires_us = expires_us;
+  SELECT l.value, l.expires_us INTO p_value, p_expires
+    FROM __P__limits l WHERE l.k = p_k FOR UPDATE;
+  SET p_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  IF p_expires <= p_now THEN
+    SET p_expires = 0;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__gcra
+-- ;;
+-- GCRA: p_t the emission interval, p_tau the tolerance (µs). Answers
+-- (allowed, used µs = max(TAT, now) - now after the request, retry µs).
+-- With p_peek, the decision the request would get, nothing stored.
+CREATE PROCEDURE __P__gcra(
+  IN p_k VARBINARY(2900), IN p_t BIGINT, IN p_tau BIGINT, IN p_cost BIGINT, IN p_peek TINYINT)
+BEGIN
+  DECLARE v_tat, v_expires, v_now, v_new BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__limit_lock(p_k, v_tat, v_expires, v_now);
+  IF v_expires = 0 THEN
+    SET v_tat = v_now;
+  END IF;
+  SET v_tat = GREATEST(v_tat, v_now);
+  SET v_new = v_tat + p_t * p_cost;
+  IF v_now < v_new - p_tau OR p_peek THEN
+    -- Nothing written: an empty row this made goes again.
+    DELETE FROM __P__limits WHERE k = p_k AND expires_us = 0;
+    COMMIT;
+    IF v_now < v_new - p_tau THEN
+      SELECT 0, v_tat - v_now, v_new - p_tau - v_now;
+    ELSE
+      SELECT 1, v_new - v_now, 0;
+    END IF;
+  ELSE
+    UPDATE __P__limits SET value = v_new, expires_us = v_new + 1000 WHERE k = p_k;
+    COMMIT;
+    SELECT 1, v_new - v_now, 0;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__fixed_window
+-- ;;
+-- Fixed window of p_window_ms; refused requests are not counted. Answers
+-- (allowed, used, ms left of the window). With p_peek, nothing is stored.
+CREATE PROCEDURE __P__fixed_window(
+  IN p_k VARBINARY(2900), IN p_limit BIGINT, IN p_window_ms BIGINT, IN p_cost BIGINT,
+  IN p_peek TINYINT)
+BEGIN
+  DECLARE v_used, v_expires, v_now, v_left BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__limit_lock(p_k, v_used, v_expires, v_now);
+  IF v_expires = 0 THEN
+    SET v_used = 0, v_expires = v_now + p_window_ms * 1000, v_left = p_window_ms;
+  ELSE
+    SET v_left = FLOOR((v_expires - v_now) / 1000);
+  END IF;
+  IF v_used + p_cost > p_limit OR p_peek THEN
+    DELETE FROM __P__limits WHERE k = p_k AND expires_us = 0;
+    COMMIT;
+    IF v_used + p_cost > p_limit THEN
+      SELECT 0, v_used, v_left;
+    ELSE
+      SELECT 1, v_used + p_cost, v_left;
+    END IF;
+  ELSE
+    UPDATE __P__limits SET value = v_used + p_cost, expires_us = v_expires WHERE k = p_k;
+    COMMIT;
+    SELECT 1, v_used + p_cost, v_left;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__sliding_window
+-- ;;
+-- Sliding window log over p_window_us: an entry counts while
+-- now < at + window. Answers (allowed, used, reset µs, retry µs) as the
+-- Redis script does: the retry is when the oldest entries holding the
+-- excess expire (never, for a cost above the whole limit: a window), the
+-- reset when the newest does. With p_peek, nothing is stored or removed.
+CREATE PROCEDURE __P__sliding_window(
+  IN p_k VARBINARY(2900), IN p_limit BIGINT, IN p_window_us BIGINT, IN p_cost BIGINT,
+  IN p_peek TINYINT)
+BEGIN
+  DECLARE v_sum, v_expires, v_now, v_freed, v_need, v_retry, v_reset, v_at, v_c BIGINT;
+  DECLARE v_done INT DEFAULT 0;
+  DECLARE c CURSOR FOR
+    SELECT g.at_us, g.cost FROM __P__limit_log g
+      WHERE g.k = p_k AND g.at_us > v_now - p_window_us ORDER BY g.at_us, g.id;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  CALL __P__limit_lock(p_k, v_sum, v_expires, v_now);
+  IF v_expires = 0 THEN
+    -- Idle for a whole window: every entry is over.
+    IF NOT p_peek THEN
+      DELETE FROM __P__limit_log WHERE k = p_k;
+    END IF;
+    SET v_sum = 0;
+  ELSE
+    SELECT COALESCE(SUM(g.cost), 0) INTO v_freed FROM __P__limit_log g
+      WHERE g.k = p_k AND g.at_us <= v_now - p_window_us;
+    IF NOT p_peek THEN
+      DELETE FROM __P__limit_log WHERE k = p_k AND at_us <= v_now - p_window_us;
+    END IF;
+    SET v_sum = GREATEST(v_sum - v_freed, 0);
+  END IF;
+  IF v_sum + p_cost > p_limit THEN
+    SET v_need = v_sum + p_cost - p_limit, v_retry = p_window_us, v_freed = 0;
+    IF v_need <= v_sum THEN
+      OPEN c;
+      entries: LOOP
+        FETCH c INTO v_at, v_c;
+        IF v_done = 1 THEN
+          LEAVE entries;
+        END IF;
+        SET v_freed = v_freed + v_c;
+        IF v_freed >= v_need THEN
+          SET v_retry = v_at + p_window_us - v_now;
+          LEAVE entries;
+        END IF;
+      END LOOP;
+      CLOSE c;
+    END IF;
+    SET v_reset = (SELECT COALESCE(MAX(g.at_us) + p_window_us - v_now, 0)
+      FROM __P__limit_log g WHERE g.k = p_k);
+    IF p_peek THEN
+      DELETE FROM __P__limits WHERE k = p_k AND expires_us = 0;
+    ELSE
+      UPDATE __P__limits SET value = v_sum WHERE k = p_k;
+      DELETE FROM __P__limits WHERE k = p_k AND expires_us = 0;
+    END IF;
+    COMMIT;
+    SELECT 0, v_sum, v_reset, v_retry;
+  ELSEIF p_peek THEN
+    DELETE FROM __P__limits WHERE k = p_k AND expires_us = 0;
+    COMMIT;
+    SELECT 1, v_sum + p_cost, p_window_us, 0;
+  ELSE
+    INSERT INTO __P__limit_log (k, at_us, cost) VALUES (p_k, v_now, p_cost);
+    UPDATE __P__limits SET value = v_sum + p_cost,
+      expires_us = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) + p_window_us
+      WHERE k = p_k;
+    COMMIT;
+    SELECT 1, v_sum + p_cost, p_window_us, 0;
+  END IF;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS __P__sweep
 -- ;;
 -- Removes state that no longer matters: leases and queue places a minute
 -- over, mailbox rows nobody read within a minute, bells not renewed within
--- five, expired counters and mark sets, marks of old generations, and key
+-- five, expired counters, limiter state and mark sets, marks of old
+-- generations, and key
 -- rows whose token the clock passed a minute ago (the next
 -- token is drawn above the clock anyway) with nobody holding or waiting.
 -- Each statement on its own (autocommit): rows are rechecked as they are
@@ -534,6 +714,11 @@ BEGIN
   DELETE FROM __P__handoffs WHERE at_us < v_now - 60000000;
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__bells WHERE at_us < v_now - 300000000;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__limits WHERE expires_us < v_now;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__limit_log WHERE NOT EXISTS (
+    SELECT 1 FROM __P__limits l WHERE l.k = __P__limit_log.k);
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__counters WHERE expires_us < v_now;
   SET v_total = v_total + ROW_COUNT();

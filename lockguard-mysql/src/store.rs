@@ -7,10 +7,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, CounterKeys, DataStore, LockKeys, LockStore, Occupancy, Place, Resource, Store,
-    StoreFuture, Stored, Waiting,
+    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
+    Resource, Store, StoreFuture, Stored, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -50,6 +51,9 @@ struct Statements {
     mark_once: String,
     fenced_write: String,
     fenced_read: String,
+    gcra: String,
+    fixed_window: String,
+    sliding_window: String,
     sweep: String,
 }
 
@@ -80,6 +84,9 @@ impl Statements {
             mark_once: format!("CALL {p}mark_once(?, ?, ?)"),
             fenced_write: format!("CALL {p}fenced_write(?, ?, ?)"),
             fenced_read: format!("SELECT fence, value FROM {p}fenced WHERE k = ?"),
+            gcra: format!("CALL {p}gcra(?, ?, ?, ?, ?)"),
+            fixed_window: format!("CALL {p}fixed_window(?, ?, ?, ?, ?)"),
+            sliding_window: format!("CALL {p}sliding_window(?, ?, ?, ?, ?)"),
             sweep: format!("CALL {p}sweep()"),
         }
     }
@@ -576,6 +583,78 @@ impl MySqlStore {
         Ok(first == 1)
     }
 
+    /// One rate-limit decision: the algorithm's arithmetic runs in the
+    /// database under the limiter row's lock, on its clock (one round
+    /// trip); the core's `decide` turns its numbers into the decision, as
+    /// on PostgreSQL and Redis.
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision> {
+        let what = || format!("rate limiting {:?}", keys.id());
+        let key = checked_key(keys.id(), &what)?;
+        let cost = i64::try_from(cost).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: cost {cost} is too large", what()),
+            )
+        })?;
+        let peek = i8::from(peek);
+        match op {
+            LimitOp::Gcra(p) => {
+                let (allowed, used, retry): (i64, i64, i64) = self
+                    .exec_one(&self.sql.gcra, (key, p.t, p.tau, cost, peek), what)
+                    .await?;
+                Ok(gcra::decide(p, allowed == 1, used, retry))
+            }
+            LimitOp::Fixed { limit, period_us } => {
+                let window_ms =
+                    i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let (allowed, used, left_ms): (i64, i64, i64) = self
+                    .exec_one(
+                        &self.sql.fixed_window,
+                        (key, limit_i, window_ms, cost, peek),
+                        what,
+                    )
+                    .await?;
+                // As on Redis: the window is over 1 ms after the time left.
+                let reset = (left_ms + 1) * 1000;
+                Ok(fixed_window::decide(
+                    limit,
+                    allowed == 1,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    reset,
+                ))
+            }
+            LimitOp::Sliding { limit, period_us } => {
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let (allowed, used, reset, retry): (i64, i64, i64, i64) = self
+                    .exec_one(
+                        &self.sql.sliding_window,
+                        (key, limit_i, period_us, cost, peek),
+                        what,
+                    )
+                    .await?;
+                Ok(sliding_window::decide(
+                    limit,
+                    allowed == 1,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    retry,
+                ))
+            }
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{}: an algorithm the mysql store does not know", what()),
+            )),
+        }
+    }
+
     async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
         let what = || format!("writing fenced {key:?}");
         let key = checked_key(key, &what)?;
@@ -634,8 +713,15 @@ impl DataStore for MySqlStore {
         StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
     }
 
-    // Rate limiting is not offered yet: the default answer, `Unsupported`
-    // naming this store.
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
+    }
 
     fn fenced_write<'a>(
         &'a self,

@@ -17,9 +17,9 @@ crate::conformance!(
     counter_bad_input,
 );
 
-// MySQL offers counters and no rate limiters yet.
 crate::conformance!(
     mysql:
+    braced_counter_and_limiter_keys_are_their_own,
     stock_is_never_oversold,
     mark_once_is_first_exactly_once,
     incr_decr_get_set_and_overflow,
