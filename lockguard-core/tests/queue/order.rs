@@ -74,6 +74,11 @@ async fn fifo_order_across_8_clients_on_postgres() {
     fifo_order(Env::postgres()).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_across_8_clients_on_mysql() {
+    fifo_order(Env::mysql()).await;
+}
+
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_order_across_8_clients_on_zookeeper() {
@@ -136,6 +141,11 @@ async fn try_acquire_neither_queues_nor_barges_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_postgres() {
     try_acquire_neither_queues_nor_barges(Env::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_neither_queues_nor_barges_on_mysql() {
+    try_acquire_neither_queues_nor_barges(Env::mysql()).await;
 }
 
 #[cfg(feature = "zookeeper")]
@@ -261,6 +271,11 @@ async fn semaphore_permits_in_fifo_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order_on_postgres() {
     semaphore_order(Env::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_in_fifo_order_on_mysql() {
+    semaphore_order(Env::mysql()).await;
 }
 
 #[cfg(feature = "zookeeper")]
