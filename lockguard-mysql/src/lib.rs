@@ -32,14 +32,28 @@
 //!   from the key's row, so they never go back, across the row's removal
 //!   and a server restart.
 //! - **Wake-ups without polling.** MySQL has no `LISTEN`/`NOTIFY`. Each
-//!   client keeps one *bell* connection asleep in a `SLEEP()` query that
-//!   names it; a release that hands a lock to one of its waiters writes the
+//!   client keeps a *bell*: one connection holding a user lock
+//!   (`GET_LOCK`) and one waiting for that lock in a query that names the
+//!   client. A release that hands a lock to one of its waiters writes the
 //!   handoff to a mailbox table and, after committing, interrupts the
 //!   bell's query with `KILL QUERY` (in the same procedure call), so that
 //!   only that client wakes, and only the waiter concerned takes the lock.
 //!   A lost ring (the bell reconnecting, say) is covered by the waiter's
-//!   timed refresh. See the `bell` module's source for why this and not
-//!   `GET_LOCK`.
+//!   timed refresh, which claims a lock handed to it as well. Why a user
+//!   lock's wait and not `SLEEP()`, and not `GET_LOCK` per waiter: see the
+//!   `bell` module's source.
+//! - **Counters, limiters, fenced values** are rows too, each operation one
+//!   procedure call under the row's lock: counters with a version column
+//!   (compare-and-set, `decr_if_at_least` that never goes below zero,
+//!   `mark_once`), GCRA, fixed and sliding windows on the database's clock
+//!   (the core's `decide` makes the decision from their numbers).
+//!
+//! Measured on MariaDB 10.11 (two cores, 8 clients each with its own pool
+//! contending for one lock, `cargo test -p lockguard-mysql --test contention
+//! -- --ignored --nocapture`): 6.1 statements sent per acquisition (one
+//! `KILL` per handoff), where a raw `SELECT ... FOR UPDATE` loop polling
+//! every 10 ms sends 17.8, and every 50 ms 9.5, with no queue and no
+//! fairness.
 //!
 //! # Privileges
 //!
@@ -49,17 +63,18 @@
 //! `EXECUTE`. Ringing another client's bell uses `KILL QUERY`, which a user
 //! may do to its own connections: give every client the same user, or give
 //! it `PROCESS` and `CONNECTION ADMIN` (MariaDB) / `CONNECTION_ADMIN`
-//! (MySQL). Without them waiters wake at their timed refreshes.
+//! (MySQL). Without them waiters wake at their timed refreshes. A client
+//! opens its pool (up to 16 connections) and, at its first wait, the bell's
+//! two connections.
 //!
 //! # What is offered
 //!
-//! Locks, semaphores, fencing tokens, waiting with direct handoff, and
-//! inspection. Counters, rate limiters and fenced values are not offered
-//! yet: they answer [`ErrorKind::Unsupported`](lockguard_core::ErrorKind),
-//! naming the store.
+//! Everything a lockguard store offers: locks, semaphores, fencing tokens,
+//! waiting with direct handoff, inspection, counters, rate limiters and
+//! fenced values.
 //!
 //! Tested on MariaDB 10.11; MySQL 8 should work (nothing MariaDB-only is
-//! used) but is not tested.
+//! used: no `RETURNING`, no sequences) but is not tested.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -157,7 +172,7 @@ impl MySqlOptions {
         self
     }
 
-    /// The most pooled connections (default 16); the bell takes one more.
+    /// The most pooled connections (default 16); the bell takes two more.
     pub fn pool_size(mut self, size: usize) -> Self {
         self.pool_size = size;
         self
