@@ -232,3 +232,44 @@ async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
     assert!(guard.fencing_token().get() > fence);
     guard.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_ring_is_caught_by_the_waiters_refresh() {
+    let server = MariaDbServer::start();
+    let holder = client(&server).await;
+    // Refreshes every second or so (a third of the waiter timeout).
+    let waiter = lockguard_mysql::connect_with(
+        Client::builder().waiter_timeout(Duration::from_secs(3)),
+        &server.url(),
+    )
+    .await
+    .unwrap();
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("k")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    // The waiter's bell is open and asleep; marked as rung already, it is
+    // not rung again: the handoff below is announced to nobody.
+    let started = Instant::now();
+    while server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells") == "0" {
+        assert!(started.elapsed() < Duration::from_secs(10), "no bell");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.sql("UPDATE lockguard.lockguard_bells SET rung = 1");
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let took = released.elapsed();
+    // Claimed by its next refresh (at most a second away), well before
+    // the bell's own period (30 s) would have found the handoff.
+    assert!(took < Duration::from_secs(3), "the waiter took {took:?}");
+    g.release().await.unwrap();
+}
