@@ -93,7 +93,10 @@ fn current_user() -> String {
         return "root".to_owned();
     }
     std::env::var("USER").unwrap_or_else(|_| {
-        let out = Command::new("id").arg("-un").output().expect("cannot run id");
+        let out = Command::new("id")
+            .arg("-un")
+            .output()
+            .expect("cannot run id");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     })
 }
@@ -204,7 +207,10 @@ impl MariaDbServer {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
             .arg(format!("--socket={}", self.socket().display()))
-            .arg(format!("--pid-file={}", self.dir.join("mariadb.pid").display()))
+            .arg(format!(
+                "--pid-file={}",
+                self.dir.join("mariadb.pid").display()
+            ))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--user={}", current_user()))
