@@ -23,6 +23,10 @@
 //! of concurrent requests to itself over HTTP, prints what happened and
 //! checks its own numbers (exit status 1 if any is wrong).
 
+// The stores' constructors on the Builder (`use lockguard::prelude::*;`
+// does the same with the facade's features on).
+use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::BuilderExt as _;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -505,10 +509,14 @@ async fn main() -> Result<(), Error> {
     }
 
     // A fresh key prefix per run, so runs on a shared Redis start clean.
-    let lg = Client::builder()
-        .prefix(format!("flash-sale:{}:", std::process::id()))
-        .from_env()
-        .await?;
+    // Redis at REDIS_URL; else PostgreSQL at DATABASE_URL; else memory.
+    let builder = Client::builder().prefix(format!("flash-sale:{}:", std::process::id()));
+    let lg = match std::env::var("DATABASE_URL") {
+        Ok(url) if std::env::var_os("REDIS_URL").is_none() => {
+            builder.connect_postgres(&url).await?
+        }
+        _ => builder.from_env().await?,
+    };
     lg.counter(&format!("stock:{SKU}"))
         .set(INITIAL_STOCK)
         .await?;

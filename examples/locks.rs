@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use lockguard::prelude::*;
 use lockguard::{Client, Error};
 
 #[tokio::main]

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use lockguard::prelude::*;
 use lockguard::{Client, Error};
 use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 

@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
-use lockguard_core::postgres::{FencedTable, tokio_postgres};
 use lockguard_core::{Client, Error};
+use lockguard_postgres::ClientExt as _;
+use lockguard_postgres::{FencedTable, tokio_postgres};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

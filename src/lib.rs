@@ -1,12 +1,14 @@
 //! lockguard: distributed locks with leases, fencing tokens and a watchdog,
-//! atomic counters, rate limiters and semaphores on Redis, with an in-memory
-//! store of the same semantics for tests and single-process use.
+//! atomic counters, rate limiters and semaphores on Redis, PostgreSQL or
+//! ZooKeeper, with an in-memory store of the same semantics for tests and
+//! single-process use.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard::Error> {
 //! use std::time::Duration;
 //! use lockguard::Client;
+//! use lockguard::prelude::*; // the stores' constructors
 //!
 //! // Redis when REDIS_URL is set, the in-memory store otherwise.
 //! let lg = Client::from_env().await?;
@@ -26,14 +28,15 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the Redis, Redlock and in-memory stores |
+//! | (always) | [`lockguard_core`]: locks, fencing, counters, rate limiters, semaphores; the public store boundary; the in-memory store |
+//! | `redis` (default) | the Redis and Redlock stores (`Client::connect`, `Client::redlock`); without it no redis-rs is compiled |
 //! | `macros` | `lockguard-macros`: `#[distributed_lock]`, `#[rate_limit]` and `#[concurrency_limit]` around an `async fn` |
 //! | `tower` | `lockguard-tower` as `lockguard::tower`: `RateLimitLayer`, `LockLayer`, `ConcurrencyLimitLayer` for axum and hyper |
 //! | `axum` | `tower`, plus keys from axum's `ConnectInfo` and `MatchedPath` |
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
-//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`) |
-//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks, semaphores, counters and fenced values |
+//! | `postgres` | `lockguard-postgres` as `lockguard::postgres`: the PostgreSQL store (`Client::connect_postgres` with `lockguard::postgres::ClientExt` in scope, or `lockguard::prelude::*`), `FencedTable` |
+//! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |
@@ -58,6 +61,34 @@ pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 #[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The Redis stores (one server, Sentinel, Cluster, Redlock), from the crate
+/// `lockguard-redis`.
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use lockguard_redis as redis;
+
+/// The PostgreSQL store, from the crate `lockguard-postgres`.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use lockguard_postgres as postgres;
+
+/// The ZooKeeper store, from the crate `lockguard-zookeeper`.
+#[cfg(feature = "zookeeper")]
+#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
+pub use lockguard_zookeeper as zookeeper;
+
+/// The traits that add the store crates' constructors to [`Client`] and
+/// [`Builder`]: with `use lockguard::prelude::*;`, `Client::connect(url)`,
+/// `Client::from_env()` and `Client::connect_postgres(url)` work as before.
+pub mod prelude {
+    #[cfg(feature = "postgres")]
+    pub use lockguard_postgres::{BuilderExt as _, ClientExt as _};
+    #[cfg(feature = "redis")]
+    pub use lockguard_redis::{BuilderExt as _, ClientExt as _};
+    #[cfg(feature = "zookeeper")]
+    pub use lockguard_zookeeper::{BuilderExt as _, ClientExt as _};
+}
 
 /// Tower layers for HTTP services.
 #[cfg(feature = "tower")]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lockguard::prelude::*;
 use lockguard::{Client, ErrorKind};
 use lockguard_testing::RedisServer;
 

@@ -5,6 +5,7 @@
 mod support;
 
 use lockguard::Client;
+use lockguard::prelude::*;
 use lockguard_testing::PostgresServer;
 use support::{Shop, all_at_once, the_lock_and_limit_layers_refuse_then_serve};
 

@@ -4,6 +4,7 @@
 
 mod support;
 
+use lockguard::prelude::*;
 use lockguard::{Client, ErrorKind};
 use lockguard_testing::ZooKeeperServer;
 use support::{Shop, all_at_once, the_lock_and_limit_layers_refuse_then_serve};

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use lockguard_core::{Client, Quota};
+use lockguard_redis::ClientExt as _;
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 use redis::io::tcp::TcpSettings;

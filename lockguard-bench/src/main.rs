@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Algorithm, Client, Quota};
+use lockguard_redis::ClientExt as _;
 use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use lockguard_core::{Algorithm, Client, Quota};
+use lockguard_postgres::ClientExt as _;
 use lockguard_testing::PostgresServer;
 
 use crate::stats::{percentile, us};

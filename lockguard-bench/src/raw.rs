@@ -19,17 +19,17 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 /// lockguard's own limiter scripts, run directly.
 pub(crate) static GCRA: LazyLock<Script> = LazyLock::new(|| {
     Script::new(include_str!(
-        "../../lockguard-core/src/backend/redis/scripts/gcra.lua"
+        "../../lockguard-redis/src/store/scripts/gcra.lua"
     ))
 });
 pub(crate) static FIXED_WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(include_str!(
-        "../../lockguard-core/src/backend/redis/scripts/fixed_window.lua"
+        "../../lockguard-redis/src/store/scripts/fixed_window.lua"
     ))
 });
 pub(crate) static SLIDING_WINDOW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(include_str!(
-        "../../lockguard-core/src/backend/redis/scripts/sliding_window.lua"
+        "../../lockguard-redis/src/store/scripts/sliding_window.lua"
     ))
 });
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_testing::ZooKeeperServer;
+use lockguard_zookeeper::BuilderExt as _;
 use zookeeper_client as zk;
 
 use crate::stats::{percentile, us};

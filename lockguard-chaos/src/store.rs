@@ -4,6 +4,9 @@
 use std::time::Duration;
 
 use lockguard_core::{Client, Result};
+use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::BuilderExt as _;
+use lockguard_zookeeper::BuilderExt as _;
 
 /// A store kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

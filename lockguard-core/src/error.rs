@@ -105,7 +105,8 @@ impl Error {
         self
     }
 
-    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+    /// An error of kind [`ErrorKind::InvalidInput`].
+    pub fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidInput, message)
     }
 

@@ -35,33 +35,33 @@ impl fmt::Display for FencingToken {
 
 /// A token is a `bigint` in PostgreSQL, so an application's own tables can
 /// store it beside the rows it fences (see
-/// [`postgres::FencedTable`](crate::postgres::FencedTable)). Tokens above
+/// `lockguard_postgres::FencedTable`). Tokens above
 /// `i64::MAX` (never handed out by lockguard's stores) are refused.
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-impl tokio_postgres::types::ToSql for FencingToken {
+impl postgres_types::ToSql for FencingToken {
     fn to_sql(
         &self,
-        ty: &tokio_postgres::types::Type,
+        ty: &postgres_types::Type,
         out: &mut bytes::BytesMut,
-    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
         i64::try_from(self.0)?.to_sql(ty, out)
     }
 
-    tokio_postgres::types::accepts!(INT8);
-    tokio_postgres::types::to_sql_checked!();
+    postgres_types::accepts!(INT8);
+    postgres_types::to_sql_checked!();
 }
 
 /// Reads a token stored as a `bigint`; a negative one is refused.
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-impl<'a> tokio_postgres::types::FromSql<'a> for FencingToken {
+impl<'a> postgres_types::FromSql<'a> for FencingToken {
     fn from_sql(
-        ty: &tokio_postgres::types::Type,
+        ty: &postgres_types::Type,
         raw: &'a [u8],
     ) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
         Ok(Self(u64::try_from(i64::from_sql(ty, raw)?)?))
     }
 
-    tokio_postgres::types::accepts!(INT8);
+    postgres_types::accepts!(INT8);
 }

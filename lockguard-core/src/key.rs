@@ -1,7 +1,7 @@
 //! Validation of user keys and the Redis key layout derived from them.
 
-use std::fmt::Write as _;
-use std::sync::{LazyLock, OnceLock};
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -16,7 +16,6 @@ pub const MAX_PERMITS: u32 = 1_000_000;
 
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Resource {
     /// A lock: one holder at a time, reentrant within a scope.
     Lock,
@@ -25,6 +24,16 @@ pub enum Resource {
         /// How many may hold it at once.
         permits: u32,
     },
+}
+
+impl Resource {
+    /// How many may hold it at once: 1 for a lock.
+    pub fn permits(self) -> u32 {
+        match self {
+            Self::Lock => 1,
+            Self::Semaphore { permits } => permits,
+        }
+    }
 }
 
 /// Checks a user-supplied key: not empty, not too long, no control
@@ -140,65 +149,6 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
     out
 }
 
-/// The Redis Cluster slot of a key: CRC16 (XMODEM) of its hash tag, or of
-/// the whole key when it has none, modulo 16384.
-pub(crate) fn slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let hashed = bytes
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &bytes[open + 1..];
-            let close = rest.iter().position(|&b| b == b'}')?;
-            (close > 0).then(|| &rest[..close])
-        })
-        .unwrap_or(bytes);
-    crc16::State::<crc16::XMODEM>::calculate(hashed) % SLOTS
-}
-
-const SLOTS: u16 = 16384;
-
-/// For each cluster slot, the smallest number whose decimal form hashes to
-/// it: the hash tag of that slot's sequence key. Built once per process
-/// (about 170 000 CRC16s: a few ms in release builds, 50 ms in debug
-/// builds), when the first client is built, so no operation waits for it.
-static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
-    let mut tags = vec![u32::MAX; usize::from(SLOTS)];
-    let mut missing = tags.len();
-    let mut n = 0u32;
-    while missing > 0 {
-        let s = n.to_string();
-        let slot = usize::from(crc16::State::<crc16::XMODEM>::calculate(s.as_bytes()) % SLOTS);
-        if tags[slot] == u32::MAX {
-            tags[slot] = n;
-            missing -= 1;
-        }
-        n += 1;
-    }
-    tags.into_boxed_slice()
-});
-
-/// Builds the slot table now, if no client did yet (see [`SLOT_TAGS`]).
-pub(crate) fn prepare() {
-    LazyLock::force(&SLOT_TAGS);
-}
-
-/// The sequence that fencing tokens and counter versions of `key` are drawn
-/// from: `{prefix}seq:{n}`, one key per cluster slot, in `key`'s slot so one
-/// script can touch both.
-///
-/// Every value drawn from it is greater than the one before and than the
-/// server's clock (in whole ms, times 1000), so tokens and versions strictly increase per key
-/// across the key's expiry, and the store holds at most one such key per
-/// slot however many keys are ever locked or counted.
-pub(crate) fn sequence(prefix: &str, key: &str) -> String {
-    let tag = SLOT_TAGS[usize::from(slot(key))];
-    let mut out = String::with_capacity(prefix.len() + 16);
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{prefix}seq:{{{tag}}}");
-    out
-}
-
 /// The keys of one lock, or of one semaphore: what a store is asked to
 /// take, release, extend or inspect.
 ///
@@ -206,29 +156,32 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
 /// needs from it; [`prefix`](Self::prefix), [`name`](Self::name) and
 /// [`resource`](Self::resource) say what it names.
 ///
-/// Only the lock's own key is laid out when it is made; the keys around it
-/// (the sequence, the wait queue, the tickets, the release channel) are
-/// laid out the first time a store asks for them. The in-memory store,
-/// which keys its state by the lock's key alone, never does: a lock made
-/// per request (an HTTP layer's) costs one string, not five.
-#[derive(Debug, Clone)]
+/// Only the identity is made with the keys; what a store derives from it
+/// (the Redis store's queue, sequence and tickets keys) is laid out the
+/// first time the store asks ([`LockKeys::layout`]) and kept with the
+/// keys. The in-memory store, which keys its state by the identity alone,
+/// never does: a lock made per request (an HTTP layer's) costs one string.
+#[derive(Clone)]
 pub struct LockKeys {
     /// A lock, or a semaphore and its permits.
     pub(crate) resource: Resource,
-    /// The key holding the holder's token, with the lease as its TTL.
+    /// The identity: `{prefix}{kind}:{escaped name}`.
     pub(crate) lock: String,
     /// How many bytes of `lock` are the client's prefix.
     prefix_len: usize,
-    around: OnceLock<Around>,
+    /// The release channel of a store whose waiters line up.
+    channel: OnceLock<String>,
+    /// The store's own layout of these keys.
+    layout: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
-/// The keys around a lock's own key.
-#[derive(Debug, Clone)]
-struct Around {
-    sequence: String,
-    channel: String,
-    queue: String,
-    tickets: String,
+impl std::fmt::Debug for LockKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockKeys")
+            .field("resource", &self.resource)
+            .field("id", &self.lock)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PartialEq for LockKeys {
@@ -270,26 +223,46 @@ impl LockKeys {
             resource,
             lock: base(prefix, kind, name),
             prefix_len: prefix.len(),
-            around: OnceLock::new(),
+            channel: OnceLock::new(),
+            layout: OnceLock::new(),
         }
     }
 
-    /// The keys of a lock laid out after `of`'s key (a Redlock
-    /// semaphore's slot `lock`): in its slot, sharing its sequence and
-    /// release channel, with a queue and tickets of its own.
-    pub(crate) fn beside(of: &Self, lock: String, resource: Resource) -> Self {
-        let around = Around {
-            sequence: of.sequence().to_owned(),
-            channel: of.channel().to_owned(),
-            queue: suffixed(&lock, ":queue"),
-            tickets: suffixed(&lock, ":tickets"),
-        };
-        Self {
+    /// The keys of a lock that a store derives from `of`'s (a Redlock
+    /// semaphore keeps each permit as a lock of its own): identity `id`
+    /// under `of`'s prefix, sharing `of`'s release channel, with the
+    /// store's `layout` of it already made.
+    pub fn derived<T: Any + Send + Sync>(
+        of: &Self,
+        id: String,
+        resource: Resource,
+        layout: T,
+    ) -> Self {
+        let keys = Self {
             resource,
             prefix_len: of.prefix_len,
-            around: OnceLock::from(around),
-            lock,
-        }
+            channel: OnceLock::from(of.channel().to_owned()),
+            layout: OnceLock::new(),
+            lock: id,
+        };
+        let _ = keys.layout.set(Arc::new(layout));
+        keys
+    }
+
+    /// The store's own layout of these keys (the keys it derives from the
+    /// identity), made by `lay_out` the first time the store asks and kept
+    /// with the keys, so an operation on a lock made once lays nothing out
+    /// again.
+    ///
+    /// # Panics
+    ///
+    /// When the keys were laid out as another type before: keys belong to
+    /// one client, and a client to one store, which lays them out one way.
+    pub fn layout<T: Any + Send + Sync>(&self, lay_out: impl FnOnce(&Self) -> T) -> &T {
+        self.layout
+            .get_or_init(|| Arc::new(lay_out(self)))
+            .downcast_ref::<T>()
+            .expect("the keys of one client are laid out by one store, one way")
     }
 
     /// The identity of the lock: unique per prefix, kind (lock or
@@ -315,36 +288,12 @@ impl LockKeys {
         self.resource
     }
 
-    fn around(&self) -> &Around {
-        self.around.get_or_init(|| Around {
-            sequence: sequence(&self.lock[..self.prefix_len], &self.lock),
-            channel: suffixed(&self.lock, ":released"),
-            queue: suffixed(&self.lock, ":queue"),
-            tickets: suffixed(&self.lock, ":tickets"),
-        })
-    }
-
-    /// The sequence fencing tokens are drawn from, shared by every key of
-    /// the lock's cluster slot (see [`sequence`]).
-    pub(crate) fn sequence(&self) -> &str {
-        &self.around().sequence
-    }
-
-    /// The pub/sub channel a release is announced on, on a store whose
-    /// waiters line up instead of queueing (Redlock).
-    pub(crate) fn channel(&self) -> &str {
-        &self.around().channel
-    }
-
-    /// The waiters' queue: tokens in order of arrival.
-    pub(crate) fn queue(&self) -> &str {
-        &self.around().queue
-    }
-
-    /// Each queued waiter's deadline and channel (and a semaphore holder's
-    /// fencing token).
-    pub(crate) fn tickets(&self) -> &str {
-        &self.around().tickets
+    /// The channel a release is announced on, on a store whose waiters
+    /// line up instead of queueing ([`Waiting::Line`](crate::store::Waiting::Line)):
+    /// its waiters listen there.
+    pub fn channel(&self) -> &str {
+        self.channel
+            .get_or_init(|| suffixed(&self.lock, ":released"))
     }
 }
 
@@ -384,8 +333,8 @@ pub struct CounterKeys {
     pub(crate) value: String,
     /// The set of members [`mark_once`](crate::Counter::mark_once) saw.
     pub(crate) marks: String,
-    /// The sequence versions are drawn from (see [`sequence`]).
-    pub(crate) sequence: String,
+    /// How many bytes of `value` are the client's prefix.
+    prefix_len: usize,
 }
 
 impl CounterKeys {
@@ -401,11 +350,36 @@ impl CounterKeys {
         untag(&self.value)
     }
 
+    /// The identity of the counter's marks
+    /// ([`mark_once`](crate::Counter::mark_once)): the counter's identity
+    /// with `:marks` after it.
+    pub fn marks(&self) -> &str {
+        &self.marks
+    }
+
+    /// The client's prefix the counter lives under.
+    pub fn prefix(&self) -> &str {
+        &self.value[..self.prefix_len]
+    }
+
+    /// The keys of the counter `name` under `prefix`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// name [`validate_key`] refuses or a prefix with a brace or a control
+    /// character.
+    pub fn checked(prefix: &str, name: &str) -> Result<Self> {
+        validate_plain("prefix", prefix)?;
+        validate_key("counter", name)?;
+        Ok(Self::new(prefix, name))
+    }
+
     pub(crate) fn new(prefix: &str, name: &str) -> Self {
         let value = base(prefix, "counter", name);
         Self {
             marks: format!("{value}:marks"),
-            sequence: sequence(prefix, &value),
+            prefix_len: prefix.len(),
             value,
         }
     }
@@ -414,83 +388,12 @@ impl CounterKeys {
 #[cfg(test)]
 mod tests {
     use super::*;
-
     #[test]
     fn rejects_empty_long_and_control_keys() {
         assert!(validate_key("lock", "").unwrap_err().is_invalid_input());
         assert!(validate_key("lock", &"x".repeat(MAX_KEY_LEN + 1)).is_err());
         assert!(validate_key("lock", "a\nb").is_err());
         assert!(validate_key("lock", "order:42").is_ok());
-    }
-
-    #[test]
-    fn derived_keys_share_a_hash_tag() {
-        let k = LockKeys::new("lg:", "order:42", Resource::Lock);
-        assert_eq!(k.lock, "lg:lock:{order:42}");
-        assert_eq!(k.queue(), "lg:lock:{order:42}:queue");
-        assert_eq!(k.tickets(), "lg:lock:{order:42}:tickets");
-        assert_eq!(slot(k.sequence()), slot(&k.lock));
-        // A user's braces are escaped, never taken as the tag.
-        let k = LockKeys::new("lg:", "order:{42}", Resource::Lock);
-        assert_eq!(k.lock, "lg:lock:{order:{42\\}}");
-        assert_eq!(
-            LockKeys::new("lg:", "a{}b", Resource::Lock).lock,
-            "lg:lock:{a{\\}b}"
-        );
-        assert_eq!(
-            LockKeys::new("lg:", "a\\b", Resource::Lock).lock,
-            "lg:lock:{a\\\\b}"
-        );
-    }
-
-    #[test]
-    fn braces_in_a_key_never_alias_another_key() {
-        // The aliases a verbatim layout allowed: a user key naming a key
-        // derived from another, and "a" and "{a}" being one lock.
-        let n = LockKeys::new("lg:", "n", Resource::Lock);
-        assert_ne!(base("lg:", "lock", "{n}:queue"), n.queue());
-        assert_ne!(base("lg:", "lock", "n}:queue"), n.queue());
-        assert_ne!(
-            LockKeys::new("lg:", "{a}", Resource::Lock).lock,
-            LockKeys::new("lg:", "a", Resource::Lock).lock
-        );
-        let c = CounterKeys::new("lg:", "n");
-        assert_ne!(base("lg:", "counter", "{n}:marks"), c.marks);
-        assert_ne!(base("lg:", "counter", "n}:marks"), c.marks);
-    }
-
-    #[test]
-    fn every_derived_key_is_in_its_base_slot() {
-        for key in [
-            "}", "}x", "{}", "a{}b", "\\", "x\\}", "{a}", "{", "a}b{c}", "é{ü}",
-        ] {
-            let k = LockKeys::new("p:", key, Resource::Lock);
-            let s = slot(&k.lock);
-            for other in [k.sequence(), k.queue(), k.tickets()] {
-                assert_eq!(
-                    slot(other),
-                    s,
-                    "{key:?}: {other} left the slot of {}",
-                    k.lock
-                );
-            }
-            let c = CounterKeys::new("p:", key);
-            assert_eq!(slot(&c.marks), slot(&c.value));
-            assert_eq!(slot(&c.sequence), slot(&c.value));
-        }
-    }
-
-    #[test]
-    fn slots_follow_redis() {
-        // Values from `CLUSTER KEYSLOT` of a real server.
-        assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
-        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
-        assert_ne!(slot("foo{}{bar}"), slot("bar"));
-        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
-        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
-        // Every slot has a sequence key in it.
-        assert!((0..SLOTS).all(|s| slot(&format!("{{{}}}", SLOT_TAGS[usize::from(s)])) == s));
     }
 
     #[test]

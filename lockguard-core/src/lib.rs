@@ -1,14 +1,16 @@
 //! Distributed locks with leases, fencing tokens and a watchdog, atomic
-//! counters, rate limiters and semaphores, on Redis or in memory, with the
-//! same semantics on both.
+//! counters, rate limiters and semaphores: the primitives, the public store
+//! boundary they run on, and the in-memory store. The stores of other
+//! crates (Redis, PostgreSQL, ZooKeeper, MySQL) keep the same semantics.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard_core::Error> {
 //! use lockguard_core::Client;
 //!
-//! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Client::from_env().await?;
+//! // The in-memory store; `lockguard_redis::ClientExt::connect(url)` and
+//! // the other store crates' constructors give the same `Client`.
+//! let lg = Client::memory();
 //!
 //! // Waits up to 10 s for the lock; a watchdog renews its 30 s lease while
 //! // the guard lives, and dropping the guard releases it.
@@ -27,15 +29,10 @@
 //!
 //! | feature | what it adds |
 //! |---|---|
-//! | (always) | the in-memory, Redis and Redlock stores |
-//! | `cluster` | Redis Cluster ([`Client::connect_cluster`]) |
-//! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
-//! | `tls-rustls` | `rediss://` through rustls; a private CA and client certificates on the [`Builder`] |
-//! | `tls-native-tls` | `rediss://` through the platform's TLS library (rustls wins when both are on) |
+//! | (always) | the in-memory store and the public [`store`] boundary |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [Metrics](#metrics)) |
 //! | `serde` | serde for [`Quota`], [`Lease`], [`Algorithm`], and `serde_duration` for durations |
-//! | `postgres` | the PostgreSQL store (`Client::connect_postgres`), through tokio-postgres and deadpool-postgres; `postgres::FencedTable` |
-//! | `zookeeper` | the ZooKeeper store (`Client::connect_zookeeper`): locks and semaphores as ZooKeeper's lock recipe, through `zookeeper-client` |
+//! | `postgres` | `ToSql`/`FromSql` for [`FencingToken`], through `postgres-types` (the PostgreSQL store is the crate `lockguard-postgres`) |
 //!
 //! # Guarantees
 //!
@@ -81,11 +78,11 @@
 //! | constructor | store |
 //! |---|---|
 //! | [`Client::memory`] | this process only; tests, single-process use |
-//! | [`Client::connect`] | one Redis server (6.2 or newer) |
-//! | [`Client::from_env`] | Redis at `REDIS_URL`, else memory |
-//! | [`Client::redlock`] | N independent Redis masters with quorum (locks and semaphores) |
-//! | `Client::connect_postgres` (feature `postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
-//! | `Client::connect_zookeeper` (feature `zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
+//! | `Client::connect` (crate `lockguard-redis`) | one Redis server (6.2 or newer); Sentinel and Cluster with its features |
+//! | `Client::from_env` (crate `lockguard-redis`) | Redis at `REDIS_URL`, else memory |
+//! | `Client::redlock` (crate `lockguard-redis`) | N independent Redis masters with quorum (locks and semaphores) |
+//! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
+//! | `Client::connect_zookeeper` (crate `lockguard-zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses
 //! past the lease, clock jumps, restarts without persistence), and how to
@@ -117,15 +114,14 @@
 //!    them to the client's [`store::Inbox`].
 //!
 //! [`Builder::build`] makes a client of any [`store::Store`], so a store
-//! can live in a crate of its own (`lockguard-mysql` does). A store is done
+//! lives in a crate of its own. A store is done
 //! when it passes the conformance suite (`lockguard-core/tests/conformance`),
 //! which every store runs: add it to `support::Env` and to the
 //! `conformance!` macro, and every test of locks, semaphores, counters and
 //! limiters runs on it. No Redis command, Lua script or quorum detail
 //! appears above the boundary. The in-memory store is the reference
-//! implementation; the Redis, Redlock, PostgreSQL and ZooKeeper stores
-//! still live in this crate, in `src/backend/`, and move to crates of their
-//! own next.
+//! implementation; the Redis (with Redlock), PostgreSQL, ZooKeeper and
+//! MySQL stores are crates of their own, built on the boundary alone.
 //!
 //! # Observability
 //!
@@ -212,21 +208,14 @@ mod limiter;
 mod fenced;
 // The client handle.
 mod client;
-// The PostgreSQL store's extras for applications: the schema's SQL, fenced
-// writes to their own tables.
-#[cfg(feature = "postgres")]
-#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-pub mod postgres;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]
 pub mod safety {}
 
-pub use backend::redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};
-#[cfg(feature = "zookeeper")]
-#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
-pub use client::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
-pub use client::{Builder, Client, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT};
+pub use client::{
+    Builder, Client, ConnectionSettings, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RESPONSE_TIMEOUT,
+};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
 pub use engine::{
@@ -245,8 +234,3 @@ pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
 #[cfg(feature = "serde")]
 pub use text::serde_duration;
-/// The ZooKeeper client crate lockguard uses (feature `zookeeper`), for
-/// [`Builder::connect_zookeeper_client`].
-#[cfg(feature = "zookeeper")]
-#[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
-pub use zookeeper_client;

@@ -188,7 +188,6 @@ impl<T> Future for StoreFuture<'_, T> {
 
 /// The outcome of one attempt to take a lock or a permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Attempt {
     /// Taken, with this fencing token. `keys` are what to release and renew:
     /// the keys asked for, or (a store that keeps a semaphore's permits as
@@ -243,6 +242,20 @@ pub struct Place<'a> {
     /// client's clock: a store whose nodes keep no common queue (Redlock)
     /// lines waiters up by it, so that every node orders them alike.
     pub since_ms: u64,
+}
+
+impl<'a> Place<'a> {
+    /// The same place, with wake-ups told on `channel` (a store that
+    /// announces releases on a channel of its own passes `""`).
+    pub fn with_channel<'b>(self, channel: &'b str) -> Place<'b> {
+        Place {
+            timeout: self.timeout,
+            channel,
+            attempt: self.attempt,
+            waiter: self.waiter,
+            since_ms: self.since_ms,
+        }
+    }
 }
 
 /// A lock or permit handed to a queued waiter, as announced to it: reserved
@@ -315,10 +328,6 @@ impl<'k> LimitKeys<'k> {
     pub fn id(&self) -> &str {
         &self.main
     }
-
-    pub(crate) fn sum(&self) -> String {
-        format!("{}:sum", self.main)
-    }
 }
 
 /// One rate-limit algorithm with its constants.
@@ -375,6 +384,24 @@ pub struct Occupancy {
 }
 
 impl Occupancy {
+    /// What a store reports: `holders` of `capacity`, the lease that ends
+    /// first, the waiters and the newest fencing token drawn.
+    pub fn new(
+        holders: u32,
+        capacity: u32,
+        lease_left: Option<Duration>,
+        waiters: u64,
+        latest_fence: Option<FencingToken>,
+    ) -> Self {
+        Self {
+            holders,
+            capacity,
+            lease_left,
+            waiters,
+            latest_fence,
+        }
+    }
+
     /// Whether anyone holds it.
     pub fn is_held(&self) -> bool {
         self.holders > 0

@@ -52,7 +52,7 @@ pub struct Token([u8; 32]);
 
 impl Token {
     /// A token no other acquisition has (see the type's docs).
-    pub(crate) fn random() -> Self {
+    pub fn random() -> Self {
         let count = DRAWN.fetch_add(1, Ordering::Relaxed);
         let bits = (u128::from(process_part()) << 64) | u128::from(spread(count));
         let mut hex = [0u8; 32];

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use lockguard_core::{Client, Quota};
+use lockguard_redis::BuilderExt as _;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// What was recorded so far. The debugging recorder's snapshots reset what

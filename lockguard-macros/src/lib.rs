@@ -2,6 +2,7 @@
 //! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard).
 //!
 //! ```
+//! use lockguard::prelude::*; // Client::from_env
 //! use lockguard::{Client, concurrency_limit, distributed_lock, rate_limit};
 //!
 //! /// Ships an order; one process of the fleet at a time per order.

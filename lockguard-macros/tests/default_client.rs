@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use lockguard::prelude::*;
 use lockguard::{Client, ErrorKind, concurrency_limit, distributed_lock, rate_limit};
 use lockguard_testing::RedisServer;
 

@@ -205,14 +205,13 @@ fn permits(resource: Resource) -> i32 {
         Resource::Lock => 1,
         // At most MAX_PERMITS (1,000,000).
         Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
-        _ => 1,
     }
 }
 
 fn capacity(resource: Resource) -> u32 {
     match resource {
         Resource::Semaphore { permits } => permits,
-        _ => 1,
+        Resource::Lock => 1,
     }
 }
 

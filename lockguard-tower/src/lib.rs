@@ -9,6 +9,7 @@
 //! use axum::{Router, body::Body, routing::{get, post}};
 //! use http::{Request, StatusCode};
 //! use lockguard_core::{Client, Quota};
+//! use lockguard_redis::ClientExt as _; // Client::from_env
 //! use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 //! use tower::ServiceExt;
 //!

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::memory::MemoryStore;
-use crate::backend::redis::{RedisOptions, TlsSettings};
 use crate::clock::{Clock, MonotonicClock};
 use crate::counter::Counter;
 use crate::engine::{
@@ -23,26 +22,17 @@ use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::token::Token;
 
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "sentinel")]
-mod sentinel;
-#[cfg(feature = "zookeeper")]
-mod zookeeper;
-#[cfg(feature = "zookeeper")]
-pub use zookeeper::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT;
-
-/// The default timeout for connecting to Redis.
+/// The default timeout for connecting to a store.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The default timeout for one Redis request.
+/// The default timeout for one request to a store.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The process-wide default client, for code (such as the attribute
 /// macros) that is not handed one.
 static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None);
 
-/// A handle on one store (Redis or in memory) that hands out locks and the
+/// A handle on one store (in memory, or a store crate's) that hands out locks and the
 /// other primitives.
 ///
 /// Cloning is cheap and clones share everything: the connections, the
@@ -56,8 +46,9 @@ static DEFAULT: std::sync::RwLock<Option<Client>> = std::sync::RwLock::new(None)
 /// # async fn main() -> Result<(), lockguard_core::Error> {
 /// use lockguard_core::Client;
 ///
-/// // Redis when REDIS_URL is set, memory otherwise.
-/// let lg = Client::from_env().await?;
+/// // The in-memory store here; a store crate's constructor
+/// // (`lockguard_redis::ClientExt::connect`, ...) gives the same handle.
+/// let lg = Client::memory();
 /// let guard = lg.lock("report:daily").acquire().await?;
 /// // ... exclusive work ...
 /// assert!(guard.release().await?);
@@ -76,58 +67,6 @@ impl Client {
         let b = Builder::default();
         let store = Store::new(Arc::new(MemoryStore::new(b.clock.clone())), Vec::new());
         b.finish(store)
-    }
-
-    /// Connects to the Redis at `url` (`redis://host:port/db`,
-    /// `rediss://...`, `redis+unix:///path`), with default settings.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`] for a malformed URL,
-    /// [`ErrorKind::Unavailable`] when Redis cannot be reached within the
-    /// connect timeout.
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::builder().connect(url).await
-    }
-
-    /// Connects to a Redis Cluster through its seed nodes, with default
-    /// settings. See [`Builder::connect_cluster`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect_cluster`].
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster<I, S>(urls: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder().connect_cluster(urls).await
-    }
-
-    /// Connects to N independent Redis masters for Redlock, with default
-    /// settings. See [`Builder::redlock`].
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::redlock`].
-    pub async fn redlock<I, S>(urls: I) -> Result<Self>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Self::builder().redlock(urls).await
-    }
-
-    /// Connects to `REDIS_URL` when it is set, or falls back to the in-memory
-    /// store (and says so in an `info` log line) when it is not.
-    ///
-    /// # Errors
-    ///
-    /// As [`Client::connect`] when `REDIS_URL` is set.
-    pub async fn from_env() -> Result<Self> {
-        Self::builder().from_env().await
     }
 
     /// Makes this client the process-wide default, replacing any earlier
@@ -241,14 +180,19 @@ impl Client {
 pub struct Builder {
     prefix: String,
     defaults: Defaults,
-    opts: RedisOptions,
-    node_timeout: Duration,
+    connection: ConnectionSettings,
     clock: Arc<dyn Clock>,
-    tls: TlsSettings,
-    #[cfg(feature = "postgres")]
-    postgres_schema: String,
-    #[cfg(feature = "zookeeper")]
-    zookeeper: zookeeper::ZooKeeperSettings,
+}
+
+/// The connection settings of a [`Builder`], for a store crate to open its
+/// connections with: see [`Builder::connection_settings`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionSettings {
+    /// How long to wait for a connection ([`Builder::connect_timeout`]).
+    pub connect_timeout: Duration,
+    /// How long to wait for an answer ([`Builder::response_timeout`]).
+    pub response_timeout: Duration,
 }
 
 impl Default for Builder {
@@ -261,18 +205,11 @@ impl Default for Builder {
                 retry_interval: DEFAULT_RETRY_INTERVAL,
                 waiter_timeout: DEFAULT_WAITER_TIMEOUT,
             },
-            opts: RedisOptions {
+            connection: ConnectionSettings {
                 connect_timeout: DEFAULT_CONNECT_TIMEOUT,
                 response_timeout: DEFAULT_RESPONSE_TIMEOUT,
-                replicas: None,
             },
-            node_timeout: crate::backend::redlock::DEFAULT_NODE_TIMEOUT,
             clock: Arc::new(MonotonicClock::new()),
-            tls: TlsSettings::default(),
-            #[cfg(feature = "postgres")]
-            postgres_schema: crate::backend::postgres::DEFAULT_SCHEMA.to_owned(),
-            #[cfg(feature = "zookeeper")]
-            zookeeper: zookeeper::ZooKeeperSettings::default(),
         }
     }
 }
@@ -321,81 +258,15 @@ impl Builder {
         self
     }
 
-    /// How long connecting to Redis may take (default 2 s).
+    /// How long connecting to the store may take (default 2 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.opts.connect_timeout = timeout;
+        self.connection.connect_timeout = timeout;
         self
     }
 
-    /// How long one Redis request may take (default 2 s).
+    /// How long one request to the store may take (default 2 s).
     pub fn response_timeout(mut self, timeout: Duration) -> Self {
-        self.opts.response_timeout = timeout;
-        self
-    }
-
-    /// A CA certificate (PEM) to trust for `rediss://` servers instead of
-    /// the system's roots: for a private CA, as managed Redis services and
-    /// self-run TLS set-ups use. It applies to every node of a cluster or a
-    /// Redlock client too.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), lockguard_core::Error> {
-    /// let ca = std::fs::read("/etc/redis/ca.crt").expect("the CA file");
-    /// let lg = lockguard_core::Client::builder()
-    ///     .tls_root_certificate(ca)
-    ///     .connect("rediss://redis.internal:6380")
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    #[cfg_attr(
-        docsrs,
-        doc(cfg(any(feature = "tls-rustls", feature = "tls-native-tls")))
-    )]
-    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_cert = Some(pem.into());
-        self
-    }
-
-    /// A client certificate and its private key (both PEM) for `rediss://`
-    /// servers that authenticate clients (`tls-auth-clients yes`).
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    #[cfg_attr(
-        docsrs,
-        doc(cfg(any(feature = "tls-rustls", feature = "tls-native-tls")))
-    )]
-    pub fn tls_client_certificate(
-        mut self,
-        cert_pem: impl Into<Vec<u8>>,
-        key_pem: impl Into<Vec<u8>>,
-    ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
-        self
-    }
-
-    /// Makes every lock and semaphore write (acquire and extend) wait until
-    /// `replicas` replicas of the Redis master have it (`WAIT`), for at
-    /// most `timeout`, as Redisson does. Off by default.
-    ///
-    /// Redis replicates asynchronously: a master that fails over right
-    /// after granting a lock may be replaced by a replica that never saw
-    /// it, and a second holder is then granted the same lock. With this
-    /// set, an acquisition the replicas did not confirm in time is given
-    /// back and fails with [`ErrorKind::Unavailable`], and an extension
-    /// they did not confirm counts as failed (the watchdog retries; the
-    /// guard is lost if none succeeds before the lease ends). It narrows
-    /// the window, it does not close it: a replica that confirmed may still
-    /// not be the one promoted, and `WAIT` does not make the write durable
-    /// on disk. See the [`safety`](crate::safety) page.
-    ///
-    /// `WAIT` holds this client's connection until the replicas answer, so
-    /// a slow or paused replica delays every request of the client by up to
-    /// `timeout`: keep it short (tens of milliseconds). It applies to
-    /// single-server and Redlock clients; a cluster client refuses it.
-    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.opts.replicas = Some((replicas, timeout));
+        self.connection.response_timeout = timeout;
         self
     }
 
@@ -407,11 +278,29 @@ impl Builder {
         self
     }
 
-    fn validate(&self) -> Result<()> {
+    /// The lease of locks renewed by the watchdog, as set with
+    /// [`Builder::default_lease`]: for a store crate's checks of its own
+    /// settings against it.
+    pub fn get_default_lease(&self) -> Duration {
+        self.defaults.lease
+    }
+
+    /// The connection settings a store crate opens its connections with.
+    pub fn connection_settings(&self) -> ConnectionSettings {
+        self.connection
+    }
+
+    /// Checks the settings, as every constructor does before it connects:
+    /// a store crate's constructor calls it first, so settings that cannot
+    /// work are reported before any connection is made.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for settings that cannot work (a prefix
+    /// with a brace, a zero retry interval, a default lease below
+    /// [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
+    pub fn validate(&self) -> Result<()> {
         crate::key::validate_plain("key prefix", &self.prefix)?;
-        // Every constructor validates first: the key layout's one-time
-        // table is built here, not in the first operation.
-        crate::key::prepare();
         let d = &self.defaults;
         Lease::Watchdog(d.lease).validate()?;
         if d.retry_interval.is_zero() {
@@ -423,16 +312,9 @@ impl Builder {
                 d.waiter_timeout
             )));
         }
-        if let Some((replicas, timeout)) = self.opts.replicas
-            && (replicas == 0 || timeout.is_zero() || timeout > MAX_LEASE)
-        {
-            return Err(Error::invalid(format!(
-                "waiting for replicas needs at least one replica and a timeout between zero and {MAX_LEASE:?}, got {replicas} and {timeout:?}"
-            )));
-        }
         for (what, t) in [
-            ("connect timeout", self.opts.connect_timeout),
-            ("response timeout", self.opts.response_timeout),
+            ("connect timeout", self.connection.connect_timeout),
+            ("response timeout", self.connection.response_timeout),
         ] {
             if t.is_zero() || t > MAX_LEASE {
                 return Err(Error::invalid(format!(
@@ -474,198 +356,6 @@ impl Builder {
         self.validate()?;
         let store = Store::new(Arc::new(MemoryStore::new(self.clock.clone())), Vec::new());
         Ok(self.finish(store))
-    }
-
-    /// Connects to the Redis at `url`.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`] for a malformed URL or settings that
-    /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
-    pub async fn connect(self, url: &str) -> Result<Client> {
-        self.validate()?;
-        let client = crate::backend::redis::client_for(url, &self.tls)?;
-        let lg = self.connect_redis(client).await?;
-        tracing::debug!(url = %crate::backend::redis::redact(url), "connected to redis");
-        Ok(lg)
-    }
-
-    /// Connects with connection settings the application already has: a
-    /// `redis::ConnectionInfo` carrying its address, database, user,
-    /// password, protocol and (with a TLS feature of redis-rs) TLS
-    /// settings. `TCP_NODELAY` is turned on: small requests would otherwise
-    /// wait tens of milliseconds for Nagle's algorithm.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect`]; a server that refuses the credentials is
-    /// [`ErrorKind::Unavailable`] with the server's answer as the source.
-    pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Client> {
-        self.validate()?;
-        let client = crate::backend::redis::client_with(info, &self.tls)?;
-        self.connect_redis(client).await
-    }
-
-    /// Connects with the settings of a `redis::Client` the application
-    /// already has; see [`Builder::connect_with`]. lockguard opens its own
-    /// connections (a multiplexed one and, once a task waits, a pub/sub
-    /// one); the application's client is left as it is.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect_with`].
-    pub async fn connect_client(self, client: &redis::Client) -> Result<Client> {
-        self.connect_with(client.get_connection_info().clone())
-            .await
-    }
-
-    async fn connect_redis(self, client: redis::Client) -> Result<Client> {
-        let store = crate::backend::redis::connect(client, self.opts).await?;
-        Ok(self.finish(store))
-    }
-
-    /// Connects to a Redis Cluster through any of `urls` (seed nodes).
-    ///
-    /// Everything works on a cluster: every script touches keys of one hash
-    /// tag, the user's key (escaped), so it runs in one slot whatever the
-    /// key holds. Releases are announced with `PUBLISH`, which the cluster
-    /// delivers to the one subscriber connection whatever node it is on.
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`] for no or malformed URLs;
-    /// [`ErrorKind::Unavailable`] when the cluster cannot be reached.
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster<I, S>(self, urls: I) -> Result<Client>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let infos = crate::backend::redis::cluster_infos(&urls)?;
-        self.connect_cluster_with(infos).await
-    }
-
-    /// Connects to a Redis Cluster through seed nodes whose connection
-    /// settings the application already has (`redis::ConnectionInfo`:
-    /// address, user, password, TLS), as [`Builder::connect_with`] does for
-    /// one server. lockguard builds its own cluster client from them, with
-    /// its timeouts, `TCP_NODELAY` and no automatic retries.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect_cluster`].
-    #[cfg(feature = "cluster")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
-    pub async fn connect_cluster_with<I>(self, nodes: I) -> Result<Client>
-    where
-        I: IntoIterator<Item = redis::ConnectionInfo>,
-    {
-        self.validate()?;
-        if self.opts.replicas.is_some() {
-            return Err(Error::invalid(
-                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
-            ));
-        }
-        let infos: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
-        let store =
-            crate::backend::redis::connect_cluster(infos, self.opts, self.tls.clone()).await?;
-        Ok(self.finish(store))
-    }
-
-    /// The per-node timeout of a Redlock client (default 50 ms): how long
-    /// one node may take to answer before it counts as failed. Keep it far
-    /// below the lease; a down or paused minority adds at most this to an
-    /// operation.
-    pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
-        self
-    }
-
-    /// Connects to N independent Redis masters (no replication between
-    /// them) for Redlock locks and semaphores.
-    ///
-    /// Every operation needs a quorum of N/2 + 1 nodes; nodes that cannot be
-    /// reached at start-up are connected later, as long as a quorum answers
-    /// now. Counters, rate limiters and fenced resources are not offered on
-    /// a Redlock client ([`ErrorKind::Unsupported`]).
-    ///
-    /// # Errors
-    ///
-    /// [`ErrorKind::InvalidInput`] for no URLs, a malformed or repeated URL,
-    /// or a node timeout that is zero or not below the default lease;
-    /// [`ErrorKind::Unavailable`] when fewer than a quorum can be reached.
-    pub async fn redlock<I, S>(self, urls: I) -> Result<Client>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        self.validate()?;
-        let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        if urls.is_empty() {
-            return Err(Error::invalid("redlock needs at least one redis url"));
-        }
-        if self.node_timeout.is_zero() || self.node_timeout >= self.defaults.lease {
-            return Err(Error::invalid(format!(
-                "redlock node timeout must be above zero and below the lease, got {:?}",
-                self.node_timeout
-            )));
-        }
-        let opts = RedisOptions {
-            response_timeout: self.node_timeout,
-            ..self.opts
-        };
-        let mut clients = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for url in &urls {
-            let client = crate::backend::redis::client_for(url, &self.tls)?;
-            let addr = client.get_connection_info().addr().to_string();
-            if !seen.insert(addr.clone()) {
-                return Err(Error::invalid(format!(
-                    "redlock node {addr} is listed twice; every node must be independent"
-                )));
-            }
-            clients.push(client);
-        }
-        let store = crate::backend::redlock::connect(clients, opts).await?;
-        Ok(self.finish(store))
-    }
-
-    /// Connects to `REDIS_URL` when set (and not empty); else, with the
-    /// `postgres` feature, to `DATABASE_URL` when set; else builds an
-    /// in-memory client and says so in a log line (its locks are then
-    /// process-local).
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::connect`] (or `Builder::connect_postgres`) when a URL
-    /// is set.
-    pub async fn from_env(self) -> Result<Client> {
-        if let Some(url) = env_url("REDIS_URL")? {
-            return self.connect(&url).await;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some(url) = env_url("DATABASE_URL")? {
-            return self.connect_postgres(&url).await;
-        }
-        tracing::warn!(
-            "REDIS_URL is not set; using the in-memory store: locks and limits hold within this process only"
-        );
-        self.memory()
-    }
-}
-
-/// The value of the environment variable `name`, when set and not empty.
-fn env_url(name: &str) -> Result<Option<String>> {
-    match std::env::var(name) {
-        Ok(url) if !url.trim().is_empty() => Ok(Some(url.trim().to_owned())),
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e @ std::env::VarError::NotUnicode(_)) => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!("{name} is not valid unicode"),
-        )
-        .with_source(e)),
     }
 }
 

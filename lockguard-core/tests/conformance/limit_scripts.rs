@@ -15,12 +15,14 @@ mod models;
 use models::{LeakyBucket, START_US, Window, arrivals, quota};
 
 fn gcra() -> Script {
-    Script::new(include_str!("../../src/backend/redis/scripts/gcra.lua"))
+    Script::new(include_str!(
+        "../../../lockguard-redis/src/store/scripts/gcra.lua"
+    ))
 }
 
 fn sliding_window() -> Script {
     Script::new(include_str!(
-        "../../src/backend/redis/scripts/sliding_window.lua"
+        "../../../lockguard-redis/src/store/scripts/sliding_window.lua"
     ))
 }
 

@@ -3,6 +3,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
+use lockguard_redis::BuilderExt as _;
 
 use crate::support::{Env, eventually};
 
@@ -162,9 +163,12 @@ async fn lease_expiry_hands_over_and_fences_the_old_holder(env: Env) {
 async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
+    // Short, so the test does not wait long for it to run out, but long
+    // enough for the acquire's own round trips on a loaded machine (a
+    // ZooKeeper acquire is several; 50 ms was seen granted too late).
     let old = a
         .lock("k")
-        .lease(Duration::from_millis(50))
+        .lease(Duration::from_millis(400))
         .acquire()
         .await
         .unwrap();

@@ -13,7 +13,6 @@ mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
 mod waits;
-#[cfg(feature = "zookeeper")]
 mod zookeeper;
 
 use std::io::{Read, Write};
@@ -22,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::RedisServer;
 
 use support::eventually;
@@ -1288,7 +1288,8 @@ async fn locks_wait_for_their_replica_when_asked() {
     for (n, t) in [(0, Duration::from_millis(100)), (1, Duration::ZERO)] {
         let bad = Client::builder()
             .wait_for_replicas(n, t)
-            .memory()
+            .connect("redis://127.0.0.1:1")
+            .await
             .unwrap_err();
         assert!(bad.is_invalid_input(), "{bad}");
     }

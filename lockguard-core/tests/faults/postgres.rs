@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
+use lockguard_postgres::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::PostgresServer;
 
 use crate::support::{a_waiter_is_woken_by_the_handoff, eventually, takes_lock_within};
@@ -189,7 +190,7 @@ async fn unreachable_and_malformed_settings_are_clear_errors() {
 /// is told apart from a stale token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fenced_table_refuses_the_write_of_a_holder_whose_lease_ran_out() {
-    use lockguard_core::postgres::{FencedTable, tokio_postgres};
+    use lockguard_postgres::{FencedTable, tokio_postgres};
 
     let server = PostgresServer::shared();
     let (db, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)

@@ -7,8 +7,9 @@
 use std::process::Command;
 use std::time::Duration;
 
-use lockguard_core::postgres::tokio_postgres;
 use lockguard_core::{Algorithm, Client, Quota};
+use lockguard_postgres::BuilderExt as _;
+use lockguard_postgres::tokio_postgres;
 use lockguard_testing::{PostgresServer, postgres_bin_dir};
 
 use crate::support::eventually;
@@ -17,8 +18,8 @@ use crate::support::eventually;
 /// statements it runs can be told apart in `pg_stat_activity`.
 async fn client(schema: &str) -> Client {
     Client::builder()
-        .postgres_schema(schema)
         .response_timeout(Duration::from_secs(20))
+        .postgres_schema(schema)
         .connect_postgres(&PostgresServer::shared().url())
         .await
         .expect("connect to postgres")

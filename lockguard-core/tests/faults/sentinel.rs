@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::Client;
+use lockguard_redis::BuilderExt as _;
 use lockguard_testing::{SENTINEL_SERVICE, SentinelGroup};
 
 use crate::support::eventually;

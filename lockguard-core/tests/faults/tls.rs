@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use lockguard_core::Client;
+use lockguard_redis::BuilderExt as _;
 use lockguard_testing::RedisServer;
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, in
@@ -120,9 +121,9 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
         .await
         .expect("connect over TLS with the test CA");
     let waiter = Client::builder()
-        .tls_root_certificate(ca)
         .waiter_timeout(Duration::from_secs(30))
         .retry_interval(Duration::from_secs(20))
+        .tls_root_certificate(ca)
         .connect(&url)
         .await
         .unwrap();
@@ -162,8 +163,8 @@ async fn a_client_certificate_is_presented_when_the_server_asks() {
     let (_server, url) = tls_server(certs.path(), true);
     let read = |f: &str| std::fs::read(certs.path().join(f)).unwrap();
     let refused = Client::builder()
-        .tls_root_certificate(read("ca.crt"))
         .connect_timeout(Duration::from_secs(2))
+        .tls_root_certificate(read("ca.crt"))
         .connect(&url)
         .await;
     assert!(

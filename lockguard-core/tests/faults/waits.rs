@@ -6,6 +6,9 @@
 use std::time::{Duration, Instant};
 
 use lockguard_core::Client;
+#[cfg(feature = "postgres")]
+use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::BuilderExt as _;
 use lockguard_testing::RedisServer;
 
 use crate::Pausable;

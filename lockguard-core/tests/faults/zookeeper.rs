@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Builder, Client, Error, ErrorKind};
 use lockguard_testing::{ZooKeeperEnsemble, ZooKeeperServer};
+use lockguard_zookeeper::{BuilderExt as _, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT};
 
 use crate::support::ChildProcess;
 use crate::{Pausable, a_kill_fails_fast_and_a_restart_is_recovered};
@@ -31,7 +32,13 @@ impl Pausable for ZooKeeperServer {
 }
 
 async fn connect(hosts: &str, b: Builder) -> Client {
+    connect_in_session(hosts, b, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT).await
+}
+
+/// A client of `b`'s settings whose session times out after `session`.
+async fn connect_in_session(hosts: &str, b: Builder, session: Duration) -> Client {
     b.connect_timeout(Duration::from_secs(5))
+        .zookeeper_session_timeout(session)
         .connect_zookeeper(hosts)
         .await
         .expect("connect to zookeeper")
@@ -59,11 +66,10 @@ async fn zookeeper_killed_fails_fast_and_the_client_recovers_after_restart() {
 async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
     let mut server = ZooKeeperServer::start();
     let session = Duration::from_secs(1);
-    let a = connect(
+    let a = connect_in_session(
         &server.hosts(),
-        Client::builder()
-            .zookeeper_session_timeout(session)
-            .response_timeout(Duration::from_millis(200)),
+        Client::builder().response_timeout(Duration::from_millis(200)),
+        session,
     )
     .await;
     let b = connect(&server.hosts(), Client::builder()).await;
@@ -113,11 +119,7 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
 async fn zookeeper_leader_killed_while_clients_wait() {
     let mut ensemble = ZooKeeperEnsemble::start(3);
     let hosts = ensemble.hosts();
-    let holder = connect(
-        &hosts,
-        Client::builder().zookeeper_session_timeout(Duration::from_secs(30)),
-    )
-    .await;
+    let holder = connect_in_session(&hosts, Client::builder(), Duration::from_secs(30)).await;
     let guard = holder.lock("election").acquire().await.unwrap();
     let inside = Arc::new(AtomicUsize::new(0));
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -191,7 +193,7 @@ fn sequence_of(name: &str) -> i32 {
 /// they came.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_queue_order_survives_the_sequence_wrap() {
-    use lockguard_core::zookeeper_client as zk;
+    use lockguard_zookeeper::zookeeper_client as zk;
     // The lock "wrap"'s node under the default root and key prefix.
     let dir = "/lockguard/lockguard:lock:{wrap}";
     let server = ZooKeeperServer::start_with_cversion(dir, i32::MAX);
@@ -275,7 +277,7 @@ async fn zookeeper_queue_order_survives_the_sequence_wrap() {
 /// the application handed in, so the session stays expired.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_lock_gone_with_its_session_is_released_as_not_held() {
-    use lockguard_core::zookeeper_client as zk;
+    use lockguard_zookeeper::zookeeper_client as zk;
     let mut server = ZooKeeperServer::start();
     let session = Duration::from_secs(1);
     let app = zk::Client::connector()
@@ -381,8 +383,8 @@ async fn zookeeper_a_wait_rides_out_a_server_restart() {
 /// retry across the move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
-    use lockguard_core::zookeeper_client as zk;
     use lockguard_testing::Relay;
+    use lockguard_zookeeper::zookeeper_client as zk;
     let (ensemble, quorum_links) = ZooKeeperEnsemble::start_with_relayed_member(3, 0);
     let leader = ensemble.wait_for_leader(Duration::from_secs(30));
     assert_ne!(leader, 0, "the relayed member leads");
@@ -606,11 +608,7 @@ async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_refuses_what_it_does_not_offer() {
     let server = ZooKeeperServer::start();
-    let lg = connect(
-        &server.hosts(),
-        Client::builder().zookeeper_session_timeout(Duration::from_secs(2)),
-    )
-    .await;
+    let lg = connect_in_session(&server.hosts(), Client::builder(), Duration::from_secs(2)).await;
     let err: Error = lg
         .rate_limiter("api", lockguard_core::Quota::per_second(10))
         .check("k")
@@ -652,7 +650,7 @@ async fn zookeeper_refuses_what_it_does_not_offer() {
 /// it is: the locks live under its chroot, in its session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_an_application_session_is_used_as_it_is() {
-    use lockguard_core::zookeeper_client as zk;
+    use lockguard_zookeeper::zookeeper_client as zk;
     let server = ZooKeeperServer::start();
     let admin = zk::Client::connect(&server.hosts()).await.unwrap();
     admin

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use lockguard_core::{Builder, Client};
+use lockguard_redis::BuilderExt as _;
 use tokio::time::Instant;
 
 use crate::support::{ChildProcess, Env};
@@ -194,13 +195,11 @@ async fn ended_wait_leaves_the_queue_on_mysql() {
     giving_up_leaves_the_queue(Env::mysql(), GiveUp::WaitOver).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_acquire_leaves_the_queue_on_zookeeper() {
     giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::Dropped).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ended_wait_leaves_the_queue_on_zookeeper() {
     giving_up_leaves_the_queue(Env::zookeeper(), GiveUp::WaitOver).await;

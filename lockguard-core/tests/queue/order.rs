@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockguard_core::Client;
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
 use tokio::sync::{Barrier, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -79,7 +80,6 @@ async fn fifo_order_across_8_clients_on_mysql() {
     fifo_order(Env::mysql()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_order_across_8_clients_on_zookeeper() {
     fifo_order(Env::zookeeper()).await;
@@ -148,7 +148,6 @@ async fn try_acquire_neither_queues_nor_barges_on_mysql() {
     try_acquire_neither_queues_nor_barges(Env::mysql()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_zookeeper() {
     try_acquire_neither_queues_nor_barges(Env::zookeeper()).await;
@@ -278,7 +277,6 @@ async fn semaphore_permits_in_fifo_order_on_mysql() {
     semaphore_order(Env::mysql()).await;
 }
 
-#[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order_on_zookeeper() {
     semaphore_order(Env::zookeeper()).await;

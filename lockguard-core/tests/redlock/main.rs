@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, DEFAULT_NODE_TIMEOUT, ErrorKind};
+use lockguard_core::{Client, ErrorKind};
+use lockguard_redis::DEFAULT_NODE_TIMEOUT;
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::RedisServer;
 
 fn nodes(n: usize) -> Vec<RedisServer> {
@@ -20,7 +22,7 @@ fn urls(nodes: &[RedisServer]) -> Vec<String> {
 }
 
 async fn client(nodes: &[RedisServer]) -> Client {
-    client_with_timeout(nodes, lockguard_core::DEFAULT_NODE_TIMEOUT).await
+    client_with_timeout(nodes, lockguard_redis::DEFAULT_NODE_TIMEOUT).await
 }
 
 async fn client_with_timeout(nodes: &[RedisServer], node_timeout: Duration) -> Client {
@@ -339,7 +341,7 @@ async fn redlock_bad_input_and_unsupported_operations() {
     }
     let lg = client(&nodes).await;
     let e = lg
-        .semaphore("s", lockguard_core::MAX_REDLOCK_PERMITS + 1)
+        .semaphore("s", lockguard_redis::MAX_REDLOCK_PERMITS + 1)
         .try_acquire()
         .await
         .unwrap_err();
@@ -381,7 +383,7 @@ async fn oversized_semaphore_is_refused_before_reaching_any_node() {
             .unwrap();
         admins.push(admin);
     }
-    let sem = lg.semaphore("big", lockguard_core::MAX_REDLOCK_PERMITS + 1);
+    let sem = lg.semaphore("big", lockguard_redis::MAX_REDLOCK_PERMITS + 1);
     let err = sem.try_acquire().await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     let err = sem

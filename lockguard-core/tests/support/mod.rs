@@ -8,12 +8,15 @@ use std::time::Duration;
 use lockguard_core::{Client, ManualClock};
 use lockguard_testing::MariaDbServer;
 #[cfg(feature = "postgres")]
+use lockguard_postgres::BuilderExt as _;
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
+#[cfg(feature = "postgres")]
 use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
 use lockguard_testing::RedisServer;
-#[cfg(feature = "zookeeper")]
 use lockguard_testing::ZooKeeperServer;
+use lockguard_zookeeper::BuilderExt as _;
 use redis::AsyncCommands;
 
 /// One store under test: the in-memory store, or a real `redis-server`
@@ -30,7 +33,6 @@ pub struct Env {
     #[cfg(feature = "postgres")]
     pub postgres: Option<(&'static PostgresServer, String)>,
     /// A ZooKeeper store under test: a server of this test's own.
-    #[cfg(feature = "zookeeper")]
     pub zookeeper: Option<ZooKeeperServer>,
     /// A MySQL store under test: the MariaDB server shared by the test
     /// binary and a table prefix of this test's own.
@@ -55,7 +57,6 @@ impl Env {
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             mysql: None,
             // Every handle of the memory store is a peer of this one, with
@@ -90,7 +91,6 @@ impl Env {
             cluster: None,
             #[cfg(feature = "postgres")]
             postgres: None,
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             mysql: None,
             clock: ManualClock::new(),
@@ -117,7 +117,6 @@ impl Env {
             #[cfg(feature = "cluster")]
             cluster: None,
             postgres: Some((PostgresServer::shared(), schema)),
-            #[cfg(feature = "zookeeper")]
             zookeeper: None,
             mysql: None,
             clock: ManualClock::new(),
@@ -144,7 +143,6 @@ impl Env {
     }
 
     /// ZooKeeper: a standalone server of this test's own.
-    #[cfg(feature = "zookeeper")]
     pub fn zookeeper() -> Self {
         Self {
             zookeeper: Some(ZooKeeperServer::start()),
@@ -194,7 +192,6 @@ impl Env {
     /// is a peer of one handle on the one store (the settings of that
     /// handle apply).
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
-        #[cfg(feature = "zookeeper")]
         if let Some(server) = &self.zookeeper {
             // A session timeout above every lease the tests fix.
             return b
@@ -265,7 +262,6 @@ impl Env {
     /// ZooKeeper, where a crashed holder's lock goes with its session, one
     /// whose session timeout is `lease`.
     pub async fn client_for_lease(&self, lease: Duration) -> Client {
-        #[cfg(feature = "zookeeper")]
         if let Some(server) = &self.zookeeper {
             return Client::builder()
                 .zookeeper_session_timeout(lease)
@@ -287,7 +283,6 @@ impl Env {
         if self.postgres.is_some() {
             return true;
         }
-        #[cfg(feature = "zookeeper")]
         if self.zookeeper.is_some() {
             return true;
         }
@@ -298,7 +293,6 @@ impl Env {
     /// it has left): all but ZooKeeper, where a holder's client keeps it
     /// and the store knows only that the holder's session lives.
     pub fn store_keeps_leases(&self) -> bool {
-        #[cfg(feature = "zookeeper")]
         if self.zookeeper.is_some() {
             return false;
         }
@@ -406,7 +400,6 @@ macro_rules! conformance {
         $crate::conformance!(@cluster $($name),*);
     };
     (zookeeper: $($name:ident),* $(,)?) => {
-        #[cfg(feature = "zookeeper")]
         mod zookeeper {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

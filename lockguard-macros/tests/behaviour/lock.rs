@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use lockguard::prelude::*;
 use lockguard::{Client, distributed_lock};
 use tokio::sync::oneshot;
 

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use lockguard::Client;
+use lockguard::prelude::*;
 use lockguard_testing::RedisServer;
 
 /// One store under test: in memory, or a real `redis-server` started for

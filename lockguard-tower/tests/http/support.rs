@@ -20,6 +20,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lockguard_core::Client;
+use lockguard_redis::BuilderExt as _;
 use lockguard_testing::RedisServer;
 use tokio::sync::{Semaphore, mpsc, watch};
 

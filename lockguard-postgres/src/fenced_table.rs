@@ -1,48 +1,9 @@
-//! The PostgreSQL store's extras for applications: the SQL of lockguard's
-//! schema, for creating it by hand; fenced writes to the application's own
-//! tables; and the driver crates the store is built on, so an application
-//! hands in a pool and settings of the same versions.
-//!
-//! Connect with [`Client::connect_postgres`](crate::Client::connect_postgres)
-//! or the `connect_postgres*` methods of [`Builder`](crate::Builder). What
-//! the store guarantees, and what a single database does and does not
-//! survive, is in the [safety notes](crate::safety).
-//!
-//! # Fencing the application's own rows
-//!
-//! A lock's [`FencingToken`] is a `bigint` to PostgreSQL. A table that keeps
-//! the token of each row's last write beside the row refuses the write of a
-//! holder whose lease ran out meanwhile (another holder, with a greater
-//! token, has written since), in the same statement as the write:
-//!
-//! ```sql
-//! ALTER TABLE orders ADD COLUMN IF NOT EXISTS fence bigint NOT NULL DEFAULT 0;
-//! UPDATE orders SET status = $2, fence = $3 WHERE id = $1 AND fence <= $3;
-//! ```
-//!
-//! [`FencedTable`] writes that statement for a table, runs it in one round
-//! trip and tells a stale token from a missing row:
-//!
-//! ```no_run
-//! # async fn run(db: &tokio_postgres::Client, lg: &lockguard_core::Client) -> lockguard_core::Result<()> {
-//! use lockguard_core::postgres::FencedTable;
-//!
-//! let orders = FencedTable::new("orders", "id")?;
-//! let guard = lg.lock("order:42").acquire().await?;
-//! let written = orders
-//!     .update(db, &42i64, guard.fencing_token(), &[("status", &"paid")])
-//!     .await?; // Err(StaleFencingToken) if a newer holder wrote first
-//! assert!(written, "no order 42");
-//! # Ok(()) }
-//! ```
+//! Fenced writes to the application's own tables, and the schema's SQL.
 
 use tokio_postgres::types::ToSql;
 
-pub use deadpool_postgres;
-pub use tokio_postgres;
-
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencingToken;
+use lockguard_core::FencingToken;
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// The SQL that creates lockguard's tables and functions in `schema` (or
 /// brings them up to date), for a database administrator who creates them
@@ -57,17 +18,17 @@ use crate::fence::FencingToken;
 /// # Examples
 ///
 /// ```
-/// let sql = lockguard_core::postgres::migration_sql("app_locks")?;
+/// let sql = lockguard_postgres::migration_sql("app_locks")?;
 /// assert!(sql.contains("CREATE TABLE IF NOT EXISTS app_locks.holders"));
 /// # Ok::<(), lockguard_core::Error>(())
 /// ```
 pub fn migration_sql(schema: &str) -> Result<String> {
-    crate::backend::postgres::migration_sql(schema)
+    crate::schema::migration_sql(schema)
 }
 
 /// A table of the application's whose rows carry the fencing token of
 /// their last write, in a `bigint` column (`fence` unless configured).
-/// See the [module docs](self).
+/// See the [crate docs](crate).
 #[derive(Debug, Clone)]
 pub struct FencedTable {
     table: String,
@@ -184,7 +145,7 @@ impl FencedTable {
         let row = client
             .query_one(sql.as_str(), &params)
             .await
-            .map_err(|e| crate::backend::postgres::pg_error(e, &what()))?;
+            .map_err(|e| crate::store::pg_error(e, &what()))?;
         let current: Option<i64> = row.get(0);
         let written: i64 = row.get(1);
         match current {

@@ -1,11 +1,12 @@
 //! The constructors of clients of a Redis master found through Redis
 //! Sentinel.
 
-use super::{Builder, Client};
-use crate::backend::redis::{self, SentinelTarget};
-use crate::error::{Error, Result};
+use lockguard_core::{Client, Error, Result};
 
-impl Builder {
+use super::RedisBuilder;
+use crate::store::{self as redis, SentinelTarget};
+
+impl RedisBuilder {
     /// Connects to the master that the sentinels at `sentinel_urls` name for
     /// `service` (the name in their `sentinel monitor` line), and follows it
     /// across failovers: when a request fails in a way a failover explains
@@ -16,19 +17,21 @@ impl Builder {
     /// master.
     ///
     /// The master is reached without credentials and on database 0; see
-    /// [`Builder::connect_sentinel_with`] for those.
+    /// [`RedisBuilder::connect_sentinel_with`] for those.
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for no or
+    /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput) for no or
     /// malformed URLs or an empty service name;
-    /// [`ErrorKind::Unavailable`](crate::ErrorKind::Unavailable) when no
+    /// [`ErrorKind::Unavailable`](lockguard_core::ErrorKind::Unavailable) when no
     /// sentinel names a reachable master.
     ///
     /// # Examples
     ///
     /// ```no_run
     /// # async fn run() -> lockguard_core::Result<()> {
+    /// use lockguard_redis::BuilderExt as _;
+    ///
     /// let lg = lockguard_core::Client::builder()
     ///     .connect_sentinel(
     ///         ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379", "redis://10.0.0.3:26379"],
@@ -52,13 +55,13 @@ impl Builder {
             .await
     }
 
-    /// Like [`Builder::connect_sentinel`], with the sentinels' connection
+    /// Like [`RedisBuilder::connect_sentinel`], with the sentinels' connection
     /// settings as the application has them, and `master`'s database, user
     /// and password for the master.
     ///
     /// # Errors
     ///
-    /// As [`Builder::connect_sentinel`].
+    /// As [`RedisBuilder::connect_sentinel`].
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel_with(
         self,
@@ -82,8 +85,8 @@ impl Builder {
             service: service.to_owned(),
             master,
         };
-        let store = redis::connect_sentinel(target, self.opts).await?;
+        let store = redis::connect_sentinel(target, self.redis_options()).await?;
         tracing::debug!(service, "connected to the redis master through sentinel");
-        Ok(self.finish(store))
+        self.builder.build(store)
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use crate::error::{Error, ErrorKind, Result};
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// How to open a session.
 #[derive(Debug, Clone)]

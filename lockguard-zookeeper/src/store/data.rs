@@ -17,11 +17,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use lockguard_core::rate_limit::Decision;
+use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, StoreFuture, Stored};
+use lockguard_core::{Error, ErrorKind, Result};
+
 use super::{ZooKeeperStore, bounded, node_name};
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::CounterKeys;
-use crate::rate_limit::Decision;
-use crate::store::{DataStore, LimitKeys, LimitOp, StoreFuture, Stored};
 
 /// How many times the response timeout an update may spend losing to
 /// concurrent writes before it gives up.
@@ -176,7 +176,7 @@ impl ZooKeeperStore {
         if ttl.is_some() {
             return Err(unsupported("counter expiry"));
         }
-        let path = self.data_path(&keys.value);
+        let path = self.data_path(keys.id());
         let mut new = 0;
         let answer = self
             .update(
@@ -207,7 +207,7 @@ impl ZooKeeperStore {
         if ttl.is_some() {
             return Err(unsupported("counter expiry"));
         }
-        let path = self.data_path(&keys.value);
+        let path = self.data_path(keys.id());
         let client = self.session.client();
         let Some(expected) = expected else {
             return self
@@ -240,7 +240,7 @@ impl ZooKeeperStore {
         if ttl.is_some() {
             return Err(unsupported("mark expiry"));
         }
-        let set = self.data_path(&keys.marks);
+        let set = self.data_path(&format!("{}:marks", keys.id()));
         let path = format!("{set}/{}", node_name(member));
         let client = self.session.client();
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -304,7 +304,7 @@ impl DataStore for ZooKeeperStore {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<i64>> {
         StoreFuture::boxed(async move {
-            let key = keys.value.as_str();
+            let key = keys.id();
             let added = self
                 .counter_update(keys, ttl, |v| {
                     v.checked_add(delta).map(Ok).ok_or_else(|| overflow(key))
@@ -321,7 +321,7 @@ impl DataStore for ZooKeeperStore {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
         StoreFuture::boxed(async move {
-            let key = keys.value.as_str();
+            let key = keys.id();
             self.counter_update(keys, ttl, |v| {
                 if v < n {
                     Ok(Err(v))
@@ -335,7 +335,7 @@ impl DataStore for ZooKeeperStore {
 
     fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
         StoreFuture::boxed(async move {
-            let path = self.data_path(&keys.value);
+            let path = self.data_path(keys.id());
             let read = self.read(&self.session.client(), &path).await?;
             let value = counter_value(&path, &read)?;
             Ok((value, read.as_ref().map_or(0, |(_, stat)| version(stat))))

@@ -23,10 +23,6 @@
 //!
 //! A queue place lives with the session; a waiter that gives up deletes it.
 
-mod data;
-mod order;
-mod session;
-
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,16 +34,20 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use lockguard_core::store::{
+    Attempt, Inbox, LockKeys, LockStore, Occupancy, Place, StoreFuture, Token, Waiting,
+};
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
+
+mod data;
+mod order;
+mod session;
+
 use self::session::zk_error;
 pub(crate) use self::session::{Session, SessionOptions};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencingToken;
-use crate::key::{LockKeys, Resource};
-use crate::store::{Attempt, Inbox, LockStore, Occupancy, Place, StoreFuture, Waiting};
-use crate::token::Token;
 
 /// The node under which lockguard keeps its locks, by default.
-pub(crate) const DEFAULT_ROOT: &str = "/lockguard";
+pub const DEFAULT_ROOT: &str = "/lockguard";
 
 /// How long a waiter trusts a watch that has not fired before it lists
 /// the queue again anyway.
@@ -177,7 +177,7 @@ impl ZooKeeperStore {
 
     /// The container node of a lock or semaphore.
     fn dir(&self, keys: &LockKeys) -> String {
-        format!("{}/{}", self.root, node_name(&keys.lock))
+        format!("{}/{}", self.root, node_name(keys.id()))
     }
 
     /// Maps the error of a request `client` sent. When its session expired,
@@ -353,10 +353,7 @@ impl ZooKeeperStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let permits = match keys.resource {
-            Resource::Lock => 1,
-            Resource::Semaphore { permits } => permits as usize,
-        };
+        let permits = keys.resource().permits() as usize;
         let dir = self.dir(keys);
         let client = self.session.client();
         let session = client.session_id();
@@ -729,23 +726,14 @@ impl ZooKeeperStore {
     }
 
     async fn inspect_inner(&self, keys: &LockKeys) -> Result<Occupancy> {
-        let capacity = match keys.resource {
-            Resource::Lock => 1,
-            Resource::Semaphore { permits } => permits,
-        };
+        let capacity = keys.resource().permits();
         let client = self.session.client();
         let dir = self.dir(keys);
         let (children, stat) =
             match bounded(self.response_timeout, client.get_children(&dir)).await? {
                 Ok(answer) => answer,
                 Err(zk::Error::NoNode) => {
-                    return Ok(Occupancy {
-                        holders: 0,
-                        capacity,
-                        lease_left: None,
-                        waiters: 0,
-                        latest_fence: None,
-                    });
+                    return Ok(Occupancy::new(0, capacity, None, 0, None));
                 }
                 Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
             };
@@ -770,15 +758,15 @@ impl ZooKeeperStore {
                 }
             }
         }
-        Ok(Occupancy {
+        Ok(Occupancy::new(
             holders,
             capacity,
             // A holder's lease is kept by its own client; the store knows
             // only that its session lives.
-            lease_left: None,
-            waiters: u64::from(queued - holders),
-            latest_fence: (latest > 0 && !queue.is_empty()).then(|| FencingToken::new(latest)),
-        })
+            None,
+            u64::from(queued - holders),
+            (latest > 0 && !queue.is_empty()).then(|| FencingToken::new(latest)),
+        ))
     }
 }
 

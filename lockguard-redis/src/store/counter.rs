@@ -7,9 +7,10 @@ use std::time::Duration;
 use redis::Script;
 
 use super::RedisStore;
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::CounterKeys;
-use crate::store::millis_ceil;
+use crate::layout::counter_sequence;
+use lockguard_core::store::CounterKeys;
+use lockguard_core::store::millis_ceil;
+use lockguard_core::{Error, ErrorKind, Result};
 
 static COUNTER_ADD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
@@ -60,9 +61,9 @@ impl RedisStore {
         ttl: Option<Duration>,
     ) -> Result<i64> {
         let mut call = COUNTER_ADD.prepare_invoke();
-        let key = keys.value.as_str();
+        let key = keys.id();
         call.key(key)
-            .key(&keys.sequence)
+            .key(counter_sequence(keys))
             .arg(delta)
             .arg(ttl_arg(ttl));
         self.run(&call, || format!("adding to counter {key:?}"))
@@ -77,8 +78,11 @@ impl RedisStore {
         ttl: Option<Duration>,
     ) -> Result<Result<i64, i64>> {
         let mut call = COUNTER_TAKE.prepare_invoke();
-        let key = keys.value.as_str();
-        call.key(key).key(&keys.sequence).arg(n).arg(ttl_arg(ttl));
+        let key = keys.id();
+        call.key(key)
+            .key(counter_sequence(keys))
+            .arg(n)
+            .arg(ttl_arg(ttl));
         let (taken, v): (i64, i64) = self
             .run(&call, || format!("taking from counter {key:?}"))
             .await
@@ -103,9 +107,9 @@ impl RedisStore {
         ttl: Option<Duration>,
     ) -> Result<Result<u64, u64>> {
         let mut call = COUNTER_SET.prepare_invoke();
-        let key = keys.value.as_str();
+        let key = keys.id();
         call.key(key)
-            .key(&keys.sequence)
+            .key(counter_sequence(keys))
             .arg(value)
             .arg(expected.map(|v| v.to_string()).unwrap_or_default())
             .arg(ttl_arg(ttl));

@@ -10,16 +10,17 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::io::tcp::TcpSettings;
 use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
 
-use super::redlock::RedlockLine;
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencingToken;
-use crate::key::{CounterKeys, LockKeys, Resource};
-use crate::rate_limit::Decision;
-use crate::store::{
+use crate::layout::RedisLockKeys as _;
+use crate::redlock::RedlockLine;
+use lockguard_core::FencingToken;
+use lockguard_core::rate_limit::Decision;
+use lockguard_core::store::Token;
+use lockguard_core::store::{
     Attempt, DataStore, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store, StoreFuture,
     Stored, Waiting, millis_ceil,
 };
-use crate::token::Token;
+use lockguard_core::store::{CounterKeys, LockKeys, Resource};
+use lockguard_core::{Error, ErrorKind, Result};
 
 mod counter;
 mod limit;
@@ -366,7 +367,7 @@ fn attempt_reply(keys: &LockKeys, (taken, n): (i64, i64)) -> Result<Result<Fenci
             ErrorKind::Protocol,
             format!(
                 "acquiring {:?}: unexpected script reply [{taken}, {n}]",
-                keys.lock
+                keys.id()
             ),
         )),
     }
@@ -770,17 +771,17 @@ impl RedisStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let mut call = match keys.resource {
+        let mut call = match keys.resource() {
             Resource::Lock => LOCK_ACQUIRE.prepare_invoke(),
             Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
         };
-        call.key(&keys.lock)
+        call.key(keys.id())
             .key(keys.sequence())
             .key(keys.queue())
             .key(keys.tickets())
             .arg(token.as_str())
             .arg(millis_ceil(lease));
-        if let Resource::Semaphore { permits } = keys.resource {
+        if let Resource::Semaphore { permits } = keys.resource() {
             call.arg(permits);
         }
         // Without a place the script never queues.
@@ -790,17 +791,17 @@ impl RedisStore {
                 .arg(p.attempt);
         }
         let reply = self
-            .run(&call, || format!("acquiring {:?}", keys.lock))
+            .run(&call, || format!("acquiring {:?}", keys.id()))
             .await?;
         let fence = match attempt_reply(keys, reply)? {
             Ok(fence) => fence,
             Err(busy) => return Ok(busy),
         };
-        if let Err(e) = self.replicated(&keys.lock).await {
+        if let Err(e) = self.replicated(keys.id()).await {
             // Not on enough replicas to survive a failover: give it back
             // rather than hand out a lock a promoted replica would not know.
             if let Err(undo) = self.release(keys, token).await {
-                tracing::warn!(lock = %keys.lock, error = %undo, "releasing an unreplicated lock failed; its lease will free it");
+                tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
             }
             return Err(e);
         }
@@ -822,7 +823,7 @@ impl RedisStore {
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
         let mut call = REDLOCK_ACQUIRE.prepare_invoke();
-        call.key(&keys.lock)
+        call.key(keys.id())
             .key(keys.sequence())
             .key(&line.line)
             .key(&line.alive)
@@ -834,7 +835,7 @@ impl RedisStore {
                 .arg(millis_ceil(p.timeout));
         }
         let reply = self
-            .run(&call, || format!("acquiring {:?}", keys.lock))
+            .run(&call, || format!("acquiring {:?}", keys.id()))
             .await?;
         Ok(match attempt_reply(keys, reply)? {
             Ok(fence) => Attempt::Acquired {
@@ -854,13 +855,13 @@ impl RedisStore {
         token: &Token,
     ) -> Result<bool> {
         let mut call = REDLOCK_RELEASE.prepare_invoke();
-        call.key(&keys.lock)
+        call.key(keys.id())
             .key(&line.line)
             .key(&line.alive)
             .arg(token.as_str())
             .arg(keys.channel());
         let n: i64 = self
-            .run(&call, || format!("releasing {:?}", keys.lock))
+            .run(&call, || format!("releasing {:?}", keys.id()))
             .await?;
         Ok(n == 1)
     }
@@ -868,16 +869,16 @@ impl RedisStore {
     /// Gives up `token`'s lock or permit, handing it to the first live
     /// waiter.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let mut call = match keys.resource {
+        let mut call = match keys.resource() {
             Resource::Lock => LOCK_RELEASE.prepare_invoke(),
             Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
         };
-        call.key(&keys.lock)
+        call.key(keys.id())
             .key(keys.sequence())
             .key(keys.queue())
             .key(keys.tickets())
             .arg(token.as_str());
-        if let Resource::Semaphore { permits } = keys.resource {
+        if let Resource::Semaphore { permits } = keys.resource() {
             call.arg(permits);
         }
         #[cfg(feature = "sentinel")]
@@ -885,7 +886,7 @@ impl RedisStore {
             leases.forget(token);
         }
         let n: i64 = self
-            .run(&call, || format!("releasing {:?}", keys.lock))
+            .run(&call, || format!("releasing {:?}", keys.id()))
             .await?;
         Ok(n == 1)
     }
@@ -896,20 +897,20 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
     ) -> Result<bool> {
-        let mut call = match keys.resource {
+        let mut call = match keys.resource() {
             Resource::Lock => LOCK_EXTEND.prepare_invoke(),
             Resource::Semaphore { .. } => SEMAPHORE_EXTEND.prepare_invoke(),
         };
-        call.key(&keys.lock)
+        call.key(keys.id())
             .arg(token.as_str())
             .arg(millis_ceil(lease));
         let n: i64 = self
-            .run(&call, || format!("extending {:?}", keys.lock))
+            .run(&call, || format!("extending {:?}", keys.id()))
             .await?;
         if n == 1 {
             // An extension the replicas did not confirm is a failed one:
             // the watchdog retries, and the guard is lost if none succeeds.
-            self.replicated(&keys.lock).await?;
+            self.replicated(keys.id()).await?;
         }
         #[cfg(feature = "sentinel")]
         if let Some(leases) = &self.leases {
@@ -954,8 +955,8 @@ impl RedisStore {
     /// [`LockStore::inspect`].
     pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
         let mut call = INSPECT.prepare_invoke();
-        call.key(&keys.lock).key(keys.sequence()).key(keys.queue());
-        let capacity = match keys.resource {
+        call.key(keys.id()).key(keys.sequence()).key(keys.queue());
+        let capacity = match keys.resource() {
             Resource::Lock => {
                 call.arg("lock");
                 1
@@ -966,26 +967,25 @@ impl RedisStore {
             }
         };
         let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
-            .run(&call, || format!("inspecting {:?}", keys.lock))
+            .run(&call, || format!("inspecting {:?}", keys.id()))
             .await?;
         let garbage = || {
             Error::new(
                 ErrorKind::Protocol,
                 format!(
                     "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
-                    keys.lock
+                    keys.id()
                 ),
             )
         };
         let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
-        Ok(Occupancy {
-            holders: u32::try_from(holders).map_err(|_| garbage())?,
+        Ok(Occupancy::new(
+            u32::try_from(holders).map_err(|_| garbage())?,
             capacity,
-            lease_left: (holders > 0 && left >= 0)
-                .then(|| Duration::from_millis(left.unsigned_abs())),
-            waiters: u64::try_from(waiters).map_err(|_| garbage())?,
-            latest_fence: (sequence > 0).then(|| FencingToken::new(sequence)),
-        })
+            (holders > 0 && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
+            u64::try_from(waiters).map_err(|_| garbage())?,
+            (sequence > 0).then(|| FencingToken::new(sequence)),
+        ))
     }
 
     /// Raises a token sequence to at least `value`; returns the sequence.
@@ -1098,7 +1098,7 @@ impl DataStore for RedisStore {
     }
 
     fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(Self::counter_get(self, &keys.value))
+        StoreFuture::boxed(Self::counter_get(self, keys.id()))
     }
 
     fn counter_set<'a>(
@@ -1117,7 +1117,7 @@ impl DataStore for RedisStore {
         member: &'a str,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::mark_once(self, &keys.marks, member, ttl))
+        StoreFuture::boxed(Self::mark_once(self, keys.marks(), member, ttl))
     }
 
     fn rate_limit<'a>(

@@ -5,10 +5,11 @@ use std::sync::LazyLock;
 use redis::Script;
 
 use super::RedisStore;
-use crate::error::Result;
-use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
-use crate::store::{LimitKeys, LimitOp};
-use crate::token::Token;
+use crate::layout::limit_sum;
+use lockguard_core::Result;
+use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use lockguard_core::store::Token;
+use lockguard_core::store::{LimitKeys, LimitOp};
 
 static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/gcra.lua")));
 static FIXED_WINDOW: LazyLock<Script> =
@@ -24,7 +25,7 @@ impl RedisStore {
         cost: u64,
         peek: bool,
     ) -> Result<Decision> {
-        let what = || format!("rate limiting {:?}", keys.main);
+        let what = || format!("rate limiting {:?}", keys.id());
         // The scripts take the time from the server unless given one (the
         // model tests drive them through their last argument).
         let now = "";
@@ -32,7 +33,7 @@ impl RedisStore {
         match op {
             LimitOp::Gcra(p) => {
                 let mut call = GCRA.prepare_invoke();
-                call.key(&*keys.main)
+                call.key(keys.id())
                     .arg(p.t)
                     .arg(p.tau)
                     .arg(cost)
@@ -44,7 +45,7 @@ impl RedisStore {
             LimitOp::Fixed { limit, period_us } => {
                 let window_ms = period_us.unsigned_abs().div_ceil(1000);
                 let mut call = FIXED_WINDOW.prepare_invoke();
-                call.key(&*keys.main)
+                call.key(keys.id())
                     .arg(limit)
                     .arg(window_ms)
                     .arg(cost)
@@ -64,8 +65,8 @@ impl RedisStore {
             LimitOp::Sliding { limit, period_us } => {
                 let member = Token::random();
                 let mut call = SLIDING_WINDOW.prepare_invoke();
-                call.key(&*keys.main)
-                    .key(keys.sum())
+                call.key(keys.id())
+                    .key(limit_sum(keys))
                     .arg(limit)
                     .arg(period_us)
                     .arg(cost)
@@ -82,6 +83,10 @@ impl RedisStore {
                     retry,
                 ))
             }
+            _ => Err(lockguard_core::store::unsupported(
+                "redis",
+                "this rate-limit algorithm",
+            )),
         }
     }
 }

@@ -25,12 +25,13 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::redis::{RedisOptions, RedisStore, Subscriber};
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencingToken;
-use crate::key::{LockKeys, Resource};
-use crate::store::{Attempt, DataStore, LockStore, Place, Store, StoreFuture, Waiting};
-use crate::token::Token;
+use crate::layout::RedisLockKeys as _;
+use crate::store::{RedisOptions, RedisStore, Subscriber};
+use lockguard_core::FencingToken;
+use lockguard_core::store::Token;
+use lockguard_core::store::{Attempt, DataStore, LockStore, Place, Store, StoreFuture, Waiting};
+use lockguard_core::store::{LockKeys, Resource};
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// The most permits a semaphore may have on a Redlock client: each permit
 /// is a slot lock tried in turn, so the count bounds an attempt's rounds.
@@ -165,9 +166,9 @@ impl RedlockStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        match keys.resource {
+        match keys.resource() {
             Resource::Lock => {
-                let place = place.map(|p| Place { channel: "", ..p });
+                let place = place.map(|p| p.with_channel(""));
                 self.try_lock(keys, token, lease, place).await
             }
             Resource::Semaphore { permits } => {
@@ -279,7 +280,7 @@ impl RedlockStore {
                 ErrorKind::Unavailable,
                 format!(
                     "acquiring {:?}: could not bring a quorum's token sequences to {fence}",
-                    keys.lock
+                    keys.id()
                 ),
             ));
         }
@@ -316,7 +317,7 @@ impl RedlockStore {
             .count();
         if errors.len() + unheard_failing > n - q {
             let errors: Vec<Error> = errors.into_iter().map(|(_, e)| e).collect();
-            return Err(self.quorum_error(&format!("acquiring {:?}", keys.lock), &errors));
+            return Err(self.quorum_error(&format!("acquiring {:?}", keys.id()), &errors));
         }
         // Our own partial grants with fewer than a quorum held by others:
         // nobody won this round. With a quorum held elsewhere, someone
@@ -371,9 +372,11 @@ impl RedlockStore {
     pub(crate) async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         let n = self.nodes.len();
         let q = self.quorum();
-        let slots: Option<Arc<Vec<String>>> = match keys.resource {
+        let slots: Option<Arc<Vec<String>>> = match keys.resource() {
             Resource::Semaphore { permits } => Some(Arc::new(
-                (0..permits).map(|i| slot_keys(keys, i).lock).collect(),
+                (0..permits)
+                    .map(|i| slot_keys(keys, i).id().to_owned())
+                    .collect(),
             )),
             Resource::Lock => None,
         };
@@ -406,7 +409,7 @@ impl RedlockStore {
             Ok(true)
         } else if tally.errors.len() + (n - tally.answered) > n - q {
             // Too many nodes unheard from to say it was not held.
-            Err(self.quorum_error(&format!("releasing {:?}", keys.lock), &tally.errors))
+            Err(self.quorum_error(&format!("releasing {:?}", keys.id()), &tally.errors))
         } else {
             Ok(false)
         }
@@ -437,7 +440,7 @@ impl RedlockStore {
             Ok(true)
         } else if tally.errors.len() + (n - tally.answered) > n - q {
             // Too many nodes unheard from to say the lock is gone.
-            Err(self.quorum_error(&format!("extending {:?}", keys.lock), &tally.errors))
+            Err(self.quorum_error(&format!("extending {:?}", keys.id()), &tally.errors))
         } else {
             Ok(false)
         }
@@ -478,7 +481,7 @@ impl Drop for Abandon {
 async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
     let line = RedlockLine::of(keys);
     if let Err(e) = node.redlock_release(keys, &line, token).await {
-        tracing::debug!(lock = %keys.lock, error = %e, "redlock cleanup release failed on a node");
+        tracing::debug!(lock = %keys.id(), error = %e, "redlock cleanup release failed on a node");
     }
 }
 
@@ -497,8 +500,8 @@ pub(crate) struct RedlockLine {
 impl RedlockLine {
     fn of(keys: &LockKeys) -> Self {
         Self {
-            line: format!("{}:line", keys.lock),
-            alive: format!("{}:line:alive", keys.lock),
+            line: format!("{}:line", keys.id()),
+            alive: format!("{}:line:alive", keys.id()),
         }
     }
 }
@@ -508,7 +511,7 @@ impl RedlockLine {
 fn slot_keys(sem: &LockKeys, i: u32) -> LockKeys {
     // The slot keys append to the semaphore's key, after its hash tag, so
     // they share its slot and its sequence.
-    LockKeys::beside(sem, format!("{}:slot:{i}", sem.lock), Resource::Lock)
+    crate::layout::beside(sem, format!("{}:slot:{i}", sem.id()), Resource::Lock)
 }
 
 /// Locks and semaphores only: a quorum of independent nodes keeps no
@@ -589,7 +592,7 @@ pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> 
         ));
     }
     let mut stores = Vec::new();
-    let mut listeners: Vec<Arc<dyn crate::store::Listener>> = Vec::new();
+    let mut listeners: Vec<Arc<dyn lockguard_core::store::Listener>> = Vec::new();
     for (node, client) in nodes.into_iter().zip(&clients) {
         let store = match node {
             Some(store) => store,

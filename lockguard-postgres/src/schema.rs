@@ -1,10 +1,10 @@
 //! lockguard's schema in PostgreSQL: created on first connect, or by hand
 //! from [`migration_sql`].
 
-use crate::error::{Error, Result};
+use lockguard_core::{Error, Result};
 
 /// The schema lockguard's tables and functions live in unless configured.
-pub(crate) const DEFAULT_SCHEMA: &str = "lockguard";
+pub const DEFAULT_SCHEMA: &str = "lockguard";
 
 /// The oldest PostgreSQL lockguard works with (`hashtextextended`, 11).
 const MIN_SERVER_VERSION: i32 = 110_000;
@@ -51,10 +51,10 @@ pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -
         .query_one("SELECT current_setting('server_version_num')::int", &[])
         .await
         .and_then(|row| row.try_get(0))
-        .map_err(|e| super::pg_error(e, "reading the server's version"))?;
+        .map_err(|e| crate::store::pg_error(e, "reading the server's version"))?;
     if version < MIN_SERVER_VERSION {
         return Err(Error::new(
-            crate::ErrorKind::Unsupported,
+            lockguard_core::ErrorKind::Unsupported,
             format!(
                 "postgres is version {}.{}; lockguard needs {} or newer",
                 version / 10_000,
@@ -70,7 +70,7 @@ pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -
             Ok(Some(v)) if v == VERSION => return Ok(()),
             Ok(Some(v)) if v > VERSION => {
                 return Err(Error::new(
-                    crate::ErrorKind::Unsupported,
+                    lockguard_core::ErrorKind::Unsupported,
                     format!(
                         "lockguard's schema {schema:?} is version {v}, made by a newer lockguard; this one knows version {VERSION}"
                     ),
@@ -83,17 +83,19 @@ pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -
     let tx = conn
         .transaction()
         .await
-        .map_err(|e| super::pg_error(e, &what()))?;
+        .map_err(|e| crate::store::pg_error(e, &what()))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration', 0))",
         &[],
     )
     .await
-    .map_err(|e| super::pg_error(e, &what()))?;
+    .map_err(|e| crate::store::pg_error(e, &what()))?;
     tx.batch_execute(&sql)
         .await
-        .map_err(|e| super::pg_error(e, &what()))?;
-    tx.commit().await.map_err(|e| super::pg_error(e, &what()))?;
+        .map_err(|e| crate::store::pg_error(e, &what()))?;
+    tx.commit()
+        .await
+        .map_err(|e| crate::store::pg_error(e, &what()))?;
     tracing::info!(
         schema,
         version = VERSION,

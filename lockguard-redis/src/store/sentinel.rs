@@ -27,9 +27,9 @@ use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServer
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
 use super::{RedisOptions, RedisStore, bounded, client_from_info};
-use crate::error::{Error, ErrorKind, Result};
-use crate::key::LockKeys;
-use crate::token::Token;
+use lockguard_core::store::LockKeys;
+use lockguard_core::store::Token;
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// How often a listening connection asks the sentinels where the master is.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -298,10 +298,10 @@ impl Leases {
                 match store.extend(&keys, &token, lease).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        tracing::warn!(lock = %keys.lock, "the lease was gone on the new master");
+                        tracing::warn!(lock = %keys.id(), "the lease was gone on the new master");
                     }
                     Err(e) => {
-                        tracing::warn!(lock = %keys.lock, error = %e, "renewing a lease on the new master failed; its watchdog retries");
+                        tracing::warn!(lock = %keys.id(), error = %e, "renewing a lease on the new master failed; its watchdog retries");
                     }
                 }
             }

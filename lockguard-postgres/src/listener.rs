@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use super::{PgOptions, pg_channel, pg_error};
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::{Inbox, Listener, StoreFuture};
+use crate::store::{PgOptions, pg_channel, pg_error};
+use lockguard_core::store::{Inbox, Listener, StoreFuture};
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// A request to bring one channel's subscription in line with the inbox.
 struct Sync {

@@ -19,21 +19,14 @@ use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 
-use crate::error::{Error, ErrorKind, Result};
-use crate::fence::FencingToken;
-use crate::key::{CounterKeys, LockKeys, Resource};
-use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
-use crate::store::{
-    Attempt, DataStore, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store, StoreFuture,
-    Stored, Waiting, millis_ceil,
+use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use lockguard_core::store::{
+    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
+    Resource, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
 };
-use crate::token::Token;
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
-mod flights;
-mod listener;
-mod schema;
-
-pub(crate) use schema::{DEFAULT_SCHEMA, migration_sql, validate_schema};
+use crate::{flights, listener, schema};
 
 /// How to reach PostgreSQL and how long to wait for it.
 #[derive(Debug, Clone, Copy)]
@@ -288,11 +281,8 @@ fn ttl_ms(ttl: Option<Duration>) -> i64 {
 }
 
 fn permits(resource: Resource) -> i32 {
-    match resource {
-        Resource::Lock => 1,
-        // At most MAX_PERMITS (1,000,000).
-        Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
-    }
+    // At most MAX_PERMITS (1,000,000).
+    i32::try_from(resource.permits()).unwrap_or(i32::MAX)
 }
 
 /// A channel name PostgreSQL accepts (at most 63 bytes): the channel
@@ -371,7 +361,7 @@ impl PostgresStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let what = || format!("acquiring {:?}", keys.lock);
+        let what = || format!("acquiring {:?}", keys.id());
         let (wait, channel, attempt) = match place {
             Some(p) => (
                 Some(ms(p.timeout)),
@@ -399,10 +389,10 @@ impl PostgresStore {
                     .query_one(
                         &stmt,
                         &[
-                            &keys.lock,
+                            &keys.id(),
                             &token.as_str(),
                             &ms(lease),
-                            &permits(keys.resource),
+                            &permits(keys.resource()),
                             &wait,
                             &channel,
                             &attempt,
@@ -431,7 +421,7 @@ impl PostgresStore {
     }
 
     async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let what = || format!("releasing {:?}", keys.lock);
+        let what = || format!("releasing {:?}", keys.id());
         // An acquisition of this token still running is let finish first;
         // waiting longer than a request may take is pointless (its lease
         // then frees what it took).
@@ -441,7 +431,7 @@ impl PostgresStore {
         let row = self
             .query_one(
                 &self.sql.release,
-                &[&keys.lock, &token.as_str(), &permits(keys.resource)],
+                &[&keys.id(), &token.as_str(), &permits(keys.resource())],
                 what,
             )
             .await?;
@@ -449,11 +439,11 @@ impl PostgresStore {
     }
 
     async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
-        let what = || format!("extending {:?}", keys.lock);
+        let what = || format!("extending {:?}", keys.id());
         let row = self
             .query_one(
                 &self.sql.extend,
-                &[&keys.lock, &token.as_str(), &ms(lease)],
+                &[&keys.id(), &token.as_str(), &ms(lease)],
                 what,
             )
             .await?;
@@ -461,28 +451,25 @@ impl PostgresStore {
     }
 
     async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
-        let what = || format!("inspecting {:?}", keys.lock);
+        let what = || format!("inspecting {:?}", keys.id());
         let row = self
-            .query_one(&self.sql.inspect, &[&keys.lock], what)
+            .query_one(&self.sql.inspect, &[&keys.id()], what)
             .await?;
         let holders: i64 = column(&row, 0, &what())?;
         let left: Option<i64> = column(&row, 1, &what())?;
         let waiters: i64 = column(&row, 2, &what())?;
         let latest: Option<i64> = column(&row, 3, &what())?;
         let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
-        Ok(Occupancy {
-            holders: u32::try_from(holders).map_err(|_| garbage())?,
-            capacity: match keys.resource {
-                Resource::Lock => 1,
-                Resource::Semaphore { permits } => permits,
-            },
-            lease_left: left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
-            waiters: u64::try_from(waiters).map_err(|_| garbage())?,
-            latest_fence: latest
+        Ok(Occupancy::new(
+            u32::try_from(holders).map_err(|_| garbage())?,
+            keys.resource().permits(),
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            u64::try_from(waiters).map_err(|_| garbage())?,
+            latest
                 .and_then(|f| u64::try_from(f).ok())
                 .filter(|f| *f > 0)
                 .map(FencingToken::new),
-        })
+        ))
     }
 
     async fn counter_add(
@@ -491,7 +478,7 @@ impl PostgresStore {
         delta: i64,
         ttl: Option<Duration>,
     ) -> Result<i64> {
-        let key = keys.value.as_str();
+        let key = keys.id();
         let what = || format!("adding to counter {key:?}");
         let row = self
             .query_one(&self.sql.counter_add, &[&key, &delta, &ttl_ms(ttl)], what)
@@ -506,7 +493,7 @@ impl PostgresStore {
         n: i64,
         ttl: Option<Duration>,
     ) -> Result<Result<i64, i64>> {
-        let key = keys.value.as_str();
+        let key = keys.id();
         let what = || format!("taking from counter {key:?}");
         let row = self
             .query_one(&self.sql.counter_take, &[&key, &n, &ttl_ms(ttl)], what)
@@ -518,7 +505,7 @@ impl PostgresStore {
     }
 
     async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
-        let key = keys.value.as_str();
+        let key = keys.id();
         let what = || format!("reading counter {key:?}");
         let rows = self.query(&self.sql.counter_get, &[&key], what).await?;
         let Some(row) = rows.first() else {
@@ -536,7 +523,7 @@ impl PostgresStore {
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<Result<u64, u64>> {
-        let key = keys.value.as_str();
+        let key = keys.id();
         let what = || format!("setting counter {key:?}");
         let expected = expected.map(|v| v.to_string());
         let row = self
@@ -558,7 +545,8 @@ impl PostgresStore {
         member: &str,
         ttl: Option<Duration>,
     ) -> Result<bool> {
-        let key = keys.marks.as_str();
+        let marks = format!("{}:marks", keys.id());
+        let key = marks.as_str();
         let what = || format!("marking {member:?} in {key:?}");
         let row = self
             .query_one(&self.sql.mark_once, &[&key, &member, &ttl_ms(ttl)], what)
@@ -573,7 +561,7 @@ impl PostgresStore {
         cost: u64,
         peek: bool,
     ) -> Result<Decision> {
-        let key = &*keys.main;
+        let key = keys.id();
         let what = || format!("rate limiting {key:?}");
         let cost = i64::try_from(cost).map_err(|_| {
             Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
@@ -633,6 +621,10 @@ impl PostgresStore {
                     retry,
                 ))
             }
+            _ => Err(lockguard_core::store::unsupported(
+                self.name(),
+                "this rate-limit algorithm",
+            )),
         }
     }
 

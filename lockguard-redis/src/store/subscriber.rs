@@ -26,8 +26,8 @@ use tokio::sync::{Mutex, Notify, OnceCell};
 use tokio::task::AbortHandle;
 
 use super::{Conn, RedisOptions, bounded, manager_config};
-use crate::error::{Error, ErrorKind, Result};
-use crate::store::{Inbox, Listener, StoreFuture};
+use lockguard_core::store::{Inbox, Listener, StoreFuture};
+use lockguard_core::{Error, ErrorKind, Result};
 
 /// Where a subscriber connects.
 #[derive(Debug, Clone)]

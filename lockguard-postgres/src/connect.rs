@@ -1,0 +1,257 @@
+//! The constructors of PostgreSQL clients: [`ClientExt`] and
+//! [`BuilderExt`] add them to lockguard-core's `Client` and `Builder`.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
+
+use crate::schema;
+use crate::store::{self, PgOptions};
+
+pub use crate::schema::DEFAULT_SCHEMA;
+
+/// The connections of the pool lockguard makes for itself.
+const POOL_SIZE: usize = 16;
+
+/// How often each client removes expired state from the tables.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Hides a password in a connection string before it reaches a message.
+fn redact(url: &str) -> String {
+    if let (Some(scheme), Some(at)) = (url.find("://"), url.rfind('@')) {
+        if at > scheme {
+            return format!("{}://***@{}", &url[..scheme], &url[at + 1..]);
+        }
+        return url.to_owned();
+    }
+    // key=value form: drop the password's value.
+    url.split_whitespace()
+        .map(|part| match part.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => "password=***".to_owned(),
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `Client::connect_postgres(url)`: a client with default settings on the
+/// PostgreSQL at `url`.
+pub trait ClientExt: Sized {
+    /// Connects to the PostgreSQL at `url` (`postgres://user:pass@host/db`
+    /// or `host=... user=...`), with default settings; see
+    /// [`PostgresBuilder::connect_postgres`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    fn connect_postgres(url: &str) -> impl Future<Output = Result<Self>> + Send;
+}
+
+impl ClientExt for Client {
+    async fn connect_postgres(url: &str) -> Result<Self> {
+        Client::builder().connect_postgres(url).await
+    }
+}
+
+/// The PostgreSQL constructors on lockguard-core's [`Builder`]: each starts
+/// a [`PostgresBuilder`] from the builder's settings.
+pub trait BuilderExt {
+    /// The PostgreSQL schema holding lockguard's tables and functions
+    /// (default [`DEFAULT_SCHEMA`], `"lockguard"`): a lowercase identifier.
+    /// Clients that share locks must use the same schema (and the same
+    /// prefix).
+    fn postgres_schema(self, schema: impl Into<String>) -> PostgresBuilder;
+
+    /// See [`PostgresBuilder::connect_postgres`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    fn connect_postgres(self, url: &str) -> impl Future<Output = Result<Client>> + Send;
+
+    /// See [`PostgresBuilder::connect_postgres_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    fn connect_postgres_with(
+        self,
+        config: tokio_postgres::Config,
+    ) -> impl Future<Output = Result<Client>> + Send;
+
+    /// See [`PostgresBuilder::connect_postgres_pool`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    fn connect_postgres_pool(
+        self,
+        pool: Pool,
+        listen: tokio_postgres::Config,
+    ) -> impl Future<Output = Result<Client>> + Send;
+}
+
+impl BuilderExt for Builder {
+    fn postgres_schema(self, schema: impl Into<String>) -> PostgresBuilder {
+        PostgresBuilder::new(self).postgres_schema(schema)
+    }
+
+    fn connect_postgres(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
+        PostgresBuilder::new(self).connect_postgres(url)
+    }
+
+    fn connect_postgres_with(
+        self,
+        config: tokio_postgres::Config,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        PostgresBuilder::new(self).connect_postgres_with(config)
+    }
+
+    fn connect_postgres_pool(
+        self,
+        pool: Pool,
+        listen: tokio_postgres::Config,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        PostgresBuilder::new(self).connect_postgres_pool(pool, listen)
+    }
+}
+
+/// A client's settings ([`Builder`]) and the PostgreSQL store's own.
+#[derive(Debug)]
+pub struct PostgresBuilder {
+    builder: Builder,
+    schema: String,
+}
+
+impl PostgresBuilder {
+    /// The store's settings at their defaults, with the client's settings
+    /// of `builder`.
+    pub fn new(builder: Builder) -> Self {
+        Self {
+            builder,
+            schema: DEFAULT_SCHEMA.to_owned(),
+        }
+    }
+
+    /// The PostgreSQL schema holding lockguard's tables and functions
+    /// (default [`DEFAULT_SCHEMA`]): a lowercase identifier. Clients that
+    /// share locks must use the same schema (and the same prefix).
+    pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Connects to the PostgreSQL at `url` (`postgres://user:pass@host/db`,
+    /// or the `host=... user=...` form) with a pool of its own (up to 16
+    /// connections) and one more connection, opened at the first wait, that
+    /// listens for handoffs. Creates lockguard's schema when it is missing
+    /// (see [`migration_sql`](crate::migration_sql)).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a malformed URL or settings that
+    /// cannot work, [`ErrorKind::Unavailable`] when the database cannot be
+    /// reached within the connect timeout.
+    pub async fn connect_postgres(self, url: &str) -> Result<Client> {
+        let config = tokio_postgres::Config::from_str(url).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("malformed postgres url {:?}", redact(url)),
+            )
+            .with_source(e)
+        })?;
+        self.connect_postgres_with(config).await
+    }
+
+    /// Connects with connection settings the application built, with a
+    /// pool of lockguard's own; see [`PostgresBuilder::connect_postgres`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    pub async fn connect_postgres_with(self, mut config: tokio_postgres::Config) -> Result<Client> {
+        let settings = self.builder.connection_settings();
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(settings.connect_timeout);
+        }
+        let manager = deadpool_postgres::Manager::from_config(
+            config.clone(),
+            tokio_postgres::NoTls,
+            // A connection handed out is not tested first: that would be a
+            // round trip more per operation. A broken one fails its
+            // statement, and the pool drops it.
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(settings.response_timeout))
+            .create_timeout(Some(settings.connect_timeout))
+            .build()
+            .map_err(|e| {
+                Error::new(ErrorKind::InvalidInput, "cannot build a postgres pool").with_source(e)
+            })?;
+        self.connect_postgres_pool(pool, config).await
+    }
+
+    /// Connects through a pool the application already has: every
+    /// operation takes a connection from `pool` for one statement. `listen`
+    /// holds the settings of the one connection lockguard opens itself, at
+    /// the first wait, to listen for handoffs (a pooled connection cannot:
+    /// the pool drops its notifications).
+    ///
+    /// Give the pool [`RecyclingMethod::Fast`]: other methods run a query
+    /// each time a connection is handed out, a round trip more per
+    /// operation. Creates lockguard's schema when it is missing.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    pub async fn connect_postgres_pool(
+        self,
+        pool: Pool,
+        listen: tokio_postgres::Config,
+    ) -> Result<Client> {
+        // The client's settings first: a bad prefix is reported before any
+        // connection is made.
+        self.builder.validate()?;
+        schema::validate_schema(&self.schema)?;
+        let settings = self.builder.connection_settings();
+        let opts = PgOptions {
+            connect_timeout: settings.connect_timeout,
+            response_timeout: settings.response_timeout,
+            sweep_interval: SWEEP_INTERVAL,
+        };
+        let store = store::connect(pool, listen, self.schema.clone(), opts).await?;
+        tracing::debug!(schema = %self.schema, "connected to postgres");
+        self.builder.build(store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn malformed_urls_and_schemas_are_invalid_input() {
+        for url in [
+            "postgres://u:secret@h:notaport/db",
+            "host=a port=x password=secret",
+        ] {
+            let err = Client::connect_postgres(url).await.unwrap_err();
+            assert!(err.is_invalid_input(), "{url:?}: {err}");
+            assert!(!err.to_string().contains("secret"), "{err}");
+        }
+        let err = Client::builder()
+            .postgres_schema("Bad-Name")
+            .connect_postgres("postgres://u@127.0.0.1:1/db")
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+    }
+}

@@ -1,0 +1,48 @@
+//! The ZooKeeper store of lockguard: locks and semaphores as ZooKeeper's own
+//! recipe. Each acquisition is an ephemeral sequential node, the lowest
+//! holds the lock (the lowest N a semaphore's permits), and each waiter
+//! watches only the node it waits on, so a release wakes one waiter.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use lockguard_core::Client;
+//! use lockguard_zookeeper::BuilderExt as _;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> lockguard_core::Result<()> {
+//! let lg = Client::builder()
+//!     .zookeeper_session_timeout(Duration::from_secs(10)) // the lease of a crashed holder
+//!     .connect_zookeeper("zk1:2181,zk2:2181,zk3:2181")
+//!     .await?;
+//! let guard = lg.lock("order:42").acquire().await?; // watchdog, fencing token, lost()
+//! let exports = lg.semaphore("exports", 4).acquire().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The lease is the session: a holder whose process dies frees its locks
+//! when the ensemble expires its session; a live holder's watchdog checks
+//! that its node still exists, a renewal counts for at most two thirds of
+//! the session timeout, and a leaked guard's node is deleted by its own
+//! client at the lease end. Fencing tokens are zxids, greater for every
+//! later holder across leader changes. Counters (without expiry), marks and
+//! fenced values are versioned compare-and-set writes; rate limiters answer
+//! `Unsupported`. What it survives is in lockguard-core's
+//! [safety notes](lockguard_core::safety).
+//!
+//! This crate is built on lockguard-core's public
+//! [store boundary](lockguard_core::store) only; the facade crate
+//! `lockguard` re-exports it as `lockguard::zookeeper` (feature
+//! `zookeeper`), and `use lockguard::prelude::*;` brings its constructors
+//! into scope.
+
+#![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod connect;
+mod store;
+
+pub use connect::{BuilderExt, ClientExt, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT, ZooKeeperBuilder};
+pub use store::DEFAULT_ROOT;
+
+pub use zookeeper_client;
