@@ -6,10 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockguard_core::{Client, ManualClock};
-use lockguard_testing::MariaDbServer;
 #[cfg(feature = "postgres")]
 use lockguard_postgres::BuilderExt as _;
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
+use lockguard_testing::MariaDbServer;
 #[cfg(feature = "postgres")]
 use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
