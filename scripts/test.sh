@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole lockguard test suite. Works on a fresh Debian machine as
-# root: installs redis-server, PostgreSQL, ZooKeeper (and openssl) with
+# root: installs redis-server, PostgreSQL, ZooKeeper, MariaDB (and openssl) with
 # apt-get when missing, then builds and runs every test, doctest and example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +24,8 @@ pg_bin() {
 # ZooKeeper (Debian's package, on the machine's Java) for the ZooKeeper
 # store's tests.
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+# MariaDB's server and client for the MySQL store's tests (lockguard-mysql).
+{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } || missing+=(mariadb-server)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -36,6 +38,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 redis-server --version
 "$(pg_bin)/postgres" --version
+mariadbd --version 2>/dev/null || /usr/sbin/mariadbd --version
 echo "zookeeper $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '(version unknown)')"
 
 # A build of every feature with its tests takes about 3 GB; say so up front
@@ -50,12 +53,14 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-cargo test --workspace --all-features -- --skip postgres --skip zookeeper 2>&1 | tee "$log"
-# The PostgreSQL and ZooKeeper tests in passes of their own: their servers
+cargo test --workspace --exclude lockguard-mysql --all-features -- --skip postgres --skip zookeeper --skip mysql 2>&1 | tee "$log"
+# The PostgreSQL, ZooKeeper and MySQL (MariaDB) tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
 cargo test --workspace --all-features postgres 2>&1 | tee -a "$log"
 cargo test --workspace --all-features zookeeper 2>&1 | tee -a "$log"
+cargo test --workspace --exclude lockguard-mysql --all-features mysql 2>&1 | tee -a "$log"
+cargo test -p lockguard-mysql 2>&1 | tee -a "$log"
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
 cargo test -p lockguard-core --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"

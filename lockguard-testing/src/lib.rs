@@ -7,7 +7,8 @@
 //! install it; it is never a silent skip.
 //!
 //! [`PostgresServer`] does the same for PostgreSQL (`initdb` and `postgres`
-//! run as an unprivileged user when the tests run as root).
+//! run as an unprivileged user when the tests run as root), and
+//! [`MariaDbServer`] for MariaDB (the MySQL store's tests).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -15,11 +16,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod mariadb;
 mod postgres;
 mod relay;
 mod sentinel;
 mod zookeeper;
 mod zookeeper_txnlog;
+pub use mariadb::{MariaDbServer, mariadb_program};
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use relay::Relay;
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};

@@ -17,6 +17,19 @@ crate::conformance!(
     counter_bad_input,
 );
 
+crate::conformance!(
+    mysql:
+    braced_counter_and_limiter_keys_are_their_own,
+    stock_is_never_oversold,
+    mark_once_is_first_exactly_once,
+    incr_decr_get_set_and_overflow,
+    compare_and_set_and_update_lose_no_update,
+    expiry_resets_a_counter,
+    versions_do_not_repeat_after_expiry,
+    versions_grow_past_more_writes_than_microseconds,
+    counter_bad_input,
+);
+
 // ZooKeeper offers counters without expiry, and no rate limiters.
 crate::conformance!(
     zookeeper:

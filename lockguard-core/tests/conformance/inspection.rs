@@ -14,6 +14,12 @@ crate::conformance!(
 );
 
 crate::conformance!(
+    mysql:
+    a_lock_is_seen_held_with_its_lease_waiters_and_fence,
+    a_semaphore_is_seen_with_its_holders_and_waiters,
+);
+
+crate::conformance!(
     zookeeper:
     a_lock_is_seen_held_with_its_lease_waiters_and_fence,
     a_semaphore_is_seen_with_its_holders_and_waiters,

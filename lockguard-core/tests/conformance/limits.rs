@@ -16,6 +16,18 @@ crate::conformance!(
     check_now_answers_at_once_or_sends_nothing,
 );
 
+crate::conformance!(
+    mysql:
+    windows_admit_exactly_the_quota_under_concurrency,
+    gcra_admits_at_most_burst_plus_rate,
+    retry_after_is_honoured,
+    decisions_report_limit_remaining_and_reset,
+    keys_and_limiters_are_independent,
+    limiter_bad_input,
+    peek_tells_the_decision_and_spends_nothing,
+    check_now_answers_at_once_or_sends_nothing,
+);
+
 /// 500 concurrent requests across 4 handles on a quota of 100 per minute.
 async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) -> usize {
     let mut clients = Vec::new();

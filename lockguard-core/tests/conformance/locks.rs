@@ -45,6 +45,25 @@ crate::conformance!(
     now_methods_answer_at_once_or_send_nothing,
 );
 
+crate::conformance!(
+    mysql:
+    mutual_exclusion_under_contention,
+    lease_expiry_hands_over_and_fences_the_old_holder,
+    non_holder_cannot_release_and_expired_lock_cannot_extend,
+    watchdog_keeps_a_short_lease_alive,
+    a_lock_handed_to_a_waiter_keeps_its_lease,
+    waiter_is_woken_by_release_not_by_its_retry_interval,
+    dropped_acquire_futures_never_keep_the_lock,
+    dropped_guard_releases_in_the_background,
+    nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
+    fencing_tokens_strictly_increase,
+    fenced_writes_compare_tokens_exactly,
+    braced_keys_are_locks_of_their_own,
+    bad_input_is_a_clear_error,
+    acquire_wait_is_bounded,
+    now_methods_answer_at_once_or_send_nothing,
+);
+
 /// 32 tasks over 4 client handles take the lock 200 times each and do a
 /// non-atomic read-modify-write inside it: no update may be lost.
 async fn mutual_exclusion_under_contention(env: Env) {

@@ -24,6 +24,15 @@ crate::conformance!(
     semaphore_bad_input,
 );
 
+crate::conformance!(
+    mysql:
+    never_more_than_n_inside,
+    crashed_holder_frees_its_permit_at_lease_end,
+    permits_release_extend_and_expire,
+    permit_waiter_is_woken_by_release,
+    semaphore_bad_input,
+);
+
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
 async fn never_more_than_n_inside(env: Env) {

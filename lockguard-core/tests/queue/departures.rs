@@ -179,10 +179,20 @@ async fn dropped_acquire_leaves_the_queue_on_postgres() {
     giving_up_leaves_the_queue(Env::postgres(), GiveUp::Dropped).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_acquire_leaves_the_queue_on_mysql() {
+    giving_up_leaves_the_queue(Env::mysql(), GiveUp::Dropped).await;
+}
+
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ended_wait_leaves_the_queue_on_postgres() {
     giving_up_leaves_the_queue(Env::postgres(), GiveUp::WaitOver).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ended_wait_leaves_the_queue_on_mysql() {
+    giving_up_leaves_the_queue(Env::mysql(), GiveUp::WaitOver).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,6 +76,11 @@ async fn fifo_order_across_8_clients_on_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_order_across_8_clients_on_mysql() {
+    fifo_order(Env::mysql()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifo_order_across_8_clients_on_zookeeper() {
     fifo_order(Env::zookeeper()).await;
 }
@@ -136,6 +141,11 @@ async fn try_acquire_neither_queues_nor_barges_on_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn try_acquire_neither_queues_nor_barges_on_postgres() {
     try_acquire_neither_queues_nor_barges(Env::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn try_acquire_neither_queues_nor_barges_on_mysql() {
+    try_acquire_neither_queues_nor_barges(Env::mysql()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -260,6 +270,11 @@ async fn semaphore_permits_in_fifo_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn semaphore_permits_in_fifo_order_on_postgres() {
     semaphore_order(Env::postgres()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_permits_in_fifo_order_on_mysql() {
+    semaphore_order(Env::mysql()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

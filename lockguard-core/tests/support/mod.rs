@@ -9,6 +9,7 @@ use lockguard_core::{Client, ManualClock};
 #[cfg(feature = "postgres")]
 use lockguard_postgres::BuilderExt as _;
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
+use lockguard_testing::MariaDbServer;
 #[cfg(feature = "postgres")]
 use lockguard_testing::PostgresServer;
 #[cfg(feature = "cluster")]
@@ -33,6 +34,9 @@ pub struct Env {
     pub postgres: Option<(&'static PostgresServer, String)>,
     /// A ZooKeeper store under test: a server of this test's own.
     pub zookeeper: Option<ZooKeeperServer>,
+    /// A MySQL store under test: the MariaDB server shared by the test
+    /// binary and a table prefix of this test's own.
+    pub mysql: Option<(&'static MariaDbServer, String)>,
     /// The in-memory store's clock (unused on the real stores, where time
     /// is the server's).
     pub clock: ManualClock,
@@ -54,6 +58,7 @@ impl Env {
             #[cfg(feature = "postgres")]
             postgres: None,
             zookeeper: None,
+            mysql: None,
             // Every handle of the memory store is a peer of this one, with
             // its settings: a long waiter timeout, so that the tests of
             // wake-ups see the notification and not a refresh.
@@ -87,6 +92,7 @@ impl Env {
             #[cfg(feature = "postgres")]
             postgres: None,
             zookeeper: None,
+            mysql: None,
             clock: ManualClock::new(),
             memory: None,
             data: None,
@@ -112,10 +118,27 @@ impl Env {
             cluster: None,
             postgres: Some((PostgresServer::shared(), schema)),
             zookeeper: None,
+            mysql: None,
             clock: ManualClock::new(),
             memory: None,
             data: None,
             shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// MySQL (on MariaDB): the server shared by this test binary, with a
+    /// table prefix of this test's own, so tests running side by side share
+    /// nothing.
+    pub fn mysql() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let prefix = format!(
+            "t{}_{}_",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        Self {
+            mysql: Some((MariaDbServer::shared(), prefix)),
+            ..Self::bare()
         }
     }
 
@@ -176,6 +199,14 @@ impl Env {
                 .connect_zookeeper(&server.hosts())
                 .await
                 .expect("connect to zookeeper");
+        }
+        if let Some((server, prefix)) = &self.mysql {
+            let store = lockguard_mysql::MySqlOptions::new()
+                .table_prefix(prefix.as_str())
+                .connect(&server.url())
+                .await
+                .expect("connect to mysql");
+            return b.build(store).expect("valid settings");
         }
         #[cfg(feature = "postgres")]
         if let Some((server, schema)) = &self.postgres {
@@ -245,6 +276,9 @@ impl Env {
     /// Whether a queue's size is read through inspection (PostgreSQL,
     /// ZooKeeper) rather than from the store's keys (Redis).
     pub fn queues_by_inspection(&self) -> bool {
+        if self.mysql.is_some() {
+            return true;
+        }
         #[cfg(feature = "postgres")]
         if self.postgres.is_some() {
             return true;
@@ -348,7 +382,8 @@ pub async fn takes_lock_within(
 }
 
 /// Runs each listed test against memory, Redis and (with the `postgres`
-/// feature) PostgreSQL; with `redlock:` also
+/// feature) PostgreSQL; with `mysql:` against MySQL (on MariaDB) alone;
+/// with `redlock:` also
 /// against five Redlock nodes, with `cluster:` also against a three-master
 /// Redis Cluster (with the `cluster` feature), with `all:` against all four.
 ///
@@ -370,6 +405,16 @@ macro_rules! conformance {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
                     super::$name($crate::support::Env::zookeeper()).await;
+                }
+            )*
+        }
+    };
+    (mysql: $($name:ident),* $(,)?) => {
+        mod mysql {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::support::Env::mysql()).await;
                 }
             )*
         }

@@ -1,0 +1,387 @@
+//! The bell: how a release wakes a waiter of another client without
+//! polling, on a server that has no `LISTEN`/`NOTIFY`.
+//!
+//! Each client opens, at its first wait, two connections of its own (not
+//! pooled ones). One, the *holder*, takes a user lock named for the
+//! client's channel (`GET_LOCK`) and keeps it. The other, the *bell*,
+//! records its connection id in the `bells` table under the channel, then
+//! waits for that lock in a query naming the channel:
+//!
+//! ```sql
+//! SELECT 'lockguard bell <channel in hex>',
+//!        IF(EXISTS(SELECT 1 FROM handoffs WHERE channel = <channel>), 0,
+//!           GET_LOCK('<lock of the channel>', 30))
+//! ```
+//!
+//! A release that hands a lock to one of the client's waiters writes the
+//! handoff to the `handoffs` mailbox in its transaction and, once that has
+//! committed, runs `KILL QUERY` on the bell's connection, in the same
+//! procedure call (no round trip more), after checking in the process list
+//! that the connection is that bell in that query (connection ids start
+//! again after a server restart). The interrupted bell reads and removes
+//! its handoffs ([`drain`]) and hands each to its waiter through the
+//! client's inbox; then it waits again. A bell rung and not yet read is
+//! not rung again (a flag in its row, reset as it reads): it reads the
+//! handoffs made meanwhile anyway.
+//!
+//! Why a user lock's wait and not `SLEEP()`, the obvious way to sleep in a
+//! query: MariaDB's `KILL` of a thread in `SLEEP()` retries a mutex that
+//! every sleeping thread shares, and was measured stalling the killer (so
+//! the release) for one to two seconds under contention; a user lock's
+//! wait is woken through the waiting thread's own mutex. And why not the
+//! other way round, each waiter blocking in `GET_LOCK` on a name its
+//! releaser holds: the holder of a lock would have to keep a connection
+//! (and the lock's name) for the whole hold, and every waiter a connection
+//! for its whole wait, where a bell is one connection pair per client.
+//!
+//! No wake-up is lost between two waits: the query checks the mailbox
+//! before it waits, in the same statement, so a kill that lands while the
+//! connection is between statements (and does nothing) has its handoff
+//! found by the next check, and one that lands after that check but before
+//! the wait interrupts the wait (the statement's kill flag stays set).
+//! The bell's session reads uncommitted rows (`READ UNCOMMITTED`) so that
+//! its long statement opens no InnoDB read view (which would hold back the
+//! purge of old row versions for the length of the wait); a handoff seen
+//! before its commit only makes the drain wait for that commit, as the
+//! drain's reads lock what they read and so see only committed rows.
+//!
+//! Whatever still goes wrong (a connection lost, a bell another user's
+//! release may not kill) is covered by the waiter's timed refresh, which
+//! claims a lock handed to it as well; when the bell's connections are
+//! lost, every waiter of the client is woken to check at once.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lockguard_core::store::Token;
+use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture};
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+use tokio::sync::oneshot;
+
+use crate::error::{bounded, is_interrupted, mysql_error};
+use crate::store::Config;
+
+/// The bells of one store: one per channel (a client has one channel).
+pub(crate) struct Bell {
+    opts: Opts,
+    cfg: Arc<Config>,
+    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+impl fmt::Debug for Bell {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Bell")
+            .field("prefix", &self.cfg.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Bell {
+    pub(crate) fn new(opts: Opts, cfg: Arc<Config>) -> Self {
+        Self {
+            opts,
+            cfg,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Drop for Bell {
+    fn drop(&mut self) {
+        for task in self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            task.abort();
+        }
+    }
+}
+
+impl Listener for Bell {
+    /// Starts the bell of `channel` (once; it rings until the store is
+    /// dropped or the client is gone) and returns once it listens.
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.get(channel).is_some_and(|t| !t.is_finished()) || !inbox.is_wanted(channel) {
+            return StoreFuture::ready(Ok(()));
+        }
+        let (ready, listening) = oneshot::channel();
+        let task = tokio::spawn(run(
+            self.opts.clone(),
+            self.cfg.clone(),
+            channel.to_owned(),
+            Arc::downgrade(&inbox),
+            ready,
+        ));
+        running.insert(channel.to_owned(), task.abort_handle());
+        StoreFuture::boxed(async move {
+            listening.await.unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "the mysql bell connection has stopped",
+                ))
+            })
+        })
+    }
+}
+
+/// The channel as it appears in SQL text: hex, so nothing in it needs
+/// quoting.
+fn hex(channel: &str) -> String {
+    channel.bytes().map(|b| format!("{b:02X}")).collect()
+}
+
+/// The user lock the holder keeps and the bell waits for: named for the
+/// channel's end, which holds the client's random token (names are at most
+/// 64 characters).
+fn lock_name(channel: &str) -> String {
+    let mut start = channel.len().saturating_sub(40);
+    while !channel.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("lockguard bell {}", &channel[start..]).replace('\'', "")
+}
+
+/// The statement a bell waits in, for at most `period`.
+fn wait_sql(prefix: &str, channel: &str, period: Duration) -> String {
+    let h = hex(channel);
+    format!(
+        "SELECT 'lockguard bell {h}', IF(EXISTS(SELECT 1 FROM {prefix}handoffs \
+         WHERE channel = 0x{h}), 0, GET_LOCK('{}', {}))",
+        lock_name(channel),
+        period.as_secs().max(1)
+    )
+}
+
+/// A bell's two connections: the holder of the lock, and the bell.
+struct Pair {
+    holder: Conn,
+    bell: Conn,
+}
+
+/// Opens the bell's connections, takes the lock and records the bell under
+/// `channel`.
+async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
+    let what = "opening the mysql bell connections";
+    bounded(cfg.connect_timeout, || what.to_owned(), async {
+        let mut holder = Conn::new(opts.clone())
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        let got: Option<mysql_async::Row> = holder
+            .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(channel),))
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
+        if got != Some(Some(1)) {
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("{what}: the bell's lock is held elsewhere ({got:?})"),
+            ));
+        }
+        let mut bell = Conn::new(opts.clone())
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        register(&mut bell, cfg, channel).await?;
+        Ok(Pair { holder, bell })
+    })
+    .await
+}
+
+/// Renews the bell's row (its connection id unchanged) from the holder.
+async fn renew(holder: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
+    let p = &cfg.prefix;
+    holder
+        .exec_drop(
+            format!(
+                "UPDATE {p}bells SET at_us = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) \
+                 WHERE channel = ?"
+            ),
+            (channel,),
+        )
+        .await
+        .map_err(|e| mysql_error(e, "renewing the mysql bell"))
+}
+
+/// Records (or renews) the bell's connection id under `channel`.
+async fn register(conn: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
+    let p = &cfg.prefix;
+    conn.exec_drop(
+        format!(
+            "INSERT INTO {p}bells (channel, conn, at_us) \
+             VALUES (?, CONNECTION_ID(), CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) \
+             ON DUPLICATE KEY UPDATE conn = VALUES(conn), at_us = VALUES(at_us), rung = 0"
+        ),
+        (channel,),
+    )
+    .await
+    .map_err(|e| mysql_error(e, "registering the mysql bell"))
+}
+
+/// Reads and removes the handoffs addressed to `channel`.
+async fn drain(
+    conn: &mut Conn,
+    cfg: &Config,
+    channel: &str,
+) -> std::result::Result<Vec<Handoff>, mysql_async::Error> {
+    let rows: Vec<mysql_async::Row> = conn
+        .exec(format!("CALL {}drain(?)", cfg.prefix), (channel,))
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let (token, fence, attempt) =
+                mysql_async::from_row_opt::<(Vec<u8>, u64, u64)>(row).ok()?;
+            let token = Token::parse(&token)?;
+            let attempt = u32::try_from(attempt).ok()?;
+            (fence > 0).then(|| Handoff::new(token, FencingToken::new(fence), attempt))
+        })
+        .collect())
+}
+
+/// Why a bell's connection stopped ringing.
+enum Stopped {
+    /// The client is gone: the bell ends.
+    ClientGone,
+    /// The connection failed: the bell connects again.
+    Lost,
+}
+
+async fn run(
+    opts: Opts,
+    cfg: Arc<Config>,
+    channel: String,
+    inbox: Weak<dyn Inbox>,
+    ready: oneshot::Sender<Result<()>>,
+) {
+    let mut ready = Some(ready);
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match open(&opts, &cfg, &channel).await {
+            Ok(mut pair) => {
+                backoff = Duration::from_millis(20);
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Ok(()));
+                }
+                let stopped = ring(&mut pair, &cfg, &channel, &inbox).await;
+                // Handoffs made while nobody could ring: every waiter checks.
+                let Some(i) = inbox.upgrade() else { return };
+                i.wake_all();
+                drop(i);
+                if let Stopped::ClientGone = stopped {
+                    return;
+                }
+                tokio::spawn(async move {
+                    let second = Duration::from_secs(1);
+                    let _ = tokio::time::timeout(second, pair.bell.disconnect()).await;
+                    let _ = tokio::time::timeout(second, pair.holder.disconnect()).await;
+                });
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "mysql bell connection failed");
+                // Waiters fall back to their timed attempts meanwhile.
+                if let Some(r) = ready.take() {
+                    let _ = r.send(Err(e));
+                }
+                if inbox.strong_count() == 0 {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Waits in the bell's query and delivers the handoffs each ring brings,
+/// until a connection fails or the client is gone.
+async fn ring(pair: &mut Pair, cfg: &Config, channel: &str, inbox: &Weak<dyn Inbox>) -> Stopped {
+    let wait = wait_sql(&cfg.prefix, channel, cfg.bell_period);
+    // The wait answers within its period; past that and a request's
+    // timeout, the server is gone or frozen.
+    let wait_bound = cfg.bell_period + cfg.response_timeout;
+    let mut renewed = tokio::time::Instant::now();
+    loop {
+        let handoffs =
+            match tokio::time::timeout(cfg.response_timeout, drain(&mut pair.bell, cfg, channel))
+                .await
+            {
+                Ok(Ok(h)) => h,
+                // Rung while reading: read again.
+                Ok(Err(e)) if is_interrupted(&e) => continue,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "mysql bell connection lost");
+                    return Stopped::Lost;
+                }
+                Err(_) => return Stopped::Lost,
+            };
+        let Some(i) = inbox.upgrade() else {
+            return Stopped::ClientGone;
+        };
+        for h in handoffs {
+            i.handoff(h);
+        }
+        drop(i);
+        // Stale rows are swept after five minutes: renewed every minute,
+        // through the holder, whose connection this keeps in use.
+        if renewed.elapsed() >= Duration::from_secs(60) {
+            if tokio::time::timeout(cfg.response_timeout, renew(&mut pair.holder, cfg, channel))
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return Stopped::Lost;
+            }
+            renewed = tokio::time::Instant::now();
+        }
+        let conn = &mut pair.bell;
+        let waited: std::result::Result<Option<mysql_async::Row>, _> =
+            match tokio::time::timeout(wait_bound, conn.query_first(&wait)).await {
+                Ok(r) => r,
+                Err(_) => return Stopped::Lost,
+            };
+        match waited {
+            // 0: a handoff waits, or the period passed; NULL: rung.
+            Ok(Some(row)) => {
+                let got = mysql_async::from_row_opt::<(String, Option<i64>)>(row);
+                if let Ok((_, Some(1))) = got {
+                    // The bell took the lock: the holder's connection is
+                    // gone. Both are opened again.
+                    return Stopped::Lost;
+                }
+            }
+            Ok(None) => {}
+            Err(e) if is_interrupted(&e) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "mysql bell connection lost");
+                return Stopped::Lost;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_names_its_channel_in_hex() {
+        let sql = wait_sql("lg_", "a'b", Duration::from_millis(1500));
+        assert!(sql.starts_with("SELECT 'lockguard bell 612762'"), "{sql}");
+        assert!(sql.contains("channel = 0x612762"), "{sql}");
+        assert!(sql.contains("GET_LOCK('lockguard bell ab', 1)"), "{sql}");
+        let long = format!("{}waiters:{}", "é".repeat(40), "0123456789abcdef".repeat(2));
+        let name = lock_name(&long);
+        assert!(
+            name.len() <= 64 && name.ends_with("0123456789abcdef"),
+            "{name}"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! lockguard's errors for what MySQL and its driver answer.
+
+use std::time::Duration;
+
+use lockguard_core::{Error, ErrorKind, Result};
+
+/// MySQL's server error codes lockguard tells apart.
+mod code {
+    pub(super) const ACCESS_DENIED: u16 = 1045;
+    pub(super) const BAD_DB: u16 = 1049;
+    pub(super) const TOO_MANY_CONNECTIONS: u16 = 1040;
+    pub(super) const SERVER_SHUTDOWN: u16 = 1053;
+    pub(super) const NO_SUCH_TABLE: u16 = 1146;
+    pub(super) const LOCK_WAIT_TIMEOUT: u16 = 1205;
+    pub(super) const DEADLOCK: u16 = 1213;
+    pub(super) const NO_SUCH_PROCEDURE: u16 = 1305;
+    pub(super) const QUERY_INTERRUPTED: u16 = 1317;
+    pub(super) const DATA_TOO_LONG: u16 = 1406;
+    pub(super) const OUT_OF_RANGE: u16 = 1264;
+    pub(super) const VALUE_OUT_OF_RANGE: u16 = 1690;
+    pub(super) const READ_ONLY: u16 = 1290;
+    pub(super) const CONNECTION_KILLED: u16 = 1927;
+}
+
+/// Whether `err` is a statement interrupted by `KILL QUERY`: how a bell is
+/// rung.
+pub(crate) fn is_interrupted(err: &mysql_async::Error) -> bool {
+    matches!(err, mysql_async::Error::Server(e) if e.code == code::QUERY_INTERRUPTED)
+}
+
+/// The error for a failed statement about `what`.
+pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
+    use mysql_async::Error as E;
+    let (kind, message) = match &err {
+        E::Server(e) => match e.code {
+            code::DEADLOCK
+            | code::LOCK_WAIT_TIMEOUT
+            | code::QUERY_INTERRUPTED
+            | code::CONNECTION_KILLED
+            | code::TOO_MANY_CONNECTIONS
+            | code::SERVER_SHUTDOWN
+            | code::READ_ONLY
+            | code::ACCESS_DENIED
+            | code::BAD_DB => (ErrorKind::Unavailable, what.to_owned()),
+            code::DATA_TOO_LONG | code::OUT_OF_RANGE | code::VALUE_OUT_OF_RANGE => {
+                (ErrorKind::InvalidInput, what.to_owned())
+            }
+            code::NO_SUCH_TABLE | code::NO_SUCH_PROCEDURE => (
+                ErrorKind::Protocol,
+                format!("{what}: lockguard's tables are missing or were changed"),
+            ),
+            _ => (ErrorKind::Protocol, what.to_owned()),
+        },
+        E::Url(_) => (ErrorKind::InvalidInput, what.to_owned()),
+        // I/O, a closed connection, a pool shut down: trying again later
+        // may succeed.
+        E::Io(_) | E::Driver(_) => (ErrorKind::Unavailable, what.to_owned()),
+        E::Other(_) => (ErrorKind::Protocol, what.to_owned()),
+    };
+    Error::new(kind, message).with_source(err)
+}
+
+/// The error for a request MySQL did not answer within `timeout`.
+pub(crate) fn timed_out(what: &str, timeout: Duration) -> Error {
+    Error::new(
+        ErrorKind::Timeout,
+        format!("{what}: no answer from mysql within {timeout:?}"),
+    )
+}
+
+/// The error for an answer lockguard cannot read.
+pub(crate) fn garbage(what: &str, detail: impl std::fmt::Debug) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!("{what}: unexpected reply from mysql ({detail:?})"),
+    )
+}
+
+/// Runs `fut` under `timeout`.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    what: impl FnOnce() -> String,
+    fut: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(timed_out(&what(), timeout)),
+    }
+}
+
+/// Reads `row` as `T`, or a protocol error naming `what` (the driver's own
+/// conversion panics on a mismatch).
+pub(crate) fn read_row<T: mysql_async::prelude::FromRow>(
+    row: mysql_async::Row,
+    what: &str,
+) -> Result<T> {
+    mysql_async::from_row_opt(row).map_err(|e| garbage(what, e.0))
+}

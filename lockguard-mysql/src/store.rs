@@ -1,0 +1,749 @@
+//! The store: locks and semaphores as rows with leases on the database's
+//! clock, one `CALL` of a procedure in lockguard's schema per operation
+//! (`schema.sql`), so one round trip and one transaction. Statements are
+//! prepared once per pooled connection.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use lockguard_core::store::Token;
+use lockguard_core::store::{
+    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
+    Resource, Store, StoreFuture, Stored, Waiting,
+};
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
+use mysql_async::prelude::{FromRow, Queryable};
+use mysql_async::{Conn, Params, Pool, Row};
+
+use crate::bell::Bell;
+use crate::error::{bounded, garbage, mysql_error, read_row};
+use crate::flights::{Flights, InFlight};
+use crate::schema;
+
+/// The longest row key: the primary keys holding it stay within InnoDB's
+/// 3072 bytes.
+pub(crate) const MAX_ROW_KEY: usize = 2900;
+
+/// What the store needs to know of its settings.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) prefix: String,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) response_timeout: Duration,
+    pub(crate) sweep_interval: Duration,
+    /// How long a bell sleeps between wake-ups when nobody rings it.
+    pub(crate) bell_period: Duration,
+}
+
+/// The statements, with the table prefix filled in.
+#[derive(Debug)]
+struct Statements {
+    acquire: String,
+    release: String,
+    extend: String,
+    inspect: String,
+    counter_add: String,
+    counter_take: String,
+    counter_get: String,
+    counter_set: String,
+    mark_once: String,
+    fenced_write: String,
+    fenced_read: String,
+    gcra: String,
+    fixed_window: String,
+    sliding_window: String,
+    sweep: String,
+}
+
+impl Statements {
+    fn new(p: &str) -> Self {
+        let now = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)";
+        Self {
+            acquire: format!("CALL {p}acquire(?, ?, ?, ?, ?, ?, ?)"),
+            release: format!("CALL {p}release(?, ?, ?)"),
+            extend: format!("CALL {p}extend(?, ?, ?)"),
+            inspect: format!(
+                "SELECT \
+                   (SELECT COUNT(*) FROM {p}holders h WHERE h.k = ? AND h.expires_us > t.now), \
+                   (SELECT CAST(CEIL((MIN(h.expires_us) - t.now) / 1000) AS SIGNED) \
+                      FROM {p}holders h WHERE h.k = ? AND h.expires_us > t.now), \
+                   (SELECT COUNT(*) FROM {p}waiters w WHERE w.k = ?), \
+                   CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = ?), 0), \
+                     COALESCE((SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = ?), 0)) AS SIGNED) \
+                 FROM (SELECT {now} AS now) t"
+            ),
+            counter_add: format!("CALL {p}counter_add(?, ?, ?)"),
+            counter_take: format!("CALL {p}counter_take(?, ?, ?)"),
+            counter_get: format!(
+                "SELECT value, version FROM {p}counters WHERE k = ? AND version > 0 \
+                 AND (expires_us IS NULL OR expires_us > {now})"
+            ),
+            counter_set: format!("CALL {p}counter_set(?, ?, ?, ?)"),
+            mark_once: format!("CALL {p}mark_once(?, ?, ?)"),
+            fenced_write: format!("CALL {p}fenced_write(?, ?, ?)"),
+            fenced_read: format!("SELECT fence, value FROM {p}fenced WHERE k = ?"),
+            gcra: format!("CALL {p}gcra(?, ?, ?, ?, ?)"),
+            fixed_window: format!("CALL {p}fixed_window(?, ?, ?, ?, ?)"),
+            sliding_window: format!("CALL {p}sliding_window(?, ?, ?, ?, ?)"),
+            sweep: format!("CALL {p}sweep()"),
+        }
+    }
+}
+
+/// The MySQL/MariaDB store.
+pub(crate) struct MySqlStore {
+    pool: Pool,
+    cfg: Arc<Config>,
+    sql: Statements,
+    /// Acquisitions whose statement may still be running, by token.
+    flights: Arc<Flights>,
+    /// The periodic sweep of expired state, stopped with the store.
+    sweeper: Option<tokio::task::AbortHandle>,
+}
+
+impl fmt::Debug for MySqlStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlStore")
+            .field("prefix", &self.cfg.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for MySqlStore {
+    fn drop(&mut self) {
+        if let Some(s) = &self.sweeper {
+            s.abort();
+        }
+    }
+}
+
+/// Connects a store over `pool`, creating lockguard's tables when missing
+/// (or older than this version), and a bell opening its own connection
+/// with `bell_opts` at the first wait.
+pub(crate) async fn connect(
+    pool: Pool,
+    bell_opts: mysql_async::Opts,
+    cfg: Config,
+) -> Result<Store> {
+    let cfg = Arc::new(cfg);
+    let mut store = MySqlStore {
+        sql: Statements::new(&cfg.prefix),
+        pool,
+        cfg: cfg.clone(),
+        flights: Arc::default(),
+        sweeper: None,
+    };
+    let what = "connecting to mysql";
+    let mut conn = bounded(cfg.connect_timeout, || what.to_owned(), async {
+        store
+            .pool
+            .get_conn()
+            .await
+            .map_err(|e| mysql_error(e, what))
+    })
+    .await
+    .map_err(unreachable)?;
+    bounded(
+        cfg.connect_timeout.max(Duration::from_secs(30)),
+        || format!("creating lockguard's tables {}*", cfg.prefix),
+        schema::ensure(&mut conn, &cfg.prefix),
+    )
+    .await?;
+    drop(conn);
+    store.sweeper = Some(spawn_sweeper(&store));
+    let bell = Bell::new(bell_opts, cfg);
+    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
+}
+
+/// A connect that timed out means the server cannot be reached.
+fn unreachable(e: Error) -> Error {
+    if e.kind() == ErrorKind::Timeout {
+        Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+    } else {
+        e
+    }
+}
+
+/// Removes expired state every `sweep_interval`, starting at a random point
+/// of the interval so that clients started together do not sweep together.
+fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
+    let pool = store.pool.clone();
+    let sql = store.sql.sweep.clone();
+    let every = store.cfg.sweep_interval;
+    let timeout = store.cfg.response_timeout.max(Duration::from_secs(30));
+    tokio::spawn(async move {
+        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let sweep = async {
+                let mut conn = pool.get_conn().await.ok()?;
+                let row: Row = conn.exec_first(&sql, ()).await.ok()??;
+                mysql_async::from_row_opt::<i64>(row).ok()
+            };
+            match tokio::time::timeout(timeout, sweep).await {
+                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
+                Ok(Some(_)) => {}
+                _ => tracing::debug!("sweeping expired state failed; tried again later"),
+            }
+        }
+    })
+    .abort_handle()
+}
+
+fn ms(d: Duration) -> i64 {
+    // Rounded up, so a sub-millisecond remainder never shortens a lease.
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
+    i64::try_from(ms).unwrap_or(i64::MAX)
+}
+
+fn permits(resource: Resource) -> i32 {
+    match resource {
+        Resource::Lock => 1,
+        // At most MAX_PERMITS (1,000,000).
+        Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
+    }
+}
+
+fn capacity(resource: Resource) -> u32 {
+    match resource {
+        Resource::Semaphore { permits } => permits,
+        Resource::Lock => 1,
+    }
+}
+
+/// The key's row key, or an error for one longer than a row key may be.
+fn row_key<'k>(keys: &'k LockKeys, what: &impl Fn() -> String) -> Result<&'k str> {
+    checked_key(keys.id(), what)
+}
+
+/// `id` as a row key, or an error for one longer than a row key may be.
+fn checked_key<'k>(id: &'k str, what: &impl Fn() -> String) -> Result<&'k str> {
+    if id.len() > MAX_ROW_KEY {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{}: the key with its prefix is {} bytes long; the mysql store keeps keys of \
+                 up to {MAX_ROW_KEY} bytes",
+                what(),
+                id.len()
+            ),
+        ));
+    }
+    Ok(id)
+}
+
+/// A pooled connection whose request may be cut off (a timeout, a dropped
+/// future): unless it answered, it is disconnected when dropped rather
+/// than handed back to the pool, where the driver could read the cut-off
+/// request's answer as the next request's.
+struct Checked(Option<Conn>);
+
+impl Checked {
+    fn conn(&mut self) -> &mut Conn {
+        self.0.as_mut().expect("present until dropped")
+    }
+
+    /// The request answered: the connection goes back to the pool.
+    fn answered(mut self) {
+        drop(self.0.take());
+    }
+}
+
+impl Drop for Checked {
+    fn drop(&mut self) {
+        if let (Some(conn), Ok(rt)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
+            });
+        }
+    }
+}
+
+impl MySqlStore {
+    async fn conn(&self, what: &str) -> Result<Conn> {
+        self.pool.get_conn().await.map_err(|e| mysql_error(e, what))
+    }
+
+    /// Runs one statement answering one row on a pooled connection.
+    async fn exec_one<T>(
+        &self,
+        sql: &str,
+        params: impl Into<Params> + Send,
+        what: impl Fn() -> String,
+    ) -> Result<T>
+    where
+        T: FromRow + Send + 'static,
+    {
+        bounded(self.cfg.response_timeout, &what, async {
+            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let row: Option<Row> = conn
+                .conn()
+                .exec_first(sql, params)
+                .await
+                .map_err(|e| mysql_error(e, &what()))?;
+            conn.answered();
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())
+        })
+        .await
+    }
+
+    /// Runs one statement answering at most one row on a pooled connection.
+    async fn exec_opt<T>(
+        &self,
+        sql: &str,
+        params: impl Into<Params> + Send,
+        what: impl Fn() -> String,
+    ) -> Result<Option<T>>
+    where
+        T: FromRow + Send + 'static,
+    {
+        bounded(self.cfg.response_timeout, &what, async {
+            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let row: Option<Row> = conn
+                .conn()
+                .exec_first(sql, params)
+                .await
+                .map_err(|e| mysql_error(e, &what()))?;
+            conn.answered();
+            row.map(|r| read_row(r, &what())).transpose()
+        })
+        .await
+    }
+
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let what = || format!("acquiring {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let (wait, channel, attempt) = match place {
+            Some(p) => (
+                Some(ms(p.timeout)),
+                Some(p.channel.to_owned()),
+                Some(i64::from(p.attempt)),
+            ),
+            None => (None, None, None),
+        };
+        // A release of the token waits until this statement has run (see
+        // `release`), so that the two, sent on different connections of the
+        // pool, reach the database in the order they were made; a caller
+        // that stops waiting (a dropped acquire, a timeout) leaves the
+        // flight to end when the connection has run it (`InFlight`).
+        let row: Option<Row> = bounded(self.cfg.response_timeout, what, async {
+            let flight = self.flights.depart(token.as_str());
+            let conn = self.conn(&what()).await?;
+            let mut sent = InFlight::new(conn, flight);
+            let row = sent
+                .conn()
+                .exec_first(
+                    &self.sql.acquire,
+                    (
+                        key,
+                        token.as_str(),
+                        ms(lease),
+                        permits(keys.resource()),
+                        wait,
+                        channel,
+                        attempt,
+                    ),
+                )
+                .await
+                .map_err(|e| mysql_error(e, &what()));
+            sent.landed();
+            row
+        })
+        .await?;
+        let row: (i64, Option<i64>) =
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())?;
+        match Some(row) {
+            Some((1, Some(fence))) if fence > 0 => Ok(Attempt::Acquired {
+                fence: FencingToken::new(fence.unsigned_abs()),
+                keys: keys.clone(),
+            }),
+            Some((0, Some(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(
+                left.max(0).unsigned_abs(),
+            )))),
+            Some((0, None)) => Ok(Attempt::Busy(None)),
+            other => Err(garbage(&what(), other)),
+        }
+    }
+
+    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let what = || format!("releasing {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        // An acquisition of this token still running is let finish first;
+        // waiting longer than a request may take is pointless (its lease
+        // then frees what it took).
+        self.flights
+            .landed(token.as_str(), self.cfg.response_timeout)
+            .await;
+        let held: i64 = self
+            .exec_one(
+                &self.sql.release,
+                (key, token.as_str(), permits(keys.resource())),
+                what,
+            )
+            .await?;
+        Ok(held == 1)
+    }
+
+    async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
+        let what = || format!("extending {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let held: i64 = self
+            .exec_one(&self.sql.extend, (key, token.as_str(), ms(lease)), what)
+            .await?;
+        Ok(held == 1)
+    }
+
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        let what = || format!("inspecting {:?}", keys.name());
+        let key = row_key(keys, &what)?;
+        let (holders, left, waiters, latest): (i64, Option<i64>, i64, i64) = self
+            .exec_one(&self.sql.inspect, (key, key, key, key, key), what)
+            .await?;
+        let holders = u32::try_from(holders).map_err(|_| garbage(&what(), holders))?;
+        let waiters = u64::try_from(waiters).map_err(|_| garbage(&what(), waiters))?;
+        let latest = u64::try_from(latest)
+            .ok()
+            .filter(|f| *f > 0)
+            .map(FencingToken::new);
+        occupancy(
+            keys,
+            holders,
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            waiters,
+            latest,
+        )
+    }
+}
+
+/// An `Occupancy` built outside lockguard-core.
+///
+/// `Occupancy` is non-exhaustive with public fields and no constructor: one
+/// is had from the in-memory store's answer for the same keys (a free lock
+/// or semaphore, answered at once, nothing stored), and its fields set.
+fn occupancy(
+    keys: &Arc<LockKeys>,
+    holders: u32,
+    lease_left: Option<Duration>,
+    waiters: u64,
+    latest_fence: Option<FencingToken>,
+) -> Result<Occupancy> {
+    static MEMORY: std::sync::LazyLock<Store> = std::sync::LazyLock::new(Store::memory);
+    let mut o = MEMORY.locks().inspect(keys).into_ready().ok_or_else(|| {
+        Error::new(
+            ErrorKind::Unsupported,
+            "inspection is not offered on a mysql client",
+        )
+    })??;
+    o.holders = holders;
+    o.capacity = capacity(keys.resource());
+    o.lease_left = lease_left;
+    o.waiters = waiters;
+    o.latest_fence = latest_fence;
+    Ok(o)
+}
+
+impl LockStore for MySqlStore {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
+    }
+
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::release(self, keys, token))
+    }
+
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    }
+
+    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(Self::inspect(self, keys))
+    }
+}
+
+fn ttl_ms(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(0, ms)
+}
+
+/// An out-of-range error from arithmetic on a counter is an overflow.
+fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| {
+        if e.is_invalid_input() {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("counter {key:?}: increment or decrement would overflow"),
+            )
+            .with_source(e)
+        } else {
+            e
+        }
+    }
+}
+
+impl MySqlStore {
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> Result<i64> {
+        let what = || format!("adding to counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        self.exec_one(&self.sql.counter_add, (key, delta, ttl_ms(ttl)), what)
+            .await
+            .map_err(overflow_is_invalid(key))
+    }
+
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> Result<Result<i64, i64>> {
+        let what = || format!("taking from counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let (taken, value): (i64, i64) = self
+            .exec_one(&self.sql.counter_take, (key, n, ttl_ms(ttl)), what)
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        Ok(if taken == 1 { Ok(value) } else { Err(value) })
+    }
+
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        let what = || format!("reading counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let row: Option<(i64, i64)> = self.exec_opt(&self.sql.counter_get, (key,), what).await?;
+        Ok(row.map_or((0, 0), |(v, version)| (v, version.max(0).unsigned_abs())))
+    }
+
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> Result<Result<u64, u64>> {
+        let what = || format!("setting counter {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let (done, version): (i64, i64) = self
+            .exec_one(
+                &self.sql.counter_set,
+                (key, value, expected, ttl_ms(ttl)),
+                what,
+            )
+            .await?;
+        let version = version.max(0).unsigned_abs();
+        Ok(if done == 1 { Ok(version) } else { Err(version) })
+    }
+
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
+        ttl: Option<Duration>,
+    ) -> Result<bool> {
+        let what = || format!("marking {member:?} in {:?}", keys.name());
+        let key = checked_key(keys.id(), &what)?;
+        let first: i64 = self
+            .exec_one(&self.sql.mark_once, (key, member, ttl_ms(ttl)), what)
+            .await?;
+        Ok(first == 1)
+    }
+
+    /// One rate-limit decision: the algorithm's arithmetic runs in the
+    /// database under the limiter row's lock, on its clock (one round
+    /// trip); the core's `decide` turns its numbers into the decision, as
+    /// on PostgreSQL and Redis.
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<Decision> {
+        let what = || format!("rate limiting {:?}", keys.id());
+        let key = checked_key(keys.id(), &what)?;
+        let cost = i64::try_from(cost).map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: cost {cost} is too large", what()),
+            )
+        })?;
+        let peek = i8::from(peek);
+        match op {
+            LimitOp::Gcra(p) => {
+                let (allowed, used, retry): (i64, i64, i64) = self
+                    .exec_one(&self.sql.gcra, (key, p.t, p.tau, cost, peek), what)
+                    .await?;
+                Ok(gcra::decide(p, allowed == 1, used, retry))
+            }
+            LimitOp::Fixed { limit, period_us } => {
+                let window_ms =
+                    i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let (allowed, used, left_ms): (i64, i64, i64) = self
+                    .exec_one(
+                        &self.sql.fixed_window,
+                        (key, limit_i, window_ms, cost, peek),
+                        what,
+                    )
+                    .await?;
+                // As on Redis: the window is over 1 ms after the time left.
+                let reset = (left_ms + 1) * 1000;
+                Ok(fixed_window::decide(
+                    limit,
+                    allowed == 1,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    reset,
+                ))
+            }
+            LimitOp::Sliding { limit, period_us } => {
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let (allowed, used, reset, retry): (i64, i64, i64, i64) = self
+                    .exec_one(
+                        &self.sql.sliding_window,
+                        (key, limit_i, period_us, cost, peek),
+                        what,
+                    )
+                    .await?;
+                Ok(sliding_window::decide(
+                    limit,
+                    allowed == 1,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    retry,
+                ))
+            }
+            _ => Err(Error::new(
+                ErrorKind::Unsupported,
+                format!("{}: an algorithm the mysql store does not know", what()),
+            )),
+        }
+    }
+
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let what = || format!("writing fenced {key:?}");
+        let key = checked_key(key, &what)?;
+        let stored: i64 = self
+            .exec_one(&self.sql.fenced_write, (key, token, value), what)
+            .await?;
+        Ok(stored == 1)
+    }
+
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        let what = || format!("reading fenced {key:?}");
+        let key = checked_key(key, &what)?;
+        self.exec_opt(&self.sql.fenced_read, (key,), what).await
+    }
+}
+
+impl DataStore for MySqlStore {
+    fn counter_add<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        delta: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<i64>> {
+        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
+    }
+
+    fn counter_take<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        n: i64,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
+        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
+    }
+
+    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
+        StoreFuture::boxed(Self::counter_get(self, keys))
+    }
+
+    fn counter_set<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        value: i64,
+        expected: Option<u64>,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
+        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
+    }
+
+    fn mark_once<'a>(
+        &'a self,
+        keys: &'a CounterKeys,
+        member: &'a str,
+        ttl: Option<Duration>,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
+    }
+
+    fn rate_limit<'a>(
+        &'a self,
+        keys: &'a LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> StoreFuture<'a, Result<Decision>> {
+        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
+    }
+
+    fn fenced_write<'a>(
+        &'a self,
+        key: &'a str,
+        token: u64,
+        value: &'a [u8],
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
+    }
+
+    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
+        StoreFuture::boxed(Self::fenced_read(self, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_round_up_to_whole_milliseconds() {
+        assert_eq!(ms(Duration::from_millis(30)), 30);
+        assert_eq!(ms(Duration::from_micros(30_001)), 31);
+        assert_eq!(ms(Duration::MAX), i64::MAX);
+    }
+}

@@ -1,0 +1,275 @@
+//! The MySQL store against a real MariaDB under faults: the server killed
+//! and restarted, paused past a lease, its connections killed, a holder
+//! process killed.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+use lockguard_testing::MariaDbServer;
+
+/// Retries `op` until it succeeds or `within` has passed.
+async fn eventually<T>(
+    within: Duration,
+    mut op: impl AsyncFnMut() -> lockguard_core::Result<T>,
+) -> T {
+    let started = Instant::now();
+    loop {
+        match op().await {
+            Ok(v) => return v,
+            Err(e) if started.elapsed() < within => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("still failing after {within:?}: {e}"),
+        }
+    }
+}
+
+async fn client(server: &MariaDbServer) -> Client {
+    lockguard_mysql::connect(&server.url())
+        .await
+        .expect("connect to mariadb")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_killed_and_restarted_fails_requests_then_serves_them_on_its_data() {
+    let mut server = MariaDbServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let guard = a
+        .lock("held")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let fence = guard.fencing_token();
+    server.kill();
+    let err = b.lock("other").try_acquire().await.unwrap_err();
+    assert!(err.is_unavailable() || err.is_timeout(), "{err}");
+    server.restart();
+    // The pool's connections died with the server: new ones are made.
+    let other = eventually(Duration::from_secs(10), async || {
+        b.lock("other").try_acquire().await
+    })
+    .await;
+    assert!(other.release().await.unwrap());
+    // The holder's row survived the crash: the lock is still held, and a
+    // later holder's token is greater.
+    let busy = b.lock("held").try_acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    assert!(guard.release().await.unwrap(), "the lock was kept");
+    let next = b.lock("held").try_acquire().await.unwrap();
+    assert!(next.fencing_token() > fence);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_paused_past_a_lease_frees_the_lock_on_its_own_clock() {
+    let mut server = MariaDbServer::start();
+    let a = client(&server).await;
+    let b = client(&server).await;
+    let guard = a
+        .lock("paused")
+        .lease(Duration::from_millis(1500))
+        .acquire()
+        .await
+        .unwrap();
+    server.pause();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.resume();
+    // The database's clock ran while it was frozen: the lease is over.
+    let next = eventually(Duration::from_secs(5), async || {
+        b.lock("paused").try_acquire().await
+    })
+    .await;
+    assert!(next.fencing_token() > guard.fencing_token());
+    assert!(!guard.release().await.unwrap(), "the lease had ended");
+    assert!(next.release().await.unwrap());
+}
+
+/// Kills every connection of the test user, as a DBA or a proxy might.
+fn kill_connections(server: &MariaDbServer) -> usize {
+    let ids = server
+        .sql("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'lockguard' ORDER BY ID");
+    let ids: Vec<&str> = ids.lines().collect();
+    for id in &ids {
+        // A connection may end on its own meanwhile.
+        let _ = std::panic::catch_unwind(|| server.sql(&format!("KILL {id}")));
+    }
+    ids.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_connections_are_replaced_and_wake_ups_come_back() {
+    let server = MariaDbServer::start();
+    let holder = client(&server).await;
+    let waiter = lockguard_mysql::connect_with(
+        Client::builder()
+            .waiter_timeout(Duration::from_secs(30))
+            .retry_interval(Duration::from_secs(20)),
+        &server.url(),
+    )
+    .await
+    .unwrap();
+    // A first wait opens the waiter's bell.
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("k")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    guard.release().await.unwrap();
+    waiting.await.unwrap().unwrap().release().await.unwrap();
+
+    let killed = kill_connections(&server);
+    assert!(killed >= 2, "the pools and the bell: {killed} connections");
+    // The next requests find their connections dead: within a wait they
+    // are retried on new ones.
+    let guard = holder
+        .lock("k")
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let started = Instant::now();
+            let g = waiter
+                .lock("k")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            (g, started)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (g, _) = waiting.await.unwrap();
+    g.unwrap().release().await.unwrap();
+    // Woken by the bell, reconnected, not by a refresh (20 s).
+    assert!(
+        released.elapsed() < Duration::from_secs(5),
+        "the waiter took {:?} after the release",
+        released.elapsed()
+    );
+}
+
+/// The child process of `a_killed_holder_process_frees_its_lock_at_lease_end`:
+/// takes the lock, says so, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_process() {
+    let Ok(url) = std::env::var("LOCKGUARD_MYSQL_HOLDER_URL") else {
+        return;
+    };
+    let lg = lockguard_mysql::connect(&url).await.unwrap();
+    let guard = lg
+        .lock("crashed")
+        .lease(Duration::from_secs(2))
+        .acquire()
+        .await
+        .unwrap();
+    // On a line of its own: libtest may have begun one.
+    println!("\nheld-fence={}", guard.fencing_token().get());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
+    let server = MariaDbServer::start();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "holder_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOCKGUARD_MYSQL_HOLDER_URL", server.url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let fence = loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the holder process ended before it held the lock"
+        );
+        if let Some(f) = line.trim().strip_prefix("held-fence=") {
+            break f.parse::<u64>().unwrap();
+        }
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let killed = Instant::now();
+    let lg = client(&server).await;
+    let busy = lg.lock("crashed").try_acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    let guard = lg
+        .lock("crashed")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    // Freed by its lease (2 s from the acquisition), not before.
+    assert!(
+        killed.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        killed.elapsed()
+    );
+    assert!(guard.fencing_token().get() > fence);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_ring_is_caught_by_the_waiters_refresh() {
+    let server = MariaDbServer::start();
+    let holder = client(&server).await;
+    // Refreshes every second or so (a third of the waiter timeout).
+    let waiter = lockguard_mysql::connect_with(
+        Client::builder().waiter_timeout(Duration::from_secs(3)),
+        &server.url(),
+    )
+    .await
+    .unwrap();
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("k")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    // The waiter's bell is open and asleep; marked as rung already, it is
+    // not rung again: the handoff below is announced to nobody.
+    let started = Instant::now();
+    while server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells") == "0" {
+        assert!(started.elapsed() < Duration::from_secs(10), "no bell");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server.sql("UPDATE lockguard.lockguard_bells SET rung = 1");
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let took = released.elapsed();
+    // Claimed by its next refresh (at most a second away), well before
+    // the bell's own period (30 s) would have found the handoff.
+    assert!(took < Duration::from_secs(3), "the waiter took {took:?}");
+    g.release().await.unwrap();
+}
