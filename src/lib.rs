@@ -36,6 +36,7 @@
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
 //! | `postgres` | `lockguard-postgres` as `lockguard::postgres`: the PostgreSQL store (`Client::connect_postgres` with `lockguard::postgres::ClientExt` in scope, or `lockguard::prelude::*`), `FencedTable` |
+//! | `mysql` | `lockguard-mysql` as `lockguard::mysql`: the MySQL/MariaDB store (`Client::connect_mysql` with `lockguard::prelude::*`) |
 //! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
@@ -78,10 +79,17 @@ pub use lockguard_postgres as postgres;
 #[cfg_attr(docsrs, doc(cfg(feature = "zookeeper")))]
 pub use lockguard_zookeeper as zookeeper;
 
+/// The MySQL/MariaDB store, from the crate `lockguard-mysql`.
+#[cfg(feature = "mysql")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
+pub use lockguard_mysql as mysql;
+
 /// The traits that add the store crates' constructors to [`Client`] and
 /// [`Builder`]: with `use lockguard::prelude::*;`, `Client::connect(url)`,
 /// `Client::from_env()` and `Client::connect_postgres(url)` work as before.
 pub mod prelude {
+    #[cfg(feature = "mysql")]
+    pub use lockguard_mysql::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "postgres")]
     pub use lockguard_postgres::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "redis")]

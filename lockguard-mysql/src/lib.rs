@@ -120,8 +120,48 @@ pub async fn connect(url: &str) -> Result<Client> {
 /// As [`MySqlOptions::connect`], and [`ErrorKind::InvalidInput`] for
 /// builder settings that cannot work.
 pub async fn connect_with(builder: Builder, url: &str) -> Result<Client> {
-    let store = MySqlOptions::new().connect(url).await?;
+    builder.validate()?;
+    let settings = builder.connection_settings();
+    let store = MySqlOptions::new()
+        .connect_timeout(settings.connect_timeout)
+        .response_timeout(settings.response_timeout)
+        .connect(url)
+        .await?;
     builder.build(store)
+}
+
+/// `Client::connect_mysql(url)`: [`connect`] as a constructor of
+/// lockguard-core's `Client`, like the other store crates'.
+pub trait ClientExt: Sized {
+    /// See [`connect`].
+    ///
+    /// # Errors
+    ///
+    /// As [`MySqlOptions::connect`].
+    fn connect_mysql(url: &str) -> impl std::future::Future<Output = Result<Self>> + Send;
+}
+
+impl ClientExt for Client {
+    fn connect_mysql(url: &str) -> impl std::future::Future<Output = Result<Self>> + Send {
+        connect(url)
+    }
+}
+
+/// `builder.connect_mysql(url)`: [`connect_with`] on lockguard-core's
+/// `Builder`, like the other store crates'.
+pub trait BuilderExt {
+    /// See [`connect_with`].
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_with`].
+    fn connect_mysql(self, url: &str) -> impl std::future::Future<Output = Result<Client>> + Send;
+}
+
+impl BuilderExt for Builder {
+    fn connect_mysql(self, url: &str) -> impl std::future::Future<Output = Result<Client>> + Send {
+        connect_with(self, url)
+    }
 }
 
 /// The settings of the MySQL store: table prefix, timeouts, pool size.

@@ -415,41 +415,14 @@ impl MySqlStore {
             .ok()
             .filter(|f| *f > 0)
             .map(FencingToken::new);
-        occupancy(
-            keys,
+        Ok(Occupancy::new(
             holders,
+            capacity(keys.resource()),
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             waiters,
             latest,
-        )
+        ))
     }
-}
-
-/// An `Occupancy` built outside lockguard-core.
-///
-/// `Occupancy` is non-exhaustive with public fields and no constructor: one
-/// is had from the in-memory store's answer for the same keys (a free lock
-/// or semaphore, answered at once, nothing stored), and its fields set.
-fn occupancy(
-    keys: &Arc<LockKeys>,
-    holders: u32,
-    lease_left: Option<Duration>,
-    waiters: u64,
-    latest_fence: Option<FencingToken>,
-) -> Result<Occupancy> {
-    static MEMORY: std::sync::LazyLock<Store> = std::sync::LazyLock::new(Store::memory);
-    let mut o = MEMORY.locks().inspect(keys).into_ready().ok_or_else(|| {
-        Error::new(
-            ErrorKind::Unsupported,
-            "inspection is not offered on a mysql client",
-        )
-    })??;
-    o.holders = holders;
-    o.capacity = capacity(keys.resource());
-    o.lease_left = lease_left;
-    o.waiters = waiters;
-    o.latest_fence = latest_fence;
-    Ok(o)
 }
 
 impl LockStore for MySqlStore {
