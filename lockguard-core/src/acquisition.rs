@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::runtime::Id;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -41,9 +42,18 @@ pub(crate) struct Acquisition {
     /// applying its answer: renewals are sent and applied in one order, so
     /// the validity the guard counts on is the one the store ran last.
     pub(crate) renewal: tokio::sync::Mutex<()>,
-    /// Where its next watchdog renewal is booked (see
-    /// [`Renewals`](crate::watchdog::Renewals)).
-    pub(crate) booking: std::sync::Mutex<Option<crate::watchdog::Booking>>,
+    /// Where its next watchdog renewal is booked: the watchdog writes it,
+    /// a release reads it to take the renewal out of the timer.
+    pub(crate) booking: std::sync::Mutex<Option<Booking>>,
+}
+
+/// Where an acquisition's next watchdog renewal is booked: the timer of
+/// runtime `runtime`, at `at`, numbered `n` among the bookings due then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Booking {
+    pub(crate) runtime: Id,
+    pub(crate) at: Instant,
+    pub(crate) n: u64,
 }
 
 impl Acquisition {
@@ -181,7 +191,8 @@ impl Acquisition {
     ///
     /// The watchdog's first renewal was booked from the reservation, which
     /// lasts the waiter timeout and may end well after the lease confirmed
-    /// here: it is booked again from the confirmed lease.
+    /// here: the guard that asked for the confirmation books it again from
+    /// the confirmed lease once this returns.
     pub(crate) async fn confirm(self: Arc<Self>) {
         let _turn = self.renewal.lock().await;
         let sent_at = Instant::now();
@@ -210,9 +221,6 @@ impl Acquisition {
             Err(e) => {
                 tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
             }
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            crate::watchdog::renewals().rebook(&self, &runtime);
         }
     }
 

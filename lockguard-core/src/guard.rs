@@ -275,8 +275,9 @@ impl LockGuard {
         self.shared().mark_lost("test");
     }
 
-    /// Confirms, in the background, a lock handed to this waiter: see
-    /// [`Acquisition::confirm`].
+    /// Confirms, in the background, a lock handed to this waiter (see
+    /// [`Acquisition::confirm`]), then books its next renewal again from
+    /// the confirmed lease.
     pub(crate) fn confirm(&self) {
         let shared = self.shared().clone();
         let runtime = self
@@ -285,7 +286,12 @@ impl LockGuard {
             .clone()
             .or_else(|| Handle::try_current().ok());
         if let Some(rt) = runtime {
-            rt.spawn(async move { shared.confirm().await });
+            rt.spawn(async move {
+                shared.clone().confirm().await;
+                if let Ok(runtime) = Handle::try_current() {
+                    crate::watchdog::renewals().rebook(&shared, &runtime);
+                }
+            });
         }
     }
 

@@ -23,7 +23,7 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::acquisition::Acquisition;
+use crate::acquisition::{Acquisition, Booking};
 use crate::lease::safety_margin;
 
 /// The renewal timers of the process: one per runtime that guards were
@@ -64,14 +64,6 @@ struct Timer {
     /// How far ahead the latest booking was due.
     ahead: Duration,
     notify: Arc<Notify>,
-}
-
-/// Where an acquisition's next renewal is booked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Booking {
-    runtime: Id,
-    at: Instant,
-    n: u64,
 }
 
 /// What a timer's task does after a look.
