@@ -11,28 +11,28 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
-use crate::acquisition::Acquisition;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
+use crate::hold::Hold;
 use crate::key::{LockKeys, Resource};
 use crate::lease::{Grant, Lease};
 use crate::token::Token;
 
-/// The guards' shared hold on one acquisition: a guard and the reentrant
-/// guards of its scope. The last guard to go releases it.
+/// The guards of one hold: a guard and the reentrant guards of its scope.
+/// The last guard to go releases the hold.
 #[derive(Debug)]
-pub(crate) struct Tenancy {
-    shared: Arc<Acquisition>,
+pub(crate) struct Guards {
+    hold: Arc<Hold>,
     runtime: Option<Handle>,
-    /// The guards sharing this acquisition: the last one to go releases
-    /// it, whatever other references (a reentrancy check's) are alive.
-    guards: AtomicUsize,
+    /// How many guards share the hold: the last one to go releases it,
+    /// whatever other references (a reentrancy check's) are alive.
+    count: AtomicUsize,
 }
 
-impl Tenancy {
-    /// Holds what `grant` gave, under `lease` (renewed by the watchdog if
-    /// it says so).
+impl Guards {
+    /// The guards of the hold made from `grant`, under `lease` (renewed
+    /// by the watchdog if it says so); none yet.
     pub(crate) fn new(
         engine: Arc<Engine>,
         names: (Arc<str>, Arc<str>),
@@ -40,66 +40,66 @@ impl Tenancy {
         grant: Grant,
         (lease, granted_at): (Lease, Instant),
     ) -> Arc<Self> {
-        let shared = Arc::new(Acquisition::new(
+        let hold = Arc::new(Hold::new(
             engine,
             names,
             keys,
             grant,
             (lease.duration(), granted_at),
         ));
-        crate::meter::held(shared.primitive(), &shared.metric_name);
+        crate::meter::held(hold.primitive(), &hold.metric_name);
         let runtime = Handle::try_current().ok();
         if let (Some(rt), true) = (&runtime, lease.is_watchdog()) {
-            crate::watchdog::renewals().start(&shared, rt);
+            crate::watchdog::renewals().start(&hold, rt);
         }
         Arc::new(Self {
-            shared,
+            hold,
             runtime,
-            guards: AtomicUsize::new(0),
+            count: AtomicUsize::new(0),
         })
     }
 
     /// The store key of the lock held.
     pub(crate) fn key(&self) -> &str {
-        &self.shared.keys.lock
+        &self.hold.keys.lock
     }
 
     /// The client it was taken through.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
-        &self.shared.engine
+        &self.hold.engine
     }
 
     pub(crate) fn is_held(&self) -> bool {
-        self.shared.is_held()
+        self.hold.is_held()
     }
 
     /// Stops the watchdog; true the first time.
     fn begin_release(&self) -> bool {
-        if self.shared.released.swap(true, Ordering::AcqRel) {
+        if self.hold.released.swap(true, Ordering::AcqRel) {
             return false;
         }
         // Wakes the watches' `lost()`: the lock is given up.
-        self.shared.announce_release();
-        let s = &self.shared;
+        self.hold.announce_release();
+        let s = &self.hold;
         crate::meter::released(s.primitive(), &s.metric_name, s.since);
         crate::watchdog::renewals().cancel(s);
         true
     }
 
-    /// One more guard shares this acquisition.
+    /// One more guard shares the hold.
     fn add_guard(&self) {
-        self.guards.fetch_add(1, Ordering::AcqRel);
+        self.count.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A guard gives up its share; true when it was the last.
     fn drop_guard(&self) -> bool {
-        self.guards.fetch_sub(1, Ordering::AcqRel) == 1
+        self.count.fetch_sub(1, Ordering::AcqRel) == 1
     }
 
     /// Releases in the background (a guard was dropped).
     fn release_in_background(&self) {
         if self.begin_release() {
-            let s = &self.shared;
+            let s = &self.hold;
             let parts = (s.engine.clone(), s.keys.clone(), s.token);
             spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
         }
@@ -109,20 +109,20 @@ impl Tenancy {
         if !self.begin_release() {
             return Ok(false);
         }
-        let s = &self.shared;
+        let s = &self.hold;
         let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
         let result = s.engine.store.locks.release(&s.keys, &s.token).await;
         pending.disarm();
         self.released(result)
     }
 
-    /// [`release_now`](Tenancy::release_now) on a store that answers at
+    /// [`release_now`](Guards::release_now) on a store that answers at
     /// once.
     fn release_at_once(&self) -> Result<bool> {
         if !self.begin_release() {
             return Ok(false);
         }
-        let s = &self.shared;
+        let s = &self.hold;
         match s.engine.store.locks.release(&s.keys, &s.token).into_ready() {
             Some(result) => self.released(result),
             None => {
@@ -139,7 +139,7 @@ impl Tenancy {
 
     /// Reports the store's answer to the release.
     fn released(&self, result: Result<bool>) -> Result<bool> {
-        let s = &self.shared;
+        let s = &self.hold;
         match &result {
             Ok(true) => {
                 tracing::debug!(lock = %s.name, fence = s.fence.get(), "lock released");
@@ -156,7 +156,7 @@ impl Tenancy {
     }
 }
 
-impl Drop for Tenancy {
+impl Drop for Guards {
     fn drop(&mut self) {
         // Released by its last guard already, unless it never had one.
         self.release_in_background();
@@ -221,11 +221,11 @@ impl Drop for PendingRelease<'_> {
 /// Dropping the guard releases the lock in the background on the runtime
 /// it was acquired on; it never blocks. [`LockGuard::release`] is the
 /// explicit form and reports whether the lock was still held. Guards
-/// obtained reentrantly inside [`LockGuard::scope`] share the acquisition:
+/// obtained reentrantly inside [`LockGuard::scope`] share one hold of the lock:
 /// the lock is released when the outermost one goes.
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    tenancy: Arc<Tenancy>,
+    guards: Arc<Guards>,
     reentrant: bool,
     /// Set by [`LockGuard::release`], which gives up the share itself.
     given_up: bool,
@@ -234,8 +234,8 @@ pub struct LockGuard {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.tenancy.shared.name)
-            .field("fencing_token", &self.tenancy.shared.fence)
+            .field("name", &self.guards.hold.name)
+            .field("fencing_token", &self.guards.hold.fence)
             .field("held", &self.is_held())
             .field("reentrant", &self.reentrant)
             .finish()
@@ -243,66 +243,72 @@ impl fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(tenancy: Arc<Tenancy>) -> Self {
-        tenancy.add_guard();
+    pub(crate) fn new(guards: Arc<Guards>) -> Self {
+        guards.add_guard();
         Self {
-            tenancy,
+            guards,
             reentrant: false,
             given_up: false,
         }
     }
 
-    pub(crate) fn reentrant(tenancy: Arc<Tenancy>) -> Self {
-        tenancy.add_guard();
+    pub(crate) fn reentrant(guards: Arc<Guards>) -> Self {
+        guards.add_guard();
         Self {
-            tenancy,
+            guards,
             reentrant: true,
             given_up: false,
         }
     }
 
-    fn shared(&self) -> &Arc<Acquisition> {
-        &self.tenancy.shared
+    fn hold(&self) -> &Arc<Hold> {
+        &self.guards.hold
     }
 
-    pub(crate) fn tenancy(&self) -> &Arc<Tenancy> {
-        &self.tenancy
+    pub(crate) fn guards(&self) -> &Arc<Guards> {
+        &self.guards
     }
 
     /// Marks the guard lost, as a renewal finding the lock gone would.
     #[cfg(test)]
     pub(crate) fn mark_lost_for_test(&self) {
-        self.shared().mark_lost("test");
+        self.hold().mark_lost("test");
     }
 
-    /// Confirms, in the background, a lock handed to this waiter: see
-    /// [`Acquisition::confirm`].
+    /// Confirms, in the background, a lock handed to this waiter (see
+    /// [`Hold::confirm`]), then books its next renewal again from
+    /// the confirmed lease.
     pub(crate) fn confirm(&self) {
-        let shared = self.shared().clone();
+        let hold = self.hold().clone();
         let runtime = self
-            .tenancy
+            .guards
             .runtime
             .clone()
             .or_else(|| Handle::try_current().ok());
         if let Some(rt) = runtime {
-            rt.spawn(async move { shared.confirm().await });
+            rt.spawn(async move {
+                hold.clone().confirm().await;
+                if let Ok(runtime) = Handle::try_current() {
+                    crate::watchdog::renewals().rebook(&hold, &runtime);
+                }
+            });
         }
     }
 
     /// The lock's key as given.
     pub fn name(&self) -> &str {
-        &self.shared().name
+        &self.hold().name
     }
 
-    /// The fencing token of this acquisition: greater than that of every
-    /// earlier acquisition of the key.
+    /// The fencing token the lock was granted with: greater than that of
+    /// every earlier acquisition of the key.
     pub fn fencing_token(&self) -> FencingToken {
-        self.shared().fence
+        self.hold().fence
     }
 
     /// The lease this lock was taken with.
     pub fn lease(&self) -> Duration {
-        self.shared().lease
+        self.hold().lease
     }
 
     /// Whether this guard was handed out reentrantly, inside the
@@ -314,12 +320,12 @@ impl LockGuard {
     /// Whether the lock is still ours: not reported lost, and the lease
     /// (minus a safety margin) not over.
     pub fn is_held(&self) -> bool {
-        self.shared().is_held()
+        self.hold().is_held()
     }
 
     /// How much longer the lease certainly lasts (zero once lost).
     pub fn valid_for(&self) -> Duration {
-        self.shared().valid_for()
+        self.hold().valid_for()
     }
 
     /// Completes when the lock is lost or its lease is about to run out
@@ -345,17 +351,17 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        Acquisition::lost(self.shared().clone())
+        Hold::lost(self.hold().clone())
     }
 
-    /// A handle on this acquisition's lease that does not hold the lock:
+    /// A handle on this guard's lease that does not hold the lock:
     /// its name, fencing token, [`is_held`](LeaseWatch::is_held) and
     /// [`lost`](LeaseWatch::lost), for code that must stop when the lock
     /// goes but does not own the guard (a request handler behind a lock
     /// layer, a task the holder spawned).
     pub fn watch(&self) -> LeaseWatch {
         LeaseWatch {
-            shared: self.shared().clone(),
+            hold: self.hold().clone(),
         }
     }
 
@@ -368,7 +374,7 @@ impl LockGuard {
     /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a bad lease; the store's errors.
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         Lease::Fixed(lease).validate()?;
-        let s = self.shared();
+        let s = self.hold();
         if let Some(max) = s.engine.store.locks.max_lease()
             && lease > max
         {
@@ -412,25 +418,25 @@ impl LockGuard {
     /// The store's errors; the lease then frees the lock.
     pub async fn release(self) -> Result<bool> {
         match self.give_up() {
-            Ok(tenancy) => {
-                let span = release_span(&tenancy.shared);
-                tracing::Instrument::instrument(tenancy.release_now(), span).await
+            Ok(guards) => {
+                let span = release_span(&guards.hold);
+                tracing::Instrument::instrument(guards.release_now(), span).await
             }
             Err(held) => Ok(held),
         }
     }
 
-    /// Gives up this guard's share: the acquisition, when this was its
-    /// last guard (releasing it falls to the caller); otherwise whether the
+    /// Gives up this guard's share: the hold's guards, when this was the
+    /// last (releasing it falls to the caller); otherwise whether the
     /// lock is still held.
-    fn give_up(mut self) -> std::result::Result<Arc<Tenancy>, bool> {
+    fn give_up(mut self) -> std::result::Result<Arc<Guards>, bool> {
         self.given_up = true;
-        let tenancy = self.tenancy.clone();
+        let guards = self.guards.clone();
         drop(self);
-        if tenancy.drop_guard() {
-            Ok(tenancy)
+        if guards.drop_guard() {
+            Ok(guards)
         } else {
-            Err(tenancy.is_held())
+            Err(guards.is_held())
         }
     }
 
@@ -460,13 +466,13 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn try_release_now(self) -> std::result::Result<Result<bool>, Self> {
-        if !self.tenancy.engine().store.answers_at_once() {
+        if !self.guards.engine().store.answers_at_once() {
             return Err(self);
         }
         Ok(match self.give_up() {
-            Ok(tenancy) => {
-                let span = release_span(&tenancy.shared);
-                crate::span::in_span(&span, || tenancy.release_at_once())
+            Ok(guards) => {
+                let span = release_span(&guards.hold);
+                crate::span::in_span(&span, || guards.release_at_once())
             }
             Err(held) => Ok(held),
         })
@@ -474,7 +480,7 @@ impl LockGuard {
 }
 
 /// The span of the release of `s`.
-fn release_span(s: &Acquisition) -> tracing::Span {
+fn release_span(s: &Hold) -> tracing::Span {
     match s.keys.resource {
         _ if !tracing::level_enabled!(tracing::Level::DEBUG) => tracing::Span::none(),
         Resource::Semaphore { .. } => {
@@ -488,8 +494,8 @@ fn release_span(s: &Acquisition) -> tracing::Span {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        if !self.given_up && self.tenancy.drop_guard() {
-            self.tenancy.release_in_background();
+        if !self.given_up && self.guards.drop_guard() {
+            self.guards.release_in_background();
         }
     }
 }
@@ -525,10 +531,10 @@ pub(crate) async fn run_guarded<F: Future>(guard: LockGuard, body: F) -> Result<
             return Err(lost);
         }
     };
-    let shared = guard.shared().clone();
+    let hold = guard.hold().clone();
     match guard.release().await {
         Ok(true) => Ok(out),
-        Ok(false) => Err(shared.lost_error("was gone when the work under it finished")),
+        Ok(false) => Err(hold.lost_error("was gone when the work under it finished")),
         // Logged by the release; the lease frees the lock.
         Err(_) => Ok(out),
     }
@@ -541,14 +547,14 @@ pub(crate) async fn run_guarded<F: Future>(guard: LockGuard, body: F) -> Result<
 /// guard releases the lock, after which the watch reports it not held.
 #[derive(Clone)]
 pub struct LeaseWatch {
-    shared: Arc<Acquisition>,
+    hold: Arc<Hold>,
 }
 
 impl fmt::Debug for LeaseWatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseWatch")
-            .field("name", &self.shared.name)
-            .field("fencing_token", &self.shared.fence)
+            .field("name", &self.hold.name)
+            .field("fencing_token", &self.hold.fence)
             .field("held", &self.is_held())
             .finish()
     }
@@ -557,29 +563,29 @@ impl fmt::Debug for LeaseWatch {
 impl LeaseWatch {
     /// The lock's (or semaphore's) key as given.
     pub fn name(&self) -> &str {
-        &self.shared.name
+        &self.hold.name
     }
 
-    /// The fencing token of the acquisition: pass it with every write to a
+    /// The fencing token the lock was granted with: pass it with every write to a
     /// resource that checks it.
     pub fn fencing_token(&self) -> FencingToken {
-        self.shared.fence
+        self.hold.fence
     }
 
     /// Whether the lock is still held: not lost, not released, and the
     /// lease (minus a safety margin) not over.
     pub fn is_held(&self) -> bool {
-        self.shared.is_held()
+        self.hold.is_held()
     }
 
     /// How much longer the lease certainly lasts (zero once lost).
     pub fn valid_for(&self) -> Duration {
-        self.shared.valid_for()
+        self.hold.valid_for()
     }
 
     /// Completes when the lock is lost, released, or its lease is about to
     /// run out, as [`LockGuard::lost`].
     pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
-        Acquisition::lost(self.shared.clone())
+        Hold::lost(self.hold.clone())
     }
 }

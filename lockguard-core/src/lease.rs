@@ -120,8 +120,9 @@ pub(crate) struct LeaseState {
     pub(crate) lost: bool,
 }
 
-/// A lock or permit the store gave us: the token it is held with, its
-/// fencing token, and until when it is certainly ours.
+/// A grant: what the store answered to an acquire that succeeded, the
+/// token the lock or permit is held with, its fencing token, and until when
+/// it is certainly ours. A hold is made from it (see the `hold` module).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) token: Token,

@@ -94,7 +94,7 @@
 //! (errors, tokens, fencing tokens, keys, clocks, the rate-limit
 //! algorithms, leases); the store boundary; waking waiters; the engine
 //! (what one client's primitives share: store, prefix, defaults, waiters);
-//! holding (one acquisition, the watchdog, guards, reentrancy scopes); the
+//! holding (a hold, the watchdog, guards, reentrancy scopes); the
 //! primitives; the client.
 //!
 //! Every store sits behind one public boundary, [`store`], of domain
@@ -188,8 +188,8 @@ pub mod store;
 mod notify;
 // What one client's primitives share.
 mod engine;
-// One acquisition and its lease state.
-mod acquisition;
+// One held lock or permit and its lease state.
+mod hold;
 // Lease renewal.
 mod watchdog;
 // Guards.

@@ -12,7 +12,7 @@ use tracing::Instrument;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
-use crate::guard::{LockGuard, PendingRelease, Tenancy, run_guarded};
+use crate::guard::{Guards, LockGuard, PendingRelease, run_guarded};
 use crate::key::{LockKeys, Resource};
 use crate::lease::{Grant, Lease, valid_until};
 use crate::store::{Attempt, Occupancy, Place, Waiting};
@@ -778,9 +778,9 @@ impl Lock {
             // Permits are counted, not owned: a body may hold several.
             return None;
         }
-        let tenancy = crate::reentry::find(&self.engine, &keys.lock)?;
+        let guards = crate::reentry::find(&self.engine, &keys.lock)?;
         tracing::trace!(lock = %self.name, "reentrant acquisition");
-        Some(LockGuard::reentrant(tenancy))
+        Some(LockGuard::reentrant(guards))
     }
 
     /// One attempt; it never queues, and keeps a waiter's `place` in the
@@ -868,7 +868,7 @@ impl Lock {
         }
         let watchdog = self.lease.is_watchdog();
         let fence = grant.fence;
-        let tenancy = Tenancy::new(
+        let guards = Guards::new(
             self.engine.clone(),
             (self.name.clone(), self.metric_label().clone()),
             keys,
@@ -876,7 +876,7 @@ impl Lock {
             (kept, now),
         );
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
-        Ok(LockGuard::new(tenancy))
+        Ok(LockGuard::new(guards))
     }
 
     /// The error of a wait that ended while the store could not be

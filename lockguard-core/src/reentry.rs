@@ -10,14 +10,14 @@ use std::future::Future;
 use std::sync::{Arc, Weak};
 
 use crate::engine::Engine;
-use crate::guard::{LockGuard, Tenancy};
+use crate::guard::{Guards, LockGuard};
 
 /// A lock an enclosing scope holds.
 #[derive(Debug, Clone)]
 struct Scoped {
     /// The client, by identity.
     engine: Weak<Engine>,
-    tenancy: Weak<Tenancy>,
+    guards: Weak<Guards>,
 }
 
 tokio::task_local! {
@@ -27,15 +27,15 @@ tokio::task_local! {
 
 /// The lock on `key` (its store key) that an enclosing scope holds through
 /// `engine`, if it is still held.
-pub(crate) fn find(engine: &Arc<Engine>, key: &str) -> Option<Arc<Tenancy>> {
+pub(crate) fn find(engine: &Arc<Engine>, key: &str) -> Option<Arc<Guards>> {
     SCOPE
         .try_with(|held| {
             held.iter().rev().find_map(|h| {
                 if !std::ptr::eq(h.engine.as_ptr(), Arc::as_ptr(engine)) {
                     return None;
                 }
-                let tenancy = h.tenancy.upgrade()?;
-                (tenancy.key() == key && tenancy.is_held()).then_some(tenancy)
+                let guards = h.guards.upgrade()?;
+                (guards.key() == key && guards.is_held()).then_some(guards)
             })
         })
         .ok()
@@ -74,11 +74,11 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> + use<F> {
-        let tenancy = self.tenancy();
+        let guards = self.guards();
         let mut held: Vec<Scoped> = SCOPE.try_with(|h| h.to_vec()).unwrap_or_default();
         held.push(Scoped {
-            engine: Arc::downgrade(tenancy.engine()),
-            tenancy: Arc::downgrade(tenancy),
+            engine: Arc::downgrade(guards.engine()),
+            guards: Arc::downgrade(guards),
         });
         SCOPE.scope(Arc::new(held), body)
     }

@@ -23,7 +23,7 @@ use tokio::runtime::{Handle, Id};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::acquisition::Acquisition;
+use crate::hold::{Booking, Hold};
 use crate::lease::safety_margin;
 
 /// The renewal timers of the process: one per runtime that guards were
@@ -57,7 +57,7 @@ struct Timer {
     /// The number of the task that drives it: a timer whose task ended is
     /// replaced, never revived.
     task: u64,
-    due: BTreeMap<(Instant, u64), Weak<Acquisition>>,
+    due: BTreeMap<(Instant, u64), Weak<Hold>>,
     /// When its task looks next (`None`: when told to): a booking due
     /// before that wakes it.
     looks_at: Option<Instant>,
@@ -66,19 +66,11 @@ struct Timer {
     notify: Arc<Notify>,
 }
 
-/// Where an acquisition's next renewal is booked.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Booking {
-    runtime: Id,
-    at: Instant,
-    n: u64,
-}
-
 /// What a timer's task does after a look.
 enum Look {
     /// Start these renewals, and look again at `next` (or, with `None`,
     /// when told to).
-    Renew(Vec<Arc<Acquisition>>, Option<Instant>),
+    Renew(Vec<Arc<Hold>>, Option<Instant>),
     /// End: the timer is gone.
     Done,
 }
@@ -88,25 +80,25 @@ impl Renewals {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts renewing `shared`'s lease on `runtime`: the first renewal is
+    /// Starts renewing `hold`'s lease on `runtime`: the first renewal is
     /// due a third of the lease after the request that set it was sent,
     /// not after the guard was made, so a grant that arrived late is
     /// renewed at once rather than after it ran out.
-    pub(crate) fn start(&'static self, shared: &Arc<Acquisition>, runtime: &Handle) {
-        self.book(shared, first_due(shared), runtime);
+    pub(crate) fn start(&'static self, hold: &Arc<Hold>, runtime: &Handle) {
+        self.book(hold, first_due(hold), runtime);
     }
 
-    /// Books `shared`'s next renewal again from what is known of its lease
+    /// Books `hold`'s next renewal again from what is known of its lease
     /// now, when that is sooner than the renewal booked: a lock handed over
     /// from the queue was booked from the waiter's reservation, and its
     /// confirmation set a lease of its own, which may end before that.
     /// Nothing is booked when no renewal is (a fixed lease, a release, or a
     /// renewal under way, which books the next one itself).
-    pub(crate) fn rebook(&'static self, shared: &Arc<Acquisition>, runtime: &Handle) {
-        let at = first_due(shared);
+    pub(crate) fn rebook(&'static self, hold: &Arc<Hold>, runtime: &Handle) {
+        let at = first_due(hold);
         {
             let mut state = self.lock();
-            let mut booking = shared.booking.lock().unwrap_or_else(|p| p.into_inner());
+            let mut booking = hold.booking.lock().unwrap_or_else(|p| p.into_inner());
             match *booking {
                 Some(b) if b.at > at => {
                     if let Some(t) = state.timers.iter_mut().find(|t| t.runtime == b.runtime) {
@@ -119,16 +111,16 @@ impl Renewals {
         }
         // Taken out of the timer above, under its lock: no renewal of the
         // old booking can start, and a release now stops `book`.
-        self.book(shared, at, runtime);
+        self.book(hold, at, runtime);
     }
 
-    /// Books `shared`'s next renewal at `at`, unless it was released.
-    fn book(&'static self, shared: &Arc<Acquisition>, at: Instant, runtime: &Handle) {
+    /// Books `hold`'s next renewal at `at`, unless it was released.
+    fn book(&'static self, hold: &Arc<Hold>, at: Instant, runtime: &Handle) {
         let mut state = self.lock();
         // Checked holding the booking, which `cancel` reads after the flag
         // is set: a release either sees this booking or prevents it.
-        let mut booking = shared.booking.lock().unwrap_or_else(|p| p.into_inner());
-        if shared.released.load(Ordering::Acquire) {
+        let mut booking = hold.booking.lock().unwrap_or_else(|p| p.into_inner());
+        if hold.released.load(Ordering::Acquire) {
             return;
         }
         state.numbered += 1;
@@ -151,10 +143,10 @@ impl Renewals {
                 state.timers.last_mut().expect("just pushed")
             }
         };
-        timer.due.insert((at, n), Arc::downgrade(shared));
+        timer.due.insert((at, n), Arc::downgrade(hold));
         // A renewal is booked about a third of a lease ahead (no clock
         // read while every booking waits for this lock).
-        timer.ahead = shared.lease / 3;
+        timer.ahead = hold.lease / 3;
         if timer.looks_at.is_none_or(|t| at < t) {
             timer.looks_at = Some(at);
             timer.notify.notify_one();
@@ -169,12 +161,11 @@ impl Renewals {
         }
     }
 
-    /// Forgets `shared`'s booked renewal, if any (it was released; its
+    /// Forgets `hold`'s booked renewal, if any (it was released; its
     /// `released` flag is already set).
-    pub(crate) fn cancel(&self, shared: &Acquisition) {
+    pub(crate) fn cancel(&self, hold: &Hold) {
         let unbooked = || {
-            shared
-                .booking
+            hold.booking
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .is_none()
@@ -183,7 +174,7 @@ impl Renewals {
             return;
         }
         let mut state = self.lock();
-        let Some(b) = shared
+        let Some(b) = hold
             .booking
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -214,9 +205,9 @@ impl Renewals {
             if entry.key().0 > now {
                 break;
             }
-            if let Some(shared) = entry.remove().upgrade() {
-                *shared.booking.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                due.push(shared);
+            if let Some(hold) = entry.remove().upgrade() {
+                *hold.booking.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                due.push(hold);
             }
         }
         timer.looks_at = match timer.due.first_key_value() {
@@ -242,12 +233,12 @@ impl Renewals {
     }
 }
 
-/// When the first renewal of `shared`'s lease falls due: a third of the
+/// When the first renewal of `hold`'s lease falls due: a third of the
 /// lease after the request that set it was sent, which is its validity's
 /// end less the lease and plus the safety margin.
-fn first_due(shared: &Acquisition) -> Instant {
-    let lease = shared.lease;
-    let valid_until = shared.lease_state().valid_until;
+fn first_due(hold: &Hold) -> Instant {
+    let lease = hold.lease;
+    let valid_until = hold.lease_state().valid_until;
     (valid_until + lease / 3 + safety_margin(lease))
         .checked_sub(lease)
         .unwrap_or_else(Instant::now)
@@ -286,8 +277,8 @@ fn tick(
         loop {
             let look = renewals.look(runtime, task, Instant::now());
             let Look::Renew(due, next) = look else { return };
-            for shared in due {
-                tokio::spawn(renew(shared));
+            for hold in due {
+                tokio::spawn(renew(hold));
             }
             match next {
                 Some(at) => {
@@ -305,52 +296,52 @@ fn tick(
 /// Renews the lease once and books the next renewal: a third of the lease
 /// later, or sooner after a failure to reach the store. If no renewal
 /// succeeds before the lease's end the guard is marked lost.
-async fn renew(shared: Arc<Acquisition>) {
-    let lease = shared.lease;
+async fn renew(hold: Arc<Hold>) {
+    let lease = hold.lease;
     let interval = lease / 3;
     let next = {
-        let _turn = shared.renewal.lock().await;
+        let _turn = hold.renewal.lock().await;
         // Released, or lost (an extend found it gone): nothing to renew.
-        if shared.released.load(Ordering::Acquire) || shared.lease_state().lost {
+        if hold.released.load(Ordering::Acquire) || hold.lease_state().lost {
             return;
         }
         let sent_at = Instant::now();
-        let result = shared
+        let result = hold
             .engine
             .store
             .locks
-            .extend(&shared.keys, &shared.token, lease)
+            .extend(&hold.keys, &hold.token, lease)
             .await;
         // A release may have raced the renewal; say nothing then.
-        if shared.released.load(Ordering::Acquire) {
+        if hold.released.load(Ordering::Acquire) {
             return;
         }
         match result {
             Ok(true) => {
-                if !shared.renewed(sent_at, lease) {
+                if !hold.renewed(sent_at, lease) {
                     return;
                 }
-                tracing::trace!(lock = %shared.name, fence = shared.fence.get(), "lease renewed");
+                tracing::trace!(lock = %hold.name, fence = hold.fence.get(), "lease renewed");
                 interval
             }
             Ok(false) => {
-                shared.mark_lost("renewal found the lock gone");
+                hold.mark_lost("renewal found the lock gone");
                 return;
             }
             Err(e) => {
-                crate::meter::store_error(shared.primitive(), "renew");
-                let valid_until = shared.lease_state().valid_until;
+                crate::meter::store_error(hold.primitive(), "renew");
+                let valid_until = hold.lease_state().valid_until;
                 let left = valid_until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    shared.mark_lost("renewals failed until the lease ran out");
+                    hold.mark_lost("renewals failed until the lease ran out");
                     return;
                 }
-                tracing::warn!(lock = %shared.name, fence = shared.fence.get(), error = %e, "lease renewal failed; retrying");
+                tracing::warn!(lock = %hold.name, fence = hold.fence.get(), error = %e, "lease renewal failed; retrying");
                 (left / 3).clamp(Duration::from_millis(10), interval)
             }
         }
     };
-    renewals().book(&shared, Instant::now() + next, &Handle::current());
+    renewals().book(&hold, Instant::now() + next, &Handle::current());
 }
 
 #[cfg(test)]

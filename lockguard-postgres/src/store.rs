@@ -353,309 +353,6 @@ impl PostgresStore {
             )),
         }
     }
-
-    async fn acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
-        let what = || format!("acquiring {:?}", keys.id());
-        let (wait, channel, attempt) = match place {
-            Some(p) => (
-                Some(ms(p.timeout)),
-                Some(pg_channel(p.channel)),
-                Some(i64::from(p.attempt)),
-            ),
-            None => (None, None, None),
-        };
-        // A release of the token waits until this statement has run (see
-        // `release`), so that the two, sent on different connections of the
-        // pool, reach the database in the order they were made; a caller
-        // that stops waiting (a dropped acquire, a timeout) leaves the
-        // flight to end when the connection has run it (`InFlight`).
-        let row = self
-            .bounded(self.opts.response_timeout, what, async {
-                let flight = self.flights.depart(token.as_str());
-                let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
-                let stmt = conn
-                    .prepare_cached(&self.sql.acquire)
-                    .await
-                    .map_err(|e| pg_error(e, &what()))?;
-                let sent = flights::InFlight::new(conn, flight);
-                let row = sent
-                    .conn()
-                    .query_one(
-                        &stmt,
-                        &[
-                            &keys.id(),
-                            &token.as_str(),
-                            &ms(lease),
-                            &permits(keys.resource()),
-                            &wait,
-                            &channel,
-                            &attempt,
-                        ],
-                    )
-                    .await
-                    .map_err(|e| pg_error(e, &what()));
-                sent.landed();
-                row
-            })
-            .await?;
-        let taken: bool = column(&row, 0, &what())?;
-        let n: Option<i64> = column(&row, 1, &what())?;
-        match (taken, n.map(u64::try_from)) {
-            (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
-                fence: FencingToken::new(fence),
-                keys: keys.clone(),
-            }),
-            (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
-            (false, _) => Ok(Attempt::Busy(None)),
-            _ => Err(Error::new(
-                ErrorKind::Protocol,
-                format!("{}: unexpected reply ({taken}, {n:?})", what()),
-            )),
-        }
-    }
-
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let what = || format!("releasing {:?}", keys.id());
-        // An acquisition of this token still running is let finish first;
-        // waiting longer than a request may take is pointless (its lease
-        // then frees what it took).
-        self.flights
-            .landed(token.as_str(), self.opts.response_timeout)
-            .await;
-        let row = self
-            .query_one(
-                &self.sql.release,
-                &[&keys.id(), &token.as_str(), &permits(keys.resource())],
-                what,
-            )
-            .await?;
-        column(&row, 0, &what())
-    }
-
-    async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
-        let what = || format!("extending {:?}", keys.id());
-        let row = self
-            .query_one(
-                &self.sql.extend,
-                &[&keys.id(), &token.as_str(), &ms(lease)],
-                what,
-            )
-            .await?;
-        column(&row, 0, &what())
-    }
-
-    async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
-        let what = || format!("inspecting {:?}", keys.id());
-        let row = self
-            .query_one(&self.sql.inspect, &[&keys.id()], what)
-            .await?;
-        let holders: i64 = column(&row, 0, &what())?;
-        let left: Option<i64> = column(&row, 1, &what())?;
-        let waiters: i64 = column(&row, 2, &what())?;
-        let latest: Option<i64> = column(&row, 3, &what())?;
-        let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
-        Ok(Occupancy::new(
-            u32::try_from(holders).map_err(|_| garbage())?,
-            keys.resource().permits(),
-            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
-            u64::try_from(waiters).map_err(|_| garbage())?,
-            latest
-                .and_then(|f| u64::try_from(f).ok())
-                .filter(|f| *f > 0)
-                .map(FencingToken::new),
-        ))
-    }
-
-    async fn counter_add(
-        &self,
-        keys: &CounterKeys,
-        delta: i64,
-        ttl: Option<Duration>,
-    ) -> Result<i64> {
-        let key = keys.id();
-        let what = || format!("adding to counter {key:?}");
-        let row = self
-            .query_one(&self.sql.counter_add, &[&key, &delta, &ttl_ms(ttl)], what)
-            .await
-            .map_err(overflow_is_invalid(key))?;
-        column(&row, 0, &what())
-    }
-
-    async fn counter_take(
-        &self,
-        keys: &CounterKeys,
-        n: i64,
-        ttl: Option<Duration>,
-    ) -> Result<Result<i64, i64>> {
-        let key = keys.id();
-        let what = || format!("taking from counter {key:?}");
-        let row = self
-            .query_one(&self.sql.counter_take, &[&key, &n, &ttl_ms(ttl)], what)
-            .await
-            .map_err(overflow_is_invalid(key))?;
-        let taken: bool = column(&row, 0, &what())?;
-        let value: i64 = column(&row, 1, &what())?;
-        Ok(if taken { Ok(value) } else { Err(value) })
-    }
-
-    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
-        let key = keys.id();
-        let what = || format!("reading counter {key:?}");
-        let rows = self.query(&self.sql.counter_get, &[&key], what).await?;
-        let Some(row) = rows.first() else {
-            return Ok((0, 0));
-        };
-        let value: i64 = column(row, 0, &what())?;
-        let version: i64 = column(row, 1, &what())?;
-        Ok((value, version.max(0).unsigned_abs()))
-    }
-
-    async fn counter_set(
-        &self,
-        keys: &CounterKeys,
-        value: i64,
-        expected: Option<u64>,
-        ttl: Option<Duration>,
-    ) -> Result<Result<u64, u64>> {
-        let key = keys.id();
-        let what = || format!("setting counter {key:?}");
-        let expected = expected.map(|v| v.to_string());
-        let row = self
-            .query_one(
-                &self.sql.counter_set,
-                &[&key, &value, &expected, &ttl_ms(ttl)],
-                what,
-            )
-            .await?;
-        let done: bool = column(&row, 0, &what())?;
-        let version: i64 = column(&row, 1, &what())?;
-        let version = version.max(0).unsigned_abs();
-        Ok(if done { Ok(version) } else { Err(version) })
-    }
-
-    async fn mark_once(
-        &self,
-        keys: &CounterKeys,
-        member: &str,
-        ttl: Option<Duration>,
-    ) -> Result<bool> {
-        let marks = format!("{}:marks", keys.id());
-        let key = marks.as_str();
-        let what = || format!("marking {member:?} in {key:?}");
-        let row = self
-            .query_one(&self.sql.mark_once, &[&key, &member, &ttl_ms(ttl)], what)
-            .await?;
-        column(&row, 0, &what())
-    }
-
-    async fn rate_limit(
-        &self,
-        keys: &LimitKeys<'_>,
-        op: LimitOp,
-        cost: u64,
-        peek: bool,
-    ) -> Result<Decision> {
-        let key = keys.id();
-        let what = || format!("rate limiting {key:?}");
-        let cost = i64::try_from(cost).map_err(|_| {
-            Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
-        })?;
-        match op {
-            LimitOp::Gcra(p) => {
-                let row = self
-                    .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost, &peek], what)
-                    .await?;
-                let allowed: bool = column(&row, 0, &what())?;
-                let used: i64 = column(&row, 1, &what())?;
-                let retry: i64 = column(&row, 2, &what())?;
-                Ok(gcra::decide(p, allowed, used, retry))
-            }
-            LimitOp::Fixed { limit, period_us } => {
-                let window_ms =
-                    i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
-                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-                let row = self
-                    .query_one(
-                        &self.sql.fixed_window,
-                        &[&key, &limit_i, &window_ms, &cost, &peek],
-                        what,
-                    )
-                    .await?;
-                let allowed: bool = column(&row, 0, &what())?;
-                let used: i64 = column(&row, 1, &what())?;
-                let left_ms: i64 = column(&row, 2, &what())?;
-                // As on Redis: the window is over 1 ms after the time left.
-                let reset = (left_ms + 1) * 1000;
-                Ok(fixed_window::decide(
-                    limit,
-                    allowed,
-                    used.max(0).unsigned_abs(),
-                    reset,
-                    reset,
-                ))
-            }
-            LimitOp::Sliding { limit, period_us } => {
-                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-                let row = self
-                    .query_one(
-                        &self.sql.sliding_window,
-                        &[&key, &limit_i, &period_us, &cost, &peek],
-                        what,
-                    )
-                    .await?;
-                let allowed: bool = column(&row, 0, &what())?;
-                let used: i64 = column(&row, 1, &what())?;
-                let reset: i64 = column(&row, 2, &what())?;
-                let retry: i64 = column(&row, 3, &what())?;
-                Ok(sliding_window::decide(
-                    limit,
-                    allowed,
-                    used.max(0).unsigned_abs(),
-                    reset,
-                    retry,
-                ))
-            }
-            _ => Err(lockguard_core::store::unsupported(
-                self.name(),
-                "this rate-limit algorithm",
-            )),
-        }
-    }
-
-    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        let what = || format!("writing fenced {key:?}");
-        let rows = self
-            .query(
-                &self.sql.fenced_write,
-                &[&key, &token.to_string(), &value],
-                what,
-            )
-            .await?;
-        Ok(!rows.is_empty())
-    }
-
-    async fn fenced_read(&self, key: &str) -> Result<Stored> {
-        let what = || format!("reading fenced {key:?}");
-        let rows = self.query(&self.sql.fenced_read, &[&key], what).await?;
-        let Some(row) = rows.first() else {
-            return Ok(None);
-        };
-        let fence: String = column(row, 0, &what())?;
-        let value: Vec<u8> = column(row, 1, &what())?;
-        let fence = fence.parse::<u64>().map_err(|_| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("{}: unreadable token {fence:?}", what()),
-            )
-        })?;
-        Ok(Some((fence, value)))
-    }
 }
 
 fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
@@ -688,7 +385,65 @@ impl LockStore for PostgresStore {
         lease: Duration,
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
+        StoreFuture::boxed(async move {
+            let what = || format!("acquiring {:?}", keys.id());
+            let (wait, channel, attempt) = match place {
+                Some(p) => (
+                    Some(ms(p.timeout)),
+                    Some(pg_channel(p.channel)),
+                    Some(i64::from(p.attempt)),
+                ),
+                None => (None, None, None),
+            };
+            // A release of the token waits until this statement has run (see
+            // `release`), so that the two, sent on different connections of the
+            // pool, reach the database in the order they were made; a caller
+            // that stops waiting (a dropped acquire, a timeout) leaves the
+            // flight to end when the connection has run it (`InFlight`).
+            let row = self
+                .bounded(self.opts.response_timeout, what, async {
+                    let flight = self.flights.depart(token.as_str());
+                    let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
+                    let stmt = conn
+                        .prepare_cached(&self.sql.acquire)
+                        .await
+                        .map_err(|e| pg_error(e, &what()))?;
+                    let sent = flights::InFlight::new(conn, flight);
+                    let row = sent
+                        .conn()
+                        .query_one(
+                            &stmt,
+                            &[
+                                &keys.id(),
+                                &token.as_str(),
+                                &ms(lease),
+                                &permits(keys.resource()),
+                                &wait,
+                                &channel,
+                                &attempt,
+                            ],
+                        )
+                        .await
+                        .map_err(|e| pg_error(e, &what()));
+                    sent.landed();
+                    row
+                })
+                .await?;
+            let taken: bool = column(&row, 0, &what())?;
+            let n: Option<i64> = column(&row, 1, &what())?;
+            match (taken, n.map(u64::try_from)) {
+                (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
+                    fence: FencingToken::new(fence),
+                    keys: keys.clone(),
+                }),
+                (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
+                (false, _) => Ok(Attempt::Busy(None)),
+                _ => Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("{}: unexpected reply ({taken}, {n:?})", what()),
+                )),
+            }
+        })
     }
 
     fn release<'a>(
@@ -696,7 +451,23 @@ impl LockStore for PostgresStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token))
+        StoreFuture::boxed(async move {
+            let what = || format!("releasing {:?}", keys.id());
+            // An acquisition of this token still running is let finish first;
+            // waiting longer than a request may take is pointless (its lease
+            // then frees what it took).
+            self.flights
+                .landed(token.as_str(), self.opts.response_timeout)
+                .await;
+            let row = self
+                .query_one(
+                    &self.sql.release,
+                    &[&keys.id(), &token.as_str(), &permits(keys.resource())],
+                    what,
+                )
+                .await?;
+            column(&row, 0, &what())
+        })
     }
 
     fn extend<'a>(
@@ -705,11 +476,42 @@ impl LockStore for PostgresStore {
         token: &'a Token,
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+        StoreFuture::boxed(async move {
+            let what = || format!("extending {:?}", keys.id());
+            let row = self
+                .query_one(
+                    &self.sql.extend,
+                    &[&keys.id(), &token.as_str(), &ms(lease)],
+                    what,
+                )
+                .await?;
+            column(&row, 0, &what())
+        })
     }
 
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(Self::inspect(self, keys))
+        StoreFuture::boxed(async move {
+            let what = || format!("inspecting {:?}", keys.id());
+            let row = self
+                .query_one(&self.sql.inspect, &[&keys.id()], what)
+                .await?;
+            let holders: i64 = column(&row, 0, &what())?;
+            let left: Option<i64> = column(&row, 1, &what())?;
+            let waiters: i64 = column(&row, 2, &what())?;
+            let latest: Option<i64> = column(&row, 3, &what())?;
+            let garbage =
+                || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+            Ok(Occupancy::new(
+                u32::try_from(holders).map_err(|_| garbage())?,
+                keys.resource().permits(),
+                left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+                u64::try_from(waiters).map_err(|_| garbage())?,
+                latest
+                    .and_then(|f| u64::try_from(f).ok())
+                    .filter(|f| *f > 0)
+                    .map(FencingToken::new),
+            ))
+        })
     }
 }
 
@@ -720,7 +522,15 @@ impl DataStore for PostgresStore {
         delta: i64,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
+        StoreFuture::boxed(async move {
+            let key = keys.id();
+            let what = || format!("adding to counter {key:?}");
+            let row = self
+                .query_one(&self.sql.counter_add, &[&key, &delta, &ttl_ms(ttl)], what)
+                .await
+                .map_err(overflow_is_invalid(key))?;
+            column(&row, 0, &what())
+        })
     }
 
     fn counter_take<'a>(
@@ -729,11 +539,31 @@ impl DataStore for PostgresStore {
         n: i64,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
+        StoreFuture::boxed(async move {
+            let key = keys.id();
+            let what = || format!("taking from counter {key:?}");
+            let row = self
+                .query_one(&self.sql.counter_take, &[&key, &n, &ttl_ms(ttl)], what)
+                .await
+                .map_err(overflow_is_invalid(key))?;
+            let taken: bool = column(&row, 0, &what())?;
+            let value: i64 = column(&row, 1, &what())?;
+            Ok(if taken { Ok(value) } else { Err(value) })
+        })
     }
 
     fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(Self::counter_get(self, keys))
+        StoreFuture::boxed(async move {
+            let key = keys.id();
+            let what = || format!("reading counter {key:?}");
+            let rows = self.query(&self.sql.counter_get, &[&key], what).await?;
+            let Some(row) = rows.first() else {
+                return Ok((0, 0));
+            };
+            let value: i64 = column(row, 0, &what())?;
+            let version: i64 = column(row, 1, &what())?;
+            Ok((value, version.max(0).unsigned_abs()))
+        })
     }
 
     fn counter_set<'a>(
@@ -743,7 +573,22 @@ impl DataStore for PostgresStore {
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
+        StoreFuture::boxed(async move {
+            let key = keys.id();
+            let what = || format!("setting counter {key:?}");
+            let expected = expected.map(|v| v.to_string());
+            let row = self
+                .query_one(
+                    &self.sql.counter_set,
+                    &[&key, &value, &expected, &ttl_ms(ttl)],
+                    what,
+                )
+                .await?;
+            let done: bool = column(&row, 0, &what())?;
+            let version: i64 = column(&row, 1, &what())?;
+            let version = version.max(0).unsigned_abs();
+            Ok(if done { Ok(version) } else { Err(version) })
+        })
     }
 
     fn mark_once<'a>(
@@ -752,7 +597,15 @@ impl DataStore for PostgresStore {
         member: &'a str,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
+        StoreFuture::boxed(async move {
+            let marks = format!("{}:marks", keys.id());
+            let key = marks.as_str();
+            let what = || format!("marking {member:?} in {key:?}");
+            let row = self
+                .query_one(&self.sql.mark_once, &[&key, &member, &ttl_ms(ttl)], what)
+                .await?;
+            column(&row, 0, &what())
+        })
     }
 
     fn rate_limit<'a>(
@@ -762,7 +615,73 @@ impl DataStore for PostgresStore {
         cost: u64,
         peek: bool,
     ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
+        StoreFuture::boxed(async move {
+            let key = keys.id();
+            let what = || format!("rate limiting {key:?}");
+            let cost = i64::try_from(cost).map_err(|_| {
+                Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
+            })?;
+            match op {
+                LimitOp::Gcra(p) => {
+                    let row = self
+                        .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost, &peek], what)
+                        .await?;
+                    let allowed: bool = column(&row, 0, &what())?;
+                    let used: i64 = column(&row, 1, &what())?;
+                    let retry: i64 = column(&row, 2, &what())?;
+                    Ok(gcra::decide(p, allowed, used, retry))
+                }
+                LimitOp::Fixed { limit, period_us } => {
+                    let window_ms =
+                        i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
+                    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                    let row = self
+                        .query_one(
+                            &self.sql.fixed_window,
+                            &[&key, &limit_i, &window_ms, &cost, &peek],
+                            what,
+                        )
+                        .await?;
+                    let allowed: bool = column(&row, 0, &what())?;
+                    let used: i64 = column(&row, 1, &what())?;
+                    let left_ms: i64 = column(&row, 2, &what())?;
+                    // As on Redis: the window is over 1 ms after the time left.
+                    let reset = (left_ms + 1) * 1000;
+                    Ok(fixed_window::decide(
+                        limit,
+                        allowed,
+                        used.max(0).unsigned_abs(),
+                        reset,
+                        reset,
+                    ))
+                }
+                LimitOp::Sliding { limit, period_us } => {
+                    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                    let row = self
+                        .query_one(
+                            &self.sql.sliding_window,
+                            &[&key, &limit_i, &period_us, &cost, &peek],
+                            what,
+                        )
+                        .await?;
+                    let allowed: bool = column(&row, 0, &what())?;
+                    let used: i64 = column(&row, 1, &what())?;
+                    let reset: i64 = column(&row, 2, &what())?;
+                    let retry: i64 = column(&row, 3, &what())?;
+                    Ok(sliding_window::decide(
+                        limit,
+                        allowed,
+                        used.max(0).unsigned_abs(),
+                        reset,
+                        retry,
+                    ))
+                }
+                _ => Err(lockguard_core::store::unsupported(
+                    self.name(),
+                    "this rate-limit algorithm",
+                )),
+            }
+        })
     }
 
     fn fenced_write<'a>(
@@ -771,11 +690,36 @@ impl DataStore for PostgresStore {
         token: u64,
         value: &'a [u8],
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
+        StoreFuture::boxed(async move {
+            let what = || format!("writing fenced {key:?}");
+            let rows = self
+                .query(
+                    &self.sql.fenced_write,
+                    &[&key, &token.to_string(), &value],
+                    what,
+                )
+                .await?;
+            Ok(!rows.is_empty())
+        })
     }
 
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(Self::fenced_read(self, key))
+        StoreFuture::boxed(async move {
+            let what = || format!("reading fenced {key:?}");
+            let rows = self.query(&self.sql.fenced_read, &[&key], what).await?;
+            let Some(row) = rows.first() else {
+                return Ok(None);
+            };
+            let fence: String = column(row, 0, &what())?;
+            let value: Vec<u8> = column(row, 1, &what())?;
+            let fence = fence.parse::<u64>().map_err(|_| {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!("{}: unreadable token {fence:?}", what()),
+                )
+            })?;
+            Ok(Some((fence, value)))
+        })
     }
 }
 

@@ -155,47 +155,6 @@ impl RedlockStore {
         )
     }
 
-    /// One attempt; a lock's waiter (`place`) takes its place in the key's
-    /// line on every node (see [`RedlockLine`]). A semaphore's waiters do
-    /// not line up: its permits are slot locks, each free to the first who
-    /// asks.
-    pub(crate) async fn try_acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
-        match keys.resource() {
-            Resource::Lock => {
-                let place = place.map(|p| p.with_channel(""));
-                self.try_lock(keys, token, lease, place).await
-            }
-            Resource::Semaphore { permits } => {
-                // Try the slots from a random start, so holders spread out.
-                let start = fastrand::u32(0..permits);
-                let mut shortest: Option<Duration> = None;
-                for i in 0..permits {
-                    let slot = Arc::new(slot_keys(keys, (start + i) % permits));
-                    match self.try_lock(&slot, token, lease, None).await? {
-                        taken @ Attempt::Acquired { .. } => return Ok(taken),
-                        Attempt::Busy(ttl) => {
-                            shortest = match (shortest, ttl) {
-                                (Some(a), Some(b)) => Some(a.min(b)),
-                                (a, b) => a.or(b),
-                            };
-                        }
-                        Attempt::Contended => shortest = Some(Duration::ZERO),
-                    }
-                }
-                Ok(match shortest {
-                    Some(Duration::ZERO) => Attempt::Contended,
-                    other => Attempt::Busy(other),
-                })
-            }
-        }
-    }
-
     async fn try_lock(
         &self,
         keys: &Arc<LockKeys>,
@@ -368,83 +327,6 @@ impl RedlockStore {
             tokio::spawn(async move { release_on(&node, &keys, &token).await });
         }
     }
-
-    pub(crate) async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
-        let n = self.nodes.len();
-        let q = self.quorum();
-        let slots: Option<Arc<Vec<String>>> = match keys.resource() {
-            Resource::Semaphore { permits } => Some(Arc::new(
-                (0..permits)
-                    .map(|i| slot_keys(keys, i).id().to_owned())
-                    .collect(),
-            )),
-            Resource::Lock => None,
-        };
-        let tally = self
-            .round(
-                |node| {
-                    let (keys, token, slots) = (keys.clone(), *token, slots.clone());
-                    async move {
-                        match slots {
-                            // A permit whose slot is unknown (an acquire
-                            // dropped mid-flight): release any slot with it.
-                            Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
-                            None => {
-                                node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
-                                    .await
-                            }
-                        }
-                    }
-                },
-                // Decided once a quorum released, or can no longer; the
-                // other nodes finish in the background.
-                |t: &Tally<bool>, suspects| {
-                    let yes = t.ok.iter().filter(|(_, r)| *r).count();
-                    yes >= q || t.answered - yes + suspects > n - q
-                },
-            )
-            .await;
-        let released = tally.ok.iter().filter(|(_, r)| *r).count();
-        if released >= q {
-            Ok(true)
-        } else if tally.errors.len() + (n - tally.answered) > n - q {
-            // Too many nodes unheard from to say it was not held.
-            Err(self.quorum_error(&format!("releasing {:?}", keys.id()), &tally.errors))
-        } else {
-            Ok(false)
-        }
-    }
-
-    pub(crate) async fn extend(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-    ) -> Result<bool> {
-        let n = self.nodes.len();
-        let q = self.quorum();
-        let tally = self
-            .round(
-                |node| {
-                    let (keys, token) = (keys.clone(), *token);
-                    async move { node.extend(&keys, &token, lease).await }
-                },
-                |t: &Tally<bool>, suspects| {
-                    let yes = t.ok.iter().filter(|(_, r)| *r).count();
-                    yes >= q || t.answered - yes + suspects > n - q
-                },
-            )
-            .await;
-        let yes = tally.ok.iter().filter(|(_, r)| *r).count();
-        if yes >= q {
-            Ok(true)
-        } else if tally.errors.len() + (n - tally.answered) > n - q {
-            // Too many nodes unheard from to say the lock is gone.
-            Err(self.quorum_error(&format!("extending {:?}", keys.id()), &tally.errors))
-        } else {
-            Ok(false)
-        }
-    }
 }
 
 /// The receiving end of an acquire round; dropped while the outcome is
@@ -531,6 +413,10 @@ impl LockStore for RedlockStore {
         MAX_REDLOCK_PERMITS
     }
 
+    /// One attempt; a lock's waiter (`place`) takes its place in the key's
+    /// line on every node (see [`RedlockLine`]). A semaphore's waiters do
+    /// not line up: its permits are slot locks, each free to the first who
+    /// asks.
     fn acquire<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
@@ -540,7 +426,36 @@ impl LockStore for RedlockStore {
     ) -> StoreFuture<'a, Result<Attempt>> {
         // No queue across independent nodes: every attempt is one try, in
         // the order of the key's line.
-        StoreFuture::boxed(self.try_acquire(keys, token, lease, place))
+        StoreFuture::boxed(async move {
+            match keys.resource() {
+                Resource::Lock => {
+                    let place = place.map(|p| p.with_channel(""));
+                    self.try_lock(keys, token, lease, place).await
+                }
+                Resource::Semaphore { permits } => {
+                    // Try the slots from a random start, so holders spread out.
+                    let start = fastrand::u32(0..permits);
+                    let mut shortest: Option<Duration> = None;
+                    for i in 0..permits {
+                        let slot = Arc::new(slot_keys(keys, (start + i) % permits));
+                        match self.try_lock(&slot, token, lease, None).await? {
+                            taken @ Attempt::Acquired { .. } => return Ok(taken),
+                            Attempt::Busy(ttl) => {
+                                shortest = match (shortest, ttl) {
+                                    (Some(a), Some(b)) => Some(a.min(b)),
+                                    (a, b) => a.or(b),
+                                };
+                            }
+                            Attempt::Contended => shortest = Some(Duration::ZERO),
+                        }
+                    }
+                    Ok(match shortest {
+                        Some(Duration::ZERO) => Attempt::Contended,
+                        other => Attempt::Busy(other),
+                    })
+                }
+            }
+        })
     }
 
     fn release<'a>(
@@ -548,7 +463,53 @@ impl LockStore for RedlockStore {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token))
+        StoreFuture::boxed(async move {
+            let n = self.nodes.len();
+            let q = self.quorum();
+            let slots: Option<Arc<Vec<String>>> = match keys.resource() {
+                Resource::Semaphore { permits } => Some(Arc::new(
+                    (0..permits)
+                        .map(|i| slot_keys(keys, i).id().to_owned())
+                        .collect(),
+                )),
+                Resource::Lock => None,
+            };
+            let tally = self
+                .round(
+                    |node| {
+                        let (keys, token, slots) = (keys.clone(), *token, slots.clone());
+                        async move {
+                            match slots {
+                                // A permit whose slot is unknown (an acquire
+                                // dropped mid-flight): release any slot with it.
+                                Some(slots) => {
+                                    node.release_any(&slots, &token, keys.channel()).await
+                                }
+                                None => {
+                                    node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
+                                        .await
+                                }
+                            }
+                        }
+                    },
+                    // Decided once a quorum released, or can no longer; the
+                    // other nodes finish in the background.
+                    |t: &Tally<bool>, suspects| {
+                        let yes = t.ok.iter().filter(|(_, r)| *r).count();
+                        yes >= q || t.answered - yes + suspects > n - q
+                    },
+                )
+                .await;
+            let released = tally.ok.iter().filter(|(_, r)| *r).count();
+            if released >= q {
+                Ok(true)
+            } else if tally.errors.len() + (n - tally.answered) > n - q {
+                // Too many nodes unheard from to say it was not held.
+                Err(self.quorum_error(&format!("releasing {:?}", keys.id()), &tally.errors))
+            } else {
+                Ok(false)
+            }
+        })
     }
 
     fn extend<'a>(
@@ -557,7 +518,31 @@ impl LockStore for RedlockStore {
         token: &'a Token,
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+        StoreFuture::boxed(async move {
+            let n = self.nodes.len();
+            let q = self.quorum();
+            let tally = self
+                .round(
+                    |node| {
+                        let (keys, token) = (keys.clone(), *token);
+                        async move { node.extend(&keys, &token, lease).await }
+                    },
+                    |t: &Tally<bool>, suspects| {
+                        let yes = t.ok.iter().filter(|(_, r)| *r).count();
+                        yes >= q || t.answered - yes + suspects > n - q
+                    },
+                )
+                .await;
+            let yes = tally.ok.iter().filter(|(_, r)| *r).count();
+            if yes >= q {
+                Ok(true)
+            } else if tally.errors.len() + (n - tally.answered) > n - q {
+                // Too many nodes unheard from to say the lock is gone.
+                Err(self.quorum_error(&format!("extending {:?}", keys.id()), &tally.errors))
+            } else {
+                Ok(false)
+            }
+        })
     }
 }
 

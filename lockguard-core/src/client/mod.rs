@@ -425,7 +425,7 @@ mod tests {
     }
 
     /// A watch sees the guard's token and lease, does not keep the lock,
-    /// and reports the end of the acquisition: `lost()` completes and
+    /// and reports the end of the hold: `lost()` completes and
     /// `is_held()` turns false when the guard is released or dropped.
     #[tokio::test]
     async fn a_watch_follows_the_guard_without_holding_the_lock() {
@@ -453,7 +453,7 @@ mod tests {
     }
 
     /// `release()` of the last guard releases at once, even while another
-    /// reference to the acquisition is alive (a reentrancy check of the
+    /// reference to the hold's guards is alive (a reentrancy check of the
     /// owning task holds one for a moment): the key is free when it
     /// returns, and it reports that the lock was held. (Issue 11, item 13:
     /// it returned `is_held()` and left the release to whoever dropped the
@@ -467,14 +467,14 @@ mod tests {
             .acquire()
             .await
             .unwrap();
-        let other_reference = guard.tenancy().clone();
+        let other_reference = guard.guards().clone();
         assert!(guard.release().await.unwrap(), "the lock was held");
         let again = lg.peer().lock("now").try_acquire().await;
         assert!(again.is_ok(), "the key was not released: {again:?}");
         drop(other_reference);
     }
 
-    /// Reentrant guards share the acquisition: giving up a share keeps the
+    /// Reentrant guards share one hold: giving up a share keeps the
     /// lock, and the last guard's release frees it and reports so.
     #[tokio::test]
     async fn the_last_of_shared_guards_releases() {

@@ -13,17 +13,14 @@ use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvoc
 use crate::layout::RedisLockKeys as _;
 use crate::redlock::RedlockLine;
 use lockguard_core::FencingToken;
-use lockguard_core::rate_limit::Decision;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, DataStore, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store, StoreFuture,
-    Stored, Waiting, millis_ceil,
+    Attempt, LockStore, Occupancy, Place, Store, StoreFuture, Waiting, millis_ceil,
 };
-use lockguard_core::store::{CounterKeys, LockKeys, Resource};
+use lockguard_core::store::{LockKeys, Resource};
 use lockguard_core::{Error, ErrorKind, Result};
 
-mod counter;
-mod limit;
+mod data;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod subscriber;
@@ -53,8 +50,6 @@ static LOCK_ACQUIRE: LazyLock<Script> = queue_script!("lock_acquire.lua");
 static LOCK_RELEASE: LazyLock<Script> = queue_script!("lock_release.lua");
 static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
-static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
 static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -763,54 +758,6 @@ impl RedisStore {
         answer
     }
 
-    /// One attempt; see [`LockStore::acquire`].
-    pub(crate) async fn acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
-        let mut call = match keys.resource() {
-            Resource::Lock => LOCK_ACQUIRE.prepare_invoke(),
-            Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
-        };
-        call.key(keys.id())
-            .key(keys.sequence())
-            .key(keys.queue())
-            .key(keys.tickets())
-            .arg(token.as_str())
-            .arg(millis_ceil(lease));
-        if let Resource::Semaphore { permits } = keys.resource() {
-            call.arg(permits);
-        }
-        // Without a place the script never queues.
-        if let Some(p) = place {
-            call.arg(millis_ceil(p.timeout))
-                .arg(p.channel)
-                .arg(p.attempt);
-        }
-        let reply = self
-            .run(&call, || format!("acquiring {:?}", keys.id()))
-            .await?;
-        let fence = match attempt_reply(keys, reply)? {
-            Ok(fence) => fence,
-            Err(busy) => return Ok(busy),
-        };
-        if let Err(e) = self.replicated(keys.id()).await {
-            // Not on enough replicas to survive a failover: give it back
-            // rather than hand out a lock a promoted replica would not know.
-            if let Err(undo) = self.release(keys, token).await {
-                tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
-            }
-            return Err(e);
-        }
-        Ok(Attempt::Acquired {
-            fence,
-            keys: keys.clone(),
-        })
-    }
-
     /// One attempt at a lock on a Redlock node, where waiters line up by
     /// when they began to wait (`place`) instead of queueing: see
     /// `redlock_acquire.lua`.
@@ -951,43 +898,6 @@ impl RedisStore {
         Ok(())
     }
 
-    /// What the server knows of the lock or semaphore; see
-    /// [`LockStore::inspect`].
-    pub(crate) async fn inspect(&self, keys: &LockKeys) -> Result<Occupancy> {
-        let mut call = INSPECT.prepare_invoke();
-        call.key(keys.id()).key(keys.sequence()).key(keys.queue());
-        let capacity = match keys.resource() {
-            Resource::Lock => {
-                call.arg("lock");
-                1
-            }
-            Resource::Semaphore { permits } => {
-                call.arg("semaphore");
-                permits
-            }
-        };
-        let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
-            .run(&call, || format!("inspecting {:?}", keys.id()))
-            .await?;
-        let garbage = || {
-            Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
-                    keys.id()
-                ),
-            )
-        };
-        let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
-        Ok(Occupancy::new(
-            u32::try_from(holders).map_err(|_| garbage())?,
-            capacity,
-            (holders > 0 && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
-            u64::try_from(waiters).map_err(|_| garbage())?,
-            (sequence > 0).then(|| FencingToken::new(sequence)),
-        ))
-    }
-
     /// Raises a token sequence to at least `value`; returns the sequence.
     pub(crate) async fn raise_fence(&self, fence_key: &str, value: u64) -> Result<u64> {
         let mut call = FENCE_RAISE.prepare_invoke();
@@ -1013,24 +923,6 @@ impl RedisStore {
             .await?;
         Ok(n == 1)
     }
-
-    pub(crate) async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        let mut call = FENCED_WRITE.prepare_invoke();
-        call.key(key).arg(token).arg(value);
-        let n: i64 = self
-            .run(&call, || format!("fenced write to {key:?}"))
-            .await?;
-        Ok(n == 1)
-    }
-
-    pub(crate) async fn fenced_read(&self, key: &str) -> Result<Option<(u64, Vec<u8>)>> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(key).arg("fence").arg("value");
-        let (fence, value): (Option<u64>, Option<Vec<u8>>) = self
-            .query(&cmd, || format!("reading fenced resource {key:?}"))
-            .await?;
-        Ok(fence.map(|f| (f, value.unwrap_or_default())))
-    }
 }
 
 impl LockStore for RedisStore {
@@ -1046,6 +938,7 @@ impl LockStore for RedisStore {
         Waiting::Queue
     }
 
+    /// One attempt; see [`LockStore::acquire`].
     fn acquire<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
@@ -1053,7 +946,46 @@ impl LockStore for RedisStore {
         lease: Duration,
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
+        StoreFuture::boxed(async move {
+            let mut call = match keys.resource() {
+                Resource::Lock => LOCK_ACQUIRE.prepare_invoke(),
+                Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
+            };
+            call.key(keys.id())
+                .key(keys.sequence())
+                .key(keys.queue())
+                .key(keys.tickets())
+                .arg(token.as_str())
+                .arg(millis_ceil(lease));
+            if let Resource::Semaphore { permits } = keys.resource() {
+                call.arg(permits);
+            }
+            // Without a place the script never queues.
+            if let Some(p) = place {
+                call.arg(millis_ceil(p.timeout))
+                    .arg(p.channel)
+                    .arg(p.attempt);
+            }
+            let reply = self
+                .run(&call, || format!("acquiring {:?}", keys.id()))
+                .await?;
+            let fence = match attempt_reply(keys, reply)? {
+                Ok(fence) => fence,
+                Err(busy) => return Ok(busy),
+            };
+            if let Err(e) = self.replicated(keys.id()).await {
+                // Not on enough replicas to survive a failover: give it back
+                // rather than hand out a lock a promoted replica would not know.
+                if let Err(undo) = self.release(keys, token).await {
+                    tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
+                }
+                return Err(e);
+            }
+            Ok(Attempt::Acquired {
+                fence,
+                keys: keys.clone(),
+            })
+        })
     }
 
     fn release<'a>(
@@ -1073,74 +1005,43 @@ impl LockStore for RedisStore {
         StoreFuture::boxed(Self::extend(self, keys, token, lease))
     }
 
+    /// What the server knows of the lock or semaphore; see
+    /// [`LockStore::inspect`].
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(Self::inspect(self, keys))
-    }
-}
-
-impl DataStore for RedisStore {
-    fn counter_add<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        delta: i64,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
-    }
-
-    fn counter_take<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        n: i64,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
-    }
-
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(Self::counter_get(self, keys.id()))
-    }
-
-    fn counter_set<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        value: i64,
-        expected: Option<u64>,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
-    }
-
-    fn mark_once<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        member: &'a str,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::mark_once(self, keys.marks(), member, ttl))
-    }
-
-    fn rate_limit<'a>(
-        &'a self,
-        keys: &'a LimitKeys<'_>,
-        op: LimitOp,
-        cost: u64,
-        peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
-    }
-
-    fn fenced_write<'a>(
-        &'a self,
-        key: &'a str,
-        token: u64,
-        value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
-    }
-
-    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(Self::fenced_read(self, key))
+        StoreFuture::boxed(async move {
+            let mut call = INSPECT.prepare_invoke();
+            call.key(keys.id()).key(keys.sequence()).key(keys.queue());
+            let capacity = match keys.resource() {
+                Resource::Lock => {
+                    call.arg("lock");
+                    1
+                }
+                Resource::Semaphore { permits } => {
+                    call.arg("semaphore");
+                    permits
+                }
+            };
+            let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
+                .run(&call, || format!("inspecting {:?}", keys.id()))
+                .await?;
+            let garbage = || {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
+                        keys.id()
+                    ),
+                )
+            };
+            let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
+            Ok(Occupancy::new(
+                u32::try_from(holders).map_err(|_| garbage())?,
+                capacity,
+                (holders > 0 && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
+                u64::try_from(waiters).map_err(|_| garbage())?,
+                (sequence > 0).then(|| FencingToken::new(sequence)),
+            ))
+        })
     }
 }
 

@@ -177,27 +177,6 @@ impl Subscriber {
             .await?;
         Ok(conn.clone())
     }
-
-    /// Brings the server's subscription for `channel` in line with whether
-    /// anyone waits on it now.
-    ///
-    /// A change whose outcome is unknown (it failed or timed out, perhaps
-    /// after the server ran it) leaves the channel recorded as maybe
-    /// subscribed: the next change asks again, and a channel nobody wants
-    /// is unsubscribed then, never left subscribed for good.
-    async fn sync_channel(&self, channel: &str, inbox: Arc<dyn Inbox>) -> Result<()> {
-        let mut subscribed = self.subscribed.lock().await;
-        let wanted = inbox.is_wanted(channel);
-        match (subscribed.get(channel), wanted) {
-            (Some(Known::Subscribed), true) | (None, false) => return Ok(()),
-            _ => {}
-        }
-        // Recorded before asking: the server may run the change even if
-        // its answer never arrives.
-        subscribed.insert(channel.to_owned(), Known::Maybe);
-        let mut conn = self.connection(&inbox).await?;
-        change(&mut subscribed, &mut conn, channel, wanted, self.opts).await
-    }
 }
 
 /// Asks the server to subscribe `channel` (or unsubscribe it) and records
@@ -286,8 +265,27 @@ async fn keep(
 }
 
 impl Listener for Subscriber {
+    /// Brings the server's subscription for `channel` in line with whether
+    /// anyone waits on it now.
+    ///
+    /// A change whose outcome is unknown (it failed or timed out, perhaps
+    /// after the server ran it) leaves the channel recorded as maybe
+    /// subscribed: the next change asks again, and a channel nobody wants
+    /// is unsubscribed then, never left subscribed for good.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
-        StoreFuture::boxed(self.sync_channel(channel, inbox))
+        StoreFuture::boxed(async move {
+            let mut subscribed = self.subscribed.lock().await;
+            let wanted = inbox.is_wanted(channel);
+            match (subscribed.get(channel), wanted) {
+                (Some(Known::Subscribed), true) | (None, false) => return Ok(()),
+                _ => {}
+            }
+            // Recorded before asking: the server may run the change even if
+            // its answer never arrives.
+            subscribed.insert(channel.to_owned(), Known::Maybe);
+            let mut conn = self.connection(&inbox).await?;
+            change(&mut subscribed, &mut conn, channel, wanted, self.opts).await
+        })
     }
 }
 

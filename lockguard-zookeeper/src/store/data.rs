@@ -196,104 +196,6 @@ impl ZooKeeperStore {
             .await?;
         Ok(answer.map(|()| new))
     }
-
-    async fn counter_set_inner(
-        &self,
-        keys: &CounterKeys,
-        value: i64,
-        expected: Option<u64>,
-        ttl: Option<Duration>,
-    ) -> Result<Result<u64, u64>> {
-        if ttl.is_some() {
-            return Err(unsupported("counter expiry"));
-        }
-        let path = self.data_path(keys.id());
-        let client = self.session.client();
-        let Some(expected) = expected else {
-            return self
-                .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
-                .await;
-        };
-        let read = self.read(&client, &path).await?;
-        let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
-        if current != expected {
-            return Ok(Err(current));
-        }
-        match self
-            .write_if(&client, &path, value.to_string().as_bytes(), &read)
-            .await?
-        {
-            Some(version) => Ok(Ok(version)),
-            None => {
-                let now = self.read(&client, &path).await?;
-                Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
-            }
-        }
-    }
-
-    async fn mark_once_inner(
-        &self,
-        keys: &CounterKeys,
-        member: &str,
-        ttl: Option<Duration>,
-    ) -> Result<bool> {
-        if ttl.is_some() {
-            return Err(unsupported("mark expiry"));
-        }
-        let set = self.data_path(&format!("{}:marks", keys.id()));
-        let path = format!("{set}/{}", node_name(member));
-        let client = self.session.client();
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-        for _ in 0..3 {
-            match bounded(
-                self.response_timeout,
-                client.create(&path, &[], &persistent),
-            )
-            .await?
-            {
-                Ok(_) => return Ok(true),
-                Err(zk::Error::NodeExists) => return Ok(false),
-                Err(zk::Error::NoNode) => {
-                    match bounded(self.response_timeout, client.create(&set, &[], &container))
-                        .await?
-                    {
-                        Ok(_) | Err(zk::Error::NodeExists) => {}
-                        Err(e) => return Err(self.failed(&client, e, "creating a mark set")),
-                    }
-                }
-                Err(e) => return Err(self.failed(&client, e, "marking a member")),
-            }
-        }
-        Err(Error::new(
-            ErrorKind::Unavailable,
-            format!("zookeeper removed {set} each time a mark was made in it"),
-        ))
-    }
-
-    async fn fenced_write_inner(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        let path = self.data_path(key);
-        let mut data = format!("{token} ").into_bytes();
-        data.extend_from_slice(value);
-        self.update(
-            &path,
-            |read| match read {
-                Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
-                _ => Ok(Ok(data.clone())),
-            },
-            |_| true,
-        )
-        .await
-    }
-
-    async fn fenced_read_inner(&self, key: &str) -> Result<Stored> {
-        let path = self.data_path(key);
-        let client = self.session.client();
-        match self.read(&client, &path).await? {
-            Some((data, _)) => Ok(Some(fenced_content(&path, &data)?)),
-            None => Ok(None),
-        }
-    }
 }
 
 impl DataStore for ZooKeeperStore {
@@ -349,7 +251,33 @@ impl DataStore for ZooKeeperStore {
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(self.counter_set_inner(keys, value, expected, ttl))
+        StoreFuture::boxed(async move {
+            if ttl.is_some() {
+                return Err(unsupported("counter expiry"));
+            }
+            let path = self.data_path(keys.id());
+            let client = self.session.client();
+            let Some(expected) = expected else {
+                return self
+                    .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
+                    .await;
+            };
+            let read = self.read(&client, &path).await?;
+            let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
+            if current != expected {
+                return Ok(Err(current));
+            }
+            match self
+                .write_if(&client, &path, value.to_string().as_bytes(), &read)
+                .await?
+            {
+                Some(version) => Ok(Ok(version)),
+                None => {
+                    let now = self.read(&client, &path).await?;
+                    Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
+                }
+            }
+        })
     }
 
     fn mark_once<'a>(
@@ -358,7 +286,40 @@ impl DataStore for ZooKeeperStore {
         member: &'a str,
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.mark_once_inner(keys, member, ttl))
+        StoreFuture::boxed(async move {
+            if ttl.is_some() {
+                return Err(unsupported("mark expiry"));
+            }
+            let set = self.data_path(&format!("{}:marks", keys.id()));
+            let path = format!("{set}/{}", node_name(member));
+            let client = self.session.client();
+            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+            let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+            for _ in 0..3 {
+                match bounded(
+                    self.response_timeout,
+                    client.create(&path, &[], &persistent),
+                )
+                .await?
+                {
+                    Ok(_) => return Ok(true),
+                    Err(zk::Error::NodeExists) => return Ok(false),
+                    Err(zk::Error::NoNode) => {
+                        match bounded(self.response_timeout, client.create(&set, &[], &container))
+                            .await?
+                        {
+                            Ok(_) | Err(zk::Error::NodeExists) => {}
+                            Err(e) => return Err(self.failed(&client, e, "creating a mark set")),
+                        }
+                    }
+                    Err(e) => return Err(self.failed(&client, e, "marking a member")),
+                }
+            }
+            Err(Error::new(
+                ErrorKind::Unavailable,
+                format!("zookeeper removed {set} each time a mark was made in it"),
+            ))
+        })
     }
 
     fn rate_limit<'a>(
@@ -377,11 +338,31 @@ impl DataStore for ZooKeeperStore {
         token: u64,
         value: &'a [u8],
     ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(self.fenced_write_inner(key, token, value))
+        StoreFuture::boxed(async move {
+            let path = self.data_path(key);
+            let mut data = format!("{token} ").into_bytes();
+            data.extend_from_slice(value);
+            self.update(
+                &path,
+                |read| match read {
+                    Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
+                    _ => Ok(Ok(data.clone())),
+                },
+                |_| true,
+            )
+            .await
+        })
     }
 
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(self.fenced_read_inner(key))
+        StoreFuture::boxed(async move {
+            let path = self.data_path(key);
+            let client = self.session.client();
+            match self.read(&client, &path).await? {
+                Some((data, _)) => Ok(Some(fenced_content(&path, &data)?)),
+                None => Ok(None),
+            }
+        })
     }
 }
 

@@ -1,12 +1,24 @@
-//! One acquisition of a lock or permit: its token and fencing token, and
-//! what its holder knows of its lease (until when it is certainly ours,
-//! whether the store said it is gone). The guard, the watchdog and the
-//! lease watches share it.
+//! One held lock or permit: its token and fencing token, and what its
+//! holder knows of its lease (until when it is certainly ours, whether the
+//! store said it is gone). The guards, the watchdog and the lease watches
+//! share it.
+//!
+//! One word per concept for a held lock. A *grant* is what the store
+//! answered to an acquire that succeeded: the token, the fencing token and
+//! until when the lock is certainly ours ([`Grant`]). A *hold* is one lock
+//! or permit held, from its grant to its release: a [`Hold`], made from the
+//! grant, which the watchdog renews, the lease watches observe and the
+//! guards release. A *guard* is the user's handle on a hold (`LockGuard`,
+//! `Permit`); a guard and the reentrant guards of its scope are the hold's
+//! *guards* (`guard::Guards`), and the last of them to go releases it. An
+//! *acquisition* is only ever the act of asking for a lock (its metrics,
+//! its span), and a *lease* how long the store keeps a hold unrenewed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use tokio::runtime::Id;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -17,10 +29,10 @@ use crate::key::LockKeys;
 use crate::lease::{Grant, LeaseState, valid_until};
 use crate::token::Token;
 
-/// One acquisition of a lock or permit, as the guard, the watchdog and
-/// the lease watches see it: what it is, and what is known of its lease.
+/// One held lock or permit, as its guards, the watchdog and the lease
+/// watches see it: what it is, and what is known of its lease.
 #[derive(Debug)]
-pub(crate) struct Acquisition {
+pub(crate) struct Hold {
     pub(crate) engine: Arc<Engine>,
     pub(crate) name: Arc<str>,
     /// The `name` label of its metrics.
@@ -41,14 +53,23 @@ pub(crate) struct Acquisition {
     /// applying its answer: renewals are sent and applied in one order, so
     /// the validity the guard counts on is the one the store ran last.
     pub(crate) renewal: tokio::sync::Mutex<()>,
-    /// Where its next watchdog renewal is booked (see
-    /// [`Renewals`](crate::watchdog::Renewals)).
-    pub(crate) booking: std::sync::Mutex<Option<crate::watchdog::Booking>>,
+    /// Where its next watchdog renewal is booked: the watchdog writes it,
+    /// a release reads it to take the renewal out of the timer.
+    pub(crate) booking: std::sync::Mutex<Option<Booking>>,
 }
 
-impl Acquisition {
-    /// A new acquisition made with `grant`, whose lease is `lease`,
-    /// granted at `since`.
+/// Where a hold's next watchdog renewal is booked: the timer of
+/// runtime `runtime`, at `at`, numbered `n` among the bookings due then.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Booking {
+    pub(crate) runtime: Id,
+    pub(crate) at: Instant,
+    pub(crate) n: u64,
+}
+
+impl Hold {
+    /// The hold made from `grant`, whose lease is `lease`, granted at
+    /// `since`.
     pub(crate) fn new(
         engine: Arc<Engine>,
         (name, metric_name): (Arc<str>, Arc<str>),
@@ -107,20 +128,20 @@ impl Acquisition {
     }
 
     /// Completes when the lock is lost or its lease is about to run out.
-    pub(crate) async fn lost(shared: Arc<Self>) -> Error {
+    pub(crate) async fn lost(hold: Arc<Self>) -> Error {
         loop {
             // Made before the state is read: a change after the read
             // completes it.
-            let changed = shared.changed.notified();
-            let s = shared.lease_state();
+            let changed = hold.changed.notified();
+            let s = hold.lease_state();
             if s.lost {
-                return shared.lost_error("was lost");
+                return hold.lost_error("was lost");
             }
-            if shared.released.load(Ordering::Acquire) {
-                return shared.lost_error("was released");
+            if hold.released.load(Ordering::Acquire) {
+                return hold.lost_error("was released");
             }
             if Instant::now() >= s.valid_until {
-                return shared.lost_error("is running out");
+                return hold.lost_error("is running out");
             }
             tokio::select! {
                 () = tokio::time::sleep_until(s.valid_until) => {}
@@ -181,7 +202,8 @@ impl Acquisition {
     ///
     /// The watchdog's first renewal was booked from the reservation, which
     /// lasts the waiter timeout and may end well after the lease confirmed
-    /// here: it is booked again from the confirmed lease.
+    /// here: the guard that asked for the confirmation books it again from
+    /// the confirmed lease once this returns.
     pub(crate) async fn confirm(self: Arc<Self>) {
         let _turn = self.renewal.lock().await;
         let sent_at = Instant::now();
@@ -210,9 +232,6 @@ impl Acquisition {
             Err(e) => {
                 tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
             }
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            crate::watchdog::renewals().rebook(&self, &runtime);
         }
     }
 
