@@ -175,8 +175,11 @@ async fn paused_minority_adds_at_most_the_node_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_restarted_empty_during_a_held_lock() {
     let mut nodes = nodes(5);
-    let a = client(&nodes).await;
-    let b = client(&nodes).await;
+    // A node timeout with room for a loaded machine (the default, 50 ms,
+    // is for production: under a load of 7 on two cores a node's answer
+    // came later, and `b` saw no quorum instead of a busy lock).
+    let a = client_with_timeout(&nodes, Duration::from_millis(250)).await;
+    let b = client_with_timeout(&nodes, Duration::from_millis(250)).await;
     let lease = Duration::from_millis(600);
     let held = a.lock("restart").watchdog(lease).acquire().await.unwrap();
     nodes[2].restart();
