@@ -53,14 +53,13 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-cargo test --workspace --exclude lockguard-mysql --all-features -- --skip postgres --skip zookeeper --skip mysql 2>&1 | tee "$log"
+cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip mysql 2>&1 | tee "$log"
 # The PostgreSQL, ZooKeeper and MySQL (MariaDB) tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
 cargo test --workspace --all-features postgres 2>&1 | tee -a "$log"
 cargo test --workspace --all-features zookeeper 2>&1 | tee -a "$log"
-cargo test --workspace --exclude lockguard-mysql --all-features mysql 2>&1 | tee -a "$log"
-cargo test -p lockguard-mysql 2>&1 | tee -a "$log"
+cargo test --workspace --all-features mysql 2>&1 | tee -a "$log"
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
 cargo test -p lockguard-core --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"

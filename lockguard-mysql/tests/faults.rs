@@ -34,7 +34,7 @@ async fn client(server: &MariaDbServer) -> Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_killed_and_restarted_fails_requests_then_serves_them_on_its_data() {
+async fn mysql_a_server_killed_and_restarted_fails_requests_then_serves_them_on_its_data() {
     let mut server = MariaDbServer::start();
     let a = client(&server).await;
     let b = client(&server).await;
@@ -66,7 +66,7 @@ async fn a_server_killed_and_restarted_fails_requests_then_serves_them_on_its_da
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_paused_past_a_lease_frees_the_lock_on_its_own_clock() {
+async fn mysql_a_server_paused_past_a_lease_frees_the_lock_on_its_own_clock() {
     let mut server = MariaDbServer::start();
     let a = client(&server).await;
     let b = client(&server).await;
@@ -102,7 +102,7 @@ fn kill_connections(server: &MariaDbServer) -> usize {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_connections_are_replaced_and_wake_ups_come_back() {
+async fn mysql_killed_connections_are_replaced_and_wake_ups_come_back() {
     let server = MariaDbServer::start();
     let holder = client(&server).await;
     let waiter = lockguard_mysql::connect_with(
@@ -164,10 +164,10 @@ async fn killed_connections_are_replaced_and_wake_ups_come_back() {
     );
 }
 
-/// The child process of `a_killed_holder_process_frees_its_lock_at_lease_end`:
+/// The child process of `mysql_a_killed_holder_process_frees_its_lock_at_lease_end`:
 /// takes the lock, says so, and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holder_process() {
+async fn mysql_holder_process() {
     let Ok(url) = std::env::var("LOCKGUARD_MYSQL_HOLDER_URL") else {
         return;
     };
@@ -185,12 +185,12 @@ async fn holder_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
+async fn mysql_a_killed_holder_process_frees_its_lock_at_lease_end() {
     let server = MariaDbServer::start();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "holder_process",
+            "mysql_holder_process",
             "--nocapture",
             "--test-threads=1",
         ])
@@ -234,7 +234,7 @@ async fn a_killed_holder_process_frees_its_lock_at_lease_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_ring_is_caught_by_the_waiters_refresh() {
+async fn mysql_a_lost_ring_is_caught_by_the_waiters_refresh() {
     let server = MariaDbServer::start();
     let holder = client(&server).await;
     // Refreshes every second or so (a third of the waiter timeout).
