@@ -60,6 +60,10 @@ cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip
 cargo test --workspace --all-features postgres 2>&1 | tee -a "$log"
 cargo test --workspace --all-features zookeeper 2>&1 | tee -a "$log"
 cargo test --workspace --all-features mysql 2>&1 | tee -a "$log"
+# The store crates' doctests: the first pass skips them (their paths,
+# lockguard-postgres/..., match its --skip filters) and the name-filtered
+# passes run no doctests.
+cargo test --workspace --all-features --doc -- postgres zookeeper mysql 2>&1 | tee -a "$log"
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
 cargo test -p lockguard-core --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"
