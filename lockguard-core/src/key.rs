@@ -1,4 +1,5 @@
-//! Validation of user keys and the Redis key layout derived from them.
+//! Validation of user keys, and the keys a store is given: identities
+//! unique per prefix, kind and name, and the store's own layout of them.
 
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
