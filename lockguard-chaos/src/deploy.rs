@@ -118,6 +118,14 @@ impl Deployment {
         }
     }
 
+    /// Waits until a Sentinel group is whole again (see
+    /// [`SentinelGroup::reunite`]); nothing to wait for elsewhere.
+    pub(crate) fn reunite(&self) {
+        if let Deployment::Sentinel(g) = self {
+            g.reunite();
+        }
+    }
+
     /// Which server is master now, on Sentinel (`None` elsewhere).
     pub(crate) fn master(&self) -> Option<u16> {
         match self {
@@ -210,9 +218,13 @@ impl Deployment {
                 let i = pick % c.nodes.len();
                 redis_fault(&mut c.nodes[i], fault, pause, down)
             }
+            // Healed when the group is whole again: the old master a
+            // replica of the new one, every replica in sync. Until then
+            // lock writes that need a replica's confirmation fail.
             Deployment::Sentinel(g) if fault == ServerFault::Failover => {
                 let old = g.master_port().ok_or("no sentinel names a master")?;
                 let new = g.failover();
+                g.reunite();
                 Ok(format!("redis:{old} to redis:{new}"))
             }
             Deployment::Sentinel(g) => {
@@ -222,7 +234,9 @@ impl Deployment {
                     .iter()
                     .position(|s| s.port() == master)
                     .ok_or("the master is none of the group's servers")?;
-                redis_fault(&mut g.servers[i], fault, pause, down)
+                let done = redis_fault(&mut g.servers[i], fault, pause, down);
+                g.reunite();
+                done
             }
             Deployment::Postgres(s) => {
                 match fault {

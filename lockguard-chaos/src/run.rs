@@ -411,6 +411,8 @@ fn watch_master(
         what: "failover".into(),
         target: "by the sentinels".into(),
     });
+    // In effect until the old master replicates the new one.
+    deploy.reunite();
     rec.complete(op, Outcome::Healed);
     done_faults.push(format!(
         "at {:.0} ms: failover by the sentinels on their own, redis:{} to redis:{}",

@@ -227,4 +227,76 @@ impl SentinelGroup {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+
+    /// Waits until the group is whole again after a fault, and returns the
+    /// master's port: every sentinel names one master, and every other
+    /// server replicates from it with its link up, as the master confirms.
+    ///
+    /// A server that still takes itself for the master (an old master back
+    /// after a failover) is told to replicate the new one, as the sentinels
+    /// would: they reconfigure it only after it has reported the old role
+    /// for 8 s, at their next look, about 10 s after the failover. Until
+    /// then the new master has no replica, and a client that asks for
+    /// writes confirmed by one (`WAIT`) has every lock write refused.
+    ///
+    /// # Panics
+    ///
+    /// When the group is not whole within 30 s.
+    pub fn reunite(&self) -> u16 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let missing = match self.whole() {
+                Ok(master) => return master,
+                Err(missing) => missing,
+            };
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel group was not whole again within 30 s: {missing}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The master's port if the group is whole; otherwise what is missing,
+    /// after telling an old master to replicate the new one.
+    fn whole(&self) -> Result<u16, String> {
+        let named: Vec<Option<u16>> = self
+            .sentinels
+            .iter()
+            .map(|s| {
+                ask(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
+                    .and_then(|r| r.lines().nth(4)?.trim().parse().ok())
+            })
+            .collect();
+        let master = match named.first().copied().flatten() {
+            Some(m) if named.iter().all(|p| *p == Some(m)) => m,
+            _ => return Err(format!("the sentinels name {named:?}")),
+        };
+        let port = master.to_string();
+        for server in self.servers.iter().filter(|s| s.port() != master) {
+            let info = ask(server.port(), &["INFO", "replication"])
+                .ok_or_else(|| format!("redis:{} does not answer", server.port()))?;
+            if info.contains("role:master") {
+                ask(server.port(), &["REPLICAOF", "127.0.0.1", &port]);
+                return Err(format!("redis:{} was still a master", server.port()));
+            }
+            if !info.contains(&format!("master_port:{master}\r"))
+                || !info.contains("master_link_status:up")
+            {
+                return Err(format!(
+                    "redis:{} does not replicate redis:{master} yet",
+                    server.port()
+                ));
+            }
+        }
+        let info = ask(master, &["INFO", "replication"])
+            .ok_or_else(|| format!("the master redis:{master} does not answer"))?;
+        let online = info.matches("state=online").count();
+        if !info.contains("role:master") || online < self.servers.len() - 1 {
+            return Err(format!(
+                "the master redis:{master} has {online} replicas online"
+            ));
+        }
+        Ok(master)
+    }
 }

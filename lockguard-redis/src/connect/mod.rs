@@ -366,7 +366,13 @@ impl RedisBuilder {
     /// `WAIT` holds this client's connection until the replicas answer, so
     /// a slow or paused replica delays every request of the client by up to
     /// `timeout`: keep it short (tens of milliseconds). It applies to
-    /// single-server and Redlock clients; a cluster client refuses it.
+    /// single-server, Sentinel and Redlock clients; a cluster client
+    /// refuses it.
+    ///
+    /// Under Sentinel, run one replica more than `replicas`: after a
+    /// failover the old master rejoins as a replica only when the sentinels
+    /// reconfigure it, about 10 s later, and until then a group of a master
+    /// and `replicas` replicas confirms no lock write.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.redis.replicas = Some((replicas, timeout));
         self
