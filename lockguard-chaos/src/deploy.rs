@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lockguard_testing::{
-    PostgresServer, RedisCluster, RedisServer, SentinelGroup, ZooKeeperEnsemble,
+    MariaDbServer, PostgresServer, RedisCluster, RedisServer, SentinelGroup, ZooKeeperEnsemble,
 };
 
 use crate::store::{Kind, Target};
@@ -51,6 +51,8 @@ pub(crate) enum Deployment {
     Cluster(RedisCluster),
     Sentinel(SentinelGroup),
     Postgres(PostgresServer),
+    /// MySQL, on MariaDB.
+    MySql(MariaDbServer),
     /// Three members: a quorum that survives one down.
     ZooKeeper(ZooKeeperEnsemble),
     /// A user's store (`--target`): only client-side faults.
@@ -79,6 +81,7 @@ impl Deployment {
                 Deployment::Sentinel(SentinelGroup::start_with_args(1, 3, &args))
             }
             Kind::Postgres => Deployment::Postgres(PostgresServer::start()),
+            Kind::MySql => Deployment::MySql(MariaDbServer::start()),
             Kind::ZooKeeper => Deployment::ZooKeeper(ZooKeeperEnsemble::start(3)),
         }
     }
@@ -90,6 +93,7 @@ impl Deployment {
             Deployment::Cluster(_) => Kind::Cluster,
             Deployment::Sentinel(_) => Kind::Sentinel,
             Deployment::Postgres(_) => Kind::Postgres,
+            Deployment::MySql(_) => Kind::MySql,
             Deployment::ZooKeeper(_) => Kind::ZooKeeper,
             Deployment::External(t) => t.kind,
         }
@@ -103,6 +107,7 @@ impl Deployment {
             Deployment::Cluster(c) => c.urls().join(","),
             Deployment::Sentinel(g) => g.sentinel_urls().join(","),
             Deployment::Postgres(s) => s.url(),
+            Deployment::MySql(s) => s.url(),
             Deployment::ZooKeeper(ens) => ens.hosts(),
             Deployment::External(t) => {
                 return Target {
@@ -191,7 +196,9 @@ impl Deployment {
             (Deployment::ZooKeeper(_), ServerFault::Restart | ServerFault::Failover) => {
                 Duration::from_secs(5)
             }
-            (Deployment::Postgres(_), ServerFault::Restart) => Duration::from_secs(3),
+            (Deployment::Postgres(_) | Deployment::MySql(_), ServerFault::Restart) => {
+                Duration::from_secs(3)
+            }
             (Deployment::Sentinel(_), ServerFault::Failover) => Duration::from_secs(5),
             _ => Duration::from_millis(2000),
         }
@@ -259,6 +266,23 @@ impl Deployment {
                     }
                 }
                 Ok(format!("postgres:{}", s.port()))
+            }
+            Deployment::MySql(s) => {
+                match fault {
+                    ServerFault::Pause => {
+                        s.pause();
+                        std::thread::sleep(pause);
+                        s.resume();
+                    }
+                    ServerFault::Restart => {
+                        s.kill();
+                        std::thread::sleep(down);
+                        s.restart();
+                    }
+                    ServerFault::Failover => return Err("not offered".into()),
+                    ServerFault::KillConnections => s.kill_connections(),
+                }
+                Ok(format!("mysql:{}", s.port()))
             }
             Deployment::ZooKeeper(ens) => {
                 let i = match fault {

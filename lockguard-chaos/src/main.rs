@@ -1,7 +1,7 @@
 //! `lockguard-chaos`: lockguard's own Jepsen-style history checker.
 //!
 //! It starts a real store (Redis, Redlock on three masters, a Redis
-//! Cluster, Redis under Sentinel, PostgreSQL, ZooKeeper) with
+//! Cluster, Redis under Sentinel, PostgreSQL, MySQL on MariaDB, ZooKeeper) with
 //! lockguard-testing's harnesses, runs worker processes (this binary
 //! again, `worker` subcommand), each with its own lockguard client, that
 //! lock, write fenced values, update counters and ask a rate limiter while
@@ -43,11 +43,11 @@ usage: lockguard-chaos [--profile ci|long] [--store NAME[,NAME...]|all] [--seed 
 
   --profile ci     a few seconds of workload per store (default)
   --profile long   two minutes per store, more workers (for releases)
-  --store          redis, redlock, postgres, zookeeper, sentinel, cluster, or all (default)
+  --store          redis, redlock, postgres, mysql, zookeeper, sentinel, cluster, or all (default)
   --seed N         the fault schedule's seed (printed; random when not given)
   --self-test      break the locking on purpose; succeed only if the checker catches it
   --no-faults      the workload alone, no faults (to tell a fault's doing from the client's)
-  --target URL     run against your own store (redis://, rediss://, postgres://,
+  --target URL     run against your own store (redis://, rediss://, postgres://, mysql://,
                    zookeeper://HOST:PORT,...) with client-side faults only
   --out DIR        keep the histories in DIR (default: a temporary directory,
                    kept when a check fails)";

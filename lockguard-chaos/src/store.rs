@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use lockguard_core::{Client, Result};
+use lockguard_mysql::MySqlOptions;
 use lockguard_postgres::BuilderExt as _;
 use lockguard_redis::BuilderExt as _;
 use lockguard_zookeeper::BuilderExt as _;
@@ -16,14 +17,16 @@ pub(crate) enum Kind {
     Cluster,
     Sentinel,
     Postgres,
+    MySql,
     ZooKeeper,
 }
 
 /// Every kind, in the order a full run goes through them.
-pub(crate) const ALL: [Kind; 6] = [
+pub(crate) const ALL: [Kind; 7] = [
     Kind::Redis,
     Kind::Redlock,
     Kind::Postgres,
+    Kind::MySql,
     Kind::ZooKeeper,
     Kind::Sentinel,
     Kind::Cluster,
@@ -46,6 +49,7 @@ impl Kind {
             Kind::Cluster => "cluster",
             Kind::Sentinel => "sentinel",
             Kind::Postgres => "postgres",
+            Kind::MySql => "mysql",
             Kind::ZooKeeper => "zookeeper",
         }
     }
@@ -77,17 +81,20 @@ pub(crate) struct Target {
 
 impl Target {
     /// Parses a user's `--target` URL: `redis://`, `rediss://`,
-    /// `postgres://` / `postgresql://`, or `zookeeper://host:port,...`.
+    /// `postgres://` / `postgresql://`, `mysql://`, or
+    /// `zookeeper://host:port,...`.
     pub(crate) fn from_url(url: &str, namespace: String) -> std::result::Result<Self, String> {
         let (kind, addr) = if url.starts_with("redis://") || url.starts_with("rediss://") {
             (Kind::Redis, url.to_owned())
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
             (Kind::Postgres, url.to_owned())
+        } else if url.starts_with("mysql://") {
+            (Kind::MySql, url.to_owned())
         } else if let Some(hosts) = url.strip_prefix("zookeeper://") {
             (Kind::ZooKeeper, hosts.trim_end_matches('/').to_owned())
         } else {
             return Err(format!(
-                "--target {url:?}: expected redis://, rediss://, postgres://, postgresql:// or zookeeper://HOST:PORT,..."
+                "--target {url:?}: expected redis://, rediss://, postgres://, postgresql://, mysql:// or zookeeper://HOST:PORT,..."
             ));
         };
         Ok(Self {
@@ -107,8 +114,8 @@ impl Target {
         let b = Client::builder()
             .response_timeout(RESPONSE_TIMEOUT)
             .connect_timeout(RESPONSE_TIMEOUT);
-        // PostgreSQL keeps a run apart by schema (it ignores the prefix);
-        // the others by key prefix.
+        // PostgreSQL keeps a run apart by schema and MySQL by table prefix
+        // (they ignore the key prefix); the others by key prefix.
         let b = b.prefix(format!("{}:", self.namespace));
         match self.kind {
             Kind::Redis => b.connect(&self.addr).await,
@@ -132,6 +139,15 @@ impl Target {
                 b.postgres_schema(self.namespace.as_str())
                     .connect_postgres(&self.addr)
                     .await
+            }
+            Kind::MySql => {
+                let store = MySqlOptions::new()
+                    .table_prefix(format!("{}_", self.namespace))
+                    .connect_timeout(RESPONSE_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .connect(&self.addr)
+                    .await?;
+                b.build(store)
             }
             Kind::ZooKeeper => {
                 b.zookeeper_session_timeout(ZK_SESSION)

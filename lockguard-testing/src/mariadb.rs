@@ -377,6 +377,12 @@ impl MariaDbServer {
         panic!("restart failed: {last}");
     }
 
+    /// Closes every connection of the test user from the server side, as a
+    /// DBA or a proxy might (`KILL CONNECTION USER`).
+    pub fn kill_connections(&self) {
+        self.sql(&format!("KILL CONNECTION USER '{USER}'"));
+    }
+
     /// Runs SQL as `root` over the server's socket with the `mariadb`
     /// client, returning its output (tab-separated, no column names); for
     /// tests that inspect or disturb the server from outside the client
