@@ -71,11 +71,11 @@ summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d 
 rm -f "$log"
 
 # The history checker: worker processes on every store (Redis, Redlock,
-# PostgreSQL, ZooKeeper, Sentinel, Cluster) under random faults, their
+# PostgreSQL, MySQL, ZooKeeper, Sentinel, Cluster) under random faults, their
 # histories checked; then the self-test, which breaks the locking on purpose
 # and passes only if the checker catches it on every store. Built with the
 # workspace's features, so it reuses the test build (no second compile);
-# about 70 s and 30 s on two cores. A failure prints the check, the
+# about 80 s and 35 s on two cores. A failure prints the check, the
 # operations and the seed to replay with `--seed`.
 cargo build --quiet --workspace --all-features --bin lockguard-chaos
 chaos="${CARGO_TARGET_DIR:-target}/debug/lockguard-chaos"
