@@ -115,10 +115,11 @@
 //!
 //! [`Builder::build`] makes a client of any [`store::Store`], so a store
 //! lives in a crate of its own. A store is done
-//! when it passes the conformance suite (`lockguard-core/tests/conformance`),
-//! which every store runs: add it to `support::Env` and to the
-//! `conformance!` macro, and every test of locks, semaphores, counters and
-//! limiters runs on it. No Redis command, Lua script or quorum detail
+//! when it passes the conformance kit (`lockguard_testing::conformance`),
+//! which every store crate runs from its own tests, the memory store
+//! included: write a harness that makes clients of the store, name the
+//! groups of tests that apply to what it offers, and every test of locks,
+//! semaphores, queues, inspection, counters and limiters runs on it. No Redis command, Lua script or quorum detail
 //! appears above the boundary. The in-memory store is the reference
 //! implementation; the Redis (with Redlock), PostgreSQL, ZooKeeper and
 //! MySQL stores are crates of their own, built on the boundary alone.

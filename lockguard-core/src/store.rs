@@ -26,9 +26,11 @@
 //!    (the Redis store adds hash-tagged keys for its queue and sequence).
 //! 2. Build a [`Store`] from it and a client with
 //!    [`Builder::build`](crate::Builder::build).
-//! 3. Run the conformance suite on it: it checks mutual exclusion, leases,
-//!    fencing, FIFO handoff, wake-ups, cancellation, counters and limits
-//!    the way every store in this repository is checked.
+//! 3. Run the conformance kit on it (`lockguard_testing::conformance`,
+//!    a harness and one `conformance!` line in the store crate's tests):
+//!    it checks mutual exclusion, leases, fencing, FIFO handoff, wake-ups,
+//!    cancellation, counters and limits the way every store in this
+//!    repository is checked.
 //!
 //! The in-memory store (`Client::memory`) is the reference
 //! implementation.

@@ -9,6 +9,9 @@
 //! [`PostgresServer`] does the same for PostgreSQL (`initdb` and `postgres`
 //! run as an unprivileged user when the tests run as root), and
 //! [`MariaDbServer`] for MariaDB (the MySQL store's tests).
+//!
+//! The [`mod@conformance`] kit is the behaviour every store must show, as tests
+//! a store crate runs against its own store through a harness.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod conformance;
 mod mariadb;
 mod postgres;
 mod relay;

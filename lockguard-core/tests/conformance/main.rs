@@ -1,12 +1,55 @@
-//! The lock conformance suite: every test runs against the in-memory store
-//! and against a real `redis-server`, so the two cannot drift apart.
+//! The conformance kit (lockguard-testing's `conformance`) on the in-memory
+//! store, the reference every other store is held to; the tests only the
+//! memory store runs; and the Redis rate-limit scripts against the
+//! reference models.
 
-#[path = "../support/mod.rs"]
-mod support;
+use std::time::Duration;
 
-mod counters;
-mod inspection;
+use lockguard_core::{Client, Quota};
+use lockguard_testing::conformance::Memory;
+
 mod limit_scripts;
-mod limits;
-mod locks;
-mod semaphores;
+
+lockguard_testing::conformance!(
+    memory => Memory::new();
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits
+);
+
+/// Outside a scope every acquisition is its own owner: two requests served
+/// by one task, or the branches of one `join!`, exclude each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_outside_a_scope_exclude_their_own_task() {
+    let lg = Client::memory();
+    let outer = lg.lock("nr").acquire().await.unwrap();
+    let again = lg.lock("nr").try_acquire().await.unwrap_err();
+    assert!(again.is_busy(), "{again}");
+    // Branches of one join! are two owners.
+    let (first, second) = (lg.lock("nr2"), lg.lock("nr2"));
+    let (a, b) = tokio::join!(first.try_acquire(), second.try_acquire());
+    assert!(a.is_ok() != b.is_ok(), "both or neither branch took it");
+    assert!(outer.release().await.unwrap());
+    assert!(lg.lock("nr").try_acquire().await.is_ok());
+}
+
+/// `try_acquire` on a rate limiter turns a refusal into a `RateLimited`
+/// error that says when to retry.
+#[tokio::test]
+async fn try_acquire_turns_a_refusal_into_a_rate_limited_error() {
+    let lg = Client::memory();
+    let l = lg.rate_limiter("once", Quota::per_minute(1));
+    assert!(l.try_acquire("k").await.unwrap().allowed);
+    let e = l.try_acquire("k").await.unwrap_err();
+    assert!(e.is_rate_limited(), "{e}");
+    assert!(e.retry_after().is_some_and(|r| r > Duration::ZERO));
+}
+
+/// Without an installed default client, `default_client` is an error that
+/// says so; once installed, it is that client.
+#[tokio::test]
+async fn default_client_is_an_error_until_installed() {
+    // The only test in this binary touching the process-wide default.
+    let e = Client::default_client().unwrap_err();
+    assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
+    Client::memory().install_default();
+    assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
+}

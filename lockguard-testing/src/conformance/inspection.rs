@@ -3,29 +3,12 @@
 
 use std::time::Duration;
 
-use lockguard_core::ErrorKind;
+use super::{Env, eventually};
 
-use crate::support::{Env, eventually};
-
-crate::conformance!(
-    cluster:
-    a_lock_is_seen_held_with_its_lease_waiters_and_fence,
-    a_semaphore_is_seen_with_its_holders_and_waiters,
-);
-
-crate::conformance!(
-    mysql:
-    a_lock_is_seen_held_with_its_lease_waiters_and_fence,
-    a_semaphore_is_seen_with_its_holders_and_waiters,
-);
-
-crate::conformance!(
-    zookeeper:
-    a_lock_is_seen_held_with_its_lease_waiters_and_fence,
-    a_semaphore_is_seen_with_its_holders_and_waiters,
-);
-
-async fn a_lock_is_seen_held_with_its_lease_waiters_and_fence(env: Env) {
+/// A lock is seen free, then held with its lease left (where the store
+/// keeps leases), its waiters and its latest fencing token; inspecting
+/// changes nothing.
+pub async fn a_lock_is_seen_held_with_its_lease_waiters_and_fence(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let free = b.lock("inspected").inspect().await.unwrap();
@@ -82,7 +65,9 @@ async fn a_lock_is_seen_held_with_its_lease_waiters_and_fence(env: Env) {
     assert!(a.lock("").inspect().await.unwrap_err().is_invalid_input());
 }
 
-async fn a_semaphore_is_seen_with_its_holders_and_waiters(env: Env) {
+/// A semaphore is seen with its holders out of its capacity, full, and
+/// with its waiters.
+pub async fn a_semaphore_is_seen_with_its_holders_and_waiters(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let sem =
@@ -121,14 +106,4 @@ async fn a_semaphore_is_seen_with_its_holders_and_waiters(env: Env) {
     assert_eq!(after.holders, 2, "{after:?}");
     assert!(second.release().await.unwrap() && third.release().await.unwrap());
     assert_eq!(sem(&a).inspect().await.unwrap().holders, 0);
-}
-
-/// A Redlock client says inspection is unsupported: its nodes may each
-/// know a different holder.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redlock_inspection_is_unsupported() {
-    let env = Env::redlock();
-    let lg = env.client().await;
-    let err = lg.lock("k").inspect().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
 }

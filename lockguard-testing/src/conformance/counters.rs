@@ -1,48 +1,16 @@
+//! Counters: the bounded decrement that never oversells, once-per-user
+//! marks, compare-and-set and `update` without lost updates, overflow,
+//! expiry, and versions that never repeat.
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::Env;
-
-crate::conformance!(
-    cluster:
-    stock_is_never_oversold,
-    mark_once_is_first_exactly_once,
-    incr_decr_get_set_and_overflow,
-    compare_and_set_and_update_lose_no_update,
-    expiry_resets_a_counter,
-    versions_do_not_repeat_after_expiry,
-    versions_grow_past_more_writes_than_microseconds,
-    braced_counter_and_limiter_keys_are_their_own,
-    counter_bad_input,
-);
-
-crate::conformance!(
-    mysql:
-    braced_counter_and_limiter_keys_are_their_own,
-    stock_is_never_oversold,
-    mark_once_is_first_exactly_once,
-    incr_decr_get_set_and_overflow,
-    compare_and_set_and_update_lose_no_update,
-    expiry_resets_a_counter,
-    versions_do_not_repeat_after_expiry,
-    versions_grow_past_more_writes_than_microseconds,
-    counter_bad_input,
-);
-
-// ZooKeeper offers counters without expiry, and no rate limiters.
-crate::conformance!(
-    zookeeper:
-    stock_is_never_oversold,
-    mark_once_is_first_exactly_once,
-    incr_decr_get_set_and_overflow,
-    compare_and_set_and_update_lose_no_update,
-    counter_bad_input,
-);
+use super::Env;
 
 /// 64 tasks on 4 handles buy from a stock of 1000 with
 /// `decr_if_at_least(1)`: exactly 1000 succeed and it never goes below 0.
-async fn stock_is_never_oversold(env: Env) {
+pub async fn stock_is_never_oversold(env: Env) {
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(env.client().await);
@@ -81,7 +49,9 @@ async fn stock_is_never_oversold(env: Env) {
     );
 }
 
-async fn mark_once_is_first_exactly_once(env: Env) {
+/// 16 tasks on 4 handles mark 50 users each on one counter: every user is
+/// first exactly once.
+pub async fn mark_once_is_first_exactly_once(env: Env) {
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(env.client().await);
@@ -109,7 +79,9 @@ async fn mark_once_is_first_exactly_once(env: Env) {
     assert!(firsts.values().all(|n| *n == 1), "{firsts:?}");
 }
 
-async fn incr_decr_get_set_and_overflow(env: Env) {
+/// Increments, decrements, `set` and `get` agree; an update that would
+/// overflow is an `InvalidInput` error and changes nothing.
+pub async fn incr_decr_get_set_and_overflow(env: Env) {
     let lg = env.client().await;
     let c = lg.counter("views");
     assert_eq!(c.get().await.unwrap(), 0);
@@ -127,7 +99,9 @@ async fn incr_decr_get_set_and_overflow(env: Env) {
     assert!(c.decr_by(i64::MIN).await.unwrap_err().is_invalid_input());
 }
 
-async fn compare_and_set_and_update_lose_no_update(env: Env) {
+/// A stale version is refused by `compare_and_set`, and 8 clients updating
+/// one counter through `update` lose no update.
+pub async fn compare_and_set_and_update_lose_no_update(env: Env) {
     let lg = env.client().await;
     let c = lg.counter("balance");
     let v0 = c.get_versioned().await.unwrap();
@@ -155,7 +129,7 @@ async fn compare_and_set_and_update_lose_no_update(env: Env) {
 
 /// A version read before a counter expired never matches the counter that
 /// comes back: a stale compare-and-set cannot overwrite newer writes.
-async fn versions_do_not_repeat_after_expiry(env: Env) {
+pub async fn versions_do_not_repeat_after_expiry(env: Env) {
     let lg = env.client().await;
     let c = lg
         .counter("cas-expiry")
@@ -165,7 +139,7 @@ async fn versions_do_not_repeat_after_expiry(env: Env) {
     if env.real_time() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     } else {
-        env.clock.advance(Duration::from_millis(300));
+        env.clock().advance(Duration::from_millis(300));
     }
     assert_eq!(c.get_versioned().await.unwrap().version, 0, "expired");
     // As many writes as it took to reach the version seen before.
@@ -190,7 +164,7 @@ async fn versions_do_not_repeat_after_expiry(env: Env) {
 /// before. (Versions seeded from the clock's µs and bumped by one repeated
 /// here: the memory store's clock stands still between writes, as a busy
 /// server's can within one µs or after a step back.)
-async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
+pub async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
     // On a server every write takes far more than a µs, so the expiry is
     // long enough for the reads below to see the counter; 3 s, so that a
     // loaded machine's stall between a write and the read after it (seen
@@ -206,7 +180,7 @@ async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
     if env.real_time() {
         tokio::time::sleep(ttl + Duration::from_millis(100)).await;
     } else {
-        env.clock.advance(ttl);
+        env.clock().advance(ttl);
     }
     assert_eq!(c.get_versioned().await.unwrap().version, 0, "expired");
     for _ in 0..200 {
@@ -216,32 +190,9 @@ async fn versions_grow_past_more_writes_than_microseconds(env: Env) {
     }
 }
 
-/// Keys with braces and backslashes are keys of their own: a counter
-/// cannot name another counter's marks, a rate limit key cannot name
-/// another's running sum, and keys that end a hash tag early still keep
-/// every key of one operation in one cluster slot.
-async fn braced_counter_and_limiter_keys_are_their_own(env: Env) {
-    let lg = env.client().await;
-    let n = lg.counter("n");
-    assert!(n.mark_once("x").await.unwrap());
-    assert_eq!(lg.counter("{n}:marks").incr_by(1).await.unwrap(), 1);
-    assert_eq!(lg.counter("n}:marks").incr_by(1).await.unwrap(), 1);
-    assert!(!n.mark_once("x").await.unwrap(), "n's marks were touched");
-    assert_eq!(n.get().await.unwrap(), 0);
-    let sliding = lg
-        .rate_limiter("api", lockguard_core::Quota::per_second(10))
-        .algorithm(lockguard_core::Algorithm::SlidingWindow);
-    assert!(sliding.check("alice").await.unwrap().allowed);
-    for key in ["{alice}:sum", "alice}:sum", "}x", "{}", "x\\", "\\}"] {
-        assert!(sliding.check(key).await.unwrap().allowed, "{key:?}");
-        assert_eq!(lg.counter(key).incr_by(2).await.unwrap(), 2, "{key:?}");
-        assert!(lg.counter(key).mark_once("m").await.unwrap(), "{key:?}");
-    }
-    let alice = sliding.check("alice").await.unwrap();
-    assert!(alice.allowed && alice.remaining == 8, "{alice:?}");
-}
-
-async fn expiry_resets_a_counter(env: Env) {
+/// A counter and its marks expire together: after the expiry it reads 0
+/// and a mark is first again.
+pub async fn expiry_resets_a_counter(env: Env) {
     let lg = env.client().await;
     let c = lg.counter("daily").expire_after(Duration::from_millis(200));
     c.incr_by(3).await.unwrap();
@@ -249,7 +200,7 @@ async fn expiry_resets_a_counter(env: Env) {
     if env.real_time() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     } else {
-        env.clock.advance(Duration::from_millis(300));
+        env.clock().advance(Duration::from_millis(300));
     }
     assert_eq!(c.get().await.unwrap(), 0);
     assert!(
@@ -262,7 +213,9 @@ async fn expiry_resets_a_counter(env: Env) {
     assert_eq!(forever.get().await.unwrap(), 1);
 }
 
-async fn counter_bad_input(env: Env) {
+/// An empty name and a bounded decrement by a negative or zero amount are
+/// `InvalidInput` errors.
+pub async fn counter_bad_input(env: Env) {
     let lg = env.client().await;
     assert!(lg.counter("").get().await.unwrap_err().is_invalid_input());
     assert!(

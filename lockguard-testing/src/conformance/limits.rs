@@ -1,32 +1,12 @@
+//! Rate limiters: fixed and sliding windows and GCRA under concurrency,
+//! retry-after, what a decision reports, `peek` and `check_now`, keys of
+//! their own, bad input.
+
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Algorithm, Client, Quota};
 
-use crate::support::Env;
-
-crate::conformance!(
-    cluster:
-    windows_admit_exactly_the_quota_under_concurrency,
-    gcra_admits_at_most_burst_plus_rate,
-    retry_after_is_honoured,
-    decisions_report_limit_remaining_and_reset,
-    keys_and_limiters_are_independent,
-    limiter_bad_input,
-    peek_tells_the_decision_and_spends_nothing,
-    check_now_answers_at_once_or_sends_nothing,
-);
-
-crate::conformance!(
-    mysql:
-    windows_admit_exactly_the_quota_under_concurrency,
-    gcra_admits_at_most_burst_plus_rate,
-    retry_after_is_honoured,
-    decisions_report_limit_remaining_and_reset,
-    keys_and_limiters_are_independent,
-    limiter_bad_input,
-    peek_tells_the_decision_and_spends_nothing,
-    check_now_answers_at_once_or_sends_nothing,
-);
+use super::Env;
 
 /// 500 concurrent requests across 4 handles on a quota of 100 per minute.
 async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) -> usize {
@@ -55,13 +35,17 @@ async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) 
     allowed
 }
 
-async fn windows_admit_exactly_the_quota_under_concurrency(env: Env) {
+/// Fixed and sliding windows of 100 per minute admit exactly 100 of 500
+/// concurrent requests across 4 handles.
+pub async fn windows_admit_exactly_the_quota_under_concurrency(env: Env) {
     let q = Quota::per_minute(100);
     assert_eq!(admitted(&env, "fw", Algorithm::FixedWindow, q).await, 100);
     assert_eq!(admitted(&env, "sw", Algorithm::SlidingWindow, q).await, 100);
 }
 
-async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
+/// GCRA at 100 per minute admits the burst of 100 and at most one more per
+/// emission interval that passed during the run.
+pub async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
     // 100 per minute with a burst of 100: one more every 600 ms after that.
     let started = Instant::now();
     let n = admitted(&env, "gcra", Algorithm::Gcra, Quota::per_minute(100)).await;
@@ -79,7 +63,7 @@ async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
 
 /// A request retried after exactly `retry_after` is admitted (on Redis,
 /// where the clock is the server's, after at least `retry_after`).
-async fn retry_after_is_honoured(env: Env) {
+pub async fn retry_after_is_honoured(env: Env) {
     let lg = env.client().await;
     for algorithm in [
         Algorithm::Gcra,
@@ -103,7 +87,7 @@ async fn retry_after_is_honoured(env: Env) {
         if env.real_time() {
             tokio::time::sleep(d.retry_after).await;
         } else {
-            env.clock.advance(d.retry_after);
+            env.clock().advance(d.retry_after);
         }
         let again = l.check(&key).await.unwrap();
         assert!(
@@ -114,7 +98,9 @@ async fn retry_after_is_honoured(env: Env) {
     }
 }
 
-async fn decisions_report_limit_remaining_and_reset(env: Env) {
+/// Every algorithm's decision reports its limit, what remains and when the
+/// budget is whole again; a refused cost spends nothing.
+pub async fn decisions_report_limit_remaining_and_reset(env: Env) {
     let lg = env.client().await;
     for algorithm in [
         Algorithm::Gcra,
@@ -140,7 +126,9 @@ async fn decisions_report_limit_remaining_and_reset(env: Env) {
     }
 }
 
-async fn keys_and_limiters_are_independent(env: Env) {
+/// Two keys of one limiter, and one key of two limiters, spend separate
+/// budgets.
+pub async fn keys_and_limiters_are_independent(env: Env) {
     let lg = env.client().await;
     let a = lg.rate_limiter("a", Quota::per_minute(1));
     let b = lg.rate_limiter("b", Quota::per_minute(1));
@@ -150,7 +138,9 @@ async fn keys_and_limiters_are_independent(env: Env) {
     assert!(b.check("user:{1}").await.unwrap().allowed);
 }
 
-async fn limiter_bad_input(env: Env) {
+/// A zero or absurd quota, a zero burst, a cost above the burst or the
+/// window or of zero, empty names and keys: `InvalidInput` errors.
+pub async fn limiter_bad_input(env: Env) {
     let lg: Client = env.client().await;
     let cases = [
         lg.rate_limiter("z", Quota::per_second(0)).check("k").await,
@@ -181,30 +171,10 @@ async fn limiter_bad_input(env: Env) {
         assert!(e.is_invalid_input(), "{e}");
     }
 }
-
-#[tokio::test]
-async fn try_acquire_turns_a_refusal_into_a_rate_limited_error() {
-    let lg = Client::memory();
-    let l = lg.rate_limiter("once", Quota::per_minute(1));
-    assert!(l.try_acquire("k").await.unwrap().allowed);
-    let e = l.try_acquire("k").await.unwrap_err();
-    assert!(e.is_rate_limited(), "{e}");
-    assert!(e.retry_after().is_some_and(|r| r > Duration::ZERO));
-}
-
-#[tokio::test]
-async fn default_client_is_an_error_until_installed() {
-    // The only test in this binary touching the process-wide default.
-    let e = Client::default_client().unwrap_err();
-    assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
-    Client::memory().install_default();
-    assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
-}
-
 /// `peek` says what a check would decide now and spends nothing: peeked
 /// any number of times, the budget is whole; it agrees with the check that
 /// follows; and once the budget is spent it says when to retry.
-async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
+pub async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
     let lg = env.client().await;
     for algorithm in [
         Algorithm::Gcra,
@@ -243,7 +213,7 @@ async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
 /// `check_now` decides at once on the in-memory store, as `check_cost`
 /// would; elsewhere it sends nothing (the budget stays whole), except for
 /// a refusal cached by `cache_refusals`, which every store answers at once.
-async fn check_now_answers_at_once_or_sends_nothing(env: Env) {
+pub async fn check_now_answers_at_once_or_sends_nothing(env: Env) {
     let lg = env.client().await;
     let at_once = lg.backend_name() == "memory";
     let limiter = lg.rate_limiter("now", Quota::per_minute(2));
@@ -287,4 +257,29 @@ async fn check_now_answers_at_once_or_sends_nothing(env: Env) {
         .unwrap();
     assert!(!d.allowed && d.retry_after > Duration::ZERO, "{d:?}");
     assert_eq!(cached.check_now("bob", 1).is_some(), at_once);
+}
+
+/// Keys with braces and backslashes are keys of their own: a counter
+/// cannot name another counter's marks, a rate limit key cannot name
+/// another's running sum, and keys that end a hash tag early still keep
+/// every key of one operation in one cluster slot.
+pub async fn braced_counter_and_limiter_keys_are_their_own(env: Env) {
+    let lg = env.client().await;
+    let n = lg.counter("n");
+    assert!(n.mark_once("x").await.unwrap());
+    assert_eq!(lg.counter("{n}:marks").incr_by(1).await.unwrap(), 1);
+    assert_eq!(lg.counter("n}:marks").incr_by(1).await.unwrap(), 1);
+    assert!(!n.mark_once("x").await.unwrap(), "n's marks were touched");
+    assert_eq!(n.get().await.unwrap(), 0);
+    let sliding = lg
+        .rate_limiter("api", lockguard_core::Quota::per_second(10))
+        .algorithm(lockguard_core::Algorithm::SlidingWindow);
+    assert!(sliding.check("alice").await.unwrap().allowed);
+    for key in ["{alice}:sum", "alice}:sum", "}x", "{}", "x\\", "\\}"] {
+        assert!(sliding.check(key).await.unwrap().allowed, "{key:?}");
+        assert_eq!(lg.counter(key).incr_by(2).await.unwrap(), 2, "{key:?}");
+        assert!(lg.counter(key).mark_once("m").await.unwrap(), "{key:?}");
+    }
+    let alice = sliding.check("alice").await.unwrap();
+    assert!(alice.allowed && alice.remaining == 8, "{alice:?}");
 }

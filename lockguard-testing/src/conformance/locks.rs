@@ -1,87 +1,23 @@
+//! Locks: mutual exclusion under contention, leases that end and fence the
+//! old holder, handoff to waiters, the watchdog, reentrancy in a scope,
+//! fencing tokens and fenced writes, bad input, bounded waits, and the
+//! `_now` methods.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
-use lockguard_redis::BuilderExt as _;
 
-use crate::support::{Env, eventually};
+use super::{Env, eventually};
 
-crate::conformance!(
-    all:
-    mutual_exclusion_under_contention,
-    lease_expiry_hands_over_and_fences_the_old_holder,
-    non_holder_cannot_release_and_expired_lock_cannot_extend,
-    watchdog_keeps_a_short_lease_alive,
-    a_lock_handed_to_a_waiter_keeps_its_lease,
-    waiter_is_woken_by_release_not_by_its_retry_interval,
-    dropped_acquire_futures_never_keep_the_lock,
-    dropped_guard_releases_in_the_background,
-    nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
-    fencing_tokens_strictly_increase,
-    fenced_writes_compare_tokens_exactly,
-    braced_keys_are_locks_of_their_own,
-    bad_input_is_a_clear_error,
-    acquire_wait_is_bounded,
-    now_methods_answer_at_once_or_send_nothing,
-);
-
-crate::conformance!(
-    zookeeper:
-    mutual_exclusion_under_contention,
-    lease_expiry_hands_over_and_fences_the_old_holder,
-    non_holder_cannot_release_and_expired_lock_cannot_extend,
-    watchdog_keeps_a_short_lease_alive,
-    a_lock_handed_to_a_waiter_keeps_its_lease,
-    waiter_is_woken_by_release_not_by_its_retry_interval,
-    dropped_acquire_futures_never_keep_the_lock,
-    dropped_guard_releases_in_the_background,
-    nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
-    fencing_tokens_strictly_increase,
-    fenced_writes_compare_tokens_exactly,
-    braced_keys_are_locks_of_their_own,
-    bad_input_is_a_clear_error,
-    acquire_wait_is_bounded,
-    now_methods_answer_at_once_or_send_nothing,
-);
-
-crate::conformance!(
-    mysql:
-    mutual_exclusion_under_contention,
-    lease_expiry_hands_over_and_fences_the_old_holder,
-    non_holder_cannot_release_and_expired_lock_cannot_extend,
-    watchdog_keeps_a_short_lease_alive,
-    a_lock_handed_to_a_waiter_keeps_its_lease,
-    waiter_is_woken_by_release_not_by_its_retry_interval,
-    dropped_acquire_futures_never_keep_the_lock,
-    dropped_guard_releases_in_the_background,
-    nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
-    fencing_tokens_strictly_increase,
-    fenced_writes_compare_tokens_exactly,
-    braced_keys_are_locks_of_their_own,
-    bad_input_is_a_clear_error,
-    acquire_wait_is_bounded,
-    now_methods_answer_at_once_or_send_nothing,
-);
-
-/// 32 tasks over 4 client handles take the lock 200 times each and do a
-/// non-atomic read-modify-write inside it: no update may be lost.
-async fn mutual_exclusion_under_contention(env: Env) {
+/// 32 tasks over 4 client handles take the lock 200 times each (the
+/// harness's [`contention_rounds`](super::Harness::contention_rounds)) and
+/// do a non-atomic read-modify-write inside it: no update may be lost.
+pub async fn mutual_exclusion_under_contention(env: Env) {
     const HANDLES: usize = 4;
     const TASKS: usize = 32;
-    // Redlock pays five round trips per attempt, and every release wakes
-    // all 31 waiters to find the head of the line (its chaos test adds
-    // more). The line serves them in turn: none waits for long.
-    // On MySQL each handoff also rings the waiter's bell and the waiter
-    // reads its mailbox (about 6 ms): 50 rounds, 1,600 acquisitions, race
-    // the same 32 tasks without taking 40 s.
-    let rounds: usize = if !env.nodes.is_empty() {
-        10
-    } else if env.mysql.is_some() {
-        50
-    } else {
-        200
-    };
+    let rounds = env.contention_rounds();
     let mut clients = Vec::new();
     for _ in 0..HANDLES {
         clients.push(env.client().await);
@@ -90,7 +26,7 @@ async fn mutual_exclusion_under_contention(env: Env) {
     let mut tasks = Vec::new();
     for t in 0..TASKS {
         let lg = clients[t % HANDLES].clone();
-        let mut value = env.shared_value().await;
+        let mut value = env.shared_value();
         let inside = inside.clone();
         tasks.push(tokio::spawn(async move {
             for _ in 0..rounds {
@@ -111,14 +47,14 @@ async fn mutual_exclusion_under_contention(env: Env) {
     for t in tasks {
         t.await.unwrap();
     }
-    let total = env.shared_value().await.get().await;
+    let total = env.shared_value().get().await;
     assert_eq!(total, (TASKS * rounds) as u64, "lost updates");
 }
 
 /// A holder whose lease is not renewed loses the lock at lease end: a second
 /// client acquires, the first guard reports the loss, and a write fenced with
 /// the first token is rejected.
-async fn lease_expiry_hands_over_and_fences_the_old_holder(env: Env) {
+pub async fn lease_expiry_hands_over_and_fences_the_old_holder(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let lease = Duration::from_millis(300);
@@ -169,7 +105,10 @@ async fn lease_expiry_hands_over_and_fences_the_old_holder(env: Env) {
     assert!(second.release().await.unwrap());
 }
 
-async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) {
+/// A holder whose fixed lease ran out, and another client took the lock,
+/// can neither extend (lease lost) nor release it, and the new holder keeps
+/// it.
+pub async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     // Short, so the test does not wait long for it to run out, but long
@@ -207,7 +146,9 @@ async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) {
     assert!(new.release().await.unwrap());
 }
 
-async fn watchdog_keeps_a_short_lease_alive(env: Env) {
+/// A 300 ms lease kept by the watchdog for four lease lengths: another
+/// client is refused throughout, and the lock is free after the release.
+pub async fn watchdog_keeps_a_short_lease_alive(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let lease = Duration::from_millis(300);
@@ -235,7 +176,7 @@ async fn watchdog_keeps_a_short_lease_alive(env: Env) {
 /// lives: the watchdog renews the lease it confirmed, however long the
 /// reservation the handoff made (the waiter timeout, 1 s by default and 30 s
 /// on the memory store's test client) is against the 300 ms lease.
-async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
+pub async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
     let holder = env.client().await;
     let waiter = env.client().await;
     let probe = env.client().await;
@@ -290,7 +231,7 @@ async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
 /// With a 5 s retry interval, a 30 s waiter timeout (refreshes every 5 s)
 /// and a 30 s lease, only the release notification can wake the waiter in
 /// under a second.
-async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
+pub async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
     let holder = env.client().await;
     let waiter = env
         .client_with(
@@ -330,7 +271,7 @@ async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
 /// Dropping `acquire` futures at random points, while waiting and around the
 /// moment the store grants the lock, never leaves the lock held: a fresh
 /// `try_acquire` succeeds within 100 ms.
-async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
+pub async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
     let a = env.client().await;
     let probe = env.client().await;
     let lease = Duration::from_secs(20);
@@ -386,7 +327,9 @@ async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
     assert!(cancelled > 10, "only {cancelled} futures were dropped");
 }
 
-async fn dropped_guard_releases_in_the_background(env: Env) {
+/// A guard dropped without `release` frees the lock in the background,
+/// within 500 ms, not at the end of its 30 s lease.
+pub async fn dropped_guard_releases_in_the_background(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let guard = a
@@ -412,7 +355,7 @@ async fn dropped_guard_releases_in_the_background(env: Env) {
 /// is reentrant (no wait, the same fencing token); every other owner is
 /// excluded: other clients, other tasks of the client, and the holding
 /// task itself outside the scope.
-async fn nested_acquisition_in_a_scope_is_reentrant_and_excludes_others(env: Env) {
+pub async fn nested_acquisition_in_a_scope_is_reentrant_and_excludes_others(env: Env) {
     let lg = env.client().await;
     let other = env.client().await;
     let busy_elsewhere = |other: Client| async move {
@@ -460,7 +403,9 @@ async fn nested_acquisition_in_a_scope_is_reentrant_and_excludes_others(env: Env
     );
 }
 
-async fn fencing_tokens_strictly_increase(env: Env) {
+/// Twenty acquisitions alternating between two clients get strictly
+/// increasing fencing tokens.
+pub async fn fencing_tokens_strictly_increase(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let mut last = None;
@@ -479,7 +424,7 @@ async fn fencing_tokens_strictly_increase(env: Env) {
 /// Braces in a key are part of the key: `"a"` and `"{a}"` are two locks,
 /// on one client and across clients, and no key names the queue of
 /// another or splits one lock's keys across cluster slots.
-async fn braced_keys_are_locks_of_their_own(env: Env) {
+pub async fn braced_keys_are_locks_of_their_own(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let g = a.lock("a").acquire().await.unwrap();
@@ -516,7 +461,10 @@ async fn braced_keys_are_locks_of_their_own(env: Env) {
     assert!(inner.release().await.unwrap() && g.release().await.unwrap());
 }
 
-async fn bad_input_is_a_clear_error(env: Env) {
+/// Empty and oversized keys, zero and absurd leases, a watchdog lease too
+/// short to renew, braced prefixes and names: each an `InvalidInput` error
+/// with a message, never a panic.
+pub async fn bad_input_is_a_clear_error(env: Env) {
     let lg = env.client().await;
     let cases = [
         lg.lock("").try_acquire().await.unwrap_err(),
@@ -567,20 +515,14 @@ async fn bad_input_is_a_clear_error(env: Env) {
             err.is_invalid_input() && err.to_string().contains("brace"),
             "{err}"
         );
-        if let Some(server) = &env.server {
-            let err = Client::builder()
-                .prefix(prefix)
-                .connect(&server.url())
-                .await
-                .unwrap_err();
-            assert!(err.is_invalid_input(), "{err}");
-        }
     }
     let named = lg.rate_limiter("api{1}", lockguard_core::Quota::per_second(1));
     assert!(named.check("k").await.unwrap_err().is_invalid_input());
 }
 
-async fn acquire_wait_is_bounded(env: Env) {
+/// An acquisition with a 300 ms wait on a lock held for 30 s gives up as
+/// busy after at least 300 ms and well before 2 s.
+pub async fn acquire_wait_is_bounded(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
     let _held = a
@@ -607,26 +549,10 @@ async fn acquire_wait_is_bounded(env: Env) {
     );
 }
 
-/// Outside a scope every acquisition is its own owner: two requests served
-/// by one task, or the branches of one `join!`, exclude each other.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquisitions_outside_a_scope_exclude_their_own_task() {
-    let lg = Client::memory();
-    let outer = lg.lock("nr").acquire().await.unwrap();
-    let again = lg.lock("nr").try_acquire().await.unwrap_err();
-    assert!(again.is_busy(), "{again}");
-    // Branches of one join! are two owners.
-    let (first, second) = (lg.lock("nr2"), lg.lock("nr2"));
-    let (a, b) = tokio::join!(first.try_acquire(), second.try_acquire());
-    assert!(a.is_ok() != b.is_ok(), "both or neither branch took it");
-    assert!(outer.release().await.unwrap());
-    assert!(lg.lock("nr").try_acquire().await.is_ok());
-}
-
 /// Tokens beyond 2^53 are compared exactly: after a write with 2^53 + 1, a
 /// write with 2^53 is stale. (Issue 11, item 12: a comparison of Lua
 /// numbers took them as equal and let the older token overwrite.)
-async fn fenced_writes_compare_tokens_exactly(env: Env) {
+pub async fn fenced_writes_compare_tokens_exactly(env: Env) {
     use lockguard_core::FencingToken;
     let data = env.data_client().await;
     let resource = data.fenced("big:tokens");
@@ -653,7 +579,7 @@ async fn fenced_writes_compare_tokens_exactly(env: Env) {
 /// store, as `try_acquire` and `release` would; on a store that needs a
 /// round trip they send nothing (the lock stays free, a guard handed back
 /// still holds it). The same for a semaphore's permits.
-async fn now_methods_answer_at_once_or_send_nothing(env: Env) {
+pub async fn now_methods_answer_at_once_or_send_nothing(env: Env) {
     let lg = env.client().await;
     let other = env.client().await;
     let at_once = lg.backend_name() == "memory";

@@ -1,41 +1,17 @@
+//! Semaphores: never more than N inside, crashed holders' permits freed at
+//! lease end, release, extend and expiry, wake-ups, bad input.
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, MAX_PERMITS};
 
-use crate::support::Env;
-
-crate::conformance!(
-    all:
-    never_more_than_n_inside,
-    crashed_holder_frees_its_permit_at_lease_end,
-    permits_release_extend_and_expire,
-    permit_waiter_is_woken_by_release,
-    semaphore_bad_input,
-);
-
-crate::conformance!(
-    zookeeper:
-    never_more_than_n_inside,
-    crashed_holder_frees_its_permit_at_lease_end,
-    permits_release_extend_and_expire,
-    permit_waiter_is_woken_by_release,
-    semaphore_bad_input,
-);
-
-crate::conformance!(
-    mysql:
-    never_more_than_n_inside,
-    crashed_holder_frees_its_permit_at_lease_end,
-    permits_release_extend_and_expire,
-    permit_waiter_is_woken_by_release,
-    semaphore_bad_input,
-);
+use super::Env;
 
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
-async fn never_more_than_n_inside(env: Env) {
+pub async fn never_more_than_n_inside(env: Env) {
     let mut clients = Vec::new();
     for _ in 0..4 {
         clients.push(env.client().await);
@@ -70,7 +46,7 @@ async fn never_more_than_n_inside(env: Env) {
 /// A holder whose process dies (its runtime is shut down, so neither the
 /// watchdog nor a release runs) frees its permit when the lease ends (on
 /// ZooKeeper, when its session, as long as the lease, expires).
-async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
+pub async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     let env = Arc::new(env);
     let lease = Duration::from_millis(600);
     let env2 = env.clone();
@@ -109,7 +85,10 @@ async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
     permit.release().await.unwrap();
 }
 
-async fn permits_release_extend_and_expire(env: Env) {
+/// Two permits held, a third refused (with the holder's lease left as
+/// retry-after where the store keeps leases); an extended permit outlives
+/// one that expires.
+pub async fn permits_release_extend_and_expire(env: Env) {
     let lg = env.client().await;
     let sem = lg.semaphore("p", 2).lease(Duration::from_millis(100));
     let a = sem.acquire().await.unwrap();
@@ -144,7 +123,7 @@ async fn permits_release_extend_and_expire(env: Env) {
 
 /// With a 5 s retry interval and a 30 s waiter timeout, only the release
 /// notification can wake the waiter in under a second.
-async fn permit_waiter_is_woken_by_release(env: Env) {
+pub async fn permit_waiter_is_woken_by_release(env: Env) {
     let holder = env.client().await;
     let waiter = env
         .client_with(Client::builder().waiter_timeout(Duration::from_secs(30)))
@@ -174,7 +153,9 @@ async fn permit_waiter_is_woken_by_release(env: Env) {
     assert!(latency < Duration::from_secs(1), "woken after {latency:?}");
 }
 
-async fn semaphore_bad_input(env: Env) {
+/// Zero or too many permits, an empty name, a zero lease: `InvalidInput`
+/// errors.
+pub async fn semaphore_bad_input(env: Env) {
     let lg = env.client().await;
     for e in [
         lg.semaphore("s", 0).try_acquire().await.unwrap_err(),

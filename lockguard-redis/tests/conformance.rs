@@ -1,0 +1,131 @@
+//! The conformance kit on Redis: a standalone server, Redlock on five
+//! masters, and (with the `cluster` feature) a three-master Cluster; and
+//! what only a Redis client is asked.
+
+use std::time::Duration;
+
+use lockguard_core::{Builder, Client, ErrorKind};
+use lockguard_redis::{BuilderExt as _, ClientExt as _};
+use lockguard_testing::RedisServer;
+use lockguard_testing::conformance::{ClientFuture, Harness};
+
+/// A standalone `redis-server` of the test's own.
+struct Redis(RedisServer);
+
+impl Redis {
+    fn start() -> Self {
+        Self(RedisServer::start())
+    }
+}
+
+impl Harness for Redis {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let url = self.0.url();
+        Box::pin(async move { builder.connect(&url).await.expect("connect to redis") })
+    }
+}
+
+/// Five independent masters, and one more server for the tests' own data
+/// (a Redlock client offers no counters).
+struct Redlock {
+    nodes: Vec<RedisServer>,
+    data: RedisServer,
+}
+
+impl Redlock {
+    fn start() -> Self {
+        Self {
+            nodes: (0..5).map(|_| RedisServer::start()).collect(),
+            data: RedisServer::start(),
+        }
+    }
+}
+
+impl Harness for Redlock {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        Box::pin(async move {
+            // A per-node timeout with room for a loaded two-core machine
+            // running a dozen servers (the default, 50 ms, is for
+            // production); still far below every lease the tests use.
+            builder
+                .node_timeout(Duration::from_millis(250))
+                .redlock(urls)
+                .await
+                .expect("connect to the redlock nodes")
+        })
+    }
+
+    fn data_client(&self) -> ClientFuture<'_> {
+        let url = self.data.url();
+        Box::pin(async move { Client::connect(&url).await.expect("connect to redis") })
+    }
+
+    /// Five round trips per attempt, and every release wakes all 31
+    /// waiters to find the head of the line.
+    fn contention_rounds(&self) -> usize {
+        10
+    }
+}
+
+/// A three-master Redis Cluster of the test's own.
+#[cfg(feature = "cluster")]
+struct Cluster(lockguard_testing::RedisCluster);
+
+#[cfg(feature = "cluster")]
+impl Cluster {
+    fn start() -> Self {
+        Self(lockguard_testing::RedisCluster::start(3))
+    }
+}
+
+#[cfg(feature = "cluster")]
+impl Harness for Cluster {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let urls = self.0.urls();
+        Box::pin(async move {
+            builder
+                .connect_cluster(urls)
+                .await
+                .expect("connect to the cluster")
+        })
+    }
+}
+
+lockguard_testing::conformance!(
+    redis => Redis::start();
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits
+);
+
+lockguard_testing::conformance!(redlock => Redlock::start(); locks, semaphores);
+
+#[cfg(feature = "cluster")]
+lockguard_testing::conformance!(
+    cluster => Cluster::start();
+    locks, semaphores, inspection, counters, counter_expiry, limits
+);
+
+/// A Redlock client says inspection is unsupported: its nodes may each
+/// know a different holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_inspection_is_unsupported() {
+    let store = Redlock::start();
+    let lg = store.client_with(Client::builder()).await;
+    let err = lg.lock("k").inspect().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+}
+
+/// A key prefix with braces outside the hash tag (which would pick every
+/// key's cluster slot) is refused before anything connects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_braced_prefix_is_refused_by_connect() {
+    let server = RedisServer::start();
+    for prefix in ["app:{x}:", "}", "{"] {
+        let err = Client::builder()
+            .prefix(prefix)
+            .connect(&server.url())
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{prefix:?}: {err}");
+    }
+}

@@ -1,0 +1,427 @@
+//! The conformance kit: the behaviour every lockguard store must show, as
+//! tests any store crate runs against its own store.
+//!
+//! A store crate describes how to reach its store with a [`Harness`] (a
+//! client per simulated process, and the few ways stores may differ), then
+//! runs the groups of tests that apply to what it offers with
+//! [`conformance!`](crate::conformance!). Adding a store is: implement
+//! `LockStore` and `DataStore`, write its harness, run the kit, pass.
+//!
+//! | group | what it checks | needs |
+//! |---|---|---|
+//! | `locks` | mutual exclusion, leases, handoff, watchdog, reentrancy, fencing, bad input, bounded waits | locks |
+//! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
+//! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
+//! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
+//! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
+//! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
+//! | `limits` | fixed and sliding windows, GCRA, retry-after, peek | rate limits |
+//!
+//! Every test starts its own store through the harness's constructor,
+//! runs on a two-thread runtime (the `queue` group on virtual time, with
+//! time paused, when the store does), and ends it on drop.
+//!
+//! # Example
+//!
+//! The in-memory store's harness is [`Memory`]; a store crate's test file
+//! holds its own harness and one line per group set:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use lockguard_core::{Builder, Client};
+//! use lockguard_testing::conformance::{ClientFuture, Harness};
+//!
+//! /// A store of this crate (here the memory store, as a stand-in).
+//! #[derive(Debug)]
+//! struct MyStore;
+//!
+//! impl Harness for MyStore {
+//!     fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+//!         Box::pin(async move { builder.memory().expect("valid settings") })
+//!     }
+//! }
+//!
+//! lockguard_testing::conformance!(my_store => MyStore; locks, semaphores, counters);
+//! # fn main() {}
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use lockguard_core::{Builder, Client, ManualClock};
+
+pub mod counters;
+pub mod inspection;
+pub mod limits;
+pub mod locks;
+pub mod queue;
+pub mod semaphores;
+
+/// The future of a client a harness makes.
+pub type ClientFuture<'a> = Pin<Box<dyn Future<Output = Client> + Send + 'a>>;
+
+/// How the kit reaches a store under test, and how that store may differ
+/// from the others where the contract leaves room.
+///
+/// The harness owns the store's servers (started in its constructor, which
+/// runs once per test) and stops them when dropped.
+pub trait Harness: Send + Sync + 'static {
+    /// A client of the store with `builder`'s settings, as if in another
+    /// process: with connections of its own. Panics when the store cannot
+    /// be reached (a test failure, with the store's message).
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_>;
+
+    /// A client whose holders, when their process dies, free their locks
+    /// within `lease`: the default client for stores that keep leases; a
+    /// client whose session lasts `lease` on ZooKeeper.
+    fn client_for_lease(&self, lease: Duration) -> ClientFuture<'_> {
+        let _ = lease;
+        self.client_with(Client::builder())
+    }
+
+    /// A client for the tests' own data (counters, fenced values): the
+    /// store under test, unless it offers none (Redlock).
+    fn data_client(&self) -> ClientFuture<'_> {
+        self.client_with(Client::builder())
+    }
+
+    /// The clock of a store whose time the tests move (the memory store's
+    /// [`ManualClock`]); `None` for a store that keeps its own time, where
+    /// the tests wait in real time.
+    fn clock(&self) -> Option<&ManualClock> {
+        None
+    }
+
+    /// Whether the store keeps each holder's lease, and so can say how long
+    /// it has left: all but ZooKeeper, where the holder's client keeps it
+    /// and the store knows only that the holder's session lives.
+    fn keeps_leases(&self) -> bool {
+        true
+    }
+
+    /// How many rounds each of the 32 tasks of the mutual-exclusion test
+    /// takes the lock: 200, fewer for a store whose handoffs cost several
+    /// round trips on every node (Redlock) or statement (MySQL).
+    fn contention_rounds(&self) -> usize {
+        200
+    }
+}
+
+/// The store under test, as a test sees it: its harness, and a value the
+/// tests race on.
+#[derive(Clone)]
+pub struct Env {
+    harness: Arc<dyn Harness>,
+    shared: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("real_time", &self.real_time())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Env {
+    /// The store `harness` reaches.
+    pub fn new(harness: impl Harness) -> Self {
+        Self {
+            harness: Arc::new(harness),
+            shared: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// A client with default settings, as if in another process.
+    pub async fn client(&self) -> Client {
+        self.harness.client_with(Client::builder()).await
+    }
+
+    /// A client with `builder`'s settings, as if in another process.
+    pub async fn client_with(&self, builder: Builder) -> Client {
+        self.harness.client_with(builder).await
+    }
+
+    /// See [`Harness::client_for_lease`].
+    pub async fn client_for_lease(&self, lease: Duration) -> Client {
+        self.harness.client_for_lease(lease).await
+    }
+
+    /// See [`Harness::data_client`].
+    pub async fn data_client(&self) -> Client {
+        self.harness.data_client().await
+    }
+
+    /// Whether the store keeps its own time, so tests wait in real time
+    /// instead of moving its clock.
+    pub fn real_time(&self) -> bool {
+        self.harness.clock().is_none()
+    }
+
+    /// The clock the tests move.
+    ///
+    /// # Panics
+    ///
+    /// On a store that keeps its own time (see [`Env::real_time`]).
+    pub fn clock(&self) -> &ManualClock {
+        self.harness
+            .clock()
+            .expect("the store keeps its own time; check Env::real_time first")
+    }
+
+    /// See [`Harness::keeps_leases`].
+    pub fn store_keeps_leases(&self) -> bool {
+        self.harness.keeps_leases()
+    }
+
+    /// See [`Harness::contention_rounds`].
+    pub fn contention_rounds(&self) -> usize {
+        self.harness.contention_rounds()
+    }
+
+    /// A value read and written in two separate steps, with the other tasks
+    /// let run between them: two holders inside at once lose an update.
+    pub fn shared_value(&self) -> SharedValue {
+        SharedValue(self.shared.clone())
+    }
+}
+
+/// A counter updated without atomicity: see [`Env::shared_value`].
+#[derive(Debug, Clone)]
+pub struct SharedValue(Arc<AtomicU64>);
+
+impl SharedValue {
+    /// A non-atomic increment: read, let other tasks run, write back.
+    pub async fn racy_increment(&mut self) {
+        let read = self.0.load(Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        self.0.store(read + 1, Ordering::SeqCst);
+    }
+
+    /// The value now.
+    pub async fn get(&mut self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The in-memory store, the reference every other store is held to, on a
+/// [`ManualClock`] the tests move. Every client is a peer of one handle,
+/// whose settings apply (a long waiter timeout, so the wake-up tests see
+/// the notification and not a refresh); a client's own settings are not.
+#[derive(Debug)]
+pub struct Memory {
+    clock: ManualClock,
+    store: OnceLock<Client>,
+}
+
+impl Memory {
+    /// A memory store of its own (made at the first client, on the test's
+    /// runtime).
+    pub fn new() -> Self {
+        Self {
+            clock: ManualClock::new(),
+            store: OnceLock::new(),
+        }
+    }
+}
+
+impl Default for Memory {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness for Memory {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let _ = builder;
+        let store = self.store.get_or_init(|| {
+            Client::builder()
+                .clock(self.clock.clone())
+                .waiter_timeout(Duration::from_secs(30))
+                .memory()
+                .expect("valid settings")
+        });
+        let peer = store.peer();
+        Box::pin(async move { peer })
+    }
+
+    fn clock(&self) -> Option<&ManualClock> {
+        Some(&self.clock)
+    }
+}
+
+/// On what time a test runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Time {
+    /// Real time on a two-thread runtime.
+    Real,
+    /// Paused tokio time on one thread when the store's clock is virtual
+    /// (the queue tests on memory, whose arrivals are then ordered
+    /// exactly); real time otherwise.
+    PausedWhenVirtual,
+}
+
+/// Runs one test of the kit: makes its store with `harness`, then runs
+/// `test` on it (see [`Time`]). Used by [`conformance!`](crate::conformance!).
+#[doc(hidden)]
+pub fn run<H, F, Fut>(harness: impl FnOnce() -> H, time: Time, test: F)
+where
+    H: Harness,
+    F: FnOnce(Env) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let env = Env::new(harness());
+    let rt = if time == Time::PausedWhenVirtual && !env.real_time() {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    }
+    .expect("a tokio runtime");
+    rt.block_on(test(env));
+}
+
+/// Polls `f` every 5 ms until it returns true or `within` passes; whether
+/// it did.
+pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if f().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Runs the named groups of the kit against the store that `harness` (an
+/// expression, evaluated once per test) reaches, as tests in a module
+/// named `store` with one module per group (so `cargo test store` picks
+/// them, and `cargo test store::locks` one group).
+///
+/// The groups: `locks`, `semaphores`, `queue`, `inspection`, `counters`,
+/// `counter_expiry`, `limits` (see the [module](mod@crate::conformance)).
+///
+/// ```ignore
+/// lockguard_testing::conformance!(postgres => Postgres::start(); locks, semaphores, queue);
+/// ```
+#[macro_export]
+macro_rules! conformance {
+    ($store:ident => $harness:expr; $($group:ident),+ $(,)?) => {
+        mod $store {
+            #[allow(unused_imports)]
+            use super::*;
+            $( $crate::conformance!(@group $group, $harness); )+
+        }
+    };
+    (@group locks, $h:expr) => {
+        $crate::conformance!(@tests locks, locks, Real, $h;
+            mutual_exclusion_under_contention,
+            lease_expiry_hands_over_and_fences_the_old_holder,
+            non_holder_cannot_release_and_expired_lock_cannot_extend,
+            watchdog_keeps_a_short_lease_alive,
+            a_lock_handed_to_a_waiter_keeps_its_lease,
+            waiter_is_woken_by_release_not_by_its_retry_interval,
+            dropped_acquire_futures_never_keep_the_lock,
+            dropped_guard_releases_in_the_background,
+            nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
+            fencing_tokens_strictly_increase,
+            fenced_writes_compare_tokens_exactly,
+            braced_keys_are_locks_of_their_own,
+            bad_input_is_a_clear_error,
+            acquire_wait_is_bounded,
+            now_methods_answer_at_once_or_send_nothing,
+        );
+    };
+    (@group semaphores, $h:expr) => {
+        $crate::conformance!(@tests semaphores, semaphores, Real, $h;
+            never_more_than_n_inside,
+            crashed_holder_frees_its_permit_at_lease_end,
+            permits_release_extend_and_expire,
+            permit_waiter_is_woken_by_release,
+            semaphore_bad_input,
+        );
+    };
+    (@group queue, $h:expr) => {
+        $crate::conformance!(@tests queue, queue, PausedWhenVirtual, $h;
+            fifo_order_across_8_clients,
+            try_acquire_neither_queues_nor_barges,
+            semaphore_permits_in_fifo_order,
+            dropped_acquire_leaves_the_queue,
+            ended_wait_leaves_the_queue,
+        );
+    };
+    (@group inspection, $h:expr) => {
+        $crate::conformance!(@tests inspection, inspection, Real, $h;
+            a_lock_is_seen_held_with_its_lease_waiters_and_fence,
+            a_semaphore_is_seen_with_its_holders_and_waiters,
+        );
+    };
+    (@group counters, $h:expr) => {
+        $crate::conformance!(@tests counters, counters, Real, $h;
+            stock_is_never_oversold,
+            mark_once_is_first_exactly_once,
+            incr_decr_get_set_and_overflow,
+            compare_and_set_and_update_lose_no_update,
+            counter_bad_input,
+        );
+    };
+    (@group counter_expiry, $h:expr) => {
+        $crate::conformance!(@tests counter_expiry, counters, Real, $h;
+            expiry_resets_a_counter,
+            versions_do_not_repeat_after_expiry,
+            versions_grow_past_more_writes_than_microseconds,
+        );
+    };
+    (@group limits, $h:expr) => {
+        $crate::conformance!(@tests limits, limits, Real, $h;
+            windows_admit_exactly_the_quota_under_concurrency,
+            gcra_admits_at_most_burst_plus_rate,
+            retry_after_is_honoured,
+            decisions_report_limit_remaining_and_reset,
+            keys_and_limiters_are_independent,
+            limiter_bad_input,
+            peek_tells_the_decision_and_spends_nothing,
+            check_now_answers_at_once_or_sends_nothing,
+            braced_counter_and_limiter_keys_are_their_own,
+        );
+    };
+    (@group $other:ident, $h:expr) => {
+        compile_error!(concat!(
+            "unknown conformance group `", stringify!($other),
+            "`: expected locks, semaphores, queue, inspection, counters, counter_expiry or limits"
+        ));
+    };
+    (@tests $group:ident, $module:ident, $time:ident, $h:expr; $($name:ident),+ $(,)?) => {
+        mod $group {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    $crate::conformance::run(
+                        || $h,
+                        $crate::conformance::Time::$time,
+                        $crate::conformance::$module::$name,
+                    );
+                }
+            )+
+        }
+    };
+}
