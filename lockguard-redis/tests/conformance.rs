@@ -1,6 +1,7 @@
 //! The conformance kit on Redis: a standalone server, Redlock on five
-//! masters, and (with the `cluster` feature) a three-master Cluster; and
-//! what only a Redis client is asked.
+//! masters, (with the `cluster` feature) a three-master Cluster, and (with
+//! the `sentinel` feature) a master found through a sentinel;
+//! and what only a Redis client is asked.
 
 use std::time::Duration;
 
@@ -92,6 +93,32 @@ impl Harness for Cluster {
     }
 }
 
+/// A master watched by a sentinel, of the test's own: the connection
+/// finds the master through it, as under any group (failovers are the
+/// fault tests' and the history checker's).
+#[cfg(feature = "sentinel")]
+struct Sentinel(lockguard_testing::SentinelGroup);
+
+#[cfg(feature = "sentinel")]
+impl Sentinel {
+    fn start() -> Self {
+        Self(lockguard_testing::SentinelGroup::start(0, 1))
+    }
+}
+
+#[cfg(feature = "sentinel")]
+impl Harness for Sentinel {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let urls = self.0.sentinel_urls();
+        Box::pin(async move {
+            builder
+                .connect_sentinel(urls, lockguard_testing::SENTINEL_SERVICE)
+                .await
+                .expect("connect through the sentinels")
+        })
+    }
+}
+
 lockguard_testing::conformance!(
     redis => Redis::start();
     locks, semaphores, queue, inspection, counters, counter_expiry, limits
@@ -129,3 +156,11 @@ async fn a_braced_prefix_is_refused_by_connect() {
         assert!(err.is_invalid_input(), "{prefix:?}: {err}");
     }
 }
+
+// The groups whose behaviour a Sentinel connection changes: every request
+// goes to the master of the moment, wake-ups over its pub/sub connection.
+#[cfg(feature = "sentinel")]
+lockguard_testing::conformance!(
+    sentinel => Sentinel::start();
+    locks, semaphores, queue, counters
+);
