@@ -157,10 +157,8 @@ async fn a_braced_prefix_is_refused_by_connect() {
     }
 }
 
-// The groups whose behaviour a Sentinel connection changes: every request
-// goes to the master of the moment, wake-ups over its pub/sub connection.
 #[cfg(feature = "sentinel")]
 lockguard_testing::conformance!(
     sentinel => Sentinel::start();
-    locks, semaphores, queue, counters
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits
 );
