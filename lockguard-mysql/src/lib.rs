@@ -73,7 +73,10 @@
 //!
 //! Everything a lockguard store offers: locks, semaphores, fencing tokens,
 //! waiting with direct handoff, inspection, counters, rate limiters and
-//! fenced values.
+//! fenced values. For the application's own tables, [`FencedTable`] writes
+//! a row only with a token not older than its last write's, and checks
+//! the row-lock pitfalls (autocommit, an unindexed key column) where it
+//! can.
 //!
 //! Tested on MariaDB 10.11; MySQL 8 should work (nothing MariaDB-only is
 //! used: no `RETURNING`, no sequences) but is not tested.
@@ -87,10 +90,12 @@ use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
 mod bell;
 mod error;
+mod fenced_table;
 mod flights;
 mod schema;
 mod store;
 
+pub use fenced_table::FencedTable;
 pub use schema::{DEFAULT_TABLE_PREFIX, migration_sql};
 
 /// The connections of the pool lockguard makes for itself.
