@@ -28,6 +28,12 @@ pub(crate) fn is_interrupted(err: &mysql_async::Error) -> bool {
     matches!(err, mysql_async::Error::Server(e) if e.code == code::QUERY_INTERRUPTED)
 }
 
+/// Whether `err` is a transaction InnoDB rolled back to break a deadlock:
+/// nothing of it happened, and it may be sent again.
+pub(crate) fn is_deadlock(err: &mysql_async::Error) -> bool {
+    matches!(err, mysql_async::Error::Server(e) if e.code == code::DEADLOCK)
+}
+
 /// The error for a failed statement about `what`.
 pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
     use mysql_async::Error as E;

@@ -263,6 +263,33 @@ impl Drop for Checked {
     }
 }
 
+/// How many times a statement is sent in all when InnoDB rolls it back to
+/// break a deadlock.
+const DEADLOCK_ATTEMPTS: usize = 3;
+
+/// Runs one `CALL` answering at most one row, sent again when InnoDB rolled
+/// its transaction back to break a deadlock (nothing of it happened; the
+/// procedures' own transactions cover all they do), as InnoDB asks of its
+/// clients. Statements on one key never deadlock each other (they queue on
+/// the key's row lock); this covers what else InnoDB may lock, the sweep
+/// say.
+async fn run_again_after_deadlock(
+    conn: &mut Conn,
+    sql: &str,
+    params: Params,
+) -> std::result::Result<Option<Row>, mysql_async::Error> {
+    let mut tries = 1;
+    loop {
+        match conn.exec_first(sql, params.clone()).await {
+            Err(e) if crate::error::is_deadlock(&e) && tries < DEADLOCK_ATTEMPTS => {
+                tracing::debug!(error = %e, "a deadlock rolled the statement back; sending it again");
+                tries += 1;
+            }
+            answer => return answer,
+        }
+    }
+}
+
 impl MySqlStore {
     async fn conn(&self, what: &str) -> Result<Conn> {
         self.pool.get_conn().await.map_err(|e| mysql_error(e, what))
@@ -280,9 +307,7 @@ impl MySqlStore {
     {
         bounded(self.cfg.response_timeout, &what, async {
             let mut conn = Checked(Some(self.conn(&what()).await?));
-            let row: Option<Row> = conn
-                .conn()
-                .exec_first(sql, params)
+            let row = run_again_after_deadlock(conn.conn(), sql, params.into())
                 .await
                 .map_err(|e| mysql_error(e, &what()))?;
             conn.answered();
@@ -303,9 +328,7 @@ impl MySqlStore {
     {
         bounded(self.cfg.response_timeout, &what, async {
             let mut conn = Checked(Some(self.conn(&what()).await?));
-            let row: Option<Row> = conn
-                .conn()
-                .exec_first(sql, params)
+            let row = run_again_after_deadlock(conn.conn(), sql, params.into())
                 .await
                 .map_err(|e| mysql_error(e, &what()))?;
             conn.answered();
@@ -340,20 +363,17 @@ impl MySqlStore {
             let flight = self.flights.depart(token.as_str());
             let conn = self.conn(&what()).await?;
             let mut sent = InFlight::new(conn, flight);
-            let row = sent
-                .conn()
-                .exec_first(
-                    &self.sql.acquire,
-                    (
-                        key,
-                        token.as_str(),
-                        ms(lease),
-                        permits(keys.resource()),
-                        wait,
-                        channel,
-                        attempt,
-                    ),
-                )
+            let params: Params = (
+                key,
+                token.as_str(),
+                ms(lease),
+                permits(keys.resource()),
+                wait,
+                channel,
+                attempt,
+            )
+                .into();
+            let row = run_again_after_deadlock(sent.conn(), &self.sql.acquire, params)
                 .await
                 .map_err(|e| mysql_error(e, &what()));
             sent.landed();

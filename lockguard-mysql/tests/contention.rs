@@ -4,6 +4,7 @@
 //! wake-ups against a raw loop that polls with `SELECT ... FOR UPDATE`.
 
 use std::collections::HashMap;
+use std::error::Error as _;
 use std::time::{Duration, Instant};
 
 use lockguard_core::Client;
@@ -185,4 +186,149 @@ async fn raw_polling(server: &MariaDbServer, poll: Duration) {
         &before,
         started.elapsed(),
     );
+}
+
+/// How long each side runs per round of the uncontended measurement.
+const RUN_FOR: Duration = Duration::from_secs(2);
+
+/// Runs `tasks` loops of `cycle` (given the task's number and its cycle
+/// count) for [`RUN_FOR`]; the cycles completed per second.
+async fn cycles_per_second<F, Fut>(tasks: usize, cycle: F) -> f64
+where
+    F: Fn(usize, u64) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let mut running = Vec::new();
+    for t in 0..tasks {
+        let cycle = cycle.clone();
+        running.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while started.elapsed() < RUN_FOR {
+                cycle(t, n).await;
+                n += 1;
+            }
+            n
+        }));
+    }
+    let mut total = 0;
+    for r in running {
+        total += r.await.unwrap();
+    }
+    total as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Uncontended lock + unlock cycles (a key per task) through lockguard and
+/// through raw `mysql_async` sending the same two procedure calls over the
+/// same kind of pool, each side run twice, alternately; the ratio, and the
+/// statements each lockguard cycle sent (`Questions`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn uncontended_cycles_beside_raw_mysql_async() {
+    let server = MariaDbServer::start();
+    let lg = lockguard_mysql::connect(&server.url()).await.unwrap();
+    // A pool set up as lockguard's own: 16 connections kept for a minute,
+    // not reset when handed back, the same session settings.
+    let pool = mysql_async::Pool::new(
+        mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&server.url()).unwrap())
+            .tcp_nodelay(true)
+            .setup(vec![
+                "SET time_zone = '+00:00'".to_owned(),
+                "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
+            ])
+            .pool_opts(
+                mysql_async::PoolOpts::default()
+                    .with_constraints(mysql_async::PoolConstraints::new(0, 16).unwrap())
+                    .with_inactive_connection_ttl(Duration::from_secs(60))
+                    .with_reset_connection(false),
+            ),
+    );
+    let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    for tasks in [1usize, 16] {
+        let (mut ours, mut raw) = (0.0, 0.0);
+        let mut statements = 0.0;
+        for _ in 0..2 {
+            let before = status(&server);
+            let started = Instant::now();
+            let client = lg.clone();
+            let failed = failures.clone();
+            let rate = cycles_per_second(tasks, move |t, _| {
+                let lock = client.lock(&format!("u:{t}"));
+                let failed = failed.clone();
+                async move {
+                    let released = match lock.try_acquire().await {
+                        Ok(g) => g.release().await.map(drop),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = released {
+                        failed
+                            .lock()
+                            .unwrap()
+                            .push(format!("{e}: {:?}", e.source()));
+                    }
+                }
+            })
+            .await;
+            let cycles = rate * started.elapsed().as_secs_f64();
+            statements +=
+                (status(&server)["Questions"] - before["Questions"]) as f64 / cycles / 2.0;
+            ours += rate / 2.0;
+            let pool = pool.clone();
+            raw += cycles_per_second(tasks, move |t, n| {
+                let pool = pool.clone();
+                async move {
+                    let key = format!("raw:u:{t}");
+                    let token = format!("{t}-{n}");
+                    let mut conn = pool.get_conn().await.unwrap();
+                    let (taken, _fence): (i64, Option<i64>) = conn
+                        .exec_first(
+                            "CALL lockguard_acquire(?, ?, ?, ?, ?, ?, ?)",
+                            (
+                                &key,
+                                &token,
+                                30_000i64,
+                                1i32,
+                                None::<i64>,
+                                None::<String>,
+                                None::<i64>,
+                            ),
+                        )
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(taken, 1);
+                    drop(conn);
+                    let mut conn = pool.get_conn().await.unwrap();
+                    let held: i64 = conn
+                        .exec_first("CALL lockguard_release(?, ?, ?)", (&key, &token, 1i32))
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    assert_eq!(held, 1);
+                }
+            })
+            .await
+                / 2.0;
+        }
+        let failed = failures.lock().unwrap().clone();
+        if !failed.is_empty() {
+            let status = server.sql("SHOW ENGINE INNODB STATUS");
+            let deadlock = status
+                .split("LATEST DETECTED DEADLOCK")
+                .nth(1)
+                .and_then(|d| d.split("TRANSACTIONS\\n").next())
+                .unwrap_or(&status);
+            panic!(
+                "{} of the releases failed, first {:?}; the server's latest deadlock:\n{}",
+                failed.len(),
+                failed[0],
+                deadlock.replace("\\n", "\n")
+            );
+        }
+        println!(
+            "uncontended, {tasks} tasks: lockguard {ours:.0} cycles/s, raw mysql_async {raw:.0} \
+             cycles/s, ratio {:.2}x; {statements:.2} statements sent per lockguard cycle",
+            ours / raw
+        );
+    }
 }

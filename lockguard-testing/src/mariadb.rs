@@ -140,9 +140,14 @@ impl MariaDbServer {
     fn create(dir: PathBuf, owned_dir: Option<tempfile::TempDir>) -> Self {
         let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
         let install = mariadb_program("mariadb-install-db");
+        // Temporary tables of its own: in a shared /tmp, another server
+        // (one of an earlier test binary, shutting down as this one
+        // bootstraps) was seen to take the bootstrap's temporary table.
+        std::fs::create_dir_all(dir.join("tmp")).expect("cannot create mariadb's tmpdir");
         let mut cmd = Command::new(&install);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()))
             .arg(format!("--user={}", current_user()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .stdin(Stdio::null());
@@ -206,6 +211,7 @@ impl MariaDbServer {
             .arg(&mariadbd)
             .arg("--no-defaults")
             .arg(format!("--datadir={}", self.dir.join("data").display()))
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .arg(format!("--socket={}", self.socket().display()))
             .arg(format!(
                 "--pid-file={}",

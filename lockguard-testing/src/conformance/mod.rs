@@ -333,6 +333,7 @@ macro_rules! conformance {
     (@group locks, $h:expr) => {
         $crate::conformance!(@tests locks, locks, Real, $h;
             mutual_exclusion_under_contention,
+            distinct_keys_never_interfere,
             lease_expiry_hands_over_and_fences_the_old_holder,
             non_holder_cannot_release_and_expired_lock_cannot_extend,
             watchdog_keeps_a_short_lease_alive,
