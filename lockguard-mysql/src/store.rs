@@ -271,8 +271,8 @@ const DEADLOCK_ATTEMPTS: usize = 3;
 /// its transaction back to break a deadlock (nothing of it happened; the
 /// procedures' own transactions cover all they do), as InnoDB asks of its
 /// clients. Statements on one key never deadlock each other (they queue on
-/// the key's row lock); this covers what else InnoDB may lock, the sweep
-/// say.
+/// the key's row lock); this covers the rest of what InnoDB may lock (the
+/// sweep's scans, say).
 async fn run_again_after_deadlock(
     conn: &mut Conn,
     sql: &str,
