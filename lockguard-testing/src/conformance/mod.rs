@@ -23,26 +23,41 @@
 //!
 //! # Example
 //!
-//! The in-memory store's harness is [`Memory`]; a store crate's test file
-//! holds its own harness and one line per group set:
+//! The in-memory store's harness is [`Memory`]. A store crate's test file
+//! holds a harness for its store (here one reaching a server the harness
+//! started, through the crate's own `connect`) and one line naming the
+//! groups it passes:
 //!
 //! ```no_run
-//! use std::time::Duration;
-//!
-//! use lockguard_core::{Builder, Client};
+//! use lockguard_core::Builder;
 //! use lockguard_testing::conformance::{ClientFuture, Harness};
+//! # mod my_store {
+//! #     pub async fn connect(_url: &str) -> lockguard_core::Result<lockguard_core::store::Store> {
+//! #         Ok(lockguard_core::store::Store::memory())
+//! #     }
+//! #     pub struct Server;
+//! #     impl Server {
+//! #         pub fn start() -> Self { Server }
+//! #         pub fn url(&self) -> String { String::new() }
+//! #     }
+//! # }
 //!
-//! /// A store of this crate (here the memory store, as a stand-in).
-//! #[derive(Debug)]
-//! struct MyStore;
+//! /// A server of the test's own, stopped when the harness is dropped.
+//! struct MyStore(my_store::Server);
 //!
 //! impl Harness for MyStore {
 //!     fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
-//!         Box::pin(async move { builder.memory().expect("valid settings") })
+//!         Box::pin(async move {
+//!             let store = my_store::connect(&self.0.url()).await.expect("connect");
+//!             builder.build(store).expect("valid settings")
+//!         })
 //!     }
 //! }
 //!
-//! lockguard_testing::conformance!(my_store => MyStore; locks, semaphores, counters);
+//! lockguard_testing::conformance!(
+//!     mine => MyStore(my_store::Server::start());
+//!     locks, semaphores, queue, counters
+//! );
 //! # fn main() {}
 //! ```
 
