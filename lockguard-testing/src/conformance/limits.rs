@@ -61,8 +61,8 @@ pub async fn gcra_admits_at_most_burst_plus_rate(env: Env) {
     }
 }
 
-/// A request retried after exactly `retry_after` is admitted (on Redis,
-/// where the clock is the server's, after at least `retry_after`).
+/// A request retried after exactly `retry_after` is admitted (on a store
+/// that keeps its own time, after at least `retry_after`).
 pub async fn retry_after_is_honoured(env: Env) {
     let lg = env.client().await;
     for algorithm in [
