@@ -37,6 +37,13 @@ pub struct SentinelGroup {
     sentinels: Vec<Sentinel>,
 }
 
+/// The port of the master the sentinel on `port` names.
+fn named_master(port: u16) -> Option<u16> {
+    let reply = ask(port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])?;
+    // *2 $9 127.0.0.1 $N PORT
+    reply.lines().nth(4)?.trim().parse().ok()
+}
+
 /// One command over a plain socket, answered in RESP; the reply's text.
 fn ask(port: u16, command: &[&str]) -> Option<String> {
     let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, port)).ok()?;
@@ -182,12 +189,7 @@ impl SentinelGroup {
 
     /// The port the sentinels name as the master now.
     pub fn master_port(&self) -> Option<u16> {
-        let reply = ask(
-            self.sentinels[0].port,
-            &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE],
-        )?;
-        // *2 $9 127.0.0.1 $N PORT
-        reply.lines().nth(4)?.trim().parse().ok()
+        named_master(self.sentinels[0].port)
     }
 
     /// Asks a sentinel to fail over now (`SENTINEL FAILOVER`), and waits
@@ -205,14 +207,7 @@ impl SentinelGroup {
         );
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let ports: Vec<Option<u16>> = self
-                .sentinels
-                .iter()
-                .map(|s| {
-                    ask(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
-                        .and_then(|r| r.lines().nth(4)?.trim().parse().ok())
-                })
-                .collect();
+            let ports = self.named_masters();
             if let Some(Some(new)) = ports.first().copied()
                 && new != old
                 && ports.iter().all(|p| *p == Some(new))
@@ -257,17 +252,18 @@ impl SentinelGroup {
         }
     }
 
+    /// The master each sentinel names (`None` where one does not answer).
+    fn named_masters(&self) -> Vec<Option<u16>> {
+        self.sentinels
+            .iter()
+            .map(|s| named_master(s.port))
+            .collect()
+    }
+
     /// The master's port if the group is whole; otherwise what is missing,
     /// after telling an old master to replicate the new one.
     fn whole(&self) -> Result<u16, String> {
-        let named: Vec<Option<u16>> = self
-            .sentinels
-            .iter()
-            .map(|s| {
-                ask(s.port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE])
-                    .and_then(|r| r.lines().nth(4)?.trim().parse().ok())
-            })
-            .collect();
+        let named = self.named_masters();
         let master = match named.first().copied().flatten() {
             Some(m) if named.iter().all(|p| *p == Some(m)) => m,
             _ => return Err(format!("the sentinels name {named:?}")),
