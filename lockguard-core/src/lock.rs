@@ -634,12 +634,61 @@ impl Lock {
             if grant.valid_until <= Instant::now() + MIN_HANDOFF_VALIDITY {
                 continue;
             }
+            if self.engine.store.locks.confirms_handoffs() {
+                let Some(grant) = self.confirm_handoff(keys, grant, lease, deadline).await? else {
+                    // Not confirmed: the next attempt claims the lock if it
+                    // is still ours, and confirms it as any acquisition.
+                    continue;
+                };
+                leave.disarm();
+                drop(ticket);
+                let guard = self.granted(keys.clone(), grant)?;
+                self.log_acquired(handoff.fence, started);
+                return Ok(guard);
+            }
             leave.disarm();
             drop(ticket);
             let guard = self.granted(keys.clone(), grant)?;
             guard.confirm();
             self.log_acquired(handoff.fence, started);
             return Ok(guard);
+        }
+    }
+
+    /// Confirms a handoff before it is used, on a store that
+    /// [`confirms_handoffs`](crate::store::LockStore::confirms_handoffs):
+    /// extends it with our lease, which the store confirms with its
+    /// replicas. The grant, valid from the extension, once it is confirmed;
+    /// `None` when it was not (gone, or the store or its replicas did not
+    /// answer in time): the wait goes on.
+    async fn confirm_handoff(
+        &self,
+        keys: &Arc<LockKeys>,
+        grant: Grant,
+        lease: Duration,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Grant>> {
+        let sent_at = Instant::now();
+        let extended = self
+            .within(
+                deadline,
+                self.engine.store.locks.extend(keys, &grant.token, lease),
+            )
+            .await;
+        match extended {
+            Ok(true) => Ok(Some(Grant {
+                valid_until: valid_until(sent_at, lease),
+                ..grant
+            })),
+            Ok(false) => {
+                tracing::debug!(lock = %self.name, "the lock handed over was gone before it was confirmed; waiting on");
+                Ok(None)
+            }
+            Err(e) if e.is_unavailable() && deadline.is_none_or(|d| d > Instant::now()) => {
+                tracing::debug!(lock = %self.name, error = %e, "confirming the lock handed over failed; waiting on");
+                Ok(None)
+            }
+            Err(e) => Err(e),
         }
     }
 

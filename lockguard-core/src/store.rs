@@ -443,6 +443,18 @@ pub trait LockStore: Send + Sync + fmt::Debug {
         None
     }
 
+    /// Whether a lock or permit handed over from the queue counts only
+    /// once its waiter has confirmed it: a store whose writes count once
+    /// replicas have them (Redis with `wait_for_replicas`) says yes, since
+    /// a release hands it over on the primary before any replica has it,
+    /// and a failover then would let a second client take it. The waiter
+    /// then [`extend`](LockStore::extend)s it with its lease, which such a
+    /// store confirms with its replicas, before it gets the guard; the
+    /// others hand the guard over at once and confirm the lease after.
+    fn confirms_handoffs(&self) -> bool {
+        false
+    }
+
     /// Where the store announces handoffs it makes without a message
     /// channel (the in-memory store); the others ignore it.
     fn attach(&self, _inbox: Weak<dyn Inbox>) {}

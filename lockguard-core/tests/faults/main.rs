@@ -1216,28 +1216,8 @@ async fn a_run_whose_lock_vanished_reports_the_loss() {
 /// and an extension fails instead of being counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_wait_for_their_replica_when_asked() {
-    let master = RedisServer::start();
-    let mut replica =
-        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
-    let mut replica_conn = replica.connection().await;
-    let synced = eventually(Duration::from_secs(10), || {
-        let mut conn = replica_conn.clone();
-        async move {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            info.contains("master_link_status:up")
-        }
-    })
-    .await;
-    assert!(synced, "the replica never synced");
-    let lg = Client::builder()
-        .wait_for_replicas(1, Duration::from_millis(300))
-        .connect(&master.url())
-        .await
-        .unwrap();
+    let (master, mut replica, mut replica_conn) = master_and_replica().await;
+    let lg = replicated_client(&master).await;
     let guard = lg
         .lock("replicated")
         .lease(Duration::from_secs(30))
@@ -1293,6 +1273,102 @@ async fn locks_wait_for_their_replica_when_asked() {
             .unwrap_err();
         assert!(bad.is_invalid_input(), "{bad}");
     }
+}
+
+/// A master and one replica of it, in sync, and a connection to the replica.
+async fn master_and_replica() -> (RedisServer, RedisServer, redis::aio::MultiplexedConnection) {
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let replica_conn = replica.connection().await;
+    let synced = eventually(Duration::from_secs(10), || {
+        let mut conn = replica_conn.clone();
+        async move {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            info.contains("master_link_status:up")
+        }
+    })
+    .await;
+    assert!(synced, "the replica never synced");
+    (master, replica, replica_conn)
+}
+
+/// A client of `master` whose lock writes count once one replica has them.
+async fn replicated_client(master: &RedisServer) -> Client {
+    Client::builder()
+        .wait_for_replicas(1, Duration::from_millis(300))
+        .connect(&master.url())
+        .await
+        .unwrap()
+}
+
+/// With `wait_for_replicas`, a lock handed over from the queue is given to
+/// the waiter only once a replica has it: a release on the master hands it
+/// over at once, but while the replica is paused the waiter keeps waiting
+/// (a failover then would promote a replica that knows nothing of the
+/// handoff, and a second client could take the lock). Once the replica is
+/// back, the waiter gets the lock, and the replica has it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_handed_over_waits_for_its_replica_when_asked() {
+    let (master, mut replica, mut replica_conn) = master_and_replica().await;
+    let holder = replicated_client(&master).await;
+    let waiter = replicated_client(&master).await;
+    let held = holder
+        .lock("handed")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let resumed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = resumed.clone();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("handed")
+            .lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        // Read at once: the replica must have been back by now.
+        let was_resumed = seen.load(std::sync::atomic::Ordering::SeqCst);
+        (guard, was_resumed)
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("handed").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    replica.pause();
+    assert!(held.release().await.unwrap());
+    // Long enough for several of the waiter's confirmations (300 ms each)
+    // to fail; a waiter that takes the handoff unconfirmed returns at once.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the waiter was handed a lock its replica did not have"
+    );
+    resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+    replica.resume();
+    let (guard, was_resumed) = waiting.await.unwrap();
+    assert!(
+        was_resumed,
+        "the waiter was handed a lock its replica did not have"
+    );
+    let on_replica: Option<String> = redis::cmd("GET")
+        .arg("lockguard:lock:{handed}")
+        .query_async(&mut replica_conn)
+        .await
+        .unwrap();
+    assert!(
+        on_replica.is_some(),
+        "the waiter returned before the replica had the lock"
+    );
+    assert!(guard.is_held());
+    assert!(guard.release().await.unwrap());
 }
 
 /// A cluster client made from connection settings the application already

@@ -356,9 +356,12 @@ impl RedisBuilder {
     /// after granting a lock may be replaced by a replica that never saw
     /// it, and a second holder is then granted the same lock. With this
     /// set, an acquisition the replicas did not confirm in time is given
-    /// back and fails with [`ErrorKind::Unavailable`], and an extension
-    /// they did not confirm counts as failed (the watchdog retries; the
-    /// guard is lost if none succeeds before the lease ends). It narrows
+    /// back and fails with [`ErrorKind::Unavailable`], an extension they
+    /// did not confirm counts as failed (the watchdog retries; the guard is
+    /// lost if none succeeds before the lease ends), and a lock handed over
+    /// from the queue reaches its waiter only once the waiter's extension
+    /// of it was confirmed (one more round trip and `WAIT` per handoff;
+    /// until then it waits on). It narrows
     /// the window, it does not close it: a replica that confirmed may still
     /// not be the one promoted, and `WAIT` does not make the write durable
     /// on disk. See the [`safety`](lockguard_core::safety) page.

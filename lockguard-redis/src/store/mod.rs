@@ -938,6 +938,12 @@ impl LockStore for RedisStore {
         Waiting::Queue
     }
 
+    /// With `wait_for_replicas`: a release hands the lock over on the
+    /// master, before any replica has it.
+    fn confirms_handoffs(&self) -> bool {
+        self.opts.replicas.is_some()
+    }
+
     /// One attempt; see [`LockStore::acquire`].
     fn acquire<'a>(
         &'a self,
