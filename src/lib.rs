@@ -245,10 +245,83 @@ pub mod __private {
         }
     }
 
-    /// `Err(e.into())` in the function's own return type.
+    /// `Err(e.into())` in the function's own return type. A mistake in
+    /// how the service is set up (no default client, bad credentials) is
+    /// also logged at `error` level, once per kind of mistake (its message
+    /// may name a key): the caller may turn it into a bare `500`.
     pub fn fail<R: CarriesError>(e: Error) -> R {
+        if e.is_misconfigured() {
+            let cause = format!("attribute macros: {}", e.kind());
+            lockguard_core::report_misconfigured(&cause, &e);
+        }
         R::from_error(e)
     }
+
+    /// The compile-time check of a function's error type `E` (of a return
+    /// type written `Result<T, E>`): `From<lockguard::Error>` or an error
+    /// that says so, spanned on `E`. Method resolution picks
+    /// [`CheckFrom::verdict`] when `E: From<Error>` and the fallback
+    /// [`CheckFallback::verdict`] (one auto-reference further) when not;
+    /// the fallback's verdict fails [`assert_error_from`]'s bound with
+    /// [`FromLockguardError`]'s explanation rather than a bare `From`
+    /// error.
+    #[derive(Debug)]
+    pub struct ErrorCheck<E>(std::marker::PhantomData<E>);
+
+    impl<E> ErrorCheck<E> {
+        /// The check of `E`.
+        #[allow(clippy::new_without_default)]
+        pub fn new() -> Self {
+            Self(std::marker::PhantomData)
+        }
+    }
+
+    /// The verdict for an error type that implements `From<lockguard::Error>`.
+    #[derive(Debug)]
+    pub struct HoldsError;
+
+    /// The verdict for an error type `E` without `From<lockguard::Error>`.
+    #[derive(Debug)]
+    pub struct MissingFrom<E>(std::marker::PhantomData<E>);
+
+    /// The verdict of an error type with `From<lockguard::Error>`.
+    pub trait CheckFrom {
+        /// [`HoldsError`].
+        fn verdict(&self) -> HoldsError {
+            HoldsError
+        }
+    }
+
+    impl<E: From<Error>> CheckFrom for ErrorCheck<E> {}
+
+    /// The verdict of any other error type.
+    pub trait CheckFallback<E> {
+        /// [`MissingFrom`].
+        fn verdict(&self) -> MissingFrom<E> {
+            MissingFrom(std::marker::PhantomData)
+        }
+    }
+
+    impl<E> CheckFallback<E> for &ErrorCheck<E> {}
+
+    /// Implemented by no type: the bound an error type without
+    /// `From<lockguard::Error>` fails, with the explanation.
+    #[diagnostic::on_unimplemented(
+        message = "the error type `{Self}` cannot hold a `lockguard::Error`",
+        label = "add `impl From<lockguard::Error> for {Self}`",
+        note = "a function under `#[distributed_lock]`, `#[rate_limit]` or `#[concurrency_limit]` returns `Err(e.into())` when its body cannot run (busy, limited, the store down, no default client), so its error type must implement `From<lockguard::Error>`"
+    )]
+    pub trait FromLockguardError {}
+
+    /// A verdict that passes.
+    pub trait Verdict {}
+
+    impl Verdict for HoldsError {}
+
+    impl<E: FromLockguardError> Verdict for MissingFrom<E> {}
+
+    /// Fails to compile for an error type without `From<lockguard::Error>`.
+    pub fn assert_error_from<V: Verdict>(_: V) {}
 
     /// A return type that can say "skipped": `Result<Option<T>, E>`.
     #[diagnostic::on_unimplemented(

@@ -39,8 +39,20 @@ pub enum ErrorKind {
     /// The client's store does not offer this operation (counters and rate
     /// limiters on a Redlock client).
     Unsupported,
-    /// No process-wide default client was installed where one was needed.
+    /// No process-wide default client was installed where one was needed:
+    /// a mistake in how the service is set up (call
+    /// [`Client::install_default`](crate::Client::install_default) at
+    /// start-up).
     NoDefaultClient,
+    /// The service is set up in a way that cannot work, whoever calls it:
+    /// a database index or database the store does not have, a key source
+    /// that cannot work with how the server is served, a schema the store
+    /// cannot create. Retrying does not help; the message says what to fix.
+    Misconfigured,
+    /// The store refused the client's credentials or permissions (a wrong
+    /// password, a user without the rights lockguard needs). Retrying does
+    /// not help until the credentials or grants are fixed.
+    Unauthorized,
 }
 
 impl ErrorKind {
@@ -55,6 +67,8 @@ impl ErrorKind {
             Self::InvalidInput => "invalid input",
             Self::Protocol => "unexpected reply from store",
             Self::NoDefaultClient => "no default client",
+            Self::Misconfigured => "misconfigured",
+            Self::Unauthorized => "unauthorized",
             Self::Unsupported => "unsupported",
         }
     }
@@ -166,6 +180,89 @@ impl Error {
     pub fn is_unsupported(&self) -> bool {
         self.kind == ErrorKind::Unsupported
     }
+
+    /// A mistake in how the service is set up, not in a request and not a
+    /// passing outage: [`ErrorKind::Misconfigured`],
+    /// [`ErrorKind::Unauthorized`] or [`ErrorKind::NoDefaultClient`].
+    /// Nothing changes until the configuration does; the message says
+    /// what to fix. The HTTP layers answer such an error with `500` (never
+    /// letting the request through, whatever their failure mode) and log
+    /// it at `error` level once per cause (see [`report_misconfigured`]).
+    pub fn is_misconfigured(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Misconfigured | ErrorKind::Unauthorized | ErrorKind::NoDefaultClient
+        )
+    }
+
+    /// Whether the same call, made again later without changing anything,
+    /// may succeed: the lock was busy, the limiter refused
+    /// ([`retry_after`](Error::retry_after) says when), or the store was
+    /// unreachable or slow. False for everything the caller or the
+    /// service's set-up must change first (invalid input, a
+    /// misconfiguration, unsupported operations, unexpected replies), and
+    /// for a lost lease or a stale fencing token, whose work must be
+    /// redone under a new lock, not retried as it was.
+    ///
+    /// ```
+    /// use lockguard_core::{Error, ErrorKind};
+    ///
+    /// assert!(Error::new(ErrorKind::Unavailable, "connection refused").is_retryable());
+    /// assert!(!Error::new(ErrorKind::Unauthorized, "WRONGPASS").is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Busy | ErrorKind::RateLimited | ErrorKind::Timeout | ErrorKind::Unavailable
+        )
+    }
+}
+
+/// The most distinct set-up mistakes [`report_misconfigured`] remembers;
+/// past that it logs each further one at most once a minute, so a flood of
+/// distinct messages cannot grow memory or the log without bound.
+const REMEMBERED_CAUSES: usize = 64;
+
+/// Logs `error`, a mistake in how the service is set up
+/// ([`Error::is_misconfigured`] or an invalid setting), at `error` level,
+/// once per `cause` for the life of the process, so a misconfigured service
+/// says what to fix once instead of on every request (and is not silent at
+/// all). `cause` tells one mistake from another: the error's message when
+/// it names no key, else what the mistake is about (an HTTP layer passes
+/// its kind, its name and the error's kind, so a refused password is
+/// logged once, not once per key). Returns whether it logged now. The HTTP
+/// layers and the attribute macros call it; a service that handles such
+/// errors itself may too.
+///
+/// ```
+/// use lockguard_core::{Error, ErrorKind, report_misconfigured};
+///
+/// let e = Error::new(ErrorKind::Unauthorized, "redis refused the password (WRONGPASS)");
+/// assert!(report_misconfigured(e.message(), &e));
+/// assert!(!report_misconfigured(e.message(), &e));
+/// ```
+pub fn report_misconfigured(cause: &str, error: &Error) -> bool {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    use std::time::Instant;
+
+    static SEEN: Mutex<Option<(HashSet<String>, Option<Instant>)>> = Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
+    let (causes, overflow) = seen.get_or_insert_with(|| (HashSet::new(), None));
+    if causes.contains(cause) {
+        return false;
+    }
+    if causes.len() >= REMEMBERED_CAUSES {
+        if overflow.is_some_and(|at| at.elapsed() < Duration::from_secs(60)) {
+            return false;
+        }
+        *overflow = Some(Instant::now());
+    } else {
+        causes.insert(cause.to_owned());
+    }
+    drop(seen);
+    tracing::error!(kind = %error.kind(), error = %error, "lockguard is misconfigured; fix the set-up (logged once)");
+    true
 }
 
 /// Input found invalid when a primitive was made (`client.lock("")`),
@@ -197,6 +294,46 @@ mod tests {
         assert_eq!(e.to_string(), "busy: lock \"a\" is held");
         assert!(e.is_busy());
         assert!(!e.is_unavailable());
+    }
+
+    #[test]
+    fn set_up_mistakes_are_not_retryable() {
+        for kind in [
+            ErrorKind::Misconfigured,
+            ErrorKind::Unauthorized,
+            ErrorKind::NoDefaultClient,
+        ] {
+            let e = Error::new(kind, "x");
+            assert!(e.is_misconfigured() && !e.is_retryable(), "{kind}");
+        }
+        for kind in [
+            ErrorKind::Busy,
+            ErrorKind::RateLimited,
+            ErrorKind::Timeout,
+            ErrorKind::Unavailable,
+        ] {
+            let e = Error::new(kind, "x");
+            assert!(e.is_retryable() && !e.is_misconfigured(), "{kind}");
+        }
+        for kind in [
+            ErrorKind::InvalidInput,
+            ErrorKind::LeaseLost,
+            ErrorKind::StaleFencingToken,
+            ErrorKind::Protocol,
+            ErrorKind::Unsupported,
+        ] {
+            assert!(!Error::new(kind, "x").is_retryable(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_misconfiguration_is_reported_once_per_cause() {
+        let wrong = Error::new(ErrorKind::Unauthorized, "report-once test: WRONGPASS");
+        let other = Error::new(ErrorKind::Misconfigured, "report-once test: db 99");
+        assert!(report_misconfigured(wrong.message(), &wrong));
+        assert!(!report_misconfigured(wrong.message(), &wrong));
+        assert!(report_misconfigured(other.message(), &other));
+        assert!(!report_misconfigured(other.message(), &other));
     }
 
     #[test]

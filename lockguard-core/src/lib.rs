@@ -222,7 +222,7 @@ pub use counter::{Counter, MAX_UPDATE_ATTEMPTS, Versioned};
 pub use engine::{
     DEFAULT_RETRY_INTERVAL, DEFAULT_WAIT, DEFAULT_WAITER_TIMEOUT, MIN_WAITER_TIMEOUT,
 };
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, report_misconfigured};
 pub use fence::FencingToken;
 pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};

@@ -5,7 +5,9 @@ use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::parse::{ParseStream, Parser};
 use syn::spanned::Spanned;
-use syn::{AttrStyle, Attribute, Expr, Ident, ItemFn, ReturnType};
+use syn::{
+    AttrStyle, Attribute, Expr, GenericArgument, Ident, ItemFn, PathArguments, ReturnType, Type,
+};
 
 use crate::attr::{Algorithm, Args, Kind};
 use crate::template::{self, Scope};
@@ -176,6 +178,19 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         quote!(#p::Err(#err) if #err.is_busy() => #skipped,)
     });
     let fail = quote_spanned!(ret_span=> #p_ret::fail(#err));
+    // A `Result<T, E>` written out: an `E` without `From<lockguard::Error>`
+    // is explained on `E` (rustc alone names only the missing `From`).
+    let check = error_type(&sig.output).map(|e| {
+        let span = e.span();
+        let p_err = respan(p.clone(), span);
+        quote_spanned! {span=>
+            {
+                #[allow(unused_imports)]
+                use #p_err::{CheckFallback as _, CheckFrom as _};
+                #p_err::assert_error_from((&#p_err::ErrorCheck::<#e>::new()).verdict());
+            }
+        }
+    });
 
     // syn hands a body's inner attributes (`#![allow(...)]`) over with the
     // function's: they go back at the top of the body.
@@ -188,6 +203,7 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         #(#outer)*
         #vis #sig {
             #(#inner)*
+            #check
             // The client and the key borrow the arguments; the body then
             // takes them.
             let #client_var = #client;
@@ -200,6 +216,33 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
             }
         }
     })
+}
+
+/// `E` of a return type written `Result<T, E>` (any path ending in
+/// `Result` with two type arguments); `None` for any other, such as an
+/// alias with one argument.
+fn error_type(output: &ReturnType) -> Option<&Type> {
+    let ReturnType::Type(_, ty) = output else {
+        return None;
+    };
+    let Type::Path(path) = &**ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().filter_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    match (types.next(), types.next(), types.next()) {
+        (Some(_), Some(e), None) => Some(e),
+        _ => None,
+    }
 }
 
 /// `tokens` with every span set to `span`.

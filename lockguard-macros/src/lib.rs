@@ -74,7 +74,9 @@
 //!
 //! Without `client`, each call uses the process-wide default installed at
 //! start-up with `Client::install_default`; when none is installed, the
-//! call returns the `NoDefaultClient` error (it never panics). With
+//! call returns the `NoDefaultClient` error (it never panics) and the fix
+//! is logged once at `error` level, so a handler that turns it into a `500`
+//! is not silent about why. With
 //! `client = <expr>`, the expression is evaluated in the function's scope
 //! before the body, and may be a `Client`, a reference to one, or
 //! anything that dereferences to one: `client = self.locks`,

@@ -1,13 +1,13 @@
 //! The process-wide default client. One test in its own binary, since the
 //! default is global: with none installed the functions return the
-//! `NoDefaultClient` error (no panic, no body); once one is installed
-//! they use it.
+//! `NoDefaultClient` error (no panic, no body) and say how to fix it once,
+//! at error level; once one is installed they use it.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use lockguard::prelude::*;
 use lockguard::{Client, ErrorKind, concurrency_limit, distributed_lock, rate_limit};
-use lockguard_testing::RedisServer;
+use lockguard_testing::{CapturedLog, RedisServer};
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -40,13 +40,22 @@ async fn bounded() -> Result<(), lockguard::Error> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_client_is_required_then_used() {
+    // The calls run on this thread: its subscriber sees what they log.
+    let captured = CapturedLog::default();
+    let log = captured.install();
     for err in [
         locked(1, None).await.unwrap_err(),
         limited().await.unwrap_err(),
         bounded().await.unwrap_err(),
+        locked(2, None).await.unwrap_err(),
     ] {
         assert_eq!(err.kind(), ErrorKind::NoDefaultClient, "{err}");
+        assert!(err.is_misconfigured() && !err.is_retryable(), "{err}");
     }
+    drop(log);
+    // Said once, at error level, with the fix: not silent, not per call.
+    let told = captured.lines_with("ERROR", "call Client::install_default");
+    assert_eq!(told, 1, "{}", captured.text());
     assert_eq!(
         RUNS.load(Ordering::SeqCst),
         0,

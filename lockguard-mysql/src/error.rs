@@ -7,6 +7,8 @@ use lockguard_core::{Error, ErrorKind, Result};
 /// MySQL's server error codes lockguard tells apart.
 mod code {
     pub(super) const ACCESS_DENIED: u16 = 1045;
+    pub(super) const DB_ACCESS_DENIED: u16 = 1044;
+    pub(super) const TABLE_ACCESS_DENIED: u16 = 1142;
     pub(super) const BAD_DB: u16 = 1049;
     pub(super) const TOO_MANY_CONNECTIONS: u16 = 1040;
     pub(super) const SERVER_SHUTDOWN: u16 = 1053;
@@ -45,9 +47,22 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
             | code::CONNECTION_KILLED
             | code::TOO_MANY_CONNECTIONS
             | code::SERVER_SHUTDOWN
-            | code::READ_ONLY
-            | code::ACCESS_DENIED
-            | code::BAD_DB => (ErrorKind::Unavailable, what.to_owned()),
+            | code::READ_ONLY => (ErrorKind::Unavailable, what.to_owned()),
+            // The service's credentials or grants: no retry helps.
+            code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::TABLE_ACCESS_DENIED => (
+                ErrorKind::Unauthorized,
+                format!(
+                    "{what}: mysql refused the service's credentials or grants ({}); check the user and password of the URL, and that the user may create lockguard's tables and procedures or use them",
+                    e.message
+                ),
+            ),
+            code::BAD_DB => (
+                ErrorKind::Misconfigured,
+                format!(
+                    "{what}: {}; create the database or name an existing one in the URL",
+                    e.message
+                ),
+            ),
             code::DATA_TOO_LONG | code::OUT_OF_RANGE | code::VALUE_OUT_OF_RANGE => {
                 (ErrorKind::InvalidInput, what.to_owned())
             }

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lockguard_core::Client;
+use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::MariaDbServer;
 
 /// Retries `op` until it succeeds or `within` has passed.
@@ -272,4 +272,28 @@ async fn mysql_a_lost_ring_is_caught_by_the_waiters_refresh() {
     // the bell's own period (30 s) would have found the handoff.
     assert!(took < Duration::from_secs(3), "the waiter took {took:?}");
     g.release().await.unwrap();
+}
+
+/// A mistake in how the service is set up is told apart from an outage: a
+/// wrong password is `Unauthorized`, a database the server does not have
+/// is `Misconfigured`, neither retryable, each message saying what to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_set_up_mistakes_are_told_apart_from_outages() {
+    let server = MariaDbServer::shared();
+    let wrong = server.url().replacen(":lockguard@", ":wrong@", 1);
+    assert_ne!(wrong, server.url(), "the test's URL has the password");
+    let err = lockguard_mysql::connect(&wrong).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(
+        !err.is_retryable() && err.to_string().contains("credentials"),
+        "{err}"
+    );
+    let err = lockguard_mysql::connect(&server.url_for("nosuch"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert!(
+        !err.is_retryable() && err.to_string().contains("nosuch"),
+        "{err}"
+    );
 }

@@ -207,8 +207,13 @@ pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
                 ErrorKind::Unavailable
             } else if *code == SqlState::INVALID_PASSWORD
                 || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                || *code == SqlState::INSUFFICIENT_PRIVILEGE
             {
-                ErrorKind::Unavailable
+                // The service's credentials or grants: no retry helps.
+                ErrorKind::Unauthorized
+            } else if *code == SqlState::INVALID_CATALOG_NAME {
+                // The URL names a database the server does not have.
+                ErrorKind::Misconfigured
             } else {
                 ErrorKind::Protocol
             }
@@ -221,6 +226,14 @@ pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
         Some(db) if *db.code() == SqlState::FEATURE_NOT_SUPPORTED => {
             format!("{what}: {}", db.message())
         }
+        Some(db) if kind == ErrorKind::Unauthorized => format!(
+            "{what}: postgres refused the service's credentials or grants ({}); check the user and password of the URL, and that the user may create lockguard's schema or use it",
+            db.message()
+        ),
+        Some(db) if kind == ErrorKind::Misconfigured => format!(
+            "{what}: {}; create the database or name an existing one in the URL",
+            db.message()
+        ),
         _ => match err.code() {
             Some(code)
                 if *code == SqlState::UNDEFINED_FUNCTION

@@ -564,6 +564,11 @@ pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> 
             Err(e) => errors.push(e),
         }
     }
+    // A node that refused the credentials or the database index is a
+    // set-up mistake, whether or not a quorum answered: said at once.
+    if let Some(i) = errors.iter().position(Error::is_misconfigured) {
+        return Err(errors.swap_remove(i));
+    }
     let quorum = clients.len() / 2 + 1;
     let up = nodes.iter().filter(|n| n.is_some()).count();
     if up < quorum {

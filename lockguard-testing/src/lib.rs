@@ -20,12 +20,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod conformance;
+mod log;
 mod mariadb;
 mod postgres;
 mod relay;
 mod sentinel;
 mod zookeeper;
 mod zookeeper_txnlog;
+pub use log::CapturedLog;
 pub use mariadb::{MariaDbServer, mariadb_program};
 pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use relay::Relay;

@@ -16,6 +16,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ResponseBody};
+use crate::key::Unkeyed;
 use crate::outcome::{self, MissingKey};
 use crate::rate_limit::headers::RateHeaders;
 use crate::refusal::Refusals;
@@ -229,15 +230,20 @@ where
     }
 
     /// A request without a usable key for `what` `name`: refused or passed
-    /// unchecked, as `outcome` says.
+    /// unchecked, as `outcome` says, when the request is at fault; a server
+    /// error when the server's set-up is.
     pub(crate) fn unkeyed(
         what: &str,
         name: &str,
+        why: Unkeyed,
         outcome: MissingKey,
         refusals: &Refusals,
         service: &mut S,
         request: Request<ReqB>,
     ) -> Self {
+        if let Unkeyed::Misconfigured(fix) = why {
+            return Self::respond(outcome::misconfigured_key(what, name, &fix, refusals));
+        }
         match outcome::missing_key(what, name, outcome, refusals) {
             Some(response) => Self::respond(response),
             None => Self::pass(service, request),

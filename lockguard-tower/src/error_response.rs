@@ -13,7 +13,8 @@ use crate::refusal::{Refusal, RefusalKind};
 /// kind calls for, `Retry-After` where the error knows when to retry, and
 /// an `application/problem+json` body that names the kind of failure but
 /// not the keys involved (they are the server's business; the error itself
-/// is logged at `debug`).
+/// is logged at `debug`, and a mistake in the service's set-up
+/// ([`Error::is_misconfigured`]) at `error`, once per kind).
 ///
 /// | kind | status |
 /// |---|---|
@@ -79,6 +80,11 @@ impl ErrorResponse {
     /// The response: see the type's docs.
     pub fn into_http(self) -> Response<Bytes> {
         let status = self.status();
+        if self.0.is_misconfigured() {
+            // The service's set-up, not the request: said once, loudly.
+            let cause = format!("error response: {}", self.0.kind());
+            lockguard_core::report_misconfigured(&cause, &self.0);
+        }
         tracing::debug!(error = %self.0, status = status.as_u16(), "lockguard error answered");
         let (kind, detail) = match self.0.kind() {
             ErrorKind::Busy => (RefusalKind::Busy, "the resource is busy; try again later"),

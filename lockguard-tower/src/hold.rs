@@ -146,10 +146,13 @@ where
     S::Response: HasBody,
     K: KeyExtractor<ReqB> + ?Sized,
 {
-    let Some(key) = key::extract_checked(key, &request, settings.reserve()) else {
-        let (what, name) = (kind.what(), &settings.name);
-        let (outcome, refusals) = (settings.on_missing_key, &settings.refusals);
-        return Admit::unkeyed(what, name, outcome, refusals, service, request);
+    let key = match key::extract_checked(key, &request, settings.reserve()) {
+        Ok(key) => key,
+        Err(unkeyed) => {
+            let (what, name) = (kind.what(), &settings.name);
+            let (outcome, refusals) = (settings.on_missing_key, &settings.refusals);
+            return Admit::unkeyed(what, name, unkeyed, outcome, refusals, service, request);
+        }
     };
     let span = admission_span(|| match kind {
         Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),

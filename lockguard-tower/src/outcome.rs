@@ -72,6 +72,35 @@ pub(crate) fn missing_key(
     }
 }
 
+/// The response for a request whose key the extractor cannot find because
+/// of how the server is served (`fix` says what to change): a server
+/// error, logged once.
+pub(crate) fn misconfigured_key(
+    what: &str,
+    name: &str,
+    fix: &str,
+    refusals: &Refusals,
+) -> http::Response<bytes::Bytes> {
+    let error = lockguard_core::Error::new(
+        lockguard_core::ErrorKind::Misconfigured,
+        format!("{what} {name:?}: {fix}"),
+    );
+    lockguard_core::report_misconfigured(error.message(), &error);
+    misconfigured(what, name, refusals)
+}
+
+/// `500`: `what` `name` cannot work as the service is set up.
+fn misconfigured(what: &str, name: &str, refusals: &Refusals) -> http::Response<bytes::Bytes> {
+    refusals.respond(&Refusal {
+        kind: RefusalKind::Misconfigured,
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        policy: name.to_owned(),
+        detail: format!("{what} {name:?} is misconfigured"),
+        retry_after: None,
+        decision: None,
+    })
+}
+
 /// The admission of a request whose check failed in the store.
 pub(crate) fn store_failure(
     what: &str,
@@ -91,15 +120,18 @@ pub(crate) fn store_failure(
             decision: None,
         }))
     };
-    if error.is_invalid_input() {
-        // Not the store's fault and not the client's: a quota, lease or
-        // permit count that cannot work. Loud, whatever the failure mode.
-        tracing::error!(what, name, error = %error, "misconfigured; refusing the request");
-        return refusal(
-            RefusalKind::Misconfigured,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{what} {name:?} is misconfigured"),
+    if error.is_invalid_input() || error.is_misconfigured() {
+        // Not a passing outage and not the client's doing: a quota, lease
+        // or permit count that cannot work, credentials the store refuses.
+        // Loud (once per cause), and refused whatever the failure mode.
+        // Once per layer and kind of mistake, not per key.
+        let cause = format!("{what} {name:?}: {}", error.kind());
+        let error = lockguard_core::Error::new(
+            error.kind(),
+            format!("{what} {name:?}: {}", error.message()),
         );
+        lockguard_core::report_misconfigured(&cause, &error);
+        return Admission::Respond(misconfigured(what, name, refusals));
     }
     match mode {
         FailureMode::Closed => {

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
-use lockguard_testing::RedisServer;
+use lockguard_testing::{CapturedLog, RedisServer};
 
 use support::eventually;
 
@@ -955,39 +955,6 @@ async fn concurrent_renewals_never_outlive_the_store() {
     }
 }
 
-/// Log lines captured from the current thread's subscriber.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    fn count(&self, needle: &str) -> usize {
-        self.text().matches(needle).count()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 async fn set_policy(server: &RedisServer, policy: &str) {
     let mut conn = server.connection().await;
     let _: () = redis::cmd("CONFIG")
@@ -1006,7 +973,7 @@ async fn set_policy(server: &RedisServer, policy: &str) {
 #[tokio::test(flavor = "current_thread")]
 async fn eviction_is_warned_about_on_every_connection_kind() {
     const WARNING: &str = "maxmemory-policy is not noeviction";
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let _log = tracing::subscriber::set_default(
         tracing_subscriber::fmt()
             .with_writer(captured.clone())
@@ -1134,9 +1101,97 @@ async fn an_application_client_brings_its_credentials() {
         .await
         .unwrap_err();
     assert!(
-        err.is_unavailable() && err.to_string().contains("NOAUTH"),
+        err.kind() == ErrorKind::Unauthorized && err.to_string().contains("NOAUTH"),
         "{err}"
     );
+}
+
+/// A mistake in how the service is set up is told apart from an outage: a
+/// wrong or missing password and a user without the rights lockguard needs
+/// are `Unauthorized`, a database index the server does not have is
+/// `Misconfigured`, neither retryable, each message saying what to fix;
+/// only a server that cannot be reached is `Unavailable` and retryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_up_mistakes_are_told_apart_from_outages() {
+    let server = RedisServer::start_with_args(&["--requirepass", "s3cret"]);
+    let port = server.port();
+    let connect = |url: String| async move {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .connect(&url)
+            .await
+    };
+    for (url, kind, says) in [
+        (
+            format!("redis://:wrong@127.0.0.1:{port}"),
+            ErrorKind::Unauthorized,
+            "password",
+        ),
+        (
+            format!("redis://127.0.0.1:{port}"),
+            ErrorKind::Unauthorized,
+            "NOAUTH",
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            ErrorKind::Misconfigured,
+            "database index",
+        ),
+    ] {
+        let err = connect(url.clone()).await.unwrap_err();
+        assert_eq!(err.kind(), kind, "{url}: {err}");
+        assert!(
+            err.is_misconfigured() && !err.is_retryable(),
+            "{url}: {err}"
+        );
+        assert!(err.to_string().contains(says), "{url}: {err}");
+    }
+    // One Redlock node of three with a wrong password: a set-up mistake,
+    // said at once, though a quorum answers.
+    let others = [RedisServer::start(), RedisServer::start()];
+    let err = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .redlock([
+            others[0].url(),
+            others[1].url(),
+            format!("redis://:wrong@127.0.0.1:{port}"),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+
+    // A user the server knows, without the rights lockguard's commands need:
+    // refused at its first lock, and said so.
+    let mut admin = redis::Client::open(format!("redis://:s3cret@127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "reader", "on", ">pw", "~*", "-@all", "+hello", "+ping", "+info", "+get",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let reader = connect(format!("redis://reader:pw@127.0.0.1:{port}"))
+        .await
+        .unwrap();
+    let err = reader.lock("job").try_acquire().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(err.to_string().contains("NOPERM"), "{err}");
+
+    // Nobody listening: an outage, worth a retry.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let err = connect(format!("redis://127.0.0.1:{closed_port}"))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable() && err.is_retryable(), "{err}");
+    assert!(!err.is_misconfigured(), "{err}");
 }
 
 /// Acquisitions and releases run in spans that name the lock (or the
@@ -1144,7 +1199,7 @@ async fn an_application_client_brings_its_credentials() {
 /// inside carries them.
 #[tokio::test(flavor = "current_thread")]
 async fn spans_name_the_lock_and_record_its_fence() {
-    let captured = Captured::default();
+    let captured = CapturedLog::default();
     let _log = tracing::subscriber::set_default(
         tracing_subscriber::fmt()
             .with_writer(captured.clone())

@@ -184,6 +184,34 @@ async fn unreachable_and_malformed_settings_are_clear_errors() {
     }
 }
 
+/// A mistake in how the service is set up is told apart from an outage: a
+/// database the server does not have is `Misconfigured`, a user that may
+/// not create lockguard's schema is `Unauthorized`, neither retryable, each
+/// message saying what to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_up_mistakes_are_told_apart_from_outages() {
+    let server = PostgresServer::start();
+    let port = server.port();
+    let err = Client::connect_postgres(&format!("postgres://postgres@127.0.0.1:{port}/nosuch"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert!(
+        !err.is_retryable() && err.to_string().contains("nosuch"),
+        "{err}"
+    );
+
+    server.psql("CREATE ROLE weak LOGIN");
+    let err = Client::connect_postgres(&format!("postgres://weak@127.0.0.1:{port}/postgres"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(
+        !err.is_retryable() && err.to_string().contains("permission denied"),
+        "{err}"
+    );
+}
+
 /// The application's own table, fenced: the holder whose lease ran out
 /// (paused past it) writes after the next holder did, and its write is
 /// refused in the same statement; the next holder's stands. A missing row

@@ -212,14 +212,30 @@ fn server_refusal(e: &Error) -> Option<String> {
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {
         if let Some(r) = s.downcast_ref::<redis::RedisError>()
-            && let Some(code) = r.code()
-            && matches!(code, "NOAUTH" | "WRONGPASS")
+            && let Some(code) = refused_credentials(r)
         {
             return Some(code.to_owned());
         }
         source = s.source();
     }
     None
+}
+
+/// The server's code when it refused the client's credentials or
+/// permissions: a wrong password (`WRONGPASS`), none given (`NOAUTH`), a
+/// user without the rights lockguard's commands need (`NOPERM`).
+fn refused_credentials(err: &redis::RedisError) -> Option<&str> {
+    match err.code() {
+        Some(code @ ("NOAUTH" | "WRONGPASS" | "NOPERM")) => Some(code),
+        _ if err.kind() == redis::ErrorKind::AuthenticationFailed => Some("authentication failed"),
+        _ => None,
+    }
+}
+
+/// Whether the server refused the database index of the URL (`SELECT`
+/// at connect time: "DB index is out of range").
+fn refused_database(err: &redis::RedisError) -> bool {
+    err.to_string().contains("refused to switch database")
 }
 
 /// A client for connection settings the application built, with
@@ -370,6 +386,19 @@ fn attempt_reply(keys: &LockKeys, (taken, n): (i64, i64)) -> Result<Result<Fenci
 
 /// The error for a failed Redis request about `what`.
 pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
+    // Set-up mistakes first: nothing a retry can fix.
+    if let Some(code) = refused_credentials(&err) {
+        let message = format!(
+            "{what}: the server refused the client's credentials ({code}); check the user and password of the URL, and that the user may run lockguard's commands (EVALSHA, SCRIPT LOAD, PUBLISH, SUBSCRIBE)"
+        );
+        return Error::new(ErrorKind::Unauthorized, message).with_source(err);
+    }
+    if refused_database(&err) {
+        let message = format!(
+            "{what}: the server has no such database index; use an index below the server's `databases` setting (16 by default) in the URL's path"
+        );
+        return Error::new(ErrorKind::Misconfigured, message).with_source(err);
+    }
     let kind = match err.kind() {
         // A reply of the wrong shape: the store answered, with garbage.
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,
@@ -382,9 +411,9 @@ pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
         {
             ErrorKind::Unavailable
         }
-        redis::ErrorKind::AuthenticationFailed
-        | redis::ErrorKind::Client
-        | redis::ErrorKind::ClusterConnectionNotFound => ErrorKind::Unavailable,
+        redis::ErrorKind::Client | redis::ErrorKind::ClusterConnectionNotFound => {
+            ErrorKind::Unavailable
+        }
         // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the cluster is moving or
         // failing over; trying again later may succeed.
         _ if err.is_cluster_error() => ErrorKind::Unavailable,
@@ -399,16 +428,12 @@ pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
 }
 
 /// A connect that did not answer in time, or answered garbage, means the
-/// server cannot be reached. One the server refused for want of credentials
-/// says so (over RESP3 the refusal comes at connect time, in answer to
-/// `HELLO`).
+/// server cannot be reached. One the server refused for its credentials or
+/// database index stays a set-up mistake (over RESP3 the refusal comes at
+/// connect time, in answer to `HELLO` or `SELECT`).
 fn unreachable(e: Error) -> Error {
-    if let Some(code) = server_refusal(&e) {
-        let message = format!(
-            "{}: the server refused the connection ({code}); check the credentials",
-            e.message()
-        );
-        return Error::new(ErrorKind::Unavailable, message).with_source(e);
+    if e.is_misconfigured() {
+        return e;
     }
     match e.kind() {
         ErrorKind::Timeout | ErrorKind::Protocol => {
@@ -568,9 +593,9 @@ impl RedisStore {
         {
             // Not a version question: the server will refuse every command.
             return Err(Error::new(
-                ErrorKind::Unavailable,
+                ErrorKind::Unauthorized,
                 format!(
-                    "redis at {addr} refused lockguard's commands ({code}); check the credentials"
+                    "redis at {addr} refused lockguard's commands ({code}); check the user and password of the URL"
                 ),
             ));
         }

@@ -23,6 +23,22 @@ pub(crate) fn peer_ip<B>(req: &Request<B>) -> Option<IpAddr> {
         .or_else(|| ext.get::<IpAddr>().copied())
 }
 
+/// What a server that records no peer address must change, for the
+/// extractors that need one.
+pub(crate) fn no_peer_address<B>(req: &Request<B>) -> Option<String> {
+    if peer_ip(req).is_some() {
+        return None;
+    }
+    let fix = if cfg!(feature = "axum") {
+        "serve the router with `into_make_service_with_connect_info::<SocketAddr>()`"
+    } else {
+        "enable lockguard-tower's `axum` feature and serve the router with `into_make_service_with_connect_info::<SocketAddr>()`, or insert the peer's `SocketAddr` as a request extension"
+    };
+    Some(format!(
+        "the server records no peer address in its requests, which key::PeerIp and key::ClientIp need: {fix}"
+    ))
+}
+
 /// How addresses are grouped into keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Grouping {
@@ -61,7 +77,9 @@ impl Grouping {
 /// The peer address comes from axum's `ConnectInfo<SocketAddr>` (serve
 /// with `into_make_service_with_connect_info::<SocketAddr>()` and enable
 /// this crate's `axum` feature), or from a [`SocketAddr`] or [`IpAddr`]
-/// request extension. Without one, the key is missing.
+/// request extension. A server that records none is misconfigured: the
+/// layers answer `500` and log the fix once (see
+/// [`KeyExtractor::misconfiguration`]).
 ///
 /// IPv6 addresses are grouped by their `/64` network by default, since one
 /// subscriber usually holds a whole `/64`; see [`PeerIp::ipv6_prefix`].
@@ -96,6 +114,11 @@ impl PeerIp {
 impl<B> KeyExtractor<B> for PeerIp {
     fn extract(&self, req: &Request<B>) -> Option<String> {
         peer_ip(req).map(|ip| self.grouping.key(ip))
+    }
+
+    /// No peer address recorded at all: the server's set-up.
+    fn misconfiguration(&self, req: &Request<B>) -> Option<String> {
+        no_peer_address(req)
     }
 }
 
@@ -222,6 +245,12 @@ impl ClientIp {
 impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<String> {
         self.client_ip(req).map(|ip| self.grouping.key(ip))
+    }
+
+    /// No peer address recorded at all: the server's set-up (a forwarding
+    /// header that cannot be read is the request's doing).
+    fn misconfiguration(&self, req: &Request<B>) -> Option<String> {
+        no_peer_address(req)
     }
 }
 

@@ -47,6 +47,18 @@ pub use proxy::{Cidr, TrustedProxies};
 pub trait KeyExtractor<B> {
     /// The key of `req`, or `None` when it has none.
     fn extract(&self, req: &Request<B>) -> Option<String>;
+
+    /// Why `req` has no key when the server's set-up is at fault rather
+    /// than the request: a key source that cannot work with how the server
+    /// is served, such as [`PeerIp`] on a server that records no peer
+    /// address. Asked only when [`extract`](KeyExtractor::extract) gave
+    /// `None`. The layers answer such a request with `500`, whatever their
+    /// [`MissingKey`](crate::MissingKey) setting, and log the fix at
+    /// `error` level once, instead of blaming the client with a `400`.
+    /// The default, `None`, blames the request.
+    fn misconfiguration(&self, _req: &Request<B>) -> Option<String> {
+        None
+    }
 }
 
 impl<B, F> KeyExtractor<B> for F
@@ -68,6 +80,11 @@ macro_rules! tuple_extractor {
                 let ($($v,)+) = self;
                 let parts = [$($v.extract(req)?),+];
                 Some(parts.join("|"))
+            }
+
+            fn misconfiguration(&self, req: &Request<B>) -> Option<String> {
+                let ($($v,)+) = self;
+                None$(.or_else(|| $v.misconfiguration(req)))+
             }
         }
     };
@@ -304,8 +321,23 @@ pub(crate) fn extract_checked<B, K: KeyExtractor<B> + ?Sized>(
     extractor: &K,
     req: &Request<B>,
     reserve: usize,
-) -> Option<String> {
-    checked(extractor.extract(req)?, reserve)
+) -> Result<String, Unkeyed> {
+    match extractor.extract(req) {
+        Some(key) => checked(key, reserve).ok_or(Unkeyed::Request),
+        None => Err(match extractor.misconfiguration(req) {
+            Some(why) => Unkeyed::Misconfigured(why),
+            None => Unkeyed::Request,
+        }),
+    }
+}
+
+/// Why a request has no usable key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unkeyed {
+    /// The request carries none (the client's doing).
+    Request,
+    /// The extractor cannot work with how the server is served: why.
+    Misconfigured(String),
 }
 
 /// `key` if it is usable (see [`is_valid`]); an invalid one counts as
@@ -403,12 +435,38 @@ mod tests {
     fn invalid_keys_count_as_missing() {
         let r = req(|b| b);
         let long = |_: &Request<()>| Some("x".repeat(lockguard_core::MAX_KEY_LEN));
-        assert_eq!(extract_checked(&long, &r, 10), None);
+        assert_eq!(extract_checked(&long, &r, 10), Err(Unkeyed::Request));
         let tab = |_: &Request<()>| Some("a\tb".to_owned());
-        assert_eq!(extract_checked(&tab, &r, 0), None);
+        assert_eq!(extract_checked(&tab, &r, 0), Err(Unkeyed::Request));
         let empty = |_: &Request<()>| Some(String::new());
-        assert_eq!(extract_checked(&empty, &r, 0), None);
+        assert_eq!(extract_checked(&empty, &r, 0), Err(Unkeyed::Request));
         let fine = |_: &Request<()>| Some("ok".to_owned());
-        assert_eq!(extract_checked(&fine, &r, 0).as_deref(), Some("ok"));
+        assert_eq!(extract_checked(&fine, &r, 0).as_deref(), Ok("ok"));
+    }
+
+    #[test]
+    fn a_peer_address_key_on_a_server_that_records_none_is_its_set_up() {
+        let bare = req(|b| b);
+        let why = extract_checked(&PeerIp::new(), &bare, 0).unwrap_err();
+        let Unkeyed::Misconfigured(fix) = why else {
+            panic!("blamed the request: {why:?}");
+        };
+        assert!(fix.contains("into_make_service_with_connect_info"), "{fix}");
+        // In a tuple too; a header the client did not send is its doing.
+        let user = Header::new(http::HeaderName::from_static("x-user"));
+        let both = (user.clone(), PeerIp::new());
+        assert!(matches!(
+            extract_checked(&both, &bare, 0),
+            Err(Unkeyed::Misconfigured(_))
+        ));
+        assert_eq!(extract_checked(&user, &bare, 0), Err(Unkeyed::Request));
+        let mut served = req(|b| b);
+        served
+            .extensions_mut()
+            .insert("203.0.113.9:443".parse::<std::net::SocketAddr>().unwrap());
+        assert_eq!(
+            extract_checked(&PeerIp::new(), &served, 0).as_deref(),
+            Ok("ip:203.0.113.9")
+        );
     }
 }

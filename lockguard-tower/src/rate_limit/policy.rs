@@ -32,6 +32,9 @@ pub struct Selection<'a> {
     pub(crate) failure: Option<FailureMode>,
     /// The limiter's policy headers, when made beforehand.
     pub(crate) policy: Option<&'a Policy>,
+    /// Why there is no key, when the server's set-up is at fault (see
+    /// [`KeyExtractor::misconfiguration`]).
+    pub(crate) misconfigured: Option<String>,
 }
 
 impl Selection<'static> {
@@ -84,6 +87,7 @@ impl<'a> Selection<'a> {
             on_missing_key: None,
             failure: None,
             policy: None,
+            misconfigured: None,
         }
     }
 
@@ -268,14 +272,20 @@ where
     K: KeyExtractor<B>,
 {
     fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
+        // Checked by the layer, as every policy's keys are.
+        let key = self.key.extract(req);
+        let misconfigured = match key {
+            Some(_) => None,
+            None => self.key.misconfiguration(req),
+        };
         Some(Selection {
             limiter: Cow::Borrowed(&self.limiter),
-            // Checked by the layer, as every policy's keys are.
-            key: self.key.extract(req),
+            key,
             cost: self.cost,
             on_missing_key: self.on_missing_key,
             failure: self.failure,
             policy: Some(&self.policy),
+            misconfigured,
         })
     }
 

@@ -13,7 +13,7 @@ use super::layer::Options;
 use super::policy::{RateLimitPolicy, Selection};
 use crate::admit::{Admission, Admit, admission_span, in_span, within};
 use crate::body::{Guard, ResponseBody};
-use crate::key;
+use crate::key::{self, Unkeyed};
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
 
@@ -96,6 +96,7 @@ where
             on_missing_key,
             failure,
             policy,
+            misconfigured,
         } = selection;
         // A key the store would refuse (empty, too long, with control
         // characters) is the client's doing, whichever policy made it: it
@@ -104,9 +105,14 @@ where
             let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
             let name = limiter.name();
             let refusals = &self.options.refusals;
+            let why = match misconfigured {
+                Some(fix) => Unkeyed::Misconfigured(fix),
+                None => Unkeyed::Request,
+            };
             return ResponseFuture::new(Admit::unkeyed(
                 "rate limit",
                 name,
+                why,
                 outcome,
                 refusals,
                 inner,

@@ -4,6 +4,7 @@
 mod concurrency;
 mod failures;
 mod lock;
+mod misconfigured;
 mod proxy;
 mod rate_limit;
 mod routes;

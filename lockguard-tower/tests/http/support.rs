@@ -77,6 +77,19 @@ impl Server {
         });
         Self { addr, task }
     }
+
+    /// Served with `into_make_service()`: no `ConnectInfo`, the set-up
+    /// mistake key::PeerIp cannot work with.
+    pub(crate) async fn start_without_connect_info(app: Router) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app.into_make_service())
+                .await
+                .unwrap();
+        });
+        Self { addr, task }
+    }
 }
 
 impl Drop for Server {

@@ -195,6 +195,8 @@ pub(crate) fn zk_error(e: zk::Error, what: &str) -> Error {
     let kind = match &e {
         zk::Error::BadArguments(_) | zk::Error::InvalidAcl => ErrorKind::InvalidInput,
         zk::Error::Unimplemented => ErrorKind::Unsupported,
+        // The service's credentials or the nodes' ACLs: no retry helps.
+        zk::Error::AuthFailed | zk::Error::NoAuth => ErrorKind::Unauthorized,
         zk::Error::UnmarshalError { .. }
         | zk::Error::UnexpectedError(_)
         | zk::Error::UnexpectedErrorCode(_)

@@ -1,0 +1,146 @@
+//! A service set up in a way that cannot work: the layers answer `500`
+//! (not `400`, which blames the client, and not a pass-through, whatever
+//! the failure mode) and log the fix at `error` level once, not once per
+//! request.
+
+use axum::Router;
+use axum::routing::get;
+use http::StatusCode;
+use lockguard_core::{Client, Quota};
+use lockguard_redis::BuilderExt as _;
+use lockguard_testing::{CapturedLog, RedisServer};
+use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, MissingKey, RateLimitLayer, key};
+
+use crate::support::{HttpClient, Server};
+
+/// `key::PeerIp` (and `key::ClientIp`) on a server served without
+/// `into_make_service_with_connect_info`: every request is a `500`, also
+/// on a layer that lets requests without a key through
+/// (`MissingKey::Pass`), since the key is missing for every request; the
+/// fix is logged once per layer, not per request.
+#[tokio::test(flavor = "current_thread")]
+async fn a_peer_address_key_without_connect_info_is_a_server_error_logged_once() {
+    let captured = CapturedLog::default();
+    let _log = captured.install();
+    let lg = Client::memory();
+    let limiter = lg.rate_limiter("no-peer-limit", Quota::per_minute(100));
+    let proxies = key::TrustedProxies::parse(["10.0.0.0/8"]).unwrap();
+    let app = Router::new()
+        .route(
+            "/limit",
+            get(|| async { "ok" }).route_layer(RateLimitLayer::new(limiter, key::PeerIp::new())),
+        )
+        .route(
+            "/lock",
+            get(|| async { "ok" }).route_layer(
+                LockLayer::new(
+                    lg.clone(),
+                    "no-peer-lock",
+                    (key::Global, key::PeerIp::new()),
+                )
+                .on_missing_key(MissingKey::Pass),
+            ),
+        )
+        .route(
+            "/slots",
+            get(|| async { "ok" }).route_layer(ConcurrencyLimitLayer::new(
+                lg.clone(),
+                "no-peer-slots",
+                3,
+                key::ClientIp::x_forwarded_for(proxies),
+            )),
+        );
+    let server = Server::start_without_connect_info(app).await;
+    let http = HttpClient::new(&server);
+    for _ in 0..3 {
+        for path in ["/limit", "/lock", "/slots"] {
+            let resp = http.get(path, &[]).await;
+            assert_eq!(
+                resp.status,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{path}: {resp:?}"
+            );
+            assert!(resp.body.contains("misconfigured"), "{path}: {resp:?}");
+        }
+    }
+    for name in ["no-peer-limit", "no-peer-lock", "no-peer-slots"] {
+        assert_eq!(
+            captured.lines_with("ERROR", name),
+            1,
+            "{name}: the fix must be logged once, at error level"
+        );
+    }
+    assert_eq!(
+        captured.lines_with("ERROR", "into_make_service_with_connect_info"),
+        3,
+        "the log says how to serve the router"
+    );
+
+    // Served with connect info, the same layers key by the peer.
+    let lg = Client::memory();
+    let limiter = lg.rate_limiter("peer-limit", Quota::per_minute(100));
+    let app = Router::new().route(
+        "/limit",
+        get(|| async { "ok" }).route_layer(RateLimitLayer::new(limiter, key::PeerIp::new())),
+    );
+    let server = Server::start(app).await;
+    let resp = HttpClient::new(&server).get("/limit", &[]).await;
+    assert_eq!(resp.status, StatusCode::OK, "{resp:?}");
+}
+
+/// A store that refuses the service's credentials (a Redis user without
+/// the rights lockguard's commands need) is a set-up mistake: `500` even
+/// on a fail-open layer, which lets requests through only while the store
+/// is unreachable, and the fix logged once per layer.
+#[tokio::test(flavor = "current_thread")]
+async fn credentials_the_store_refuses_are_a_server_error_even_fail_open() {
+    let captured = CapturedLog::default();
+    let _log = captured.install();
+    let server = RedisServer::start();
+    let mut admin = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER", "reader", "on", ">pw", "~*", "-@all", "+hello", "+ping", "+info", "+get",
+            ][..],
+        )
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let lg = Client::builder()
+        .connect(&format!("redis://reader:pw@127.0.0.1:{}", server.port()))
+        .await
+        .expect("the user may connect");
+    let limiter = lg.rate_limiter("refused-limit", Quota::per_minute(100));
+    let app = Router::new()
+        .route(
+            "/limit",
+            get(|| async { "ok" })
+                .route_layer(RateLimitLayer::new(limiter, key::Global).fail_open()),
+        )
+        .route(
+            "/lock",
+            get(|| async { "ok" })
+                .route_layer(LockLayer::new(lg.clone(), "refused-lock", key::Global).fail_open()),
+        );
+    let server = Server::start(app).await;
+    let http = HttpClient::new(&server);
+    for _ in 0..3 {
+        for path in ["/limit", "/lock"] {
+            let resp = http.get(path, &[]).await;
+            assert_eq!(
+                resp.status,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{path}: {resp:?}"
+            );
+        }
+    }
+    for name in ["refused-limit", "refused-lock"] {
+        assert_eq!(captured.lines_with("ERROR", name), 1, "{name}: logged once");
+    }
+    assert_eq!(
+        captured.lines_with("ERROR", "NOPERM"),
+        2,
+        "the log names the refusal"
+    );
+}
