@@ -11,7 +11,9 @@
 //! [`MariaDbServer`] for MariaDB (the MySQL store's tests).
 //!
 //! The [`mod@conformance`] kit is the behaviour every store must show, as tests
-//! a store crate runs against its own store through a harness.
+//! a store crate runs against its own store through a harness; the
+//! [`mod@faults`] scenarios are what every store with a server must show
+//! when that server is killed, paused or down, over any [`ServerProcess`].
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -20,9 +22,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod conformance;
+pub mod faults;
 mod log;
 mod mariadb;
+pub mod models;
 mod postgres;
+mod process;
 mod relay;
 mod sentinel;
 mod zookeeper;
@@ -30,6 +35,7 @@ mod zookeeper_txnlog;
 pub use log::CapturedLog;
 pub use mariadb::{MariaDbServer, mariadb_program};
 pub use postgres::{PostgresServer, postgres_bin_dir};
+pub use process::{ChildProcess, ServerProcess};
 pub use relay::Relay;
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, zookeeper_classpath};

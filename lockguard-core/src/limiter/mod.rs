@@ -426,9 +426,6 @@ fn write_key(out: &mut String, base: &str, key: &str) {
 }
 
 #[cfg(test)]
-mod model_tests;
-
-#[cfg(test)]
 mod tests {
     use crate::{Algorithm, Client, Quota};
 

@@ -1,19 +1,11 @@
 //! Failure tests against real `redis-server` processes that are killed,
 //! paused with SIGSTOP, restarted, and disturbed mid-run.
 
-#[path = "../support/mod.rs"]
-mod support;
-
-#[cfg(feature = "postgres")]
-mod postgres;
-#[cfg(feature = "postgres")]
-mod postgres_races;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
 mod tls;
 mod waits;
-mod zookeeper;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -22,9 +14,13 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
-use lockguard_testing::{CapturedLog, RedisServer};
+use lockguard_testing::faults::{
+    OUTAGE, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
+    first_requests_after_an_outage_succeed, outage, patient, wake_ups_come_back_after_an_outage,
+};
+use lockguard_testing::{CapturedLog, RedisServer, faults};
 
-use support::eventually;
+use lockguard_testing::conformance::eventually;
 
 async fn connect(server: &RedisServer, response_timeout: Duration) -> Client {
     Client::builder()
@@ -144,19 +140,6 @@ async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
         .await;
 }
 
-/// How long the outages of the restart tests last: longer than the
-/// connections' first few quick reconnection attempts.
-const OUTAGE: Duration = Duration::from_secs(2);
-
-/// A client whose waiters wait long for their turn (waiter timeout 30 s,
-/// refresh every 10 s, retry interval 20 s): one woken sooner was told of
-/// its handoff over its pub/sub connection.
-fn patient() -> lockguard_core::Builder {
-    Client::builder()
-        .waiter_timeout(Duration::from_secs(30))
-        .retry_interval(Duration::from_secs(20))
-}
-
 /// Redis is down for [`OUTAGE`] and comes back (empty, on the same port):
 /// the waiters' pub/sub connection comes back too, so a handoff wakes the
 /// waiter at once, not its refresh 10 s later.
@@ -168,7 +151,7 @@ async fn wake_ups_come_back_after_redis_was_down() {
     wake_ups_come_back_after_an_outage(&mut server, &holder, &waiter).await;
     let mut lat = Vec::new();
     for _ in 0..20 {
-        lat.push(handoff_latency(&holder, &waiter).await);
+        lat.push(faults::handoff_latency(&holder, waiter.clone(), "latency").await);
     }
     lat.sort();
     println!(
@@ -178,37 +161,6 @@ async fn wake_ups_come_back_after_redis_was_down() {
     );
     // Told, not found by a refresh (10 s apart).
     assert!(lat[lat.len() / 2] < Duration::from_secs(1), "{lat:?}");
-}
-
-/// How long after `holder` releases a lock its queued waiter (of `waiter`)
-/// holds it.
-async fn handoff_latency(holder: &Client, waiter: &Client) -> Duration {
-    let held = holder
-        .lock("latency")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let lg = waiter.clone();
-    let waiting = tokio::spawn(async move {
-        let g = lg
-            .lock("latency")
-            .wait(Duration::from_secs(25))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        g.release().await.unwrap();
-        at
-    });
-    let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock("latency").inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
-    let released = Instant::now();
-    assert!(held.release().await.unwrap());
-    waiting.await.unwrap() - released
 }
 
 /// A client idle while Redis was down for [`OUTAGE`] does not fail its
@@ -222,62 +174,6 @@ async fn a_client_idle_through_a_restart_does_not_fail_its_first_request() {
     first_requests_after_an_outage_succeed(&mut server, &locks, &counts).await;
 }
 
-/// Stops `server` for `down` and starts it again, empty.
-async fn outage(server: &mut dyn Pausable, down: Duration) {
-    tokio::task::block_in_place(|| server.kill());
-    tokio::time::sleep(down).await;
-    tokio::task::block_in_place(|| server.restart());
-}
-
-/// The check every Redis deployment shares: `waiter` (a [`patient`]
-/// client) is woken by `holder`'s handoff, `server` is down for [`OUTAGE`],
-/// and once both clients' requests go through again, a handoff still wakes
-/// the waiter at once.
-async fn wake_ups_come_back_after_an_outage(
-    server: &mut dyn Pausable,
-    holder: &Client,
-    waiter: &Client,
-) {
-    support::a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "before").await;
-    outage(server, OUTAGE).await;
-    // Whether a first request fails is the other test's question: here
-    // the clients only need to reach the server again.
-    for lg in [holder, waiter] {
-        let back = eventually(Duration::from_secs(10), || async {
-            lg.counter("ping").get().await.is_ok()
-        })
-        .await;
-        assert!(back, "a client did not reach the server again");
-    }
-    support::a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "after").await;
-}
-
-/// The check every Redis deployment shares: `locks` and `counts` are used,
-/// `server` is down for [`OUTAGE`], and the first request of each once it
-/// is back (an acquisition, an increment) succeeds, and counts once.
-async fn first_requests_after_an_outage_succeed(
-    server: &mut dyn Pausable,
-    locks: &Client,
-    counts: &Client,
-) {
-    let g = locks.lock("idle").try_acquire().await.unwrap();
-    assert!(g.release().await.unwrap());
-    assert_eq!(counts.counter("idle").incr_by(1).await.unwrap(), 1);
-    outage(server, OUTAGE).await;
-    let g = locks
-        .lock("idle")
-        .try_acquire()
-        .await
-        .expect("the first acquisition after the restart");
-    assert!(g.release().await.unwrap());
-    let n = counts
-        .counter("idle")
-        .incr_by(1)
-        .await
-        .expect("the first increment after the restart");
-    assert_eq!(n, 1, "the restarted server counts from zero, once");
-}
-
 /// The holder's renewals stop reaching Redis (server paused): the guard
 /// signals the loss by the lease's end, a second client acquires after the
 /// pause, and a write fenced with the first token is rejected.
@@ -287,132 +183,6 @@ async fn paused_store_makes_the_holder_lose_its_lease_and_its_fence() {
     let a = connect(&server, Duration::from_millis(150)).await;
     let b = connect(&server, Duration::from_secs(2)).await;
     a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
-}
-
-/// A server the fault tests freeze (SIGSTOP) and resume, kill and restart.
-trait Pausable {
-    fn pause(&mut self);
-    fn resume(&mut self);
-    fn kill(&mut self);
-    fn restart(&mut self);
-}
-
-impl Pausable for RedisServer {
-    fn pause(&mut self) {
-        RedisServer::pause(self);
-    }
-
-    fn resume(&mut self) {
-        RedisServer::resume(self);
-    }
-
-    fn kill(&mut self) {
-        RedisServer::kill(self);
-    }
-
-    fn restart(&mut self) {
-        RedisServer::restart(self);
-    }
-}
-
-#[cfg(feature = "postgres")]
-impl Pausable for lockguard_testing::PostgresServer {
-    fn pause(&mut self) {
-        lockguard_testing::PostgresServer::pause(self);
-    }
-
-    fn resume(&mut self) {
-        lockguard_testing::PostgresServer::resume(self);
-    }
-
-    fn kill(&mut self) {
-        lockguard_testing::PostgresServer::kill(self);
-    }
-
-    fn restart(&mut self) {
-        lockguard_testing::PostgresServer::restart(self);
-    }
-}
-
-/// The check every store with a server shares: killed, `server` makes
-/// `lg`'s operations fail fast (within `timeout` and some slack) with an
-/// error `down` accepts; restarted, the same client recovers by itself
-/// (within 15 s).
-async fn a_kill_fails_fast_and_a_restart_is_recovered(
-    server: &mut dyn Pausable,
-    lg: &Client,
-    timeout: Duration,
-    down: fn(&Error) -> bool,
-) {
-    server.kill();
-    for _ in 0..3 {
-        let started = Instant::now();
-        let err = lg.lock("k").try_acquire().await.unwrap_err();
-        let took = started.elapsed();
-        assert!(down(&err), "{err}");
-        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
-    }
-    server.restart();
-    let recovered = support::takes_lock_within(lg, "k", Duration::from_secs(15), down).await;
-    assert!(recovered, "client did not recover after the restart");
-}
-
-/// The check every store with a server shares: `a` (whose requests time
-/// out in 150 ms) holds a lock under a 600 ms watchdog lease when `server`
-/// freezes. The loss is signalled before the lease ends; after the pause
-/// `b` acquires with a greater fencing token, and `a`'s write fenced with
-/// its old token is rejected.
-async fn a_pause_takes_the_lease_and_the_fence(server: &mut dyn Pausable, a: &Client, b: &Client) {
-    let lease = Duration::from_millis(600);
-    let first = a.lock("paused").watchdog(lease).acquire().await.unwrap();
-    let acquired_at = Instant::now();
-    let lost = first.lost();
-
-    server.pause();
-    let err = tokio::time::timeout(lease * 2, lost)
-        .await
-        .expect("loss not signalled within the lease");
-    let signalled = acquired_at.elapsed();
-    server.resume();
-    assert!(err.is_lease_lost(), "{err}");
-    assert!(
-        signalled < lease,
-        "loss signalled after {signalled:?}, past the lease"
-    );
-    assert!(!first.is_held());
-
-    the_next_holder_fences_out_the_old(a, b, first, Duration::from_secs(5)).await;
-}
-
-/// After `first` (of the lock "paused") lost its lease, `b` takes the lock
-/// within `wait` with a greater fencing token and writes the fenced value
-/// "paused:res" with it; `a`'s write with `first`'s token is then rejected,
-/// and `first`'s release finds the lock no longer its own.
-async fn the_next_holder_fences_out_the_old(
-    a: &Client,
-    b: &Client,
-    first: lockguard_core::LockGuard,
-    wait: Duration,
-) {
-    let second = b
-        .lock("paused")
-        .wait(wait)
-        .acquire()
-        .await
-        .expect("the next holder acquires once the old lease is gone");
-    assert!(second.fencing_token() > first.fencing_token());
-    b.fenced("paused:res")
-        .write(second.fencing_token(), "b")
-        .await
-        .unwrap();
-    let stale = a
-        .fenced("paused:res")
-        .write(first.fencing_token(), "a")
-        .await
-        .unwrap_err();
-    assert!(stale.is_stale_fencing_token(), "{stale}");
-    assert!(!first.release().await.unwrap());
-    assert!(second.release().await.unwrap());
 }
 
 /// A stalled server never makes acquire return a lock whose lease may
@@ -639,7 +409,7 @@ async fn cluster_master_killed_fails_only_its_slots() {
         assert!(err.is_unavailable(), "{err}");
     }
     let safe_ok =
-        support::takes_lock_within(&lg, &safe, Duration::from_secs(5), Error::is_unavailable).await;
+        faults::takes_lock_within(&lg, &safe, Duration::from_secs(5), Error::is_unavailable).await;
     assert!(safe_ok, "keys on the surviving masters stopped working");
     assert_eq!(lg.counter(&safe).incr_by(1).await.unwrap(), 2);
 }
@@ -657,7 +427,7 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
     let holder = Client::connect_cluster(&urls).await.unwrap();
     let waiter = patient().connect_cluster(&urls).await.unwrap();
     let idle = Client::connect_cluster(&urls).await.unwrap();
-    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
     // The master the waiter's client is subscribed on.
     let mut listening = Vec::new();
     for node in &cluster.nodes {
@@ -701,7 +471,7 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
         .await;
         assert!(back, "a client did not reach the restarted node again");
     }
-    support::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
 }
 
 /// A grant that arrives late (the server paused with the request in
@@ -974,12 +744,7 @@ async fn set_policy(server: &RedisServer, policy: &str) {
 async fn eviction_is_warned_about_on_every_connection_kind() {
     const WARNING: &str = "maxmemory-policy is not noeviction";
     let captured = CapturedLog::default();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .finish(),
-    );
+    let _log = captured.install();
     let mut nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     connect(&nodes[0], Duration::from_secs(1)).await;
     assert_eq!(captured.count(WARNING), 0, "{}", captured.text());
@@ -1094,7 +859,7 @@ async fn an_application_client_brings_its_credentials() {
         .connect_with(app_client.get_connection_info().clone())
         .await
         .expect("connect with the application's connection info");
-    support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo").await;
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo").await;
     let anonymous = redis::Client::open(server.url().as_str()).unwrap();
     let err = Client::builder()
         .connect_client(&anonymous)
@@ -1192,51 +957,6 @@ async fn set_up_mistakes_are_told_apart_from_outages() {
         .unwrap_err();
     assert!(err.is_unavailable() && err.is_retryable(), "{err}");
     assert!(!err.is_misconfigured(), "{err}");
-}
-
-/// Acquisitions and releases run in spans that name the lock (or the
-/// semaphore) and record the fencing token and the wait, so every event
-/// inside carries them.
-#[tokio::test(flavor = "current_thread")]
-async fn spans_name_the_lock_and_record_its_fence() {
-    let captured = CapturedLog::default();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .finish(),
-    );
-    let lg = Client::memory();
-    let guard = lg.lock("job").acquire().await.unwrap();
-    let fence = guard.fencing_token().get();
-    assert!(guard.release().await.unwrap());
-    let permit = lg.semaphore("exports", 2).try_acquire().await.unwrap();
-    assert!(permit.release().await.unwrap());
-    let text = captured.text();
-    let closed = |needle: &str| {
-        text.lines()
-            .any(|l| l.contains(needle) && l.contains("close"))
-    };
-    assert!(
-        closed(&format!(
-            "lock{{op=\"acquire\" lock=job fence={fence} waited_ms="
-        )),
-        "{text}"
-    );
-    assert!(
-        closed(&format!("lock{{op=\"release\" lock=job fence={fence}}}")),
-        "{text}"
-    );
-    assert!(
-        closed("semaphore{op=\"try_acquire\" semaphore=exports fence="),
-        "{text}"
-    );
-    assert!(
-        closed("semaphore{op=\"release\" semaphore=exports"),
-        "{text}"
-    );
 }
 
 /// `Lock::run` reports a lock that vanished under a body that finished
@@ -1453,7 +1173,7 @@ async fn a_cluster_client_from_the_applications_connection_settings() {
         .unwrap();
     assert_eq!(holder.backend_name(), "redis-cluster");
     assert_eq!(holder.counter("byo-cluster").incr_by(2).await.unwrap(), 2);
-    support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo-cluster").await;
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo-cluster").await;
     let none = Client::builder()
         .connect_cluster_with(Vec::new())
         .await

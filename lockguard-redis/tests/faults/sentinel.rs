@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
-use lockguard_testing::{SENTINEL_SERVICE, SentinelGroup};
+use lockguard_testing::{SENTINEL_SERVICE, SentinelGroup, faults};
 
-use crate::support::eventually;
+use lockguard_testing::conformance::eventually;
 
 /// A client whose waiters, when `patient`, try again on their own only
 /// 10 to 20 s apart (so a quicker acquisition was a handoff they were told
@@ -181,8 +181,8 @@ async fn a_master_restart_loses_neither_wake_ups_nor_requests() {
     let waiter = connect(&group, true).await;
     let locks = connect(&group, false).await;
     let counts = connect(&group, false).await;
-    crate::wake_ups_come_back_after_an_outage(&mut group.servers[0], &holder, &waiter).await;
-    crate::first_requests_after_an_outage_succeed(&mut group.servers[0], &locks, &counts).await;
+    faults::wake_ups_come_back_after_an_outage(&mut group.servers[0], &holder, &waiter).await;
+    faults::first_requests_after_an_outage_succeed(&mut group.servers[0], &locks, &counts).await;
 }
 
 /// Sentinels that are not there, and bad settings, are clear errors.

@@ -10,26 +10,12 @@ use lockguard_core::{Builder, Client, Error, ErrorKind};
 use lockguard_testing::{ZooKeeperEnsemble, ZooKeeperServer};
 use lockguard_zookeeper::{BuilderExt as _, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT};
 
-use crate::support::ChildProcess;
-use crate::{Pausable, a_kill_fails_fast_and_a_restart_is_recovered};
-
-impl Pausable for ZooKeeperServer {
-    fn pause(&mut self) {
-        ZooKeeperServer::pause(self);
-    }
-
-    fn resume(&mut self) {
-        ZooKeeperServer::resume(self);
-    }
-
-    fn kill(&mut self) {
-        ZooKeeperServer::kill(self);
-    }
-
-    fn restart(&mut self) {
-        ZooKeeperServer::restart(self);
-    }
-}
+use lockguard_testing::ChildProcess;
+use lockguard_testing::conformance::eventually;
+use lockguard_testing::faults::{
+    a_kill_fails_fast_and_a_restart_is_recovered, takes_lock_within,
+    the_next_holder_fences_out_the_old,
+};
 
 async fn connect(hosts: &str, b: Builder) -> Client {
     connect_in_session(hosts, b, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT).await
@@ -93,11 +79,11 @@ async fn zookeeper_paused_past_the_session_takes_the_lease_and_the_fence() {
 
     // The fenced value lives in ZooKeeper too; `b` writes the stale token
     // as well (`a`'s session may still be being renewed).
-    crate::the_next_holder_fences_out_the_old(&b, &b, first, Duration::from_secs(20)).await;
+    the_next_holder_fences_out_the_old(&b, &b, first, Duration::from_secs(20)).await;
 
     // `a` works again by itself: in a new session when the ensemble
     // expired its old one during the pause.
-    let recovered = crate::support::takes_lock_within(&a, "paused", Duration::from_secs(15), |e| {
+    let recovered = takes_lock_within(&a, "paused", Duration::from_secs(15), |e| {
         e.is_unavailable() || e.is_timeout()
     })
     .await;
@@ -141,7 +127,7 @@ async fn zookeeper_leader_killed_while_clients_wait() {
             assert!(g.release().await.unwrap());
         }));
         // Each waiter queues before the next one starts.
-        let queued = crate::support::eventually(Duration::from_secs(10), || {
+        let queued = eventually(Duration::from_secs(10), || {
             let holder = holder.clone();
             async move { holder.lock("election").inspect().await.unwrap().waiters == i + 1 }
         })
@@ -220,7 +206,7 @@ async fn zookeeper_queue_order_survives_the_sequence_wrap() {
             assert!(g.release().await.unwrap());
         }));
         // Each waiter queues before the next one starts.
-        let queued = crate::support::eventually(Duration::from_secs(10), || {
+        let queued = eventually(Duration::from_secs(10), || {
             let holder = holder.clone();
             async move { holder.lock("wrap").inspect().await.unwrap().waiters == i + 1 }
         })
@@ -436,7 +422,7 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     to_other.hold();
     let err = lg.lock("ghost").try_acquire().await.unwrap_err();
     assert!(err.is_timeout() || err.is_unavailable(), "{err}");
-    let created = crate::support::eventually(Duration::from_secs(10), || async {
+    let created = eventually(Duration::from_secs(10), || async {
         queue().await.len() == 1
     })
     .await;
@@ -446,7 +432,7 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     to_lagging.open();
     to_other.cut();
     let session = format!("sid=0x{:x}", app.session_id().0);
-    let moved = crate::support::eventually(Duration::from_secs(10), || async {
+    let moved = eventually(Duration::from_secs(10), || async {
         ensemble
             .member(0)
             .four_letter("cons")
@@ -461,7 +447,7 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
         link.release();
     }
 
-    let cleaned = crate::support::eventually(Duration::from_secs(10), || async {
+    let cleaned = eventually(Duration::from_secs(10), || async {
         queue().await.is_empty()
     })
     .await;
@@ -536,7 +522,7 @@ async fn zookeeper_killed_waiter_process_leaves_the_queue_with_its_session() {
     child.expect("waiting");
     let queued = |n: u64| {
         let holder = holder.clone();
-        crate::support::eventually(Duration::from_secs(10), move || {
+        eventually(Duration::from_secs(10), move || {
             let holder = holder.clone();
             async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
         })

@@ -1,7 +1,7 @@
 //! The Redis rate-limit scripts against the reference models, over random
 //! arrival sequences, with the time passed to the scripts in their last
 //! argument (the stores leave it empty: the server's clock). The in-memory
-//! store meets the same models in `src/limiter/model_tests.rs`.
+//! store meets the same models in lockguard-core's `tests/limiter_models.rs`.
 
 use lockguard_core::Quota;
 use lockguard_testing::RedisServer;
@@ -9,21 +9,14 @@ use proptest::prelude::*;
 use proptest::test_runner::{TestCaseError, TestRunner};
 use redis::Script;
 
-#[path = "../support/models.rs"]
-mod models;
-
-use models::{LeakyBucket, START_US, Window, arrivals, quota};
+use lockguard_testing::models::{LeakyBucket, START_US, Window, arrivals, quota};
 
 fn gcra() -> Script {
-    Script::new(include_str!(
-        "../../../lockguard-redis/src/store/scripts/gcra.lua"
-    ))
+    Script::new(include_str!("../src/store/scripts/gcra.lua"))
 }
 
 fn sliding_window() -> Script {
-    Script::new(include_str!(
-        "../../../lockguard-redis/src/store/scripts/sliding_window.lua"
-    ))
+    Script::new(include_str!("../src/store/scripts/sliding_window.lua"))
 }
 
 /// GCRA: allowed, remaining and retry-after agree with the leaky bucket.

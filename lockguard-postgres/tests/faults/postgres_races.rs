@@ -12,7 +12,7 @@ use lockguard_postgres::BuilderExt as _;
 use lockguard_postgres::tokio_postgres;
 use lockguard_testing::{PostgresServer, postgres_bin_dir};
 
-use crate::support::eventually;
+use lockguard_testing::conformance::eventually;
 
 /// A client of the shared server on a schema of its own, so that the
 /// statements it runs can be told apart in `pg_stat_activity`.

@@ -7,8 +7,11 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_postgres::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::PostgresServer;
-
-use crate::support::{a_waiter_is_woken_by_the_handoff, eventually, takes_lock_within};
+use lockguard_testing::conformance::eventually;
+use lockguard_testing::faults::{
+    a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
+    a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, takes_lock_within,
+};
 
 async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
     Client::builder()
@@ -44,7 +47,7 @@ async fn killed_postgres_fails_fast_and_the_client_recovers_after_restart() {
         .unwrap();
 
     // A request cut off by the kill may time out rather than fail.
-    crate::a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
+    a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
         e.is_unavailable() || e.kind() == ErrorKind::Timeout
     })
     .await;
@@ -68,7 +71,7 @@ async fn paused_postgres_makes_the_holder_lose_its_lease_and_its_fence() {
     let mut server = PostgresServer::start();
     let a = connect(&server, Duration::from_millis(150)).await;
     let b = connect(&server, Duration::from_secs(2)).await;
-    crate::a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
+    a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
 }
 
 /// A grant that arrives after the attempt timed out (the server was paused
@@ -357,4 +360,13 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
             takes_lock_within(&other, "cut-off", Duration::from_secs(5), Error::is_busy).await;
         assert!(freed, "the cut-off acquisition kept the lock for its lease");
     }
+}
+
+/// While the server is down for about a second, a short wait ends with the
+/// store's error and a long one takes the lock once it is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_postgres_restart() {
+    let mut server = PostgresServer::start();
+    let lg = connect(&server, Duration::from_millis(500)).await;
+    a_wait_rides_out_an_outage(&mut server, &lg).await;
 }

@@ -127,7 +127,7 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
         .connect(&url)
         .await
         .unwrap();
-    crate::support::a_waiter_is_woken_by_the_handoff(&holder, waiter, "tls").await;
+    lockguard_testing::faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "tls").await;
     // The certificates apply to connection settings the application
     // brings, too.
     let info = redis::IntoConnectionInfo::into_connection_info(url.as_str()).unwrap();

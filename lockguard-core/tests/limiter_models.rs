@@ -1,20 +1,14 @@
-//! GCRA and the sliding window log against independent reference models,
-//! over random arrival sequences, on the in-memory store with a manual
-//! clock. (The Redis scripts meet the same models in the conformance
-//! suite, `tests/conformance/limit_scripts.rs`.)
+//! GCRA and the sliding window log against independent reference models
+//! (the kit's `models`), over random arrival sequences, on the in-memory
+//! store with a manual clock. (The Redis scripts meet the same models in
+//! lockguard-redis's `tests/limit_scripts.rs`.)
 
 use std::time::Duration;
 
 use proptest::prelude::*;
 
-use crate::Client;
-use crate::clock::ManualClock;
-use crate::rate_limit::{Algorithm, Quota};
-
-#[path = "../../tests/support/models.rs"]
-mod models;
-
-use models::{LeakyBucket, START_US, Window, arrivals, quota};
+use lockguard_core::{Algorithm, Client, ManualClock, Quota};
+use lockguard_testing::models::{LeakyBucket, START_US, Window, arrivals, quota};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -32,7 +26,7 @@ fn check_gcra(
     seq: &[(u64, u64)],
 ) -> Result<(), TestCaseError> {
     let limiter = lg.rate_limiter("model", q).algorithm(Algorithm::Gcra);
-    let t = i128::from(q.emission_interval_us());
+    let t = i128::try_from(q.emission_interval().as_micros()).unwrap();
     let tau = t * i128::from(q.burst_size());
     let mut model = LeakyBucket::default();
     let mut now = START_US;
@@ -78,7 +72,7 @@ fn check_sliding(
             i128::from(now),
             i128::from(cost),
             i128::from(q.count()),
-            i128::from(q.period_us()),
+            i128::try_from(q.period().as_micros()).unwrap(),
         );
         prop_assert_eq!(d.allowed, allowed, "request {} (cost {})", i, cost);
     }

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
+use lockguard_testing::ChildProcess;
 use tokio::time::Instant;
 
-use crate::support::{ChildProcess, Env};
+use crate::support::Env;
 use crate::{Queue, until_queued};
 
 /// Set to the Redis URL, makes `child_waiter` queue for "victim".

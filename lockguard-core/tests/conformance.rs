@@ -1,14 +1,11 @@
 //! The conformance kit (lockguard-testing's `conformance`) on the in-memory
-//! store, the reference every other store is held to; the tests only the
-//! memory store runs; and the Redis rate-limit scripts against the
-//! reference models.
+//! store, the reference every other store is held to, and the tests only
+//! the memory store runs.
 
 use std::time::Duration;
 
 use lockguard_core::{Client, Quota};
 use lockguard_testing::conformance::Memory;
-
-mod limit_scripts;
 
 lockguard_testing::conformance!(
     memory => Memory::new();
@@ -52,4 +49,49 @@ async fn default_client_is_an_error_until_installed() {
     assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
     Client::memory().install_default();
     assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
+}
+
+/// Acquisitions and releases run in spans that name the lock (or the
+/// semaphore) and record the fencing token and the wait, so every event
+/// inside carries them.
+#[tokio::test(flavor = "current_thread")]
+async fn spans_name_the_lock_and_record_its_fence() {
+    let captured = lockguard_testing::CapturedLog::default();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .finish(),
+    );
+    let lg = Client::memory();
+    let guard = lg.lock("job").acquire().await.unwrap();
+    let fence = guard.fencing_token().get();
+    assert!(guard.release().await.unwrap());
+    let permit = lg.semaphore("exports", 2).try_acquire().await.unwrap();
+    assert!(permit.release().await.unwrap());
+    let text = captured.text();
+    let closed = |needle: &str| {
+        text.lines()
+            .any(|l| l.contains(needle) && l.contains("close"))
+    };
+    assert!(
+        closed(&format!(
+            "lock{{op=\"acquire\" lock=job fence={fence} waited_ms="
+        )),
+        "{text}"
+    );
+    assert!(
+        closed(&format!("lock{{op=\"release\" lock=job fence={fence}}}")),
+        "{text}"
+    );
+    assert!(
+        closed("semaphore{op=\"try_acquire\" semaphore=exports fence="),
+        "{text}"
+    );
+    assert!(
+        closed("semaphore{op=\"release\" semaphore=exports"),
+        "{text}"
+    );
 }

@@ -1,0 +1,348 @@
+//! Fault scenarios every store with a server shares, written once: a store
+//! crate calls them from its own fault tests with its server (any
+//! [`ServerProcess`]) and clients of it.
+//!
+//! Each is an `async fn` that asserts what the design promises when the
+//! store's server is killed, paused or down for a while: operations fail
+//! fast with the error the store reports, a restarted server is used again
+//! by the same client, a wait rides out an outage shorter than itself, a
+//! paused holder loses its lease before another holder starts and is
+//! fenced out, and wake-ups come back after an outage. Run them on a
+//! multi-thread runtime: they block a worker thread while they kill or
+//! start a server.
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! async fn killed_server_fails_fast_and_the_client_recovers() {
+//!     let mut server = MyServer::start();
+//!     let timeout = Duration::from_millis(500);
+//!     let lg = connect(&server, timeout).await;
+//!     faults::a_kill_fails_fast_and_a_restart_is_recovered(
+//!         &mut server, &lg, timeout, lockguard::Error::is_unavailable,
+//!     )
+//!     .await;
+//! }
+//! ```
+
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Builder, Client, Error, LockGuard};
+
+use crate::ServerProcess;
+use crate::conformance::eventually;
+
+/// How long the outages of [`wake_ups_come_back_after_an_outage`] and
+/// [`first_requests_after_an_outage_succeed`] last: longer than a
+/// connection's first few quick reconnection attempts.
+pub const OUTAGE: Duration = Duration::from_secs(2);
+
+/// A client builder whose waiters wait long for their turn (waiter timeout
+/// 30 s, so a refresh every 10 s; retry interval 20 s): a waiter of such a
+/// client woken sooner was told of its handoff by the store's wake-up.
+pub fn patient() -> Builder {
+    Client::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+}
+
+/// Stops `server` for `down` and starts it again.
+pub async fn outage(server: &mut dyn ServerProcess, down: Duration) {
+    tokio::task::block_in_place(|| server.kill());
+    tokio::time::sleep(down).await;
+    tokio::task::block_in_place(|| server.restart());
+}
+
+/// Whether `lg` takes the lock `name`, and gives it back, within `within`
+/// (trying every 5 ms); every refusal until then must be one `expected`
+/// accepts.
+///
+/// # Panics
+///
+/// On a refusal `expected` does not accept.
+pub async fn takes_lock_within(
+    lg: &Client,
+    name: &str,
+    within: Duration,
+    expected: impl Fn(&Error) -> bool,
+) -> bool {
+    let expected = &expected;
+    eventually(within, || async move {
+        match lg.lock(name).try_acquire().await {
+            Ok(g) => g.release().await.expect("release"),
+            Err(e) => {
+                assert!(expected(&e), "{e}");
+                false
+            }
+        }
+    })
+    .await
+}
+
+/// A waiter of `waiter` (a [`patient`] client) is woken by the handoff when
+/// `holder` releases the lock `name`: it gets the lock well before its
+/// first refresh (10 s in) could claim it, so the store's wake-up reached
+/// it.
+///
+/// # Panics
+///
+/// When the waiter never queues, or is not woken within 5 s.
+pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, name: &str) {
+    let waited = handoff_latency(holder, waiter, name).await;
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+}
+
+/// How long after `holder` releases the lock `name` a waiter of `waiter`,
+/// queued for it, holds it.
+///
+/// # Panics
+///
+/// When the waiter never queues, or does not get the lock within 15 s.
+pub async fn handoff_latency(holder: &Client, waiter: Client, name: &str) -> Duration {
+    let held = holder
+        .lock(name)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the holder acquires");
+    let owned = name.to_owned();
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock(&owned)
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .expect("the waiter acquires");
+        let at = Instant::now();
+        g.release().await.expect("release");
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock(name).inspect().await.expect("inspect").waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let released = Instant::now();
+    assert!(held.release().await.expect("release"));
+    let at = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter was not woken")
+        .expect("the waiter's task");
+    at - released
+}
+
+/// `waiter` (a [`patient`] client) is woken by `holder`'s handoff; `server`
+/// is down for [`OUTAGE`]; once both clients reach it again, a handoff still
+/// wakes the waiter at once (its wake-ups were restored).
+///
+/// # Panics
+///
+/// When a client does not reach the server again within 10 s, or a waiter
+/// is not woken by the handoff.
+pub async fn wake_ups_come_back_after_an_outage(
+    server: &mut dyn ServerProcess,
+    holder: &Client,
+    waiter: &Client,
+) {
+    a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "before").await;
+    outage(server, OUTAGE).await;
+    // Whether a first request fails is the other scenario's question:
+    // here the clients only need to reach the server again.
+    for lg in [holder, waiter] {
+        let back = eventually(Duration::from_secs(10), || async {
+            lg.counter("ping").get().await.is_ok()
+        })
+        .await;
+        assert!(back, "a client did not reach the server again");
+    }
+    a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), "after").await;
+}
+
+/// `locks` and `counts` are used, `server` is down for [`OUTAGE`] and
+/// restarted empty, and the first request of each once it is back (an
+/// acquisition, an increment) succeeds, and counts once.
+///
+/// # Panics
+///
+/// When a first request fails.
+pub async fn first_requests_after_an_outage_succeed(
+    server: &mut dyn ServerProcess,
+    locks: &Client,
+    counts: &Client,
+) {
+    let g = locks.lock("idle").try_acquire().await.expect("acquire");
+    assert!(g.release().await.expect("release"));
+    assert_eq!(counts.counter("idle").incr_by(1).await.expect("incr"), 1);
+    outage(server, OUTAGE).await;
+    let g = locks
+        .lock("idle")
+        .try_acquire()
+        .await
+        .expect("the first acquisition after the restart");
+    assert!(g.release().await.expect("release"));
+    let n = counts
+        .counter("idle")
+        .incr_by(1)
+        .await
+        .expect("the first increment after the restart");
+    assert_eq!(n, 1, "the restarted server counts from zero, once");
+}
+
+/// Killed, `server` makes `lg`'s operations fail fast (within `timeout` and
+/// some slack) with an error `down` accepts; restarted, the same client
+/// recovers by itself (within 15 s).
+///
+/// # Panics
+///
+/// When an operation succeeds, fails otherwise or slowly, or the client
+/// does not recover.
+pub async fn a_kill_fails_fast_and_a_restart_is_recovered(
+    server: &mut dyn ServerProcess,
+    lg: &Client,
+    timeout: Duration,
+    down: fn(&Error) -> bool,
+) {
+    server.kill();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let err = lg
+            .lock("k")
+            .try_acquire()
+            .await
+            .expect_err("an acquisition with the server down");
+        let took = started.elapsed();
+        assert!(down(&err), "{err}");
+        assert!(took < timeout + Duration::from_millis(250), "took {took:?}");
+    }
+    server.restart();
+    let recovered = takes_lock_within(lg, "k", Duration::from_secs(15), down).await;
+    assert!(recovered, "client did not recover after the restart");
+}
+
+/// `a` (whose requests time out in 150 ms) holds a lock under a 600 ms
+/// watchdog lease when `server` freezes. The loss is signalled before the
+/// lease ends; after the pause `b` acquires with a greater fencing token,
+/// and `a`'s write fenced with its old token is rejected.
+///
+/// # Panics
+///
+/// When the loss is not signalled within the lease, or the next holder is
+/// not fenced ahead of the old one.
+pub async fn a_pause_takes_the_lease_and_the_fence(
+    server: &mut dyn ServerProcess,
+    a: &Client,
+    b: &Client,
+) {
+    let lease = Duration::from_millis(600);
+    let first = a
+        .lock("paused")
+        .watchdog(lease)
+        .acquire()
+        .await
+        .expect("acquire");
+    let acquired_at = Instant::now();
+    let lost = first.lost();
+
+    server.pause();
+    let err = tokio::time::timeout(lease * 2, lost)
+        .await
+        .expect("loss not signalled within the lease");
+    let signalled = acquired_at.elapsed();
+    server.resume();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        signalled < lease,
+        "loss signalled after {signalled:?}, past the lease"
+    );
+    assert!(!first.is_held());
+
+    the_next_holder_fences_out_the_old(a, b, first, Duration::from_secs(5)).await;
+}
+
+/// After `first` (of the lock "paused", taken by `a`) lost its lease, `b`
+/// takes the lock within `wait` with a greater fencing token and writes the
+/// fenced value "paused:res" with it; `a`'s write with `first`'s token is
+/// then rejected, and `first`'s release finds the lock no longer its own.
+///
+/// # Panics
+///
+/// When any of that does not hold.
+pub async fn the_next_holder_fences_out_the_old(
+    a: &Client,
+    b: &Client,
+    first: LockGuard,
+    wait: Duration,
+) {
+    let second = b
+        .lock("paused")
+        .wait(wait)
+        .acquire()
+        .await
+        .expect("the next holder acquires once the old lease is gone");
+    assert!(second.fencing_token() > first.fencing_token());
+    b.fenced("paused:res")
+        .write(second.fencing_token(), "b")
+        .await
+        .expect("the new holder's write");
+    let stale = a
+        .fenced("paused:res")
+        .write(first.fencing_token(), "a")
+        .await
+        .expect_err("the old holder's write");
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!first.release().await.expect("release"));
+    assert!(second.release().await.expect("release"));
+}
+
+/// While `server` is down for about a second, a wait of 700 ms on `lg` ends
+/// with the store's error, saying it was retried, and a wait of 30 s
+/// started before the outage takes the lock once the server is back.
+///
+/// # Panics
+///
+/// When the short wait ends otherwise or early, or the long one fails.
+pub async fn a_wait_rides_out_an_outage(server: &mut dyn ServerProcess, lg: &Client) {
+    server.kill();
+    let long = tokio::spawn({
+        let lg = lg.clone();
+        async move {
+            let started = Instant::now();
+            let result = lg
+                .lock("blip")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            (started.elapsed(), result)
+        }
+    });
+    let short = Duration::from_millis(700);
+    let started = Instant::now();
+    let err = lg
+        .lock("blip-short")
+        .wait(short)
+        .acquire()
+        .await
+        .expect_err("a wait that ends during the outage");
+    let took = started.elapsed();
+    println!("a {short:?} wait during the outage: {err} after {took:?}");
+    assert!(err.is_unavailable(), "{err}");
+    assert!(err.to_string().contains("retried"), "{err}");
+    assert!(
+        took >= short,
+        "gave up after {took:?}, before the wait ended"
+    );
+    server.restart();
+    let (took, result) = long.await.expect("the long wait's task");
+    let guard = match result {
+        Ok(guard) => guard,
+        Err(e) => panic!("the 30 s wait did not ride out the outage: {e} after {took:?}"),
+    };
+    println!("a 30 s wait across the outage took the lock after {took:?}");
+    assert!(
+        took >= short,
+        "took the lock after {took:?}, during the outage"
+    );
+    assert!(guard.release().await.expect("release"));
+}
