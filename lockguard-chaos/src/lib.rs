@@ -1,20 +1,59 @@
-//! `lockguard-chaos`: lockguard's own Jepsen-style history checker.
+//! lockguard's history checker, Jepsen-style, for any store: worker
+//! processes drive a real store under random faults, and their recorded
+//! histories are checked.
 //!
-//! It starts a real store (Redis, Redlock on three masters, a Redis
-//! Cluster, Redis under Sentinel, PostgreSQL, MySQL on MariaDB, ZooKeeper) with
-//! lockguard-testing's harnesses, runs worker processes (this binary
-//! again, `worker` subcommand), each with its own lockguard client, that
-//! lock, write fenced values, update counters and ask a rate limiter while
-//! the run pauses, restarts and disconnects the store and pauses and kills
+//! A run starts a store ([`Store::start`]), runs worker processes (the
+//! same binary again, `worker` subcommand), each with its own lockguard
+//! client ([`Store::connect`]), that lock, write fenced values, update
+//! counters and ask a rate limiter while the run pauses, restarts and
+//! disconnects the store ([`Deployment::apply`]) and pauses and kills
 //! workers on a schedule drawn from a seed. Every operation's invocation
 //! and completion is recorded on one monotonic clock; the merged history
 //! is then checked: no two holds overlap, fences grow, stale writes are
 //! refused, counters add up exactly, the limiter keeps its quota, no wait
 //! outlives its bound, and wake-ups are back after the last fault.
 //!
+//! The `lockguard-chaos` binary runs lockguard's own stores. A store crate
+//! runs its store with a binary of its own that calls [`main`]:
+//!
+//! ```no_run
+//! use lockguard_chaos::{BoxFuture, Deployment, OneServer, RESPONSE_TIMEOUT, Store};
+//! use lockguard_core::{Client, Result};
+//! use lockguard_testing::PostgresServer;
+//!
+//! /// PostgreSQL, as a store crate outside lockguard would plug in its own.
+//! struct MyStore;
+//!
+//! impl Store for MyStore {
+//!     fn name(&self) -> &'static str {
+//!         "mine"
+//!     }
+//!
+//!     fn start(&self) -> Box<dyn Deployment> {
+//!         let server = PostgresServer::start();
+//!         let url = server.url();
+//!         Box::new(OneServer::new(server, url))
+//!     }
+//!
+//!     /// A client of the store at `addr`, its tables under `namespace`,
+//!     /// with RESPONSE_TIMEOUT as its timeouts.
+//!     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
+//!         Box::pin(my_store::connect(addr, namespace, RESPONSE_TIMEOUT))
+//!     }
+//! }
+//! # mod my_store {
+//! #     pub async fn connect(_: &str, _: &str, _: std::time::Duration)
+//! #         -> lockguard_core::Result<lockguard_core::Client> { unimplemented!() }
+//! # }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     lockguard_chaos::main(&[&MyStore])
+//! }
+//! ```
+//!
 //! ```text
-//! lockguard-chaos [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
-//!                 [--self-test] [--target URL] [--out DIR]
+//! BINARY [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
+//!        [--self-test] [--no-faults] [--target URL] [--out DIR]
 //! ```
 //!
 //! The exit status is 0 when every check passed (with `--self-test`: when
@@ -34,28 +73,41 @@ mod worker;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use deploy::Deployment;
-use store::{Kind, Target};
+pub use check::NOT_ACROSS_ASYNC_FAILOVER;
+pub use deploy::{Deployment, OneServer, ServerFault, server_fault};
+pub use store::{BoxFuture, RESPONSE_TIMEOUT, Store};
 
-const USAGE: &str = "\
-usage: lockguard-chaos [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
-                       [--self-test] [--target URL] [--out DIR]
+use deploy::External;
+use store::Target;
+
+fn usage(stores: &[&dyn Store]) -> String {
+    let names: Vec<&str> = stores.iter().map(|s| s.name()).collect();
+    format!(
+        "\
+usage: {bin} [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
+       [--self-test] [--no-faults] [--target URL] [--out DIR]
 
   --profile ci     a few seconds of workload per store (default)
   --profile long   two minutes per store, more workers (for releases)
-  --store          redis, redlock, postgres, mysql, zookeeper, sentinel, cluster, or all (default)
+  --store          {names}, or all (default)
   --seed N         the fault schedule's seed (printed; random when not given)
   --self-test      break the locking on purpose; succeed only if the checker catches it
   --no-faults      the workload alone, no faults (to tell a fault's doing from the client's)
-  --target URL     run against your own store (redis://, rediss://, postgres://, mysql://,
-                   zookeeper://HOST:PORT,...) with client-side faults only
+  --target URL     run against your own store (a URL one of the stores serves)
+                   with client-side faults only
   --out DIR        keep the histories in DIR (default: a temporary directory,
-                   kept when a check fails)";
+                   kept when a check fails)",
+        bin = std::env::args()
+            .next()
+            .and_then(|a| a.rsplit('/').next().map(str::to_owned))
+            .unwrap_or_else(|| "lockguard-chaos".into()),
+        names = names.join(", ")
+    )
+}
 
-#[derive(Debug)]
-struct Options {
+struct Options<'s> {
     profile: run::Profile,
-    stores: Vec<Kind>,
+    stores: Vec<&'s dyn Store>,
     seed: u64,
     self_test: bool,
     no_faults: bool,
@@ -63,10 +115,18 @@ struct Options {
     out: Option<PathBuf>,
 }
 
-fn parse(args: &[String]) -> Result<Options, String> {
+fn find<'s>(stores: &[&'s dyn Store], name: &str) -> Result<&'s dyn Store, String> {
+    stores
+        .iter()
+        .copied()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| format!("unknown store {name:?}"))
+}
+
+fn parse<'s>(stores: &[&'s dyn Store], args: &[String]) -> Result<Options<'s>, String> {
     let mut o = Options {
         profile: run::CI,
-        stores: store::ALL.to_vec(),
+        stores: stores.to_vec(),
         seed: fastrand::u64(..),
         self_test: false,
         no_faults: false,
@@ -91,10 +151,10 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--store" => {
                 let v = value()?;
                 o.stores = if v == "all" {
-                    store::ALL.to_vec()
+                    stores.to_vec()
                 } else {
                     v.split(',')
-                        .map(|s| Kind::parse(s).ok_or_else(|| format!("unknown store {s:?}")))
+                        .map(|name| find(stores, name))
                         .collect::<Result<_, _>>()?
                 };
             }
@@ -110,23 +170,26 @@ fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-fn parse_worker(args: &[String]) -> Result<worker::WorkerArgs, String> {
-    let get = |name: &str| -> Result<String, String> {
+/// A worker's command line, its target borrowing from `args`.
+fn parse_worker<'a>(
+    stores: &[&'a dyn Store],
+    args: &'a [String],
+) -> Result<worker::WorkerArgs<'a>, String> {
+    let get = |name: &str| -> Result<&'a str, String> {
         let i = args
             .iter()
             .position(|a| a == name)
             .ok_or_else(|| format!("worker: {name} missing"))?;
         args.get(i + 1)
-            .cloned()
+            .map(String::as_str)
             .ok_or_else(|| format!("worker: {name} needs a value"))
     };
-    let kind = Kind::parse(&get("--store")?).ok_or("worker: bad --store")?;
     let target = Target {
-        kind,
+        store: find(stores, get("--store")?)?,
         addr: get("--addr")?,
         namespace: get("--namespace")?,
     };
-    let num = |s: String| s.parse::<u64>().map_err(|e| e.to_string());
+    let num = |s: &str| s.parse::<u64>().map_err(|e| e.to_string());
     Ok(worker::WorkerArgs {
         id: u32::try_from(num(get("--id")?)?).map_err(|e| e.to_string())?,
         seed: num(get("--seed")?)?,
@@ -134,16 +197,19 @@ fn parse_worker(args: &[String]) -> Result<worker::WorkerArgs, String> {
         target,
         out: PathBuf::from(get("--out")?),
         brk: match get("--break") {
-            Ok(b) => Some(worker::Break::parse(&b).ok_or("worker: bad --break")?),
+            Ok(b) => Some(worker::Break::parse(b).ok_or("worker: bad --break")?),
             Err(_) => None,
         },
     })
 }
 
-fn main() -> ExitCode {
+/// Runs the checker on `stores` as the command line asks (see the crate
+/// docs): a run of every store it names, or, when started as a worker by a
+/// run, that worker. Call it from the binary's `main`.
+pub fn main(stores: &[&dyn Store]) -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
-        return match parse_worker(&args[1..]).and_then(worker::run) {
+        return match parse_worker(stores, &args[1..]).and_then(worker::run) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("{e}");
@@ -151,13 +217,13 @@ fn main() -> ExitCode {
             }
         };
     }
-    let o = match parse(&args) {
+    let o = match parse(stores, &args) {
         Ok(o) => o,
         Err(e) => {
             if !e.is_empty() {
                 eprintln!("error: {e}");
             }
-            eprintln!("{USAGE}");
+            eprintln!("{}", usage(stores));
             return ExitCode::from(2);
         }
     };
@@ -181,32 +247,42 @@ fn main() -> ExitCode {
         if o.self_test { ", self-test" } else { "" },
         o.seed
     );
-    let deployments: Vec<Box<dyn FnOnce() -> Deployment>> = match &o.target {
+    type Start<'s> = (&'s dyn Store, Box<dyn FnOnce() -> Box<dyn Deployment> + 's>);
+    let deployments: Vec<Start<'_>> = match &o.target {
         Some(url) => {
-            let t = match Target::from_url(url, String::new()) {
-                Ok(t) => t,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
+            let Some((store, addr)) = stores
+                .iter()
+                .find_map(|s| s.address_of(url).map(|a| (*s, a)))
+            else {
+                let names: Vec<&str> = stores.iter().map(|s| s.name()).collect();
+                eprintln!(
+                    "error: --target {url:?}: none of the stores ({}) serves this URL",
+                    names.join(", ")
+                );
+                return ExitCode::from(2);
             };
             println!(
                 "target {url}: a store of yours, so only client-side faults (worker pause and kill); the server is never paused, restarted or disconnected"
             );
-            vec![Box::new(move || Deployment::External(t))]
+            vec![(
+                store,
+                Box::new(move || Box::new(External(addr)) as Box<dyn Deployment>),
+            )]
         }
         None => o
             .stores
             .iter()
-            .map(|k| {
-                let k = *k;
-                Box::new(move || Deployment::start(k)) as Box<dyn FnOnce() -> Deployment>
+            .map(|s| {
+                (
+                    *s,
+                    Box::new(|| s.start()) as Box<dyn FnOnce() -> Box<dyn Deployment>>,
+                )
             })
             .collect(),
     };
     let mut failed = false;
     let run_started = std::time::Instant::now();
-    for start in deployments {
+    for (store, start) in deployments {
         let started = std::time::Instant::now();
         // A harness that cannot start or restart a server panics (with the
         // server's log): that store's run fails, the next one still runs,
@@ -214,24 +290,33 @@ fn main() -> ExitCode {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut d = start();
             let setup = started.elapsed();
-            let kind = d.kind();
-            let dir = out.join(kind.name());
+            let dir = out.join(store.name());
             (
-                kind,
                 setup,
-                run::run(&mut d, o.profile, o.seed, o.self_test, o.no_faults, &dir),
+                run::run(
+                    store,
+                    d.as_mut(),
+                    o.profile,
+                    o.seed,
+                    o.self_test,
+                    o.no_faults,
+                    &dir,
+                ),
             )
         }));
         match result {
             Err(_) => {
                 failed = true;
-                println!("a store's harness failed (its message is above); the run failed");
+                println!(
+                    "{}: the store's harness failed (its message is above); the run failed",
+                    store.name()
+                );
             }
-            Ok((kind, _, Err(e))) => {
+            Ok((_, Err(e))) => {
                 failed = true;
-                println!("{}: the run failed: {e}", kind.name());
+                println!("{}: the run failed: {e}", store.name());
             }
-            Ok((_, setup, Ok(r))) => {
+            Ok((setup, Ok(r))) => {
                 let ok = report(&r, o.self_test, setup, started.elapsed());
                 failed |= !ok;
             }
@@ -291,8 +376,8 @@ fn report(
     }
     let ok = if self_test {
         let lock_caught = r.violations.iter().any(|v| v.check == "mutual-exclusion");
-        let counter_caught = !crate::store::Kind::parse(r.store).is_some_and(Kind::has_counters)
-            || r.violations.iter().any(|v| v.check == "counters-exact");
+        let counter_caught =
+            !r.counters || r.violations.iter().any(|v| v.check == "counters-exact");
         println!(
             "  self-test: overlapping holds {}, lost counter update {}",
             if lock_caught { "caught" } else { "NOT CAUGHT" },

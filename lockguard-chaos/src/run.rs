@@ -9,7 +9,7 @@ use crate::check::{self, Bounds, Measures, Violation};
 use crate::clock::{ms, now_ns};
 use crate::deploy::{Deployment, ServerFault};
 use crate::history::{Call, Outcome, Recorder};
-use crate::store::{Kind, RESPONSE_TIMEOUT, Target};
+use crate::store::{RESPONSE_TIMEOUT, Store, Target};
 use crate::worker::{Break, CAS, LEASE, STOCK, STOCK_START};
 
 /// How long a run lasts and how hard it is pushed.
@@ -55,6 +55,8 @@ const SELF_TEST: Profile = Profile {
 #[derive(Debug)]
 pub(crate) struct StoreRun {
     pub(crate) store: &'static str,
+    /// Whether the store offers counters (the self-test breaks them too).
+    pub(crate) counters: bool,
     pub(crate) violations: Vec<Violation>,
     pub(crate) measures: Measures,
     pub(crate) faults: Vec<String>,
@@ -71,9 +73,9 @@ enum Fault {
     KillWorker,
 }
 
-struct Workers {
+struct Workers<'s> {
     exe: PathBuf,
-    target: Target,
+    target: Target<'s>,
     dir: PathBuf,
     until: u64,
     seed: u64,
@@ -81,7 +83,7 @@ struct Workers {
     live: Vec<(u32, Child)>,
 }
 
-impl Workers {
+impl Workers<'_> {
     fn spawn(&mut self, brk: Option<Break>) -> Result<(), String> {
         let id = self.next_id;
         self.next_id += 1;
@@ -158,9 +160,10 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-/// Runs `profile` on `deploy`, histories in `dir`.
+/// Runs `profile` on `deploy`, a deployment of `store`, histories in `dir`.
 pub(crate) fn run(
-    deploy: &mut Deployment,
+    store: &dyn Store,
+    deploy: &mut dyn Deployment,
     profile: Profile,
     seed: u64,
     self_test: bool,
@@ -169,13 +172,17 @@ pub(crate) fn run(
 ) -> Result<StoreRun, String> {
     let profile = if self_test { SELF_TEST } else { profile };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let kind = deploy.kind();
     let namespace = format!(
         "chaos_{}_{}",
         seed % 1_000_000_000,
         if self_test { "selftest" } else { "run" }
     );
-    let target = deploy.target(&namespace);
+    let addr = deploy.address();
+    let target = Target {
+        store,
+        addr: &addr,
+        namespace: &namespace,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -183,7 +190,7 @@ pub(crate) fn run(
     let client = connect_retrying(&rt, &target)?;
     let file = std::fs::File::create(dir.join("w000.jsonl")).map_err(|e| e.to_string())?;
     let mut rec = Recorder::new(0, Box::new(std::io::BufWriter::new(file)));
-    if kind.has_counters() {
+    if store.offers_counters() {
         for (key, n) in [(STOCK, STOCK_START), (CAS, 0)] {
             let op = rec.invoke(Call::Set { key: key.into(), n });
             let out = match rt.block_on(client.counter(key).set(n)) {
@@ -201,7 +208,7 @@ pub(crate) fn run(
     let end = start + profile.duration.as_nanos() as u64;
     let mut workers = Workers {
         exe: std::env::current_exe().map_err(|e| e.to_string())?,
-        target: target.clone(),
+        target,
         dir: dir.to_owned(),
         until: end,
         seed,
@@ -211,16 +218,16 @@ pub(crate) fn run(
     for i in 0..profile.workers {
         let brk = match (self_test, i) {
             (true, 0) => Some(Break::StaleHold),
-            (true, 1) if kind.has_counters() => Some(Break::Miscount),
+            (true, 1) if store.offers_counters() => Some(Break::Miscount),
             _ => None,
         };
         workers.spawn(brk)?;
     }
 
-    let mut master = deploy.master();
+    let mut leader = deploy.leader();
 
     // Faults, one at a time, until the quiet tail.
-    let mut rng = fastrand::Rng::with_seed(seed ^ kind_salt(kind));
+    let mut rng = fastrand::Rng::with_seed(seed ^ salt(store.name()));
     let mut kinds: Vec<Fault> = deploy.faults().into_iter().map(Fault::Server).collect();
     kinds.extend([Fault::PauseWorker, Fault::KillWorker]);
     let faults_until = end.saturating_sub(profile.quiet.as_nanos() as u64);
@@ -301,16 +308,16 @@ pub(crate) fn run(
                 .unwrap_or_default()
         ));
         if fault == Fault::Server(ServerFault::Failover) {
-            master = deploy.master();
+            leader = deploy.leader();
         }
-        watch_master(deploy, &mut master, &mut rec, &mut done_faults, start);
+        watch_leader(deploy, &mut leader, &mut rec, &mut done_faults, start);
         next = now_ns() + rng.u64(200_000_000..700_000_000);
     }
     // The quiet tail, watching for a failover the sentinels start on
     // their own.
     while now_ns() < end {
         sleep_until((now_ns() + 100_000_000).min(end));
-        watch_master(deploy, &mut master, &mut rec, &mut done_faults, start);
+        watch_leader(deploy, &mut leader, &mut rec, &mut done_faults, start);
     }
     let problems = workers.finish(Duration::from_secs(10));
 
@@ -318,7 +325,7 @@ pub(crate) fn run(
     // first one's runtime stood still through the run (a ZooKeeper
     // session cannot live through that).
     drop(client);
-    if kind.has_counters() {
+    if store.offers_counters() {
         let client = connect_retrying(&rt, &target)?;
         for key in [STOCK, CAS] {
             let deadline = now_ns() + 10_000_000_000;
@@ -368,8 +375,9 @@ pub(crate) fn run(
         violations.retain(|v| v.check != "wake-ups");
     }
     let mut skipped = Vec::new();
-    if kind == Kind::Sentinel && done_faults.iter().any(|f| f.contains(" failover ")) {
-        skipped = check::NOT_ACROSS_ASYNC_FAILOVER.to_vec();
+    let voided = deploy.not_checked_across_failover();
+    if !voided.is_empty() && done_faults.iter().any(|f| f.contains(" failover ")) {
+        skipped = voided.to_vec();
         violations.retain(|v| !skipped.contains(&v.check));
     }
     for p in problems {
@@ -380,7 +388,8 @@ pub(crate) fn run(
         });
     }
     Ok(StoreRun {
-        store: kind.name(),
+        store: store.name(),
+        counters: store.offers_counters(),
         violations,
         measures,
         faults: done_faults,
@@ -389,12 +398,12 @@ pub(crate) fn run(
     })
 }
 
-/// Notices a failover the sentinels started on their own (a master paused
-/// or restarted for what looked like their 1 s on a busy machine), and
-/// records it as a fault of the run: the checks treat it as the failover it
-/// is, and wake-ups are measured only after it.
-fn watch_master(
-    deploy: &Deployment,
+/// Notices a failover the store started on its own (Sentinel: a master
+/// paused or restarted for what looked like the sentinels' 1 s on a busy
+/// machine), and records it as a fault of the run: the checks treat it as
+/// the failover it is, and wake-ups are measured only after it.
+fn watch_leader(
+    deploy: &dyn Deployment,
     master: &mut Option<u16>,
     rec: &mut Recorder,
     done_faults: &mut Vec<String>,
@@ -403,19 +412,19 @@ fn watch_master(
     if master.is_none() {
         return;
     }
-    let now = deploy.master();
+    let now = deploy.leader();
     if now.is_none() || now == *master {
         return;
     }
     let op = rec.invoke(Call::Fault {
         what: "failover".into(),
-        target: "by the sentinels".into(),
+        target: "by the store".into(),
     });
     // In effect until the old master replicates the new one.
     deploy.reunite();
     rec.complete(op, Outcome::Healed);
     done_faults.push(format!(
-        "at {:.0} ms: failover by the sentinels on their own, redis:{} to redis:{}",
+        "at {:.0} ms: failover by the store on its own, port {} to port {}",
         ms(rec_time(start)),
         master.unwrap_or_default(),
         now.unwrap_or_default()
@@ -427,7 +436,7 @@ fn watch_master(
 /// coming back from the last fault.
 fn connect_retrying(
     rt: &tokio::runtime::Runtime,
-    target: &Target,
+    target: &Target<'_>,
 ) -> Result<lockguard_core::Client, String> {
     let deadline = now_ns() + 10_000_000_000;
     loop {
@@ -436,7 +445,7 @@ fn connect_retrying(
             Err(e) if now_ns() > deadline => {
                 return Err(format!(
                     "the runner cannot connect to {}: {e}",
-                    target.kind.name()
+                    target.store.name()
                 ));
             }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
@@ -448,12 +457,12 @@ fn rec_time(start: u64) -> u64 {
     now_ns().saturating_sub(start)
 }
 
-fn kind_salt(kind: Kind) -> u64 {
-    crate::store::ALL
-        .iter()
-        .position(|k| *k == kind)
-        .map_or(0, |i| i as u64)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+/// A store's own share of the fault schedule's seed (FNV-1a of its name):
+/// stores in one run get different schedules.
+fn salt(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 fn sleep_until(t: u64) {

@@ -1,171 +1,104 @@
-//! The stores a run drives, how a worker connects to one, and what each
-//! offers.
+//! What the checker needs of a store: how to start it for a run, and how a
+//! worker process connects to it. The built-in stores implement it in the
+//! binary; a store crate outside lockguard implements it for its own.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use lockguard_core::{Client, Result};
-use lockguard_mysql::MySqlOptions;
-use lockguard_postgres::BuilderExt as _;
-use lockguard_redis::BuilderExt as _;
-use lockguard_zookeeper::BuilderExt as _;
 
-/// A store kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Redis,
-    Redlock,
-    Cluster,
-    Sentinel,
-    Postgres,
-    MySql,
-    ZooKeeper,
-}
-
-/// Every kind, in the order a full run goes through them.
-pub(crate) const ALL: [Kind; 7] = [
-    Kind::Redis,
-    Kind::Redlock,
-    Kind::Postgres,
-    Kind::MySql,
-    Kind::ZooKeeper,
-    Kind::Sentinel,
-    Kind::Cluster,
-];
+use crate::deploy::Deployment;
 
 /// How long one store request may take in the workers: short, so a paused
-/// server costs a bounded wait, far above a healthy round trip.
-pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// server costs a bounded wait, far above a healthy round trip. A
+/// [`Store::connect`] gives its clients this as their response and connect
+/// timeouts; the checks allow for it.
+pub const RESPONSE_TIMEOUT: Duration = Duration::from_millis(1000);
 
-/// The ZooKeeper session timeout of the workers: a lease may be at most two
-/// thirds of it, and the longest the workers take is 1 s; a worker paused
-/// for 1.3 s keeps its session (its lease is lost all the same).
-pub(crate) const ZK_SESSION: Duration = Duration::from_secs(3);
+/// A future a [`Store`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-impl Kind {
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Kind::Redis => "redis",
-            Kind::Redlock => "redlock",
-            Kind::Cluster => "cluster",
-            Kind::Sentinel => "sentinel",
-            Kind::Postgres => "postgres",
-            Kind::MySql => "mysql",
-            Kind::ZooKeeper => "zookeeper",
-        }
-    }
+/// A store the checker runs: its name, what it offers, how to start its
+/// servers and how a worker connects.
+///
+/// The run and its workers are separate processes of one binary (the one
+/// that calls [`main`](crate::main)), so a worker finds its store again by
+/// [`name`](Store::name) among the stores that binary passes.
+pub trait Store: Send + Sync {
+    /// The name `--store` takes, unique among the stores of a binary.
+    fn name(&self) -> &'static str;
 
-    pub(crate) fn parse(s: &str) -> Option<Self> {
-        ALL.into_iter().find(|k| k.name() == s)
-    }
-
-    /// Whether the store offers counters (and fenced values).
-    pub(crate) fn has_counters(self) -> bool {
-        !matches!(self, Kind::Redlock)
+    /// Whether the store offers counters and fenced values; without them,
+    /// the workers only lock.
+    fn offers_counters(&self) -> bool {
+        true
     }
 
     /// Whether the store offers rate limiters.
-    pub(crate) fn has_limiter(self) -> bool {
-        !matches!(self, Kind::Redlock | Kind::ZooKeeper)
+    fn offers_limiter(&self) -> bool {
+        true
+    }
+
+    /// Starts the store's servers for one run (with the harnesses of
+    /// lockguard-testing, or the store crate's own), killed when the
+    /// deployment is dropped.
+    ///
+    /// # Panics
+    ///
+    /// When a server does not start: that store's run fails, with the
+    /// message, and the next store still runs.
+    fn start(&self) -> Box<dyn Deployment>;
+
+    /// A worker's client of the store at `addr` (what
+    /// [`Deployment::address`] gave, or `--target`'s address), made
+    /// through the public API as an application would, with
+    /// [`RESPONSE_TIMEOUT`] as its timeouts and its keys (or tables,
+    /// or schema) under `namespace`, which keeps one run apart from another.
+    fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>>;
+
+    /// For `--target URL`: the address [`connect`](Store::connect) takes
+    /// for a user's deployment at `url`, when this store serves that URL.
+    fn address_of(&self, url: &str) -> Option<String> {
+        let _ = url;
+        None
     }
 }
 
-/// Where a worker connects: the store kind and its address in one string
-/// (URLs joined by commas for several nodes), plus the key prefix (or
-/// PostgreSQL schema) that keeps one run's keys apart from another's.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub(crate) kind: Kind,
-    pub(crate) addr: String,
-    pub(crate) namespace: String,
+/// Where a worker connects: the store, its address (URLs joined by commas
+/// for several nodes), and the namespace of the run.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'s> {
+    pub(crate) store: &'s dyn Store,
+    pub(crate) addr: &'s str,
+    pub(crate) namespace: &'s str,
 }
 
-impl Target {
-    /// Parses a user's `--target` URL: `redis://`, `rediss://`,
-    /// `postgres://` / `postgresql://`, `mysql://`, or
-    /// `zookeeper://host:port,...`.
-    pub(crate) fn from_url(url: &str, namespace: String) -> std::result::Result<Self, String> {
-        let (kind, addr) = if url.starts_with("redis://") || url.starts_with("rediss://") {
-            (Kind::Redis, url.to_owned())
-        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Kind::Postgres, url.to_owned())
-        } else if url.starts_with("mysql://") {
-            (Kind::MySql, url.to_owned())
-        } else if let Some(hosts) = url.strip_prefix("zookeeper://") {
-            (Kind::ZooKeeper, hosts.trim_end_matches('/').to_owned())
-        } else {
-            return Err(format!(
-                "--target {url:?}: expected redis://, rediss://, postgres://, postgresql://, mysql:// or zookeeper://HOST:PORT,..."
-            ));
-        };
-        Ok(Self {
-            kind,
-            addr,
-            namespace,
-        })
+impl std::fmt::Debug for Target<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("store", &self.store.name())
+            .field("addr", &self.addr)
+            .field("namespace", &self.namespace)
+            .finish()
     }
+}
 
-    fn urls(&self) -> Vec<&str> {
-        self.addr.split(',').collect()
-    }
-
-    /// A client of this store made through the public API, as an
-    /// application would, with short timeouts.
+impl Target<'_> {
+    /// A client of this store.
     pub(crate) async fn connect(&self) -> Result<Client> {
-        let b = Client::builder()
-            .response_timeout(RESPONSE_TIMEOUT)
-            .connect_timeout(RESPONSE_TIMEOUT);
-        // PostgreSQL keeps a run apart by schema and MySQL by table prefix
-        // (they ignore the key prefix); the others by key prefix.
-        let b = b.prefix(format!("{}:", self.namespace));
-        match self.kind {
-            Kind::Redis => b.connect(&self.addr).await,
-            Kind::Redlock => {
-                // Room for a loaded two-core machine (the default, 50 ms,
-                // is for production); far below every lease used.
-                b.node_timeout(Duration::from_millis(250))
-                    .redlock(self.urls())
-                    .await
-            }
-            Kind::Cluster => b.connect_cluster(self.urls()).await,
-            Kind::Sentinel => {
-                // Every acquisition and renewal confirmed by the one replica,
-                // the one a failover promotes: locks survive a failover.
-                // (Counters and limits are not waited for; see the checks.)
-                b.wait_for_replicas(1, Duration::from_millis(250))
-                    .connect_sentinel(self.urls(), lockguard_testing::SENTINEL_SERVICE)
-                    .await
-            }
-            Kind::Postgres => {
-                b.postgres_schema(self.namespace.as_str())
-                    .connect_postgres(&self.addr)
-                    .await
-            }
-            Kind::MySql => {
-                let store = MySqlOptions::new()
-                    .table_prefix(format!("{}_", self.namespace))
-                    .connect_timeout(RESPONSE_TIMEOUT)
-                    .response_timeout(RESPONSE_TIMEOUT)
-                    .connect(&self.addr)
-                    .await?;
-                b.build(store)
-            }
-            Kind::ZooKeeper => {
-                b.zookeeper_session_timeout(ZK_SESSION)
-                    .connect_zookeeper(&self.addr)
-                    .await
-            }
-        }
+        self.store.connect(self.addr, self.namespace).await
     }
 
     /// The arguments that hand this target to a worker process.
-    pub(crate) fn to_args(&self) -> Vec<String> {
+    pub(crate) fn to_args(self) -> Vec<String> {
         vec![
             "--store".into(),
-            self.kind.name().into(),
+            self.store.name().into(),
             "--addr".into(),
-            self.addr.clone(),
+            self.addr.to_owned(),
             "--namespace".into(),
-            self.namespace.clone(),
+            self.namespace.to_owned(),
         ]
     }
 }

@@ -66,12 +66,12 @@ impl Break {
 
 /// What a worker is told on its command line.
 #[derive(Debug)]
-pub(crate) struct WorkerArgs {
+pub(crate) struct WorkerArgs<'s> {
     pub(crate) id: u32,
     pub(crate) seed: u64,
     /// Stop starting operations at this time (shared clock, ns).
     pub(crate) until: u64,
-    pub(crate) target: Target,
+    pub(crate) target: Target<'s>,
     pub(crate) out: std::path::PathBuf,
     pub(crate) brk: Option<Break>,
 }
@@ -89,7 +89,7 @@ struct Worker {
 }
 
 /// Runs a worker until `args.until`; the history goes to `args.out`.
-pub(crate) fn run(args: WorkerArgs) -> Result<(), String> {
+pub(crate) fn run(args: WorkerArgs<'_>) -> Result<(), String> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -118,8 +118,8 @@ pub(crate) fn run(args: WorkerArgs) -> Result<(), String> {
             client,
             rec: Recorder::new(args.id, Box::new(std::io::BufWriter::new(file))),
             rng: fastrand::Rng::with_seed(args.seed),
-            counters: args.target.kind.has_counters(),
-            limiter: args.target.kind.has_limiter(),
+            counters: args.target.store.offers_counters(),
+            limiter: args.target.store.offers_limiter(),
             brk: args.brk,
             last_fence: HashMap::new(),
         };

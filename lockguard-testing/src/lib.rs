@@ -200,6 +200,33 @@ impl RedisServer {
             .expect("cannot connect to the test redis-server")
     }
 
+    /// Adds an ACL user `name` (password `password`) who may connect and
+    /// read (`HELLO`, `PING`, `INFO`, `GET`) but run nothing else: no
+    /// script, no write, the account of a service given too few rights.
+    /// `admin` is a connection with the rights to add users. Returns the
+    /// user's URL.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses `ACL SETUSER`.
+    pub async fn add_read_only_user(
+        &self,
+        admin: &mut redis::aio::MultiplexedConnection,
+        name: &str,
+        password: &str,
+    ) -> String {
+        let pass = format!(">{password}");
+        let rules = [
+            "SETUSER", name, "on", &pass, "~*", "-@all", "+hello", "+ping", "+info", "+get",
+        ];
+        let () = redis::cmd("ACL")
+            .arg(&rules[..])
+            .query_async(admin)
+            .await
+            .expect("ACL SETUSER");
+        format!("redis://{name}:{password}@127.0.0.1:{}", self.port())
+    }
+
     /// Whether the process is running (and not killed).
     pub fn is_running(&self) -> bool {
         self.child.is_some()

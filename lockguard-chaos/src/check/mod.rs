@@ -76,8 +76,8 @@ pub(crate) struct Bounds {
 /// promoted replica had not received are lost (the safety page says so).
 /// Locks are checked across it: the run's Sentinel clients wait for the
 /// replica to confirm every acquisition and renewal.
-pub(crate) const NOT_ACROSS_ASYNC_FAILOVER: [&str; 4] =
-    ["counters-exact", "versions", "rate-limit", "fenced-writes"];
+pub const NOT_ACROSS_ASYNC_FAILOVER: &[&str] =
+    &["counters-exact", "versions", "rate-limit", "fenced-writes"];
 
 /// Runs every check on `ops`.
 pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Measures) {

@@ -932,18 +932,8 @@ async fn set_up_mistakes_are_told_apart_from_outages() {
         .get_multiplexed_async_connection()
         .await
         .unwrap();
-    let _: () = redis::cmd("ACL")
-        .arg(
-            &[
-                "SETUSER", "reader", "on", ">pw", "~*", "-@all", "+hello", "+ping", "+info", "+get",
-            ][..],
-        )
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    let reader = connect(format!("redis://reader:pw@127.0.0.1:{port}"))
-        .await
-        .unwrap();
+    let reader = server.add_read_only_user(&mut admin, "reader", "pw").await;
+    let reader = connect(reader).await.unwrap();
     let err = reader.lock("job").try_acquire().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(err.to_string().contains("NOPERM"), "{err}");

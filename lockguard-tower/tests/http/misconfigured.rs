@@ -98,17 +98,9 @@ async fn credentials_the_store_refuses_are_a_server_error_even_fail_open() {
     let _log = captured.install();
     let server = RedisServer::start();
     let mut admin = server.connection().await;
-    let _: () = redis::cmd("ACL")
-        .arg(
-            &[
-                "SETUSER", "reader", "on", ">pw", "~*", "-@all", "+hello", "+ping", "+info", "+get",
-            ][..],
-        )
-        .query_async(&mut admin)
-        .await
-        .unwrap();
+    let reader = server.add_read_only_user(&mut admin, "reader", "pw").await;
     let lg = Client::builder()
-        .connect(&format!("redis://reader:pw@127.0.0.1:{}", server.port()))
+        .connect(&reader)
         .await
         .expect("the user may connect");
     let limiter = lg.rate_limiter("refused-limit", Quota::per_minute(100));

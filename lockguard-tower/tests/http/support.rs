@@ -272,22 +272,14 @@ impl http_body::Body for ChannelBody {
     }
 }
 
-/// Polls `f` until it holds or `PATIENCE` passes.
-pub(crate) async fn eventually<F, Fut>(mut f: F) -> bool
+/// Polls `f` until it holds or `PATIENCE` passes (the kit's
+/// `eventually`, with this suite's patience).
+pub(crate) async fn eventually<F, Fut>(f: F) -> bool
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if f().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    lockguard_testing::conformance::eventually(PATIENCE, f).await
 }
 
 /// The store's wait queue of a lock or semaphore `name`.
