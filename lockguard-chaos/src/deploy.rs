@@ -1,5 +1,5 @@
 //! A running store and the faults that can be done to it: the
-//! [`Deployment`] trait, [`OneServer`] for a store of one server process,
+//! [`Deployment`] trait, [`Servers`] for a store of server processes,
 //! and a user's own store (`--target`), which gets no server faults.
 
 use std::time::Duration;
@@ -112,25 +112,36 @@ pub trait Deployment {
     }
 }
 
-/// A store of one server process (any [`ServerProcess`]): paused,
-/// restarted on its data, its connections closed.
+/// A store of server processes (any [`ServerProcess`]), one disturbed at
+/// a time (a minority, when there are several): paused, restarted on its
+/// data, its connections closed.
 #[derive(Debug)]
-pub struct OneServer<S> {
-    /// The server.
-    pub server: S,
+pub struct Servers<S> {
+    /// The servers.
+    pub servers: Vec<S>,
     address: String,
     /// How long a restart takes to heal (a database's crash recovery).
     restart_heals_in: Duration,
 }
 
-impl<S: ServerProcess> OneServer<S> {
-    /// `server`, whose clients connect at `address`.
-    pub fn new(server: S, address: String) -> Self {
+impl<S: ServerProcess> Servers<S> {
+    /// `servers`, whose clients connect at `address`.
+    ///
+    /// # Panics
+    ///
+    /// When `servers` is empty.
+    pub fn new(servers: Vec<S>, address: String) -> Self {
+        assert!(!servers.is_empty(), "a store needs a server");
         Self {
-            server,
+            servers,
             address,
             restart_heals_in: Duration::from_millis(2000),
         }
+    }
+
+    /// One server, whose clients connect at `address`.
+    pub fn one(server: S, address: String) -> Self {
+        Self::new(vec![server], address)
     }
 
     /// Allows `heal` for a restarted server to serve again (2 s by
@@ -142,7 +153,7 @@ impl<S: ServerProcess> OneServer<S> {
     }
 }
 
-impl<S: ServerProcess> Deployment for OneServer<S> {
+impl<S: ServerProcess> Deployment for Servers<S> {
     fn address(&self) -> String {
         self.address.clone()
     }
@@ -158,11 +169,12 @@ impl<S: ServerProcess> Deployment for OneServer<S> {
     fn apply(
         &mut self,
         fault: ServerFault,
-        _pick: usize,
+        pick: usize,
         pause: Duration,
         down: Duration,
     ) -> Result<String, String> {
-        server_fault(&mut self.server, fault, pause, down)
+        let i = pick % self.servers.len();
+        server_fault(&mut self.servers[i], fault, pause, down)
     }
 
     fn longest(&self, fault: ServerFault) -> Duration {

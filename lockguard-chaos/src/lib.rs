@@ -17,7 +17,7 @@
 //! runs its store with a binary of its own that calls [`main`]:
 //!
 //! ```no_run
-//! use lockguard_chaos::{BoxFuture, Deployment, OneServer, RESPONSE_TIMEOUT, Store};
+//! use lockguard_chaos::{BoxFuture, Deployment, Servers, RESPONSE_TIMEOUT, Store};
 //! use lockguard_core::{Client, Result};
 //! use lockguard_testing::PostgresServer;
 //!
@@ -32,7 +32,7 @@
 //!     fn start(&self) -> Box<dyn Deployment> {
 //!         let server = PostgresServer::start();
 //!         let url = server.url();
-//!         Box::new(OneServer::new(server, url))
+//!         Box::new(Servers::one(server, url))
 //!     }
 //!
 //!     /// A client of the store at `addr`, its tables under `namespace`,
@@ -74,7 +74,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub use check::NOT_ACROSS_ASYNC_FAILOVER;
-pub use deploy::{Deployment, OneServer, ServerFault, server_fault};
+pub use deploy::{Deployment, ServerFault, Servers, server_fault};
 pub use store::{BoxFuture, RESPONSE_TIMEOUT, Store};
 
 use deploy::External;

@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use lockguard_chaos::{
-    BoxFuture, Deployment, NOT_ACROSS_ASYNC_FAILOVER, OneServer, RESPONSE_TIMEOUT, ServerFault,
+    BoxFuture, Deployment, NOT_ACROSS_ASYNC_FAILOVER, RESPONSE_TIMEOUT, ServerFault, Servers,
     Store, server_fault,
 };
 use lockguard_core::{Builder, Client, Result};
@@ -76,7 +76,7 @@ impl Store for Redis {
     fn start(&self) -> Box<dyn Deployment> {
         let server = RedisServer::start_with_args(&REDIS_PERSIST);
         let url = server.url();
-        Box::new(OneServer::new(server, url))
+        Box::new(Servers::one(server, url))
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
@@ -93,9 +93,6 @@ impl Store for Redis {
 #[derive(Debug)]
 struct Redlock;
 
-#[derive(Debug)]
-struct RedlockNodes(Vec<RedisServer>);
-
 impl Store for Redlock {
     fn name(&self) -> &'static str {
         "redlock"
@@ -110,11 +107,11 @@ impl Store for Redlock {
     }
 
     fn start(&self) -> Box<dyn Deployment> {
-        Box::new(RedlockNodes(
-            (0..3)
-                .map(|_| RedisServer::start_with_args(&REDIS_PERSIST))
-                .collect(),
-        ))
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_with_args(&REDIS_PERSIST))
+            .collect();
+        let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
+        Box::new(Servers::new(nodes, urls.join(",")))
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
@@ -128,38 +125,9 @@ impl Store for Redlock {
     }
 }
 
-impl Deployment for RedlockNodes {
-    fn address(&self) -> String {
-        let urls: Vec<String> = self.0.iter().map(RedisServer::url).collect();
-        urls.join(",")
-    }
-
-    fn faults(&self) -> Vec<ServerFault> {
-        vec![
-            ServerFault::Pause,
-            ServerFault::Restart,
-            ServerFault::KillConnections,
-        ]
-    }
-
-    fn apply(
-        &mut self,
-        fault: ServerFault,
-        pick: usize,
-        pause: Duration,
-        down: Duration,
-    ) -> std::result::Result<String, String> {
-        let i = pick % self.0.len();
-        server_fault(&mut self.0[i], fault, pause, down)
-    }
-}
-
 /// A Redis Cluster of three masters, one disturbed at a time.
 #[derive(Debug)]
 struct Cluster;
-
-#[derive(Debug)]
-struct ClusterNodes(RedisCluster);
 
 impl Store for Cluster {
     fn name(&self) -> &'static str {
@@ -167,39 +135,13 @@ impl Store for Cluster {
     }
 
     fn start(&self) -> Box<dyn Deployment> {
-        Box::new(ClusterNodes(RedisCluster::start_with_args(
-            3,
-            &REDIS_PERSIST,
-        )))
+        let cluster = RedisCluster::start_with_args(3, &REDIS_PERSIST);
+        let urls = cluster.urls().join(",");
+        Box::new(Servers::new(cluster.nodes, urls))
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
         Box::pin(builder(namespace).connect_cluster(urls(addr)))
-    }
-}
-
-impl Deployment for ClusterNodes {
-    fn address(&self) -> String {
-        self.0.urls().join(",")
-    }
-
-    fn faults(&self) -> Vec<ServerFault> {
-        vec![
-            ServerFault::Pause,
-            ServerFault::Restart,
-            ServerFault::KillConnections,
-        ]
-    }
-
-    fn apply(
-        &mut self,
-        fault: ServerFault,
-        pick: usize,
-        pause: Duration,
-        down: Duration,
-    ) -> std::result::Result<String, String> {
-        let i = pick % self.0.nodes.len();
-        server_fault(&mut self.0.nodes[i], fault, pause, down)
     }
 }
 
@@ -335,7 +277,7 @@ impl Store for Postgres {
         let server = PostgresServer::start();
         let url = server.url();
         // Crash recovery before it serves again.
-        Box::new(OneServer::new(server, url).restart_heals_in(Duration::from_secs(3)))
+        Box::new(Servers::one(server, url).restart_heals_in(Duration::from_secs(3)))
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
@@ -363,7 +305,7 @@ impl Store for MySql {
     fn start(&self) -> Box<dyn Deployment> {
         let server = MariaDbServer::start();
         let url = server.url();
-        Box::new(OneServer::new(server, url).restart_heals_in(Duration::from_secs(3)))
+        Box::new(Servers::one(server, url).restart_heals_in(Duration::from_secs(3)))
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {

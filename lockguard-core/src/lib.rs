@@ -185,6 +185,8 @@ mod span;
 mod backend;
 
 pub mod store;
+// Acquisitions in flight over a pool's connections (`store::Flights`).
+mod flights;
 // Waking waiting tasks.
 mod notify;
 // What one client's primitives share.

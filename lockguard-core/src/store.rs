@@ -62,6 +62,10 @@
 //!     fn waiting(&self) -> Waiting {
 //!         self.inner.locks().waiting()
 //!     }
+//!     // A wrapper forwards every answer the store gives of itself.
+//!     fn confirms_handoffs(&self) -> bool {
+//!         self.inner.locks().confirms_handoffs()
+//!     }
 //!     fn acquire<'a>(
 //!         &'a self,
 //!         keys: &'a Arc<LockKeys>,
@@ -119,6 +123,7 @@ use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
+pub use crate::flights::{Flight, Flights};
 pub use crate::key::{CounterKeys, LockKeys, Resource};
 use crate::rate_limit::{Decision, gcra};
 pub use crate::token::Token;

@@ -19,8 +19,9 @@ use mysql_async::{Conn, Params, Pool, Row};
 
 use crate::bell::Bell;
 use crate::error::{bounded, garbage, mysql_error, read_row};
-use crate::flights::{Flights, InFlight};
+use crate::flights::InFlight;
 use crate::schema;
+use lockguard_core::store::Flights;
 
 /// The longest row key: the primary keys holding it stay within InnoDB's
 /// 3072 bytes.

@@ -93,7 +93,7 @@ pub(crate) struct PostgresStore {
     sql: Arc<Statements>,
     opts: PgOptions,
     /// Acquisitions whose statement may still be running, by token.
-    flights: Arc<flights::Flights>,
+    flights: Arc<lockguard_core::store::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
     sweeper: Option<tokio::task::AbortHandle>,
 }
