@@ -1,11 +1,11 @@
 //! A flash sale over real HTTP: 100 hoodies, a crowd of shoppers, two bots
-//! and a few double clicks, on the in-memory store or on Redis.
+//! and a few double clicks, on the in-memory store or on any store's URL.
 //!
 //! ```sh
-//! cargo run --example flash_sale                                   # drives itself, prints a summary, exits
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example flash_sale  # the same on Redis
-//! DATABASE_URL=postgres://user@host/db cargo run --example flash_sale  # on PostgreSQL
-//! cargo run --example flash_sale -- --serve                        # then keeps serving
+//! cargo run --example flash_sale                                       # drives itself, prints a summary, exits
+//! LOCKGUARD_URL=redis://127.0.0.1:6379 cargo run --example flash_sale  # the same on Redis
+//! LOCKGUARD_URL=postgres://user@host/db cargo run --features postgres --example flash_sale
+//! cargo run --example flash_sale -- --serve                            # then keeps serving
 //! ```
 //!
 //! The shop is an axum service:
@@ -23,10 +23,6 @@
 //! of concurrent requests to itself over HTTP, prints what happened and
 //! checks its own numbers (exit status 1 if any is wrong).
 
-// The stores' constructors on the Builder (`use lockguard::prelude::*;`
-// does the same with the facade's features on).
-use lockguard_postgres::BuilderExt as _;
-use lockguard_redis::BuilderExt as _;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,7 +39,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use lockguard::{Client, Error, LeaseWatch, Quota};
+use lockguard::{BuilderExt as _, Client, Error, LeaseWatch, Quota};
 use lockguard_tower::key::{ClientIp, Header, TrustedProxies};
 use lockguard_tower::{LockLayer, MissingKey, RateLimitLayer, Refusal};
 
@@ -474,8 +470,9 @@ fn usage(code: i32) -> ! {
         "Runs a flash sale against itself over HTTP, prints a summary and checks it.",
         "  --serve            keep serving afterwards (Ctrl-C to stop)",
         "  --addr HOST:PORT   listen there (default 127.0.0.1:0, a free port)",
-        "  REDIS_URL=...      use this Redis instead of the in-memory store",
-        "  DATABASE_URL=...   or this PostgreSQL (when REDIS_URL is not set)",
+        "  LOCKGUARD_URL=...  use the store at this URL (redis://, postgres://, zookeeper://,",
+        "                     ...) instead of the in-memory store; REDIS_URL is read when",
+        "                     it is unset",
     ]
     .join("\n");
     if code == 0 {
@@ -508,15 +505,12 @@ async fn main() -> Result<(), Error> {
         }
     }
 
-    // A fresh key prefix per run, so runs on a shared Redis start clean.
-    // Redis at REDIS_URL; else PostgreSQL at DATABASE_URL; else memory.
-    let builder = Client::builder().prefix(format!("flash-sale:{}:", std::process::id()));
-    let lg = match std::env::var("DATABASE_URL") {
-        Ok(url) if std::env::var_os("REDIS_URL").is_none() => {
-            builder.connect_postgres(&url).await?
-        }
-        _ => builder.from_env().await?,
-    };
+    // A fresh key prefix per run, so runs on a shared store start clean.
+    // The store at LOCKGUARD_URL (or REDIS_URL); memory when neither is set.
+    let lg = Client::builder()
+        .prefix(format!("flash-sale:{}:", std::process::id()))
+        .from_env_or_memory()
+        .await?;
     lg.counter(&format!("stock:{SKU}"))
         .set(INITIAL_STOCK)
         .await?;

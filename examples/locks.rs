@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --example locks                                  # in-memory store
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example locks  # real Redis
+//! LOCKGUARD_URL=redis://127.0.0.1:6379 cargo run --example locks  # real Redis
 //! ```
 
 use std::time::{Duration, Instant};
@@ -18,11 +18,12 @@ async fn main() -> Result<(), Error> {
         )
         .init();
 
-    let lg = Client::from_env().await?;
+    let lg = Client::from_env_or_memory().await?;
     // A second handle on the same store, standing in for another process.
-    let other = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Client::connect(url.trim()).await?,
-        _ => lg.peer(),
+    let other = if lg.backend_name() == "memory" {
+        lg.peer()
+    } else {
+        Client::from_env().await?
     };
     println!("store: {}", lg.backend_name());
     let run = format!("example:{}", std::process::id());

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo run --example macros                                  # in-memory store
-//! REDIS_URL=redis://127.0.0.1:6379 cargo run --example macros  # real Redis
+//! LOCKGUARD_URL=redis://127.0.0.1:6379 cargo run --example macros  # real Redis
 //! ```
 //!
 //! 1. `#[distributed_lock]`: eight double clicks pay one order; the lock
@@ -96,14 +96,15 @@ async fn main() -> Result<(), Error> {
         )
         .init();
 
-    // Redis when REDIS_URL is set, memory otherwise; the functions without
-    // `client = ...` use this default.
-    let lg = Client::from_env().await?;
+    // The store at LOCKGUARD_URL (or REDIS_URL), memory when neither is
+    // set; the functions without `client = ...` use this default.
+    let lg = Client::from_env_or_memory().await?;
     lg.install_default();
     // A second handle on the same store, standing in for another process.
-    let other = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Client::connect(url.trim()).await?,
-        _ => lg.peer(),
+    let other = if lg.backend_name() == "memory" {
+        lg.peer()
+    } else {
+        Client::from_env().await?
     };
     println!("store: {}", lg.backend_name());
     let shop = Arc::new(Shop {

@@ -92,8 +92,9 @@ redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
 trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
-REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
-REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
+LOCKGUARD_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
+LOCKGUARD_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
+# REDIS_URL, read when LOCKGUARD_URL is unset.
 REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example macros
 
 # flash_sale on a PostgreSQL started here (as the postgres user when root:
@@ -108,10 +109,11 @@ trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; "${as_pg[@
 "${as_pg[@]}" "$(pg_bin)/initdb" -D "$pgdir/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
 "${as_pg[@]}" "$(pg_bin)/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-c listen_addresses='' -k $pgdir -p 5432" start >/dev/null
-export DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres"
-cargo run --quiet --example flash_sale
-cargo run --quiet --example postgres_fenced
-unset DATABASE_URL
+LOCKGUARD_URL="postgresql://postgres@/postgres?host=$pgdir&port=5432" \
+  cargo run --quiet --features postgres --example flash_sale
+# The application's own database, for its own table.
+DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres" \
+  cargo run --quiet --example postgres_fenced
 
 echo
 echo "tests: $summary"

@@ -10,8 +10,10 @@
 //! use lockguard::Client;
 //! use lockguard::prelude::*; // the stores' constructors
 //!
-//! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Client::from_env().await?;
+//! // The store at LOCKGUARD_URL (redis://..., postgres://..., zookeeper://...).
+//! // `from_env()` refuses to start without it; this example runs on memory
+//! // when it is unset.
+//! let lg = Client::from_env_or_memory().await?;
 //!
 //! let guard = lg
 //!     .lock("order:42")
@@ -51,6 +53,9 @@
 
 pub use lockguard_core::*;
 
+pub mod connect;
+pub use connect::{BuilderExt, ClientExt};
+
 // Attribute macros for `async fn`: a distributed lock, a rate limit or a
 // concurrency limit around the body.
 #[cfg(feature = "macros")]
@@ -84,10 +89,14 @@ pub use lockguard_zookeeper as zookeeper;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lockguard_mysql as mysql;
 
-/// The traits that add the store crates' constructors to [`Client`] and
-/// [`Builder`]: with `use lockguard::prelude::*;`, `Client::connect(url)`,
-/// `Client::from_env()` and `Client::connect_postgres(url)` work as before.
+/// The traits that add the constructors to [`Client`] and [`Builder`]:
+/// with `use lockguard::prelude::*;`, `Client::connect(url)` (the store
+/// chosen by the URL's scheme, see [`connect`](mod@connect)),
+/// `Client::from_env()`, and each store's typed constructors
+/// (`Client::connect_redis(url)`, `Client::builder().connect_postgres(url)`,
+/// `wait_for_replicas`, ...).
 pub mod prelude {
+    pub use crate::connect::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "mysql")]
     pub use lockguard_mysql::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "postgres")]

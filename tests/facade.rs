@@ -12,8 +12,8 @@ use lockguard_testing::RedisServer;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_counter_under_the_lock_loses_no_update() {
     let server = RedisServer::start();
-    let a = Client::connect(&server.url()).await.unwrap();
-    let b = Client::connect(&server.url()).await.unwrap();
+    let a = Client::connect_redis(&server.url()).await.unwrap();
+    let b = Client::connect_redis(&server.url()).await.unwrap();
     let mut tasks = Vec::new();
     for i in 0..8 {
         let lg = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -53,12 +53,12 @@ async fn prefixes_separate_applications() {
     let server = RedisServer::start();
     let billing = Client::builder()
         .prefix("billing:")
-        .connect(&server.url())
+        .connect_redis(&server.url())
         .await
         .unwrap();
     let shipping = Client::builder()
         .prefix("shipping:")
-        .connect(&server.url())
+        .connect_redis(&server.url())
         .await
         .unwrap();
     let a = billing.lock("order:1").acquire().await.unwrap();

@@ -232,7 +232,7 @@ fn store_errors_are_counted_by_operation() {
     recorded(&recorder, || async {
         let lg = Client::builder()
             .response_timeout(Duration::from_millis(200))
-            .connect(&server.url())
+            .connect_redis(&server.url())
             .await
             .unwrap();
         let limiter = lg.rate_limiter("api", Quota::per_second(10));

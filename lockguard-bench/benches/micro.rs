@@ -35,7 +35,7 @@ fn lock_cycles(c: &mut Criterion) {
     let rt = runtime();
     let server = RedisServer::start();
     let lg = rt
-        .block_on(Client::connect(&server.url()))
+        .block_on(Client::connect_redis(&server.url()))
         .expect("connect");
     let mut raw = rt.block_on(raw_conn(&server.url()));
     let release = Script::new(

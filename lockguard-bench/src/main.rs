@@ -108,7 +108,9 @@ impl Bench {
     }
 
     async fn lockguard(&self) -> Client {
-        Client::connect(&self.server.url()).await.expect("connect")
+        Client::connect_redis(&self.server.url())
+            .await
+            .expect("connect")
     }
 
     fn target(&mut self, what: &str, measured: String, met: bool) {

@@ -80,7 +80,7 @@ impl Store for Redis {
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
-        Box::pin(builder(namespace).connect(addr))
+        Box::pin(builder(namespace).connect_redis(addr))
     }
 
     fn address_of(&self, url: &str) -> Option<String> {

@@ -78,8 +78,9 @@
 //! | constructor | store |
 //! |---|---|
 //! | [`Client::memory`] | this process only; tests, single-process use |
-//! | `Client::connect` (crate `lockguard-redis`) | one Redis server (6.2 or newer); Sentinel and Cluster with its features |
-//! | `Client::from_env` (crate `lockguard-redis`) | Redis at `REDIS_URL`, else memory |
+//! | `Client::connect(url)` (crate `lockguard`) | the store the URL's scheme names (`redis://`, `postgres://`, `zookeeper://`, `memory://`, ...) |
+//! | `Client::from_env` (crate `lockguard`) | the store at `LOCKGUARD_URL` (or `REDIS_URL`); an error when neither is set, never a silent fallback to memory |
+//! | `Client::connect_redis` (crate `lockguard-redis`) | one Redis server (6.2 or newer); Sentinel and Cluster with its features |
 //! | `Client::redlock` (crate `lockguard-redis`) | N independent Redis masters with quorum (locks and semaphores) |
 //! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
 //! | `Client::connect_zookeeper` (crate `lockguard-zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |

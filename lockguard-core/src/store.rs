@@ -634,16 +634,6 @@ impl Store {
         }
     }
 
-    /// The in-memory store (the reference implementation), on the
-    /// monotonic clock: what [`Client::memory`](crate::Client::memory)
-    /// uses.
-    pub fn memory() -> Self {
-        let store = Arc::new(crate::backend::memory::MemoryStore::new(Arc::new(
-            crate::clock::MonotonicClock::new(),
-        )));
-        Self::new(store, Vec::new())
-    }
-
     /// The store's locks and semaphores.
     pub fn locks(&self) -> &dyn LockStore {
         &*self.locks

@@ -2,7 +2,7 @@
 //! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard).
 //!
 //! ```
-//! use lockguard::prelude::*; // Client::from_env
+//! use lockguard::prelude::*; // Client::from_env_or_memory
 //! use lockguard::{Client, concurrency_limit, distributed_lock, rate_limit};
 //!
 //! /// Ships an order; one process of the fleet at a time per order.
@@ -26,8 +26,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), lockguard::Error> {
-//! // At start-up: Redis when REDIS_URL is set, memory otherwise.
-//! Client::from_env().await?.install_default();
+//! // At start-up: the store at LOCKGUARD_URL (`from_env()` in a service,
+//! // which refuses to start without it), here memory when it is unset.
+//! Client::from_env_or_memory().await?.install_default();
 //! ship(42).await?;
 //! sign_in("ann").await?;
 //! export("acme").await?;

@@ -69,11 +69,11 @@ async fn the_default_client_is_required_then_used() {
     assert_eq!(RUNS.load(Ordering::SeqCst), 3);
 
     let server = RedisServer::start();
-    Client::connect(&server.url())
+    Client::connect_redis(&server.url())
         .await
         .unwrap()
         .install_default();
-    let other = Client::connect(&server.url()).await.unwrap();
+    let other = Client::connect_redis(&server.url()).await.unwrap();
     assert_eq!(locked(2, Some(&other)).await.unwrap(), 2);
     assert_eq!(RUNS.load(Ordering::SeqCst), 4);
 }

@@ -10,7 +10,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> lockguard_core::Result<()> {
-//! let lg = Client::connect("redis://127.0.0.1:6379").await?;
+//! let lg = Client::connect_redis("redis://127.0.0.1:6379").await?;
 //! let guard = lg.lock("order:42").acquire().await?;
 //! assert!(guard.release().await?);
 //! # Ok(()) }

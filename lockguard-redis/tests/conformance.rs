@@ -22,7 +22,7 @@ impl Redis {
 impl Harness for Redis {
     fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
         let url = self.0.url();
-        Box::pin(async move { builder.connect(&url).await.expect("connect to redis") })
+        Box::pin(async move { builder.connect_redis(&url).await.expect("connect to redis") })
     }
 }
 
@@ -59,7 +59,7 @@ impl Harness for Redlock {
 
     fn data_client(&self) -> ClientFuture<'_> {
         let url = self.data.url();
-        Box::pin(async move { Client::connect(&url).await.expect("connect to redis") })
+        Box::pin(async move { Client::connect_redis(&url).await.expect("connect to redis") })
     }
 
     /// Five round trips per attempt, and every release wakes all 31
@@ -150,7 +150,7 @@ async fn a_braced_prefix_is_refused_by_connect() {
     for prefix in ["app:{x}:", "}", "{"] {
         let err = Client::builder()
             .prefix(prefix)
-            .connect(&server.url())
+            .connect_redis(&server.url())
             .await
             .unwrap_err();
         assert!(err.is_invalid_input(), "{prefix:?}: {err}");

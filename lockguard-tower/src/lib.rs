@@ -9,12 +9,12 @@
 //! use axum::{Router, body::Body, routing::{get, post}};
 //! use http::{Request, StatusCode};
 //! use lockguard_core::{Client, Quota};
-//! use lockguard_redis::ClientExt as _; // Client::from_env
 //! use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 //! use tower::ServiceExt;
 //!
-//! // Redis when REDIS_URL is set, the in-memory store otherwise.
-//! let lg = Client::from_env().await?;
+//! // A service would connect to its store: `lockguard::Client::from_env()`
+//! // reads LOCKGUARD_URL (redis://..., postgres://...).
+//! let lg = Client::memory();
 //! let user = key::Header::new(http::HeaderName::from_static("x-user-id"));
 //!
 //! let app = Router::new()

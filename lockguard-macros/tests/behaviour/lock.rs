@@ -434,7 +434,7 @@ async fn a_store_that_is_down_is_an_error() {
     let mut env = Env::redis();
     let lg = Client::builder()
         .response_timeout(Duration::from_millis(500))
-        .connect(&env.server.as_ref().unwrap().url())
+        .connect_redis(&env.server.as_ref().unwrap().url())
         .await
         .unwrap();
     env.server.as_mut().unwrap().kill();

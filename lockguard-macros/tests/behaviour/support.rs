@@ -34,7 +34,7 @@ impl Env {
     /// a peer (no shared reentrancy) of one handle in memory.
     pub(crate) async fn client(&self) -> Client {
         match (&self.server, &self.memory) {
-            (Some(server), _) => Client::connect(&server.url()).await.expect("connect"),
+            (Some(server), _) => Client::connect_redis(&server.url()).await.expect("connect"),
             (None, Some(memory)) => memory.peer(),
             (None, None) => unreachable!("an env has a store"),
         }

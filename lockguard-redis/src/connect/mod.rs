@@ -5,7 +5,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockguard_core::{Builder, Client, Error, ErrorKind, MAX_LEASE, Result};
+#[cfg(doc)]
+use lockguard_core::ErrorKind;
+use lockguard_core::{Builder, Client, Error, MAX_LEASE, Result};
 
 use crate::store::{RedisOptions, TlsSettings};
 
@@ -30,8 +32,9 @@ impl Default for RedisSettings {
     }
 }
 
-/// `Client::connect(url)` and the other Redis constructors with default
-/// settings.
+/// `Client::connect_redis(url)` and the other Redis constructors with
+/// default settings. (The facade's `Client::connect(url)` picks the store
+/// from the URL's scheme, and comes here for Redis URLs.)
 pub trait ClientExt: Sized {
     /// Connects to the Redis at `url` (`redis://host:port/db`,
     /// `rediss://...`, `redis+unix:///path`), with default settings.
@@ -41,7 +44,7 @@ pub trait ClientExt: Sized {
     /// [`ErrorKind::InvalidInput`] for a malformed URL,
     /// [`ErrorKind::Unavailable`] when Redis cannot be reached within the
     /// connect timeout.
-    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send;
+    fn connect_redis(url: &str) -> impl Future<Output = Result<Self>> + Send;
 
     /// Connects to a Redis Cluster through its seed nodes, with default
     /// settings. See [`RedisBuilder::connect_cluster`].
@@ -66,14 +69,6 @@ pub trait ClientExt: Sized {
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>;
-
-    /// Connects to `REDIS_URL` when it is set, or falls back to the
-    /// in-memory store (and says so in a log line) when it is not.
-    ///
-    /// # Errors
-    ///
-    /// As [`ClientExt::connect`] when `REDIS_URL` is set.
-    fn from_env() -> impl Future<Output = Result<Self>> + Send;
 }
 
 /// The URLs as owned strings, so a future need not hold the caller's
@@ -87,7 +82,7 @@ where
 }
 
 impl ClientExt for Client {
-    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send {
+    fn connect_redis(url: &str) -> impl Future<Output = Result<Self>> + Send {
         RedisBuilder::new(Client::builder()).connect(url)
     }
 
@@ -107,10 +102,6 @@ impl ClientExt for Client {
     {
         RedisBuilder::new(Client::builder()).redlock(owned(urls))
     }
-
-    fn from_env() -> impl Future<Output = Result<Self>> + Send {
-        RedisBuilder::new(Client::builder()).from_env()
-    }
 }
 
 /// The Redis constructors and settings on lockguard-core's [`Builder`]: each
@@ -118,7 +109,7 @@ impl ClientExt for Client {
 /// [`RedisBuilder`] for each.
 #[allow(missing_docs)]
 pub trait BuilderExt {
-    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send;
+    fn connect_redis(self, url: &str) -> impl Future<Output = Result<Client>> + Send;
     fn connect_with(
         self,
         info: redis::ConnectionInfo,
@@ -153,9 +144,6 @@ pub trait BuilderExt {
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>;
-    // The name users know from `Builder::from_env`.
-    #[allow(clippy::wrong_self_convention)]
-    fn from_env(self) -> impl Future<Output = Result<Client>> + Send;
     fn node_timeout(self, timeout: Duration) -> RedisBuilder;
     fn wait_for_replicas(self, replicas: u32, timeout: Duration) -> RedisBuilder;
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
@@ -169,7 +157,7 @@ pub trait BuilderExt {
 }
 
 impl BuilderExt for Builder {
-    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
+    fn connect_redis(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
         RedisBuilder::new(self).connect(url)
     }
 
@@ -231,10 +219,6 @@ impl BuilderExt for Builder {
         S: AsRef<str>,
     {
         RedisBuilder::new(self).redlock(owned(urls))
-    }
-
-    fn from_env(self) -> impl Future<Output = Result<Client>> + Send {
-        RedisBuilder::new(self).from_env()
     }
 
     fn node_timeout(self, timeout: Duration) -> RedisBuilder {
@@ -537,35 +521,5 @@ impl RedisBuilder {
         }
         let store = crate::redlock::connect(clients, opts).await?;
         self.builder.build(store)
-    }
-
-    /// Connects to `REDIS_URL` when set (and not empty); else builds an
-    /// in-memory client and says so in a log line (its locks are then
-    /// process-local).
-    ///
-    /// # Errors
-    ///
-    /// As [`RedisBuilder::connect`] when a URL is set.
-    pub async fn from_env(self) -> Result<Client> {
-        if let Some(url) = env_url("REDIS_URL")? {
-            return self.connect(&url).await;
-        }
-        tracing::warn!(
-            "REDIS_URL is not set; using the in-memory store: locks and limits hold within this process only"
-        );
-        self.builder.memory()
-    }
-}
-
-/// The value of the environment variable `name`, when set and not empty.
-fn env_url(name: &str) -> Result<Option<String>> {
-    match std::env::var(name) {
-        Ok(url) if !url.trim().is_empty() => Ok(Some(url.trim().to_owned())),
-        Ok(_) | Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(e @ std::env::VarError::NotUnicode(_)) => Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!("{name} is not valid unicode"),
-        )
-        .with_source(e)),
     }
 }

@@ -26,7 +26,7 @@ async fn connect(server: &RedisServer, response_timeout: Duration) -> Client {
     Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(response_timeout)
-        .connect(&server.url())
+        .connect_redis(&server.url())
         .await
         .expect("connect")
 }
@@ -41,7 +41,7 @@ async fn waiter_survives_its_pubsub_connection_being_killed() {
     let holder = connect(&server, Duration::from_secs(2)).await;
     let waiter = Client::builder()
         .waiter_timeout(Duration::from_secs(60))
-        .connect(&server.url())
+        .connect_redis(&server.url())
         .await
         .expect("connect");
     let lease = Duration::from_secs(30);
@@ -147,7 +147,10 @@ async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
 async fn wake_ups_come_back_after_redis_was_down() {
     let mut server = RedisServer::start();
     let holder = connect(&server, Duration::from_secs(2)).await;
-    let waiter = patient().connect(&server.url()).await.expect("connect");
+    let waiter = patient()
+        .connect_redis(&server.url())
+        .await
+        .expect("connect");
     wake_ups_come_back_after_an_outage(&mut server, &holder, &waiter).await;
     let mut lat = Vec::new();
     for _ in 0..20 {
@@ -226,7 +229,7 @@ async fn unreachable_and_malformed_urls_are_clear_errors() {
     let started = Instant::now();
     let err = Client::builder()
         .connect_timeout(Duration::from_millis(500))
-        .connect(&format!("redis://127.0.0.1:{port}"))
+        .connect_redis(&format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
     assert!(err.is_unavailable(), "{err}");
@@ -238,7 +241,7 @@ async fn unreachable_and_malformed_urls_are_clear_errors() {
         "redis://h:port",
         "mysql://x",
     ] {
-        let err = Client::connect(url).await.unwrap_err();
+        let err = Client::connect_redis(url).await.unwrap_err();
         assert!(err.is_invalid_input(), "{url:?}: {err}");
     }
 }
@@ -275,7 +278,7 @@ async fn garbage_answers_are_a_protocol_error() {
     let lg = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
-        .connect(&format!("redis://127.0.0.1:{port}"))
+        .connect_redis(&format!("redis://127.0.0.1:{port}"))
         .await
         .expect("the handshake accepts status replies");
     let started = Instant::now();
@@ -325,10 +328,10 @@ async fn skewed_client_clocks_get_the_same_decisions() {
     );
     let a = Client::builder()
         .clock(skewed.clone())
-        .connect(&server.url())
+        .connect_redis(&server.url())
         .await
         .unwrap();
-    let b = Client::connect(&server.url()).await.unwrap();
+    let b = Client::connect_redis(&server.url()).await.unwrap();
     for algorithm in [
         lockguard_core::Algorithm::Gcra,
         lockguard_core::Algorithm::FixedWindow,
@@ -606,7 +609,7 @@ async fn too_old_a_server_is_refused_at_connect() {
     let err = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(Duration::from_millis(500))
-        .connect(&format!("redis://127.0.0.1:{port}"))
+        .connect_redis(&format!("redis://127.0.0.1:{port}"))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
@@ -883,7 +886,7 @@ async fn set_up_mistakes_are_told_apart_from_outages() {
     let connect = |url: String| async move {
         Client::builder()
             .connect_timeout(Duration::from_secs(2))
-            .connect(&url)
+            .connect_redis(&url)
             .await
     };
     for (url, kind, says) in [

@@ -141,7 +141,7 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
 
     let untrusted = Client::builder()
         .connect_timeout(Duration::from_secs(2))
-        .connect(&url)
+        .connect_redis(&url)
         .await
         .unwrap_err();
     assert!(untrusted.is_unavailable(), "{untrusted}");

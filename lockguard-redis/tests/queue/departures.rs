@@ -26,7 +26,7 @@ async fn child_waiter() {
     };
     let lg = Client::builder()
         .waiter_timeout(Duration::from_millis(500))
-        .connect(&url)
+        .connect_redis(&url)
         .await
         .expect("the child connects");
     let outcome = lg

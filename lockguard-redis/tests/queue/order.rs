@@ -86,7 +86,7 @@ async fn no_starvation_two_tasks_per_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_wakes_the_first_waiter_alone() {
     let server = lockguard_testing::RedisServer::start();
-    let holder = Client::connect(&server.url()).await.unwrap();
+    let holder = Client::connect_redis(&server.url()).await.unwrap();
     let mut admin = server.connection().await;
     let queue = Queue::Lock("herd");
     let stat = |info: &str, cmd: &str| -> u64 {
@@ -102,7 +102,7 @@ async fn a_release_wakes_the_first_waiter_alone() {
         let lg = Client::builder()
             .waiter_timeout(Duration::from_secs(30))
             .retry_interval(Duration::from_secs(10))
-            .connect(&server.url())
+            .connect_redis(&server.url())
             .await
             .unwrap();
         let tx = tx.clone();

@@ -27,7 +27,7 @@ impl Env {
 
     /// A client with the given settings, with connections of its own.
     pub async fn client_with(&self, b: lockguard_core::Builder) -> Client {
-        b.connect(&self.url()).await.expect("connect")
+        b.connect_redis(&self.url()).await.expect("connect")
     }
 
     pub async fn client(&self) -> Client {

@@ -100,7 +100,7 @@ async fn credentials_the_store_refuses_are_a_server_error_even_fail_open() {
     let mut admin = server.connection().await;
     let reader = server.add_read_only_user(&mut admin, "reader", "pw").await;
     let lg = Client::builder()
-        .connect(&reader)
+        .connect_redis(&reader)
         .await
         .expect("the user may connect");
     let limiter = lg.rate_limiter("refused-limit", Quota::per_minute(100));

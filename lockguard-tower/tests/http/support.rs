@@ -40,7 +40,7 @@ impl Store {
         let lg = Client::builder()
             .connect_timeout(Duration::from_millis(500))
             .response_timeout(Duration::from_millis(500))
-            .connect(&server.url())
+            .connect_redis(&server.url())
             .await
             .expect("connect to the test redis-server");
         Self { server, lg }

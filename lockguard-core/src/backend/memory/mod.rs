@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::clock::{self, Clock};
+use crate::clock::{self, Clock, MonotonicClock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use crate::store::{
-    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place,
+    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store,
     StoreFuture, Stored, Waiting,
 };
 use crate::token::{Token, TokenHashing};
@@ -634,6 +634,16 @@ impl MemoryStore {
     fn sizes(&self) -> (usize, usize) {
         let limits = self.limits.each().map(|l| l.len()).sum();
         (self.state().locks.len(), limits)
+    }
+}
+
+impl Store {
+    /// The in-memory store (the reference implementation), on the
+    /// monotonic clock: what [`Client::memory`](crate::Client::memory)
+    /// uses.
+    pub fn memory() -> Self {
+        let store = Arc::new(MemoryStore::new(Arc::new(MonotonicClock::new())));
+        Self::new(store, Vec::new())
     }
 }
 

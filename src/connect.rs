@@ -1,0 +1,472 @@
+//! One URL picks the store: [`ClientExt::connect`] and
+//! [`BuilderExt::connect`] read the scheme and connect through the store
+//! crate that serves it; [`ClientExt::from_env`] reads `LOCKGUARD_URL`
+//! (or `REDIS_URL`) and never falls back to a process-local store.
+//!
+//! | URL | store | feature |
+//! |---|---|---|
+//! | `memory://` | the in-memory store: locks hold within this process only | (always) |
+//! | `redis://[user:password@]host[:port][/db]`, `rediss://...` (TLS), `redis+unix:///path`, `unix:///path` | one Redis server | `redis` |
+//! | `redis+cluster://[user:password@]host:port,host:port,...` (`rediss+cluster://` with TLS) | Redis Cluster, through its seed nodes | `cluster` |
+//! | `redis+sentinel://host:port,host:port,.../SERVICE` (`rediss+sentinel://` with TLS) | the master the sentinels name for `SERVICE` | `sentinel` |
+//! | `redis+redlock://[user:password@]host:port,host:port,host:port` (`rediss+redlock://` with TLS) | Redlock on independent masters | `redis` |
+//! | `postgres://...`, `postgresql://...` (`sslmode` and the driver's other parameters) | PostgreSQL | `postgres` |
+//! | `mysql://user:password@host:port/database`, `mariadb://...` | MySQL or MariaDB | `mysql` |
+//! | `zookeeper://host:port,host:port,...[/root]`, `zk://...` | a ZooKeeper ensemble, locks under `/root` (default `/lockguard`) | `zookeeper` |
+//!
+//! What a URL cannot say (certificates, an application's own connection,
+//! Sentinel credentials) has the stores' typed constructors, in the
+//! [`prelude`](crate::prelude).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
+
+/// The environment variable [`ClientExt::from_env`] reads first.
+pub const URL_VAR: &str = "LOCKGUARD_URL";
+
+/// The variable read when [`URL_VAR`] is unset: a Redis URL, as earlier
+/// releases read.
+pub const REDIS_URL_VAR: &str = "REDIS_URL";
+
+/// `Client::connect(url)`, `Client::from_env()` and
+/// `Client::from_env_or_memory()`: the store chosen by the URL's scheme.
+pub trait ClientExt: Sized {
+    /// Connects to the store at `url`, with default settings; the scheme
+    /// picks the store (the table in the [module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a malformed URL, naming the part that
+    /// is wrong; [`ErrorKind::Unsupported`] for a store whose feature is
+    /// off, naming the feature; and the store's own errors.
+    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send;
+
+    /// Connects to the store at `LOCKGUARD_URL`, or at `REDIS_URL` when that
+    /// is unset.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Misconfigured`] when neither is set: a distributed lock
+    /// never falls back to a process-local store by itself (ask for
+    /// `memory://`, or call [`from_env_or_memory`](Self::from_env_or_memory)).
+    /// Otherwise as [`connect`](Self::connect).
+    fn from_env() -> impl Future<Output = Result<Self>> + Send;
+
+    /// As [`from_env`](Self::from_env), but the in-memory store when neither
+    /// variable is set, which it logs: for examples, tests and programs that
+    /// run as one process.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect) when a URL is set.
+    fn from_env_or_memory() -> impl Future<Output = Result<Self>> + Send;
+}
+
+impl ClientExt for Client {
+    fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send {
+        BuilderExt::connect(Client::builder(), url)
+    }
+
+    fn from_env() -> impl Future<Output = Result<Self>> + Send {
+        BuilderExt::from_env(Client::builder())
+    }
+
+    fn from_env_or_memory() -> impl Future<Output = Result<Self>> + Send {
+        BuilderExt::from_env_or_memory(Client::builder())
+    }
+}
+
+/// [`ClientExt`]'s constructors on a [`Builder`], with its settings (prefix,
+/// leases, timeouts).
+pub trait BuilderExt {
+    /// As [`ClientExt::connect`], with this builder's settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientExt::connect`].
+    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send;
+
+    /// As [`ClientExt::from_env`], with this builder's settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientExt::from_env`].
+    #[allow(clippy::wrong_self_convention)]
+    fn from_env(self) -> impl Future<Output = Result<Client>> + Send;
+
+    /// As [`ClientExt::from_env_or_memory`], with this builder's settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientExt::from_env_or_memory`].
+    #[allow(clippy::wrong_self_convention)]
+    fn from_env_or_memory(self) -> impl Future<Output = Result<Client>> + Send;
+}
+
+// Boxed: the futures of every store's constructor make a type too deep for
+// the compiler to lay out inside a caller's own future.
+impl BuilderExt for Builder {
+    fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
+        let url = url.trim().to_owned();
+        boxed(async move { connect_url(self, &url).await })
+    }
+
+    fn from_env(self) -> impl Future<Output = Result<Client>> + Send {
+        boxed(async move {
+            match env_url()? {
+                Some((var, url)) => connect_from(self, var, &url).await,
+                None => Err(Error::new(
+                    ErrorKind::Misconfigured,
+                    format!(
+                        "{URL_VAR} is not set: set it to the store's URL (redis://..., \
+                         postgres://..., zookeeper://..., or memory:// for locks that hold \
+                         within this process only)"
+                    ),
+                )),
+            }
+        })
+    }
+
+    fn from_env_or_memory(self) -> impl Future<Output = Result<Client>> + Send {
+        boxed(async move {
+            match env_url()? {
+                Some((var, url)) => connect_from(self, var, &url).await,
+                None => {
+                    tracing::info!(
+                        "{URL_VAR} is not set; using the in-memory store: locks and limits hold within this process only"
+                    );
+                    self.memory()
+                }
+            }
+        })
+    }
+}
+
+fn boxed<'a>(
+    f: impl Future<Output = Result<Client>> + Send + 'a,
+) -> Pin<Box<dyn Future<Output = Result<Client>> + Send + 'a>> {
+    Box::pin(f)
+}
+
+/// Connects to `url`, read from the variable `var`: an error says where
+/// the URL came from.
+async fn connect_from(builder: Builder, var: &str, url: &str) -> Result<Client> {
+    connect_url(builder, url).await.map_err(|e| {
+        if e.kind() == ErrorKind::InvalidInput {
+            Error::new(ErrorKind::InvalidInput, format!("{var}: {e}"))
+        } else {
+            e
+        }
+    })
+}
+
+/// The first of `LOCKGUARD_URL` and `REDIS_URL` that is set and not empty,
+/// with its name.
+fn env_url() -> Result<Option<(&'static str, String)>> {
+    for var in [URL_VAR, REDIS_URL_VAR] {
+        match std::env::var(var) {
+            Ok(url) if !url.trim().is_empty() => return Ok(Some((var, url.trim().to_owned()))),
+            Ok(_) | Err(std::env::VarError::NotPresent) => {}
+            Err(e @ std::env::VarError::NotUnicode(_)) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidInput,
+                    format!("{var} is not valid unicode"),
+                )
+                .with_source(e));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A URL taken apart: its scheme, and for the schemes that list several
+/// hosts, the credentials, the hosts and the path.
+#[derive(Debug, PartialEq, Eq)]
+struct Parts<'a> {
+    scheme: &'a str,
+    userinfo: Option<&'a str>,
+    hosts: Vec<&'a str>,
+    path: &'a str,
+}
+
+fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
+    Error::invalid(format!("{:?}: {what}", redacted(url)))
+}
+
+/// `url` with any password replaced by `***`, for messages.
+fn redacted(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, tail)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// The scheme of `url`, lowercase.
+fn scheme(url: &str) -> Result<String> {
+    match url.split_once("://") {
+        Some((s, _)) if !s.is_empty() => Ok(s.to_ascii_lowercase()),
+        _ => Err(invalid(
+            url,
+            "no scheme: a store URL starts with memory://, redis://, rediss://, \
+             redis+cluster://, redis+sentinel://, redis+redlock://, postgres://, mysql:// \
+             or zookeeper://",
+        )),
+    }
+}
+
+/// Takes a URL of several hosts apart: `scheme://[userinfo@]h1,h2,...[/path]`.
+fn hosts(url: &str) -> Result<Parts<'_>> {
+    let (scheme, rest) = url.split_once("://").expect("a scheme was found");
+    if rest.contains(['?', '#']) {
+        return Err(invalid(url, "parameters (`?...`) are not taken here"));
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (userinfo, list) = match authority.rsplit_once('@') {
+        Some((u, l)) => (Some(u), l),
+        None => (None, authority),
+    };
+    let hosts: Vec<&str> = list.split(',').map(str::trim).collect();
+    if let Some(bad) = hosts.iter().find(|h| {
+        h.is_empty() || h.contains(char::is_whitespace) || !h.rsplit_once(':').is_some_and(port_ok)
+    }) {
+        return Err(invalid(
+            url,
+            if bad.is_empty() {
+                "a host is missing: list them as host:port,host:port".to_owned()
+            } else {
+                format!("host {bad:?} is not host:port")
+            },
+        ));
+    }
+    Ok(Parts {
+        scheme,
+        userinfo,
+        hosts,
+        path,
+    })
+}
+
+fn port_ok((host, port): (&str, &str)) -> bool {
+    !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
+}
+
+/// Connects `builder` to the store `url` names.
+async fn connect_url(builder: Builder, url: &str) -> Result<Client> {
+    let scheme = scheme(url)?;
+    match scheme.as_str() {
+        "memory" => {
+            if url.len() > "memory://".len() {
+                return Err(invalid(url, "memory:// takes nothing after the scheme"));
+            }
+            builder.memory()
+        }
+        "redis" | "rediss" | "redis+unix" | "unix" => boxed(redis_server(builder, url)).await,
+        "redis+cluster" | "rediss+cluster" => boxed(redis_cluster(builder, url)).await,
+        "redis+sentinel" | "rediss+sentinel" => boxed(redis_sentinel(builder, url)).await,
+        "redis+redlock" | "rediss+redlock" => boxed(redlock(builder, url)).await,
+        "postgres" | "postgresql" => boxed(postgres(builder, url)).await,
+        "mysql" | "mariadb" => boxed(mysql(builder, url)).await,
+        "zookeeper" | "zk" => boxed(zookeeper(builder, url)).await,
+        other => Err(invalid(
+            url,
+            format!(
+                "unknown scheme {other:?}: memory://, redis://, rediss://, redis+unix://, \
+                 redis+cluster://, redis+sentinel://, redis+redlock://, postgres://, \
+                 postgresql://, mysql://, mariadb://, zookeeper:// or zk://"
+            ),
+        )),
+    }
+}
+
+/// The error for a store whose feature is off.
+#[allow(dead_code)]
+fn feature_off(url: &str, store: &str, feature: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "{:?} is a {store} URL, and lockguard was built without its feature: \
+             enable `features = [\"{feature}\"]`",
+            redacted(url)
+        ),
+    )
+}
+
+/// The per-node URLs of a multi-host Redis URL: `redis://` or `rediss://`
+/// (for the `rediss+` schemes), each with the credentials.
+#[cfg(feature = "redis")]
+fn node_urls(parts: &Parts<'_>) -> Vec<String> {
+    let base = if parts.scheme.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let creds = parts.userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+    parts
+        .hosts
+        .iter()
+        .map(|h| format!("{base}://{creds}{h}"))
+        .collect()
+}
+
+#[cfg(feature = "redis")]
+async fn redis_server(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_redis::BuilderExt as _;
+    builder.connect_redis(url).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_server(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "Redis", "redis"))
+}
+
+#[cfg(feature = "cluster")]
+async fn redis_cluster(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_redis::BuilderExt as _;
+    let parts = hosts(url)?;
+    if !parts.path.is_empty() && parts.path != "/" {
+        return Err(invalid(
+            url,
+            "a cluster has no database: nothing may follow the hosts",
+        ));
+    }
+    builder.connect_cluster(node_urls(&parts)).await
+}
+
+#[cfg(not(feature = "cluster"))]
+async fn redis_cluster(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "Redis Cluster", "cluster"))
+}
+
+#[cfg(feature = "sentinel")]
+async fn redis_sentinel(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_redis::BuilderExt as _;
+    let parts = hosts(url)?;
+    if parts.userinfo.is_some() {
+        return Err(invalid(
+            url,
+            "credentials in a Sentinel URL are not taken (the sentinels' and the master's \
+             differ): use Builder::connect_sentinel_with",
+        ));
+    }
+    let service = parts.path.trim_start_matches('/');
+    if service.is_empty() || service.contains('/') {
+        return Err(invalid(
+            url,
+            "the service is missing: redis+sentinel://host:port,.../SERVICE",
+        ));
+    }
+    builder.connect_sentinel(node_urls(&parts), service).await
+}
+
+#[cfg(not(feature = "sentinel"))]
+async fn redis_sentinel(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "Redis Sentinel", "sentinel"))
+}
+
+#[cfg(feature = "redis")]
+async fn redlock(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_redis::BuilderExt as _;
+    let parts = hosts(url)?;
+    if !parts.path.is_empty() && parts.path != "/" {
+        return Err(invalid(
+            url,
+            "nothing may follow the hosts of a Redlock URL",
+        ));
+    }
+    builder.redlock(node_urls(&parts)).await
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redlock(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "Redlock", "redis"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_postgres::BuilderExt as _;
+    builder.connect_postgres(url).await
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "PostgreSQL", "postgres"))
+}
+
+#[cfg(feature = "mysql")]
+async fn mysql(builder: Builder, url: &str) -> Result<Client> {
+    let url = match url.split_once("://") {
+        Some((s, rest)) if s.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
+        _ => url.to_owned(),
+    };
+    lockguard_mysql::connect_with(builder, &url).await
+}
+
+#[cfg(not(feature = "mysql"))]
+async fn mysql(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "MySQL", "mysql"))
+}
+
+#[cfg(feature = "zookeeper")]
+async fn zookeeper(builder: Builder, url: &str) -> Result<Client> {
+    use lockguard_zookeeper::BuilderExt as _;
+    let parts = hosts(url)?;
+    if parts.userinfo.is_some() {
+        return Err(invalid(url, "a ZooKeeper URL takes no credentials"));
+    }
+    let hosts = parts.hosts.join(",");
+    match parts.path.trim_end_matches('/') {
+        "" => builder.connect_zookeeper(&hosts).await,
+        root => builder.zookeeper_root(root).connect_zookeeper(&hosts).await,
+    }
+}
+
+#[cfg(not(feature = "zookeeper"))]
+async fn zookeeper(_: Builder, url: &str) -> Result<Client> {
+    Err(feature_off(url, "ZooKeeper", "zookeeper"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_are_taken_apart_and_bad_ones_named() {
+        let p = hosts("redis+cluster://u:pw@a:7000,b:7001/x").unwrap();
+        assert_eq!(p.userinfo, Some("u:pw"));
+        assert_eq!(p.hosts, ["a:7000", "b:7001"]);
+        assert_eq!(p.path, "/x");
+        for (url, says) in [
+            ("zk://a:1,,b:2", "a host is missing"),
+            ("zk://a:1,b", "host \"b\" is not host:port"),
+            ("zk://a:0", "host \"a:0\" is not host:port"),
+            ("zk://:5", "host \":5\" is not host:port"),
+            ("zk://a:1?x=1", "parameters"),
+        ] {
+            let e = hosts(url).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidInput);
+            assert!(e.to_string().contains(says), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn passwords_are_kept_out_of_messages() {
+        assert_eq!(
+            redacted("redis+redlock://u:secret@a:1,b:2"),
+            "redis+redlock://u:***@a:1,b:2"
+        );
+        assert_eq!(redacted("redis://a:1"), "redis://a:1");
+        let e = scheme("nope").unwrap_err();
+        assert!(e.to_string().contains("no scheme"), "{e}");
+    }
+}
