@@ -184,14 +184,14 @@ fn env_url() -> Result<Option<(&'static str, String)>> {
 /// A URL taken apart: its scheme, and for the schemes that list several
 /// hosts, the credentials, the hosts and the path.
 #[derive(Debug, PartialEq, Eq)]
-struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     scheme: &'a str,
     userinfo: Option<&'a str>,
     hosts: Vec<&'a str>,
-    path: &'a str,
+    pub(crate) path: &'a str,
 }
 
-fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
+pub(crate) fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
     Error::invalid(format!("{:?}: {what}", redacted(url)))
 }
 
@@ -210,7 +210,7 @@ fn redacted(url: &str) -> String {
 }
 
 /// The scheme of `url`, lowercase.
-fn scheme(url: &str) -> Result<String> {
+pub(crate) fn scheme(url: &str) -> Result<String> {
     match url.split_once("://") {
         Some((s, _)) if !s.is_empty() => Ok(s.to_ascii_lowercase()),
         _ => Err(invalid(
@@ -223,7 +223,7 @@ fn scheme(url: &str) -> Result<String> {
 }
 
 /// Takes a URL of several hosts apart: `scheme://[userinfo@]h1,h2,...[/path]`.
-fn hosts(url: &str) -> Result<Parts<'_>> {
+pub(crate) fn hosts(url: &str) -> Result<Parts<'_>> {
     let (scheme, rest) = url.split_once("://").expect("a scheme was found");
     if rest.contains(['?', '#']) {
         return Err(invalid(url, "parameters (`?...`) are not taken here"));
@@ -290,8 +290,15 @@ async fn connect_url(builder: Builder, url: &str) -> Result<Client> {
 }
 
 /// The error for a store whose feature is off.
-#[allow(dead_code)]
-fn feature_off(url: &str, store: &str, feature: &str) -> Error {
+#[cfg(not(all(
+    feature = "redis",
+    feature = "cluster",
+    feature = "sentinel",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+)))]
+pub(crate) fn feature_off(url: &str, store: &str, feature: &str) -> Error {
     Error::new(
         ErrorKind::Unsupported,
         format!(
@@ -305,7 +312,7 @@ fn feature_off(url: &str, store: &str, feature: &str) -> Error {
 /// The per-node URLs of a multi-host Redis URL: `redis://` or `rediss://`
 /// (for the `rediss+` schemes), each with the credentials.
 #[cfg(feature = "redis")]
-fn node_urls(parts: &Parts<'_>) -> Vec<String> {
+pub(crate) fn node_urls(parts: &Parts<'_>) -> Vec<String> {
     let base = if parts.scheme.starts_with("rediss") {
         "rediss"
     } else {
@@ -345,6 +352,8 @@ async fn redis_cluster(builder: Builder, url: &str) -> Result<Client> {
 
 #[cfg(not(feature = "cluster"))]
 async fn redis_cluster(_: Builder, url: &str) -> Result<Client> {
+    // A malformed URL says so first.
+    hosts(url)?;
     Err(feature_off(url, "Redis Cluster", "cluster"))
 }
 
@@ -371,6 +380,8 @@ async fn redis_sentinel(builder: Builder, url: &str) -> Result<Client> {
 
 #[cfg(not(feature = "sentinel"))]
 async fn redis_sentinel(_: Builder, url: &str) -> Result<Client> {
+    // A malformed URL says so first.
+    hosts(url)?;
     Err(feature_off(url, "Redis Sentinel", "sentinel"))
 }
 
@@ -389,6 +400,8 @@ async fn redlock(builder: Builder, url: &str) -> Result<Client> {
 
 #[cfg(not(feature = "redis"))]
 async fn redlock(_: Builder, url: &str) -> Result<Client> {
+    // A malformed URL says so first.
+    hosts(url)?;
     Err(feature_off(url, "Redlock", "redis"))
 }
 
@@ -433,6 +446,8 @@ async fn zookeeper(builder: Builder, url: &str) -> Result<Client> {
 
 #[cfg(not(feature = "zookeeper"))]
 async fn zookeeper(_: Builder, url: &str) -> Result<Client> {
+    // A malformed URL says so first.
+    hosts(url)?;
     Err(feature_off(url, "ZooKeeper", "zookeeper"))
 }
 

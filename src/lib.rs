@@ -53,6 +53,7 @@
 
 pub use lockguard_core::*;
 
+pub mod check;
 pub mod connect;
 pub use connect::{BuilderExt, ClientExt};
 

@@ -186,6 +186,8 @@ mod span;
 mod backend;
 
 pub mod store;
+// A deployment check's report.
+pub mod check;
 // Acquisitions in flight over a pool's connections (`store::Flights`).
 mod flights;
 // Waking waiting tasks.

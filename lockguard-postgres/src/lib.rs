@@ -59,6 +59,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod check;
 mod connect;
 mod fenced_table;
 mod flights;

@@ -7,12 +7,12 @@ use lockguard_core::{Error, Result};
 pub const DEFAULT_SCHEMA: &str = "lockguard";
 
 /// The oldest PostgreSQL lockguard works with (`hashtextextended`, 11).
-const MIN_SERVER_VERSION: i32 = 110_000;
+pub(crate) const MIN_SERVER_VERSION: i32 = 110_000;
 
 /// The version of `schema.sql`; a schema of an older version is brought up
 /// to date (every statement of the file is idempotent), a newer one is
 /// refused.
-const VERSION: i32 = 2;
+pub(crate) const VERSION: i32 = 2;
 
 const SQL: &str = include_str!("schema.sql");
 

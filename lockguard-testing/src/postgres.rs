@@ -49,6 +49,9 @@ pub struct PostgresServer {
     owned_dir: Option<tempfile::TempDir>,
     user: Option<(u32, u32)>,
     paused: bool,
+    /// Whether it syncs its writes to disk (`fsync`), as a production
+    /// server does; test servers do not, for speed.
+    durable: bool,
     /// How many times the server was started, to tell this start's log
     /// lines from an earlier one's.
     starts: u32,
@@ -144,6 +147,20 @@ impl PostgresServer {
             .expect("cannot create a temporary directory for postgres");
         let path = dir.path().to_owned();
         Self::create(path, Some(dir))
+    }
+
+    /// As [`start`](Self::start), with `fsync` on as in production (test
+    /// servers run without it, for speed): for tests of what a production
+    /// server reports about itself.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_durable() -> Self {
+        let mut server = Self::start();
+        server.durable = true;
+        server.restart();
+        server
     }
 
     /// One server for the whole test process, started on first use, with
@@ -252,6 +269,7 @@ impl PostgresServer {
             owned_dir,
             user,
             paused: false,
+            durable: false,
             starts: 0,
         };
         let mut last_error = String::new();
@@ -295,8 +313,23 @@ impl PostgresServer {
             // (fsync off loses nothing when processes are killed, only when
             // the machine fails; commits stay synchronous, so a killed
             // server keeps every transaction it confirmed.)
-            .args(["-c", "fsync=off"])
-            .args(["-c", "full_page_writes=off", "-c", "max_connections=500"])
+            .args([
+                "-c",
+                if self.durable {
+                    "fsync=on"
+                } else {
+                    "fsync=off"
+                },
+            ])
+            .args([
+                "-c",
+                if self.durable {
+                    "full_page_writes=on"
+                } else {
+                    "full_page_writes=off"
+                },
+            ])
+            .args(["-c", "max_connections=500"])
             .args(["-c", "shared_buffers=32MB"])
             .current_dir(&self.dir)
             .stdin(Stdio::piped())
