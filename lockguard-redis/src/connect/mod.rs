@@ -115,6 +115,11 @@ pub trait BuilderExt {
         info: redis::ConnectionInfo,
     ) -> impl Future<Output = Result<Client>> + Send;
     fn connect_client(self, client: &redis::Client) -> impl Future<Output = Result<Client>> + Send;
+    fn connect_manager(
+        self,
+        manager: redis::aio::ConnectionManager,
+        client: &redis::Client,
+    ) -> impl Future<Output = Result<Client>> + Send;
     #[cfg(feature = "cluster")]
     fn connect_cluster<I, S>(self, urls: I) -> impl Future<Output = Result<Client>> + Send
     where
@@ -170,6 +175,14 @@ impl BuilderExt for Builder {
 
     fn connect_client(self, client: &redis::Client) -> impl Future<Output = Result<Client>> + Send {
         RedisBuilder::new(self).connect_with(client.get_connection_info().clone())
+    }
+
+    fn connect_manager(
+        self,
+        manager: redis::aio::ConnectionManager,
+        client: &redis::Client,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        RedisBuilder::new(self).connect_manager(manager, client)
     }
 
     #[cfg(feature = "cluster")]
@@ -406,6 +419,43 @@ impl RedisBuilder {
     pub async fn connect_client(self, client: &redis::Client) -> Result<Client> {
         self.connect_with(client.get_connection_info().clone())
             .await
+    }
+
+    /// A client whose commands go over the application's own
+    /// `ConnectionManager`, so lockguard adds no command connection of its
+    /// own: only the pub/sub connection its waiters are woken on, made from
+    /// `client` (the client `manager` was made from, for its address and
+    /// credentials). The manager's reconnection and response-timeout
+    /// settings are the application's; this builder's response timeout
+    /// still bounds each of lockguard's requests.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Unsupported`](lockguard_core::ErrorKind::Unsupported)
+    /// for a server older than 6.2, and the errors of
+    /// [`RedisBuilder::connect_with`] for settings that cannot work.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> lockguard_core::Result<()> {
+    /// use lockguard_redis::BuilderExt as _;
+    ///
+    /// let app = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    /// let manager = app.get_connection_manager().await.unwrap();
+    /// let lg = lockguard_core::Client::builder()
+    ///     .connect_manager(manager.clone(), &app)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_manager(
+        self,
+        manager: redis::aio::ConnectionManager,
+        client: &redis::Client,
+    ) -> Result<Client> {
+        self.validate()?;
+        let store = crate::store::connect_manager(manager, client, self.redis_options()).await?;
+        self.builder.build(store)
     }
 
     async fn connect_redis(self, client: redis::Client) -> Result<Client> {

@@ -580,6 +580,27 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// A store whose commands go over `conn`, an application's own
+    /// connection manager (its reconnection and timeout settings are the
+    /// application's), to the server at `addr`.
+    pub(crate) async fn with_manager(
+        conn: ConnectionManager,
+        addr: String,
+        opts: RedisOptions,
+    ) -> Result<Self> {
+        let store = Self {
+            conn: Conn::Single(conn),
+            opts,
+            addr,
+            checked: AtomicBool::new(true),
+            #[cfg(feature = "sentinel")]
+            leases: None,
+        };
+        store.check_version().await?;
+        store.warn_if_evicting().await;
+        Ok(store)
+    }
+
     /// Refuses a server older than [`MIN_REDIS_VERSION`]. A server that
     /// does not say its version (`INFO` refused or unreadable) is let
     /// through and logged.
@@ -1081,6 +1102,19 @@ impl LockStore for RedisStore {
 pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Store> {
     let subscriber = Subscriber::new(&client, opts)?;
     let store = RedisStore::connect(client, opts).await?;
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+}
+
+/// A store on an application's connection manager, with the pub/sub
+/// connection made from `client` (the client the manager was made from).
+pub(crate) async fn connect_manager(
+    conn: ConnectionManager,
+    client: &redis::Client,
+    opts: RedisOptions,
+) -> Result<Store> {
+    let subscriber = Subscriber::new(client, opts)?;
+    let addr = client.get_connection_info().addr().to_string();
+    let store = RedisStore::with_manager(conn, addr, opts).await?;
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }
 

@@ -1173,3 +1173,96 @@ async fn a_cluster_client_from_the_applications_connection_settings() {
         .unwrap_err();
     assert!(none.is_invalid_input(), "{none}");
 }
+
+/// The clients connected to `server` (`CLIENT LIST`), but the one asking.
+async fn connected_clients(server: &RedisServer) -> Vec<String> {
+    let mut admin = server.connection().await;
+    let me: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    list.lines()
+        .filter(|l| !l.starts_with(&format!("id={me} ")))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A client built on the application's own `ConnectionManager` sends its
+/// commands there: the server sees the application's connection run
+/// lockguard's scripts, and lockguard adds only its pub/sub connection
+/// (which still wakes a waiter at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_the_applications_connection_manager_adds_only_pubsub() {
+    let server = RedisServer::start();
+    let app = redis::Client::open(format!("{}?protocol=resp3", server.url())).unwrap();
+    let mut manager = app.get_connection_manager().await.unwrap();
+    let app_id: i64 = redis::cmd("CLIENT")
+        .arg("ID")
+        .query_async(&mut manager)
+        .await
+        .unwrap();
+    assert_eq!(connected_clients(&server).await.len(), 1);
+
+    let lg = Client::builder()
+        .connect_manager(manager.clone(), &app)
+        .await
+        .expect("a client on the application's manager");
+    let guard = lg.lock("byo-manager").try_acquire().await.unwrap();
+    assert!(guard.release().await.unwrap());
+    let clients = connected_clients(&server).await;
+    let app_line = clients
+        .iter()
+        .find(|l| l.starts_with(&format!("id={app_id} ")))
+        .expect("the application's connection");
+    assert!(
+        app_line.contains("cmd=evalsha"),
+        "lockguard's release did not go over the application's connection: {app_line}"
+    );
+    // Until a task waits, nothing else.
+    assert_eq!(clients.len(), 1, "{clients:#?}");
+    // A waiter (told of its handoff, not refreshing for 10 s) opens the
+    // pub/sub connection, and only that, and is woken over it.
+    let waiter = faults::patient()
+        .connect_manager(manager.clone(), &app)
+        .await
+        .unwrap();
+    let held = lg.lock("byo-wait").try_acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock("byo-wait")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        lg.lock("byo-wait").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    let clients = connected_clients(&server).await;
+    let others: Vec<&String> = clients
+        .iter()
+        .filter(|l| !l.starts_with(&format!("id={app_id} ")))
+        .collect();
+    assert!(
+        others.len() == 1 && !others[0].contains(" sub=0 psub=0 ssub=0 "),
+        "besides the application's connection, one subscribed connection: {clients:#?}"
+    );
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let woken = waiting.await.unwrap() - released;
+    assert!(
+        woken < Duration::from_secs(5),
+        "woken by a refresh: {woken:?}"
+    );
+}
