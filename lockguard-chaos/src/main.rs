@@ -245,9 +245,8 @@ impl Deployment for SentinelDeployment {
 
     fn longest(&self, fault: ServerFault) -> Duration {
         match fault {
-            ServerFault::KillConnections => Duration::from_millis(500),
             ServerFault::Failover => Duration::from_secs(5),
-            _ => Duration::from_millis(2000),
+            _ => fault.usually_heals_in(),
         }
     }
 
@@ -401,7 +400,7 @@ impl Deployment for Ensemble {
     fn longest(&self, fault: ServerFault) -> Duration {
         match fault {
             ServerFault::Restart | ServerFault::Failover => Duration::from_secs(5),
-            _ => Duration::from_millis(2000),
+            _ => fault.usually_heals_in(),
         }
     }
 }

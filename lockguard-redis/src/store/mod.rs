@@ -567,22 +567,13 @@ impl RedisStore {
         )
         .await
         .map_err(unreachable)?;
-        let store = Self {
-            conn: Conn::Single(conn),
-            opts,
-            addr,
-            checked: AtomicBool::new(true),
-            #[cfg(feature = "sentinel")]
-            leases: None,
-        };
-        store.check_version().await?;
-        store.warn_if_evicting().await;
-        Ok(store)
+        Self::with_manager(conn, addr, opts).await
     }
 
-    /// A store whose commands go over `conn`, an application's own
-    /// connection manager (its reconnection and timeout settings are the
-    /// application's), to the server at `addr`.
+    /// A store whose commands go over `conn` (lockguard's own, or an
+    /// application's connection manager, whose reconnection settings are
+    /// then the application's), to the server at `addr`: checked for its
+    /// version and eviction policy.
     pub(crate) async fn with_manager(
         conn: ConnectionManager,
         addr: String,
