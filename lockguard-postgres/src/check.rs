@@ -10,6 +10,7 @@ use lockguard_core::{Error, ErrorKind, Result};
 
 use crate::schema::{DEFAULT_SCHEMA, MIN_SERVER_VERSION, VERSION};
 use crate::store::pg_error;
+use crate::tls::{Connector, TlsSettings};
 
 const EXCLUSION: &str = "mutual exclusion and fencing; safety notes: PostgreSQL";
 const AVAILABILITY: &str = "availability";
@@ -30,11 +31,12 @@ pub async fn check(url: &str) -> Result<Report> {
     let config: tokio_postgres::Config = url
         .parse()
         .map_err(|e| Error::invalid(format!("not a PostgreSQL URL: {e}")))?;
-    let (client, connection) = tokio::time::timeout(TIMEOUT, config.connect(tokio_postgres::NoTls))
-        .await
-        .map_err(|_| Error::new(ErrorKind::Unavailable, "postgres: no answer"))?
-        .map_err(|e| pg_error(e, "connecting to check"))?;
-    let task = tokio::spawn(connection);
+    let connector = Connector::new(&TlsSettings::default(), &config)?;
+    let (client, _notes, task) =
+        tokio::time::timeout(TIMEOUT, connector.connect_listening(&config))
+            .await
+            .map_err(|_| Error::new(ErrorKind::Unavailable, "postgres: no answer"))?
+            .map_err(|e| pg_error(e, "connecting to check"))?;
     let one = |sql: &'static str| {
         let client = &client;
         async move {

@@ -10,6 +10,7 @@ use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
 use crate::schema;
 use crate::store::{self, PgOptions};
+use crate::tls::{Connector, TlsSettings};
 
 pub use crate::schema::DEFAULT_SCHEMA;
 
@@ -124,6 +125,7 @@ impl BuilderExt for Builder {
 pub struct PostgresBuilder {
     builder: Builder,
     schema: String,
+    tls: TlsSettings,
 }
 
 impl PostgresBuilder {
@@ -133,6 +135,7 @@ impl PostgresBuilder {
         Self {
             builder,
             schema: DEFAULT_SCHEMA.to_owned(),
+            tls: TlsSettings::default(),
         }
     }
 
@@ -141,6 +144,28 @@ impl PostgresBuilder {
     /// share locks must use the same schema (and the same prefix).
     pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
+        self
+    }
+
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for the
+    /// server's certificate, instead of the system's roots.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.roots = Some(pem.into());
+        self
+    }
+
+    /// Presents this certificate chain and key (PEM) to a server that
+    /// authenticates its clients by certificate.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.client = Some((chain_pem.into(), key_pem.into()));
         self
     }
 
@@ -177,9 +202,8 @@ impl PostgresBuilder {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(settings.connect_timeout);
         }
-        let manager = deadpool_postgres::Manager::from_config(
+        let manager = Connector::new(&self.tls, &config)?.manager(
             config.clone(),
-            tokio_postgres::NoTls,
             // A connection handed out is not tested first: that would be a
             // round trip more per operation. A broken one fails its
             // statement, and the pool drops it.
@@ -227,7 +251,8 @@ impl PostgresBuilder {
             response_timeout: settings.response_timeout,
             sweep_interval: SWEEP_INTERVAL,
         };
-        let store = store::connect(pool, listen, self.schema.clone(), opts).await?;
+        let connector = Connector::new(&self.tls, &listen)?;
+        let store = store::connect(pool, listen, self.schema.clone(), opts, connector).await?;
         tracing::debug!(schema = %self.schema, "connected to postgres");
         self.builder.build(store)
     }

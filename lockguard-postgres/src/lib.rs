@@ -66,6 +66,7 @@ mod flights;
 mod listener;
 mod schema;
 mod store;
+mod tls;
 
 pub use connect::{BuilderExt, ClientExt, DEFAULT_SCHEMA, PostgresBuilder};
 pub use fenced_table::{FencedTable, migration_sql};

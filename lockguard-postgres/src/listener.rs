@@ -14,9 +14,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::store::{PgOptions, pg_channel, pg_error};
+use crate::tls::Connector;
 use lockguard_core::store::{Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -34,9 +34,13 @@ pub(crate) struct PgListener {
 }
 
 impl PgListener {
-    pub(crate) fn new(config: tokio_postgres::Config, opts: PgOptions) -> Self {
+    pub(crate) fn new(
+        config: tokio_postgres::Config,
+        opts: PgOptions,
+        connector: Connector,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(config, opts, rx));
+        tokio::spawn(run(config, opts, connector, rx));
         Self { tx }
     }
 }
@@ -87,6 +91,7 @@ impl State {
 async fn run(
     config: tokio_postgres::Config,
     opts: PgOptions,
+    connector: Connector,
     mut requests: mpsc::UnboundedReceiver<Sync>,
 ) {
     let mut state = State::default();
@@ -99,7 +104,9 @@ async fn run(
     let mut pending = Some(first);
     loop {
         let connected =
-            match tokio::time::timeout(opts.connect_timeout, config.connect(NoTls)).await {
+            match tokio::time::timeout(opts.connect_timeout, connector.connect_listening(&config))
+                .await
+            {
                 Ok(Ok(c)) => Some(c),
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "postgres listening connection failed");
@@ -107,7 +114,7 @@ async fn run(
                 }
                 Err(_) => None,
             };
-        let Some((client, mut connection)) = connected else {
+        let Some((client, mut notes, driver)) = connected else {
             // Requests meanwhile are remembered and refused; waiters fall
             // back to their timed attempts.
             if let Some(r) = pending.take() {
@@ -127,27 +134,6 @@ async fn run(
             backoff = (backoff * 2).min(Duration::from_secs(1));
             continue;
         };
-        let (notes_tx, mut notes) = mpsc::unbounded_channel();
-        let driver = tokio::spawn(async move {
-            loop {
-                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                    Some(Ok(AsyncMessage::Notification(n))) => {
-                        if notes_tx
-                            .send((n.channel().to_owned(), n.payload().to_owned()))
-                            .is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
-                        tracing::debug!(error = %e, "postgres listening connection lost");
-                        return;
-                    }
-                    None => return,
-                }
-            }
-        });
         let resumed = if state.channels.is_empty() {
             Ok(())
         } else {

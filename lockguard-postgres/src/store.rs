@@ -123,6 +123,7 @@ pub(crate) async fn connect(
     listen: tokio_postgres::Config,
     schema: String,
     opts: PgOptions,
+    connector: crate::tls::Connector,
 ) -> Result<Store> {
     let mut store = PostgresStore {
         sql: Arc::new(Statements::new(&schema)),
@@ -148,7 +149,7 @@ pub(crate) async fn connect(
         .await?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
-    let listener = listener::PgListener::new(listen, opts);
+    let listener = listener::PgListener::new(listen, opts, connector);
     Ok(Store::new(Arc::new(store), vec![Arc::new(listener)]))
 }
 

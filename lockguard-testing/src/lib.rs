@@ -30,6 +30,7 @@ mod postgres;
 mod process;
 mod relay;
 mod sentinel;
+mod tls;
 mod zookeeper;
 mod zookeeper_txnlog;
 pub use log::CapturedLog;
@@ -38,6 +39,7 @@ pub use postgres::{PostgresServer, postgres_bin_dir};
 pub use process::{ChildProcess, ServerProcess};
 pub use relay::Relay;
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
+pub use tls::make_test_certificates;
 pub use zookeeper::{ZooKeeperEnsemble, ZooKeeperServer, zookeeper_classpath};
 
 /// How long a server may take to answer `PING` after it was started.

@@ -52,6 +52,9 @@ pub struct PostgresServer {
     /// Whether it syncs its writes to disk (`fsync`), as a production
     /// server does; test servers do not, for speed.
     durable: bool,
+    /// Serving TLS only, with the certificate and key in the data
+    /// directory (`server.crt`, `server.key`).
+    tls: bool,
     /// How many times the server was started, to tell this start's log
     /// lines from an earlier one's.
     starts: u32,
@@ -163,6 +166,38 @@ impl PostgresServer {
         server
     }
 
+    /// As [`start`](Self::start), serving TLS only, with the server
+    /// certificate and key that [`make_test_certificates`](crate::make_test_certificates)
+    /// made in `certs` (signed by its `ca.crt`): a connection without TLS
+    /// is refused.
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start), and when the files cannot be copied.
+    pub fn start_tls(certs: &Path) -> Self {
+        let mut server = Self::start();
+        let data = server.dir.join("data");
+        for file in ["server.crt", "server.key"] {
+            let to = data.join(file);
+            std::fs::copy(certs.join(file), &to)
+                .unwrap_or_else(|e| panic!("cannot copy {file}: {e}"));
+            // PostgreSQL refuses a key others can read.
+            std::fs::set_permissions(&to, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .unwrap_or_else(|e| panic!("cannot set the mode of {file}: {e}"));
+            if let Some(u) = server.user {
+                chown(&to, u);
+            }
+        }
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+        )
+        .expect("cannot write pg_hba.conf");
+        server.tls = true;
+        server.restart();
+        server
+    }
+
     /// One server for the whole test process, started on first use, with
     /// tests kept apart by schema (see the crate's test support). It stops
     /// when the process exits.
@@ -270,6 +305,7 @@ impl PostgresServer {
             user,
             paused: false,
             durable: false,
+            tls: false,
             starts: 0,
         };
         let mut last_error = String::new();
@@ -330,6 +366,11 @@ impl PostgresServer {
                 },
             ])
             .args(["-c", "max_connections=500"])
+            .args(if self.tls {
+                &["-c", "ssl=on"][..]
+            } else {
+                &[][..]
+            })
             .args(["-c", "shared_buffers=32MB"])
             .current_dir(&self.dir)
             .stdin(Stdio::piped())

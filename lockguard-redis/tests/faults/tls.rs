@@ -3,79 +3,11 @@
 //! and a client certificate for a server that authenticates clients.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
-use lockguard_testing::RedisServer;
-
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, in
-/// `dir`, made with the `openssl` command.
-fn make_certificates(dir: &Path) {
-    let run = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("the TLS tests need the openssl command (Debian package openssl)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    // Extensions make version 3 certificates, which rustls requires.
-    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
-    run(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=lockguard test CA",
-    ]);
-    for who in ["server", "client"] {
-        run(&[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            &format!("{who}.key"),
-            "-out",
-            &format!("{who}.csr"),
-            "-subj",
-            &format!("/CN=lockguard test {who}"),
-        ]);
-        let mut args = vec![
-            "x509".to_owned(),
-            "-req".into(),
-            "-in".into(),
-            format!("{who}.csr"),
-            "-CA".into(),
-            "ca.crt".into(),
-            "-CAkey".into(),
-            "ca.key".into(),
-            "-CAcreateserial".into(),
-            "-out".into(),
-            format!("{who}.crt"),
-            "-days".into(),
-            "2".into(),
-        ];
-        args.extend(["-extfile".into(), format!("{who}.ext")]);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        run(&args);
-    }
-}
+use lockguard_testing::{RedisServer, make_test_certificates};
 
 /// A free loopback port for the TLS listener.
 fn free_port() -> u16 {
@@ -112,7 +44,7 @@ fn tls_server(certs: &Path, auth_clients: bool) -> (RedisServer, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
     let certs = tempfile::tempdir().unwrap();
-    make_certificates(certs.path());
+    make_test_certificates(certs.path());
     let (_server, url) = tls_server(certs.path(), false);
     let ca = std::fs::read(certs.path().join("ca.crt")).unwrap();
     let holder = Client::builder()
@@ -159,7 +91,7 @@ async fn locks_and_wake_ups_work_over_tls_with_a_private_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_is_presented_when_the_server_asks() {
     let certs = tempfile::tempdir().unwrap();
-    make_certificates(certs.path());
+    make_test_certificates(certs.path());
     let (_server, url) = tls_server(certs.path(), true);
     let read = |f: &str| std::fs::read(certs.path().join(f)).unwrap();
     let refused = Client::builder()

@@ -1,0 +1,74 @@
+//! PostgreSQL over TLS (feature `tls-rustls`), against a real server that
+//! refuses connections without it, with certificates the test makes: the
+//! pool and the listening connection both go over TLS, the server's
+//! certificate is verified, and `sslmode` in the URL is honoured.
+#![cfg(feature = "tls-rustls")]
+
+use std::time::Duration;
+
+use lockguard_core::Client;
+use lockguard_postgres::{BuilderExt as _, PostgresBuilder};
+use lockguard_testing::faults::{a_waiter_is_woken_by_the_handoff, patient};
+use lockguard_testing::{PostgresServer, make_test_certificates};
+
+/// A client of `url` trusting the test CA `ca`.
+async fn client(builder: lockguard_core::Builder, url: &str, ca: &[u8]) -> Client {
+    PostgresBuilder::new(builder)
+        .tls_root_certificate(ca.to_vec())
+        .connect_postgres(url)
+        .await
+        .expect("connect over TLS")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_locks_and_wake_ups_work_over_tls_with_a_private_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    make_test_certificates(certs.path());
+    let ca = std::fs::read(certs.path().join("ca.crt")).unwrap();
+    let server = PostgresServer::start_tls(certs.path());
+    let url = format!("{}?sslmode=require", server.url());
+
+    let holder = client(Client::builder(), &url, &ca).await;
+    let waiter = client(patient(), &url, &ca).await;
+    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
+    // The server refuses any connection without TLS, and lockguard's
+    // listening connection is one of its encrypted ones.
+    let listening = server.psql(
+        "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+         WHERE ssl AND query ILIKE '%listen%'",
+    );
+    assert_ne!(listening, "0", "no listening connection over TLS");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tls_refuses_an_unknown_ca_and_sslmode_disable_is_plain() {
+    let certs = tempfile::tempdir().unwrap();
+    make_test_certificates(certs.path());
+    let server = PostgresServer::start_tls(certs.path());
+    let builder = || Client::builder().connect_timeout(Duration::from_secs(2));
+
+    // The system's roots do not know the test CA: the certificate is
+    // verified, not only used to encrypt.
+    let err = builder()
+        .connect_postgres(&format!("{}?sslmode=require", server.url()))
+        .await
+        .unwrap_err();
+    assert!(err.is_unavailable(), "{err}");
+    // Plain text, as asked, which this server refuses.
+    let err = builder()
+        .connect_postgres(&format!("{}?sslmode=disable", server.url()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("pg_hba.conf")
+            || err.kind() == lockguard_core::ErrorKind::Unauthorized,
+        "{err}"
+    );
+    // Certificates that cannot be read are the caller's mistake.
+    let err = PostgresBuilder::new(builder())
+        .tls_root_certificate(b"not a certificate".to_vec())
+        .connect_postgres(&server.url())
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}
