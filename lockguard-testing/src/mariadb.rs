@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 /// How long a server may take to accept connections after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long `mariadb-install-db` may take to bootstrap a data directory
+/// (a few seconds on a loaded two-core machine).
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The user tests connect as, and its password.
 const USER: &str = "lockguard";
 const PASSWORD: &str = "lockguard";
@@ -151,16 +155,38 @@ impl MariaDbServer {
             .arg(format!("--user={}", current_user()))
             .args(["--auth-root-authentication-method=normal", "--skip-test-db"])
             .stdin(Stdio::null());
-        let out = cmd
-            .output()
+        // Into a file, and bounded: on a full disk MariaDB waits for space
+        // forever, and the test would hang instead of failing.
+        let install_log = dir.join("install.log");
+        let log = std::fs::File::create(&install_log).expect("cannot create mariadb's install log");
+        cmd.stdout(log.try_clone().expect("a second handle on the install log"))
+            .stderr(log);
+        let mut child = cmd
+            .spawn()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", install.display()));
-        assert!(
-            out.status.success(),
-            "{} failed: {}{}",
-            install.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let started = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if started.elapsed() < INSTALL_TIMEOUT => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+            }
+        };
+        let said = std::fs::read_to_string(&install_log).unwrap_or_default();
+        match status {
+            Some(s) if s.success() => {}
+            Some(s) => panic!("{} failed ({s}): {said}", install.display()),
+            None => panic!(
+                "{} did not finish within {INSTALL_TIMEOUT:?} (a full disk makes MariaDB wait for space): {said}",
+                install.display()
+            ),
+        }
         let mut server = Self {
             child: None,
             stdin: None,
