@@ -172,7 +172,10 @@ mod fence;
 mod key;
 // Clocks for the in-memory store.
 mod clock;
-// Durations as text.
+// The grammar of durations as text (shared with lockguard-macros).
+mod duration;
+// Serde for durations as text.
+#[cfg(feature = "serde")]
 mod text;
 // The rate-limit algorithms, pure.
 pub mod rate_limit;

@@ -492,6 +492,15 @@ fn int_value(input: ParseStream<'_>, what: &str, min: u64, max: u64) -> syn::Res
     })
 }
 
+/// A duration as users write it, for error messages.
+fn shown(duration: Duration) -> String {
+    duration::Text {
+        duration,
+        bare_unit: false,
+    }
+    .to_string()
+}
+
 /// Checks a lease against the bounds lockguard enforces.
 fn check_lease(d: Located<Duration>, what: &str, min: Duration) -> syn::Result<()> {
     if d.value < min || d.value > MAX_LEASE {
@@ -499,9 +508,9 @@ fn check_lease(d: Located<Duration>, what: &str, min: Duration) -> syn::Result<(
             d.span,
             format!(
                 "`{what}` must be between {} and {}, got {}",
-                duration::display(min),
-                duration::display(MAX_LEASE),
-                duration::display(d.value)
+                shown(min),
+                shown(MAX_LEASE),
+                shown(d.value)
             ),
         ));
     }

@@ -222,8 +222,8 @@ impl std::str::FromStr for Quota {
         let count: u64 = count
             .parse()
             .map_err(|_| bad(&format!("count {count:?} too large")))?;
-        let period = crate::text::parse_duration(period, true)
-            .ok_or_else(|| bad(&format!("invalid period {period:?}")))?;
+        let period = crate::duration::parse_period(period)
+            .map_err(|e| bad(&format!("invalid period {period:?} ({e})")))?;
         let mut quota = Quota::new(count, period);
         match (words.next(), words.next(), words.next()) {
             (None, _, _) => {}
@@ -247,7 +247,11 @@ impl std::str::FromStr for Quota {
 impl std::fmt::Display for Quota {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/", self.count)?;
-        crate::text::write_duration(f, self.period, true)?;
+        let period = crate::duration::Text {
+            duration: self.period,
+            bare_unit: true,
+        };
+        write!(f, "{period}")?;
         match self.burst {
             Some(b) => write!(f, " burst {b}"),
             None => Ok(()),
