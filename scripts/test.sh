@@ -66,7 +66,7 @@ cargo test --workspace --all-features mysql 2>&1 | tee -a "$log"
 cargo test --workspace --all-features --doc -- postgres zookeeper mysql 2>&1 | tee -a "$log"
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
-cargo test -p lockguard-redis --features tls-native-tls --test faults tls 2>&1 | tee -a "$log"
+cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
 summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 

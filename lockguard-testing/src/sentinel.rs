@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,8 @@ pub const SERVICE: &str = "lockguard";
 struct Sentinel {
     child: Child,
     port: u16,
+    /// The port it serves TLS on, in a group started with TLS.
+    tls_port: Option<u16>,
     _dir: tempfile::TempDir,
 }
 
@@ -35,6 +38,10 @@ pub struct SentinelGroup {
     /// one is master; see [`SentinelGroup::master_port`]).
     pub servers: Vec<RedisServer>,
     sentinels: Vec<Sentinel>,
+    /// In a group started with TLS, each server's TLS port, in the order
+    /// of `servers`: the port the sentinels name (the harness itself talks
+    /// to every process on its plain port).
+    tls_ports: Vec<u16>,
 }
 
 /// The port of the master the sentinel on `port` names.
@@ -95,18 +102,71 @@ impl SentinelGroup {
     ///
     /// As [`SentinelGroup::start`].
     pub fn start_with_args(replicas: usize, sentinels: usize, extra: &[&str]) -> Self {
-        let master = RedisServer::start_with_args(extra);
-        let mport = master.port().to_string();
+        Self::start_inner(replicas, sentinels, extra, None)
+    }
+
+    /// Like [`SentinelGroup::start`], with every process serving TLS too,
+    /// with the certificates that
+    /// [`make_test_certificates`](crate::make_test_certificates) made in
+    /// `certs`: replication and the sentinels' own connections go over TLS,
+    /// the sentinels name the servers' TLS ports, and
+    /// [`SentinelGroup::sentinel_urls`] are `rediss://` URLs. Clients need
+    /// not present a certificate.
+    ///
+    /// # Panics
+    ///
+    /// As [`SentinelGroup::start`].
+    pub fn start_tls(replicas: usize, sentinels: usize, certs: &Path) -> Self {
+        Self::start_inner(replicas, sentinels, &[], Some(certs))
+    }
+
+    fn start_inner(
+        replicas: usize,
+        sentinels: usize,
+        extra: &[&str],
+        certs: Option<&Path>,
+    ) -> Self {
+        let tls_ports: Vec<u16> = match certs {
+            Some(_) => (0..=replicas).map(|_| free_port()).collect(),
+            None => Vec::new(),
+        };
+        let tls_args = |i: usize| -> Vec<String> {
+            let Some(certs) = certs else {
+                return Vec::new();
+            };
+            let mut args = vec!["--tls-port".to_owned(), tls_ports[i].to_string()];
+            for (option, value) in tls_settings(certs) {
+                args.push(format!("--{option}"));
+                args.push(value);
+            }
+            args
+        };
+        let with = |mut args: Vec<String>| -> RedisServer {
+            args.extend(extra.iter().map(|a| (*a).to_owned()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            RedisServer::start_with_args(&args)
+        };
+        let master = with(tls_args(0));
+        // The port the others replicate from and the sentinels watch.
+        let mport = tls_ports
+            .first()
+            .copied()
+            .unwrap_or(master.port())
+            .to_string();
         let mut servers = vec![master];
-        for _ in 0..replicas {
-            let mut args = vec!["--replicaof", "127.0.0.1", &mport];
-            args.extend_from_slice(extra);
-            servers.push(RedisServer::start_with_args(&args));
+        for i in 1..=replicas {
+            let mut args = vec!["--replicaof".to_owned(), "127.0.0.1".into(), mport.clone()];
+            args.extend(tls_args(i));
+            servers.push(with(args));
         }
         let sentinels = (0..sentinels)
-            .map(|_| Self::start_sentinel(&mport))
+            .map(|_| Self::start_sentinel(&mport, certs))
             .collect();
-        let group = Self { servers, sentinels };
+        let group = Self {
+            servers,
+            sentinels,
+            tls_ports,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !group.formed() {
             assert!(
@@ -118,17 +178,42 @@ impl SentinelGroup {
         group
     }
 
-    fn start_sentinel(master_port: &str) -> Sentinel {
+    /// The port the sentinels name for the server on `port`.
+    fn announced(&self, port: u16) -> u16 {
+        self.servers
+            .iter()
+            .position(|s| s.port() == port)
+            .and_then(|i| self.tls_ports.get(i).copied())
+            .unwrap_or(port)
+    }
+
+    /// The plain port of the server the sentinels name as `announced`.
+    fn plain(&self, announced: u16) -> u16 {
+        self.tls_ports
+            .iter()
+            .position(|p| *p == announced)
+            .map_or(announced, |i| self.servers[i].port())
+    }
+
+    fn start_sentinel(master_port: &str, certs: Option<&Path>) -> Sentinel {
         let dir = tempfile::Builder::new()
             .prefix("lockguard-sentinel-")
             .tempdir()
             .expect("temporary directory");
         let port = free_port();
+        let tls_port = certs.map(|_| free_port());
+        let mut tls = String::new();
+        if let (Some(certs), Some(tls_port)) = (certs, tls_port) {
+            tls = format!("tls-port {tls_port}\n");
+            for (option, value) in tls_settings(certs) {
+                tls.push_str(&format!("{option} {value}\n"));
+            }
+        }
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(
             &conf,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                "port {port}\nbind 127.0.0.1\ndir {}\n{tls}\
                  sentinel monitor {SERVICE} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {SERVICE} 1000\n\
                  sentinel failover-timeout {SERVICE} 10000\n\
@@ -156,6 +241,7 @@ impl SentinelGroup {
         Sentinel {
             child,
             port,
+            tls_port,
             _dir: dir,
         }
     }
@@ -178,18 +264,22 @@ impl SentinelGroup {
             })
     }
 
-    /// `redis+sentinel`-style addresses of the sentinels:
-    /// `redis://127.0.0.1:PORT`.
+    /// The addresses of the sentinels: `redis://127.0.0.1:PORT`, or
+    /// `rediss://127.0.0.1:TLS_PORT` in a group started with TLS.
     pub fn sentinel_urls(&self) -> Vec<String> {
         self.sentinels
             .iter()
-            .map(|s| format!("redis://127.0.0.1:{}", s.port))
+            .map(|s| match s.tls_port {
+                Some(tls) => format!("rediss://127.0.0.1:{tls}"),
+                None => format!("redis://127.0.0.1:{}", s.port),
+            })
             .collect()
     }
 
-    /// The port the sentinels name as the master now.
+    /// The (plain) port of the server the sentinels name as the master
+    /// now.
     pub fn master_port(&self) -> Option<u16> {
-        named_master(self.sentinels[0].port)
+        named_master(self.sentinels[0].port).map(|p| self.plain(p))
     }
 
     /// Asks a sentinel to fail over now (`SENTINEL FAILOVER`), and waits
@@ -256,7 +346,7 @@ impl SentinelGroup {
     fn named_masters(&self) -> Vec<Option<u16>> {
         self.sentinels
             .iter()
-            .map(|s| named_master(s.port))
+            .map(|s| named_master(s.port).map(|p| self.plain(p)))
             .collect()
     }
 
@@ -268,7 +358,7 @@ impl SentinelGroup {
             Some(m) if named.iter().all(|p| *p == Some(m)) => m,
             _ => return Err(format!("the sentinels name {named:?}")),
         };
-        let port = master.to_string();
+        let port = self.announced(master).to_string();
         for server in self.servers.iter().filter(|s| s.port() != master) {
             let info = ask(server.port(), &["INFO", "replication"])
                 .ok_or_else(|| format!("redis:{} does not answer", server.port()))?;
@@ -276,7 +366,7 @@ impl SentinelGroup {
                 ask(server.port(), &["REPLICAOF", "127.0.0.1", &port]);
                 return Err(format!("redis:{} was still a master", server.port()));
             }
-            if !info.contains(&format!("master_port:{master}\r"))
+            if !info.contains(&format!("master_port:{port}\r"))
                 || !info.contains("master_link_status:up")
             {
                 return Err(format!(
@@ -295,4 +385,18 @@ impl SentinelGroup {
         }
         Ok(master)
     }
+}
+
+/// The TLS settings of a server or sentinel in a group started with TLS:
+/// the certificates of [`make_test_certificates`](crate::make_test_certificates),
+/// TLS for replication and between sentinels, no client certificate asked.
+fn tls_settings(certs: &Path) -> Vec<(&'static str, String)> {
+    let file = |f: &str| certs.join(f).display().to_string();
+    vec![
+        ("tls-cert-file", file("server.crt")),
+        ("tls-key-file", file("server.key")),
+        ("tls-ca-cert-file", file("ca.crt")),
+        ("tls-auth-clients", "no".to_owned()),
+        ("tls-replication", "yes".to_owned()),
+    ]
 }

@@ -19,10 +19,21 @@ impl RedisBuilder {
     /// The master is reached without credentials and on database 0; see
     /// [`RedisBuilder::connect_sentinel_with`] for those.
     ///
+    /// **TLS**: with `rediss://` sentinel URLs (all of them, or none), the
+    /// master the sentinels name is reached over TLS too, and both are
+    /// checked against the system's roots, or the builder's
+    /// [`tls_root_certificate`](RedisBuilder::tls_root_certificate) (and
+    /// [`tls_client_certificate`](RedisBuilder::tls_client_certificate)),
+    /// which need the `tls-rustls` feature here: redis-rs takes
+    /// certificates for the master only with rustls.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput) for no or
-    /// malformed URLs or an empty service name;
+    /// malformed URLs, URLs that mix TLS and plain sentinels, or an empty
+    /// service name;
+    /// [`ErrorKind::Unsupported`](lockguard_core::ErrorKind::Unsupported) for
+    /// TLS certificates without the `tls-rustls` feature;
     /// [`ErrorKind::Unavailable`](lockguard_core::ErrorKind::Unavailable) when no
     /// sentinel names a reachable master.
     ///
@@ -84,6 +95,7 @@ impl RedisBuilder {
             sentinels,
             service: service.to_owned(),
             master,
+            tls: self.redis.tls.clone(),
         };
         let store = redis::connect_sentinel(target, self.redis_options()).await?;
         tracing::debug!(service, "connected to the redis master through sentinel");

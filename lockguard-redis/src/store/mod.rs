@@ -116,12 +116,12 @@ impl std::fmt::Debug for TlsSettings {
 }
 
 impl TlsSettings {
-    fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.root_cert.is_some() || self.client.is_some()
     }
 
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    fn certificates(&self) -> redis::TlsCertificates {
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: self.client.clone().map(|(client_cert, client_key)| {
                 redis::ClientTlsConfig {

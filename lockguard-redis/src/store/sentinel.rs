@@ -24,9 +24,9 @@ use tokio::time::Instant;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, TlsMode, Value};
 
-use super::{RedisOptions, RedisStore, bounded, client_from_info};
+use super::{RedisOptions, RedisStore, TlsSettings, bounded, client_with};
 use lockguard_core::store::LockKeys;
 use lockguard_core::store::Token;
 use lockguard_core::{Error, ErrorKind, Result};
@@ -40,18 +40,116 @@ pub(crate) type OnSwitch = Arc<dyn Fn() + Send + Sync>;
 
 /// Where to find the master: the sentinels, and the settings of the
 /// connection to it (database, user, password).
+///
+/// TLS: the master is reached over TLS when the sentinels are
+/// (`rediss://` URLs, checked to agree), with the same certificates.
 #[derive(Clone)]
 pub(crate) struct SentinelTarget {
     pub(crate) sentinels: Vec<redis::ConnectionInfo>,
     pub(crate) service: String,
     pub(crate) master: redis::RedisConnectionInfo,
+    pub(crate) tls: TlsSettings,
 }
 
 impl SentinelTarget {
     /// The settings of a connection to the master, in `protocol`.
-    fn node(&self, protocol: redis::ProtocolVersion) -> SentinelNodeConnectionInfo {
-        SentinelNodeConnectionInfo::default()
-            .set_redis_connection_info(self.master.clone().set_protocol(protocol))
+    fn node(&self, protocol: redis::ProtocolVersion) -> Result<SentinelNodeConnectionInfo> {
+        let node = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(self.master.clone().set_protocol(protocol));
+        Ok(match self.tls_mode()? {
+            Some(mode) => node.set_tls_mode(mode),
+            None => node,
+        })
+    }
+
+    /// How the sentinels are reached, which is how the master is: plain
+    /// (`None`), or TLS with or without checking the certificate.
+    fn tls_mode(&self) -> Result<Option<TlsMode>> {
+        let mode = |info: &redis::ConnectionInfo| match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure: true, .. } => Some(TlsMode::Insecure),
+            redis::ConnectionAddr::TcpTls { .. } => Some(TlsMode::Secure),
+            _ => None,
+        };
+        let first = self.sentinels.first().and_then(mode);
+        if self.sentinels.iter().any(|s| mode(s) != first) {
+            return Err(Error::invalid(
+                "the sentinels' urls mix TLS and plain connections; \
+                 use rediss:// for all of them (the master is then reached over TLS too) or for none",
+            ));
+        }
+        Ok(first)
+    }
+
+    /// A client of the sentinels that asks them for the master.
+    fn client(&self, protocol: redis::ProtocolVersion) -> Result<SentinelClient> {
+        let unusable =
+            |e| Error::new(ErrorKind::InvalidInput, "unusable sentinel settings").with_source(e);
+        if !self.tls.is_set() {
+            return SentinelClient::build(
+                self.sentinels.clone(),
+                self.service.clone(),
+                Some(self.node(protocol)?),
+                SentinelServerType::Master,
+            )
+            .map_err(unusable);
+        }
+        self.client_with_certificates(protocol, unusable)
+    }
+
+    /// With certificates, the sentinels and the master are reached with
+    /// them: redis-rs takes them for the master (whose role it checks when
+    /// the sentinels name it) only through its builder, which gives every
+    /// sentinel the first one's user and password.
+    #[cfg(feature = "tls-rustls")]
+    fn client_with_certificates(
+        &self,
+        protocol: redis::ProtocolVersion,
+        unusable: impl Fn(RedisError) -> Error,
+    ) -> Result<SentinelClient> {
+        use redis::sentinel::SentinelClientBuilder;
+
+        let Some(mode) = self.tls_mode()? else {
+            return Err(Error::invalid(
+                "TLS certificates were given, but the sentinels' urls are not TLS (rediss://) urls",
+            ));
+        };
+        let certificates = self.tls.certificates();
+        let addrs = self.sentinels.iter().map(|s| s.addr().clone());
+        let mut b = SentinelClientBuilder::new(addrs, &self.service, SentinelServerType::Master)
+            .map_err(&unusable)?
+            .set_client_to_sentinel_certificates(certificates.clone())
+            .set_client_to_redis_certificates(certificates)
+            .set_client_to_redis_tls_mode(mode)
+            .set_client_to_redis_protocol(protocol)
+            .set_client_to_redis_db(self.master.db());
+        if let Some(user) = self.master.username() {
+            b = b.set_client_to_redis_username(user);
+        }
+        if let Some(password) = self.master.password() {
+            b = b.set_client_to_redis_password(password);
+        }
+        let first = self.sentinels[0].redis_settings();
+        if let Some(user) = first.username() {
+            b = b.set_client_to_sentinel_username(user);
+        }
+        if let Some(password) = first.password() {
+            b = b.set_client_to_sentinel_password(password);
+        }
+        b.build().map_err(unusable)
+    }
+
+    /// redis-rs takes certificates for the master only with rustls.
+    #[cfg(not(feature = "tls-rustls"))]
+    fn client_with_certificates(
+        &self,
+        _protocol: redis::ProtocolVersion,
+        _unusable: impl Fn(RedisError) -> Error,
+    ) -> Result<SentinelClient> {
+        Err(Error::new(
+            ErrorKind::Unsupported,
+            "TLS certificates for Redis Sentinel need the tls-rustls feature \
+             (without certificates, rediss:// sentinels and their master are checked against the system's roots)",
+        ))
     }
 }
 
@@ -83,6 +181,8 @@ struct Inner {
     channels: Mutex<HashSet<String>>,
     on_switch: Option<OnSwitch>,
     service: String,
+    /// Certificates for a master reached over TLS.
+    tls: TlsSettings,
 }
 
 impl std::fmt::Debug for SentinelConn {
@@ -123,17 +223,9 @@ impl SentinelConn {
                 "redis sentinel needs the master's service name",
             ));
         }
-        let sentinel = SentinelClient::build(
-            target.sentinels.clone(),
-            target.service.clone(),
-            Some(target.node(protocol)),
-            SentinelServerType::Master,
-        )
-        .map_err(|e| {
-            Error::new(ErrorKind::InvalidInput, "unusable sentinel settings").with_source(e)
-        })?;
+        let sentinel = target.client(protocol)?;
         let sentinel = tokio::sync::Mutex::new(sentinel);
-        let first = master(&sentinel, &config, opts, &target.service).await?;
+        let first = master(&sentinel, &config, opts, &target.service, &target.tls).await?;
         let conn = Self {
             inner: Arc::new(Inner {
                 sentinel,
@@ -144,6 +236,7 @@ impl SentinelConn {
                 channels: Mutex::new(HashSet::new()),
                 on_switch,
                 service: target.service.clone(),
+                tls: target.tls.clone(),
             }),
         };
         conn.watch();
@@ -325,8 +418,9 @@ async fn master(
     config: &ConnectionManagerConfig,
     opts: RedisOptions,
     service: &str,
+    tls: &TlsSettings,
 ) -> Result<(String, ConnectionManager)> {
-    let (addr, client) = master_client(sentinel, opts, service).await?;
+    let (addr, client) = master_client(sentinel, opts, service, tls).await?;
     Ok((
         addr.clone(),
         connect_master(addr, client, config, opts).await?,
@@ -334,11 +428,13 @@ async fn master(
 }
 
 /// Asks the sentinels for the master of `service`: its address, and a
-/// client for it (nothing connected yet).
+/// client for it (nothing connected yet), with `tls`'s certificates for a
+/// TLS address.
 async fn master_client(
     sentinel: &tokio::sync::Mutex<SentinelClient>,
     opts: RedisOptions,
     service: &str,
+    tls: &TlsSettings,
 ) -> Result<(String, redis::Client)> {
     let what = || format!("asking the sentinels for the master of {service:?}");
     let client = {
@@ -347,7 +443,7 @@ async fn master_client(
     };
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
-    Ok((addr, client_from_info(info)?))
+    Ok((addr, client_with(info, tls)?))
 }
 
 /// Connects to the master at `addr`.
@@ -384,7 +480,9 @@ impl Inner {
             for _ in 0..20 {
                 // Connected only when it is another master: this runs every
                 // second, and the master rarely moves.
-                let moved = match master_client(&self.sentinel, self.opts, &self.service).await {
+                let moved = match master_client(&self.sentinel, self.opts, &self.service, &self.tls)
+                    .await
+                {
                     Ok((addr, _)) if addr == self.current().0 => Ok(None),
                     Ok((addr, client)) => {
                         connect_master(addr.clone(), client, &self.config, self.opts)

@@ -112,3 +112,87 @@ async fn a_client_certificate_is_presented_when_the_server_asks() {
     let g = lg.lock("mtls").acquire().await.unwrap();
     assert!(g.release().await.unwrap());
 }
+
+/// Sentinel over TLS (every server and sentinel serves TLS only on the
+/// ports the client is given or the sentinels name, with a private CA):
+/// the client reaches the sentinels and the master over TLS with the
+/// builder's CA, a waiter is woken over its TLS pub/sub connection, and
+/// after a failover the client reaches the new master over TLS too.
+#[cfg(all(feature = "sentinel", feature = "tls-rustls"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_over_tls_reaches_the_sentinels_and_the_master_across_a_failover() {
+    use lockguard_testing::{SENTINEL_SERVICE, SentinelGroup, conformance::eventually};
+
+    let certs = tempfile::tempdir().unwrap();
+    make_test_certificates(certs.path());
+    let group = SentinelGroup::start_tls(1, 3, certs.path());
+    let urls = group.sentinel_urls();
+    assert!(urls.iter().all(|u| u.starts_with("rediss://")), "{urls:?}");
+    let ca = std::fs::read(certs.path().join("ca.crt")).unwrap();
+    let connect = |patient: bool| {
+        let b = Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .response_timeout(Duration::from_millis(500));
+        let b = if patient {
+            b.waiter_timeout(Duration::from_secs(30))
+                .retry_interval(Duration::from_secs(20))
+        } else {
+            b
+        };
+        b.tls_root_certificate(ca.clone())
+            .connect_sentinel(urls.clone(), SENTINEL_SERVICE)
+    };
+    let holder = connect(false).await.expect("connect through TLS sentinels");
+    let waiter = connect(true).await.unwrap();
+    lockguard_testing::faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "sentinel-tls")
+        .await;
+
+    // The sentinels name the new master's TLS port; the client follows.
+    let first = group.master_port().expect("a master");
+    let second = group.failover();
+    assert_ne!(first, second);
+    let moved = eventually(Duration::from_secs(15), || async {
+        match holder.lock("sentinel-tls-after").try_acquire().await {
+            Ok(g) => g.release().await.unwrap_or(false),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert!(moved, "no lock on the new master over TLS");
+
+    // Without the CA, the sentinels' certificate is refused.
+    let untrusted = Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect_sentinel(urls.clone(), SENTINEL_SERVICE)
+        .await
+        .unwrap_err();
+    assert!(untrusted.is_unavailable(), "{untrusted}");
+    // TLS to some sentinels and not to others is a mistake, said at once.
+    let mixed = [
+        urls[0].clone(),
+        urls[1].replacen("rediss://", "redis://", 1),
+    ];
+    let mixed = Client::builder()
+        .tls_root_certificate(ca.clone())
+        .connect_sentinel(mixed, SENTINEL_SERVICE)
+        .await
+        .unwrap_err();
+    assert!(mixed.is_invalid_input(), "{mixed}");
+}
+
+/// On the platform's TLS library, redis-rs takes no certificates for the
+/// master a sentinel names: a private CA for Sentinel is refused at once,
+/// naming the feature that takes it.
+#[cfg(all(feature = "sentinel", not(feature = "tls-rustls")))]
+#[tokio::test]
+async fn sentinel_tls_certificates_without_rustls_are_refused() {
+    let e = Client::builder()
+        .tls_root_certificate(b"a CA".to_vec())
+        .connect_sentinel(["rediss://127.0.0.1:1"], "mymaster")
+        .await
+        .unwrap_err();
+    assert!(
+        e.is_unsupported() && e.to_string().contains("tls-rustls"),
+        "{e}"
+    );
+}
