@@ -69,6 +69,33 @@ pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+// The Rust snippets of the pages in docs/, likewise: one item per page that
+// has any.
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/http.md")]
+struct DocsHttpDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/limits.md")]
+struct DocsLimitsDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/macros.md")]
+struct DocsMacrosDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/mysql.md")]
+struct DocsMysqlDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/observing.md")]
+struct DocsObservingDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/postgres.md")]
+struct DocsPostgresDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/redis.md")]
+struct DocsRedisDoctests;
+#[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/zookeeper.md")]
+struct DocsZookeeperDoctests;
+
 /// The Redis stores (one server, Sentinel, Cluster, Redlock), from the crate
 /// `lockguard-redis`.
 #[cfg(feature = "redis")]
