@@ -1,6 +1,7 @@
 //! lockguard: distributed locks with leases, fencing tokens and a watchdog,
-//! atomic counters, rate limiters and semaphores on Redis, PostgreSQL or
-//! ZooKeeper, with an in-memory store of the same semantics for tests and
+//! atomic counters, rate limiters and semaphores on Redis (standalone,
+//! Sentinel, Cluster, Redlock), PostgreSQL, MySQL/MariaDB or ZooKeeper, with
+//! an in-memory store of the same semantics for tests and
 //! single-process use.
 //!
 //! ```

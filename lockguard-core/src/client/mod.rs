@@ -155,8 +155,10 @@ impl Client {
         &self.engine.prefix
     }
 
-    /// The store's name: `"memory"`, `"redis"`, `"redis-cluster"` or
-    /// `"redlock"`.
+    /// The store's name: `"memory"`, `"redis"` (Sentinel too),
+    /// `"redis-cluster"`, `"redlock"`, `"postgres"`, `"mysql"` or
+    /// `"zookeeper"` for lockguard's stores, or what another store's
+    /// boundary calls itself.
     pub fn backend_name(&self) -> &'static str {
         self.engine.store.locks.name()
     }
