@@ -30,6 +30,17 @@
 //! `Unsupported`. What it survives is in lockguard-core's
 //! [safety notes](lockguard_core::safety).
 //!
+//! **TLS** is not built in. The client crate, `zookeeper-client`, offers
+//! it (its `tls` feature), but that feature brings rustls's aws-lc-rs
+//! provider (through `futures-rustls`'s default features) next to the ring
+//! provider lockguard's other stores use; with both in one build, rustls
+//! has no default provider, and redis-rs's TLS set-up, which relies on the
+//! default, fails. An application that accepts that (it installs a process
+//! provider with `rustls::crypto::CryptoProvider::install_default`) can make
+//! its own TLS client with `zookeeper_client::Client::connector()
+//! .with_tls(..).secure_connect(..)` and hand it to
+//! [`ZooKeeperBuilder::connect_zookeeper_client`].
+//!
 //! This crate is built on lockguard-core's public
 //! [store boundary](lockguard_core::store) only; the facade crate
 //! `lockguard` re-exports it as `lockguard::zookeeper` (feature
