@@ -129,6 +129,14 @@ pub trait BuilderExt {
     fn connect_cluster_with<I>(self, nodes: I) -> impl Future<Output = Result<Client>> + Send
     where
         I: IntoIterator<Item = redis::ConnectionInfo>;
+    #[cfg(feature = "cluster")]
+    fn connect_cluster_connection<I>(
+        self,
+        connection: redis::cluster_async::ClusterConnection,
+        nodes: I,
+    ) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>;
     #[cfg(feature = "sentinel")]
     fn connect_sentinel<I, S>(
         self,
@@ -201,6 +209,19 @@ impl BuilderExt for Builder {
     {
         let nodes: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
         RedisBuilder::new(self).connect_cluster_with(nodes)
+    }
+
+    #[cfg(feature = "cluster")]
+    fn connect_cluster_connection<I>(
+        self,
+        connection: redis::cluster_async::ClusterConnection,
+        nodes: I,
+    ) -> impl Future<Output = Result<Client>> + Send
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>,
+    {
+        let nodes: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
+        RedisBuilder::new(self).connect_cluster_connection(connection, nodes)
     }
 
     #[cfg(feature = "sentinel")]
@@ -511,6 +532,71 @@ impl RedisBuilder {
         let store =
             crate::store::connect_cluster(infos, self.redis_options(), self.redis.tls.clone())
                 .await?;
+        self.builder.build(store)
+    }
+
+    /// A client whose commands go over the application's own Redis Cluster
+    /// connection, so lockguard adds no command connections of its own:
+    /// only the pub/sub connection its waiters are woken on, made from
+    /// `nodes`, the seed nodes the application's cluster client was made
+    /// from (address, user, password, TLS; this builder's certificates
+    /// apply to them).
+    ///
+    /// The connection's routing, reconnection and retry settings are the
+    /// application's. **Build its client with `.retries(0)`**: redis-rs
+    /// retries a request after a connection error by default, when the
+    /// request may already have run, so a counter update could count twice
+    /// (lockguard's own cluster clients never retry; each operation reports
+    /// its error, and lock operations are safe to repeat by hand).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for no seed nodes or unusable ones,
+    /// [`ErrorKind::Unsupported`](lockguard_core::ErrorKind::Unsupported)
+    /// for a server older than 6.2.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> lockguard_core::Result<()> {
+    /// use redis::IntoConnectionInfo as _;
+    /// use lockguard_redis::BuilderExt as _;
+    ///
+    /// let seeds = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"];
+    /// let app = redis::cluster::ClusterClientBuilder::new(seeds)
+    ///     .retries(0)
+    ///     .build()
+    ///     .unwrap();
+    /// let conn = app.get_async_connection().await.unwrap();
+    /// let nodes = seeds.iter().map(|u| u.into_connection_info().unwrap());
+    /// let lg = lockguard_core::Client::builder()
+    ///     .connect_cluster_connection(conn.clone(), nodes)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "cluster")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+    pub async fn connect_cluster_connection<I>(
+        self,
+        connection: redis::cluster_async::ClusterConnection,
+        nodes: I,
+    ) -> Result<Client>
+    where
+        I: IntoIterator<Item = redis::ConnectionInfo>,
+    {
+        self.validate()?;
+        if self.redis.replicas.is_some() {
+            return Err(Error::invalid(
+                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
+            ));
+        }
+        let store = crate::store::connect_cluster_connection(
+            connection,
+            nodes.into_iter().collect(),
+            self.redis_options(),
+            self.redis.tls.clone(),
+        )
+        .await?;
         self.builder.build(store)
     }
 

@@ -694,6 +694,15 @@ impl RedisStore {
         )
         .await
         .map_err(unreachable)?;
+        Self::with_cluster_connection(conn, opts).await
+    }
+
+    /// A store over a cluster connection, the application's or its own.
+    #[cfg(feature = "cluster")]
+    pub(crate) async fn with_cluster_connection(
+        conn: redis::cluster_async::ClusterConnection,
+        opts: RedisOptions,
+    ) -> Result<Self> {
         let store = Self {
             conn: Conn::Cluster(conn),
             opts,
@@ -1130,6 +1139,27 @@ pub(crate) async fn connect_cluster(
 ) -> Result<Store> {
     let client = cluster_client_for(&infos, opts, &tls, None)?;
     let store = RedisStore::connect_cluster(client, opts).await?;
+    let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+}
+
+/// A store whose commands go over the application's cluster connection,
+/// with a subscriber of its own made from the seed nodes `infos`.
+#[cfg(feature = "cluster")]
+pub(crate) async fn connect_cluster_connection(
+    conn: redis::cluster_async::ClusterConnection,
+    infos: Vec<redis::ConnectionInfo>,
+    opts: RedisOptions,
+    tls: TlsSettings,
+) -> Result<Store> {
+    if infos.is_empty() {
+        return Err(Error::invalid(
+            "a cluster connection needs the seed nodes it was made from, for the pub/sub connection",
+        ));
+    }
+    // Checked now, not when the first waiter subscribes.
+    cluster_client_for(&infos, opts, &tls, None)?;
+    let store = RedisStore::with_cluster_connection(conn, opts).await?;
     let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
 }

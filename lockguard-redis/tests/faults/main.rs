@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
+#[cfg(feature = "cluster")]
+use lockguard_testing::RedisCluster;
 use lockguard_testing::faults::{
     OUTAGE, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
     first_requests_after_an_outage_succeed, outage, patient, wake_ups_come_back_after_an_outage,
@@ -1265,4 +1267,112 @@ async fn a_client_on_the_applications_connection_manager_adds_only_pubsub() {
         woken < Duration::from_secs(5),
         "woken by a refresh: {woken:?}"
     );
+}
+
+/// Every connection on the cluster's nodes, but the probe's own.
+#[cfg(feature = "cluster")]
+async fn cluster_clients(cluster: &RedisCluster) -> Vec<String> {
+    let mut all = Vec::new();
+    for node in &cluster.nodes {
+        all.extend(connected_clients(node).await);
+    }
+    all
+}
+
+/// A client built on the application's own cluster connection sends its
+/// commands there: lockguard adds no connection to any node until a task
+/// waits, then only subscribed ones, and the waiter is woken over them.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_on_the_applications_cluster_connection_adds_only_pubsub() {
+    use redis::IntoConnectionInfo as _;
+
+    let cluster = RedisCluster::start(3);
+    let app = redis::cluster::ClusterClientBuilder::new(cluster.urls())
+        .retries(0)
+        .use_protocol(redis::ProtocolVersion::RESP3)
+        .build()
+        .unwrap();
+    let conn = app.get_async_connection().await.unwrap();
+    let nodes = || {
+        cluster
+            .urls()
+            .into_iter()
+            .map(|u| u.into_connection_info().unwrap())
+    };
+    let before = cluster_clients(&cluster).await;
+
+    let lg = Client::builder()
+        .connect_cluster_connection(conn.clone(), nodes())
+        .await
+        .expect("a client on the application's cluster connection");
+    for key in ["byo-a", "byo-b", "byo-c", "byo-d"] {
+        let guard = lg.lock(key).try_acquire().await.unwrap();
+        assert!(guard.release().await.unwrap());
+    }
+    let after = cluster_clients(&cluster).await;
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "lockguard opened connections of its own: before {before:#?}, after {after:#?}"
+    );
+    assert!(
+        after.iter().any(|l| l.contains("cmd=evalsha")),
+        "lockguard's scripts did not go over the application's connection: {after:#?}"
+    );
+
+    // A waiter opens subscribed connections only, and is woken over them.
+    let waiter = faults::patient()
+        .connect_cluster_connection(conn.clone(), nodes())
+        .await
+        .unwrap();
+    let held = lg.lock("byo-cluster-wait").try_acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock("byo-cluster-wait")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        lg.lock("byo-cluster-wait").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    // A connection is its id on its node (`laddr`).
+    let id = |line: &String| {
+        let field = |name: &str| {
+            line.split(' ')
+                .find(|f| f.starts_with(name))
+                .map(str::to_owned)
+        };
+        (field("id="), field("laddr="))
+    };
+    let known: Vec<_> = after.iter().map(id).collect();
+    let during = cluster_clients(&cluster).await;
+    let added: Vec<&String> = during.iter().filter(|l| !known.contains(&id(l))).collect();
+    // The pub/sub cluster connection: one connection per node, at least
+    // one of them subscribed.
+    assert!(
+        added.len() == cluster.nodes.len()
+            && added.iter().any(|l| !l.contains(" sub=0 psub=0 ssub=0 ")),
+        "besides the application's connections, one pub/sub cluster connection: {added:#?}"
+    );
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let woken = waiting.await.unwrap() - released;
+    assert!(
+        woken < Duration::from_secs(5),
+        "woken by a refresh: {woken:?}"
+    );
+
+    let none = Client::builder()
+        .connect_cluster_connection(conn, std::iter::empty())
+        .await
+        .unwrap_err();
+    assert!(none.is_invalid_input(), "{none}");
 }
