@@ -2,6 +2,7 @@
 //! default is global: with none installed the functions return the
 //! `NoDefaultClient` error (no panic, no body) and say how to fix it once,
 //! at error level; once one is installed they use it.
+#![cfg(all(feature = "macros", feature = "redis"))]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
