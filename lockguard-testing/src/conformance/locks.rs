@@ -305,7 +305,10 @@ pub async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
 
 /// Dropping `acquire` futures at random points, while waiting and around the
 /// moment the store grants the lock, never leaves the lock held: a fresh
-/// `try_acquire` succeeds within 100 ms.
+/// `try_acquire` succeeds within 2 s, a tenth of the lease. (A grant that
+/// lands after the drop is released in the background, usually within a
+/// few ms; the bound leaves room for a machine busy with other work, and
+/// still fails a lock kept for its lease.)
 pub async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
     let a = env.client().await;
     let probe = env.client().await;
@@ -336,7 +339,7 @@ pub async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
             h.release().await.unwrap();
         }
         let probe2 = probe.clone();
-        let freed = eventually(Duration::from_millis(100), || {
+        let freed = eventually(Duration::from_secs(2), || {
             let p = probe2.clone();
             async move {
                 tokio::spawn(async move {
