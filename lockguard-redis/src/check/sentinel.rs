@@ -149,7 +149,12 @@ pub async fn sentinel<S: AsRef<str>>(urls: &[S], service: &str) -> Result<Report
         )
     });
     if !down {
-        let node = Node::connect(&format!("redis://{master}")).await?;
+        // The master is reached as the sentinels are: with TLS or without.
+        let scheme = urls
+            .first()
+            .and_then(|u| u.as_ref().split_once("://"))
+            .map_or("redis", |(scheme, _)| scheme);
+        let node = Node::connect(&format!("{scheme}://{master}")).await?;
         findings.extend(node.findings(""));
     }
     Ok(Report::new("redis-sentinel", findings))
