@@ -89,6 +89,7 @@ use lockguard_core::store::Store;
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
 mod bell;
+pub mod check;
 mod error;
 mod fenced_table;
 mod flights;

@@ -1,13 +1,25 @@
-//! The deployment check of a Redis server or Redlock's nodes: what a lock's
-//! guarantees depend on, read from the servers (`INFO`, `CONFIG GET`,
-//! `TIME`). The facade's `lockguard::check(url)` and `lockguard check URL`
-//! call it.
+//! The deployment check of a Redis server, Redlock's nodes, a Redis Cluster
+//! (feature `cluster`) or a Sentinel group (feature `sentinel`): what a
+//! lock's guarantees depend on, read from the servers (`INFO`, `CONFIG
+//! GET`, `TIME`, `CLUSTER NODES`, `SENTINEL MASTER`). The facade's
+//! `lockguard::check(url)` and `lockguard check URL` call it.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::{Error, ErrorKind, Result};
+use redis::aio::MultiplexedConnection;
+
+#[cfg(feature = "cluster")]
+mod cluster;
+#[cfg(feature = "sentinel")]
+mod sentinel;
+
+#[cfg(feature = "cluster")]
+pub use cluster::cluster;
+#[cfg(feature = "sentinel")]
+pub use sentinel::sentinel;
 
 const EXCLUSION: &str = "mutual exclusion; safety notes: running Redis for locks";
 const AVAILABILITY: &str = "availability";
@@ -102,19 +114,9 @@ struct Node {
 
 impl Node {
     async fn connect(url: &str) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::invalid(format!("{url:?} is not a Redis URL: {e}")))?;
-        let addr = client.get_connection_info().addr().to_string();
+        let (addr, mut conn) = open(url).await?;
         let down = |e: String| Error::new(ErrorKind::Unavailable, format!("redis {addr}: {e}"));
-        let mut conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .map_err(|_| down("no answer".into()))?
-            .map_err(|e| down(e.to_string()))?;
-        let text: String = redis::cmd("INFO")
-            .arg("all")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| down(format!("INFO: {e}")))?;
+        let text: String = ask(&mut conn, &addr, "INFO", redis::cmd("INFO").arg("all")).await?;
         let info = text
             .lines()
             .filter_map(|l| l.trim().split_once(':'))
@@ -148,8 +150,29 @@ impl Node {
         self.info.get(key).map_or("", String::as_str)
     }
 
-    /// The server's findings, each subject after `prefix`.
+    /// The server's findings, each subject after `prefix`: its own
+    /// ([`Node::server_findings`]), its replication, and whether it is a
+    /// cluster node.
     fn findings(&self, prefix: &str) -> Vec<Finding> {
+        let mut out = self.server_findings(prefix);
+        out.push(self.replication(format!("{prefix}replication")));
+        if self.get("cluster_enabled") == "1" {
+            out.push(Finding::new(
+                Verdict::Fail,
+                format!("{prefix}cluster"),
+                "a Redis Cluster node: connect with redis+cluster:// (a client of one node \
+                 cannot reach the keys of other slots)",
+                AVAILABILITY,
+            ));
+        }
+        out
+    }
+
+    /// What any server that holds locks is checked for, whatever the
+    /// deployment around it (one server, a Redlock node, a cluster master,
+    /// the master the sentinels name): its version, `maxmemory-policy` and
+    /// persistence, each subject after `prefix`.
+    fn server_findings(&self, prefix: &str) -> Vec<Finding> {
         let subject = |s: &str| format!("{prefix}{s}");
         let mut out = Vec::new();
         let version = self.get("redis_version");
@@ -225,18 +248,23 @@ impl Node {
                 EXCLUSION,
             ),
         });
+        out
+    }
+
+    /// The server's role and replicas, as the finding `subject`.
+    fn replication(&self, subject: String) -> Finding {
         let role = self.get("role");
         let replicas: u32 = self.get("connected_slaves").parse().unwrap_or(0);
-        out.push(match role {
+        match role {
             "master" if replicas == 0 => Finding::new(
                 Verdict::Ok,
-                subject("replication"),
+                subject,
                 "a master with no replica: no failover can lose a lock",
                 EXCLUSION,
             ),
             "master" => Finding::new(
                 Verdict::Warn,
-                subject("replication"),
+                subject,
                 format!(
                     "a master with {replicas} replica(s): a failover loses the lock writes the \
                      replicas had not received, unless the clients set wait_for_replicas"
@@ -245,24 +273,48 @@ impl Node {
             ),
             other => Finding::new(
                 Verdict::Fail,
-                subject("replication"),
+                subject,
                 format!(
                     "role {other:?}: a replica refuses writes; point the URL at the master (or \
                      at the sentinels, redis+sentinel://)"
                 ),
                 AVAILABILITY,
             ),
-        });
-        if self.get("cluster_enabled") == "1" {
-            out.push(Finding::new(
-                Verdict::Fail,
-                subject("cluster"),
-                "a Redis Cluster node: connect with redis+cluster:// (a client of one node \
-                 cannot reach the keys of other slots)",
-                AVAILABILITY,
-            ));
         }
-        out
+    }
+}
+
+/// A connection to the server at `url`, and its address for messages.
+async fn open(url: &str) -> Result<(String, MultiplexedConnection)> {
+    let client = redis::Client::open(url)
+        .map_err(|e| Error::invalid(format!("{url:?} is not a Redis URL: {e}")))?;
+    let addr = client.get_connection_info().addr().to_string();
+    let down = |e: String| Error::new(ErrorKind::Unavailable, format!("redis {addr}: {e}"));
+    let conn = tokio::time::timeout(TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .map_err(|_| down("no answer".into()))?
+        .map_err(|e| down(e.to_string()))?;
+    Ok((addr, conn))
+}
+
+/// Sends `cmd` (named `what` in errors) to the server at `addr`, bounded
+/// by [`TIMEOUT`].
+async fn ask<T: redis::FromRedisValue>(
+    conn: &mut MultiplexedConnection,
+    addr: &str,
+    what: &str,
+    cmd: &redis::Cmd,
+) -> Result<T> {
+    match tokio::time::timeout(TIMEOUT, cmd.query_async(conn)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("redis {addr}: {what}: {e}"),
+        )),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("redis {addr}: {what}: no answer within {TIMEOUT:?}"),
+        )),
     }
 }
 

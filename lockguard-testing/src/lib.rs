@@ -363,22 +363,7 @@ impl RedisCluster {
     ///
     /// As [`RedisCluster::start`].
     pub fn start_with_args(masters: usize, extra: &[&str]) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters)
-            .map(|_| {
-                let mut args = vec![
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "1000",
-                    "--cluster-require-full-coverage",
-                    "no",
-                ];
-                args.extend_from_slice(extra);
-                RedisServer::start_with_args(&args)
-            })
-            .collect();
+        let nodes: Vec<RedisServer> = (0..masters).map(|_| Self::start_node(extra)).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
@@ -407,6 +392,75 @@ impl RedisCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         cluster
+    }
+
+    /// A cluster node not yet in a cluster, with `extra` arguments.
+    fn start_node(extra: &[&str]) -> RedisServer {
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-require-full-coverage",
+            "no",
+        ];
+        args.extend_from_slice(extra);
+        RedisServer::start_with_args(&args)
+    }
+
+    /// Starts a node (with `extra` arguments) and makes it a replica of the
+    /// master `nodes[master]`; returns it once the master counts it as a
+    /// connected replica. The caller keeps it (dropping it kills it).
+    ///
+    /// # Panics
+    ///
+    /// When the node does not start or does not join within 20 s.
+    pub fn add_replica(&self, master: usize, extra: &[&str]) -> RedisServer {
+        let master = &self.nodes[master];
+        let replica = Self::start_node(extra);
+        let mut to_master = master.client().get_connection().expect("connect");
+        let mut conn = replica.client().get_connection().expect("connect");
+        let id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut to_master)
+            .expect("CLUSTER MYID");
+        let _: () = redis::cmd("CLUSTER")
+            .arg("MEET")
+            .arg("127.0.0.1")
+            .arg(master.port())
+            .query(&mut conn)
+            .expect("CLUSTER MEET");
+        let started = Instant::now();
+        // The new node learns the master's id by gossip: until then
+        // REPLICATE answers that the node is unknown.
+        while redis::cmd("CLUSTER")
+            .arg("REPLICATE")
+            .arg(&id)
+            .query::<()>(&mut conn)
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the new node never learned of master {id}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut to_master)
+                .expect("INFO");
+            if info.contains(&format!("port={},state=online", replica.port())) {
+                return replica;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the master never counted its new replica: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The nodes' URLs, to seed a cluster client.

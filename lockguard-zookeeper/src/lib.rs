@@ -50,6 +50,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod check;
 mod connect;
 mod store;
 

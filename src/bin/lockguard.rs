@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: lockguard check URL
 
-Connects to the store at URL (redis://, redis+redlock://, postgres://, ...) and
+Connects to the store at URL (redis://, redis+redlock://, redis+cluster://,
+redis+sentinel://, postgres://, mysql:// or mariadb://, zookeeper://) and
 says, line by line, whether this deployment provides what a lock's
 guarantees depend on (OK, WARN or FAIL, with the guarantee it affects).
 Exit status: 0 when nothing fails, 1 on a FAIL, 2 when the check could not run.";
