@@ -39,12 +39,13 @@
 //! | `cluster` | Redis Cluster support (`Client::connect_cluster`) |
 //! | `sentinel` | Redis Sentinel (`Builder::connect_sentinel`): the master, followed across failovers |
 //! | `postgres` | `lockguard-postgres` as `lockguard::postgres`: the PostgreSQL store (`Client::connect_postgres` with `lockguard::postgres::ClientExt` in scope, or `lockguard::prelude::*`), `FencedTable` |
+//! | `sqlx` | `postgres`, plus `Builder::connect_sqlx_pool`: the PostgreSQL store over the application's `sqlx::PgPool` (sqlx 0.8) |
 //! | `mysql` | `lockguard-mysql` as `lockguard::mysql`: the MySQL/MariaDB store (`Client::connect_mysql` with `lockguard::prelude::*`) |
 //! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
-//! | `tls-rustls`, `tls-native-tls` | `rediss://` through rustls or the platform's TLS library; custom CAs and client certificates |
+//! | `tls-rustls`, `tls-native-tls` | `rediss://` (one server, Cluster, Sentinel, Redlock) through rustls or the platform's TLS library, custom CAs and client certificates; with `tls-rustls`, PostgreSQL over TLS too |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |
-//! | `full` | all of the above |
+//! | `full` | all of the above but `tls-native-tls` |
 //!
 //! See [`lockguard_core`] for the guarantees every lock keeps.
 

@@ -93,6 +93,19 @@ pub trait BuilderExt {
         pool: Pool,
         listen: tokio_postgres::Config,
     ) -> impl Future<Output = Result<Client>> + Send;
+
+    /// See [`PostgresBuilder::connect_sqlx_pool`].
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    #[cfg(feature = "sqlx")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+    fn connect_sqlx_pool(
+        self,
+        pool: sqlx::PgPool,
+        listen_url: &str,
+    ) -> impl Future<Output = Result<Client>> + Send;
 }
 
 impl BuilderExt for Builder {
@@ -117,6 +130,15 @@ impl BuilderExt for Builder {
         listen: tokio_postgres::Config,
     ) -> impl Future<Output = Result<Client>> + Send {
         PostgresBuilder::new(self).connect_postgres_pool(pool, listen)
+    }
+
+    #[cfg(feature = "sqlx")]
+    fn connect_sqlx_pool(
+        self,
+        pool: sqlx::PgPool,
+        listen_url: &str,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        PostgresBuilder::new(self).connect_sqlx_pool(pool, listen_url)
     }
 }
 
@@ -239,6 +261,55 @@ impl PostgresBuilder {
     pub async fn connect_postgres_pool(
         self,
         pool: Pool,
+        listen: tokio_postgres::Config,
+    ) -> Result<Client> {
+        self.connect_over(crate::pool::Pool::Deadpool(pool), listen)
+            .await
+    }
+
+    /// Connects through the application's `sqlx` pool (sqlx 0.8): every
+    /// operation takes a connection from `pool` for one statement, as the
+    /// application's own queries do (sqlx prepares each statement once per
+    /// connection). `listen_url` is the database's URL, for the one
+    /// connection lockguard opens itself, at the first wait, to listen for
+    /// handoffs (the URL the pool was made from; sqlx does not hand out a
+    /// pool's password). Creates lockguard's schema when it is missing.
+    ///
+    /// # Errors
+    ///
+    /// As [`PostgresBuilder::connect_postgres`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use lockguard_postgres::BuilderExt as _;
+    ///
+    /// let url = std::env::var("DATABASE_URL")?;
+    /// let pool = sqlx::PgPool::connect(&url).await?; // the application's
+    /// let lg = lockguard_core::Client::builder()
+    ///     .postgres_schema("lockguard")
+    ///     .connect_sqlx_pool(pool.clone(), &url)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "sqlx")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+    pub async fn connect_sqlx_pool(self, pool: sqlx::PgPool, listen_url: &str) -> Result<Client> {
+        let listen = tokio_postgres::Config::from_str(listen_url).map_err(|e| {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("malformed postgres url {:?}", redact(listen_url)),
+            )
+            .with_source(e)
+        })?;
+        self.connect_over(crate::pool::Pool::Sqlx(pool), listen)
+            .await
+    }
+
+    async fn connect_over(
+        self,
+        pool: crate::pool::Pool,
         listen: tokio_postgres::Config,
     ) -> Result<Client> {
         // The client's settings first: a bad prefix is reported before any

@@ -8,15 +8,17 @@ use std::time::Duration;
 
 use lockguard_core::store::Flight;
 
+use crate::pool::Conn;
+
 /// An acquisition sent on `conn`: ends its flight when it has answered, or
 /// (dropped before that) once the connection has run it.
 pub(crate) struct InFlight {
-    conn: Option<deadpool_postgres::Object>,
+    conn: Option<Conn>,
     flight: Option<Flight>,
 }
 
 impl InFlight {
-    pub(crate) fn new(conn: deadpool_postgres::Object, flight: Flight) -> Self {
+    pub(crate) fn new(conn: Conn, flight: Flight) -> Self {
         Self {
             conn: Some(conn),
             flight: Some(flight),
@@ -24,8 +26,8 @@ impl InFlight {
     }
 
     /// The connection the statement goes out on.
-    pub(crate) fn conn(&self) -> &deadpool_postgres::Object {
-        self.conn.as_ref().expect("present until landed or dropped")
+    pub(crate) fn conn(&mut self) -> &mut Conn {
+        self.conn.as_mut().expect("present until landed or dropped")
     }
 
     /// The statement answered: the flight is over.
@@ -36,7 +38,7 @@ impl InFlight {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let (Some(conn), Some(flight)) = (self.conn.take(), self.flight.take()) else {
+        let (Some(mut conn), Some(flight)) = (self.conn.take(), self.flight.take()) else {
             return;
         };
         // Outside a runtime nothing can be sent; the release then goes
@@ -44,9 +46,7 @@ impl Drop for InFlight {
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move {
                 // Queued behind the acquisition on the same connection.
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(30), conn.batch_execute("SELECT 1"))
-                        .await;
+                let _ = tokio::time::timeout(Duration::from_secs(30), conn.batch("SELECT 1")).await;
                 drop(flight);
             });
         }

@@ -22,9 +22,9 @@
 //! The driver crates it is built on are re-exported, so an application
 //! hands in a pool and settings of the same versions.
 //!
-//!
-//! Connect with [`ClientExt::connect_postgres`] or the `connect_postgres*`
-//! methods of [`BuilderExt`]. What the store guarantees, and what a single
+//! Connect with [`ClientExt::connect_postgres`], the `connect_postgres*`
+//! methods of [`BuilderExt`], or, with the `sqlx` feature, on the
+//! application's `sqlx::PgPool` with `BuilderExt::connect_sqlx_pool`. What the store guarantees, and what a single
 //! database does and does not survive, is in lockguard-core's
 //! [safety notes](lockguard_core::safety).
 //!
@@ -64,6 +64,7 @@ mod connect;
 mod fenced_table;
 mod flights;
 mod listener;
+mod pool;
 mod schema;
 mod store;
 mod tls;
@@ -72,4 +73,7 @@ pub use connect::{BuilderExt, ClientExt, DEFAULT_SCHEMA, PostgresBuilder};
 pub use fenced_table::{FencedTable, migration_sql};
 
 pub use deadpool_postgres;
+#[cfg(feature = "sqlx")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlx")))]
+pub use sqlx;
 pub use tokio_postgres;

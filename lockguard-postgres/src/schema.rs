@@ -1,7 +1,9 @@
 //! lockguard's schema in PostgreSQL: created on first connect, or by hand
 //! from [`migration_sql`].
 
-use lockguard_core::{Error, Result};
+use lockguard_core::{Error, ErrorKind, Result};
+
+use crate::pool::Conn;
 
 /// The schema lockguard's tables and functions live in unless configured.
 pub const DEFAULT_SCHEMA: &str = "lockguard";
@@ -45,16 +47,18 @@ pub(crate) fn migration_sql(schema: &str) -> Result<String> {
 /// Creates the schema when it is missing or older than this version, in one
 /// transaction under an advisory lock, so clients starting together create
 /// it once.
-pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -> Result<()> {
+pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
     let what = || format!("creating lockguard's schema {schema:?}");
     let version: i32 = conn
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
+        .query("SELECT current_setting('server_version_num')::int", &[])
         .await
-        .and_then(|row| row.try_get(0))
-        .map_err(|e| crate::store::pg_error(e, "reading the server's version"))?;
+        .map_err(|e| e.about("reading the server's version"))?
+        .first()
+        .ok_or_else(|| Error::new(ErrorKind::Protocol, "no server version from postgres"))?
+        .get(0, "reading the server's version")?;
     if version < MIN_SERVER_VERSION {
         return Err(Error::new(
-            lockguard_core::ErrorKind::Unsupported,
+            ErrorKind::Unsupported,
             format!(
                 "postgres is version {}.{}; lockguard needs {} or newer",
                 version / 10_000,
@@ -65,12 +69,14 @@ pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -
     }
     let read = format!("SELECT max(version) FROM {schema}.meta");
     // Missing (an error): created below, where any other failure shows.
-    if let Ok(row) = conn.query_one(&read, &[]).await {
-        match row.try_get::<_, Option<i32>>(0) {
+    if let Ok(rows) = conn.query(&read, &[]).await
+        && let Some(row) = rows.first()
+    {
+        match row.get::<Option<i32>>(0, &what()) {
             Ok(Some(v)) if v == VERSION => return Ok(()),
             Ok(Some(v)) if v > VERSION => {
                 return Err(Error::new(
-                    lockguard_core::ErrorKind::Unsupported,
+                    ErrorKind::Unsupported,
                     format!(
                         "lockguard's schema {schema:?} is version {v}, made by a newer lockguard; this one knows version {VERSION}"
                     ),
@@ -79,23 +85,13 @@ pub(crate) async fn ensure(conn: &mut deadpool_postgres::Object, schema: &str) -
             _ => {}
         }
     }
-    let sql = migration_sql(schema)?;
-    let tx = conn
-        .transaction()
-        .await
-        .map_err(|e| crate::store::pg_error(e, &what()))?;
-    tx.execute(
-        "SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration', 0))",
-        &[],
-    )
-    .await
-    .map_err(|e| crate::store::pg_error(e, &what()))?;
-    tx.batch_execute(&sql)
-        .await
-        .map_err(|e| crate::store::pg_error(e, &what()))?;
-    tx.commit()
-        .await
-        .map_err(|e| crate::store::pg_error(e, &what()))?;
+    // One simple query: its statements run as one transaction, which holds
+    // the advisory lock to its end.
+    let sql = format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration', 0));\n{}",
+        migration_sql(schema)?
+    );
+    conn.batch(&sql).await.map_err(|e| e.about(&what()))?;
     tracing::info!(
         schema,
         version = VERSION,

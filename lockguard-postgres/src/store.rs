@@ -14,10 +14,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::{Pool, PoolError};
-use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::ToSql;
 
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
@@ -26,6 +23,7 @@ use lockguard_core::store::{
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
+use crate::pool::{Param, Pool, Row};
 use crate::{flights, listener, schema};
 
 /// How to reach PostgreSQL and how long to wait for it.
@@ -102,7 +100,7 @@ impl fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresStore")
             .field("schema", &self.schema)
-            .field("pool", &self.pool.status())
+            .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
 }
@@ -136,7 +134,7 @@ pub(crate) async fn connect(
     let what = "connecting to postgres";
     let mut conn = store
         .bounded(opts.connect_timeout, || what.to_owned(), async {
-            store.pool.get().await.map_err(|e| pool_error(e, what))
+            store.pool.get().await.map_err(|e| e.about(what))
         })
         .await
         .map_err(unreachable)?;
@@ -167,13 +165,9 @@ fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
         loop {
             tick.tick().await;
             let sweep = async {
-                let conn = pool.get().await.ok()?;
-                let stmt = conn.prepare_cached(&sql).await.ok()?;
-                conn.query_one(&stmt, &[])
-                    .await
-                    .ok()?
-                    .try_get::<_, i64>(0)
-                    .ok()
+                let mut conn = pool.get().await.ok()?;
+                let rows = conn.query(&sql, &[]).await.ok()?;
+                rows.first()?.get::<i64>(0, "sweeping").ok()
             };
             match tokio::time::timeout(timeout, sweep).await {
                 Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
@@ -187,78 +181,73 @@ fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
 
 /// The error for a failed statement about `what`.
 pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
-    let kind = match err.code() {
-        Some(code) => {
-            let c = code.code();
-            if *code == SqlState::NUMERIC_VALUE_OUT_OF_RANGE {
-                ErrorKind::InvalidInput
-            } else if *code == SqlState::FEATURE_NOT_SUPPORTED {
-                // The session's isolation level (see schema.sql).
-                ErrorKind::Unsupported
-            } else if c.starts_with("08")
-                || c.starts_with("53")
-                || c.starts_with("57")
-                || c.starts_with("58")
-                || *code == SqlState::T_R_SERIALIZATION_FAILURE
-                || *code == SqlState::T_R_DEADLOCK_DETECTED
-                || *code == SqlState::READ_ONLY_SQL_TRANSACTION
-            {
-                // Connection failures, resources, shutdown, a read-only
-                // standby: trying again later may succeed.
-                ErrorKind::Unavailable
-            } else if *code == SqlState::INVALID_PASSWORD
-                || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-                || *code == SqlState::INSUFFICIENT_PRIVILEGE
-            {
-                // The service's credentials or grants: no retry helps.
-                ErrorKind::Unauthorized
-            } else if *code == SqlState::INVALID_CATALOG_NAME {
-                // The URL names a database the server does not have.
-                ErrorKind::Misconfigured
-            } else {
-                ErrorKind::Protocol
-            }
-        }
-        None if err.is_closed() => ErrorKind::Unavailable,
+    let (kind, message) = match err.code() {
+        Some(code) => classify(
+            Some(code.code()),
+            err.as_db_error().map(|db| db.message()),
+            what,
+        ),
         // I/O, TLS and connection errors carry no SQL state.
-        None => ErrorKind::Unavailable,
-    };
-    let message = match err.as_db_error() {
-        Some(db) if *db.code() == SqlState::FEATURE_NOT_SUPPORTED => {
-            format!("{what}: {}", db.message())
-        }
-        Some(db) if kind == ErrorKind::Unauthorized => format!(
-            "{what}: postgres refused the service's credentials or grants ({}); check the user and password of the URL, and that the user may create lockguard's schema or use it",
-            db.message()
-        ),
-        Some(db) if kind == ErrorKind::Misconfigured => format!(
-            "{what}: {}; create the database or name an existing one in the URL",
-            db.message()
-        ),
-        _ => match err.code() {
-            Some(code)
-                if *code == SqlState::UNDEFINED_FUNCTION
-                    || *code == SqlState::UNDEFINED_TABLE
-                    || *code == SqlState::INVALID_SCHEMA_NAME =>
-            {
-                format!("{what}: lockguard's schema is missing or was changed")
-            }
-            _ => what.to_owned(),
-        },
+        None => (ErrorKind::Unavailable, what.to_owned()),
     };
     Error::new(kind, message).with_source(err)
 }
 
-/// The error for a connection the pool could not hand out.
-fn pool_error(err: PoolError, what: &str) -> Error {
-    match err {
-        PoolError::Backend(e) => pg_error(e, what),
-        PoolError::Timeout(_) => Error::new(
-            ErrorKind::Unavailable,
-            format!("{what}: no postgres connection could be had in time"),
+/// The kind and message of an error the server answered with SQLSTATE
+/// `code` (and its message), about `what`; for either driver.
+pub(crate) fn classify(
+    code: Option<&str>,
+    db_message: Option<&str>,
+    what: &str,
+) -> (ErrorKind, String) {
+    let is = |state: &SqlState| code == Some(state.code());
+    let kind = match code {
+        None => ErrorKind::Unavailable,
+        Some(_) if is(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) => ErrorKind::InvalidInput,
+        // The session's isolation level (see schema.sql).
+        Some(_) if is(&SqlState::FEATURE_NOT_SUPPORTED) => ErrorKind::Unsupported,
+        // Connection failures, resources, shutdown, a read-only standby:
+        // trying again later may succeed.
+        Some(c)
+            if c.starts_with("08")
+                || c.starts_with("53")
+                || c.starts_with("57")
+                || c.starts_with("58")
+                || is(&SqlState::T_R_SERIALIZATION_FAILURE)
+                || is(&SqlState::T_R_DEADLOCK_DETECTED)
+                || is(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
+        {
+            ErrorKind::Unavailable
+        }
+        // The service's credentials or grants: no retry helps.
+        Some(_)
+            if is(&SqlState::INVALID_PASSWORD)
+                || is(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+                || is(&SqlState::INSUFFICIENT_PRIVILEGE) =>
+        {
+            ErrorKind::Unauthorized
+        }
+        // The URL names a database the server does not have.
+        Some(_) if is(&SqlState::INVALID_CATALOG_NAME) => ErrorKind::Misconfigured,
+        Some(_) => ErrorKind::Protocol,
+    };
+    let message = match db_message {
+        Some(m) if is(&SqlState::FEATURE_NOT_SUPPORTED) => format!("{what}: {m}"),
+        Some(m) if kind == ErrorKind::Unauthorized => format!(
+            "{what}: postgres refused the service's credentials or grants ({m}); check the user and password of the URL, and that the user may create lockguard's schema or use it"
         ),
-        other => Error::new(ErrorKind::Unavailable, what.to_owned()).with_source(other),
-    }
+        Some(m) if kind == ErrorKind::Misconfigured => {
+            format!("{what}: {m}; create the database or name an existing one in the URL")
+        }
+        _ if is(&SqlState::UNDEFINED_FUNCTION)
+            || is(&SqlState::UNDEFINED_TABLE)
+            || is(&SqlState::INVALID_SCHEMA_NAME) =>
+        {
+            format!("{what}: lockguard's schema is missing or was changed")
+        }
+        _ => what.to_owned(),
+    };
+    (kind, message)
 }
 
 /// A connect that timed out or was answered with garbage means the server
@@ -270,20 +259,6 @@ fn unreachable(e: Error) -> Error {
         }
         _ => e,
     }
-}
-
-/// The reply's column `i`, or a protocol error naming `what`.
-fn column<'a, T>(row: &'a Row, i: usize, what: &str) -> Result<T>
-where
-    T: tokio_postgres::types::FromSql<'a>,
-{
-    row.try_get(i).map_err(|e| {
-        Error::new(
-            ErrorKind::Protocol,
-            format!("{what}: unexpected reply from postgres"),
-        )
-        .with_source(e)
-    })
 }
 
 fn ms(d: Duration) -> i64 {
@@ -335,18 +310,12 @@ impl PostgresStore {
     async fn query(
         &self,
         sql: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[Param<'_>],
         what: impl Fn() -> String,
     ) -> Result<Vec<Row>> {
         self.bounded(self.opts.response_timeout, &what, async {
-            let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
-            let stmt = conn
-                .prepare_cached(sql)
-                .await
-                .map_err(|e| pg_error(e, &what()))?;
-            conn.query(&stmt, params)
-                .await
-                .map_err(|e| pg_error(e, &what()))
+            let mut conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
+            conn.query(sql, params).await.map_err(|e| e.about(&what()))
         })
         .await
     }
@@ -355,17 +324,21 @@ impl PostgresStore {
     async fn query_one(
         &self,
         sql: &str,
-        params: &[&(dyn ToSql + Sync)],
+        params: &[Param<'_>],
         what: impl Fn() -> String,
     ) -> Result<Row> {
-        let mut rows = self.query(sql, params, &what).await?;
-        match rows.len() {
-            1 => Ok(rows.remove(0)),
-            n => Err(Error::new(
-                ErrorKind::Protocol,
-                format!("{}: postgres answered {n} rows, not one", what()),
-            )),
-        }
+        one(self.query(sql, params, &what).await?, &what())
+    }
+}
+
+/// The one row of a statement that answers one.
+fn one(mut rows: Vec<Row>, what: &str) -> Result<Row> {
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(Error::new(
+            ErrorKind::Protocol,
+            format!("{what}: postgres answered {n} rows, not one"),
+        )),
     }
 }
 
@@ -417,34 +390,30 @@ impl LockStore for PostgresStore {
             let row = self
                 .bounded(self.opts.response_timeout, what, async {
                     let flight = self.flights.depart(token.as_str());
-                    let conn = self.pool.get().await.map_err(|e| pool_error(e, &what()))?;
-                    let stmt = conn
-                        .prepare_cached(&self.sql.acquire)
-                        .await
-                        .map_err(|e| pg_error(e, &what()))?;
-                    let sent = flights::InFlight::new(conn, flight);
-                    let row = sent
+                    let conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
+                    let mut sent = flights::InFlight::new(conn, flight);
+                    let rows = sent
                         .conn()
-                        .query_one(
-                            &stmt,
+                        .query(
+                            &self.sql.acquire,
                             &[
-                                &keys.id(),
-                                &token.as_str(),
-                                &ms(lease),
-                                &permits(keys.resource()),
-                                &wait,
-                                &channel,
-                                &attempt,
+                                keys.id().into(),
+                                token.as_str().into(),
+                                ms(lease).into(),
+                                permits(keys.resource()).into(),
+                                wait.into(),
+                                channel.into(),
+                                attempt.into(),
                             ],
                         )
                         .await
-                        .map_err(|e| pg_error(e, &what()));
+                        .map_err(|e| e.about(&what()));
                     sent.landed();
-                    row
+                    one(rows?, &what())
                 })
                 .await?;
-            let taken: bool = column(&row, 0, &what())?;
-            let n: Option<i64> = column(&row, 1, &what())?;
+            let taken: bool = row.get(0, &what())?;
+            let n: Option<i64> = row.get(1, &what())?;
             match (taken, n.map(u64::try_from)) {
                 (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
                     fence: FencingToken::new(fence),
@@ -476,11 +445,15 @@ impl LockStore for PostgresStore {
             let row = self
                 .query_one(
                     &self.sql.release,
-                    &[&keys.id(), &token.as_str(), &permits(keys.resource())],
+                    &[
+                        keys.id().into(),
+                        token.as_str().into(),
+                        permits(keys.resource()).into(),
+                    ],
                     what,
                 )
                 .await?;
-            column(&row, 0, &what())
+            row.get(0, &what())
         })
     }
 
@@ -495,11 +468,11 @@ impl LockStore for PostgresStore {
             let row = self
                 .query_one(
                     &self.sql.extend,
-                    &[&keys.id(), &token.as_str(), &ms(lease)],
+                    &[keys.id().into(), token.as_str().into(), ms(lease).into()],
                     what,
                 )
                 .await?;
-            column(&row, 0, &what())
+            row.get(0, &what())
         })
     }
 
@@ -507,12 +480,12 @@ impl LockStore for PostgresStore {
         StoreFuture::boxed(async move {
             let what = || format!("inspecting {:?}", keys.id());
             let row = self
-                .query_one(&self.sql.inspect, &[&keys.id()], what)
+                .query_one(&self.sql.inspect, &[keys.id().into()], what)
                 .await?;
-            let holders: i64 = column(&row, 0, &what())?;
-            let left: Option<i64> = column(&row, 1, &what())?;
-            let waiters: i64 = column(&row, 2, &what())?;
-            let latest: Option<i64> = column(&row, 3, &what())?;
+            let holders: i64 = row.get(0, &what())?;
+            let left: Option<i64> = row.get(1, &what())?;
+            let waiters: i64 = row.get(2, &what())?;
+            let latest: Option<i64> = row.get(3, &what())?;
             let garbage =
                 || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
             Ok(Occupancy::new(
@@ -540,10 +513,14 @@ impl DataStore for PostgresStore {
             let key = keys.id();
             let what = || format!("adding to counter {key:?}");
             let row = self
-                .query_one(&self.sql.counter_add, &[&key, &delta, &ttl_ms(ttl)], what)
+                .query_one(
+                    &self.sql.counter_add,
+                    &[key.into(), delta.into(), ttl_ms(ttl).into()],
+                    what,
+                )
                 .await
                 .map_err(overflow_is_invalid(key))?;
-            column(&row, 0, &what())
+            row.get(0, &what())
         })
     }
 
@@ -557,11 +534,15 @@ impl DataStore for PostgresStore {
             let key = keys.id();
             let what = || format!("taking from counter {key:?}");
             let row = self
-                .query_one(&self.sql.counter_take, &[&key, &n, &ttl_ms(ttl)], what)
+                .query_one(
+                    &self.sql.counter_take,
+                    &[key.into(), n.into(), ttl_ms(ttl).into()],
+                    what,
+                )
                 .await
                 .map_err(overflow_is_invalid(key))?;
-            let taken: bool = column(&row, 0, &what())?;
-            let value: i64 = column(&row, 1, &what())?;
+            let taken: bool = row.get(0, &what())?;
+            let value: i64 = row.get(1, &what())?;
             Ok(if taken { Ok(value) } else { Err(value) })
         })
     }
@@ -570,12 +551,14 @@ impl DataStore for PostgresStore {
         StoreFuture::boxed(async move {
             let key = keys.id();
             let what = || format!("reading counter {key:?}");
-            let rows = self.query(&self.sql.counter_get, &[&key], what).await?;
+            let rows = self
+                .query(&self.sql.counter_get, &[key.into()], what)
+                .await?;
             let Some(row) = rows.first() else {
                 return Ok((0, 0));
             };
-            let value: i64 = column(row, 0, &what())?;
-            let version: i64 = column(row, 1, &what())?;
+            let value: i64 = row.get(0, &what())?;
+            let version: i64 = row.get(1, &what())?;
             Ok((value, version.max(0).unsigned_abs()))
         })
     }
@@ -594,12 +577,17 @@ impl DataStore for PostgresStore {
             let row = self
                 .query_one(
                     &self.sql.counter_set,
-                    &[&key, &value, &expected, &ttl_ms(ttl)],
+                    &[
+                        key.into(),
+                        value.into(),
+                        expected.as_deref().into(),
+                        ttl_ms(ttl).into(),
+                    ],
                     what,
                 )
                 .await?;
-            let done: bool = column(&row, 0, &what())?;
-            let version: i64 = column(&row, 1, &what())?;
+            let done: bool = row.get(0, &what())?;
+            let version: i64 = row.get(1, &what())?;
             let version = version.max(0).unsigned_abs();
             Ok(if done { Ok(version) } else { Err(version) })
         })
@@ -616,9 +604,13 @@ impl DataStore for PostgresStore {
             let key = marks.as_str();
             let what = || format!("marking {member:?} in {key:?}");
             let row = self
-                .query_one(&self.sql.mark_once, &[&key, &member, &ttl_ms(ttl)], what)
+                .query_one(
+                    &self.sql.mark_once,
+                    &[key.into(), member.into(), ttl_ms(ttl).into()],
+                    what,
+                )
                 .await?;
-            column(&row, 0, &what())
+            row.get(0, &what())
         })
     }
 
@@ -638,11 +630,21 @@ impl DataStore for PostgresStore {
             match op {
                 LimitOp::Gcra(p) => {
                     let row = self
-                        .query_one(&self.sql.gcra, &[&key, &p.t, &p.tau, &cost, &peek], what)
+                        .query_one(
+                            &self.sql.gcra,
+                            &[
+                                key.into(),
+                                p.t.into(),
+                                p.tau.into(),
+                                cost.into(),
+                                peek.into(),
+                            ],
+                            what,
+                        )
                         .await?;
-                    let allowed: bool = column(&row, 0, &what())?;
-                    let used: i64 = column(&row, 1, &what())?;
-                    let retry: i64 = column(&row, 2, &what())?;
+                    let allowed: bool = row.get(0, &what())?;
+                    let used: i64 = row.get(1, &what())?;
+                    let retry: i64 = row.get(2, &what())?;
                     Ok(gcra::decide(p, allowed, used, retry))
                 }
                 LimitOp::Fixed { limit, period_us } => {
@@ -652,13 +654,19 @@ impl DataStore for PostgresStore {
                     let row = self
                         .query_one(
                             &self.sql.fixed_window,
-                            &[&key, &limit_i, &window_ms, &cost, &peek],
+                            &[
+                                key.into(),
+                                limit_i.into(),
+                                window_ms.into(),
+                                cost.into(),
+                                peek.into(),
+                            ],
                             what,
                         )
                         .await?;
-                    let allowed: bool = column(&row, 0, &what())?;
-                    let used: i64 = column(&row, 1, &what())?;
-                    let left_ms: i64 = column(&row, 2, &what())?;
+                    let allowed: bool = row.get(0, &what())?;
+                    let used: i64 = row.get(1, &what())?;
+                    let left_ms: i64 = row.get(2, &what())?;
                     // As on Redis: the window is over 1 ms after the time left.
                     let reset = (left_ms + 1) * 1000;
                     Ok(fixed_window::decide(
@@ -674,14 +682,20 @@ impl DataStore for PostgresStore {
                     let row = self
                         .query_one(
                             &self.sql.sliding_window,
-                            &[&key, &limit_i, &period_us, &cost, &peek],
+                            &[
+                                key.into(),
+                                limit_i.into(),
+                                period_us.into(),
+                                cost.into(),
+                                peek.into(),
+                            ],
                             what,
                         )
                         .await?;
-                    let allowed: bool = column(&row, 0, &what())?;
-                    let used: i64 = column(&row, 1, &what())?;
-                    let reset: i64 = column(&row, 2, &what())?;
-                    let retry: i64 = column(&row, 3, &what())?;
+                    let allowed: bool = row.get(0, &what())?;
+                    let used: i64 = row.get(1, &what())?;
+                    let reset: i64 = row.get(2, &what())?;
+                    let retry: i64 = row.get(3, &what())?;
                     Ok(sliding_window::decide(
                         limit,
                         allowed,
@@ -709,7 +723,7 @@ impl DataStore for PostgresStore {
             let rows = self
                 .query(
                     &self.sql.fenced_write,
-                    &[&key, &token.to_string(), &value],
+                    &[key.into(), (&token.to_string()).into(), value.into()],
                     what,
                 )
                 .await?;
@@ -720,12 +734,14 @@ impl DataStore for PostgresStore {
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
         StoreFuture::boxed(async move {
             let what = || format!("reading fenced {key:?}");
-            let rows = self.query(&self.sql.fenced_read, &[&key], what).await?;
+            let rows = self
+                .query(&self.sql.fenced_read, &[key.into()], what)
+                .await?;
             let Some(row) = rows.first() else {
                 return Ok(None);
             };
-            let fence: String = column(row, 0, &what())?;
-            let value: Vec<u8> = column(row, 1, &what())?;
+            let fence: String = row.get(0, &what())?;
+            let value: Vec<u8> = row.get(1, &what())?;
             let fence = fence.parse::<u64>().map_err(|_| {
                 Error::new(
                     ErrorKind::Protocol,

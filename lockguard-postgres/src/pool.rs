@@ -1,0 +1,328 @@
+//! The pool lockguard's statements go over: deadpool-postgres (lockguard's
+//! own, or the application's) or, with the `sqlx` feature, the
+//! application's `sqlx::PgPool`. The store speaks to either through the few
+//! operations it needs: a connection, one statement with its parameters
+//! (prepared once per connection by both drivers), the rows' columns, and a
+//! batch of statements in one simple query.
+
+use std::fmt;
+
+use deadpool_postgres::PoolError;
+use tokio_postgres::types::ToSql;
+
+use crate::store::pg_error;
+use lockguard_core::{Error, ErrorKind, Result};
+
+/// The application's or lockguard's pool.
+#[derive(Clone)]
+pub(crate) enum Pool {
+    Deadpool(deadpool_postgres::Pool),
+    #[cfg(feature = "sqlx")]
+    Sqlx(sqlx::PgPool),
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Deadpool(p) => f.debug_tuple("Deadpool").field(&p.status()).finish(),
+            #[cfg(feature = "sqlx")]
+            Self::Sqlx(p) => f
+                .debug_struct("Sqlx")
+                .field("size", &p.size())
+                .field("idle", &p.num_idle())
+                .finish(),
+        }
+    }
+}
+
+impl Pool {
+    /// A connection of the pool, for one statement or a few.
+    pub(crate) async fn get(&self) -> std::result::Result<Conn, DbError> {
+        match self {
+            Self::Deadpool(p) => p.get().await.map(Conn::Deadpool).map_err(DbError::Pool),
+            #[cfg(feature = "sqlx")]
+            Self::Sqlx(p) => p.acquire().await.map(Conn::Sqlx).map_err(DbError::Sqlx),
+        }
+    }
+}
+
+/// A connection taken from the pool, back in it when dropped.
+pub(crate) enum Conn {
+    Deadpool(deadpool_postgres::Object),
+    #[cfg(feature = "sqlx")]
+    Sqlx(sqlx::pool::PoolConnection<sqlx::Postgres>),
+}
+
+/// A statement's parameter: the types lockguard's statements take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Param<'a> {
+    Text(&'a str),
+    MaybeText(Option<&'a str>),
+    Int8(i64),
+    MaybeInt8(Option<i64>),
+    Int4(i32),
+    Bool(bool),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> From<&'a str> for Param<'a> {
+    fn from(v: &'a str) -> Self {
+        Self::Text(v)
+    }
+}
+
+impl<'a> From<&'a String> for Param<'a> {
+    fn from(v: &'a String) -> Self {
+        Self::Text(v)
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Param<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        Self::MaybeText(v)
+    }
+}
+
+impl From<i64> for Param<'_> {
+    fn from(v: i64) -> Self {
+        Self::Int8(v)
+    }
+}
+
+impl From<Option<i64>> for Param<'_> {
+    fn from(v: Option<i64>) -> Self {
+        Self::MaybeInt8(v)
+    }
+}
+
+impl From<i32> for Param<'_> {
+    fn from(v: i32) -> Self {
+        Self::Int4(v)
+    }
+}
+
+impl From<bool> for Param<'_> {
+    fn from(v: bool) -> Self {
+        Self::Bool(v)
+    }
+}
+
+impl<'a> From<&'a [u8]> for Param<'a> {
+    fn from(v: &'a [u8]) -> Self {
+        Self::Bytes(v)
+    }
+}
+
+impl<'a> Param<'a> {
+    /// The parameter as tokio-postgres takes it.
+    fn as_sql(&self) -> &(dyn ToSql + Sync) {
+        match self {
+            Self::Text(v) => v,
+            Self::MaybeText(v) => v,
+            Self::Int8(v) => v,
+            Self::MaybeInt8(v) => v,
+            Self::Int4(v) => v,
+            Self::Bool(v) => v,
+            Self::Bytes(v) => v,
+        }
+    }
+
+    /// `query` with the parameter bound, as sqlx takes it.
+    #[cfg(feature = "sqlx")]
+    fn bind<'q>(
+        self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>
+    where
+        'a: 'q,
+    {
+        match self {
+            Self::Text(v) => query.bind(v),
+            Self::MaybeText(v) => query.bind(v),
+            Self::Int8(v) => query.bind(v),
+            Self::MaybeInt8(v) => query.bind(v),
+            Self::Int4(v) => query.bind(v),
+            Self::Bool(v) => query.bind(v),
+            Self::Bytes(v) => query.bind(v),
+        }
+    }
+}
+
+impl Conn {
+    /// Runs one statement and returns its rows.
+    pub(crate) async fn query(
+        &mut self,
+        sql: &str,
+        params: &[Param<'_>],
+    ) -> std::result::Result<Vec<Row>, DbError> {
+        match self {
+            Self::Deadpool(c) => {
+                let stmt = c.prepare_cached(sql).await.map_err(DbError::Postgres)?;
+                // Loops, not iterator adapters: a closure over the
+                // parameters' lifetimes makes the future `Send` for one
+                // lifetime only (rustc's higher-ranked `Send` limitation).
+                let mut refs: Vec<&(dyn ToSql + Sync)> = Vec::with_capacity(params.len());
+                for p in params {
+                    refs.push(p.as_sql());
+                }
+                let rows = c.query(&stmt, &refs).await.map_err(DbError::Postgres)?;
+                Ok(rows.into_iter().map(Row::Postgres).collect())
+            }
+            #[cfg(feature = "sqlx")]
+            Self::Sqlx(c) => {
+                let rows = sqlx_query(c, sql, params).await.map_err(DbError::Sqlx)?;
+                Ok(rows.into_iter().map(Row::Sqlx).collect())
+            }
+        }
+    }
+
+    /// Runs `sql`, one or more statements, as one simple query: in one
+    /// transaction unless `sql` says otherwise.
+    pub(crate) async fn batch(&mut self, sql: &str) -> std::result::Result<(), DbError> {
+        match self {
+            Self::Deadpool(c) => c.batch_execute(sql).await.map_err(DbError::Postgres),
+            #[cfg(feature = "sqlx")]
+            Self::Sqlx(c) => sqlx_batch(c, sql).await.map(drop).map_err(DbError::Sqlx),
+        }
+    }
+}
+
+/// An sqlx request in flight. Made in a plain function, not awaited where
+/// it is built: sqlx's executor bounds, held inside an `async fn`, make the
+/// caller's future `Send` for one lifetime only (rustc's higher-ranked
+/// `Send` limitation); boxed, the future is `Send` for every one.
+#[cfg(feature = "sqlx")]
+type SqlxFuture<'c, T> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = std::result::Result<T, sqlx::Error>> + Send + 'c>,
+>;
+
+/// One statement on an sqlx connection, its parameters bound.
+#[cfg(feature = "sqlx")]
+fn sqlx_query<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    sql: &'c str,
+    params: &[Param<'c>],
+) -> SqlxFuture<'c, Vec<sqlx::postgres::PgRow>> {
+    let mut query = sqlx::query(sql);
+    for p in params {
+        query = p.bind(query);
+    }
+    Box::pin(query.fetch_all(conn))
+}
+
+/// Statements in one simple query on an sqlx connection.
+#[cfg(feature = "sqlx")]
+fn sqlx_batch<'c>(
+    conn: &'c mut sqlx::PgConnection,
+    sql: &'c str,
+) -> SqlxFuture<'c, sqlx::postgres::PgQueryResult> {
+    sqlx::Executor::execute(conn, sqlx::raw_sql(sql))
+}
+
+/// A row of a statement's reply.
+pub(crate) enum Row {
+    Postgres(tokio_postgres::Row),
+    #[cfg(feature = "sqlx")]
+    Sqlx(sqlx::postgres::PgRow),
+}
+
+/// A column type lockguard reads, from either driver's rows.
+pub(crate) trait Column: Sized {
+    /// Column `i` of `row`, or a protocol error naming `what`.
+    fn read(row: &Row, i: usize, what: &str) -> Result<Self>;
+}
+
+/// The error for a column that is not what lockguard's statement returns.
+fn unexpected(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!("{what}: unexpected reply from postgres"),
+    )
+}
+
+macro_rules! columns {
+    ($($t:ty),*) => {$(
+        impl Column for $t {
+            fn read(row: &Row, i: usize, what: &str) -> Result<Self> {
+                match row {
+                    Row::Postgres(r) => r
+                        .try_get::<_, $t>(i)
+                        .map_err(|e| unexpected(what).with_source(e)),
+                    #[cfg(feature = "sqlx")]
+                    Row::Sqlx(r) => sqlx::Row::try_get::<$t, _>(r, i)
+                        .map_err(|e| unexpected(what).with_source(e)),
+                }
+            }
+        }
+    )*};
+}
+
+columns!(bool, i32, i64, String, Vec<u8>, Option<i32>, Option<i64>);
+
+impl Row {
+    /// Column `i`, or a protocol error naming `what`.
+    pub(crate) fn get<T: Column>(&self, i: usize, what: &str) -> Result<T> {
+        T::read(self, i, what)
+    }
+}
+
+/// A failure of either driver, made lockguard's error by [`DbError::about`].
+#[derive(Debug)]
+pub(crate) enum DbError {
+    Postgres(tokio_postgres::Error),
+    Pool(PoolError),
+    #[cfg(feature = "sqlx")]
+    Sqlx(sqlx::Error),
+}
+
+impl DbError {
+    /// lockguard's error for a failure while doing `what`.
+    pub(crate) fn about(self, what: &str) -> Error {
+        match self {
+            Self::Postgres(e) => pg_error(e, what),
+            Self::Pool(PoolError::Backend(e)) => pg_error(e, what),
+            Self::Pool(PoolError::Timeout(_)) => Error::new(
+                ErrorKind::Unavailable,
+                format!("{what}: no postgres connection could be had in time"),
+            ),
+            Self::Pool(other) => {
+                Error::new(ErrorKind::Unavailable, what.to_owned()).with_source(other)
+            }
+            #[cfg(feature = "sqlx")]
+            Self::Sqlx(e) => sqlx_error(e, what),
+        }
+    }
+}
+
+/// lockguard's error for an sqlx failure: a database error is classified by
+/// its SQLSTATE as tokio-postgres's are; a pool that could not hand out a
+/// connection in time, or a connection that failed, is unavailable.
+#[cfg(feature = "sqlx")]
+fn sqlx_error(e: sqlx::Error, what: &str) -> Error {
+    let (kind, message) = match &e {
+        sqlx::Error::Database(db) => {
+            crate::store::classify(db.code().as_deref(), Some(db.message()), what)
+        }
+        sqlx::Error::PoolTimedOut => (
+            ErrorKind::Unavailable,
+            format!("{what}: no postgres connection could be had in time"),
+        ),
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => (ErrorKind::Unavailable, what.to_owned()),
+        sqlx::Error::ColumnNotFound(_)
+        | sqlx::Error::ColumnIndexOutOfBounds { .. }
+        | sqlx::Error::ColumnDecode { .. }
+        | sqlx::Error::Decode(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::RowNotFound
+        | sqlx::Error::TypeNotFound { .. } => (
+            ErrorKind::Protocol,
+            format!("{what}: unexpected reply from postgres"),
+        ),
+        sqlx::Error::Configuration(_) => (ErrorKind::Misconfigured, what.to_owned()),
+        _ => (ErrorKind::Unavailable, what.to_owned()),
+    };
+    Error::new(kind, message).with_source(e)
+}

@@ -1,0 +1,140 @@
+//! The PostgreSQL store over the application's `sqlx::PgPool` (feature
+//! `sqlx`): the conformance kit, and the server's own count of connections
+//! showing that lockguard's statements go over the application's pool.
+#![cfg(feature = "sqlx")]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lockguard_core::{Builder, Client, Quota};
+use lockguard_postgres::BuilderExt as _;
+use lockguard_testing::PostgresServer;
+use lockguard_testing::conformance::{ClientFuture, Harness};
+use sqlx::postgres::PgPoolOptions;
+
+/// The binary's shared server, a schema of the test's own, and a pool of
+/// the client's own made the way an application makes it.
+struct PostgresSqlx {
+    server: &'static PostgresServer,
+    schema: String,
+}
+
+impl PostgresSqlx {
+    fn start() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self {
+            server: PostgresServer::shared(),
+            schema: format!(
+                "s{}_{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
+    }
+}
+
+impl Harness for PostgresSqlx {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        Box::pin(async move {
+            let url = self.server.url();
+            let pool = PgPoolOptions::new()
+                .max_connections(4)
+                .connect(&url)
+                .await
+                .expect("an sqlx pool");
+            builder
+                .postgres_schema(self.schema.as_str())
+                .connect_sqlx_pool(pool, &url)
+                .await
+                .expect("connect over the sqlx pool")
+        })
+    }
+}
+
+lockguard_testing::conformance!(
+    postgres_sqlx => PostgresSqlx::start();
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits
+);
+
+/// The server's client connections whose `application_name` is `name`.
+fn connections(server: &PostgresServer, name: &str) -> u32 {
+    server
+        .psql(&format!(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND application_name = '{name}'"
+        ))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Every statement of a client on the application's pool goes over that
+/// pool: the server sees no connection of lockguard's own until a task
+/// waits, then only the one listening connection, which wakes the waiter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_statements_go_over_the_applications_sqlx_pool() {
+    let server = PostgresServer::start();
+    let app_url = format!("{}?application_name=app", server.url());
+    let listen_url = format!("{}?application_name=lockguard-listener", server.url());
+    let pool = PgPoolOptions::new()
+        .max_connections(3)
+        .connect(&app_url)
+        .await
+        .unwrap();
+    let lg = Client::builder()
+        .connect_sqlx_pool(pool.clone(), &listen_url)
+        .await
+        .expect("a client on the application's sqlx pool");
+    assert_eq!(lg.backend_name(), "postgres");
+
+    let g = lg.lock("sqlx").acquire().await.unwrap();
+    lg.fenced("sqlx:doc")
+        .write(g.fencing_token(), "v1")
+        .await
+        .unwrap();
+    assert!(g.release().await.unwrap());
+    assert_eq!(lg.counter("sqlx:stock").incr_by(5).await.unwrap(), 5);
+    assert_eq!(
+        lg.counter("sqlx:stock").decr_if_at_least(2).await.unwrap(),
+        Some(3)
+    );
+    let limiter = lg.rate_limiter("sqlx", Quota::per_second(2));
+    assert!(limiter.check("k").await.unwrap().is_allowed());
+    let seen = lg.fenced("sqlx:doc").read().await.unwrap();
+    assert_eq!(seen.map(|v| v.value), Some(b"v1".to_vec()));
+
+    let app = connections(&server, "app");
+    assert!((1..=3).contains(&app), "{app} application connections");
+    assert_eq!(
+        server
+            .psql(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+                 AND application_name NOT IN ('app', 'psql')"
+            )
+            .trim(),
+        "0",
+        "lockguard opened a connection of its own"
+    );
+
+    // A waiter, told of its handoff (not retrying for 10 s), opens the one
+    // listening connection, and is woken over it.
+    let waiter = lockguard_testing::faults::patient()
+        .connect_sqlx_pool(pool.clone(), &listen_url)
+        .await
+        .unwrap();
+    lockguard_testing::faults::a_waiter_is_woken_by_the_handoff(&lg, waiter.clone(), "sqlx-wait")
+        .await;
+    // Open while the waiter's client lives.
+    assert_eq!(connections(&server, "lockguard-listener"), 1);
+    drop(waiter);
+    assert!(connections(&server, "app") <= 3);
+
+    // A bad listening URL is said at once.
+    let bad = Client::builder()
+        .connect_sqlx_pool(pool, "postgres://u:secret@h:notaport/db")
+        .await
+        .unwrap_err();
+    assert!(
+        bad.is_invalid_input() && !bad.to_string().contains("secret"),
+        "{bad}"
+    );
+}
