@@ -154,6 +154,19 @@ impl ZooKeeperServer {
         Self::start_with("")
     }
 
+    /// One standalone server for the whole test process, started on first
+    /// use: tests keep apart by working under roots of their own (as the
+    /// PostgreSQL tests do by schema), and save a JVM start each. It stops
+    /// when the process exits (its watcher sees the pipe close).
+    ///
+    /// # Panics
+    ///
+    /// As [`ZooKeeperServer::start`].
+    pub fn shared() -> &'static ZooKeeperServer {
+        static SHARED: std::sync::OnceLock<ZooKeeperServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(Self::start)
+    }
+
     /// Like [`ZooKeeperServer::start`], with `config` (lines of `zoo.cfg`,
     /// such as `"forceSync=no\n"`) appended to the configuration.
     ///

@@ -1,6 +1,8 @@
-//! The conformance kit on ZooKeeper: a standalone server of each test's
-//! own. ZooKeeper offers counters without expiry, and no rate limiters.
+//! The conformance kit on ZooKeeper: one standalone server for the test
+//! binary, a root node of each test's own. ZooKeeper offers counters
+//! without expiry, and no rate limiters.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockguard_core::{Builder, Client};
@@ -8,19 +10,32 @@ use lockguard_testing::ZooKeeperServer;
 use lockguard_testing::conformance::{ClientFuture, Harness};
 use lockguard_zookeeper::BuilderExt as _;
 
-/// A standalone server of the test's own.
-struct ZooKeeper(ZooKeeperServer);
+/// The binary's shared server, with a root of the test's own, so tests
+/// running side by side share no node.
+struct ZooKeeper {
+    server: &'static ZooKeeperServer,
+    root: String,
+}
 
 impl ZooKeeper {
     fn start() -> Self {
-        Self(ZooKeeperServer::start())
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        Self {
+            server: ZooKeeperServer::shared(),
+            root: format!(
+                "/t{}_{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ),
+        }
     }
 
     fn connect(&self, builder: Builder, session: Duration) -> ClientFuture<'_> {
-        let hosts = self.0.hosts();
+        let hosts = self.server.hosts();
         Box::pin(async move {
             builder
                 .zookeeper_session_timeout(session)
+                .zookeeper_root(self.root.as_str())
                 .connect_zookeeper(&hosts)
                 .await
                 .expect("connect to zookeeper")
