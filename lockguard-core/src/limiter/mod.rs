@@ -2,6 +2,7 @@
 //! clock, with an optional local cache of refusals.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
@@ -270,15 +271,85 @@ impl RateLimiter {
         if d.allowed {
             Ok(d)
         } else {
-            Err(Error::new(
-                crate::ErrorKind::RateLimited,
-                format!(
-                    "rate limit {:?} for {key:?} exceeded; retry after {:?}",
-                    self.shared.name, d.retry_after
-                ),
-            )
-            .with_retry_after(d.retry_after))
+            Err(self.limited(key, d.retry_after))
         }
+    }
+
+    /// Waits until `key`'s budget admits one request, then spends it
+    /// (governor's `until_ready`, bounded): after a refusal it sleeps for
+    /// the decision's `retry_after` and asks again (one round trip per
+    /// attempt, never sooner than the store said), and it refuses at once,
+    /// without sleeping, when the next attempt would come later than
+    /// `max_wait` from the call.
+    ///
+    /// Dropping the future while it sleeps spends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::RateLimited`](crate::ErrorKind::RateLimited), carrying
+    /// the last decision's `retry_after`, when `max_wait` is too short;
+    /// otherwise as [`RateLimiter::check`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// use std::time::Duration;
+    /// use lockguard_core::{Client, Quota};
+    ///
+    /// let limiter = Client::memory().rate_limiter("mail", Quota::per_second(2));
+    /// limiter.until_ready("smtp", Duration::from_secs(1)).await?;
+    /// limiter.until_ready("smtp", Duration::from_secs(1)).await?;
+    /// // The third waits half a second for its turn, then goes.
+    /// let d = limiter.until_ready("smtp", Duration::from_secs(1)).await?;
+    /// assert!(d.allowed);
+    /// // A wait past the bound is refused at once.
+    /// let e = limiter.until_ready("smtp", Duration::from_millis(100)).await.unwrap_err();
+    /// assert!(e.is_rate_limited());
+    /// # Ok(()) }
+    /// ```
+    pub async fn until_ready(&self, key: &str, max_wait: Duration) -> Result<Decision> {
+        self.until_ready_cost(key, 1, max_wait).await
+    }
+
+    /// [`RateLimiter::until_ready`] for a request of `cost` units.
+    ///
+    /// # Errors
+    ///
+    /// As [`RateLimiter::until_ready`] and [`RateLimiter::check_cost`].
+    pub async fn until_ready_cost(
+        &self,
+        key: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision> {
+        let deadline = tokio::time::Instant::now().checked_add(max_wait);
+        loop {
+            let d = self.check_cost(key, cost).await?;
+            if d.allowed {
+                return Ok(d);
+            }
+            // Never a zero sleep: a refusal's retry_after is above zero, but
+            // a store's rounding must not make this spin.
+            let next = tokio::time::Instant::now() + d.retry_after.max(Duration::from_millis(1));
+            if deadline.is_some_and(|deadline| next > deadline) {
+                return Err(self.limited(key, d.retry_after));
+            }
+            tokio::time::sleep_until(next).await;
+        }
+    }
+
+    /// The error for a refusal of `key`, to retry after `retry_after`.
+    fn limited(&self, key: &str, retry_after: Duration) -> Error {
+        Error::new(
+            crate::ErrorKind::RateLimited,
+            format!(
+                "rate limit {:?} for {key:?} exceeded; retry after {retry_after:?}",
+                self.shared.name
+            ),
+        )
+        .with_retry_after(retry_after)
     }
 
     /// Decides at once, without awaiting, where no round trip is needed:

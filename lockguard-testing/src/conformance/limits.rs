@@ -98,6 +98,47 @@ pub async fn retry_after_is_honoured(env: Env) {
     }
 }
 
+/// `until_ready` refuses at once when the store's `retry_after` runs past
+/// its bound, and otherwise waits for its turn and takes it.
+pub async fn until_ready_waits_its_turn_within_its_bound(env: Env) {
+    let lg = env.client().await;
+    // One request per 30 s: a wait of seconds is refused at once, not slept.
+    let slow = lg.rate_limiter("until-slow", Quota::per_minute(2));
+    while slow.check("k").await.unwrap().allowed {}
+    let started = tokio::time::Instant::now();
+    let e = slow
+        .until_ready("k", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    assert!(e.is_rate_limited(), "{e}");
+    assert!(
+        e.retry_after().is_some_and(|r| r > Duration::from_secs(1)),
+        "{e:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "slept {:?} before refusing",
+        started.elapsed()
+    );
+    if !env.real_time() {
+        // A store on a manual clock: time passes only when the test says.
+        return;
+    }
+    // Five a second: once the burst is spent, the next waits ~200 ms.
+    let fast = lg.rate_limiter("until-fast", Quota::per_second(5));
+    while fast.check("k").await.unwrap().allowed {}
+    let started = tokio::time::Instant::now();
+    let d = fast.until_ready("k", Duration::from_secs(5)).await.unwrap();
+    assert!(d.allowed);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(50) && waited < Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    // And it took the turn: the next is refused again.
+    assert!(!fast.check("k").await.unwrap().allowed);
+}
+
 /// Every algorithm's decision reports its limit, what remains and when the
 /// budget is whole again; a refused cost spends nothing.
 pub async fn decisions_report_limit_remaining_and_reset(env: Env) {

@@ -410,6 +410,7 @@ macro_rules! conformance {
             windows_admit_exactly_the_quota_under_concurrency,
             gcra_admits_at_most_burst_plus_rate,
             retry_after_is_honoured,
+            until_ready_waits_its_turn_within_its_bound,
             decisions_report_limit_remaining_and_reset,
             keys_and_limiters_are_independent,
             limiter_bad_input,
