@@ -312,6 +312,19 @@ impl RedisBuilder {
         Ok(())
     }
 
+    /// [`validate`](Self::validate), for a cluster client, which refuses
+    /// replica acknowledgements.
+    #[cfg(feature = "cluster")]
+    fn validate_for_cluster(&self) -> Result<()> {
+        self.validate()?;
+        if self.redis.replicas.is_some() {
+            return Err(Error::invalid(
+                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
+            ));
+        }
+        Ok(())
+    }
+
     /// The options of the Redis store's connections.
     pub(crate) fn redis_options(&self) -> RedisOptions {
         let c = self.builder.connection_settings();
@@ -522,12 +535,7 @@ impl RedisBuilder {
     where
         I: IntoIterator<Item = redis::ConnectionInfo>,
     {
-        self.validate()?;
-        if self.redis.replicas.is_some() {
-            return Err(Error::invalid(
-                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
-            ));
-        }
+        self.validate_for_cluster()?;
         let infos: Vec<redis::ConnectionInfo> = nodes.into_iter().collect();
         let store =
             crate::store::connect_cluster(infos, self.redis_options(), self.redis.tls.clone())
@@ -584,12 +592,7 @@ impl RedisBuilder {
     where
         I: IntoIterator<Item = redis::ConnectionInfo>,
     {
-        self.validate()?;
-        if self.redis.replicas.is_some() {
-            return Err(Error::invalid(
-                "wait_for_replicas applies to one server or Redlock nodes; a cluster client refuses it",
-            ));
-        }
+        self.validate_for_cluster()?;
         let store = crate::store::connect_cluster_connection(
             connection,
             nodes.into_iter().collect(),

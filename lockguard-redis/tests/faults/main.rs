@@ -1195,6 +1195,33 @@ async fn connected_clients(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// `holder` takes `name` and `waiter` queues for it (the task, which
+/// releases at once when it gets the lock, answers when it got it).
+async fn queue_a_waiter(
+    holder: &Client,
+    waiter: Client,
+    name: &'static str,
+) -> (lockguard_core::LockGuard, tokio::task::JoinHandle<Instant>) {
+    let held = holder.lock(name).try_acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        let g = waiter
+            .lock(name)
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock(name).inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    (held, waiting)
+}
+
 /// A client built on the application's own `ConnectionManager` sends its
 /// commands there: the server sees the application's connection run
 /// lockguard's scripts, and lockguard adds only its pub/sub connection
@@ -1234,23 +1261,7 @@ async fn a_client_on_the_applications_connection_manager_adds_only_pubsub() {
         .connect_manager(manager.clone(), &app)
         .await
         .unwrap();
-    let held = lg.lock("byo-wait").try_acquire().await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let g = waiter
-            .lock("byo-wait")
-            .wait(Duration::from_secs(25))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    let queued = eventually(Duration::from_secs(10), || async {
-        lg.lock("byo-wait").inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
+    let (held, waiting) = queue_a_waiter(&lg, waiter, "byo-wait").await;
     let clients = connected_clients(&server).await;
     let others: Vec<&String> = clients
         .iter()
@@ -1326,23 +1337,7 @@ async fn a_client_on_the_applications_cluster_connection_adds_only_pubsub() {
         .connect_cluster_connection(conn.clone(), nodes())
         .await
         .unwrap();
-    let held = lg.lock("byo-cluster-wait").try_acquire().await.unwrap();
-    let waiting = tokio::spawn(async move {
-        let g = waiter
-            .lock("byo-cluster-wait")
-            .wait(Duration::from_secs(25))
-            .acquire()
-            .await
-            .unwrap();
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    let queued = eventually(Duration::from_secs(10), || async {
-        lg.lock("byo-cluster-wait").inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
+    let (held, waiting) = queue_a_waiter(&lg, waiter, "byo-cluster-wait").await;
     // A connection is its id on its node (`laddr`).
     let id = |line: &String| {
         let field = |name: &str| {
