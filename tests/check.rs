@@ -87,20 +87,16 @@ async fn replicas_and_replica_urls_are_told() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_nodes_must_be_distinct_servers() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let good = format!("redis+redlock://{}", hosts.join(","));
+    let good = lockguard_testing::redlock_url(&nodes);
     let report = lockguard::check::deployment(&good).await.unwrap();
     assert_eq!(verdict(&report, "independence"), Verdict::Ok, "{report}");
     assert_eq!(verdict(&report, "clocks"), Verdict::Ok, "{report}");
     // The first server again under another name: a quorum of "three" that
     // is two servers.
     let twice = format!(
-        "redis+redlock://{},{},localhost:{}",
-        hosts[0],
-        hosts[1],
+        "redis+redlock://127.0.0.1:{},127.0.0.1:{},localhost:{}",
+        nodes[0].port(),
+        nodes[1].port(),
         nodes[0].port()
     );
     let report = lockguard::check::deployment(&twice).await.unwrap();

@@ -35,11 +35,7 @@ async fn memory_and_every_redis_mode_are_reached_by_url() {
     works_on(&Client::connect(&server.url()).await.unwrap(), "redis").await;
 
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let url = format!("redis+redlock://{}", hosts.join(","));
+    let url = lockguard_testing::redlock_url(&nodes);
     works_on(&Client::connect(&url).await.unwrap(), "redlock").await;
 
     let cluster = RedisCluster::start(3);

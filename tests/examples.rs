@@ -70,11 +70,7 @@ fn flash_sale_runs_on_mysql() {
 #[test]
 fn flash_sale_on_redlock_says_what_it_needs() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let hosts: Vec<String> = nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let (out, text) = run(&format!("redis+redlock://{}", hosts.join(",")));
+    let (out, text) = run(&lockguard_testing::redlock_url(&nodes));
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(
         text.contains("counters") && text.contains("redlock"),

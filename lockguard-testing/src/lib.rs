@@ -294,6 +294,15 @@ impl RedisServer {
     }
 }
 
+/// The `redis+redlock://` URL of `nodes`, as `lockguard::connect` reads it.
+pub fn redlock_url(nodes: &[RedisServer]) -> String {
+    let hosts: Vec<String> = nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port()))
+        .collect();
+    format!("redis+redlock://{}", hosts.join(","))
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();

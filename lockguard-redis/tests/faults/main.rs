@@ -1222,6 +1222,21 @@ async fn queue_a_waiter(
     (held, waiting)
 }
 
+/// Releases `held`; the waiter [`queue_a_waiter`] queued gets the lock
+/// within 5 s (its retry interval is 20 s: it was woken by the release).
+async fn the_release_wakes_the_waiter(
+    held: lockguard_core::LockGuard,
+    waiting: tokio::task::JoinHandle<Instant>,
+) {
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let woken = waiting.await.unwrap() - released;
+    assert!(
+        woken < Duration::from_secs(5),
+        "woken by a refresh: {woken:?}"
+    );
+}
+
 /// A client built on the application's own `ConnectionManager` sends its
 /// commands there: the server sees the application's connection run
 /// lockguard's scripts, and lockguard adds only its pub/sub connection
@@ -1271,13 +1286,7 @@ async fn a_client_on_the_applications_connection_manager_adds_only_pubsub() {
         others.len() == 1 && !others[0].contains(" sub=0 psub=0 ssub=0 "),
         "besides the application's connection, one subscribed connection: {clients:#?}"
     );
-    let released = Instant::now();
-    assert!(held.release().await.unwrap());
-    let woken = waiting.await.unwrap() - released;
-    assert!(
-        woken < Duration::from_secs(5),
-        "woken by a refresh: {woken:?}"
-    );
+    the_release_wakes_the_waiter(held, waiting).await;
 }
 
 /// Every connection on the cluster's nodes, but the probe's own.
@@ -1357,13 +1366,7 @@ async fn a_client_on_the_applications_cluster_connection_adds_only_pubsub() {
             && added.iter().any(|l| !l.contains(" sub=0 psub=0 ssub=0 ")),
         "besides the application's connections, one pub/sub cluster connection: {added:#?}"
     );
-    let released = Instant::now();
-    assert!(held.release().await.unwrap());
-    let woken = waiting.await.unwrap() - released;
-    assert!(
-        woken < Duration::from_secs(5),
-        "woken by a refresh: {woken:?}"
-    );
+    the_release_wakes_the_waiter(held, waiting).await;
 
     let none = Client::builder()
         .connect_cluster_connection(conn, std::iter::empty())
