@@ -510,6 +510,10 @@ impl Lock {
         let ticket = waiters.ticket(token);
         let timeout = self.engine.defaults.waiter_timeout;
         let refresh = (timeout / 3).min(self.retry_interval);
+        // How far apart this waiter refreshes: `refresh`, or a third of
+        // how long the store keeps its place while it is far from the head
+        // of a long queue (until the store says it came near).
+        let mut pace = refresh;
         // When each recent attempt was sent: a handoff is reserved for us
         // until at least `timeout` after the attempt it names.
         let mut sent: VecDeque<(u32, Instant)> = VecDeque::with_capacity(RECENT_ATTEMPTS);
@@ -557,7 +561,14 @@ impl Lock {
                     self.log_acquired(fence, started);
                     return Ok(guard);
                 }
-                Ok(Attempt::Busy(ttl)) => (ttl, None),
+                Ok(Attempt::Busy(ttl)) => {
+                    pace = refresh;
+                    (ttl, None)
+                }
+                Ok(Attempt::Queued { ttl, kept }) => {
+                    pace = if kept > timeout { kept / 3 } else { refresh };
+                    (ttl, None)
+                }
                 // Nobody won this round: try again at the next refresh.
                 Ok(Attempt::Contended) => (None, None),
                 // A store that cannot be reached (a restart, a failover, a
@@ -593,27 +604,54 @@ impl Lock {
             // holder's lease ends (never a zero nap: a lease about to end
             // gets a millisecond, not a spin); after a failure, at the
             // next step of the backoff.
+            // Near the head, also when the holder's lease ends (the holder
+            // may have died). Far from it, not: the waiters near the head
+            // take a lock nobody hands over, and a far waiter would only
+            // queue again (its nap is also shortened when it comes near).
+            let calm = |pace: Duration| {
+                let nap = jitter(pace);
+                let nap = if pace > refresh {
+                    nap
+                } else {
+                    nap.min(ttl.unwrap_or(Duration::MAX))
+                };
+                nap.max(Duration::from_millis(1))
+            };
             let nap = match failed {
                 Some(_) => backoff.next(),
                 None => {
                     backoff = Backoff::default();
-                    jitter(refresh)
-                        .min(ttl.unwrap_or(Duration::MAX))
-                        .max(Duration::from_millis(1))
+                    calm(pace)
                 }
             };
-            let nap = final_stretch(nap, remaining);
-            tokio::select! {
-                () = ticket.notified() => {}
-                () = tokio::time::sleep(nap) => {
-                    if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Err(match failed {
-                            Some(e) => self.gave_up(e),
-                            None => self.busy(ttl, self.wait),
-                        });
+            let mut until = now + final_stretch(nap, remaining);
+            let woken = loop {
+                tokio::select! {
+                    () = ticket.notified() => {
+                        // Come near the head: refresh at the short pace from
+                        // now on; there is nothing to send yet.
+                        if ticket.take_near() && !ticket.has_handoff() {
+                            if pace > refresh && failed.is_none() {
+                                pace = refresh;
+                                let now = Instant::now();
+                                let left = deadline.map_or(Duration::MAX, |d| d.saturating_duration_since(now));
+                                until = until.min(now + final_stretch(calm(pace), left));
+                            }
+                            continue;
+                        }
+                        break true;
                     }
-                    continue;
+                    () = tokio::time::sleep_until(until) => break false,
                 }
+            };
+            if !woken {
+                if deadline.is_some_and(|d| d <= Instant::now()) {
+                    return Err(match failed {
+                        Some(e) => self.gave_up(e),
+                        None => self.busy(ttl, self.wait),
+                    });
+                }
+                continue;
             }
             // A handoff is ours until the deadline the attempt it names set:
             // take the lock now, valid from that attempt of ours, and
@@ -884,7 +922,7 @@ impl Lock {
         outcome: Attempt,
     ) -> Result<Result<LockGuard, Wait>> {
         match outcome {
-            Attempt::Busy(ttl) => Ok(Err(Wait::Busy(ttl))),
+            Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => Ok(Err(Wait::Busy(ttl))),
             // Our partial grants were undone by the store already.
             Attempt::Contended => Ok(Err(Wait::Contended)),
             Attempt::Acquired { fence, keys } => {

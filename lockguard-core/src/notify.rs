@@ -61,6 +61,8 @@ pub(crate) struct Waiters {
 struct Slot {
     notify: Notify,
     handoff: Mutex<Option<Handoff>>,
+    /// The store said the waiter came near the head of its queue.
+    near: AtomicBool,
 }
 
 /// A queued waiter's wake handle, withdrawn on drop.
@@ -76,6 +78,21 @@ impl Ticket {
     /// after a lost connection every waiter is woken to check).
     pub(crate) async fn notified(&self) {
         self.slot.notify.notified().await;
+    }
+
+    /// Whether the store said, since the last call, that this waiter came
+    /// near the head of its queue.
+    pub(crate) fn take_near(&self) -> bool {
+        self.slot.near.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether a handoff announced to this waiter waits to be taken.
+    pub(crate) fn has_handoff(&self) -> bool {
+        self.slot
+            .handoff
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
     }
 
     /// The handoff announced to this waiter, if one was.
@@ -268,9 +285,12 @@ impl Inbox for Waiters {
     /// waiters, unless that release has woken them already.
     fn deliver(&self, channel: &str, payload: &[u8]) {
         if channel == self.channel {
-            match Handoff::parse(payload) {
-                Some(handoff) => self.hand_over(handoff),
-                None => tracing::debug!(channel, "unreadable handoff announcement ignored"),
+            if let Some(handoff) = Handoff::parse(payload) {
+                self.hand_over(handoff);
+            } else if let Some(token) = Token::parse(payload) {
+                self.near(&token);
+            } else {
+                tracing::debug!(channel, "unreadable handoff announcement ignored");
             }
             return;
         }
@@ -290,6 +310,13 @@ impl Inbox for Waiters {
 
     fn wake(&self, token: &Token) {
         if let Some(slot) = self.tickets().get(token) {
+            slot.notify.notify_one();
+        }
+    }
+
+    fn near(&self, token: &Token) {
+        if let Some(slot) = self.tickets().get(token) {
+            slot.near.store(true, Ordering::Release);
             slot.notify.notify_one();
         }
     }

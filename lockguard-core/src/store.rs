@@ -207,6 +207,24 @@ pub enum Attempt {
     },
     /// Someone else holds it; their lease has this long left, if known.
     Busy(Option<Duration>),
+    /// Someone else holds it (their lease has `ttl` left, if known), and
+    /// the waiter, who asked with a [`Place`], is queued: its place is kept
+    /// for `kept` without a refresh.
+    ///
+    /// A store may keep a waiter far from the head of a long queue longer
+    /// than its [`Place::timeout`], so that the refreshes of all its
+    /// waiters together do not grow with the queue: the waiter refreshes a
+    /// third of `kept` apart. The store must then tell the waiter, through
+    /// [`Inbox::near`], when it comes near the head, keep its place only for
+    /// its timeout from then on, and reserve a lock handed to it for no
+    /// longer than its timeout: a dead waiter delays the queue by at most
+    /// its timeout, wherever it queued.
+    Queued {
+        /// How long the holder's lease has left, if known.
+        ttl: Option<Duration>,
+        /// How long the store keeps the waiter's place without a refresh.
+        kept: Duration,
+    },
     /// Nobody won: concurrent attempts split the store between them (the
     /// nodes of a quorum store). Retry after a short random pause, not on
     /// the next notification (which every loser gets at once), so the next
@@ -587,7 +605,9 @@ pub trait Inbox: Send + Sync {
     /// Whether anyone of this client listens on `channel`.
     fn is_wanted(&self, channel: &str) -> bool;
 
-    /// A message published on `channel`.
+    /// A message published on `channel`. On the client's own channel a
+    /// [`Handoff`] as [`Handoff::to_text`] writes it, or a waiter's token
+    /// alone: that waiter came near the head (see [`Inbox::near`]).
     fn deliver(&self, channel: &str, payload: &[u8]);
 
     /// A handoff the store made to one of this client's waiters.
@@ -596,6 +616,11 @@ pub trait Inbox: Send + Sync {
     /// Something changed ahead of `token`'s waiter in its queue (a store
     /// that watches rather than hands over: ZooKeeper): it asks again.
     fn wake(&self, token: &Token);
+
+    /// `token`'s waiter, whose place was kept longer than its timeout (see
+    /// [`Attempt::Queued`]), came near the head of its queue: it refreshes
+    /// its place at its timeout's pace from now on. Nothing is sent.
+    fn near(&self, token: &Token);
 
     /// Messages may have been missed (a connection was lost): every waiter
     /// checks.

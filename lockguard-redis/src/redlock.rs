@@ -179,7 +179,7 @@ impl RedlockStore {
                     .redlock_acquire(&keys, &line, &token, lease, place)
                     .await;
                 healthy[i].store(result.is_ok(), Ordering::Relaxed);
-                let may_hold = !matches!(result, Ok(Attempt::Busy(_)));
+                let may_hold = !matches!(result, Ok(Attempt::Busy(_) | Attempt::Queued { .. }));
                 let cleanup = {
                     let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
                     if *failed {
@@ -218,7 +218,7 @@ impl RedlockStore {
             answered[i] = true;
             match result {
                 Ok(Attempt::Acquired { fence, .. }) => granted.push((i, fence.get())),
-                Ok(Attempt::Busy(ttl)) => held.push(ttl),
+                Ok(Attempt::Busy(ttl) | Attempt::Queued { ttl, .. }) => held.push(ttl),
                 // A node of its own is one store: it never splits.
                 Ok(Attempt::Contended) => held.push(None),
                 Err(e) => errors.push((i, e)),
@@ -249,7 +249,7 @@ impl RedlockStore {
         round.armed = false;
         while let Ok((i, result)) = rx.try_recv() {
             match result {
-                Ok(Attempt::Busy(_)) => {}
+                Ok(Attempt::Busy(_) | Attempt::Queued { .. }) => {}
                 Ok(_) => granted.push((i, 0)),
                 Err(e) => errors.push((i, e)),
             }
@@ -348,7 +348,7 @@ impl Drop for Abandon {
         }
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
         while let Ok((i, result)) = self.rx.try_recv() {
-            if !matches!(result, Ok(Attempt::Busy(_)))
+            if !matches!(result, Ok(Attempt::Busy(_) | Attempt::Queued { .. }))
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
                 let (node, keys, token) = (self.nodes[i].clone(), self.keys.clone(), self.token);
@@ -440,7 +440,7 @@ impl LockStore for RedlockStore {
                         let slot = Arc::new(slot_keys(keys, (start + i) % permits));
                         match self.try_lock(&slot, token, lease, None).await? {
                             taken @ Attempt::Acquired { .. } => return Ok(taken),
-                            Attempt::Busy(ttl) => {
+                            Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => {
                                 shortest = match (shortest, ttl) {
                                     (Some(a), Some(b)) => Some(a.min(b)),
                                     (a, b) => a.or(b),

@@ -365,19 +365,24 @@ where
     }
 }
 
-/// What an acquire script's reply `[taken, n]` says: the fencing token of a
-/// lock taken, or the attempt that did not take it (`n` the holder's PTTL;
-/// negative when it has none, or the key is free but others are ahead).
-fn attempt_reply(keys: &LockKeys, (taken, n): (i64, i64)) -> Result<Result<FencingToken, Attempt>> {
-    match (taken, u64::try_from(n)) {
-        (1, Ok(fence)) if fence > 0 => Ok(Ok(FencingToken::new(fence))),
+/// What an acquire script's reply `[taken, n]` or `[0, n, kept]` says: the
+/// fencing token of a lock taken, or the attempt that did not take it (`n`
+/// the holder's PTTL; negative when it has none, or the key is free but
+/// others are ahead), queued with its place kept for `kept` ms.
+fn attempt_reply(keys: &LockKeys, reply: &[i64]) -> Result<Result<FencingToken, Attempt>> {
+    let ttl = |n: i64| u64::try_from(n).ok().map(Duration::from_millis);
+    match *reply {
+        [1, fence] if fence > 0 => Ok(Ok(FencingToken::new(fence.unsigned_abs()))),
         // PTTL 0: under a millisecond left.
-        (0, Ok(ms)) => Ok(Err(Attempt::Busy(Some(Duration::from_millis(ms))))),
-        (0, Err(_)) => Ok(Err(Attempt::Busy(None))),
+        [0, n] => Ok(Err(Attempt::Busy(ttl(n)))),
+        [0, n, kept] if kept > 0 => Ok(Err(Attempt::Queued {
+            ttl: ttl(n),
+            kept: Duration::from_millis(kept.unsigned_abs()),
+        })),
         _ => Err(Error::new(
             ErrorKind::Protocol,
             format!(
-                "acquiring {:?}: unexpected script reply [{taken}, {n}]",
+                "acquiring {:?}: unexpected script reply {reply:?}",
                 keys.id()
             ),
         )),
@@ -827,10 +832,10 @@ impl RedisStore {
                 .arg(p.since_ms)
                 .arg(millis_ceil(p.timeout));
         }
-        let reply = self
+        let reply: Vec<i64> = self
             .run(&call, || format!("acquiring {:?}", keys.id()))
             .await?;
-        Ok(match attempt_reply(keys, reply)? {
+        Ok(match attempt_reply(keys, &reply)? {
             Ok(fence) => Attempt::Acquired {
                 fence,
                 keys: keys.clone(),
@@ -1018,10 +1023,10 @@ impl LockStore for RedisStore {
                     .arg(p.channel)
                     .arg(p.attempt);
             }
-            let reply = self
+            let reply: Vec<i64> = self
                 .run(&call, || format!("acquiring {:?}", keys.id()))
                 .await?;
-            let fence = match attempt_reply(keys, reply)? {
+            let fence = match attempt_reply(keys, &reply)? {
                 Ok(fence) => fence,
                 Err(busy) => return Ok(busy),
             };

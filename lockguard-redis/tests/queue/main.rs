@@ -36,6 +36,11 @@ impl Queue<'_> {
         format!("lockguard:lock:{{{name}}}:queue")
     }
 
+    /// The hash of the waiters' tickets (their places' deadlines).
+    fn tickets_key(self) -> String {
+        format!("{}:tickets", self.key().trim_end_matches(":queue"))
+    }
+
     /// How many waiters the Redis store has queued (`ZCARD`), on a
     /// connection of its own (so it works after a restart or a kill).
     async fn len(self, server: &RedisServer) -> u64 {

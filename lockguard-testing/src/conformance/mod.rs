@@ -377,6 +377,7 @@ macro_rules! conformance {
     (@group queue, $h:expr) => {
         $crate::conformance!(@tests queue, queue, PausedWhenVirtual, $h;
             fifo_order_across_8_clients,
+            fifo_order_holds_through_a_hold_of_ten_waiter_timeouts,
             try_acquire_neither_queues_nor_barges,
             semaphore_permits_in_fifo_order,
             dropped_acquire_leaves_the_queue,

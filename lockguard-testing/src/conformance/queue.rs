@@ -163,6 +163,39 @@ pub async fn fifo_order_across_8_clients(env: Env) {
     );
 }
 
+/// Ten clients with a waiter timeout of 300 ms queue one after another
+/// while the lock is held for ten times that: those far from the head of
+/// the queue, whose places a store may keep longer and refresh less often
+/// (see `Attempt::Queued`), keep them as well as those near it, and the
+/// release serves all ten in the order they arrived.
+pub async fn fifo_order_holds_through_a_hold_of_ten_waiter_timeouts(env: Env) {
+    let timeout = Duration::from_millis(300);
+    let holder = env.client().await;
+    let guard = holder.lock("long-queue").acquire().await.unwrap();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let mut waiters = JoinSet::new();
+    for i in 0..10 {
+        let lg = env
+            .client_with(Client::builder().waiter_timeout(timeout))
+            .await;
+        waiters.spawn(take_turn(lg, "long-queue", i, tx.clone()));
+        until_queued(&env, Queue::Lock("long-queue"), i + 1).await;
+    }
+    drop(tx);
+    tokio::time::sleep(timeout * 10).await;
+    assert!(guard.release().await.unwrap());
+    join_all(&mut waiters, Duration::from_secs(30)).await;
+    let mut order = Vec::new();
+    while let Some(i) = rx.recv().await {
+        order.push(i);
+    }
+    assert_eq!(
+        order,
+        (0..10).collect::<Vec<_>>(),
+        "served out of arrival order"
+    );
+}
+
 /// A waiter is queued behind a holder. `try_acquire` of another client is
 /// refused and does not join the queue; when the holder releases, the lock
 /// goes to the waiter without a moment free in between, so a `try_acquire`

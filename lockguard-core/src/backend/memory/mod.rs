@@ -848,6 +848,7 @@ mod tests {
             self.0.lock().unwrap().push(handoff.token);
         }
         fn wake(&self, _: &Token) {}
+        fn near(&self, _: &Token) {}
         fn wake_all(&self) {}
     }
 

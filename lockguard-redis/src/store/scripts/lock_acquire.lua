@@ -4,7 +4,9 @@
 -- ARGV[1] token, ARGV[2] lease (ms), and for a waiter (without them the
 -- script never queues): ARGV[3] its timeout (ms), ARGV[4] the channel it is
 -- notified on, ARGV[5] the number of this attempt
--- Returns {1, fence} when the lock is ours, {0, pttl} when not.
+-- Returns {1, fence} when the lock is ours, {0, pttl} when not, and
+-- {0, pttl, kept} when the waiter is queued: its place is kept for kept ms
+-- without a refresh (longer than its timeout far from the head; queue.lua).
 --
 -- A waiter calls this again when its refresh is due: a lock a release
 -- handed to it meanwhile (its notification lost) is then claimed with its
@@ -20,6 +22,7 @@ if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
   local first = q.head(queue, tickets)
   if not first or first == token then
     q.leave(queue, tickets, token)
+    q.promote(queue, tickets)
     return {1, seq_next(seq)}
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
@@ -31,6 +34,7 @@ elseif redis.call('GET', lock) == token then
   return {1, seq_next(seq)}
 end
 if ARGV[3] then
-  queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4])
+  local kept = queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4], true)
+  return {0, redis.call('PTTL', lock), kept}
 end
 return {0, redis.call('PTTL', lock)}

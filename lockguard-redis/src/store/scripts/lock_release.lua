@@ -9,8 +9,12 @@
 local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('GET', lock) ~= token then
-  redis.call('ZREM', queue, token)
+  local queued = redis.call('ZREM', queue, token)
   redis.call('HDEL', tickets, token)
+  if queued == 1 then
+    -- It may have been near the head: whoever is now keeps pace.
+    queue_lib().promote(queue, tickets)
+  end
   return 0
 end
 -- A holder is never queued: its place went when the lock became its.

@@ -3,22 +3,36 @@
 --
 -- queue:   a sorted set of waiter tokens scored by arrival (server time in
 --          µs, strictly increasing), so the first member is served first.
--- tickets: a hash, waiter token -> 'deadline_ms attempt channel': until
---          when the waiter's place is kept without a refresh (each attempt
---          of a live waiter refreshes it), the number of the attempt that
---          set it, and the channel its client listens on. A semaphore also
---          keeps '=fence' here for each holder of a permit.
+-- tickets: a hash, waiter token -> 'deadline_ms attempt timeout_ms channel':
+--          until when the waiter's place is kept without a refresh (each
+--          attempt of a live waiter refreshes it), the number of the
+--          attempt that set it, the waiter's timeout, and the channel its
+--          client listens on. A semaphore also keeps '=fence' here for each
+--          holder of a permit.
 --
 -- A grant to a waiter is published on its channel as 'token fence attempt':
--- the lock is reserved for it until its deadline, which that attempt set,
--- so the waiter knows from its own request how long the grant is certainly
--- its own, and confirms it with its lease in the background.
+-- the lock is reserved for it until its deadline, which that attempt set
+-- (or the promotion below, later), so the waiter knows from its own request
+-- how long the grant is certainly its own, and confirms it with its lease
+-- in the background.
 --
 -- A waiter whose deadline passed is dropped when it reaches the head: a
 -- dead waiter costs the queue at most its timeout, never a lease.
 --
+-- Far from the head, a lock's waiter is kept longer (see q.join): its
+-- timeout times the number of waiters ahead of it, up to MAX_SPREAD times,
+-- so its refreshes, a third of that apart, do not grow with the queue.
+-- The NEAR waiters at the head are kept for their timeout alone: when one
+-- enters them (a waiter left the head), q.promote brings its deadline in
+-- to its timeout from now and publishes its token alone on its channel,
+-- so it refreshes at its timeout's pace again. A dead waiter thus reaches
+-- the head with at most its timeout left, as near the head it always had.
+--
 -- The functions are made by queue_lib() only on the paths that need them:
 -- an uncontended lock and release pay for one closure, not for all of them.
+local NEAR = 2
+local MAX_SPREAD = 64
+
 local function queue_lib()
   local q = {}
 
@@ -48,29 +62,46 @@ local function queue_lib()
     redis.call('HDEL', tickets, token)
   end
 
+  -- A ticket's fields: deadline (ms), attempt, timeout (ms), channel; nil
+  -- when unreadable.
+  local function read(ticket)
+    if not ticket then
+      return nil
+    end
+    local deadline, attempt, timeout, channel = string.match(ticket, '^(%d+) (%d+) (%d+) (.*)$')
+    if not deadline then
+      return nil
+    end
+    return tonumber(deadline), attempt, tonumber(timeout), channel
+  end
+
+  local function write(tickets, token, deadline, attempt, timeout, channel)
+    redis.call('HSET', tickets, token,
+      string.format('%d %s %d %s', deadline, attempt, timeout, channel))
+  end
+
   -- The first waiter whose place is still kept, after dropping those ahead
-  -- of it whose deadline passed: token, deadline (ms), attempt, channel;
-  -- nil when none.
+  -- of it whose deadline passed: token, deadline (ms), attempt, channel,
+  -- timeout (ms); nil when none.
   function q.head(queue, tickets)
     while true do
       local first = redis.call('ZRANGE', queue, 0, 0)[1]
       if not first then
         return nil
       end
-      local ticket = redis.call('HGET', tickets, first)
-      if ticket then
-        local deadline, attempt, channel = string.match(ticket, '^(%d+) (%d+) (.*)$')
-        if deadline and tonumber(deadline) > q.now_ms() then
-          return first, tonumber(deadline), attempt, channel
-        end
+      local deadline, attempt, timeout, channel = read(redis.call('HGET', tickets, first))
+      if deadline and deadline > q.now_ms() then
+        return first, deadline, attempt, channel, timeout
       end
       q.leave(queue, tickets, first)
     end
   end
 
   -- Takes a place at the tail (or keeps the one held) and refreshes its
-  -- deadline.
-  function q.join(queue, tickets, token, timeout_ms, attempt, channel)
+  -- deadline: its timeout from now, or with `spread` (a lock's waiter) and
+  -- NEAR or more waiters ahead, that many times its timeout, up to
+  -- MAX_SPREAD times. Returns how long the place is kept (ms).
+  function q.join(queue, tickets, token, timeout_ms, attempt, channel, spread)
     if not redis.call('ZSCORE', queue, token) then
       local score = q.now_us()
       local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')[2]
@@ -79,19 +110,44 @@ local function queue_lib()
       end
       redis.call('ZADD', queue, string.format('%d', score), token)
     end
-    local deadline = q.now_ms() + timeout_ms
-    redis.call('HSET', tickets, token, string.format('%d', deadline) .. ' ' .. attempt .. ' ' .. channel)
+    local kept = timeout_ms
+    if spread then
+      local ahead = redis.call('ZRANK', queue, token)
+      if ahead >= NEAR then
+        kept = timeout_ms * math.min(ahead, MAX_SPREAD)
+      end
+    end
+    write(tickets, token, q.now_ms() + kept, attempt, timeout_ms, channel)
     -- A queue nobody refreshes vanishes.
-    q.keep(queue, 2 * timeout_ms)
-    q.keep(tickets, 2 * timeout_ms)
+    q.keep(queue, 2 * kept)
+    q.keep(tickets, 2 * kept)
+    return kept
+  end
+
+  -- Brings the NEAR waiters at the head to their own timeout: each kept
+  -- longer (it was far back) gets its timeout from now, and its token
+  -- alone on its channel, to refresh at that pace again.
+  function q.promote(queue, tickets)
+    local near = redis.call('ZRANGE', queue, 0, NEAR - 1)
+    if #near == 0 then
+      return
+    end
+    local found = redis.call('HMGET', tickets, unpack(near))
+    for i, token in ipairs(near) do
+      local deadline, attempt, timeout, channel = read(found[i])
+      if deadline and deadline > q.now_ms() + timeout then
+        write(tickets, token, q.now_ms() + timeout, attempt, timeout, channel)
+        redis.call('PUBLISH', channel, token)
+      end
+    end
   end
 
   -- How long a lock or permit handed to a waiter is kept for it to claim:
-  -- until its place would have lapsed, so a dead waiter delays the queue by
-  -- at most its timeout; never less than 50 ms, time for a live one to
-  -- answer.
-  function q.reservation(deadline)
-    local ms = deadline - q.now_ms()
+  -- until its place would have lapsed, and at most its timeout, so a dead
+  -- waiter delays the queue by at most its timeout; never less than 50 ms,
+  -- time for a live one to answer.
+  function q.reservation(deadline, timeout)
+    local ms = math.min(deadline - q.now_ms(), timeout)
     if ms < 50 then
       ms = 50
     end
@@ -106,14 +162,15 @@ local function queue_lib()
   -- Hands the lock to the first live waiter and notifies it alone; false
   -- when nobody waits.
   function q.lock_hand_first(lock, seq, queue, tickets)
-    local first, deadline, attempt, channel = q.head(queue, tickets)
+    local first, deadline, attempt, channel, timeout = q.head(queue, tickets)
     if not first then
       return false
     end
-    redis.call('SET', lock, first, 'PX', q.reservation(deadline))
+    redis.call('SET', lock, first, 'PX', q.reservation(deadline, timeout))
     local f = seq_next(seq)
     q.leave(queue, tickets, first)
     q.notify(first, f, attempt, channel)
+    q.promote(queue, tickets)
     return true
   end
 
@@ -142,11 +199,11 @@ local function queue_lib()
   -- permits left.
   function q.semaphore_hand_out(holders, seq, queue, tickets, free, me)
     while free > 0 do
-      local first, deadline, attempt, channel = q.head(queue, tickets)
+      local first, deadline, attempt, channel, timeout = q.head(queue, tickets)
       if not first or first == me then
         break
       end
-      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline))
+      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline, timeout))
       q.notify(first, f, attempt, channel)
       free = free - 1
     end
