@@ -23,6 +23,7 @@ use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
 mod apps;
+mod footprint;
 mod http;
 mod postgres;
 mod raw;
@@ -427,8 +428,10 @@ async fn contended_lockguard(b: &mut Bench, tasks: usize, clients: usize) -> (Co
     b.log_every_call(true).await;
     b.reset_stats().await;
     rec.restart();
+    // Long enough for every contender to take several turns.
+    let run_for = b.run_for.max(Duration::from_millis(10) * tasks as u32);
     let started = Instant::now();
-    tokio::time::sleep(b.run_for).await;
+    tokio::time::sleep(run_for).await;
     let rate = rec.total() as f64 / started.elapsed().as_secs_f64();
     let c = rec.finish(rate);
     let counted = b.commands_by_origin().await;
@@ -517,7 +520,7 @@ async fn contention(b: &mut Bench) {
     b.line("Variants: *lockguard, 4 clients*: the contenders are tasks sharing 4 client handles. *lockguard, client per contender*: each contender builds its own client (its own connections, its own pub/sub connection), as separate processes do. *raw spin*: raw redis-rs tasks over 4 connections retrying `SET NX` at once.");
     b.line("Every variant, raw spin included, holds the lock for 1 ms (a blocking sleep on tokio's blocking pool, like a database call: a tokio timer would end on the runtime's millisecond ticks, later when the runtime had parked, so the hold would depend on how busy the variant keeps the runtime) and, after each release, thinks for a 500 µs tokio sleep (rounded up to the timer's milliseconds) before asking again.");
     b.line("Handoff: from the holder's release call to the next *different* holder's acquire returning.");
-    b.line("The lockguard rows count from the moment every contender has held the lock once (so every client has made its first wait, which subscribes) and a fifth of the run has passed, for a run's length: the steady state, whatever the number of contenders. 256 and 1,000 contenders run one client each only.");
+    b.line("The lockguard rows count from the moment every contender has held the lock once (so every client has made its first wait, which subscribes) and a fifth of the run has passed, for a run's length (10 ms per contender where that is longer, so that each takes several turns): the steady state, whatever the number of contenders. 256 and 1,000 contenders run one client each only.");
     b.line("Commands per acquisition: commands the clients sent (script-internal calls in brackets), over the measured part of the run. For lockguard the server tells the two apart: every call goes to the slowlog, a script's calls under no client address, so a `PUBLISH` or `PEXPIRE` sent directly counts as sent, one inside a script as internal, and `SUBSCRIBE`/`UNSUBSCRIBE` count as sent; connection handshakes are not counted.");
     b.line("Min/max: the fewest acquisitions any contender made over the run divided by the most (1.00 = perfectly even).\n");
     b.line(
@@ -992,12 +995,13 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "uncontended",
     "contention",
     "limiters",
     "flood",
     "memory",
+    "footprint",
     "http",
     "postgres",
     "zookeeper",
@@ -1009,7 +1013,7 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, contention, limiters, flood,
-                  memory, http, postgres, zookeeper
+                  memory, footprint, http, postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1104,6 +1108,9 @@ async fn main() {
     }
     if run("memory") {
         memory(&mut b).await;
+    }
+    if run("footprint") {
+        footprint::section(&mut b).await;
     }
     if run("http") {
         http_layers(&mut b).await;
