@@ -63,16 +63,23 @@ local function queue_lib()
   end
 
   -- A ticket's fields: deadline (ms), attempt, timeout (ms), channel; nil
-  -- when unreadable.
+  -- when unreadable. A ticket an older client wrote has no timeout: its
+  -- place is then kept, and a lock handed to it reserved, until its
+  -- deadline, as that client expects.
   local function read(ticket)
     if not ticket then
       return nil
     end
     local deadline, attempt, timeout, channel = string.match(ticket, '^(%d+) (%d+) (%d+) (.*)$')
+    if deadline then
+      return tonumber(deadline), attempt, tonumber(timeout), channel
+    end
+    deadline, attempt, channel = string.match(ticket, '^(%d+) (%d+) (.*)$')
     if not deadline then
       return nil
     end
-    return tonumber(deadline), attempt, tonumber(timeout), channel
+    deadline = tonumber(deadline)
+    return deadline, attempt, math.max(deadline - q.now_ms(), 0), channel
   end
 
   local function write(tickets, token, deadline, attempt, timeout, channel)
