@@ -59,6 +59,11 @@ impl Guards {
         })
     }
 
+    /// A release before `at` keeps the lock until `at` (`Lock::at_least`).
+    pub(crate) fn keep_until(&self, at: Instant) {
+        let _ = self.hold.keep_until.set(at);
+    }
+
     /// The store key of the lock held.
     pub(crate) fn key(&self) -> &str {
         &self.hold.keys.lock
@@ -100,7 +105,7 @@ impl Guards {
     fn release_in_background(&self) {
         if self.begin_release() {
             let s = &self.hold;
-            let parts = (s.engine.clone(), s.keys.clone(), s.token);
+            let parts = (s.engine.clone(), s.keys.clone(), s.token, s.keep_for());
             spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
         }
     }
@@ -110,9 +115,15 @@ impl Guards {
             return Ok(false);
         }
         let s = &self.hold;
-        let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
-        let result = s.engine.store.locks.release(&s.keys, &s.token).await;
-        pending.disarm();
+        let result = if let Some(left) = s.keep_for() {
+            // Dropped midway, the lock stays until its lease ends.
+            s.engine.store.locks.extend(&s.keys, &s.token, left).await
+        } else {
+            let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
+            let result = s.engine.store.locks.release(&s.keys, &s.token).await;
+            pending.disarm();
+            result
+        };
         self.released(result)
     }
 
@@ -123,11 +134,16 @@ impl Guards {
             return Ok(false);
         }
         let s = &self.hold;
-        match s.engine.store.locks.release(&s.keys, &s.token).into_ready() {
+        let keep = s.keep_for();
+        let answer = match keep {
+            Some(left) => s.engine.store.locks.extend(&s.keys, &s.token, left),
+            None => s.engine.store.locks.release(&s.keys, &s.token),
+        };
+        match answer.into_ready() {
             Some(result) => self.released(result),
             None => {
                 // Not reached: asked only of a store that answers at once.
-                let parts = (s.engine.clone(), s.keys.clone(), s.token);
+                let parts = (s.engine.clone(), s.keys.clone(), s.token, keep);
                 spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
                 Err(Error::new(
                     crate::ErrorKind::Unavailable,
@@ -141,6 +157,9 @@ impl Guards {
     fn released(&self, result: Result<bool>) -> Result<bool> {
         let s = &self.hold;
         match &result {
+            Ok(true) if s.keep_until.get().is_some() => {
+                tracing::debug!(lock = %s.name, fence = s.fence.get(), "lock released; kept until its at_least has passed");
+            }
             Ok(true) => {
                 tracing::debug!(lock = %s.name, fence = s.fence.get(), "lock released");
             }
@@ -163,7 +182,9 @@ impl Drop for Guards {
     }
 }
 
-type ReleaseParts = (Arc<Engine>, Arc<LockKeys>, Token);
+/// What a release in the background needs: the lock, and how much longer
+/// to keep it (`Lock::at_least`), if at all.
+type ReleaseParts = (Arc<Engine>, Arc<LockKeys>, Token, Option<Duration>);
 
 /// Releases in the background on `runtime` (or the current one); without a
 /// runtime the lease frees the lock.
@@ -175,8 +196,12 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
     };
     let name: Arc<str> = name.into();
     runtime.spawn(async move {
-        let (engine, keys, token) = parts;
-        match engine.store.locks.release(&keys, &token).await {
+        let (engine, keys, token, keep) = parts;
+        let answer = match keep {
+            Some(left) => engine.store.locks.extend(&keys, &token, left).await,
+            None => engine.store.locks.release(&keys, &token).await,
+        };
+        match answer {
             Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
             Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
             Err(e) => {
@@ -210,7 +235,7 @@ impl<'a> PendingRelease<'a> {
 impl Drop for PendingRelease<'_> {
     fn drop(&mut self) {
         if let Some((engine, keys, token)) = self.parts.take() {
-            let parts = (engine.clone(), keys.clone(), token);
+            let parts = (engine.clone(), keys.clone(), token, None);
             spawn_release(None, parts, &keys.lock, FencingToken::new(0));
         }
     }

@@ -56,6 +56,8 @@ pub(crate) struct Hold {
     /// Where its next watchdog renewal is booked: the watchdog writes it,
     /// a release reads it to take the renewal out of the timer.
     pub(crate) booking: std::sync::Mutex<Option<Booking>>,
+    /// Until when a release keeps the lock (`Lock::at_least`).
+    pub(crate) keep_until: std::sync::OnceLock<Instant>,
 }
 
 /// Where a hold's next watchdog renewal is booked: the timer of
@@ -94,7 +96,18 @@ impl Hold {
             released: AtomicBool::new(false),
             renewal: tokio::sync::Mutex::new(()),
             booking: std::sync::Mutex::new(None),
+            keep_until: std::sync::OnceLock::new(),
         }
+    }
+
+    /// How much longer a release must keep the lock (`Lock::at_least`):
+    /// `None` when it may free it now.
+    pub(crate) fn keep_for(&self) -> Option<Duration> {
+        let left = self
+            .keep_until
+            .get()?
+            .saturating_duration_since(Instant::now());
+        (left >= Duration::from_millis(1)).then_some(left)
     }
 
     /// What is known of the lease now.

@@ -59,6 +59,8 @@ pub struct Lock {
     name: Arc<str>,
     keys: Result<Arc<LockKeys>, Invalid>,
     lease: Lease,
+    /// How long after it was taken a release keeps the lock (zero: none).
+    at_least: Duration,
     wait: Duration,
     retry_interval: Duration,
     /// The `name` label of its metrics, when not the name.
@@ -104,6 +106,7 @@ impl Lock {
             name: name.into(),
             keys,
             lease: Lease::Watchdog(defaults.lease),
+            at_least: Duration::ZERO,
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
             metric_name: None,
@@ -129,6 +132,42 @@ impl Lock {
     /// value, for settings that choose between them.
     pub fn with_lease(mut self, lease: Lease) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// Keeps the lock until at least `at_least` after it was taken, even
+    /// when the guard is released (or dropped) sooner: the release then
+    /// leaves the lock to expire at that moment instead of freeing it (and
+    /// stops the watchdog). For a job that runs on many replicas on a
+    /// schedule: a replica whose clock runs a little behind finds the lock
+    /// still taken and skips the run, so each period's job runs once
+    /// (ShedLock's `lockAtLeastFor`). The lease is the most the lock is
+    /// kept ([`Lock::lease`], `lockAtMostFor`); zero (the default) keeps
+    /// nothing.
+    ///
+    /// Counted from when the acquisition returned, so the lock is kept at
+    /// least that long after the store took it. A holder whose process
+    /// dies before its release leaves the lock to its lease, as always.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// use std::time::Duration;
+    /// let lg = lockguard_core::Client::memory();
+    /// let report = lg
+    ///     .lock("nightly-report")
+    ///     .lease(Duration::from_secs(600)) // at most 10 minutes
+    ///     .at_least(Duration::from_secs(30)); // at least 30 s
+    /// let guard = report.try_acquire().await?;
+    /// // The job is done in moments; the lock stays for the 30 s.
+    /// assert!(guard.release().await?);
+    /// assert!(lg.peer().lock("nightly-report").try_acquire().await.unwrap_err().is_busy());
+    /// # Ok(()) }
+    /// ```
+    pub fn at_least(mut self, at_least: Duration) -> Self {
+        self.at_least = at_least;
         self
     }
 
@@ -213,11 +252,43 @@ impl Lock {
 
     fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
         let keys = self.keys.as_ref().map_err(Invalid::error)?;
-        let lease = self.effective_lease()?.duration();
+        let lease = self.effective_lease()?;
         if self.retry_interval.is_zero() {
             return Err(Error::invalid("retry interval must be greater than zero"));
         }
-        Ok((keys, lease))
+        self.check_at_least(lease)?;
+        Ok((keys, lease.duration()))
+    }
+
+    /// `at_least` fits under the lease: a fixed lease is the most the lock
+    /// is kept, and a store keeps no lease longer than its own bound.
+    fn check_at_least(&self, lease: Lease) -> Result<()> {
+        let at_least = self.at_least;
+        if at_least.is_zero() {
+            return Ok(());
+        }
+        if let Lease::Fixed(most) = lease
+            && at_least > most
+        {
+            return Err(Error::invalid(format!(
+                "lock {:?}: at_least ({at_least:?}) is longer than its fixed lease ({most:?}), which is the most the lock is kept",
+                self.name
+            )));
+        }
+        let max = self
+            .engine
+            .store
+            .locks
+            .max_lease()
+            .unwrap_or(crate::lease::MAX_LEASE);
+        if at_least > max {
+            return Err(Error::invalid(format!(
+                "lock {:?}: at_least ({at_least:?}) is longer than the longest lease a {} client keeps ({max:?})",
+                self.name,
+                self.engine.store.locks.name()
+            )));
+        }
+        Ok(())
     }
 
     /// The lease, validated and fitted to the store: a watchdog lease
@@ -962,6 +1033,9 @@ impl Lock {
             grant,
             (kept, now),
         );
+        if !self.at_least.is_zero() {
+            guards.keep_until(now + self.at_least);
+        }
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Ok(LockGuard::new(guards))
     }

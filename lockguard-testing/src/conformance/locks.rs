@@ -680,3 +680,74 @@ pub async fn now_methods_answer_at_once_or_send_nothing(env: Env) {
     let next = other.semaphore("now-slots", 1).try_acquire().await.unwrap();
     assert!(next.release().await.unwrap());
 }
+
+/// A lock taken with `at_least` and released, or dropped, at once stays
+/// taken until `at_least` after it was taken, and is free soon after; a
+/// release once `at_least` has passed frees it at once; an `at_least`
+/// longer than a fixed lease is refused before anything is sent.
+pub async fn at_least_keeps_an_early_released_lock_until_it_has_passed(env: Env) {
+    let at_least = Duration::from_millis(1500);
+    let lg = env.client().await;
+    let other = env.client().await;
+    for dropped in [false, true] {
+        let name = if dropped {
+            "at-least-dropped"
+        } else {
+            "at-least-released"
+        };
+        let guard = lg.lock(name).at_least(at_least).try_acquire().await.unwrap();
+        let taken = Instant::now();
+        if dropped {
+            drop(guard);
+        } else {
+            assert!(guard.release().await.unwrap(), "{name}: lost before release");
+        }
+        let busy = other.lock(name).try_acquire().await;
+        assert!(
+            busy.as_ref().is_err_and(lockguard_core::Error::is_busy),
+            "{name}: free right after the release: {busy:?}"
+        );
+        let bound = taken + at_least + Duration::from_secs(3);
+        let freed = loop {
+            match other.lock(name).try_acquire().await {
+                Ok(g) => break g,
+                Err(e) => assert!(e.is_busy(), "{name}: {e}"),
+            }
+            assert!(
+                Instant::now() < bound,
+                "{name}: still taken 3 s after its at_least ({at_least:?}) had passed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let after = taken.elapsed();
+        assert!(
+            after + Duration::from_millis(50) >= at_least,
+            "{name}: free {after:?} after it was taken, before its at_least ({at_least:?})"
+        );
+        assert!(freed.release().await.unwrap());
+    }
+
+    let late = lg
+        .lock("at-least-passed")
+        .at_least(Duration::from_millis(100))
+        .try_acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(late.release().await.unwrap());
+    let again = other
+        .lock("at-least-passed")
+        .try_acquire()
+        .await
+        .expect("a release after at_least frees the lock at once");
+    assert!(again.release().await.unwrap());
+
+    let too_long = lg
+        .lock("at-least-bad")
+        .lease(Duration::from_secs(1))
+        .at_least(Duration::from_secs(2));
+    let e = too_long.validate().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    let e = too_long.try_acquire().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+}

@@ -363,6 +363,7 @@ macro_rules! conformance {
             bad_input_is_a_clear_error,
             acquire_wait_is_bounded,
             now_methods_answer_at_once_or_send_nothing,
+            at_least_keeps_an_early_released_lock_until_it_has_passed,
         );
     };
     (@group semaphores, $h:expr) => {
