@@ -179,6 +179,9 @@ pub mod __private {
         pub watchdog: Option<Duration>,
         /// `wait`: how long to wait when busy; `None` tries once.
         pub wait: Option<Duration>,
+        /// `at_least`: how long after it was taken the lock is kept,
+        /// however soon the body ends (`#[distributed_lock]` only).
+        pub at_least: Option<Duration>,
         /// Whether a lost lease stops the body (the default) or not
         /// (`keep_going_on_lost`).
         pub stop_on_lost: bool,
@@ -212,6 +215,9 @@ pub mod __private {
         let mut lock = client?.lock(&key).wait(opts.wait());
         if let Some(lease) = opts.lease() {
             lock = lock.with_lease(lease);
+        }
+        if let Some(at_least) = opts.at_least {
+            lock = lock.at_least(at_least);
         }
         if opts.stop_on_lost {
             return lock.run(body).await;

@@ -1,7 +1,7 @@
 //! The main example, `flash_sale`, on each store's URL: the binary `cargo
 //! test` built with this run's features, run as a child process with
 //! `LOCKGUARD_URL`, against servers the test starts. (`scripts/test.sh` runs
-//! it on memory, Redis and PostgreSQL.)
+//! it on memory, Redis and PostgreSQL.) And `scheduled_job` on Redis.
 #![cfg(all(feature = "redis", feature = "zookeeper", feature = "mysql"))]
 
 use std::path::PathBuf;
@@ -11,9 +11,14 @@ use lockguard_testing::{MariaDbServer, RedisServer, ZooKeeperServer};
 
 /// `target/debug/examples/flash_sale`, beside this test's own binary.
 fn flash_sale() -> PathBuf {
+    example("flash_sale")
+}
+
+/// `target/debug/examples/NAME`, beside this test's own binary.
+fn example(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let debug = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = debug.join("examples").join("flash_sale");
+    let path = debug.join("examples").join(name);
     assert!(
         path.is_file(),
         "{} is missing: cargo test builds the examples first",
@@ -76,4 +81,24 @@ fn flash_sale_on_redlock_says_what_it_needs() {
         text.contains("counters") && text.contains("redlock"),
         "{text}"
     );
+}
+
+/// `scheduled_job`: three replicas with skewed clocks, one client each, run
+/// the job once per period on Redis (the example checks its own count).
+#[test]
+fn scheduled_job_runs_once_per_period_on_redis() {
+    let redis = RedisServer::start();
+    let out = Command::new(example("scheduled_job"))
+        .env("LOCKGUARD_URL", redis.url())
+        .env_remove("REDIS_URL")
+        .output()
+        .expect("run scheduled_job");
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("store: redis"), "{text}");
+    assert!(text.contains("the job ran 3 times in 3 periods"), "{text}");
 }

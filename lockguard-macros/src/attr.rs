@@ -17,6 +17,7 @@ mod kw {
     syn::custom_keyword!(ttl);
     syn::custom_keyword!(watchdog);
     syn::custom_keyword!(wait);
+    syn::custom_keyword!(at_least);
     syn::custom_keyword!(skip_if_busy);
     syn::custom_keyword!(keep_going_on_lost);
     syn::custom_keyword!(client);
@@ -67,6 +68,7 @@ impl Kind {
                 Ttl,
                 Watchdog,
                 Wait,
+                AtLeast,
                 SkipIfBusy,
                 KeepGoingOnLost,
                 Client,
@@ -95,6 +97,7 @@ enum Opt {
     Ttl,
     Watchdog,
     Wait,
+    AtLeast,
     SkipIfBusy,
     KeepGoingOnLost,
     Client,
@@ -114,6 +117,7 @@ impl Opt {
             Self::Ttl => "ttl",
             Self::Watchdog => "watchdog",
             Self::Wait => "wait",
+            Self::AtLeast => "at_least",
             Self::SkipIfBusy => "skip_if_busy",
             Self::KeepGoingOnLost => "keep_going_on_lost",
             Self::Client => "client",
@@ -135,6 +139,7 @@ impl Opt {
             Self::Ttl => la.peek(kw::ttl),
             Self::Watchdog => la.peek(kw::watchdog),
             Self::Wait => la.peek(kw::wait),
+            Self::AtLeast => la.peek(kw::at_least),
             Self::SkipIfBusy => la.peek(kw::skip_if_busy),
             Self::KeepGoingOnLost => la.peek(kw::keep_going_on_lost),
             Self::Client => la.peek(kw::client),
@@ -175,6 +180,7 @@ pub(crate) struct Args {
     pub(crate) ttl: Option<Located<Duration>>,
     pub(crate) watchdog: Option<Located<Duration>>,
     pub(crate) wait: Option<Located<Duration>>,
+    pub(crate) at_least: Option<Located<Duration>>,
     pub(crate) skip_if_busy: Option<Span>,
     pub(crate) keep_going_on_lost: Option<Span>,
     pub(crate) client: Option<Expr>,
@@ -242,6 +248,11 @@ impl Args {
                 self.watchdog = Some(d);
             }
             Opt::Wait => self.wait = Some(duration_value(input)?),
+            Opt::AtLeast => {
+                let d = duration_value(input)?;
+                check_lease(d, "at_least", Duration::from_millis(1))?;
+                self.at_least = Some(d);
+            }
             Opt::SkipIfBusy => self.skip_if_busy = Some(ident.span()),
             Opt::KeepGoingOnLost => self.keep_going_on_lost = Some(ident.span()),
             Opt::Client => self.client = Some(input.parse()?),
@@ -329,6 +340,18 @@ impl Args {
             return Err(syn::Error::new(
                 second,
                 "`ttl` and `watchdog` exclude each other: `ttl` is a fixed lease, `watchdog` a lease the watchdog renews",
+            ));
+        }
+        if let (Some(at_least), Some(ttl)) = (&self.at_least, &self.ttl)
+            && at_least.value > ttl.value
+        {
+            return Err(syn::Error::new(
+                at_least.span,
+                format!(
+                    "`at_least` ({}) is longer than `ttl` ({}), the most the lock is kept",
+                    shown(at_least.value),
+                    shown(ttl.value)
+                ),
             ));
         }
         match kind {

@@ -119,12 +119,14 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
             let ttl = opt_ms(args.ttl.map(|d| d.value));
             let watchdog = opt_ms(args.watchdog.map(|d| d.value));
             let wait = opt_ms(args.wait.map(|d| d.value));
+            let at_least = opt_ms(args.at_least.map(|d| d.value));
             let stop_on_lost = args.keep_going_on_lost.is_none();
             let opts = quote! {
                 #p::LeaseOptions {
                     ttl: #ttl,
                     watchdog: #watchdog,
                     wait: #wait,
+                    at_least: #at_least,
                     stop_on_lost: #stop_on_lost,
                 }
             };

@@ -98,6 +98,7 @@
 //! | `ttl = "30s"` | fixed lease, no watchdog | | fixed lease per permit |
 //! | `watchdog = "30s"` | lease the watchdog renews (default: the client's, 30 s) | | the same, per permit |
 //! | `wait = "5s"` | wait when busy (default: try once) | | wait when every permit is taken (default: try once) |
+//! | `at_least = "30s"` | keep the lock until this long after it was taken, however soon the body ends (a scheduled job on many replicas runs once per period); at most `ttl` | | |
 //! | `skip_if_busy` | `Ok(None)` when busy | | `Ok(None)` when every permit is taken |
 //! | `keep_going_on_lost` | the body goes on when the lease is lost | | the same, for the permit |
 //! | `permits = 4` | | | required: bodies at once |
@@ -166,6 +167,11 @@ use crate::attr::Kind;
 ///   the body does not run.
 /// - With `ttl`, the lease is fixed; without, a watchdog renews it while
 ///   the body runs (`watchdog = "..."` sets its length).
+/// - With `at_least`, a body that ends sooner leaves the lock taken until
+///   that long after it was taken (ShedLock's `lockAtLeastFor`; `ttl` is
+///   the `lockAtMostFor`): a scheduled job run by every replica, each
+///   with `skip_if_busy`, then runs once per period even where the
+///   replicas' clocks differ a little. See `Lock::at_least`.
 /// - While the body runs, a lost lease (the watchdog found the lock gone,
 ///   or a fixed lease is about to run out) stops it: the body's future is
 ///   dropped and not polled again, and the function returns the
@@ -224,8 +230,9 @@ use crate::attr::Kind;
 ///
 /// # Options
 ///
-/// `key` (required), `ttl`, `watchdog`, `wait`, `skip_if_busy`,
-/// `keep_going_on_lost`, `client`, `crate`: see the [crate docs](crate).
+/// `key` (required), `ttl`, `watchdog`, `wait`, `at_least`,
+/// `skip_if_busy`, `keep_going_on_lost`, `client`, `crate`: see the
+/// [crate docs](crate).
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::Lock, args.into(), item.into()).into()

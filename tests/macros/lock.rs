@@ -15,6 +15,7 @@ on_both_stores!(
     a_second_caller_is_refused_while_the_body_runs,
     a_waiting_caller_runs_after_the_holder,
     skip_if_busy_returns_none_without_running_the_body,
+    at_least_runs_a_scheduled_job_once_per_period,
     a_lost_lease_stops_the_body,
     keep_going_on_lost_finishes_the_body,
     nested_calls_on_the_same_key_do_not_deadlock,
@@ -183,6 +184,45 @@ async fn skip_if_busy_returns_none_without_running_the_body(env: Env) {
     assert!(held.release().await.unwrap());
     assert_eq!(nightly(&lg, 12, &tracker).await.unwrap(), Some(12));
     assert_eq!(tracker.finished(), 1);
+}
+
+#[distributed_lock(key = "report", ttl = "10s", at_least = "500ms", skip_if_busy, client = lg)]
+async fn report(lg: &Client, tracker: &Tracker) -> Result<Option<()>, lockguard::Error> {
+    tracker.enter().finish();
+    Ok(Some(()))
+}
+
+/// `at_least` with `skip_if_busy`, as a job every replica runs on a
+/// schedule: of three clients calling in one period, one runs the body and
+/// the others skip it, though its body ended at once; a call later in the
+/// period skips it too; once `at_least` has passed, the next call runs it.
+async fn at_least_runs_a_scheduled_job_once_per_period(env: Env) {
+    let clients = [env.client().await, env.client().await, env.client().await];
+    let tracker = Tracker::default();
+    let started = tokio::time::Instant::now();
+    let mut ran = 0;
+    for lg in &clients {
+        ran += usize::from(report(lg, &tracker).await.unwrap().is_some());
+    }
+    assert_eq!(ran, 1, "the job ran {ran} times in one period");
+    if started.elapsed() < Duration::from_millis(400) {
+        assert_eq!(
+            report(&clients[1], &tracker).await.unwrap(),
+            None,
+            "the job ran again within its at_least"
+        );
+    }
+    let next = &clients[2];
+    eventually("the next period's run", || async {
+        report(next, &tracker).await.unwrap().is_some()
+    })
+    .await;
+    let period = started.elapsed();
+    assert!(
+        period + Duration::from_millis(50) >= Duration::from_millis(500),
+        "the job ran again {period:?} after the first run, before its at_least"
+    );
+    assert_eq!(tracker.finished(), 2);
 }
 
 #[distributed_lock(key = "lease:{name}", ttl = "300ms", client = lg)]

@@ -695,12 +695,20 @@ pub async fn at_least_keeps_an_early_released_lock_until_it_has_passed(env: Env)
         } else {
             "at-least-released"
         };
-        let guard = lg.lock(name).at_least(at_least).try_acquire().await.unwrap();
+        let guard = lg
+            .lock(name)
+            .at_least(at_least)
+            .try_acquire()
+            .await
+            .unwrap();
         let taken = Instant::now();
         if dropped {
             drop(guard);
         } else {
-            assert!(guard.release().await.unwrap(), "{name}: lost before release");
+            assert!(
+                guard.release().await.unwrap(),
+                "{name}: lost before release"
+            );
         }
         let busy = other.lock(name).try_acquire().await;
         assert!(

@@ -25,4 +25,14 @@ async fn ttl_and_watchdog() -> Result<(), lockguard::Error> {
     Ok(())
 }
 
+#[distributed_lock(key = "a", ttl = "30s", at_least = "1m")]
+async fn at_least_past_ttl() -> Result<(), lockguard::Error> {
+    Ok(())
+}
+
+#[distributed_lock(key = "a", at_least = "0s")]
+async fn zero_at_least() -> Result<(), lockguard::Error> {
+    Ok(())
+}
+
 fn main() {}

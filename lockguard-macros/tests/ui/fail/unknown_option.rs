@@ -20,4 +20,9 @@ async fn not_an_option() -> Result<(), lockguard::Error> {
     Ok(())
 }
 
+#[concurrency_limit(key = "k", permits = 2, at_least = "1s")]
+async fn at_least_on_permits() -> Result<(), lockguard::Error> {
+    Ok(())
+}
+
 fn main() {}

@@ -16,6 +16,11 @@ async fn skipping(lg: Arc<Client>) -> Result<Option<u32>, lockguard::Error> {
     Ok(Some(1))
 }
 
+#[distributed_lock(key = "job", ttl = "10m", at_least = "30s", skip_if_busy, client = lg)]
+async fn scheduled(lg: &Client) -> Result<Option<()>, lockguard::Error> {
+    Ok(Some(()))
+}
+
 #[concurrency_limit(
     key = "c",
     permits = 1_000_000,
