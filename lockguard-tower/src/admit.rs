@@ -97,17 +97,6 @@ mod sealed {
     impl<B> Sealed for http::Response<B> {}
 }
 
-/// An admission check in flight, with the ready service and the request it
-/// is for: boxed, so that the future of a request decided at once (which
-/// has none) is no larger than the inner service's future and what the
-/// layer adds to it; a request is a few hundred bytes, moved with the
-/// future every time it is.
-struct Pending<S, ReqB> {
-    admitting: Admitting,
-    service: S,
-    request: Request<ReqB>,
-}
-
 pin_project! {
     #[project = StateProj]
     enum State<F, S, ReqB, R>
@@ -115,7 +104,9 @@ pin_project! {
         R: HasBody,
     {
         Admitting {
-            pending: Option<Box<Pending<S, ReqB>>>,
+            admitting: Admitting,
+            service: Option<S>,
+            request: Option<Request<ReqB>>,
         },
         Calling {
             #[pin]
@@ -199,11 +190,9 @@ where
         Self {
             head: request.method() == Method::HEAD,
             state: State::Admitting {
-                pending: Some(Box::new(Pending {
-                    admitting,
-                    service: take_ready(service),
-                    request,
-                })),
+                admitting,
+                service: Some(take_ready(service)),
+                request: Some(request),
             },
         }
     }
@@ -345,14 +334,14 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Admitting { pending } => {
-                    let waiting = pending.as_mut().expect("admission polled after completion");
-                    let admission = ready!(waiting.admitting.as_mut().poll(cx));
-                    let Pending {
-                        mut service,
-                        request,
-                        ..
-                    } = *pending.take().expect("admission polled after completion");
+                StateProj::Admitting {
+                    admitting,
+                    service,
+                    request,
+                } => {
+                    let admission = ready!(admitting.as_mut().poll(cx));
+                    let mut service = service.take().expect("admission polled after completion");
+                    let request = request.take().expect("admission polled after completion");
                     this.state
                         .set(State::after(admission, &mut service, request));
                 }
