@@ -10,8 +10,8 @@
 #   bash lockguard-bench/http-wrk.sh [ROUNDS] [SECONDS]     # default 15 3
 #
 # VARIANTS picks the variants (default "none rate governor lock
-# concurrency"); it must name `none`, and `rate` and `governor` for their
-# comparison line: `VARIANTS="none rate governor" bash ... 40 2` spends
+# concurrency"); it must name `none`, and `rate` and `governor` (or
+# `rate-per-ip` and `governor-per-ip`) for their comparison line: `VARIANTS="none rate governor" bash ... 40 2` spends
 # every round on the one comparison.
 #
 # Every request carries its own `x-conn` value, so the lock layer takes a
@@ -91,6 +91,11 @@ awk -v rounds="$rounds" -v variants="${variants[*]}" '
       lo = 1e9; hi = 0
       for (r = 1; r <= rounds; r++) { q = rps[r, "rate"] / rps[r, "governor"]; c[r] = q; if (q < lo) lo = q; if (q > hi) hi = q }
       printf "\nRateLimitLayer / tower_governor: %.3fx (range %.2f–%.2fx)\n", median(c, rounds), lo, hi
+    }
+    if (("rate-per-ip" in names) && ("governor-per-ip" in names)) {
+      lo = 1e9; hi = 0
+      for (r = 1; r <= rounds; r++) { q = rps[r, "rate-per-ip"] / rps[r, "governor-per-ip"]; c[r] = q; if (q < lo) lo = q; if (q > hi) hi = q }
+      printf "RateLimitLayer / tower_governor, a key per client IP (one IP here: wrk connects from 127.0.0.1): %.3fx (range %.2f–%.2fx)\n", median(c, rounds), lo, hi
     }
     if (starved != "") { printf "the server was not the bottleneck in some rounds of:%s\n", starved > "/dev/stderr"; exit 1 }
   }' "$out/runs"

@@ -48,6 +48,11 @@ fn main() {
             }
         };
         println!("listening on {}", listener.local_addr().expect("address"));
-        axum::serve(listener, app).await.expect("serve");
+        if apps::needs_peer_address(&variant) {
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, app).await.expect("serve");
+        } else {
+            axum::serve(listener, app).await.expect("serve");
+        }
     });
 }

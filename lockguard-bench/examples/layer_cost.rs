@@ -75,11 +75,22 @@ async fn requests(app: Router, v: String, t: u32, n: u32) {
     // `with_state`): otherwise every request would build its route and
     // apply the layer anew, a cost no server pays.
     let mut svc = app.with_state::<()>(()).into_service::<Body>();
+    // What `into_make_service_with_connect_info` records, for the
+    // `-per-ip` variants: 32 peers, as 32 connections from addresses of
+    // their own.
+    let peer_address = apps::needs_peer_address(&v);
     for i in 0..n {
-        let req = http::Request::get("/")
+        let mut req = http::Request::get("/")
             .header("x-conn", (t * 1000 + i % 32).to_string())
             .body(Body::empty())
             .expect("request");
+        if peer_address {
+            let ip = std::net::Ipv4Addr::new(127, 0, (t % 256) as u8, 2 + (i % 32) as u8);
+            req.extensions_mut()
+                .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                    ip, 40_000,
+                ))));
+        }
         let ready = svc.ready().await.expect("ready");
         let res = ready.call(req).await.expect("response");
         assert!(res.status().is_success(), "{v}: {}", res.status());

@@ -11,12 +11,20 @@ use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
 /// The variants' names.
-pub(crate) const VARIANTS: &str = "none, rate, rate-decision, governor, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
+pub(crate) const VARIANTS: &str = "none, rate, rate-decision, governor, rate-per-ip, governor-per-ip, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
+
+/// Whether the variant keys by the peer's IP address, so that its server
+/// must record it (`into_make_service_with_connect_info::<SocketAddr>()`).
+pub(crate) fn needs_peer_address(variant: &str) -> bool {
+    variant.ends_with("-per-ip")
+}
 
 /// The hello-world with the layer `variant` names, on `lg`'s store; or,
 /// for a name not in [`VARIANTS`], a message naming them. Locks and the
-/// `-per-client` limits are keyed by the `x-conn` header, as a limit per
-/// client would be.
+/// `-per-client` limits are keyed by the `x-conn` header; the `-per-ip`
+/// limits by the peer's IP address (axum's `ConnectInfo`), each with its
+/// own crate's extractor (`key::PeerIp`, tower_governor's
+/// `PeerIpKeyExtractor`), as most axum services key their limits.
 pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
@@ -37,6 +45,20 @@ pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
             lg.rate_limiter("bench", Quota::per_second(1_000_000)),
             conn_key,
         )),
+        "rate-per-ip" => hello.layer(RateLimitLayer::new(
+            lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+            key::PeerIp::new(),
+        )),
+        "governor-per-ip" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(tower_governor::key_extractor::PeerIpKeyExtractor)
+                .use_headers()
+                .finish()
+                .expect("a valid governor configuration");
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
         "governor-per-client" => {
             let config = tower_governor::governor::GovernorConfigBuilder::default()
                 .per_nanosecond(1000)

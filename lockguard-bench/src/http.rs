@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use lockguard_core::Client;
 
@@ -21,10 +22,12 @@ pub(crate) enum Variant {
     ConcurrencyLimit,
     /// tower_governor's in-memory GCRA, the crate axum users pick today.
     Governor,
-    /// [`Variant::RateLimit`] keyed by connection, as a limit per client is.
-    RateLimitPerClient,
-    /// [`Variant::Governor`] keyed by connection.
-    GovernorPerClient,
+    /// [`Variant::RateLimit`] keyed by the peer's IP address
+    /// (`key::PeerIp`), each connection from an address of its own.
+    RateLimitPerIp,
+    /// [`Variant::Governor`] keyed by the peer's IP address (its
+    /// `PeerIpKeyExtractor`).
+    GovernorPerIp,
     /// [`Variant::RateLimit`] passing its `Decision` on to the handler.
     RateLimitDecision,
 }
@@ -38,8 +41,8 @@ impl Variant {
             Self::Lock => "lock",
             Self::ConcurrencyLimit => "concurrency",
             Self::Governor => "governor",
-            Self::RateLimitPerClient => "rate-per-client",
-            Self::GovernorPerClient => "governor-per-client",
+            Self::RateLimitPerIp => "rate-per-ip",
+            Self::GovernorPerIp => "governor-per-ip",
             Self::RateLimitDecision => "rate-decision",
         }
     }
@@ -51,9 +54,9 @@ impl Variant {
             Self::Lock => "LockLayer (a key per connection)",
             Self::ConcurrencyLimit => "ConcurrencyLimitLayer (1000 permits)",
             Self::Governor => "tower_governor GovernorLayer (GCRA, global key, headers on)",
-            Self::RateLimitPerClient => "RateLimitLayer (GCRA, a key per connection)",
-            Self::GovernorPerClient => {
-                "tower_governor GovernorLayer (GCRA, a key per connection, headers on)"
+            Self::RateLimitPerIp => "RateLimitLayer (GCRA, a key per client IP: `key::PeerIp`)",
+            Self::GovernorPerIp => {
+                "tower_governor GovernorLayer (GCRA, a key per client IP: `PeerIpKeyExtractor`, headers on)"
             }
             Self::RateLimitDecision => {
                 "RateLimitLayer (GCRA, global key, `decision_extension(true)`)"
@@ -86,9 +89,15 @@ pub(crate) async fn requests_per_second(
     listener.set_nonblocking(true).expect("nonblocking");
     let addr = listener.local_addr().expect("addr");
     let app = crate::apps::app(variant.slug(), lg).expect("a benchmark variant");
+    let peer_address = crate::apps::needs_peer_address(variant.slug());
     let server = runtime.spawn(async move {
         let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-        axum::serve(listener, app).await.expect("serve");
+        if peer_address {
+            let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
+            axum::serve(listener, app).await.expect("serve");
+        } else {
+            axum::serve(listener, app).await.expect("serve");
+        }
     });
     let uri: http::Uri = format!("http://{addr}/").parse().expect("uri");
     let served = Arc::new(AtomicU64::new(0));
@@ -99,8 +108,13 @@ pub(crate) async fn requests_per_second(
             let uri = uri.clone();
             let served = served.clone();
             async move {
-                // One client per task: one keep-alive connection each.
-                let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+                // One client per task: one keep-alive connection each, from
+                // a loopback address of its own (127.0.0.2, .3, ...), so
+                // that a key per client IP is a key per connection.
+                let mut connector = HttpConnector::new();
+                connector.set_local_address(Some(client_address(c)));
+                let client =
+                    HttpClient::builder(TokioExecutor::new()).build::<_, Empty<Bytes>>(connector);
                 while !stop.load(Ordering::Relaxed) {
                     let req = http::Request::get(uri.clone())
                         .header("x-conn", c.to_string())
@@ -124,4 +138,10 @@ pub(crate) async fn requests_per_second(
         .await
         .expect("server runtime shut down");
     (measured, served.load(Ordering::Relaxed))
+}
+
+/// The loopback address connection `c` comes from: 127.0.0.2 onwards.
+fn client_address(c: usize) -> std::net::IpAddr {
+    let c = u32::try_from(c).expect("fewer connections than addresses");
+    std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(127, 0, 0, 2)) + c).into()
 }

@@ -642,6 +642,9 @@ pub struct Store {
     pub(crate) locks: Arc<dyn LockStore>,
     data: Arc<dyn DataStore>,
     pub(crate) listeners: Vec<Arc<dyn Listener>>,
+    /// The in-memory store itself, when this is one: its limiters keep
+    /// their own state's table and skip the store keys.
+    memory: Option<Arc<crate::backend::memory::MemoryStore>>,
 }
 
 impl Store {
@@ -656,7 +659,20 @@ impl Store {
             locks: store.clone(),
             data: store,
             listeners,
+            memory: None,
         }
+    }
+
+    /// The in-memory store `store`, known as such.
+    pub(crate) fn in_memory(store: Arc<crate::backend::memory::MemoryStore>) -> Self {
+        let mut this = Self::new(store.clone(), Vec::new());
+        this.memory = Some(store);
+        this
+    }
+
+    /// The in-memory store, when this is one (not a store wrapping it).
+    pub(crate) fn memory_store(&self) -> Option<&crate::backend::memory::MemoryStore> {
+        self.memory.as_deref()
     }
 
     /// The store's locks and semaphores.

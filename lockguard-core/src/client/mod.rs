@@ -65,7 +65,7 @@ impl Client {
     /// Only clones of the returned handle share its locks.
     pub fn memory() -> Self {
         let b = Builder::default();
-        let store = Store::new(Arc::new(MemoryStore::new(b.clock.clone())), Vec::new());
+        let store = Store::in_memory(Arc::new(MemoryStore::new(b.clock.clone())));
         b.finish(store)
     }
 
@@ -356,7 +356,7 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
-        let store = Store::new(Arc::new(MemoryStore::new(self.clock.clone())), Vec::new());
+        let store = Store::in_memory(Arc::new(MemoryStore::new(self.clock.clone())));
         Ok(self.finish(store))
     }
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::memory::LimitTable;
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
 use crate::rate_limit::{Algorithm, Decision, Quota, gcra};
@@ -66,6 +67,10 @@ struct Prepared {
     base: Arc<str>,
     /// The store's step, with the quota's constants.
     op: LimitOp,
+    /// On the in-memory store, this limiter's own table of state: its
+    /// checks go straight to it by their key, with no store key to build
+    /// or hash.
+    table: Option<Arc<LimitTable>>,
 }
 
 impl Shared {
@@ -91,9 +96,15 @@ impl Shared {
                 period_us: quota.period_us(),
             },
         };
+        let table = self
+            .engine
+            .store
+            .memory_store()
+            .map(|m| m.limit_table(&base));
         Ok(Prepared {
             base: base.into(),
             op,
+            table,
         })
     }
 }
@@ -243,6 +254,10 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision> {
+        let (prepared, op) = self.checked(key, 1)?;
+        if let Some(table) = &prepared.table {
+            return Ok(table.decide(key, op, 1, true));
+        }
         let (keys, op) = self.prepare(key, 1)?;
         self.store()?
             .rate_limit(&keys, op, 1, true)
@@ -387,20 +402,24 @@ impl RateLimiter {
         if !at_once && self.shared.refused.is_none() {
             return None;
         }
-        let (base, op) = match self.checked(key, cost) {
+        let (prepared, op) = match self.checked(key, cost) {
             Ok(checked) => checked,
-            Err(e) => return Some(Err(e)),
-        };
-        let store = match self.store() {
-            Ok(store) => store,
             Err(e) => return Some(Err(e)),
         };
         if let Some(d) = self.cached_refusal(key, cost) {
             return Some(Ok(d));
         }
+        // The in-memory store's own table for this limiter, by the key.
+        if let Some(table) = &prepared.table {
+            return Some(self.decided(key, cost, Ok(table.decide(key, op, cost, false))));
+        }
         if !at_once {
             return None;
         }
+        let store = match self.store() {
+            Ok(store) => store,
+            Err(e) => return Some(Err(e)),
+        };
         // The store key, in a buffer the thread keeps: the store answers
         // before this returns, so nothing needs to own it.
         thread_local! {
@@ -408,7 +427,7 @@ impl RateLimiter {
         }
         let answer = KEY.with_borrow_mut(|full| {
             full.clear();
-            write_key(full, base, key);
+            write_key(full, &prepared.base, key);
             let keys = LimitKeys::new(full.as_str());
             let answer = store.rate_limit(&keys, op, cost, false).into_ready();
             // A key of unusual length leaves no large buffer behind.
@@ -421,6 +440,13 @@ impl RateLimiter {
     }
 
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
+        let (prepared, op) = self.checked(key, cost)?;
+        if let Some(table) = &prepared.table {
+            if let Some(d) = self.cached_refusal(key, cost) {
+                return Ok(d);
+            }
+            return self.decided(key, cost, Ok(table.decide(key, op, cost, false)));
+        }
         let (keys, op) = self.prepare(key, cost)?;
         let store = self.store()?;
         if let Some(d) = self.cached_refusal(key, cost) {
@@ -465,14 +491,16 @@ impl RateLimiter {
     }
 
     fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys<'static>, LimitOp)> {
-        let (base, op) = self.checked(key, cost)?;
+        let (prepared, op) = self.checked(key, cost)?;
+        let base = &prepared.base;
         let mut full = String::with_capacity(base.len() + key.len() + 2);
         write_key(&mut full, base, key);
         Ok((LimitKeys::new(full), op))
     }
 
-    /// Checks `key` and `cost`: the key's prefix and the store's step.
-    fn checked(&self, key: &str, cost: u64) -> Result<(&str, LimitOp)> {
+    /// Checks `key` and `cost`: what the limiter prepared, and the store's
+    /// step.
+    fn checked(&self, key: &str, cost: u64) -> Result<(&Prepared, LimitOp)> {
         let prepared = self.shared.prepared.as_ref().map_err(Invalid::error)?;
         crate::key::validate_key("rate limit", key)?;
         if cost == 0 {
@@ -485,7 +513,7 @@ impl RateLimiter {
                 self.shared.algorithm
             )));
         }
-        Ok((&prepared.base, prepared.op))
+        Ok((prepared, prepared.op))
     }
 }
 

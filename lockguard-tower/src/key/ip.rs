@@ -61,12 +61,33 @@ impl Grouping {
             IpAddr::V6(_) => (self.v6, 128),
         };
         let masked = mask(ip, prefix);
-        if prefix >= max {
-            format!("ip:{masked}")
-        } else {
-            format!("ip:{masked}/{prefix}")
+        match masked {
+            // The common case, written digit by digit: `format!` through
+            // `Display` costs several times as much, on every request.
+            IpAddr::V4(v4) if prefix >= max => v4_key(v4),
+            _ if prefix >= max => format!("ip:{masked}"),
+            _ => format!("ip:{masked}/{prefix}"),
         }
     }
+}
+
+/// `ip:203.0.113.9`, as `format!("ip:{v4}")` writes it.
+fn v4_key(v4: std::net::Ipv4Addr) -> String {
+    let mut out = String::with_capacity(18);
+    out.push_str("ip:");
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+    out
 }
 
 /// The IP address of the connection's peer: `ip:203.0.113.9`.
@@ -269,6 +290,27 @@ mod tests {
                 .insert(peer.parse::<SocketAddr>().unwrap());
         }
         r
+    }
+
+    /// IPv4 keys are written digit by digit, as `Display` would.
+    #[test]
+    fn ipv4_keys_read_as_display_writes_them() {
+        for ip in [
+            "0.0.0.0",
+            "9.10.99.100",
+            "203.0.113.9",
+            "255.255.255.255",
+            "127.0.0.1",
+        ] {
+            let v4: std::net::Ipv4Addr = ip.parse().unwrap();
+            assert_eq!(v4_key(v4), format!("ip:{v4}"));
+        }
+        for n in (0..=u32::MAX).step_by(65_521) {
+            let v4 = std::net::Ipv4Addr::from(n);
+            assert_eq!(v4_key(v4), format!("ip:{v4}"));
+        }
+        let r = req("192.0.2.77:80", &[]);
+        assert_eq!(PeerIp::new().extract(&r).as_deref(), Some("ip:192.0.2.77"));
     }
 
     #[test]

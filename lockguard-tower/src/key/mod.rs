@@ -343,15 +343,20 @@ pub(crate) enum Unkeyed {
 /// `key` if it is usable (see [`is_valid`]); an invalid one counts as
 /// missing.
 pub(crate) fn checked(key: String, reserve: usize) -> Option<String> {
-    if is_valid(&key, reserve) {
-        Some(key)
-    } else {
+    usable(&key, reserve).then_some(key)
+}
+
+/// Whether `key` is usable (see [`is_valid`]), saying so in the log when
+/// it is not: it then counts as missing.
+pub(crate) fn usable(key: &str, reserve: usize) -> bool {
+    let valid = is_valid(key, reserve);
+    if !valid {
         tracing::debug!(
             len = key.len(),
             "extracted key is not a valid lockguard key; treating it as missing"
         );
-        None
     }
+    valid
 }
 
 #[cfg(test)]

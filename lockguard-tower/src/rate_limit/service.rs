@@ -100,24 +100,29 @@ where
         } = selection;
         // A key the store would refuse (empty, too long, with control
         // characters) is the client's doing, whichever policy made it: it
-        // counts as missing, never as a broken limiter.
-        let Some(key) = key.and_then(|k| key::checked(k, 0)) else {
-            let outcome = on_missing_key.unwrap_or(self.options.on_missing_key);
+        // counts as missing, never as a broken limiter. The limiter checks
+        // the key itself, so where it decides at once, only a refusal of
+        // the key is looked into (the key is checked once per request).
+        let refusals = &self.options.refusals;
+        let missing_key = on_missing_key.unwrap_or(self.options.on_missing_key);
+        let unkeyed = |why, inner: &mut S, req| {
             let name = limiter.name();
-            let refusals = &self.options.refusals;
+            ResponseFuture::new(Admit::unkeyed(
+                "rate limit",
+                name,
+                why,
+                missing_key,
+                refusals,
+                inner,
+                req,
+            ))
+        };
+        let Some(key) = key else {
             let why = match misconfigured {
                 Some(fix) => Unkeyed::Misconfigured(fix),
                 None => Unkeyed::Request,
             };
-            return ResponseFuture::new(Admit::unkeyed(
-                "rate limit",
-                name,
-                why,
-                outcome,
-                refusals,
-                inner,
-                req,
-            ));
+            return unkeyed(why, inner, req);
         };
         let span = admission_span(
             || tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost),
@@ -129,6 +134,9 @@ where
         // in-memory store, a cached refusal): nothing to box or wait for,
         // and the limiter and its policy only lent.
         if let Some(decided) = limiter.check_now(&key, cost) {
+            if decided.is_err() && !key::usable(&key, 0) {
+                return unkeyed(Unkeyed::Request, inner, req);
+            }
             let admission = within(span.as_ref(), || {
                 let ask = Ask {
                     limiter: &limiter,
@@ -137,9 +145,12 @@ where
                     expose,
                     policy,
                 };
-                ask.admission(decided, &self.options.refusals)
+                ask.admission(decided, refusals)
             });
             return ResponseFuture::new(Admit::admitted(admission, inner, req));
+        }
+        if !key::usable(&key, 0) {
+            return unkeyed(Unkeyed::Request, inner, req);
         }
         // The check outlives this call: it owns what it needs.
         let limiter = limiter.into_owned();

@@ -118,6 +118,11 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
         self.entries.insert(key.to_owned(), (value, expires));
     }
 
+    /// Whether no entry is live at `now`.
+    pub(crate) fn is_empty_at(&self, now: T) -> bool {
+        self.entries.values().all(|(_, e)| !Self::live(*e, now))
+    }
+
     fn maybe_sweep(&mut self, now: T) {
         if self.entries.len() >= self.sweep_at {
             self.entries.retain(|_, (_, e)| Self::live(*e, now));

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
-use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::rate_limit::Decision;
 use crate::store::{
     Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store,
     StoreFuture, Stored, Waiting,
@@ -23,21 +23,15 @@ use crate::store::{
 use crate::token::{Token, TokenHashing};
 
 mod expiring;
+mod limits;
 mod shards;
 
 use expiring::Expiring;
-use shards::Shards;
+pub(crate) use limits::LimitTable;
+use limits::Limits;
 
 /// A semaphore's holders: each token's lease end and fencing token.
 type Holders = HashMap<Token, (Instant, u64), TokenHashing>;
-
-/// Rate-limit state of one key.
-#[derive(Debug)]
-enum LimitState {
-    Gcra(i64),
-    Fixed(fixed_window::Window),
-    Sliding(sliding_window::Log),
-}
 
 /// A queued waiter: its place is kept until `deadline` unless refreshed;
 /// `attempt` set that deadline.
@@ -251,9 +245,10 @@ struct State {
 #[derive(Debug)]
 pub(crate) struct MemoryStore {
     state: Mutex<State>,
-    /// The limiters' state, apart: a rate-limit check, the most frequent
-    /// operation of a server, takes only its key's shard.
-    limits: Shards<Expiring<i64, LimitState>>,
+    /// The limiters' state, apart, a table per limiter: a rate-limit
+    /// check, the most frequent operation of a server, takes only its
+    /// key's shard of its limiter's table.
+    limits: Limits,
     clock: Arc<dyn Clock>,
     notify: OnceLock<Notify>,
 }
@@ -272,7 +267,7 @@ impl MemoryStore {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
             state: Mutex::new(State::default()),
-            limits: Shards::new(|n| Expiring::with_floor((expiring::SWEEP_FLOOR / n).max(16))),
+            limits: Limits::new(clock.clone()),
             clock,
             notify: OnceLock::new(),
         }
@@ -571,69 +566,18 @@ impl MemoryStore {
         cost: u64,
         peek: bool,
     ) -> Decision {
-        let now = self.now_us();
-        let key = &*keys.main;
-        let mut limits = self.limits.lock(key);
-        match op {
-            LimitOp::Gcra(p) => {
-                // A key seen before, even if its state has expired (a full
-                // budget): one lookup, updated in place.
-                if let Some((state, ends, live)) = limits.slot_mut(key, now) {
-                    let tat = match state {
-                        LimitState::Gcra(tat) if live => Some(*tat),
-                        _ => None,
-                    };
-                    let (d, new_tat) = gcra::step(p, tat, now, cost);
-                    if let Some(t) = new_tat.filter(|_| !peek) {
-                        (*state, *ends) = (LimitState::Gcra(t), Some(t));
-                    }
-                    return d;
-                }
-                let (d, new_tat) = gcra::step(p, None, now, cost);
-                if let Some(t) = new_tat.filter(|_| !peek) {
-                    limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
-                }
-                d
-            }
-            LimitOp::Fixed { limit, period_us } => {
-                let w = match limits.get(key, now) {
-                    Some((LimitState::Fixed(w), _)) => Some(*w),
-                    _ => None,
-                };
-                let (d, new_w) = fixed_window::step(limit, period_us, w, now, cost);
-                if let Some(w) = new_w.filter(|_| !peek) {
-                    limits.insert(key, LimitState::Fixed(w), Some(w.ends_at), now);
-                }
-                d
-            }
-            LimitOp::Sliding { limit, period_us } if peek => {
-                let mut log = match limits.get(key, now) {
-                    Some((LimitState::Sliding(log), _)) => log.clone(),
-                    _ => sliding_window::Log::default(),
-                };
-                sliding_window::step(limit, period_us, &mut log, now, cost)
-            }
-            LimitOp::Sliding { limit, period_us } => {
-                let (state, ends) = limits.entry(key, now, || {
-                    (LimitState::Sliding(sliding_window::Log::default()), None)
-                });
-                if !matches!(state, LimitState::Sliding(_)) {
-                    *state = LimitState::Sliding(sliding_window::Log::default());
-                }
-                let LimitState::Sliding(log) = state else {
-                    unreachable!("set just above")
-                };
-                let d = sliding_window::step(limit, period_us, log, now, cost);
-                *ends = log.expires_at(period_us);
-                d
-            }
-        }
+        self.limits.decide(&keys.main, op, cost, peek)
+    }
+
+    /// The state of the limiter whose store keys start with `base`, for
+    /// the limiter to keep: its checks then go straight to it.
+    pub(crate) fn limit_table(&self, base: &str) -> Arc<LimitTable> {
+        self.limits.table(base)
     }
 
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
-        let limits = self.limits.each().map(|l| l.len()).sum();
-        (self.state().locks.len(), limits)
+        (self.state().locks.len(), self.limits.len())
     }
 }
 
@@ -643,7 +587,7 @@ impl Store {
     /// uses.
     pub fn memory() -> Self {
         let store = Arc::new(MemoryStore::new(Arc::new(MonotonicClock::new())));
-        Self::new(store, Vec::new())
+        Self::in_memory(store)
     }
 }
 
@@ -771,7 +715,7 @@ impl DataStore for MemoryStore {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::rate_limit::Quota;
+    use crate::rate_limit::{Quota, gcra};
 
     #[tokio::test(start_paused = true)]
     async fn expired_entries_are_swept_under_a_flood_of_keys() {
@@ -785,7 +729,7 @@ mod tests {
                 store.acquire(&keys, &Token::random(), lease, None),
                 Attempt::Acquired { .. }
             ));
-            let lk = LimitKeys::new(format!("rl{i}"));
+            let lk = LimitKeys::new(format!("t:rl:gcra:flood:{{k{i}}}"));
             assert!(store.rate_limit(&lk, op, 1, false).allowed);
             if i % 1000 == 999 {
                 tokio::time::advance(Duration::from_millis(20)).await;

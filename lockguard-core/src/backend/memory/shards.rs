@@ -46,6 +46,13 @@ impl<T> Shards<T> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether `f` holds for every shard, each locked in turn.
+    pub(crate) fn all(&self, mut f: impl FnMut(&T) -> bool) -> bool {
+        self.shards
+            .iter()
+            .all(|s| f(&s.0.lock().unwrap_or_else(PoisonError::into_inner)))
+    }
+
     /// Each shard in turn, locked.
     #[cfg(test)]
     pub(crate) fn each(&self) -> impl Iterator<Item = MutexGuard<'_, T>> {

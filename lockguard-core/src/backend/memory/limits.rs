@@ -1,0 +1,311 @@
+//! The in-memory store's rate limiters: a table per limiter, keyed by the
+//! limiter's own keys, so that a check finds its state from the key the
+//! caller gave, without building (and hashing) a store key around it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::expiring::{self, Expiring};
+use super::shards::Shards;
+use crate::clock::{self, Clock};
+use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
+use crate::store::LimitOp;
+
+/// Rate-limit state of one key.
+#[derive(Debug)]
+enum LimitState {
+    Gcra(i64),
+    Fixed(fixed_window::Window),
+    Sliding(sliding_window::Log),
+}
+
+/// One limiter's state (one store key base: the client's prefix, the
+/// algorithm and the name), by key.
+///
+/// Keys come from clients (an IP address, a header): each shard's map
+/// hashes them with std's keyed `SipHash`, so nobody can choose keys that
+/// collide. (The shard is picked by a cheaper hash, which only spreads
+/// keys: see [`Shards`].)
+#[derive(Debug)]
+pub(crate) struct LimitTable {
+    shards: Shards<Expiring<i64, LimitState>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl LimitTable {
+    fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            shards: Shards::new(|n| Expiring::with_floor((expiring::SWEEP_FLOOR / n).max(16))),
+            clock,
+        }
+    }
+
+    /// Runs `op` for `key` on the store's clock, at a cost of `cost`;
+    /// `peek` changes nothing.
+    pub(crate) fn decide(&self, key: &str, op: LimitOp, cost: u64, peek: bool) -> Decision {
+        let now = clock::micros(&*self.clock);
+        let mut limits = self.shards.lock(key);
+        match op {
+            LimitOp::Gcra(p) => {
+                // A key seen before, even if its state has expired (a full
+                // budget): one lookup, updated in place.
+                if let Some((state, ends, live)) = limits.slot_mut(key, now) {
+                    let tat = match state {
+                        LimitState::Gcra(tat) if live => Some(*tat),
+                        _ => None,
+                    };
+                    let (d, new_tat) = gcra::step(p, tat, now, cost);
+                    if let Some(t) = new_tat.filter(|_| !peek) {
+                        (*state, *ends) = (LimitState::Gcra(t), Some(t));
+                    }
+                    return d;
+                }
+                let (d, new_tat) = gcra::step(p, None, now, cost);
+                if let Some(t) = new_tat.filter(|_| !peek) {
+                    limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
+                }
+                d
+            }
+            LimitOp::Fixed { limit, period_us } => {
+                let w = match limits.get(key, now) {
+                    Some((LimitState::Fixed(w), _)) => Some(*w),
+                    _ => None,
+                };
+                let (d, new_w) = fixed_window::step(limit, period_us, w, now, cost);
+                if let Some(w) = new_w.filter(|_| !peek) {
+                    limits.insert(key, LimitState::Fixed(w), Some(w.ends_at), now);
+                }
+                d
+            }
+            LimitOp::Sliding { limit, period_us } if peek => {
+                let mut log = match limits.get(key, now) {
+                    Some((LimitState::Sliding(log), _)) => log.clone(),
+                    _ => sliding_window::Log::default(),
+                };
+                sliding_window::step(limit, period_us, &mut log, now, cost)
+            }
+            LimitOp::Sliding { limit, period_us } => {
+                let (state, ends) = limits.entry(key, now, || {
+                    (LimitState::Sliding(sliding_window::Log::default()), None)
+                });
+                if !matches!(state, LimitState::Sliding(_)) {
+                    *state = LimitState::Sliding(sliding_window::Log::default());
+                }
+                let LimitState::Sliding(log) = state else {
+                    unreachable!("set just above")
+                };
+                let d = sliding_window::step(limit, period_us, log, now, cost);
+                *ends = log.expires_at(period_us);
+                d
+            }
+        }
+    }
+
+    /// Whether any key still has state: a table without is a full budget
+    /// for every key, as good as none.
+    fn is_idle(&self) -> bool {
+        let now = clock::micros(&*self.clock);
+        self.shards.all(|limits| limits.is_empty_at(now))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.shards.each().map(|l| l.len()).sum()
+    }
+}
+
+/// Every limiter's table, by store key base (`{prefix}rl:{algorithm}:{name}:`).
+///
+/// A limiter looks its table up once, when it is made, and keeps it; the
+/// tables of limiters made and dropped on the fly (a name per tenant) are
+/// dropped once nothing holds them and no key has state left, checked
+/// each time the registry doubles, so their number stays bounded too.
+#[derive(Debug)]
+pub(crate) struct Limits {
+    tables: Mutex<Registry>,
+    clock: Arc<dyn Clock>,
+}
+
+#[derive(Debug)]
+struct Registry {
+    by_base: HashMap<Box<str>, Arc<LimitTable>>,
+    sweep_at: usize,
+}
+
+/// Below this many tables the registry is never swept.
+const TABLES_FLOOR: usize = 64;
+
+impl Limits {
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        Self {
+            tables: Mutex::new(Registry {
+                by_base: HashMap::new(),
+                sweep_at: TABLES_FLOOR,
+            }),
+            clock,
+        }
+    }
+
+    /// The table of the limiter whose store keys start with `base`.
+    pub(crate) fn table(&self, base: &str) -> Arc<LimitTable> {
+        // Every update below is complete before it can panic.
+        let mut registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(table) = registry.by_base.get(base) {
+            return table.clone();
+        }
+        if registry.by_base.len() >= registry.sweep_at {
+            // Held only here, with no state left: nobody can tell it from
+            // a new one.
+            registry
+                .by_base
+                .retain(|_, t| Arc::strong_count(t) > 1 || !t.is_idle());
+            registry.sweep_at = (registry.by_base.len() * 2).max(TABLES_FLOOR);
+        }
+        let table = Arc::new(LimitTable::new(self.clock.clone()));
+        registry.by_base.insert(base.into(), table.clone());
+        table
+    }
+
+    /// Runs `op` on the state of a store key as the limiters lay it out
+    /// (`{base}{key}`, the key escaped as the hash tag); see
+    /// [`LimitTable::decide`]. For callers that name the store key whole
+    /// (a store wrapping this one); a limiter keeps its table instead.
+    pub(crate) fn decide(&self, id: &str, op: LimitOp, cost: u64, peek: bool) -> Decision {
+        // Neither the prefix nor a limiter's name holds a brace: the first
+        // one opens the key.
+        let (base, key) = match id.find('{') {
+            Some(i) => (&id[..i], untag(&id[i..])),
+            None => (id, std::borrow::Cow::Borrowed("")),
+        };
+        self.table(base).decide(&key, op, cost, peek)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        let registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.by_base.values().map(|t| t.len()).sum()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn tables(&self) -> usize {
+        let registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        registry.by_base.len()
+    }
+}
+
+/// The key inside a hash tag as [`crate::key::push_tagged`] writes it:
+/// `{a\}b}` is `a}b`.
+fn untag(tagged: &str) -> std::borrow::Cow<'_, str> {
+    let inner = tagged.strip_prefix('{').unwrap_or(tagged);
+    let inner = inner.strip_suffix('}').unwrap_or(inner);
+    if !inner.contains('\\') {
+        return std::borrow::Cow::Borrowed(inner);
+    }
+    let mut out = String::with_capacity(inner.len());
+    let mut escaped = false;
+    for c in inner.chars() {
+        if escaped || c != '\\' {
+            out.push(c);
+            escaped = false;
+        } else {
+            escaped = true;
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::rate_limit::Quota;
+
+    fn gcra(per_second: u64) -> LimitOp {
+        LimitOp::Gcra(gcra::Params::new(&Quota::per_second(per_second)))
+    }
+
+    /// A limiter's table and the store key that names the same key (as a
+    /// store wrapping this one passes it) spend one budget, escaped keys
+    /// included.
+    #[test]
+    fn the_table_and_the_store_key_share_one_budget() {
+        let limits = Limits::new(Arc::new(ManualClock::new()));
+        let base = "t:rl:gcra:api:";
+        let table = limits.table(base);
+        for key in ["ann", "a}b", "back\\slash", ""] {
+            let mut id = base.to_owned();
+            crate::key::push_tagged(&mut id, key);
+            assert!(table.decide(key, gcra(1), 1, false).allowed);
+            assert!(!limits.decide(&id, gcra(1), 1, false).allowed, "{id}");
+            assert!(!table.decide(key, gcra(1), 1, true).allowed);
+        }
+        // Another limiter's table is another budget.
+        assert!(
+            limits
+                .table("t:rl:gcra:web:")
+                .decide("ann", gcra(1), 1, false)
+                .allowed
+        );
+        assert!(
+            Arc::ptr_eq(&table, &limits.table(base)),
+            "one table per limiter"
+        );
+    }
+
+    /// Tables of limiters made and dropped on the fly (a name per tenant)
+    /// go once nothing holds them and their keys' state has expired; a
+    /// held one, or one with state, stays.
+    #[test]
+    fn idle_tables_nobody_holds_are_dropped() {
+        let clock = ManualClock::new();
+        let limits = Limits::new(Arc::new(clock.clone()));
+        let held = limits.table("t:rl:gcra:held:");
+        let busy = limits.table("t:rl:gcra:busy:");
+        assert!(
+            busy.decide(
+                "k",
+                LimitOp::Fixed {
+                    limit: 5,
+                    period_us: 3_600_000_000
+                },
+                1,
+                false
+            )
+            .allowed
+        );
+        drop(busy);
+        for i in 0..100_000 {
+            let table = limits.table(&format!("t:rl:gcra:tenant-{i}:"));
+            assert!(table.decide("k", gcra(100), 1, false).allowed);
+            if i % 1000 == 999 {
+                clock.advance(std::time::Duration::from_millis(20));
+            }
+        }
+        assert!(
+            limits.tables() <= 4 * 1000 + TABLES_FLOOR,
+            "{} tables kept",
+            limits.tables()
+        );
+        assert!(Arc::ptr_eq(&held, &limits.table("t:rl:gcra:held:")));
+        let busy = limits.table("t:rl:gcra:busy:");
+        let d = busy.decide(
+            "k",
+            LimitOp::Fixed {
+                limit: 5,
+                period_us: 3_600_000_000,
+            },
+            1,
+            true,
+        );
+        assert_eq!(d.remaining, 3, "the busy table's state was kept");
+    }
+
+    #[test]
+    fn untag_reverses_push_tagged() {
+        for key in ["plain", "a}b", "back\\slash", "\\}", "{open", ""] {
+            let mut tagged = String::new();
+            crate::key::push_tagged(&mut tagged, key);
+            assert_eq!(untag(&tagged), key, "{tagged}");
+        }
+    }
+}
