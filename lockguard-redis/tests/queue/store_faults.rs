@@ -34,6 +34,22 @@ async fn client_ids(conn: &mut MultiplexedConnection) -> HashSet<u64> {
 /// meanwhile: not the released holder, not anyone else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_target_connection_killed() {
+    handoff_target_cut_off(0).await;
+}
+
+/// The same with the waiter queued far back, behind three others (its
+/// place kept for several waiter timeouts, so it attempts seldom): both the
+/// notice that it came near the head and the handoff are lost while its
+/// connections are down. It still takes the lock within its waiter timeout
+/// plus slack of the release, and nobody holds it meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_handoff_target_connection_killed() {
+    handoff_target_cut_off(3).await;
+}
+
+/// The cut-off waiter's test, with `ahead` live waiters queued before it,
+/// each releasing as soon as it acquires.
+async fn handoff_target_cut_off(ahead: u64) {
     let env = Env::redis();
     let server = env.server.as_ref().expect("redis");
     let timeout = Duration::from_secs(1);
@@ -45,9 +61,25 @@ async fn handoff_target_connection_killed() {
         .acquire()
         .await
         .unwrap();
-    // Every connection open now is spared: the holder's, and this one.
+    let mut before = JoinSet::new();
+    for i in 0..ahead {
+        let lg = env.client_with(settings()).await;
+        before.spawn(async move {
+            let g = lg
+                .lock("cut")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("a waiter ahead acquires");
+            assert!(g.release().await.unwrap());
+        });
+        until_queued(&env, Queue::Lock("cut"), i + 1).await;
+    }
+    // Every connection open now is spared: the holder's, the waiters'
+    // ahead, and this one.
     let mut admin = server.connection().await;
     let spared = client_ids(&mut admin).await;
+    let spared_channels = channels(&mut admin).await;
     let target = env.client_with(settings()).await;
     let waiter = tokio::spawn(async move {
         let g = target
@@ -58,7 +90,7 @@ async fn handoff_target_connection_killed() {
             .expect("the cut-off target acquires");
         (Instant::now(), g)
     });
-    until_queued(&env, Queue::Lock("cut"), 1).await;
+    until_queued(&env, Queue::Lock("cut"), ahead + 1).await;
 
     // No new connection is let in (the target would resubscribe within a
     // millisecond) until the release is done.
@@ -89,14 +121,10 @@ async fn handoff_target_connection_killed() {
         killed >= 2,
         "the target's command and pub/sub connections: killed {killed}"
     );
-    let listening: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .query_async(&mut admin)
-        .await
-        .expect("PUBSUB CHANNELS");
-    assert!(
-        listening.is_empty(),
-        "the target still listens, its notification would not be lost: {listening:?}"
+    let listening = channels(&mut admin).await;
+    assert_eq!(
+        listening, spared_channels,
+        "the target still listens, its notification would not be lost"
     );
 
     let old = guard.fencing_token();
@@ -105,6 +133,8 @@ async fn handoff_target_connection_killed() {
         guard.release().await.unwrap(),
         "the holder lost the lock before releasing it"
     );
+    // The waiters ahead take their turns; then it is the target's.
+    join_all(&mut before, Duration::from_secs(30)).await;
     // Handed to the target: the released holder does not hold it (its
     // try_acquire is refused, not reentrant), nor can anyone else take it.
     assert_busy(
@@ -126,6 +156,15 @@ async fn handoff_target_connection_killed() {
     assert!(g.is_held());
     assert!(g.fencing_token() > old, "the target's fence is not newer");
     assert!(g.release().await.unwrap(), "the target lost the lock");
+}
+
+/// The channels someone is subscribed to.
+async fn channels(conn: &mut MultiplexedConnection) -> HashSet<String> {
+    redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query_async(conn)
+        .await
+        .expect("PUBSUB CHANNELS")
 }
 
 /// `CONFIG SET name value`.
