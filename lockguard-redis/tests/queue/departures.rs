@@ -8,11 +8,10 @@ use std::time::Duration;
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
 use lockguard_testing::{ChildProcess, RedisServer};
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::support::Env;
-use crate::{Queue, join_all, until_queued};
+use crate::{Queue, join_all, queue_ahead, until_queued};
 
 /// Set to the Redis URL, makes `child_waiter` queue for "victim".
 const CHILD_ENV: &str = "LOCKGUARD_QUEUE_CHILD";
@@ -45,49 +44,7 @@ async fn child_waiter() {
 /// holder's lease (60 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
-    let env = Env::redis();
-    let url = env.server.as_ref().expect("redis").url();
-    let queue = Queue::Lock("victim");
-    let timeout = Duration::from_millis(500);
-    let settings = || Client::builder().waiter_timeout(timeout);
-    let holder = env.client_with(settings()).await;
-    let guard = holder
-        .lock("victim")
-        .lease(Duration::from_secs(60))
-        .acquire()
-        .await
-        .unwrap();
-    // The test's name without the crate's: `departures::child_waiter`.
-    let module = module_path!().split_once("::").expect("a module").1;
-    let mut child = ChildProcess::spawn(&format!("{module}::child_waiter"), (CHILD_ENV, &url));
-    until_queued(&env, queue, 1).await;
-    let second = env.client_with(settings()).await;
-    let waiter = tokio::spawn(async move {
-        let g = second
-            .lock("victim")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-            .expect("the waiter behind the dead one acquires");
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    until_queued(&env, queue, 2).await;
-    child.kill();
-    let released = Instant::now();
-    assert!(guard.release().await.unwrap());
-    let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter behind the dead one was never served")
-        .unwrap();
-    let delay = acquired - released;
-    println!("the waiter behind the killed one acquired {delay:?} after the release");
-    let bound = timeout + Duration::from_secs(1);
-    assert!(
-        delay < bound,
-        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
-    );
+    killed_waiter_delays_the_queue(0).await;
 }
 
 /// A waiter process killed with SIGKILL while far back in a long queue,
@@ -97,7 +54,12 @@ async fn killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
 /// was kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_waiter_process_far_back_delays_the_queue_by_at_most_the_bound() {
-    const AHEAD: u64 = 8;
+    killed_waiter_delays_the_queue(8).await;
+}
+
+/// The killed waiter's test, with `ahead` live waiters queued before it,
+/// each releasing as soon as it acquires.
+async fn killed_waiter_delays_the_queue(ahead: u64) {
     let env = Env::redis();
     let server = env.server.as_ref().expect("redis");
     let queue = Queue::Lock("victim");
@@ -110,32 +72,21 @@ async fn killed_waiter_process_far_back_delays_the_queue_by_at_most_the_bound() 
         .acquire()
         .await
         .unwrap();
-    // Live waiters ahead of the one to be killed, each releasing at once.
-    let mut ahead = JoinSet::new();
-    for i in 0..AHEAD {
-        let lg = env.client_with(settings()).await;
-        ahead.spawn(async move {
-            let g = lg
-                .lock("victim")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .expect("a waiter ahead acquires");
-            assert!(g.release().await.unwrap());
-        });
-        until_queued(&env, queue, i + 1).await;
-    }
+    let mut before = queue_ahead(&env, queue, ahead, settings).await;
+    // The test's name without the crate's: `departures::child_waiter`.
     let module = module_path!().split_once("::").expect("a module").1;
     let mut child = ChildProcess::spawn(
         &format!("{module}::child_waiter"),
         (CHILD_ENV, &server.url()),
     );
-    until_queued(&env, queue, AHEAD + 1).await;
-    let kept = place_kept(server, queue, AHEAD).await;
-    assert!(
-        kept > timeout * 2,
-        "the far waiter's place is kept for {kept:?} only: the test needs one kept well past the waiter timeout ({timeout:?})"
-    );
+    until_queued(&env, queue, ahead + 1).await;
+    let kept = place_kept(server, queue, ahead).await;
+    if ahead > 0 {
+        assert!(
+            kept > timeout * 2,
+            "the far waiter's place is kept for {kept:?} only: the test needs one kept well past the waiter timeout ({timeout:?})"
+        );
+    }
     let second = env.client_with(settings()).await;
     let waiter = tokio::spawn(async move {
         let g = second
@@ -148,11 +99,11 @@ async fn killed_waiter_process_far_back_delays_the_queue_by_at_most_the_bound() 
         assert!(g.release().await.unwrap());
         at
     });
-    until_queued(&env, queue, AHEAD + 2).await;
+    until_queued(&env, queue, ahead + 2).await;
     child.kill();
     let released = Instant::now();
     assert!(guard.release().await.unwrap());
-    join_all(&mut ahead, Duration::from_secs(30)).await;
+    join_all(&mut before, Duration::from_secs(30)).await;
     let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
         .await
         .expect("the waiter behind the dead one was never served")

@@ -53,6 +53,32 @@ impl Queue<'_> {
     }
 }
 
+/// Queues `n` waiters of clients of their own (made with `settings`), one
+/// after another, each releasing the lock as soon as it acquires it.
+async fn queue_ahead(
+    env: &Env,
+    queue: Queue<'static>,
+    n: u64,
+    settings: impl Fn() -> lockguard_core::Builder,
+) -> tokio::task::JoinSet<()> {
+    let Queue::Lock(name) = queue;
+    let mut waiters = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let lg = env.client_with(settings()).await;
+        waiters.spawn(async move {
+            let g = lg
+                .lock(name)
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("a waiter ahead acquires");
+            assert!(g.release().await.unwrap());
+        });
+        until_queued(env, queue, i + 1).await;
+    }
+    waiters
+}
+
 /// Waits until exactly `n` waiters are queued (for at most 10 s).
 async fn until_queued(env: &Env, queue: Queue<'_>, n: u64) {
     until_queue_holds(env, queue, n, Duration::from_secs(10)).await;

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::support::Env;
-use crate::{Queue, assert_busy, join_all, until_queued};
+use crate::{Queue, assert_busy, join_all, queue_ahead, until_queued};
 
 /// The ids of the server's client connections.
 async fn client_ids(conn: &mut MultiplexedConnection) -> HashSet<u64> {
@@ -61,20 +61,7 @@ async fn handoff_target_cut_off(ahead: u64) {
         .acquire()
         .await
         .unwrap();
-    let mut before = JoinSet::new();
-    for i in 0..ahead {
-        let lg = env.client_with(settings()).await;
-        before.spawn(async move {
-            let g = lg
-                .lock("cut")
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .expect("a waiter ahead acquires");
-            assert!(g.release().await.unwrap());
-        });
-        until_queued(&env, Queue::Lock("cut"), i + 1).await;
-    }
+    let mut before = queue_ahead(&env, Queue::Lock("cut"), ahead, settings).await;
     // Every connection open now is spared: the holder's, the waiters'
     // ahead, and this one.
     let mut admin = server.connection().await;

@@ -136,31 +136,11 @@ async fn take_turn(lg: Client, name: &'static str, index: u64, served: mpsc::Unb
 /// their places are kept by refreshes); the release serves them in exactly
 /// the order they arrived.
 pub async fn fifo_order_across_8_clients(env: Env) {
-    let holder = env.client().await;
-    let guard = holder.lock("fifo").acquire().await.unwrap();
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut waiters = JoinSet::new();
-    for i in 0..8 {
-        let lg = env.client().await;
-        waiters.spawn(take_turn(lg, "fifo", i, tx.clone()));
-        until_queued(&env, Queue::Lock("fifo"), i + 1).await;
-    }
-    drop(tx);
     // Longer than the waiter timeout: 1 s by default, 30 s on the memory
     // harness (where time is paused).
     let timeout = if env.real_time() { 1 } else { 30 };
-    tokio::time::sleep(Duration::from_secs(timeout) + Duration::from_millis(500)).await;
-    assert!(guard.release().await.unwrap());
-    join_all(&mut waiters, Duration::from_secs(30)).await;
-    let mut order = Vec::new();
-    while let Some(i) = rx.recv().await {
-        order.push(i);
-    }
-    assert_eq!(
-        order,
-        (0..8).collect::<Vec<_>>(),
-        "served out of arrival order"
-    );
+    let hold = Duration::from_secs(timeout) + Duration::from_millis(500);
+    served_in_arrival_order(&env, "fifo", 8, None, hold).await;
 }
 
 /// Ten clients with a waiter timeout of 300 ms queue one after another
@@ -170,19 +150,34 @@ pub async fn fifo_order_across_8_clients(env: Env) {
 /// release serves all ten in the order they arrived.
 pub async fn fifo_order_holds_through_a_hold_of_ten_waiter_timeouts(env: Env) {
     let timeout = Duration::from_millis(300);
+    served_in_arrival_order(&env, "long-queue", 10, Some(timeout), timeout * 10).await;
+}
+
+/// `n` clients (with `waiter_timeout`, if given) queue for `name` one
+/// after another, each only once the one before it is queued, while the
+/// lock is held for `hold`; the release serves them in arrival order.
+async fn served_in_arrival_order(
+    env: &Env,
+    name: &'static str,
+    n: u64,
+    waiter_timeout: Option<Duration>,
+    hold: Duration,
+) {
     let holder = env.client().await;
-    let guard = holder.lock("long-queue").acquire().await.unwrap();
+    let guard = holder.lock(name).acquire().await.unwrap();
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut waiters = JoinSet::new();
-    for i in 0..10 {
-        let lg = env
-            .client_with(Client::builder().waiter_timeout(timeout))
-            .await;
-        waiters.spawn(take_turn(lg, "long-queue", i, tx.clone()));
-        until_queued(&env, Queue::Lock("long-queue"), i + 1).await;
+    for i in 0..n {
+        let builder = match waiter_timeout {
+            Some(t) => Client::builder().waiter_timeout(t),
+            None => Client::builder(),
+        };
+        let lg = env.client_with(builder).await;
+        waiters.spawn(take_turn(lg, name, i, tx.clone()));
+        until_queued(env, Queue::Lock(name), i + 1).await;
     }
     drop(tx);
-    tokio::time::sleep(timeout * 10).await;
+    tokio::time::sleep(hold).await;
     assert!(guard.release().await.unwrap());
     join_all(&mut waiters, Duration::from_secs(30)).await;
     let mut order = Vec::new();
@@ -191,7 +186,7 @@ pub async fn fifo_order_holds_through_a_hold_of_ten_waiter_timeouts(env: Env) {
     }
     assert_eq!(
         order,
-        (0..10).collect::<Vec<_>>(),
+        (0..n).collect::<Vec<_>>(),
         "served out of arrival order"
     );
 }
