@@ -59,11 +59,11 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bell;
 pub mod check;
 mod connect;
 mod fenced_table;
 mod flights;
-mod listener;
 mod pool;
 mod schema;
 mod store;
