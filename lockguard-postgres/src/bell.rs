@@ -419,13 +419,15 @@ async fn ring(pair: &mut Pair, bell: &Ringer, inbox: &Weak<dyn Inbox>) -> Stoppe
                 _ => return Stopped::Lost,
             }
         }
-        let waited =
-            match tokio::time::timeout(wait_bound, pair.bell.client.batch_execute(&pair.wait))
-                .await
-            {
-                Ok(w) => w,
-                Err(_) => return Stopped::Lost,
-            };
+        let waited = match tokio::time::timeout(
+            wait_bound,
+            pair.bell.client.batch_execute(&pair.wait),
+        )
+        .await
+        {
+            Ok(w) => w,
+            Err(_) => return Stopped::Lost,
+        };
         read = match woke(waited) {
             Woke::Rung => true,
             Woke::Quiet => false,
