@@ -185,6 +185,9 @@ struct Pair {
     bell: Conn,
     /// The statement the bell waits in.
     wait: String,
+    /// The read of the mail, prepared once: an unprepared statement costs
+    /// a round trip and a transaction more.
+    drain: tokio_postgres::Statement,
 }
 
 /// A string as an SQL expression whatever it holds: hex, decoded.
@@ -253,7 +256,16 @@ impl Ringer {
             register(&bell.client, &self.schema, &self.channel)
                 .await
                 .map_err(|e| pg_error(e, "registering the postgres bell"))?;
+            let drain = bell
+                .client
+                .prepare(&format!(
+                    "SELECT token, fence, attempt FROM {}.bell_drain($1)",
+                    self.schema
+                ))
+                .await
+                .map_err(|e| pg_error(e, what))?;
             Ok(Pair {
+                drain,
                 _holder: holder,
                 wait: wait_sql(&self.schema, &self.channel, &table, PERIOD),
                 bell,
@@ -283,15 +295,10 @@ async fn register(
 /// Reads and removes the handoffs addressed to `channel`.
 async fn drain(
     bell: &tokio_postgres::Client,
-    schema: &str,
+    statement: &tokio_postgres::Statement,
     channel: &str,
 ) -> std::result::Result<Vec<Handoff>, tokio_postgres::Error> {
-    let rows = bell
-        .query(
-            &format!("SELECT token, fence, attempt FROM {schema}.bell_drain($1)"),
-            &[&channel],
-        )
-        .await?;
+    let rows = bell.query(statement, &[&channel]).await?;
     Ok(rows
         .into_iter()
         .filter_map(|row| {
@@ -388,7 +395,7 @@ async fn ring(pair: &mut Pair, bell: &Ringer, inbox: &Weak<dyn Inbox>) -> Stoppe
         if read {
             let handoffs = match tokio::time::timeout(
                 timeout,
-                drain(&pair.bell.client, &bell.schema, &bell.channel),
+                drain(&pair.bell.client, &pair.drain, &bell.channel),
             )
             .await
             {
