@@ -208,13 +208,13 @@ BEGIN
   IF NOT FOUND THEN
     RETURN;
   END IF;
+  -- (The channel's lock lives in the two-key space of advisory locks,
+  -- apart from the keys' locks.)
   PERFORM pg_advisory_xact_lock_shared(7165, hashtext(p_channel));
   INSERT INTO __SCHEMA__.mail AS m (channel, key, token, fence, attempt, at)
     VALUES (p_channel, p_key, p_token, p_fence, p_attempt, clock_timestamp())
     ON CONFLICT (channel, key, token) DO UPDATE
       SET fence = EXCLUDED.fence, attempt = EXCLUDED.attempt, at = EXCLUDED.at;
-  -- (The channel's lock lives in the two-key space of advisory locks,
-  -- apart from the keys' locks.)
   -- The backend of that pid is the bell only if it started when the bell
   -- did (a pid is given again to a later backend).
   PERFORM FROM pg_stat_get_activity(v_bell.pid) a WHERE a.backend_start = v_bell.started;
@@ -224,6 +224,8 @@ BEGIN
   IF v_bell.role = current_user::regrole::oid THEN
     PERFORM pg_cancel_backend(v_bell.pid);
   ELSE
+    -- Another role's backend: signalled if this role may (a member of it,
+    -- or of pg_signal_backend); the subtransaction only then.
     BEGIN
       PERFORM pg_cancel_backend(v_bell.pid);
     EXCEPTION WHEN insufficient_privilege THEN
