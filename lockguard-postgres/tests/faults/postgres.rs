@@ -420,18 +420,25 @@ async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
                 .map(drop)
         }));
     }
-    let waiting = eventually(Duration::from_secs(10), || async { bells(&server).len() == 3 }).await;
+    let waiting = eventually(Duration::from_secs(10), || async {
+        bells(&server).len() == 3
+    })
+    .await;
     assert!(waiting, "the bells never waited: {:?}", bells(&server));
     let before = bells(&server);
     assert!(
         before.iter().all(|b| !b.2),
         "a waiting bell holds a snapshot or an xid: {before:?}"
     );
-    let holders: String = server.psql(
+    let idle_holders: String = server.psql(
         "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' \
          AND query LIKE '%lockguard_bell%' AND backend_xmin IS NULL AND backend_xid IS NULL",
     );
-    assert_eq!(holders.trim(), "3", "the bells' holders hold a snapshot or an xid");
+    assert_eq!(
+        holders.trim(),
+        "3",
+        "the bells' holders hold a snapshot or an xid"
+    );
 
     // A fourth client's waiter is handed a lock: woken by its bell.
     let waiter = lockguard_testing::faults::patient()
