@@ -435,7 +435,7 @@ async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
          AND query LIKE '%lockguard_bell%' AND backend_xmin IS NULL AND backend_xid IS NULL",
     );
     assert_eq!(
-        holders.trim(),
+        idle_holders.trim(),
         "3",
         "the bells' holders hold a snapshot or an xid"
     );
