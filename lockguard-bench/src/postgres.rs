@@ -81,6 +81,8 @@ struct Counts {
     statements: u64,
     /// Transactions committed or rolled back.
     transactions: u64,
+    /// Handoffs told to a waiter's client: letters written to the mail.
+    handoffs: u64,
 }
 
 impl std::ops::Sub for Counts {
@@ -90,6 +92,7 @@ impl std::ops::Sub for Counts {
         Counts {
             statements: self.statements - before.statements,
             transactions: self.transactions - before.transactions,
+            handoffs: self.handoffs - before.handoffs,
         }
     }
 }
@@ -101,12 +104,19 @@ async fn counts(server: &PostgresServer) -> Counts {
                  WHERE funcname IN ('acquire', 'release', 'extend', 'inspect', 'gcra', \
                                     'fixed_window', 'sliding_window')) \
              || ' ' || \
-             (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres')",
+             (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres') \
+             || ' ' || \
+             (SELECT coalesce(sum(n_tup_ins + n_tup_upd), 0) FROM pg_stat_user_tables \
+                 WHERE schemaname = 'lockguard' AND relname = 'mail')",
     );
-    let (a, b) = out.split_once(' ').expect("two counts");
+    let mut n = out
+        .split(' ')
+        .map(|n| n.trim().parse::<u64>().expect("a count"));
+    let mut next = || n.next().expect("three counts");
     Counts {
-        statements: a.parse().expect("a count"),
-        transactions: b.parse().expect("a count"),
+        statements: next(),
+        transactions: next(),
+        handoffs: next(),
     }
 }
 
@@ -201,21 +211,44 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("*lockguard*: each contender builds its own client (its own pool and listening connection), as separate processes do; waiters queue and are handed the lock with `NOTIFY`. *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
-    b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend). Server transactions / acquisition: every transaction the server ran, which also counts the listening connections: on each `NOTIFY` PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so a handoff costs the server work in every listening connection, one per client, though only the one waiter's client is told.\n");
-    b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | min/max per contender |");
-    b.line("|---:|---|---:|---:|---:|---:|---:|---:|");
-    for tasks in [4, 16] {
-        let before = counts(server).await;
-        let mut clients = Vec::new();
-        for _ in 0..tasks {
-            clients.push(lockguard(server).await);
+    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend; a waiter's timed refreshes too, every third of the waiter timeout while it waits, so more where a wait is long). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting and their bells' opening included; the bells' own per handoff are two (the wait the ring cut, and the read of the mail). *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions; *wake-up transactions / handoff*: the marginal transactions less the marginal statements, over the marginal handoffs (letters written to the bells' mail, counted by the server): the server's work for the wake-ups alone, per handoff. Handoffs / acquisition: those letters over the acquisitions, about 1 (more where a waiter, slow to claim a lock handed to it, lets its reservation lapse and the lock is handed again). That work used to grow with the clients: with `NOTIFY`, PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so each handoff cost a transaction in every client's listening connection (server transactions / acquisition 7.03 at 4 clients and 19.11 at 16 before the bell, 3.00 statements each).\n");
+    b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | marginal | handoffs / acquisition | wake-up transactions / handoff | min/max per contender |");
+    b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut server_work = Vec::new();
+    for tasks in [4, 16, 64] {
+        // The whole time on fresh clients, then twice as long on others
+        // (what a client costs once, its bell opening, is in both; the
+        // first is long enough for every bell to open):
+        let mut runs = Vec::new();
+        for run_for in [b.run_for, b.run_for * 2] {
+            let before = counts(server).await;
+            let mut clients = Vec::new();
+            for _ in 0..tasks {
+                clients.push(lockguard(server).await);
+            }
+            let c = contend(&clients, tasks, run_for).await;
+            drop(clients);
+            runs.push((c, counts(server).await - before));
         }
-        let c = contend(&clients, tasks, b.run_for).await;
-        drop(clients);
-        let counted = counts(server).await - before;
+        let (short, short_counted) = runs.remove(0);
+        let (c, counted) = runs.remove(0);
         let per = counted.statements as f64 / c.acquisitions.max(1) as f64;
-        row(b, tasks, "lockguard", &c, counted);
+        let more = c.acquisitions.saturating_sub(short.acquisitions).max(1) as f64;
+        let marginal = counted
+            .transactions
+            .saturating_sub(short_counted.transactions) as f64
+            / more;
+        let beyond = (counted
+            .transactions
+            .saturating_sub(short_counted.transactions) as f64
+            - counted.statements.saturating_sub(short_counted.statements) as f64)
+            / counted
+                .handoffs
+                .saturating_sub(short_counted.handoffs)
+                .max(1) as f64;
+        server_work.push((tasks, marginal, beyond));
+        row(b, tasks, "lockguard", &c, counted, Some((marginal, beyond)));
         if tasks == 16 {
             b.target(
                 "postgres: ≤ 4 statements per acquisition, 16 contenders",
@@ -253,7 +286,14 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         .await;
         drop(pools);
         let raw = rec.finish(rate);
-        row(b, tasks, "raw spin", &raw, counts(server).await - before);
+        row(
+            b,
+            tasks,
+            "raw spin",
+            &raw,
+            counts(server).await - before,
+            None,
+        );
         if tasks == 16 {
             b.target(
                 "postgres: acquisitions/s ≥ 0.9x raw spin's, 16 contenders",
@@ -271,12 +311,52 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
             );
         }
     }
+
+    // Server work per handoff does not grow with the clients: the most
+    // (64 clients) within a quarter of the least (4).
+    let spread = |f: fn(&(usize, f64, f64)) -> f64| {
+        let least = server_work.iter().map(f).fold(f64::INFINITY, f64::min);
+        let most = server_work.iter().map(f).fold(0.0, f64::max);
+        let each = server_work
+            .iter()
+            .map(|w| format!("{:.2} at {}", f(w), w.0))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (each, most <= 1.25 * least)
+    };
+    let (each, met) = spread(|w| w.1);
+    b.target(
+        "postgres: marginal server transactions / acquisition do not grow with the clients (4, 16, 64 contenders, a client each: the most ≤ 1.25x the least)",
+        each,
+        met,
+    );
+    let (each, met) = spread(|w| w.2);
+    b.target(
+        "postgres: wake-up transactions / handoff (marginal transactions less statements, per letter to a bell) do not grow with the clients (4, 16, 64: the most ≤ 1.25x the least)",
+        each,
+        met,
+    );
 }
 
-fn row(b: &mut Bench, tasks: usize, variant: &str, c: &Contention, counted: Counts) {
+fn row(
+    b: &mut Bench,
+    tasks: usize,
+    variant: &str,
+    c: &Contention,
+    counted: Counts,
+    marginal: Option<(f64, f64)>,
+) {
     let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
+    let handoffs = if marginal.is_some() {
+        format!("{:.2}", per(counted.handoffs))
+    } else {
+        "–".to_owned()
+    };
+    let (marginal, beyond) = marginal.map_or(("–".to_owned(), "–".to_owned()), |(m, w)| {
+        (format!("{m:.2}"), format!("{w:.2}"))
+    });
     b.line(&format!(
-        "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} | {:.2} | {:.2} |",
+        "| {tasks} | {variant} | {:.0} | {} | {} | {:.2} | {:.2} | {marginal} | {handoffs} | {beyond} | {:.2} |",
         c.rate,
         us(percentile(&c.handoffs, 50.0)),
         us(percentile(&c.handoffs, 99.0)),

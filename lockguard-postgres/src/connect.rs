@@ -193,8 +193,8 @@ impl PostgresBuilder {
 
     /// Connects to the PostgreSQL at `url` (`postgres://user:pass@host/db`,
     /// or the `host=... user=...` form) with a pool of its own (up to 16
-    /// connections) and one more connection, opened at the first wait, that
-    /// listens for handoffs. Creates lockguard's schema when it is missing
+    /// connections) and two more, opened at the first wait, that ring for
+    /// handoffs (the bell; see the [crate docs](crate#how-a-waiter-is-woken)). Creates lockguard's schema when it is missing
     /// (see [`migration_sql`](crate::migration_sql)).
     ///
     /// # Errors
@@ -247,9 +247,10 @@ impl PostgresBuilder {
 
     /// Connects through a pool the application already has: every
     /// operation takes a connection from `pool` for one statement. `listen`
-    /// holds the settings of the one connection lockguard opens itself, at
-    /// the first wait, to listen for handoffs (a pooled connection cannot:
-    /// the pool drops its notifications).
+    /// holds the settings of the two connections lockguard opens itself, at
+    /// the first wait, to be rung for handoffs (the bell, which waits in a
+    /// statement for as long as the client lives, and the holder of the
+    /// lock it waits on: pooled connections cannot).
     ///
     /// Give the pool [`RecyclingMethod::Fast`]: other methods run a query
     /// each time a connection is handed out, a round trip more per
@@ -270,9 +271,9 @@ impl PostgresBuilder {
     /// Connects through the application's `sqlx` pool (sqlx 0.8): every
     /// operation takes a connection from `pool` for one statement, as the
     /// application's own queries do (sqlx prepares each statement once per
-    /// connection). `listen_url` is the database's URL, for the one
-    /// connection lockguard opens itself, at the first wait, to listen for
-    /// handoffs (the URL the pool was made from; sqlx does not hand out a
+    /// connection). `listen_url` is the database's URL, for the two
+    /// connections lockguard opens itself, at the first wait, to be rung
+    /// for handoffs (the bell; the URL the pool was made from; sqlx does not hand out a
     /// pool's password). Creates lockguard's schema when it is missing.
     ///
     /// # Errors

@@ -1,7 +1,8 @@
 //! The PostgreSQL store of lockguard: locks, semaphores, counters, rate
 //! limiters and fenced values in a schema of their own, leases on the
-//! database's clock, a FIFO queue whose handoffs are announced with
-//! `NOTIFY`; and fenced writes to the application's own tables.
+//! database's clock, a FIFO queue whose handoffs ring the bell of the
+//! waiter's client alone; and fenced writes to the application's own
+//! tables.
 //!
 //! ```no_run
 //! use lockguard_core::Client;
@@ -27,6 +28,28 @@
 //! application's `sqlx::PgPool` with `BuilderExt::connect_sqlx_pool`. What the store guarantees, and what a single
 //! database does and does not survive, is in lockguard-core's
 //! [safety notes](lockguard_core::safety).
+//!
+//! # How a waiter is woken
+//!
+//! A release that hands the lock to a waiter writes the handoff to the
+//! mail of the waiter's client, in its transaction, and cancels the wait of
+//! that client's *bell* (`pg_cancel_backend`): one backend signalled per
+//! handoff, however many clients are connected. (`NOTIFY` would signal
+//! every backend of the database that listens, each of which then reads
+//! the notification queue in a transaction of its own.) The bell is a
+//! connection each client opens at its first wait, with a second one whose
+//! open transaction holds the lock on a temporary table that the bell waits
+//! for; `LOCK TABLE` waits without a snapshot, so a waiting bell holds back
+//! no vacuum. The bell reads its mail and hands each handoff to its waiter.
+//! A ring cannot be lost between the bell's statements (see the `bell`
+//! module's source), and what still goes wrong (a bell reconnecting, a
+//! backend of another role that may not signal the bell) is covered by the
+//! waiter's timed attempt, which claims a lock handed to it as well.
+//!
+//! So every client that waits keeps two connections of its own beside its
+//! pool, and signalling its bell needs the releaser to run as the same role
+//! (or a member of it, or of `pg_signal_backend`); lockguard's clients
+//! normally share one role.
 //!
 //! # Fencing the application's own rows
 //!
@@ -59,11 +82,11 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod bell;
 pub mod check;
 mod connect;
 mod fenced_table;
 mod flights;
-mod listener;
 mod pool;
 mod schema;
 mod store;

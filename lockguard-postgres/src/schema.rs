@@ -14,7 +14,7 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 110_000;
 /// The version of `schema.sql`; a schema of an older version is brought up
 /// to date (every statement of the file is idempotent), a newer one is
 /// refused.
-pub(crate) const VERSION: i32 = 2;
+pub(crate) const VERSION: i32 = 3;
 
 const SQL: &str = include_str!("schema.sql");
 

@@ -35,7 +35,7 @@ CREATE INDEX IF NOT EXISTS holders_expiry ON __SCHEMA__.holders (expires_at);
 -- The wait queue of each lock or semaphore, first come first served
 -- (arrival). A waiter's place is kept until its deadline, which each of its
 -- attempts moves on; a release hands the lock to the first live waiter and
--- notifies its client alone (NOTIFY on the waiter's channel).
+-- rings its client's bell alone (see ring).
 CREATE TABLE IF NOT EXISTS __SCHEMA__.waiters (
   key text NOT NULL,
   token text NOT NULL,
@@ -47,6 +47,31 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.waiters (
 );
 CREATE INDEX IF NOT EXISTS waiters_order ON __SCHEMA__.waiters (key, arrival);
 CREATE INDEX IF NOT EXISTS waiters_deadline ON __SCHEMA__.waiters (deadline);
+
+-- The bell of each client that waits: the backend that waits, in a lock
+-- wait, for a handoff to one of the client's waiters (pid, and its start,
+-- so that a pid the server gave to another backend since is never
+-- signalled), the role it runs as, and when it last said it lives (rows
+-- of clients gone are swept after five minutes).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.bells (
+  channel text PRIMARY KEY,
+  pid integer NOT NULL,
+  started timestamptz NOT NULL,
+  role oid NOT NULL,
+  at timestamptz NOT NULL
+);
+
+-- Handoffs to a client's waiters not yet read by its bell: the release
+-- writes one before it rings the bell; the bell reads and removes them.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.mail (
+  channel text NOT NULL,
+  key text NOT NULL,
+  token text NOT NULL,
+  fence bigint NOT NULL,
+  attempt bigint NOT NULL,
+  at timestamptz NOT NULL,
+  PRIMARY KEY (channel, key, token)
+);
 
 -- Fencing tokens, counter versions and mark generations are drawn as on
 -- Redis (sequence.lua): each is greater than the key's last one and than
@@ -163,8 +188,101 @@ BEGIN
 END
 $$;
 
+-- Tells the client of channel p_channel that p_key was handed to its
+-- waiter p_token (with fence p_fence, for its attempt p_attempt): a letter
+-- in its mail, and a ring of its bell, a cancel of the bell's wait
+-- (pg_cancel_backend), which signals that one backend; NOTIFY would signal
+-- every listening backend of the database. The ring comes before this
+-- transaction commits: the bell reads its mail under the channel's
+-- advisory lock, which waits for this transaction (it holds the lock
+-- shared), so it never reads before the letter is there. A client without
+-- a bell (none yet, or gone), or a bell another role's backend may not
+-- signal, is not rung: its waiter's timed attempt claims the handoff.
+CREATE OR REPLACE FUNCTION __SCHEMA__.ring(
+  p_channel text, p_key text, p_token text, p_fence bigint, p_attempt bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_bell __SCHEMA__.bells%ROWTYPE;
+BEGIN
+  SELECT * INTO v_bell FROM __SCHEMA__.bells b WHERE b.channel = p_channel;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  -- (The channel's lock lives in the two-key space of advisory locks,
+  -- apart from the keys' locks.)
+  PERFORM pg_advisory_xact_lock_shared(7165, hashtext(p_channel));
+  INSERT INTO __SCHEMA__.mail AS m (channel, key, token, fence, attempt, at)
+    VALUES (p_channel, p_key, p_token, p_fence, p_attempt, clock_timestamp())
+    ON CONFLICT (channel, key, token) DO UPDATE
+      SET fence = EXCLUDED.fence, attempt = EXCLUDED.attempt, at = EXCLUDED.at;
+  -- The backend of that pid is the bell only if it started when the bell
+  -- did (a pid is given again to a later backend).
+  PERFORM FROM pg_stat_get_activity(v_bell.pid) a WHERE a.backend_start = v_bell.started;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  IF v_bell.role = current_user::regrole::oid THEN
+    PERFORM pg_cancel_backend(v_bell.pid);
+  ELSE
+    -- Another role's backend: signalled if this role may (a member of it,
+    -- or of pg_signal_backend); the subtransaction only then.
+    BEGIN
+      PERFORM pg_cancel_backend(v_bell.pid);
+    EXCEPTION WHEN insufficient_privilege THEN
+      NULL;
+    END;
+  END IF;
+END
+$$;
+
+-- Records (or renews) the calling backend as the bell of channel p_channel.
+CREATE OR REPLACE FUNCTION __SCHEMA__.bell_register(p_channel text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO __SCHEMA__.bells AS b (channel, pid, started, role, at)
+    SELECT p_channel, a.pid, a.backend_start, a.usesysid, clock_timestamp()
+      FROM pg_stat_get_activity(pg_backend_pid()) a
+    ON CONFLICT (channel) DO UPDATE
+      SET pid = EXCLUDED.pid, started = EXCLUDED.started, role = EXCLUDED.role, at = EXCLUDED.at;
+END
+$$;
+
+-- The statement a bell runs before it waits, in the wait's transaction:
+-- waits for the transactions that rang it and have not ended (their
+-- advisory lock, taken and given back at once: held, it would hold the
+-- ringers back for the whole wait), then raises LG001 when mail is there,
+-- so that the bell reads it rather than wait. With the ring's order, no
+-- handoff is missed: a ring that comes while the bell is between
+-- statements (and does nothing) comes after its letter was written by a
+-- transaction this check waits for.
+CREATE OR REPLACE FUNCTION __SCHEMA__.bell_check(p_channel text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_lock(7165, hashtext(p_channel));
+  PERFORM pg_advisory_unlock(7165, hashtext(p_channel));
+  PERFORM FROM __SCHEMA__.mail m WHERE m.channel = p_channel;
+  IF FOUND THEN
+    RAISE EXCEPTION 'a handoff waits in the mail of %', p_channel USING ERRCODE = 'LG001';
+  END IF;
+END
+$$;
+
+-- Reads and removes the mail of channel p_channel, once the transactions
+-- that rang the bell have ended. First gives back the channel's lock
+-- should a ring have cut bell_check off while it held it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.bell_drain(
+  p_channel text, OUT token text, OUT fence bigint, OUT attempt bigint)
+RETURNS SETOF record LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_unlock_all();
+  PERFORM pg_advisory_xact_lock(7165, hashtext(p_channel));
+  RETURN QUERY DELETE FROM __SCHEMA__.mail m WHERE m.channel = p_channel
+    RETURNING m.token, m.fence, m.attempt;
+END
+$$;
+
 -- Hands up to p_free free permits (a free lock) to the first live waiters,
--- each notified alone with 'token fence attempt', stopping before p_me (a
+-- each told alone (ring), stopping before p_me (a
 -- waiter asking for itself). A lock handed on is reserved for its waiter
 -- until its place would have lapsed (a dead waiter costs the queue at most
 -- its timeout), never less than 50 ms. Returns the permits left.
@@ -189,7 +307,7 @@ BEGIN
     INSERT INTO __SCHEMA__.holders AS h (key, token, expires_at, fence)
       VALUES (p_key, v_first.token, greatest(v_first.deadline, p_now + interval '50 milliseconds'), v_fence)
       ON CONFLICT (key, token) DO UPDATE SET expires_at = EXCLUDED.expires_at, fence = EXCLUDED.fence;
-    PERFORM pg_notify(v_first.channel, v_first.token || ' ' || v_fence || ' ' || v_first.attempt);
+    PERFORM __SCHEMA__.ring(v_first.channel, p_key, v_first.token, v_fence, v_first.attempt);
     p_free := p_free - 1;
   END LOOP;
   RETURN p_free;
@@ -676,6 +794,12 @@ BEGIN
   DELETE FROM __SCHEMA__.holders h WHERE h.expires_at < v_now - interval '1 minute';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.waiters w WHERE w.deadline < v_now - interval '1 minute';
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  -- Mail is read within moments by a live bell; a bell renews its row
+  -- every minute.
+  DELETE FROM __SCHEMA__.mail m WHERE m.at < v_now - interval '1 minute';
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  DELETE FROM __SCHEMA__.bells b WHERE b.at < v_now - interval '5 minutes';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   -- A token a minute behind the clock adds nothing: the next is drawn
   -- above the clock anyway (next_after).

@@ -5,10 +5,9 @@
 //! statements are prepared once per pooled connection. Operations on one
 //! key are serialized by a transaction advisory lock on it, check the rows
 //! they write under those rows' locks, and take their time from the
-//! database's clock, read after the locks. Handoffs are announced with
-//! `NOTIFY` on the waiter's channel, in the transaction that made them, and
-//! reach the waiter's client over its one listening connection
-//! ([`listener`]).
+//! database's clock, read after the locks. A handoff is written to the
+//! waiter's client's mail, in the transaction that made it, and the
+//! client's bell (one backend) is signalled to read it ([`bell`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,7 +23,7 @@ use lockguard_core::store::{
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 use crate::pool::{Param, Pool, Row};
-use crate::{flights, listener, schema};
+use crate::{bell, flights, schema};
 
 /// How to reach PostgreSQL and how long to wait for it.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +113,8 @@ impl Drop for PostgresStore {
 }
 
 /// Connects a store over `pool`, creating lockguard's schema in it when
-/// missing (or older than this version), and a listener opening its own
-/// connection with `listen`.
+/// missing (or older than this version), and a bell opening its own
+/// connections with `listen` at the first wait.
 pub(crate) async fn connect(
     pool: Pool,
     listen: tokio_postgres::Config,
@@ -147,8 +146,8 @@ pub(crate) async fn connect(
         .await?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
-    let listener = listener::PgListener::new(listen, opts, connector);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(listener)]))
+    let bell = bell::PgBell::new(listen, opts, connector, store.schema.clone());
+    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
 }
 
 /// Removes expired state every `sweep_interval`, starting at a random point

@@ -69,7 +69,8 @@ fn connections(server: &PostgresServer, name: &str) -> u32 {
 
 /// Every statement of a client on the application's pool goes over that
 /// pool: the server sees no connection of lockguard's own until a task
-/// waits, then only the one listening connection, which wakes the waiter.
+/// waits, then only the bell's two (the bell and the holder of the lock it
+/// waits on), which wake the waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_statements_go_over_the_applications_sqlx_pool() {
     let server = PostgresServer::start();
@@ -115,8 +116,8 @@ async fn postgres_statements_go_over_the_applications_sqlx_pool() {
         "lockguard opened a connection of its own"
     );
 
-    // A waiter, told of its handoff (not retrying for 10 s), opens the one
-    // listening connection, and is woken over it.
+    // A waiter, told of its handoff (not retrying for 10 s), opens the
+    // bell's two connections, and is woken over them.
     let waiter = lockguard_testing::faults::patient()
         .connect_sqlx_pool(pool.clone(), &listen_url)
         .await
@@ -124,7 +125,7 @@ async fn postgres_statements_go_over_the_applications_sqlx_pool() {
     lockguard_testing::faults::a_waiter_is_woken_by_the_handoff(&lg, waiter.clone(), "sqlx-wait")
         .await;
     // Open while the waiter's client lives.
-    assert_eq!(connections(&server, "lockguard-listener"), 1);
+    assert_eq!(connections(&server, "lockguard-listener"), 2);
     drop(waiter);
     assert!(connections(&server, "app") <= 3);
 

@@ -370,3 +370,97 @@ async fn a_wait_rides_out_a_postgres_restart() {
     let lg = connect(&server, Duration::from_millis(500)).await;
     a_wait_rides_out_an_outage(&mut server, &lg).await;
 }
+
+/// The bells' backends as `pg_stat_activity` shows them: pid, the start of
+/// the query each waits in, and whether it holds a snapshot (`backend_xmin`)
+/// or an xid.
+fn bells(server: &PostgresServer) -> Vec<(String, String, bool)> {
+    server
+        .psql(
+            "SELECT string_agg(pid || ' ' || query_start || ' ' || \
+                    (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL), ',') \
+             FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE '%bell_check%'",
+        )
+        .split(',')
+        .filter(|b| !b.trim().is_empty())
+        .map(|b| {
+            let mut parts = b.trim().rsplitn(2, ' ');
+            let holds = parts.next().unwrap() == "true";
+            let (pid, start) = parts.next().unwrap().split_once(' ').unwrap();
+            (pid.to_owned(), start.to_owned(), holds)
+        })
+        .collect()
+}
+
+/// A handoff signals the one bell of the waiter's client: the bells of
+/// other clients, waiting too, are not woken (their queries go on), and no
+/// bell, nor the holder of the lock it waits on, holds a snapshot or an
+/// xid while it waits, which would hold back vacuum in the whole database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
+    let server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    // Three clients whose bells wait (each queued on a lock held meanwhile).
+    let mut held = Vec::new();
+    let mut others = Vec::new();
+    for i in 0..3 {
+        let name = format!("other:{i}");
+        held.push(holder.lock(&name).acquire().await.unwrap());
+        let other = lockguard_testing::faults::patient()
+            .connect_postgres(&server.url())
+            .await
+            .unwrap();
+        others.push(tokio::spawn(async move {
+            other
+                .lock(&name)
+                .wait(Duration::from_secs(25))
+                .acquire()
+                .await
+                .map(drop)
+        }));
+    }
+    let waiting = eventually(Duration::from_secs(10), || async {
+        bells(&server).len() == 3
+    })
+    .await;
+    assert!(waiting, "the bells never waited: {:?}", bells(&server));
+    let before = bells(&server);
+    assert!(
+        before.iter().all(|b| !b.2),
+        "a waiting bell holds a snapshot or an xid: {before:?}"
+    );
+    let idle_holders: String = server.psql(
+        "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' \
+         AND query LIKE '%lockguard_bell%' AND backend_xmin IS NULL AND backend_xid IS NULL",
+    );
+    assert_eq!(
+        idle_holders.trim(),
+        "3",
+        "the bells' holders hold a snapshot or an xid"
+    );
+
+    // A fourth client's waiter is handed a lock: woken by its bell.
+    let waiter = lockguard_testing::faults::patient()
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "rung").await;
+    // The other bells still wait in the queries they waited in.
+    let after: Vec<_> = bells(&server)
+        .into_iter()
+        .filter(|b| before.iter().any(|o| o.0 == b.0))
+        .collect();
+    assert_eq!(after, before, "a handoff woke other clients' bells");
+
+    for g in held {
+        assert!(g.release().await.unwrap());
+    }
+    for o in others {
+        tokio::time::timeout(Duration::from_secs(10), o)
+            .await
+            .expect("a waiter of another client was not woken")
+            .unwrap()
+            .unwrap();
+    }
+}
