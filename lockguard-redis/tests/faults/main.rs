@@ -16,9 +16,11 @@ use lockguard_core::{Client, Error, ErrorKind};
 use lockguard_redis::{BuilderExt as _, ClientExt as _};
 #[cfg(feature = "cluster")]
 use lockguard_testing::RedisCluster;
+#[cfg(feature = "cluster")]
+use lockguard_testing::faults::{OUTAGE, outage};
 use lockguard_testing::faults::{
-    OUTAGE, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
-    first_requests_after_an_outage_succeed, outage, patient, wake_ups_come_back_after_an_outage,
+    a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
+    first_requests_after_an_outage_succeed, patient, wake_ups_come_back_after_an_outage,
 };
 use lockguard_testing::{CapturedLog, RedisServer, faults};
 
@@ -142,7 +144,7 @@ async fn killed_redis_fails_fast_and_the_client_recovers_after_restart() {
         .await;
 }
 
-/// Redis is down for [`OUTAGE`] and comes back (empty, on the same port):
+/// Redis is down for [`faults::OUTAGE`] and comes back (empty, on the same port):
 /// the waiters' pub/sub connection comes back too, so a handoff wakes the
 /// waiter at once, not its refresh 10 s later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,7 +170,7 @@ async fn wake_ups_come_back_after_redis_was_down() {
     assert!(lat[lat.len() / 2] < Duration::from_secs(1), "{lat:?}");
 }
 
-/// A client idle while Redis was down for [`OUTAGE`] does not fail its
+/// A client idle while Redis was down for [`faults::OUTAGE`] does not fail its
 /// first request once the server is back: not a lock, not a counter (which
 /// counts once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
