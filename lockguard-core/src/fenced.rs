@@ -54,6 +54,19 @@ impl FencedResource {
         }
     }
 
+    /// The value behind the election `name`'s announcement
+    /// ([`Leader`](crate::Leader)), on a key of its own kind.
+    pub(crate) fn announcement(engine: Arc<Engine>, name: &str) -> Self {
+        let key = crate::key::validate_key("election", name)
+            .map(|()| crate::key::base(&engine.prefix, crate::key::ANNOUNCEMENT_KIND, name))
+            .map_err(Invalid::from);
+        Self {
+            engine,
+            name: name.into(),
+            key,
+        }
+    }
+
     fn key(&self) -> Result<&str> {
         self.key.as_deref().map_err(Invalid::error)
     }

@@ -15,6 +15,14 @@ pub const DEFAULT_PREFIX: &str = "lockguard:";
 /// The most permits a semaphore may have.
 pub const MAX_PERMITS: u32 = 1_000_000;
 
+/// The kind of the lock keys behind elections, and (with `-term`) of
+/// their announcements: `{prefix}leader:{escaped name}`.
+pub(crate) const ELECTION_KIND: &str = "leader";
+
+/// The kind of an election's announcement, a fenced value:
+/// `{prefix}leader-term:{escaped name}`.
+pub(crate) const ANNOUNCEMENT_KIND: &str = "leader-term";
+
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resource {
@@ -223,6 +231,21 @@ impl LockKeys {
         Self {
             resource,
             lock: base(prefix, kind, name),
+            prefix_len: prefix.len(),
+            channel: OnceLock::new(),
+            layout: OnceLock::new(),
+        }
+    }
+
+    /// The keys of the lock behind the election `name` (see
+    /// [`Leader`](crate::Leader)): a lock of its own kind,
+    /// `{prefix}leader:{escaped name}`, so it never meets a lock, a
+    /// semaphore or any other key of the same name. Every store keys a
+    /// lock by its identity alone, so an election runs on each as a lock.
+    pub(crate) fn election(prefix: &str, name: &str) -> Self {
+        Self {
+            resource: Resource::Lock,
+            lock: base(prefix, ELECTION_KIND, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
             layout: OnceLock::new(),
@@ -441,6 +464,19 @@ mod tests {
         }
         assert!(LockKeys::checked("lg:", "", Resource::Lock).is_err());
         assert!(LockKeys::checked("{lg}:", "a", Resource::Lock).is_err());
+    }
+
+    #[test]
+    fn election_keys_are_their_own_kind() {
+        let election = LockKeys::election("lg:", "jobs");
+        assert_eq!(election.id(), "lg:leader:{jobs}");
+        assert_eq!(election.name(), "jobs");
+        assert_eq!(election.prefix(), "lg:");
+        assert_ne!(election, LockKeys::new("lg:", "jobs", Resource::Lock));
+        assert_ne!(
+            base("lg:", ANNOUNCEMENT_KIND, "jobs"),
+            base("lg:", "fenced", "jobs")
+        );
     }
 
     #[test]

@@ -215,6 +215,8 @@ mod counter;
 mod limiter;
 // Fenced values.
 mod fenced;
+// Leader election, on a lock and a fenced value.
+mod leader;
 // The client handle.
 mod client;
 
@@ -235,6 +237,7 @@ pub use fence::FencingToken;
 pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PERMITS, validate_key};
+pub use leader::{Leader, LeaderInfo, LeaderWatch, Leadership, MAX_IDENTITY_LEN};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use limiter::RateLimiter;
 pub use lock::Lock;

@@ -75,6 +75,15 @@ impl Lock {
         Self::with_keys(engine, name, keys)
     }
 
+    /// The lock behind the election `name` ([`Leader`](crate::Leader)), on
+    /// a key of its own kind.
+    pub(crate) fn election(engine: Arc<Engine>, name: &str) -> Self {
+        let keys = crate::key::validate_key("election", name)
+            .map(|()| Arc::new(LockKeys::election(&engine.prefix, name)))
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
+    }
+
     /// The acquirer behind a semaphore: the same leases, watchdog and
     /// waiting, on permits instead of one lock.
     pub(crate) fn semaphore(engine: Arc<Engine>, name: &str, permits: u32) -> Self {

@@ -14,6 +14,7 @@ use crate::engine::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::fenced::FencedResource;
 use crate::key::DEFAULT_PREFIX;
+use crate::leader::Leader;
 use crate::lease::{DEFAULT_LEASE, Lease, MAX_LEASE};
 use crate::limiter::RateLimiter;
 use crate::lock::Lock;
@@ -142,6 +143,21 @@ impl Client {
     /// A value that only accepts writes with fresh fencing tokens.
     pub fn fenced(&self, name: &str) -> FencedResource {
         FencedResource::new(self.engine.clone(), name)
+    }
+
+    /// The election `name`: candidates [`campaign`](Leader::campaign) to
+    /// lead, one at a time, and anyone can read and watch who leads. Nothing
+    /// is sent until asked.
+    ///
+    /// An invalid name (as for [`Client::lock`]) is reported by each call.
+    pub fn leader(&self, name: &str) -> Leader {
+        Leader::new(self.engine.clone(), name)
+    }
+
+    /// The engine behind this handle, for primitives that reach a second
+    /// client's store.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 
     /// Whether two handles are clones of one client (sharing its store and

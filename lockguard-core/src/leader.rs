@@ -1,0 +1,701 @@
+//! Leader election: candidates queue for a lock of the election's own, the
+//! one that takes it leads for a term (its fencing token) and announces
+//! itself in a fenced value, which anyone can read and watch.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Invalid, Result};
+use crate::fence::FencingToken;
+use crate::fenced::FencedResource;
+use crate::guard::{LeaseWatch, LockGuard};
+use crate::lease::Lease;
+use crate::lock::Lock;
+use crate::store::Occupancy;
+
+/// The longest identity a candidate may announce, in bytes.
+pub const MAX_IDENTITY_LEN: usize = 1024;
+
+/// How often [`LeaderWatch::next`] asks who leads, unless
+/// [`Leader::watch_interval`] says otherwise.
+const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// The first byte of an announcement: a leader's identity follows.
+const LEADS: u8 = 1;
+
+/// The first byte of an announcement a leader left when it resigned.
+const RESIGNED: u8 = 0;
+
+/// An election: candidates [`campaign`](Leader::campaign) to lead, one at a
+/// time, and anyone can read who leads ([`Leader::current`]) and watch it
+/// change ([`Leader::watch`]).
+///
+/// Made by [`Client::leader`](crate::Client::leader). An election is a lock
+/// on a key of its own kind (`{prefix}leader:{name}`, never the key of
+/// [`Client::lock`](crate::Client::lock) with the same name), so it runs on
+/// every store as locks do and keeps their guarantees:
+///
+/// - **One leader at a time** while leases are respected; candidates wait
+///   in the lock's queue in the store, **first come first served**, woken
+///   by the release that hands the lead over (on Redlock, in its line).
+/// - **Terms**: a leader's term is the lock's fencing token, greater than
+///   every earlier leader's. Pass it with every write to a resource that
+///   checks tokens ([`Client::fenced`](crate::Client::fenced)), so a leader
+///   paused past its lease cannot overwrite its successor's work.
+/// - **Failover within a lease**: the lease is renewed by the watchdog
+///   (the client's default lease, 30 s, unless [`Leader::watchdog`] or
+///   [`Leader::lease`] says otherwise); a leader whose process dies is
+///   replaced by the first live candidate when its lease ends (on
+///   ZooKeeper, when its session does).
+/// - **Loss signal**: [`Leadership::lost`] completes when the lead is lost
+///   or about to be (a safety margin before the lease ends), before
+///   anyone else can be elected.
+///
+/// A new leader announces its identity ([`Leader::identity`]) and term
+/// before [`campaign`](Leader::campaign) returns, in a fenced value on
+/// `{prefix}leader-term:{name}` that refuses a write from an older term:
+/// an old leader's late announcement or resignation never erases a newer
+/// leader's. [`Leader::current`] reads it, and the lock's state: see there
+/// for exactly what a reader sees.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard_core::Error> {
+/// use std::time::Duration;
+/// let lg = lockguard_core::Client::memory();
+///
+/// let election = lg
+///     .leader("scheduler")
+///     .identity("worker-1:8080") // what readers see
+///     .watchdog(Duration::from_secs(5)); // a dead leader is replaced within 5 s
+/// let leadership = election.campaign().await?; // waits until elected
+///
+/// // Anyone reads who leads, and since which term.
+/// let now = lg.peer().leader("scheduler").current().await?.unwrap();
+/// assert_eq!(now.identity, b"worker-1:8080");
+/// assert_eq!(now.term, leadership.term());
+///
+/// // Lead until done, or until the lead is lost.
+/// tokio::select! {
+///     () = async { /* the leader's work */ } => {}
+///     lost = leadership.lost() => return Err(lost),
+/// }
+/// assert!(leadership.resign().await?);
+/// assert!(lg.leader("scheduler").current().await?.is_none());
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "an election does nothing until a candidate campaigns or someone reads it"]
+pub struct Leader {
+    name: Arc<str>,
+    lock: Lock,
+    board: FencedResource,
+    identity: Result<Arc<[u8]>, Invalid>,
+    watch_interval: Duration,
+}
+
+impl Leader {
+    pub(crate) fn new(engine: Arc<Engine>, name: &str) -> Self {
+        let lock = Lock::election(engine.clone(), name).wait(Duration::MAX);
+        Self {
+            name: name.into(),
+            lock,
+            board: FencedResource::announcement(engine, name),
+            identity: Ok(default_identity()),
+            watch_interval: DEFAULT_WATCH_INTERVAL,
+        }
+    }
+
+    /// What this candidate announces when elected, for readers of
+    /// [`Leader::current`]: an address, a pod name, any bytes up to
+    /// [`MAX_IDENTITY_LEN`]. By default, the process's own tag (16 hex
+    /// digits drawn at random once per process, the first half of every
+    /// lock token it draws): distinct per process, the same for every
+    /// candidate of one process.
+    pub fn identity(mut self, identity: impl Into<Vec<u8>>) -> Self {
+        let identity: Vec<u8> = identity.into();
+        self.identity = if identity.len() > MAX_IDENTITY_LEN {
+            Err(Invalid::from(Error::invalid(format!(
+                "election {:?}: the identity is {} bytes long, the maximum is {MAX_IDENTITY_LEN}",
+                self.name,
+                identity.len()
+            ))))
+        } else {
+            Ok(identity.into())
+        };
+        self
+    }
+
+    /// A lease of `lease` renewed by the watchdog every `lease / 3` while
+    /// the [`Leadership`] lives (the default, with the client's default
+    /// lease): a leader whose process dies is replaced at most `lease`
+    /// later.
+    pub fn watchdog(mut self, lease: Duration) -> Self {
+        self.lock = self.lock.watchdog(lease);
+        self
+    }
+
+    /// A fixed lease with no watchdog: the lead ends `lease` after the
+    /// election unless [`Leadership::extend`] renews it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lock = self.lock.lease(lease);
+        self
+    }
+
+    /// How the lease is kept, as a value: [`Leader::watchdog`] or
+    /// [`Leader::lease`].
+    pub fn with_lease(mut self, lease: Lease) -> Self {
+        self.lock = self.lock.with_lease(lease);
+        self
+    }
+
+    /// How long [`Leader::campaign`] waits to be elected before giving up.
+    ///
+    /// By default it waits without bound, as a candidate normally does:
+    /// until elected, or until the campaign's future is dropped (which
+    /// leaves the queue at once). The wait is the lock's
+    /// ([`Lock::wait`](crate::Lock::wait)): a wait of
+    /// [`Duration::MAX`] has no deadline at all, and a queued candidate
+    /// costs one refresh of its place every third of the waiter timeout.
+    /// Zero makes one attempt.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.lock = self.lock.wait(wait);
+        self
+    }
+
+    /// How often [`LeaderWatch::next`] asks who leads (250 ms by default):
+    /// a watch polls [`Leader::current`], one read of the announcement and
+    /// one inspection of the lock each time.
+    pub fn watch_interval(mut self, interval: Duration) -> Self {
+        self.watch_interval = interval;
+        self
+    }
+
+    /// Announces on `client`'s store instead of this client's: for an
+    /// election on a store without fenced values (Redlock), whose
+    /// announcements then live on one Redis server (or any store) that
+    /// every candidate and reader names the same way. The term still comes
+    /// from this client's lock, and `client`'s prefix names the key.
+    pub fn announce_on(mut self, client: &crate::Client) -> Self {
+        self.board = FencedResource::announcement(client.engine().clone(), &self.name);
+        self
+    }
+
+    /// The election's name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Checks the name and settings now, without a round trip: what
+    /// [`Leader::campaign`] would refuse as [`ErrorKind::InvalidInput`].
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a bad name, lease, identity or watch
+    /// interval.
+    pub fn validate(&self) -> Result<()> {
+        self.lock.validate()?;
+        self.identity.as_ref().map_err(Invalid::error)?;
+        if self.watch_interval.is_zero() {
+            return Err(Error::invalid(format!(
+                "election {:?}: the watch interval must be greater than zero",
+                self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits to be elected, then announces this candidate's identity with
+    /// its term and returns the [`Leadership`].
+    ///
+    /// Candidates wait in the election lock's queue in the store, first
+    /// come first served across every client and process, and are woken
+    /// by the release that hands the lead over (see
+    /// [`Lock::acquire`](crate::Lock::acquire)). The announcement is
+    /// written with the term as its fencing token before this returns, so
+    /// once it returns [`Leader::current`] names this candidate (until it
+    /// loses the lead). On a store without fenced values (Redlock, unless
+    /// [`Leader::announce_on`] names another), nothing is announced.
+    ///
+    /// Dropping the future at any point is safe: it leaves the queue, and a
+    /// lead handed to it but not yet returned is passed on, in the
+    /// background.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Busy`] when a [`Leader::wait`] ran out;
+    /// [`ErrorKind::InvalidInput`] for a bad name, lease or identity;
+    /// [`ErrorKind::LeaseLost`] when a newer term announced before this
+    /// one could (this candidate's lease ran out during the election); the
+    /// store's errors (a failed announcement gives the lead up again).
+    pub async fn campaign(&self) -> Result<Leadership> {
+        self.validate()?;
+        let guard = self.lock.acquire().await.map_err(|e| {
+            if e.is_busy() {
+                Error::new(
+                    ErrorKind::Busy,
+                    format!("election {:?} is led by another candidate; {e}", self.name),
+                )
+                .with_source(e)
+            } else {
+                e
+            }
+        })?;
+        let term = guard.fencing_token();
+        let identity = self.identity.as_ref().map_err(Invalid::error)?.clone();
+        let announced = match self.board.write(term, announcement(&identity)).await {
+            Ok(()) => true,
+            Err(e) if e.is_unsupported() => {
+                tracing::debug!(election = %self.name, term = term.get(), "elected; the store keeps no announcements");
+                false
+            }
+            Err(e) => {
+                // Given up at once: a leader nobody can see is no leader.
+                let _ = guard.release().await;
+                return Err(if e.is_stale_fencing_token() {
+                    Error::new(
+                        ErrorKind::LeaseLost,
+                        format!(
+                            "election {:?}: term {term} ended before it was announced; a newer term has announced",
+                            self.name
+                        ),
+                    )
+                    .with_source(e)
+                } else {
+                    e
+                });
+            }
+        };
+        tracing::debug!(election = %self.name, term = term.get(), "elected");
+        Ok(Leadership {
+            name: self.name.clone(),
+            identity,
+            guard,
+            announcement: Announcement {
+                board: self.board.clone(),
+                term,
+                armed: announced,
+            },
+        })
+    }
+
+    /// Who leads now: the identity and term of the announced leader while
+    /// the election's lock is held; `None` when nobody holds it, when the
+    /// last leader resigned, or when no candidate was ever elected.
+    ///
+    /// Two reads, the announcement and then the lock, each atomic: the
+    /// answer is what was true a moment ago, as any read over a network.
+    /// Exactly:
+    ///
+    /// - A leader's identity and term are seen from when its
+    ///   [`campaign`](Leader::campaign) returns until it resigns, its lease
+    ///   ends (its process died, or it was paused past its lease), or a
+    ///   successor announces.
+    /// - Between a leader's loss and its successor's announcement (the
+    ///   successor's election and one write), a reader may still see the
+    ///   old leader, or `None`; never an identity with a term it was not
+    ///   elected for. Terms tell leaders apart: a newer leader always has
+    ///   a greater term.
+    /// - On a store that cannot inspect its locks (Redlock), the
+    ///   announcement alone answers: a leader that resigned or dropped its
+    ///   [`Leadership`] is seen gone, but one whose process died is seen
+    ///   until its successor announces.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a bad name; [`ErrorKind::Unsupported`]
+    /// on a store without fenced values (Redlock, unless
+    /// [`Leader::announce_on`] names another); [`ErrorKind::Protocol`] for
+    /// an announcement lockguard did not write; the store's errors.
+    pub async fn current(&self) -> Result<Option<LeaderInfo>> {
+        let Some(stored) = self.board.read().await? else {
+            return Ok(None);
+        };
+        let identity = match stored.value.split_first() {
+            Some((&LEADS, identity)) => identity.to_vec(),
+            Some((&RESIGNED, _)) => return Ok(None),
+            _ => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "election {:?}: the announcement of term {} is not one lockguard writes",
+                        self.name, stored.token
+                    ),
+                ));
+            }
+        };
+        match self.lock.inspect().await {
+            Ok(now) if !now.is_held() => return Ok(None),
+            Ok(_) => {}
+            // The announcement alone answers (see above).
+            Err(e) if e.is_unsupported() => {}
+            Err(e) => return Err(e),
+        }
+        Ok(Some(LeaderInfo {
+            identity,
+            term: stored.token,
+        }))
+    }
+
+    /// A watch of who leads: [`LeaderWatch::next`] gives what
+    /// [`Leader::current`] says each time it changes.
+    ///
+    /// It polls [`Leader::current`] every [`Leader::watch_interval`]
+    /// (250 ms by default), so a change is seen within about that interval
+    /// plus a round trip; the stores' wake-ups are for queued candidates,
+    /// not for readers. Changes that come and go between two polls are not
+    /// seen: a reader that must not miss a term reads the terms of the
+    /// writes a leader fenced.
+    pub fn watch(&self) -> LeaderWatch {
+        LeaderWatch {
+            leader: self.clone(),
+            seen: None,
+            polled: false,
+        }
+    }
+
+    /// What the store knows of the election's lock now, changing nothing:
+    /// whether someone leads, and how many candidates wait
+    /// ([`Occupancy::waiters`]). See [`Lock::inspect`](crate::Lock::inspect).
+    ///
+    /// # Errors
+    ///
+    /// As [`Lock::inspect`](crate::Lock::inspect):
+    /// [`ErrorKind::Unsupported`] on Redlock.
+    pub async fn inspect(&self) -> Result<Occupancy> {
+        self.lock.inspect().await
+    }
+}
+
+/// The identity of a candidate that sets none: the random half of this
+/// process's lock tokens.
+fn default_identity() -> Arc<[u8]> {
+    let token = crate::token::Token::random();
+    token.as_str().as_bytes()[..16].into()
+}
+
+/// The announcement of a leader with `identity`.
+fn announcement(identity: &[u8]) -> Vec<u8> {
+    let mut value = Vec::with_capacity(identity.len() + 1);
+    value.push(LEADS);
+    value.extend_from_slice(identity);
+    value
+}
+
+/// Who leads an election: see [`Leader::current`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct LeaderInfo {
+    /// What the leader announced ([`Leader::identity`]).
+    pub identity: Vec<u8>,
+    /// The leader's term: its lock's fencing token, greater than every
+    /// earlier leader's.
+    pub term: FencingToken,
+}
+
+impl LeaderInfo {
+    /// The identity as text, when it is UTF-8.
+    pub fn identity_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.identity).ok()
+    }
+}
+
+/// The lead of an election, won by [`Leader::campaign`].
+///
+/// Dropping it gives the lead up in the background, as dropping a lock
+/// guard releases the lock, and marks its announcement resigned (unless a
+/// newer term announced); [`Leadership::resign`] is the explicit form.
+#[derive(Debug)]
+#[must_use = "dropping the leadership resigns at once"]
+pub struct Leadership {
+    name: Arc<str>,
+    identity: Arc<[u8]>,
+    guard: LockGuard,
+    announcement: Announcement,
+}
+
+impl Leadership {
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This leader's term: the election lock's fencing token, greater than
+    /// every earlier leader's. Pass it with every write the leader makes
+    /// to a resource that checks tokens.
+    pub fn term(&self) -> FencingToken {
+        self.guard.fencing_token()
+    }
+
+    /// What this leader announced.
+    pub fn identity(&self) -> &[u8] {
+        &self.identity
+    }
+
+    /// Whether this candidate still leads: not lost, not resigned, and the
+    /// lease (minus a safety margin) not over.
+    pub fn is_held(&self) -> bool {
+        self.guard.is_held()
+    }
+
+    /// How much longer the lead certainly lasts (zero once lost).
+    pub fn valid_for(&self) -> Duration {
+        self.guard.valid_for()
+    }
+
+    /// Completes when the lead is lost (a renewal found the lock gone, a
+    /// fixed lease ended) or its lease is about to run out, before anyone
+    /// else can be elected: stop leading then. See
+    /// [`LockGuard::lost`].
+    pub fn lost(&self) -> impl Future<Output = Error> + Send + 'static {
+        self.guard.lost()
+    }
+
+    /// A handle on the lead's lease that does not hold it (its term,
+    /// [`is_held`](LeaseWatch::is_held), [`lost`](LeaseWatch::lost)), for
+    /// tasks the leader spawns.
+    pub fn watch(&self) -> LeaseWatch {
+        self.guard.watch()
+    }
+
+    /// Resets a fixed lease to `lease` from now, if this candidate still
+    /// leads. See [`LockGuard::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`LockGuard::extend`]: [`ErrorKind::LeaseLost`] when the lead was
+    /// already lost.
+    pub async fn extend(&self, lease: Duration) -> Result<()> {
+        self.guard.extend(lease).await
+    }
+
+    /// Gives the lead up: marks the announcement resigned, if it is still
+    /// this term's (a newer leader's is never touched), then releases the
+    /// election's lock, handing it to the first candidate waiting. True
+    /// when this candidate still led.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors. The lock is released even when marking the
+    /// announcement failed (that error is returned then); a release that
+    /// cannot reach the store leaves the lock to its lease.
+    pub async fn resign(self) -> Result<bool> {
+        let Self {
+            name,
+            guard,
+            mut announcement,
+            ..
+        } = self;
+        let term = guard.fencing_token();
+        let marked = announcement.resign().await;
+        let released = guard.release().await;
+        tracing::debug!(election = %name, term = term.get(), "resigned");
+        marked?;
+        released
+    }
+}
+
+/// A leader's announcement, marked resigned when the leader goes: by
+/// [`Leadership::resign`], or in the background when it is dropped.
+#[derive(Debug)]
+struct Announcement {
+    board: FencedResource,
+    term: FencingToken,
+    /// Whether it was written and is not marked resigned yet.
+    armed: bool,
+}
+
+impl Announcement {
+    /// Marks it resigned, unless a newer term has announced.
+    async fn resign(&mut self) -> Result<()> {
+        if !std::mem::take(&mut self.armed) {
+            return Ok(());
+        }
+        mark_resigned(&self.board, self.term).await
+    }
+}
+
+async fn mark_resigned(board: &FencedResource, term: FencingToken) -> Result<()> {
+    match board.write(term, [RESIGNED]).await {
+        // A newer term has announced: its announcement stays.
+        Err(e) if e.is_stale_fencing_token() => Ok(()),
+        done => done,
+    }
+}
+
+impl Drop for Announcement {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Outside a runtime nothing is sent: readers find the lock free.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (board, term) = (self.board.clone(), self.term);
+            runtime.spawn(async move {
+                if let Err(e) = mark_resigned(&board, term).await {
+                    tracing::debug!(election = %board.name(), error = %e, "marking a dropped leadership resigned failed; readers see its lock free");
+                }
+            });
+        }
+    }
+}
+
+/// Who leads an election, as it changes: made by [`Leader::watch`].
+#[derive(Debug)]
+pub struct LeaderWatch {
+    leader: Leader,
+    /// What the last poll saw, once one succeeded.
+    seen: Option<Option<LeaderInfo>>,
+    /// Whether a poll was made: the next waits the interval first.
+    polled: bool,
+}
+
+impl LeaderWatch {
+    /// What [`Leader::current`] says, the first time at once and then each
+    /// time it differs from what this watch last gave (another leader,
+    /// another term, or nobody): it polls every
+    /// [`Leader::watch_interval`] until then.
+    ///
+    /// # Errors
+    ///
+    /// As [`Leader::current`], for the poll that failed; the watch can be
+    /// asked again (its next poll waits the interval first).
+    pub async fn next(&mut self) -> Result<Option<LeaderInfo>> {
+        self.leader.validate()?;
+        loop {
+            if std::mem::replace(&mut self.polled, true) {
+                tokio::time::sleep(self.leader.watch_interval).await;
+            }
+            let now = self.leader.current().await?;
+            if self.seen.as_ref() != Some(&now) {
+                self.seen = Some(now.clone());
+                return Ok(now);
+            }
+        }
+    }
+
+    /// What [`LeaderWatch::next`] last gave: `None` before it gave
+    /// anything.
+    pub fn last(&self) -> Option<&Option<LeaderInfo>> {
+        self.seen.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Client;
+
+    #[tokio::test]
+    async fn bad_names_identities_and_leases_are_clear_errors() {
+        let lg = Client::memory();
+        let e = lg.leader("").campaign().await.unwrap_err();
+        assert!(
+            e.is_invalid_input() && e.message().contains("election"),
+            "{e}"
+        );
+        assert!(
+            lg.leader("a\nb")
+                .current()
+                .await
+                .unwrap_err()
+                .is_invalid_input()
+        );
+        let long = vec![b'x'; MAX_IDENTITY_LEN + 1];
+        let e = lg.leader("l").identity(long).validate().unwrap_err();
+        assert!(
+            e.is_invalid_input() && e.message().contains("identity"),
+            "{e}"
+        );
+        let e = lg.leader("l").lease(Duration::from_millis(1)).validate();
+        assert!(e.unwrap_err().is_invalid_input());
+        let e = lg
+            .leader("l")
+            .watchdog(Duration::from_secs(1 << 40))
+            .validate();
+        assert!(e.unwrap_err().is_invalid_input());
+        let e = lg.leader("l").watch_interval(Duration::ZERO).validate();
+        assert!(e.unwrap_err().is_invalid_input());
+        let mut watch = lg.leader("l").watch_interval(Duration::ZERO).watch();
+        assert!(watch.next().await.unwrap_err().is_invalid_input());
+    }
+
+    #[tokio::test]
+    async fn the_election_never_meets_a_lock_or_fenced_value_of_its_name() {
+        let lg = Client::memory();
+        let lock = lg.lock("jobs").try_acquire().await.unwrap();
+        lg.fenced("jobs")
+            .write(FencingToken::new(u64::MAX), "x")
+            .await
+            .unwrap();
+        let lead = lg
+            .leader("jobs")
+            .identity("me")
+            .wait(Duration::ZERO)
+            .campaign()
+            .await
+            .unwrap();
+        let now = lg.leader("jobs").current().await.unwrap().unwrap();
+        assert_eq!((now.identity_str(), now.term), (Some("me"), lead.term()));
+        assert!(lead.resign().await.unwrap());
+        assert!(lock.release().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn the_default_identity_is_the_process_tag() {
+        let lg = Client::memory();
+        let lead = lg.leader("d").campaign().await.unwrap();
+        assert_eq!(lead.identity().len(), 16);
+        let token = crate::token::Token::random();
+        assert_eq!(lead.identity(), &token.as_str().as_bytes()[..16]);
+        drop(lead);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_leadership_is_marked_resigned() {
+        let lg = Client::memory();
+        let lead = lg.leader("x").campaign().await.unwrap();
+        let term = lead.term();
+        drop(lead);
+        let board = lg.leader("x").board;
+        let mut resigned = false;
+        for _ in 0..100 {
+            let stored = board.read().await.unwrap().unwrap();
+            if stored.value == [RESIGNED] {
+                assert_eq!(stored.token, term);
+                resigned = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(resigned);
+        assert!(lg.leader("x").current().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_campaign_without_a_bound_waits_until_cancelled() {
+        let lg = Client::memory();
+        let lead = lg.leader("w").campaign().await.unwrap();
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(100), lg.peer().leader("w").campaign())
+                .await;
+        assert!(waiting.is_err(), "a second candidate was elected");
+        let e = lg
+            .peer()
+            .leader("w")
+            .wait(Duration::from_millis(20))
+            .campaign()
+            .await
+            .unwrap_err();
+        assert!(e.is_busy() && e.message().contains("election"), "{e}");
+        assert!(lead.resign().await.unwrap());
+        let next = tokio::time::timeout(Duration::from_secs(5), lg.peer().leader("w").campaign())
+            .await
+            .expect("elected once the lead was given up")
+            .unwrap();
+        assert!(next.resign().await.unwrap());
+    }
+}
