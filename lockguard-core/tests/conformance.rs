@@ -9,7 +9,7 @@ use lockguard_testing::conformance::Memory;
 
 lockguard_testing::conformance!(
     memory => Memory::new();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits, leader
 );
 
 /// Outside a scope every acquisition is its own owner: two requests served

@@ -16,6 +16,7 @@
 //! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
 //! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
 //! | `limits` | fixed and sliding windows, GCRA, retry-after, peek | rate limits |
+//! | `leader` | one leader at a time, increasing terms, candidates in arrival order, who leads, lapsed leaders replaced | locks (and fenced values, or a data client) |
 //!
 //! Every test starts its own store through the harness's constructor,
 //! runs on a two-thread runtime (the `queue` group on virtual time, with
@@ -71,6 +72,7 @@ use lockguard_core::{Builder, Client, ManualClock};
 
 pub mod counters;
 pub mod inspection;
+pub mod leader;
 pub mod limits;
 pub mod locks;
 pub mod queue;
@@ -331,7 +333,7 @@ where
 /// them, and `cargo test store::locks` one group).
 ///
 /// The groups: `locks`, `semaphores`, `queue`, `inspection`, `counters`,
-/// `counter_expiry`, `limits` (see the [module](mod@crate::conformance)).
+/// `counter_expiry`, `limits`, `leader` (see the [module](mod@crate::conformance)).
 ///
 /// ```ignore
 /// lockguard_testing::conformance!(postgres => Postgres::start(); locks, semaphores, queue);
@@ -421,10 +423,21 @@ macro_rules! conformance {
             braced_counter_and_limiter_keys_are_their_own,
         );
     };
+    (@group leader, $h:expr) => {
+        $crate::conformance!(@tests leader, leader, Real, $h;
+            one_leader_at_a_time_with_increasing_terms,
+            candidates_are_served_in_arrival_order,
+            current_names_the_leader_and_nobody_after_it_resigned,
+            a_leader_whose_lease_ran_out_is_replaced_and_told,
+            an_old_leaders_resignation_keeps_the_newer_announcement,
+            watch_gives_each_change,
+            leader_bad_input,
+        );
+    };
     (@group $other:ident, $h:expr) => {
         compile_error!(concat!(
             "unknown conformance group `", stringify!($other),
-            "`: expected locks, semaphores, queue, inspection, counters, counter_expiry or limits"
+            "`: expected locks, semaphores, queue, inspection, counters, counter_expiry, limits or leader"
         ));
     };
     (@tests $group:ident, $module:ident, $time:ident, $h:expr; $($name:ident),+ $(,)?) => {
