@@ -50,6 +50,19 @@ pub(crate) enum Call {
     },
     /// `rate_limiter(..).check(key)`.
     Check { key: String },
+    /// `leader(key).campaign()` with a wait of `wait_ms` and a fixed lease
+    /// of `lease_ms`.
+    Campaign {
+        key: String,
+        wait_ms: u64,
+        lease_ms: u64,
+    },
+    /// `leadership.is_held()` of the leadership of `term`.
+    Leads { key: String, term: u64 },
+    /// `leadership.resign()` of the leadership of `term`.
+    Resign { key: String, term: u64 },
+    /// `leader(key).current()`.
+    WhoLeads { key: String },
     /// A fault the runner injected, from its start to its heal.
     Fault { what: String, target: String },
 }
@@ -67,7 +80,11 @@ impl Call {
             | Call::Set { key, .. }
             | Call::Get { key }
             | Call::Cas { key, .. }
-            | Call::Check { key } => key,
+            | Call::Check { key }
+            | Call::Campaign { key, .. }
+            | Call::Leads { key, .. }
+            | Call::Resign { key, .. }
+            | Call::WhoLeads { key } => key,
             Call::Fault { target, .. } => target,
         }
     }
@@ -95,6 +112,10 @@ pub(crate) enum Outcome {
     Swapped { ok: bool },
     /// A limiter's decision.
     Decided { allowed: bool },
+    /// Elected, for this term.
+    Elected { term: u64 },
+    /// Who `current()` said leads: the term, or `None` for nobody.
+    Leader { term: Option<u64> },
     /// A fault healed.
     Healed,
     /// An error, by kind (`busy`, `timed out`, `store unavailable`, ...).

@@ -10,6 +10,8 @@ use crate::clock::now_ns;
 use crate::history::{Call, Outcome, Recorder};
 use crate::store::Target;
 
+mod leader;
+
 /// The locks the workers contend for: few, so most acquisitions wait and
 /// most releases hand over.
 pub(crate) const LOCK_KEYS: [&str; 2] = ["a", "b"];
@@ -152,7 +154,12 @@ impl Worker {
             60
         };
         if roll < lock_share || !self.counters {
-            self.lock_op().await;
+            // One lock operation in four is an election's instead.
+            if self.rng.u32(0..4) == 0 && self.brk.is_none() {
+                self.leader_op().await;
+            } else {
+                self.lock_op().await;
+            }
         } else if roll < 90 || !self.limiter {
             self.counter_op().await;
         } else {

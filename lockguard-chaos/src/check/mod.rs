@@ -4,6 +4,7 @@
 //! assumed away.
 
 mod counters;
+mod leader;
 mod limiter;
 mod liveness;
 mod locks;
@@ -72,12 +73,18 @@ pub(crate) struct Bounds {
 }
 
 /// The checks a failover of asynchronous replication (Redis Sentinel) may
-/// fail by design: acknowledged counter, limiter and fenced writes the
+/// fail by design: acknowledged counter, limiter and fenced writes (and
+/// elections' announcements) the
 /// promoted replica had not received are lost (the safety page says so).
 /// Locks are checked across it: the run's Sentinel clients wait for the
 /// replica to confirm every acquisition and renewal.
-pub const NOT_ACROSS_ASYNC_FAILOVER: &[&str] =
-    &["counters-exact", "versions", "rate-limit", "fenced-writes"];
+pub const NOT_ACROSS_ASYNC_FAILOVER: &[&str] = &[
+    "counters-exact",
+    "versions",
+    "rate-limit",
+    "fenced-writes",
+    "leader-reads",
+];
 
 /// Runs every check on `ops`.
 pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Measures) {
@@ -117,6 +124,8 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     counters::exact(ops, t0, &mut v);
     counters::versions(ops, t0, &mut v);
     limiter::within_quota(ops, t0, &mut v);
+    leader::leaders(ops, t0, &mut v);
+    leader::reads(ops, t0, &mut v);
     liveness::waits_bounded(ops, &faults, bounds, t0, &mut v);
     liveness::handoffs(ops, &faults, bounds, end, t0, &mut v, &mut m);
     (v, m)
@@ -319,6 +328,81 @@ mod tests {
         assert!(!run(counter_history(11, true)).contains(&"counters-exact"));
         assert!(run(counter_history(12, true)).contains(&"counters-exact"));
         assert!(run(counter_history(14, true)).contains(&"counters-exact"));
+    }
+
+    /// A lead by worker `w` of term `term`: elected at `from`, leading at
+    /// `to`, resigned after; and a read of who leads at `read`.
+    fn lead(w: u32, term: u64, from: u64, to: u64) -> Vec<Op> {
+        let key = || "leader".to_owned();
+        vec![
+            op(
+                w,
+                Call::Campaign {
+                    key: key(),
+                    wait_ms: 1000,
+                    lease_ms: 1000,
+                },
+                from - 1,
+                Some((from, Outcome::Elected { term })),
+            ),
+            op(
+                w,
+                Call::Leads { key: key(), term },
+                to,
+                Some((to, Outcome::Held { yes: true })),
+            ),
+            op(
+                w,
+                Call::Resign { key: key(), term },
+                to + 1,
+                Some((to + 2, Outcome::Released { was_held: true })),
+            ),
+        ]
+    }
+
+    fn who_leads(at: u64, term: Option<u64>) -> Op {
+        op(
+            9,
+            Call::WhoLeads {
+                key: "leader".into(),
+            },
+            at,
+            Some((at + 1, Outcome::Leader { term })),
+        )
+    }
+
+    #[test]
+    fn leaders_one_after_another_pass() {
+        let mut ops = lead(1, 3, 10, 20);
+        ops.extend(lead(2, 7, 25, 30));
+        ops.push(who_leads(15, Some(3)));
+        ops.push(who_leads(27, Some(7)));
+        ops.push(who_leads(40, None));
+        assert_eq!(run(ops), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn two_leaders_at_once_or_of_one_term_are_caught() {
+        let mut ops = lead(1, 3, 10, 20);
+        ops.extend(lead(2, 4, 19, 30));
+        assert!(run(ops).contains(&"one-leader"));
+        let mut ops = lead(1, 3, 10, 20);
+        ops.extend(lead(2, 3, 25, 30));
+        assert!(run(ops).contains(&"leader-terms"));
+        let mut ops = lead(1, 5, 10, 20);
+        ops.extend(lead(2, 4, 25, 30));
+        assert!(run(ops).contains(&"leader-terms"));
+    }
+
+    #[test]
+    fn reads_of_old_or_unknown_terms_are_caught() {
+        let mut ops = lead(1, 3, 10, 20);
+        ops.extend(lead(2, 7, 25, 30));
+        ops.push(who_leads(27, Some(3)));
+        assert!(run(ops).contains(&"leader-reads"));
+        let mut ops = lead(1, 3, 10, 20);
+        ops.push(who_leads(15, Some(4)));
+        assert!(run(ops).contains(&"leader-reads"));
     }
 
     #[test]
