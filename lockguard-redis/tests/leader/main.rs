@@ -26,7 +26,9 @@ async fn child_leader() {
     let Ok(url) = std::env::var(CHILD_ENV) else {
         return;
     };
-    let lg = Client::connect_redis(&url).await.expect("the child connects");
+    let lg = Client::connect_redis(&url)
+        .await
+        .expect("the child connects");
     let lead = lg
         .leader("failover")
         .identity("child")
@@ -54,7 +56,10 @@ async fn a_killed_leader_process_is_replaced_within_its_lease() {
     let reader = Client::connect_redis(&server.url()).await.unwrap();
     let election = reader.leader("failover");
     let now = election.current().await.unwrap().expect("the child leads");
-    assert_eq!((now.identity_str(), now.term.get()), (Some("child"), child_term));
+    assert_eq!(
+        (now.identity_str(), now.term.get()),
+        (Some("child"), child_term)
+    );
 
     let lg = Client::connect_redis(&server.url()).await.unwrap();
     let candidate = tokio::spawn(async move {
@@ -92,7 +97,10 @@ async fn a_killed_leader_process_is_replaced_within_its_lease() {
     );
     assert!(lead.term().get() > child_term, "the term did not increase");
     let now = election.current().await.unwrap().expect("the parent leads");
-    assert_eq!((now.identity_str(), now.term), (Some("parent"), lead.term()));
+    assert_eq!(
+        (now.identity_str(), now.term),
+        (Some("parent"), lead.term())
+    );
     assert!(lead.resign().await.unwrap());
     assert!(election.current().await.unwrap().is_none());
 }
