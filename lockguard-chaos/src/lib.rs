@@ -4,13 +4,14 @@
 //!
 //! A run starts a store ([`Store::start`]), runs worker processes (the
 //! same binary again, `worker` subcommand), each with its own lockguard
-//! client ([`Store::connect`]), that lock, write fenced values, update
-//! counters and ask a rate limiter while the run pauses, restarts and
+//! client ([`Store::connect`]), that lock, campaign in an election, write
+//! fenced values, update counters and ask a rate limiter while the run
+//! pauses, restarts and
 //! disconnects the store ([`Deployment::apply`]) and pauses and kills
 //! workers on a schedule drawn from a seed. Every operation's invocation
 //! and completion is recorded on one monotonic clock; the merged history
 //! is then checked: no two holds overlap, fences grow, stale writes are
-//! refused, counters add up exactly, the limiter keeps its quota, no wait
+//! refused, one leader at a time with terms that grow, counters add up exactly, the limiter keeps its quota, no wait
 //! outlives its bound, and wake-ups are back after the last fault.
 //!
 //! The `lockguard-chaos` binary runs lockguard's own stores. A store crate

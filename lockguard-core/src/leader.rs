@@ -234,15 +234,22 @@ impl Leader {
     pub async fn campaign(&self) -> Result<Leadership> {
         self.validate()?;
         let guard = self.lock.acquire().await.map_err(|e| {
-            if e.is_busy() {
-                Error::new(
-                    ErrorKind::Busy,
-                    format!("election {:?} is led by another candidate; {e}", self.name),
-                )
-                .with_source(e)
-            } else {
-                e
+            if !e.is_busy() {
+                return e;
             }
+            let busy = Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "election {:?} is led by another candidate ({})",
+                    self.name,
+                    e.message()
+                ),
+            );
+            match e.retry_after() {
+                Some(after) => busy.with_retry_after(after),
+                None => busy,
+            }
+            .with_source(e)
         })?;
         let term = guard.fencing_token();
         let identity = self.identity.as_ref().map_err(Invalid::error)?.clone();
@@ -424,8 +431,9 @@ impl Leadership {
     }
 
     /// This leader's term: the election lock's fencing token, greater than
-    /// every earlier leader's. Pass it with every write the leader makes
-    /// to a resource that checks tokens.
+    /// every earlier leader's (not always the next number: on some stores
+    /// other keys draw from the same sequence). Pass it with every write
+    /// the leader makes to a resource that checks tokens.
     pub fn term(&self) -> FencingToken {
         self.guard.fencing_token()
     }
