@@ -1,6 +1,6 @@
 //! ZooKeeper faults: a server killed and restarted, a server paused past a
 //! holder's session, the leader of an ensemble killed while clients wait,
-//! and client processes killed while they hold or wait.
+//! and client processes killed while they hold, wait or lead an election.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -462,13 +462,14 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
 }
 
 /// Set to the connect string, makes `zookeeper_child` act as a client
-/// process: `hold` or `wait` for the lock "victim".
+/// process: `hold` or `wait` for the lock "victim", or `lead` the
+/// election "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
 
 /// The child half of the process tests below, run only in the child
 /// process they start (which sets `LOCKGUARD_ZOOKEEPER_CHILD`): it holds,
-/// or waits for, the lock "victim" in a session of 1 s, says so on its
-/// standard output, and waits to be killed.
+/// or waits for, the lock "victim" (or leads the election "victim") in a
+/// session of 1 s, says so on its standard output, and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of the zookeeper process tests"]
 async fn zookeeper_child() {
@@ -482,6 +483,17 @@ async fn zookeeper_child() {
         .await
         .expect("the child connects");
     match role {
+        "lead" => {
+            let lead = lg
+                .leader("victim")
+                .identity("child")
+                .campaign()
+                .await
+                .expect("the child is elected");
+            println!("elected {}", lead.term());
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            panic!("the leading child was not killed");
+        }
         "hold" => {
             let guard = lg.lock("victim").acquire().await.expect("the child holds");
             println!("held {}", guard.fencing_token());
@@ -587,6 +599,63 @@ async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
     assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
     assert!(guard.fencing_token().get() > old_fence);
     assert!(guard.release().await.unwrap());
+}
+
+/// A leader process killed with SIGKILL is replaced when the ensemble
+/// expires its 1 s session: the candidate queued in this process is
+/// elected with a greater term, and readers then see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_leader_process_is_replaced_with_its_session() {
+    let server = ZooKeeperServer::start();
+    let hosts = server.hosts();
+    let mut child = child_client("lead", &hosts);
+    let line = child.expect("elected");
+    let old_term: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .expect("the child's term");
+    let lg = connect(&hosts, Client::builder()).await;
+    let election = lg.leader("victim");
+    let now = election.current().await.unwrap().expect("the child leads");
+    assert_eq!(
+        (now.identity_str(), now.term.get()),
+        (Some("child"), old_term)
+    );
+    let candidate = {
+        let lg = lg.clone();
+        tokio::spawn(async move {
+            let lead = lg
+                .leader("victim")
+                .identity("parent")
+                .wait(Duration::from_secs(30))
+                .campaign()
+                .await
+                .expect("the candidate is elected once the dead leader's session expires");
+            (Instant::now(), lead)
+        })
+    };
+    let queued = eventually(Duration::from_secs(10), || async {
+        election.inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the candidate never queued");
+    child.kill();
+    let killed = Instant::now();
+    let (elected, lead) = tokio::time::timeout(Duration::from_secs(30), candidate)
+        .await
+        .expect("the candidate was never elected")
+        .unwrap();
+    let failover = elected - killed;
+    println!("a killed leader was replaced {failover:?} after the kill (session 1 s)");
+    assert!(failover < Duration::from_secs(4), "{failover:?}");
+    assert!(lead.term().get() > old_term);
+    let now = election.current().await.unwrap().expect("the parent leads");
+    assert_eq!(
+        (now.identity_str(), now.term),
+        (Some("parent"), lead.term())
+    );
+    assert!(lead.resign().await.unwrap());
 }
 
 /// Rate limiters and expiry are refused with a message naming the store;
