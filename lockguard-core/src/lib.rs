@@ -207,6 +207,8 @@ mod guard;
 mod reentry;
 // Locks and the waiting for them.
 mod lock;
+
+mod multi_lock;
 // Semaphores.
 mod semaphore;
 // Counters.
@@ -238,6 +240,7 @@ pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PERMITS, validate_key};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use limiter::RateLimiter;
 pub use lock::Lock;
+pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};
 pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;

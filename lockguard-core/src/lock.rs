@@ -202,6 +202,16 @@ impl Lock {
         &self.name
     }
 
+    /// The lock's keys, or the error its name was refused with.
+    pub(crate) fn keys(&self) -> Result<&Arc<LockKeys>> {
+        self.keys.as_ref().map_err(Invalid::error)
+    }
+
+    /// The lock's identity in the store; empty for a refused name.
+    pub(crate) fn id(&self) -> &str {
+        self.keys.as_ref().map_or("", |k| k.id())
+    }
+
     fn metric_label(&self) -> &Arc<str> {
         self.metric_name.as_ref().unwrap_or(&self.name)
     }
