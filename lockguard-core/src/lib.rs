@@ -72,6 +72,10 @@
 //!   each algorithm's accuracy.
 //! - [`Semaphore`]: at most N holders of a key, with leased permits renewed
 //!   by the lock watchdog and the same waiting.
+//! - [`MultiLock`] ([`Client::multi_lock`]): several keys at once, every one
+//!   or none, taken in one order all clients share so that multi-locks over
+//!   shared keys never deadlock; each key keeps its own lease, watchdog,
+//!   fencing token and queue.
 //!
 //! # Backends
 //!
