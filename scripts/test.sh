@@ -20,7 +20,7 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip mysql --skip chaos_ 2>&1 | tee "$log"
+cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip mysql --skip history_checker_ 2>&1 | tee "$log"
 # The PostgreSQL, ZooKeeper and MySQL (MariaDB) tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
@@ -41,7 +41,7 @@ cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults t
 # checker catches it on every store. Its binary comes with the first
 # build; about 80 s and 35 s on two cores. A failure prints the check, the
 # operations and the seed to replay with `--seed`.
-cargo test --workspace --all-features chaos_ -- --nocapture --test-threads 1 2>&1 | tee -a "$log"
+cargo test --workspace --all-features history_checker_ -- --nocapture --test-threads 1 2>&1 | tee -a "$log"
 summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 

@@ -1,8 +1,9 @@
 //! The history checker on every store, as tests: `cargo test` builds the
 //! `lockguard-chaos` binary with the rest of the workspace, and these run
-//! it. `scripts/test.sh` runs them in a pass of their own (`chaos_`), with
-//! nothing else on the machine, and shows their output: the seed to replay
-//! a failure with is printed at the start of each run.
+//! it. `scripts/test.sh` runs them in a pass of their own (the names start
+//! with `history_checker_`), with nothing else on the machine, and shows
+//! their output: the seed to replay a failure with is printed at the start
+//! of each run.
 
 use std::process::Command;
 
@@ -23,13 +24,13 @@ fn chaos(args: &[&str]) {
 /// ZooKeeper, Sentinel, Cluster) under random faults: every recorded
 /// history passes every check.
 #[test]
-fn chaos_histories_of_every_store_pass_the_checks() {
+fn history_checker_passes_on_every_store() {
     chaos(&["--profile", "ci"]);
 }
 
 /// The self-test breaks the locking on purpose and passes only if the
 /// checker catches it on every store: the checks can fail.
 #[test]
-fn chaos_self_test_catches_broken_locking_on_every_store() {
+fn history_checker_self_test_catches_broken_locking() {
     chaos(&["--profile", "ci", "--self-test"]);
 }
