@@ -258,11 +258,13 @@ impl MultiLock {
     async fn take(&self, deadline: Option<Option<Instant>>) -> Result<MultiLockGuard> {
         let locks = self.locks()?;
         locks.iter().try_for_each(Lock::validate)?;
-        match self.attempt_all(locks).await? {
-            Some(Ok(guard)) => return Ok(guard),
-            Some(Err(busy)) if deadline.is_none() => return Err(busy),
+        match self.attempt_all(locks).await {
+            Ok(Some(Ok(guard))) => return Ok(guard),
+            Ok(Some(Err(busy))) if deadline.is_none() => return Err(busy),
+            // A wait rides out a store that cannot be reached, key by key.
+            Err(e) if deadline.is_none() || !e.is_retryable() => return Err(e),
             // Waits in each busy key's queue, in order.
-            Some(Err(_)) | None => {}
+            _ => {}
         }
         // Dropped with the future: whatever was taken is released.
         let mut taken = Taken(Vec::with_capacity(locks.len()));
