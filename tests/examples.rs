@@ -1,7 +1,8 @@
 //! The main example, `flash_sale`, on each store's URL: the binary `cargo
 //! test` built with this run's features, run as a child process with
 //! `LOCKGUARD_URL`, against servers the test starts. (`scripts/test.sh` runs
-//! it on memory, Redis and PostgreSQL.) And `scheduled_job` on Redis.
+//! it on memory, Redis and PostgreSQL.) And `scheduled_job` and `transfer`
+//! on Redis.
 #![cfg(all(feature = "redis", feature = "zookeeper", feature = "mysql"))]
 
 use std::path::PathBuf;
@@ -101,4 +102,28 @@ fn scheduled_job_runs_once_per_period_on_redis() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("store: redis"), "{text}");
     assert!(text.contains("the job ran 3 times in 3 periods"), "{text}");
+}
+
+/// `transfer`: four replicas, one client each, move money between accounts
+/// under multi-locks, in memory and on Redis; no money appears or vanishes
+/// (the example checks the total itself).
+#[test]
+fn transfer_keeps_the_total_in_memory_and_on_redis() {
+    let redis = RedisServer::start();
+    for (url, store) in [(None, "memory"), (Some(redis.url()), "redis")] {
+        let mut cmd = Command::new(example("transfer"));
+        cmd.env_remove("REDIS_URL").env_remove("LOCKGUARD_URL");
+        if let Some(url) = url {
+            cmd.env("LOCKGUARD_URL", url);
+        }
+        let out = cmd.output().expect("run transfer");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{text}");
+        assert!(text.contains(&format!("store: {store}")), "{text}");
+        assert!(text.contains("no money appeared or vanished"), "{text}");
+    }
 }

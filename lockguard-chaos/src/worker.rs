@@ -187,6 +187,9 @@ impl Worker {
         if self.brk == Some(Break::StaleHold) && self.rng.u32(0..3) == 0 {
             return self.stale_hold(key).await;
         }
+        if self.brk.is_none() && self.rng.u32(0..4) == 0 {
+            return self.multi_lock_op().await;
+        }
         let long = self.rng.u32(0..100) < 3;
         let (lease, hold) = if long {
             (WATCHDOG_LEASE, LONG_HOLD)
@@ -235,6 +238,70 @@ impl Worker {
         match guard.release().await {
             Ok(was_held) => self.rec.complete(op, Outcome::Released { was_held }),
             Err(e) => self.rec.complete(op, Outcome::error(&e)),
+        }
+    }
+
+    /// A multi-lock on every lock key, named in a random order, recorded
+    /// as one acquisition per key (invoked together, completed together),
+    /// so the lock checks hold it to the same rules as single locks: no
+    /// overlap with any other hold of a key, fences in order.
+    async fn multi_lock_op(&mut self) {
+        let mut keys = LOCK_KEYS.map(str::to_owned);
+        self.rng.shuffle(&mut keys);
+        let lease = LEASE;
+        let ops: Vec<u64> = keys
+            .iter()
+            .map(|key| {
+                self.rec.invoke(Call::Acquire {
+                    key: key.clone(),
+                    wait_ms: WAIT.as_millis() as u64,
+                    lease_ms: lease.as_millis() as u64,
+                    watchdog: false,
+                })
+            })
+            .collect();
+        let result = self
+            .client
+            .multi_lock(&keys)
+            .wait(WAIT)
+            .lease(lease)
+            .acquire()
+            .await;
+        let t = now_ns();
+        let guard = match result {
+            Ok(g) => g,
+            Err(e) => {
+                for op in ops {
+                    self.rec.complete_at(op, t, Outcome::error(&e));
+                }
+                return;
+            }
+        };
+        for (key, op) in keys.iter().zip(ops) {
+            let fence = guard
+                .fencing_token(key)
+                .expect("a key of the multi-lock")
+                .get();
+            self.rec.complete_at(op, t, Outcome::Acquired { fence });
+        }
+        // Each key's guard on its own, so each release is recorded exactly.
+        let guards = guard.into_guards();
+        for g in &guards {
+            let (key, fence) = (g.name().to_owned(), g.fencing_token().get());
+            if self.is_held(&key, g) && self.counters {
+                self.fenced_write(&key, fence).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(self.rng.u64(4..14))).await;
+        for g in guards {
+            let (key, fence) = (g.name().to_owned(), g.fencing_token().get());
+            self.is_held(&key, &g);
+            self.last_fence.insert(key.clone(), fence);
+            let op = self.rec.invoke(Call::Release { key, fence });
+            match g.release().await {
+                Ok(was_held) => self.rec.complete(op, Outcome::Released { was_held }),
+                Err(e) => self.rec.complete(op, Outcome::error(&e)),
+            }
         }
     }
 

@@ -72,6 +72,10 @@
 //!   each algorithm's accuracy.
 //! - [`Semaphore`]: at most N holders of a key, with leased permits renewed
 //!   by the lock watchdog and the same waiting.
+//! - [`MultiLock`] ([`Client::multi_lock`]): several keys at once, every one
+//!   or none, taken in one order all clients share so that multi-locks over
+//!   shared keys never deadlock; each key keeps its own lease, watchdog,
+//!   fencing token and queue.
 //!
 //! # Backends
 //!
@@ -207,6 +211,8 @@ mod guard;
 mod reentry;
 // Locks and the waiting for them.
 mod lock;
+
+mod multi_lock;
 // Semaphores.
 mod semaphore;
 // Counters.
@@ -241,6 +247,7 @@ pub use leader::{Leader, LeaderInfo, LeaderWatch, Leadership, MAX_IDENTITY_LEN};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use limiter::RateLimiter;
 pub use lock::Lock;
+pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};
 pub use rate_limit::{Algorithm, Decision, Quota};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;

@@ -42,6 +42,28 @@ pub(crate) fn find(engine: &Arc<Engine>, key: &str) -> Option<Arc<Guards>> {
         .flatten()
 }
 
+/// Runs `body` as the holder of every lock in `guards` (see
+/// [`LockGuard::scope`]).
+pub(crate) fn scope_all<F: Future>(
+    guards: &[LockGuard],
+    body: F,
+) -> impl Future<Output = F::Output> + use<F> {
+    let mut held: Vec<Scoped> = SCOPE.try_with(|h| h.to_vec()).unwrap_or_default();
+    for guard in guards {
+        held.push(Scoped::of(guard.guards()));
+    }
+    SCOPE.scope(Arc::new(held), body)
+}
+
+impl Scoped {
+    fn of(guards: &Arc<Guards>) -> Self {
+        Self {
+            engine: Arc::downgrade(guards.engine()),
+            guards: Arc::downgrade(guards),
+        }
+    }
+}
+
 impl LockGuard {
     /// Runs `body` as the holder of this lock: inside it (and in the
     /// functions it awaits), acquiring this lock again on the same client
@@ -74,12 +96,6 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, body: F) -> impl Future<Output = F::Output> + use<F> {
-        let guards = self.guards();
-        let mut held: Vec<Scoped> = SCOPE.try_with(|h| h.to_vec()).unwrap_or_default();
-        held.push(Scoped {
-            engine: Arc::downgrade(guards.engine()),
-            guards: Arc::downgrade(guards),
-        });
-        SCOPE.scope(Arc::new(held), body)
+        scope_all(std::slice::from_ref(self), body)
     }
 }

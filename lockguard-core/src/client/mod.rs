@@ -18,6 +18,7 @@ use crate::leader::Leader;
 use crate::lease::{DEFAULT_LEASE, Lease, MAX_LEASE};
 use crate::limiter::RateLimiter;
 use crate::lock::Lock;
+use crate::multi_lock::MultiLock;
 use crate::rate_limit::Quota;
 use crate::semaphore::Semaphore;
 use crate::store::Store;
@@ -117,6 +118,20 @@ impl Client {
     /// bytes, control characters) is reported by `acquire`.
     pub fn lock(&self, name: &str) -> Lock {
         Lock::new(self.engine.clone(), name)
+    }
+
+    /// A lock on every key in `names` at once: all of them or none, taken
+    /// in one order every client shares (see [`MultiLock`]). Nothing is
+    /// sent until it is acquired.
+    ///
+    /// No keys, more than [`MAX_MULTI_LOCK_KEYS`](crate::MAX_MULTI_LOCK_KEYS),
+    /// or an invalid name is reported by `acquire`.
+    pub fn multi_lock<I, S>(&self, names: I) -> MultiLock
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        MultiLock::new(&self.engine, names)
     }
 
     /// A semaphore admitting at most `permits` holders of `name` at once.

@@ -9,7 +9,7 @@
 //!
 //! | group | what it checks | needs |
 //! |---|---|---|
-//! | `locks` | mutual exclusion, leases, handoff, watchdog, reentrancy, fencing, bad input, bounded waits | locks |
+//! | `locks` | mutual exclusion, leases, handoff, watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
 //! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
@@ -75,6 +75,7 @@ pub mod inspection;
 pub mod leader;
 pub mod limits;
 pub mod locks;
+pub mod multi_locks;
 pub mod queue;
 pub mod semaphores;
 
@@ -366,6 +367,15 @@ macro_rules! conformance {
             acquire_wait_is_bounded,
             now_methods_answer_at_once_or_send_nothing,
             at_least_keeps_an_early_released_lock_until_it_has_passed,
+        );
+        $crate::conformance!(@tests multi_locks, multi_locks, Real, $h;
+            multi_lock_takes_every_key_or_none,
+            overlapping_multi_locks_never_deadlock_nor_overlap,
+            a_multi_lock_that_runs_out_of_wait_leaves_no_key_held,
+            a_waiting_multi_lock_gets_every_key_when_the_last_is_freed,
+            a_dropped_multi_lock_acquire_leaves_no_key_held,
+            multi_lock_run_is_reentrant_and_stops_on_a_lost_lease,
+            multi_lock_bad_input,
         );
     };
     (@group semaphores, $h:expr) => {
