@@ -213,6 +213,8 @@ mod reentry;
 mod lock;
 
 mod multi_lock;
+// Read-write locks.
+mod rw_lock;
 // Semaphores.
 mod semaphore;
 // Counters.
@@ -240,12 +242,14 @@ pub use error::{Error, ErrorKind, Result, report_misconfigured};
 pub use fence::FencingToken;
 pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};
+pub use key::RwMode;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PERMITS, validate_key};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use limiter::RateLimiter;
 pub use lock::Lock;
 pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};
 pub use rate_limit::{Algorithm, Decision, Quota};
+pub use rw_lock::{ReadGuard, ReadLock, RwLock, WriteGuard, WriteLock};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
 #[cfg(feature = "serde")]
