@@ -76,6 +76,10 @@
 //!   or none, taken in one order all clients share so that multi-locks over
 //!   shared keys never deadlock; each key keeps its own lease, watchdog,
 //!   fencing token and queue.
+//! - [`RwLock`] ([`Client::rw_lock`]): many readers or one writer, with the
+//!   lock's leases, watchdog, fencing tokens and loss signal; readers and
+//!   writers wait in one FIFO queue, so readers cannot starve a writer, and
+//!   a release admits the whole run of readers at its head at once.
 //!
 //! # Backends
 //!

@@ -37,9 +37,11 @@ use crate::store::Occupancy;
 /// [`ReadLock::run`] is a second reader (and a write taken there waits for
 /// the first read to end, so it never comes).
 ///
-/// Stores: the in-memory store; the others answer
+/// Stores: the in-memory store and Redis (one server, Sentinel, Cluster:
+/// one script per acquisition, release and renewal). Redlock, PostgreSQL,
+/// ZooKeeper and MySQL answer
 /// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported), naming the
-/// store, until they implement it.
+/// store.
 ///
 /// # Examples
 ///
