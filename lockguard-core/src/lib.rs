@@ -157,7 +157,7 @@
 //! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
 //! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |
 //!
-//! `primitive` is `lock` or `semaphore` (`rate_limiter` for store errors of
+//! `primitive` is `lock`, `semaphore` or `rw_lock` (`rate_limiter` for store errors of
 //! a limiter). `name` is the lock's or semaphore's name as given, unless
 //! [`Lock::metric_name`] sets another: a name that
 //! carries an id (`order:42`) makes a series per id, so give such locks a
