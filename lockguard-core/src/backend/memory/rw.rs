@@ -262,8 +262,12 @@ mod tests {
     }
 
     fn place() -> Option<Place<'static>> {
+        place_for(Duration::from_secs(1))
+    }
+
+    fn place_for(timeout: Duration) -> Option<Place<'static>> {
         Some(Place {
-            timeout: Duration::from_secs(1),
+            timeout,
             channel: "",
             attempt: 1,
             waiter: Token::random(),
@@ -340,5 +344,40 @@ mod tests {
         assert!(store.rw_release(&r, RwMode::Read, &r3));
         assert_eq!(seen_now(), vec![w1, r2, r3, w4]);
         assert!(!store.rw_release(&r, RwMode::Read, &r3), "released twice");
+    }
+
+    /// A writer that stopped refreshing its place (its process died) stops
+    /// blocking the readers behind it once its timeout has passed; one
+    /// handed the lock and dead holds it only until its reservation ends.
+    #[tokio::test(start_paused = true)]
+    async fn dead_waiters_are_skipped_after_their_timeout() {
+        let store = MemoryStore::new(Arc::new(ManualClock::new()));
+        let (r, w) = (keys(RwMode::Read), keys(RwMode::Write));
+        let lease = Duration::from_secs(10);
+        let timeout = Duration::from_millis(200);
+        let [holder, dead, live] = [(); 3].map(|()| Token::random());
+        fence(store.rw_acquire(&r, RwMode::Read, &holder, lease, None));
+        store.rw_acquire(&w, RwMode::Write, &dead, lease, place_for(timeout));
+        // Behind the (live) writer, a reader waits.
+        assert!(matches!(
+            store.rw_acquire(&r, RwMode::Read, &live, lease, place_for(timeout)),
+            Attempt::Busy(_)
+        ));
+        tokio::time::advance(Duration::from_millis(150)).await;
+        store.rw_acquire(&r, RwMode::Read, &live, lease, place_for(timeout));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // The writer's place lapsed: the reader joins the holder.
+        fence(store.rw_acquire(&r, RwMode::Read, &live, lease, place_for(timeout)));
+        assert_eq!(store.rw_inspect(&r).readers, 2);
+
+        // A writer handed the lock dies before claiming it: free again by
+        // the end of its reservation.
+        let next = Token::random();
+        store.rw_acquire(&w, RwMode::Write, &next, lease, place_for(timeout));
+        assert!(store.rw_release(&r, RwMode::Read, &holder));
+        assert!(store.rw_release(&r, RwMode::Read, &live));
+        assert!(store.rw_inspect(&r).writer, "handed to the writer");
+        tokio::time::advance(timeout + Duration::from_millis(1)).await;
+        fence(store.rw_acquire(&r, RwMode::Read, &Token::random(), lease, None));
     }
 }
