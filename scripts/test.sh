@@ -5,41 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# redis-server for every Redis test, redis-cli to form the test clusters,
-# openssl to make the TLS tests' certificates, OpenSSL's headers and
-# pkg-config to build the tls-native-tls feature.
-missing=()
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
-command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
-# PostgreSQL's server for the PostgreSQL store's tests (Debian puts its
-# programs in /usr/lib/postgresql/VERSION/bin, off PATH).
-pg_bin() {
-  if command -v initdb >/dev/null 2>&1; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
-  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
-}
-[ -x "$(pg_bin)/initdb" ] || missing+=(postgresql)
-# ZooKeeper (Debian's package, on the machine's Java) for the ZooKeeper
-# store's tests.
-[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
-# MariaDB's server and client for the MySQL store's tests (lockguard-mysql).
-{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } || missing+=(mariadb-server)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "installing ${missing[*]} with apt-get" >&2
-  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: the tests need ${missing[*]}; install them (apt-get install ${missing[*]}) and retry" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-redis-server --version
-"$(pg_bin)/postgres" --version
-mariadbd --version 2>/dev/null || /usr/sbin/mariadbd --version
-echo "zookeeper $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '(version unknown)')"
+# The servers and tools the tests need, installed when missing; `pg_bin`.
+source scripts/setup.sh
 
 # A build of every feature with its tests takes about 3 GB; say so up front
 # rather than fail at link time. A one-off build (CI's fresh clone) keeps no
@@ -53,7 +20,7 @@ if [ -n "${CI:-}" ]; then export CARGO_INCREMENTAL=0; fi
 # Unit, integration and doc tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip mysql 2>&1 | tee "$log"
+cargo test --workspace --all-features -- --skip postgres --skip zookeeper --skip mysql --skip history_checker_ 2>&1 | tee "$log"
 # The PostgreSQL, ZooKeeper and MySQL (MariaDB) tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
@@ -67,35 +34,35 @@ cargo test --workspace --all-features --doc -- postgres zookeeper mysql 2>&1 | t
 # With every feature on, rustls serves rediss://; the TLS tests again on the
 # platform's TLS library.
 cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
+# The history checker (lockguard-chaos/tests/chaos.rs): worker processes on
+# every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, Sentinel,
+# Cluster) under random faults, their histories checked; then the
+# self-test, which breaks the locking on purpose and passes only if the
+# checker catches it on every store. Its binary comes with the first
+# build; about 80 s and 35 s on two cores. A failure prints the check, the
+# operations and the seed to replay with `--seed`.
+cargo test --workspace --all-features history_checker_ -- --nocapture --test-threads 1 2>&1 | tee -a "$log"
 summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
 rm -f "$log"
 
-# The history checker: worker processes on every store (Redis, Redlock,
-# PostgreSQL, MySQL, ZooKeeper, Sentinel, Cluster) under random faults, their
-# histories checked; then the self-test, which breaks the locking on purpose
-# and passes only if the checker catches it on every store. Built with the
-# workspace's features, so it reuses the test build (no second compile);
-# about 80 s and 35 s on two cores. A failure prints the check, the
-# operations and the seed to replay with `--seed`.
-cargo build --quiet --workspace --all-features --bin lockguard-chaos
-chaos="${CARGO_TARGET_DIR:-target}/debug/lockguard-chaos"
-"$chaos" --profile ci
-"$chaos" --profile ci --self-test
-
 # The README's first command (and the locks example), on the in-memory
 # store and on a real Redis. flash_sale exits non-zero when a check fails.
-cargo run --quiet --example flash_sale
-cargo run --quiet --example locks
-cargo run --quiet --example macros
+# The examples run from the test build (every feature on), so nothing is
+# compiled again; .ci/run checks that they build with the default features,
+# as the README runs them.
+example() { cargo run --quiet --all-features --example "$@"; }
+example flash_sale
+example locks
+example macros
 dir=$(mktemp -d)
 redis-server --port 0 --unixsocket "$dir/redis.sock" --save "" --appendonly no \
   --daemonize yes --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir"
 trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do [ -S "$dir/redis.sock" ] && break; sleep 0.05; done
-LOCKGUARD_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example flash_sale
-LOCKGUARD_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example locks
+LOCKGUARD_URL="redis+unix://$dir/redis.sock" example flash_sale
+LOCKGUARD_URL="redis+unix://$dir/redis.sock" example locks
 # REDIS_URL, read when LOCKGUARD_URL is unset.
-REDIS_URL="redis+unix://$dir/redis.sock" cargo run --quiet --example macros
+REDIS_URL="redis+unix://$dir/redis.sock" example macros
 
 # flash_sale on a PostgreSQL started here (as the postgres user when root:
 # PostgreSQL refuses to run as root), on a unix socket.
@@ -110,10 +77,10 @@ trap 'kill "$(cat "$dir/redis.pid" 2>/dev/null)" 2>/dev/null || true; "${as_pg[@
 "${as_pg[@]}" "$(pg_bin)/pg_ctl" -D "$pgdir/data" -l "$pgdir/log" -w \
   -o "-c listen_addresses='' -k $pgdir -p 5432" start >/dev/null
 LOCKGUARD_URL="postgresql://postgres@/postgres?host=$pgdir&port=5432" \
-  cargo run --quiet --features postgres --example flash_sale
+  example flash_sale
 # The application's own database, for its own table.
 DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres" \
-  cargo run --quiet --example postgres_fenced
+  example postgres_fenced
 
 echo
 echo "tests: $summary"

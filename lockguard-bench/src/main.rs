@@ -25,6 +25,7 @@ use redis::aio::ConnectionManager;
 mod apps;
 mod footprint;
 mod http;
+mod multi;
 mod postgres;
 mod raw;
 mod stats;
@@ -37,7 +38,7 @@ use stats::{
 /// Room in the slowlog for every call of one lockguard contention run.
 const SLOWLOG_LEN: usize = 5_000_000;
 /// Commands the raw client sends.
-const RAW_SENT: &[&str] = &["set", "evalsha", "eval", "script|load"];
+pub(crate) const RAW_SENT: &[&str] = &["set", "evalsha", "eval", "script|load"];
 
 struct Bench {
     server: RedisServer,
@@ -178,7 +179,7 @@ fn process_cpu() -> (Duration, Duration) {
 
 /// Runs `tasks` copies of `body` for `run_for` after a warm-up of a fifth
 /// of it; returns completed cycles per second and the CPU time per cycle.
-async fn measure<F, Fut>(tasks: usize, run_for: Duration, body: F) -> Measured
+pub(crate) async fn measure<F, Fut>(tasks: usize, run_for: Duration, body: F) -> Measured
 where
     F: Fn(usize, Arc<AtomicBool>, Arc<AtomicU64>) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -261,7 +262,7 @@ const HOLD: Duration = Duration::from_millis(1);
 /// runtime does. A tokio timer would end on the runtime's millisecond ticks,
 /// later still when the runtime had parked, so its length would depend on
 /// how busy the contenders keep the runtime, and spinning keeps it busiest.
-async fn hold() {
+pub(crate) async fn hold() {
     tokio::task::spawn_blocking(|| std::thread::sleep(HOLD))
         .await
         .expect("hold");
@@ -1002,9 +1003,10 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 9] = [
+const SECTIONS: [&str; 10] = [
     "uncontended",
     "contention",
+    "multi",
     "limiters",
     "flood",
     "memory",
@@ -1019,8 +1021,8 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, limiters, flood,
-                  memory, footprint, http, postgres, zookeeper
+  --only SECTION  run one section: uncontended, contention, multi, limiters,
+                  flood, memory, footprint, http, postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1106,6 +1108,9 @@ async fn main() {
     }
     if run("contention") {
         contention(&mut b).await;
+    }
+    if run("multi") {
+        multi::section(&mut b).await;
     }
     if run("limiters") {
         limiters(&mut b).await;

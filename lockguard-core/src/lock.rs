@@ -216,6 +216,25 @@ impl Lock {
         self.keys.as_ref().map_err(Invalid::error)
     }
 
+    /// Records in the metrics an acquisition that began at `started` and
+    /// ended with `outcome` outside [`Lock::finish`].
+    pub(crate) fn record(&self, started: Instant, outcome: Result<(), &Error>) {
+        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, started);
+    }
+
+    /// The client the lock belongs to.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Whether an enclosing scope holds this lock (an acquisition would be
+    /// reentrant).
+    pub(crate) fn in_scope(&self) -> bool {
+        self.keys
+            .as_ref()
+            .is_ok_and(|k| crate::reentry::find(&self.engine, &k.lock).is_some())
+    }
+
     /// The lock's identity in the store; empty for a refused name.
     pub(crate) fn id(&self) -> &str {
         self.keys.as_ref().map_or("", |k| k.id())
@@ -235,7 +254,7 @@ impl Lock {
 
     /// Records how an acquisition in `span` ended: its fencing token and
     /// how long it took, in the span and in the metrics.
-    fn finish(
+    pub(crate) fn finish(
         &self,
         span: &tracing::Span,
         started: Instant,
@@ -269,7 +288,7 @@ impl Lock {
         self.checked().map(drop)
     }
 
-    fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
+    pub(crate) fn checked(&self) -> Result<(&Arc<LockKeys>, Duration)> {
         let keys = self.keys.as_ref().map_err(Invalid::error)?;
         let lease = self.effective_lease()?;
         if self.retry_interval.is_zero() {
@@ -1026,7 +1045,7 @@ impl Lock {
     /// The guard for what `grant` gave (its `keys`), or an error (and the
     /// token released) when the grant's validity has passed: a lock that
     /// might have expired is never handed out.
-    fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
+    pub(crate) fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
         let kept = self.effective_lease()?;
         let lease = kept.duration();
         let now = Instant::now();
@@ -1071,7 +1090,7 @@ impl Lock {
     }
 
     /// The busy error after waiting `waited` (zero: one attempt).
-    fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
+    pub(crate) fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
         let what = match self.keys.as_ref().map(|k| (k.rw, k.resource)) {
             Ok((Some(crate::key::RwMode::Read), _)) => format!(
                 "read-write lock {:?} is held by a writer, or a writer waits ahead",

@@ -13,9 +13,11 @@ use tokio::time::Instant;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
-use crate::guard::LockGuard;
-use crate::lease::Lease;
+use crate::guard::{LockGuard, PendingRelease};
+use crate::lease::{Grant, Lease, valid_until};
 use crate::lock::Lock;
+use crate::store::AllOrNone;
+use crate::token::Token;
 
 /// The most keys one multi-lock takes.
 pub const MAX_MULTI_LOCK_KEYS: usize = 1024;
@@ -249,11 +251,21 @@ impl MultiLock {
         }
     }
 
-    /// Takes the keys in order: each with one attempt (`deadline` `None`),
-    /// or waiting in its queue until `deadline` (`Some(None)`: no bound).
+    /// Takes the keys: all in one step where the store can; otherwise (or
+    /// when that finds one busy and this may wait) in order, each with one
+    /// attempt (`deadline` `None`) or waiting in its queue until `deadline`
+    /// (`Some(None)`: no bound).
     async fn take(&self, deadline: Option<Option<Instant>>) -> Result<MultiLockGuard> {
         let locks = self.locks()?;
         locks.iter().try_for_each(Lock::validate)?;
+        match self.attempt_all(locks).await {
+            Ok(Some(Ok(guard))) => return Ok(guard),
+            Ok(Some(Err(busy))) if deadline.is_none() => return Err(busy),
+            // A wait rides out a store that cannot be reached, key by key.
+            Err(e) if deadline.is_none() || !e.is_retryable() => return Err(e),
+            // Waits in each busy key's queue, in order.
+            _ => {}
+        }
         // Dropped with the future: whatever was taken is released.
         let mut taken = Taken(Vec::with_capacity(locks.len()));
         for lock in locks {
@@ -277,6 +289,82 @@ impl MultiLock {
         Ok(MultiLockGuard {
             guards: std::mem::take(&mut taken.0),
         })
+    }
+}
+
+impl MultiLock {
+    /// One attempt at every key in one step ([`LockStore::acquire_all`]):
+    /// `None` where the store cannot (nothing was sent), or some key is
+    /// held by an enclosing scope (the ordered path makes it reentrant);
+    /// `Some(Err(busy))` naming the key that was busy.
+    ///
+    /// [`LockStore::acquire_all`]: crate::store::LockStore::acquire_all
+    async fn attempt_all(&self, locks: &[Lock]) -> Result<Option<Result<MultiLockGuard>>> {
+        if locks.len() < 2 || locks.iter().any(Lock::in_scope) {
+            return Ok(None);
+        }
+        let engine = locks[0].engine();
+        let mut keys = Vec::with_capacity(locks.len());
+        let mut lease = Duration::ZERO;
+        for lock in locks {
+            let (k, l) = lock.checked()?;
+            keys.push(k.clone());
+            lease = l;
+        }
+        let tokens: Vec<Token> = keys.iter().map(|_| Token::random()).collect();
+        let started = Instant::now();
+        // Until the answer is handled, a drop of this future (or an error
+        // whose outcome is unknown) releases every token in the background:
+        // the request may have taken the keys.
+        let pending: Vec<PendingRelease<'_>> = keys
+            .iter()
+            .zip(&tokens)
+            .map(|(k, t)| PendingRelease::new(engine, k, *t))
+            .collect();
+        let answer = engine
+            .store
+            .locks
+            .acquire_all(&keys, &tokens, lease)
+            .await?;
+        let fences = match answer {
+            Some(AllOrNone::Acquired(fences)) if fences.len() == keys.len() => fences,
+            Some(AllOrNone::Acquired(fences)) => {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "the store answered {} fencing tokens for a multi-lock of {} keys",
+                        fences.len(),
+                        keys.len()
+                    ),
+                ));
+            }
+            Some(AllOrNone::Busy { index, ttl }) => {
+                pending.into_iter().for_each(PendingRelease::disarm);
+                let lock = locks.get(index).unwrap_or(&locks[0]);
+                let busy = lock.busy(ttl, Duration::ZERO);
+                lock.record(started, Err(&busy));
+                return Ok(Some(Err(busy)));
+            }
+            None => {
+                pending.into_iter().for_each(PendingRelease::disarm);
+                return Ok(None);
+            }
+        };
+        pending.into_iter().for_each(PendingRelease::disarm);
+        let until = valid_until(started, lease);
+        let mut guards = Vec::with_capacity(locks.len());
+        for (((lock, keys), token), fence) in locks.iter().zip(keys).zip(tokens).zip(fences) {
+            let grant = Grant {
+                token,
+                fence,
+                valid_until: until,
+            };
+            // A key granted too late is released by `granted`; the guards
+            // made before it are released as they drop.
+            let guard = lock.granted(keys, grant);
+            guards.push(lock.finish(&tracing::Span::none(), started, guard)?);
+        }
+        Ok(Some(Ok(MultiLockGuard { guards })))
     }
 }
 

@@ -232,6 +232,23 @@ pub enum Attempt {
     Contended,
 }
 
+/// The outcome of one attempt to take several locks in one step
+/// ([`LockStore::acquire_all`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AllOrNone {
+    /// Every lock taken: each one's fencing token, in the order asked.
+    Acquired(Vec<FencingToken>),
+    /// None taken: the lock at `index` (in the order asked) is held, its
+    /// lease having `ttl` left when known, or has live waiters ahead.
+    Busy {
+        /// Which lock, by its place in the order asked.
+        index: usize,
+        /// How long its holder's lease has left, if known.
+        ttl: Option<Duration>,
+    },
+}
+
 /// How waiters of a store wait for a lock or permit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -534,6 +551,26 @@ pub trait LockStore: Send + Sync + fmt::Debug {
         keys: &'a Arc<LockKeys>,
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>>;
+
+    /// Takes every lock of `keys` (distinct locks, never semaphores),
+    /// `keys[i]` with `tokens[i]` and `lease`, in one atomic step when each
+    /// is free with no live waiter ahead; otherwise none (a free lock
+    /// with waiters may be handed to its first, as [`LockStore::acquire`]
+    /// does). A multi-lock's attempt: one request instead of one per key,
+    /// and no moment when some keys are held and others not.
+    ///
+    /// `None` (the default) where the store cannot take these keys in one
+    /// step (a Redis Cluster whose keys are in different slots, a quorum
+    /// store); the caller then takes them one by one, in order.
+    fn acquire_all<'a>(
+        &'a self,
+        keys: &'a [Arc<LockKeys>],
+        tokens: &'a [Token],
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
+        let _ = (keys, tokens, lease);
+        StoreFuture::ready(Ok(None))
+    }
 
     /// What the store knows of the lock or semaphore now, changing nothing.
     fn inspect<'a>(&'a self, _keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {

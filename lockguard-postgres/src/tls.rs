@@ -57,6 +57,18 @@ impl Connector {
         if config.get_ssl_mode() == tokio_postgres::config::SslMode::Disable {
             return Ok(Connector::Plain);
         }
+        // A unix socket carries no TLS (as with libpq, whatever sslmode
+        // says), and tokio-postgres would ask rustls for a connector to an
+        // empty host name, which it refuses.
+        #[cfg(unix)]
+        if !config.get_hosts().is_empty()
+            && config
+                .get_hosts()
+                .iter()
+                .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)))
+        {
+            return Ok(Connector::Plain);
+        }
         #[cfg(feature = "tls-rustls")]
         {
             rustls_connector(settings).map(Connector::Rustls)

@@ -72,3 +72,20 @@ async fn postgres_tls_refuses_an_unknown_ca_and_sslmode_disable_is_plain() {
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 }
+
+/// With the TLS feature built in, a unix socket URL still connects, in
+/// plain text as libpq does (`sslmode` has nothing to secure there): locks
+/// and wake-ups work over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_over_a_unix_socket_needs_no_tls() {
+    let server = PostgresServer::start();
+    let url = server.socket_url();
+    let holder = Client::builder()
+        .connect_postgres(&url)
+        .await
+        .expect("connect over the unix socket");
+    let waiter = patient().connect_postgres(&url).await.expect("connect");
+    a_waiter_is_woken_by_the_handoff(&holder, waiter, "socket").await;
+    let over_tls = server.psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl");
+    assert_eq!(over_tls, "0");
+}

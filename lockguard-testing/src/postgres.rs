@@ -445,6 +445,16 @@ impl PostgresServer {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
+    /// The URL of the server's unix socket (in its directory):
+    /// `postgresql://postgres@/postgres?host=DIR&port=PORT`.
+    pub fn socket_url(&self) -> String {
+        format!(
+            "postgresql://postgres@/postgres?host={}&port={}",
+            self.dir.display(),
+            self.port
+        )
+    }
+
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()

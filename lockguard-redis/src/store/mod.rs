@@ -15,7 +15,7 @@ use crate::redlock::RedlockLine;
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, LockStore, Occupancy, Place, Store, StoreFuture, Waiting, millis_ceil,
+    AllOrNone, Attempt, LockStore, Occupancy, Place, Store, StoreFuture, Waiting, millis_ceil,
 };
 use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
@@ -48,6 +48,7 @@ macro_rules! queue_script {
 
 static LOCK_ACQUIRE: LazyLock<Script> = queue_script!("lock_acquire.lua");
 static LOCK_RELEASE: LazyLock<Script> = queue_script!("lock_release.lua");
+static LOCK_ACQUIRE_ALL: LazyLock<Script> = queue_script!("lock_acquire_all.lua");
 static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCE_RAISE: LazyLock<Script> =
@@ -417,6 +418,28 @@ fn attempt_reply(keys: &LockKeys, reply: &[i64]) -> Result<Result<FencingToken, 
                 keys.id()
             ),
         )),
+    }
+}
+
+/// The answer of `lock_acquire_all.lua` for `n` locks: every fencing token,
+/// or which lock (0-based) was busy and its lease left; `None` for a reply
+/// of another shape.
+fn all_or_none_reply(n: usize, reply: &[i64]) -> Option<AllOrNone> {
+    match reply {
+        [1, fences @ ..] if fences.len() == n && fences.iter().all(|&f| f > 0) => {
+            Some(AllOrNone::Acquired(
+                fences
+                    .iter()
+                    .map(|f| FencingToken::new(f.unsigned_abs()))
+                    .collect(),
+            ))
+        }
+        &[0, i, ttl] if i >= 1 && (i as u64) <= n as u64 => Some(AllOrNone::Busy {
+            index: usize::try_from(i - 1).ok()?,
+            // PTTL 0: under a millisecond left; -1/-2: not known.
+            ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+        }),
+        _ => None,
     }
 }
 
@@ -1080,6 +1103,62 @@ impl LockStore for RedisStore {
                 fence,
                 keys: keys.clone(),
             })
+        })
+    }
+
+    /// One script for every key, on one server, or on a cluster when the
+    /// keys share a slot; `None` on a cluster otherwise.
+    fn acquire_all<'a>(
+        &'a self,
+        keys: &'a [Arc<LockKeys>],
+        tokens: &'a [Token],
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
+        let one_slot = || {
+            let first = keys.first().map(|k| crate::layout::slot(k.id()));
+            keys.iter()
+                .all(|k| Some(crate::layout::slot(k.id())) == first)
+        };
+        if keys.len() != tokens.len()
+            || keys.iter().any(|k| k.resource() != Resource::Lock)
+            || (self.is_cluster() && !one_slot())
+        {
+            return StoreFuture::ready(Ok(None));
+        }
+        StoreFuture::boxed(async move {
+            let mut call = LOCK_ACQUIRE_ALL.prepare_invoke();
+            for k in keys {
+                call.key(k.id())
+                    .key(k.sequence())
+                    .key(k.queue())
+                    .key(k.tickets());
+            }
+            call.arg(millis_ceil(lease));
+            for t in tokens {
+                call.arg(t.as_str());
+            }
+            let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
+            let reply: Vec<i64> = self.run(&call, what).await?;
+            let answer = all_or_none_reply(keys.len(), &reply).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!("{}: unexpected script reply {reply:?}", what()),
+                )
+            })?;
+            if let AllOrNone::Acquired(_) = answer
+                && let Err(e) = self.replicated(keys[0].id()).await
+            {
+                // Not on enough replicas to survive a failover: give them
+                // back rather than hand out locks a promoted replica would
+                // not know.
+                for (k, t) in keys.iter().zip(tokens) {
+                    if let Err(undo) = self.release(k, t).await {
+                        tracing::warn!(lock = %k.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
+                    }
+                }
+                return Err(e);
+            }
+            Ok(Some(answer))
         })
     }
 

@@ -11,6 +11,7 @@
 mod support;
 
 mod departures;
+mod multi;
 mod order;
 mod store_faults;
 

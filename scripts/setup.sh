@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs what the tests need on a Debian machine, as root, with apt-get
+# when missing: redis-server, PostgreSQL, ZooKeeper, MariaDB, openssl and
+# OpenSSL's headers. scripts/test.sh sources it first (and uses its
+# `pg_bin`); CI runs it before it starts the lints beside the tests.
+set -euo pipefail
+
+# redis-server for every Redis test, redis-cli to form the test clusters,
+# openssl to make the TLS tests' certificates, OpenSSL's headers and
+# pkg-config to build the tls-native-tls feature.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+# PostgreSQL's server for the PostgreSQL store's tests (Debian puts its
+# programs in /usr/lib/postgresql/VERSION/bin, off PATH).
+pg_bin() {
+  if command -v initdb >/dev/null 2>&1; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+[ -x "$(pg_bin)/initdb" ] || missing+=(postgresql)
+# ZooKeeper (Debian's package, on the machine's Java) for the ZooKeeper
+# store's tests.
+[ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
+# MariaDB's server and client for the MySQL store's tests (lockguard-mysql).
+{ [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } || missing+=(mariadb-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]} with apt-get" >&2
+  if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "error: the tests need ${missing[*]}; install them (apt-get install ${missing[*]}) and retry" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+redis-server --version
+"$(pg_bin)/postgres" --version
+mariadbd --version 2>/dev/null || /usr/sbin/mariadbd --version
+echo "zookeeper $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '(version unknown)')"
