@@ -159,3 +159,45 @@ async fn spans_name_the_lock_and_record_its_fence() {
         "{text}"
     );
 }
+
+/// A read-write lock's acquisitions and releases run in `rw_lock` spans
+/// that name the lock and the mode and record the fencing token.
+#[tokio::test(flavor = "current_thread")]
+async fn rw_lock_spans_name_the_lock_and_its_mode() {
+    let captured = lockguard_testing::CapturedLog::default();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .finish(),
+    );
+    let lg = Client::memory();
+    let read = lg.rw_lock("prices").read().try_acquire().await.unwrap();
+    let fence = read.fencing_token().get();
+    assert!(read.release().await.unwrap());
+    let write = lg.rw_lock("prices").write().acquire().await.unwrap();
+    assert!(write.release().await.unwrap());
+    let text = captured.text();
+    let closed = |needle: &str| {
+        text.lines()
+            .any(|l| l.contains(needle) && l.contains("close"))
+    };
+    assert!(
+        closed(&format!(
+            "rw_lock{{op=\"try_acquire\" rw_lock=prices mode=\"read\" fence={fence} waited_ms="
+        )),
+        "{text}"
+    );
+    assert!(
+        closed(&format!(
+            "rw_lock{{op=\"release\" rw_lock=prices mode=\"read\" fence={fence}}}"
+        )),
+        "{text}"
+    );
+    assert!(
+        closed("rw_lock{op=\"acquire\" rw_lock=prices mode=\"write\" fence="),
+        "{text}"
+    );
+}
