@@ -28,6 +28,7 @@ mod http;
 mod multi;
 mod postgres;
 mod raw;
+mod rw;
 mod stats;
 mod zookeeper;
 
@@ -1003,10 +1004,11 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 10] = [
+const SECTIONS: [&str; 11] = [
     "uncontended",
     "contention",
     "multi",
+    "rw",
     "limiters",
     "flood",
     "memory",
@@ -1021,8 +1023,8 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, multi, limiters,
-                  flood, memory, footprint, http, postgres, zookeeper
+  --only SECTION  run one section: uncontended, contention, multi, rw,
+                  limiters, flood, memory, footprint, http, postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1111,6 +1113,9 @@ async fn main() {
     }
     if run("multi") {
         multi::section(&mut b).await;
+    }
+    if run("rw") {
+        rw::section(&mut b).await;
     }
     if run("limiters") {
         limiters(&mut b).await;

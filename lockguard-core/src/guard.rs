@@ -117,10 +117,10 @@ impl Guards {
         let s = &self.hold;
         let result = if let Some(left) = s.keep_for() {
             // Dropped midway, the lock stays until its lease ends.
-            s.engine.store.locks.extend(&s.keys, &s.token, left).await
+            s.engine.store.extend(&s.keys, &s.token, left).await
         } else {
             let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
-            let result = s.engine.store.locks.release(&s.keys, &s.token).await;
+            let result = s.engine.store.release(&s.keys, &s.token).await;
             pending.disarm();
             result
         };
@@ -136,8 +136,8 @@ impl Guards {
         let s = &self.hold;
         let keep = s.keep_for();
         let answer = match keep {
-            Some(left) => s.engine.store.locks.extend(&s.keys, &s.token, left),
-            None => s.engine.store.locks.release(&s.keys, &s.token),
+            Some(left) => s.engine.store.extend(&s.keys, &s.token, left),
+            None => s.engine.store.release(&s.keys, &s.token),
         };
         match answer.into_ready() {
             Some(result) => self.released(result),
@@ -198,14 +198,16 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
     runtime.spawn(async move {
         let (engine, keys, token, keep) = parts;
         let answer = match keep {
-            Some(left) => engine.store.locks.extend(&keys, &token, left).await,
-            None => engine.store.locks.release(&keys, &token).await,
+            Some(left) => engine.store.extend(&keys, &token, left).await,
+            None => engine.store.release(&keys, &token).await,
         };
         match answer {
             Ok(true) => tracing::debug!(lock = %name, fence = fence.get(), "lock released on drop"),
             Ok(false) => tracing::debug!(lock = %name, "lock was no longer held at release on drop"),
+            // A store that does not offer what was asked took nothing.
+            Err(e) if e.is_unsupported() => {}
             Err(e) => {
-                crate::meter::store_error(crate::meter::primitive(keys.resource), "release");
+                crate::meter::store_error(crate::meter::primitive(&keys), "release");
                 tracing::warn!(lock = %name, error = %e, "release on drop failed; the lease will free the lock");
             }
         }
@@ -413,12 +415,7 @@ impl LockGuard {
         }
         let _turn = s.renewal.lock().await;
         let sent_at = Instant::now();
-        if s.engine
-            .store
-            .locks
-            .extend(&s.keys, &s.token, lease)
-            .await?
-        {
+        if s.engine.store.extend(&s.keys, &s.token, lease).await? {
             if !s.renewed(sent_at, lease) {
                 return Err(s.lost_error("ran out before the extend was answered"));
             }
@@ -508,6 +505,10 @@ impl LockGuard {
 fn release_span(s: &Hold) -> tracing::Span {
     match s.keys.resource {
         _ if !tracing::level_enabled!(tracing::Level::DEBUG) => tracing::Span::none(),
+        _ if s.keys.rw.is_some() => {
+            let mode = s.keys.rw.map_or("", |m| m.as_str());
+            tracing::debug_span!("rw_lock", op = "release", rw_lock = %s.name, mode, fence = s.fence.get())
+        }
         Resource::Semaphore { .. } => {
             tracing::debug_span!("semaphore", op = "release", semaphore = %s.name, fence = s.fence.get())
         }

@@ -231,7 +231,6 @@ impl Hold {
         match self
             .engine
             .store
-            .locks
             .extend(&self.keys, &self.token, self.lease)
             .await
         {
@@ -250,7 +249,7 @@ impl Hold {
 
     /// The `primitive` label of its metrics.
     pub(crate) fn primitive(&self) -> &'static str {
-        crate::meter::primitive(self.keys.resource)
+        crate::meter::primitive(&self.keys)
     }
 
     pub(crate) fn lost_error(&self, why: &str) -> Error {

@@ -45,6 +45,25 @@ impl Resource {
     }
 }
 
+/// Which hold of a read-write lock: one of its readers, or its writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RwMode {
+    /// A reader: shares the lock with the other readers.
+    Read,
+    /// The writer: holds the lock alone.
+    Write,
+}
+
+impl RwMode {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+        }
+    }
+}
+
 /// Checks a user-supplied key: not empty, not too long, no control
 /// characters. `what` names the key in the message (`"lock"`, `"counter"`).
 ///
@@ -174,6 +193,9 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
 pub struct LockKeys {
     /// A lock, or a semaphore and its permits.
     pub(crate) resource: Resource,
+    /// For a hold of a read-write lock, which one (`resource` is then
+    /// `Lock`): the keys of its reads and writes share one identity.
+    pub(crate) rw: Option<RwMode>,
     /// The identity: `{prefix}{kind}:{escaped name}`.
     pub(crate) lock: String,
     /// How many bytes of `lock` are the client's prefix.
@@ -188,6 +210,7 @@ impl std::fmt::Debug for LockKeys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockKeys")
             .field("resource", &self.resource)
+            .field("rw", &self.rw)
             .field("id", &self.lock)
             .finish_non_exhaustive()
     }
@@ -197,7 +220,7 @@ impl PartialEq for LockKeys {
     fn eq(&self, other: &Self) -> bool {
         // The keys around it are a function of these, or (a Redlock
         // semaphore's slots) were given with a lock key of their own.
-        self.resource == other.resource && self.lock == other.lock
+        self.resource == other.resource && self.rw == other.rw && self.lock == other.lock
     }
 }
 
@@ -230,6 +253,7 @@ impl LockKeys {
         };
         Self {
             resource,
+            rw: None,
             lock: base(prefix, kind, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
@@ -245,7 +269,34 @@ impl LockKeys {
     pub(crate) fn election(prefix: &str, name: &str) -> Self {
         Self {
             resource: Resource::Lock,
+            rw: None,
             lock: base(prefix, ELECTION_KIND, name),
+            prefix_len: prefix.len(),
+            channel: OnceLock::new(),
+            layout: OnceLock::new(),
+        }
+    }
+
+    /// The keys of a `mode` hold of the read-write lock `name` under
+    /// `prefix`: one identity, `{prefix}rw:{escaped name}`, for its reads
+    /// and writes, apart from every lock's and semaphore's.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// name [`validate_key`] refuses or a prefix with a brace or a control
+    /// character.
+    pub fn checked_rw(prefix: &str, name: &str, mode: RwMode) -> Result<Self> {
+        validate_plain("prefix", prefix)?;
+        validate_key("read-write lock", name)?;
+        Ok(Self::rw(prefix, name, mode))
+    }
+
+    pub(crate) fn rw(prefix: &str, name: &str, mode: RwMode) -> Self {
+        Self {
+            resource: Resource::Lock,
+            rw: Some(mode),
+            lock: base(prefix, "rw", name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
             layout: OnceLock::new(),
@@ -264,6 +315,7 @@ impl LockKeys {
     ) -> Self {
         let keys = Self {
             resource,
+            rw: None,
             prefix_len: of.prefix_len,
             channel: OnceLock::from(of.channel().to_owned()),
             layout: OnceLock::new(),
@@ -307,9 +359,19 @@ impl LockKeys {
         untag(&self.lock)
     }
 
-    /// A lock, or a semaphore with its permits.
+    /// A lock, or a semaphore with its permits. A read-write lock's keys
+    /// say [`Resource::Lock`] and name their hold in
+    /// [`rw_mode`](Self::rw_mode); a store is given them only through the
+    /// `rw_*` methods of [`LockStore`](crate::store::LockStore).
     pub fn resource(&self) -> Resource {
         self.resource
+    }
+
+    /// For the keys of a read-write lock, which hold they are for (see
+    /// [`LockStore::rw_acquire`](crate::store::LockStore::rw_acquire));
+    /// `None` for a lock's or a semaphore's.
+    pub fn rw_mode(&self) -> Option<RwMode> {
+        self.rw
     }
 
     /// The channel a release is announced on, on a store whose waiters
@@ -463,6 +525,18 @@ mod tests {
             assert_eq!(CounterKeys::new("lg:", name).name(), name);
         }
         assert!(LockKeys::checked("lg:", "", Resource::Lock).is_err());
+        // A read-write lock's reads and writes share one identity, apart
+        // from the lock of the same name.
+        let read = LockKeys::checked_rw("lg:", "a", RwMode::Read).unwrap();
+        let write = LockKeys::checked_rw("lg:", "a", RwMode::Write).unwrap();
+        assert_eq!(read.id(), write.id());
+        assert_ne!(read, write);
+        assert_ne!(read.id(), LockKeys::new("lg:", "a", Resource::Lock).id());
+        assert_eq!(
+            (read.name(), read.rw_mode()),
+            ("a".into(), Some(RwMode::Read))
+        );
+        assert!(LockKeys::checked_rw("lg:", "", RwMode::Read).is_err());
         assert!(LockKeys::checked("{lg}:", "a", Resource::Lock).is_err());
     }
 

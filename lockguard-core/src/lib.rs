@@ -76,6 +76,10 @@
 //!   or none, taken in one order all clients share so that multi-locks over
 //!   shared keys never deadlock; each key keeps its own lease, watchdog,
 //!   fencing token and queue.
+//! - [`RwLock`] ([`Client::rw_lock`]): many readers or one writer, with the
+//!   lock's leases, watchdog, fencing tokens and loss signal; readers and
+//!   writers wait in one FIFO queue, so readers cannot starve a writer, and
+//!   a release admits the whole run of readers at its head at once.
 //!
 //! # Backends
 //!
@@ -153,7 +157,7 @@
 //! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
 //! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |
 //!
-//! `primitive` is `lock` or `semaphore` (`rate_limiter` for store errors of
+//! `primitive` is `lock`, `semaphore` or `rw_lock` (`rate_limiter` for store errors of
 //! a limiter). `name` is the lock's or semaphore's name as given, unless
 //! [`Lock::metric_name`] sets another: a name that
 //! carries an id (`order:42`) makes a series per id, so give such locks a
@@ -213,6 +217,8 @@ mod reentry;
 mod lock;
 
 mod multi_lock;
+// Read-write locks.
+mod rw_lock;
 // Semaphores.
 mod semaphore;
 // Counters.
@@ -242,6 +248,7 @@ pub use error::{Error, ErrorKind, Result, report_misconfigured};
 pub use fence::FencingToken;
 pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};
+pub use key::RwMode;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PERMITS, validate_key};
 pub use leader::{Leader, LeaderInfo, LeaderWatch, Leadership, MAX_IDENTITY_LEN};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
@@ -249,6 +256,7 @@ pub use limiter::RateLimiter;
 pub use lock::Lock;
 pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};
 pub use rate_limit::{Algorithm, Decision, Quota};
+pub use rw_lock::{ReadGuard, ReadLock, RwLock, WriteGuard, WriteLock};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
 #[cfg(feature = "serde")]

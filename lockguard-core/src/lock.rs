@@ -109,6 +109,15 @@ impl Lock {
         Self::with_keys(engine, name, keys)
     }
 
+    /// The acquirer behind one hold of a read-write lock: the same leases,
+    /// watchdog and waiting, on a read or a write hold of one key.
+    pub(crate) fn rw(engine: Arc<Engine>, name: &str, mode: crate::key::RwMode) -> Self {
+        let keys = crate::key::validate_key("read-write lock", name)
+            .map(|()| Arc::new(LockKeys::rw(&engine.prefix, name, mode)))
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
+    }
+
     fn with_keys(engine: Arc<Engine>, name: &str, keys: Result<Arc<LockKeys>, Invalid>) -> Self {
         let defaults = engine.defaults;
         Self {
@@ -247,7 +256,7 @@ impl Lock {
     /// The `primitive` label of its metrics.
     fn primitive(&self) -> &'static str {
         match &self.keys {
-            Ok(keys) => crate::meter::primitive(keys.resource),
+            Ok(keys) => crate::meter::primitive(keys),
             Err(_) => "lock",
         }
     }
@@ -503,7 +512,7 @@ impl Lock {
     /// on a Redlock client (its nodes may disagree); the store's errors.
     pub async fn inspect(&self) -> Result<Occupancy> {
         let keys = self.keys.as_ref().map_err(Invalid::error)?;
-        self.engine.store.locks.inspect(keys).await
+        self.engine.store.inspect(keys).await
     }
 
     /// Runs `body` under the lock: acquires it (waiting as configured),
@@ -551,11 +560,11 @@ impl Lock {
             // Not even made: a disabled span still costs its fields' setup.
             return tracing::Span::none();
         }
-        let semaphore = self
-            .keys
-            .as_ref()
-            .is_ok_and(|k| matches!(k.resource, Resource::Semaphore { .. }));
-        if semaphore {
+        let keys = self.keys.as_ref().ok();
+        if let Some(mode) = keys.and_then(|k| k.rw) {
+            let mode = mode.as_str();
+            tracing::debug_span!("rw_lock", op, rw_lock = %self.name, mode, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
+        } else if keys.is_some_and(|k| matches!(k.resource, Resource::Semaphore { .. })) {
             tracing::debug_span!("semaphore", op, semaphore = %self.name, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
         } else {
             tracing::debug_span!("lock", op, lock = %self.name, fence = tracing::field::Empty, waited_ms = tracing::field::Empty)
@@ -651,10 +660,7 @@ impl Lock {
             let attempt_result = self
                 .within(
                     deadline,
-                    self.engine
-                        .store
-                        .locks
-                        .acquire(keys, &token, lease, Some(place)),
+                    self.engine.store.acquire(keys, &token, lease, Some(place)),
                 )
                 .await;
             let (ttl, failed) = match attempt_result {
@@ -819,7 +825,7 @@ impl Lock {
         let extended = self
             .within(
                 deadline,
-                self.engine.store.locks.extend(keys, &grant.token, lease),
+                self.engine.store.extend(keys, &grant.token, lease),
             )
             .await;
         match extended {
@@ -970,8 +976,9 @@ impl Lock {
 
     /// A reentrant guard, when a scope this runs in holds the lock.
     fn reenter(&self, keys: &LockKeys) -> Option<LockGuard> {
-        if keys.resource != Resource::Lock {
+        if keys.resource != Resource::Lock || keys.rw.is_some() {
             // Permits are counted, not owned: a body may hold several.
+            // A read-write lock's holds are not reentrant.
             return None;
         }
         let guards = crate::reentry::find(&self.engine, &keys.lock)?;
@@ -1000,7 +1007,6 @@ impl Lock {
         let outcome = self
             .engine
             .store
-            .locks
             .acquire(keys, &token, lease, place)
             .await?;
         pending.disarm();
@@ -1016,7 +1022,7 @@ impl Lock {
         sent_at: Instant,
     ) -> Option<Result<Result<LockGuard, Wait>>> {
         let token = Token::random();
-        let store = &self.engine.store.locks;
+        let store = &self.engine.store;
         let outcome = store.acquire(keys, &token, lease, None).into_ready()?;
         Some(outcome.and_then(|outcome| self.attempted(token, sent_at, lease, outcome)))
     }
@@ -1094,8 +1100,16 @@ impl Lock {
 
     /// The busy error after waiting `waited` (zero: one attempt).
     pub(crate) fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
-        let what = match self.keys.as_ref().map(|k| k.resource) {
-            Ok(Resource::Semaphore { permits }) => {
+        let what = match self.keys.as_ref().map(|k| (k.rw, k.resource)) {
+            Ok((Some(crate::key::RwMode::Read), _)) => format!(
+                "read-write lock {:?} is held by a writer, or a writer waits ahead",
+                self.name
+            ),
+            Ok((Some(crate::key::RwMode::Write), _)) => format!(
+                "read-write lock {:?} is held by readers or a writer, or others wait ahead",
+                self.name
+            ),
+            Ok((None, Resource::Semaphore { permits })) => {
                 format!(
                     "all {permits} permits of semaphore {:?} are taken",
                     self.name

@@ -5,13 +5,14 @@
 use crate::error::Error;
 #[cfg(feature = "metrics")]
 use crate::error::ErrorKind;
-use crate::key::Resource;
+use crate::key::{LockKeys, Resource};
 
-/// The `primitive` label of a lock or a semaphore.
-pub(crate) fn primitive(resource: Resource) -> &'static str {
-    match resource {
-        Resource::Lock => "lock",
-        Resource::Semaphore { .. } => "semaphore",
+/// The `primitive` label of a lock, a semaphore or a read-write lock.
+pub(crate) fn primitive(keys: &LockKeys) -> &'static str {
+    match (keys.rw, keys.resource) {
+        (Some(_), _) => "rw_lock",
+        (None, Resource::Lock) => "lock",
+        (None, Resource::Semaphore { .. }) => "semaphore",
     }
 }
 

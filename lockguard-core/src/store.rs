@@ -124,7 +124,7 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 pub use crate::flights::{Flight, Flights};
-pub use crate::key::{CounterKeys, LockKeys, Resource};
+pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
 use crate::rate_limit::{Decision, gcra};
 pub use crate::token::Token;
 
@@ -398,18 +398,20 @@ pub enum LimitOp {
     },
 }
 
-/// A lock or semaphore as the store sees it at one moment: made by
-/// [`Lock::inspect`](crate::Lock::inspect) and
-/// [`Semaphore::inspect`](crate::Semaphore::inspect), one round trip,
-/// changing nothing.
+/// A lock, semaphore or read-write lock as the store sees it at one
+/// moment: made by [`Lock::inspect`](crate::Lock::inspect),
+/// [`Semaphore::inspect`](crate::Semaphore::inspect) and
+/// [`RwLock::inspect`](crate::RwLock::inspect), one round trip, changing
+/// nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Occupancy {
     /// How many hold it: 0 or 1 for a lock, up to the permits for a
-    /// semaphore.
+    /// semaphore; for a read-write lock, its readers and its writer.
     pub holders: u32,
     /// How many may hold it at once: 1 for a lock, the permits for a
-    /// semaphore.
+    /// semaphore; for a read-write lock, 1 while a writer holds it and
+    /// `u32::MAX` (any number of readers) otherwise.
     pub capacity: u32,
     /// How long the holder's lease has left (for a semaphore, the lease
     /// that ends first); `None` when nobody holds it, and on ZooKeeper,
@@ -423,6 +425,12 @@ pub struct Occupancy {
     /// sequence. No acquisition of the key has had a greater token; `None`
     /// when none has been drawn.
     pub latest_fence: Option<FencingToken>,
+    /// How many of the holders are readers of a read-write lock (0 for a
+    /// lock or a semaphore).
+    pub readers: u32,
+    /// Whether a writer holds the read-write lock (false for a lock or a
+    /// semaphore).
+    pub writer: bool,
 }
 
 impl Occupancy {
@@ -441,6 +449,29 @@ impl Occupancy {
             lease_left,
             waiters,
             latest_fence,
+            readers: 0,
+            writer: false,
+        }
+    }
+
+    /// What a store reports of a read-write lock: `readers` or a
+    /// `writer` (a store never reports both), the lease that ends first,
+    /// the waiters of both kinds and the newest fencing token drawn.
+    pub fn read_write(
+        readers: u32,
+        writer: bool,
+        lease_left: Option<Duration>,
+        waiters: u64,
+        latest_fence: Option<FencingToken>,
+    ) -> Self {
+        Self {
+            holders: readers.saturating_add(u32::from(writer)),
+            capacity: if writer { 1 } else { u32::MAX },
+            lease_left,
+            waiters,
+            latest_fence,
+            readers,
+            writer,
         }
     }
 
@@ -554,6 +585,71 @@ pub trait LockStore: Send + Sync + fmt::Debug {
         token: &'a Token,
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>>;
+
+    /// One attempt to take a `mode` hold of a read-write lock, as
+    /// [`acquire`](LockStore::acquire) does for a lock: many readers or one
+    /// writer. The keys' [`id`](LockKeys::id) is the same for both modes.
+    ///
+    /// Readers and writers wait in one first-come-first-served queue: a
+    /// hold is taken only when it is compatible with the holders (a read
+    /// with readers, a write with nobody) and nobody queues ahead, so a
+    /// reader that arrives while a writer waits queues behind it. A
+    /// release, or a lease found ended, hands the lock to the head of the
+    /// queue: to the whole run of readers there at once (a [`Handoff`] to
+    /// each), or to the one writer there. Every hold, read or write, draws
+    /// its fencing token from one sequence of the key, so every write's is
+    /// greater than every earlier read's and write's, and every read's
+    /// greater than every earlier write's.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn rw_acquire<'a>(
+        &'a self,
+        _keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        _token: &'a Token,
+        _lease: Duration,
+        _place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
+    }
+
+    /// Gives up `token`'s `mode` hold of a read-write lock, handing the
+    /// lock to the head of the queue in the same step when it is free (see
+    /// [`rw_acquire`](LockStore::rw_acquire)); `token` also leaves the
+    /// queue. True when it was still held.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn rw_release<'a>(
+        &'a self,
+        _keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        _token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
+    }
+
+    /// Resets the lease of `token`'s `mode` hold of a read-write lock to
+    /// `lease` from now; true when it was still held.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn rw_extend<'a>(
+        &'a self,
+        _keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        _token: &'a Token,
+        _lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
+    }
+
+    /// What the store knows of a read-write lock now, changing nothing:
+    /// its readers or writer ([`Occupancy::read_write`]), the waiters of
+    /// both kinds, the newest fencing token.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn rw_inspect<'a>(&'a self, _keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
+    }
 }
 
 /// Counters, rate limiters and fenced values: what a store offers where it
@@ -731,6 +827,58 @@ impl Store {
     /// [`LockStore::answers_at_once`].
     pub(crate) fn answers_at_once(&self) -> bool {
         self.locks.answers_at_once()
+    }
+
+    /// One attempt on what `keys` name: a lock or a permit
+    /// ([`LockStore::acquire`]), or a hold of a read-write lock
+    /// ([`LockStore::rw_acquire`]).
+    pub(crate) fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        match keys.rw {
+            None => self.locks.acquire(keys, token, lease, place),
+            Some(mode) => self.locks.rw_acquire(keys, mode, token, lease, place),
+        }
+    }
+
+    /// Gives up `token`'s hold of what `keys` name.
+    pub(crate) fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        match keys.rw {
+            None => self.locks.release(keys, token),
+            Some(mode) => self.locks.rw_release(keys, mode, token),
+        }
+    }
+
+    /// Resets the lease of `token`'s hold of what `keys` name.
+    pub(crate) fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        match keys.rw {
+            None => self.locks.extend(keys, token, lease),
+            Some(mode) => self.locks.rw_extend(keys, mode, token, lease),
+        }
+    }
+
+    /// What the store knows of what `keys` name.
+    pub(crate) fn inspect<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+    ) -> StoreFuture<'a, Result<Occupancy>> {
+        match keys.rw {
+            None => self.locks.inspect(keys),
+            Some(_) => self.locks.rw_inspect(keys),
+        }
     }
 }
 

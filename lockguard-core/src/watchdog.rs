@@ -309,7 +309,6 @@ async fn renew(hold: Arc<Hold>) {
         let result = hold
             .engine
             .store
-            .locks
             .extend(&hold.keys, &hold.token, lease)
             .await;
         // A release may have raced the renewal; say nothing then.

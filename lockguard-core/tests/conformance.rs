@@ -2,14 +2,78 @@
 //! store, the reference every other store is held to, and the tests only
 //! the memory store runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use lockguard_core::{Client, Quota};
-use lockguard_testing::conformance::Memory;
+use lockguard_core::store::{
+    Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, StoreFuture, Token, Waiting,
+};
+use lockguard_core::{Builder, Client, Quota, Result};
+use lockguard_testing::conformance::{ClientFuture, Harness, Memory};
 
 lockguard_testing::conformance!(
     memory => Memory::new();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
+);
+
+/// A store of locks only, written against the boundary as a third party
+/// would: it forwards locks and semaphores to the memory store and
+/// implements nothing else, so read-write locks take the boundary's default
+/// answer.
+#[derive(Debug)]
+struct LocksOnly(Store);
+
+impl LockStore for LocksOnly {
+    fn name(&self) -> &'static str {
+        "locks-only"
+    }
+    fn waiting(&self) -> Waiting {
+        self.0.locks().waiting()
+    }
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        self.0.locks().acquire(keys, token, lease, place)
+    }
+    fn release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        self.0.locks().release(keys, token)
+    }
+    fn extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        self.0.locks().extend(keys, token, lease)
+    }
+    fn attach(&self, inbox: std::sync::Weak<dyn Inbox>) {
+        self.0.locks().attach(inbox)
+    }
+}
+
+impl DataStore for LocksOnly {}
+
+/// The harness of [`LocksOnly`]: one store, a client per call.
+struct LocksOnlyHarness(Arc<LocksOnly>);
+
+impl Harness for LocksOnlyHarness {
+    fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
+        let store = Store::new(self.0.clone(), Vec::new());
+        Box::pin(async move { builder.build(store).expect("valid settings") })
+    }
+}
+
+lockguard_testing::conformance!(
+    locks_only => LocksOnlyHarness(Arc::new(LocksOnly(Store::memory())));
+    rw_refused
 );
 
 /// Outside a scope every acquisition is its own owner: two requests served
@@ -92,6 +156,48 @@ async fn spans_name_the_lock_and_record_its_fence() {
     );
     assert!(
         closed("semaphore{op=\"release\" semaphore=exports"),
+        "{text}"
+    );
+}
+
+/// A read-write lock's acquisitions and releases run in `rw_lock` spans
+/// that name the lock and the mode and record the fencing token.
+#[tokio::test(flavor = "current_thread")]
+async fn rw_lock_spans_name_the_lock_and_its_mode() {
+    let captured = lockguard_testing::CapturedLog::default();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(captured.clone())
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .finish(),
+    );
+    let lg = Client::memory();
+    let read = lg.rw_lock("prices").read().try_acquire().await.unwrap();
+    let fence = read.fencing_token().get();
+    assert!(read.release().await.unwrap());
+    let write = lg.rw_lock("prices").write().acquire().await.unwrap();
+    assert!(write.release().await.unwrap());
+    let text = captured.text();
+    let closed = |needle: &str| {
+        text.lines()
+            .any(|l| l.contains(needle) && l.contains("close"))
+    };
+    assert!(
+        closed(&format!(
+            "rw_lock{{op=\"try_acquire\" rw_lock=prices mode=\"read\" fence={fence} waited_ms="
+        )),
+        "{text}"
+    );
+    assert!(
+        closed(&format!(
+            "rw_lock{{op=\"release\" rw_lock=prices mode=\"read\" fence={fence}}}"
+        )),
+        "{text}"
+    );
+    assert!(
+        closed("rw_lock{op=\"acquire\" rw_lock=prices mode=\"write\" fence="),
         "{text}"
     );
 }

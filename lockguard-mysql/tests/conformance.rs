@@ -51,5 +51,5 @@ impl Harness for MySql {
 
 lockguard_testing::conformance!(
     mysql => MySql::start();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, leader
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
 );

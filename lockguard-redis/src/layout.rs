@@ -17,15 +17,30 @@ struct LockLayout {
     sequence: String,
     queue: String,
     tickets: String,
+    /// A read-write lock's writer (empty for other keys).
+    writer: String,
+    /// A read-write lock's queued readers (empty for other keys).
+    reads: String,
 }
 
 impl LockLayout {
     fn of(keys: &LockKeys) -> Self {
         let id = keys.id();
+        let rw = keys.rw_mode().is_some();
         Self {
             sequence: sequence(keys.prefix(), id),
             queue: format!("{id}:queue"),
             tickets: format!("{id}:tickets"),
+            writer: if rw {
+                format!("{id}:writer")
+            } else {
+                String::new()
+            },
+            reads: if rw {
+                format!("{id}:reads")
+            } else {
+                String::new()
+            },
         }
     }
 }
@@ -40,6 +55,11 @@ pub(crate) trait RedisLockKeys {
     /// Each queued waiter's deadline and channel (and a semaphore holder's
     /// fencing token).
     fn tickets(&self) -> &str;
+    /// A read-write lock's writer: its token, with its lease as expiry.
+    /// (The lock's identity holds its readers.)
+    fn writer(&self) -> &str;
+    /// A read-write lock's queued readers (the other waiters write).
+    fn reads(&self) -> &str;
 }
 
 impl RedisLockKeys for LockKeys {
@@ -54,6 +74,14 @@ impl RedisLockKeys for LockKeys {
     fn tickets(&self) -> &str {
         &self.layout(LockLayout::of).tickets
     }
+
+    fn writer(&self) -> &str {
+        &self.layout(LockLayout::of).writer
+    }
+
+    fn reads(&self) -> &str {
+        &self.layout(LockLayout::of).reads
+    }
 }
 
 /// The keys of a lock laid out after `of`'s key (a Redlock semaphore's
@@ -64,6 +92,8 @@ pub(crate) fn beside(of: &LockKeys, lock: String, resource: Resource) -> LockKey
         sequence: of.sequence().to_owned(),
         queue: format!("{lock}:queue"),
         tickets: format!("{lock}:tickets"),
+        writer: String::new(),
+        reads: String::new(),
     };
     LockKeys::derived(of, lock, resource, layout)
 }
@@ -140,6 +170,7 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockguard_core::store::RwMode;
 
     fn keys(prefix: &str, name: &str) -> LockKeys {
         LockKeys::checked(prefix, name, Resource::Lock).unwrap()
@@ -183,6 +214,22 @@ mod tests {
             let k = keys("p:", key);
             let s = slot(k.id());
             for other in [k.sequence(), k.queue(), k.tickets()] {
+                assert_eq!(
+                    slot(other),
+                    s,
+                    "{key:?}: {other} left the slot of {}",
+                    k.id()
+                );
+            }
+            let rw = LockKeys::checked_rw("p:", key, RwMode::Write).unwrap();
+            let s = slot(rw.id());
+            for other in [
+                rw.sequence(),
+                rw.queue(),
+                rw.tickets(),
+                rw.writer(),
+                rw.reads(),
+            ] {
                 assert_eq!(
                     slot(other),
                     s,

@@ -121,15 +121,15 @@ impl Harness for Sentinel {
 
 lockguard_testing::conformance!(
     redis => Redis::start();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
-lockguard_testing::conformance!(redlock => Redlock::start(); locks, semaphores, leader);
+lockguard_testing::conformance!(redlock => Redlock::start(); locks, semaphores, rw_refused, leader);
 
 #[cfg(feature = "cluster")]
 lockguard_testing::conformance!(
     cluster => Cluster::start();
-    locks, semaphores, inspection, counters, counter_expiry, limits, leader
+    locks, semaphores, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A Redlock client says inspection is unsupported: its nodes may each
@@ -160,5 +160,5 @@ async fn a_braced_prefix_is_refused_by_connect() {
 #[cfg(feature = "sentinel")]
 lockguard_testing::conformance!(
     sentinel => Sentinel::start();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
 );

@@ -20,6 +20,7 @@ use crate::limiter::RateLimiter;
 use crate::lock::Lock;
 use crate::multi_lock::MultiLock;
 use crate::rate_limit::Quota;
+use crate::rw_lock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::token::Token;
@@ -132,6 +133,14 @@ impl Client {
         S: AsRef<str>,
     {
         MultiLock::new(&self.engine, names)
+    }
+
+    /// A read-write lock on `name`: many readers or one writer (see
+    /// [`RwLock`]). Nothing is sent until it is acquired.
+    ///
+    /// An invalid name is reported by `acquire`.
+    pub fn rw_lock(&self, name: &str) -> RwLock {
+        RwLock::new(self.engine.clone(), name)
     }
 
     /// A semaphore admitting at most `permits` holders of `name` at once.

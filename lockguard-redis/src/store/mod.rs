@@ -17,7 +17,7 @@ use lockguard_core::store::Token;
 use lockguard_core::store::{
     AllOrNone, Attempt, LockStore, Occupancy, Place, Store, StoreFuture, Waiting, millis_ceil,
 };
-use lockguard_core::store::{LockKeys, Resource};
+use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
 
 mod data;
@@ -69,6 +69,37 @@ static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
 static SEMAPHORE_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
+
+/// A read-write lock's script: the wait queue's functions (see
+/// [`queue_script!`]), then `rw_lib.lua` (its holders and handoffs), then
+/// the script's own file.
+macro_rules! rw_script {
+    ($file:literal) => {
+        LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!("scripts/sequence.lua"),
+                include_str!("scripts/queue.lua"),
+                include_str!("scripts/rw_lib.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        })
+    };
+}
+
+static RW_ACQUIRE: LazyLock<Script> = rw_script!("rw_acquire.lua");
+static RW_RELEASE: LazyLock<Script> = rw_script!("rw_release.lua");
+static RW_EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_extend.lua")));
+static RW_INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/rw_inspect.lua")));
+
+/// A read-write lock's mode as its scripts name it.
+fn rw_arg(mode: RwMode) -> &'static str {
+    match mode {
+        RwMode::Read => "r",
+        RwMode::Write => "w",
+    }
+}
 
 /// The oldest Redis server lockguard works with (major, minor): the scripts
 /// use `SET KEEPTTL` and the subscriber speaks RESP3 (both 6.0), and 6.2 is
@@ -890,16 +921,19 @@ impl RedisStore {
     /// Gives up `token`'s lock or permit, handing it to the first live
     /// waiter.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let mut call = match keys.resource() {
-            Resource::Lock => LOCK_RELEASE.prepare_invoke(),
-            Resource::Semaphore { .. } => SEMAPHORE_RELEASE.prepare_invoke(),
+        let mut call = match (keys.rw_mode(), keys.resource()) {
+            (Some(_), _) => RW_RELEASE.prepare_invoke(),
+            (None, Resource::Lock) => LOCK_RELEASE.prepare_invoke(),
+            (None, Resource::Semaphore { .. }) => SEMAPHORE_RELEASE.prepare_invoke(),
         };
         call.key(keys.id())
             .key(keys.sequence())
             .key(keys.queue())
             .key(keys.tickets())
             .arg(token.as_str());
-        if let Resource::Semaphore { permits } = keys.resource() {
+        if let Some(mode) = keys.rw_mode() {
+            call.key(keys.writer()).key(keys.reads()).arg(rw_arg(mode));
+        } else if let Resource::Semaphore { permits } = keys.resource() {
             call.arg(permits);
         }
         #[cfg(feature = "sentinel")]
@@ -918,13 +952,17 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
     ) -> Result<bool> {
-        let mut call = match keys.resource() {
-            Resource::Lock => LOCK_EXTEND.prepare_invoke(),
-            Resource::Semaphore { .. } => SEMAPHORE_EXTEND.prepare_invoke(),
+        let mut call = match (keys.rw_mode(), keys.resource()) {
+            (Some(_), _) => RW_EXTEND.prepare_invoke(),
+            (None, Resource::Lock) => LOCK_EXTEND.prepare_invoke(),
+            (None, Resource::Semaphore { .. }) => SEMAPHORE_EXTEND.prepare_invoke(),
         };
         call.key(keys.id())
             .arg(token.as_str())
             .arg(millis_ceil(lease));
+        if let Some(mode) = keys.rw_mode() {
+            call.key(keys.writer()).arg(rw_arg(mode));
+        }
         let n: i64 = self
             .run(&call, || format!("extending {:?}", keys.id()))
             .await?;
@@ -1130,6 +1168,107 @@ impl LockStore for RedisStore {
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(Self::release(self, keys, token))
+    }
+
+    /// One attempt at a read or write hold: one `EVALSHA` of
+    /// `rw_acquire.lua`; see [`LockStore::rw_acquire`].
+    fn rw_acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(async move {
+            let mut call = RW_ACQUIRE.prepare_invoke();
+            call.key(keys.id())
+                .key(keys.sequence())
+                .key(keys.queue())
+                .key(keys.tickets())
+                .key(keys.writer())
+                .key(keys.reads())
+                .arg(token.as_str())
+                .arg(millis_ceil(lease))
+                .arg(rw_arg(mode));
+            // Without a place the script never queues.
+            if let Some(p) = place {
+                call.arg(millis_ceil(p.timeout))
+                    .arg(p.channel)
+                    .arg(p.attempt);
+            }
+            let reply: Vec<i64> = self
+                .run(&call, || format!("acquiring {:?}", keys.id()))
+                .await?;
+            let fence = match attempt_reply(keys, &reply)? {
+                Ok(fence) => fence,
+                Err(busy) => return Ok(busy),
+            };
+            if let Err(e) = self.replicated(keys.id()).await {
+                // As for a lock: a hold the replicas do not have is given back.
+                if let Err(undo) = self.release(keys, token).await {
+                    tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated hold failed; its lease will free it");
+                }
+                return Err(e);
+            }
+            Ok(Attempt::Acquired {
+                fence,
+                keys: keys.clone(),
+            })
+        })
+    }
+
+    fn rw_release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        // The keys name the mode; `release` reads it from them.
+        StoreFuture::boxed(Self::release(self, keys, token))
+    }
+
+    fn rw_extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    }
+
+    /// What the server knows of the read-write lock; see
+    /// [`LockStore::rw_inspect`].
+    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(async move {
+            let mut call = RW_INSPECT.prepare_invoke();
+            call.key(keys.id())
+                .key(keys.writer())
+                .key(keys.sequence())
+                .key(keys.queue());
+            let (readers, writer, left, waiters, sequence): (i64, i64, i64, i64, String) = self
+                .run(&call, || format!("inspecting {:?}", keys.id()))
+                .await?;
+            let garbage = || {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "inspecting {:?}: unexpected script reply [{readers}, {writer}, {left}, {waiters}, {sequence:?}]",
+                        keys.id()
+                    ),
+                )
+            };
+            let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
+            let held = readers > 0 || writer == 1;
+            Ok(Occupancy::read_write(
+                u32::try_from(readers).map_err(|_| garbage())?,
+                writer == 1,
+                (held && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
+                u64::try_from(waiters).map_err(|_| garbage())?,
+                (sequence > 0).then(|| FencingToken::new(sequence)),
+            ))
+        })
     }
 
     fn extend<'a>(

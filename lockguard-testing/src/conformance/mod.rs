@@ -13,6 +13,8 @@
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
 //! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
+//! | `rw_locks` | read-write locks: readers share, writers alone, one FIFO queue, handoff to the run of readers, fences, leases, dropped acquisitions, bad input, `inspect()` | read-write locks (`rw_*`) |
+//! | `rw_refused` | a store without read-write locks refuses them as `Unsupported`, naming itself | no read-write locks |
 //! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
 //! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
 //! | `limits` | fixed and sliding windows, GCRA, retry-after, peek | rate limits |
@@ -77,6 +79,7 @@ pub mod limits;
 pub mod locks;
 pub mod multi_locks;
 pub mod queue;
+pub mod rw_locks;
 pub mod semaphores;
 
 /// The future of a client a harness makes.
@@ -333,8 +336,9 @@ where
 /// named `store` with one module per group (so `cargo test store` picks
 /// them, and `cargo test store::locks` one group).
 ///
-/// The groups: `locks`, `semaphores`, `queue`, `inspection`, `counters`,
-/// `counter_expiry`, `limits`, `leader` (see the [module](mod@crate::conformance)).
+/// The groups: `locks`, `semaphores`, `queue`, `inspection`, `rw_locks`,
+/// `rw_refused`, `counters`, `counter_expiry`, `limits`, `leader` (see the
+/// [module](mod@crate::conformance)).
 ///
 /// ```ignore
 /// lockguard_testing::conformance!(postgres => Postgres::start(); locks, semaphores, queue);
@@ -403,6 +407,25 @@ macro_rules! conformance {
             a_semaphore_is_seen_with_its_holders_and_waiters,
         );
     };
+    (@group rw_locks, $h:expr) => {
+        $crate::conformance!(@tests rw_locks, rw_locks, Real, $h;
+            readers_share_and_a_writer_excludes_everyone,
+            many_readers_or_one_writer_under_contention,
+            a_waiting_writer_blocks_later_readers,
+            a_release_admits_the_run_of_readers_at_the_head_together,
+            fences_order_writes_after_earlier_reads_and_writes,
+            lease_expiry_frees_a_dead_holder_and_fences_it,
+            watchdog_keeps_read_and_write_holds,
+            dropped_rw_acquire_futures_leave_the_queue,
+            rw_bad_input,
+            rw_inspect_shows_readers_writer_and_waiters,
+        );
+    };
+    (@group rw_refused, $h:expr) => {
+        $crate::conformance!(@tests rw_refused, rw_locks, Real, $h;
+            rw_locks_are_unsupported,
+        );
+    };
     (@group counters, $h:expr) => {
         $crate::conformance!(@tests counters, counters, Real, $h;
             stock_is_never_oversold,
@@ -447,7 +470,7 @@ macro_rules! conformance {
     (@group $other:ident, $h:expr) => {
         compile_error!(concat!(
             "unknown conformance group `", stringify!($other),
-            "`: expected locks, semaphores, queue, inspection, counters, counter_expiry, limits or leader"
+            "`: expected locks, semaphores, queue, inspection, rw_locks, rw_refused, counters, counter_expiry, limits or leader"
         ));
     };
     (@tests $group:ident, $module:ident, $time:ident, $h:expr; $($name:ident),+ $(,)?) => {

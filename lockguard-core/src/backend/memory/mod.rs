@@ -14,7 +14,7 @@ use crate::clock::{self, Clock, MonotonicClock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
-use crate::key::{CounterKeys, Resource};
+use crate::key::{CounterKeys, Resource, RwMode};
 use crate::rate_limit::Decision;
 use crate::store::{
     Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store,
@@ -24,11 +24,13 @@ use crate::token::{Token, TokenHashing};
 
 mod expiring;
 mod limits;
+mod rw;
 mod shards;
 
 use expiring::Expiring;
 pub(crate) use limits::LimitTable;
 use limits::Limits;
+use rw::RwHolders;
 
 /// A semaphore's holders: each token's lease end and fencing token.
 type Holders = HashMap<Token, (Instant, u64), TokenHashing>;
@@ -40,6 +42,9 @@ struct Waiter {
     token: Token,
     deadline: Instant,
     attempt: u32,
+    /// A reader of a read-write lock (which shares it with the readers
+    /// queued next to it).
+    reads: bool,
 }
 
 /// How long a lock or permit handed to a waiter is kept for it to claim:
@@ -54,6 +59,7 @@ fn reservation(deadline: Instant, now: Instant) -> Instant {
 struct Step<'a> {
     locks: &'a mut Expiring<Instant, (Token, u64)>,
     permits: &'a mut Expiring<Instant, Holders>,
+    rw: &'a mut Expiring<Instant, RwHolders>,
     queue: Queue<'a>,
 }
 
@@ -100,6 +106,21 @@ impl Queue<'_> {
 
     fn leave(&mut self, token: &Token) {
         self.waiters.retain(|w| w.token != *token);
+    }
+
+    /// Keeps `token`'s place (a reader's, with `reads`) for `place`'s
+    /// timeout: refreshed where it is, or taken at the back.
+    fn keep_place(&mut self, token: &Token, place: Place<'_>, reads: bool) {
+        let deadline = self.now + place.timeout;
+        match self.waiters.iter_mut().find(|w| w.token == *token) {
+            Some(w) => (w.deadline, w.attempt) = (deadline, place.attempt),
+            None => self.waiters.push_back(Waiter {
+                token: *token,
+                deadline,
+                attempt: place.attempt,
+                reads,
+            }),
+        }
     }
 
     /// Hands the free permits to the first live waiters, stopping before
@@ -230,6 +251,8 @@ struct State {
     locks: Expiring<Instant, (Token, u64)>,
     /// Semaphore holders: token → lease end and fencing token.
     permits: Expiring<Instant, Holders>,
+    /// Read-write lock holders: readers or a writer.
+    rw: Expiring<Instant, RwHolders>,
     /// Each lock's and semaphore's waiters, first come first served.
     queues: HashMap<String, VecDeque<Waiter>>,
     /// One sequence for every key, which fencing tokens and counter
@@ -306,6 +329,7 @@ impl MemoryStore {
             let State {
                 locks,
                 permits,
+                rw,
                 queues,
                 sequence,
                 ..
@@ -321,6 +345,7 @@ impl MemoryStore {
             let mut step = Step {
                 locks,
                 permits,
+                rw,
                 queue: Queue {
                     waiters: &mut queue,
                     fence: sequence,
@@ -355,16 +380,7 @@ impl MemoryStore {
             if taken.is_err()
                 && let Some(place) = place
             {
-                let q = &mut step.queue;
-                let deadline = q.now + place.timeout;
-                match q.waiters.iter_mut().find(|w| w.token == *token) {
-                    Some(w) => (w.deadline, w.attempt) = (deadline, place.attempt),
-                    None => q.waiters.push_back(Waiter {
-                        token: *token,
-                        deadline,
-                        attempt: place.attempt,
-                    }),
-                }
+                step.queue.keep_place(token, place, false);
             }
             taken
         });
@@ -444,13 +460,13 @@ impl MemoryStore {
                 )
             }
         };
-        Occupancy {
+        Occupancy::new(
             holders,
             capacity,
             lease_left,
-            waiters: st.queues.get(&keys.lock).map_or(0, |q| q.len() as u64),
-            latest_fence: (st.sequence > 0).then(|| FencingToken::new(st.sequence)),
-        }
+            st.queues.get(&keys.lock).map_or(0, |q| q.len() as u64),
+            (st.sequence > 0).then(|| FencingToken::new(st.sequence)),
+        )
     }
 
     // ---- fenced resources ----------------------------------------------
@@ -636,6 +652,40 @@ impl LockStore for MemoryStore {
     }
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
         StoreFuture::ready(Ok(Self::inspect(self, keys)))
+    }
+
+    fn rw_acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::ready(Ok(Self::rw_acquire(self, keys, mode, token, lease, place)))
+    }
+
+    fn rw_release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::rw_release(self, keys, mode, token)))
+    }
+
+    fn rw_extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::rw_extend(self, keys, mode, token, lease)))
+    }
+
+    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::ready(Ok(Self::rw_inspect(self, keys)))
     }
 }
 

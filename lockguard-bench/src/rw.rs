@@ -1,0 +1,95 @@
+//! Read-write locks on Redis: a workload of 90% reads and 10% writes on
+//! one key, under a read-write lock and under the plain lock, with one
+//! client per contender as separate processes have.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+
+use crate::{Bench, hold};
+
+/// Contenders, one client each.
+const CLIENTS: usize = 16;
+/// Out of 100 operations, how many read.
+const READS: u32 = 90;
+
+pub(crate) async fn section(b: &mut Bench) {
+    b.line("\n## Read-write locks: 90% readers\n");
+    b.line(&format!("{CLIENTS} contenders, one client each, on one key: each operation reads (90%) or writes (10%), holds the lock ~1 ms and releases it, then asks again at once. *read-write lock*: `rw_lock(key).read()` or `.write()`; *plain lock*: `lock(key)` for every operation. Operations per second over the run, after a warm-up of a fifth of it.\n"));
+    b.line("| variant | operations/s | commands sent / operation | ratio to the plain lock |");
+    b.line("|---|---:|---:|---:|");
+    let (rw, rw_sent) = run(b, true).await;
+    let (plain, plain_sent) = run(b, false).await;
+    b.line(&format!(
+        "| read-write lock | {rw:.0} | {rw_sent:.2} | {:.2}x |",
+        rw / plain
+    ));
+    b.line(&format!(
+        "| plain lock | {plain:.0} | {plain_sent:.2} | 1.00x |"
+    ));
+    b.target(
+        "read-write lock with 90% readers ≥ 2x the plain lock's operations/s",
+        format!("{:.2}x", rw / plain),
+        rw >= 2.0 * plain,
+    );
+}
+
+/// Operations per second, and commands sent per operation.
+async fn run(b: &mut Bench, read_write: bool) -> (f64, f64) {
+    let mut clients: Vec<Client> = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(b.lockguard().await);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(c, lg)| {
+            let (stop, done) = (stop.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut rng = fastrand::Rng::with_seed(c as u64);
+                let rw = lg.rw_lock("rw:doc");
+                let (read, write) = (
+                    rw.read().wait(Duration::from_secs(60)),
+                    rw.write().wait(Duration::from_secs(60)),
+                );
+                let plain = lg.lock("rw:plain").wait(Duration::from_secs(60));
+                while !stop.load(Ordering::Relaxed) {
+                    let reads = rng.u32(0..100) < READS;
+                    if !read_write {
+                        let g = plain.acquire().await.expect("plain lock");
+                        hold().await;
+                        assert!(g.release().await.expect("release"));
+                    } else if reads {
+                        let g = read.acquire().await.expect("read lock");
+                        hold().await;
+                        assert!(g.release().await.expect("release"));
+                    } else {
+                        let g = write.acquire().await.expect("write lock");
+                        hold().await;
+                        assert!(g.release().await.expect("release"));
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(b.run_for / 5).await;
+    b.reset_stats().await;
+    let (from, started) = (done.load(Ordering::Relaxed), Instant::now());
+    tokio::time::sleep(b.run_for).await;
+    let n = done.load(Ordering::Relaxed) - from;
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let sent = b
+        .commands(&["evalsha", "eval", "script|load", "subscribe", "unsubscribe"])
+        .await
+        .sent;
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.await.expect("contender");
+    }
+    (rate, sent as f64 / n.max(1) as f64)
+}
