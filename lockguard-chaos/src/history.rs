@@ -19,12 +19,17 @@ use crate::clock::now_ns;
 #[serde(tag = "f", rename_all = "snake_case")]
 pub(crate) enum Call {
     /// `lock(key).acquire()` with a wait of `wait_ms`; a fixed lease of
-    /// `lease_ms`, or the watchdog renewing a lease of `lease_ms`.
+    /// `lease_ms`, or the watchdog renewing a lease of `lease_ms`. With
+    /// `read`, `rw_lock(key).read().acquire()`: a hold shared with other
+    /// readers (a `rw_lock(key).write()` is recorded without it, as
+    /// exclusive as a lock).
     Acquire {
         key: String,
         wait_ms: u64,
         lease_ms: u64,
         watchdog: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        read: bool,
     },
     /// `guard.is_held()` on the guard with `fence`.
     IsHeld { key: String, fence: u64 },

@@ -73,6 +73,10 @@ impl Store for Redis {
         "redis"
     }
 
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
     fn start(&self) -> Box<dyn Deployment> {
         let server = RedisServer::start_with_args(&REDIS_PERSIST);
         let url = server.url();
@@ -134,6 +138,10 @@ impl Store for Cluster {
         "cluster"
     }
 
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
     fn start(&self) -> Box<dyn Deployment> {
         let cluster = RedisCluster::start_with_args(3, &REDIS_PERSIST);
         let urls = cluster.urls().join(",");
@@ -155,6 +163,10 @@ struct SentinelDeployment(SentinelGroup);
 impl Store for Sentinel {
     fn name(&self) -> &'static str {
         "sentinel"
+    }
+
+    fn offers_rw_locks(&self) -> bool {
+        true
     }
 
     /// One replica: the one a failover would promote. A master restarted

@@ -40,6 +40,12 @@ pub trait Store: Send + Sync {
         true
     }
 
+    /// Whether the store offers read-write locks (`Client::rw_lock`); the
+    /// workers then also read and write one under a read-write lock.
+    fn offers_rw_locks(&self) -> bool {
+        false
+    }
+
     /// Starts the store's servers for one run (with the harnesses of
     /// lockguard-testing, or the store crate's own), killed when the
     /// deployment is dropped.

@@ -11,6 +11,7 @@ use crate::history::{Call, Outcome, Recorder};
 use crate::store::Target;
 
 mod leader;
+mod rw;
 
 /// The locks the workers contend for: few, so most acquisitions wait and
 /// most releases hand over.
@@ -84,6 +85,8 @@ struct Worker {
     rng: fastrand::Rng,
     counters: bool,
     limiter: bool,
+    /// Whether the store offers read-write locks.
+    rw: bool,
     brk: Option<Break>,
     /// The fence of this worker's previous hold of each lock, for the
     /// stale-write probe.
@@ -122,6 +125,7 @@ pub(crate) fn run(args: WorkerArgs<'_>) -> Result<(), String> {
             rng: fastrand::Rng::with_seed(args.seed),
             counters: args.target.store.offers_counters(),
             limiter: args.target.store.offers_limiter(),
+            rw: args.target.store.offers_rw_locks(),
             brk: args.brk,
             last_fence: HashMap::new(),
         };
@@ -154,9 +158,14 @@ impl Worker {
             60
         };
         if roll < lock_share || !self.counters {
-            // One lock operation in four is an election's instead.
-            if self.rng.u32(0..4) == 0 && self.brk.is_none() {
+            // One lock operation in four is an election's instead, and on
+            // a store with read-write locks, one in four a read-write
+            // lock's.
+            let other = self.rng.u32(0..4);
+            if other == 0 && self.brk.is_none() {
                 self.leader_op().await;
+            } else if other == 1 && self.rw && self.brk.is_none() {
+                self.rw_op().await;
             } else {
                 self.lock_op().await;
             }
@@ -207,6 +216,7 @@ impl Worker {
             wait_ms: WAIT.as_millis() as u64,
             lease_ms: lease.as_millis() as u64,
             watchdog: long,
+            read: false,
         });
         let guard = match lock.acquire().await {
             Ok(g) => {
@@ -257,6 +267,7 @@ impl Worker {
                     wait_ms: WAIT.as_millis() as u64,
                     lease_ms: lease.as_millis() as u64,
                     watchdog: false,
+                    read: false,
                 })
             })
             .collect();
@@ -334,6 +345,7 @@ impl Worker {
             wait_ms: WAIT.as_millis() as u64,
             lease_ms: lease.as_millis() as u64,
             watchdog: false,
+            read: false,
         });
         let guard = match self
             .client

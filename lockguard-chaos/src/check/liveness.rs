@@ -73,7 +73,14 @@ pub(crate) fn handoffs(
             (Call::Release { key, fence }, Some(Outcome::Released { was_held: true })) => {
                 releases.insert((o.w, key.as_str(), *fence), o);
             }
-            (Call::Acquire { key, .. }, Some(Outcome::Acquired { fence })) => {
+            // Readers share: a reader's acquisition follows no one
+            // release in particular.
+            (
+                Call::Acquire {
+                    key, read: false, ..
+                },
+                Some(Outcome::Acquired { fence }),
+            ) => {
                 acquired.entry(key).or_default().push((o, *fence));
             }
             _ => {}

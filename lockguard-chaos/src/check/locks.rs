@@ -15,6 +15,8 @@ use crate::history::{Call, Op, Outcome};
 pub(crate) struct Hold<'a> {
     pub(crate) key: &'a str,
     pub(crate) fence: u64,
+    /// A read hold of a read-write lock, shared with other readers.
+    pub(crate) read: bool,
     pub(crate) from: u64,
     pub(crate) to: u64,
     pub(crate) acquire: &'a Op,
@@ -51,6 +53,7 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
             Some(Hold {
                 key: k.1,
                 fence: k.2,
+                read: matches!(acq.call, Call::Acquire { read: true, .. }),
                 from: acq.end(),
                 to: held.invoke,
                 acquire: acq,
@@ -63,13 +66,18 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
     out
 }
 
-/// No two holds of a key overlap.
+/// No two holds of a key overlap, but read holds of a read-write lock
+/// with each other: a writer overlaps nobody.
 pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
     for h in holds {
         by_key.entry(h.key).or_default().push(h);
     }
     for (key, hs) in by_key {
+        if hs.iter().any(|h| h.read) {
+            shared_exclusion(key, &hs, t0, v);
+            continue;
+        }
         // Sorted by start: each hold against the one reaching furthest
         // among those before it.
         let mut reach: Option<&Hold<'_>> = None;
@@ -93,6 +101,31 @@ pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violatio
             if reach.is_none_or(|r| h.to > r.to) {
                 reach = Some(h);
             }
+        }
+    }
+}
+
+/// [`mutual_exclusion`] for a read-write lock's holds (sorted by start):
+/// each write against every hold that overlaps it.
+fn shared_exclusion(key: &str, hs: &[&Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
+    for (i, h) in hs.iter().enumerate() {
+        for r in &hs[..i] {
+            if (h.read && r.read) || h.from >= r.to {
+                continue;
+            }
+            v.push(Violation {
+                check: "mutual-exclusion",
+                what: format!(
+                    "read-write lock {key:?}: a {} (fence {}) and a {} (fence {}) held it at once for {:.1} ms from {:.1} ms",
+                    if r.read { "reader" } else { "writer" },
+                    r.fence,
+                    if h.read { "reader" } else { "writer" },
+                    h.fence,
+                    crate::clock::ms(r.to.min(h.to) - h.from),
+                    crate::clock::ms(h.from - t0),
+                ),
+                ops: describe(&[r.acquire, r.last_held, h.acquire, h.last_held], t0),
+            });
         }
     }
 }

@@ -167,6 +167,7 @@ mod tests {
                     wait_ms: 1000,
                     lease_ms: 1000,
                     watchdog: false,
+                    read: false,
                 },
                 from - 1,
                 Some((from, Outcome::Acquired { fence })),
@@ -203,6 +204,30 @@ mod tests {
         };
         let (v, _) = check(&ops, bounds, u64::MAX);
         v.into_iter().map(|v| v.check).collect()
+    }
+
+    /// [`hold`] of a read-write lock: a read hold when `read`, else a write.
+    fn rw_hold(w: u32, fence: u64, from: u64, to: u64, read: bool) -> Vec<Op> {
+        let mut ops = hold(w, fence, from, to);
+        if let Call::Acquire { read: r, .. } = &mut ops[0].call {
+            *r = read;
+        }
+        ops
+    }
+
+    #[test]
+    fn readers_share_and_a_writer_overlaps_nobody() {
+        // Two readers at once, then a writer after both: allowed.
+        let mut ops = rw_hold(1, 1, 10, 20, true);
+        ops.extend(rw_hold(2, 2, 12, 22, true));
+        ops.extend(rw_hold(3, 3, 25, 30, false));
+        assert_eq!(run(ops), Vec::<&str>::new());
+        // A writer inside a reader's hold, and a reader inside a writer's.
+        for (first, second) in [(true, false), (false, true)] {
+            let mut ops = rw_hold(1, 1, 10, 20, first);
+            ops.extend(rw_hold(2, 2, 15, 25, second));
+            assert_eq!(run(ops), vec!["mutual-exclusion"]);
+        }
     }
 
     #[test]
@@ -415,6 +440,7 @@ mod tests {
                     wait_ms: 1000,
                     lease_ms: 1000,
                     watchdog: false,
+                    read: false,
                 },
                 10,
                 Some((
