@@ -25,6 +25,7 @@ use redis::aio::ConnectionManager;
 mod apps;
 mod footprint;
 mod http;
+mod leader;
 mod multi;
 mod postgres;
 mod raw;
@@ -1004,11 +1005,12 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 11] = [
+const SECTIONS: [&str; 12] = [
     "uncontended",
     "contention",
     "multi",
     "rw",
+    "leader",
     "limiters",
     "flood",
     "memory",
@@ -1023,7 +1025,7 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, multi, rw,
+  --only SECTION  run one section: uncontended, contention, multi, rw, leader,
                   limiters, flood, memory, footprint, http, postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
@@ -1116,6 +1118,9 @@ async fn main() {
     }
     if run("rw") {
         rw::section(&mut b).await;
+    }
+    if run("leader") {
+        leader::section(&mut b).await;
     }
     if run("limiters") {
         limiters(&mut b).await;
