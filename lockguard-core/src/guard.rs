@@ -526,6 +526,25 @@ impl Drop for LockGuard {
     }
 }
 
+/// Runs `body` until it ends or `lost` completes first; then `body` is
+/// dropped at once, never polled again, and the loss returned. The lost
+/// signal is polled first: once the lease is gone the body never makes
+/// another step.
+pub(crate) async fn until_lost<F: Future>(
+    lost: impl Future<Output = Error>,
+    body: F,
+) -> Result<F::Output> {
+    let mut lost = pin!(lost);
+    let mut body = pin!(body);
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(e) = lost.as_mut().poll(cx) {
+            return Poll::Ready(Err(e));
+        }
+        body.as_mut().poll(cx).map(Ok)
+    })
+    .await
+}
+
 /// Runs `body` while `guard` holds its lock or permit, then releases it.
 ///
 /// A lost lease drops the body at once (it is not polled again) and is
@@ -535,21 +554,9 @@ impl Drop for LockGuard {
 /// that cannot reach the store is logged and left to the lease: the work is
 /// done.
 pub(crate) async fn run_guarded<F: Future>(guard: LockGuard, body: F) -> Result<F::Output> {
-    let out = {
-        let mut lost = pin!(guard.lost());
-        let mut body = pin!(body);
-        // The lost signal is polled first: once the lease is gone the body
-        // never makes another step.
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(e) = lost.as_mut().poll(cx) {
-                return Poll::Ready(Err(e));
-            }
-            body.as_mut().poll(cx).map(Ok)
-        })
-        .await
-    };
-    // The body (dropped at the end of the block above) is gone before the
-    // lock is given back.
+    let out = until_lost(guard.lost(), body).await;
+    // The body (dropped by `until_lost`) is gone before the lock is given
+    // back.
     let out = match out {
         Ok(out) => out,
         Err(lost) => {

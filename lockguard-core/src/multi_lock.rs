@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
-use crate::guard::{LockGuard, PendingRelease};
+use crate::guard::{LockGuard, PendingRelease, until_lost};
 use crate::lease::{Grant, Lease, valid_until};
 use crate::lock::Lock;
 use crate::store::AllOrNone;
@@ -221,19 +221,9 @@ impl MultiLock {
     /// release that cannot reach the store is logged and left to the lease.
     pub async fn run<F: Future>(&self, body: F) -> Result<F::Output> {
         let guard = self.acquire().await?;
-        let out = {
-            let body = guard.scope(body);
-            let mut lost = std::pin::pin!(guard.lost());
-            let mut body = std::pin::pin!(body);
-            std::future::poll_fn(|cx| {
-                if let Poll::Ready(e) = lost.as_mut().poll(cx) {
-                    return Poll::Ready(Err(e));
-                }
-                body.as_mut().poll(cx).map(Ok)
-            })
-            .await
-        };
-        let out = match out {
+        // The body (dropped by `until_lost`) is gone before the keys are
+        // given back.
+        let out = match until_lost(guard.lost(), guard.scope(body)).await {
             Ok(out) => out,
             Err(lost) => {
                 drop(guard);
