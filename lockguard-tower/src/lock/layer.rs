@@ -63,14 +63,20 @@ impl<K> LockLayer<K> {
     /// mistake is logged once at `error` level, whatever the failure mode.
     ///
     /// ```
-    /// # use axum::{Router, routing::get};
-    /// # use lockguard_core::Client;
-    /// # use lockguard_tower::{LockLayer, key::PathParam};
+    /// use axum::{Router, body::Body, routing::get};
+    /// use http::Request;
+    /// use lockguard_core::Client;
+    /// use lockguard_tower::LockLayer;
+    ///
     /// let lg = Client::memory();
+    /// let doc = |req: &Request<Body>| {
+    ///     let id = req.uri().path().strip_prefix("/docs/")?;
+    ///     Some(format!("doc:{id}"))
+    /// };
     /// // `GET /docs/7` runs beside other reads of doc 7; `PUT /docs/7` alone.
     /// let app: Router = Router::new()
     ///     .route("/docs/{id}", get(|| async { "doc" }).put(|| async { "saved" }))
-    ///     .route_layer(LockLayer::new(lg, "docs", PathParam::new("id")).read_write());
+    ///     .route_layer(LockLayer::new(lg, "docs", doc).read_write());
     /// # let _ = app;
     /// ```
     #[must_use]
