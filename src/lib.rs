@@ -153,7 +153,7 @@ pub mod __private {
     use std::future::Future;
 
     pub use lockguard_core;
-    pub use lockguard_core::{Algorithm, Client, Error, Lease, Quota, Result};
+    pub use lockguard_core::{Algorithm, Client, Error, Lease, Quota, Result, RwMode};
     pub use std::option::Option::{None, Some};
     pub use std::result::Result::{Err, Ok};
     pub use std::string::String;
@@ -228,6 +228,50 @@ pub mod __private {
         // lease.
         let _ = guard.release().await;
         Ok(out)
+    }
+
+    /// `#[distributed_lock(mode = "read" | "write")]`: runs `body` holding
+    /// the read-write lock on `key` as one of its readers or as its writer.
+    ///
+    /// Holds of a read-write lock are not reentrant: a call on the same key
+    /// made from inside the body takes the lock again, as a second reader
+    /// or as a writer that waits for the body's own hold.
+    pub async fn rw_locked<F: Future>(
+        client: Result<Client>,
+        key: String,
+        mode: RwMode,
+        opts: LeaseOptions,
+        body: F,
+    ) -> Result<F::Output> {
+        let rw = client?.rw_lock(&key);
+        match mode {
+            RwMode::Read => {
+                let mut lock = rw.read().wait(opts.wait());
+                if let Some(lease) = opts.lease() {
+                    lock = lock.with_lease(lease);
+                }
+                if opts.stop_on_lost {
+                    return lock.run(body).await;
+                }
+                let guard = lock.acquire().await?;
+                let out = body.await;
+                let _ = guard.release().await;
+                Ok(out)
+            }
+            RwMode::Write => {
+                let mut lock = rw.write().wait(opts.wait());
+                if let Some(lease) = opts.lease() {
+                    lock = lock.with_lease(lease);
+                }
+                if opts.stop_on_lost {
+                    return lock.run(body).await;
+                }
+                let guard = lock.acquire().await?;
+                let out = body.await;
+                let _ = guard.release().await;
+                Ok(out)
+            }
+        }
     }
 
     /// `#[concurrency_limit]`: runs `body` holding a permit of the

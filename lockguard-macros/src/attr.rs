@@ -27,6 +27,7 @@ mod kw {
     syn::custom_keyword!(name);
     syn::custom_keyword!(cost);
     syn::custom_keyword!(permits);
+    syn::custom_keyword!(mode);
 }
 
 /// The longest lease a lock accepts (`lockguard::MAX_LEASE`): one day.
@@ -65,6 +66,7 @@ impl Kind {
         match self {
             Self::Lock => &[
                 Key,
+                Mode,
                 Ttl,
                 Watchdog,
                 Wait,
@@ -108,6 +110,7 @@ enum Opt {
     Name,
     Cost,
     Permits,
+    Mode,
 }
 
 impl Opt {
@@ -128,6 +131,7 @@ impl Opt {
             Self::Name => "name",
             Self::Cost => "cost",
             Self::Permits => "permits",
+            Self::Mode => "mode",
         }
     }
 
@@ -150,6 +154,7 @@ impl Opt {
             Self::Name => la.peek(kw::name),
             Self::Cost => la.peek(kw::cost),
             Self::Permits => la.peek(kw::permits),
+            Self::Mode => la.peek(kw::mode),
         }
     }
 
@@ -173,6 +178,13 @@ pub(crate) enum Algorithm {
     SlidingWindow,
 }
 
+/// The hold of a read-write lock named by `mode = "..."`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    Read,
+    Write,
+}
+
 /// The parsed and checked arguments of one attribute.
 #[derive(Default)]
 pub(crate) struct Args {
@@ -191,6 +203,7 @@ pub(crate) struct Args {
     pub(crate) name: Option<LitStr>,
     pub(crate) cost: Option<Located<u64>>,
     pub(crate) permits: Option<Located<u32>>,
+    pub(crate) mode: Option<Located<Mode>>,
     /// Where each option's name was written, for errors about options
     /// that exclude each other.
     names: Vec<(Opt, Span)>,
@@ -304,6 +317,25 @@ impl Args {
                     span: lit.span(),
                 });
             }
+            Opt::Mode => {
+                let lit = lit_str(input, "a mode: \"read\" or \"write\"")?;
+                let value = match lit.value().as_str() {
+                    "read" => Mode::Read,
+                    "write" => Mode::Write,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "unknown mode {other:?}; expected \"read\" (shared with other readers) or \"write\" (alone)"
+                            ),
+                        ));
+                    }
+                };
+                self.mode = Some(Located {
+                    value,
+                    span: lit.span(),
+                });
+            }
             Opt::Name => {
                 let lit = lit_str(input, "the limiter's name, like \"login\"")?;
                 if lit.value().is_empty() {
@@ -355,7 +387,14 @@ impl Args {
             ));
         }
         match kind {
-            Kind::Lock => {}
+            Kind::Lock => {
+                if self.mode.is_some() && self.at_least.is_some() {
+                    return Err(syn::Error::new(
+                        self.name_span(Opt::AtLeast),
+                        "`at_least` does not apply to a read-write lock (`mode`): its holds end when the body ends",
+                    ));
+                }
+            }
             Kind::ConcurrencyLimit => {
                 if self.permits.is_none() {
                     return Err(syn::Error::new(
@@ -578,6 +617,9 @@ mod tests {
         assert!(a.skip_if_busy.is_some() && a.keep_going_on_lost.is_none());
         assert!(a.client.is_some());
         assert!(a.krate.unwrap().is_ident("lg"));
+        assert!(a.mode.is_none());
+        let a = parse(Kind::Lock, r#"key = "k", mode = "write", wait = "1s""#).unwrap();
+        assert_eq!(a.mode.unwrap().value, Mode::Write);
         // A trailing comma is fine.
         assert!(parse(Kind::Lock, r#"key = "k","#).is_ok());
     }
@@ -629,5 +671,18 @@ mod tests {
         assert!(err(Kind::ConcurrencyLimit, r#"key = "k""#).contains("needs `permits`"));
         assert!(err(Kind::ConcurrencyLimit, r#"key = "k", permits = 0"#).contains("between 1 and"));
         assert!(err(Kind::Lock, r#"key = "k", crate = "not a path""#).contains("not a crate path"));
+        assert!(err(Kind::Lock, r#"key = "k", mode = "shared""#).contains("unknown mode"));
+        assert!(err(Kind::Lock, r#"key = "k", mode = read"#).contains("expected a string literal"));
+        assert!(
+            err(Kind::Lock, r#"key = "k", mode = "read", at_least = "1s""#)
+                .contains("does not apply to a read-write lock")
+        );
+        assert!(
+            err(
+                Kind::ConcurrencyLimit,
+                r#"key = "k", permits = 2, mode = "read""#
+            )
+            .contains("unknown option `mode`")
+        );
     }
 }

@@ -9,7 +9,7 @@ use syn::{
     AttrStyle, Attribute, Expr, GenericArgument, Ident, ItemFn, PathArguments, ReturnType, Type,
 };
 
-use crate::attr::{Algorithm, Args, Kind};
+use crate::attr::{Algorithm, Args, Kind, Mode};
 use crate::template::{self, Scope};
 
 /// Expands one attribute. Any error is reported with `compile_error!`
@@ -130,7 +130,13 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
                     stop_on_lost: #stop_on_lost,
                 }
             };
-            if kind == Kind::Lock {
+            if let (Kind::Lock, Some(mode)) = (kind, args.mode) {
+                let mode = match mode.value {
+                    Mode::Read => quote!(Read),
+                    Mode::Write => quote!(Write),
+                };
+                quote!(#p::rw_locked(#client_var, #key_var, #p::RwMode::#mode, #opts, #body))
+            } else if kind == Kind::Lock {
                 quote!(#p::locked(#client_var, #key_var, #opts, #body))
             } else {
                 let permits = args.permits()?;

@@ -95,10 +95,11 @@
 //! | option | [`distributed_lock`] | [`rate_limit`] | [`concurrency_limit`] |
 //! |---|---|---|---|
 //! | `key = "..."` | required | required | required |
+//! | `mode = "read"` | a read-write lock: `"read"` shares it with other readers, `"write"` holds it alone (default: the plain lock) | | |
 //! | `ttl = "30s"` | fixed lease, no watchdog | | fixed lease per permit |
 //! | `watchdog = "30s"` | lease the watchdog renews (default: the client's, 30 s) | | the same, per permit |
 //! | `wait = "5s"` | wait when busy (default: try once) | | wait when every permit is taken (default: try once) |
-//! | `at_least = "30s"` | keep the lock until this long after it was taken, however soon the body ends (a scheduled job on many replicas runs once per period); at most `ttl` | | |
+//! | `at_least = "30s"` | keep the lock until this long after it was taken, however soon the body ends (a scheduled job on many replicas runs once per period); at most `ttl`; not with `mode` | | |
 //! | `skip_if_busy` | `Ok(None)` when busy | | `Ok(None)` when every permit is taken |
 //! | `keep_going_on_lost` | the body goes on when the lease is lost | | the same, for the permit |
 //! | `permits = 4` | | | required: bodies at once |
@@ -188,6 +189,38 @@ use crate::attr::Kind;
 ///   outermost call ends. Reentrancy is scoped to the body, not the task:
 ///   two calls joined in one task (`join!`) exclude each other.
 ///
+/// # Read-write mode
+///
+/// With `mode = "read"` or `mode = "write"`, the body runs under the
+/// read-write lock on the key (`Client::rw_lock`): any number of `read`
+/// calls run together, a `write` call runs alone. `ttl`, `watchdog`,
+/// `wait`, `skip_if_busy`, `keep_going_on_lost`, `client` and `crate` work
+/// as above; `at_least` is a compile error (a read or write hold ends with
+/// the body). Holds of a read-write lock are not reentrant: a call on the
+/// same key from inside the body takes it again, as a second reader, or as
+/// a writer that waits for the body's own hold (until its `wait` runs out).
+/// The in-memory store and Redis support it; the other stores return the
+/// `Unsupported` error.
+///
+/// ```
+/// # use lockguard::{Client, distributed_lock};
+/// #[distributed_lock(key = "prices:{market}", mode = "read", wait = "1s")]
+/// async fn quote(market: &str) -> Result<u64, lockguard::Error> {
+///     Ok(42) // many quotes at once, never during an update
+/// }
+///
+/// #[distributed_lock(key = "prices:{market}", mode = "write", wait = "5s")]
+/// async fn reprice(market: &str) -> Result<(), lockguard::Error> {
+///     Ok(()) // alone: no quote and no other update runs meanwhile
+/// }
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// # Client::memory().install_default();
+/// reprice("eu").await?;
+/// assert_eq!(quote("eu").await?, 42);
+/// # Ok(()) }
+/// ```
+///
 /// # Errors
 ///
 /// `Err(e.into())` with a `lockguard::Error` of kind `Busy`, `LeaseLost`,
@@ -230,7 +263,7 @@ use crate::attr::Kind;
 ///
 /// # Options
 ///
-/// `key` (required), `ttl`, `watchdog`, `wait`, `at_least`,
+/// `key` (required), `mode`, `ttl`, `watchdog`, `wait`, `at_least`,
 /// `skip_if_busy`, `keep_going_on_lost`, `client`, `crate`: see the
 /// [crate docs](crate).
 #[proc_macro_attribute]

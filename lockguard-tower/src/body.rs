@@ -8,13 +8,15 @@ use std::task::{Context, Poll, ready};
 
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
-use lockguard_core::{LeaseWatch, LockGuard, Permit};
+use lockguard_core::{LeaseWatch, LockGuard, Permit, ReadGuard, WriteGuard};
 use pin_project_lite::pin_project;
 
 /// What a response holds until its body is complete.
 pub(crate) enum Guard {
     None,
     Lock(LockGuard),
+    Read(ReadGuard),
+    Write(WriteGuard),
     Permit(Permit),
 }
 
@@ -23,6 +25,8 @@ impl fmt::Debug for Guard {
         match self {
             Self::None => f.write_str("None"),
             Self::Lock(g) => f.debug_tuple("Lock").field(&g.name()).finish(),
+            Self::Read(g) => f.debug_tuple("Read").field(&g.name()).finish(),
+            Self::Write(g) => f.debug_tuple("Write").field(&g.name()).finish(),
             Self::Permit(p) => f.debug_tuple("Permit").field(&p.name()).finish(),
         }
     }
@@ -41,6 +45,12 @@ impl Guard {
             Self::Lock(g) => {
                 extensions.insert(g.watch());
             }
+            Self::Read(g) => {
+                extensions.insert(g.watch());
+            }
+            Self::Write(g) => {
+                extensions.insert(g.watch());
+            }
             Self::Permit(p) => {
                 extensions.insert(p.watch());
             }
@@ -55,6 +65,18 @@ impl Guard {
             Self::Lock(g) => {
                 release_held("lock", g.watch(), g.try_release_now(), LockGuard::release)
             }
+            Self::Read(g) => release_held(
+                "read lock",
+                g.watch(),
+                g.try_release_now(),
+                ReadGuard::release,
+            ),
+            Self::Write(g) => release_held(
+                "write lock",
+                g.watch(),
+                g.try_release_now(),
+                WriteGuard::release,
+            ),
             Self::Permit(p) => {
                 release_held("permit", p.watch(), p.try_release_now(), Permit::release)
             }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use lockguard_core::{Client, Error, Lock, Semaphore};
+use lockguard_core::{Client, Error, Lock, ReadLock, RwMode, Semaphore, WriteLock};
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -26,6 +26,9 @@ pub(crate) struct Settings {
     pub(crate) on_missing_key: MissingKey,
     pub(crate) failure: FailureMode,
     pub(crate) refusals: Refusals,
+    /// A lock layer's read-write mode: a read lock for safe methods, a
+    /// write lock for the others.
+    pub(crate) read_write: bool,
 }
 
 impl Settings {
@@ -39,6 +42,7 @@ impl Settings {
             on_missing_key: MissingKey::default(),
             failure: FailureMode::default(),
             refusals: Refusals::default(),
+            read_write: false,
         }
     }
 
@@ -59,6 +63,7 @@ impl Settings {
         // what can be wrong.
         let probe = self.store_name("k");
         match kind {
+            Kind::Lock if self.read_write => self.read_lock(&probe).validate(),
             Kind::Lock => self.lock(&probe).validate(),
             Kind::Permits(permits) => self.semaphore(&probe, permits).validate(),
         }
@@ -66,7 +71,7 @@ impl Settings {
 
     /// The lock or semaphore of `key`, under its store name `name:key`
     /// (written in a buffer the thread keeps: the lock copies it).
-    fn held(&self, kind: Kind, key: &str) -> Held {
+    fn held(&self, kind: Kind, mode: Option<RwMode>, key: &str) -> Held {
         thread_local! {
             static NAME: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
         }
@@ -75,9 +80,11 @@ impl Settings {
             name.push_str(&self.name);
             name.push(':');
             name.push_str(key);
-            let held = match kind {
-                Kind::Lock => Held::Lock(self.lock(name)),
-                Kind::Permits(permits) => Held::Permits(self.semaphore(name, permits)),
+            let held = match (kind, mode) {
+                (Kind::Lock, Some(RwMode::Read)) => Held::Read(self.read_lock(name)),
+                (Kind::Lock, Some(RwMode::Write)) => Held::Write(self.write_lock(name)),
+                (Kind::Lock, None) => Held::Lock(self.lock(name)),
+                (Kind::Permits(permits), _) => Held::Permits(self.semaphore(name, permits)),
             };
             // A key of unusual length leaves no large buffer behind.
             if name.capacity() > 4096 {
@@ -91,6 +98,24 @@ impl Settings {
     /// one attempt).
     fn lock(&self, store_name: &str) -> Lock {
         let lock = self.client.lock(store_name).wait(self.wait());
+        match self.lease {
+            Some(lease) => lock.lease(lease),
+            None => lock,
+        }
+    }
+
+    /// The read lock on `store_name`, with the layer's lease and wait.
+    fn read_lock(&self, store_name: &str) -> ReadLock {
+        let lock = self.client.rw_lock(store_name).read().wait(self.wait());
+        match self.lease {
+            Some(lease) => lock.lease(lease),
+            None => lock,
+        }
+    }
+
+    /// The write lock on `store_name`, with the layer's lease and wait.
+    fn write_lock(&self, store_name: &str) -> WriteLock {
+        let lock = self.client.rw_lock(store_name).write().wait(self.wait());
         match self.lease {
             Some(lease) => lock.lease(lease),
             None => lock,
@@ -132,6 +157,18 @@ impl Kind {
     }
 }
 
+/// The hold a request of `method` takes in read-write mode: a read for
+/// the safe methods (`GET`, `HEAD`, `OPTIONS`, `TRACE`), a write for the
+/// others.
+fn rw_mode(method: &http::Method) -> RwMode {
+    use http::Method;
+    if [Method::GET, Method::HEAD, Method::OPTIONS, Method::TRACE].contains(method) {
+        RwMode::Read
+    } else {
+        RwMode::Write
+    }
+}
+
 /// Admits `request` to `service` once it holds the lock or a permit for
 /// the key `key` extracts, or refuses it.
 pub(crate) fn admit<S, K, ReqB>(
@@ -154,15 +191,20 @@ where
             return Admit::unkeyed(what, name, unkeyed, outcome, refusals, service, request);
         }
     };
-    let span = admission_span(|| match kind {
-        Kind::Lock => tracing::debug_span!("lock", lock = %settings.name, %key),
-        Kind::Permits(permits) => {
+    let mode =
+        (matches!(kind, Kind::Lock) && settings.read_write).then(|| rw_mode(request.method()));
+    let span = admission_span(|| match (kind, mode) {
+        (Kind::Lock, Some(mode)) => {
+            tracing::debug_span!("lock", lock = %settings.name, %key, mode = mode.as_str())
+        }
+        (Kind::Lock, None) => tracing::debug_span!("lock", lock = %settings.name, %key),
+        (Kind::Permits(permits), _) => {
             tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
         }
     });
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
-    let held = settings.held(kind, &key);
+    let held = settings.held(kind, mode, &key);
     // Taken at once where the store needs no round trip (the in-memory
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.
@@ -170,16 +212,18 @@ where
     if let Some(taken) = within(span.as_ref(), || held.try_now())
         && !(waits && taken.as_ref().is_err_and(Error::is_busy))
     {
-        let admission = within(span.as_ref(), || settled(settings, kind, taken, 0));
+        let admission = within(span.as_ref(), || settled(settings, kind, mode, taken, 0));
         return Admit::admitted(admission, service, request);
     }
-    let acquire = acquire(settings.clone(), kind, held);
+    let acquire = acquire(settings.clone(), kind, mode, held);
     Admit::admitting(in_span(acquire, span), service, request)
 }
 
 /// The lock or semaphore a request takes.
 enum Held {
     Lock(Lock),
+    Read(ReadLock),
+    Write(WriteLock),
     Permits(Semaphore),
 }
 
@@ -188,6 +232,8 @@ impl Held {
     fn try_now(&self) -> Option<Result<Guard, Error>> {
         Some(match self {
             Self::Lock(lock) => lock.try_acquire_now()?.map(Guard::Lock),
+            Self::Read(lock) => lock.try_acquire_now()?.map(Guard::Read),
+            Self::Write(lock) => lock.try_acquire_now()?.map(Guard::Write),
             Self::Permits(semaphore) => semaphore.try_acquire_now()?.map(Guard::Permit),
         })
     }
@@ -196,26 +242,34 @@ impl Held {
     async fn acquire(&self) -> Result<Guard, Error> {
         match self {
             Self::Lock(lock) => lock.acquire().await.map(Guard::Lock),
+            Self::Read(lock) => lock.acquire().await.map(Guard::Read),
+            Self::Write(lock) => lock.acquire().await.map(Guard::Write),
             Self::Permits(semaphore) => semaphore.acquire().await.map(Guard::Permit),
         }
     }
 }
 
 /// Takes the lock or a permit, waiting as configured.
-async fn acquire(settings: Arc<Settings>, kind: Kind, held: Held) -> Admission {
+async fn acquire(
+    settings: Arc<Settings>,
+    kind: Kind,
+    mode: Option<RwMode>,
+    held: Held,
+) -> Admission {
     // Only read the clock for a log line somebody reads.
     let started = tracing::enabled!(tracing::Level::DEBUG).then(Instant::now);
     let result = held.acquire().await;
     let waited_ms = started.map_or(0, |s| {
         u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
     });
-    settled(&settings, kind, result, waited_ms)
+    settled(&settings, kind, mode, result, waited_ms)
 }
 
 /// What taking the lock or permit gives the request.
 fn settled(
     settings: &Settings,
     kind: Kind,
+    mode: Option<RwMode>,
     result: Result<Guard, Error>,
     waited_ms: u64,
 ) -> Admission {
@@ -228,7 +282,7 @@ fn settled(
                 decision: None,
             }
         }
-        Err(e) if e.is_busy() => busy(settings, kind, &e, waited_ms),
+        Err(e) if e.is_busy() => busy(settings, kind, mode, &e, waited_ms),
         Err(e) => outcome::store_failure(
             kind.what(),
             &settings.name,
@@ -239,14 +293,28 @@ fn settled(
     }
 }
 
-fn busy(settings: &Settings, kind: Kind, error: &Error, waited_ms: u64) -> Admission {
+fn busy(
+    settings: &Settings,
+    kind: Kind,
+    mode: Option<RwMode>,
+    error: &Error,
+    waited_ms: u64,
+) -> Admission {
     tracing::debug!(waited_ms, error = %error, "{} busy; refusing the request", kind.what());
-    let detail = match kind {
-        Kind::Lock => format!(
+    let detail = match (kind, mode) {
+        (Kind::Lock, Some(RwMode::Read)) => format!(
+            "another request is changing this resource under lock {:?}; try again when it is done",
+            settings.name
+        ),
+        (Kind::Lock, Some(RwMode::Write)) => format!(
+            "other requests are using this resource under lock {:?}; try again when they are done",
+            settings.name
+        ),
+        (Kind::Lock, None) => format!(
             "another request holds lock {:?} for this resource; try again when it is done",
             settings.name
         ),
-        Kind::Permits(n) => format!(
+        (Kind::Permits(n), _) => format!(
             "all {n} permits of concurrency limit {:?} are taken; try again later",
             settings.name
         ),

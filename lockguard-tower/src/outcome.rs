@@ -120,9 +120,10 @@ pub(crate) fn store_failure(
             decision: None,
         }))
     };
-    if error.is_invalid_input() || error.is_misconfigured() {
+    if error.is_invalid_input() || error.is_misconfigured() || error.is_unsupported() {
         // Not a passing outage and not the client's doing: a quota, lease
-        // or permit count that cannot work, credentials the store refuses.
+        // or permit count that cannot work, credentials the store refuses,
+        // a read-write lock on a store without them.
         // Loud (once per cause), and refused whatever the failure mode.
         // Once per layer and kind of mistake, not per key.
         let cause = format!("{what} {name:?}: {}", error.kind());

@@ -9,4 +9,5 @@ mod bounds;
 mod concurrency_limit;
 mod lock;
 mod rate_limit;
+mod rw_lock;
 mod support;

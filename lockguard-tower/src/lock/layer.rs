@@ -46,6 +46,44 @@ impl<K> LockLayer<K> {
         Ok(self)
     }
 
+    /// Read-write mode: requests with a safe method (`GET`, `HEAD`,
+    /// `OPTIONS`, `TRACE`) take `name:KEY` as a read lock, any number at
+    /// once; the others (`POST`, `PUT`, `PATCH`, `DELETE`, ...) take it as
+    /// a write lock, alone. Reads of a resource then run in parallel, and a
+    /// change runs with no read or other change beside it. See
+    /// [`RwLock`](lockguard_core::RwLock): readers and writers queue in
+    /// one line, so a waiting write keeps new reads out and a stream of
+    /// reads cannot starve it.
+    ///
+    /// Everything else is as in the default mode: [`wait`](Self::wait),
+    /// [`lease`](Self::lease), the refusal of a busy lock with
+    /// [`busy_status`](Self::busy_status), and the failure mode when the
+    /// store is down. The in-memory store and Redis support read-write
+    /// locks; on other stores every request is refused with `500` and the
+    /// mistake is logged once at `error` level, whatever the failure mode.
+    ///
+    /// ```
+    /// use axum::{Router, body::Body, routing::get};
+    /// use http::Request;
+    /// use lockguard_core::Client;
+    /// use lockguard_tower::LockLayer;
+    ///
+    /// let lg = Client::memory();
+    /// let doc = |req: &Request<Body>| {
+    ///     let id = req.uri().path().strip_prefix("/docs/")?;
+    ///     Some(format!("doc:{id}"))
+    /// };
+    /// // `GET /docs/7` runs beside other reads of doc 7; `PUT /docs/7` alone.
+    /// let app: Router = Router::new()
+    ///     .route("/docs/{id}", get(|| async { "doc" }).put(|| async { "saved" }))
+    ///     .route_layer(LockLayer::new(lg, "docs", doc).read_write());
+    /// # let _ = app;
+    /// ```
+    #[must_use]
+    pub fn read_write(self) -> Self {
+        self.edit(|s| s.read_write = true)
+    }
+
     fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
         f(Arc::make_mut(&mut self.settings));
         self

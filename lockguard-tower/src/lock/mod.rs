@@ -14,6 +14,12 @@
 //! `503` (fail-closed, the default); fail-open runs the request without the
 //! lock and logs a warning.
 //!
+//! In read-write mode ([`LockLayer::read_write`]) the key's lock is a
+//! [`RwLock`](lockguard_core::RwLock): requests with a safe method (`GET`,
+//! `HEAD`, `OPTIONS`, `TRACE`) share it as readers, the others take it
+//! alone as its writer, so reads of a resource run in parallel and a change
+//! runs with nothing else on the resource beside it.
+//!
 //! Each request takes the lock as its own owner, with a non-reentrant
 //! [`Lock`](lockguard_core::Lock): the core's reentrancy (a task that holds
 //! a lock gets it again) does not apply between requests, even two served

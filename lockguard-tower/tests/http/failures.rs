@@ -31,6 +31,20 @@ fn app(store: &Store) -> Router {
                 .route_layer(LockLayer::new(lg.clone(), "l2", key::Global).fail_open()),
         )
         .route(
+            "/rwlock/closed",
+            get(|| async { "ok" })
+                .post(|| async { "ok" })
+                .route_layer(LockLayer::new(lg.clone(), "rw1", key::Global).read_write()),
+        )
+        .route(
+            "/rwlock/open",
+            get(|| async { "ok" }).post(|| async { "ok" }).route_layer(
+                LockLayer::new(lg.clone(), "rw2", key::Global)
+                    .read_write()
+                    .fail_open(),
+            ),
+        )
+        .route(
             "/slots/closed",
             get(|| async { "ok" }).route_layer(ConcurrencyLimitLayer::new(
                 lg.clone(),
@@ -47,11 +61,13 @@ fn app(store: &Store) -> Router {
         )
 }
 
-const PATHS: [&str; 6] = [
+const PATHS: [&str; 8] = [
     "/limit/closed",
     "/limit/open",
     "/lock/closed",
     "/lock/open",
+    "/rwlock/closed",
+    "/rwlock/open",
     "/slots/closed",
     "/slots/open",
 ];
@@ -63,6 +79,13 @@ async fn with_redis_killed_fail_closed_is_503_and_fail_open_passes() {
     let c = HttpClient::new(&server);
     for path in PATHS {
         assert_eq!(c.get(path, &[]).await.status, 200, "{path} with redis up");
+    }
+    for path in ["/rwlock/closed", "/rwlock/open"] {
+        assert_eq!(
+            c.post(path, &[]).await.status,
+            200,
+            "POST {path} with redis up"
+        );
     }
 
     store.server.kill();
@@ -78,6 +101,9 @@ async fn with_redis_killed_fail_closed_is_503_and_fail_open_passes() {
             assert_eq!(res.header("ratelimit"), None, "no decision, no headers");
         }
     }
+    // Writes of the read-write mode follow the same policy as its reads.
+    assert_eq!(c.post("/rwlock/closed", &[]).await.status, 503);
+    assert_eq!(c.post("/rwlock/open", &[]).await.status, 200);
 
     // Back up (empty): the layers enforce again once the client reconnects.
     store.server.restart();

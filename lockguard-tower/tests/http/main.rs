@@ -7,6 +7,7 @@ mod lock;
 mod misconfigured;
 mod proxy;
 mod rate_limit;
+mod read_write;
 mod routes;
 mod streaming;
 mod support;

@@ -136,3 +136,95 @@ async fn credentials_the_store_refuses_are_a_server_error_even_fail_open() {
         "the log names the refusal"
     );
 }
+
+/// A store with plain locks and no read-write locks: the in-memory store
+/// behind a wrapper that forwards only the lock operations.
+#[derive(Debug)]
+struct LocksOnly(lockguard_core::store::Store);
+
+impl lockguard_core::store::LockStore for LocksOnly {
+    fn name(&self) -> &'static str {
+        "locks-only"
+    }
+    fn waiting(&self) -> lockguard_core::store::Waiting {
+        self.0.locks().waiting()
+    }
+    fn confirms_handoffs(&self) -> bool {
+        self.0.locks().confirms_handoffs()
+    }
+    fn acquire<'a>(
+        &'a self,
+        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &'a lockguard_core::store::Token,
+        lease: std::time::Duration,
+        place: Option<lockguard_core::store::Place<'a>>,
+    ) -> lockguard_core::store::StoreFuture<
+        'a,
+        lockguard_core::Result<lockguard_core::store::Attempt>,
+    > {
+        self.0.locks().acquire(keys, token, lease, place)
+    }
+    fn release<'a>(
+        &'a self,
+        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &'a lockguard_core::store::Token,
+    ) -> lockguard_core::store::StoreFuture<'a, lockguard_core::Result<bool>> {
+        self.0.locks().release(keys, token)
+    }
+    fn extend<'a>(
+        &'a self,
+        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &'a lockguard_core::store::Token,
+        lease: std::time::Duration,
+    ) -> lockguard_core::store::StoreFuture<'a, lockguard_core::Result<bool>> {
+        self.0.locks().extend(keys, token, lease)
+    }
+    fn attach(&self, inbox: std::sync::Weak<dyn lockguard_core::store::Inbox>) {
+        self.0.locks().attach(inbox)
+    }
+}
+
+impl lockguard_core::store::DataStore for LocksOnly {}
+
+/// `LockLayer::read_write` on a store without read-write locks: every
+/// request, read or write, is a `500` even fail-open, logged once; the
+/// plain lock on the same store works.
+#[tokio::test(flavor = "current_thread")]
+async fn read_write_mode_on_a_store_without_it_is_a_server_error_even_fail_open() {
+    use lockguard_core::store::Store;
+    let captured = CapturedLog::default();
+    let _log = captured.install();
+    let store = Store::new(std::sync::Arc::new(LocksOnly(Store::memory())), Vec::new());
+    let lg = Client::builder().build(store).unwrap();
+    let app = Router::new()
+        .route(
+            "/rw",
+            get(|| async { "ok" }).post(|| async { "ok" }).route_layer(
+                LockLayer::new(lg.clone(), "rw-unsupported", key::Global)
+                    .read_write()
+                    .fail_open(),
+            ),
+        )
+        .route(
+            "/plain",
+            get(|| async { "ok" }).route_layer(LockLayer::new(lg, "plain", key::Global)),
+        );
+    let server = Server::start(app).await;
+    let http = HttpClient::new(&server);
+    for _ in 0..2 {
+        for method in [http::Method::GET, http::Method::POST] {
+            let resp = http.send(method.clone(), "/rw", &[]).await;
+            assert_eq!(
+                resp.status,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "{method}: {resp:?}"
+            );
+        }
+    }
+    assert_eq!(http.get("/plain", &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        captured.lines_with("ERROR", "rw-unsupported"),
+        1,
+        "logged once"
+    );
+}
