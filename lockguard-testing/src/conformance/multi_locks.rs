@@ -177,8 +177,9 @@ pub async fn a_waiting_multi_lock_gets_every_key_when_the_last_is_freed(env: Env
 }
 
 /// Dropping a multi-lock's `acquire` while it waits for its last key
-/// leaves none of its keys held for long (the taken ones are released in
-/// the background).
+/// leaves none of its keys held for long: the taken ones are released in
+/// the background, and the awaited one, once released, is not kept for
+/// the dropped acquire.
 pub async fn a_dropped_multi_lock_acquire_leaves_no_key_held(env: Env) {
     let (lg, other) = (env.client().await, env.client().await);
     let held = other.lock("d:c").acquire().await.unwrap();
@@ -205,9 +206,17 @@ pub async fn a_dropped_multi_lock_acquire_leaves_no_key_held(env: Env) {
             "{key} still held after the acquire was dropped"
         );
     }
-    // The busy key never went to the dropped acquire.
+    // The busy key is free soon after its release: handed to the dropped
+    // acquire's place in its queue, if that place was not yet gone, it is
+    // passed on in the background, within the waiter timeout.
     assert!(held.release().await.unwrap());
-    assert!(is_free(&probe, "d:c").await);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            is_free(&probe, "d:c").await
+        })
+        .await,
+        "d:c still held after its release"
+    );
 }
 
 /// Inside `run`, each key is reentrant; a lost lease of any key stops the
