@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::faults::{
-    a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
+    PausePlan, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_leaders_lease,
+    a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_wait_rides_out_an_outage,
 };
 use lockguard_testing::{ChildProcess, MariaDbServer};
@@ -68,6 +69,28 @@ async fn mysql_paused_server_makes_the_holder_lose_its_lease_and_its_fence() {
     let a = client_timing_out(&server, Duration::from_millis(150)).await;
     let b = client_timing_out(&server, Duration::from_secs(2)).await;
     a_pause_takes_the_lease_and_the_fence(&mut server, &a, &b).await;
+}
+
+/// The kit's scenario for a multi-lock: paused under a watchdog lease, it
+/// signals the loss within the lease, and the next holders' tokens fence
+/// its writes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_paused_server_makes_a_multi_lock_lose_its_lease_and_its_fences() {
+    let mut server = MariaDbServer::start();
+    let a = client_timing_out(&server, Duration::from_millis(150)).await;
+    let b = client_timing_out(&server, Duration::from_secs(2)).await;
+    a_pause_takes_the_multi_locks_lease(&mut server, PausePlan::lease(), &a, &b).await;
+}
+
+/// The kit's scenario for a leader: paused under a watchdog lease, it
+/// signals the loss within the lease, and the next leader's term fences
+/// its writes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_paused_server_makes_a_leader_lose_its_lease_and_its_term() {
+    let mut server = MariaDbServer::start();
+    let a = client_timing_out(&server, Duration::from_millis(150)).await;
+    let b = client_timing_out(&server, Duration::from_secs(2)).await;
+    a_pause_takes_the_leaders_lease(&mut server, PausePlan::lease(), &a, &b).await;
 }
 
 /// The kit's scenario: a short wait during an outage ends with the store's

@@ -6,10 +6,10 @@
 //! store's server is killed, paused or down for a while: operations fail
 //! fast with the error the store reports, a restarted server is used again
 //! by the same client, a wait rides out an outage shorter than itself, a
-//! paused holder loses its lease before another holder starts and is
-//! fenced out, and wake-ups come back after an outage. Run them on a
-//! multi-thread runtime: they block a worker thread while they kill or
-//! start a server.
+//! paused holder (of a lock, a read-write lock, a multi-lock or a lead)
+//! loses its lease before another holder starts and is fenced out, and
+//! wake-ups come back after an outage. Run them on a multi-thread runtime:
+//! they block a worker thread while they kill or start a server.
 //!
 //! ```ignore
 //! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -30,6 +30,13 @@ use lockguard_core::{Builder, Client, Error, LockGuard};
 
 use crate::ServerProcess;
 use crate::conformance::eventually;
+
+mod pauses;
+
+pub use self::pauses::{
+    PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
+    a_pause_takes_the_writers_lease,
+};
 
 /// How long the outages of [`wake_ups_come_back_after_an_outage`] and
 /// [`first_requests_after_an_outage_succeed`] last: longer than a

@@ -1,6 +1,7 @@
 //! Failure tests against real `redis-server` processes that are killed,
 //! paused with SIGSTOP, restarted, and disturbed mid-run.
 
+mod pauses;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
