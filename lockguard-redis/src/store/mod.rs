@@ -847,6 +847,37 @@ impl RedisStore {
 
     /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
     /// `EVALSHA` after a script cache flush) under the response timeout.
+    /// Runs an acquisition's script (of a lock, a semaphore or a
+    /// read-write lock) and reads its answer. A hold taken that is not on
+    /// enough replicas to survive a failover is given back, rather than
+    /// handed out when a promoted replica would not know it, and the
+    /// replication error returned.
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        call: &ScriptInvocation<'_>,
+    ) -> Result<Attempt> {
+        let reply: Vec<i64> = self
+            .run(call, || format!("acquiring {:?}", keys.id()))
+            .await?;
+        let fence = match attempt_reply(keys, &reply)? {
+            Ok(fence) => fence,
+            Err(busy) => return Ok(busy),
+        };
+        if let Err(e) = self.replicated(keys.id()).await {
+            // The keys name the kind of hold; `release` gives back any.
+            if let Err(undo) = self.release(keys, token).await {
+                tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated hold failed; its lease will free it");
+            }
+            return Err(e);
+        }
+        Ok(Attempt::Acquired {
+            fence,
+            keys: keys.clone(),
+        })
+    }
+
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         call: &ScriptInvocation<'_>,
@@ -1084,25 +1115,7 @@ impl LockStore for RedisStore {
                     .arg(p.channel)
                     .arg(p.attempt);
             }
-            let reply: Vec<i64> = self
-                .run(&call, || format!("acquiring {:?}", keys.id()))
-                .await?;
-            let fence = match attempt_reply(keys, &reply)? {
-                Ok(fence) => fence,
-                Err(busy) => return Ok(busy),
-            };
-            if let Err(e) = self.replicated(keys.id()).await {
-                // Not on enough replicas to survive a failover: give it back
-                // rather than hand out a lock a promoted replica would not know.
-                if let Err(undo) = self.release(keys, token).await {
-                    tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
-                }
-                return Err(e);
-            }
-            Ok(Attempt::Acquired {
-                fence,
-                keys: keys.clone(),
-            })
+            self.attempt(keys, token, &call).await
         })
     }
 
@@ -1197,24 +1210,7 @@ impl LockStore for RedisStore {
                     .arg(p.channel)
                     .arg(p.attempt);
             }
-            let reply: Vec<i64> = self
-                .run(&call, || format!("acquiring {:?}", keys.id()))
-                .await?;
-            let fence = match attempt_reply(keys, &reply)? {
-                Ok(fence) => fence,
-                Err(busy) => return Ok(busy),
-            };
-            if let Err(e) = self.replicated(keys.id()).await {
-                // As for a lock: a hold the replicas do not have is given back.
-                if let Err(undo) = self.release(keys, token).await {
-                    tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated hold failed; its lease will free it");
-                }
-                return Err(e);
-            }
-            Ok(Attempt::Acquired {
-                fence,
-                keys: keys.clone(),
-            })
+            self.attempt(keys, token, &call).await
         })
     }
 

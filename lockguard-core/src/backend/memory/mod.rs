@@ -818,7 +818,7 @@ mod tests {
         assert!(store.release(&keys, &b));
     }
 
-    fn place(timeout_ms: u64) -> Option<Place<'static>> {
+    pub(super) fn place(timeout_ms: u64) -> Option<Place<'static>> {
         Some(Place {
             timeout: Duration::from_millis(timeout_ms),
             channel: "",
@@ -831,7 +831,7 @@ mod tests {
 
     /// An inbox recording the tokens handed a lock.
     #[derive(Default)]
-    struct Seen(Mutex<Vec<Token>>);
+    pub(super) struct Seen(pub(super) Mutex<Vec<Token>>);
 
     impl Inbox for Seen {
         fn is_wanted(&self, _: &str) -> bool {
@@ -846,7 +846,7 @@ mod tests {
         fn wake_all(&self) {}
     }
 
-    fn notified(store: &MemoryStore) -> Arc<Seen> {
+    pub(super) fn notified(store: &MemoryStore) -> Arc<Seen> {
         let seen = Arc::new(Seen::default());
         let inbox: Arc<dyn Inbox> = seen.clone();
         store.attach(Arc::downgrade(&inbox));

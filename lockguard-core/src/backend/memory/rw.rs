@@ -251,11 +251,10 @@ impl MemoryStore {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
+    use super::super::tests::notified;
     use super::*;
     use crate::clock::ManualClock;
-    use crate::store::{Inbox, LockStore};
+    use crate::store::LockStore;
 
     fn keys(mode: RwMode) -> Arc<LockKeys> {
         Arc::new(LockKeys::rw("t:", "rw", mode))
@@ -266,29 +265,7 @@ mod tests {
     }
 
     fn place_for(timeout: Duration) -> Option<Place<'static>> {
-        Some(Place {
-            timeout,
-            channel: "",
-            attempt: 1,
-            waiter: Token::random(),
-            since_ms: 0,
-        })
-    }
-
-    #[derive(Default)]
-    struct Seen(Mutex<Vec<Token>>);
-
-    impl Inbox for Seen {
-        fn is_wanted(&self, _: &str) -> bool {
-            false
-        }
-        fn deliver(&self, _: &str, _: &[u8]) {}
-        fn handoff(&self, handoff: Handoff) {
-            self.0.lock().unwrap().push(handoff.token);
-        }
-        fn wake(&self, _: &Token) {}
-        fn near(&self, _: &Token) {}
-        fn wake_all(&self) {}
+        super::super::tests::place(timeout.as_millis() as u64)
     }
 
     fn fence(attempt: Attempt) -> u64 {
@@ -303,9 +280,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn readers_queue_behind_a_waiting_writer_and_enter_together() {
         let store = MemoryStore::new(Arc::new(ManualClock::new()));
-        let seen = Arc::new(Seen::default());
-        let inbox: Arc<dyn Inbox> = seen.clone();
-        store.attach(Arc::downgrade(&inbox));
+        let seen = notified(&store);
         let (r, w) = (keys(RwMode::Read), keys(RwMode::Write));
         let lease = Duration::from_secs(10);
         let [r0, w1, r2, r3, w4] = [(); 5].map(|()| Token::random());
