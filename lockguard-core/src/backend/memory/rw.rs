@@ -254,7 +254,6 @@ mod tests {
     use super::super::tests::notified;
     use super::*;
     use crate::clock::ManualClock;
-    use crate::store::LockStore;
 
     fn keys(mode: RwMode) -> Arc<LockKeys> {
         Arc::new(LockKeys::rw("t:", "rw", mode))
