@@ -10,6 +10,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod costs;
 mod departures;
 mod multi;
 mod order;

@@ -36,15 +36,9 @@ local MAX_SPREAD = 64
 local function queue_lib()
   local q = {}
 
-  -- The server's time in µs, read once per script and only if needed.
-  local now_cached
-  function q.now_us()
-    if not now_cached then
-      local t = redis.call('TIME')
-      now_cached = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    end
-    return now_cached
-  end
+  -- The server's time in µs, read once per script and only if needed
+  -- (sequence.lua).
+  q.now_us = server_time
 
   function q.now_ms()
     return math.floor(q.now_us() / 1000)
@@ -184,20 +178,31 @@ local function queue_lib()
   -- Drops the semaphore holders whose lease ended, with their fence records.
   function q.semaphore_expire(holders, tickets)
     local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', q.now_ms())
-    for _, t in ipairs(expired) do
-      redis.call('HDEL', tickets, t)
+    if #expired > 0 then
+      for _, t in ipairs(expired) do
+        redis.call('HDEL', tickets, t)
+      end
+      redis.call('ZREMRANGEBYSCORE', holders, '-inf', q.now_ms())
     end
-    redis.call('ZREMRANGEBYSCORE', holders, '-inf', q.now_ms())
   end
 
-  -- Gives a permit to token for ms, with a new fence (returned).
-  function q.semaphore_give(holders, seq, queue, tickets, token, ms)
+  -- Gives a permit to token for ms, with a new fence (returned). A waiter
+  -- handed it (`handed`) leaves the queue and gets a fence record, which
+  -- its attempt reads when it claims the permit (its notification lost).
+  -- Without one, a claim draws a fence of its own, greater than this one.
+  -- The holders set is kept for twice ms when it would end sooner than ms,
+  -- so most gives find it kept.
+  function q.semaphore_give(holders, seq, queue, tickets, token, ms, handed)
     local f = seq_next(seq)
-    q.leave(queue, tickets, token)
     redis.call('ZADD', holders, q.now_ms() + ms, token)
-    redis.call('HSET', tickets, token, '=' .. string.format('%.0f', f))
-    q.keep(holders, ms)
-    q.keep(tickets, ms)
+    if redis.call('PTTL', holders) < ms then
+      redis.call('PEXPIRE', holders, 2 * ms)
+    end
+    if handed then
+      q.leave(queue, tickets, token)
+      redis.call('HSET', tickets, token, '=' .. string.format('%.0f', f))
+      q.keep(tickets, ms)
+    end
     return f
   end
 
@@ -210,7 +215,7 @@ local function queue_lib()
       if not first or first == me then
         break
       end
-      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline, timeout))
+      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline, timeout), true)
       q.notify(first, f, attempt, channel)
       free = free - 1
     end

@@ -17,8 +17,7 @@
 local lock, seq, line, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, waiter = ARGV[1], ARGV[3]
 if waiter or redis.call('EXISTS', alive) == 1 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local now = math.floor(server_time() / 1000)
   -- Waiters whose place lapsed (scores 0..now), and the marks of waiters
   -- that left (negative scores, see redlock_release.lua) that ended.
   local lapsed = redis.call('ZRANGEBYSCORE', alive, 0, now)
@@ -56,6 +55,6 @@ if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
     redis.call('ZREM', line, waiter)
     redis.call('ZREM', alive, waiter)
   end
-  return {1, seq_next(seq)}
+  return {1, seq_next(seq, nil, true)}
 end
 return {0, redis.call('PTTL', lock)}

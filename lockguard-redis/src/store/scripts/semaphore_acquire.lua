@@ -12,20 +12,30 @@ if redis.replicate_commands then redis.replicate_commands() end
 local holders, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local q = queue_lib()
 local token, lease = ARGV[1], tonumber(ARGV[2])
-local ends = redis.call('ZSCORE', holders, token)
-if ends and tonumber(ends) > q.now_ms() then
-  -- Handed to us by a release: claim it with our own lease.
-  redis.call('ZADD', holders, q.now_ms() + lease, token)
-  q.keep(holders, lease)
-  q.keep(tickets, lease)
-  local record = redis.call('HGET', tickets, token) or '=0'
-  return {1, tonumber(string.sub(record, 2))}
+-- Only a waiter's later attempt may hold a place in the queue, or a permit
+-- handed to it (or taken by an earlier attempt whose answer was lost): a
+-- token is drawn per wait, and its first attempt is number 1.
+local returning = ARGV[4] and ARGV[6] ~= '1'
+if returning then
+  local ends = redis.call('ZSCORE', holders, token)
+  if ends and tonumber(ends) > q.now_ms() then
+    -- Ours: claim it with our own lease, and the fence it was handed with
+    -- (or one of our own, greater, when it has no record).
+    redis.call('ZADD', holders, q.now_ms() + lease, token)
+    q.keep(holders, lease)
+    local record = redis.call('HGET', tickets, token)
+    if record then
+      q.keep(tickets, lease)
+      return {1, tonumber(string.sub(record, 2))}
+    end
+    return {1, seq_next(seq)}
+  end
 end
 q.semaphore_expire(holders, tickets)
 local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
 free = q.semaphore_hand_out(holders, seq, queue, tickets, free, token)
 if free > 0 then
-  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease)}
+  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease, returning)}
 end
 if ARGV[4] then
   q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])

@@ -10,15 +10,21 @@ if redis.replicate_commands then redis.replicate_commands() end
 local holders, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local q = queue_lib()
 local token = ARGV[1]
-q.leave(queue, tickets, token)
 local ends = redis.call('ZSCORE', holders, token)
 if not ends then
+  -- A waiter leaving.
+  q.leave(queue, tickets, token)
   return 0
 end
+-- A holder is never queued: its place went when the permit became its.
 redis.call('ZREM', holders, token)
-q.semaphore_expire(holders, tickets)
-local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
-q.semaphore_hand_out(holders, seq, queue, tickets, free, nil)
+-- The fence record of a permit handed to it.
+redis.call('HDEL', tickets, token)
+if redis.call('EXISTS', queue) == 1 then
+  q.semaphore_expire(holders, tickets)
+  local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
+  q.semaphore_hand_out(holders, seq, queue, tickets, free, nil)
+end
 if tonumber(ends) > q.now_ms() then
   return 1
 end

@@ -3,25 +3,46 @@
 -- to the scripts that draw from it).
 --
 -- Each value drawn is greater than the one before and than the server's
--- clock, in ms times 1000. So a key's tokens and versions strictly increase
--- across the key's expiry and a step back of the clock (the sequence
--- remembers), and across a restart that lost the data (the clock remembers,
--- unless it also stepped back, or the slot drew more than 1000 values a ms).
--- The clock counts whole ms so that Redlock nodes whose sequences agree
--- draw the same value within a ms, and need no raising (redlock.rs).
--- Values stay below 2^53, exact as Lua numbers, until the year 2255.
--- floor (optional): the value drawn is also greater than it.
-local function seq_next(seq, floor)
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000000 + math.floor(tonumber(t[2]) / 1000) * 1000
+-- clock in µs. So a key's tokens and versions strictly increase across the
+-- key's expiry and a step back of the clock (the sequence remembers), and
+-- across a restart that lost the data (the clock remembers, unless it also
+-- stepped back, or the slot drew faster than one value a µs). Redlock's
+-- nodes draw on a clock of whole ms (`coarse`: the ms times 1000), so that
+-- nodes whose sequences agree draw the same value within a ms, and need no
+-- raising (redlock.rs). Values stay below 2^53, exact as Lua numbers,
+-- until the year 2255.
+--
+-- The server's clock is read once per script (`server_time`): a script runs
+-- at one instant, and every later read would cost a command. A draw is one
+-- command: `SET ... GET` writes the clock's value and answers the one it
+-- replaced, which is rewritten only when it was not below (the slot drew
+-- twice in a µs, or the clock stepped back).
+
+-- The server's time in µs, read at most once per script.
+local server_time_us
+local function server_time()
+  if not server_time_us then
+    local t = redis.call('TIME')
+    server_time_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return server_time_us
+end
+
+-- floor (optional): the value drawn is also greater than it. coarse: the
+-- clock in whole ms (Redlock).
+local function seq_next(seq, floor, coarse)
+  local now = server_time()
+  if coarse then
+    now = math.floor(now / 1000) * 1000
+  end
   if floor and floor > now then
     now = floor
   end
-  local cur = tonumber(redis.call('GET', seq) or '0')
-  if cur < now then
-    redis.call('SET', seq, string.format('%.0f', now + 1))
-    return now + 1
+  local next = now + 1
+  local cur = tonumber(redis.call('SET', seq, string.format('%.0f', next), 'GET') or '0')
+  if cur >= next then
+    next = cur + 1
+    redis.call('SET', seq, string.format('%.0f', next))
   end
-  return redis.call('INCR', seq)
+  return next
 end
-
