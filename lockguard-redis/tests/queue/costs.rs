@@ -8,6 +8,7 @@ use lockguard_testing::RedisServer;
 
 use support::Env;
 
+use super::reset_stats;
 use crate::support;
 
 /// Calls per command since the last `CONFIG RESETSTAT`: the scripts
@@ -36,20 +37,12 @@ async fn calls(admin: &mut redis::aio::MultiplexedConnection) -> (u64, u64) {
     (scripts, inside)
 }
 
-async fn reset(admin: &mut redis::aio::MultiplexedConnection) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(admin)
-        .await
-        .unwrap();
-}
-
 /// Runs `cycles` of `cycle` after a warm-up one, and returns the scripts
 /// sent and the commands run inside them per cycle.
 async fn per_cycle<F: AsyncFn()>(server: &RedisServer, cycles: u64, cycle: F) -> (f64, f64) {
     let mut admin = server.connection().await;
     cycle().await;
-    reset(&mut admin).await;
+    reset_stats(&mut admin).await;
     for _ in 0..cycles {
         cycle().await;
     }

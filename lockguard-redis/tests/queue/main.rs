@@ -97,3 +97,12 @@ async fn until_queue_holds(env: &Env, queue: Queue<'_>, n: u64, within: Duration
         queue.len(server).await
     );
 }
+
+/// Zeroes the server's command statistics (`CONFIG RESETSTAT`).
+async fn reset_stats(admin: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(admin)
+        .await
+        .unwrap();
+}

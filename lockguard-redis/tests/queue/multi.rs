@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
 
-use super::{Queue, until_queued};
+use super::{Queue, reset_stats, until_queued};
 use support::Env;
 
 use crate::support;
@@ -24,14 +24,6 @@ async fn scripts_sent(admin: &mut redis::aio::MultiplexedConnection) -> u64 {
         .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
         .and_then(|r| r.split(',').next())
         .map_or(0, |n| n.parse().unwrap())
-}
-
-async fn reset_stats(admin: &mut redis::aio::MultiplexedConnection) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async(admin)
-        .await
-        .unwrap();
 }
 
 /// Whether the lock key of `name` exists on the server.
