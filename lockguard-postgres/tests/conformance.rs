@@ -43,5 +43,5 @@ impl Harness for Postgres {
 
 lockguard_testing::conformance!(
     postgres => Postgres::start();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
+    locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_locks, leader
 );
