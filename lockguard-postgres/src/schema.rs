@@ -118,7 +118,9 @@ async fn found(conn: &mut Conn, schema: &str) -> Option<(i32, Option<i32>)> {
     );
     let rows = conn.query(&read, &[]).await.ok()?;
     let row = rows.first()?;
-    let version = row.get::<Option<i32>>(0, "reading the schema's version").ok()??;
+    let version = row
+        .get::<Option<i32>>(0, "reading the schema's version")
+        .ok()??;
     let since = row
         .get::<Option<i32>>(1, "reading the schema's version")
         .ok()?;

@@ -23,8 +23,8 @@ use tokio_postgres::error::SqlState;
 
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
-    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore,
-    Occupancy, Place, Resource, RwMode, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
+    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy,
+    Place, Resource, RwMode, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -534,7 +534,11 @@ impl LockStore for PostgresStore {
             let row = self
                 .acquisition(
                     &self.sql.acquire_all,
-                    &[ids.as_slice().into(), toks.as_slice().into(), ms(lease).into()],
+                    &[
+                        ids.as_slice().into(),
+                        toks.as_slice().into(),
+                        ms(lease).into(),
+                    ],
                     &toks,
                     what,
                 )
@@ -563,7 +567,9 @@ impl LockStore for PostgresStore {
                             .collect(),
                     )
                 }
-                (false, _, Some(i)) if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) => {
+                (false, _, Some(i))
+                    if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) =>
+                {
                     AllOrNone::Busy {
                         index: usize::try_from(i - 1).map_err(|_| garbage())?,
                         ttl: left
