@@ -60,7 +60,7 @@ pub(crate) fn migration_sql(schema: &str) -> Result<String> {
 
 /// What a client of [`VERSION`] does with the schema it finds.
 #[derive(Debug, PartialEq, Eq)]
-enum Verdict {
+pub(crate) enum Verdict {
     /// Missing or older: created or brought up to date.
     Migrate,
     /// This very version.
@@ -80,7 +80,7 @@ enum Verdict {
 
 /// The verdict on a schema whose `meta` says `found` (version, and the
 /// oldest client version it works with); `None` for no schema, or no row.
-fn verdict(found: Option<(i32, Option<i32>)>) -> Verdict {
+pub(crate) fn verdict(found: Option<(i32, Option<i32>)>) -> Verdict {
     match found {
         None => Verdict::Migrate,
         Some((v, _)) if v < VERSION => Verdict::Migrate,
@@ -107,16 +107,22 @@ fn refused(schema: &str, version: i32, compatible_since: i32) -> Error {
     )
 }
 
+/// The statement that reads the version of `schema` and the oldest client
+/// version it works with (NULL before version 4), whether or not it has
+/// the `compatible_since` column: one row, none when `meta` is empty.
+pub(crate) fn version_query(schema: &str) -> String {
+    format!(
+        "SELECT (to_jsonb(m) ->> 'version')::int, (to_jsonb(m) ->> 'compatible_since')::int \
+         FROM {schema}.meta m ORDER BY 1 DESC LIMIT 1"
+    )
+}
+
 /// The version and the oldest compatible client version in `schema`'s
 /// `meta`, read whether or not the schema has the `compatible_since`
 /// column (versions before 4 do not); `None` when there is no schema, or
 /// no row.
 async fn found(conn: &mut Conn, schema: &str) -> Option<(i32, Option<i32>)> {
-    let read = format!(
-        "SELECT (to_jsonb(m) ->> 'version')::int, (to_jsonb(m) ->> 'compatible_since')::int \
-         FROM {schema}.meta m ORDER BY 1 DESC LIMIT 1"
-    );
-    let rows = conn.query(&read, &[]).await.ok()?;
+    let rows = conn.query(&version_query(schema), &[]).await.ok()?;
     let row = rows.first()?;
     let version = row
         .get::<Option<i32>>(0, "reading the schema's version")

@@ -159,3 +159,50 @@ async fn a_multi_lock_on_free_keys_is_one_round_trip_and_one_transaction() {
     assert!(g.release().await.unwrap());
     assert!(free.release().await.unwrap());
 }
+
+/// A rolling upgrade from version 3: a schema of version 3 (its file as
+/// released), with a lock held and a waiter queued by a client of version
+/// 3 (its statements, by hand), is brought up to date by this client,
+/// which records that clients of version 3 may use it; a client of version
+/// 3 then keeps working on it (the same statements), and its release hands
+/// the lock to its waiter as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
+    let server = PostgresServer::shared();
+    let schema = format!("u{}", std::process::id());
+    let v3 = include_str!("fixtures/schema_v3.sql").replace("__SCHEMA__", &schema);
+    server.psql(&format!(
+        "{v3}\nINSERT INTO {schema}.meta (version) VALUES (3);"
+    ));
+    // What a client of version 3 sends: a holder, then a queued waiter.
+    let acquire = |token: &str, wait: &str| {
+        server.psql(&format!(
+            "SELECT acquired FROM {schema}.acquire('k', '{token}', 60000, 1, {wait}, 'chan', 1)"
+        ))
+    };
+    assert_eq!(acquire("old-holder", "NULL"), "t");
+    assert_eq!(acquire("old-waiter", "30000"), "f");
+
+    let lg = schema_client(server, &schema).await.expect("upgraded");
+    assert_eq!(
+        server.psql(&format!(
+            "SELECT version || ' ' || compatible_since FROM {schema}.meta"
+        )),
+        "4 3"
+    );
+    assert_eq!(acquire("old-other", "NULL"), "f", "the held lock was lost");
+    assert_eq!(
+        server.psql(&format!("SELECT {schema}.release('k', 'old-holder', 1)")),
+        "t"
+    );
+    assert_eq!(
+        server.psql(&format!(
+            "SELECT token || ' ' || reads FROM {schema}.holders WHERE key = 'k'"
+        )),
+        "old-waiter false",
+        "not handed to the queued waiter"
+    );
+    // And what is new works beside it.
+    let r = lg.rw_lock("k").read().try_acquire().await.unwrap();
+    assert!(r.release().await.unwrap());
+}
