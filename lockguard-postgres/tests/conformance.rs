@@ -206,3 +206,29 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
     let r = lg.rw_lock("k").read().try_acquire().await.unwrap();
     assert!(r.release().await.unwrap());
 }
+
+/// The deployment check judges the schema by the same rule: its own
+/// version and a newer compatible one pass, a newer one that needs newer
+/// clients fails, saying which.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_check_judges_a_newer_schema_by_its_compatibility() {
+    use lockguard_core::check::Verdict;
+    let server = PostgresServer::start();
+    drop(Client::connect_postgres(&server.url()).await.unwrap());
+    let schema = || async {
+        let report = lockguard_postgres::check::check(&server.url())
+            .await
+            .unwrap();
+        let f = report.about("schema").next().expect("a schema finding");
+        (f.verdict, f.detail.clone())
+    };
+    assert_eq!(schema().await.0, Verdict::Ok);
+    server.psql("UPDATE lockguard.meta SET version = 1000, compatible_since = 1");
+    let (verdict, detail) = schema().await;
+    assert_eq!(verdict, Verdict::Ok, "{detail}");
+    assert!(detail.contains("version 1000"), "{detail}");
+    server.psql("UPDATE lockguard.meta SET compatible_since = 999");
+    let (verdict, detail) = schema().await;
+    assert_eq!(verdict, Verdict::Fail, "{detail}");
+    assert!(detail.contains("version 999 or newer"), "{detail}");
+}
