@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::{Error, ErrorKind, Result};
 
-use crate::schema::{DEFAULT_SCHEMA, MIN_SERVER_VERSION, VERSION};
+use crate::schema::{self, DEFAULT_SCHEMA, MIN_SERVER_VERSION, VERSION};
 use crate::store::pg_error;
 use crate::tls::{Connector, TlsSettings};
 
@@ -136,32 +136,50 @@ pub async fn check(url: &str) -> Result<Report> {
         ),
     });
 
-    let schema = format!("SELECT max(version) FROM {DEFAULT_SCHEMA}.meta");
-    let found = tokio::time::timeout(TIMEOUT, client.query_one(schema.as_str(), &[]))
+    let schema = schema::version_query(DEFAULT_SCHEMA);
+    let found = tokio::time::timeout(TIMEOUT, client.query_opt(schema.as_str(), &[]))
         .await
         .map_err(|_| Error::new(ErrorKind::Timeout, "postgres: reading the schema version"))?;
-    findings.push(match found.map(|row| row.get::<_, Option<i32>>(0)) {
-        Ok(Some(v)) if v == VERSION => Finding::new(
+    let found = found.map(|row| {
+        row.and_then(|row| Some((row.get::<_, Option<i32>>(0)?, row.get::<_, Option<i32>>(1))))
+    });
+    findings.push(match found.as_ref().map(|f| (f, schema::verdict(*f))) {
+        Ok((_, schema::Verdict::Current)) => Finding::new(
             Verdict::Ok,
             "schema",
-            format!("{DEFAULT_SCHEMA:?} at version {v}"),
+            format!("{DEFAULT_SCHEMA:?} at version {VERSION}"),
             AVAILABILITY,
         ),
-        Ok(Some(v)) if v > VERSION => Finding::new(
-            Verdict::Fail,
+        Ok((_, schema::Verdict::Newer(v))) => Finding::new(
+            Verdict::Ok,
             "schema",
             format!(
-                "{DEFAULT_SCHEMA:?} at version {v}, made by a newer lockguard: this one knows \
-                 {VERSION} and refuses it"
+                "{DEFAULT_SCHEMA:?} at version {v}, made by a newer lockguard that keeps it \
+                 working for this one (version {VERSION})"
             ),
             AVAILABILITY,
         ),
-        Ok(v) => Finding::new(
+        Ok((
+            _,
+            schema::Verdict::Refused {
+                version,
+                compatible_since,
+            },
+        )) => Finding::new(
+            Verdict::Fail,
+            "schema",
+            format!(
+                "{DEFAULT_SCHEMA:?} at version {version}, made by a newer lockguard for clients \
+                 of version {compatible_since} or newer: this one knows {VERSION} and refuses it"
+            ),
+            AVAILABILITY,
+        ),
+        Ok((f, schema::Verdict::Migrate)) => Finding::new(
             Verdict::Warn,
             "schema",
             format!(
                 "{DEFAULT_SCHEMA:?} at version {}: the next client brings it to {VERSION}",
-                v.unwrap_or(0)
+                f.map_or(0, |(v, _)| v)
             ),
             AVAILABILITY,
         ),

@@ -8,7 +8,10 @@ use lockguard_core::{Error, ErrorKind, Result};
 /// The SQL that creates lockguard's tables and functions in `schema` (or
 /// brings them up to date), for a database administrator who creates them
 /// by hand. Clients create them on first connect when they are missing;
-/// nothing in it drops a table.
+/// nothing in it drops a table. Run it in one transaction (`psql
+/// --single-transaction`); over a schema newer than this version it fails
+/// (SQLSTATE `LG002`) before it changes anything (see
+/// [schema versions](crate#schema-versions)).
 ///
 /// # Errors
 ///

@@ -10,18 +10,19 @@ use lockguard_core::store::Flight;
 
 use crate::pool::Conn;
 
-/// An acquisition sent on `conn`: ends its flight when it has answered, or
-/// (dropped before that) once the connection has run it.
+/// An acquisition sent on `conn`: ends its flights (one per token it
+/// takes with) when it has answered, or (dropped before that) once the
+/// connection has run it.
 pub(crate) struct InFlight {
     conn: Option<Conn>,
-    flight: Option<Flight>,
+    flights: Vec<Flight>,
 }
 
 impl InFlight {
-    pub(crate) fn new(conn: Conn, flight: Flight) -> Self {
+    pub(crate) fn new(conn: Conn, flights: Vec<Flight>) -> Self {
         Self {
             conn: Some(conn),
-            flight: Some(flight),
+            flights,
         }
     }
 
@@ -32,13 +33,14 @@ impl InFlight {
 
     /// The statement answered: the flight is over.
     pub(crate) fn landed(mut self) {
-        self.flight = None;
+        self.flights.clear();
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        let (Some(mut conn), Some(flight)) = (self.conn.take(), self.flight.take()) else {
+        let flights = std::mem::take(&mut self.flights);
+        let Some(mut conn) = self.conn.take().filter(|_| !flights.is_empty()) else {
             return;
         };
         // Outside a runtime nothing can be sent; the release then goes
@@ -47,7 +49,7 @@ impl Drop for InFlight {
             rt.spawn(async move {
                 // Queued behind the acquisition on the same connection.
                 let _ = tokio::time::timeout(Duration::from_secs(30), conn.batch("SELECT 1")).await;
-                drop(flight);
+                drop(flights);
             });
         }
     }

@@ -1,8 +1,8 @@
-//! The PostgreSQL store of lockguard: locks, semaphores, counters, rate
-//! limiters and fenced values in a schema of their own, leases on the
-//! database's clock, a FIFO queue whose handoffs ring the bell of the
-//! waiter's client alone; and fenced writes to the application's own
-//! tables.
+//! The PostgreSQL store of lockguard: locks, semaphores, read-write locks,
+//! multi-locks, counters, rate limiters and fenced values in a schema of
+//! their own, leases on the database's clock, a FIFO queue whose handoffs
+//! ring the bell of the waiter's client alone; and fenced writes to the
+//! application's own tables.
 //!
 //! ```no_run
 //! use lockguard_core::Client;
@@ -50,6 +50,33 @@
 //! pool, and signalling its bell needs the releaser to run as the same role
 //! (or a member of it, or of `pg_signal_backend`); lockguard's clients
 //! normally share one role.
+//!
+//! # Read-write locks and multi-locks
+//!
+//! A read-write lock (`lg.rw_lock(name)`) keeps its readers and its writer
+//! in the tables of locks, and its readers and writers in one queue, first
+//! come first served: a reader that arrives while a writer waits queues
+//! behind it, and a release hands the lock to the whole run of readers at
+//! the head at once (each rung as a lock's waiter is) or to the one writer
+//! there. Every hold's fencing token comes from the key's one sequence, so
+//! a write's is greater than every earlier read's and write's. A
+//! multi-lock's attempt (`lg.multi_lock(names)`) is one statement for all
+//! its keys, whose locks it takes in one fixed order: every key or none,
+//! in one transaction.
+//!
+//! # Schema versions
+//!
+//! The schema records its version and the oldest client version that may
+//! use it (`compatible_since`): a client creates a missing schema, brings
+//! an older one up to date, uses a newer one when that one is compatible
+//! with it (a newer schema keeps every earlier function's signature and
+//! meaning), and refuses one that needs newer clients, saying so. This
+//! client writes version 4, compatible since 3. Clients of version 3
+//! predate the rule: they refuse any newer schema, version 4 included, so
+//! upgrade them before a client of version 4 first connects, or keep them
+//! from restarting until they are upgraded (those already connected keep
+//! working). A migration never runs over a newer schema (it fails, with
+//! SQLSTATE `LG002`, and changes nothing).
 //!
 //! # Fencing the application's own rows
 //!

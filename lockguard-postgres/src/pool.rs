@@ -63,6 +63,8 @@ pub(crate) enum Param<'a> {
     Int4(i32),
     Bool(bool),
     Bytes(&'a [u8]),
+    /// A `text[]`.
+    Texts(&'a [&'a str]),
 }
 
 impl<'a> From<&'a str> for Param<'a> {
@@ -113,6 +115,12 @@ impl<'a> From<&'a [u8]> for Param<'a> {
     }
 }
 
+impl<'a> From<&'a [&'a str]> for Param<'a> {
+    fn from(v: &'a [&'a str]) -> Self {
+        Self::Texts(v)
+    }
+}
+
 impl<'a> Param<'a> {
     /// The parameter as tokio-postgres takes it.
     fn as_sql(&self) -> &(dyn ToSql + Sync) {
@@ -124,6 +132,7 @@ impl<'a> Param<'a> {
             Self::Int4(v) => v,
             Self::Bool(v) => v,
             Self::Bytes(v) => v,
+            Self::Texts(v) => v,
         }
     }
 
@@ -144,6 +153,7 @@ impl<'a> Param<'a> {
             Self::Int4(v) => query.bind(v),
             Self::Bool(v) => query.bind(v),
             Self::Bytes(v) => query.bind(v),
+            Self::Texts(v) => query.bind(v),
         }
     }
 }
@@ -257,7 +267,16 @@ macro_rules! columns {
     )*};
 }
 
-columns!(bool, i32, i64, String, Vec<u8>, Option<i32>, Option<i64>);
+columns!(
+    bool,
+    i32,
+    i64,
+    String,
+    Vec<u8>,
+    Option<i32>,
+    Option<i64>,
+    Option<Vec<i64>>
+);
 
 impl Row {
     /// Column `i`, or a protocol error naming `what`.

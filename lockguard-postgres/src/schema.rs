@@ -12,9 +12,21 @@ pub const DEFAULT_SCHEMA: &str = "lockguard";
 pub(crate) const MIN_SERVER_VERSION: i32 = 110_000;
 
 /// The version of `schema.sql`; a schema of an older version is brought up
-/// to date (every statement of the file is idempotent), a newer one is
-/// refused.
-pub(crate) const VERSION: i32 = 3;
+/// to date (every statement of the file is idempotent). A newer one is
+/// used as it is when it is compatible with this version (see
+/// [`COMPATIBLE_SINCE`]), and refused otherwise.
+pub(crate) const VERSION: i32 = 4;
+
+/// The oldest version of lockguard's clients that may use a schema of
+/// [`VERSION`]: this version keeps every function of version 3 with its
+/// signature and its meaning (it adds functions, and columns with defaults
+/// that keep the rows of version 3 meaning what they meant), so clients of
+/// version 3 keep working on it. Written to `meta` by the migration;
+/// clients read it from a newer schema to decide whether they may use it.
+///
+/// Clients of version 3 themselves predate this rule: they refuse any
+/// schema newer than theirs, this one included.
+pub(crate) const COMPATIBLE_SINCE: i32 = 3;
 
 const SQL: &str = include_str!("schema.sql");
 
@@ -39,9 +51,86 @@ pub(crate) fn validate_schema(name: &str) -> Result<()> {
 pub(crate) fn migration_sql(schema: &str) -> Result<String> {
     validate_schema(schema)?;
     Ok(format!(
-        "{}\nDELETE FROM {schema}.meta;\nINSERT INTO {schema}.meta (version) VALUES ({VERSION});\n",
+        "{}\nDELETE FROM {schema}.meta;\n\
+         INSERT INTO {schema}.meta (version, compatible_since) VALUES ({VERSION}, {COMPATIBLE_SINCE});\n",
         SQL.replace("__SCHEMA__", schema)
+            .replace("__VERSION__", &VERSION.to_string())
     ))
+}
+
+/// What a client of [`VERSION`] does with the schema it finds.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Missing or older: created or brought up to date.
+    Migrate,
+    /// This very version.
+    Current,
+    /// A newer version that keeps working for clients of this one: used
+    /// as it is.
+    Newer(i32),
+    /// A newer version that needs newer clients.
+    Refused {
+        /// The schema's version.
+        version: i32,
+        /// The oldest client version it works with (as written by the
+        /// schema's migration; the version itself when it wrote none).
+        compatible_since: i32,
+    },
+}
+
+/// The verdict on a schema whose `meta` says `found` (version, and the
+/// oldest client version it works with); `None` for no schema, or no row.
+pub(crate) fn verdict(found: Option<(i32, Option<i32>)>) -> Verdict {
+    match found {
+        None => Verdict::Migrate,
+        Some((v, _)) if v < VERSION => Verdict::Migrate,
+        Some((v, _)) if v == VERSION => Verdict::Current,
+        Some((v, since)) => match since.unwrap_or(v) {
+            since if since <= VERSION => Verdict::Newer(v),
+            since => Verdict::Refused {
+                version: v,
+                compatible_since: since,
+            },
+        },
+    }
+}
+
+/// The error for a newer schema that needs newer clients.
+fn refused(schema: &str, version: i32, compatible_since: i32) -> Error {
+    Error::new(
+        ErrorKind::Unsupported,
+        format!(
+            "lockguard's schema {schema:?} is version {version}, made by a newer lockguard, \
+             and works with lockguard clients of schema version {compatible_since} or newer; \
+             this one knows version {VERSION}: upgrade this client"
+        ),
+    )
+}
+
+/// The statement that reads the version of `schema` and the oldest client
+/// version it works with (NULL before version 4), whether or not it has
+/// the `compatible_since` column: one row, none when `meta` is empty.
+pub(crate) fn version_query(schema: &str) -> String {
+    format!(
+        "SELECT (to_jsonb(m) ->> 'version')::int, (to_jsonb(m) ->> 'compatible_since')::int \
+         FROM {schema}.meta m ORDER BY 1 DESC LIMIT 1"
+    )
+}
+
+/// The version and the oldest compatible client version in `schema`'s
+/// `meta`, read whether or not the schema has the `compatible_since`
+/// column (versions before 4 do not); `None` when there is no schema, or
+/// no row.
+async fn found(conn: &mut Conn, schema: &str) -> Option<(i32, Option<i32>)> {
+    let rows = conn.query(&version_query(schema), &[]).await.ok()?;
+    let row = rows.first()?;
+    let version = row
+        .get::<Option<i32>>(0, "reading the schema's version")
+        .ok()??;
+    let since = row
+        .get::<Option<i32>>(1, "reading the schema's version")
+        .ok()?;
+    Some((version, since))
 }
 
 /// Creates the schema when it is missing or older than this version, in one
@@ -67,23 +156,23 @@ pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
             ),
         ));
     }
-    let read = format!("SELECT max(version) FROM {schema}.meta");
     // Missing (an error): created below, where any other failure shows.
-    if let Ok(rows) = conn.query(&read, &[]).await
-        && let Some(row) = rows.first()
-    {
-        match row.get::<Option<i32>>(0, &what()) {
-            Ok(Some(v)) if v == VERSION => return Ok(()),
-            Ok(Some(v)) if v > VERSION => {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    format!(
-                        "lockguard's schema {schema:?} is version {v}, made by a newer lockguard; this one knows version {VERSION}"
-                    ),
-                ));
-            }
-            _ => {}
+    match verdict(found(conn, schema).await) {
+        Verdict::Current => return Ok(()),
+        Verdict::Newer(v) => {
+            tracing::info!(
+                schema,
+                version = v,
+                known = VERSION,
+                "lockguard's postgres schema is newer than this client and compatible with it"
+            );
+            return Ok(());
         }
+        Verdict::Refused {
+            version,
+            compatible_since,
+        } => return Err(refused(schema, version, compatible_since)),
+        Verdict::Migrate => {}
     }
     // One simple query: its statements run as one transaction, which holds
     // the advisory lock to its end.
@@ -91,7 +180,18 @@ pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
         "SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration', 0));\n{}",
         migration_sql(schema)?
     );
-    conn.batch(&sql).await.map_err(|e| e.about(&what()))?;
+    if let Err(e) = conn.batch(&sql).await {
+        // A newer client may have migrated meanwhile (the migration then
+        // refuses to go back, LG002): its schema is judged as above.
+        return match verdict(found(conn, schema).await) {
+            Verdict::Current | Verdict::Newer(_) => Ok(()),
+            Verdict::Refused {
+                version,
+                compatible_since,
+            } => Err(refused(schema, version, compatible_since)),
+            Verdict::Migrate => Err(e.about(&what())),
+        };
+    }
     tracing::info!(
         schema,
         version = VERSION,
@@ -115,6 +215,59 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_newer_schema_is_used_when_it_is_compatible_with_this_version() {
+        assert_eq!(verdict(None), Verdict::Migrate);
+        assert_eq!(verdict(Some((VERSION - 1, None))), Verdict::Migrate);
+        assert_eq!(verdict(Some((1, Some(1)))), Verdict::Migrate);
+        assert_eq!(
+            verdict(Some((VERSION, Some(COMPATIBLE_SINCE)))),
+            Verdict::Current
+        );
+        for since in [1, COMPATIBLE_SINCE, VERSION] {
+            assert_eq!(
+                verdict(Some((VERSION + 3, Some(since)))),
+                Verdict::Newer(VERSION + 3),
+                "compatible since {since}"
+            );
+        }
+        assert_eq!(
+            verdict(Some((VERSION + 3, Some(VERSION + 1)))),
+            Verdict::Refused {
+                version: VERSION + 3,
+                compatible_since: VERSION + 1
+            }
+        );
+        // A newer schema that says nothing works with its own version only.
+        assert_eq!(
+            verdict(Some((VERSION + 1, None))),
+            Verdict::Refused {
+                version: VERSION + 1,
+                compatible_since: VERSION + 1
+            }
+        );
+        let e = refused("app", VERSION + 3, VERSION + 1);
+        assert_eq!(e.kind(), ErrorKind::Unsupported);
+        let m = e.to_string();
+        assert!(
+            m.contains(&format!("version {}", VERSION + 3))
+                && m.contains(&format!("version {} or newer", VERSION + 1))
+                && m.contains(&format!("knows version {VERSION}"))
+                && m.contains("upgrade"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn this_version_is_compatible_with_itself_and_says_so() {
+        const { assert!(COMPATIBLE_SINCE <= VERSION) };
+        let sql = migration_sql("s").unwrap();
+        assert!(sql.contains(&format!(
+            "INSERT INTO s.meta (version, compatible_since) VALUES ({VERSION}, {COMPATIBLE_SINCE});"
+        )));
+        assert!(!sql.contains("__VERSION__"));
     }
 
     #[test]

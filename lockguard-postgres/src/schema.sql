@@ -17,9 +17,33 @@
 
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 
+-- Never over a newer schema: this file would put back older functions
+-- under the clients that need the newer ones. (`__VERSION__` is this
+-- file's version; a client that meets LG002 reads the schema's version
+-- again and decides whether it may use it.)
+DO $$
+DECLARE
+  v_version integer;
+BEGIN
+  IF to_regclass('__SCHEMA__.meta') IS NOT NULL THEN
+    EXECUTE 'SELECT max(version) FROM __SCHEMA__.meta' INTO v_version;
+    IF v_version > __VERSION__ THEN
+      RAISE EXCEPTION 'lockguard''s schema __SCHEMA__ is version %, newer than this migration (version __VERSION__); nothing was changed', v_version
+        USING ERRCODE = 'LG002';
+    END IF;
+  END IF;
+END
+$$;
+
+-- The schema's version (one row), and the oldest version of lockguard's
+-- clients that may use it: a newer schema keeps every function an older
+-- one had, with its signature and meaning, so clients of any version from
+-- compatible_since on keep working on it (NULL, in schemas before version
+-- 4, which had no such column: only clients of that very version).
 CREATE TABLE IF NOT EXISTS __SCHEMA__.meta (
   version integer NOT NULL
 );
+ALTER TABLE __SCHEMA__.meta ADD COLUMN IF NOT EXISTS compatible_since integer;
 
 -- Holders of locks and semaphore permits: one row per holder, until its
 -- lease ends. A lock is a semaphore of one permit.
@@ -31,6 +55,11 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.holders (
   PRIMARY KEY (key, token)
 );
 CREATE INDEX IF NOT EXISTS holders_expiry ON __SCHEMA__.holders (expires_at);
+-- Version 4: a reader of a read-write lock (which shares it with the other
+-- readers) rather than its writer, or a lock's holder or a semaphore's.
+-- Added with a default, so the rows of earlier versions mean what they
+-- meant.
+ALTER TABLE __SCHEMA__.holders ADD COLUMN IF NOT EXISTS reads boolean NOT NULL DEFAULT false;
 
 -- The wait queue of each lock or semaphore, first come first served
 -- (arrival). A waiter's place is kept until its deadline, which each of its
@@ -47,6 +76,9 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.waiters (
 );
 CREATE INDEX IF NOT EXISTS waiters_order ON __SCHEMA__.waiters (key, arrival);
 CREATE INDEX IF NOT EXISTS waiters_deadline ON __SCHEMA__.waiters (deadline);
+-- Version 4: a waiter to read a read-write lock (see holders.reads); one
+-- queue for readers and writers.
+ALTER TABLE __SCHEMA__.waiters ADD COLUMN IF NOT EXISTS reads boolean NOT NULL DEFAULT false;
 
 -- The bell of each client that waits: the backend that waits, in a lock
 -- wait, for a handoff to one of the client's waiters (pid, and its start,
@@ -281,33 +313,60 @@ BEGIN
 END
 $$;
 
--- Hands up to p_free free permits (a free lock) to the first live waiters,
--- each told alone (ring), stopping before p_me (a
--- waiter asking for itself). A lock handed on is reserved for its waiter
--- until its place would have lapsed (a dead waiter costs the queue at most
--- its timeout), never less than 50 ms. Returns the permits left.
+-- The first live waiter of p_key's queue (a row of NULLs when there is
+-- none); waiters silent past their deadline are dropped as they reach the
+-- head.
+CREATE OR REPLACE FUNCTION __SCHEMA__.queue_head(p_key text, p_now timestamptz)
+RETURNS __SCHEMA__.waiters LANGUAGE plpgsql AS $$
+DECLARE
+  v_first __SCHEMA__.waiters%ROWTYPE;
+BEGIN
+  LOOP
+    SELECT * INTO v_first FROM __SCHEMA__.waiters w
+      WHERE w.key = p_key ORDER BY w.arrival LIMIT 1;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
+    EXIT WHEN v_first.deadline > p_now;
+    -- Silent past its deadline: dropped when it reaches the head.
+    DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = v_first.token;
+  END LOOP;
+  RETURN v_first;
+END
+$$;
+
+-- Hands the lock, permit or read-write hold (p_waiter.reads) p_waiter
+-- waits for to it, with a fencing token of the key's, and tells it alone
+-- (ring). A hold handed on is reserved for its waiter until its place
+-- would have lapsed (a dead waiter costs the queue at most its timeout),
+-- never less than 50 ms.
+CREATE OR REPLACE FUNCTION __SCHEMA__.hand_to(p_waiter __SCHEMA__.waiters, p_now timestamptz)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_fence bigint := __SCHEMA__.next_fence(p_waiter.key);
+BEGIN
+  DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_waiter.key AND w.token = p_waiter.token;
+  INSERT INTO __SCHEMA__.holders AS h (key, token, expires_at, fence, reads)
+    VALUES (p_waiter.key, p_waiter.token,
+            greatest(p_waiter.deadline, p_now + interval '50 milliseconds'), v_fence, p_waiter.reads)
+    ON CONFLICT (key, token) DO UPDATE
+      SET expires_at = EXCLUDED.expires_at, fence = EXCLUDED.fence, reads = EXCLUDED.reads;
+  PERFORM __SCHEMA__.ring(p_waiter.channel, p_waiter.key, p_waiter.token, v_fence, p_waiter.attempt);
+END
+$$;
+
+-- Hands up to p_free free permits (a free lock) to the first live waiters
+-- (hand_to), stopping before p_me (a waiter asking for itself). Returns
+-- the permits left.
 CREATE OR REPLACE FUNCTION __SCHEMA__.hand_out(p_key text, p_free integer, p_me text, p_now timestamptz)
 RETURNS integer LANGUAGE plpgsql AS $$
 DECLARE
   v_first __SCHEMA__.waiters%ROWTYPE;
-  v_fence bigint;
 BEGIN
   WHILE p_free > 0 LOOP
-    SELECT * INTO v_first FROM __SCHEMA__.waiters w
-      WHERE w.key = p_key ORDER BY w.arrival LIMIT 1;
-    EXIT WHEN NOT FOUND;
-    IF v_first.deadline <= p_now THEN
-      -- Silent past its deadline: dropped when it reaches the head.
-      DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = v_first.token;
-      CONTINUE;
-    END IF;
-    EXIT WHEN v_first.token = p_me;
-    v_fence := __SCHEMA__.next_fence(p_key);
-    DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = v_first.token;
-    INSERT INTO __SCHEMA__.holders AS h (key, token, expires_at, fence)
-      VALUES (p_key, v_first.token, greatest(v_first.deadline, p_now + interval '50 milliseconds'), v_fence)
-      ON CONFLICT (key, token) DO UPDATE SET expires_at = EXCLUDED.expires_at, fence = EXCLUDED.fence;
-    PERFORM __SCHEMA__.ring(v_first.channel, p_key, v_first.token, v_fence, v_first.attempt);
+    v_first := __SCHEMA__.queue_head(p_key, p_now);
+    EXIT WHEN v_first.token IS NULL OR v_first.token = p_me;
+    PERFORM __SCHEMA__.hand_to(v_first, p_now);
     p_free := p_free - 1;
   END LOOP;
   RETURN p_free;
@@ -415,6 +474,203 @@ DECLARE
 BEGIN
   SELECT count(*), ceil(extract(epoch FROM min(h.expires_at) - v_now) * 1000)::bigint
     INTO holders, left_ms
+    FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.expires_at > v_now;
+  SELECT count(*) INTO waiting FROM __SCHEMA__.waiters w WHERE w.key = p_key;
+  SELECT greatest(
+      (SELECT f.fence FROM __SCHEMA__.latest_fences f WHERE f.key = p_key),
+      (SELECT max(h.fence) FROM __SCHEMA__.holders h WHERE h.key = p_key))
+    INTO latest;
+END
+$$;
+
+-- Takes every lock of p_keys (distinct locks, never semaphores),
+-- p_keys[i] with p_tokens[i], for p_lease_ms, in one step: when each is
+-- free with no live waiter ahead; otherwise none. The keys' locks are
+-- taken first in one order for every call (their lock's number), so two
+-- such calls over shared keys never wait for each other in a cycle. A free
+-- lock with live waiters goes to the first of them, as one attempt does
+-- (hand_out). Returns (true, every token in the order asked) or (false,
+-- the busy lock's place in p_keys from 1, ms left of its lease).
+CREATE OR REPLACE FUNCTION __SCHEMA__.acquire_all(
+  p_keys text[], p_tokens text[], p_lease_ms bigint,
+  OUT acquired boolean, OUT fences bigint[], OUT busy integer, OUT left_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n integer := coalesce(cardinality(p_keys), 0);
+  v_now timestamptz;
+  v_key text;
+  v_held bigint;
+  v_fence bigint;
+BEGIN
+  IF v_n = 0 OR v_n <> coalesce(cardinality(p_tokens), 0)
+     OR (SELECT count(DISTINCT k) FROM unnest(p_keys) k) <> v_n THEN
+    RAISE EXCEPTION 'acquire_all needs distinct keys, one token each'
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR v_key IN SELECT k FROM unnest(p_keys) k ORDER BY hashtextextended(k, 7164), k LOOP
+    PERFORM __SCHEMA__.lock_key(v_key);
+  END LOOP;
+  v_now := clock_timestamp();
+  FOR i IN 1 .. v_n LOOP
+    DELETE FROM __SCHEMA__.holders h WHERE h.key = p_keys[i] AND h.expires_at <= v_now;
+    SELECT count(*) INTO v_held FROM __SCHEMA__.holders h WHERE h.key = p_keys[i];
+    IF v_held = 0 THEN
+      CONTINUE WHEN __SCHEMA__.hand_out(p_keys[i], 1, NULL, v_now) = 1;
+    END IF;
+    acquired := false;
+    busy := i;
+    SELECT ceil(extract(epoch FROM min(h.expires_at) - v_now) * 1000)::bigint INTO left_ms
+      FROM __SCHEMA__.holders h WHERE h.key = p_keys[i];
+    RETURN;
+  END LOOP;
+  fences := '{}';
+  FOR i IN 1 .. v_n LOOP
+    INSERT INTO __SCHEMA__.holders (key, token, expires_at, fence)
+      VALUES (p_keys[i], p_tokens[i], v_now + p_lease_ms * interval '1 millisecond',
+              __SCHEMA__.next_fence(p_keys[i]))
+      RETURNING fence INTO v_fence;
+    fences := fences || v_fence;
+  END LOOP;
+  acquired := true;
+END
+$$;
+
+-- Read-write locks (version 4): many readers or one writer, in the tables
+-- of locks (holders.reads, waiters.reads), keyed by the read-write lock's
+-- own key. One queue for readers and writers, first come first served: a
+-- hold is taken only when it fits beside the holders and nobody live
+-- queues ahead, so a reader that arrives while a writer waits queues
+-- behind it. Every hold draws its fencing token from the key's one
+-- sequence (next_fence), so a write's is greater than every earlier read's
+-- and write's.
+
+-- Whether a read (p_reads) or a write fits beside p_key's live holders: a
+-- read beside readers, a write beside nobody.
+CREATE OR REPLACE FUNCTION __SCHEMA__.rw_fits(p_key text, p_reads boolean, p_now timestamptz)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN NOT EXISTS (
+    SELECT 1 FROM __SCHEMA__.holders h
+      WHERE h.key = p_key AND h.expires_at > p_now AND NOT (h.reads AND p_reads));
+END
+$$;
+
+-- Hands p_key to the head of its queue for as long as it fits: the whole
+-- run of readers there while no writer holds it, or the one writer there
+-- when nobody does; each told alone (hand_to). Stops before p_me (a waiter
+-- asking for itself). Returns the token of the live waiter it stopped at
+-- (NULL when the queue is empty).
+CREATE OR REPLACE FUNCTION __SCHEMA__.rw_admit(p_key text, p_me text, p_now timestamptz)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+  v_first __SCHEMA__.waiters%ROWTYPE;
+BEGIN
+  LOOP
+    v_first := __SCHEMA__.queue_head(p_key, p_now);
+    IF v_first.token IS NULL OR v_first.token = p_me
+       OR NOT __SCHEMA__.rw_fits(p_key, v_first.reads, p_now) THEN
+      RETURN v_first.token;
+    END IF;
+    PERFORM __SCHEMA__.hand_to(v_first, p_now);
+  END LOOP;
+END
+$$;
+
+-- One attempt at a read (p_reads) or write hold of read-write lock p_key,
+-- as acquire is for a lock: claims a hold handed to p_token (with
+-- p_lease_ms, keeping the token announced); takes one that fits when
+-- nobody live queues ahead, after handing the lock to the head of the
+-- queue as far as it fits (an ended lease frees it here), and then, a
+-- read, to the readers queued behind it too; otherwise, with a p_wait_ms,
+-- joins the queue (or keeps its place) until p_wait_ms from now. Returns
+-- (true, fence) when taken, (false, ms until the writer's lease ends, or
+-- the last reader's).
+CREATE OR REPLACE FUNCTION __SCHEMA__.rw_acquire(
+  p_key text, p_token text, p_lease_ms bigint, p_reads boolean,
+  p_wait_ms bigint, p_channel text, p_attempt bigint,
+  OUT acquired boolean, OUT n bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz;
+  v_mine __SCHEMA__.holders%ROWTYPE;
+  v_head text;
+BEGIN
+  PERFORM __SCHEMA__.lock_key(p_key);
+  v_now := clock_timestamp();
+  SELECT * INTO v_mine FROM __SCHEMA__.holders h
+    WHERE h.key = p_key AND h.token = p_token AND h.reads = p_reads;
+  IF FOUND AND v_mine.expires_at > v_now THEN
+    UPDATE __SCHEMA__.holders h SET expires_at = v_now + p_lease_ms * interval '1 millisecond'
+      WHERE h.key = p_key AND h.token = p_token;
+    acquired := true;
+    n := v_mine.fence;
+    RETURN;
+  END IF;
+  DELETE FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.expires_at <= v_now;
+  v_head := __SCHEMA__.rw_admit(p_key, p_token, v_now);
+  IF (v_head IS NULL OR v_head = p_token) AND __SCHEMA__.rw_fits(p_key, p_reads, v_now) THEN
+    DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = p_token;
+    INSERT INTO __SCHEMA__.holders (key, token, expires_at, fence, reads)
+      VALUES (p_key, p_token, v_now + p_lease_ms * interval '1 millisecond',
+              __SCHEMA__.next_fence(p_key), p_reads)
+      RETURNING fence INTO n;
+    acquired := true;
+    IF p_reads THEN
+      -- The readers queued right behind this one come in with it.
+      PERFORM __SCHEMA__.rw_admit(p_key, NULL, v_now);
+    END IF;
+    RETURN;
+  END IF;
+  IF p_wait_ms IS NOT NULL THEN
+    INSERT INTO __SCHEMA__.waiters AS w (key, token, arrival, deadline, attempt, channel, reads)
+      VALUES (p_key, p_token, nextval('__SCHEMA__.arrivals'),
+              v_now + p_wait_ms * interval '1 millisecond', p_attempt, p_channel, p_reads)
+      ON CONFLICT (key, token) DO UPDATE
+        SET deadline = EXCLUDED.deadline, attempt = EXCLUDED.attempt,
+            channel = EXCLUDED.channel, reads = EXCLUDED.reads;
+  END IF;
+  acquired := false;
+  SELECT ceil(extract(epoch FROM coalesce(max(h.expires_at) FILTER (WHERE NOT h.reads),
+                                          max(h.expires_at)) - v_now) * 1000)::bigint
+    INTO n FROM __SCHEMA__.holders h WHERE h.key = p_key;
+END
+$$;
+
+-- Gives p_token's hold of read-write lock p_key up (and its place in the
+-- queue), handing the lock to the head of the queue as far as it fits in
+-- the same step: a waiter that leaves the head may free the readers behind
+-- it. True when the hold was still held.
+CREATE OR REPLACE FUNCTION __SCHEMA__.rw_release(p_key text, p_token text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz;
+  v_ends timestamptz;
+BEGIN
+  PERFORM __SCHEMA__.lock_key(p_key);
+  v_now := clock_timestamp();
+  DELETE FROM __SCHEMA__.waiters w WHERE w.key = p_key AND w.token = p_token;
+  DELETE FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.token = p_token
+    RETURNING h.expires_at INTO v_ends;
+  DELETE FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.expires_at <= v_now;
+  PERFORM __SCHEMA__.rw_admit(p_key, NULL, v_now);
+  RETURN coalesce(v_ends > v_now, false);
+END
+$$;
+
+-- A read-write lock as it is now: live readers, whether a writer holds it,
+-- ms left of the lease that ends first (NULL when none), queued waiters of
+-- both kinds, the key's newest fencing token (a holder's, should its row
+-- be gone).
+CREATE OR REPLACE FUNCTION __SCHEMA__.rw_inspect(
+  p_key text, OUT readers bigint, OUT writer boolean, OUT left_ms bigint,
+  OUT waiting bigint, OUT latest bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_now timestamptz := clock_timestamp();
+BEGIN
+  SELECT count(*) FILTER (WHERE h.reads), coalesce(bool_or(NOT h.reads), false),
+         ceil(extract(epoch FROM min(h.expires_at) - v_now) * 1000)::bigint
+    INTO readers, writer, left_ms
     FROM __SCHEMA__.holders h WHERE h.key = p_key AND h.expires_at > v_now;
   SELECT count(*) INTO waiting FROM __SCHEMA__.waiters w WHERE w.key = p_key;
   SELECT greatest(

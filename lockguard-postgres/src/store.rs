@@ -8,6 +8,12 @@
 //! database's clock, read after the locks. A handoff is written to the
 //! waiter's client's mail, in the transaction that made it, and the
 //! client's bell (one backend) is signalled to read it ([`bell`]).
+//!
+//! Read-write locks live in the tables of locks, a hold's `reads` telling
+//! a reader from the writer, in one queue for both; a release hands the
+//! lock to the whole run of readers at the head (a handoff, rung, to each)
+//! or to the one writer there. A multi-lock's attempt is one statement for
+//! every key, which takes the keys' locks in one fixed order.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,8 +23,8 @@ use tokio_postgres::error::SqlState;
 
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
-    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
-    Resource, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
+    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy,
+    Place, Resource, RwMode, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -41,6 +47,10 @@ struct Statements {
     release: String,
     extend: String,
     inspect: String,
+    acquire_all: String,
+    rw_acquire: String,
+    rw_release: String,
+    rw_inspect: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -61,6 +71,10 @@ impl Statements {
             release: format!("SELECT {s}.release($1, $2, $3)"),
             extend: format!("SELECT {s}.extend($1, $2, $3)"),
             inspect: format!("SELECT * FROM {s}.inspect($1)"),
+            acquire_all: format!("SELECT * FROM {s}.acquire_all($1, $2, $3)"),
+            rw_acquire: format!("SELECT * FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7)"),
+            rw_release: format!("SELECT {s}.rw_release($1, $2)"),
+            rw_inspect: format!("SELECT * FROM {s}.rw_inspect($1)"),
             counter_add: format!("SELECT {s}.counter_add($1, $2, $3)"),
             counter_take: format!("SELECT * FROM {s}.counter_take($1, $2, $3)"),
             counter_get: format!(
@@ -330,6 +344,79 @@ impl PostgresStore {
     }
 }
 
+impl PostgresStore {
+    /// Runs one acquisition statement, taking with `tokens`, and returns
+    /// its one row. A release of any of the tokens waits until this
+    /// statement has run (see `release`), so that the two, sent on
+    /// different connections of the pool, reach the database in the order
+    /// they were made; a caller that stops waiting (a dropped acquire, a
+    /// timeout) leaves the flights to end when the connection has run it
+    /// (`InFlight`).
+    async fn acquisition(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+        tokens: &[&str],
+        what: impl Fn() -> String,
+    ) -> Result<Row> {
+        self.bounded(self.opts.response_timeout, &what, async {
+            let flights = tokens.iter().map(|t| self.flights.depart(t)).collect();
+            let conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
+            let mut sent = flights::InFlight::new(conn, flights);
+            let rows = sent
+                .conn()
+                .query(sql, params)
+                .await
+                .map_err(|e| e.about(&what()));
+            sent.landed();
+            one(rows?, &what())
+        })
+        .await
+    }
+
+    /// Waits for the acquisitions of `token` still running (see
+    /// [`acquisition`](Self::acquisition)); waiting longer than a request
+    /// may take is pointless (its lease then frees what it took).
+    async fn after_acquisitions(&self, token: &Token) {
+        self.flights
+            .landed(token.as_str(), self.opts.response_timeout)
+            .await;
+    }
+}
+
+/// A waiter's place as the acquisition statements take it: the ms it is
+/// kept, its client's channel, the attempt's number; all NULL without one
+/// (the statement then never queues).
+fn place_params<'a>(place: Option<Place<'a>>) -> (Option<i64>, Option<&'a str>, Option<i64>) {
+    match place {
+        Some(p) => (
+            Some(ms(p.timeout)),
+            Some(pg_channel(p.channel)),
+            Some(i64::from(p.attempt)),
+        ),
+        None => (None, None, None),
+    }
+}
+
+/// The answer `(acquired, n)` of `acquire` or `rw_acquire`: the hold's
+/// fencing token, or the ms until the holders' lease ends.
+fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &str) -> Result<Attempt> {
+    let taken: bool = row.get(0, what)?;
+    let n: Option<i64> = row.get(1, what)?;
+    match (taken, n.map(u64::try_from)) {
+        (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
+            fence: FencingToken::new(fence),
+            keys: keys.clone(),
+        }),
+        (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
+        (false, _) => Ok(Attempt::Busy(None)),
+        _ => Err(Error::new(
+            ErrorKind::Protocol,
+            format!("{what}: unexpected reply ({taken}, {n:?})"),
+        )),
+    }
+}
+
 /// The one row of a statement that answers one.
 fn one(mut rows: Vec<Row>, what: &str) -> Result<Row> {
     match rows.len() {
@@ -373,58 +460,24 @@ impl LockStore for PostgresStore {
     ) -> StoreFuture<'a, Result<Attempt>> {
         StoreFuture::boxed(async move {
             let what = || format!("acquiring {:?}", keys.id());
-            let (wait, channel, attempt) = match place {
-                Some(p) => (
-                    Some(ms(p.timeout)),
-                    Some(pg_channel(p.channel)),
-                    Some(i64::from(p.attempt)),
-                ),
-                None => (None, None, None),
-            };
-            // A release of the token waits until this statement has run (see
-            // `release`), so that the two, sent on different connections of the
-            // pool, reach the database in the order they were made; a caller
-            // that stops waiting (a dropped acquire, a timeout) leaves the
-            // flight to end when the connection has run it (`InFlight`).
+            let (wait, channel, attempt) = place_params(place);
             let row = self
-                .bounded(self.opts.response_timeout, what, async {
-                    let flight = self.flights.depart(token.as_str());
-                    let conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
-                    let mut sent = flights::InFlight::new(conn, flight);
-                    let rows = sent
-                        .conn()
-                        .query(
-                            &self.sql.acquire,
-                            &[
-                                keys.id().into(),
-                                token.as_str().into(),
-                                ms(lease).into(),
-                                permits(keys.resource()).into(),
-                                wait.into(),
-                                channel.into(),
-                                attempt.into(),
-                            ],
-                        )
-                        .await
-                        .map_err(|e| e.about(&what()));
-                    sent.landed();
-                    one(rows?, &what())
-                })
+                .acquisition(
+                    &self.sql.acquire,
+                    &[
+                        keys.id().into(),
+                        token.as_str().into(),
+                        ms(lease).into(),
+                        permits(keys.resource()).into(),
+                        wait.into(),
+                        channel.into(),
+                        attempt.into(),
+                    ],
+                    &[token.as_str()],
+                    what,
+                )
                 .await?;
-            let taken: bool = row.get(0, &what())?;
-            let n: Option<i64> = row.get(1, &what())?;
-            match (taken, n.map(u64::try_from)) {
-                (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
-                    fence: FencingToken::new(fence),
-                    keys: keys.clone(),
-                }),
-                (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
-                (false, _) => Ok(Attempt::Busy(None)),
-                _ => Err(Error::new(
-                    ErrorKind::Protocol,
-                    format!("{}: unexpected reply ({taken}, {n:?})", what()),
-                )),
-            }
+            attempt_reply(keys, &row, &what())
         })
     }
 
@@ -435,12 +488,8 @@ impl LockStore for PostgresStore {
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move {
             let what = || format!("releasing {:?}", keys.id());
-            // An acquisition of this token still running is let finish first;
-            // waiting longer than a request may take is pointless (its lease
-            // then frees what it took).
-            self.flights
-                .landed(token.as_str(), self.opts.response_timeout)
-                .await;
+            // An acquisition of this token still running is let finish first.
+            self.after_acquisitions(token).await;
             let row = self
                 .query_one(
                     &self.sql.release,
@@ -453,6 +502,176 @@ impl LockStore for PostgresStore {
                 )
                 .await?;
             row.get(0, &what())
+        })
+    }
+
+    /// One statement, `acquire_all`, for every key: one round trip and one
+    /// transaction.
+    fn acquire_all<'a>(
+        &'a self,
+        keys: &'a [Arc<LockKeys>],
+        tokens: &'a [Token],
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
+        let distinct = || {
+            let mut ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
+            ids.sort_unstable();
+            ids.windows(2).all(|w| w[0] != w[1])
+        };
+        if keys.is_empty()
+            || keys.len() != tokens.len()
+            || keys
+                .iter()
+                .any(|k| k.resource() != Resource::Lock || k.rw_mode().is_some())
+            || !distinct()
+        {
+            return StoreFuture::ready(Ok(None));
+        }
+        StoreFuture::boxed(async move {
+            let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
+            let ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
+            let toks: Vec<&str> = tokens.iter().map(Token::as_str).collect();
+            let row = self
+                .acquisition(
+                    &self.sql.acquire_all,
+                    &[
+                        ids.as_slice().into(),
+                        toks.as_slice().into(),
+                        ms(lease).into(),
+                    ],
+                    &toks,
+                    what,
+                )
+                .await?;
+            let acquired: bool = row.get(0, &what())?;
+            let fences: Option<Vec<i64>> = row.get(1, &what())?;
+            let busy: Option<i32> = row.get(2, &what())?;
+            let left: Option<i64> = row.get(3, &what())?;
+            let garbage = || {
+                Error::new(
+                    ErrorKind::Protocol,
+                    format!(
+                        "{}: unexpected reply ({acquired}, {fences:?}, {busy:?}, {left:?})",
+                        what()
+                    ),
+                )
+            };
+            let answer = match (acquired, &fences, busy) {
+                (true, Some(fences), _)
+                    if fences.len() == keys.len() && fences.iter().all(|f| *f > 0) =>
+                {
+                    AllOrNone::Acquired(
+                        fences
+                            .iter()
+                            .map(|f| FencingToken::new(f.unsigned_abs()))
+                            .collect(),
+                    )
+                }
+                (false, _, Some(i))
+                    if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) =>
+                {
+                    AllOrNone::Busy {
+                        index: usize::try_from(i - 1).map_err(|_| garbage())?,
+                        ttl: left
+                            .and_then(|l| u64::try_from(l).ok())
+                            .map(Duration::from_millis),
+                    }
+                }
+                _ => return Err(garbage()),
+            };
+            Ok(Some(answer))
+        })
+    }
+
+    /// One statement, `rw_acquire`; see [`LockStore::rw_acquire`].
+    fn rw_acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        StoreFuture::boxed(async move {
+            let what = || format!("acquiring {:?} to {}", keys.id(), mode.as_str());
+            let (wait, channel, attempt) = place_params(place);
+            let row = self
+                .acquisition(
+                    &self.sql.rw_acquire,
+                    &[
+                        keys.id().into(),
+                        token.as_str().into(),
+                        ms(lease).into(),
+                        (mode == RwMode::Read).into(),
+                        wait.into(),
+                        channel.into(),
+                        attempt.into(),
+                    ],
+                    &[token.as_str()],
+                    what,
+                )
+                .await?;
+            attempt_reply(keys, &row, &what())
+        })
+    }
+
+    /// One statement, `rw_release`, which hands the lock on as far as it
+    /// fits; see [`LockStore::rw_release`].
+    fn rw_release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(async move {
+            let what = || format!("releasing {:?} ({})", keys.id(), mode.as_str());
+            self.after_acquisitions(token).await;
+            let row = self
+                .query_one(
+                    &self.sql.rw_release,
+                    &[keys.id().into(), token.as_str().into()],
+                    what,
+                )
+                .await?;
+            row.get(0, &what())
+        })
+    }
+
+    /// The lock's `extend`: a hold's token names it, whatever its mode.
+    fn rw_extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        LockStore::extend(self, keys, token, lease)
+    }
+
+    /// One statement, `rw_inspect`; see [`LockStore::rw_inspect`].
+    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(async move {
+            let what = || format!("inspecting {:?}", keys.id());
+            let row = self
+                .query_one(&self.sql.rw_inspect, &[keys.id().into()], what)
+                .await?;
+            let readers: i64 = row.get(0, &what())?;
+            let writer: bool = row.get(1, &what())?;
+            let left: Option<i64> = row.get(2, &what())?;
+            let waiters: i64 = row.get(3, &what())?;
+            let latest: Option<i64> = row.get(4, &what())?;
+            let garbage =
+                || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+            Ok(Occupancy::read_write(
+                u32::try_from(readers).map_err(|_| garbage())?,
+                writer,
+                left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+                u64::try_from(waiters).map_err(|_| garbage())?,
+                latest
+                    .and_then(|f| u64::try_from(f).ok())
+                    .filter(|f| *f > 0)
+                    .map(FencingToken::new),
+            ))
         })
     }
 

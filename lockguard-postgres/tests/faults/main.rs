@@ -1,10 +1,12 @@
 //! The PostgreSQL store against a real server under faults: killed and
 //! restarted, paused past a lease, its backends terminated, a wait across
-//! an outage (the kit's fault scenarios, and PostgreSQL's own); and races
-//! on one row made deterministic, and a failover to a stale standby.
+//! an outage (the kit's fault scenarios, and PostgreSQL's own); races on
+//! one row made deterministic, and a failover to a stale standby; and a
+//! read-write lock's writer process killed.
 //!
 //! The modules carry the store's name, so that `cargo test postgres` picks
 //! every test here.
 
 mod postgres;
 mod postgres_races;
+mod postgres_shapes;
