@@ -284,6 +284,10 @@ impl Store for Postgres {
         "postgres"
     }
 
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
     fn start(&self) -> Box<dyn Deployment> {
         let server = PostgresServer::start();
         let url = server.url();

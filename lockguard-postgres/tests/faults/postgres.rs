@@ -13,7 +13,7 @@ use lockguard_testing::faults::{
     a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, takes_lock_within,
 };
 
-async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
+pub(crate) async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
     Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(response_timeout)
