@@ -61,5 +61,5 @@ impl Harness for ZooKeeper {
 
 lockguard_testing::conformance!(
     zookeeper => ZooKeeper::start();
-    locks, semaphores, queue, inspection, counters, rw_refused, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, leader
 );
