@@ -123,7 +123,10 @@ pub(super) fn rw_holders(queue: &[&str]) -> (usize, bool) {
     match queue.first() {
         Some(first) if is_writer(first) => (0, true),
         _ => (
-            queue.iter().position(|n| is_writer(n)).unwrap_or(queue.len()),
+            queue
+                .iter()
+                .position(|n| is_writer(n))
+                .unwrap_or(queue.len()),
             false,
         ),
     }
@@ -139,7 +142,12 @@ mod tests {
 
     #[test]
     fn a_lock_and_a_semaphore_admit_their_first_nodes() {
-        let q = ["a-0000000001", "b-0000000002", "c-0000000003", "d-0000000004"];
+        let q = [
+            "a-0000000001",
+            "b-0000000002",
+            "c-0000000003",
+            "d-0000000004",
+        ];
         assert_eq!(waits(Admission::Permits(1), &q, 0), None);
         assert_eq!(
             Admission::Permits(1).waits(&q, 1),
