@@ -107,7 +107,12 @@ impl ZooKeeperStore {
                             return Ok(Some(AllOrNone::Busy { index, ttl: None }));
                         }
                         // A container appeared or went since the read.
-                        zk::Error::NodeExists | zk::Error::NoNode => continue,
+                        zk::Error::NodeExists | zk::Error::NoNode => {
+                            tracing::debug!(
+                                "a multi-lock's container appeared or went under its transaction; reading again"
+                            );
+                            continue;
+                        }
                         e => return Err(self.failed(&client, e, "taking a multi-lock's keys")),
                     }
                 }
