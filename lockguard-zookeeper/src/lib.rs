@@ -1,7 +1,10 @@
-//! The ZooKeeper store of lockguard: locks and semaphores as ZooKeeper's own
-//! recipe. Each acquisition is an ephemeral sequential node, the lowest
-//! holds the lock (the lowest N a semaphore's permits), and each waiter
-//! watches only the node it waits on, so a release wakes one waiter.
+//! The ZooKeeper store of lockguard: locks, semaphores and read-write locks
+//! as ZooKeeper's own recipes. Each acquisition is an ephemeral sequential
+//! node, the lowest holds the lock (the lowest N a semaphore's permits; a
+//! read-write lock's readers ahead of its first writer, or that writer, in
+//! Curator's node layout), and each waiter watches only the node it waits
+//! on, so a release wakes only the waiters it admits. A multi-lock whose
+//! keys are all free is taken in one transaction.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -17,6 +20,8 @@
 //!     .await?;
 //! let guard = lg.lock("order:42").acquire().await?; // watchdog, fencing token, lost()
 //! let exports = lg.semaphore("exports", 4).acquire().await?;
+//! let report = lg.rw_lock("report").read().acquire().await?; // readers share
+//! let both = lg.multi_lock(["acct:1", "acct:2"]).acquire().await?; // one transaction when free
 //! # Ok(()) }
 //! ```
 //!

@@ -1,4 +1,5 @@
-//! The ZooKeeper store: locks and semaphores as ZooKeeper's lock recipe.
+//! The ZooKeeper store: locks, semaphores and read-write locks as
+//! ZooKeeper's lock recipes.
 //!
 //! Each lock or semaphore is a container node, `{root}/{key}`, and each
 //! acquisition (a holder, or a waiter in the queue) an ephemeral sequential
@@ -6,11 +7,20 @@
 //! its own node again after a lost answer. In the order they were created
 //! (their sequence numbers, or their creating zxids once a busy lock's
 //! numbers run out: see `order`) the children are the queue: the first
-//! `permits` hold, the rest wait, first come first served. A waiter watches only what it waits for: a lock's waiter its
-//! predecessor; a semaphore's first waiter the holders, and every later
-//! waiter its predecessor (which touches its node when it comes to hold,
-//! so its successor moves on to watching the holders). A release deletes
-//! one node and wakes one waiter.
+//! `permits` hold, the rest wait, first come first served. A waiter watches
+//! only what it waits for: a lock's waiter its predecessor; a semaphore's
+//! first waiter the holders, and every later waiter its predecessor (which
+//! touches its node when it comes to hold, so its successor moves on to
+//! watching the holders). A release deletes one node and wakes one waiter.
+//!
+//! A read-write lock is laid out as Curator's `InterProcessReadWriteLock`:
+//! one container node, one queue for both kinds, each node marked with its
+//! mode, `{token}-__READ__{sequence}` or `{token}-__WRIT__{sequence}` (see
+//! `admission`). A writer holds when it is first and watches its
+//! predecessor; a reader holds when no writer is ahead of it and watches
+//! the nearest writer ahead. So the readers at the head hold together, a
+//! reader arriving while a writer waits queues behind it, and a writer's
+//! release wakes exactly the run of readers behind it, who then all hold.
 //!
 //! The lease is the session: a holder's node lives while its session does,
 //! so a holder whose process dies frees the lock when the ensemble expires
@@ -20,6 +30,19 @@
 //! session timeout, and when a lease ends without renewal the holder's
 //! client deletes the node. A lock's fencing token is the zxid that created
 //! its node; a semaphore permit's, the zxid of its holder's touch.
+//!
+//! A read-write lock's hold's token is its node's creating zxid too, which
+//! orders holds as the lock requires. A writer holds only once every node
+//! created before it is gone, and no node created after it holds while it
+//! is there: every hold before a write was of an earlier node, with a
+//! smaller zxid. A reader holds only once every writer created before it
+//! is gone, and a writer created after it waits for it: every write before
+//! a read was of an earlier node. Readers holding together have distinct
+//! nodes, so distinct tokens.
+//!
+//! A multi-lock whose keys are all free, with nobody queued, is taken in
+//! one ZooKeeper transaction (see `multi`); its nodes share the
+//! transaction's zxid as their fencing token.
 //!
 //! A queue place lives with the session; a waiter that gives up deletes it.
 
@@ -35,13 +58,19 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use lockguard_core::store::{
-    Attempt, Inbox, LockKeys, LockStore, Occupancy, Place, StoreFuture, Token, Waiting,
+    AllOrNone, Attempt, Inbox, LockKeys, LockStore, Occupancy, Place, RwMode, StoreFuture, Token,
+    Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
+mod admission;
 mod data;
+mod multi;
 mod order;
+mod rw;
 mod session;
+
+use self::admission::Admission;
 
 use self::session::zk_error;
 pub(crate) use self::session::{Session, SessionOptions};
@@ -205,10 +234,17 @@ impl ZooKeeperStore {
         }
     }
 
-    /// Creates this token's node in `dir` (and `dir` when missing): its
-    /// path and creating zxid.
-    async fn create(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<(String, u64)> {
-        let node = format!("{dir}/{}-", token.as_str());
+    /// Creates this token's node in `dir` (and `dir` when missing), named
+    /// with `mark` before its sequence number (see [`Admission::mark`]):
+    /// its path and creating zxid.
+    async fn create(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+        token: &Token,
+        mark: &str,
+    ) -> Result<(String, u64)> {
+        let node = format!("{dir}/{}-{mark}", token.as_str());
         let ephemeral = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
         // The container may be removed by the server between our creating
@@ -346,14 +382,39 @@ impl ZooKeeperStore {
         )
     }
 
+    /// One attempt of `token` at `keys` under `admission`'s rule, as
+    /// [`LockStore::acquire`] and [`LockStore::rw_acquire`] make it.
+    fn attempt<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        admission: Admission,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        if place.is_some() && self.watching(token) {
+            // A waiter's refresh while its watch stands: nothing ahead of
+            // it changed (a change, or the session's end, fires the watch).
+            return StoreFuture::ready(Ok(Attempt::Busy(None)));
+        }
+        StoreFuture::boxed(async move {
+            let attempt = self
+                .acquire_inner(keys, admission, token, lease, place)
+                .await;
+            self.outage(attempt)
+        })
+    }
+
+    /// One attempt of `token` at `keys` under `admission`'s rule: a lock's,
+    /// a semaphore's, or a read-write lock's reader's or writer's.
     async fn acquire_inner(
         &self,
         keys: &Arc<LockKeys>,
+        admission: Admission,
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let permits = keys.resource().permits() as usize;
         let dir = self.dir(keys);
         let client = self.session.client();
         let session = client.session_id();
@@ -388,7 +449,8 @@ impl ZooKeeperStore {
                         // Until its answer comes, the creation's outcome is
                         // unknown: a release finds the node by name.
                         self.record(token, session, None, None);
-                        let (path, created) = self.create(&client, &dir, token).await?;
+                        let (path, created) =
+                            self.create(&client, &dir, token, admission.mark()).await?;
                         self.record(token, session, Some(path.clone()), Some(created));
                         fresh = true;
                         (path, Some(created))
@@ -420,27 +482,22 @@ impl ZooKeeperStore {
                     "the zookeeper session holding this queue place ended",
                 ));
             };
-            if rank < permits {
+            let Some(waits) = admission.waits(&queue, rank) else {
                 return self
-                    .take(&client, keys, token, (&path, created), permits, lease)
+                    .take(&client, keys, token, (&path, created), admission, lease)
                     .await;
-            }
+            };
             if place.is_none() {
                 // Never queue without a place: give the node up.
                 self.nodes().remove(token);
                 self.discard(path);
                 return Ok(Attempt::Busy(None));
             }
-            // The first waiter watches the holders, each later one its
-            // predecessor (a lock's first waiter: both at once).
-            let targets: Vec<String> = if rank == permits {
-                queue[..permits]
-                    .iter()
-                    .map(|n| format!("{dir}/{n}"))
-                    .collect()
-            } else {
-                vec![format!("{dir}/{}", queue[rank - 1])]
-            };
+            // A lock's or a semaphore's first waiter watches the holders,
+            // each later one its predecessor (a lock's first waiter: both
+            // at once); a writer its predecessor; a reader the nearest
+            // writer ahead.
+            let targets: Vec<String> = waits.on.iter().map(|n| format!("{dir}/{n}")).collect();
             // Every watch is asked for before any answer is awaited: one
             // round trip for all of them.
             let requests: Vec<_> = targets
@@ -453,7 +510,7 @@ impl ZooKeeperStore {
                 match bounded(self.response_timeout, request).await? {
                     // A predecessor that has touched its node holds a
                     // permit: our listing was older than its touch.
-                    Ok((Some(stat), watcher)) if rank == permits || stat.data_length == 0 => {
+                    Ok((Some(stat), watcher)) if !waits.predecessor || stat.data_length == 0 => {
                         watchers.push(watcher);
                     }
                     Ok(_) => moved = true,
@@ -469,22 +526,22 @@ impl ZooKeeperStore {
         Ok(Attempt::Busy(None))
     }
 
-    /// Takes the lock or permit `token`'s node at `path` came to hold. A
-    /// semaphore holder touches its node first, which wakes the waiter
-    /// watching it (now first among the waiters) and draws its fencing
-    /// token, the touch's zxid, so permits' tokens follow the order they
-    /// were taken in. A lock's token is its node's creating zxid: its
-    /// holders come in creation order.
+    /// Takes the lock, permit or read-write hold `token`'s node at `path`
+    /// came to hold. A semaphore holder touches its node first, which wakes
+    /// the waiter watching it (now first among the waiters) and draws its
+    /// fencing token, the touch's zxid, so permits' tokens follow the order
+    /// they were taken in. A lock's token, and a read-write lock's hold's,
+    /// is its node's creating zxid: its holders come in creation order.
     async fn take(
         &self,
         client: &zk::Client,
         keys: &Arc<LockKeys>,
         token: &Token,
         (path, created): (&str, Option<u64>),
-        permits: usize,
+        admission: Admission,
         lease: Duration,
     ) -> Result<Attempt> {
-        let fence = if permits > 1 {
+        let fence = if admission.touches() {
             match bounded(self.response_timeout, client.set_data(path, b"held", None)).await? {
                 Ok(stat) => zxid(stat.mzxid, path)?,
                 Err(e) => return Err(self.failed(client, e, "taking a permit")),
@@ -725,18 +782,28 @@ impl ZooKeeperStore {
         }
     }
 
+    /// The children of the lock node `dir` and its stat, as one answer
+    /// tells them (unsynced, as an inspection may be); `None` when there
+    /// is no such node.
+    async fn listing(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+    ) -> Result<Option<(Vec<String>, zk::Stat)>> {
+        match bounded(self.response_timeout, client.get_children(dir)).await? {
+            Ok(answer) => Ok(Some(answer)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(self.failed(client, e, "listing a lock's queue")),
+        }
+    }
+
     async fn inspect_inner(&self, keys: &LockKeys) -> Result<Occupancy> {
         let capacity = keys.resource().permits();
         let client = self.session.client();
         let dir = self.dir(keys);
-        let (children, stat) =
-            match bounded(self.response_timeout, client.get_children(&dir)).await? {
-                Ok(answer) => answer,
-                Err(zk::Error::NoNode) => {
-                    return Ok(Occupancy::new(0, capacity, None, 0, None));
-                }
-                Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
-            };
+        let Some((children, stat)) = self.listing(&client, &dir).await? else {
+            return Ok(Occupancy::new(0, capacity, None, 0, None));
+        };
         let queue = self.in_order(&client, &dir, &children).await?;
         let queued = u32::try_from(queue.len()).unwrap_or(u32::MAX);
         let holders = queued.min(capacity);
@@ -802,14 +869,21 @@ impl LockStore for ZooKeeperStore {
         lease: Duration,
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
-        if place.is_some() && self.watching(token) {
-            // A waiter's refresh while its watch stands: nothing ahead of
-            // it changed (a change, or the session's end, fires the watch).
-            return StoreFuture::ready(Ok(Attempt::Busy(None)));
+        self.attempt(keys, Admission::of(keys), token, lease, place)
+    }
+
+    fn acquire_all<'a>(
+        &'a self,
+        keys: &'a [Arc<LockKeys>],
+        tokens: &'a [Token],
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
+        if !self.takes_at_once(keys, tokens) {
+            return StoreFuture::ready(Ok(None));
         }
         StoreFuture::boxed(async move {
-            let attempt = self.acquire_inner(keys, token, lease, place).await;
-            self.outage(attempt)
+            let answer = self.acquire_all_inner(keys, tokens, lease).await;
+            self.outage(answer)
         })
     }
 
@@ -832,6 +906,41 @@ impl LockStore for ZooKeeperStore {
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move { self.outage(self.extend_inner(token, lease).await) })
+    }
+
+    fn rw_acquire<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+        place: Option<Place<'a>>,
+    ) -> StoreFuture<'a, Result<Attempt>> {
+        self.attempt(keys, Admission::rw(mode), token, lease, place)
+    }
+
+    /// A hold's node is found by its token, whatever its mode.
+    fn rw_release<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        self.release(keys, token)
+    }
+
+    fn rw_extend<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        _mode: RwMode,
+        token: &'a Token,
+        lease: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        self.extend(keys, token, lease)
+    }
+
+    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
+        StoreFuture::boxed(async move { self.outage(self.rw_inspect_inner(keys).await) })
     }
 }
 
@@ -861,10 +970,10 @@ fn node_name(key: &str) -> String {
 
 /// Runs one request under `timeout`: the request's own result, or a
 /// timeout error.
-async fn bounded<T>(
+async fn bounded<T, E>(
     timeout: Duration,
-    request: impl Future<Output = std::result::Result<T, zk::Error>>,
-) -> Result<std::result::Result<T, zk::Error>> {
+    request: impl Future<Output = std::result::Result<T, E>>,
+) -> Result<std::result::Result<T, E>> {
     tokio::time::timeout(timeout, request).await.map_err(|_| {
         Error::new(
             ErrorKind::Timeout,

@@ -1,6 +1,7 @@
 //! The conformance kit on ZooKeeper: one standalone server for the test
 //! binary, a root node of each test's own. ZooKeeper offers counters
-//! without expiry, and no rate limiters.
+//! without expiry, and no rate limiters. Then what is ZooKeeper's own: a
+//! multi-lock as one transaction, read-write lock nodes as Curator's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use lockguard_core::{Builder, Client};
 use lockguard_testing::ZooKeeperServer;
 use lockguard_testing::conformance::{ClientFuture, Harness};
 use lockguard_zookeeper::BuilderExt as _;
+use lockguard_zookeeper::zookeeper_client as zk;
 
 /// The binary's shared server, with a root of the test's own, so tests
 /// running side by side share no node.
@@ -61,5 +63,132 @@ impl Harness for ZooKeeper {
 
 lockguard_testing::conformance!(
     zookeeper => ZooKeeper::start();
-    locks, semaphores, queue, inspection, counters, rw_refused, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, leader
 );
+
+/// The lock nodes under the test's root: each container's name with its
+/// children's names and creating zxids, sorted by container.
+async fn nodes(admin: &zk::Client, root: &str) -> Vec<(String, Vec<(String, u64)>)> {
+    let mut containers = admin.list_children(root).await.expect("list the root");
+    containers.sort();
+    let mut out = Vec::new();
+    for c in containers {
+        let dir = format!("{root}/{c}");
+        let children = match admin.list_children(&dir).await {
+            Ok(children) => children,
+            // Removed by the server since it was listed: empty.
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => panic!("list {dir}: {e}"),
+        };
+        let mut listed = Vec::new();
+        for child in children {
+            if let Some(stat) = admin
+                .check_stat(&format!("{dir}/{child}"))
+                .await
+                .expect("stat a node")
+            {
+                listed.push((child, stat.czxid as u64));
+            }
+        }
+        out.push((c, listed));
+    }
+    out
+}
+
+/// A multi-lock of three free keys, one of which was held before (its
+/// container is left empty), is one transaction: its three nodes share the
+/// transaction's zxid, which is each key's fencing token, above the key's
+/// earlier one. A multi-lock with a busy key is refused naming it, and
+/// leaves no node behind in the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_of_free_keys_is_one_zookeeper_transaction() {
+    let zookeeper = ZooKeeper::start();
+    let lg = zookeeper.client_with(Client::builder()).await;
+    let other = zookeeper.client_with(Client::builder()).await;
+    let admin = zk::Client::connect(&zookeeper.server.hosts())
+        .await
+        .expect("connect the admin client");
+    let before = other.lock("t:b").try_acquire().await.unwrap();
+    let earlier = before.fencing_token();
+    assert!(before.release().await.unwrap());
+
+    let guard = lg
+        .multi_lock(["t:a", "t:b", "t:c"])
+        .try_acquire()
+        .await
+        .unwrap();
+    let tokens: Vec<u64> = guard.fencing_tokens().map(|(_, f)| f.get()).collect();
+    assert_eq!(tokens.len(), 3);
+    assert!(
+        tokens.iter().all(|t| *t == tokens[0]),
+        "not one transaction: {tokens:?}"
+    );
+    assert!(guard.fencing_token("t:b").unwrap() > earlier);
+    let seen = nodes(&admin, &zookeeper.root).await;
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for (container, children) in &seen {
+        assert_eq!(children.len(), 1, "{container}: {children:?}");
+        assert_eq!(children[0].1, tokens[0], "{container}: {children:?}");
+    }
+    assert!(guard.release().await.unwrap());
+
+    let held = other.lock("t:c").try_acquire().await.unwrap();
+    let e = lg
+        .multi_lock(["t:a", "t:b", "t:c"])
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(e.is_busy() && e.message().contains("t:c"), "{e}");
+    let seen = nodes(&admin, &zookeeper.root).await;
+    let queued: usize = seen.iter().map(|(_, children)| children.len()).sum();
+    assert_eq!(queued, 1, "only the holder's node: {seen:?}");
+    assert!(held.release().await.unwrap());
+}
+
+/// A read-write lock's nodes are named as Curator's: `__READ__` for a
+/// reader, `__WRIT__` for a writer, after the token; two readers hold with
+/// their own nodes' zxids as tokens, and a writer queued behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_nodes_are_marked_with_their_mode() {
+    let zookeeper = ZooKeeper::start();
+    let lg = zookeeper.client_with(Client::builder()).await;
+    let admin = zk::Client::connect(&zookeeper.server.hosts())
+        .await
+        .expect("connect the admin client");
+    let r1 = lg.rw_lock("doc").read().try_acquire().await.unwrap();
+    let r2 = lg.rw_lock("doc").read().try_acquire().await.unwrap();
+    let writer = tokio::spawn({
+        let lg = lg.clone();
+        async move {
+            lg.rw_lock("doc")
+                .write()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let queued = lockguard_testing::conformance::eventually(Duration::from_secs(10), || async {
+        lg.rw_lock("doc").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the writer never queued");
+    let seen = nodes(&admin, &zookeeper.root).await;
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let mut children = seen[0].1.clone();
+    children.sort_by_key(|(_, zxid)| *zxid);
+    let marks: Vec<&str> = children
+        .iter()
+        .map(|(name, _)| &name.split_once('-').unwrap().1[..8])
+        .collect();
+    assert_eq!(marks, ["__READ__", "__READ__", "__WRIT__"], "{children:?}");
+    let zxids: Vec<u64> = children.iter().map(|(_, z)| *z).collect();
+    assert_eq!(
+        [r1.fencing_token().get(), r2.fencing_token().get()],
+        zxids[..2]
+    );
+    assert!(r1.release().await.unwrap());
+    assert!(r2.release().await.unwrap());
+    let w = writer.await.unwrap().expect("the writer acquires");
+    assert_eq!(w.fencing_token().get(), zxids[2]);
+    assert!(w.release().await.unwrap());
+}

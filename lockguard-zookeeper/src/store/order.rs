@@ -18,6 +18,8 @@
 //! node's creating zxid, a 64-bit number that rises with every write of the
 //! ensemble, which costs a stat of each node (one pipelined round trip).
 
+use super::admission::{READ, WRITE};
+
 /// How a lock's children are put in queue order.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Order<'a> {
@@ -28,8 +30,9 @@ pub(super) enum Order<'a> {
     Unnumbered(Vec<&'a str>),
 }
 
-/// The queue nodes among a lock's children (`{token}-{sequence}`; other
-/// names are left out) in queue order when their numbers tell it.
+/// The queue nodes among a lock's children (`{token}-{sequence}`, or
+/// `{token}-{mark}{sequence}` on a read-write lock; other names are left
+/// out) in queue order when their numbers tell it.
 pub(super) fn by_number(children: &[String]) -> Order<'_> {
     let mut queue: Vec<(i32, &str)> = children
         .iter()
@@ -52,12 +55,18 @@ pub(super) fn by_creation(mut nodes: Vec<(i64, &str)>) -> Vec<&str> {
 
 /// The sequence number of a queue node, `{token}-{sequence}`: a token of
 /// hex digits and ZooKeeper's signed 32-bit number, `0000000012`,
-/// `2147483647`, `-2147483648`, `-000000012`; `None` for any other name.
+/// `2147483647`, `-2147483648`, `-000000012`; a read-write lock's node has
+/// its mode's mark before the number (`{token}-__READ__0000000012`, see
+/// [`admission`](super::admission)). `None` for any other name.
 pub(super) fn sequence(name: &str) -> Option<i32> {
-    let (token, number) = name.split_once('-')?;
+    let (token, rest) = name.split_once('-')?;
     if token.is_empty() || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
+    let number = rest
+        .strip_prefix(READ)
+        .or_else(|| rest.strip_prefix(WRITE))
+        .unwrap_or(rest);
     let digits = number.strip_prefix('-').unwrap_or(number);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -80,6 +89,9 @@ mod tests {
         // Past the end, `%010d` puts the sign first.
         assert_eq!(sequence("ab12--2147483648"), Some(i32::MIN));
         assert_eq!(sequence("ab12--000000012"), Some(-12));
+        // A read-write lock's nodes carry their mode first.
+        assert_eq!(sequence("ab12-__READ__0000000012"), Some(12));
+        assert_eq!(sequence("ab12-__WRIT__-2147483648"), Some(i32::MIN));
         for not_queue in [
             "stray",
             "ab12-",
@@ -89,6 +101,9 @@ mod tests {
             "ab12-+000000012",
             "ab12-2147483648",
             "ab12-00000000x2",
+            "ab12-__READ__",
+            "ab12-__READ____WRIT__0000000001",
+            "ab12-__OTHER_0000000001",
         ] {
             assert_eq!(sequence(not_queue), None, "{not_queue}");
         }

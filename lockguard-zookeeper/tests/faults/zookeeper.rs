@@ -462,14 +462,15 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
 }
 
 /// Set to the connect string, makes `zookeeper_child` act as a client
-/// process: `hold` or `wait` for the lock "victim", or `lead` the
-/// election "victim".
+/// process: `hold` or `wait` for the lock "victim", `write` the read-write
+/// lock "victim", or `lead` the election "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
 
 /// The child half of the process tests below, run only in the child
 /// process they start (which sets `LOCKGUARD_ZOOKEEPER_CHILD`): it holds,
-/// or waits for, the lock "victim" (or leads the election "victim") in a
-/// session of 1 s, says so on its standard output, and waits to be killed.
+/// or waits for, the lock "victim" (or writes the read-write lock
+/// "victim", or leads the election "victim") in a session of 1 s, says so
+/// on its standard output, and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of the zookeeper process tests"]
 async fn zookeeper_child() {
@@ -493,6 +494,17 @@ async fn zookeeper_child() {
             println!("elected {}", lead.term());
             tokio::time::sleep(Duration::from_secs(60)).await;
             panic!("the leading child was not killed");
+        }
+        "write" => {
+            let guard = lg
+                .rw_lock("victim")
+                .write()
+                .acquire()
+                .await
+                .expect("the child writes");
+            println!("held {}", guard.fencing_token());
+            let lost = guard.lost().await;
+            panic!("the writing child lost its lock before it was killed: {lost}");
         }
         "hold" => {
             let guard = lg.lock("victim").acquire().await.expect("the child holds");
@@ -599,6 +611,82 @@ async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
     assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
     assert!(guard.fencing_token().get() > old_fence);
     assert!(guard.release().await.unwrap());
+}
+
+/// A writer process killed with SIGKILL frees the read-write lock when the
+/// ensemble expires its 1 s session: both readers queued behind it in this
+/// process, woken by its node's deletion, get in together, each with a
+/// token greater than the writer's, and never while the writer lived
+/// (its watchdog kept it through two sessions' time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_writer_process_frees_the_read_write_lock_with_its_session() {
+    let server = ZooKeeperServer::start();
+    let hosts = server.hosts();
+    let mut child = child_client("write", &hosts);
+    let held = child.expect("held");
+    let writer_fence: u64 = held
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .expect("the child's fencing token");
+    let probe = connect(&hosts, Client::builder()).await;
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let lg = connect(&hosts, Client::builder()).await;
+        readers.push(tokio::spawn(async move {
+            let g = lg
+                .rw_lock("victim")
+                .read()
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .expect("the reader gets the lock");
+            (Instant::now(), g)
+        }));
+    }
+    let queued = eventually(Duration::from_secs(10), || async {
+        probe.rw_lock("victim").inspect().await.unwrap().waiters == 2
+    })
+    .await;
+    assert!(queued, "the readers never queued");
+    // Past two sessions' time: the live writer keeps the lock.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        readers.iter().all(|r| !r.is_finished()),
+        "a reader got in while the writer lived"
+    );
+    let now = probe.rw_lock("victim").inspect().await.unwrap();
+    assert_eq!(
+        (now.writer, now.readers, now.waiters),
+        (true, 0, 2),
+        "{now:?}"
+    );
+    child.kill();
+    let killed = Instant::now();
+    let mut guards = Vec::new();
+    for r in readers {
+        let (got, g) = tokio::time::timeout(Duration::from_secs(30), r)
+            .await
+            .expect("a reader never got in")
+            .unwrap();
+        let freed_after = got - killed;
+        println!("a reader got in {freed_after:?} after the writer's kill (session 1 s)");
+        assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
+        assert!(g.fencing_token().get() > writer_fence);
+        guards.push(g);
+    }
+    // Both read at once.
+    assert!(guards.iter().all(|g| g.is_held()));
+    let now = probe.rw_lock("victim").inspect().await.unwrap();
+    assert_eq!(
+        (now.writer, now.readers, now.waiters),
+        (false, 2, 0),
+        "{now:?}"
+    );
+    assert_ne!(guards[0].fencing_token(), guards[1].fencing_token());
+    for g in guards {
+        assert!(g.release().await.unwrap());
+    }
 }
 
 /// A leader process killed with SIGKILL is replaced when the ensemble
