@@ -352,6 +352,10 @@ impl Store for ZooKeeper {
         "zookeeper"
     }
 
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
     fn offers_limiter(&self) -> bool {
         false
     }

@@ -22,7 +22,7 @@ async fn connect(hosts: &str, b: Builder) -> Client {
 }
 
 /// A client of `b`'s settings whose session times out after `session`.
-async fn connect_in_session(hosts: &str, b: Builder, session: Duration) -> Client {
+pub(crate) async fn connect_in_session(hosts: &str, b: Builder, session: Duration) -> Client {
     b.connect_timeout(Duration::from_secs(5))
         .zookeeper_session_timeout(session)
         .connect_zookeeper(hosts)
