@@ -15,7 +15,7 @@ const LEASE: Duration = Duration::from_millis(500);
 
 pub(crate) async fn section(b: &mut Bench) {
     b.line("\n## Leader election: failover\n");
-    b.line(&format!("A leader and one waiting candidate, a client each, {ROUNDS} rounds. *resign*: from the leader's `resign()` call to the candidate's `campaign()` returning. *leader died*: the leader holds a fixed {LEASE:?} lease and never renews nor resigns (its guard is leaked, as a killed process leaves it); the figure is from the end of that lease, counted from before the leader's own request, to the candidate's `campaign()` returning. With the watchdog, a dead leader is replaced within its lease plus this (`lockguard-redis/tests/leader`, which kills a real child process, measures 0.94-0.96 s with a 1 s lease).\n"));
+    b.line(&format!("A leader and one waiting candidate, a client each, {ROUNDS} rounds. *resign*: from the leader's `resign()` call to the candidate's `campaign()` returning. *leader died*: the leader holds a fixed {LEASE:?} lease and never renews nor resigns (its guard is leaked, as a killed process leaves it); the figure is from the end of that lease, counted from before the leader's own request, to the candidate's `campaign()` returning. With the watchdog, a dead leader is replaced within its lease plus this (`lockguard-redis/tests/shapes`, which kills a real child process, serves the candidate 0.67-0.68 s after the kill with a 1 s lease, the rest of the lease the child's watchdog last renewed).\n"));
     b.line("| failover | p50 | max of the rounds |");
     b.line("|---|---:|---:|");
     let (mut resigned, mut died) = (Vec::new(), Vec::new());

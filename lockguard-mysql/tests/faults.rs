@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::faults::{
-    PausePlan, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_leaders_lease,
+    Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
+    a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
-    a_wait_rides_out_an_outage,
+    a_wait_rides_out_an_outage, hold_until_killed,
 };
 use lockguard_testing::{ChildProcess, MariaDbServer};
 
@@ -351,4 +352,40 @@ async fn mysql_set_up_mistakes_are_told_apart_from_outages() {
         !err.is_retryable() && err.to_string().contains("nosuch"),
         "{err}"
     );
+}
+
+/// The lease of a killed holder's hold, renewed by its watchdog while it
+/// lives.
+const KILLED_LEASE: Duration = Duration::from_secs(1);
+
+/// The child of the killed-holder tests below, run only in the process
+/// they start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the killed-holder tests"]
+async fn mysql_child_holder() {
+    hold_until_killed(KILLED_LEASE, async |url| {
+        lockguard_mysql::connect(url).await
+    })
+    .await;
+}
+
+async fn killed(holding: Holding) {
+    let server = MariaDbServer::start();
+    let lg = client(&server).await;
+    let kill = Kill::new("mysql_child_holder", &server.url(), KILLED_LEASE);
+    a_killed_holder_is_replaced(holding, kill, &lg).await;
+}
+
+/// The kit's scenario: a multi-lock's holder process killed frees every
+/// key within its lease, to the multi-lock waiting on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_killed_multi_lock_holder_frees_every_key_within_its_lease() {
+    killed(Holding::MultiLock).await;
+}
+
+/// The kit's scenario: a leader process killed is replaced by the
+/// candidate waiting behind it within its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_killed_leader_process_is_replaced_within_its_lease() {
+    killed(Holding::Leader).await;
 }

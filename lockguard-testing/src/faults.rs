@@ -7,8 +7,9 @@
 //! fast with the error the store reports, a restarted server is used again
 //! by the same client, a wait rides out an outage shorter than itself, a
 //! paused holder (of a lock, a read-write lock, a multi-lock or a lead)
-//! loses its lease before another holder starts and is fenced out, and
-//! wake-ups come back after an outage. Run them on a multi-thread runtime:
+//! loses its lease before another holder starts and is fenced out,
+//! wake-ups come back after an outage, and what a killed holder process
+//! held goes to the waiters behind it within its lease. Run them on a multi-thread runtime:
 //! they block a worker thread while they kill or start a server.
 //!
 //! ```ignore
@@ -31,8 +32,10 @@ use lockguard_core::{Builder, Client, Error, LockGuard};
 use crate::ServerProcess;
 use crate::conformance::eventually;
 
+mod kills;
 mod pauses;
 
+pub use self::kills::{HOLDER_ENV, Holding, Kill, a_killed_holder_is_replaced, hold_until_killed};
 pub use self::pauses::{
     PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
     a_pause_takes_the_writers_lease,

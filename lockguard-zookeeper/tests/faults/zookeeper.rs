@@ -13,8 +13,8 @@ use lockguard_zookeeper::{BuilderExt as _, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT};
 use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
-    a_kill_fails_fast_and_a_restart_is_recovered, takes_lock_within,
-    the_next_holder_fences_out_the_old,
+    Holding, Kill, a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
+    hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
 
 async fn connect(hosts: &str, b: Builder) -> Client {
@@ -462,15 +462,13 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
 }
 
 /// Set to the connect string, makes `zookeeper_child` act as a client
-/// process: `hold` or `wait` for the lock "victim", `write` the read-write
-/// lock "victim", or `lead` the election "victim".
+/// process: `hold` or `wait` for the lock "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
 
 /// The child half of the process tests below, run only in the child
 /// process they start (which sets `LOCKGUARD_ZOOKEEPER_CHILD`): it holds,
-/// or waits for, the lock "victim" (or writes the read-write lock
-/// "victim", or leads the election "victim") in a session of 1 s, says so
-/// on its standard output, and waits to be killed.
+/// or waits for, the lock "victim" in a session of 1 s, says so on its
+/// standard output, and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the child process of the zookeeper process tests"]
 async fn zookeeper_child() {
@@ -484,28 +482,6 @@ async fn zookeeper_child() {
         .await
         .expect("the child connects");
     match role {
-        "lead" => {
-            let lead = lg
-                .leader("victim")
-                .identity("child")
-                .campaign()
-                .await
-                .expect("the child is elected");
-            println!("elected {}", lead.term());
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            panic!("the leading child was not killed");
-        }
-        "write" => {
-            let guard = lg
-                .rw_lock("victim")
-                .write()
-                .acquire()
-                .await
-                .expect("the child writes");
-            println!("held {}", guard.fencing_token());
-            let lost = guard.lost().await;
-            panic!("the writing child lost its lock before it was killed: {lost}");
-        }
         "hold" => {
             let guard = lg.lock("victim").acquire().await.expect("the child holds");
             println!("held {}", guard.fencing_token());
@@ -613,137 +589,55 @@ async fn zookeeper_killed_holder_process_frees_the_lock_with_its_session() {
     assert!(guard.release().await.unwrap());
 }
 
-/// A writer process killed with SIGKILL frees the read-write lock when the
-/// ensemble expires its 1 s session: both readers queued behind it in this
-/// process, woken by its node's deletion, get in together, each with a
-/// token greater than the writer's, and never while the writer lived
-/// (its watchdog kept it through two sessions' time).
+/// The session of the kit's killed holders (`zookeeper_child_holder`), and
+/// the lease its watchdog keeps (under two thirds of it).
+const KILLED_SESSION: Duration = Duration::from_secs(1);
+
+/// The child of the kit's killed-holder tests below: a client in a 1 s
+/// session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn zookeeper_killed_writer_process_frees_the_read_write_lock_with_its_session() {
-    let server = ZooKeeperServer::start();
-    let hosts = server.hosts();
-    let mut child = child_client("write", &hosts);
-    let held = child.expect("held");
-    let writer_fence: u64 = held
-        .split_whitespace()
-        .nth(1)
-        .and_then(|f| f.parse().ok())
-        .expect("the child's fencing token");
-    let probe = connect(&hosts, Client::builder()).await;
-    let mut readers = Vec::new();
-    for _ in 0..2 {
-        let lg = connect(&hosts, Client::builder()).await;
-        readers.push(tokio::spawn(async move {
-            let g = lg
-                .rw_lock("victim")
-                .read()
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .expect("the reader gets the lock");
-            (Instant::now(), g)
-        }));
-    }
-    let queued = eventually(Duration::from_secs(10), || async {
-        probe.rw_lock("victim").inspect().await.unwrap().waiters == 2
+#[ignore = "the child process of the killed-holder tests"]
+async fn zookeeper_child_holder() {
+    hold_until_killed(KILLED_SESSION * 3 / 5, async |hosts| {
+        Client::builder()
+            .zookeeper_session_timeout(KILLED_SESSION)
+            .connect_zookeeper(hosts)
+            .await
     })
     .await;
-    assert!(queued, "the readers never queued");
-    // Past two sessions' time: the live writer keeps the lock.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        readers.iter().all(|r| !r.is_finished()),
-        "a reader got in while the writer lived"
-    );
-    let now = probe.rw_lock("victim").inspect().await.unwrap();
-    assert_eq!(
-        (now.writer, now.readers, now.waiters),
-        (true, 0, 2),
-        "{now:?}"
-    );
-    child.kill();
-    let killed = Instant::now();
-    let mut guards = Vec::new();
-    for r in readers {
-        let (got, g) = tokio::time::timeout(Duration::from_secs(30), r)
-            .await
-            .expect("a reader never got in")
-            .unwrap();
-        let freed_after = got - killed;
-        println!("a reader got in {freed_after:?} after the writer's kill (session 1 s)");
-        assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
-        assert!(g.fencing_token().get() > writer_fence);
-        guards.push(g);
-    }
-    // Both read at once.
-    assert!(guards.iter().all(|g| g.is_held()));
-    let now = probe.rw_lock("victim").inspect().await.unwrap();
-    assert_eq!(
-        (now.writer, now.readers, now.waiters),
-        (false, 2, 0),
-        "{now:?}"
-    );
-    assert_ne!(guards[0].fencing_token(), guards[1].fencing_token());
-    for g in guards {
-        assert!(g.release().await.unwrap());
-    }
 }
 
-/// A leader process killed with SIGKILL is replaced when the ensemble
-/// expires its 1 s session: the candidate queued in this process is
-/// elected with a greater term, and readers then see it.
+/// The kit's scenario on ZooKeeper: what a killed process held is freed
+/// when the ensemble expires its 1 s session (within 4 s of the kill, for
+/// a loaded machine), to the waiters in this process, woken by its node's
+/// deletion, with greater tokens, and never while the child lived (its
+/// watchdog kept it through two leases).
+async fn killed(holding: Holding) {
+    let server = ZooKeeperServer::start();
+    let lg = connect(&server.hosts(), Client::builder()).await;
+    let module = module_path!().split_once("::").expect("a module").1;
+    let kill = Kill::new(
+        &format!("{module}::zookeeper_child_holder"),
+        &server.hosts(),
+        KILLED_SESSION * 3 / 5,
+    )
+    .served_within(Duration::from_secs(4));
+    a_killed_holder_is_replaced(holding, kill, &lg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_multi_lock_holder_frees_every_key_with_its_session() {
+    killed(Holding::MultiLock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_killed_writer_process_frees_the_read_write_lock_with_its_session() {
+    killed(Holding::Writer).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_killed_leader_process_is_replaced_with_its_session() {
-    let server = ZooKeeperServer::start();
-    let hosts = server.hosts();
-    let mut child = child_client("lead", &hosts);
-    let line = child.expect("elected");
-    let old_term: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|t| t.parse().ok())
-        .expect("the child's term");
-    let lg = connect(&hosts, Client::builder()).await;
-    let election = lg.leader("victim");
-    let now = election.current().await.unwrap().expect("the child leads");
-    assert_eq!(
-        (now.identity_str(), now.term.get()),
-        (Some("child"), old_term)
-    );
-    let candidate = {
-        let lg = lg.clone();
-        tokio::spawn(async move {
-            let lead = lg
-                .leader("victim")
-                .identity("parent")
-                .wait(Duration::from_secs(30))
-                .campaign()
-                .await
-                .expect("the candidate is elected once the dead leader's session expires");
-            (Instant::now(), lead)
-        })
-    };
-    let queued = eventually(Duration::from_secs(10), || async {
-        election.inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the candidate never queued");
-    child.kill();
-    let killed = Instant::now();
-    let (elected, lead) = tokio::time::timeout(Duration::from_secs(30), candidate)
-        .await
-        .expect("the candidate was never elected")
-        .unwrap();
-    let failover = elected - killed;
-    println!("a killed leader was replaced {failover:?} after the kill (session 1 s)");
-    assert!(failover < Duration::from_secs(4), "{failover:?}");
-    assert!(lead.term().get() > old_term);
-    let now = election.current().await.unwrap().expect("the parent leads");
-    assert_eq!(
-        (now.identity_str(), now.term),
-        (Some("parent"), lead.term())
-    );
-    assert!(lead.resign().await.unwrap());
+    killed(Holding::Leader).await;
 }
 
 /// Rate limiters and expiry are refused with a message naming the store;

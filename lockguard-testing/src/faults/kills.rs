@@ -1,0 +1,302 @@
+//! A holder process killed (SIGKILL: no release, no resignation) while it
+//! holds a multi-lock, a read-write lock's write or an election's lead:
+//! what it held is freed when its lease ends (on ZooKeeper, its session),
+//! to the waiters queued behind it in this process, with greater fencing
+//! tokens, and never while it lived.
+//!
+//! A store's fault tests run both halves from one test binary: a child
+//! test, `#[ignore]`d and run only in the process the parent starts, calls
+//! [`hold_until_killed`]; each parent test calls
+//! [`a_killed_holder_is_replaced`] with the child test's full name.
+//!
+//! ```ignore
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! #[ignore = "the child process of the killed-holder tests"]
+//! async fn child_holder() {
+//!     hold_until_killed(LEASE, async |url| MyStore::connect(url).await).await;
+//! }
+//!
+//! #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+//! async fn a_killed_writer_frees_the_read_write_lock_within_its_lease() {
+//!     let server = MyServer::start();
+//!     let lg = MyStore::connect(&server.url()).await.unwrap();
+//!     let kill = Kill::new("child_holder", &server.url(), LEASE);
+//!     a_killed_holder_is_replaced(Holding::Writer, kill, &lg).await;
+//! }
+//! ```
+
+use std::fmt;
+use std::time::Duration;
+
+use lockguard_core::{Client, Result};
+use tokio::time::Instant;
+
+use crate::ChildProcess;
+
+/// Set in the child's environment to `"{holding} {address}"`: what to
+/// hold, on which store.
+pub const HOLDER_ENV: &str = "LOCKGUARD_KILLED_HOLDER";
+
+/// The names of what the child holds: the keys of its multi-lock (the
+/// parent names them the other way round), its read-write lock, its
+/// election.
+const MULTI: [&str; 2] = ["killed:1", "killed:2"];
+const RW: &str = "killed-rw";
+const ELECTION: &str = "killed-election";
+
+/// What the killed process holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holding {
+    /// A multi-lock of two keys; a multi-lock of the same keys, named in
+    /// the other order, waits for it.
+    MultiLock,
+    /// A read-write lock's write; two readers wait for it.
+    Writer,
+    /// An election's lead; a candidate waits for it.
+    Leader,
+}
+
+impl fmt::Display for Holding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::MultiLock => "multi-lock",
+            Self::Writer => "writer",
+            Self::Leader => "leader",
+        })
+    }
+}
+
+impl Holding {
+    fn parse(s: &str) -> Self {
+        match s {
+            "multi-lock" => Self::MultiLock,
+            "writer" => Self::Writer,
+            "leader" => Self::Leader,
+            other => panic!("no such holding: {other:?}"),
+        }
+    }
+}
+
+/// The child half: does nothing unless [`HOLDER_ENV`] is set (the test's
+/// own run); otherwise connects with `connect` to the address given,
+/// takes what it names under a watchdog of `lease`, prints
+/// `held T1 [T2]` (its fencing tokens, or its term), and waits to be
+/// killed.
+///
+/// # Panics
+///
+/// When it cannot connect or take its hold, or loses it before it is
+/// killed.
+pub async fn hold_until_killed(lease: Duration, connect: impl AsyncFnOnce(&str) -> Result<Client>) {
+    let Ok(spec) = std::env::var(HOLDER_ENV) else {
+        return;
+    };
+    let (holding, address) = spec.split_once(' ').expect("a holding and an address");
+    let lg = connect(address).await.expect("the child connects");
+    let lost = match Holding::parse(holding) {
+        Holding::MultiLock => {
+            let g = lg
+                .multi_lock(MULTI)
+                .watchdog(lease)
+                .acquire()
+                .await
+                .expect("the child takes both keys");
+            let tokens: Vec<String> = MULTI
+                .iter()
+                .map(|k| g.fencing_token(k).expect("a key").get().to_string())
+                .collect();
+            println!("held {}", tokens.join(" "));
+            g.lost().await
+        }
+        Holding::Writer => {
+            let g = lg
+                .rw_lock(RW)
+                .write()
+                .watchdog(lease)
+                .acquire()
+                .await
+                .expect("the child writes");
+            println!("held {}", g.fencing_token().get());
+            g.lost().await
+        }
+        Holding::Leader => {
+            let lead = lg
+                .leader(ELECTION)
+                .identity("child")
+                .watchdog(lease)
+                .campaign()
+                .await
+                .expect("the child is elected");
+            println!("held {}", lead.term().get());
+            lead.lost().await
+        }
+    };
+    panic!("the child ({holding}) lost its hold before it was killed: {lost}");
+}
+
+/// The child a parent test starts: the store's child test (its full name,
+/// module path included), the address the child connects to, the child's
+/// lease, and how long after the kill the waiters must be served.
+#[derive(Debug, Clone)]
+pub struct Kill {
+    child_test: String,
+    address: String,
+    lease: Duration,
+    bound: Duration,
+}
+
+impl Kill {
+    /// The child test `child_test` on `address`, holding under a watchdog
+    /// of `lease`, whose waiters must be served within the lease plus
+    /// 500 ms of slack for a loaded machine.
+    pub fn new(child_test: &str, address: &str, lease: Duration) -> Self {
+        Self {
+            child_test: child_test.to_owned(),
+            address: address.to_owned(),
+            lease,
+            bound: lease + Duration::from_millis(500),
+        }
+    }
+
+    /// Serves the waiters within `bound` of the kill instead (a store
+    /// whose lease is a session that the server expires).
+    pub fn served_within(mut self, bound: Duration) -> Self {
+        self.bound = bound;
+        self
+    }
+}
+
+/// The parent half: starts the child holding `holding`, queues this
+/// process's waiters on `lg` behind it, checks that none is served while
+/// the child lives (its watchdog keeping it for twice its lease), kills
+/// it, and checks that every waiter is served within the bound, with
+/// greater fencing tokens (a greater term), both readers at once.
+///
+/// # Panics
+///
+/// When any of that does not hold.
+pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Client) {
+    let mut child = ChildProcess::spawn(
+        &kill.child_test,
+        (HOLDER_ENV, &format!("{holding} {}", kill.address)),
+    );
+    let line = child.expect("held ");
+    let old: Vec<u64> = line["held ".len()..]
+        .split_whitespace()
+        .map(|t| t.parse().expect("a token"))
+        .collect();
+
+    // Each waiter says when it got in and its tokens (in the child's
+    // order), and keeps its hold until every waiter got in.
+    let (served_tx, mut served) = tokio::sync::mpsc::unbounded_channel::<(Instant, Vec<u64>)>();
+    let (release, _) = tokio::sync::broadcast::channel::<()>(1);
+    let waiters: Vec<_> = match holding {
+        Holding::MultiLock => vec![tokio::spawn({
+            let (lg, tx, mut done) = (lg.clone(), served_tx.clone(), release.subscribe());
+            async move {
+                let g = lg
+                    .multi_lock([MULTI[1], MULTI[0]])
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .expect("the waiting multi-lock takes both keys");
+                let tokens = MULTI
+                    .iter()
+                    .map(|k| g.fencing_token(k).expect("a key").get())
+                    .collect();
+                let _ = tx.send((Instant::now(), tokens));
+                let _ = done.recv().await;
+                assert!(g.release().await.expect("release"));
+            }
+        })],
+        Holding::Writer => (0..2)
+            .map(|_| {
+                let (lg, tx, mut done) = (lg.clone(), served_tx.clone(), release.subscribe());
+                tokio::spawn(async move {
+                    let g = lg
+                        .rw_lock(RW)
+                        .read()
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .expect("a waiting reader gets in");
+                    let _ = tx.send((Instant::now(), vec![g.fencing_token().get()]));
+                    let _ = done.recv().await;
+                    assert!(g.release().await.expect("release"));
+                })
+            })
+            .collect(),
+        Holding::Leader => vec![tokio::spawn({
+            let (lg, tx, mut done) = (lg.clone(), served_tx.clone(), release.subscribe());
+            async move {
+                let lead = lg
+                    .leader(ELECTION)
+                    .identity("parent")
+                    .wait(Duration::from_secs(30))
+                    .campaign()
+                    .await
+                    .expect("the waiting candidate is elected");
+                let _ = tx.send((Instant::now(), vec![lead.term().get()]));
+                let _ = done.recv().await;
+                assert!(lead.resign().await.expect("resign"));
+            }
+        })],
+    };
+    drop(served_tx);
+    // The child's watchdog keeps its hold past its lease.
+    tokio::time::sleep(kill.lease * 2).await;
+    assert!(
+        served.is_empty() && waiters.iter().all(|w| !w.is_finished()),
+        "a waiter was served while the {holding} lived"
+    );
+    if holding == Holding::Leader {
+        let now = lg.leader(ELECTION).current().await.expect("current");
+        let now = now.expect("the child leads");
+        assert_eq!(
+            (now.identity_str(), now.term.get()),
+            (Some("child"), old[0])
+        );
+    }
+
+    child.kill();
+    let killed = Instant::now();
+    for _ in 0..waiters.len() {
+        let (at, tokens) = tokio::time::timeout(Duration::from_secs(30), served.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{holding}: a waiter was never served"))
+            .unwrap_or_else(|| panic!("{holding}: a waiter failed"));
+        let took = at - killed;
+        println!(
+            "{holding}: a waiter served {took:?} after the kill (lease {:?})",
+            kill.lease
+        );
+        assert!(
+            took < kill.bound,
+            "{holding}: served {took:?} after the kill, past {:?}",
+            kill.bound
+        );
+        assert!(
+            tokens.iter().zip(&old).all(|(new, old)| new > old),
+            "{holding}: tokens {tokens:?} after the child's {old:?}"
+        );
+    }
+    // Every waiter holds at once, as the store sees it.
+    match holding {
+        Holding::MultiLock => {}
+        Holding::Writer => {
+            let seen = lg.rw_lock(RW).inspect().await.expect("inspect");
+            assert_eq!((seen.readers, seen.writer), (2, false), "{seen:?}");
+        }
+        Holding::Leader => {
+            let now = lg.leader(ELECTION).current().await.expect("current");
+            assert_eq!(
+                now.expect("the parent leads").identity_str(),
+                Some("parent")
+            );
+        }
+    }
+    let _ = release.send(());
+    for waiter in waiters {
+        waiter.await.expect("a waiter's task");
+    }
+}
