@@ -34,6 +34,10 @@ for t in $targets; do
 done
 conformance=(--test conformance -- --test-threads 4)
 
+# The examples, which tests/examples.rs runs (a test build with target
+# selection builds none); from the same build, so nothing is compiled twice.
+cargo build --workspace --all-features --examples
+
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
