@@ -14,6 +14,7 @@ mod costs;
 mod departures;
 mod multi;
 mod order;
+mod permits;
 mod store_faults;
 
 use std::time::Duration;
@@ -28,19 +29,30 @@ use support::{Env, eventually};
 #[derive(Debug, Clone, Copy)]
 enum Queue<'a> {
     Lock(&'a str),
+    Semaphore(&'a str),
 }
 
 impl Queue<'_> {
     /// The sorted set of waiter tokens: `lockguard:lock:{k}:queue` beside
-    /// the lock key `lockguard:lock:{k}` (and `lockguard:lock:{k}:tickets`).
+    /// the lock key `lockguard:lock:{k}` (and `lockguard:lock:{k}:tickets`);
+    /// a semaphore's beside its holders, `lockguard:sem:{k}`.
     fn key(self) -> String {
-        let Self::Lock(name) = self;
-        format!("lockguard:lock:{{{name}}}:queue")
+        format!("{}:queue", self.holder_key())
     }
 
-    /// The hash of the waiters' tickets (their places' deadlines).
+    /// The key of the lock, or of the semaphore's holders (a sorted set of
+    /// tokens scored by their leases' ends).
+    fn holder_key(self) -> String {
+        match self {
+            Self::Lock(name) => format!("lockguard:lock:{{{name}}}"),
+            Self::Semaphore(name) => format!("lockguard:sem:{{{name}}}"),
+        }
+    }
+
+    /// The hash of the waiters' tickets (their places' deadlines), and of a
+    /// semaphore's fence records.
     fn tickets_key(self) -> String {
-        format!("{}:tickets", self.key().trim_end_matches(":queue"))
+        format!("{}:tickets", self.holder_key())
     }
 
     /// How many waiters the Redis store has queued (`ZCARD`), on a
@@ -63,7 +75,9 @@ async fn queue_ahead(
     n: u64,
     settings: impl Fn() -> lockguard_core::Builder,
 ) -> tokio::task::JoinSet<()> {
-    let Queue::Lock(name) = queue;
+    let Queue::Lock(name) = queue else {
+        panic!("queue_ahead queues for a lock, not {queue:?}");
+    };
     let mut waiters = tokio::task::JoinSet::new();
     for i in 0..n {
         let lg = env.client_with(settings()).await;

@@ -175,7 +175,16 @@ local function queue_lib()
     return true
   end
 
+  -- The semaphore holders whose lease has not ended (permits handed to a
+  -- waiter and not yet claimed included).
+  function q.semaphore_live(holders)
+    return redis.call('ZCOUNT', holders, '(' .. string.format('%d', q.now_ms()), '+inf')
+  end
+
   -- Drops the semaphore holders whose lease ended, with their fence records.
+  -- Only the paths that refuse, hand out or keep the set run it: a holder's
+  -- lease that ended no longer counts (q.semaphore_live), and the set's
+  -- expiry, or the next of these paths, takes it away.
   function q.semaphore_expire(holders, tickets)
     local expired = redis.call('ZRANGEBYSCORE', holders, '-inf', q.now_ms())
     if #expired > 0 then
@@ -186,16 +195,33 @@ local function queue_lib()
     end
   end
 
+  -- A permit's score: the end of its lease (ms), and half a ms more when
+  -- it has a fence record (it was handed to a waiter), so that its release
+  -- and renewals know without reading the record.
+  function q.lease_end(ends_ms, recorded)
+    return string.format(recorded and '%d.5' or '%d', ends_ms)
+  end
+
+  -- Whether a permit's score (a string, as ZSCORE answers) marks a record.
+  function q.recorded(score)
+    return tonumber(score) % 1 ~= 0
+  end
+
   -- Gives a permit to token for ms, with a new fence (returned). A waiter
   -- handed it (`handed`) leaves the queue and gets a fence record, which
   -- its attempt reads when it claims the permit (its notification lost).
   -- Without one, a claim draws a fence of its own, greater than this one.
-  -- The holders set is kept for twice ms when it would end sooner than ms,
-  -- so most gives find it kept.
-  function q.semaphore_give(holders, seq, queue, tickets, token, ms, handed)
+  -- The holders set is kept for twice ms: at once when no lease but this
+  -- one's is running (`alone`: no other holder depends on the set's
+  -- expiry), else when it would end sooner than ms, which is also when
+  -- ended leases are dropped (about once a lease).
+  function q.semaphore_give(holders, seq, queue, tickets, token, ms, handed, alone)
     local f = seq_next(seq)
-    redis.call('ZADD', holders, q.now_ms() + ms, token)
-    if redis.call('PTTL', holders) < ms then
+    redis.call('ZADD', holders, q.lease_end(q.now_ms() + ms, handed), token)
+    if alone then
+      redis.call('PEXPIRE', holders, 2 * ms)
+    elseif redis.call('PTTL', holders) < ms then
+      q.semaphore_expire(holders, tickets)
       redis.call('PEXPIRE', holders, 2 * ms)
     end
     if handed then
@@ -215,7 +241,7 @@ local function queue_lib()
       if not first or first == me then
         break
       end
-      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline, timeout), true)
+      local f = q.semaphore_give(holders, seq, queue, tickets, first, q.reservation(deadline, timeout), true, false)
       q.notify(first, f, attempt, channel)
       free = free - 1
     end

@@ -1,7 +1,9 @@
 
 -- Take one of N permits, or wait for one in the queue (see queue.lua). The
 -- holders sorted set scores each holder's token by its lease's end (ms,
--- server time); expired holders are dropped first.
+-- server time; half a ms more marks a fence record, see q.lease_end);
+-- holders whose lease ended do not count, and are dropped when the
+-- semaphore is full.
 -- KEYS[1] holders, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, and for a waiter
 -- (without them the script never queues): ARGV[4] its timeout (ms), ARGV[5]
@@ -21,9 +23,9 @@ if returning then
   if ends and tonumber(ends) > q.now_ms() then
     -- Ours: claim it with our own lease, and the fence it was handed with
     -- (or one of our own, greater, when it has no record).
-    redis.call('ZADD', holders, q.now_ms() + lease, token)
-    q.keep(holders, lease)
     local record = redis.call('HGET', tickets, token)
+    redis.call('ZADD', holders, q.lease_end(q.now_ms() + lease, record), token)
+    q.keep(holders, lease)
     if record then
       q.keep(tickets, lease)
       return {1, tonumber(string.sub(record, 2))}
@@ -31,12 +33,14 @@ if returning then
     return {1, seq_next(seq)}
   end
 end
-q.semaphore_expire(holders, tickets)
-local free = tonumber(ARGV[3]) - redis.call('ZCARD', holders)
-free = q.semaphore_hand_out(holders, seq, queue, tickets, free, token)
+local permits = tonumber(ARGV[3])
+local live = q.semaphore_live(holders)
+local free = q.semaphore_hand_out(holders, seq, queue, tickets, permits - live, token)
 if free > 0 then
-  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease, returning)}
+  local alone = live == 0 and free == permits
+  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease, returning, alone)}
 end
+q.semaphore_expire(holders, tickets)
 if ARGV[4] then
   q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])
 end

@@ -10,7 +10,10 @@ local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not ends or tonumber(ends) <= now then
   return 0
 end
-redis.call('ZADD', KEYS[1], 'XX', now + lease, ARGV[1])
+-- Half a ms over a whole one marks a permit with a fence record (see
+-- q.lease_end in queue.lua); the renewal keeps the mark.
+local mark = tonumber(ends) % 1
+redis.call('ZADD', KEYS[1], 'XX', string.format('%.1f', now + lease + mark), ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then
   redis.call('PEXPIRE', KEYS[1], lease)
 end

@@ -18,8 +18,10 @@ if not ends then
 end
 -- A holder is never queued: its place went when the permit became its.
 redis.call('ZREM', holders, token)
--- The fence record of a permit handed to it.
-redis.call('HDEL', tickets, token)
+-- The fence record of a permit handed to it (marked in its score).
+if q.recorded(ends) then
+  redis.call('HDEL', tickets, token)
+end
 if redis.call('EXISTS', queue) == 1 then
   q.semaphore_expire(holders, tickets)
   local free = tonumber(ARGV[2]) - redis.call('ZCARD', holders)
