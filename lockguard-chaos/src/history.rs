@@ -22,7 +22,8 @@ pub(crate) enum Call {
     /// `lease_ms`, or the watchdog renewing a lease of `lease_ms`. With
     /// `read`, `rw_lock(key).read().acquire()`: a hold shared with other
     /// readers (a `rw_lock(key).write()` is recorded without it, as
-    /// exclusive as a lock).
+    /// exclusive as a lock). With `permits`, `semaphore(key, permits)
+    /// .acquire()`: a hold shared with at most `permits - 1` others.
     Acquire {
         key: String,
         wait_ms: u64,
@@ -30,6 +31,8 @@ pub(crate) enum Call {
         watchdog: bool,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         read: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permits: Option<u32>,
     },
     /// `guard.is_held()` on the guard with `fence`.
     IsHeld { key: String, fence: u64 },

@@ -4,14 +4,15 @@
 //!
 //! A run starts a store ([`Store::start`]), runs worker processes (the
 //! same binary again, `worker` subcommand), each with its own lockguard
-//! client ([`Store::connect`]), that lock, campaign in an election, write
-//! fenced values, update counters and ask a rate limiter while the run
-//! pauses, restarts and
-//! disconnects the store ([`Deployment::apply`]) and pauses and kills
-//! workers on a schedule drawn from a seed. Every operation's invocation
-//! and completion is recorded on one monotonic clock; the merged history
-//! is then checked: no two holds overlap, fences grow, stale writes are
-//! refused, one leader at a time with terms that grow, counters add up exactly, the limiter keeps its quota, no wait
+//! client ([`Store::connect`]), that lock, take semaphore permits,
+//! campaign in an election, write fenced values, update counters and ask a
+//! rate limiter while the run pauses, restarts and disconnects the store
+//! ([`Deployment::apply`]) and pauses and kills workers on a schedule
+//! drawn from a seed. Every operation's invocation and completion is
+//! recorded on one monotonic clock; the merged history is then checked: no
+//! two holds overlap, no more permits held than the semaphore has, fences
+//! grow, stale writes are refused, one leader at a time with terms that
+//! grow, counters add up exactly, the limiter keeps its quota, no wait
 //! outlives its bound, and wake-ups are back after the last fault.
 //!
 //! The `lockguard-chaos` binary runs lockguard's own stores. A store crate
@@ -379,16 +380,19 @@ fn report(
         let lock_caught = r.violations.iter().any(|v| v.check == "mutual-exclusion");
         let counter_caught =
             !r.counters || r.violations.iter().any(|v| v.check == "counters-exact");
+        let permits_caught = r.violations.iter().any(|v| v.check == "permits");
+        let said = |caught: bool| if caught { "caught" } else { "NOT CAUGHT" };
         println!(
-            "  self-test: overlapping holds {}, lost counter update {}",
-            if lock_caught { "caught" } else { "NOT CAUGHT" },
+            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}",
+            said(lock_caught),
             if counter_caught {
                 "caught (or no counters)"
             } else {
                 "NOT CAUGHT"
-            }
+            },
+            said(permits_caught),
         );
-        lock_caught && counter_caught
+        lock_caught && counter_caught && permits_caught
     } else {
         r.violations.is_empty()
     };

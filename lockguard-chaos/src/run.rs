@@ -46,7 +46,7 @@ pub(crate) const LONG: Profile = Profile {
 /// The self-test's runs: short, no faults.
 const SELF_TEST: Profile = Profile {
     name: "self-test",
-    workers: 3,
+    workers: 4,
     duration: Duration::from_secs(3),
     quiet: Duration::from_secs(3),
 };
@@ -219,6 +219,7 @@ pub(crate) fn run(
         let brk = match (self_test, i) {
             (true, 0) => Some(Break::StaleHold),
             (true, 1) if store.offers_counters() => Some(Break::Miscount),
+            (true, 2) => Some(Break::Overbook),
             _ => None,
         };
         workers.spawn(brk)?;

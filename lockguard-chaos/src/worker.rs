@@ -12,6 +12,7 @@ use crate::store::Target;
 
 mod leader;
 mod rw;
+mod semaphore;
 
 /// The locks the workers contend for: few, so most acquisitions wait and
 /// most releases hand over.
@@ -50,6 +51,11 @@ pub(crate) enum Break {
     /// Adds 1 to the counters and records 2: a lost update, as the store
     /// would show one.
     Miscount,
+    /// Takes one permit more than the semaphore has (it asks for a
+    /// semaphore of one permit more) and records its holds as the shared
+    /// semaphore's: three holds at once of two permits, as a store that
+    /// overbooks would show them.
+    Overbook,
 }
 
 impl Break {
@@ -57,11 +63,12 @@ impl Break {
         match self {
             Break::StaleHold => "stale-hold",
             Break::Miscount => "miscount",
+            Break::Overbook => "overbook",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
-        [Break::StaleHold, Break::Miscount]
+        [Break::StaleHold, Break::Miscount, Break::Overbook]
             .into_iter()
             .find(|b| b.name() == s)
     }
@@ -152,20 +159,26 @@ impl Worker {
     async fn step(&mut self) -> bool {
         let roll = self.rng.u32(0..100);
         self.rec.errors = 0;
+        if self.brk == Some(Break::Overbook) {
+            self.overbook_op().await;
+            return self.rec.errors > 0;
+        }
         let lock_share = if self.brk == Some(Break::Miscount) {
             30
         } else {
             60
         };
         if roll < lock_share || !self.counters {
-            // One lock operation in four is an election's instead, and on
-            // a store with read-write locks, one in four a read-write
-            // lock's.
-            let other = self.rng.u32(0..4);
+            // One lock operation in five is an election's instead, one in
+            // five a semaphore's, and on a store with read-write locks,
+            // one in five a read-write lock's.
+            let other = self.rng.u32(0..5);
             if other == 0 && self.brk.is_none() {
                 self.leader_op().await;
             } else if other == 1 && self.rw && self.brk.is_none() {
                 self.rw_op().await;
+            } else if other == 2 && self.brk.is_none() {
+                self.semaphore_op().await;
             } else {
                 self.lock_op().await;
             }
@@ -217,6 +230,7 @@ impl Worker {
             lease_ms: lease.as_millis() as u64,
             watchdog: long,
             read: false,
+            permits: None,
         });
         let guard = match lock.acquire().await {
             Ok(g) => {
@@ -268,6 +282,7 @@ impl Worker {
                     lease_ms: lease.as_millis() as u64,
                     watchdog: false,
                     read: false,
+                    permits: None,
                 })
             })
             .collect();
@@ -346,6 +361,7 @@ impl Worker {
             lease_ms: lease.as_millis() as u64,
             watchdog: false,
             read: false,
+            permits: None,
         });
         let guard = match self
             .client

@@ -73,11 +73,14 @@ pub(crate) fn handoffs(
             (Call::Release { key, fence }, Some(Outcome::Released { was_held: true })) => {
                 releases.insert((o.w, key.as_str(), *fence), o);
             }
-            // Readers share: a reader's acquisition follows no one
-            // release in particular.
+            // Readers and a semaphore's holders share: their acquisition
+            // follows no one release in particular.
             (
                 Call::Acquire {
-                    key, read: false, ..
+                    key,
+                    read: false,
+                    permits: None,
+                    ..
                 },
                 Some(Outcome::Acquired { fence }),
             ) => {

@@ -17,6 +17,8 @@ pub(crate) struct Hold<'a> {
     pub(crate) fence: u64,
     /// A read hold of a read-write lock, shared with other readers.
     pub(crate) read: bool,
+    /// A semaphore's permit: the semaphore's number of permits.
+    pub(crate) permits: Option<u32>,
     pub(crate) from: u64,
     pub(crate) to: u64,
     pub(crate) acquire: &'a Op,
@@ -54,6 +56,10 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
                 key: k.1,
                 fence: k.2,
                 read: matches!(acq.call, Call::Acquire { read: true, .. }),
+                permits: match acq.call {
+                    Call::Acquire { permits, .. } => permits,
+                    _ => None,
+                },
                 from: acq.end(),
                 to: held.invoke,
                 acquire: acq,
@@ -70,7 +76,7 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
 /// with each other: a writer overlaps nobody.
 pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
-    for h in holds {
+    for h in holds.iter().filter(|h| h.permits.is_none()) {
         by_key.entry(h.key).or_default().push(h);
     }
     for (key, hs) in by_key {
@@ -100,6 +106,44 @@ pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violatio
             }
             if reach.is_none_or(|r| h.to > r.to) {
                 reach = Some(h);
+            }
+        }
+    }
+}
+
+/// A semaphore's permits: at no time more holds of its key than it has
+/// permits (the fewest any acquisition of the key asked for).
+pub(crate) fn permits(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
+    let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
+    for h in holds.iter().filter(|h| h.permits.is_some()) {
+        by_key.entry(h.key).or_default().push(h);
+    }
+    for (key, hs) in by_key {
+        let permits = hs.iter().filter_map(|h| h.permits).min().unwrap_or(0) as usize;
+        // Sorted by start: the holds still running when each one starts.
+        let mut running: Vec<&Hold<'_>> = Vec::new();
+        for h in hs {
+            running.retain(|r| r.to > h.from);
+            running.push(h);
+            if running.len() > permits {
+                let mut shown = Vec::new();
+                for r in &running {
+                    shown.extend([r.acquire, r.last_held]);
+                }
+                v.push(Violation {
+                    check: "permits",
+                    what: format!(
+                        "semaphore {key:?} of {permits} permits: {} holders at once from {:.1} ms (fences {})",
+                        running.len(),
+                        crate::clock::ms(h.from - t0),
+                        running
+                            .iter()
+                            .map(|r| r.fence.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    ),
+                    ops: describe(&shown, t0),
+                });
             }
         }
     }

@@ -118,6 +118,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
         ..Measures::default()
     };
     locks::mutual_exclusion(&holds, t0, &mut v);
+    locks::permits(&holds, t0, &mut v);
     locks::fences(ops, t0, &mut v);
     locks::fenced_writes(ops, t0, &mut v);
     locks::lease_kept_in_calm(ops, &faults, t0, &mut v);
@@ -168,6 +169,7 @@ mod tests {
                     lease_ms: 1000,
                     watchdog: false,
                     read: false,
+                    permits: None,
                 },
                 from - 1,
                 Some((from, Outcome::Acquired { fence })),
@@ -213,6 +215,29 @@ mod tests {
             *r = read;
         }
         ops
+    }
+
+    /// [`hold`] of a permit of a semaphore of `permits`.
+    fn permit_hold(w: u32, fence: u64, from: u64, to: u64, permits: u32) -> Vec<Op> {
+        let mut ops = hold(w, fence, from, to);
+        if let Call::Acquire { permits: p, .. } = &mut ops[0].call {
+            *p = Some(permits);
+        }
+        ops
+    }
+
+    #[test]
+    fn permits_bound_the_holds_at_once() {
+        // Two of two permits held at once, a third after one ended.
+        let mut ops = permit_hold(1, 1, 10, 20, 2);
+        ops.extend(permit_hold(2, 2, 12, 30, 2));
+        ops.extend(permit_hold(3, 3, 22, 40, 2));
+        assert_eq!(run(ops), Vec::<&str>::new());
+        // A third inside both.
+        let mut ops = permit_hold(1, 1, 10, 20, 2);
+        ops.extend(permit_hold(2, 2, 12, 30, 2));
+        ops.extend(permit_hold(3, 3, 15, 40, 2));
+        assert_eq!(run(ops), vec!["permits"]);
     }
 
     #[test]
@@ -441,6 +466,7 @@ mod tests {
                     lease_ms: 1000,
                     watchdog: false,
                     read: false,
+                    permits: None,
                 },
                 10,
                 Some((

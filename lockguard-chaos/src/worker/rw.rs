@@ -49,6 +49,7 @@ impl Worker {
             lease_ms: LEASE.as_millis() as u64,
             watchdog: false,
             read,
+            permits: None,
         });
         let acquired = if read {
             let g = rw.read().wait(WAIT).lease(LEASE).acquire().await;

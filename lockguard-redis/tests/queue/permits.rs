@@ -66,7 +66,10 @@ async fn only_a_handed_permit_has_a_fence_record_and_its_release_removes_it() {
 
     let recorded = records(server, q).await;
     assert_eq!(recorded.len(), 1, "{recorded:?}");
-    assert_eq!(recorded[0].1, format!("={}", handed.watch().fencing_token().get()));
+    assert_eq!(
+        recorded[0].1,
+        format!("={}", handed.watch().fencing_token().get())
+    );
     let token = recorded[0].0.clone();
     let marked = |scores: &[(String, f64)]| {
         scores.len() == 1 && scores[0].0 == token && scores[0].1.fract() == 0.5
@@ -99,7 +102,12 @@ async fn an_ended_lease_counts_no_more_and_goes_when_the_semaphore_is_full() {
     let (gone, lg) = (env.client().await, env.client().await);
 
     let lease = Duration::from_millis(300);
-    let abandoned = gone.semaphore("ended", 1).lease(lease).acquire().await.unwrap();
+    let abandoned = gone
+        .semaphore("ended", 1)
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
     std::mem::forget(abandoned);
     drop(gone);
     let sem = lg.semaphore("ended", 1);
