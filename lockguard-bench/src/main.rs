@@ -151,6 +151,8 @@ struct Measured {
     /// completed cycle: the server's share, where a benchmark runs its
     /// server on a runtime of its own (zero elsewhere).
     server_cpu_per_cycle: Duration,
+    /// CPU time of the bench's `redis-server` per completed cycle.
+    redis_cpu_per_cycle: Duration,
 }
 
 /// The name of the threads of a server under test, counted apart from its
@@ -179,6 +181,28 @@ fn process_cpu() -> (Duration, Duration) {
     (Duration::from_nanos(all), Duration::from_nanos(server))
 }
 
+/// The bench's `redis-server`, whose CPU time [`measure`] counts too.
+static REDIS_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// The CPU time the bench's `redis-server` has run, every thread
+/// (`/proc/PID/task/*/schedstat`); zero before the server is known.
+fn redis_cpu() -> Duration {
+    let Some(pid) = REDIS_PID.get() else {
+        return Duration::ZERO;
+    };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Duration::ZERO;
+    };
+    let ns: u64 = tasks
+        .filter_map(Result::ok)
+        .filter_map(|t| {
+            let s = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum();
+    Duration::from_nanos(ns)
+}
+
 /// Runs `tasks` copies of `body` for `run_for` after a warm-up of a fifth
 /// of it; returns completed cycles per second and the CPU time per cycle.
 pub(crate) async fn measure<F, Fut>(tasks: usize, run_for: Duration, body: F) -> Measured
@@ -194,10 +218,10 @@ where
     // Warm up, then measure.
     tokio::time::sleep(run_for / 5).await;
     let start_count = done.load(Ordering::Relaxed);
-    let (started, cpu_started) = (Instant::now(), process_cpu());
+    let (started, cpu_started, redis_started) = (Instant::now(), process_cpu(), redis_cpu());
     tokio::time::sleep(run_for).await;
     let count = done.load(Ordering::Relaxed) - start_count;
-    let (elapsed, cpu_ended) = (started.elapsed(), process_cpu());
+    let (elapsed, cpu_ended, redis_ended) = (started.elapsed(), process_cpu(), redis_cpu());
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.await.expect("task");
@@ -207,53 +231,105 @@ where
         rate: count as f64 / elapsed.as_secs_f64(),
         cpu_per_cycle: cpu_ended.0.saturating_sub(cpu_started.0) / cycles,
         server_cpu_per_cycle: cpu_ended.1.saturating_sub(cpu_started.1) / cycles,
+        redis_cpu_per_cycle: redis_ended.saturating_sub(redis_started) / cycles,
     }
 }
 
+/// Rounds of the uncontended comparison: lockguard and raw redis-rs
+/// measured back to back in each, so a drift of the machine's speed hits
+/// both alike, and the median of the rounds' ratios reported with their
+/// range, so a change can be told from noise.
+const UNCONTENDED_ROUNDS: usize = 9;
+
 async fn uncontended(b: &mut Bench) {
+    const TASKS: [usize; 3] = [1, 16, 64];
+    let rounds = if b.quick { 1 } else { UNCONTENDED_ROUNDS };
+    let each = b.run_for / 2;
     b.line("\n## Uncontended lock + unlock cycles (distinct keys)\n");
-    b.line("| tasks | lockguard cycles/s | raw redis-rs cycles/s | ratio |");
-    b.line("|---:|---:|---:|---:|");
-    for tasks in [1, 16, 64] {
-        let lg = b.lockguard().await;
-        let lg_rate = throughput(tasks, b.run_for, |t, stop, done| {
-            let lock = lg.lock(&format!("u:{t}")).lease(Duration::from_secs(30));
-            async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let g = lock.try_acquire().await.expect("uncontended acquire");
-                    assert!(g.release().await.expect("release"));
-                    done.fetch_add(1, Ordering::Relaxed);
+    b.line(&format!(
+        "{rounds} rounds; in each, for each number of tasks, lockguard and raw redis-rs run for {each:?} each (after a {:?} warm-up), back to back, lockguard first in odd rounds and second in even ones. The ratio is the median over the rounds of lockguard's rate divided by raw's in the same round; the range is the lowest and highest of those ratios. One lockguard client and one raw connection serve every round.\n",
+        each / 5
+    ));
+    b.line("CPU per cycle (medians): the bench process's (the client: lockguard or redis-rs, and the loop) and the `redis-server`'s, from the scheduler's accounting (`/proc/PID/task/*/schedstat`). Client and server share the two cores, so the cycle rate follows their sum.\n");
+    b.line("| tasks | lockguard cycles/s (median) | raw redis-rs cycles/s (median) | ratio (median) | range | client CPU µs / cycle, lockguard / raw | redis-server CPU µs / cycle, lockguard / raw |");
+    b.line("|---:|---:|---:|---:|---:|---:|---:|");
+    let lg = b.lockguard().await;
+    let conn = raw::connect(&b.server.url()).await;
+    let mut rates = [(); TASKS.len()].map(|()| (Vec::new(), Vec::new()));
+    for round in 0..rounds {
+        for (i, &tasks) in TASKS.iter().enumerate() {
+            for lockguard in [round % 2 == 0, round % 2 == 1] {
+                if lockguard {
+                    let m = measure(tasks, each, |t, stop, done| {
+                        let lock = lg.lock(&format!("u:{t}")).lease(Duration::from_secs(30));
+                        async move {
+                            while !stop.load(Ordering::Relaxed) {
+                                let g = lock.try_acquire().await.expect("uncontended acquire");
+                                assert!(g.release().await.expect("release"));
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                    .await;
+                    rates[i].0.push(m);
+                } else {
+                    let m = measure(tasks, each, |t, stop, done| {
+                        let mut conn = conn.clone();
+                        async move {
+                            let key = format!("raw:u:{t}");
+                            let mut n = 0u64;
+                            while !stop.load(Ordering::Relaxed) {
+                                n += 1;
+                                let token = format!("{t}-{n}");
+                                assert!(raw::try_lock(&mut conn, &key, &token).await);
+                                raw::unlock(&mut conn, &key, &token).await;
+                                done.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    })
+                    .await;
+                    rates[i].1.push(m);
                 }
             }
-        })
-        .await;
-        let conn = raw::connect(&b.server.url()).await;
-        let raw_rate = throughput(tasks, b.run_for, |t, stop, done| {
-            let mut conn = conn.clone();
-            async move {
-                let key = format!("raw:u:{t}");
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let token = format!("{t}-{n}");
-                    assert!(raw::try_lock(&mut conn, &key, &token).await);
-                    raw::unlock(&mut conn, &key, &token).await;
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
-        .await;
+        }
+    }
+    for (&tasks, (lgs, raws)) in TASKS.iter().zip(&rates) {
+        let ratios: Vec<f64> = lgs.iter().zip(raws).map(|(l, r)| l.rate / r.rate).collect();
+        let (lo, hi) = range(&ratios);
+        let ratio = median(ratios);
+        let of = |ms: &[Measured], f: fn(&Measured) -> f64| median(ms.iter().map(f).collect());
+        fn us(d: Duration) -> f64 {
+            d.as_secs_f64() * 1e6
+        }
         b.line(&format!(
-            "| {tasks} | {lg_rate:.0} | {raw_rate:.0} | {:.2}x |",
-            lg_rate / raw_rate
+            "| {tasks} | {:.0} | {:.0} | {ratio:.2}x | {lo:.2}–{hi:.2}x | {:.1} / {:.1} | {:.1} / {:.1} |",
+            of(lgs, |m| m.rate),
+            of(raws, |m| m.rate),
+            of(lgs, |m| us(m.cpu_per_cycle)),
+            of(raws, |m| us(m.cpu_per_cycle)),
+            of(lgs, |m| us(m.redis_cpu_per_cycle)),
+            of(raws, |m| us(m.redis_cpu_per_cycle)),
         ));
-        let ratio = lg_rate / raw_rate;
         b.target(
-            &format!("uncontended lock cycles ≥ 0.9x raw, {tasks} tasks"),
-            format!("{ratio:.3}x"),
-            ratio >= 0.9,
+            &format!(
+                "uncontended lock cycles ≥ 0.95x raw, {tasks} tasks (median of {rounds} rounds; range)"
+            ),
+            format!("{ratio:.2}x ({lo:.2}–{hi:.2}x)"),
+            ratio >= 0.95,
         );
     }
+}
+
+/// The median of `xs` (the upper one of an even count).
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// The lowest and the highest of `xs`.
+fn range(xs: &[f64]) -> (f64, f64) {
+    xs.iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
 }
 
 /// How long a contender holds the lock.
@@ -856,14 +932,6 @@ async fn http_layers(b: &mut Bench) {
             runs[i].push(m);
         }
     }
-    let median = |mut xs: Vec<f64>| {
-        xs.sort_by(f64::total_cmp);
-        xs[xs.len() / 2]
-    };
-    let range = |xs: &[f64]| {
-        xs.iter()
-            .fold((f64::MAX, f64::MIN), |(lo, hi), x| (lo.min(*x), hi.max(*x)))
-    };
     // Row `of` against row `to`, round by round, each the right way up so
     // that more is better: server CPU per request, throughput, process CPU
     // per request.
@@ -950,39 +1018,79 @@ async fn http_layers(b: &mut Bench) {
     b.line(&against_governor("With a key per client IP", 5, 6));
     // What passing the `Decision` on to the handler costs.
     b.line(&against_governor("With `decision_extension(true)`", 7, 4));
-    let rates: Vec<Vec<f64>> = runs
-        .iter()
-        .map(|r| r.iter().map(|m| m.rate).collect())
-        .collect();
-    let base = median(rates[0].clone());
+}
 
+/// Rounds of the HTTP comparison on Redis (see [`HTTP_ROUNDS`]).
+const REDIS_HTTP_ROUNDS: usize = 9;
+
+/// The layers on Redis against the hello-world, and the concurrency limit
+/// against the lock layer, in interleaved rounds.
+async fn http_on_redis(b: &mut Bench) {
+    let rounds = if b.quick { 1 } else { REDIS_HTTP_ROUNDS };
+    let each = b.run_for / 2;
     b.line("\n## HTTP: the same layers on Redis, 32 keep-alive connections\n");
-    b.line("Commands sent: what the layer's client sent to Redis over the run, warm-up included, per request served (script-internal calls in brackets).\n");
-    b.line("| layer | requests/s | ratio to no layer | commands sent / request |");
-    b.line("|---|---:|---:|---:|");
     b.line(&format!(
-        "| {} | {base:.0} | 1.00x | 0 |",
-        http::Variant::None.name()
+        "{rounds} rounds; in each, every row runs for {each:?} (after a {:?} warm-up), one after the other (the hello-world with no layer among them), on one lockguard client per row. Ratios are medians over the rounds of the row's requests/s divided by the hello-world's in the same round, with their range. Commands sent: what the layer's client sent to Redis over the rounds, warm-ups included, per request served (script-internal calls in brackets).\n",
+        each / 5
     ));
-    for v in [
+    b.line("| layer | requests/s (median) | ratio to no layer | range | commands sent / request |");
+    b.line("|---|---:|---:|---:|---:|");
+    let variants = [
+        http::Variant::None,
         http::Variant::RateLimit,
         http::Variant::Lock,
         http::Variant::ConcurrencyLimit,
-    ] {
-        let lg = b.lockguard().await;
-        b.reset_stats().await;
-        let (measured, served) = http::requests_per_second(v, lg, 32, b.run_for).await;
-        let rate = measured.rate;
-        let counted = b.commands(&["evalsha", "eval", "script|load"]).await;
+    ];
+    let mut clients = Vec::new();
+    for v in variants {
+        clients.push(match v {
+            http::Variant::None => Client::memory(),
+            _ => b.lockguard().await,
+        });
+    }
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+    let mut counted = vec![(0u64, 0u64, 0u64); variants.len()];
+    for _ in 0..rounds {
+        for (i, v) in variants.iter().enumerate() {
+            b.reset_stats().await;
+            let (measured, served) =
+                http::requests_per_second(*v, clients[i].clone(), 32, each).await;
+            let c = b.commands(&["evalsha", "eval", "script|load"]).await;
+            rates[i].push(measured.rate);
+            counted[i].0 += c.sent;
+            counted[i].1 += c.internal;
+            counted[i].2 += served;
+        }
+    }
+    let against = |of: usize, to: usize| -> Vec<f64> {
+        rates[of]
+            .iter()
+            .zip(&rates[to])
+            .map(|(a, b)| a / b)
+            .collect()
+    };
+    for (i, v) in variants.iter().enumerate() {
+        let ratios = against(i, 0);
+        let (lo, hi) = range(&ratios);
+        let (sent, internal, served) = counted[i];
         let per = |n: u64| n as f64 / served.max(1) as f64;
         b.line(&format!(
-            "| {} | {rate:.0} | {:.2}x | {:.2} ({:.2}) |",
+            "| {} | {:.0} | {:.2}x | {lo:.2}–{hi:.2}x | {:.2} ({:.2}) |",
             v.name(),
-            rate / base,
-            per(counted.sent),
-            per(counted.internal)
+            median(rates[i].clone()),
+            median(ratios),
+            per(sent),
+            per(internal),
         ));
     }
+    let ratios = against(3, 2);
+    let (lo, hi) = range(&ratios);
+    let ratio = median(ratios);
+    b.target(
+        "ConcurrencyLimitLayer on Redis ≥ 0.8x LockLayer's requests/s (median of the rounds; range)",
+        format!("{ratio:.2}x ({lo:.2}–{hi:.2}x)"),
+        ratio >= 0.8,
+    );
 }
 
 fn machine() -> String {
@@ -1005,7 +1113,7 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "uncontended",
     "contention",
     "multi",
@@ -1016,6 +1124,7 @@ const SECTIONS: [&str; 12] = [
     "memory",
     "footprint",
     "http",
+    "http-redis",
     "postgres",
     "zookeeper",
 ];
@@ -1026,7 +1135,8 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, contention, multi, rw, leader,
-                  limiters, flood, memory, footprint, http, postgres, zookeeper
+                  limiters, flood, memory, footprint, http, http-redis,
+                  postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1073,6 +1183,9 @@ async fn main() {
         .position(|a| a == "--write")
         .and_then(|i| args.get(i + 1).cloned());
     let server = RedisServer::start();
+    if let Some(pid) = server.pid() {
+        let _ = REDIS_PID.set(pid);
+    }
     let admin = raw::connect(&server.url()).await;
     let mut b = Bench {
         server,
@@ -1136,6 +1249,9 @@ async fn main() {
     }
     if run("http") {
         http_layers(&mut b).await;
+    }
+    if run("http-redis") {
+        http_on_redis(&mut b).await;
     }
     if run("postgres") {
         postgres::section(&mut b).await;
