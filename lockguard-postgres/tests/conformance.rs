@@ -3,6 +3,7 @@
 //! (schema versions, a multi-lock in one transaction).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use lockguard_core::{Builder, Client, ErrorKind};
 use lockguard_postgres::{BuilderExt as _, ClientExt as _};
@@ -188,7 +189,7 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "4 3"
+        "5 3"
     );
     assert_eq!(acquire("old-other", "NULL"), "f", "the held lock was lost");
     assert_eq!(
@@ -205,6 +206,63 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
     // And what is new works beside it.
     let r = lg.rw_lock("k").read().try_acquire().await.unwrap();
     assert!(r.release().await.unwrap());
+}
+
+/// A hot key's scans skip its dead holders: each lock cycle leaves an index
+/// entry of a deleted holder row until a vacuum, and the functions' scans,
+/// plain (bitmap scans off), mark those entries as they pass them, so the
+/// entries read per scan stay flat over a run of cycles on one key instead
+/// of growing with every cycle since the last vacuum. Counted by the server
+/// (`pg_stat_user_indexes`) on a schema of the test's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_keys_scans_skip_its_released_holders() {
+    const CYCLES: u64 = 400;
+    let server = PostgresServer::shared();
+    let schema = format!("h{}", std::process::id());
+    let lg = schema_client(server, &schema).await.expect("client");
+    let lock = lg.lock("hot").lease(Duration::from_secs(30));
+    for _ in 0..CYCLES {
+        let g = lock.try_acquire().await.expect("acquire");
+        assert!(g.release().await.expect("release"));
+    }
+    drop(lock);
+    drop(lg);
+    let read = || {
+        let out = server.psql(&format!(
+            "SELECT idx_scan || ' ' || idx_tup_read FROM pg_stat_user_indexes \
+             WHERE schemaname = '{schema}' AND indexrelname = 'holders_pkey'"
+        ));
+        let (scans, entries) = out.split_once(' ').expect("two counts");
+        (
+            scans.parse::<u64>().expect("scans"),
+            entries.parse::<u64>().expect("entries"),
+        )
+    };
+    // A backend reports its counts when it goes idle or exits: wait until
+    // they stop changing, with a scan or more per cycle counted.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut last = read();
+    let (scans, entries) = loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = read();
+        if now == last && now.0 >= CYCLES {
+            break now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server counted {} scans of the holders' index in 20 s, \
+             expected at least {CYCLES} (one per cycle)",
+            now.0
+        );
+        last = now;
+    };
+    let per_scan = entries as f64 / scans as f64;
+    // Walking every dead entry would read about CYCLES / 2 per scan.
+    assert!(
+        per_scan < 5.0,
+        "{per_scan:.1} index entries read per scan of one key after {CYCLES} cycles \
+         ({entries} over {scans} scans): the scans walk the released holders"
+    );
 }
 
 /// The deployment check judges the schema by the same rule: its own
