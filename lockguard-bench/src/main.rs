@@ -31,6 +31,7 @@ mod postgres;
 mod raw;
 mod rw;
 mod stats;
+mod tails;
 mod zookeeper;
 
 use stats::{
@@ -376,6 +377,9 @@ impl Contenders {
 struct Contention {
     rate: f64,
     handoffs: Vec<Duration>,
+    /// Release round trips (from the call to its answer), sorted, where
+    /// the contenders recorded them.
+    releases: Vec<Duration>,
     acquisitions: u64,
     /// The fewest acquisitions of any contender over the most.
     evenness: f64,
@@ -386,6 +390,7 @@ struct Recorder {
     /// When and by whom the lock was last released.
     last: Mutex<Option<(Instant, usize)>>,
     handoffs: Mutex<Vec<Duration>>,
+    releases: Mutex<Vec<Duration>>,
     /// Acquisitions per contender.
     acquisitions: Vec<AtomicU64>,
 }
@@ -395,6 +400,7 @@ impl Recorder {
         Arc::new(Self {
             last: Mutex::default(),
             handoffs: Mutex::default(),
+            releases: Mutex::default(),
             acquisitions: (0..contenders).map(|_| AtomicU64::new(0)).collect(),
         })
     }
@@ -410,9 +416,17 @@ impl Recorder {
         self.acquisitions[t].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Contender `t` is about to release.
-    fn releasing(&self, t: usize) {
-        *self.last.lock().unwrap() = Some((Instant::now(), t));
+    /// Contender `t` is about to release; returns when, for
+    /// [`Recorder::released`].
+    fn releasing(&self, t: usize) -> Instant {
+        let now = Instant::now();
+        *self.last.lock().unwrap() = Some((now, t));
+        now
+    }
+
+    /// The release called at `at` was answered.
+    fn released(&self, at: Instant) {
+        self.releases.lock().unwrap().push(at.elapsed());
     }
 
     /// Whether every contender has acquired the lock at least once.
@@ -425,6 +439,7 @@ impl Recorder {
     /// Forgets what was recorded so far (the warm-up).
     fn restart(&self) {
         self.handoffs.lock().unwrap().clear();
+        self.releases.lock().unwrap().clear();
         for a in &self.acquisitions {
             a.store(0, Ordering::Relaxed);
         }
@@ -441,6 +456,8 @@ impl Recorder {
     fn finish(&self, rate: f64) -> Contention {
         let mut handoffs = std::mem::take(&mut *self.handoffs.lock().unwrap());
         handoffs.sort();
+        let mut releases = std::mem::take(&mut *self.releases.lock().unwrap());
+        releases.sort();
         let counts: Vec<u64> = self
             .acquisitions
             .iter()
@@ -453,6 +470,7 @@ impl Recorder {
         Contention {
             rate,
             handoffs,
+            releases,
             acquisitions: counts.iter().sum(),
             evenness: if max == 0 {
                 0.0
@@ -488,8 +506,9 @@ async fn contended_lockguard(b: &mut Bench, tasks: usize, clients: usize) -> (Co
                     let g = lock.acquire().await.expect("acquire");
                     rec.acquired(t);
                     hold().await;
-                    rec.releasing(t);
+                    let at = rec.releasing(t);
                     g.release().await.expect("release");
+                    rec.released(at);
                     tokio::time::sleep(THINK).await;
                 }
             })
@@ -1113,9 +1132,10 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 14] = [
     "uncontended",
     "contention",
+    "tails",
     "multi",
     "rw",
     "leader",
@@ -1134,8 +1154,8 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, multi, rw, leader,
-                  limiters, flood, memory, footprint, http, http-redis,
+  --only SECTION  run one section: uncontended, contention, tails, multi, rw,
+                  leader, limiters, flood, memory, footprint, http, http-redis,
                   postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
@@ -1165,6 +1185,10 @@ fn check_args(args: &[String]) -> Result<(), String> {
 
 #[tokio::main]
 async fn main() {
+    // A contender or burner process of the `tails` section.
+    if tails::run_child().await {
+        return;
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match check_args(&args) {
         Ok(()) => {}
@@ -1225,6 +1249,9 @@ async fn main() {
     }
     if run("contention") {
         contention(&mut b).await;
+    }
+    if run("tails") {
+        tails::section(&mut b).await;
     }
     if run("multi") {
         multi::section(&mut b).await;
