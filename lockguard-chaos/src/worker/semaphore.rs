@@ -16,18 +16,23 @@ use crate::history::{Call, Outcome};
 pub(crate) const SEMAPHORE_KEY: &str = "sem";
 const PERMITS: u32 = 2;
 
+/// The record of an attempt at a permit of the shared semaphore.
+fn acquire_call(key: &str) -> Call {
+    Call::Acquire {
+        key: key.to_owned(),
+        wait_ms: WAIT.as_millis() as u64,
+        lease_ms: LEASE.as_millis() as u64,
+        watchdog: false,
+        read: false,
+        permits: Some(PERMITS),
+    }
+}
+
 impl Worker {
     /// Acquire a permit, hold it a moment, release it.
     pub(super) async fn semaphore_op(&mut self) {
         let key = SEMAPHORE_KEY.to_owned();
-        let op = self.rec.invoke(Call::Acquire {
-            key: key.clone(),
-            wait_ms: WAIT.as_millis() as u64,
-            lease_ms: LEASE.as_millis() as u64,
-            watchdog: false,
-            read: false,
-            permits: Some(PERMITS),
-        });
+        let op = self.rec.invoke(acquire_call(&key));
         let acquired = self
             .client
             .semaphore(&key, PERMITS)
@@ -63,14 +68,7 @@ impl Worker {
             .lease(LEASE);
         let mut held = Vec::new();
         for _ in 0..=PERMITS {
-            let op = self.rec.invoke(Call::Acquire {
-                key: key.clone(),
-                wait_ms: WAIT.as_millis() as u64,
-                lease_ms: LEASE.as_millis() as u64,
-                watchdog: false,
-                read: false,
-                permits: Some(PERMITS),
-            });
+            let op = self.rec.invoke(acquire_call(&key));
             match semaphore.acquire().await {
                 Ok(p) => {
                     let fence = p.watch().fencing_token().get();
