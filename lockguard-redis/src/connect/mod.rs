@@ -308,6 +308,17 @@ impl RedisBuilder {
                 "waiting for replicas needs at least one replica and a timeout between zero and {MAX_LEASE:?}, got {replicas} and {timeout:?}"
             )));
         }
+        // `WAIT` is a request like any other: the connection's response
+        // timeout would cut a longer one short, as an answer that never
+        // came, while the server still holds the connection in it.
+        let response = self.builder.connection_settings().response_timeout;
+        if let Some((_, timeout)) = self.redis.replicas
+            && timeout > response / 2
+        {
+            return Err(Error::invalid(format!(
+                "waiting for replicas for {timeout:?} needs a response timeout of at least twice that (it bounds every request, WAIT included), got {response:?}"
+            )));
+        }
         crate::layout::prepare();
         Ok(())
     }
@@ -399,7 +410,9 @@ impl RedisBuilder {
     ///
     /// `WAIT` holds this client's connection until the replicas answer, so
     /// a slow or paused replica delays every request of the client by up to
-    /// `timeout`: keep it short (tens of milliseconds). It applies to
+    /// `timeout`: keep it short (tens of milliseconds). It must be at most
+    /// half the client's response timeout, which bounds every request,
+    /// `WAIT` included; a longer one is refused when the client connects. It applies to
     /// single-server, Sentinel and Redlock clients; a cluster client
     /// refuses it.
     ///

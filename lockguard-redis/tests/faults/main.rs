@@ -1070,6 +1070,45 @@ async fn master_and_replica() -> (RedisServer, RedisServer, redis::aio::Multiple
     (master, replica, replica_conn)
 }
 
+/// A `WAIT` that no replica answers runs its whole timeout and ends as a
+/// write the replicas did not confirm (unavailable, saying so), and the
+/// unconfirmed hold is given back. A timeout the response timeout would
+/// cut short (more than half of it) is refused when the client connects:
+/// the answer would be taken for one that never came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_wait_runs_its_course_within_the_response_timeout() {
+    let server = RedisServer::start();
+    let refused = Client::builder()
+        .response_timeout(Duration::from_millis(200))
+        .wait_for_replicas(1, Duration::from_millis(800))
+        .connect(&server.url())
+        .await
+        .unwrap_err();
+    assert!(
+        refused.is_invalid_input() && refused.to_string().contains("response timeout"),
+        "{refused}"
+    );
+    let wait = Duration::from_millis(400);
+    let lg = Client::builder()
+        .response_timeout(Duration::from_millis(800))
+        .wait_for_replicas(1, wait)
+        .connect(&server.url())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = lg.lock("unconfirmed").try_acquire().await.unwrap_err();
+    let waited = started.elapsed();
+    assert!(
+        err.is_unavailable() && err.to_string().contains("0 of the 1 replicas"),
+        "{err}"
+    );
+    assert!(
+        waited >= wait,
+        "the wait for replicas ended after {waited:?}"
+    );
+    assert!(!lg.lock("unconfirmed").inspect().await.unwrap().is_held());
+}
+
 /// A client of `master` whose lock writes count once one replica has them.
 async fn replicated_client(master: &RedisServer) -> Client {
     Client::builder()
