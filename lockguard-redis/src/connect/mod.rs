@@ -411,8 +411,9 @@ impl RedisBuilder {
     /// `WAIT` holds this client's connection until the replicas answer, so
     /// a slow or paused replica delays every request of the client by up to
     /// `timeout`: keep it short (tens of milliseconds). It must be at most
-    /// half the client's response timeout, which bounds every request,
-    /// `WAIT` included; a longer one is refused when the client connects. It applies to
+    /// half the client's response timeout (on Redlock, half the node
+    /// timeout), which bounds every request, `WAIT` included; a longer one
+    /// is refused when the client connects. It applies to
     /// single-server, Sentinel and Redlock clients; a cluster client
     /// refuses it.
     ///
@@ -653,6 +654,14 @@ impl RedisBuilder {
             return Err(Error::invalid(format!(
                 "redlock node timeout must be above zero and below the lease, got {:?}",
                 node_timeout
+            )));
+        }
+        // The node timeout bounds every request to a node, WAIT included.
+        if let Some((_, wait)) = self.redis.replicas
+            && wait > node_timeout / 2
+        {
+            return Err(Error::invalid(format!(
+                "waiting for replicas for {wait:?} on redlock nodes needs a node timeout of at least twice that (it bounds every request to a node, WAIT included), got {node_timeout:?}"
             )));
         }
         let opts = RedisOptions {

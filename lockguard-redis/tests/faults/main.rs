@@ -1088,6 +1088,17 @@ async fn a_replica_wait_runs_its_course_within_the_response_timeout() {
         refused.is_invalid_input() && refused.to_string().contains("response timeout"),
         "{refused}"
     );
+    // On Redlock the node timeout bounds a node's requests.
+    let refused = Client::builder()
+        .wait_for_replicas(1, Duration::from_millis(100))
+        .node_timeout(Duration::from_millis(50))
+        .redlock([server.url()])
+        .await
+        .unwrap_err();
+    assert!(
+        refused.is_invalid_input() && refused.to_string().contains("node timeout"),
+        "{refused}"
+    );
     let wait = Duration::from_millis(400);
     let lg = Client::builder()
         .response_timeout(Duration::from_millis(800))
