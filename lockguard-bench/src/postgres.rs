@@ -19,8 +19,8 @@ use lockguard_testing::PostgresServer;
 
 use crate::stats::{percentile, us};
 use crate::{
-    Bench, Contention, HOLD, Measured, Recorder, THINK, contend, hold, measure, median, range,
-    throughput,
+    Bench, Contention, HOLD, Measured, Recorder, THINK, contend, hold, lockguard_decisions,
+    measure, median, range, throughput,
 };
 
 /// A pool like lockguard's own: 16 connections, handed out untested.
@@ -417,18 +417,7 @@ async fn limiters(b: &mut Bench, server: &PostgresServer) {
         for _ in 0..2 {
             let lg = lockguard(server).await;
             let limiter = lg.rate_limiter("bench", quota).algorithm(algorithm);
-            lg_rate += throughput(16, b.run_for, |t, stop, done| {
-                let limiter = limiter.clone();
-                async move {
-                    let key = format!("k{t}");
-                    while !stop.load(Ordering::Relaxed) {
-                        limiter.check(&key).await.expect("decision");
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-            .await
-                / 2.0;
+            lg_rate += lockguard_decisions(&limiter, b.run_for).await / 2.0;
             drop(limiter);
             drop(lg);
             let pool = raw_pool(server);
