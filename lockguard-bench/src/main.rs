@@ -29,6 +29,7 @@ mod leader;
 mod multi;
 mod postgres;
 mod raw;
+mod rounds;
 mod rw;
 mod stats;
 mod tails;

@@ -15,8 +15,9 @@ use lockguard_testing::ZooKeeperServer;
 use lockguard_zookeeper::BuilderExt as _;
 use zookeeper_client as zk;
 
+use crate::rounds::interleaved;
 use crate::stats::{percentile, us};
-use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, throughput};
+use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, median, throughput};
 
 /// Both sides' sessions: long enough for the 10 s lease of the shared
 /// contention loop (two thirds of it, the longest lease on ZooKeeper).
@@ -79,64 +80,87 @@ pub(crate) async fn section(b: &mut Bench) {
     contention(b, &server).await;
 }
 
+/// Rounds of the uncontended comparison, as on Redis and PostgreSQL.
+const UNCONTENDED_ROUNDS: usize = 7;
+/// Rounds of the contention comparison: each a run of every contender.
+const CONTENTION_ROUNDS: usize = 3;
+
 async fn uncontended(b: &mut Bench, server: &ZooKeeperServer) {
-    b.line("### Uncontended lock + unlock cycles (distinct keys; each side measured twice, alternately, and averaged)\n");
-    b.line("| tasks | lockguard cycles/s | raw recipe cycles/s | ratio | requests / cycle (lockguard) | requests / cycle (raw) |");
-    b.line("|---:|---:|---:|---:|---:|---:|");
+    let rounds = if b.quick { 1 } else { UNCONTENDED_ROUNDS };
+    let each = b.run_for / 2;
+    b.line("### Uncontended lock + unlock cycles (distinct keys)\n");
+    b.line(&format!(
+        "{rounds} interleaved rounds; in each, for each number of tasks, lockguard and the raw recipe run for {each:?} each (after a {:?} warm-up), back to back, lockguard first in odd rounds and second in even ones. The ratio is the median over the rounds of lockguard's rate divided by the raw recipe's in the same round, with the lowest and highest. One lockguard client and one raw session serve every round; requests per cycle are over every round.\n",
+        each / 5
+    ));
+    b.line("| tasks | lockguard cycles/s (median) | raw recipe cycles/s (median) | ratio (median) | range | requests / cycle (lockguard) | requests / cycle (raw) |");
+    b.line("|---:|---:|---:|---:|---:|---:|---:|");
+    let lg = lockguard(server).await;
+    let raw = raw_client(server).await;
     for tasks in [1, 16] {
-        let (mut lg_rate, mut raw_rate) = (0.0, 0.0);
-        let (mut lg_packets, mut raw_packets) = (0u64, 0u64);
-        let cycles = Arc::new(AtomicU64::new(0));
-        let raw_cycles = Arc::new(AtomicU64::new(0));
-        for _ in 0..2 {
-            let lg = lockguard(server).await;
-            let counted = cycles.clone();
-            let before = packets(server);
-            lg_rate += throughput(tasks, b.run_for, |t, stop, done| {
-                let lock = lg.lock(&format!("u:{t}"));
-                let counted = counted.clone();
-                async move {
-                    while !stop.load(Ordering::Relaxed) {
-                        let g = lock.acquire().await.expect("uncontended acquire");
-                        assert!(g.release().await.expect("release"));
-                        done.fetch_add(1, Ordering::Relaxed);
-                        counted.fetch_add(1, Ordering::Relaxed);
+        // Requests and cycles, each side's, over every round.
+        let (lg_packets, raw_packets) = (AtomicU64::new(0), AtomicU64::new(0));
+        let (lg_cycles, raw_cycles) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let measured = interleaved(
+            rounds,
+            async |round| {
+                let before = packets(server);
+                let counted = lg_cycles.clone();
+                let rate = throughput(tasks, each, |t, stop, done| {
+                    let lock = lg.lock(&format!("r{round}:{tasks}:u:{t}"));
+                    let counted = counted.clone();
+                    async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            let g = lock.acquire().await.expect("uncontended acquire");
+                            assert!(g.release().await.expect("release"));
+                            done.fetch_add(1, Ordering::Relaxed);
+                            counted.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
-                }
-            })
-            .await
-                / 2.0;
-            lg_packets += packets(server) - before;
-            drop(lg);
-            let raw = raw_client(server).await;
-            let counted = raw_cycles.clone();
-            let before = packets(server);
-            raw_rate += throughput(tasks, b.run_for, |t, stop, done| {
-                let raw = raw.clone();
-                let counted = counted.clone();
-                async move {
-                    let dir = format!("/raw/u{t}");
-                    while !stop.load(Ordering::Relaxed) {
-                        raw_cycle(&raw, &dir, None).await;
-                        done.fetch_add(1, Ordering::Relaxed);
-                        counted.fetch_add(1, Ordering::Relaxed);
+                })
+                .await;
+                lg_packets.fetch_add(packets(server) - before, Ordering::Relaxed);
+                rate
+            },
+            async |round| {
+                let before = packets(server);
+                let counted = raw_cycles.clone();
+                let rate = throughput(tasks, each, |t, stop, done| {
+                    let raw = raw.clone();
+                    let counted = counted.clone();
+                    async move {
+                        let dir = format!("/raw/r{round}/{tasks}/u{t}");
+                        while !stop.load(Ordering::Relaxed) {
+                            raw_cycle(&raw, &dir, None).await;
+                            done.fetch_add(1, Ordering::Relaxed);
+                            counted.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
-                }
-            })
-            .await
-                / 2.0;
-            raw_packets += packets(server) - before;
-        }
-        let per = |p: u64, c: &AtomicU64| p as f64 / c.load(Ordering::Relaxed).max(1) as f64;
-        let (lg_per, raw_per) = (per(lg_packets, &cycles), per(raw_packets, &raw_cycles));
-        let ratio = lg_rate / raw_rate;
+                })
+                .await;
+                raw_packets.fetch_add(packets(server) - before, Ordering::Relaxed);
+                rate
+            },
+        )
+        .await;
+        let per = |p: &AtomicU64, c: &AtomicU64| {
+            p.load(Ordering::Relaxed) as f64 / c.load(Ordering::Relaxed).max(1) as f64
+        };
+        let (lg_per, raw_per) = (per(&lg_packets, &lg_cycles), per(&raw_packets, &raw_cycles));
+        let ratio = measured.ratio(|r| *r);
         b.line(&format!(
-            "| {tasks} | {lg_rate:.0} | {raw_rate:.0} | {ratio:.2}x | {lg_per:.2} | {raw_per:.2} |"
+            "| {tasks} | {:.0} | {:.0} | {} | {} | {lg_per:.2} | {raw_per:.2} |",
+            measured.lockguard_median(|r| *r),
+            measured.raw_median(|r| *r),
+            ratio.cell(),
+            ratio.range_cell(),
         ));
         b.target(
-            &format!("zookeeper: uncontended lock cycles ≥ 0.9x the raw recipe, {tasks} tasks"),
-            format!("{ratio:.3}x"),
-            ratio >= 0.9,
+            &format!(
+                "zookeeper: uncontended lock cycles ≥ 0.9x the raw recipe, {tasks} tasks (median of {rounds} rounds; range)"
+            ),
+            ratio.to_string(),
+            ratio.median >= 0.9,
         );
         b.target(
             &format!("zookeeper: no more requests per cycle than the raw recipe, {tasks} tasks"),
@@ -146,76 +170,101 @@ async fn uncontended(b: &mut Bench, server: &ZooKeeperServer) {
     }
 }
 
+/// One contention run: what the contenders did, and the requests the
+/// server read per acquisition.
+struct Run {
+    c: Contention,
+    per: f64,
+}
+
 async fn contention(b: &mut Bench, server: &ZooKeeperServer) {
+    let rounds = if b.quick { 1 } else { CONTENTION_ROUNDS };
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a session of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("Both sides queue in the lock's node and each waiter watches only its predecessor, so a release wakes one waiter. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
-    b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | requests / acquisition | min/max per contender |");
-    b.line("|---:|---|---:|---:|---:|---:|---:|");
+    b.line(&format!("Both sides queue in the lock's node and each waiter watches only its predecessor, so a release wakes one waiter. Handoff: from the holder's release call to the next different holder's acquire returning. {rounds} interleaved rounds of {:?} runs, on fresh sessions each run; each figure is the median over the rounds, and the ratio (lockguard's acquisitions/s over the raw recipe's in the same round) comes with its range.\n", b.run_for));
+    b.line("| contenders | variant | acquisitions/s | ratio (range) | handoff p50 | handoff p99 | requests / acquisition | min/max per contender |");
+    b.line("|---:|---|---:|---:|---:|---:|---:|---:|");
+    let run_for = b.run_for;
     for tasks in [4, 16] {
-        let mut clients = Vec::new();
-        for _ in 0..tasks {
-            clients.push(lockguard(server).await);
-        }
-        let before = packets(server);
-        let c = contend(&clients, tasks, b.run_for).await;
-        let lg_per = (packets(server) - before) as f64 / c.acquisitions.max(1) as f64;
-        drop(clients);
-        row(b, tasks, "lockguard", &c, lg_per);
-
-        let mut raws = Vec::new();
-        for _ in 0..tasks {
-            raws.push(raw_client(server).await);
-        }
-        let rec = Recorder::new(tasks);
-        let before = packets(server);
-        let rate = throughput(tasks, b.run_for, |t, stop, done| {
-            let raw = raws[t].clone();
-            let rec = rec.clone();
-            async move {
-                while !stop.load(Ordering::Relaxed) {
-                    raw_cycle(&raw, "/raw/contended", Some((&*rec, t))).await;
-                    done.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(THINK).await;
+        let runs = interleaved(
+            rounds,
+            async |_| {
+                let mut clients = Vec::new();
+                for _ in 0..tasks {
+                    clients.push(lockguard(server).await);
                 }
-            }
-        })
+                let before = packets(server);
+                let c = contend(&clients, tasks, run_for).await;
+                let per = (packets(server) - before) as f64 / c.acquisitions.max(1) as f64;
+                Run { c, per }
+            },
+            async |_| {
+                let mut raws = Vec::new();
+                for _ in 0..tasks {
+                    raws.push(raw_client(server).await);
+                }
+                let rec = Recorder::new(tasks);
+                let before = packets(server);
+                let rate = throughput(tasks, run_for, |t, stop, done| {
+                    let raw = raws[t].clone();
+                    let rec = rec.clone();
+                    async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            raw_cycle(&raw, "/raw/contended", Some((&*rec, t))).await;
+                            done.fetch_add(1, Ordering::Relaxed);
+                            tokio::time::sleep(THINK).await;
+                        }
+                    }
+                })
+                .await;
+                let c = rec.finish(rate);
+                let per = (packets(server) - before) as f64 / c.acquisitions.max(1) as f64;
+                Run { c, per }
+            },
+        )
         .await;
-        let raw = rec.finish(rate);
-        let raw_per = (packets(server) - before) as f64 / raw.acquisitions.max(1) as f64;
-        drop(raws);
-        row(b, tasks, "raw recipe", &raw, raw_per);
+        let ratio = runs.ratio(|r| r.c.rate);
+        let p50 = |r: &Run| percentile(&r.c.handoffs, 50.0).as_secs_f64();
+        let p99 = |r: &Run| percentile(&r.c.handoffs, 99.0).as_secs_f64();
+        for (variant, side) in [("lockguard", &runs.lockguard), ("raw recipe", &runs.raw)] {
+            let of = |f: &dyn Fn(&Run) -> f64| median(side.iter().map(f).collect());
+            let ratio = if variant == "lockguard" {
+                format!("{} ({})", ratio.cell(), ratio.range_cell())
+            } else {
+                String::new()
+            };
+            b.line(&format!(
+                "| {tasks} | {variant} | {:.0} | {ratio} | {} | {} | {:.2} | {:.2} |",
+                of(&|r| r.c.rate),
+                us(Duration::from_secs_f64(of(&p50))),
+                us(Duration::from_secs_f64(of(&p99))),
+                of(&|r| r.per),
+                of(&|r| r.c.evenness),
+            ));
+        }
         if tasks == 16 {
             b.target(
-                "zookeeper: acquisitions/s ≥ 0.9x the raw recipe's, 16 contenders",
-                format!("{:.0}/s vs {:.0}/s", c.rate, raw.rate),
-                c.rate >= 0.9 * raw.rate,
+                &format!(
+                    "zookeeper: acquisitions/s ≥ 0.9x the raw recipe's, 16 contenders (median of {rounds} rounds; range)"
+                ),
+                ratio.to_string(),
+                ratio.median >= 0.9,
             );
+            let (lg_per, raw_per) = (runs.lockguard_median(|r| r.per), runs.raw_median(|r| r.per));
             b.target(
-                "zookeeper: requests per acquisition ≤ the raw recipe's, 16 contenders",
+                "zookeeper: requests per acquisition ≤ the raw recipe's, 16 contenders (medians)",
                 format!("{lg_per:.2} vs {raw_per:.2}"),
                 lg_per <= raw_per + 0.05,
             );
-            let (p50, raw_p50) = (
-                percentile(&c.handoffs, 50.0),
-                percentile(&raw.handoffs, 50.0),
-            );
+            let p50s = runs.ratio(p50);
             b.target(
-                "zookeeper: handoff p50 ≤ 1.1x the raw recipe's, 16 contenders",
-                format!("{} vs {}", us(p50), us(raw_p50)),
-                p50.as_secs_f64() <= 1.1 * raw_p50.as_secs_f64(),
+                &format!(
+                    "zookeeper: handoff p50 ≤ 1.1x the raw recipe's, 16 contenders (median of {rounds} rounds' ratios; range)"
+                ),
+                p50s.to_string(),
+                p50s.median <= 1.1,
             );
         }
     }
-}
-
-fn row(b: &mut Bench, tasks: usize, variant: &str, c: &Contention, per: f64) {
-    b.line(&format!(
-        "| {tasks} | {variant} | {:.0} | {} | {} | {per:.2} | {:.2} |",
-        c.rate,
-        us(percentile(&c.handoffs, 50.0)),
-        us(percentile(&c.handoffs, 99.0)),
-        c.evenness,
-    ));
 }

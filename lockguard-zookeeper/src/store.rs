@@ -48,7 +48,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -122,8 +122,9 @@ struct Node {
 #[derive(Debug)]
 enum Role {
     /// In the queue. `watch` waits for what this waiter waits on, and
-    /// wakes it once it has set its `fired` flag; while the flag is down,
-    /// nothing has changed ahead of it. It was set at the instant it holds.
+    /// wakes it once it has set its `fired` state; while that is
+    /// [`UNFIRED`], nothing has changed ahead of it. It was set at the
+    /// instant it holds.
     Waiting { watch: Option<Watch> },
     /// Holding. The lease ends at the instant sent; a task of this client
     /// deletes the node then, unless the lease was extended.
@@ -135,8 +136,17 @@ enum Role {
 struct Watch {
     task: JoinHandle<()>,
     set: Instant,
-    fired: Arc<AtomicBool>,
+    /// [`UNFIRED`], [`CHANGED`] or [`INTERRUPTED`].
+    fired: Arc<AtomicU8>,
 }
+
+/// A watch that has not fired.
+const UNFIRED: u8 = 0;
+/// A watch fired by a change of a node it watched: the server that told
+/// of it had applied that write.
+const CHANGED: u8 = 1;
+/// A watch that ended without a node event (the session's state changed).
+const INTERRUPTED: u8 = 2;
 
 impl Node {
     /// Changes the node's role, stopping the watch of the earlier one.
@@ -157,8 +167,17 @@ impl Drop for Node {
 
 /// What this client knows of a token's node.
 enum Known {
-    /// Its path, whether it holds, and its creating zxid when known.
-    Node(String, bool, Option<u64>),
+    /// A node whose path is known.
+    Node {
+        path: String,
+        /// Whether it holds.
+        holding: bool,
+        /// Its creating zxid, when known.
+        created: Option<u64>,
+        /// Whether it waits woken by a change ahead of it: its watch fired
+        /// with a node event.
+        woken: bool,
+    },
     /// A creation whose outcome is unknown.
     Unknown,
 }
@@ -281,11 +300,13 @@ impl ZooKeeperStore {
             return None;
         }
         Some(match &node.path {
-            Some(path) => Known::Node(
-                path.clone(),
-                matches!(node.role, Role::Holding { .. }),
-                node.created,
-            ),
+            Some(path) => Known::Node {
+                path: path.clone(),
+                holding: matches!(node.role, Role::Holding { .. }),
+                created: node.created,
+                woken: matches!(&node.role, Role::Waiting { watch: Some(w) }
+                    if w.fired.load(Ordering::Acquire) == CHANGED),
+            },
             None => Known::Unknown,
         })
     }
@@ -376,7 +397,7 @@ impl ZooKeeperStore {
         matches!(
             nodes.get(token),
             Some(Node { role: Role::Waiting { watch: Some(w) }, session, .. })
-                if !w.fired.load(Ordering::Acquire)
+                if w.fired.load(Ordering::Acquire) == UNFIRED
                     && w.set.elapsed() < RECHECK
                     && *session == self.session.client().session_id()
         )
@@ -419,18 +440,28 @@ impl ZooKeeperStore {
         let client = self.session.client();
         let session = client.session_id();
         // A listing right after our creation is as new as the creation (a
-        // write, ordered by the leader); any other one is synced first, so
-        // that a server cut off from the ensemble cannot answer it from a
-        // past that no longer holds.
+        // write, ordered by the leader), and one right after our watch
+        // fired with a node event is as new as the write that fired it
+        // (the server tells of a change once it has applied it); any other
+        // one is synced first, so that a server cut off from the ensemble
+        // cannot answer it from a past that no longer holds.
         let mut fresh = false;
         let (path, created) = match self.known(token, session) {
-            Some(Known::Node(_, true, _)) => {
+            Some(Known::Node { holding: true, .. }) => {
                 return Err(Error::new(
                     ErrorKind::Protocol,
                     "a token already holding asked to acquire again",
                 ));
             }
-            Some(Known::Node(path, false, created)) => (path, created),
+            Some(Known::Node {
+                path,
+                created,
+                woken,
+                ..
+            }) => {
+                fresh = woken;
+                (path, created)
+            }
             known => {
                 let mut found = Vec::new();
                 if matches!(known, Some(Known::Unknown)) {
@@ -574,15 +605,18 @@ impl ZooKeeperStore {
     fn arm(&self, token: &Token, watchers: Vec<zk::OneshotWatcher>) {
         let inbox = self.inbox.clone();
         let waiter = *token;
-        let fired = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicU8::new(UNFIRED));
         let flag = fired.clone();
         let task = tokio::spawn(async move {
             let mut changes = JoinSet::new();
             for watcher in watchers {
                 changes.spawn(watcher.changed());
             }
-            let _ = changes.join_next().await;
-            flag.store(true, Ordering::Release);
+            let state = match changes.join_next().await {
+                Some(Ok(event)) if event.event_type != zk::EventType::Session => CHANGED,
+                _ => INTERRUPTED,
+            };
+            flag.store(state, Ordering::Release);
             if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
                 inbox.wake(&waiter);
             }
@@ -668,7 +702,7 @@ impl ZooKeeperStore {
         let client = self.session.client();
         let dir = self.dir(keys);
         let (path, holding) = match self.known(token, client.session_id()) {
-            Some(Known::Node(path, holding, _)) => (path, holding),
+            Some(Known::Node { path, holding, .. }) => (path, holding),
             // An acquisition whose answer was lost (or never recorded), or
             // a node of an ended session (gone with it): find its nodes by
             // name, in a listing synced with the leader (see `find`).
@@ -740,7 +774,11 @@ impl ZooKeeperStore {
     async fn extend_inner(&self, token: &Token, lease: Duration) -> Result<bool> {
         let client = self.session.client();
         let path = match self.known(token, client.session_id()) {
-            Some(Known::Node(path, true, _)) => path,
+            Some(Known::Node {
+                path,
+                holding: true,
+                ..
+            }) => path,
             _ => return Ok(false),
         };
         let sent_at = Instant::now();

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use lockguard_core::{Builder, Client};
 use lockguard_testing::ZooKeeperServer;
-use lockguard_testing::conformance::{ClientFuture, Harness};
+use lockguard_testing::conformance::{ClientFuture, Harness, eventually};
 use lockguard_zookeeper::BuilderExt as _;
 use lockguard_zookeeper::zookeeper_client as zk;
 
@@ -191,4 +191,82 @@ async fn read_write_nodes_are_marked_with_their_mode() {
     let w = writer.await.unwrap().expect("the writer acquires");
     assert_eq!(w.fencing_token().get(), zxids[2]);
     assert!(w.release().await.unwrap());
+}
+
+/// The requests `server` has read so far (`zk_packets_received`: every
+/// request of every session, pings included).
+fn packets(server: &ZooKeeperServer) -> u64 {
+    let mntr = server.four_letter("mntr").expect("mntr");
+    mntr.lines()
+        .find_map(|l| l.strip_prefix("zk_packets_received"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no zk_packets_received in mntr: {mntr}"))
+}
+
+/// The watches `server` has set (`wchs`).
+fn watches(server: &ZooKeeperServer) -> u64 {
+    let wchs = server.four_letter("wchs").expect("wchs");
+    wchs.lines()
+        .find_map(|l| l.strip_prefix("Total watches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no watch count in wchs: {wchs}"))
+}
+
+/// A client of `server` with a 60 s session, under `root`.
+async fn client_of(server: &ZooKeeperServer, root: &str) -> Client {
+    Client::builder()
+        .zookeeper_session_timeout(Duration::from_secs(60))
+        .zookeeper_root(root)
+        .connect_zookeeper(&server.hosts())
+        .await
+        .expect("connect to zookeeper")
+}
+
+/// A handoff is two requests, as in ZooKeeper's own lock recipe: the holder
+/// deletes its node, and the waiter, woken by its watch, lists the queue
+/// once. The watch fired when its server had applied the deletion, so that
+/// listing is as new as the deletion and needs no `sync` first (which would
+/// make it three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_waiter_lists_the_queue_once_without_a_sync() {
+    const HANDOFFS: u64 = 8;
+    // A server of the test's own: no other test's requests are counted.
+    let server = ZooKeeperServer::start();
+    let holder = client_of(&server, "/handoffs").await;
+    let waiter = client_of(&server, "/handoffs").await;
+    // The server counts a `mntr` too: what one costs is taken off.
+    let mntr = {
+        let first = packets(&server);
+        packets(&server) - first
+    };
+    let mut requests = 0;
+    for _ in 0..HANDOFFS {
+        let held = holder.lock("t:handoff").try_acquire().await.unwrap();
+        let watched = watches(&server);
+        let waiting = tokio::spawn({
+            let lock = waiter.lock("t:handoff").wait(Duration::from_secs(30));
+            async move { lock.acquire().await }
+        });
+        assert!(
+            eventually(Duration::from_secs(10), || async {
+                watches(&server) > watched
+            })
+            .await,
+            "the waiter never came to watch its predecessor"
+        );
+        let before = packets(&server);
+        assert!(held.release().await.unwrap());
+        let taken = waiting
+            .await
+            .unwrap()
+            .expect("the waiter is handed the lock");
+        requests += packets(&server) - before - mntr;
+        assert!(taken.release().await.unwrap());
+    }
+    // Two sessions of 60 s ping once each in 20 s at most: a ping may fall
+    // in a handoff, not three.
+    assert!(
+        (2 * HANDOFFS..=2 * HANDOFFS + 2).contains(&requests),
+        "{requests} requests over {HANDOFFS} handoffs, not two each"
+    );
 }
