@@ -35,6 +35,8 @@ mod stats;
 mod tails;
 mod zookeeper;
 
+use rounds::Spread;
+
 use stats::{
     Counted, SlowlogEntry, parse_commandstats, percentile, script_calls, split, split_by_origin, us,
 };
@@ -602,17 +604,81 @@ async fn contended_raw(b: &Bench, tasks: usize) -> Contention {
     rec.finish(rate)
 }
 
-/// One row of the contention table.
-struct ContentionRow {
-    tasks: usize,
-    contenders: Contenders,
-    c: Contention,
+/// One contention run's figures.
+#[derive(Debug, Clone, Copy)]
+struct ContentionRun {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
     /// Commands per acquisition: sent by the clients, and run inside scripts.
     sent: f64,
     internal: f64,
+    evenness: f64,
+}
+
+/// One row of the contention table: the medians of its runs' figures, and
+/// for lockguard's variants, the ratio of their acquisitions/s to raw
+/// spin's, round by round.
+struct ContentionRow {
+    tasks: usize,
+    contenders: Contenders,
+    runs: Vec<ContentionRun>,
+    ratio: Option<Spread>,
+}
+
+impl ContentionRow {
+    fn median(&self, figure: fn(&ContentionRun) -> f64) -> f64 {
+        median(self.runs.iter().map(figure).collect())
+    }
+
+    fn rate(&self) -> f64 {
+        self.median(|r| r.rate)
+    }
+
+    fn p99(&self) -> Duration {
+        Duration::from_secs_f64(self.median(|r| r.p99.as_secs_f64()))
+    }
+
+    fn sent(&self) -> f64 {
+        self.median(|r| r.sent)
+    }
+
+    fn evenness(&self) -> f64 {
+        self.median(|r| r.evenness)
+    }
+}
+
+/// Rounds of the contention comparison: in each, every variant runs once,
+/// in an order that turns by one each round.
+const CONTENTION_ROUNDS: usize = 3;
+
+/// One run of `contenders`, `tasks` of them.
+async fn contention_run(b: &mut Bench, tasks: usize, contenders: Contenders) -> ContentionRun {
+    let (c, counted) = if contenders == Contenders::RawSpin {
+        b.reset_stats().await;
+        let c = contended_raw(b, tasks).await;
+        (c, b.commands(RAW_SENT).await)
+    } else {
+        let clients = if contenders == Contenders::SharedClients {
+            4
+        } else {
+            tasks
+        };
+        contended_lockguard(b, tasks, clients).await
+    };
+    let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
+    ContentionRun {
+        rate: c.rate,
+        p50: percentile(&c.handoffs, 50.0),
+        p99: percentile(&c.handoffs, 99.0),
+        sent: per(counted.sent),
+        internal: per(counted.internal),
+        evenness: c.evenness,
+    }
 }
 
 async fn contention(b: &mut Bench) {
+    let rounds = if b.quick { 1 } else { CONTENTION_ROUNDS };
     b.line(
         "\n## Contention: contenders on one key, each holding it ~1 ms, then thinking ~0.5 ms\n",
     );
@@ -620,56 +686,63 @@ async fn contention(b: &mut Bench) {
     b.line("Every variant, raw spin included, holds the lock for 1 ms (a blocking sleep on tokio's blocking pool, like a database call: a tokio timer would end on the runtime's millisecond ticks, later when the runtime had parked, so the hold would depend on how busy the variant keeps the runtime) and, after each release, thinks for a 500 µs tokio sleep (rounded up to the timer's milliseconds) before asking again.");
     b.line("Handoff: from the holder's release call to the next *different* holder's acquire returning.");
     b.line("The lockguard rows count from the moment every contender has held the lock once (so every client has made its first wait, which subscribes) and a fifth of the run has passed, for a run's length (10 ms per contender where that is longer, so that each takes several turns): the steady state, whatever the number of contenders. 256 and 1,000 contenders run one client each only.");
+    b.line(&format!("Rounds: at 4, 16 and 64 contenders, {rounds} rounds, each running every variant once, the order turning by one each round (so each goes first, second and third once in three rounds); at 256 and 1,000, one run each. Every figure is the median over the rounds; the ratio is lockguard's acquisitions/s over raw spin's in the same round, median and range."));
     b.line("Commands per acquisition: commands the clients sent (script-internal calls in brackets), over the measured part of the run. For lockguard the server tells the two apart: every call goes to the slowlog, a script's calls under no client address, so a `PUBLISH` or `PEXPIRE` sent directly counts as sent, one inside a script as internal, and `SUBSCRIBE`/`UNSUBSCRIBE` count as sent; connection handshakes are not counted.");
     b.line("Min/max: the fewest acquisitions any contender made over the run divided by the most (1.00 = perfectly even).\n");
     b.line(
-        "| tasks | variant | acquisitions/s | handoff p50 | handoff p99 | commands / acquisition | min/max acquisitions per contender |",
+        "| tasks | variant | acquisitions/s | ratio to raw spin (range) | handoff p50 | handoff p99 | commands / acquisition | min/max acquisitions per contender |",
     );
-    b.line("|---:|---|---:|---:|---:|---:|---:|");
+    b.line("|---:|---|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
-    // Long queues, one client per contender, as many processes run them.
-    let long = [
-        (256, Contenders::ClientEach),
-        (1000, Contenders::ClientEach),
-    ];
-    let rows_to_run = [4, 16, 64]
-        .into_iter()
-        .flat_map(|tasks| Contenders::ALL.map(|c| (tasks, c)))
-        .chain(long);
-    for (tasks, contenders) in rows_to_run {
-        {
-            let (c, counted) = if contenders == Contenders::RawSpin {
-                b.reset_stats().await;
-                let c = contended_raw(b, tasks).await;
-                (c, b.commands(RAW_SENT).await)
-            } else {
-                let clients = if contenders == Contenders::SharedClients {
-                    4
-                } else {
-                    tasks
-                };
-                contended_lockguard(b, tasks, clients).await
-            };
-            let per = |n: u64| n as f64 / c.acquisitions.max(1) as f64;
-            let row = ContentionRow {
+    for tasks in [4, 16, 64] {
+        let mut runs = Contenders::ALL.map(|_| Vec::new());
+        for round in 0..rounds {
+            for turn in 0..Contenders::ALL.len() {
+                let i = (round + turn) % Contenders::ALL.len();
+                runs[i].push(contention_run(b, tasks, Contenders::ALL[i]).await);
+            }
+        }
+        let raw = runs[Contenders::ALL.len() - 1].clone();
+        for (contenders, runs) in Contenders::ALL.into_iter().zip(runs) {
+            let ratio = (contenders != Contenders::RawSpin).then(|| {
+                Spread::of(
+                    runs.iter()
+                        .zip(&raw)
+                        .map(|(l, r)| l.rate / r.rate)
+                        .collect(),
+                )
+            });
+            rows.push(ContentionRow {
                 tasks,
                 contenders,
-                sent: per(counted.sent),
-                internal: per(counted.internal),
-                c,
-            };
-            b.line(&format!(
-                "| {tasks} | {} | {:.0} | {} | {} | {:.2} ({:.2}) | {:.2} |",
-                contenders.name(),
-                row.c.rate,
-                us(percentile(&row.c.handoffs, 50.0)),
-                us(percentile(&row.c.handoffs, 99.0)),
-                row.sent,
-                row.internal,
-                row.c.evenness,
-            ));
-            rows.push(row);
+                runs,
+                ratio,
+            });
         }
+    }
+    // Long queues, one client per contender, as many processes run them.
+    for tasks in [256, 1000] {
+        let run = contention_run(b, tasks, Contenders::ClientEach).await;
+        rows.push(ContentionRow {
+            tasks,
+            contenders: Contenders::ClientEach,
+            runs: vec![run],
+            ratio: None,
+        });
+    }
+    for row in &rows {
+        b.line(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {:.2} ({:.2}) | {:.2} |",
+            row.tasks,
+            row.contenders.name(),
+            row.rate(),
+            row.ratio.map(|r| r.to_string()).unwrap_or_default(),
+            us(Duration::from_secs_f64(row.median(|r| r.p50.as_secs_f64()))),
+            us(row.p99()),
+            row.sent(),
+            row.median(|r| r.internal),
+            row.evenness(),
+        ));
     }
     contention_targets(b, &rows);
 }
@@ -680,16 +753,16 @@ fn contention_targets(b: &mut Bench, rows: &[ContentionRow]) {
             .find(|r| r.tasks == tasks && r.contenders == contenders)
     };
     if let Some(r) = row(16, Contenders::SharedClients) {
-        let p99 = percentile(&r.c.handoffs, 99.0);
+        let p99 = r.p99();
         b.target(
-            "handoff p99 < 2 ms at 16 contenders",
+            "handoff p99 < 2 ms at 16 contenders (median of the rounds)",
             us(p99),
             p99 < Duration::from_millis(2),
         );
         b.target(
             "≤ 4 commands sent per acquisition at 16 contenders",
-            format!("{:.2}", r.sent),
-            r.sent <= 4.0,
+            format!("{:.2}", r.sent()),
+            r.sent() <= 4.0,
         );
     }
     let each: Vec<&ContentionRow> = rows
@@ -704,14 +777,14 @@ fn contention_targets(b: &mut Bench, rows: &[ContentionRow]) {
                 "≤ 3.5 scripts sent per acquisition, client per contender, {} contenders",
                 r.tasks
             ),
-            format!("{:.2}", r.sent),
-            r.sent <= 3.5,
+            format!("{:.2}", r.sent()),
+            r.sent() <= 3.5,
         );
     }
     if let Some(r) = row(64, Contenders::ClientEach) {
-        let p99 = percentile(&r.c.handoffs, 99.0);
+        let p99 = r.p99();
         b.target(
-            "handoff p99 < 1 ms, client per contender, 64 contenders",
+            "handoff p99 < 1 ms, client per contender, 64 contenders (median of the rounds)",
             us(p99),
             p99 < Duration::from_millis(1),
         );
@@ -722,19 +795,18 @@ fn contention_targets(b: &mut Bench, rows: &[ContentionRow]) {
                 "min/max acquisitions per client ≥ 0.67, client per contender, {} contenders",
                 r.tasks
             ),
-            format!("{:.2}", r.c.evenness),
-            r.c.evenness >= 0.67,
+            format!("{:.2}", r.evenness()),
+            r.evenness() >= 0.67,
         );
     }
     for tasks in [16, 64] {
-        if let (Some(r), Some(raw)) = (
-            row(tasks, Contenders::ClientEach),
-            row(tasks, Contenders::RawSpin),
-        ) {
+        if let Some(ratio) = row(tasks, Contenders::ClientEach).and_then(|r| r.ratio) {
             b.target(
-                &format!("acquisitions/s ≥ raw spin's, client per contender, {tasks} contenders"),
-                format!("{:.0}/s vs {:.0}/s", r.c.rate, raw.c.rate),
-                r.c.rate >= raw.c.rate,
+                &format!(
+                    "acquisitions/s ≥ raw spin's, client per contender, {tasks} contenders (median of the rounds' ratios; range)"
+                ),
+                ratio.to_string(),
+                ratio.median >= 1.0,
             );
         }
     }
@@ -799,7 +871,7 @@ async fn limiters(b: &mut Bench) {
     let each = b.run_for / 2;
     b.line("\n## Rate-limit decisions (16 tasks, distinct keys)\n");
     b.line(&format!(
-        "{rounds} rounds; in each, for each algorithm, lockguard and raw redis-rs (an `EVALSHA` of the same script) run for {each:?} each (after a {:?} warm-up), back to back, lockguard first in odd rounds and second in even ones. The ratio is the median over the rounds of lockguard's rate divided by raw's in the same round, with the lowest and highest. One lockguard client and one raw connection serve every round.\n",
+        "For each algorithm, {rounds} interleaved rounds: in each, lockguard and raw redis-rs (an `EVALSHA` of the same script) run for {each:?} each (after a {:?} warm-up), back to back, lockguard first in odd rounds and second in even ones. The ratio is the median over the rounds of lockguard's rate divided by raw's in the same round, with the lowest and highest. One lockguard client and one raw connection serve every round.\n",
         each / 5
     ));
     b.line("| algorithm | lockguard decisions/s (median) | raw EVALSHA of the same script (median) | ratio (median) | range |");
@@ -812,37 +884,26 @@ async fn limiters(b: &mut Bench) {
     ];
     let lg = b.lockguard().await;
     let conn = raw::connect(&b.server.url()).await;
-    let limiters =
-        algorithms.map(|(algorithm, _)| lg.rate_limiter("bench", quota).algorithm(algorithm));
-    let mut rates = algorithms.map(|_| (Vec::new(), Vec::new()));
-    for round in 0..rounds {
-        for (i, (algorithm, _)) in algorithms.iter().enumerate() {
-            for lockguard in [round % 2 == 0, round % 2 == 1] {
-                if lockguard {
-                    rates[i]
-                        .0
-                        .push(lockguard_decisions(&limiters[i], each).await);
-                } else {
-                    rates[i]
-                        .1
-                        .push(raw_decisions(&conn, *algorithm, each).await);
-                }
-            }
-        }
-    }
-    for ((_, name), (lgs, raws)) in algorithms.iter().zip(&rates) {
-        let ratios: Vec<f64> = lgs.iter().zip(raws).map(|(l, r)| l / r).collect();
-        let (lo, hi) = range(&ratios);
-        let ratio = median(ratios);
+    for (algorithm, name) in algorithms {
+        let limiter = lg.rate_limiter("bench", quota).algorithm(algorithm);
+        let rates = rounds::interleaved(
+            rounds,
+            async |_| lockguard_decisions(&limiter, each).await,
+            async |_| raw_decisions(&conn, algorithm, each).await,
+        )
+        .await;
+        let ratio = rates.ratio(|r| *r);
         b.line(&format!(
-            "| {name} | {:.0} | {:.0} | {ratio:.2}x | {lo:.2}–{hi:.2}x |",
-            median(lgs.clone()),
-            median(raws.clone()),
+            "| {name} | {:.0} | {:.0} | {} | {} |",
+            rates.lockguard_median(|r| *r),
+            rates.raw_median(|r| *r),
+            ratio.cell(),
+            ratio.range_cell(),
         ));
         b.target(
             &format!("{name} decisions ≥ 0.9x raw (median of {rounds} rounds; range)"),
-            format!("{ratio:.2}x ({lo:.2}–{hi:.2}x)"),
-            ratio >= 0.9,
+            ratio.to_string(),
+            ratio.median >= 0.9,
         );
     }
 }

@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::Client;
 
+use crate::rounds::interleaved;
 use crate::{Bench, RAW_SENT, hold, measure, raw};
+
+/// Rounds of the uncontended comparison, for each number of keys.
+const ROUNDS: usize = 5;
 
 /// Cycles counted for the commands per cycle.
 const CYCLES: u32 = 100;
@@ -18,24 +22,56 @@ const CYCLES: u32 = 100;
 const SENT: &[&str] = &["evalsha", "eval", "script|load"];
 
 pub(crate) async fn section(b: &mut Bench) {
+    let rounds = if b.quick { 1 } else { ROUNDS };
+    let each = b.run_for / 2;
     b.line("\n## Multi-key locks\n");
-    b.line("Uncontended: 16 tasks over one client, each locking keys of its own, `k` at a time, and releasing them. *lockguard*: `multi_lock(keys).try_acquire()` (one script takes every key on one server) and the guard's `release()` (a script per key). *raw*: `SET key token NX PX 30000` per key, then the compare-and-delete script per key. Commands per cycle are those the client sent, counted by the server over the run.\n");
-    b.line("| keys | lockguard cycles/s | raw cycles/s | ratio | lockguard commands / cycle | raw commands / cycle |");
-    b.line("|---:|---:|---:|---:|---:|---:|");
+    b.line(&format!("Uncontended: 16 tasks over one client, each locking keys of its own, `k` at a time, and releasing them. *lockguard*: `multi_lock(keys).try_acquire()` (one script takes every key on one server) and the guard's `release()` (a script per key). *raw*: `SET key token NX PX 30000` per key, then the compare-and-delete script per key. For each `k`, {rounds} interleaved rounds of {each:?} runs (after a {:?} warm-up), lockguard first in odd rounds and second in even ones; the ratio is the median of the rounds' ratios, with the lowest and highest. Commands per cycle are those the client sent, counted by the server over 100 cycles of one task.\n", each / 5));
+    b.line("| keys | lockguard cycles/s (median) | raw cycles/s (median) | ratio (median) | range | lockguard commands / cycle | raw commands / cycle |");
+    b.line("|---:|---:|---:|---:|---:|---:|---:|");
+    let lg = b.lockguard().await;
+    let conn = raw::connect(&b.server.url()).await;
     for k in [2usize, 4, 8] {
-        let lg = b.lockguard().await;
-        let m = measure(16, b.run_for, |t, stop, done| {
-            let multi = lg
-                .multi_lock((0..k).map(|i| format!("m:{t}:{i}")))
-                .lease(Duration::from_secs(30));
-            async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let g = multi.try_acquire().await.expect("uncontended multi-lock");
-                    assert!(g.release().await.expect("release"));
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
+        let rates = interleaved(
+            rounds,
+            async |_| {
+                measure(16, each, |t, stop, done| {
+                    let multi = lg
+                        .multi_lock((0..k).map(|i| format!("m:{t}:{i}")))
+                        .lease(Duration::from_secs(30));
+                    async move {
+                        while !stop.load(Ordering::Relaxed) {
+                            let g = multi.try_acquire().await.expect("uncontended multi-lock");
+                            assert!(g.release().await.expect("release"));
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .await
+                .rate
+            },
+            async |_| {
+                measure(16, each, |t, stop, done| {
+                    let mut conn = conn.clone();
+                    async move {
+                        let keys: Vec<String> = (0..k).map(|i| format!("raw:m:{t}:{i}")).collect();
+                        let mut n = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            let token = format!("{t}-{n}");
+                            for key in &keys {
+                                assert!(raw::try_lock(&mut conn, key, &token).await);
+                            }
+                            for key in &keys {
+                                raw::unlock(&mut conn, key, &token).await;
+                            }
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .await
+                .rate
+            },
+        )
         .await;
         // Commands per cycle, counted exactly over 100 cycles of one task.
         let multi = lg.multi_lock((0..k).map(|i| format!("mn:{i}")));
@@ -45,26 +81,6 @@ pub(crate) async fn section(b: &mut Bench) {
             assert!(g.release().await.expect("release"));
         }
         let lg_cycles = b.commands(SENT).await.sent as f64 / CYCLES as f64;
-        let conn = raw::connect(&b.server.url()).await;
-        let r = measure(16, b.run_for, |t, stop, done| {
-            let mut conn = conn.clone();
-            async move {
-                let keys: Vec<String> = (0..k).map(|i| format!("raw:m:{t}:{i}")).collect();
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    n += 1;
-                    let token = format!("{t}-{n}");
-                    for key in &keys {
-                        assert!(raw::try_lock(&mut conn, key, &token).await);
-                    }
-                    for key in &keys {
-                        raw::unlock(&mut conn, key, &token).await;
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-        })
-        .await;
         let mut c = conn.clone();
         b.reset_stats().await;
         for n in 0..CYCLES {
@@ -77,11 +93,13 @@ pub(crate) async fn section(b: &mut Bench) {
             }
         }
         let raw_cycles = b.commands(RAW_SENT).await.sent as f64 / CYCLES as f64;
+        let ratio = rates.ratio(|r| *r);
         b.line(&format!(
-            "| {k} | {:.0} | {:.0} | {:.2}x | {lg_cycles:.1} | {raw_cycles:.1} |",
-            m.rate,
-            r.rate,
-            m.rate / r.rate
+            "| {k} | {:.0} | {:.0} | {} | {} | {lg_cycles:.1} | {raw_cycles:.1} |",
+            rates.lockguard_median(|r| *r),
+            rates.raw_median(|r| *r),
+            ratio.cell(),
+            ratio.range_cell(),
         ));
         b.target(
             &format!("multi-lock of {k} keys: commands per uncontended cycle ≤ keys + 1"),
