@@ -38,31 +38,45 @@ use tokio::sync::Notify;
 /// # }
 /// ```
 #[derive(Debug, Default)]
-pub struct Flights(Mutex<HashMap<String, (usize, Arc<Notify>)>>);
+pub struct Flights(Mutex<HashMap<Arc<str>, Running>>);
+
+/// The acquisitions of one token running now.
+#[derive(Debug)]
+struct Running {
+    count: usize,
+    /// The wake-up of the releases waiting for them, made by the first
+    /// that waits: an acquisition no release overlaps makes none.
+    ended: Option<Arc<Notify>>,
+}
 
 /// One running acquisition; ends when dropped: once it answered, or, for
 /// one whose caller stopped waiting, once its connection has run it.
 #[derive(Debug)]
 pub struct Flight {
     flights: Arc<Flights>,
-    token: String,
+    /// The token, shared with its entry in the map.
+    token: Arc<str>,
 }
 
 impl Flights {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, (usize, Arc<Notify>)>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Running>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An acquisition of `token` starts; it runs until the returned
     /// flight is dropped.
     pub fn depart(self: &Arc<Self>, token: &str) -> Flight {
+        let token: Arc<str> = Arc::from(token);
         self.map()
-            .entry(token.to_owned())
-            .or_insert_with(|| (0, Arc::new(Notify::new())))
-            .0 += 1;
+            .entry(token.clone())
+            .or_insert(Running {
+                count: 0,
+                ended: None,
+            })
+            .count += 1;
         Flight {
             flights: self.clone(),
-            token: token.to_owned(),
+            token,
         }
     }
 
@@ -71,7 +85,11 @@ impl Flights {
     pub async fn landed(&self, token: &str, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let Some(notify) = self.map().get(token).map(|(_, n)| n.clone()) else {
+            let Some(notify) = self
+                .map()
+                .get_mut(token)
+                .map(|r| r.ended.get_or_insert_with(Default::default).clone())
+            else {
                 return;
             };
             let ended = notify.notified();
@@ -89,13 +107,17 @@ impl Flights {
 
 impl Drop for Flight {
     fn drop(&mut self) {
+        // Taken out, and put back only while another acquisition of the
+        // token runs: one lookup in the common case.
         let mut map = self.flights.map();
-        if let Some((n, notify)) = map.get_mut(&self.token) {
-            *n -= 1;
-            if *n == 0 {
-                notify.notify_waiters();
-                map.remove(&self.token);
-            }
+        let Some((key, mut running)) = map.remove_entry(&self.token) else {
+            return;
+        };
+        running.count -= 1;
+        if running.count > 0 {
+            map.insert(key, running);
+        } else if let Some(ended) = running.ended {
+            ended.notify_waiters();
         }
     }
 }

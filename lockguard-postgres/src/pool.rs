@@ -238,22 +238,23 @@ pub(crate) enum Row {
 
 /// A column type lockguard reads, from either driver's rows.
 pub(crate) trait Column: Sized {
-    /// Column `i` of `row`, or a protocol error naming `what`.
-    fn read(row: &Row, i: usize, what: &str) -> Result<Self>;
+    /// Column `i` of `row`, or a protocol error naming `what` (made only
+    /// then: a reply read costs no formatting).
+    fn read(row: &Row, i: usize, what: &dyn Fn() -> String) -> Result<Self>;
 }
 
 /// The error for a column that is not what lockguard's statement returns.
-fn unexpected(what: &str) -> Error {
+fn unexpected(what: &dyn Fn() -> String) -> Error {
     Error::new(
         ErrorKind::Protocol,
-        format!("{what}: unexpected reply from postgres"),
+        format!("{}: unexpected reply from postgres", what()),
     )
 }
 
 macro_rules! columns {
     ($($t:ty),*) => {$(
         impl Column for $t {
-            fn read(row: &Row, i: usize, what: &str) -> Result<Self> {
+            fn read(row: &Row, i: usize, what: &dyn Fn() -> String) -> Result<Self> {
                 match row {
                     Row::Postgres(r) => r
                         .try_get::<_, $t>(i)
@@ -279,8 +280,8 @@ columns!(
 );
 
 impl Row {
-    /// Column `i`, or a protocol error naming `what`.
-    pub(crate) fn get<T: Column>(&self, i: usize, what: &str) -> Result<T> {
+    /// Column `i`, or a protocol error naming `what` (made only then).
+    pub(crate) fn get<T: Column>(&self, i: usize, what: &dyn Fn() -> String) -> Result<T> {
         T::read(self, i, what)
     }
 }

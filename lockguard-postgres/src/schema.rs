@@ -126,10 +126,10 @@ async fn found(conn: &mut Conn, schema: &str) -> Option<(i32, Option<i32>)> {
     let rows = conn.query(&version_query(schema), &[]).await.ok()?;
     let row = rows.first()?;
     let version = row
-        .get::<Option<i32>>(0, "reading the schema's version")
+        .get::<Option<i32>>(0, &|| "reading the schema's version".to_owned())
         .ok()??;
     let since = row
-        .get::<Option<i32>>(1, "reading the schema's version")
+        .get::<Option<i32>>(1, &|| "reading the schema's version".to_owned())
         .ok()?;
     Some((version, since))
 }
@@ -145,7 +145,7 @@ pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
         .map_err(|e| e.about("reading the server's version"))?
         .first()
         .ok_or_else(|| Error::new(ErrorKind::Protocol, "no server version from postgres"))?
-        .get(0, "reading the server's version")?;
+        .get(0, &|| "reading the server's version".to_owned())?;
     if version < MIN_SERVER_VERSION {
         return Err(Error::new(
             ErrorKind::Unsupported,

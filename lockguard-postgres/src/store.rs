@@ -180,7 +180,7 @@ fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
             let sweep = async {
                 let mut conn = pool.get().await.ok()?;
                 let rows = conn.query(&sql, &[]).await.ok()?;
-                rows.first()?.get::<i64>(0, "sweeping").ok()
+                rows.first()?.get::<i64>(0, &|| "sweeping".to_owned()).ok()
             };
             match tokio::time::timeout(timeout, sweep).await {
                 Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
@@ -340,7 +340,7 @@ impl PostgresStore {
         params: &[Param<'_>],
         what: impl Fn() -> String,
     ) -> Result<Row> {
-        one(self.query(sql, params, &what).await?, &what())
+        one(self.query(sql, params, &what).await?, &what)
     }
 }
 
@@ -369,7 +369,7 @@ impl PostgresStore {
                 .await
                 .map_err(|e| e.about(&what()));
             sent.landed();
-            one(rows?, &what())
+            one(rows?, &what)
         })
         .await
     }
@@ -400,7 +400,7 @@ fn place_params<'a>(place: Option<Place<'a>>) -> (Option<i64>, Option<&'a str>, 
 
 /// The answer `(acquired, n)` of `acquire` or `rw_acquire`: the hold's
 /// fencing token, or the ms until the holders' lease ends.
-fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &str) -> Result<Attempt> {
+fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &dyn Fn() -> String) -> Result<Attempt> {
     let taken: bool = row.get(0, what)?;
     let n: Option<i64> = row.get(1, what)?;
     match (taken, n.map(u64::try_from)) {
@@ -412,18 +412,18 @@ fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &str) -> Result<Attempt>
         (false, _) => Ok(Attempt::Busy(None)),
         _ => Err(Error::new(
             ErrorKind::Protocol,
-            format!("{what}: unexpected reply ({taken}, {n:?})"),
+            format!("{}: unexpected reply ({taken}, {n:?})", what()),
         )),
     }
 }
 
 /// The one row of a statement that answers one.
-fn one(mut rows: Vec<Row>, what: &str) -> Result<Row> {
+fn one(mut rows: Vec<Row>, what: &dyn Fn() -> String) -> Result<Row> {
     match rows.len() {
         1 => Ok(rows.remove(0)),
         n => Err(Error::new(
             ErrorKind::Protocol,
-            format!("{what}: postgres answered {n} rows, not one"),
+            format!("{}: postgres answered {n} rows, not one", what()),
         )),
     }
 }
@@ -477,7 +477,7 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            attempt_reply(keys, &row, &what())
+            attempt_reply(keys, &row, &what)
         })
     }
 
@@ -501,7 +501,7 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            row.get(0, &what())
+            row.get(0, &what)
         })
     }
 
@@ -543,10 +543,10 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            let acquired: bool = row.get(0, &what())?;
-            let fences: Option<Vec<i64>> = row.get(1, &what())?;
-            let busy: Option<i32> = row.get(2, &what())?;
-            let left: Option<i64> = row.get(3, &what())?;
+            let acquired: bool = row.get(0, &what)?;
+            let fences: Option<Vec<i64>> = row.get(1, &what)?;
+            let busy: Option<i32> = row.get(2, &what)?;
+            let left: Option<i64> = row.get(3, &what)?;
             let garbage = || {
                 Error::new(
                     ErrorKind::Protocol,
@@ -611,7 +611,7 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            attempt_reply(keys, &row, &what())
+            attempt_reply(keys, &row, &what)
         })
     }
 
@@ -633,7 +633,7 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            row.get(0, &what())
+            row.get(0, &what)
         })
     }
 
@@ -655,11 +655,11 @@ impl LockStore for PostgresStore {
             let row = self
                 .query_one(&self.sql.rw_inspect, &[keys.id().into()], what)
                 .await?;
-            let readers: i64 = row.get(0, &what())?;
-            let writer: bool = row.get(1, &what())?;
-            let left: Option<i64> = row.get(2, &what())?;
-            let waiters: i64 = row.get(3, &what())?;
-            let latest: Option<i64> = row.get(4, &what())?;
+            let readers: i64 = row.get(0, &what)?;
+            let writer: bool = row.get(1, &what)?;
+            let left: Option<i64> = row.get(2, &what)?;
+            let waiters: i64 = row.get(3, &what)?;
+            let latest: Option<i64> = row.get(4, &what)?;
             let garbage =
                 || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
             Ok(Occupancy::read_write(
@@ -690,7 +690,7 @@ impl LockStore for PostgresStore {
                     what,
                 )
                 .await?;
-            row.get(0, &what())
+            row.get(0, &what)
         })
     }
 
@@ -700,10 +700,10 @@ impl LockStore for PostgresStore {
             let row = self
                 .query_one(&self.sql.inspect, &[keys.id().into()], what)
                 .await?;
-            let holders: i64 = row.get(0, &what())?;
-            let left: Option<i64> = row.get(1, &what())?;
-            let waiters: i64 = row.get(2, &what())?;
-            let latest: Option<i64> = row.get(3, &what())?;
+            let holders: i64 = row.get(0, &what)?;
+            let left: Option<i64> = row.get(1, &what)?;
+            let waiters: i64 = row.get(2, &what)?;
+            let latest: Option<i64> = row.get(3, &what)?;
             let garbage =
                 || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
             Ok(Occupancy::new(
@@ -738,7 +738,7 @@ impl DataStore for PostgresStore {
                 )
                 .await
                 .map_err(overflow_is_invalid(key))?;
-            row.get(0, &what())
+            row.get(0, &what)
         })
     }
 
@@ -759,8 +759,8 @@ impl DataStore for PostgresStore {
                 )
                 .await
                 .map_err(overflow_is_invalid(key))?;
-            let taken: bool = row.get(0, &what())?;
-            let value: i64 = row.get(1, &what())?;
+            let taken: bool = row.get(0, &what)?;
+            let value: i64 = row.get(1, &what)?;
             Ok(if taken { Ok(value) } else { Err(value) })
         })
     }
@@ -775,8 +775,8 @@ impl DataStore for PostgresStore {
             let Some(row) = rows.first() else {
                 return Ok((0, 0));
             };
-            let value: i64 = row.get(0, &what())?;
-            let version: i64 = row.get(1, &what())?;
+            let value: i64 = row.get(0, &what)?;
+            let version: i64 = row.get(1, &what)?;
             Ok((value, version.max(0).unsigned_abs()))
         })
     }
@@ -804,8 +804,8 @@ impl DataStore for PostgresStore {
                     what,
                 )
                 .await?;
-            let done: bool = row.get(0, &what())?;
-            let version: i64 = row.get(1, &what())?;
+            let done: bool = row.get(0, &what)?;
+            let version: i64 = row.get(1, &what)?;
             let version = version.max(0).unsigned_abs();
             Ok(if done { Ok(version) } else { Err(version) })
         })
@@ -828,7 +828,7 @@ impl DataStore for PostgresStore {
                     what,
                 )
                 .await?;
-            row.get(0, &what())
+            row.get(0, &what)
         })
     }
 
@@ -860,9 +860,9 @@ impl DataStore for PostgresStore {
                             what,
                         )
                         .await?;
-                    let allowed: bool = row.get(0, &what())?;
-                    let used: i64 = row.get(1, &what())?;
-                    let retry: i64 = row.get(2, &what())?;
+                    let allowed: bool = row.get(0, &what)?;
+                    let used: i64 = row.get(1, &what)?;
+                    let retry: i64 = row.get(2, &what)?;
                     Ok(gcra::decide(p, allowed, used, retry))
                 }
                 LimitOp::Fixed { limit, period_us } => {
@@ -882,9 +882,9 @@ impl DataStore for PostgresStore {
                             what,
                         )
                         .await?;
-                    let allowed: bool = row.get(0, &what())?;
-                    let used: i64 = row.get(1, &what())?;
-                    let left_ms: i64 = row.get(2, &what())?;
+                    let allowed: bool = row.get(0, &what)?;
+                    let used: i64 = row.get(1, &what)?;
+                    let left_ms: i64 = row.get(2, &what)?;
                     // As on Redis: the window is over 1 ms after the time left.
                     let reset = (left_ms + 1) * 1000;
                     Ok(fixed_window::decide(
@@ -910,10 +910,10 @@ impl DataStore for PostgresStore {
                             what,
                         )
                         .await?;
-                    let allowed: bool = row.get(0, &what())?;
-                    let used: i64 = row.get(1, &what())?;
-                    let reset: i64 = row.get(2, &what())?;
-                    let retry: i64 = row.get(3, &what())?;
+                    let allowed: bool = row.get(0, &what)?;
+                    let used: i64 = row.get(1, &what)?;
+                    let reset: i64 = row.get(2, &what)?;
+                    let retry: i64 = row.get(3, &what)?;
                     Ok(sliding_window::decide(
                         limit,
                         allowed,
@@ -958,8 +958,8 @@ impl DataStore for PostgresStore {
             let Some(row) = rows.first() else {
                 return Ok(None);
             };
-            let fence: String = row.get(0, &what())?;
-            let value: Vec<u8> = row.get(1, &what())?;
+            let fence: String = row.get(0, &what)?;
+            let value: Vec<u8> = row.get(1, &what)?;
             let fence = fence.parse::<u64>().map_err(|_| {
                 Error::new(
                     ErrorKind::Protocol,
