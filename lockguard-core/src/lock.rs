@@ -371,7 +371,7 @@ impl Lock {
     /// [`ErrorKind::InvalidInput`] for a bad key or lease; the store's errors.
     pub async fn try_acquire(&self) -> Result<LockGuard> {
         let (span, started) = (self.span("try_acquire"), Instant::now());
-        let result = self.try_acquire_inner().instrument(span.clone()).await;
+        let result = instrumented(self.try_acquire_inner(), &span).await;
         self.finish(&span, started, result)
     }
 
@@ -480,7 +480,7 @@ impl Lock {
     /// [`Builder::waiter_timeout`]: crate::Builder::waiter_timeout
     pub async fn acquire(&self) -> Result<LockGuard> {
         let (span, started) = (self.span("acquire"), Instant::now());
-        let result = self.acquire_inner().instrument(span.clone()).await;
+        let result = instrumented(self.acquire_inner(), &span).await;
         self.finish(&span, started, result)
     }
 
@@ -1203,6 +1203,16 @@ fn jitter(interval: Duration) -> Duration {
     let nanos = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
     let half = nanos / 2;
     Duration::from_nanos(half + fastrand::u64(0..=nanos - half))
+}
+
+/// `fut` in `span`, or as it is where nothing listens: entering and leaving
+/// a span nobody records is still work on every poll.
+pub(crate) async fn instrumented<T>(fut: impl Future<Output = T>, span: &tracing::Span) -> T {
+    if span.is_none() {
+        fut.await
+    } else {
+        fut.instrument(span.clone()).await
+    }
 }
 
 #[cfg(test)]

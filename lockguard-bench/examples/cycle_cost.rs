@@ -1,0 +1,186 @@
+//! The client's own cost of an uncontended lock cycle, lockguard beside
+//! the raw driver doing the same work: on PostgreSQL (`postgres`, `raw-postgres`:
+//! tokio-postgres calling the same functions) and on Redis (`redis`,
+//! `raw-redis`: redis-rs sending `SET NX PX` and the compare-and-delete
+//! script). `N` cycles (default 20,000) from `TASKS` tasks (default 1) on
+//! distinct keys, against a server the harness starts (or the one at
+//! `URL`), printing cycles per second.
+//!
+//! Run under valgrind, it counts the client's instructions (the server is
+//! another process): `lockguard-bench/cycle-cost.sh` runs each variant
+//! twice (1,000 and 3,000 cycles) under callgrind and prints the
+//! difference per cycle, so start-up costs cancel out.
+//!
+//! ```sh
+//! cargo run --release -p lockguard-bench --example cycle_cost -- postgres raw-postgres redis raw-redis
+//! ```
+
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{ManagerConfig, RecyclingMethod, Runtime};
+use lockguard_postgres::ClientExt as _;
+use lockguard_redis::ClientExt as _;
+use lockguard_testing::{PostgresServer, RedisServer};
+
+#[path = "../src/raw.rs"]
+#[allow(dead_code)]
+mod raw;
+
+const ACQUIRE: &str = "SELECT * FROM lockguard.acquire($1, $2, $3, $4, $5, $6, $7)";
+const RELEASE: &str = "SELECT lockguard.release($1, $2, $3)";
+
+fn main() {
+    let variants: Vec<String> = std::env::args().skip(1).collect();
+    let n: u64 = std::env::var("N").map_or(20_000, |v| v.parse().expect("N: a number"));
+    let tasks: u64 = std::env::var("TASKS").map_or(1, |v| v.parse().expect("TASKS: a number"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    for v in &variants {
+        let postgres = v.ends_with("postgres");
+        // `URL`: a server of the caller's (so that a tracer of this process
+        // traces no server); by default one the harness starts.
+        let (pg, redis) = match std::env::var("URL") {
+            Ok(_) => (None, None),
+            Err(_) if postgres => (Some(PostgresServer::start()), None),
+            Err(_) => (None, Some(RedisServer::start())),
+        };
+        let url = std::env::var("URL").unwrap_or_else(|_| match (&pg, &redis) {
+            (Some(pg), _) => pg.url(),
+            (_, Some(redis)) => redis.url(),
+            _ => unreachable!("a server was started"),
+        });
+        runtime.block_on(async {
+            if postgres {
+                // Lockguard's schema, which the raw variant calls too.
+                drop(
+                    lockguard_core::Client::connect_postgres(&url)
+                        .await
+                        .expect("connect"),
+                );
+            }
+            let started = Instant::now();
+            match v.as_str() {
+                "postgres" => lockguard_postgres(&url, n, tasks).await,
+                "raw-postgres" => raw_postgres(&url, n, tasks).await,
+                "redis" => lockguard_redis(&url, n, tasks).await,
+                "raw-redis" => raw_redis(&url, n, tasks).await,
+                other => {
+                    eprintln!(
+                        "unknown variant {other}: postgres, raw-postgres, redis or raw-redis"
+                    );
+                    std::process::exit(2);
+                }
+            }
+            let rate = n as f64 / started.elapsed().as_secs_f64();
+            println!("{v}: {rate:.0} cycles/s");
+        });
+    }
+}
+
+/// `tasks` tasks of lockguard lock cycles on `lg`, `n` in all.
+async fn lockguard(lg: lockguard_core::Client, n: u64, tasks: u64) {
+    let loops: Vec<_> = (0..tasks)
+        .map(|t| {
+            let lock = lg
+                .lock(&format!("cost:{}:{t}", std::process::id()))
+                .lease(Duration::from_secs(30));
+            tokio::spawn(async move {
+                for _ in 0..n / tasks {
+                    let g = lock.try_acquire().await.expect("acquire");
+                    assert!(g.release().await.expect("release"));
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("loop");
+    }
+}
+
+async fn lockguard_postgres(url: &str, n: u64, tasks: u64) {
+    let lg = lockguard_core::Client::connect_postgres(url)
+        .await
+        .expect("connect");
+    lockguard(lg, n, tasks).await;
+}
+
+async fn lockguard_redis(url: &str, n: u64, tasks: u64) {
+    let lg = lockguard_core::Client::connect_redis(url)
+        .await
+        .expect("connect");
+    lockguard(lg, n, tasks).await;
+}
+
+async fn raw_redis(url: &str, n: u64, tasks: u64) {
+    let conn = raw::connect(url).await;
+    let loops: Vec<_> = (0..tasks)
+        .map(|t| {
+            let mut conn = conn.clone();
+            tokio::spawn(async move {
+                let key = format!("rawcost:{}:{t}", std::process::id());
+                for i in 0..n / tasks {
+                    let token = format!("{t}-{i}");
+                    assert!(raw::try_lock(&mut conn, &key, &token).await);
+                    raw::unlock(&mut conn, &key, &token).await;
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("loop");
+    }
+}
+
+async fn raw_postgres(url: &str, n: u64, tasks: u64) {
+    let config: tokio_postgres::Config = url.parse().expect("url");
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = deadpool_postgres::Pool::builder(manager)
+        .max_size(16)
+        .runtime(Runtime::Tokio1)
+        .build()
+        .expect("pool");
+    let loops: Vec<_> = (0..tasks)
+        .map(|t| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                let key = format!("rawcost:{}:{t}", std::process::id());
+                for i in 0..n / tasks {
+                    let token = format!("{t}-{i}");
+                    let none: Option<i64> = None;
+                    let no_channel: Option<&str> = None;
+                    let conn = pool.get().await.expect("connection");
+                    let stmt = conn.prepare_cached(ACQUIRE).await.expect("prepare");
+                    let row = conn
+                        .query_one(
+                            &stmt,
+                            &[&key, &token, &30_000i64, &1i32, &none, &no_channel, &none],
+                        )
+                        .await
+                        .expect("acquire");
+                    assert!(row.get::<_, bool>(0));
+                    drop(conn);
+                    let conn = pool.get().await.expect("connection");
+                    let stmt = conn.prepare_cached(RELEASE).await.expect("prepare");
+                    let released: bool = conn
+                        .query_one(&stmt, &[&key, &token, &1i32])
+                        .await
+                        .expect("release")
+                        .get(0);
+                    assert!(released);
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("loop");
+    }
+}
