@@ -608,12 +608,20 @@ impl ZooKeeperStore {
         let fired = Arc::new(AtomicU8::new(UNFIRED));
         let flag = fired.clone();
         let task = tokio::spawn(async move {
-            let mut changes = JoinSet::new();
-            for watcher in watchers {
-                changes.spawn(watcher.changed());
-            }
-            let state = match changes.join_next().await {
-                Some(Ok(event)) if event.event_type != zk::EventType::Session => CHANGED,
+            // One watch (a lock's waiter's) is awaited here; several each
+            // in a task of their own, the first to fire ending the wait.
+            let event = match <[_; 1]>::try_from(watchers) {
+                Ok([watcher]) => Some(watcher.changed().await),
+                Err(watchers) => {
+                    let mut changes = JoinSet::new();
+                    for watcher in watchers {
+                        changes.spawn(watcher.changed());
+                    }
+                    changes.join_next().await.and_then(Result::ok)
+                }
+            };
+            let state = match event {
+                Some(event) if event.event_type != zk::EventType::Session => CHANGED,
                 _ => INTERRUPTED,
             };
             flag.store(state, Ordering::Release);
