@@ -113,7 +113,7 @@ pub(crate) async fn bounded<T>(
 /// conversion panics on a mismatch).
 pub(crate) fn read_row<T: mysql_async::prelude::FromRow>(
     row: mysql_async::Row,
-    what: &str,
+    what: &dyn Fn() -> String,
 ) -> Result<T> {
-    mysql_async::from_row_opt(row).map_err(|e| garbage(what, e.0))
+    mysql_async::from_row_opt(row).map_err(|e| garbage(&what(), e.0))
 }

@@ -292,8 +292,13 @@ async fn run_again_after_deadlock(
 }
 
 impl MySqlStore {
-    async fn conn(&self, what: &str) -> Result<Conn> {
-        self.pool.get_conn().await.map_err(|e| mysql_error(e, what))
+    /// A pooled connection; `what` names the operation in an error (and is
+    /// made only then).
+    async fn conn(&self, what: impl FnOnce() -> String) -> Result<Conn> {
+        match self.pool.get_conn().await {
+            Ok(conn) => Ok(conn),
+            Err(e) => Err(mysql_error(e, &what())),
+        }
     }
 
     /// Runs one statement answering one row on a pooled connection.
@@ -307,12 +312,12 @@ impl MySqlStore {
         T: FromRow + Send + 'static,
     {
         bounded(self.cfg.response_timeout, &what, async {
-            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let mut conn = Checked(Some(self.conn(&what).await?));
             let row = run_again_after_deadlock(conn.conn(), sql, params.into())
                 .await
                 .map_err(|e| mysql_error(e, &what()))?;
             conn.answered();
-            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)
         })
         .await
     }
@@ -328,12 +333,12 @@ impl MySqlStore {
         T: FromRow + Send + 'static,
     {
         bounded(self.cfg.response_timeout, &what, async {
-            let mut conn = Checked(Some(self.conn(&what()).await?));
+            let mut conn = Checked(Some(self.conn(&what).await?));
             let row = run_again_after_deadlock(conn.conn(), sql, params.into())
                 .await
                 .map_err(|e| mysql_error(e, &what()))?;
             conn.answered();
-            row.map(|r| read_row(r, &what())).transpose()
+            row.map(|r| read_row(r, &what)).transpose()
         })
         .await
     }
@@ -362,7 +367,7 @@ impl MySqlStore {
         // flight to end when the connection has run it (`InFlight`).
         let row: Option<Row> = bounded(self.cfg.response_timeout, what, async {
             let flight = self.flights.depart(token.as_str());
-            let conn = self.conn(&what()).await?;
+            let conn = self.conn(&what).await?;
             let mut sent = InFlight::new(conn, flight);
             let params: Params = (
                 key,
@@ -382,7 +387,7 @@ impl MySqlStore {
         })
         .await?;
         let row: (i64, Option<i64>) =
-            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what())?;
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)?;
         match Some(row) {
             Some((1, Some(fence))) if fence > 0 => Ok(Attempt::Acquired {
                 fence: FencingToken::new(fence.unsigned_abs()),
