@@ -181,6 +181,12 @@ impl Permit {
         self.0.name()
     }
 
+    /// The permit's fencing token: on every store, no other permit of the
+    /// semaphore has the same one; see [`LockGuard::fencing_token`].
+    pub fn fencing_token(&self) -> crate::FencingToken {
+        self.0.fencing_token()
+    }
+
     /// A handle on the permit's lease that does not hold it; see
     /// [`LockGuard::watch`].
     pub fn watch(&self) -> crate::LeaseWatch {

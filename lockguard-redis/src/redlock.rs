@@ -17,7 +17,10 @@
 //! Semaphores: N permits are N slot locks, each taken with the Redlock
 //! quorum, so two holders can never share a slot and at most N hold a
 //! permit at once. (Counting holders per node, as on a single Redis, would
-//! let N + 1 holders each find a majority.)
+//! let N + 1 holders each find a majority.) Permits hold at once and their
+//! slots share the semaphore's sequences, so the highest count of two
+//! quorums can be the same value: a permit's token is claimed instead
+//! (see `claim_fences`), so that no two permits share one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -161,6 +164,7 @@ impl RedlockStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'static>>,
+        exclusive: bool,
     ) -> Result<Attempt> {
         let line = Arc::new(RedlockLine::of(keys));
         let n = self.nodes.len();
@@ -228,6 +232,18 @@ impl RedlockStore {
             // Decided: late grants stay, they are ours.
             round.armed = false;
             let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
+            if exclusive {
+                if let Some(fence) = self.claim_fences(keys, &granted, fence).await {
+                    return Ok(Attempt::Acquired {
+                        fence: FencingToken::new(fence),
+                        keys: keys.clone(),
+                    });
+                }
+                // Others' permits took every value tried: this slot goes
+                // back, and the attempt is retried like a split vote.
+                self.release_in_background(keys, token);
+                return Ok(Attempt::Contended);
+            }
             if self.raise_fences(keys, &granted, fence).await {
                 return Ok(Attempt::Acquired {
                     fence: FencingToken::new(fence),
@@ -319,6 +335,57 @@ impl RedlockStore {
             }
         }
         at_max + raised >= self.quorum()
+    }
+
+    /// A token for a permit that no other permit has: a value a quorum of
+    /// the granting nodes gave this holder alone (drew it, or had their
+    /// sequence set to it from below; see `fence_claim.lua`). The highest
+    /// value drawn first; where another holder took it on a node, one above
+    /// everything seen, a few times. `None` when none could be claimed.
+    async fn claim_fences(
+        &self,
+        keys: &Arc<LockKeys>,
+        granted: &[(usize, u64)],
+        fence: u64,
+    ) -> Option<u64> {
+        const TRIES: usize = 4;
+        // What each granting node stands at, as far as this holder knows,
+        // and whether that value is this holder's own (drawn by it).
+        let mut at: Vec<(usize, u64, bool)> = granted.iter().map(|&(i, f)| (i, f, true)).collect();
+        let mut want = fence;
+        for _ in 0..TRIES {
+            let mut set = tokio::task::JoinSet::new();
+            let mut claimed = 0;
+            for &(i, value, own) in &at {
+                if own && value == want {
+                    claimed += 1;
+                    continue;
+                }
+                let (node, key) = (self.nodes[i].clone(), keys.sequence().to_owned());
+                set.spawn(async move { (i, node.claim_fence(&key, want).await) });
+            }
+            let mut highest = want;
+            while let Some(answer) = set.join_next().await {
+                let Ok((i, answer)) = answer else { continue };
+                let entry = at.iter_mut().find(|(n, _, _)| *n == i);
+                match (answer, entry) {
+                    (Ok(Ok(v)), Some(e)) => {
+                        claimed += 1;
+                        *e = (i, v, true);
+                    }
+                    (Ok(Err(v)), Some(e)) => {
+                        highest = highest.max(v);
+                        *e = (i, v, false);
+                    }
+                    _ => {}
+                }
+            }
+            if claimed >= self.quorum() {
+                return Some(want);
+            }
+            want = highest + 1;
+        }
+        None
     }
 
     fn release_in_background(&self, keys: &Arc<LockKeys>, token: &Token) {
@@ -430,7 +497,7 @@ impl LockStore for RedlockStore {
             match keys.resource() {
                 Resource::Lock => {
                     let place = place.map(|p| p.with_channel(""));
-                    self.try_lock(keys, token, lease, place).await
+                    self.try_lock(keys, token, lease, place, false).await
                 }
                 Resource::Semaphore { permits } => {
                     // Try the slots from a random start, so holders spread out.
@@ -438,7 +505,7 @@ impl LockStore for RedlockStore {
                     let mut shortest: Option<Duration> = None;
                     for i in 0..permits {
                         let slot = Arc::new(slot_keys(keys, (start + i) % permits));
-                        match self.try_lock(&slot, token, lease, None).await? {
+                        match self.try_lock(&slot, token, lease, None, true).await? {
                             taken @ Attempt::Acquired { .. } => return Ok(taken),
                             Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => {
                                 shortest = match (shortest, ttl) {

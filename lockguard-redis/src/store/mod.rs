@@ -53,6 +53,8 @@ static LOCK_EXTEND: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
 static FENCE_RAISE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
+static FENCE_CLAIM: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("scripts/fence_claim.lua")));
 static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
         include_str!("scripts/sequence.lua"),
@@ -1047,6 +1049,22 @@ impl RedisStore {
         call.key(fence_key).arg(value);
         self.run(&call, || format!("raising fence {fence_key:?}"))
             .await
+    }
+
+    /// Claims `value` of a token sequence: sets the sequence to it if it
+    /// is below it. `Ok(value)` when claimed; `Err(counter)` when the
+    /// sequence was already at or beyond it.
+    pub(crate) async fn claim_fence(
+        &self,
+        fence_key: &str,
+        value: u64,
+    ) -> Result<std::result::Result<u64, u64>> {
+        let mut call = FENCE_CLAIM.prepare_invoke();
+        call.key(fence_key).arg(value);
+        let (claimed, at): (i64, u64) = self
+            .run(&call, || format!("claiming fence {fence_key:?}"))
+            .await?;
+        Ok(if claimed == 1 { Ok(at) } else { Err(at) })
     }
 
     /// Releases the token from whichever of `locks` carries it.

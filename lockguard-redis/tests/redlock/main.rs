@@ -696,3 +696,45 @@ async fn waiters_are_served_in_the_order_they_arrived() {
         assert!(left, "the line kept waiters that were served");
     }
 }
+
+/// Permits of a Redlock semaphore, taken at once by clients of their own,
+/// never share a fencing token: each is a value a quorum gave its holder
+/// alone. (The highest count among two quorums can be the same value; the
+/// permits hold at once, so that value would be handed out twice.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_permits_never_share_a_fencing_token() {
+    const CLIENTS: usize = 8;
+    const EACH: usize = 40;
+    let nodes = nodes(3);
+    let mut workers = Vec::new();
+    for _ in 0..CLIENTS {
+        let lg = client(&nodes).await;
+        workers.push(tokio::spawn(async move {
+            let sem = lg
+                .semaphore("permits", CLIENTS as u32)
+                .lease(Duration::from_secs(5))
+                .wait(Duration::from_secs(10));
+            let mut fences = Vec::with_capacity(EACH);
+            for _ in 0..EACH {
+                let permit = sem.acquire().await.expect("a permit for every client");
+                fences.push(permit.fencing_token().get());
+                tokio::task::yield_now().await;
+                assert!(permit.release().await.unwrap());
+            }
+            fences
+        }));
+    }
+    let mut fences = Vec::new();
+    for w in workers {
+        fences.extend(w.await.unwrap());
+    }
+    let taken = fences.len();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        taken,
+        "{} of {taken} permits' tokens were handed out more than once",
+        taken - fences.len()
+    );
+}
