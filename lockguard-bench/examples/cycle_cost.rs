@@ -17,7 +17,6 @@
 
 use std::time::{Duration, Instant};
 
-use deadpool_postgres::{ManagerConfig, RecyclingMethod, Runtime};
 use lockguard_postgres::ClientExt as _;
 use lockguard_redis::ClientExt as _;
 use lockguard_testing::{PostgresServer, RedisServer};
@@ -25,9 +24,8 @@ use lockguard_testing::{PostgresServer, RedisServer};
 #[path = "../src/raw.rs"]
 #[allow(dead_code)]
 mod raw;
-
-const ACQUIRE: &str = "SELECT * FROM lockguard.acquire($1, $2, $3, $4, $5, $6, $7)";
-const RELEASE: &str = "SELECT lockguard.release($1, $2, $3)";
+#[path = "../src/raw_pg.rs"]
+mod raw_pg;
 
 fn main() {
     let variants: Vec<String> = std::env::args().skip(1).collect();
@@ -135,19 +133,7 @@ async fn raw_redis(url: &str, n: u64, tasks: u64) {
 }
 
 async fn raw_postgres(url: &str, n: u64, tasks: u64) {
-    let config: tokio_postgres::Config = url.parse().expect("url");
-    let manager = deadpool_postgres::Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    let pool = deadpool_postgres::Pool::builder(manager)
-        .max_size(16)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .expect("pool");
+    let pool = raw_pg::pool(url);
     let loops: Vec<_> = (0..tasks)
         .map(|t| {
             let pool = pool.clone();
@@ -155,27 +141,8 @@ async fn raw_postgres(url: &str, n: u64, tasks: u64) {
                 let key = format!("rawcost:{}:{t}", std::process::id());
                 for i in 0..n / tasks {
                     let token = format!("{t}-{i}");
-                    let none: Option<i64> = None;
-                    let no_channel: Option<&str> = None;
-                    let conn = pool.get().await.expect("connection");
-                    let stmt = conn.prepare_cached(ACQUIRE).await.expect("prepare");
-                    let row = conn
-                        .query_one(
-                            &stmt,
-                            &[&key, &token, &30_000i64, &1i32, &none, &no_channel, &none],
-                        )
-                        .await
-                        .expect("acquire");
-                    assert!(row.get::<_, bool>(0));
-                    drop(conn);
-                    let conn = pool.get().await.expect("connection");
-                    let stmt = conn.prepare_cached(RELEASE).await.expect("prepare");
-                    let released: bool = conn
-                        .query_one(&stmt, &[&key, &token, &1i32])
-                        .await
-                        .expect("release")
-                        .get(0);
-                    assert!(released);
+                    assert!(raw_pg::try_lock(&pool, &key, &token).await);
+                    raw_pg::unlock(&pool, &key, &token).await;
                 }
             })
         })

@@ -29,6 +29,7 @@ mod leader;
 mod multi;
 mod postgres;
 mod raw;
+mod raw_pg;
 mod rounds;
 mod rw;
 mod stats;

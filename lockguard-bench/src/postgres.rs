@@ -12,11 +12,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use lockguard_core::{Algorithm, Client, Quota};
 use lockguard_postgres::ClientExt as _;
 use lockguard_testing::PostgresServer;
 
+use crate::raw_pg;
 use crate::rounds::interleaved;
 use crate::stats::{percentile, us};
 use crate::{
@@ -24,57 +25,10 @@ use crate::{
     measure, median, range, throughput,
 };
 
-/// A pool like lockguard's own: 16 connections, handed out untested.
-fn raw_pool(server: &PostgresServer) -> Pool {
-    let config: tokio_postgres::Config = server.url().parse().expect("url");
-    let manager = deadpool_postgres::Manager::from_config(
-        config,
-        tokio_postgres::NoTls,
-        ManagerConfig {
-            recycling_method: RecyclingMethod::Fast,
-        },
-    );
-    Pool::builder(manager)
-        .max_size(16)
-        .runtime(Runtime::Tokio1)
-        .build()
-        .expect("pool")
-}
-
 async fn lockguard(server: &PostgresServer) -> Client {
     Client::connect_postgres(&server.url())
         .await
         .expect("connect to postgres")
-}
-
-const ACQUIRE: &str = "SELECT * FROM lockguard.acquire($1, $2, $3, $4, $5, $6, $7)";
-const RELEASE: &str = "SELECT lockguard.release($1, $2, $3)";
-
-/// One raw attempt at the lock (never queued); whether it was taken.
-async fn raw_try_lock(pool: &Pool, key: &str, token: &str) -> bool {
-    let conn = pool.get().await.expect("connection");
-    let stmt = conn.prepare_cached(ACQUIRE).await.expect("prepare");
-    let none: Option<i64> = None;
-    let no_channel: Option<&str> = None;
-    let row = conn
-        .query_one(
-            &stmt,
-            &[&key, &token, &30_000i64, &1i32, &none, &no_channel, &none],
-        )
-        .await
-        .expect("acquire");
-    row.get(0)
-}
-
-async fn raw_unlock(pool: &Pool, key: &str, token: &str) {
-    let conn = pool.get().await.expect("connection");
-    let stmt = conn.prepare_cached(RELEASE).await.expect("prepare");
-    let released: bool = conn
-        .query_one(&stmt, &[&key, &token, &1i32])
-        .await
-        .expect("release")
-        .get(0);
-    assert!(released);
 }
 
 /// What the server counted so far, once every other client has closed its
@@ -155,7 +109,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     b.line("|---:|---:|---:|---:|---:|---:|---:|");
     const TASKS: [usize; 2] = [1, 16];
     let lg = lockguard(server).await;
-    let pool = raw_pool(server);
+    let pool = raw_pg::pool(&server.url());
     let mut rates = [(); TASKS.len()].map(|()| (Vec::new(), Vec::new()));
     let before = counts(server).await;
     let cycles = Arc::new(AtomicU64::new(0));
@@ -193,8 +147,8 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
                             while !stop.load(Ordering::Relaxed) {
                                 n += 1;
                                 let token = format!("{t}-{n}");
-                                assert!(raw_try_lock(&pool, &key, &token).await);
-                                raw_unlock(&pool, &key, &token).await;
+                                assert!(raw_pg::try_lock(&pool, &key, &token).await);
+                                raw_pg::unlock(&pool, &key, &token).await;
                                 done.fetch_add(1, Ordering::Relaxed);
                                 counted.fetch_add(1, Ordering::Relaxed);
                             }
@@ -293,7 +247,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         }
 
         let before = counts(server).await;
-        let pools: Vec<Pool> = (0..tasks).map(|_| raw_pool(server)).collect();
+        let pools: Vec<Pool> = (0..tasks).map(|_| raw_pg::pool(&server.url())).collect();
         let rec = Recorder::new(tasks);
         let rate = throughput(tasks, b.run_for, |t, stop, done| {
             let pool = pools[t].clone();
@@ -303,7 +257,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
                     let token = format!("{t}-{n}");
-                    while !raw_try_lock(&pool, "raw:contended", &token).await {
+                    while !raw_pg::try_lock(&pool, "raw:contended", &token).await {
                         if stop.load(Ordering::Relaxed) {
                             return;
                         }
@@ -312,7 +266,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
                     rec.acquired(t);
                     hold().await;
                     rec.releasing(t);
-                    raw_unlock(&pool, "raw:contended", &token).await;
+                    raw_pg::unlock(&pool, "raw:contended", &token).await;
                     done.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(THINK).await;
                 }
@@ -416,7 +370,7 @@ async fn limiters(b: &mut Bench, server: &PostgresServer) {
     b.line("|---|---:|---:|---:|---:|");
     let quota = Quota::per_second(1_000_000);
     let lg = lockguard(server).await;
-    let pool = raw_pool(server);
+    let pool = raw_pg::pool(&server.url());
     for (algorithm, name) in [
         (Algorithm::Gcra, "GCRA"),
         (Algorithm::FixedWindow, "fixed window"),
