@@ -9,6 +9,7 @@ use std::time::Duration;
 use redis::Script;
 
 use super::RedisStore;
+use super::eval::Eval;
 use crate::layout::{counter_sequence, limit_sum};
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
@@ -73,7 +74,7 @@ impl DataStore for RedisStore {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<i64>> {
         StoreFuture::boxed(async move {
-            let mut call = COUNTER_ADD.prepare_invoke();
+            let mut call = Eval::new(&COUNTER_ADD, 2);
             let key = keys.id();
             call.key(key)
                 .key(counter_sequence(keys))
@@ -92,7 +93,7 @@ impl DataStore for RedisStore {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
         StoreFuture::boxed(async move {
-            let mut call = COUNTER_TAKE.prepare_invoke();
+            let mut call = Eval::new(&COUNTER_TAKE, 2);
             let key = keys.id();
             call.key(key)
                 .key(counter_sequence(keys))
@@ -126,7 +127,7 @@ impl DataStore for RedisStore {
         ttl: Option<Duration>,
     ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
         StoreFuture::boxed(async move {
-            let mut call = COUNTER_SET.prepare_invoke();
+            let mut call = Eval::new(&COUNTER_SET, 2);
             let key = keys.id();
             call.key(key)
                 .key(counter_sequence(keys))
@@ -148,7 +149,7 @@ impl DataStore for RedisStore {
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move {
             let key = keys.marks();
-            let mut call = MARK_ONCE.prepare_invoke();
+            let mut call = Eval::new(&MARK_ONCE, 1);
             call.key(key).arg(member).arg(ttl_arg(ttl));
             let first: i64 = self
                 .run(&call, || format!("marking {member:?} in {key:?}"))
@@ -172,7 +173,7 @@ impl DataStore for RedisStore {
             let peek = if peek { "1" } else { "" };
             match op {
                 LimitOp::Gcra(p) => {
-                    let mut call = GCRA.prepare_invoke();
+                    let mut call = Eval::new(&GCRA, 1);
                     call.key(keys.id())
                         .arg(p.t)
                         .arg(p.tau)
@@ -184,7 +185,7 @@ impl DataStore for RedisStore {
                 }
                 LimitOp::Fixed { limit, period_us } => {
                     let window_ms = period_us.unsigned_abs().div_ceil(1000);
-                    let mut call = FIXED_WINDOW.prepare_invoke();
+                    let mut call = Eval::new(&FIXED_WINDOW, 1);
                     call.key(keys.id())
                         .arg(limit)
                         .arg(window_ms)
@@ -204,7 +205,7 @@ impl DataStore for RedisStore {
                 }
                 LimitOp::Sliding { limit, period_us } => {
                     let member = Token::random();
-                    let mut call = SLIDING_WINDOW.prepare_invoke();
+                    let mut call = Eval::new(&SLIDING_WINDOW, 2);
                     call.key(keys.id())
                         .key(limit_sum(keys))
                         .arg(limit)
@@ -238,7 +239,7 @@ impl DataStore for RedisStore {
         value: &'a [u8],
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move {
-            let mut call = FENCED_WRITE.prepare_invoke();
+            let mut call = Eval::new(&FENCED_WRITE, 1);
             call.key(key).arg(token).arg(value);
             let n: i64 = self
                 .run(&call, || format!("fenced write to {key:?}"))

@@ -8,10 +8,11 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::io::tcp::TcpSettings;
-use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script, ScriptInvocation};
+use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script};
 
 use crate::layout::RedisLockKeys as _;
 use crate::redlock::RedlockLine;
+use eval::Eval;
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
@@ -21,6 +22,7 @@ use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
 
 mod data;
+mod eval;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod subscriber;
@@ -376,6 +378,13 @@ pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
         .set_max_delay(Duration::from_millis(500))
 }
 
+/// [`manager_config`] for a connection whose every request is [`bounded`]:
+/// without redis-rs's own response timeout, a second timer that would be
+/// booked and cleared with every request for nothing.
+fn command_config(opts: RedisOptions) -> ConnectionManagerConfig {
+    manager_config(opts).set_response_timeout(None)
+}
+
 /// Sends a request with `send`, and once more if the first attempt failed
 /// before it could reach the server.
 ///
@@ -624,7 +633,7 @@ impl RedisStore {
         let conn = bounded(
             opts.connect_timeout,
             || format!("connecting to redis at {addr}"),
-            ConnectionManager::new_with_config(client, manager_config(opts)),
+            ConnectionManager::new_with_config(client, command_config(opts)),
         )
         .await
         .map_err(unreachable)?;
@@ -822,7 +831,7 @@ impl RedisStore {
     /// failures): for a Redlock node that is down when the client starts.
     pub(crate) fn lazy(client: redis::Client, opts: RedisOptions) -> Result<Self> {
         let addr = client.get_connection_info().addr().to_string();
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config(opts))
+        let conn = ConnectionManager::new_lazy_with_config(client, command_config(opts))
             .map_err(|e| redis_error(e, "preparing a lazy redis connection"))?;
         Ok(Self {
             conn: Conn::Single(conn),
@@ -858,7 +867,7 @@ impl RedisStore {
         &self,
         keys: &Arc<LockKeys>,
         token: &Token,
-        call: &ScriptInvocation<'_>,
+        call: &Eval<'_>,
     ) -> Result<Attempt> {
         let reply: Vec<i64> = self
             .run(call, || format!("acquiring {:?}", keys.id()))
@@ -882,12 +891,12 @@ impl RedisStore {
 
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
-        call: &ScriptInvocation<'_>,
+        call: &Eval<'_>,
         what: impl FnOnce() -> String,
     ) -> Result<T> {
         let send = || {
             let mut conn = self.conn.clone();
-            async move { call.invoke_async(&mut conn).await }
+            async move { call.invoke(&mut conn).await }
         };
         let answer = bounded(self.opts.response_timeout, what, resent_if_unsent(send)).await;
         if answer.is_ok() {
@@ -907,7 +916,7 @@ impl RedisStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Attempt> {
-        let mut call = REDLOCK_ACQUIRE.prepare_invoke();
+        let mut call = Eval::new(&REDLOCK_ACQUIRE, 4);
         call.key(keys.id())
             .key(keys.sequence())
             .key(&line.line)
@@ -939,7 +948,7 @@ impl RedisStore {
         line: &RedlockLine,
         token: &Token,
     ) -> Result<bool> {
-        let mut call = REDLOCK_RELEASE.prepare_invoke();
+        let mut call = Eval::new(&REDLOCK_RELEASE, 3);
         call.key(keys.id())
             .key(&line.line)
             .key(&line.alive)
@@ -955,17 +964,20 @@ impl RedisStore {
     /// waiter.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let mut call = match (keys.rw_mode(), keys.resource()) {
-            (Some(_), _) => RW_RELEASE.prepare_invoke(),
-            (None, Resource::Lock) => LOCK_RELEASE.prepare_invoke(),
-            (None, Resource::Semaphore { .. }) => SEMAPHORE_RELEASE.prepare_invoke(),
+            (Some(_), _) => Eval::new(&RW_RELEASE, 6),
+            (None, Resource::Lock) => Eval::new(&LOCK_RELEASE, 4),
+            (None, Resource::Semaphore { .. }) => Eval::new(&SEMAPHORE_RELEASE, 4),
         };
         call.key(keys.id())
             .key(keys.sequence())
             .key(keys.queue())
-            .key(keys.tickets())
-            .arg(token.as_str());
+            .key(keys.tickets());
+        if keys.rw_mode().is_some() {
+            call.key(keys.writer()).key(keys.reads());
+        }
+        call.arg(token.as_str());
         if let Some(mode) = keys.rw_mode() {
-            call.key(keys.writer()).key(keys.reads()).arg(rw_arg(mode));
+            call.arg(rw_arg(mode));
         } else if let Resource::Semaphore { permits } = keys.resource() {
             call.arg(permits);
         }
@@ -986,15 +998,17 @@ impl RedisStore {
         lease: Duration,
     ) -> Result<bool> {
         let mut call = match (keys.rw_mode(), keys.resource()) {
-            (Some(_), _) => RW_EXTEND.prepare_invoke(),
-            (None, Resource::Lock) => LOCK_EXTEND.prepare_invoke(),
-            (None, Resource::Semaphore { .. }) => SEMAPHORE_EXTEND.prepare_invoke(),
+            (Some(_), _) => Eval::new(&RW_EXTEND, 2),
+            (None, Resource::Lock) => Eval::new(&LOCK_EXTEND, 1),
+            (None, Resource::Semaphore { .. }) => Eval::new(&SEMAPHORE_EXTEND, 1),
         };
-        call.key(keys.id())
-            .arg(token.as_str())
-            .arg(millis_ceil(lease));
+        call.key(keys.id());
+        if keys.rw_mode().is_some() {
+            call.key(keys.writer());
+        }
+        call.arg(token.as_str()).arg(millis_ceil(lease));
         if let Some(mode) = keys.rw_mode() {
-            call.key(keys.writer()).arg(rw_arg(mode));
+            call.arg(rw_arg(mode));
         }
         let n: i64 = self
             .run(&call, || format!("extending {:?}", keys.id()))
@@ -1045,7 +1059,7 @@ impl RedisStore {
 
     /// Raises a token sequence to at least `value`; returns the sequence.
     pub(crate) async fn raise_fence(&self, fence_key: &str, value: u64) -> Result<u64> {
-        let mut call = FENCE_RAISE.prepare_invoke();
+        let mut call = Eval::new(&FENCE_RAISE, 1);
         call.key(fence_key).arg(value);
         self.run(&call, || format!("raising fence {fence_key:?}"))
             .await
@@ -1059,7 +1073,7 @@ impl RedisStore {
         fence_key: &str,
         value: u64,
     ) -> Result<std::result::Result<u64, u64>> {
-        let mut call = FENCE_CLAIM.prepare_invoke();
+        let mut call = Eval::new(&FENCE_CLAIM, 1);
         call.key(fence_key).arg(value);
         let (claimed, at): (i64, u64) = self
             .run(&call, || format!("claiming fence {fence_key:?}"))
@@ -1074,7 +1088,7 @@ impl RedisStore {
         token: &Token,
         channel: &str,
     ) -> Result<bool> {
-        let mut call = LOCK_RELEASE_ANY.prepare_invoke();
+        let mut call = Eval::new(&LOCK_RELEASE_ANY, locks.len());
         for key in locks {
             call.key(key);
         }
@@ -1115,8 +1129,8 @@ impl LockStore for RedisStore {
     ) -> StoreFuture<'a, Result<Attempt>> {
         StoreFuture::boxed(async move {
             let mut call = match keys.resource() {
-                Resource::Lock => LOCK_ACQUIRE.prepare_invoke(),
-                Resource::Semaphore { .. } => SEMAPHORE_ACQUIRE.prepare_invoke(),
+                Resource::Lock => Eval::new(&LOCK_ACQUIRE, 4),
+                Resource::Semaphore { .. } => Eval::new(&SEMAPHORE_ACQUIRE, 4),
             };
             call.key(keys.id())
                 .key(keys.sequence())
@@ -1157,7 +1171,7 @@ impl LockStore for RedisStore {
             return StoreFuture::ready(Ok(None));
         }
         StoreFuture::boxed(async move {
-            let mut call = LOCK_ACQUIRE_ALL.prepare_invoke();
+            let mut call = Eval::new(&LOCK_ACQUIRE_ALL, 4 * keys.len());
             for k in keys {
                 call.key(k.id())
                     .key(k.sequence())
@@ -1212,7 +1226,7 @@ impl LockStore for RedisStore {
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
         StoreFuture::boxed(async move {
-            let mut call = RW_ACQUIRE.prepare_invoke();
+            let mut call = Eval::new(&RW_ACQUIRE, 6);
             call.key(keys.id())
                 .key(keys.sequence())
                 .key(keys.queue())
@@ -1256,7 +1270,7 @@ impl LockStore for RedisStore {
     /// [`LockStore::rw_inspect`].
     fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
         StoreFuture::boxed(async move {
-            let mut call = RW_INSPECT.prepare_invoke();
+            let mut call = Eval::new(&RW_INSPECT, 4);
             call.key(keys.id())
                 .key(keys.writer())
                 .key(keys.sequence())
@@ -1298,7 +1312,7 @@ impl LockStore for RedisStore {
     /// [`LockStore::inspect`].
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
         StoreFuture::boxed(async move {
-            let mut call = INSPECT.prepare_invoke();
+            let mut call = Eval::new(&INSPECT, 3);
             call.key(keys.id()).key(keys.sequence()).key(keys.queue());
             let capacity = match keys.resource() {
                 Resource::Lock => {
