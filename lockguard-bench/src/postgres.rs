@@ -95,7 +95,7 @@ pub(crate) async fn section(b: &mut Bench) {
 
 /// Rounds of the uncontended comparison (as on Redis): each side measured
 /// in every round, the order alternating, ratios taken round by round.
-const UNCONTENDED_ROUNDS: usize = 7;
+const UNCONTENDED_ROUNDS: usize = 15;
 
 async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     let rounds = if b.quick { 1 } else { UNCONTENDED_ROUNDS };
