@@ -36,8 +36,10 @@ done
 conformance=(--test 'conformance*' -- --test-threads 4)
 
 # The examples, which tests/examples.rs runs (a test build with target
-# selection builds none); from the same build, so nothing is compiled twice.
-cargo build --workspace --all-features --examples
+# selection builds none), and every test binary, in one build: one graph
+# keeps both cores busy where two builds in a row would wait on each
+# other's last crates, and the test passes below find it all built.
+cargo build --workspace --all-features --examples --tests
 
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
