@@ -408,28 +408,36 @@ where
     }
 }
 
-/// What an acquire script's reply `[taken, n]` or `[0, n, kept]` says: the
-/// fencing token of a lock taken, or the attempt that did not take it (`n`
-/// the holder's PTTL; negative when it has none, or the key is free but
-/// others are ahead), queued with its place kept for `kept` ms.
-fn attempt_reply(keys: &LockKeys, reply: &[i64]) -> Result<Result<FencingToken, Attempt>> {
+/// What an acquire script's reply says: a plain integer, the fencing token
+/// of a hold taken (the common answer, and the cheapest to read); or `[0,
+/// n]` or `[0, n, kept]`, the attempt that did not take it (`n` the
+/// holder's PTTL; negative when it has none, or the key is free but others
+/// are ahead), queued with its place kept for `kept` ms.
+fn attempt_reply(keys: &LockKeys, reply: &redis::Value) -> Result<Result<FencingToken, Attempt>> {
+    use redis::Value::{Array, Int};
     let ttl = |n: i64| u64::try_from(n).ok().map(Duration::from_millis);
-    match *reply {
-        [1, fence] if fence > 0 => Ok(Ok(FencingToken::new(fence.unsigned_abs()))),
-        // PTTL 0: under a millisecond left.
-        [0, n] => Ok(Err(Attempt::Busy(ttl(n)))),
-        [0, n, kept] if kept > 0 => Ok(Err(Attempt::Queued {
-            ttl: ttl(n),
-            kept: Duration::from_millis(kept.unsigned_abs()),
-        })),
-        _ => Err(Error::new(
-            ErrorKind::Protocol,
-            format!(
-                "acquiring {:?}: unexpected script reply {reply:?}",
-                keys.id()
-            ),
-        )),
+    match reply {
+        Int(fence) if *fence > 0 => return Ok(Ok(FencingToken::new(fence.unsigned_abs()))),
+        Array(items) => match items.as_slice() {
+            // PTTL 0: under a millisecond left.
+            [Int(0), Int(n)] => return Ok(Err(Attempt::Busy(ttl(*n)))),
+            [Int(0), Int(n), Int(kept)] if *kept > 0 => {
+                return Ok(Err(Attempt::Queued {
+                    ttl: ttl(*n),
+                    kept: Duration::from_millis(kept.unsigned_abs()),
+                }));
+            }
+            _ => {}
+        },
+        _ => {}
     }
+    Err(Error::new(
+        ErrorKind::Protocol,
+        format!(
+            "acquiring {:?}: unexpected script reply {reply:?}",
+            keys.id()
+        ),
+    ))
 }
 
 /// The answer of `lock_acquire_all.lua` for `n` locks: every fencing token,
@@ -869,7 +877,7 @@ impl RedisStore {
         token: &Token,
         call: &Eval<'_>,
     ) -> Result<Attempt> {
-        let reply: Vec<i64> = self
+        let reply: redis::Value = self
             .run(call, || format!("acquiring {:?}", keys.id()))
             .await?;
         let fence = match attempt_reply(keys, &reply)? {
@@ -928,7 +936,7 @@ impl RedisStore {
                 .arg(p.since_ms)
                 .arg(millis_ceil(p.timeout));
         }
-        let reply: Vec<i64> = self
+        let reply: redis::Value = self
             .run(&call, || format!("acquiring {:?}", keys.id()))
             .await?;
         Ok(match attempt_reply(keys, &reply)? {
@@ -1418,6 +1426,42 @@ pub(crate) async fn connect_cluster_connection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An acquire script's reply: a plain integer is a fence, an array an
+    /// attempt that did not take the lock; anything else, garbage from a
+    /// server that is not lockguard's, is a protocol error, never a panic.
+    #[test]
+    fn acquire_replies_are_read_and_garbage_is_a_protocol_error() {
+        use redis::Value::{Array, Int, Nil, SimpleString};
+        let keys = LockKeys::checked("p:", "k", Resource::Lock).unwrap();
+        let read = |v: redis::Value| attempt_reply(&keys, &v);
+        assert_eq!(read(Int(42)).unwrap().unwrap().get(), 42);
+        assert!(matches!(
+            read(Array(vec![Int(0), Int(1500)])).unwrap(),
+            Err(Attempt::Busy(Some(d))) if d == Duration::from_millis(1500)
+        ));
+        assert!(matches!(
+            read(Array(vec![Int(0), Int(-2)])).unwrap(),
+            Err(Attempt::Busy(None))
+        ));
+        assert!(matches!(
+            read(Array(vec![Int(0), Int(20), Int(3000)])).unwrap(),
+            Err(Attempt::Queued { ttl: Some(_), kept }) if kept == Duration::from_secs(3)
+        ));
+        for garbage in [
+            Int(0),
+            Int(-7),
+            Nil,
+            SimpleString("OK".into()),
+            Array(vec![]),
+            Array(vec![Int(1), Int(5)]),
+            Array(vec![Int(0), Int(5), Int(0)]),
+            Array(vec![Int(0), Nil]),
+        ] {
+            let e = read(garbage.clone()).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{garbage:?}: {e}");
+        }
+    }
 
     #[test]
     fn malformed_urls_are_invalid_input() {

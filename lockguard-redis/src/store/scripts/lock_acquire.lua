@@ -4,7 +4,8 @@
 -- ARGV[1] token, ARGV[2] lease (ms), and for a waiter (without them the
 -- script never queues): ARGV[3] its timeout (ms), ARGV[4] the channel it is
 -- notified on, ARGV[5] the number of this attempt
--- Returns {1, fence} when the lock is ours, {0, pttl} when not, and
+-- Returns the fence (a plain integer, the cheapest reply to read) when the
+-- lock is ours, {0, pttl} when not, and
 -- {0, pttl, kept} when the waiter is queued: its place is kept for kept ms
 -- without a refresh (longer than its timeout far from the head; queue.lua).
 --
@@ -16,14 +17,14 @@ local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token = ARGV[1]
 if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
   if redis.call('EXISTS', queue) == 0 then
-    return {1, seq_next(seq)}
+    return seq_next(seq)
   end
   local q = queue_lib()
   local first = q.head(queue, tickets)
   if not first or first == token then
     q.leave(queue, tickets, token)
     q.promote(queue, tickets)
-    return {1, seq_next(seq)}
+    return seq_next(seq)
   end
   -- Waiters are ahead of us: the free lock goes to the first of them.
   q.lock_hand_first(lock, seq, queue, tickets)
@@ -31,7 +32,7 @@ elseif redis.call('GET', lock) == token then
   -- Handed to us by a release whose notification we missed: claim it with
   -- our lease and a token of our own (greater than the one published).
   redis.call('PEXPIRE', lock, ARGV[2])
-  return {1, seq_next(seq)}
+  return seq_next(seq)
 end
 if ARGV[3] then
   local kept = queue_lib().join(queue, tickets, token, tonumber(ARGV[3]), ARGV[5], ARGV[4], true)

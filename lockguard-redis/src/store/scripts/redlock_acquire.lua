@@ -5,7 +5,7 @@
 -- ARGV[1] token, ARGV[2] lease (ms), and for a waiter (without them the
 -- script never joins the line): ARGV[3] its id, ARGV[4] when it began to
 -- wait (ms, its client's clock), ARGV[5] its timeout (ms)
--- Returns {1, fence} when the lock is ours, {0, pttl} when not (pttl -2:
+-- Returns the fence when the lock is ours, {0, pttl} when not (pttl -2:
 -- free, but a live waiter is ahead in the line).
 --
 -- Every node of a Redlock client is sent the same waiter id and score, so
@@ -55,6 +55,6 @@ if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
     redis.call('ZREM', line, waiter)
     redis.call('ZREM', alive, waiter)
   end
-  return {1, seq_next(seq, nil, true)}
+  return seq_next(seq, nil, true)
 end
 return {0, redis.call('PTTL', lock)}

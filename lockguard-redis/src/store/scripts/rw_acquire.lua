@@ -7,7 +7,7 @@
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] 'r' or 'w', and for a waiter
 -- (without them the script never queues): ARGV[4] its timeout (ms),
 -- ARGV[5] the channel it is notified on, ARGV[6] the number of this attempt
--- Returns {1, fence} when the hold is ours, {0, ms until the holders'
+-- Returns the fence when the hold is ours, {0, ms until the holders'
 -- leases end, or -1} when not.
 --
 -- A hold is taken when it fits beside the holders (readers with readers,
@@ -22,21 +22,21 @@ local q = rw.q
 if mode == 'w' then
   if redis.call('GET', writer) == token then
     redis.call('PEXPIRE', writer, lease)
-    return {1, seq_next(seq)}
+    return seq_next(seq)
   end
 else
   local ends = redis.call('ZSCORE', readers, token)
   if ends and tonumber(ends) > q.now_ms() then
     redis.call('ZADD', readers, q.now_ms() + lease, token)
     q.keep(readers, lease)
-    return {1, seq_next(seq)}
+    return seq_next(seq)
   end
 end
 rw.expire()
 rw.admit(token)
 local first = q.head(queue, tickets)
 if (not first or first == token) and rw.fits(mode) then
-  return {1, rw.give(mode, token, lease)}
+  return rw.give(mode, token, lease)
 end
 if ARGV[4] then
   local kept = q.join(queue, tickets, token, tonumber(ARGV[4]), ARGV[6], ARGV[5])

@@ -8,7 +8,7 @@
 -- ARGV[1] token, ARGV[2] lease (ms), ARGV[3] permits, and for a waiter
 -- (without them the script never queues): ARGV[4] its timeout (ms), ARGV[5]
 -- the channel it is notified on, ARGV[6] the number of this attempt
--- Returns {1, fence} when a permit is ours, {0, ms until the first lease
+-- Returns the fence when a permit is ours, {0, ms until the first lease
 -- ends} when not. Free permits go to queued waiters first, in order.
 if redis.replicate_commands then redis.replicate_commands() end
 local holders, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -28,9 +28,9 @@ if returning then
     q.keep(holders, lease)
     if record then
       q.keep(tickets, lease)
-      return {1, tonumber(string.sub(record, 2))}
+      return tonumber(string.sub(record, 2))
     end
-    return {1, seq_next(seq)}
+    return seq_next(seq)
   end
 end
 local permits = tonumber(ARGV[3])
@@ -38,7 +38,7 @@ local live = q.semaphore_live(holders)
 local free = q.semaphore_hand_out(holders, seq, queue, tickets, permits - live, token)
 if free > 0 then
   local alone = live == 0 and free == permits
-  return {1, q.semaphore_give(holders, seq, queue, tickets, token, lease, returning, alone)}
+  return q.semaphore_give(holders, seq, queue, tickets, token, lease, returning, alone)
 end
 q.semaphore_expire(holders, tickets)
 if ARGV[4] then
