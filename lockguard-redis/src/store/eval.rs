@@ -19,8 +19,9 @@ pub(crate) struct Eval<'s> {
 
 impl<'s> Eval<'s> {
     /// A call of `script` with `keys` keys, which [`key`](Self::key) must
-    /// write before any argument. (A count that does not match makes the
-    /// server refuse the call: an error, never a panic.)
+    /// write before any argument. (Debug builds assert it; in a release
+    /// build, a count that does not match makes the server refuse the call,
+    /// an error.)
     pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
         let mut cmd = Cmd::with_capacity(3 + keys + 4, 128);
         cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
