@@ -16,8 +16,14 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use crate::token::{Token, TokenHashing};
+
 /// The acquisitions running now, by token: how many, and a wake-up for
 /// whoever waits for the last to end. One per store, shared (`Arc`).
+///
+/// Keyed by [`Token`]s, which lockguard draws at random and no caller
+/// chooses: the map hashes them with a multiply per word rather than
+/// SipHash, and copies them inline.
 ///
 /// # Examples
 ///
@@ -25,20 +31,21 @@ use tokio::sync::Notify;
 /// use std::sync::Arc;
 /// use std::time::Duration;
 ///
-/// use lockguard_core::store::Flights;
+/// use lockguard_core::store::{Flights, Token};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let flights = Arc::new(Flights::default());
-/// let flight = flights.depart("token-1");
+/// let token = Token::random();
+/// let flight = flights.depart(&token);
 /// // ... the acquisition is sent; it answers:
 /// drop(flight);
-/// // A release of token-1 goes at once.
-/// flights.landed("token-1", Duration::from_secs(5)).await;
+/// // A release of the token goes at once.
+/// flights.landed(&token, Duration::from_secs(5)).await;
 /// # }
 /// ```
 #[derive(Debug, Default)]
-pub struct Flights(Mutex<HashMap<Arc<str>, Running>>);
+pub struct Flights(Mutex<HashMap<Token, Running, TokenHashing>>);
 
 /// The acquisitions of one token running now.
 #[derive(Debug)]
@@ -54,21 +61,20 @@ struct Running {
 #[derive(Debug)]
 pub struct Flight {
     flights: Arc<Flights>,
-    /// The token, shared with its entry in the map.
-    token: Arc<str>,
+    token: Token,
 }
 
 impl Flights {
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Running>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Running, TokenHashing>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// An acquisition of `token` starts; it runs until the returned
     /// flight is dropped.
-    pub fn depart(self: &Arc<Self>, token: &str) -> Flight {
-        let token: Arc<str> = Arc::from(token);
+    pub fn depart(self: &Arc<Self>, token: &Token) -> Flight {
+        let token = *token;
         self.map()
-            .entry(token.clone())
+            .entry(token)
             .or_insert(Running {
                 count: 0,
                 ended: None,
@@ -82,7 +88,7 @@ impl Flights {
 
     /// Waits (at most `within`) until no acquisition of `token` runs: what
     /// a release of `token` does first.
-    pub async fn landed(&self, token: &str, within: Duration) {
+    pub async fn landed(&self, token: &Token, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let Some(notify) = self
@@ -110,12 +116,12 @@ impl Drop for Flight {
         // Taken out, and put back only while another acquisition of the
         // token runs: one lookup in the common case.
         let mut map = self.flights.map();
-        let Some((key, mut running)) = map.remove_entry(&self.token) else {
+        let Some(mut running) = map.remove(&self.token) else {
             return;
         };
         running.count -= 1;
         if running.count > 0 {
-            map.insert(key, running);
+            map.insert(self.token, running);
         } else if let Some(ended) = running.ended {
             ended.notify_waiters();
         }
@@ -129,19 +135,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_release_waits_for_the_acquisitions_of_its_token_only() {
         let flights = Arc::new(Flights::default());
-        let a = flights.depart("a");
-        let a2 = flights.depart("a");
-        let _b = flights.depart("b");
-        // Nothing runs for "c": no wait.
-        flights.landed("c", Duration::from_secs(60)).await;
+        let [ta, tb, tc] = [Token::random(), Token::random(), Token::random()];
+        let a = flights.depart(&ta);
+        let a2 = flights.depart(&ta);
+        let _b = flights.depart(&tb);
+        // Nothing runs for tc: no wait.
+        flights.landed(&tc, Duration::from_secs(60)).await;
         let waiting = tokio::spawn({
             let flights = flights.clone();
-            async move { flights.landed("a", Duration::from_secs(60)).await }
+            async move { flights.landed(&ta, Duration::from_secs(60)).await }
         });
         tokio::time::sleep(Duration::from_millis(10)).await;
         drop(a);
         tokio::time::sleep(Duration::from_millis(10)).await;
-        assert!(!waiting.is_finished(), "one acquisition of a still runs");
+        assert!(!waiting.is_finished(), "one acquisition of ta still runs");
         drop(a2);
         tokio::time::timeout(Duration::from_millis(10), waiting)
             .await
@@ -149,7 +156,7 @@ mod tests {
             .unwrap();
         // A bounded wait for one that never ends.
         let started = tokio::time::Instant::now();
-        flights.landed("b", Duration::from_secs(2)).await;
+        flights.landed(&tb, Duration::from_secs(2)).await;
         assert_eq!(started.elapsed(), Duration::from_secs(2));
     }
 }

@@ -62,7 +62,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 use tokio::sync::oneshot;
 
-use crate::error::{bounded, is_interrupted, mysql_error};
+use crate::error::{is_interrupted, mysql_error, within};
 use crate::store::Config;
 
 /// The bells of one store: one per channel (a client has one channel).
@@ -169,31 +169,35 @@ struct Pair {
 /// `channel`.
 async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
     let what = "opening the mysql bell connections";
-    bounded(cfg.connect_timeout, || what.to_owned(), async {
-        let mut holder = Conn::new(opts.clone())
-            .await
-            .map_err(|e| mysql_error(e, what))?;
-        let got: Option<mysql_async::Row> = holder
-            .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(channel),))
-            .await
-            .map_err(|e| mysql_error(e, what))?;
-        let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
-        if got != Some(Some(1)) {
-            return Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("{what}: the bell's lock is held elsewhere ({got:?})"),
-            ));
-        }
-        let mut bell = Conn::new(opts.clone())
-            .await
-            .map_err(|e| mysql_error(e, what))?;
-        bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
-            .await
-            .map_err(|e| mysql_error(e, what))?;
-        register(&mut bell, cfg, channel).await?;
-        Ok(Pair { holder, bell })
-    })
-    .await
+    within(
+        cfg.connect_timeout,
+        || what.to_owned(),
+        tokio::time::timeout(cfg.connect_timeout, async {
+            let mut holder = Conn::new(opts.clone())
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            let got: Option<mysql_async::Row> = holder
+                .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(channel),))
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
+            if got != Some(Some(1)) {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{what}: the bell's lock is held elsewhere ({got:?})"),
+                ));
+            }
+            let mut bell = Conn::new(opts.clone())
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            register(&mut bell, cfg, channel).await?;
+            Ok(Pair { holder, bell })
+        })
+        .await,
+    )
 }
 
 /// Renews the bell's row (its connection id unchanged) from the holder.

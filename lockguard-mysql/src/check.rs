@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
 use crate::DEFAULT_TABLE_PREFIX;
-use crate::error::{bounded, mysql_error};
+use crate::error::{mysql_error, within};
 use crate::schema::VERSION;
 
 const EXCLUSION: &str = "mutual exclusion and fencing";
@@ -43,10 +43,14 @@ pub async fn check(url: &str) -> Result<Report> {
         ));
     }
     let what = "connecting to mysql to check";
-    let mut conn = bounded(TIMEOUT, || what.to_owned(), async {
-        Conn::new(opts).await.map_err(|e| mysql_error(e, what))
-    })
-    .await?;
+    let mut conn = within(
+        TIMEOUT,
+        || what.to_owned(),
+        tokio::time::timeout(TIMEOUT, async {
+            Conn::new(opts).await.map_err(|e| mysql_error(e, what))
+        })
+        .await,
+    )?;
     let findings = findings(&mut conn).await;
     let _ = conn.disconnect().await;
     Ok(Report::new("mysql", findings?))
@@ -196,15 +200,19 @@ async fn replication(conn: &mut Conn, read_only: bool) -> Finding {
     )
     .await
     .map(|rows| rows.len());
-    let semi_sync: Option<String> = bounded(TIMEOUT, || subject.to_owned(), async {
-        conn.query_first(
-            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE \
+    let semi_sync: Option<String> = within(
+        TIMEOUT,
+        || subject.to_owned(),
+        tokio::time::timeout(TIMEOUT, async {
+            conn.query_first(
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_VARIABLES WHERE \
              VARIABLE_NAME IN ('RPL_SEMI_SYNC_MASTER_ENABLED', 'RPL_SEMI_SYNC_SOURCE_ENABLED')",
-        )
-        .await
-        .map_err(|e| mysql_error(e, subject))
-    })
-    .await
+            )
+            .await
+            .map_err(|e| mysql_error(e, subject))
+        })
+        .await,
+    )
     .ok()
     .flatten();
     match (status, replicas) {
@@ -265,12 +273,16 @@ async fn schema(conn: &mut Conn) -> Result<Finding> {
     let p = DEFAULT_TABLE_PREFIX;
     let subject = "schema";
     let what = "reading the schema version";
-    let found: std::result::Result<Option<i64>, _> = bounded(TIMEOUT, || what.to_owned(), async {
-        Ok(conn
-            .query_first::<i64, _>(format!("SELECT version FROM {p}meta WHERE id = 1"))
-            .await)
-    })
-    .await?;
+    let found: std::result::Result<Option<i64>, _> = within(
+        TIMEOUT,
+        || what.to_owned(),
+        tokio::time::timeout(TIMEOUT, async {
+            Ok(conn
+                .query_first::<i64, _>(format!("SELECT version FROM {p}meta WHERE id = 1"))
+                .await)
+        })
+        .await,
+    )?;
     let version = match found {
         Ok(v) => v,
         Err(mysql_async::Error::Server(e)) if e.code == 1146 => {
@@ -335,16 +347,20 @@ async fn schema(conn: &mut Conn) -> Result<Finding> {
 async fn missing_tables(conn: &mut Conn) -> Result<Vec<String>> {
     let wanted = table_names(DEFAULT_TABLE_PREFIX);
     let what = "listing lockguard's tables";
-    let present: Vec<String> = bounded(TIMEOUT, || what.to_owned(), async {
-        conn.exec(
-            "SELECT TABLE_NAME FROM information_schema.TABLES \
+    let present: Vec<String> = within(
+        TIMEOUT,
+        || what.to_owned(),
+        tokio::time::timeout(TIMEOUT, async {
+            conn.exec(
+                "SELECT TABLE_NAME FROM information_schema.TABLES \
              WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME LIKE CONCAT(?, '%')",
-            (DEFAULT_TABLE_PREFIX,),
-        )
-        .await
-        .map_err(|e| mysql_error(e, what))
-    })
-    .await?;
+                (DEFAULT_TABLE_PREFIX,),
+            )
+            .await
+            .map_err(|e| mysql_error(e, what))
+        })
+        .await,
+    )?;
     Ok(wanted
         .into_iter()
         .filter(|t| !present.iter().any(|p| p.eq_ignore_ascii_case(t)))
@@ -366,13 +382,17 @@ async fn one<T: mysql_async::prelude::FromRow + Send + 'static>(
     conn: &mut Conn,
     sql: &'static str,
 ) -> Result<T> {
-    bounded(TIMEOUT, || sql.to_owned(), async {
-        conn.query_first::<T, _>(sql)
-            .await
-            .map_err(|e| mysql_error(e, sql))?
-            .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("{sql}: no row")))
-    })
-    .await
+    within(
+        TIMEOUT,
+        || sql.to_owned(),
+        tokio::time::timeout(TIMEOUT, async {
+            conn.query_first::<T, _>(sql)
+                .await
+                .map_err(|e| mysql_error(e, sql))?
+                .ok_or_else(|| Error::new(ErrorKind::Protocol, format!("{sql}: no row")))
+        })
+        .await,
+    )
 }
 
 #[cfg(test)]

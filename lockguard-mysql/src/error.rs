@@ -97,16 +97,17 @@ pub(crate) fn garbage(what: &str, detail: impl std::fmt::Debug) -> Error {
     )
 }
 
-/// Runs `fut` under `timeout`.
-pub(crate) async fn bounded<T>(
+/// The answer of a request given `timeout` (`tokio::time::timeout`'s
+/// output), or a timeout error naming `what`. Callers await the timeout in
+/// place: an `async fn` taking the request's future by value would keep it
+/// twice in its state (the argument and the running timeout), and every
+/// caller would move a future of that size.
+pub(crate) fn within<T>(
     timeout: Duration,
     what: impl FnOnce() -> String,
-    fut: impl Future<Output = Result<T>>,
+    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
 ) -> Result<T> {
-    match tokio::time::timeout(timeout, fut).await {
-        Ok(r) => r,
-        Err(_) => Err(timed_out(&what(), timeout)),
-    }
+    answer.unwrap_or_else(|_| Err(timed_out(&what(), timeout)))
 }
 
 /// Reads `row` as `T`, or a protocol error naming `what` (the driver's own

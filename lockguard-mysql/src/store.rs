@@ -18,7 +18,7 @@ use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Conn, Params, Pool, Row};
 
 use crate::bell::Bell;
-use crate::error::{bounded, garbage, mysql_error, read_row};
+use crate::error::{garbage, mysql_error, read_row, within};
 use crate::flights::InFlight;
 use crate::schema;
 use lockguard_core::store::Flights;
@@ -137,21 +137,28 @@ pub(crate) async fn connect(
         sweeper: None,
     };
     let what = "connecting to mysql";
-    let mut conn = bounded(cfg.connect_timeout, || what.to_owned(), async {
-        store
-            .pool
-            .get_conn()
-            .await
-            .map_err(|e| mysql_error(e, what))
-    })
-    .await
+    let mut conn = within(
+        cfg.connect_timeout,
+        || what.to_owned(),
+        tokio::time::timeout(cfg.connect_timeout, async {
+            store
+                .pool
+                .get_conn()
+                .await
+                .map_err(|e| mysql_error(e, what))
+        })
+        .await,
+    )
     .map_err(unreachable)?;
-    bounded(
+    within(
         cfg.connect_timeout.max(Duration::from_secs(30)),
         || format!("creating lockguard's tables {}*", cfg.prefix),
-        schema::ensure(&mut conn, &cfg.prefix),
-    )
-    .await?;
+        tokio::time::timeout(
+            cfg.connect_timeout.max(Duration::from_secs(30)),
+            schema::ensure(&mut conn, &cfg.prefix),
+        )
+        .await,
+    )?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     let bell = Bell::new(bell_opts, cfg);
@@ -311,15 +318,19 @@ impl MySqlStore {
     where
         T: FromRow + Send + 'static,
     {
-        bounded(self.cfg.response_timeout, &what, async {
-            let mut conn = Checked(Some(self.conn(&what).await?));
-            let row = run_again_after_deadlock(conn.conn(), sql, params.into())
-                .await
-                .map_err(|e| mysql_error(e, &what()))?;
-            conn.answered();
-            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)
-        })
-        .await
+        within(
+            self.cfg.response_timeout,
+            &what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                let mut conn = Checked(Some(self.conn(&what).await?));
+                let row = run_again_after_deadlock(conn.conn(), sql, params.into())
+                    .await
+                    .map_err(|e| mysql_error(e, &what()))?;
+                conn.answered();
+                read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)
+            })
+            .await,
+        )
     }
 
     /// Runs one statement answering at most one row on a pooled connection.
@@ -332,15 +343,19 @@ impl MySqlStore {
     where
         T: FromRow + Send + 'static,
     {
-        bounded(self.cfg.response_timeout, &what, async {
-            let mut conn = Checked(Some(self.conn(&what).await?));
-            let row = run_again_after_deadlock(conn.conn(), sql, params.into())
-                .await
-                .map_err(|e| mysql_error(e, &what()))?;
-            conn.answered();
-            row.map(|r| read_row(r, &what)).transpose()
-        })
-        .await
+        within(
+            self.cfg.response_timeout,
+            &what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                let mut conn = Checked(Some(self.conn(&what).await?));
+                let row = run_again_after_deadlock(conn.conn(), sql, params.into())
+                    .await
+                    .map_err(|e| mysql_error(e, &what()))?;
+                conn.answered();
+                row.map(|r| read_row(r, &what)).transpose()
+            })
+            .await,
+        )
     }
 
     async fn acquire(
@@ -365,27 +380,31 @@ impl MySqlStore {
         // pool, reach the database in the order they were made; a caller
         // that stops waiting (a dropped acquire, a timeout) leaves the
         // flight to end when the connection has run it (`InFlight`).
-        let row: Option<Row> = bounded(self.cfg.response_timeout, what, async {
-            let flight = self.flights.depart(token.as_str());
-            let conn = self.conn(&what).await?;
-            let mut sent = InFlight::new(conn, flight);
-            let params: Params = (
-                key,
-                token.as_str(),
-                ms(lease),
-                permits(keys.resource()),
-                wait,
-                channel,
-                attempt,
-            )
-                .into();
-            let row = run_again_after_deadlock(sent.conn(), &self.sql.acquire, params)
-                .await
-                .map_err(|e| mysql_error(e, &what()));
-            sent.landed();
-            row
-        })
-        .await?;
+        let row: Option<Row> = within(
+            self.cfg.response_timeout,
+            what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                let flight = self.flights.depart(token);
+                let conn = self.conn(&what).await?;
+                let mut sent = InFlight::new(conn, flight);
+                let params: Params = (
+                    key,
+                    token.as_str(),
+                    ms(lease),
+                    permits(keys.resource()),
+                    wait,
+                    channel,
+                    attempt,
+                )
+                    .into();
+                let row = run_again_after_deadlock(sent.conn(), &self.sql.acquire, params)
+                    .await
+                    .map_err(|e| mysql_error(e, &what()));
+                sent.landed();
+                row
+            })
+            .await,
+        )?;
         let row: (i64, Option<i64>) =
             read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)?;
         match Some(row) {
@@ -407,9 +426,7 @@ impl MySqlStore {
         // An acquisition of this token still running is let finish first;
         // waiting longer than a request may take is pointless (its lease
         // then frees what it took).
-        self.flights
-            .landed(token.as_str(), self.cfg.response_timeout)
-            .await;
+        self.flights.landed(token, self.cfg.response_timeout).await;
         let held: i64 = self
             .exec_one(
                 &self.sql.release,

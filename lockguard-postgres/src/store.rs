@@ -145,19 +145,21 @@ pub(crate) async fn connect(
         sweeper: None,
     };
     let what = "connecting to postgres";
-    let mut conn = store
-        .bounded(opts.connect_timeout, || what.to_owned(), async {
-            store.pool.get().await.map_err(|e| e.about(what))
-        })
-        .await
-        .map_err(unreachable)?;
-    store
-        .bounded(
-            opts.connect_timeout,
-            || format!("creating lockguard's schema {:?}", store.schema),
-            schema::ensure(&mut conn, &store.schema),
-        )
-        .await?;
+    let answer = tokio::time::timeout(opts.connect_timeout, async {
+        store.pool.get().await.map_err(|e| e.about(what))
+    })
+    .await;
+    let mut conn = within(opts.connect_timeout, || what.to_owned(), answer).map_err(unreachable)?;
+    let answer = tokio::time::timeout(
+        opts.connect_timeout,
+        schema::ensure(&mut conn, &store.schema),
+    )
+    .await;
+    within(
+        opts.connect_timeout,
+        || format!("creating lockguard's schema {:?}", store.schema),
+        answer,
+    )?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     let bell = bell::PgBell::new(listen, opts, connector, store.schema.clone());
@@ -301,23 +303,25 @@ pub(crate) fn pg_channel(channel: &str) -> &str {
     &channel[start..]
 }
 
-impl PostgresStore {
-    /// Runs `fut` under `timeout`.
-    async fn bounded<T>(
-        &self,
-        timeout: Duration,
-        what: impl FnOnce() -> String,
-        fut: impl Future<Output = Result<T>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(timeout, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!("{}: no answer from postgres within {timeout:?}", what()),
-            )),
-        }
-    }
+/// The answer of a request given `timeout` (`tokio::time::timeout`'s
+/// output), or a timeout error naming `what`. Callers await the timeout
+/// in place: an `async fn` taking the request's future by value would
+/// keep it twice in its state (the argument and the running timeout), and
+/// every caller would move a future of that size at each call.
+fn within<T>(
+    timeout: Duration,
+    what: impl FnOnce() -> String,
+    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
+) -> Result<T> {
+    answer.unwrap_or_else(|_| {
+        Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{}: no answer from postgres within {timeout:?}", what()),
+        ))
+    })
+}
 
+impl PostgresStore {
     /// Runs one statement on a pooled connection and returns its rows:
     /// one round trip once the connection has the statement prepared.
     async fn query(
@@ -326,11 +330,13 @@ impl PostgresStore {
         params: &[Param<'_>],
         what: impl Fn() -> String,
     ) -> Result<Vec<Row>> {
-        self.bounded(self.opts.response_timeout, &what, async {
+        let timeout = self.opts.response_timeout;
+        let answer = tokio::time::timeout(timeout, async {
             let mut conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
             conn.query(sql, params).await.map_err(|e| e.about(&what()))
         })
-        .await
+        .await;
+        within(timeout, &what, answer)
     }
 
     /// Like [`query`](Self::query), for a statement answering one row.
@@ -356,10 +362,11 @@ impl PostgresStore {
         &self,
         sql: &str,
         params: &[Param<'_>],
-        tokens: &[&str],
+        tokens: &[Token],
         what: impl Fn() -> String,
     ) -> Result<Row> {
-        self.bounded(self.opts.response_timeout, &what, async {
+        let timeout = self.opts.response_timeout;
+        let answer = tokio::time::timeout(timeout, async {
             let flights = tokens.iter().map(|t| self.flights.depart(t)).collect();
             let conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
             let mut sent = flights::InFlight::new(conn, flights);
@@ -371,16 +378,15 @@ impl PostgresStore {
             sent.landed();
             one(rows?, &what)
         })
-        .await
+        .await;
+        within(timeout, &what, answer)
     }
 
     /// Waits for the acquisitions of `token` still running (see
     /// [`acquisition`](Self::acquisition)); waiting longer than a request
     /// may take is pointless (its lease then frees what it took).
     async fn after_acquisitions(&self, token: &Token) {
-        self.flights
-            .landed(token.as_str(), self.opts.response_timeout)
-            .await;
+        self.flights.landed(token, self.opts.response_timeout).await;
     }
 }
 
@@ -473,7 +479,7 @@ impl LockStore for PostgresStore {
                         channel.into(),
                         attempt.into(),
                     ],
-                    &[token.as_str()],
+                    std::slice::from_ref(token),
                     what,
                 )
                 .await?;
@@ -539,7 +545,7 @@ impl LockStore for PostgresStore {
                         toks.as_slice().into(),
                         ms(lease).into(),
                     ],
-                    &toks,
+                    tokens,
                     what,
                 )
                 .await?;
@@ -607,7 +613,7 @@ impl LockStore for PostgresStore {
                         channel.into(),
                         attempt.into(),
                     ],
-                    &[token.as_str()],
+                    std::slice::from_ref(token),
                     what,
                 )
                 .await?;

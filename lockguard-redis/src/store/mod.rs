@@ -521,13 +521,21 @@ fn unreachable(e: Error) -> Error {
     }
 }
 
-/// Runs one request under the response timeout and maps its error.
-pub(crate) async fn bounded<T>(
+/// The answer of one request given `timeout` (`tokio::time::timeout`'s
+/// output), its error mapped, or a timeout error naming `what`.
+///
+/// Callers await the timeout in place, `within(t, what,
+/// tokio::time::timeout(t, request).await)`: an `async fn` taking the
+/// request's future by value would keep it twice in its state (the
+/// argument and the running timeout), and every caller would move a future
+/// of that size (a lock acquisition's future, boxed per request, then
+/// outgrew the allocator's fast path for small blocks).
+pub(crate) fn within<T>(
     timeout: Duration,
     what: impl FnOnce() -> String,
-    fut: impl Future<Output = RedisResult<T>>,
+    answer: std::result::Result<RedisResult<T>, tokio::time::error::Elapsed>,
 ) -> Result<T> {
-    match tokio::time::timeout(timeout, fut).await {
+    match answer {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(redis_error(e, &what())),
         Err(_) => Err(Error::new(
@@ -638,12 +646,13 @@ pub(crate) struct RedisStore {
 impl RedisStore {
     pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Self> {
         let addr = client.get_connection_info().addr().to_string();
-        let conn = bounded(
+        let connecting = ConnectionManager::new_with_config(client, command_config(opts));
+        let answer = tokio::time::timeout(opts.connect_timeout, connecting).await;
+        let conn = within(
             opts.connect_timeout,
             || format!("connecting to redis at {addr}"),
-            ConnectionManager::new_with_config(client, command_config(opts)),
+            answer,
         )
-        .await
         .map_err(unreachable)?;
         Self::with_manager(conn, addr, opts).await
     }
@@ -765,12 +774,13 @@ impl RedisStore {
         client: redis::cluster::ClusterClient,
         opts: RedisOptions,
     ) -> Result<Self> {
-        let conn = bounded(
+        let answer =
+            tokio::time::timeout(opts.connect_timeout, client.get_async_connection()).await;
+        let conn = within(
             opts.connect_timeout,
             || "connecting to the redis cluster".to_owned(),
-            client.get_async_connection(),
+            answer,
         )
-        .await
         .map_err(unreachable)?;
         Self::with_cluster_connection(conn, opts).await
     }
@@ -861,7 +871,12 @@ impl RedisStore {
             let mut conn = self.conn.clone();
             async move { cmd.query_async(&mut conn).await }
         };
-        bounded(self.opts.response_timeout, what, resent_if_unsent(send)).await
+        let timeout = self.opts.response_timeout;
+        within(
+            timeout,
+            what,
+            tokio::time::timeout(timeout, resent_if_unsent(send)).await,
+        )
     }
 
     /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
@@ -886,7 +901,9 @@ impl RedisStore {
         };
         if let Err(e) = self.replicated(keys.id()).await {
             // The keys name the kind of hold; `release` gives back any.
-            if let Err(undo) = self.release(keys, token).await {
+            // Boxed: this rare path would otherwise size every attempt's
+            // future.
+            if let Err(undo) = Box::pin(self.release(keys, token)).await {
                 tracing::warn!(lock = %keys.id(), error = %undo, "releasing an unreplicated hold failed; its lease will free it");
             }
             return Err(e);
@@ -906,7 +923,12 @@ impl RedisStore {
             let mut conn = self.conn.clone();
             async move { call.invoke(&mut conn).await }
         };
-        let answer = bounded(self.opts.response_timeout, what, resent_if_unsent(send)).await;
+        let timeout = self.opts.response_timeout;
+        let answer = within(
+            timeout,
+            what,
+            tokio::time::timeout(timeout, resent_if_unsent(send)).await,
+        );
         if answer.is_ok() {
             self.check_after_first_answer();
         }
@@ -1048,12 +1070,9 @@ impl RedisStore {
         let mut conn = self.conn.clone();
         // Never sent again: a WAIT on another connection would wait for
         // that connection's writes, not the lock's.
-        let acked: u64 = bounded(
-            timeout + self.opts.response_timeout,
-            || format!("waiting for replicas of {key:?}"),
-            cmd.query_async(&mut conn),
-        )
-        .await?;
+        let bound = timeout + self.opts.response_timeout;
+        let answer = tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
+        let acked: u64 = within(bound, || format!("waiting for replicas of {key:?}"), answer)?;
         if acked < u64::from(count) {
             return Err(Error::new(
                 ErrorKind::Unavailable,

@@ -26,7 +26,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, TlsMode, Value};
 
-use super::{RedisOptions, RedisStore, TlsSettings, bounded, client_with};
+use super::{RedisOptions, RedisStore, TlsSettings, client_with, within};
 use lockguard_core::store::LockKeys;
 use lockguard_core::store::Token;
 use lockguard_core::{Error, ErrorKind, Result};
@@ -439,7 +439,8 @@ async fn master_client(
     let what = || format!("asking the sentinels for the master of {service:?}");
     let client = {
         let mut sentinel = sentinel.lock().await;
-        bounded(opts.connect_timeout, what, sentinel.async_get_client()).await?
+        let answer = tokio::time::timeout(opts.connect_timeout, sentinel.async_get_client()).await;
+        within(opts.connect_timeout, what, answer)?
     };
     let info = client.get_connection_info().clone();
     let addr = info.addr().to_string();
@@ -453,12 +454,13 @@ async fn connect_master(
     config: &ConnectionManagerConfig,
     opts: RedisOptions,
 ) -> Result<ConnectionManager> {
-    bounded(
+    let connecting = ConnectionManager::new_with_config(client, config.clone());
+    let answer = tokio::time::timeout(opts.connect_timeout, connecting).await;
+    within(
         opts.connect_timeout,
         || format!("connecting to the redis master at {addr}"),
-        ConnectionManager::new_with_config(client, config.clone()),
+        answer,
     )
-    .await
 }
 
 impl Inner {

@@ -25,7 +25,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex, Notify, OnceCell};
 use tokio::task::AbortHandle;
 
-use super::{Conn, RedisOptions, bounded, manager_config};
+use super::{Conn, RedisOptions, manager_config, within};
 use lockguard_core::store::{Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -125,7 +125,8 @@ impl Subscriber {
                             .set_push_sender(tx)
                             .set_automatic_resubscription();
                         let c = ConnectionManager::new_with_config(client.clone(), config);
-                        Conn::Single(bounded(self.opts.connect_timeout, what, c).await?)
+                        let t = self.opts.connect_timeout;
+                        Conn::Single(within(t, what, tokio::time::timeout(t, c).await)?)
                     }
                     #[cfg(feature = "sentinel")]
                     SubTarget::Sentinel(target) => {
@@ -153,7 +154,8 @@ impl Subscriber {
                     SubTarget::Cluster(infos, tls) => {
                         let client = super::cluster_client_for(infos, self.opts, tls, Some(tx))?;
                         let c = client.get_async_connection();
-                        Conn::Cluster(bounded(self.opts.connect_timeout, what, c).await?)
+                        let t = self.opts.connect_timeout;
+                        Conn::Cluster(within(t, what, tokio::time::timeout(t, c).await)?)
                     }
                 };
                 // A cluster connection reconnects each node for as long as
@@ -189,12 +191,9 @@ async fn change(
     opts: RedisOptions,
 ) -> Result<()> {
     let what = || format!("changing the subscription to {channel:?}");
-    bounded(
-        opts.response_timeout,
-        what,
-        conn.set_subscribed(channel, wanted),
-    )
-    .await?;
+    let answer =
+        tokio::time::timeout(opts.response_timeout, conn.set_subscribed(channel, wanted)).await;
+    within(opts.response_timeout, what, answer)?;
     if wanted {
         subscribed.insert(channel.to_owned(), Known::Subscribed);
     } else {
@@ -221,13 +220,10 @@ async fn keep(
         loop {
             let ping = redis::cmd("PING");
             let what = || "pinging the pub/sub connection".to_owned();
-            match bounded(
-                opts.response_timeout,
-                what,
-                ping.query_async::<()>(&mut conn),
-            )
-            .await
-            {
+            let answer =
+                tokio::time::timeout(opts.response_timeout, ping.query_async::<()>(&mut conn))
+                    .await;
+            match within(opts.response_timeout, what, answer) {
                 Ok(()) => break,
                 Err(e) => {
                     tracing::debug!(error = %e, "pub/sub connection still down; trying again");
