@@ -88,9 +88,14 @@ pub async fn crashed_holder_frees_its_permit_at_lease_end(env: Env) {
 /// Two permits held, a third refused (with the holder's lease left as
 /// retry-after where the store keeps leases); an extended permit outlives
 /// one that expires.
+///
+/// The short lease is a second: the three requests before the extension
+/// must finish inside it on a loaded machine (at 100 ms, a slow new pooled
+/// connection could let a permit lapse before its check).
 pub async fn permits_release_extend_and_expire(env: Env) {
     let lg = env.client().await;
-    let sem = lg.semaphore("p", 2).lease(Duration::from_millis(100));
+    let lease = Duration::from_secs(1);
+    let sem = lg.semaphore("p", 2).lease(lease);
     let a = sem.acquire().await.unwrap();
     let b = sem.acquire().await.unwrap();
     let busy = sem.try_acquire().await.unwrap_err();
@@ -102,7 +107,7 @@ pub async fn permits_release_extend_and_expire(env: Env) {
         "{busy:?}"
     );
     b.extend(Duration::from_secs(10)).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::sleep(lease + lease / 2).await;
     assert!(!a.is_held());
     assert!(
         a.extend(Duration::from_secs(1))
@@ -115,7 +120,14 @@ pub async fn permits_release_extend_and_expire(env: Env) {
         "an expired permit reports not held"
     );
     assert!(b.is_held());
-    let c = sem.try_acquire().await.unwrap();
+    // A lease long enough that the release below finds it held however
+    // slow the requests between.
+    let c = lg
+        .semaphore("p", 2)
+        .lease(Duration::from_secs(10))
+        .try_acquire()
+        .await
+        .unwrap();
     assert!(sem.try_acquire().await.unwrap_err().is_busy());
     assert!(b.release().await.unwrap());
     assert!(c.release().await.unwrap());
