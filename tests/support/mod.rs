@@ -122,7 +122,19 @@ pub async fn the_lock_and_limit_layers_refuse_then_serve(lg: &Client, name: &str
     for (path, busy) in [("/locked", 409), ("/limited", 503)] {
         let first = tokio::spawn(app.clone().oneshot(request(path)));
         let seen = wait_until_held(lg, name, path).await;
-        assert!(seen, "{path}: the first request never held its key");
+        if !seen {
+            // Say what the first request got, if it ended: a refusal or a
+            // store error tells a failure apart from a slow machine.
+            let outcome = if first.is_finished() {
+                let response = first.await.unwrap().unwrap();
+                let status = response.status();
+                let body = response.into_body().collect().await.unwrap().to_bytes();
+                format!("it ended with {status}: {body:?}")
+            } else {
+                "it is still running".to_owned()
+            };
+            panic!("{path}: the first request never held its key; {outcome}");
+        }
         let refused = app.clone().oneshot(request(path)).await.unwrap();
         assert_eq!(refused.status().as_u16(), busy, "{path}");
         gate.add_permits(1);
