@@ -1,0 +1,202 @@
+//! The bell (see `src/bell.rs`) against a real MariaDB, through the race
+//! that once left it deaf: a release's ring that comes while the bell
+//! reads its mailbox, just after the read took the handoff the ring is
+//! for.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+use lockguard_testing::MariaDbServer;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts};
+
+/// A connection of the test's own, as the clients' user.
+async fn conn(server: &MariaDbServer) -> Conn {
+    let opts = Opts::from_url(&server.url()).expect("a mysql url");
+    Conn::new(opts).await.expect("connect to mariadb")
+}
+
+/// Waits until `sql` (run as root) answers `want`, for at most `within`.
+async fn until(server: &MariaDbServer, sql: &str, want: &str, within: Duration, what: &str) {
+    let started = Instant::now();
+    loop {
+        let got = server.sql(sql);
+        if got == want {
+            return;
+        }
+        assert!(
+            started.elapsed() < within,
+            "{what}: after {within:?}, {sql:?} still answers {got:?}"
+        );
+        // No faster: InnoDB refreshes its `information_schema` tables of
+        // transactions only when they were last read 100 ms ago or more.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+}
+
+/// Whether connection `id` waits for a row lock.
+fn lock_wait(id: u64) -> String {
+    format!(
+        "SELECT COUNT(*) FROM information_schema.innodb_trx \
+         WHERE trx_mysql_thread_id = {id} AND trx_state = 'LOCK WAIT'"
+    )
+}
+
+/// A release's ring lands while the bell reads its mailbox and waits for
+/// that read, which takes the very handoff the ring is for; the ring then
+/// marks the bell rung (the read had reset the mark) and finds it between
+/// statements, so it kills nothing. The bell must not go to sleep with the
+/// mark set: no later ring would wake it (each sees the mark and leaves
+/// it), and every handoff to its client's waiters would wait for their
+/// timed refresh until the bell's period ended.
+///
+/// The interleaving is made, not hoped for: an uncommitted mailbox row of
+/// the test's own holds the bell's read (which locks what it reads) until
+/// the ring is queued behind it, and the bell's process is held from
+/// sending its next statement until the ring has run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
+    let server = MariaDbServer::start();
+    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    // Refreshes every 20 s: woken sooner, the waiter was woken by its
+    // bell. Its requests may wait 10 s for a row lock, longer than the
+    // test holds one.
+    let waiter = lockguard_mysql::connect_with(
+        Client::builder()
+            .waiter_timeout(Duration::from_secs(60))
+            .retry_interval(Duration::from_secs(20))
+            .response_timeout(Duration::from_secs(10)),
+        &server.url(),
+    )
+    .await
+    .unwrap();
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("k")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
+    });
+
+    // The waiter's bell, asleep in its query.
+    let asleep = "SELECT COUNT(*) FROM lockguard.lockguard_bells b \
+                  JOIN information_schema.PROCESSLIST p ON p.ID = b.conn \
+                  WHERE p.INFO LIKE 'SELECT ''lockguard bell %' AND b.rung = 0";
+    until(&server, asleep, "1", Duration::from_secs(10), "the bell").await;
+    let bell: u64 = server
+        .sql("SELECT conn FROM lockguard.lockguard_bells")
+        .trim()
+        .parse()
+        .expect("the bell's connection id");
+
+    // A handoff row the bell's next read will take (no waiter's: its token
+    // is not one), and the row of a handoff still being written, which
+    // that read must wait for.
+    let mut setup = conn(&server).await;
+    setup
+        .query_drop(
+            "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
+             SELECT channel, 'none', 0, 0, 0 FROM lockguard_bells",
+        )
+        .await
+        .unwrap();
+    let taken = setup.last_insert_id().expect("the handoff's id");
+    let mut writing = conn(&server).await;
+    writing.query_drop("START TRANSACTION").await.unwrap();
+    writing
+        .query_drop(
+            "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
+             SELECT channel, 'none', 0, 0, 0 FROM lockguard_bells",
+        )
+        .await
+        .unwrap();
+    // Woken, the bell reads its mailbox (resetting its mark, which locks
+    // its row) and waits for the row being written.
+    server.sql(&format!("KILL QUERY {bell}"));
+    until(
+        &server,
+        &lock_wait(bell),
+        "1",
+        Duration::from_secs(5),
+        "the bell's read",
+    )
+    .await;
+    // The release's ring: the handoff is still in the mailbox, so it rings
+    // the bell, and waits for the read to let go of the bell's row.
+    let mut ringer = conn(&server).await;
+    let ringer_id = u64::from(ringer.id());
+    let ring = tokio::spawn(async move {
+        ringer
+            .exec_drop("CALL lockguard_ring(?, ?)", (taken, taken))
+            .await
+    });
+    until(
+        &server,
+        &lock_wait(ringer_id),
+        "1",
+        Duration::from_secs(5),
+        "the ring",
+    )
+    .await;
+    // The bell's process is slow to send its next statement (a busy
+    // machine): this runtime's two workers, which run the bell, are held
+    // until the server has played the race out.
+    let gate = Arc::new(Barrier::new(3));
+    for _ in 0..2 {
+        let gate = gate.clone();
+        tokio::spawn(async move {
+            gate.wait();
+            gate.wait();
+        });
+    }
+    gate.wait();
+    // The write is given up (its connection killed): the read takes the
+    // handoff and lets go of the bell's row; the ring marks the bell rung
+    // and finds it between statements.
+    server.sql(&format!("KILL {}", writing.id()));
+    let started = Instant::now();
+    let state = loop {
+        let state = server.sql(&format!(
+            "SELECT b.rung, COALESCE(p.INFO LIKE 'SELECT ''lockguard bell %', 0), \
+             (SELECT COUNT(*) FROM lockguard.lockguard_handoffs WHERE id = {taken}) \
+             FROM lockguard.lockguard_bells b \
+             LEFT JOIN information_schema.PROCESSLIST p ON p.ID = b.conn"
+        ));
+        if state.starts_with('1') || started.elapsed() > Duration::from_secs(5) {
+            break state;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    gate.wait();
+    // Marked rung, the bell not in its query, the handoff taken.
+    assert_eq!(state, "1\t0\t0", "the race (rung, asleep, handoff left)");
+    ring.await.unwrap().unwrap();
+    drop(writing);
+
+    // The bell reads its mailbox again, which resets the mark, before it
+    // sleeps.
+    until(
+        &server,
+        asleep,
+        "1",
+        Duration::from_secs(5),
+        "the bell asleep with its mark reset (asleep with it set, no ring would wake it)",
+    )
+    .await;
+    // So the next handoff rings it: the waiter has the lock well before
+    // its refresh.
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter took {took:?}: woken by its refresh, not its bell"
+    );
+    g.release().await.unwrap();
+}
