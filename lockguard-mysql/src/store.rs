@@ -318,19 +318,9 @@ impl MySqlStore {
     where
         T: FromRow + Send + 'static,
     {
-        within(
-            self.cfg.response_timeout,
-            &what,
-            tokio::time::timeout(self.cfg.response_timeout, async {
-                let mut conn = Checked(Some(self.conn(&what).await?));
-                let row = run_again_after_deadlock(conn.conn(), sql, params.into())
-                    .await
-                    .map_err(|e| mysql_error(e, &what()))?;
-                conn.answered();
-                read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)
-            })
-            .await,
-        )
+        self.exec_opt(sql, params, &what)
+            .await?
+            .ok_or_else(|| garbage(&what(), "no row"))
     }
 
     /// Runs one statement answering at most one row on a pooled connection.
