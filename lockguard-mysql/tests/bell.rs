@@ -11,6 +11,11 @@ use lockguard_testing::MariaDbServer;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
+/// A mailbox row for the bell's client that is no waiter's (its token is
+/// not a token, and the bell's read drops it).
+const A_HANDOFF: &str = "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
+                         SELECT channel, 'none', 0, 0, 0 FROM lockguard_bells";
+
 /// A connection of the test's own, as the clients' user.
 async fn conn(server: &MariaDbServer) -> Conn {
     let opts = Opts::from_url(&server.url()).expect("a mysql url");
@@ -94,27 +99,14 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
         .parse()
         .expect("the bell's connection id");
 
-    // A handoff row the bell's next read will take (no waiter's: its token
-    // is not one), and the row of a handoff still being written, which
-    // that read must wait for.
+    // A handoff row the bell's next read will take, and the row of a
+    // handoff still being written, which that read must wait for.
     let mut setup = conn(&server).await;
-    setup
-        .query_drop(
-            "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
-             SELECT channel, 'none', 0, 0, 0 FROM lockguard_bells",
-        )
-        .await
-        .unwrap();
+    setup.query_drop(A_HANDOFF).await.unwrap();
     let taken = setup.last_insert_id().expect("the handoff's id");
     let mut writing = conn(&server).await;
     writing.query_drop("START TRANSACTION").await.unwrap();
-    writing
-        .query_drop(
-            "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
-             SELECT channel, 'none', 0, 0, 0 FROM lockguard_bells",
-        )
-        .await
-        .unwrap();
+    writing.query_drop(A_HANDOFF).await.unwrap();
     // Woken, the bell reads its mailbox (resetting its mark, which locks
     // its row) and waits for the row being written.
     server.sql(&format!("KILL QUERY {bell}"));
