@@ -162,7 +162,7 @@ fn lock_name(channel: &str) -> String {
 }
 
 /// The statement a bell waits in, for at most `period`: at once when a
-/// handoff waits in its mailbox or the bell was marked rung since it last
+/// handoff waits in its mailbox or the bell's rung flag was set since it last
 /// read it (see the module docs), else until it is rung.
 fn wait_sql(prefix: &str, channel: &str, period: Duration) -> String {
     let h = hex(channel);

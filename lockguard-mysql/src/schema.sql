@@ -207,7 +207,7 @@ DROP PROCEDURE IF EXISTS __P__ring
 --
 -- A bell rung and not yet read is not rung again (`rung`, reset by the bell
 -- as it reads its mailbox): it will read the handoffs made meanwhile
--- anyway, and it never goes to sleep with the mark set (its query returns
+-- anyway, and it never goes to sleep with the flag set (its query returns
 -- at once then; see bell.rs), so a ring that finds it awake is not lost.
 -- And MariaDB's KILL of a thread in SLEEP() can stall for up to a second
 -- when another KILL of the same thread races it (the killer retries a

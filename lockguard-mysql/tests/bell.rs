@@ -50,9 +50,9 @@ fn lock_wait(id: u64) -> String {
 
 /// A release's ring lands while the bell reads its mailbox and waits for
 /// that read, which takes the very handoff the ring is for; the ring then
-/// marks the bell rung (the read had reset the mark) and finds it between
+/// sets the bell's rung flag (the read had reset the flag) and finds it between
 /// statements, so it kills nothing. The bell must not go to sleep with the
-/// mark set: no later ring would wake it (each sees the mark and leaves
+/// flag set: no later ring would wake it (each sees the flag and leaves
 /// it), and every handoff to its client's waiters would wait for their
 /// timed refresh until the bell's period ended.
 ///
@@ -107,7 +107,7 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     let mut writing = conn(&server).await;
     writing.query_drop("START TRANSACTION").await.unwrap();
     writing.query_drop(A_HANDOFF).await.unwrap();
-    // Woken, the bell reads its mailbox (resetting its mark, which locks
+    // Woken, the bell reads its mailbox (resetting its rung flag, which locks
     // its row) and waits for the row being written.
     server.sql(&format!("KILL QUERY {bell}"));
     until(
@@ -148,7 +148,7 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     }
     gate.wait();
     // The write is given up (its connection killed): the read takes the
-    // handoff and lets go of the bell's row; the ring marks the bell rung
+    // handoff and lets go of the bell's row; the ring sets the bell's rung flag
     // and finds it between statements.
     server.sql(&format!("KILL {}", writing.id()));
     let started = Instant::now();
@@ -165,19 +165,19 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
         std::thread::sleep(Duration::from_millis(10));
     };
     gate.wait();
-    // Marked rung, the bell not in its query, the handoff taken.
+    // The flag set, the bell not in its query, the handoff taken.
     assert_eq!(state, "1\t0\t0", "the race (rung, asleep, handoff left)");
     ring.await.unwrap().unwrap();
     drop(writing);
 
-    // The bell reads its mailbox again, which resets the mark, before it
+    // The bell reads its mailbox again, which resets the flag, before it
     // sleeps.
     until(
         &server,
         asleep,
         "1",
         Duration::from_secs(5),
-        "the bell asleep with its mark reset (asleep with it set, no ring would wake it)",
+        "the bell asleep with its flag reset (asleep with it set, no ring would wake it)",
     )
     .await;
     // So the next handoff rings it: the waiter has the lock well before
