@@ -32,8 +32,13 @@ impl MySql {
 impl Harness for MySql {
     fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
         Box::pin(async move {
+            // The builder's timeouts are the store's: a test that asks for a
+            // patient client gets one.
+            let settings = builder.connection_settings();
             let store = MySqlOptions::new()
                 .table_prefix(self.prefix.as_str())
+                .connect_timeout(settings.connect_timeout)
+                .response_timeout(settings.response_timeout)
                 .connect(&self.server.url())
                 .await
                 .expect("connect to mysql");
