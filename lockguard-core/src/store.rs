@@ -124,6 +124,9 @@ use std::time::Duration;
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 pub use crate::flights::{Flight, Flights};
+pub use channel_tasks::{ChannelTasks, Started};
+
+mod channel_tasks;
 pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
 use crate::rate_limit::{Decision, gcra};
 pub use crate::token::Token;
@@ -764,7 +767,11 @@ pub trait Inbox: Send + Sync {
 /// subscribes the channels the client's [`Inbox`] wants.
 pub trait Listener: Send + Sync + fmt::Debug {
     /// Brings the subscription of `channel` in line with whether `inbox`
-    /// wants it now.
+    /// wants it now. When it is wanted, answers `Ok` only once it is
+    /// subscribed (for every caller, also those that come while another's
+    /// subscription is under way): a waiter joins its queue after this, and
+    /// a handoff announced before the subscription would reach nobody.
+    /// [`ChannelTasks`] does this for a store that runs a task per channel.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>>;
 }
 

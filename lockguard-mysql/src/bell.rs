@@ -63,17 +63,15 @@
 //! claims a lock handed to it as well; when the bell's connections are
 //! lost, every waiter of the client is woken to check at once.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lockguard_core::store::Token;
-use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture};
+use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, Started, StoreFuture};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
-use tokio::sync::oneshot;
 
 use crate::error::{is_interrupted, mysql_error, within};
 use crate::store::Config;
@@ -82,7 +80,7 @@ use crate::store::Config;
 pub(crate) struct Bell {
     opts: Opts,
     cfg: Arc<Config>,
-    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    bells: ChannelTasks,
 }
 
 impl fmt::Debug for Bell {
@@ -98,20 +96,7 @@ impl Bell {
         Self {
             opts,
             cfg,
-            running: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl Drop for Bell {
-    fn drop(&mut self) {
-        for task in self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            task.abort();
+            bells: ChannelTasks::new(),
         }
     }
 }
@@ -120,26 +105,14 @@ impl Listener for Bell {
     /// Starts the bell of `channel` (once; it rings until the store is
     /// dropped or the client is gone) and returns once it listens.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.get(channel).is_some_and(|t| !t.is_finished()) || !inbox.is_wanted(channel) {
-            return StoreFuture::ready(Ok(()));
-        }
-        let (ready, listening) = oneshot::channel();
-        let task = tokio::spawn(run(
-            self.opts.clone(),
-            self.cfg.clone(),
-            channel.to_owned(),
-            Arc::downgrade(&inbox),
-            ready,
-        ));
-        running.insert(channel.to_owned(), task.abort_handle());
-        StoreFuture::boxed(async move {
-            listening.await.unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::Unavailable,
-                    "the mysql bell connection has stopped",
-                ))
-            })
+        self.bells.sync(channel, &*inbox, |started| {
+            tokio::spawn(run(
+                self.opts.clone(),
+                self.cfg.clone(),
+                channel.to_owned(),
+                Arc::downgrade(&inbox),
+                started,
+            ))
         })
     }
 }
@@ -280,17 +253,14 @@ async fn run(
     cfg: Arc<Config>,
     channel: String,
     inbox: Weak<dyn Inbox>,
-    ready: oneshot::Sender<Result<()>>,
+    started: Started,
 ) {
-    let mut ready = Some(ready);
     let mut backoff = Duration::from_millis(20);
     loop {
         match open(&opts, &cfg, &channel).await {
             Ok(mut pair) => {
                 backoff = Duration::from_millis(20);
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Ok(()));
-                }
+                started.listening();
                 let stopped = ring(&mut pair, &cfg, &channel, &inbox).await;
                 // Handoffs made while nobody could ring: every waiter checks.
                 let Some(i) = inbox.upgrade() else { return };
@@ -308,9 +278,7 @@ async fn run(
             Err(e) => {
                 tracing::debug!(error = %e, "mysql bell connection failed");
                 // Waiters fall back to their timed attempts meanwhile.
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Err(e));
-                }
+                started.failed(&e);
                 if inbox.strong_count() == 0 {
                     return;
                 }

@@ -54,18 +54,17 @@
 //! lost, every waiter of the client is woken to check at once, and the
 //! mail kept meanwhile is read as soon as the bell is back.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 
 use crate::store::{PgOptions, pg_channel, pg_error};
 use crate::tls::{Connector, Note};
-use lockguard_core::store::{Handoff, Inbox, Listener, StoreFuture, Token};
+use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, Started, StoreFuture, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 /// How long a bell waits when nobody rings it: one short transaction per
@@ -85,7 +84,7 @@ pub(crate) struct PgBell {
     opts: PgOptions,
     connector: Connector,
     schema: String,
-    running: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    bells: ChannelTasks,
 }
 
 impl fmt::Debug for PgBell {
@@ -108,20 +107,7 @@ impl PgBell {
             opts,
             connector,
             schema,
-            running: Mutex::new(HashMap::new()),
-        }
-    }
-}
-
-impl Drop for PgBell {
-    fn drop(&mut self) {
-        for task in self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            task.abort();
+            bells: ChannelTasks::new(),
         }
     }
 }
@@ -130,27 +116,15 @@ impl Listener for PgBell {
     /// Starts the bell of `channel` (once; it rings until the store is
     /// dropped or the client is gone) and returns once it waits.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.get(channel).is_some_and(|t| !t.is_finished()) || !inbox.is_wanted(channel) {
-            return StoreFuture::ready(Ok(()));
-        }
-        let (ready, listening) = oneshot::channel();
-        let bell = Ringer {
-            config: self.config.clone(),
-            opts: self.opts,
-            connector: self.connector.clone(),
-            schema: self.schema.clone(),
-            channel: pg_channel(channel).to_owned(),
-        };
-        let task = tokio::spawn(run(bell, Arc::downgrade(&inbox), ready));
-        running.insert(channel.to_owned(), task.abort_handle());
-        StoreFuture::boxed(async move {
-            listening.await.unwrap_or_else(|_| {
-                Err(Error::new(
-                    ErrorKind::Unavailable,
-                    "the postgres bell connection has stopped",
-                ))
-            })
+        self.bells.sync(channel, &*inbox, |started| {
+            let bell = Ringer {
+                config: self.config.clone(),
+                opts: self.opts,
+                connector: self.connector.clone(),
+                schema: self.schema.clone(),
+                channel: pg_channel(channel).to_owned(),
+            };
+            tokio::spawn(run(bell, Arc::downgrade(&inbox), started))
         })
     }
 }
@@ -321,16 +295,13 @@ enum Stopped {
     Lost,
 }
 
-async fn run(bell: Ringer, inbox: Weak<dyn Inbox>, ready: oneshot::Sender<Result<()>>) {
-    let mut ready = Some(ready);
+async fn run(bell: Ringer, inbox: Weak<dyn Inbox>, started: Started) {
     let mut backoff = Duration::from_millis(20);
     loop {
         match bell.open().await {
             Ok(mut pair) => {
                 backoff = Duration::from_millis(20);
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Ok(()));
-                }
+                started.listening();
                 let stopped = ring(&mut pair, &bell, &inbox).await;
                 // Handoffs made while nobody could ring: every waiter checks.
                 let Some(i) = inbox.upgrade() else { return };
@@ -343,9 +314,7 @@ async fn run(bell: Ringer, inbox: Weak<dyn Inbox>, ready: oneshot::Sender<Result
             Err(e) => {
                 tracing::debug!(error = %e, "postgres bell connection failed");
                 // Waiters fall back to their timed attempts meanwhile.
-                if let Some(r) = ready.take() {
-                    let _ = r.send(Err(e));
-                }
+                started.failed(&e);
                 if inbox.strong_count() == 0 {
                     return;
                 }

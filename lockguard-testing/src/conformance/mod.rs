@@ -361,6 +361,7 @@ macro_rules! conformance {
             watchdog_keeps_a_short_lease_alive,
             a_lock_handed_to_a_waiter_keeps_its_lease,
             waiter_is_woken_by_release_not_by_its_retry_interval,
+            no_wake_up_is_lost_under_contention,
             dropped_acquire_futures_never_keep_the_lock,
             dropped_guard_releases_in_the_background,
             nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
