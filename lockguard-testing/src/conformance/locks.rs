@@ -303,7 +303,7 @@ pub async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
     assert!(latency < Duration::from_secs(1), "woken after {latency:?}");
 }
 
-/// 16 tasks over 4 clients take one lock in turn, up to 24 times each,
+/// 16 tasks over 4 clients take one lock in turn, up to 48 times each,
 /// with a 20 s retry interval and a 60 s waiter timeout (so a waiter's own
 /// timed refresh comes 10 s and more after it last tried) and a 30 s lease:
 /// every handoff must come from a wake-up. Each acquisition is timed from
@@ -317,7 +317,7 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
     const HANDLES: usize = 4;
     const TASKS: usize = 16;
     const BOUND: Duration = Duration::from_secs(5);
-    let rounds = env.contention_rounds().min(24);
+    let rounds = env.contention_rounds().min(48);
     let mut clients = Vec::new();
     for _ in 0..HANDLES {
         let builder = Client::builder()
