@@ -25,6 +25,10 @@
 //! not rung again (a flag in its row, reset as it reads): it reads the
 //! handoffs made meanwhile anyway.
 //!
+//! The client's waiters queue only once the bell waits: its `sync` answers
+//! every caller then, also those that came while it connected
+//! ([`ChannelTasks`]), so every ring finds the bell's row.
+//!
 //! Why a user lock's wait and not `SLEEP()`, the obvious way to sleep in a
 //! query: MariaDB's `KILL` of a thread in `SLEEP()` retries a mutex that
 //! every sleeping thread shares, and was measured stalling the killer (so

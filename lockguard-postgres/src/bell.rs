@@ -22,6 +22,12 @@
 //! LOCK TABLE pg_temp_<n>.lockguard_bell IN SHARE MODE
 //! ```
 //!
+//! The client's waiters queue only once the bell waits: its `sync` answers
+//! every caller then, also those that came while it connected
+//! ([`ChannelTasks`]). A release that hands the lock to a waiter of a client
+//! with no bell row writes no mail and rings nobody, so a waiter queued
+//! before its bell was there would be left to its timed refresh.
+//!
 //! A release that hands a lock to one of the client's waiters writes the
 //! handoff to the `mail` table and cancels the bell's wait
 //! (`pg_cancel_backend`, after checking that the pid is still the bell's
