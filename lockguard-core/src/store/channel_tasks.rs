@@ -81,7 +81,12 @@ impl ChannelTasks {
     ///
     /// The task's error when it could not start; `Unavailable` when it
     /// ended before it said either.
-    pub fn sync<'a, F>(&self, channel: &str, inbox: &dyn Inbox, spawn: F) -> StoreFuture<'a, Result<()>>
+    pub fn sync<'a, F>(
+        &self,
+        channel: &str,
+        inbox: &dyn Inbox,
+        spawn: F,
+    ) -> StoreFuture<'a, Result<()>>
     where
         F: FnOnce(Started) -> JoinHandle<()>,
     {
@@ -189,8 +194,14 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
-        assert!(!first.is_finished(), "the first caller answered before the task listened");
-        assert!(!second.is_finished(), "the second caller answered before the task listened");
+        assert!(
+            !first.is_finished(),
+            "the first caller answered before the task listened"
+        );
+        assert!(
+            !second.is_finished(),
+            "the second caller answered before the task listened"
+        );
         go.send(()).unwrap();
         assert!(first.await.unwrap().is_ok());
         assert!(second.await.unwrap().is_ok());
@@ -212,7 +223,9 @@ mod tests {
         });
         let e = failing.await.unwrap_err();
         assert_eq!((e.kind(), e.message()), (ErrorKind::Timeout, "no answer"));
-        let silent = tasks.sync("d", &Wanted, |started| tokio::spawn(async move { drop(started) }));
+        let silent = tasks.sync("d", &Wanted, |started| {
+            tokio::spawn(async move { drop(started) })
+        });
         assert_eq!(silent.await.unwrap_err().kind(), ErrorKind::Unavailable);
     }
 }

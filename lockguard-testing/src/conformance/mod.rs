@@ -9,7 +9,7 @@
 //!
 //! | group | what it checks | needs |
 //! |---|---|---|
-//! | `locks` | mutual exclusion, leases, handoff, watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
+//! | `locks` | mutual exclusion, leases, handoff, wake-ups (none lost under contention), watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
 //! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
@@ -81,6 +81,7 @@ pub mod multi_locks;
 pub mod queue;
 pub mod rw_locks;
 pub mod semaphores;
+mod waits;
 
 /// The future of a client a harness makes.
 pub type ClientFuture<'a> = Pin<Box<dyn Future<Output = Client> + Send + 'a>>;
@@ -389,6 +390,7 @@ macro_rules! conformance {
             crashed_holder_frees_its_permit_at_lease_end,
             permits_release_extend_and_expire,
             permit_waiter_is_woken_by_release,
+            no_permit_wake_up_is_lost_under_contention,
             semaphore_bad_input,
         );
     };
@@ -412,6 +414,7 @@ macro_rules! conformance {
         $crate::conformance!(@tests rw_locks, rw_locks, Real, $h;
             readers_share_and_a_writer_excludes_everyone,
             many_readers_or_one_writer_under_contention,
+            no_rw_wake_up_is_lost_under_contention,
             a_waiting_writer_blocks_later_readers,
             a_release_admits_the_run_of_readers_at_the_head_together,
             fences_order_writes_after_earlier_reads_and_writes,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, MAX_PERMITS};
 
 use super::Env;
+use super::waits::Waits;
 
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
@@ -163,6 +164,56 @@ pub async fn permit_waiter_is_woken_by_release(env: Env) {
     assert!(p.release().await.unwrap());
     let latency = task.await.unwrap() - released;
     assert!(latency < Duration::from_secs(1), "woken after {latency:?}");
+}
+
+/// 16 tasks over 4 clients share 3 permits, taking one up to 48 times each,
+/// with a 30 s retry interval and a 90 s waiter timeout (a waiter's own
+/// refresh comes 15 s and more after it last tried): every permit passed on
+/// must come from a wake-up. No acquisition may wait 8 s: each waits for
+/// the few tasks ahead of it in the queue. (See the lock's
+/// `no_wake_up_is_lost_under_contention`.)
+pub async fn no_permit_wake_up_is_lost_under_contention(env: Env) {
+    const HANDLES: usize = 4;
+    const TASKS: usize = 16;
+    const PERMITS: u32 = 3;
+    let rounds = env.contention_rounds().min(48);
+    let mut clients = Vec::new();
+    for _ in 0..HANDLES {
+        let builder = Client::builder()
+            .retry_interval(Duration::from_secs(30))
+            .waiter_timeout(Duration::from_secs(90));
+        clients.push(env.client_with(builder).await);
+    }
+    let waits = Arc::new(Waits::default());
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let sem = clients[t % HANDLES]
+            .semaphore("handoffs", PERMITS)
+            .lease(Duration::from_secs(40))
+            .retry_interval(Duration::from_secs(30))
+            .wait(Duration::from_secs(120));
+        let waits = waits.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..rounds {
+                let asked = Instant::now();
+                let permit = sem
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t}, round {round}: acquire: {e}"));
+                waits.record(asked.elapsed());
+                tokio::task::yield_now().await;
+                let held = permit
+                    .release()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t}, round {round}: release: {e}"));
+                assert!(held, "task {t}, round {round}: lease lost");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    waits.assert_below(Duration::from_secs(8), "from asking");
 }
 
 /// Zero or too many permits, an empty name, a zero lease: `InvalidInput`
