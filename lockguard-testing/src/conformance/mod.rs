@@ -127,7 +127,8 @@ pub trait Harness: Send + Sync + 'static {
 
     /// How many rounds each of the 32 tasks of the mutual-exclusion test
     /// takes the lock: 200, fewer for a store whose handoffs cost several
-    /// round trips on every node (Redlock) or statement (MySQL).
+    /// round trips on every node (Redlock), or statements and a wake-up of
+    /// their own (PostgreSQL, MySQL, ZooKeeper).
     fn contention_rounds(&self) -> usize {
         200
     }
