@@ -69,23 +69,35 @@ impl Harness for Redlock {
     }
 }
 
-/// A three-master Redis Cluster of the test's own.
+/// The binary's shared three-master Redis Cluster, with a key prefix of
+/// the test's own (its keys, queues and channels), so tests running side
+/// by side share nothing: a cluster of each test's own cost every test
+/// 2 s to form.
 #[cfg(feature = "cluster")]
-struct Cluster(lockguard_testing::RedisCluster);
+struct Cluster {
+    cluster: &'static lockguard_testing::RedisCluster,
+    prefix: String,
+}
 
 #[cfg(feature = "cluster")]
 impl Cluster {
     fn start() -> Self {
-        Self(lockguard_testing::RedisCluster::start(3))
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self {
+            cluster: lockguard_testing::RedisCluster::shared(),
+            prefix: format!("t{n}:"),
+        }
     }
 }
 
 #[cfg(feature = "cluster")]
 impl Harness for Cluster {
     fn client_with(&self, builder: Builder) -> ClientFuture<'_> {
-        let urls = self.0.urls();
+        let urls = self.cluster.urls();
         Box::pin(async move {
             builder
+                .prefix(&self.prefix)
                 .connect_cluster(urls)
                 .await
                 .expect("connect to the cluster")

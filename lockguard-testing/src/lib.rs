@@ -15,10 +15,11 @@
 //! [`mod@faults`] scenarios are what every store with a server must show
 //! when that server is killed, paused or down, over any [`ServerProcess`].
 
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub mod conformance;
@@ -48,12 +49,34 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// A `redis-server` process owned by a test.
 #[derive(Debug)]
 pub struct RedisServer {
+    /// The server, or the watcher it runs under (see [`WATCHER`]).
     child: Option<Child>,
+    /// The server's process id, while it runs.
+    pid: Option<u32>,
+    /// Run under a watcher, which kills it when the test process exits
+    /// (for a server in a `static`, which is never dropped).
+    watched: bool,
+    /// The write end of the watcher's stdin: closing it stops the server.
+    watch: Option<ChildStdin>,
     port: u16,
     dir: tempfile::TempDir,
     paused: bool,
     args: Vec<String>,
 }
+
+/// The shell a watched server runs under: starts the server, says its pid,
+/// and once its stdin closes (the test process exited, or the server is
+/// killed) kills the server and removes its directory.
+const WATCHER: &str = r#"
+dir=$PWD
+"$@" </dev/null >/dev/null 2>&1 &
+pid=$!
+echo "$pid"
+read -r _ || true
+kill -KILL "$pid" 2>/dev/null
+wait "$pid"
+cd / && rm -rf "$dir"
+"#;
 
 /// The `redis-server` binary: `$REDIS_SERVER` when set, else the one on `PATH`.
 ///
@@ -100,12 +123,25 @@ impl RedisServer {
     /// Like [`RedisServer::start`], with extra `redis-server` arguments
     /// (`["--maxmemory", "10mb"]`).
     pub fn start_with_args(extra: &[&str]) -> Self {
+        Self::start_as(extra, false)
+    }
+
+    /// A server that stops when the test process exits even if it is
+    /// never dropped (one kept in a `static`).
+    fn start_watched(extra: &[&str]) -> Self {
+        Self::start_as(extra, true)
+    }
+
+    fn start_as(extra: &[&str], watched: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockguard-redis-")
             .tempdir()
             .expect("cannot create a temporary directory for redis-server");
         let mut server = Self {
             child: None,
+            pid: None,
+            watched,
+            watch: None,
             port: 0,
             dir,
             paused: false,
@@ -130,7 +166,13 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         let binary = redis_server_binary();
         let log = self.log_path();
-        let mut cmd = Command::new(&binary);
+        let mut cmd = if self.watched {
+            let mut sh = Command::new("sh");
+            sh.arg("-c").arg(WATCHER).arg("sh").arg(&binary);
+            sh
+        } else {
+            Command::new(&binary)
+        };
         cmd.current_dir(self.dir.path())
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
@@ -140,12 +182,30 @@ impl RedisServer {
             .args(["--protected-mode", "yes"])
             .args(["--logfile", &log.display().to_string()])
             .args(&self.args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd
+        if self.watched {
+            cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        } else {
+            cmd.stdin(Stdio::null()).stdout(Stdio::null());
+        }
+        let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", binary.display()))?;
+        self.pid = Some(child.id());
+        if self.watched {
+            self.watch = child.stdin.take();
+            let mut line = String::new();
+            let said = child
+                .stdout
+                .take()
+                .map(|out| BufReader::new(out).read_line(&mut line));
+            self.pid = line.trim().parse().ok();
+            if !matches!(said, Some(Ok(_))) || self.pid.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("the watcher of {} said no pid", binary.display()));
+            }
+        }
         self.child = Some(child);
         self.paused = false;
         let started = Instant::now();
@@ -236,7 +296,7 @@ impl RedisServer {
 
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        self.child.as_ref().and(self.pid)
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -265,7 +325,13 @@ impl RedisServer {
     /// Kills the server with SIGKILL and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
+            if self.watched {
+                // Its stdin closed, the watcher kills the server, removes
+                // its directory and exits.
+                self.watch = None;
+            } else {
+                let _ = child.kill();
+            }
             let _ = child.wait();
             self.paused = false;
         }
@@ -279,6 +345,10 @@ impl RedisServer {
     ///
     /// When it does not come up.
     pub fn restart(&mut self) {
+        assert!(
+            !self.watched,
+            "a watched server is not restarted: its watcher removed its directory"
+        );
         self.kill();
         // The port was ours a moment ago; retry briefly if the kernel has
         // not let go of it yet.
@@ -372,7 +442,32 @@ impl RedisCluster {
     ///
     /// As [`RedisCluster::start`].
     pub fn start_with_args(masters: usize, extra: &[&str]) -> Self {
-        let nodes: Vec<RedisServer> = (0..masters).map(|_| Self::start_node(extra)).collect();
+        let nodes = (0..masters).map(|_| Self::start_node(extra)).collect();
+        Self::create(nodes)
+    }
+
+    /// One three-master cluster for the whole test process, started on
+    /// first use, with tests kept apart by key prefix (as the shared
+    /// PostgreSQL server keeps them apart by schema). Its nodes stop when
+    /// the process exits. Creating a cluster costs about 2 s (a new master
+    /// reports `cluster_state:ok` only 2 s after it started), which a test
+    /// of its own pays every time.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisCluster::start`].
+    pub fn shared() -> &'static RedisCluster {
+        static SHARED: OnceLock<RedisCluster> = OnceLock::new();
+        SHARED.get_or_init(|| {
+            let nodes = (0..3)
+                .map(|_| RedisServer::start_watched(&Self::node_args(&[])))
+                .collect();
+            Self::create(nodes)
+        })
+    }
+
+    /// Joins `nodes`, new nodes of no cluster, into one.
+    fn create(nodes: Vec<RedisServer>) -> Self {
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))
@@ -405,6 +500,11 @@ impl RedisCluster {
 
     /// A cluster node not yet in a cluster, with `extra` arguments.
     fn start_node(extra: &[&str]) -> RedisServer {
+        RedisServer::start_with_args(&Self::node_args(extra))
+    }
+
+    /// A cluster node's arguments, with `extra` ones.
+    fn node_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         let mut args = vec![
             "--cluster-enabled",
             "yes",
@@ -416,7 +516,7 @@ impl RedisCluster {
             "no",
         ];
         args.extend_from_slice(extra);
-        RedisServer::start_with_args(&args)
+        args
     }
 
     /// Starts a node (with `extra` arguments) and makes it a replica of the

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
 
-use super::waits::Waits;
+use super::waits::{Frees, Waits};
 use super::{Env, eventually};
 
 /// 32 tasks over 4 client handles take the lock 200 times each (the
@@ -327,8 +327,7 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
     }
     let inside = Arc::new(AtomicUsize::new(0));
     let waits = Arc::new(Waits::default());
-    // When the lock was last freed: just before its holder's release call.
-    let freed = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let frees = Arc::new(Frees::new(1));
     let mut tasks = Vec::new();
     for t in 0..TASKS {
         let lock = clients[t % HANDLES]
@@ -336,7 +335,7 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
             .lease(Duration::from_secs(40))
             .retry_interval(Duration::from_secs(30))
             .wait(Duration::from_secs(120));
-        let (inside, freed, waits) = (inside.clone(), freed.clone(), waits.clone());
+        let (inside, frees, waits) = (inside.clone(), frees.clone(), waits.clone());
         tasks.push(tokio::spawn(async move {
             for round in 0..rounds {
                 let asked = Instant::now();
@@ -344,13 +343,11 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
                     .acquire()
                     .await
                     .unwrap_or_else(|e| panic!("task {t}, round {round}: acquire: {e}"));
-                let got = Instant::now();
-                let since = (*freed.lock().unwrap()).max(asked);
-                waits.record(got.saturating_duration_since(since));
+                waits.record(frees.taken(asked));
                 assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
                 tokio::task::yield_now().await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                *freed.lock().unwrap() = Instant::now();
+                frees.freeing();
                 let held = guard
                     .release()
                     .await

@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | `locks` | mutual exclusion, leases, handoff, wake-ups (none lost under contention), watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
-//! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
+//! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up; no permit's wake-up lost under contention (module `queue_wake_ups`) | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
 //! | `rw_locks` | read-write locks: readers share, writers alone, one FIFO queue, handoff to the run of readers, fences, leases, dropped acquisitions, bad input, `inspect()` | read-write locks (`rw_*`) |
 //! | `rw_refused` | a store without read-write locks refuses them as `Unsupported`, naming itself | no read-write locks |
@@ -391,7 +391,6 @@ macro_rules! conformance {
             crashed_holder_frees_its_permit_at_lease_end,
             permits_release_extend_and_expire,
             permit_waiter_is_woken_by_release,
-            no_permit_wake_up_is_lost_under_contention,
             semaphore_bad_input,
         );
     };
@@ -403,6 +402,9 @@ macro_rules! conformance {
             semaphore_permits_in_fifo_order,
             dropped_acquire_leaves_the_queue,
             ended_wait_leaves_the_queue,
+        );
+        $crate::conformance!(@tests queue_wake_ups, semaphores, Real, $h;
+            no_permit_wake_up_is_lost_under_contention,
         );
     };
     (@group inspection, $h:expr) => {

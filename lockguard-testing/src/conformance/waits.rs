@@ -1,8 +1,9 @@
 //! How long the acquisitions of a contended test waited, and the check that
 //! none waited as long as a lost wake-up makes it.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The waits of a test's acquisitions, recorded by its tasks.
 #[derive(Debug, Default)]
@@ -37,5 +38,34 @@ impl Waits {
             late.len(),
             waits.len()
         );
+    }
+}
+
+/// When each free permit (the lock's one) was freed, oldest first: what
+/// an acquisition's wait is timed from, so that a waiter is not blamed for
+/// the holds ahead of it, and a store whose waiters line up without a queue
+/// (Redlock) is held to what it promises, that a freed lock is taken at
+/// once.
+#[derive(Debug)]
+pub(crate) struct Frees(Mutex<VecDeque<Instant>>);
+
+impl Frees {
+    /// `permits` permits, free from now.
+    pub(crate) fn new(permits: usize) -> Self {
+        Self(Mutex::new(vec![Instant::now(); permits].into()))
+    }
+
+    /// A holder is about to release its permit (the release call frees it,
+    /// so the permit counts as free from just before).
+    pub(crate) fn freeing(&self) {
+        self.0.lock().unwrap().push_back(Instant::now());
+    }
+
+    /// A task that asked at `asked` took a permit: how long the permit had
+    /// been free while the task waited (the oldest freed permit, which
+    /// the first waiter gets).
+    pub(crate) fn taken(&self, asked: Instant) -> Duration {
+        let freed = self.0.lock().unwrap().pop_front().unwrap_or(asked);
+        freed.max(asked).elapsed()
     }
 }
