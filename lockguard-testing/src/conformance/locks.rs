@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
 
-use super::waits::{Frees, Waits};
+use super::waits::{BOUND, Frees, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
 use super::{Env, eventually};
 
 /// 32 tasks over 4 client handles take the lock 200 times each (the
@@ -315,26 +315,18 @@ pub async fn waiter_is_woken_by_release_not_by_its_retry_interval(env: Env) {
 /// refresh, and fails this test where the quick refresh of
 /// [`mutual_exclusion_under_contention`] would hide it.
 pub async fn no_wake_up_is_lost_under_contention(env: Env) {
-    const HANDLES: usize = 4;
-    const TASKS: usize = 16;
     let rounds = env.contention_rounds().min(48);
-    let mut clients = Vec::new();
-    for _ in 0..HANDLES {
-        let builder = Client::builder()
-            .retry_interval(Duration::from_secs(30))
-            .waiter_timeout(Duration::from_secs(90));
-        clients.push(env.client_with(builder).await);
-    }
+    let clients = patient_clients(&env).await;
     let inside = Arc::new(AtomicUsize::new(0));
     let waits = Arc::new(Waits::default());
     let frees = Arc::new(Frees::new(1));
     let mut tasks = Vec::new();
     for t in 0..TASKS {
-        let lock = clients[t % HANDLES]
+        let lock = clients[t % clients.len()]
             .lock("handoffs")
-            .lease(Duration::from_secs(40))
-            .retry_interval(Duration::from_secs(30))
-            .wait(Duration::from_secs(120));
+            .lease(LEASE)
+            .retry_interval(RETRY)
+            .wait(WAIT);
         let (inside, frees, waits) = (inside.clone(), frees.clone(), waits.clone());
         tasks.push(tokio::spawn(async move {
             for round in 0..rounds {
@@ -348,18 +340,14 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
                 tokio::task::yield_now().await;
                 inside.fetch_sub(1, Ordering::SeqCst);
                 frees.freeing();
-                let held = guard
-                    .release()
-                    .await
-                    .unwrap_or_else(|e| panic!("task {t}, round {round}: release: {e}"));
-                assert!(held, "task {t}, round {round}: lease lost");
+                held(guard.release().await, t, round);
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    waits.assert_below(Duration::from_secs(8), "since the lock was freed");
+    waits.assert_below(BOUND, "since the lock was freed");
 }
 
 /// Dropping `acquire` futures at random points, while waiting and around the

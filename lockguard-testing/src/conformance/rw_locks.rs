@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, ErrorKind, MAX_LEASE, RwMode};
 use tokio::sync::{mpsc, oneshot};
 
-use super::waits::Waits;
+use super::waits::{BOUND, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
 use super::{Env, eventually};
 
 /// Waits (at most 10 s) until `name`'s queue holds `n` waiters, as a third
@@ -183,50 +183,39 @@ pub async fn many_readers_or_one_writer_under_contention(env: Env) {
 /// the few tasks ahead of it in the queue. (See the lock's
 /// `no_wake_up_is_lost_under_contention`.)
 pub async fn no_rw_wake_up_is_lost_under_contention(env: Env) {
-    const HANDLES: usize = 4;
-    const TASKS: usize = 16;
     let rounds = env.contention_rounds().min(48);
-    let mut clients = Vec::new();
-    for _ in 0..HANDLES {
-        let builder = Client::builder()
-            .retry_interval(Duration::from_secs(30))
-            .waiter_timeout(Duration::from_secs(90));
-        clients.push(env.client_with(builder).await);
-    }
+    let clients = patient_clients(&env).await;
     let waits = Arc::new(Waits::default());
     let mut tasks = Vec::new();
     for t in 0..TASKS {
-        let rw = clients[t % HANDLES].rw_lock("handoffs");
+        let rw = clients[t % clients.len()].rw_lock("handoffs");
         let waits = waits.clone();
         tasks.push(tokio::spawn(async move {
             for round in 0..rounds {
-                let lease = Duration::from_secs(40);
-                let (retry, wait) = (Duration::from_secs(30), Duration::from_secs(120));
                 let asked = Instant::now();
-                let held = if t % 4 == 0 {
-                    let write = rw.write().lease(lease).retry_interval(retry).wait(wait);
+                let released = if t % 4 == 0 {
+                    let write = rw.write().lease(LEASE).retry_interval(RETRY).wait(WAIT);
                     let g = write.acquire().await;
                     let g = g.unwrap_or_else(|e| panic!("task {t}, round {round}: write: {e}"));
                     waits.record(asked.elapsed());
                     tokio::task::yield_now().await;
                     g.release().await
                 } else {
-                    let read = rw.read().lease(lease).retry_interval(retry).wait(wait);
+                    let read = rw.read().lease(LEASE).retry_interval(RETRY).wait(WAIT);
                     let g = read.acquire().await;
                     let g = g.unwrap_or_else(|e| panic!("task {t}, round {round}: read: {e}"));
                     waits.record(asked.elapsed());
                     tokio::task::yield_now().await;
                     g.release().await
                 };
-                let held = held.unwrap_or_else(|e| panic!("task {t}, round {round}: release: {e}"));
-                assert!(held, "task {t}, round {round}: lease lost");
+                held(released, t, round);
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    waits.assert_below(Duration::from_secs(8), "from asking");
+    waits.assert_below(BOUND, "from asking");
 }
 
 /// While readers hold the lock and a writer waits, a later reader is

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, MAX_PERMITS};
 
 use super::Env;
-use super::waits::Waits;
+use super::waits::{BOUND, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
 
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
@@ -174,25 +174,17 @@ pub async fn permit_waiter_is_woken_by_release(env: Env) {
 /// whose waiters line up without a queue (Redlock) gives no such bound
 /// under load. (See the lock's `no_wake_up_is_lost_under_contention`.)
 pub async fn no_permit_wake_up_is_lost_under_contention(env: Env) {
-    const HANDLES: usize = 4;
-    const TASKS: usize = 16;
     const PERMITS: u32 = 3;
     let rounds = env.contention_rounds().min(48);
-    let mut clients = Vec::new();
-    for _ in 0..HANDLES {
-        let builder = Client::builder()
-            .retry_interval(Duration::from_secs(30))
-            .waiter_timeout(Duration::from_secs(90));
-        clients.push(env.client_with(builder).await);
-    }
+    let clients = patient_clients(&env).await;
     let waits = Arc::new(Waits::default());
     let mut tasks = Vec::new();
     for t in 0..TASKS {
-        let sem = clients[t % HANDLES]
+        let sem = clients[t % clients.len()]
             .semaphore("handoffs", PERMITS)
-            .lease(Duration::from_secs(40))
-            .retry_interval(Duration::from_secs(30))
-            .wait(Duration::from_secs(120));
+            .lease(LEASE)
+            .retry_interval(RETRY)
+            .wait(WAIT);
         let waits = waits.clone();
         tasks.push(tokio::spawn(async move {
             for round in 0..rounds {
@@ -203,18 +195,14 @@ pub async fn no_permit_wake_up_is_lost_under_contention(env: Env) {
                     .unwrap_or_else(|e| panic!("task {t}, round {round}: acquire: {e}"));
                 waits.record(asked.elapsed());
                 tokio::task::yield_now().await;
-                let held = permit
-                    .release()
-                    .await
-                    .unwrap_or_else(|e| panic!("task {t}, round {round}: release: {e}"));
-                assert!(held, "task {t}, round {round}: lease lost");
+                held(permit.release().await, t, round);
             }
         }));
     }
     for t in tasks {
         t.await.unwrap();
     }
-    waits.assert_below(Duration::from_secs(8), "from asking");
+    waits.assert_below(BOUND, "from asking");
 }
 
 /// Zero or too many permits, an empty name, a zero lease: `InvalidInput`

@@ -5,6 +5,42 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use lockguard_core::Client;
+
+use super::Env;
+
+/// The no-lost-wake-up tests' settings: with a 30 s retry interval and a
+/// 90 s waiter timeout, a waiter's own timed refresh comes 15 s and more
+/// after it last tried, far past [`BOUND`]; leases (40 s, the longest fixed
+/// lease a ZooKeeper client of the kit takes) and waits outlast the test.
+pub(crate) const RETRY: Duration = Duration::from_secs(30);
+/// See [`RETRY`].
+pub(crate) const LEASE: Duration = Duration::from_secs(40);
+/// See [`RETRY`].
+pub(crate) const WAIT: Duration = Duration::from_secs(120);
+/// The longest an acquisition of those tests may wait.
+pub(crate) const BOUND: Duration = Duration::from_secs(8);
+/// How many tasks contend in those tests, over [`patient_clients`].
+pub(crate) const TASKS: usize = 16;
+
+/// The 4 clients of the no-lost-wake-up tests (see [`RETRY`]).
+pub(crate) async fn patient_clients(env: &Env) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let builder = Client::builder()
+            .retry_interval(RETRY)
+            .waiter_timeout(RETRY * 3);
+        clients.push(env.client_with(builder).await);
+    }
+    clients
+}
+
+/// A release's answer in task `t`'s `round`: it must have held.
+pub(crate) fn held(released: lockguard_core::Result<bool>, t: usize, round: usize) {
+    let held = released.unwrap_or_else(|e| panic!("task {t}, round {round}: release: {e}"));
+    assert!(held, "task {t}, round {round}: lease lost");
+}
+
 /// The waits of a test's acquisitions, recorded by its tasks.
 #[derive(Debug, Default)]
 pub(crate) struct Waits(Mutex<Vec<Duration>>);
