@@ -58,3 +58,32 @@ lockguard_testing::conformance!(
     mysql => MySql::start();
     locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
 );
+
+/// The `wake_ups` and `queue_wake_ups` groups, not passed yet. With
+/// another contended test beside it, a waiter here waited for its timed
+/// refresh: the lock's test saw one acquisition 18.9 s after the release,
+/// the semaphore's saw waiters stall 8–29 s at once, in groups, in 2 of 3
+/// runs (alone, each passed every run: 15 and 4). Wake-ups are lost or held
+/// up under that load; the cause is not found yet. Reproduce with `cargo
+/// test -p lockguard-mysql --test conformance -- --include-ignored
+/// --test-threads 4 wake_up_is_lost`.
+#[test]
+#[ignore = "known failure: MariaDB waiters miss wake-ups beside another contended test"]
+fn wake_ups_no_wake_up_is_lost_under_contention() {
+    lockguard_testing::conformance::run(
+        MySql::start,
+        lockguard_testing::conformance::Time::Real,
+        lockguard_testing::conformance::locks::no_wake_up_is_lost_under_contention,
+    );
+}
+
+/// See `wake_ups_no_wake_up_is_lost_under_contention`.
+#[test]
+#[ignore = "known failure: MariaDB waiters miss wake-ups beside another contended test"]
+fn queue_wake_ups_no_permit_wake_up_is_lost_under_contention() {
+    lockguard_testing::conformance::run(
+        MySql::start,
+        lockguard_testing::conformance::Time::Real,
+        lockguard_testing::conformance::semaphores::no_permit_wake_up_is_lost_under_contention,
+    );
+}

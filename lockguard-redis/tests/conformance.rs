@@ -133,15 +133,15 @@ impl Harness for Sentinel {
 
 lockguard_testing::conformance!(
     redis => Redis::start();
-    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
-lockguard_testing::conformance!(redlock => Redlock::start(); locks, semaphores, rw_refused, leader);
+lockguard_testing::conformance!(redlock => Redlock::start(); locks, wake_ups, semaphores, rw_refused, leader);
 
 #[cfg(feature = "cluster")]
 lockguard_testing::conformance!(
     cluster => Cluster::start();
-    locks, semaphores, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A Redlock client says inspection is unsupported: its nodes may each
@@ -172,5 +172,5 @@ async fn a_braced_prefix_is_refused_by_connect() {
 #[cfg(feature = "sentinel")]
 lockguard_testing::conformance!(
     sentinel => Sentinel::start();
-    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
 );

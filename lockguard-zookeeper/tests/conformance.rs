@@ -70,7 +70,7 @@ impl Harness for ZooKeeper {
 
 lockguard_testing::conformance!(
     zookeeper => ZooKeeper::start();
-    locks, semaphores, queue, inspection, rw_locks, counters, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, leader
 );
 
 /// The lock nodes under the test's root: each container's name with its

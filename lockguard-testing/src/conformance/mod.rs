@@ -9,9 +9,11 @@
 //!
 //! | group | what it checks | needs |
 //! |---|---|---|
-//! | `locks` | mutual exclusion, leases, handoff, wake-ups (none lost under contention), watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
+//! | `locks` | mutual exclusion, leases, handoff, wake-ups, watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
-//! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up; no permit's wake-up lost under contention (module `queue_wake_ups`) | a queue (`Waiting::Queue`) |
+//! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
+//! | `wake_ups` | no lock's wake-up lost under contention (each acquisition within 8 s of the lock's release, where only a wake-up is that quick) | locks |
+//! | `queue_wake_ups` | no permit's wake-up lost under contention (a bound on every wait that only a queue gives) | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
 //! | `rw_locks` | read-write locks: readers share, writers alone, one FIFO queue, handoff to the run of readers, fences, leases, dropped acquisitions, bad input, `inspect()` | read-write locks (`rw_*`) |
 //! | `rw_refused` | a store without read-write locks refuses them as `Unsupported`, naming itself | no read-write locks |
@@ -338,8 +340,9 @@ where
 /// named `store` with one module per group (so `cargo test store` picks
 /// them, and `cargo test store::locks` one group).
 ///
-/// The groups: `locks`, `semaphores`, `queue`, `inspection`, `rw_locks`,
-/// `rw_refused`, `counters`, `counter_expiry`, `limits`, `leader` (see the
+/// The groups: `locks`, `wake_ups`, `semaphores`, `queue`,
+/// `queue_wake_ups`, `inspection`, `rw_locks`, `rw_refused`, `counters`,
+/// `counter_expiry`, `limits`, `leader` (see the
 /// [module](mod@crate::conformance)).
 ///
 /// ```ignore
@@ -363,7 +366,6 @@ macro_rules! conformance {
             watchdog_keeps_a_short_lease_alive,
             a_lock_handed_to_a_waiter_keeps_its_lease,
             waiter_is_woken_by_release_not_by_its_retry_interval,
-            no_wake_up_is_lost_under_contention,
             dropped_acquire_futures_never_keep_the_lock,
             dropped_guard_releases_in_the_background,
             nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
@@ -403,6 +405,13 @@ macro_rules! conformance {
             dropped_acquire_leaves_the_queue,
             ended_wait_leaves_the_queue,
         );
+    };
+    (@group wake_ups, $h:expr) => {
+        $crate::conformance!(@tests wake_ups, locks, Real, $h;
+            no_wake_up_is_lost_under_contention,
+        );
+    };
+    (@group queue_wake_ups, $h:expr) => {
         $crate::conformance!(@tests queue_wake_ups, semaphores, Real, $h;
             no_permit_wake_up_is_lost_under_contention,
         );
@@ -477,7 +486,7 @@ macro_rules! conformance {
     (@group $other:ident, $h:expr) => {
         compile_error!(concat!(
             "unknown conformance group `", stringify!($other),
-            "`: expected locks, semaphores, queue, inspection, rw_locks, rw_refused, counters, counter_expiry, limits or leader"
+            "`: expected locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, rw_refused, counters, counter_expiry, limits or leader"
         ));
     };
     (@tests $group:ident, $module:ident, $time:ident, $h:expr; $($name:ident),+ $(,)?) => {

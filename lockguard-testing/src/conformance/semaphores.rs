@@ -170,7 +170,8 @@ pub async fn permit_waiter_is_woken_by_release(env: Env) {
 /// with a 30 s retry interval and a 90 s waiter timeout (a waiter's own
 /// refresh comes 15 s and more after it last tried): every permit passed on
 /// must come from a wake-up. No acquisition may wait 8 s: each waits for
-/// the few tasks ahead of it in the queue. In the `queue` group: a store
+/// the few tasks ahead of it in the queue. In a group of its own
+/// (`queue_wake_ups`), for stores with a queue: a store
 /// whose waiters line up without a queue (Redlock) gives no such bound
 /// under load. (See the lock's `no_wake_up_is_lost_under_contention`.)
 pub async fn no_permit_wake_up_is_lost_under_contention(env: Env) {
