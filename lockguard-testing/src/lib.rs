@@ -166,6 +166,10 @@ impl RedisServer {
     fn spawn(&mut self) -> Result<(), String> {
         let binary = redis_server_binary();
         let log = self.log_path();
+        // A watcher removes the directory once its server is gone: a server
+        // that did not come up is started again in it.
+        std::fs::create_dir_all(self.dir.path())
+            .map_err(|e| format!("cannot create {}: {e}", self.dir.path().display()))?;
         let mut cmd = if self.watched {
             let mut sh = Command::new("sh");
             sh.arg("-c").arg(WATCHER).arg("sh").arg(&binary);
