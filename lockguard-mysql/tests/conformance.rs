@@ -63,8 +63,10 @@ lockguard_testing::conformance!(
 /// another contended test beside it, a waiter here waited for its timed
 /// refresh: the lock's test saw one acquisition 18.9 s after the release,
 /// the semaphore's saw waiters stall 8–29 s at once, in groups, in 2 of 3
-/// runs (alone, each passed every run: 15 and 4). Wake-ups are lost or held
-/// up under that load; the cause is not found yet. Reproduce with `cargo
+/// runs (alone, each passed every run: 15 and 4). Traced once: after a
+/// mailbox read, the bell's next wait ran its whole 30 s period while seven
+/// handoffs reached its mailbox; no ring interrupted it. The cause is not
+/// found yet. Reproduce with `cargo
 /// test -p lockguard-mysql --test conformance -- --include-ignored
 /// --test-threads 4 wake_up_is_lost`.
 #[test]
