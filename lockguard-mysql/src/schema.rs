@@ -10,7 +10,10 @@ use crate::error::mysql_error;
 /// The schema's version, kept in the `meta` table: a client finding an
 /// older one (re)creates the procedures and adds what is missing; one
 /// finding a newer one refuses to run on it.
-pub(crate) const VERSION: i64 = 2;
+///
+/// Version 3: the bell's ring looks at the process list again while it
+/// shows the bell's connection as `Busy`.
+pub(crate) const VERSION: i64 = 3;
 
 /// The default table prefix.
 pub const DEFAULT_TABLE_PREFIX: &str = "lockguard_";

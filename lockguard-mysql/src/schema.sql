@@ -212,11 +212,21 @@ DROP PROCEDURE IF EXISTS __P__ring
 -- And MariaDB's KILL of a thread in SLEEP() can stall for up to a second
 -- when another KILL of the same thread races it (the killer retries a
 -- mutex the woken sleeper holds), so two must not overlap.
+--
+-- Under load (other rings reading the list at once), MariaDB's process
+-- list was seen showing a bell asleep in its query as `Busy`, its
+-- statement text (INFO) NULL: the bell then looks like no bell. A
+-- ring that set the flag and took it for awake left it asleep with the flag
+-- set, and every later ring skipped it until its period ended. So the ring
+-- looks again while the bell's connection shows as `Busy` or as in a
+-- statement (up to 20 looks).
 CREATE PROCEDURE __P__ring(IN p_first BIGINT, IN p_last BIGINT)
 BEGIN
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_channel VARBINARY(2900);
   DECLARE v_conn BIGINT UNSIGNED;
+  DECLARE v_rung INT;
+  DECLARE v_looks INT;
   DECLARE c CURSOR FOR
     SELECT DISTINCT h.channel FROM __P__handoffs h WHERE h.id BETWEEN p_first AND p_last;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -228,12 +238,24 @@ BEGIN
       LEAVE bells;
     END IF;
     UPDATE __P__bells SET rung = 1 WHERE channel = v_channel AND rung = 0;
-    SET v_conn = IF(ROW_COUNT() = 0, NULL, (
-      SELECT b.conn FROM __P__bells b
-        JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
-        WHERE b.channel = v_channel
-          AND LOCATE(CONCAT('lockguard bell ', HEX(v_channel)), p.INFO) > 0
-        LIMIT 1));
+    SET v_rung = ROW_COUNT() > 0;
+    SET v_conn = NULL;
+    SET v_looks = 0;
+    WHILE v_rung AND v_conn IS NULL AND v_looks < 20 DO
+      SET v_looks = v_looks + 1;
+      SET v_conn = (
+        SELECT b.conn FROM __P__bells b
+          JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
+          WHERE b.channel = v_channel
+            AND LOCATE(CONCAT('lockguard bell ', HEX(v_channel)), p.INFO) > 0
+          LIMIT 1);
+      IF v_conn IS NULL AND NOT EXISTS (
+          SELECT 1 FROM __P__bells b
+            JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
+            WHERE b.channel = v_channel AND p.COMMAND IN ('Busy', 'Query')) THEN
+        SET v_looks = 20;
+      END IF;
+    END WHILE;
     IF v_conn IS NOT NULL THEN
       KILL QUERY v_conn;
     END IF;

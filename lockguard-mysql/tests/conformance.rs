@@ -59,18 +59,16 @@ lockguard_testing::conformance!(
     locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
 );
 
-/// The `wake_ups` and `queue_wake_ups` groups, not passed yet. With
-/// another contended test beside it, a waiter here waited for its timed
-/// refresh: the lock's test saw one acquisition 18.9 s after the release,
-/// the semaphore's saw waiters stall 8–29 s at once, in groups, in 2 of 3
-/// runs (alone, each passed every run: 15 and 4). Traced once: after a
-/// mailbox read, the bell's next wait ran its whole 30 s period while seven
-/// handoffs reached its mailbox; no ring interrupted it. The cause is not
-/// found yet. Reproduce with `cargo
-/// test -p lockguard-mysql --test conformance -- --include-ignored
-/// --test-threads 4 wake_up_is_lost`.
+/// The `wake_ups` and `queue_wake_ups` groups, run only when asked: both
+/// pass (12 of 12 runs together at 4 threads, since the ring's fix for a
+/// bell the process list shows as `Busy`; before it, about one run in
+/// two lost wake-ups), but beside the rest of the suite at 4 threads their
+/// load made the 300 ms lease of `watchdog_keeps_a_short_lease_alive`
+/// miss a renewal once in 4 runs. Run them with `cargo test -p
+/// lockguard-mysql --test conformance -- --include-ignored --test-threads
+/// 4 wake_up_is_lost`.
 #[test]
-#[ignore = "known failure: MariaDB waiters miss wake-ups beside another contended test"]
+#[ignore = "heavy beside the suite on two cores: run with --include-ignored"]
 fn wake_ups_no_wake_up_is_lost_under_contention() {
     lockguard_testing::conformance::run(
         MySql::start,
@@ -81,7 +79,7 @@ fn wake_ups_no_wake_up_is_lost_under_contention() {
 
 /// See `wake_ups_no_wake_up_is_lost_under_contention`.
 #[test]
-#[ignore = "known failure: MariaDB waiters miss wake-ups beside another contended test"]
+#[ignore = "heavy beside the suite on two cores: run with --include-ignored"]
 fn queue_wake_ups_no_permit_wake_up_is_lost_under_contention() {
     lockguard_testing::conformance::run(
         MySql::start,
