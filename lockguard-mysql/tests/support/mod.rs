@@ -10,13 +10,13 @@ use lockguard_testing::conformance::{ClientFuture, Harness};
 
 /// The binary's shared server, with a table prefix of the test's own, so
 /// tests running side by side share nothing.
-pub struct MySql {
+pub(crate) struct MySql {
     server: &'static MariaDbServer,
     prefix: String,
 }
 
 impl MySql {
-    pub fn start() -> Self {
+    pub(crate) fn start() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
             server: MariaDbServer::shared(),
