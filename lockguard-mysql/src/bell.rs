@@ -4,8 +4,10 @@
 //! Each client opens, at its first wait, two connections of its own (not
 //! pooled ones). One, the *holder*, takes a user lock named for the
 //! client's channel (`GET_LOCK`) and keeps it. The other, the *bell*,
-//! records its connection id in the `bells` table under the channel, then
-//! waits for that lock in a query naming the channel:
+//! records itself in the `bells` table under the channel, takes a user lock
+//! of its own (`lockguard ring ` and the channel's last 40 bytes, which end
+//! with the client's random token), then waits for the holder's lock in a
+//! query naming the channel:
 //!
 //! ```sql
 //! SELECT 'lockguard bell <channel in hex>',
@@ -17,13 +19,17 @@
 //! A release that hands a lock to one of the client's waiters writes the
 //! handoff to the `handoffs` mailbox in its transaction and, once that has
 //! committed, runs `KILL QUERY` on the bell's connection, in the same
-//! procedure call (no round trip more), after checking in the process list
-//! that the connection is that bell in that query (connection ids start
-//! again after a server restart). The interrupted bell reads and removes
-//! its handoffs ([`drain`]) and hands each to its waiter through the
-//! client's inbox; then it waits again. A bell rung and not yet read is
-//! not rung again (a flag in its row, reset as it reads): it reads the
-//! handoffs made meanwhile anyway.
+//! procedure call (no round trip more). It finds the connection with
+//! `IS_USED_LOCK` on the bell's own lock: the server names the connection
+//! holding it in its current run, so a bell that is gone (or a server
+//! restarted since the bell registered) is never mistaken for whatever
+//! connection now has its old id, and no ring reads the process list (a
+//! scan of every connection, which under load once showed a waiting bell
+//! as `Busy` with no query text, so rings took it for awake). The
+//! interrupted bell reads its handoffs ([`read_mail`]), hands each to its
+//! waiter through the client's inbox, removes them ([`forget`]), and waits
+//! again. A bell rung and not yet read is not rung again (a flag in its
+//! row, reset as it reads): it reads the handoffs made meanwhile anyway.
 //!
 //! The client's waiters queue only once the bell waits: its `sync` answers
 //! every caller then, also those that came while it connected
@@ -45,22 +51,30 @@
 //! the connection is between statements (and does nothing) has its handoff
 //! found by the next check, and one that lands after that check but before
 //! the wait interrupts the wait (the statement's kill flag stays set). A
-//! ring that finds the bell awake sets the flag and kills nothing; it may
-//! come just after the bell read the very handoff it rings for (a ring
-//! waits for a read in progress, which holds the bell's row, and then
-//! finds the flag reset), so the next check finds no handoff but the flag,
-//! and the bell reads its mailbox again, which resets the flag, before it
-//! sleeps. A bell that slept with the flag set would never be rung again:
-//! every handoff to its client's waiters would wait for their timed
-//! refresh until the bell's period ended (measured on the conformance
-//! suite's contention before this check: in half the runs, a bell stuck
-//! so and the contended test ran three to six times as long).
+//! ring may come just after the bell read the very handoff it rings for (a
+//! ring waits for a read in progress, which holds the bell's row, and then
+//! finds the flag reset), so the next check finds the flag set, and the
+//! bell reads its mailbox again, which resets the flag, before it sleeps.
+//! A bell that slept with the flag set would never be rung again: every
+//! handoff to its client's waiters would wait for their timed refresh
+//! until the bell's period ended (measured on the conformance suite's
+//! contention before this check: in half the runs, a bell stuck so and the
+//! contended test ran three to six times as long).
+//!
+//! A ring's kill lands on whatever statement the bell's connection runs,
+//! not only its wait: a ring queued behind the bell's read is let go just
+//! as that read commits, and kills at once. So the read removes nothing:
+//! an interrupted read (even one interrupted once it had committed, whose
+//! rows never reach the bell) is read again, and only rows the bell has
+//! are removed, by id, in a statement of their own (interrupted, it is
+//! sent again; lost with the connection, the rows are read again by the
+//! next bell, and a handoff delivered twice is claimed once).
 //!
 //! The bell's session reads uncommitted rows (`READ UNCOMMITTED`) so that
 //! its long statement opens no InnoDB read view (which would hold back the
 //! purge of old row versions for the length of the wait); a handoff seen
-//! before its commit only makes the drain wait for that commit, as the
-//! drain's reads lock what they read and so see only committed rows.
+//! before its commit only makes the read wait for that commit, as the
+//! read locks what it reads and so sees only committed rows.
 //!
 //! Whatever still goes wrong (a connection lost, a bell another user's
 //! release may not kill) is covered by the waiter's timed refresh, which
@@ -138,6 +152,19 @@ fn lock_name(channel: &str) -> String {
     format!("lockguard bell {}", &channel[start..]).replace('\'', "")
 }
 
+/// The user lock the bell's connection holds, by which a ring finds it:
+/// named for the channel's last 40 bytes, as the ring procedure computes
+/// it (`CONCAT('lockguard ring ', RIGHT(channel, 40))`). A channel ends
+/// with `waiters:` and the client's 32-digit token, so those bytes are
+/// ASCII and the name is 55 characters.
+fn ring_lock_name(channel: &str) -> String {
+    let mut start = channel.len().saturating_sub(40);
+    while !channel.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("lockguard ring {}", &channel[start..])
+}
+
 /// The statement a bell waits in, for at most `period`: at once when a
 /// handoff waits in its mailbox or the bell's rung flag was set since it last
 /// read it (see the module docs), else until it is rung.
@@ -187,6 +214,34 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
                 .await
                 .map_err(|e| mysql_error(e, what))?;
             register(&mut bell, cfg, channel).await?;
+            // Rings find the bell by this lock from here on. Only this
+            // client's bells take it: one still holding it is an earlier
+            // bell of this client that the server has not seen go (its
+            // statement still running after the client gave the connection
+            // up), and it goes now.
+            let ring_lock = ring_lock_name(channel);
+            let earlier: Option<Option<u64>> = bell
+                .exec_first("SELECT IS_USED_LOCK(?)", (ring_lock.as_str(),))
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            if let Some(Some(earlier)) = earlier {
+                // Gone already, it cannot be killed: no matter.
+                let _ = bell.query_drop(format!("KILL {earlier}")).await;
+            }
+            let got: Option<mysql_async::Row> = bell
+                .exec_first(
+                    "SELECT GET_LOCK(?, ?)",
+                    (ring_lock, cfg.connect_timeout.as_secs().max(1)),
+                )
+                .await
+                .map_err(|e| mysql_error(e, what))?;
+            let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
+            if got != Some(Some(1)) {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{what}: the bell's ring lock is held elsewhere ({got:?})"),
+                ));
+            }
             Ok(Pair { holder, bell })
         })
         .await,
@@ -223,25 +278,48 @@ async fn register(conn: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
     .map_err(|e| mysql_error(e, "registering the mysql bell"))
 }
 
-/// Reads and removes the handoffs addressed to `channel`.
-async fn drain(
+/// Reads the handoffs addressed to `channel`, with their mailbox ids
+/// (which [`forget`] removes), and resets the bell's rung flag.
+async fn read_mail(
     conn: &mut Conn,
     cfg: &Config,
     channel: &str,
-) -> std::result::Result<Vec<Handoff>, mysql_async::Error> {
+) -> std::result::Result<(Vec<u64>, Vec<Handoff>), mysql_async::Error> {
     let rows: Vec<mysql_async::Row> = conn
-        .exec(format!("CALL {}drain(?)", cfg.prefix), (channel,))
+        .exec(format!("CALL {}read_mail(?)", cfg.prefix), (channel,))
         .await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let (token, fence, attempt) =
-                mysql_async::from_row_opt::<(Vec<u8>, u64, u64)>(row).ok()?;
-            let token = Token::parse(&token)?;
-            let attempt = u32::try_from(attempt).ok()?;
-            (fence > 0).then(|| Handoff::new(token, FencingToken::new(fence), attempt))
-        })
-        .collect())
+    let mut ids = Vec::with_capacity(rows.len());
+    let mut handoffs = Vec::with_capacity(rows.len());
+    for row in rows {
+        let Ok((id, token, fence, attempt)) =
+            mysql_async::from_row_opt::<(u64, Vec<u8>, u64, u64)>(row)
+        else {
+            continue;
+        };
+        // Every row read is removed, also one that is no waiter's.
+        ids.push(id);
+        let (Some(token), Ok(attempt)) = (Token::parse(&token), u32::try_from(attempt)) else {
+            continue;
+        };
+        if fence > 0 {
+            handoffs.push(Handoff::new(token, FencingToken::new(fence), attempt));
+        }
+    }
+    Ok((ids, handoffs))
+}
+
+/// Removes the mailbox rows `ids`, which the bell has read.
+async fn forget(
+    conn: &mut Conn,
+    cfg: &Config,
+    ids: &[u64],
+) -> std::result::Result<(), mysql_async::Error> {
+    let list = ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    conn.query_drop(format!(
+        "DELETE FROM {}handoffs WHERE id IN ({list})",
+        cfg.prefix
+    ))
+    .await
 }
 
 /// Why a bell's connection stopped ringing.
@@ -302,19 +380,21 @@ async fn ring(pair: &mut Pair, cfg: &Config, channel: &str, inbox: &Weak<dyn Inb
     let wait_bound = cfg.bell_period + cfg.response_timeout;
     let mut renewed = tokio::time::Instant::now();
     loop {
-        let handoffs =
-            match tokio::time::timeout(cfg.response_timeout, drain(&mut pair.bell, cfg, channel))
-                .await
-            {
-                Ok(Ok(h)) => h,
-                // Rung while reading: read again.
-                Ok(Err(e)) if is_interrupted(&e) => continue,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "mysql bell connection lost");
-                    return Stopped::Lost;
-                }
-                Err(_) => return Stopped::Lost,
-            };
+        let (ids, handoffs) = match tokio::time::timeout(
+            cfg.response_timeout,
+            read_mail(&mut pair.bell, cfg, channel),
+        )
+        .await
+        {
+            Ok(Ok(mail)) => mail,
+            // Rung while reading: read again (nothing was removed).
+            Ok(Err(e)) if is_interrupted(&e) => continue,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "mysql bell connection lost");
+                return Stopped::Lost;
+            }
+            Err(_) => return Stopped::Lost,
+        };
         let Some(i) = inbox.upgrade() else {
             return Stopped::ClientGone;
         };
@@ -322,6 +402,23 @@ async fn ring(pair: &mut Pair, cfg: &Config, channel: &str, inbox: &Weak<dyn Inb
             i.handoff(h);
         }
         drop(i);
+        // Delivered first, removed after: a handoff is lost by neither a
+        // ring's kill nor a lost connection (the next read delivers again
+        // what was not removed).
+        while !ids.is_empty() {
+            match tokio::time::timeout(cfg.response_timeout, forget(&mut pair.bell, cfg, &ids))
+                .await
+            {
+                Ok(Ok(())) => break,
+                // Rung while removing: the removal is sent again.
+                Ok(Err(e)) if is_interrupted(&e) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "mysql bell connection lost");
+                    return Stopped::Lost;
+                }
+                Err(_) => return Stopped::Lost,
+            }
+        }
         // Stale rows are swept after five minutes: renewed every minute,
         // through the holder, whose connection this keeps in use.
         if renewed.elapsed() >= Duration::from_secs(60) {

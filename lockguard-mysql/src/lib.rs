@@ -33,11 +33,13 @@
 //!   and a server restart.
 //! - **Wake-ups without polling.** MySQL has no `LISTEN`/`NOTIFY`. Each
 //!   client keeps a *bell*: one connection holding a user lock
-//!   (`GET_LOCK`) and one waiting for that lock in a query that names the
-//!   client. A release that hands a lock to one of its waiters writes the
-//!   handoff to a mailbox table and, after committing, interrupts the
-//!   bell's query with `KILL QUERY` (in the same procedure call), so that
-//!   only that client wakes, and only the waiter concerned takes the lock.
+//!   (`GET_LOCK`) and one waiting for that lock in a query, itself holding
+//!   a user lock named for the client. A release that hands a lock to one
+//!   of its waiters writes the handoff to a mailbox table and, after
+//!   committing, finds the bell's connection by its lock (`IS_USED_LOCK`)
+//!   and interrupts it with `KILL QUERY` (in the same procedure call), so
+//!   that only that client wakes, and only the waiter concerned takes the
+//!   lock.
 //!   A lost ring (the bell reconnecting, say) is covered by the waiter's
 //!   timed refresh, which claims a lock handed to it as well. Why a user
 //!   lock's wait and not `SLEEP()`, and not `GET_LOCK` per waiter: see the
@@ -64,8 +66,8 @@
 //! [`migration_sql`]); then `SELECT`, `INSERT`, `UPDATE`, `DELETE` and
 //! `EXECUTE`. Ringing another client's bell uses `KILL QUERY`, which a user
 //! may do to its own connections: give every client the same user, or give
-//! it `PROCESS` and `CONNECTION ADMIN` (MariaDB) / `CONNECTION_ADMIN`
-//! (MySQL). Without them waiters wake at their timed refreshes. A client
+//! it `CONNECTION ADMIN` (MariaDB) / `CONNECTION_ADMIN` (MySQL). Without
+//! that, waiters of another user's clients wake at their timed refreshes. A client
 //! opens its pool (up to 16 connections) and, at its first wait, the bell's
 //! two connections.
 //!

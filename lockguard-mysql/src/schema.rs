@@ -12,8 +12,12 @@ use crate::error::mysql_error;
 /// finding a newer one refuses to run on it.
 ///
 /// Version 3: the bell's ring looks at the process list again while it
-/// shows the bell's connection as `Busy`.
-pub(crate) const VERSION: i64 = 3;
+/// shows the bell's connection as `Busy`. Version 4: the ring finds the
+/// bell by the user lock the bell's connection holds (no process list),
+/// and the bell reads its mail (`read_mail`) and removes what it read in
+/// two statements. `drain` stays for clients of version 3 still running,
+/// whose bells are no longer rung.
+pub(crate) const VERSION: i64 = 4;
 
 /// The default table prefix.
 pub const DEFAULT_TABLE_PREFIX: &str = "lockguard_";
@@ -39,8 +43,8 @@ fn statements(prefix: &str) -> Vec<String> {
 /// `mariadb` or `mysql` client, which needs the `DELIMITER` lines): what a
 /// client runs on connect when they are missing. The user lockguard
 /// connects as then needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` and
-/// `EXECUTE` on them (and `PROCESS` and `CONNECTION ADMIN`, or one user
-/// for every client, for wake-ups: see the crate docs).
+/// `EXECUTE` on them (and `CONNECTION ADMIN`, or one user for every
+/// client, for wake-ups: see the crate docs).
 ///
 /// # Errors
 ///

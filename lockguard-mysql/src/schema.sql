@@ -17,8 +17,9 @@
 -- Handoffs are written to a mailbox (__P__handoffs) in the transaction that
 -- makes them; after it commits, the releaser rings the waiter's client:
 -- `KILL QUERY` on the client's bell connection, which sleeps in a query
--- that names it (see bell.rs). A bell that cannot be rung leaves the waiter
--- to its timed refresh, which claims the lock as well.
+-- and holds a user lock named for the client's channel, by which the ring
+-- finds it (see bell.rs). A bell that cannot be rung leaves the waiter to
+-- its timed refresh, which claims the lock as well.
 
 CREATE TABLE IF NOT EXISTS __P__meta (
   id TINYINT NOT NULL PRIMARY KEY,
@@ -76,9 +77,9 @@ CREATE TABLE IF NOT EXISTS __P__handoffs (
   KEY __P__handoffs_age (at_us)
 ) ENGINE=InnoDB
 -- ;;
--- Each client's bell: the connection to ring (KILL QUERY) when a lock was
--- handed to one of its waiters, and whether it was rung since it last read
--- its mailbox. Renewed by the bell every minute.
+-- Each client's bell: whether it was rung (KILL QUERY) since it last read
+-- its mailbox, and its connection id (for an operator: a ring finds the
+-- connection by the user lock it holds). Renewed by the bell every minute.
 CREATE TABLE IF NOT EXISTS __P__bells (
   channel VARBINARY(2900) NOT NULL PRIMARY KEY,
   conn BIGINT UNSIGNED NOT NULL,
@@ -195,38 +196,35 @@ END
 DROP PROCEDURE IF EXISTS __P__ring
 -- ;;
 -- Rings the bells of the clients whose waiters the mailbox rows
--- p_first..p_last address: KILL QUERY on each bell connection, checked
--- first to be that client's bell, asleep in the query naming its channel
--- (connection ids start again after a server restart: a stale row must not
--- interrupt someone else's statement). Runs after the handoffs committed,
--- so a woken bell finds them. A bell that cannot be rung (gone, or another
--- user's connection, invisible and unkillable without the PROCESS and
--- CONNECTION ADMIN privileges) is skipped: its waiter's refresh claims the
--- lock instead. Rows of other handoffs in the range only ring their bells
--- once more.
+-- p_first..p_last address: KILL QUERY on each bell's connection. A bell
+-- is found by the user lock its connection holds, `lockguard ring ` and
+-- the channel's last 40 bytes (which end with the client's random token):
+-- IS_USED_LOCK names the connection holding it in this server's run, so a
+-- bell gone (or a server restarted since it registered) is never taken for
+-- a connection that now has its id, and no process list is read. Runs
+-- after the handoffs committed, so a woken bell finds them. A bell that
+-- cannot be rung (none holds the lock, or it is another user's
+-- connection, unkillable without CONNECTION ADMIN) is skipped: its
+-- waiter's refresh claims the lock instead. Rows of other handoffs in the
+-- range only ring their bells once more.
 --
 -- A bell rung and not yet read is not rung again (`rung`, reset by the bell
 -- as it reads its mailbox): it will read the handoffs made meanwhile
--- anyway, and it never goes to sleep with the flag set (its query returns
--- at once then; see bell.rs), so a ring that finds it awake is not lost.
--- And MariaDB's KILL of a thread in SLEEP() can stall for up to a second
--- when another KILL of the same thread races it (the killer retries a
--- mutex the woken sleeper holds), so two must not overlap.
+-- anyway, and its wait returns at once while the flag is set (see
+-- bell.rs). And MariaDB's KILL of a thread can stall when another KILL of
+-- the same thread races it, so two must not overlap.
 --
--- Under load (other rings reading the list at once), MariaDB's process
--- list was seen showing a bell asleep in its query as `Busy`, its
--- statement text (INFO) NULL: the bell then looks like no bell. A
--- ring that set the flag and took it for awake left it asleep with the flag
--- set, and every later ring skipped it until its period ended. So the ring
--- looks again while the bell's connection shows as `Busy` or as in a
--- statement (up to 20 looks).
+-- The kill may land on any statement of the bell's connection, not only
+-- its wait: a ring queued behind the bell's read of its mailbox (which
+-- holds the bell's row) kills just as that read ends. The bell treats an
+-- interrupted statement as a ring, and reads and removes its mail in two
+-- statements, so that an interrupted read (even one interrupted after it
+-- committed) removes nothing.
 CREATE PROCEDURE __P__ring(IN p_first BIGINT, IN p_last BIGINT)
 BEGIN
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_channel VARBINARY(2900);
   DECLARE v_conn BIGINT UNSIGNED;
-  DECLARE v_rung INT;
-  DECLARE v_looks INT;
   DECLARE c CURSOR FOR
     SELECT DISTINCT h.channel FROM __P__handoffs h WHERE h.id BETWEEN p_first AND p_last;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -238,26 +236,11 @@ BEGIN
       LEAVE bells;
     END IF;
     UPDATE __P__bells SET rung = 1 WHERE channel = v_channel AND rung = 0;
-    SET v_rung = ROW_COUNT() > 0;
-    SET v_conn = NULL;
-    SET v_looks = 0;
-    WHILE v_rung AND v_conn IS NULL AND v_looks < 20 DO
-      SET v_looks = v_looks + 1;
-      SET v_conn = (
-        SELECT b.conn FROM __P__bells b
-          JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
-          WHERE b.channel = v_channel
-            AND LOCATE(CONCAT('lockguard bell ', HEX(v_channel)), p.INFO) > 0
-          LIMIT 1);
-      IF v_conn IS NULL AND NOT EXISTS (
-          SELECT 1 FROM __P__bells b
-            JOIN information_schema.PROCESSLIST p ON p.ID = b.conn
-            WHERE b.channel = v_channel AND p.COMMAND IN ('Busy', 'Query')) THEN
-        SET v_looks = 20;
+    IF ROW_COUNT() > 0 THEN
+      SET v_conn = IS_USED_LOCK(CONCAT('lockguard ring ', RIGHT(v_channel, 40)));
+      IF v_conn IS NOT NULL THEN
+        KILL QUERY v_conn;
       END IF;
-    END WHILE;
-    IF v_conn IS NOT NULL THEN
-      KILL QUERY v_conn;
     END IF;
   END LOOP;
   CLOSE c;
@@ -379,10 +362,10 @@ END
 DROP PROCEDURE IF EXISTS __P__drain
 -- ;;
 -- Reads and removes the handoffs addressed to p_channel's waiters, and
--- marks the bell ready to be rung again: what a bell does when rung. Both
--- reads lock what they read, so they see only
--- committed handoffs (the bell's session reads uncommitted rows
--- otherwise: see bell.rs) and wait for one being committed.
+-- marks the bell ready to be rung again, in one statement: what a bell of
+-- schema version 3 does when rung. Kept for such clients still running
+-- beside this version (they are no longer rung: their waiters' refreshes
+-- claim what is handed to them).
 CREATE PROCEDURE __P__drain(IN p_channel VARBINARY(2900))
 BEGIN
   DECLARE v_max BIGINT;
@@ -393,6 +376,25 @@ BEGIN
   SELECT h.token, h.fence, h.attempt FROM __P__handoffs h
     WHERE h.channel = p_channel AND h.id <= v_max ORDER BY h.id FOR UPDATE;
   DELETE FROM __P__handoffs WHERE channel = p_channel AND id <= v_max;
+  COMMIT;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__read_mail
+-- ;;
+-- Reads the handoffs addressed to p_channel's waiters, and marks the bell
+-- ready to be rung again: what a bell does when rung. It removes nothing:
+-- the bell removes the rows it read (by id) once it has them, so a read
+-- that a ring interrupts, even after it committed, loses no handoff. The
+-- read locks what it reads, so it sees only committed handoffs (the bell's
+-- session reads uncommitted rows otherwise: see bell.rs) and waits for one
+-- being committed.
+CREATE PROCEDURE __P__read_mail(IN p_channel VARBINARY(2900))
+BEGIN
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  UPDATE __P__bells SET rung = 0 WHERE channel = p_channel;
+  SELECT h.id, h.token, h.fence, h.attempt FROM __P__handoffs h
+    WHERE h.channel = p_channel ORDER BY h.id FOR UPDATE;
   COMMIT;
 END
 -- ;;

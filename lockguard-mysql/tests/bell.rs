@@ -3,6 +3,7 @@
 //! reads its mailbox, just after the read took the handoff the ring is
 //! for.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -50,11 +51,12 @@ fn lock_wait(id: u64) -> String {
 
 /// A release's ring lands while the bell reads its mailbox and waits for
 /// that read, which takes the very handoff the ring is for; the ring then
-/// sets the bell's rung flag (the read had reset the flag) and finds it between
-/// statements, so it kills nothing. The bell must not go to sleep with the
-/// flag set: no later ring would wake it (each sees the flag and leaves
-/// it), and every handoff to its client's waiters would wait for their
-/// timed refresh until the bell's period ended.
+/// sets the bell's rung flag (the read had reset the flag) and kills the
+/// bell's connection as its read ends or between statements, where the
+/// kill does nothing. The bell must not go to sleep with the flag set: no
+/// later ring would wake it (each sees the flag and leaves it), and every
+/// handoff to its client's waiters would wait for their timed refresh
+/// until the bell's period ended.
 ///
 /// The interleaving is made, not hoped for: an uncommitted mailbox row of
 /// the test's own holds the bell's read (which locks what it reads) until
@@ -148,8 +150,8 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     }
     gate.wait();
     // The write is given up (its connection killed): the read takes the
-    // handoff and lets go of the bell's row; the ring sets the bell's rung flag
-    // and finds it between statements.
+    // handoff and lets go of the bell's row; the ring sets the bell's rung
+    // flag and kills the bell's connection, which is done with its read.
     server.sql(&format!("KILL {}", writing.id()));
     let started = Instant::now();
     let state = loop {
@@ -165,8 +167,10 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
         std::thread::sleep(Duration::from_millis(10));
     };
     gate.wait();
-    // The flag set, the bell not in its query, the handoff taken.
-    assert_eq!(state, "1\t0\t0", "the race (rung, asleep, handoff left)");
+    // The flag set, the bell not in its query, the handoff read but not yet
+    // removed (the bell removes what it read in a statement of its own,
+    // which its held process has not sent).
+    assert_eq!(state, "1\t0\t1", "the race (rung, asleep, handoff left)");
     ring.await.unwrap().unwrap();
     drop(writing);
 
@@ -191,4 +195,129 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
         "the waiter took {took:?}: woken by its refresh, not its bell"
     );
     g.release().await.unwrap();
+}
+
+/// A ring's kill lands on whatever statement the bell's connection runs:
+/// its wait, its read of the mailbox (also just after that read
+/// committed), the removal of what it read, or between statements. Here a
+/// killer interrupts both clients' bells over and over while their tasks
+/// hand one lock back and forth, and no handoff may be lost: every client
+/// refreshes its waiters only every 30 s, so a lost one waits that long,
+/// and no acquisition may wait 8 s (each waits for the 7 other tasks' turns
+/// at most, tens of ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
+    let server = MariaDbServer::start();
+    let retry = Duration::from_secs(30);
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let builder = Client::builder()
+            .retry_interval(retry)
+            .waiter_timeout(retry * 3);
+        clients.push(
+            lockguard_mysql::connect_with(builder, &server.url())
+                .await
+                .unwrap(),
+        );
+    }
+    // Both bells listening (registered, their ring locks taken) before the
+    // killer starts.
+    for (n, c) in clients.iter().enumerate() {
+        let g = c.lock("warm-up").acquire().await.unwrap();
+        let waiting = tokio::spawn({
+            let c = c.clone();
+            async move {
+                c.lock("warm-up")
+                    .wait(Duration::from_secs(60))
+                    .acquire()
+                    .await
+            }
+        });
+        let ring_locks = "SELECT COUNT(*) FROM lockguard.lockguard_bells \
+             WHERE IS_USED_LOCK(CONCAT('lockguard ring ', RIGHT(channel, 40))) = conn";
+        let want = (n + 1).to_string();
+        until(
+            &server,
+            ring_locks,
+            &want,
+            Duration::from_secs(10),
+            "the bell",
+        )
+        .await;
+        g.release().await.unwrap();
+        waiting.await.unwrap().unwrap().release().await.unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let killer = tokio::spawn({
+        let stop = stop.clone();
+        let mut c = conn(&server).await;
+        async move {
+            let mut kills = 0u64;
+            let mut round = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let bells: Vec<u64> = c
+                    .query("SELECT conn FROM lockguard_bells")
+                    .await
+                    .expect("read the bells");
+                for bell in bells {
+                    if c.query_drop(format!("KILL QUERY {bell}")).await.is_ok() {
+                        kills += 1;
+                    }
+                }
+                // Now at once, now after a millisecond: the kills land at
+                // every point of the bell's cycle.
+                round += 1;
+                if round.is_multiple_of(2) {
+                    tokio::task::yield_now().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            kills
+        }
+    });
+    let longest = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let lock = clients[t % 2]
+            .lock("handoffs")
+            .lease(Duration::from_secs(40))
+            .retry_interval(retry)
+            .wait(Duration::from_secs(120));
+        let longest = longest.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..25 {
+                let asked = Instant::now();
+                let guard = lock
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("task {t}, round {round}: acquire: {e}"));
+                let waited = asked.elapsed();
+                {
+                    let mut l = longest.lock().unwrap();
+                    *l = (*l).max(waited);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                assert!(
+                    guard.release().await.unwrap(),
+                    "task {t}, round {round}: lease lost"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let kills = killer.await.unwrap();
+    let longest = *longest.lock().unwrap();
+    println!("200 acquisitions under {kills} kills of the bells: longest wait {longest:?}");
+    assert!(
+        kills >= 200,
+        "only {kills} kills landed: the test did not test"
+    );
+    assert!(
+        longest < Duration::from_secs(8),
+        "an acquisition waited {longest:?}: a handoff lost to a kill, found by the waiter's refresh"
+    );
 }
