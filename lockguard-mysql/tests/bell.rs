@@ -321,3 +321,82 @@ async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
         "an acquisition waited {longest:?}: a handoff lost to a kill, found by the waiter's refresh"
     );
 }
+
+/// A bell row outlives its bell: its client gone, or the server restarted
+/// since it registered (connection ids start again, so the row's id may
+/// now be anyone's). A ring for it must interrupt no other connection.
+/// Made here: a waiter of a client that is gone, at the head of the queue,
+/// whose bell row names a connection of the test's own, asleep in a query;
+/// the release hands the lock to that waiter and rings its bell, and the
+/// test's query must run to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
+    let server = MariaDbServer::start();
+    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let guard = holder.lock("k").acquire().await.unwrap();
+    // A real waiter's row, to copy: its key and token as the store writes
+    // them.
+    let gone = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let waiting = tokio::spawn({
+        let gone = gone.clone();
+        async move { gone.lock("k").wait(Duration::from_secs(60)).acquire().await }
+    });
+    let queued = "SELECT COUNT(*) FROM lockguard.lockguard_waiters";
+    until(&server, queued, "1", Duration::from_secs(10), "the waiter").await;
+    let row = server.sql("SELECT HEX(k), HEX(token), attempt FROM lockguard.lockguard_waiters");
+    let row: Vec<&str> = row.trim().split('\t').collect();
+    let [k, token, attempt] = row[..] else {
+        panic!("the waiter's row: {row:?}")
+    };
+    waiting.abort();
+    drop(gone);
+    until(
+        &server,
+        queued,
+        "0",
+        Duration::from_secs(10),
+        "the waiter gone",
+    )
+    .await;
+
+    // The test's own connection, asleep in a query.
+    let mut victim = conn(&server).await;
+    let victim_id = victim.id();
+    let asleep = tokio::spawn(async move {
+        let r: Result<Option<i64>, _> = victim.query_first("SELECT SLEEP(2)").await;
+        r.map_err(|e| e.to_string())
+    });
+    let sleeping = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {victim_id} \
+         AND INFO = 'SELECT SLEEP(2)'"
+    );
+    until(&server, &sleeping, "1", Duration::from_secs(5), "the query").await;
+    // The gone client's waiter, back at the head of the queue, and a bell
+    // row naming the test's connection.
+    let channel = "lockguard:waiters:0123456789abcdef0123456789abcdef";
+    server.sql(&format!(
+        "INSERT INTO lockguard.lockguard_waiters (k, token, arrival, deadline_us, attempt, channel) \
+         VALUES (0x{k}, 0x{token}, 0, \
+         CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) + 60000000, {attempt}, '{channel}'); \
+         INSERT INTO lockguard.lockguard_bells (channel, conn, at_us, rung) \
+         VALUES ('{channel}', {victim_id}, 0, 0)"
+    ));
+    assert!(guard.release().await.unwrap());
+    // The release handed the lock to that waiter and rang its bell.
+    assert_eq!(
+        server
+            .sql(&format!(
+                "SELECT (SELECT COUNT(*) FROM lockguard.lockguard_handoffs WHERE channel = '{channel}'), \
+                 (SELECT rung FROM lockguard.lockguard_bells WHERE channel = '{channel}')"
+            ))
+            .trim(),
+        "1\t1",
+        "the handoff and the ring (handoffs, rung)"
+    );
+    // Interrupted, SLEEP answers 1, or the query fails.
+    assert_eq!(
+        asleep.await.unwrap(),
+        Ok(Some(0)),
+        "the ring interrupted a connection that is no bell"
+    );
+}
