@@ -23,6 +23,8 @@ use lockguard_core::{Error, ErrorKind, Result};
 
 mod data;
 mod eval;
+#[cfg(feature = "cluster")]
+mod masters;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod subscriber;

@@ -25,6 +25,8 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use tokio::sync::{Mutex, Notify, OnceCell};
 use tokio::task::AbortHandle;
 
+#[cfg(feature = "cluster")]
+use super::masters::Seen;
 use super::{Conn, RedisOptions, manager_config, within};
 use lockguard_core::store::{Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, Result};
@@ -73,6 +75,14 @@ pub(crate) struct Subscriber {
     /// The keeper task, started with the connection and stopped with the
     /// subscriber.
     keeper: OnceLock<Keeper>,
+    /// A cluster's connection on each master (see `masters.rs`), locked
+    /// after `subscribed`.
+    #[cfg(feature = "cluster")]
+    masters: Mutex<super::masters::Masters>,
+    /// The messages a cluster's subscriber delivered lately: each comes on
+    /// its master's connection and on the cluster connection too.
+    #[cfg(feature = "cluster")]
+    seen: Arc<Seen>,
 }
 
 /// Aborts the keeper task when the subscriber is dropped: the task holds
@@ -107,6 +117,21 @@ impl Subscriber {
             subscribed: Arc::new(Mutex::new(HashMap::new())),
             lost: Arc::new(Notify::new()),
             keeper: OnceLock::new(),
+            #[cfg(feature = "cluster")]
+            masters: Mutex::new(super::masters::Masters::default()),
+            #[cfg(feature = "cluster")]
+            seen: Arc::new(Seen::default()),
+        }
+    }
+
+    /// What routes the messages of a connection of this subscriber: the
+    /// main one (`lost` told of its losses) or a cluster master's.
+    fn deliver(&self, inbox: &Arc<dyn Inbox>, main: bool) -> Deliver {
+        Deliver {
+            inbox: Arc::downgrade(inbox),
+            lost: main.then(|| self.lost.clone()),
+            #[cfg(feature = "cluster")]
+            seen: matches!(self.target, SubTarget::Cluster(..)).then(|| self.seen.clone()),
         }
     }
 
@@ -114,10 +139,7 @@ impl Subscriber {
         let conn = self
             .conn
             .get_or_try_init(|| async {
-                let tx = Deliver {
-                    inbox: Arc::downgrade(inbox),
-                    lost: self.lost.clone(),
-                };
+                let tx = self.deliver(inbox, true);
                 let what = || "connecting the pub/sub connection".to_owned();
                 let conn = match &self.target {
                     SubTarget::Single(client) => {
@@ -280,7 +302,29 @@ impl Listener for Subscriber {
             // its answer never arrives.
             subscribed.insert(channel.to_owned(), Known::Maybe);
             let mut conn = self.connection(&inbox).await?;
-            change(&mut subscribed, &mut conn, channel, wanted, self.opts).await
+            change(&mut subscribed, &mut conn, channel, wanted, self.opts).await?;
+            #[cfg(feature = "cluster")]
+            if let (SubTarget::Cluster(seeds, tls), Conn::Cluster(cluster)) =
+                (&self.target, &mut conn)
+            {
+                let channels: Vec<String> = subscribed
+                    .iter()
+                    .filter(|(_, k)| **k == Known::Subscribed)
+                    .map(|(c, _)| c.clone())
+                    .collect();
+                let deliver = || self.deliver(&inbox, false);
+                let making = super::masters::Making {
+                    seeds,
+                    tls,
+                    opts: self.opts,
+                    deliver: &deliver,
+                };
+                let mut masters = self.masters.lock().await;
+                masters
+                    .sync(cluster, &making, channel, wanted, &channels)
+                    .await;
+            }
+            Ok(())
         })
     }
 }
@@ -289,8 +333,13 @@ impl Listener for Subscriber {
 /// as it reads them: it only takes a lock and wakes a task, never blocks.
 pub(crate) struct Deliver {
     inbox: Weak<dyn Inbox>,
-    /// Told when the connection is lost (the subscriber's keeper listens).
-    lost: Arc<Notify>,
+    /// Told when the connection is lost (the subscriber's keeper listens),
+    /// which wakes every waiter; none for a cluster master's connection,
+    /// which only speeds wake-ups up.
+    lost: Option<Arc<Notify>>,
+    /// Messages delivered lately, where one may come twice (a cluster's).
+    #[cfg(feature = "cluster")]
+    seen: Option<Arc<Seen>>,
 }
 
 impl std::fmt::Debug for Deliver {
@@ -317,13 +366,23 @@ impl AsyncPushSender for Deliver {
                         Some(Value::BulkString(token)) => token.as_slice(),
                         _ => &[],
                     };
+                    #[cfg(feature = "cluster")]
+                    if self
+                        .seen
+                        .as_ref()
+                        .is_some_and(|s| !s.first(channel, payload))
+                    {
+                        return Ok(());
+                    }
                     inbox.deliver(channel, payload);
                 }
             }
             PushKind::Disconnection => {
-                tracing::debug!("pub/sub connection lost; waking every waiter to retry");
-                inbox.wake_all();
-                self.lost.notify_one();
+                if let Some(lost) = &self.lost {
+                    tracing::debug!("pub/sub connection lost; waking every waiter to retry");
+                    inbox.wake_all();
+                    lost.notify_one();
+                }
             }
             _ => {}
         }
