@@ -37,7 +37,8 @@ pub(crate) enum SubTarget {
     /// One server (RESP3 client).
     Single(redis::Client),
     /// A cluster, through these seed nodes. Releases are published with
-    /// `PUBLISH`, which a cluster delivers on every node.
+    /// `PUBLISH`, which a cluster delivers on every node; a connection on
+    /// each master hears them first (see `masters.rs`).
     #[cfg(feature = "cluster")]
     Cluster(Vec<redis::ConnectionInfo>, super::TlsSettings),
     /// The master a group of sentinels names, followed across failovers.
