@@ -15,31 +15,48 @@
 //!
 //! These connections only speed wake-ups up: a master they cannot reach,
 //! or one that a failover made since they last looked, leaves its
-//! releases to the cluster connection, over the bus. They look at the
-//! masters again (`CLUSTER SLOTS`) when a subscription changes, at most
-//! every 30 s; a connection lost reconnects and subscribes again by
-//! itself, and its loss wakes nobody (the cluster connection's does).
+//! releases to the cluster connection, over the bus, and the loss of one
+//! wakes nobody (the cluster connection's does). A keeper task looks at
+//! the masters again (`CLUSTER SLOTS`) every 30 s and whenever one of
+//! these connections is lost: it connects new masters, drops those that
+//! are no longer masters, and pings the others until each answers (a
+//! connection that reconnects subscribes again by itself).
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use lockguard_core::store::Inbox;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
+use tokio::sync::{Mutex, Notify};
 
-use super::subscriber::Deliver;
+use super::subscriber::{Channels, Deliver, Known};
 use super::{RedisOptions, TlsSettings, client_from_info, manager_config};
 
 /// How long a look at the masters holds.
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
 
+/// The shortest and the longest pause between the keeper's attempts to
+/// reach a master again.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(1));
+
 /// A master's address.
 type Addr = (String, u16);
 
-/// The connections on the cluster's masters, by address.
-#[derive(Default)]
+/// The connections on the cluster's masters, by address, and what makes
+/// new ones.
 pub(crate) struct Masters {
+    cluster: ClusterConnection,
+    seeds: Vec<ConnectionInfo>,
+    tls: TlsSettings,
+    opts: RedisOptions,
+    inbox: Weak<dyn Inbox>,
+    seen: Arc<Seen>,
+    /// Told when a master's connection is lost (the keeper listens).
+    lost: Arc<Notify>,
     conns: HashMap<Addr, ConnectionManager>,
     looked: Option<tokio::time::Instant>,
 }
@@ -52,59 +69,204 @@ impl std::fmt::Debug for Masters {
     }
 }
 
-/// What a master connection needs to be made.
-pub(crate) struct Making<'a> {
-    pub(crate) seeds: &'a [ConnectionInfo],
-    pub(crate) tls: &'a TlsSettings,
-    pub(crate) opts: RedisOptions,
-    pub(crate) deliver: &'a (dyn Fn() -> Deliver + Sync),
+/// Stops the keeper task when dropped (with the subscriber).
+#[derive(Debug)]
+pub(crate) struct Keeper(tokio::task::AbortHandle);
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Masters {
+    /// No connection yet: the first [`Masters::sync`] looks at the
+    /// masters. The keeper task starts too, and runs until the returned
+    /// [`Keeper`] is dropped.
+    pub(crate) fn start(
+        cluster: ClusterConnection,
+        seeds: &[ConnectionInfo],
+        tls: &TlsSettings,
+        opts: RedisOptions,
+        inbox: Weak<dyn Inbox>,
+        seen: Arc<Seen>,
+        subscribed: Channels,
+    ) -> (Arc<Mutex<Self>>, Keeper) {
+        let lost = Arc::new(Notify::new());
+        let masters = Arc::new(Mutex::new(Self {
+            cluster,
+            seeds: seeds.to_vec(),
+            tls: tls.clone(),
+            opts,
+            inbox,
+            seen,
+            lost: lost.clone(),
+            conns: HashMap::new(),
+            looked: None,
+        }));
+        let task = tokio::spawn(keep(Arc::downgrade(&masters), subscribed, lost));
+        (masters, Keeper(task.abort_handle()))
+    }
+
     /// Brings `channel`'s subscription on every master in line with
-    /// `wanted`, after looking at the masters again if it is time (a
-    /// master met for the first time subscribes every one of `channels`).
-    /// Best effort: what fails is logged, and left to the cluster
-    /// connection.
-    pub(crate) async fn sync(
-        &mut self,
-        cluster: &mut ClusterConnection,
-        making: &Making<'_>,
-        channel: &str,
-        wanted: bool,
-        channels: &[String],
-    ) {
-        let t = making.opts.response_timeout;
+    /// `wanted`, after looking at the masters if it is time (a master met
+    /// for the first time subscribes every one of `channels`). Best
+    /// effort: what fails is logged, and left to the cluster connection.
+    pub(crate) async fn sync(&mut self, channel: &str, wanted: bool, channels: &[String]) {
         if self.looked.is_none_or(|at| at.elapsed() >= LOOK_AGAIN) {
-            self.looked = Some(tokio::time::Instant::now());
-            match tokio::time::timeout(t, masters(cluster, making.seeds)).await {
-                Ok(Ok(addrs)) => {
-                    self.conns.retain(|a, _| addrs.contains(a));
-                    for addr in addrs {
-                        if self.conns.contains_key(&addr) {
-                            continue;
-                        }
-                        match connect(&addr, making).await {
-                            Ok(mut conn) => {
-                                for c in channels {
-                                    subscribe(&mut conn, &addr, c, true, t).await;
-                                }
-                                self.conns.insert(addr, conn);
-                            }
-                            Err(e) => {
-                                tracing::debug!(master = %addr.0, port = addr.1, error = %e,
-                                    "no pub/sub connection on a cluster master; its wake-ups cross the bus");
-                            }
-                        }
-                    }
-                }
-                Ok(Err(e)) => tracing::debug!(error = %e, "listing the cluster's masters failed"),
-                Err(_) => tracing::debug!("listing the cluster's masters timed out"),
-            }
+            self.look(channels).await;
         }
+        let t = self.opts.response_timeout;
         for (addr, conn) in &mut self.conns {
             subscribe(conn, addr, channel, wanted, t).await;
         }
+    }
+
+    /// Looks at the masters: connects those met for the first time (each
+    /// subscribing `channels`) and drops those no longer masters.
+    async fn look(&mut self, channels: &[String]) {
+        self.looked = Some(tokio::time::Instant::now());
+        let t = self.opts.response_timeout;
+        let addrs = match tokio::time::timeout(t, masters(&mut self.cluster, &self.seeds)).await {
+            Ok(Ok(addrs)) => addrs,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "listing the cluster's masters failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!("listing the cluster's masters timed out");
+                return;
+            }
+        };
+        self.conns.retain(|a, _| addrs.contains(a));
+        for addr in addrs {
+            if self.conns.contains_key(&addr) {
+                continue;
+            }
+            match self.connect(&addr).await {
+                Ok(mut conn) => {
+                    for c in channels {
+                        subscribe(&mut conn, &addr, c, true, t).await;
+                    }
+                    self.conns.insert(addr, conn);
+                }
+                Err(e) => {
+                    tracing::debug!(master = %addr.0, port = addr.1, error = %e,
+                        "no pub/sub connection on a cluster master; its wake-ups cross the bus");
+                }
+            }
+        }
+    }
+
+    /// Pings every master's connection (a connection given up by its
+    /// manager reconnects on a request, and subscribes again): how many did
+    /// not answer.
+    async fn ping(&mut self) -> usize {
+        let t = self.opts.response_timeout;
+        let mut down = 0;
+        for (addr, conn) in &mut self.conns {
+            let ping = redis::cmd("PING");
+            if !matches!(
+                tokio::time::timeout(t, ping.query_async::<()>(conn)).await,
+                Ok(Ok(()))
+            ) {
+                tracing::debug!(master = %addr.0, port = addr.1, "a cluster master's pub/sub connection is still down");
+                down += 1;
+            }
+        }
+        down
+    }
+
+    /// A RESP3 connection on the master at `addr`, made as the first
+    /// seed's (its credentials, TLS and TCP settings), that subscribes
+    /// again after a reconnect.
+    async fn connect(&self, addr: &Addr) -> lockguard_core::Result<ConnectionManager> {
+        let Some(seed) = self.seeds.first() else {
+            return Err(lockguard_core::Error::invalid("no seed node"));
+        };
+        let (host, port) = addr.clone();
+        let node = match seed.addr() {
+            ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: *insecure,
+                tls_params: None,
+            },
+            _ => ConnectionAddr::Tcp(host, port),
+        };
+        let client = client_from_info(seed.clone().set_addr(node))?;
+        let client = if self.tls.is_set() {
+            #[cfg(feature = "tls-rustls")]
+            {
+                redis::Client::build_with_tls(
+                    client.get_connection_info().clone(),
+                    self.tls.certificates(),
+                )
+                .map_err(|e| {
+                    lockguard_core::Error::invalid("unusable TLS settings for a cluster master")
+                        .with_source(e)
+                })?
+            }
+            #[cfg(not(feature = "tls-rustls"))]
+            return Err(lockguard_core::Error::invalid(
+                "TLS certificates for a cluster need the tls-rustls feature",
+            ));
+        } else {
+            client
+        };
+        let deliver = Deliver::master(self.inbox.clone(), self.lost.clone(), self.seen.clone());
+        let config = manager_config(self.opts)
+            .set_push_sender(deliver)
+            .set_automatic_resubscription();
+        let t = self.opts.connect_timeout;
+        match tokio::time::timeout(t, ConnectionManager::new_with_config(client, config)).await {
+            Ok(Ok(c)) => Ok(c),
+            Ok(Err(e)) => Err(lockguard_core::Error::new(
+                lockguard_core::ErrorKind::Unavailable,
+                "connecting to a cluster master",
+            )
+            .with_source(e)),
+            Err(_) => Err(lockguard_core::Error::new(
+                lockguard_core::ErrorKind::Unavailable,
+                "connecting to a cluster master timed out",
+            )),
+        }
+    }
+}
+
+/// The keeper: every [`LOOK_AGAIN`] and after each loss of a master's
+/// connection, looks at the masters again and pings their connections,
+/// again and again (with backoff) while one does not answer. Ends when the
+/// masters are dropped.
+async fn keep(masters: Weak<Mutex<Masters>>, subscribed: Channels, lost: Arc<Notify>) {
+    let mut pause = BACKOFF.0;
+    let mut down = 0;
+    loop {
+        if down == 0 {
+            pause = BACKOFF.0;
+            tokio::select! {
+                () = lost.notified() => {}
+                () = tokio::time::sleep(LOOK_AGAIN) => {}
+            }
+        } else {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(BACKOFF.1);
+        }
+        let Some(masters) = masters.upgrade() else {
+            return;
+        };
+        // The subscriptions first, then the masters: the order a wait's
+        // `sync` takes them in.
+        let channels: Vec<String> = subscribed
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, k)| **k == Known::Subscribed)
+            .map(|(c, _)| c.clone())
+            .collect();
+        let mut m = masters.lock().await;
+        m.look(&channels).await;
+        down = m.ping().await;
     }
 }
 
@@ -177,62 +339,6 @@ fn slot_masters(slots: &Value, seed_host: Option<&str>) -> Vec<Addr> {
         }
     }
     addrs
-}
-
-/// A RESP3 connection on the master at `addr`, made as the first seed's
-/// (its credentials, TLS and TCP settings), that subscribes again after a
-/// reconnect.
-async fn connect(addr: &Addr, making: &Making<'_>) -> lockguard_core::Result<ConnectionManager> {
-    let Some(seed) = making.seeds.first() else {
-        return Err(lockguard_core::Error::invalid("no seed node"));
-    };
-    let (host, port) = addr.clone();
-    let node = match seed.addr() {
-        ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: *insecure,
-            tls_params: None,
-        },
-        _ => ConnectionAddr::Tcp(host, port),
-    };
-    let info = seed.clone().set_addr(node);
-    let client = if making.tls.is_set() {
-        #[cfg(feature = "tls-rustls")]
-        {
-            let plain = client_from_info(info)?;
-            redis::Client::build_with_tls(
-                plain.get_connection_info().clone(),
-                making.tls.certificates(),
-            )
-            .map_err(|e| {
-                lockguard_core::Error::invalid("unusable TLS settings for a cluster master")
-                    .with_source(e)
-            })?
-        }
-        #[cfg(not(feature = "tls-rustls"))]
-        return Err(lockguard_core::Error::invalid(
-            "TLS certificates for a cluster need the tls-rustls feature",
-        ));
-    } else {
-        client_from_info(info)?
-    };
-    let config = manager_config(making.opts)
-        .set_push_sender((making.deliver)())
-        .set_automatic_resubscription();
-    let t = making.opts.connect_timeout;
-    match tokio::time::timeout(t, ConnectionManager::new_with_config(client, config)).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(lockguard_core::Error::new(
-            lockguard_core::ErrorKind::Unavailable,
-            "connecting to a cluster master",
-        )
-        .with_source(e)),
-        Err(_) => Err(lockguard_core::Error::new(
-            lockguard_core::ErrorKind::Unavailable,
-            "connecting to a cluster master timed out",
-        )),
-    }
 }
 
 /// The messages delivered in the last [`Seen::WINDOW`], by a hash of their

@@ -48,7 +48,7 @@ pub(crate) enum SubTarget {
 
 /// What this client knows of a channel's subscription on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Known {
+pub(crate) enum Known {
     /// The server confirmed it.
     Subscribed,
     /// A change was asked for and its outcome is unknown.
@@ -62,7 +62,7 @@ const RECONNECT_BACKOFF: (Duration, Duration) =
 
 /// Channels subscribed on the server; the lock also orders every
 /// SUBSCRIBE and UNSUBSCRIBE this client sends.
-type Channels = Arc<Mutex<HashMap<String, Known>>>;
+pub(crate) type Channels = Arc<Mutex<HashMap<String, Known>>>;
 
 /// The subscriber connection, created on the first wait.
 #[derive(Debug)]
@@ -76,10 +76,11 @@ pub(crate) struct Subscriber {
     /// The keeper task, started with the connection and stopped with the
     /// subscriber.
     keeper: OnceLock<Keeper>,
-    /// A cluster's connection on each master (see `masters.rs`), locked
-    /// after `subscribed`.
+    /// A cluster's connection on each master and their keeper (see
+    /// `masters.rs`), made at the first subscription; locked after
+    /// `subscribed`.
     #[cfg(feature = "cluster")]
-    masters: Mutex<super::masters::Masters>,
+    masters: OnceLock<(Arc<Mutex<super::masters::Masters>>, super::masters::Keeper)>,
     /// The messages a cluster's subscriber delivered lately: each comes on
     /// its master's connection and on the cluster connection too.
     #[cfg(feature = "cluster")]
@@ -119,18 +120,18 @@ impl Subscriber {
             lost: Arc::new(Notify::new()),
             keeper: OnceLock::new(),
             #[cfg(feature = "cluster")]
-            masters: Mutex::new(super::masters::Masters::default()),
+            masters: OnceLock::new(),
             #[cfg(feature = "cluster")]
             seen: Arc::new(Seen::default()),
         }
     }
 
-    /// What routes the messages of a connection of this subscriber: the
-    /// main one (`lost` told of its losses) or a cluster master's.
-    fn deliver(&self, inbox: &Arc<dyn Inbox>, main: bool) -> Deliver {
+    /// What routes the messages of this subscriber's connection.
+    fn deliver(&self, inbox: &Arc<dyn Inbox>) -> Deliver {
         Deliver {
             inbox: Arc::downgrade(inbox),
-            lost: main.then(|| self.lost.clone()),
+            lost: self.lost.clone(),
+            wakes_all: true,
             #[cfg(feature = "cluster")]
             seen: matches!(self.target, SubTarget::Cluster(..)).then(|| self.seen.clone()),
         }
@@ -140,7 +141,7 @@ impl Subscriber {
         let conn = self
             .conn
             .get_or_try_init(|| async {
-                let tx = self.deliver(inbox, true);
+                let tx = self.deliver(inbox);
                 let what = || "connecting the pub/sub connection".to_owned();
                 let conn = match &self.target {
                     SubTarget::Single(client) => {
@@ -305,25 +306,25 @@ impl Listener for Subscriber {
             let mut conn = self.connection(&inbox).await?;
             change(&mut subscribed, &mut conn, channel, wanted, self.opts).await?;
             #[cfg(feature = "cluster")]
-            if let (SubTarget::Cluster(seeds, tls), Conn::Cluster(cluster)) =
-                (&self.target, &mut conn)
+            if let (SubTarget::Cluster(seeds, tls), Conn::Cluster(cluster)) = (&self.target, &conn)
             {
                 let channels: Vec<String> = subscribed
                     .iter()
                     .filter(|(_, k)| **k == Known::Subscribed)
                     .map(|(c, _)| c.clone())
                     .collect();
-                let deliver = || self.deliver(&inbox, false);
-                let making = super::masters::Making {
-                    seeds,
-                    tls,
-                    opts: self.opts,
-                    deliver: &deliver,
-                };
-                let mut masters = self.masters.lock().await;
-                masters
-                    .sync(cluster, &making, channel, wanted, &channels)
-                    .await;
+                let (masters, _) = self.masters.get_or_init(|| {
+                    super::masters::Masters::start(
+                        cluster.clone(),
+                        seeds,
+                        tls,
+                        self.opts,
+                        Arc::downgrade(&inbox),
+                        self.seen.clone(),
+                        self.subscribed.clone(),
+                    )
+                });
+                masters.lock().await.sync(channel, wanted, &channels).await;
             }
             Ok(())
         })
@@ -334,13 +335,27 @@ impl Listener for Subscriber {
 /// as it reads them: it only takes a lock and wakes a task, never blocks.
 pub(crate) struct Deliver {
     inbox: Weak<dyn Inbox>,
-    /// Told when the connection is lost (the subscriber's keeper listens),
-    /// which wakes every waiter; none for a cluster master's connection,
-    /// which only speeds wake-ups up.
-    lost: Option<Arc<Notify>>,
+    /// Told when the connection is lost (its keeper listens).
+    lost: Arc<Notify>,
+    /// Whether a loss wakes every waiter: the connection a wait relies on
+    /// does; a cluster master's, which only speeds wake-ups up, does not.
+    wakes_all: bool,
     /// Messages delivered lately, where one may come twice (a cluster's).
     #[cfg(feature = "cluster")]
     seen: Option<Arc<Seen>>,
+}
+
+impl Deliver {
+    /// What routes a cluster master's messages (see `masters.rs`).
+    #[cfg(feature = "cluster")]
+    pub(crate) fn master(inbox: Weak<dyn Inbox>, lost: Arc<Notify>, seen: Arc<Seen>) -> Self {
+        Self {
+            inbox,
+            lost,
+            wakes_all: false,
+            seen: Some(seen),
+        }
+    }
 }
 
 impl std::fmt::Debug for Deliver {
@@ -379,11 +394,11 @@ impl AsyncPushSender for Deliver {
                 }
             }
             PushKind::Disconnection => {
-                if let Some(lost) = &self.lost {
+                if self.wakes_all {
                     tracing::debug!("pub/sub connection lost; waking every waiter to retry");
                     inbox.wake_all();
-                    lost.notify_one();
                 }
+                self.lost.notify_one();
             }
             _ => {}
         }

@@ -482,6 +482,86 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
 }
 
+/// The subscriber a waiting client keeps on each cluster master (beside
+/// its pub/sub cluster connection, so that wake-ups do not cross the
+/// cluster bus) comes back after its master was down for [`OUTAGE`],
+/// longer than its connection's own quick reconnection attempts: the
+/// keeper pings it until it reconnects, and it subscribes again.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
+    use lockguard_testing::RedisCluster;
+    let mut cluster = RedisCluster::start(3);
+    let urls = cluster.urls();
+    let holder = Client::connect_cluster(&urls).await.unwrap();
+    let waiter = patient().connect_cluster(&urls).await.unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("lockguard:*")
+        .query_async(&mut cluster.nodes[0].connection().await)
+        .await
+        .unwrap();
+    let [channel] = &channels[..] else {
+        panic!("the waiter's one channel: {channels:?}")
+    };
+    async fn subscribers(node: &lockguard_testing::RedisServer, channel: &str) -> i64 {
+        let Ok(mut conn) = tokio::time::timeout(Duration::from_secs(1), node.connection()).await
+        else {
+            return -1;
+        };
+        let numsub: Vec<redis::Value> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(channel)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_default();
+        match numsub.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            _ => -1,
+        }
+    }
+    // Every master has the master subscriber; the node of the channel's
+    // slot has the cluster connection's too.
+    let mut counts = Vec::new();
+    for node in &cluster.nodes {
+        counts.push(subscribers(node, channel).await);
+    }
+    let mut sorted = counts.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, [1, 1, 2], "subscribers per node: {counts:?}");
+    // A master with the master subscriber alone.
+    let k = counts.iter().position(|n| *n == 1).unwrap();
+    outage(&mut cluster.nodes[k], OUTAGE).await;
+    let formed = eventually(Duration::from_secs(20), || async {
+        cluster.nodes.iter().all(|n| n.cluster_ok())
+    })
+    .await;
+    assert!(formed, "the cluster did not recover");
+    let node = &cluster.nodes[k];
+    let back = eventually(Duration::from_secs(10), || async {
+        subscribers(node, channel).await == 1
+    })
+    .await;
+    assert!(
+        back,
+        "the master's subscriber did not come back: {} subscribers",
+        subscribers(node, channel).await
+    );
+    // A key of that master's slots: its handoff still wakes the waiter.
+    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
+    let name = (0..)
+        .map(|i| format!("m{i}"))
+        .find(|n| slots.contains(&node.key_slot(&format!("{{{n}}}"))))
+        .unwrap();
+    let reached = eventually(Duration::from_secs(10), || async {
+        holder.counter(&name).get().await.is_ok() && waiter.counter(&name).get().await.is_ok()
+    })
+    .await;
+    assert!(reached, "a client did not reach the restarted master again");
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+}
+
 /// A grant that arrives late (the server paused with the request in
 /// flight for 70% of a 1 s watchdog lease) is renewed at once: the first
 /// renewal is due a third of the lease after the request was sent, not
