@@ -291,14 +291,20 @@ async fn read_mail(
     let mut ids = Vec::with_capacity(rows.len());
     let mut handoffs = Vec::with_capacity(rows.len());
     for row in rows {
-        let Ok((id, token, fence, attempt)) =
-            mysql_async::from_row_opt::<(u64, Vec<u8>, u64, u64)>(row)
-        else {
+        // Every row read is removed, also one that is no waiter's or that
+        // cannot be read (left, it would end every wait at once).
+        let Some(Ok(id)) = row.get_opt::<u64, _>(0) else {
             continue;
         };
-        // Every row read is removed, also one that is no waiter's.
         ids.push(id);
-        let (Some(token), Ok(attempt)) = (Token::parse(&token), u32::try_from(attempt)) else {
+        let (Some(Ok(token)), Some(Ok(fence)), Some(Ok(attempt))) = (
+            row.get_opt::<Vec<u8>, _>(1),
+            row.get_opt::<u64, _>(2),
+            row.get_opt::<u32, _>(3),
+        ) else {
+            continue;
+        };
+        let Some(token) = Token::parse(&token) else {
             continue;
         };
         if fence > 0 {

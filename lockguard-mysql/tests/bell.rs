@@ -400,3 +400,83 @@ async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
         "the ring interrupted a connection that is no bell"
     );
 }
+
+/// A mailbox row the bell cannot read (a negative fence and attempt, which
+/// no lockguard writes) is removed with the rest: left in the mailbox, it
+/// would end every one of the bell's waits at once (the wait returns while
+/// a handoff waits), a loop of reads for as long as the client lives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
+    let server = MariaDbServer::start();
+    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let waiter = lockguard_mysql::connect(&server.url()).await.unwrap();
+    // The waiter's bell, listening.
+    a_handoff_wakes_the_waiter(&holder, &waiter).await;
+    let mut setup = conn(&server).await;
+    setup
+        .query_drop(
+            "INSERT INTO lockguard_handoffs (channel, token, fence, attempt, at_us) \
+             SELECT channel, 'unreadable', -1, -1, 0 FROM lockguard_bells",
+        )
+        .await
+        .unwrap();
+    let bell: u64 = server
+        .sql("SELECT conn FROM lockguard.lockguard_bells")
+        .trim()
+        .parse()
+        .expect("the bell's connection id");
+    setup
+        .query_drop(format!("KILL QUERY {bell}"))
+        .await
+        .unwrap();
+    until(
+        &server,
+        "SELECT COUNT(*) FROM lockguard.lockguard_handoffs",
+        "0",
+        Duration::from_secs(5),
+        "the unreadable row removed",
+    )
+    .await;
+    // And the bell still hands locks over.
+    a_handoff_wakes_the_waiter(&holder, &waiter).await;
+}
+
+/// `holder` takes the lock `k`, a task of `waiter` queues for it, and the
+/// release hands it over: the waiter has it within 5 s (its refresh is 20 s
+/// away, so its bell woke it).
+async fn a_handoff_wakes_the_waiter(holder: &Client, waiter: &Client) {
+    let guard = holder.lock("k").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("k")
+                .retry_interval(Duration::from_secs(20))
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
+    });
+    // Queued (the waiters' table has its row) before the release.
+    let started = Instant::now();
+    while !waiting.is_finished() && started.elapsed() < Duration::from_secs(10) {
+        if holder
+            .lock("k")
+            .inspect()
+            .await
+            .is_ok_and(|o| o.waiters > 0)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let g = waiting.await.unwrap().unwrap();
+    let took = released.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the waiter took {took:?}: woken by its refresh, not its bell"
+    );
+    g.release().await.unwrap();
+}
