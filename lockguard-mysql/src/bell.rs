@@ -196,17 +196,7 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
             let mut holder = Conn::new(opts.clone())
                 .await
                 .map_err(|e| mysql_error(e, what))?;
-            let got: Option<mysql_async::Row> = holder
-                .exec_first("SELECT GET_LOCK(?, 0)", (lock_name(channel),))
-                .await
-                .map_err(|e| mysql_error(e, what))?;
-            let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
-            if got != Some(Some(1)) {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("{what}: the bell's lock is held elsewhere ({got:?})"),
-                ));
-            }
+            take_lock(&mut holder, &lock_name(channel), 0, what, "the bell's lock").await?;
             let mut bell = Conn::new(opts.clone())
                 .await
                 .map_err(|e| mysql_error(e, what))?;
@@ -228,24 +218,29 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
                 // Gone already, it cannot be killed: no matter.
                 let _ = bell.query_drop(format!("KILL {earlier}")).await;
             }
-            let got: Option<mysql_async::Row> = bell
-                .exec_first(
-                    "SELECT GET_LOCK(?, ?)",
-                    (ring_lock, cfg.connect_timeout.as_secs().max(1)),
-                )
-                .await
-                .map_err(|e| mysql_error(e, what))?;
-            let got = got.and_then(|r| mysql_async::from_row_opt::<Option<i64>>(r).ok());
-            if got != Some(Some(1)) {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("{what}: the bell's ring lock is held elsewhere ({got:?})"),
-                ));
-            }
+            let wait = cfg.connect_timeout.as_secs().max(1);
+            take_lock(&mut bell, &ring_lock, wait, what, "the bell's ring lock").await?;
             Ok(Pair { holder, bell })
         })
         .await,
     )
+}
+
+/// Takes the user lock `name` on `conn`, waiting for it at most `wait_s`
+/// seconds: unavailable when another connection keeps it.
+async fn take_lock(conn: &mut Conn, name: &str, wait_s: u64, what: &str, lock: &str) -> Result<()> {
+    let got: Option<Option<i64>> = conn
+        .exec_first("SELECT GET_LOCK(?, ?)", (name, wait_s))
+        .await
+        .map_err(|e| mysql_error(e, what))?;
+    if got == Some(Some(1)) {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("{what}: {lock} is held elsewhere ({got:?})"),
+        ))
+    }
 }
 
 /// Renews the bell's row (its connection id unchanged) from the holder.
