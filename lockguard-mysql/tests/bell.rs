@@ -93,7 +93,7 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     // The waiter's bell, asleep in its query.
     let asleep = "SELECT COUNT(*) FROM lockguard.lockguard_bells b \
                   JOIN information_schema.PROCESSLIST p ON p.ID = b.conn \
-                  WHERE p.INFO LIKE 'SELECT ''lockguard bell %' AND b.rung = 0";
+                  WHERE p.STATE = 'User lock' AND b.rung = 0";
     until(&server, asleep, "1", Duration::from_secs(10), "the bell").await;
     let bell: u64 = server
         .sql("SELECT conn FROM lockguard.lockguard_bells")
@@ -156,7 +156,7 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     let started = Instant::now();
     let state = loop {
         let state = server.sql(&format!(
-            "SELECT b.rung, COALESCE(p.INFO LIKE 'SELECT ''lockguard bell %', 0), \
+            "SELECT b.rung, COALESCE(p.STATE = 'User lock', 0), \
              (SELECT COUNT(*) FROM lockguard.lockguard_handoffs WHERE id = {taken}) \
              FROM lockguard.lockguard_bells b \
              LEFT JOIN information_schema.PROCESSLIST p ON p.ID = b.conn"
