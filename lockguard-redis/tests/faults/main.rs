@@ -451,12 +451,7 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
         .iter()
         .position(|l| *l)
         .expect("a subscribed node");
-    // `redis-cli --cluster create` gives each master a third of the slots.
-    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
-    let name = (0..)
-        .map(|i| format!("k{i}"))
-        .find(|n| slots.contains(&cluster.nodes[k].key_slot(&format!("{{{n}}}"))))
-        .unwrap();
+    let name = a_key_of_node(&cluster, k);
     let g = idle.lock(&name).try_acquire().await.unwrap();
     assert!(g.release().await.unwrap());
 
@@ -480,6 +475,18 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
         assert!(back, "a client did not reach the restarted node again");
     }
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+}
+
+/// A lock name whose key lies in the slots of the `k`th node of `cluster`
+/// (`redis-cli --cluster create` gives each of three masters a third of
+/// the slots; lockguard hashes a key by the user's name, in braces).
+#[cfg(feature = "cluster")]
+fn a_key_of_node(cluster: &lockguard_testing::RedisCluster, k: usize) -> String {
+    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
+    (0..)
+        .map(|i| format!("k{i}"))
+        .find(|n| slots.contains(&cluster.nodes[k].key_slot(&format!("{{{n}}}"))))
+        .unwrap()
 }
 
 /// The subscriber a waiting client keeps on each cluster master (beside
@@ -549,11 +556,7 @@ async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
         subscribers(node, channel).await
     );
     // A key of that master's slots: its handoff still wakes the waiter.
-    let slots = [0..=5460, 5461..=10922, 10923..=16383][k].clone();
-    let name = (0..)
-        .map(|i| format!("m{i}"))
-        .find(|n| slots.contains(&node.key_slot(&format!("{{{n}}}"))))
-        .unwrap();
+    let name = a_key_of_node(&cluster, k);
     let reached = eventually(Duration::from_secs(10), || async {
         holder.counter(&name).get().await.is_ok() && waiter.counter(&name).get().await.is_ok()
     })
