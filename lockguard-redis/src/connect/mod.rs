@@ -522,6 +522,13 @@ impl RedisBuilder {
     /// cluster bus (where Redis's links delay a message by 40 ms now and
     /// then).
     ///
+    /// Connecting takes two steps, the seed nodes and then every master,
+    /// each waiting for its slowest node, so each node may take a third of
+    /// the [connect timeout](Builder::connect_timeout): a
+    /// master that is paused or cut off (which answers nothing) costs two
+    /// thirds of it, and the client connects to the others. Their keys
+    /// work meanwhile; the paused master's fail with a timeout.
+    ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`] for no or malformed URLs;

@@ -6,10 +6,8 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::Script;
-
 use super::RedisStore;
-use super::eval::Eval;
+use super::eval::{Eval, Lua};
 use crate::layout::{counter_sequence, limit_sum};
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
@@ -17,34 +15,33 @@ use lockguard_core::store::{
 };
 use lockguard_core::{Error, ErrorKind, Result};
 
-static COUNTER_ADD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static COUNTER_ADD: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_add.lua")
     ))
 });
-static COUNTER_TAKE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static COUNTER_TAKE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_take.lua")
     ))
 });
-static COUNTER_SET: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static COUNTER_SET: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_set.lua")
     ))
 });
-static MARK_ONCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/mark_once.lua")));
+static MARK_ONCE: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/mark_once.lua")));
 
-static GCRA: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("scripts/gcra.lua")));
-static FIXED_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fixed_window.lua")));
-static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/sliding_window.lua")));
-static FENCED_WRITE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fenced_write.lua")));
+static GCRA: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/gcra.lua")));
+static FIXED_WINDOW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/fixed_window.lua")));
+static SLIDING_WINDOW: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/sliding_window.lua")));
+static FENCED_WRITE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/fenced_write.lua")));
 
 fn ttl_arg(ttl: Option<Duration>) -> u64 {
     ttl.map_or(0, millis_ceil)

@@ -2,16 +2,42 @@
 //!
 //! redis-rs's `ScriptInvocation` keeps each key and each argument in a
 //! buffer of its own and copies them into the command when it is sent: six
-//! to ten allocations per call that this type does not make. It keeps what
-//! `ScriptInvocation` does on the wire: `EVALSHA` first, and when the server
-//! answers `NOSCRIPT` (its script cache flushed, or a new server behind the
-//! same address), `SCRIPT LOAD` and the `EVALSHA` once more.
+//! to ten allocations per call that this type does not make. It sends
+//! `EVALSHA` first, as `ScriptInvocation` does. When the server answers
+//! `NOSCRIPT` (its script cache flushed, or a new server behind the same
+//! address), it sends the script itself with `EVAL`, which also caches it
+//! there, as go-redis's `Script.Run` does. `ScriptInvocation` sends
+//! `SCRIPT LOAD` and the `EVALSHA` again instead: a round trip more, and on
+//! a cluster redis-rs sends `SCRIPT LOAD` to every master and waits for
+//! all of them, so one master down or paused failed the first call of a
+//! script on the keys of every other master.
 
-use redis::{Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use redis::{Arg, Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
+
+/// A Lua script: its code, and its SHA-1 hash for `EVALSHA`.
+pub(crate) struct Lua {
+    script: Script,
+    code: &'static str,
+}
+
+impl Lua {
+    /// The script `code` (hashed once, here).
+    pub(crate) fn new(code: &'static str) -> Self {
+        Self {
+            script: Script::new(code),
+            code,
+        }
+    }
+
+    /// The script's SHA-1 hash, in hex.
+    pub(crate) fn hash(&self) -> &str {
+        self.script.get_hash()
+    }
+}
 
 /// An `EVALSHA` of `script`, its keys written first, then its arguments.
 pub(crate) struct Eval<'s> {
-    script: &'s Script,
+    script: &'s Lua,
     cmd: Cmd,
     /// Keys announced and not yet written.
     keys_left: usize,
@@ -22,9 +48,9 @@ impl<'s> Eval<'s> {
     /// write before any argument. (Debug builds assert it; in a release
     /// build, a count that does not match makes the server refuse the call,
     /// an error.)
-    pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
+    pub(crate) fn new(script: &'s Lua, keys: usize) -> Self {
         let mut cmd = Cmd::with_capacity(3 + keys + 4, 128);
-        cmd.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        cmd.arg("EVALSHA").arg(script.hash()).arg(keys);
         Self {
             script,
             cmd,
@@ -47,7 +73,8 @@ impl<'s> Eval<'s> {
         self
     }
 
-    /// Sends the call; on `NOSCRIPT`, loads the script and sends it again.
+    /// Sends the call; on `NOSCRIPT`, sends it again as an `EVAL` of the
+    /// script's code (on a cluster, to the keys' node alone).
     pub(crate) async fn invoke<T, C>(&self, conn: &mut C) -> RedisResult<T>
     where
         T: FromRedisValue,
@@ -56,11 +83,22 @@ impl<'s> Eval<'s> {
         debug_assert_eq!(self.keys_left, 0, "fewer keys than announced");
         match self.cmd.query_async(conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.script.load_async(conn).await?;
-                self.cmd.query_async(conn).await
+                self.with_code().query_async(conn).await
             }
             answer => answer,
         }
+    }
+
+    /// The same call as an `EVAL`: the script's code in place of its hash.
+    fn with_code(&self) -> Cmd {
+        let mut eval = Cmd::with_capacity(self.cmd.args_iter().len(), self.script.code.len() + 128);
+        eval.arg("EVAL").arg(self.script.code);
+        for arg in self.cmd.args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
     }
 }
 
@@ -68,29 +106,46 @@ impl std::fmt::Debug for Eval<'_> {
     /// The script's hash alone: keys and arguments may carry secrets.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Eval")
-            .field("script", &self.script.get_hash())
+            .field("script", &self.script.hash())
             .finish_non_exhaustive()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::Eval;
-    use redis::Script;
+    use super::{Eval, Lua};
 
     /// The command is the one redis-rs's `ScriptInvocation` sends: the
     /// hash, the number of keys, the keys, then the arguments.
     #[test]
     fn the_command_is_evalsha_with_keys_then_arguments() {
-        let script = Script::new("return {KEYS[1], KEYS[2], ARGV[1], ARGV[2]}");
+        let script = Lua::new("return {KEYS[1], KEYS[2], ARGV[1], ARGV[2]}");
         let mut call = Eval::new(&script, 2);
         call.key("a").key("b{x}").arg("tok").arg(30_000u64);
         let expected = format!(
             "*7\r\n$7\r\nEVALSHA\r\n$40\r\n{}\r\n$1\r\n2\r\n$1\r\na\r\n$4\r\nb{{x}}\r\n$3\r\ntok\r\n$5\r\n30000\r\n",
-            script.get_hash()
+            script.hash()
         );
         assert_eq!(
             String::from_utf8(call.cmd.get_packed_command()).unwrap(),
+            expected
+        );
+    }
+
+    /// The `EVAL` sent after `NOSCRIPT` is the same call with the code in
+    /// place of the hash.
+    #[test]
+    fn the_fallback_is_eval_of_the_code_with_the_same_keys_and_arguments() {
+        let code = "return {KEYS[1], ARGV[1]}";
+        let script = Lua::new(code);
+        let mut call = Eval::new(&script, 1);
+        call.key("a").arg("tok");
+        let expected = format!(
+            "*5\r\n$4\r\nEVAL\r\n${}\r\n{code}\r\n$1\r\n1\r\n$1\r\na\r\n$3\r\ntok\r\n",
+            code.len()
+        );
+        assert_eq!(
+            String::from_utf8(call.with_code().get_packed_command()).unwrap(),
             expected
         );
     }

@@ -16,13 +16,18 @@
 //! These connections only speed wake-ups up: a master they cannot reach,
 //! or one that a failover made since they last looked, leaves its
 //! releases to the cluster connection, over the bus, and the loss of one
-//! wakes nobody (the cluster connection's does). A keeper task looks at
-//! the masters again (`CLUSTER SLOTS`) every 30 s and whenever one of
+//! wakes nobody (the cluster connection's does). So nothing a wait does
+//! waits for them. A keeper task owns them: told of a change of the
+//! subscriptions, it brings every master's in line, all masters at once,
+//! so that a master that is paused or cut off (which answers nothing until
+//! a timeout) delays neither a wait nor the other masters. It also looks
+//! at the masters again (`CLUSTER SLOTS`) every 30 s and whenever one of
 //! these connections is lost: it connects new masters, drops those that
-//! are no longer masters, and pings the others until each answers (a
-//! connection that reconnects subscribes again by itself).
+//! are no longer masters, and pings the others, again with backoff while
+//! one does not answer (a connection that reconnects subscribes again by
+//! itself).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -31,10 +36,11 @@ use lockguard_core::store::Inbox;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
 
 use super::subscriber::{Channels, Deliver, Known};
-use super::{RedisOptions, TlsSettings, client_from_info, manager_config};
+use super::{RedisOptions, TlsSettings, client_from_info, manager_config, node_connect_timeout};
 
 /// How long a look at the masters holds.
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
@@ -46,10 +52,16 @@ const BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from
 /// A master's address.
 type Addr = (String, u16);
 
-/// The connections on the cluster's masters, by address, and what makes
-/// new ones.
-pub(crate) struct Masters {
-    cluster: ClusterConnection,
+/// A connection on one master, and the channels it is subscribed to.
+struct Master {
+    conn: ConnectionManager,
+    channels: HashSet<String>,
+}
+
+/// What connects a master: the first seed's settings, and where its
+/// messages go.
+#[derive(Clone)]
+struct Dialer {
     seeds: Vec<ConnectionInfo>,
     tls: TlsSettings,
     opts: RedisOptions,
@@ -57,32 +69,29 @@ pub(crate) struct Masters {
     seen: Arc<Seen>,
     /// Told when a master's connection is lost (the keeper listens).
     lost: Arc<Notify>,
-    conns: HashMap<Addr, ConnectionManager>,
-    looked: Option<tokio::time::Instant>,
 }
 
-impl std::fmt::Debug for Masters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Masters")
-            .field("masters", &self.conns.keys().collect::<Vec<_>>())
-            .finish_non_exhaustive()
-    }
+/// The connections on the cluster's masters, by address, owned by the
+/// keeper task.
+struct Masters {
+    cluster: ClusterConnection,
+    dialer: Dialer,
+    conns: HashMap<Addr, Master>,
 }
 
-/// Stops the keeper task when dropped (with the subscriber).
+/// Stops the keeper task when dropped (with the subscriber), and tells it
+/// of changed subscriptions.
 #[derive(Debug)]
-pub(crate) struct Keeper(tokio::task::AbortHandle);
-
-impl Drop for Keeper {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+pub(crate) struct Keeper {
+    task: tokio::task::AbortHandle,
+    changed: Arc<Notify>,
 }
 
-impl Masters {
-    /// No connection yet: the first [`Masters::sync`] looks at the
-    /// masters. The keeper task starts too, and runs until the returned
-    /// [`Keeper`] is dropped.
+impl Keeper {
+    /// Starts the keeper of the connections on `cluster`'s masters, which
+    /// brings their subscriptions in line with `subscribed` (its channels
+    /// known to be subscribed) each time it is [told](Keeper::changed),
+    /// beginning now.
     pub(crate) fn start(
         cluster: ClusterConnection,
         seeds: &[ConnectionInfo],
@@ -91,96 +100,214 @@ impl Masters {
         inbox: Weak<dyn Inbox>,
         seen: Arc<Seen>,
         subscribed: Channels,
-    ) -> (Arc<Mutex<Self>>, Keeper) {
-        let lost = Arc::new(Notify::new());
-        let masters = Arc::new(Mutex::new(Self {
+    ) -> Self {
+        let changed = Arc::new(Notify::new());
+        let masters = Masters {
             cluster,
-            seeds: seeds.to_vec(),
-            tls: tls.clone(),
-            opts,
-            inbox,
-            seen,
-            lost: lost.clone(),
+            dialer: Dialer {
+                seeds: seeds.to_vec(),
+                tls: tls.clone(),
+                opts,
+                inbox,
+                seen,
+                lost: Arc::new(Notify::new()),
+            },
             conns: HashMap::new(),
-            looked: None,
-        }));
-        let task = tokio::spawn(keep(Arc::downgrade(&masters), subscribed, lost));
-        (masters, Keeper(task.abort_handle()))
-    }
-
-    /// Brings `channel`'s subscription on every master in line with
-    /// `wanted`, after looking at the masters if it is time (a master met
-    /// for the first time subscribes every one of `channels`). Best
-    /// effort: what fails is logged, and left to the cluster connection.
-    pub(crate) async fn sync(&mut self, channel: &str, wanted: bool, channels: &[String]) {
-        if self.looked.is_none_or(|at| at.elapsed() >= LOOK_AGAIN) {
-            self.look(channels).await;
-        }
-        let t = self.opts.response_timeout;
-        for (addr, conn) in &mut self.conns {
-            subscribe(conn, addr, channel, wanted, t).await;
-        }
-    }
-
-    /// Looks at the masters: connects those met for the first time (each
-    /// subscribing `channels`) and drops those no longer masters.
-    async fn look(&mut self, channels: &[String]) {
-        self.looked = Some(tokio::time::Instant::now());
-        let t = self.opts.response_timeout;
-        let addrs = match tokio::time::timeout(t, masters(&mut self.cluster, &self.seeds)).await {
-            Ok(Ok(addrs)) => addrs,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "listing the cluster's masters failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!("listing the cluster's masters timed out");
-                return;
-            }
         };
+        let task = tokio::spawn(keep(masters, subscribed, changed.clone()));
+        Self {
+            task: task.abort_handle(),
+            changed,
+        }
+    }
+
+    /// The subscriptions changed: the keeper brings the masters' in line.
+    /// Returns at once.
+    pub(crate) fn changed(&self) {
+        self.changed.notify_one();
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The keeper: brings the masters' subscriptions in line with the wanted
+/// channels when told of a change, looks at the masters (and pings their
+/// connections) every [`LOOK_AGAIN`] and after each loss of a master's
+/// connection, and tries again with backoff while a master does not
+/// answer. Runs until its [`Keeper`] is dropped.
+async fn keep(mut masters: Masters, subscribed: Channels, changed: Arc<Notify>) {
+    let lost = masters.dialer.lost.clone();
+    let mut pause = BACKOFF.0;
+    // The first round looks at the masters; a round after a loss, a
+    // failure or a while looks again and pings every master.
+    let mut look = true;
+    let mut looked = tokio::time::Instant::now();
+    loop {
+        let mut failed = 0;
+        if look {
+            looked = tokio::time::Instant::now();
+            failed += usize::from(!masters.look().await);
+        }
+        let channels: HashSet<String> = subscribed
+            .lock()
+            .await
+            .iter()
+            .filter(|(_, k)| **k == Known::Subscribed)
+            .map(|(c, _)| c.clone())
+            .collect();
+        failed += masters.settle(&Arc::new(channels), look).await;
+        if failed == 0 {
+            pause = BACKOFF.0;
+            tokio::select! {
+                () = changed.notified() => look = looked.elapsed() >= LOOK_AGAIN,
+                () = lost.notified() => look = true,
+                () = tokio::time::sleep_until(looked + LOOK_AGAIN) => look = true,
+            }
+        } else {
+            // A change need not wait out the pause: the masters that
+            // answer take it at once.
+            tokio::select! {
+                () = changed.notified() => look = false,
+                () = tokio::time::sleep(pause) => {
+                    pause = (pause * 2).min(BACKOFF.1);
+                    look = true;
+                }
+            }
+        }
+    }
+}
+
+impl Masters {
+    /// Looks at the masters: drops the connections on nodes that are no
+    /// longer masters, and adds a place (not yet connected) for each new
+    /// one. A look that fails changes nothing, and says so (`false`).
+    async fn look(&mut self) -> bool {
+        let t = self.dialer.opts.response_timeout;
+        let addrs =
+            match tokio::time::timeout(t, masters(&mut self.cluster, &self.dialer.seeds)).await {
+                Ok(Ok(addrs)) => addrs,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "listing the cluster's masters failed");
+                    return false;
+                }
+                Err(_) => {
+                    tracing::debug!("listing the cluster's masters timed out");
+                    return false;
+                }
+            };
         self.conns.retain(|a, _| addrs.contains(a));
         for addr in addrs {
-            if self.conns.contains_key(&addr) {
+            if !self.conns.contains_key(&addr)
+                && let Some(master) = self.connect_later(&addr)
+            {
+                self.conns.insert(addr, master);
+            }
+        }
+        true
+    }
+
+    /// A place for the master at `addr`: a connection manager, which
+    /// connects on its first request. `None` when it cannot be built.
+    fn connect_later(&self, addr: &Addr) -> Option<Master> {
+        match self.dialer.manager(addr) {
+            Ok(conn) => Some(Master {
+                conn,
+                channels: HashSet::new(),
+            }),
+            Err(e) => {
+                tracing::debug!(master = %addr.0, port = addr.1, error = %e,
+                    "no pub/sub connection on a cluster master; its wake-ups cross the bus");
+                None
+            }
+        }
+    }
+
+    /// Brings every master's subscriptions in line with `channels`, all
+    /// masters at once, pinging each first when `ping` (a connection given
+    /// up by its manager reconnects on a request, and subscribes again):
+    /// how many masters failed.
+    async fn settle(&mut self, channels: &Arc<HashSet<String>>, ping: bool) -> usize {
+        let t = self.dialer.opts.response_timeout;
+        let mut steps = JoinSet::new();
+        for (addr, master) in &self.conns {
+            let (addr, mut conn) = (addr.clone(), master.conn.clone());
+            let (mut have, want) = (master.channels.clone(), channels.clone());
+            steps.spawn(async move {
+                let ok = settle_one(&mut conn, &addr, &mut have, &want, ping, t).await;
+                (addr, have, ok)
+            });
+        }
+        let mut failed = 0;
+        while let Some(step) = steps.join_next().await {
+            let Ok((addr, have, ok)) = step else {
+                failed += 1;
                 continue;
-            }
-            match self.connect(&addr).await {
-                Ok(mut conn) => {
-                    for c in channels {
-                        subscribe(&mut conn, &addr, c, true, t).await;
-                    }
-                    self.conns.insert(addr, conn);
-                }
-                Err(e) => {
-                    tracing::debug!(master = %addr.0, port = addr.1, error = %e,
-                        "no pub/sub connection on a cluster master; its wake-ups cross the bus");
-                }
+            };
+            failed += usize::from(!ok);
+            if let Some(master) = self.conns.get_mut(&addr) {
+                master.channels = have;
             }
         }
+        failed
     }
+}
 
-    /// Pings every master's connection (a connection given up by its
-    /// manager reconnects on a request, and subscribes again): how many did
-    /// not answer.
-    async fn ping(&mut self) -> usize {
-        let t = self.opts.response_timeout;
-        let mut down = 0;
-        for (addr, conn) in &mut self.conns {
-            let ping = redis::cmd("PING");
-            if !matches!(
-                tokio::time::timeout(t, ping.query_async::<()>(conn)).await,
-                Ok(Ok(()))
-            ) {
-                tracing::debug!(master = %addr.0, port = addr.1, "a cluster master's pub/sub connection is still down");
-                down += 1;
-            }
+/// One master's step of [`Masters::settle`]: whether it answered every
+/// request. `have` follows what the master confirmed; the step stops at
+/// the first request that fails.
+async fn settle_one(
+    conn: &mut ConnectionManager,
+    addr: &Addr,
+    have: &mut HashSet<String>,
+    want: &HashSet<String>,
+    ping: bool,
+    t: Duration,
+) -> bool {
+    if ping {
+        let ping = redis::cmd("PING");
+        if !matches!(
+            tokio::time::timeout(t, ping.query_async::<()>(conn)).await,
+            Ok(Ok(()))
+        ) {
+            tracing::debug!(master = %addr.0, port = addr.1, "a cluster master's pub/sub connection is down");
+            return false;
         }
-        down
     }
+    let add: Vec<String> = want.difference(have).cloned().collect();
+    let drop: Vec<String> = have.difference(want).cloned().collect();
+    for (channel, on) in add
+        .into_iter()
+        .map(|c| (c, true))
+        .chain(drop.into_iter().map(|c| (c, false)))
+    {
+        let r = if on {
+            tokio::time::timeout(t, conn.subscribe(&channel)).await
+        } else {
+            tokio::time::timeout(t, conn.unsubscribe(&channel)).await
+        };
+        if !matches!(r, Ok(Ok(()))) {
+            tracing::debug!(master = %addr.0, port = addr.1, channel, on,
+                "changing a subscription on a cluster master failed; its wake-ups cross the bus");
+            return false;
+        }
+        if on {
+            have.insert(channel);
+        } else {
+            have.remove(&channel);
+        }
+    }
+    true
+}
 
-    /// A RESP3 connection on the master at `addr`, made as the first
-    /// seed's (its credentials, TLS and TCP settings), that subscribes
-    /// again after a reconnect.
-    async fn connect(&self, addr: &Addr) -> lockguard_core::Result<ConnectionManager> {
+impl Dialer {
+    /// A RESP3 connection manager for the master at `addr`, made as the
+    /// first seed's (its credentials, TLS and TCP settings), that connects
+    /// on its first request and subscribes again after a reconnect.
+    fn manager(&self, addr: &Addr) -> lockguard_core::Result<ConnectionManager> {
         let Some(seed) = self.seeds.first() else {
             return Err(lockguard_core::Error::invalid("no seed node"));
         };
@@ -216,77 +343,13 @@ impl Masters {
         };
         let deliver = Deliver::master(self.inbox.clone(), self.lost.clone(), self.seen.clone());
         let config = manager_config(self.opts)
+            .set_connection_timeout(Some(node_connect_timeout(self.opts.connect_timeout)))
             .set_push_sender(deliver)
             .set_automatic_resubscription();
-        let t = self.opts.connect_timeout;
-        match tokio::time::timeout(t, ConnectionManager::new_with_config(client, config)).await {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(lockguard_core::Error::new(
-                lockguard_core::ErrorKind::Unavailable,
-                "connecting to a cluster master",
-            )
-            .with_source(e)),
-            Err(_) => Err(lockguard_core::Error::new(
-                lockguard_core::ErrorKind::Unavailable,
-                "connecting to a cluster master timed out",
-            )),
-        }
-    }
-}
-
-/// The keeper: every [`LOOK_AGAIN`] and after each loss of a master's
-/// connection, looks at the masters again and pings their connections,
-/// again and again (with backoff) while one does not answer. Ends when the
-/// masters are dropped.
-async fn keep(masters: Weak<Mutex<Masters>>, subscribed: Channels, lost: Arc<Notify>) {
-    let mut pause = BACKOFF.0;
-    let mut down = 0;
-    loop {
-        if down == 0 {
-            pause = BACKOFF.0;
-            tokio::select! {
-                () = lost.notified() => {}
-                () = tokio::time::sleep(LOOK_AGAIN) => {}
-            }
-        } else {
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(BACKOFF.1);
-        }
-        let Some(masters) = masters.upgrade() else {
-            return;
-        };
-        // The subscriptions first, then the masters: the order a wait's
-        // `sync` takes them in.
-        let channels: Vec<String> = subscribed
-            .lock()
-            .await
-            .iter()
-            .filter(|(_, k)| **k == Known::Subscribed)
-            .map(|(c, _)| c.clone())
-            .collect();
-        let mut m = masters.lock().await;
-        m.look(&channels).await;
-        down = m.ping().await;
-    }
-}
-
-/// Subscribes `channel` on one master (or unsubscribes it), logging a
-/// failure.
-async fn subscribe(
-    conn: &mut ConnectionManager,
-    addr: &Addr,
-    channel: &str,
-    on: bool,
-    t: Duration,
-) {
-    let r = if on {
-        tokio::time::timeout(t, conn.subscribe(channel)).await
-    } else {
-        tokio::time::timeout(t, conn.unsubscribe(channel)).await
-    };
-    if !matches!(r, Ok(Ok(()))) {
-        tracing::debug!(master = %addr.0, port = addr.1, channel, on,
-            "changing a subscription on a cluster master failed; its wake-ups cross the bus");
+        ConnectionManager::new_lazy_with_config(client, config).map_err(|e| {
+            lockguard_core::Error::invalid("unusable settings for a cluster master's connection")
+                .with_source(e)
+        })
     }
 }
 

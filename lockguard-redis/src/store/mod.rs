@@ -8,11 +8,11 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 #[cfg(feature = "cluster")]
 use redis::io::tcp::TcpSettings;
-use redis::{FromRedisValue, IntoConnectionInfo, RedisResult, Script};
+use redis::{FromRedisValue, IntoConnectionInfo, RedisResult};
 
 use crate::layout::RedisLockKeys as _;
 use crate::redlock::RedlockLine;
-use eval::Eval;
+use eval::{Eval, Lua};
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
@@ -41,7 +41,7 @@ pub(crate) use subscriber::Subscriber;
 macro_rules! queue_script {
     ($file:literal) => {
         LazyLock::new(|| {
-            Script::new(concat!(
+            Lua::new(concat!(
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!(concat!("scripts/", $file))
@@ -50,31 +50,30 @@ macro_rules! queue_script {
     };
 }
 
-static LOCK_ACQUIRE: LazyLock<Script> = queue_script!("lock_acquire.lua");
-static LOCK_RELEASE: LazyLock<Script> = queue_script!("lock_release.lua");
-static LOCK_ACQUIRE_ALL: LazyLock<Script> = queue_script!("lock_acquire_all.lua");
-static LOCK_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/lock_extend.lua")));
-static FENCE_RAISE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fence_raise.lua")));
-static FENCE_CLAIM: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/fence_claim.lua")));
-static REDLOCK_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
+static LOCK_ACQUIRE: LazyLock<Lua> = queue_script!("lock_acquire.lua");
+static LOCK_RELEASE: LazyLock<Lua> = queue_script!("lock_release.lua");
+static LOCK_ACQUIRE_ALL: LazyLock<Lua> = queue_script!("lock_acquire_all.lua");
+static LOCK_EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/lock_extend.lua")));
+static FENCE_RAISE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/fence_raise.lua")));
+static FENCE_CLAIM: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/fence_claim.lua")));
+static REDLOCK_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
+    Lua::new(concat!(
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/redlock_acquire.lua")
     ))
 });
-static REDLOCK_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/redlock_release.lua")));
-static LOCK_RELEASE_ANY: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/lock_release_any.lua")));
-static SEMAPHORE_ACQUIRE: LazyLock<Script> = queue_script!("semaphore_acquire.lua");
-static SEMAPHORE_RELEASE: LazyLock<Script> = queue_script!("semaphore_release.lua");
-static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/inspect.lua")));
-static SEMAPHORE_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/semaphore_extend.lua")));
+static REDLOCK_RELEASE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/redlock_release.lua")));
+static LOCK_RELEASE_ANY: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/lock_release_any.lua")));
+static SEMAPHORE_ACQUIRE: LazyLock<Lua> = queue_script!("semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<Lua> = queue_script!("semaphore_release.lua");
+static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/inspect.lua")));
+static SEMAPHORE_EXTEND: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/semaphore_extend.lua")));
 
 /// A read-write lock's script: the wait queue's functions (see
 /// [`queue_script!`]), then `rw_lib.lua` (its holders and handoffs), then
@@ -82,7 +81,7 @@ static SEMAPHORE_EXTEND: LazyLock<Script> =
 macro_rules! rw_script {
     ($file:literal) => {
         LazyLock::new(|| {
-            Script::new(concat!(
+            Lua::new(concat!(
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!("scripts/rw_lib.lua"),
@@ -92,12 +91,11 @@ macro_rules! rw_script {
     };
 }
 
-static RW_ACQUIRE: LazyLock<Script> = rw_script!("rw_acquire.lua");
-static RW_RELEASE: LazyLock<Script> = rw_script!("rw_release.lua");
-static RW_EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_extend.lua")));
-static RW_INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("scripts/rw_inspect.lua")));
+static RW_ACQUIRE: LazyLock<Lua> = rw_script!("rw_acquire.lua");
+static RW_RELEASE: LazyLock<Lua> = rw_script!("rw_release.lua");
+static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/rw_extend.lua")));
+static RW_INSPECT: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/rw_inspect.lua")));
 
 /// A read-write lock's mode as its scripts name it.
 fn rw_arg(mode: RwMode) -> &'static str {
@@ -301,8 +299,26 @@ pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Cli
     })
 }
 
-/// A cluster client over the given seed nodes, with the same timeouts and
-/// `TCP_NODELAY` as single connections.
+/// How long connecting to one node of a cluster may take: a third of the
+/// client's connect timeout.
+///
+/// redis-rs connects a cluster in two steps, each waiting for its slowest
+/// node: every seed node, then every node the slot map names. A node that
+/// is down answers at once (the connection is refused), but one that is
+/// paused or cut off by the network answers nothing, and each step waits
+/// the node's timeout for it. With the whole connect timeout per node, a
+/// client could not connect at all while one master hung (nor open its
+/// pub/sub connection, so its waits relied on their refreshes): the two
+/// steps took twice the time the connection was given. With a third, both
+/// steps fit, and the connection comes up on the other nodes.
+#[cfg(feature = "cluster")]
+pub(crate) fn node_connect_timeout(connect_timeout: Duration) -> Duration {
+    connect_timeout / 3
+}
+
+/// A cluster client over the given seed nodes, with the same response
+/// timeout and `TCP_NODELAY` as single connections, and
+/// [`node_connect_timeout`] per node.
 #[cfg(feature = "cluster")]
 pub(crate) fn cluster_client_for(
     infos: &[redis::ConnectionInfo],
@@ -317,7 +333,7 @@ pub(crate) fn cluster_client_for(
     }
     let infos = infos.to_vec();
     let mut b = redis::cluster::ClusterClientBuilder::new(infos)
-        .connection_timeout(opts.connect_timeout)
+        .connection_timeout(node_connect_timeout(opts.connect_timeout))
         .response_timeout(opts.response_timeout)
         // No automatic retries: a request re-sent after a dropped
         // connection may run twice (a second acquire finds our own lock, a

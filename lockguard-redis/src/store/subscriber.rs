@@ -76,11 +76,10 @@ pub(crate) struct Subscriber {
     /// The keeper task, started with the connection and stopped with the
     /// subscriber.
     keeper: OnceLock<Keeper>,
-    /// A cluster's connection on each master and their keeper (see
-    /// `masters.rs`), made at the first subscription; locked after
-    /// `subscribed`.
+    /// The keeper of a cluster's connection on each master (see
+    /// `masters.rs`), started at the first subscription.
     #[cfg(feature = "cluster")]
-    masters: OnceLock<(Arc<Mutex<super::masters::Masters>>, super::masters::Keeper)>,
+    masters: OnceLock<super::masters::Keeper>,
     /// The messages a cluster's subscriber delivered lately: each comes on
     /// its master's connection and on the cluster connection too.
     #[cfg(feature = "cluster")]
@@ -305,26 +304,25 @@ impl Listener for Subscriber {
             subscribed.insert(channel.to_owned(), Known::Maybe);
             let mut conn = self.connection(&inbox).await?;
             change(&mut subscribed, &mut conn, channel, wanted, self.opts).await?;
+            // The masters' subscriptions follow in the background: they
+            // only speed wake-ups up, and a paused master must not hold up
+            // the wait.
             #[cfg(feature = "cluster")]
             if let (SubTarget::Cluster(seeds, tls), Conn::Cluster(cluster)) = (&self.target, &conn)
             {
-                let channels: Vec<String> = subscribed
-                    .iter()
-                    .filter(|(_, k)| **k == Known::Subscribed)
-                    .map(|(c, _)| c.clone())
-                    .collect();
-                let (masters, _) = self.masters.get_or_init(|| {
-                    super::masters::Masters::start(
-                        cluster.clone(),
-                        seeds,
-                        tls,
-                        self.opts,
-                        Arc::downgrade(&inbox),
-                        self.seen.clone(),
-                        self.subscribed.clone(),
-                    )
-                });
-                masters.lock().await.sync(channel, wanted, &channels).await;
+                self.masters
+                    .get_or_init(|| {
+                        super::masters::Keeper::start(
+                            cluster.clone(),
+                            seeds,
+                            tls,
+                            self.opts,
+                            Arc::downgrade(&inbox),
+                            self.seen.clone(),
+                            self.subscribed.clone(),
+                        )
+                    })
+                    .changed();
             }
             Ok(())
         })
