@@ -23,6 +23,7 @@ use lockguard_testing::RedisServer;
 use redis::aio::ConnectionManager;
 
 mod apps;
+mod cluster;
 mod footprint;
 mod http;
 mod leader;
@@ -1234,10 +1235,11 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 14] = [
+const SECTIONS: [&str; 15] = [
     "uncontended",
     "contention",
     "tails",
+    "cluster",
     "multi",
     "rw",
     "leader",
@@ -1256,9 +1258,9 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, tails, multi, rw,
-                  leader, limiters, flood, memory, footprint, http, http-redis,
-                  postgres, zookeeper
+  --only SECTION  run one section: uncontended, contention, tails, cluster,
+                  multi, rw, leader, limiters, flood, memory, footprint, http,
+                  http-redis, postgres, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1354,6 +1356,9 @@ async fn main() {
     }
     if run("tails") {
         tails::section(&mut b).await;
+    }
+    if run("cluster") {
+        cluster::section(&mut b).await;
     }
     if run("multi") {
         multi::section(&mut b).await;
