@@ -565,6 +565,85 @@ async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
 }
 
+/// A cluster master fails over to its replica: the subscriber a waiting
+/// client keeps on each master moves to the new master (the keeper, told
+/// of the lost connection, looks at the masters again until the replica
+/// is one), long before its every-30 s look, and the waiter is still woken
+/// by a handoff of a key in the moved slots.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
+    let mut cluster = RedisCluster::start(3);
+    let replica = cluster.add_replica(1, &[]);
+    let urls = cluster.urls();
+    let holder = Client::connect_cluster(&urls).await.unwrap();
+    let waiter = patient().connect_cluster(&urls).await.unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("lockguard:waiters:*")
+        .query_async(&mut cluster.nodes[0].connection().await)
+        .await
+        .unwrap();
+    let [channel] = &channels[..] else {
+        panic!("the waiter's one channel: {channels:?}")
+    };
+    let subscribers = |node: &RedisServer| {
+        let node_url = node.url();
+        let channel = channel.clone();
+        async move {
+            let Ok(client) = redis::Client::open(node_url) else {
+                return -1;
+            };
+            let Ok(Ok(mut conn)) = tokio::time::timeout(
+                Duration::from_secs(1),
+                client.get_multiplexed_async_connection(),
+            )
+            .await
+            else {
+                return -1;
+            };
+            let numsub: redis::RedisResult<(String, i64)> = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query_async(&mut conn)
+                .await;
+            numsub.map_or(-1, |(_, n)| n)
+        }
+    };
+    assert_eq!(subscribers(&replica).await, 0, "a replica is no master");
+    let name = a_key_of_node(&cluster, 1);
+    let started = Instant::now();
+    cluster.nodes[1].kill();
+    let promoted = eventually(Duration::from_secs(20), || async {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut replica.connection().await)
+            .await
+            .unwrap_or_default();
+        info.contains("role:master") && replica.cluster_ok()
+    })
+    .await;
+    assert!(promoted, "the replica never took over");
+    println!("failed over after {:?}", started.elapsed());
+    let moved = eventually(Duration::from_secs(10), || async {
+        subscribers(&replica).await >= 1
+    })
+    .await;
+    assert!(
+        moved,
+        "no subscriber on the new master {:?} after the failover",
+        started.elapsed()
+    );
+    println!("subscribed on the new master after {:?}", started.elapsed());
+    let reached = eventually(Duration::from_secs(10), || async {
+        holder.counter(&name).get().await.is_ok() && waiter.counter(&name).get().await.is_ok()
+    })
+    .await;
+    assert!(reached, "a client did not reach the new master");
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+}
+
 /// A paused cluster master (SIGSTOP: its connections stay open, nothing is
 /// answered) holds up neither a client's connection nor its waits on the
 /// keys of the other masters.
