@@ -11,6 +11,14 @@
 //! a cluster redis-rs sends `SCRIPT LOAD` to every master and waits for
 //! all of them, so one master down or paused failed the first call of a
 //! script on the keys of every other master.
+//!
+//! From Redis 7.4, a script cached by `EVAL` (unlike one loaded with
+//! `SCRIPT LOAD`) may be evicted, the least recently used first, once more
+//! than 500 such scripts are cached. lockguard's scripts are a few dozen
+//! and in use, so only an application that sends hundreds of distinct
+//! scripts between two of lockguard's calls would push one out; its next
+//! call then costs the `NOSCRIPT` round trip and an `EVAL` again, nothing
+//! more.
 
 use redis::{Arg, Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
 
