@@ -69,14 +69,9 @@ pub(crate) async fn section(b: &mut Bench) {
         for (store, cs) in Store::ALL.iter().zip(&found) {
             let f = Figures::of(cs.iter());
             b.line(&format!(
-                "| {contenders} | {} | {:.0} | {} | {} | {} | {} / {} | {:.2} |",
+                "| {contenders} | {} | {} | {:.2} |",
                 store.name(),
-                f.rate,
-                us(f.p50),
-                f.p99_range(),
-                us(f.max),
-                us(f.release_p50),
-                us(f.release_p99),
+                f.timing_cells(),
                 f.evenness,
             ));
             p99s.push(f.p99);

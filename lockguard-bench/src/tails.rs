@@ -361,14 +361,9 @@ pub(crate) async fn section(b: &mut Bench) {
         let f = Figures::of(rs.iter().map(|r| &r.c));
         let sent = median(rs.iter().map(|r| r.sent).collect());
         b.line(&format!(
-            "| {} | {:.0} | {} | {} | {} | {} / {} | {sent:.2} | {:.2} |",
+            "| {} | {} | {sent:.2} | {:.2} |",
             v.name(),
-            f.rate,
-            us(f.p50),
-            f.p99_range(),
-            us(f.max),
-            us(f.release_p50),
-            us(f.release_p99),
+            f.timing_cells(),
             f.evenness,
         ));
         if *v != Variant::ALL[0] {
@@ -425,6 +420,20 @@ impl Figures {
             release_p99: secs(median(at(99.0, true))),
             evenness: each(&|c| c.evenness),
         }
+    }
+
+    /// The table cells of the rate, the handoff's p50, p99 (with its
+    /// range) and max, and the release round trip's p50 and p99.
+    pub(crate) fn timing_cells(&self) -> String {
+        format!(
+            "{:.0} | {} | {} | {} | {} / {}",
+            self.rate,
+            us(self.p50),
+            self.p99_range(),
+            us(self.max),
+            us(self.release_p50),
+            us(self.release_p99),
+        )
     }
 
     /// The handoff p99 with its range: `1.2 ms (0.9 ms–1.5 ms)`.

@@ -467,14 +467,7 @@ async fn a_cluster_master_restart_loses_neither_wake_ups_nor_requests() {
         .await
         .expect("the first acquisition after the restart");
     assert!(g.release().await.unwrap());
-    for lg in [&holder, &waiter] {
-        let back = eventually(Duration::from_secs(10), || async {
-            lg.counter(&name).get().await.is_ok()
-        })
-        .await;
-        assert!(back, "a client did not reach the restarted node again");
-    }
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+    woken_on(&holder, &waiter, &name).await;
 }
 
 /// A lock name whose key lies in the slots of the `k`th node of `cluster`
@@ -512,22 +505,6 @@ async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
     let [channel] = &channels[..] else {
         panic!("the waiter's one channel: {channels:?}")
     };
-    async fn subscribers(node: &lockguard_testing::RedisServer, channel: &str) -> i64 {
-        let Ok(mut conn) = tokio::time::timeout(Duration::from_secs(1), node.connection()).await
-        else {
-            return -1;
-        };
-        let numsub: Vec<redis::Value> = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(channel)
-            .query_async(&mut conn)
-            .await
-            .unwrap_or_default();
-        match numsub.get(1) {
-            Some(redis::Value::Int(n)) => *n,
-            _ => -1,
-        }
-    }
     // Every master has the master subscriber; the node of the channel's
     // slot has the cluster connection's too.
     let mut counts = Vec::new();
@@ -557,12 +534,7 @@ async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
     );
     // A key of that master's slots: its handoff still wakes the waiter.
     let name = a_key_of_node(&cluster, k);
-    let reached = eventually(Duration::from_secs(10), || async {
-        holder.counter(&name).get().await.is_ok() && waiter.counter(&name).get().await.is_ok()
-    })
-    .await;
-    assert!(reached, "a client did not reach the restarted master again");
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+    woken_on(&holder, &waiter, &name).await;
 }
 
 /// A cluster master fails over to its replica: the subscriber a waiting
@@ -588,30 +560,11 @@ async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
     let [channel] = &channels[..] else {
         panic!("the waiter's one channel: {channels:?}")
     };
-    let subscribers = |node: &RedisServer| {
-        let node_url = node.url();
-        let channel = channel.clone();
-        async move {
-            let Ok(client) = redis::Client::open(node_url) else {
-                return -1;
-            };
-            let Ok(Ok(mut conn)) = tokio::time::timeout(
-                Duration::from_secs(1),
-                client.get_multiplexed_async_connection(),
-            )
-            .await
-            else {
-                return -1;
-            };
-            let numsub: redis::RedisResult<(String, i64)> = redis::cmd("PUBSUB")
-                .arg("NUMSUB")
-                .arg(&channel)
-                .query_async(&mut conn)
-                .await;
-            numsub.map_or(-1, |(_, n)| n)
-        }
-    };
-    assert_eq!(subscribers(&replica).await, 0, "a replica is no master");
+    assert_eq!(
+        subscribers(&replica, channel).await,
+        0,
+        "a replica is no master"
+    );
     let name = a_key_of_node(&cluster, 1);
     let started = Instant::now();
     cluster.nodes[1].kill();
@@ -627,7 +580,7 @@ async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
     assert!(promoted, "the replica never took over");
     println!("failed over after {:?}", started.elapsed());
     let moved = eventually(Duration::from_secs(10), || async {
-        subscribers(&replica).await >= 1
+        subscribers(&replica, channel).await >= 1
     })
     .await;
     assert!(
@@ -636,12 +589,38 @@ async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
         started.elapsed()
     );
     println!("subscribed on the new master after {:?}", started.elapsed());
+    woken_on(&holder, &waiter, &name).await;
+}
+
+/// Clients on the channel `channel` of the cluster node `node` (-1 when it
+/// does not answer within 1 s).
+#[cfg(feature = "cluster")]
+async fn subscribers(node: &RedisServer, channel: &str) -> i64 {
+    let Ok(mut conn) = tokio::time::timeout(Duration::from_secs(1), node.connection()).await else {
+        return -1;
+    };
+    let numsub: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    match numsub.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        _ => -1,
+    }
+}
+
+/// Once both clients reach the node of `name`'s slot again (within 10 s),
+/// `holder`'s handoff of `name` wakes `waiter`'s queued waiter.
+#[cfg(feature = "cluster")]
+async fn woken_on(holder: &Client, waiter: &Client, name: &str) {
     let reached = eventually(Duration::from_secs(10), || async {
-        holder.counter(&name).get().await.is_ok() && waiter.counter(&name).get().await.is_ok()
+        holder.counter(name).get().await.is_ok() && waiter.counter(name).get().await.is_ok()
     })
     .await;
-    assert!(reached, "a client did not reach the new master");
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), &name).await;
+    assert!(reached, "a client did not reach the node of {name:?} again");
+    faults::a_waiter_is_woken_by_the_handoff(holder, waiter.clone(), name).await;
 }
 
 /// A paused cluster master (SIGSTOP: its connections stay open, nothing is
