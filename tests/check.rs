@@ -179,7 +179,7 @@ async fn a_cluster_is_checked_master_by_master() {
         .iter()
         .map(|n| format!("127.0.0.1:{}", n.port()))
         .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster.url();
     let report = lockguard::check::deployment(&url).await.unwrap();
     assert!(report.passed(), "{report}");
     assert_eq!(verdict(&report, "cluster state"), Verdict::Ok, "{report}");

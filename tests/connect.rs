@@ -39,12 +39,7 @@ async fn memory_and_every_redis_mode_are_reached_by_url() {
     works_on(&Client::connect(&url).await.unwrap(), "redlock").await;
 
     let cluster = RedisCluster::start(3);
-    let hosts: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let url = format!("redis+cluster://{}", hosts.join(","));
+    let url = cluster.url();
     works_on(&Client::connect(&url).await.unwrap(), "redis-cluster").await;
 
     let group = SentinelGroup::start(0, 1);

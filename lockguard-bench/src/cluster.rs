@@ -41,12 +41,7 @@ impl Store {
 
 pub(crate) async fn section(b: &mut Bench) {
     let cluster = RedisCluster::start(3);
-    let hosts: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port()))
-        .collect();
-    let cluster_url = format!("redis+cluster://{}", hosts.join(","));
+    let cluster_url = cluster.url();
     let rounds = if b.quick { 1 } else { ROUNDS };
     b.line("\n## Redis Cluster: contenders on one key, a process each\n");
     b.line(&format!("The contention workload (hold ~1 ms, think ~0.5 ms), each contender a process of its own with its own client (this binary started again, as in the tails section), on the bench's `redis-server` and on a cluster of three masters (no replicas) on the same machine. On the cluster, each client wakes its waiters through one subscriber per master, the key's master among them. {rounds} rounds; in each, both stores run once (the order turning each round), for {:?} after every contender has held the lock once and a fifth of that has passed. Figures are medians over the rounds; the p99's range is the lowest and highest round.\n", b.run_for));

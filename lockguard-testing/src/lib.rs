@@ -580,6 +580,17 @@ impl RedisCluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
+
+    /// The cluster's URL for `Client::connect`:
+    /// `redis+cluster://127.0.0.1:PORT,...`, every node a seed.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
 }
 
 impl RedisServer {

@@ -496,15 +496,7 @@ async fn a_cluster_masters_subscriber_comes_back_after_an_outage() {
     let holder = Client::connect_cluster(&urls).await.unwrap();
     let waiter = patient().connect_cluster(&urls).await.unwrap();
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("lockguard:*")
-        .query_async(&mut cluster.nodes[0].connection().await)
-        .await
-        .unwrap();
-    let [channel] = &channels[..] else {
-        panic!("the waiter's one channel: {channels:?}")
-    };
+    let channel = &the_waiters_channel(&cluster.nodes[0]).await;
     // Every master has the master subscriber; the node of the channel's
     // slot has the cluster connection's too.
     let mut counts = Vec::new();
@@ -551,15 +543,7 @@ async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
     let holder = Client::connect_cluster(&urls).await.unwrap();
     let waiter = patient().connect_cluster(&urls).await.unwrap();
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "before").await;
-    let channels: Vec<String> = redis::cmd("PUBSUB")
-        .arg("CHANNELS")
-        .arg("lockguard:waiters:*")
-        .query_async(&mut cluster.nodes[0].connection().await)
-        .await
-        .unwrap();
-    let [channel] = &channels[..] else {
-        panic!("the waiter's one channel: {channels:?}")
-    };
+    let channel = &the_waiters_channel(&cluster.nodes[0]).await;
     assert_eq!(
         subscribers(&replica, channel).await,
         0,
@@ -590,6 +574,22 @@ async fn a_cluster_failover_moves_the_masters_subscriber_to_the_new_master() {
     );
     println!("subscribed on the new master after {:?}", started.elapsed());
     woken_on(&holder, &waiter, &name).await;
+}
+
+/// The one waiter channel subscribed on the cluster node `node` (every
+/// waiting client's, on each master).
+#[cfg(feature = "cluster")]
+async fn the_waiters_channel(node: &RedisServer) -> String {
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("lockguard:waiters:*")
+        .query_async(&mut node.connection().await)
+        .await
+        .unwrap();
+    let [channel] = &channels[..] else {
+        panic!("the waiter's one channel: {channels:?}")
+    };
+    channel.clone()
 }
 
 /// Clients on the channel `channel` of the cluster node `node` (-1 when it
