@@ -49,9 +49,14 @@ idle() {
 }
 native_tls=(-p lockguard-redis --features tls-native-tls,sentinel --test faults)
 tls_log=$(mktemp)
-CARGO_TARGET_DIR="$target_dir/native-tls" idle setsid \
+# In a process group of its own (`set -m`), so that an early exit stops it;
+# not a session of its own, whose scheduling group (autogroup) SCHED_IDLE
+# would not rank below the tests'.
+set -m
+CARGO_TARGET_DIR="$target_dir/native-tls" idle \
   cargo test "${native_tls[@]}" --no-run >"$tls_log" 2>&1 &
 tls_build=$!
+set +m
 trap 'kill -- "-$tls_build" 2>/dev/null || true; rm -f "$tls_log"' EXIT
 
 # The examples, which tests/examples.rs runs (a test build with target
