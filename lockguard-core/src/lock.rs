@@ -588,6 +588,24 @@ impl Lock {
         Box::pin(self.acquire_waiting(keys, lease)).await
     }
 
+    /// How far apart a waiter asks the store again (near the head of its
+    /// queue): a third of the client's waiter timeout, or the retry
+    /// interval when that is shorter.
+    fn refresh(&self) -> Duration {
+        (self.engine.defaults.waiter_timeout / 3).min(self.retry_interval)
+    }
+
+    /// How long a wait waits for its client's subscription before it
+    /// queues without it: until `deadline`, and no longer than one refresh
+    /// period, past which the waiter's own refresh finds a handoff sooner
+    /// than a subscription still under way (a pub/sub connection held up
+    /// by a hung server) would announce it.
+    fn subscription_bound(&self, deadline: Option<Instant>) -> Instant {
+        let now = Instant::now();
+        let patience = now.checked_add(self.refresh()).unwrap_or(now);
+        deadline.map_or(patience, |d| d.min(patience))
+    }
+
     /// Takes the lock, waiting for it if it is busy.
     async fn acquire_waiting(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
         if self.engine.store.locks.waiting() == Waiting::Line {
@@ -598,7 +616,8 @@ impl Lock {
         if !waiters.listening() {
             // This client's first wait: try first, so a client that never
             // waits never opens a pub/sub connection; then listen before
-            // queueing, so no handoff is announced before anyone hears it.
+            // queueing, so no handoff is announced before anyone hears it
+            // (for a refresh period at most: see `subscription_bound`).
             match self.within(deadline, self.attempt(keys, lease, None)).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(_)) => {}
@@ -608,7 +627,7 @@ impl Lock {
                 }
                 Err(e) => return Err(e),
             }
-            waiters.listen(deadline).await;
+            waiters.listen(self.subscription_bound(deadline)).await;
         }
         self.wait_in_queue(keys, lease, deadline).await
     }
@@ -627,7 +646,7 @@ impl Lock {
         let waiters = &self.engine.waiters;
         let ticket = waiters.ticket(token);
         let timeout = self.engine.defaults.waiter_timeout;
-        let refresh = (timeout / 3).min(self.retry_interval);
+        let refresh = self.refresh();
         // How far apart this waiter refreshes: `refresh`, or a third of
         // how long the store keeps its place while it is far from the head
         // of a long queue (until the store says it came near).
@@ -900,7 +919,7 @@ impl Lock {
         let mut registration = self
             .engine
             .waiters
-            .broadcast(keys.channel(), deadline)
+            .broadcast(keys.channel(), self.subscription_bound(deadline))
             .await;
         let waiter = Token::random();
         let since_ms = std::time::SystemTime::now()
@@ -911,7 +930,7 @@ impl Lock {
         // background.
         let _leave = PendingRelease::new(&self.engine, keys, waiter);
         let timeout = self.engine.defaults.waiter_timeout;
-        let refresh = (timeout / 3).min(self.retry_interval);
+        let refresh = self.refresh();
         let mut backoff = Backoff::default();
         let mut attempt: u32 = 0;
         loop {
@@ -1228,6 +1247,138 @@ mod tests {
             assert!(j >= Duration::from_millis(50) && j <= Duration::from_millis(100));
         }
         let _ = jitter(Duration::MAX);
+    }
+
+    mod subscription {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        use tokio::sync::watch;
+
+        use crate::backend::memory::MemoryStore;
+        use crate::clock::MonotonicClock;
+        use crate::store::{Inbox, Listener, Store, StoreFuture};
+        use crate::{Client, Result};
+
+        use super::*;
+
+        /// A client's subscription: it answers once `open` says so, with
+        /// its value (`Ok` for true); `calls` counts the subscriptions.
+        #[derive(Debug)]
+        struct Gated {
+            calls: AtomicUsize,
+            open: watch::Receiver<Option<bool>>,
+        }
+
+        impl Listener for Gated {
+            fn sync<'a>(&'a self, _: &'a str, _: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
+                self.calls.fetch_add(1, Ordering::SeqCst);
+                let mut open = self.open.clone();
+                StoreFuture::boxed(async move {
+                    let said = *open.wait_for(Option::is_some).await.unwrap();
+                    if said == Some(true) {
+                        Ok(())
+                    } else {
+                        Err(Error::new(ErrorKind::Unavailable, "no pub/sub connection"))
+                    }
+                })
+            }
+        }
+
+        /// A client over the in-memory store (which hands locks over
+        /// itself) whose wake-ups also come through `listener`.
+        fn client(listener: Arc<Gated>) -> Client {
+            let memory = MemoryStore::new(Arc::new(MonotonicClock::new()));
+            let store = Store::new(Arc::new(memory), vec![listener]);
+            Client::builder().build(store).unwrap()
+        }
+
+        fn gated() -> (Arc<Gated>, watch::Sender<Option<bool>>) {
+            let (tx, open) = watch::channel(None);
+            let listener = Gated {
+                calls: AtomicUsize::new(0),
+                open,
+            };
+            (Arc::new(listener), tx)
+        }
+
+        /// A client's first wait whose subscription hangs (a pub/sub
+        /// connection held up by a hung server) queues after one refresh
+        /// period, not at the end of its wait, and is handed the lock.
+        #[tokio::test(start_paused = true)]
+        async fn a_hung_subscription_holds_up_a_first_wait_one_refresh_at_most() {
+            let (listener, _open) = gated();
+            let lg = client(listener.clone());
+            let held = lg
+                .lock("k")
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap();
+            let refresh = Duration::from_millis(100);
+            let lock = lg
+                .lock("k")
+                .wait(Duration::from_secs(30))
+                .retry_interval(refresh);
+            let waiting = tokio::spawn(async move { lock.acquire().await });
+            tokio::time::sleep(refresh / 2).await;
+            assert_eq!(lg.lock("k").inspect().await.unwrap().waiters, 0);
+            tokio::time::sleep(refresh).await;
+            assert_eq!(
+                lg.lock("k").inspect().await.unwrap().waiters,
+                1,
+                "the first wait did not queue within a refresh period of its hung subscription"
+            );
+            assert!(held.release().await.unwrap());
+            let guard = tokio::time::timeout(refresh * 2, waiting)
+                .await
+                .expect("the queued waiter was not handed the lock")
+                .unwrap()
+                .unwrap();
+            assert!(guard.release().await.unwrap());
+            assert_eq!(listener.calls.load(Ordering::SeqCst), 1);
+        }
+
+        /// First waits that come while the client's subscription is under
+        /// way start no other; once it is done, waits start none at all;
+        /// a failed one is tried again by the next first wait.
+        #[tokio::test(start_paused = true)]
+        async fn one_subscription_at_a_time_and_again_after_a_failure() {
+            let (listener, open) = gated();
+            let lg = client(listener.clone());
+            let held = lg
+                .lock("k")
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap();
+            let wait = |lg: &Client| {
+                let lock = lg
+                    .lock("k")
+                    .wait(Duration::from_millis(300))
+                    .retry_interval(Duration::from_millis(100));
+                async move { lock.acquire().await.map(drop) }
+            };
+            let waits: Vec<_> = (0..3).map(|_| tokio::spawn(wait(&lg))).collect();
+            for w in waits {
+                assert!(w.await.unwrap().unwrap_err().is_busy());
+            }
+            assert_eq!(
+                listener.calls.load(Ordering::SeqCst),
+                1,
+                "a second subscription began"
+            );
+            open.send_replace(Some(false));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            assert!(wait(&lg).await.unwrap_err().is_busy());
+            let calls = || listener.calls.load(Ordering::SeqCst);
+            assert_eq!(calls(), 2, "a failed subscription was not tried again");
+            open.send_replace(Some(true));
+            assert!(wait(&lg).await.unwrap_err().is_busy());
+            assert_eq!(calls(), 3);
+            assert!(wait(&lg).await.unwrap_err().is_busy());
+            assert_eq!(calls(), 3, "a wait subscribed again once listening");
+            drop(held);
+        }
     }
 
     #[test]

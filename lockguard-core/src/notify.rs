@@ -54,6 +54,11 @@ pub(crate) struct Waiters {
     listeners: Vec<Arc<dyn Listener>>,
     /// Whether `channel` is subscribed (always, without listeners).
     listening: AtomicBool,
+    /// Whether a subscription of `channel` is under way (in a task of its
+    /// own, so it goes on past the patience of the wait that began it).
+    subscribing: AtomicBool,
+    /// Told when a subscription of `channel` ends, done or failed.
+    subscribed: Notify,
 }
 
 /// Where a queued waiter's handoff is left for it.
@@ -127,6 +132,8 @@ impl Waiters {
             tickets: Mutex::new(HashMap::new()),
             broadcasts: Mutex::new(HashMap::new()),
             listening: AtomicBool::new(listeners.is_empty()),
+            subscribing: AtomicBool::new(false),
+            subscribed: Notify::new(),
             listeners,
         }
     }
@@ -155,26 +162,39 @@ impl Waiters {
     }
 
     /// Subscribes this client's channel (once per client, at its first
-    /// wait, so a client that never waits opens no pub/sub connection).
-    /// Bounded by `deadline`: a pub/sub connection that cannot be set up
-    /// leaves waiters on their timed refreshes, which also claim a lock
-    /// handed to them.
-    pub(crate) async fn listen(self: &Arc<Self>, deadline: Option<Instant>) {
+    /// wait, so a client that never waits opens no pub/sub connection),
+    /// waiting for it until `until`: the caller's deadline, or one of its
+    /// refresh periods, past which its own refresh finds a handoff sooner
+    /// than a subscription still under way would announce it. The
+    /// subscription goes on in a task of its own (one at a time per
+    /// client) and marks the client listening when it is done; a failed one
+    /// is logged, and the next first wait tries again. Until then waiters
+    /// rely on their timed refreshes, which also claim a lock handed to
+    /// them.
+    pub(crate) async fn listen(self: &Arc<Self>, until: Instant) {
         let [one] = self.listeners.as_slice() else {
             return;
         };
-        let subscribe = one.sync(&self.channel, self.inbox());
-        let result = match deadline {
-            Some(d) => tokio::time::timeout_at(d, subscribe).await.ok(),
-            None => Some(subscribe.await),
-        };
-        match result {
-            Some(Ok(())) => self.listening.store(true, Ordering::Release),
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "pub/sub subscription failed; waiters rely on their refreshes");
-            }
-            None => {}
+        let ended = self.subscribed.notified();
+        tokio::pin!(ended);
+        ended.as_mut().enable();
+        if self.listening() {
+            return;
         }
+        if !self.subscribing.swap(true, Ordering::AcqRel) {
+            let (this, one) = (self.clone(), one.clone());
+            tokio::spawn(async move {
+                match one.sync(&this.channel, this.inbox()).await {
+                    Ok(()) => this.listening.store(true, Ordering::Release),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "pub/sub subscription failed; waiters rely on their refreshes");
+                    }
+                }
+                this.subscribing.store(false, Ordering::Release);
+                this.subscribed.notify_waiters();
+            });
+        }
+        let _ = tokio::time::timeout_at(until, ended).await;
     }
 
     /// Registers a queued waiter, to be woken when a lock is handed to
@@ -241,13 +261,11 @@ impl Waiters {
     }
 
     /// Registers a waiter's interest in `channel` and makes sure the
-    /// channel is subscribed before returning. A failed subscription is
-    /// logged and leaves the waiter on its timed retries.
-    pub(crate) async fn broadcast(
-        self: &Arc<Self>,
-        channel: &str,
-        deadline: Option<Instant>,
-    ) -> Broadcast {
+    /// channel is subscribed before returning, waiting for that until
+    /// `until` (the caller's deadline or one of its retry periods; the
+    /// nodes' subscriptions go on in the background). A failed
+    /// subscription is logged and leaves the waiter on its timed retries.
+    pub(crate) async fn broadcast(self: &Arc<Self>, channel: &str, until: Instant) -> Broadcast {
         let rx = {
             let mut entries = self.broadcasts();
             let entry = entries.entry(channel.to_owned()).or_insert_with(|| Entry {
@@ -263,14 +281,9 @@ impl Waiters {
             channel: channel.to_owned(),
             rx,
         };
-        // Bounded by the caller's wait: a slow pub/sub connection leaves
-        // the waiter on its timed retries rather than past its deadline.
-        match deadline {
-            Some(d) => {
-                let _ = tokio::time::timeout_at(d, self.sync(channel)).await;
-            }
-            None => self.sync(channel).await,
-        }
+        // Bounded: a slow pub/sub connection leaves the waiter on its
+        // timed retries rather than past its deadline or its next retry.
+        let _ = tokio::time::timeout_at(until, self.sync(channel)).await;
         registration
     }
 }
