@@ -38,9 +38,15 @@ conformance=(--test 'conformance*' -- --test-threads 4)
 target_dir=$(cargo metadata --no-deps --format-version 1 |
   sed 's/.*"target_directory":"\([^"]*\)".*/\1/')
 
+# The examples, which tests/examples.rs runs (a test build with target
+# selection builds none), and every test binary, in one build: one graph
+# keeps both cores busy where two builds in a row would wait on each
+# other's last crates, and the test passes below find it all built.
+cargo build --workspace --all-features --examples --tests
+
 # With every feature on, rustls serves rediss://; the TLS tests run again
 # on the platform's TLS library, a build of redis-rs of its own. That build
-# goes on beside the ones and tests below, at idle priority (SCHED_IDLE)
+# goes on beside the tests below, at idle priority (SCHED_IDLE)
 # and in a target directory of its own (cargo locks one while its tests
 # run): the tests mostly wait, and a test's thread that wakes takes its
 # core back at once, so their timings see no build beside them.
@@ -58,12 +64,6 @@ CARGO_TARGET_DIR="$target_dir/native-tls" idle \
 tls_build=$!
 set +m
 trap 'kill -- "-$tls_build" 2>/dev/null || true; rm -f "$tls_log"' EXIT
-
-# The examples, which tests/examples.rs runs (a test build with target
-# selection builds none), and every test binary, in one build: one graph
-# keeps both cores busy where two builds in a row would wait on each
-# other's last crates, and the test passes below find it all built.
-cargo build --workspace --all-features --examples --tests
 
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
