@@ -1285,11 +1285,19 @@ mod tests {
         }
 
         /// A client over the in-memory store (which hands locks over
-        /// itself) whose wake-ups also come through `listener`.
-        fn client(listener: Arc<Gated>) -> Client {
+        /// itself) whose wake-ups also come through `listener`, and its
+        /// guard of the lock `k` (a 60 s lease), which others wait for.
+        async fn holding_k(listener: Arc<Gated>) -> (Client, LockGuard) {
             let memory = MemoryStore::new(Arc::new(MonotonicClock::new()));
             let store = Store::new(Arc::new(memory), vec![listener]);
-            Client::builder().build(store).unwrap()
+            let lg = Client::builder().build(store).unwrap();
+            let held = lg
+                .lock("k")
+                .lease(Duration::from_secs(60))
+                .acquire()
+                .await
+                .unwrap();
+            (lg, held)
         }
 
         fn gated() -> (Arc<Gated>, watch::Sender<Option<bool>>) {
@@ -1307,13 +1315,7 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn a_hung_subscription_holds_up_a_first_wait_one_refresh_at_most() {
             let (listener, _open) = gated();
-            let lg = client(listener.clone());
-            let held = lg
-                .lock("k")
-                .lease(Duration::from_secs(60))
-                .acquire()
-                .await
-                .unwrap();
+            let (lg, held) = holding_k(listener.clone()).await;
             let refresh = Duration::from_millis(100);
             let lock = lg
                 .lock("k")
@@ -1344,13 +1346,7 @@ mod tests {
         #[tokio::test(start_paused = true)]
         async fn one_subscription_at_a_time_and_again_after_a_failure() {
             let (listener, open) = gated();
-            let lg = client(listener.clone());
-            let held = lg
-                .lock("k")
-                .lease(Duration::from_secs(60))
-                .acquire()
-                .await
-                .unwrap();
+            let (lg, held) = holding_k(listener.clone()).await;
             let wait = |lg: &Client| {
                 let lock = lg
                     .lock("k")
