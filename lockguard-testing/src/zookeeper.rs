@@ -396,7 +396,7 @@ impl ZooKeeperServer {
     }
 
     /// The last lines of the log, for panic messages.
-    fn log_tail(&self) -> String {
+    pub fn log_tail(&self) -> String {
         let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
         let from = lines.len().saturating_sub(LOG_TAIL_LINES);
@@ -529,6 +529,18 @@ impl ZooKeeperServer {
             }
         }
         Some(String::from_utf8_lossy(&answer).into_owned())
+    }
+
+    /// The last transaction the server has applied (`Zxid` in `srvr`):
+    /// what a client moving to it must not have seen past, or it refuses
+    /// the client ("client must try another server"). `None` when the
+    /// server does not answer or does not serve.
+    pub fn last_zxid(&self) -> Option<i64> {
+        let answer = self.four_letter("srvr")?;
+        let hex = answer
+            .lines()
+            .find_map(|line| line.strip_prefix("Zxid: 0x"))?;
+        i64::from_str_radix(hex.trim(), 16).ok()
     }
 
     /// The server's mode from `srvr`: `"standalone"`, `"leader"`,

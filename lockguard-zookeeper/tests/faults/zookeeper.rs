@@ -416,10 +416,34 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     // Member 0 hears nothing more from the leader, and the client nothing
     // more from the member it is on: the creation is committed (by the
     // leader and the other follower), its answer lost.
-    for link in &quorum_links {
-        link.hold();
+    //
+    // Member 0 must first have applied all the client has seen (the
+    // release above), or it refuses the moved client for good: a server
+    // never serves a client a past older than one it saw. A commit caught
+    // in the relay when the hold begins would do that, so the holds are
+    // taken again until member 0 is level with the member the client is on.
+    let level = || {
+        let (lagging, current) = (ensemble.member(0), ensemble.member(other));
+        matches!((lagging.last_zxid(), current.last_zxid()), (Some(l), Some(c)) if l >= c)
+    };
+    let mut held_level = false;
+    for _ in 0..5 {
+        let caught_up = eventually(Duration::from_secs(10), || async { level() }).await;
+        assert!(caught_up, "member 0 never applied what the client has seen");
+        for link in &quorum_links {
+            link.hold();
+        }
+        to_other.hold();
+        if level() {
+            held_level = true;
+            break;
+        }
+        for link in &quorum_links {
+            link.release();
+        }
+        to_other.release();
     }
-    to_other.hold();
+    assert!(held_level, "a commit was caught in the relay at every hold");
     let err = lg.lock("ghost").try_acquire().await.unwrap_err();
     assert!(err.is_timeout() || err.is_unavailable(), "{err}");
     let created = eventually(Duration::from_secs(10), || async {
@@ -439,7 +463,11 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
             .is_some_and(|cons| cons.contains(&session))
     })
     .await;
-    assert!(moved, "the client never reconnected to the lagging member");
+    assert!(
+        moved,
+        "the client never reconnected to the lagging member; its log ends:\n{}",
+        ensemble.member(0).log_tail()
+    );
     // The fault lasts a few seconds more: time for the cleanup (which
     // retries every 2 s at most) to try on member 0.
     tokio::time::sleep(Duration::from_secs(3)).await;
