@@ -6,15 +6,30 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockguard_core::Client;
+
 use super::Env;
+
+/// The response timeout of the clients whose tasks all write one counter:
+/// each write waits its turn behind the others' (on the SQL stores, behind
+/// their transactions on the counter's row), which on a loaded machine can
+/// take longer than the default 2 s: time, not the property under test.
+const WRITES_IN_LINE: Duration = Duration::from_secs(15);
+
+/// The 4 client handles of a test whose tasks all write one counter.
+async fn writers_in_line(env: &Env) -> Vec<Client> {
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let builder = Client::builder().response_timeout(WRITES_IN_LINE);
+        clients.push(env.client_with(builder).await);
+    }
+    clients
+}
 
 /// 64 tasks on 4 handles buy from a stock of 1000 with
 /// `decr_if_at_least(1)`: exactly 1000 succeed and it never goes below 0.
 pub async fn stock_is_never_oversold(env: Env) {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(env.client().await);
-    }
+    let clients = writers_in_line(&env).await;
     clients[0].counter("stock").set(1000).await.unwrap();
     let mut tasks = Vec::new();
     for t in 0..64 {
@@ -52,10 +67,7 @@ pub async fn stock_is_never_oversold(env: Env) {
 /// 16 tasks on 4 handles mark 50 users each on one counter: every user is
 /// first exactly once.
 pub async fn mark_once_is_first_exactly_once(env: Env) {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(env.client().await);
-    }
+    let clients = writers_in_line(&env).await;
     let firsts = Arc::new(std::sync::Mutex::new(HashMap::<String, u32>::new()));
     let mut tasks = Vec::new();
     for t in 0..16 {
