@@ -35,35 +35,11 @@ for t in $targets; do
 done
 conformance=(--test 'conformance*' -- --test-threads 4)
 
-target_dir=$(cargo metadata --no-deps --format-version 1 |
-  sed 's/.*"target_directory":"\([^"]*\)".*/\1/')
-
 # The examples, which tests/examples.rs runs (a test build with target
 # selection builds none), and every test binary, in one build: one graph
 # keeps both cores busy where two builds in a row would wait on each
 # other's last crates, and the test passes below find it all built.
 cargo build --workspace --all-features --examples --tests
-
-# With every feature on, rustls serves rediss://; the TLS tests run again
-# on the platform's TLS library, a build of redis-rs of its own. That build
-# goes on beside the tests below, at idle priority (SCHED_IDLE)
-# and in a target directory of its own (cargo locks one while its tests
-# run): the tests mostly wait, and a test's thread that wakes takes its
-# core back at once, so their timings see no build beside them.
-idle() {
-  if command -v chrt >/dev/null; then chrt --idle 0 "$@"; else nice -n 19 "$@"; fi
-}
-native_tls=(-p lockguard-redis --features tls-native-tls,sentinel --test faults)
-tls_log=$(mktemp)
-# In a process group of its own (`set -m`), so that an early exit stops it;
-# not a session of its own, whose scheduling group (autogroup) SCHED_IDLE
-# would not rank below the tests'.
-set -m
-CARGO_TARGET_DIR="$target_dir/native-tls" idle \
-  cargo test "${native_tls[@]}" --no-run >"$tls_log" 2>&1 &
-tls_build=$!
-set +m
-trap 'kill -- "-$tls_build" 2>/dev/null || true; rm -f "$tls_log"' EXIT
 
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
@@ -80,14 +56,9 @@ for store in postgres zookeeper mysql; do
 done
 # Every crate's doctests.
 cargo test --workspace --all-features --doc 2>&1 | tee -a "$log"
-# The TLS tests on the platform's TLS library (built beside the passes above).
-if ! wait "$tls_build"; then
-  cat "$tls_log"
-  echo "error: the build of the TLS tests on native-tls failed (above)" >&2
-  exit 1
-fi
-rm -f "$tls_log"
-CARGO_TARGET_DIR="$target_dir/native-tls" cargo test "${native_tls[@]}" tls 2>&1 | tee -a "$log"
+# With every feature on, rustls serves rediss://; the TLS tests again on the
+# platform's TLS library.
+cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
 # The history checker (lockguard-chaos/tests/chaos.rs): worker processes on
 # every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, Sentinel,
 # Cluster) under random faults, their histories checked, in two runs (the
@@ -111,6 +82,8 @@ rm -f "$log"
 # resolve other features and build half the tree again, about 80 s on two
 # cores. .ci/run checks that they build with the default features, as the
 # README runs them.
+target_dir=$(cargo metadata --no-deps --format-version 1 |
+  sed 's/.*"target_directory":"\([^"]*\)".*/\1/')
 example() { "$target_dir/debug/examples/$1"; }
 example flash_sale
 example locks
