@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
 
 use super::waits::{BOUND, Frees, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
-use super::{Env, eventually};
+use super::{Env, WATCHED, eventually};
 
 /// 32 tasks over 4 client handles take the lock 200 times each (the
 /// harness's [`contention_rounds`](super::Harness::contention_rounds)) and
@@ -182,14 +182,15 @@ pub async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) 
     assert!(new.release().await.unwrap());
 }
 
-/// A 300 ms lease kept by the watchdog for four lease lengths: another
-/// client is refused throughout, and the lock is free after the release.
+/// A short lease ([`WATCHED`], a second) kept by the watchdog for three
+/// lease lengths: another client is refused throughout, and the lock is
+/// free after the release.
 pub async fn watchdog_keeps_a_short_lease_alive(env: Env) {
     let a = env.client().await;
     let b = env.client().await;
-    let lease = Duration::from_millis(300);
+    let lease = WATCHED;
     let guard = a.lock("w").watchdog(lease).acquire().await.unwrap();
-    let until = Instant::now() + lease * 4;
+    let until = Instant::now() + lease * 3;
     while Instant::now() < until {
         let b = b.clone();
         let r = tokio::spawn(async move { b.lock("w").try_acquire().await })
@@ -208,19 +209,27 @@ pub async fn watchdog_keeps_a_short_lease_alive(env: Env) {
     assert!(again.release().await.unwrap());
 }
 
+/// How long the handed lock's waiter has to confirm a handoff: longer than
+/// its lease.
+const RESERVATION: Duration = Duration::from_secs(2);
+
 /// A waiter handed the lock by a release keeps it as long as its guard
 /// lives: the watchdog renews the lease it confirmed, however long the
-/// reservation the handoff made (the waiter timeout, 1 s by default and 30 s
-/// on the memory store's test client) is against the 300 ms lease.
+/// reservation the handoff made (the waiter's client gives a waiter 2 s to
+/// confirm, against its [`WATCHED`] lease of a second) is against the
+/// lease. A first renewal booked from the reservation instead of the grant
+/// would come after the lease ended.
 ///
 /// The first holder's lease is long: the lock must pass by the release's
 /// handoff, not because a renewal of a short lease came late on a loaded
 /// machine (the waiter would then take a free lock, and never queue).
 pub async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
     let holder = env.client().await;
-    let waiter = env.client().await;
+    let waiter = env
+        .client_with(Client::builder().waiter_timeout(RESERVATION))
+        .await;
     let probe = env.client().await;
-    let lease = Duration::from_millis(300);
+    let lease = WATCHED;
     let held = holder.lock("handed").lease(LEASE).acquire().await.unwrap();
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
@@ -262,8 +271,9 @@ pub async fn a_lock_handed_to_a_waiter_keeps_its_lease(env: Env) {
     }
     assert!(held.release().await.unwrap());
     let guard = waiting.await.unwrap().expect("the waiter gets the lock");
-    // Four leases and more: every renewal must have landed in time.
-    let until = Instant::now() + lease * 5;
+    // Past the reservation, with three leases and more: every renewal must
+    // have landed in time.
+    let until = Instant::now() + RESERVATION.max(lease * 3) + lease;
     while Instant::now() < until {
         assert!(guard.is_held(), "the lock handed over was lost");
         let probe = probe.clone();

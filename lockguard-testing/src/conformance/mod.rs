@@ -85,6 +85,13 @@ pub mod rw_locks;
 pub mod semaphores;
 mod waits;
 
+/// The lease the watchdog tests keep alive. Renewed every third of it,
+/// it outlives a renewal that a loaded machine holds up for over half a
+/// second (a database server stalling on its disk, the renewing task
+/// waiting for a core); at 300 ms, a stall of 200 ms lost it. Short
+/// enough that a test watching a few lease lengths takes seconds.
+pub(crate) const WATCHED: Duration = Duration::from_secs(1);
+
 /// The future of a client a harness makes.
 pub type ClientFuture<'a> = Pin<Box<dyn Future<Output = Client> + Send + 'a>>;
 

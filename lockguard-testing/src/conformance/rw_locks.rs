@@ -13,7 +13,7 @@ use lockguard_core::{Client, ErrorKind, MAX_LEASE, RwMode};
 use tokio::sync::{mpsc, oneshot};
 
 use super::waits::{BOUND, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
-use super::{Env, eventually};
+use super::{Env, WATCHED, eventually};
 
 /// Waits (at most 10 s) until `name`'s queue holds `n` waiters, as a third
 /// client's `inspect()` sees it.
@@ -534,13 +534,13 @@ async fn assert_fenced_out(
     assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
 }
 
-/// A 300 ms lease kept by the watchdog for four lease lengths, on a read
-/// and on a write hold: a writer (a reader) of another client is refused
-/// throughout.
+/// A short lease ([`WATCHED`], a second) kept by the watchdog for three
+/// lease lengths, on a read and on a write hold: a writer (a reader) of
+/// another client is refused throughout.
 pub async fn watchdog_keeps_read_and_write_holds(env: Env) {
     let a = env.client().await;
     let probe = env.client().await;
-    let lease = Duration::from_millis(300);
+    let lease = WATCHED;
     let read = a
         .rw_lock("dog")
         .read()
@@ -548,7 +548,7 @@ pub async fn watchdog_keeps_read_and_write_holds(env: Env) {
         .acquire()
         .await
         .unwrap();
-    let until = Instant::now() + lease * 4;
+    let until = Instant::now() + lease * 3;
     while Instant::now() < until {
         assert!(
             is_busy(&probe, "dog", RwMode::Write).await,
@@ -568,7 +568,7 @@ pub async fn watchdog_keeps_read_and_write_holds(env: Env) {
         .acquire()
         .await
         .unwrap();
-    let until = Instant::now() + lease * 4;
+    let until = Instant::now() + lease * 3;
     while Instant::now() < until {
         assert!(
             is_busy(&probe, "dog", RwMode::Read).await,
