@@ -182,7 +182,7 @@ pub async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) 
     assert!(new.release().await.unwrap());
 }
 
-/// A short lease ([`WATCHED`], a second) kept by the watchdog for three
+/// A short lease (a second) kept by the watchdog for three
 /// lease lengths: another client is refused throughout, and the lock is
 /// free after the release.
 pub async fn watchdog_keeps_a_short_lease_alive(env: Env) {
@@ -214,11 +214,10 @@ pub async fn watchdog_keeps_a_short_lease_alive(env: Env) {
 const RESERVATION: Duration = Duration::from_secs(2);
 
 /// A waiter handed the lock by a release keeps it as long as its guard
-/// lives: the watchdog renews the lease it confirmed, however long the
-/// reservation the handoff made (the waiter's client gives a waiter 2 s to
-/// confirm, against its [`WATCHED`] lease of a second) is against the
-/// lease. A first renewal booked from the reservation instead of the grant
-/// would come after the lease ended.
+/// lives: the watchdog renews the lease it confirmed (a second), however
+/// long the reservation the handoff made is against it (the waiter's client
+/// gives a waiter 2 s to confirm). A first renewal booked from the
+/// reservation instead of the grant would come after the lease ended.
 ///
 /// The first holder's lease is long: the lock must pass by the release's
 /// handoff, not because a renewal of a short lease came late on a loaded

@@ -534,7 +534,7 @@ async fn assert_fenced_out(
     assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
 }
 
-/// A short lease ([`WATCHED`], a second) kept by the watchdog for three
+/// A short lease (a second) kept by the watchdog for three
 /// lease lengths, on a read and on a write hold: a writer (a reader) of
 /// another client is refused throughout.
 pub async fn watchdog_keeps_read_and_write_holds(env: Env) {
