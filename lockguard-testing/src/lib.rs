@@ -15,11 +15,12 @@
 //! [`mod@faults`] scenarios are what every store with a server must show
 //! when that server is killed, paused or down, over any [`ServerProcess`].
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 pub mod conformance;
@@ -102,11 +103,30 @@ pub fn redis_server_binary() -> PathBuf {
     })
 }
 
+/// A loopback port that nobody listens on, handed out once per process.
+///
+/// The port is only probed: the server started on it binds it later. A
+/// probe gets a port one of the ten probes before it got about once in
+/// 1,250, so two servers starting at once (tests run side by side) were
+/// sometimes handed the same port: the second server then failed to
+/// bind, its readiness check reached the first one's, and the second test
+/// ran on the first test's server until that test ended and took it away
+/// (a check refused in the middle of a conformance test). A port handed out
+/// once is never handed out again by this process; only another process
+/// could still take it between the probe and the bind (cargo runs test
+/// binaries one at a time).
 pub(crate) fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("no free loopback port");
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+        if handed_out.insert(port) {
+            return port;
+        }
+    }
 }
 
 impl RedisServer {
@@ -625,5 +645,26 @@ impl RedisServer {
             .arg(key)
             .query(&mut conn)
             .expect("CLUSTER KEYSLOT")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::free_port;
+
+    /// Probes from threads at once never get a port twice.
+    #[test]
+    fn free_ports_are_handed_out_once() {
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..1000).map(|_| free_port()).collect::<Vec<_>>()))
+            .collect();
+        let mut seen = HashSet::new();
+        for t in threads {
+            for port in t.join().unwrap() {
+                assert!(seen.insert(port), "port {port} handed out twice");
+            }
+        }
     }
 }
