@@ -18,12 +18,8 @@ const WRITES_IN_LINE: Duration = Duration::from_secs(15);
 
 /// The 4 client handles of a test whose tasks all write one counter.
 async fn writers_in_line(env: &Env) -> Vec<Client> {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        let builder = Client::builder().response_timeout(WRITES_IN_LINE);
-        clients.push(env.client_with(builder).await);
-    }
-    clients
+    env.handles(Client::builder().response_timeout(WRITES_IN_LINE))
+        .await
 }
 
 /// 64 tasks on 4 handles buy from a stock of 1000 with

@@ -16,11 +16,9 @@ use super::Env;
 /// default bound on a loaded machine. What is tested is how many are
 /// admitted, not how fast.
 async fn admitted(env: &Env, limiter: &str, algorithm: Algorithm, quota: Quota) -> usize {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        let patient = Client::builder().response_timeout(Duration::from_secs(60));
-        clients.push(env.client_with(patient).await);
-    }
+    let clients = env
+        .handles(Client::builder().response_timeout(Duration::from_secs(60)))
+        .await;
     let mut tasks = Vec::new();
     for i in 0..500 {
         let l = clients[i % 4]

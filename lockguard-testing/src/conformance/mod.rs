@@ -178,6 +178,16 @@ impl Env {
         self.harness.client_with(builder).await
     }
 
+    /// The 4 client handles a concurrent test spreads its tasks over, each
+    /// with `builder`'s settings.
+    pub(crate) async fn handles(&self, builder: Builder) -> Vec<Client> {
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            clients.push(self.client_with(builder.clone()).await);
+        }
+        clients
+    }
+
     /// See [`Harness::client_for_lease`].
     pub async fn client_for_lease(&self, lease: Duration) -> Client {
         self.harness.client_for_lease(lease).await

@@ -13,10 +13,7 @@ use super::waits::{BOUND, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_client
 /// 20 tasks on 4 handles share 3 permits; the number inside, kept in a
 /// store counter, never exceeds 3.
 pub async fn never_more_than_n_inside(env: Env) {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        clients.push(env.client().await);
-    }
+    let clients = env.handles(Client::builder()).await;
     let max_seen = Arc::new(AtomicI64::new(0));
     let data = env.data_client().await;
     let mut tasks = Vec::new();

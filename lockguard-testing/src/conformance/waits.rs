@@ -25,14 +25,10 @@ pub(crate) const TASKS: usize = 16;
 
 /// The 4 clients of the no-lost-wake-up tests (see [`RETRY`]).
 pub(crate) async fn patient_clients(env: &Env) -> Vec<Client> {
-    let mut clients = Vec::new();
-    for _ in 0..4 {
-        let builder = Client::builder()
-            .retry_interval(RETRY)
-            .waiter_timeout(RETRY * 3);
-        clients.push(env.client_with(builder).await);
-    }
-    clients
+    let builder = Client::builder()
+        .retry_interval(RETRY)
+        .waiter_timeout(RETRY * 3);
+    env.handles(builder).await
 }
 
 /// A release's answer in task `t`'s `round`: it must have held.
