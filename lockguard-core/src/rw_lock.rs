@@ -37,11 +37,10 @@ use crate::store::Occupancy;
 /// [`ReadLock::run`] is a second reader (and a write taken there waits for
 /// the first read to end, so it never comes).
 ///
-/// Stores: the in-memory store and Redis (one server, Sentinel, Cluster:
-/// one script per acquisition, release and renewal). Redlock, PostgreSQL,
-/// ZooKeeper and MySQL answer
-/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported), naming the
-/// store.
+/// A store without read-write locks answers
+/// [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) at once,
+/// naming itself. Which stores offer them is in the one table of what each
+/// store offers: `docs/stores.md` in the `lockguard` package.
 ///
 /// # Examples
 ///

@@ -8,7 +8,17 @@
 //! every `T` after that, exactly (integer microseconds, no drift). The state
 //! is one integer per key with a TTL of `TAT - now`.
 //!
-//! The same arithmetic runs in `gcra.lua` on Redis.
+//! The in-memory store runs [`step`] itself. The Redis, PostgreSQL and
+//! MySQL stores run the same steps in the server, on the server's clock
+//! (a Lua script on Redis, a function or procedure in the database), and
+//! make the decision from the numbers it answers with [`decide`]. Their
+//! integers are the same, with two differences at the edges: Redis's Lua
+//! computes in doubles, exact below 2^53 µs (about 285 years), and the
+//! databases' 64-bit arithmetic fails on an overflow where `step`
+//! saturates. Stores without rate limiters (ZooKeeper, Redlock) answer
+//! `Unsupported`. The conformance kit's `limits` group checks every
+//! store's decisions; property tests check the in-memory store and the
+//! Redis script against a reference model.
 
 use super::decision::{Decision, us};
 use super::quota::Quota;
