@@ -117,7 +117,7 @@ impl Guards {
         let s = &self.hold;
         let result = if let Some(left) = s.keep_for() {
             // Dropped midway, the lock stays until its lease ends.
-            s.engine.store.extend(&s.keys, &s.token, left).await
+            s.engine.store.release_later(&s.keys, &s.token, left).await
         } else {
             let pending = PendingRelease::new(&s.engine, &s.keys, s.token);
             let result = s.engine.store.release(&s.keys, &s.token).await;
@@ -136,7 +136,7 @@ impl Guards {
         let s = &self.hold;
         let keep = s.keep_for();
         let answer = match keep {
-            Some(left) => s.engine.store.extend(&s.keys, &s.token, left),
+            Some(left) => s.engine.store.release_later(&s.keys, &s.token, left),
             None => s.engine.store.release(&s.keys, &s.token),
         };
         match answer.into_ready() {
@@ -198,7 +198,7 @@ fn spawn_release(runtime: Option<&Handle>, parts: ReleaseParts, name: &str, fenc
     runtime.spawn(async move {
         let (engine, keys, token, keep) = parts;
         let answer = match keep {
-            Some(left) => engine.store.extend(&keys, &token, left).await,
+            Some(left) => engine.store.release_later(&keys, &token, left).await,
             None => engine.store.release(&keys, &token).await,
         };
         match answer {

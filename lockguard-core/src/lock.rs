@@ -633,7 +633,11 @@ impl Lock {
     }
 
     /// Waits in the key's queue in the store until the lock is handed over
-    /// (or found free with nobody ahead).
+    /// (or found free with nobody ahead). A grant whose answer came after
+    /// its lease could have run out (a store or a client that stalled past
+    /// the lease) is given back, and the wait queues again with a new token
+    /// while its deadline lasts: a blip shorter than the wait is ridden
+    /// out, as any other.
     async fn wait_in_queue(
         &self,
         keys: &Arc<LockKeys>,
@@ -641,6 +645,27 @@ impl Lock {
         deadline: Option<Instant>,
     ) -> Result<LockGuard> {
         let started = Instant::now();
+        loop {
+            if let Some(guard) = self.queue_once(keys, lease, deadline, started).await? {
+                return Ok(guard);
+            }
+            if deadline.is_some_and(|d| d <= Instant::now()) {
+                return Err(self.lapsed(lease));
+            }
+            tracing::debug!(lock = %self.name, "the lock was granted too late to use its lease; queueing again");
+        }
+    }
+
+    /// One stay in the key's queue, with one token: the guard, or `None`
+    /// when the lock was granted too late to use its lease (the token is
+    /// given back in the background as this returns).
+    async fn queue_once(
+        &self,
+        keys: &Arc<LockKeys>,
+        lease: Duration,
+        deadline: Option<Instant>,
+        started: Instant,
+    ) -> Result<Option<LockGuard>> {
         let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
         let token = Token::random();
         let waiters = &self.engine.waiters;
@@ -684,16 +709,20 @@ impl Lock {
                 .await;
             let (ttl, failed) = match attempt_result {
                 Ok(Attempt::Acquired { fence, keys }) => {
-                    leave.disarm();
-                    drop(ticket);
                     let grant = Grant {
                         token,
                         fence,
                         valid_until: valid_until(sent_at, lease),
                     };
+                    if grant.valid_until <= Instant::now() {
+                        // `leave` gives the token back as this returns.
+                        return Ok(None);
+                    }
+                    leave.disarm();
+                    drop(ticket);
                     let guard = self.granted(keys, grant)?;
                     self.log_acquired(fence, started);
-                    return Ok(guard);
+                    return Ok(Some(guard));
                 }
                 Ok(Attempt::Busy(ttl)) => {
                     pace = refresh;
@@ -812,18 +841,21 @@ impl Lock {
                     // is still ours, and confirms it as any acquisition.
                     continue;
                 };
+                if grant.valid_until <= Instant::now() {
+                    return Ok(None);
+                }
                 leave.disarm();
                 drop(ticket);
                 let guard = self.granted(keys.clone(), grant)?;
                 self.log_acquired(handoff.fence, started);
-                return Ok(guard);
+                return Ok(Some(guard));
             }
             leave.disarm();
             drop(ticket);
             let guard = self.granted(keys.clone(), grant)?;
             guard.confirm();
             self.log_acquired(handoff.fence, started);
-            return Ok(guard);
+            return Ok(Some(guard));
         }
     }
 
@@ -1079,13 +1111,7 @@ impl Lock {
         let now = Instant::now();
         if now >= grant.valid_until {
             drop(PendingRelease::new(&self.engine, &keys, grant.token));
-            return Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "lock {:?} was granted too late to use its {lease:?} lease",
-                    self.name
-                ),
-            ));
+            return Err(self.lapsed(lease));
         }
         let watchdog = self.lease.is_watchdog();
         let fence = grant.fence;
@@ -1101,6 +1127,18 @@ impl Lock {
         }
         tracing::debug!(lock = %self.name, fence = fence.get(), lease_ms = lease.as_millis() as u64, watchdog, "lock acquired");
         Ok(LockGuard::new(guards))
+    }
+
+    /// The error of a grant whose answer came after its `lease` could have
+    /// run out: the lock was given back, never used.
+    pub(crate) fn lapsed(&self, lease: Duration) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "lock {:?} was granted too late to use its {lease:?} lease",
+                self.name
+            ),
+        )
     }
 
     /// The error of a wait that ended while the store could not be

@@ -40,7 +40,11 @@ pub const MAX_MULTI_LOCK_KEYS: usize = 1024;
 /// wait (busy, the store down, the future dropped), the keys already taken
 /// are released before the error is returned (in the background for a
 /// dropped future), so no partial hold outlives the attempt; a process
-/// that dies part way leaves its keys to their leases, like any lock.
+/// that dies part way leaves its keys to their leases, like any lock. A
+/// key whose lease lapsed while a later key was waited for (a fixed lease
+/// shorter than the wait) is taken again, after the keys behind it are
+/// given back, within the same wait: a guard is returned only while it
+/// holds every key.
 ///
 /// # Examples
 ///
@@ -258,7 +262,27 @@ impl MultiLock {
         }
         // Dropped with the future: whatever was taken is released.
         let mut taken = Taken(Vec::with_capacity(locks.len()));
-        for lock in locks {
+        loop {
+            let Some(lock) = locks.get(taken.0.len()) else {
+                // Every key is taken, but one taken early may have lapsed
+                // while a later one was waited for (a fixed lease shorter
+                // than the wait, renewals that failed), and another owner
+                // may hold it now. The keys from the first lapsed one on are
+                // given back and taken again, in order, while the wait
+                // lasts: a multi-lock returns only holding every key.
+                let Some(first) = taken.0.iter().position(|g| !g.is_held()) else {
+                    break;
+                };
+                taken.release_from(first).await;
+                let ended = deadline.is_none_or(|d| d.is_some_and(|d| d <= Instant::now()));
+                if ended {
+                    taken.release().await;
+                    let lapsed = &locks[first];
+                    return Err(lapsed.lapsed(lapsed.checked()?.1));
+                }
+                tracing::debug!(lock = %locks[first].name(), "a key of the multi-lock lapsed while a later one was waited for; taking it again");
+                continue;
+            };
             let attempt = match deadline {
                 None => lock.try_acquire().await,
                 Some(deadline) => {
@@ -365,7 +389,12 @@ impl Taken {
     /// Gives back every key taken, reporting a release that fails (the
     /// lease then frees the key).
     async fn release(&mut self) {
-        for guard in self.0.drain(..).rev() {
+        self.release_from(0).await;
+    }
+
+    /// Gives back the keys taken from the `first`-th on, last first.
+    async fn release_from(&mut self, first: usize) {
+        for guard in self.0.drain(first..).rev() {
             let name = guard.name().to_owned();
             if let Err(e) = guard.release().await {
                 tracing::warn!(lock = %name, error = %e, "a multi-lock could not give back a key it took; its lease frees it");

@@ -589,6 +589,25 @@ pub trait LockStore: Send + Sync + fmt::Debug {
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>>;
 
+    /// Gives up `token`'s lock but keeps it taken for `keep` more: the
+    /// release of a lock taken with `at_least` before that has passed (a
+    /// scheduled job's lock). What is kept must outlive this client and
+    /// its process: another replica may run the same job the moment it
+    /// is free. True when it was still held.
+    ///
+    /// The default resets the lease to `keep` ([`extend`](LockStore::extend)),
+    /// which is right where a lease lives in the store; a store whose
+    /// holds live in the client's session (ZooKeeper's ephemeral nodes)
+    /// leaves something in the store that outlives the session instead.
+    fn release_later<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        keep: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        self.extend(keys, token, keep)
+    }
+
     /// One attempt to take a `mode` hold of a read-write lock, as
     /// [`acquire`](LockStore::acquire) does for a lock: many readers or one
     /// writer. The keys' [`id`](LockKeys::id) is the same for both modes.
@@ -874,6 +893,21 @@ impl Store {
         match keys.rw {
             None => self.locks.extend(keys, token, lease),
             Some(mode) => self.locks.rw_extend(keys, mode, token, lease),
+        }
+    }
+
+    /// Gives up `token`'s hold of what `keys` name, keeping it taken for
+    /// `keep` more ([`LockStore::release_later`]; a read-write lock's hold
+    /// is kept by its lease).
+    pub(crate) fn release_later<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        keep: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        match keys.rw {
+            None => self.locks.release_later(keys, token, keep),
+            Some(mode) => self.locks.rw_extend(keys, mode, token, keep),
         }
     }
 

@@ -65,6 +65,7 @@ use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 mod admission;
 mod data;
+mod kept;
 mod multi;
 mod order;
 mod rw;
@@ -514,6 +515,17 @@ impl ZooKeeperStore {
                 ));
             };
             let Some(waits) = admission.waits(&queue, rank) else {
+                // A lock released before its `at_least` passed is kept by
+                // a node of its own (see `kept`) until then.
+                if children.iter().any(|c| c == kept::KEPT)
+                    && let Some(left) = self.kept_for(&client, &dir, &path).await?
+                {
+                    if place.is_none() {
+                        self.nodes().remove(token);
+                        self.discard(path);
+                    }
+                    return Ok(Attempt::Busy(Some(left)));
+                }
                 return self
                     .take(&client, keys, token, (&path, created), admission, lease)
                     .await;
@@ -852,6 +864,22 @@ impl ZooKeeperStore {
         };
         let queue = self.in_order(&client, &dir, &children).await?;
         let queued = u32::try_from(queue.len()).unwrap_or(u32::MAX);
+        // A lock released before its `at_least` passed is held by its
+        // `kept` node, and every node of the queue waits.
+        let kept = if children.iter().any(|c| c == kept::KEPT) {
+            self.kept_left(&client, &dir).await?
+        } else {
+            None
+        };
+        if let Some(left) = kept {
+            return Ok(Occupancy::new(
+                1,
+                capacity,
+                Some(left),
+                u64::from(queued),
+                (stat.pzxid > 0).then(|| FencingToken::new(u64::try_from(stat.pzxid).unwrap_or(0))),
+            ));
+        }
         let holders = queued.min(capacity);
         // The zxid of the last change to the queue: no node of it was
         // created later. A semaphore's tokens are its holders' touches,
@@ -943,6 +971,19 @@ impl LockStore for ZooKeeperStore {
 
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
         StoreFuture::boxed(async move { self.outage(self.inspect_inner(keys).await) })
+    }
+
+    /// A lock's hold becomes a persistent node that keeps it past this
+    /// client's session (see `kept`).
+    fn release_later<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+        keep: Duration,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(
+            async move { self.outage(self.release_later_inner(keys, token, keep).await) },
+        )
     }
 
     fn extend<'a>(

@@ -830,3 +830,41 @@ pub async fn at_least_keeps_an_early_released_lock_until_it_has_passed(env: Env)
     let e = too_long.try_acquire().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
 }
+
+/// A lock released before its `at_least` has passed stays taken until then
+/// even when the client that took it is gone (a scheduled job that ends
+/// early and returns from `main`): another client's `try_acquire` is busy
+/// until `at_least` after the lock was asked for, and free soon after.
+pub async fn at_least_outlives_the_client_that_took_it(env: Env) {
+    let at_least = Duration::from_secs(3);
+    let other = env.client().await;
+    let taker = env.client().await;
+    let asked = Instant::now();
+    let guard = taker
+        .lock("job")
+        .lease(Duration::from_secs(4))
+        .at_least(at_least)
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(guard.release().await.unwrap(), "lost before its release");
+    drop(taker);
+    let bound = asked + at_least + Duration::from_secs(5);
+    let freed = loop {
+        match other.lock("job").try_acquire().await {
+            Ok(g) => break g,
+            Err(e) => assert!(e.is_busy(), "{e}"),
+        }
+        assert!(
+            Instant::now() < bound,
+            "still taken 5 s after its at_least ({at_least:?}) had passed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let after = asked.elapsed();
+    assert!(
+        after >= at_least,
+        "free {after:?} after it was asked for, before its at_least ({at_least:?}), once its client was gone"
+    );
+    assert!(freed.release().await.unwrap());
+}

@@ -393,9 +393,11 @@ macro_rules! conformance {
             acquire_wait_is_bounded,
             now_methods_answer_at_once_or_send_nothing,
             at_least_keeps_an_early_released_lock_until_it_has_passed,
+            at_least_outlives_the_client_that_took_it,
         );
         $crate::conformance!(@tests multi_locks, multi_locks, Real, $h;
             multi_lock_takes_every_key_or_none,
+            a_multi_lock_holds_every_key_when_it_returns,
             overlapping_multi_locks_never_deadlock_nor_overlap,
             a_multi_lock_that_runs_out_of_wait_leaves_no_key_held,
             a_waiting_multi_lock_gets_every_key_when_the_last_is_freed,
