@@ -13,15 +13,23 @@
 //! - `POST /buy/{sku}` is rate limited per client address (behind a trusted
 //!   proxy) and per user, takes one item with the atomic bounded decrement
 //!   (never oversold), lets each user buy once, and creates an order;
-//! - `POST /orders/{id}/pay` runs under a lock per order, so a double click
-//!   never charges twice: the handler gets the lock's lease from the layer
-//!   and records the payment with its fencing token, and a click that finds
-//!   the lock busy gets the shop's own JSON refusal;
+//! - `POST /orders/{id}/pay` runs under a lock per order, which puts double
+//!   clicks in a row (each waits up to five seconds for the one before).
+//!   The lock alone would let each click charge in turn: what stops a
+//!   second charge is the order's status, a fenced value read under the
+//!   lock. The handler gets the lock's lease from the layer, answers
+//!   `already paid` when the status says so, and otherwise marks the order
+//!   `charging` with the lease's fencing token before it charges (a click
+//!   whose lease ran out is refused there, before charging) and `paid`
+//!   after; a click still waiting when the wait runs out gets the shop's
+//!   own JSON refusal;
 //! - `GET /stock/{sku}` reads the stock.
 //!
 //! Run without arguments, it serves on a free loopback port, sends a burst
-//! of concurrent requests to itself over HTTP, prints what happened and
-//! checks its own numbers (exit status 1 if any is wrong).
+//! of concurrent requests to itself over HTTP (every buyer pays twice at
+//! once, and one order gets eight payments at once), prints what happened
+//! and checks its own numbers, among them one charge per order, counted in
+//! the store (exit status 1 if any is wrong).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -48,6 +56,11 @@ const SKU: &str = "hoodie";
 const INITIAL_STOCK: i64 = 100;
 /// How long the payment provider takes to charge a card.
 const CHARGE_TIME: Duration = Duration::from_millis(25);
+/// How long a payment waits for the order's lock.
+const PAY_WAIT: Duration = Duration::from_secs(5);
+/// How many payments of one order arrive at once (the other orders get a
+/// double click: two).
+const SAME_ORDER_CLICKS: usize = 8;
 
 const USER_ID: HeaderName = HeaderName::from_static("x-user-id");
 
@@ -63,9 +76,20 @@ impl Shop {
         self.lg.counter(&format!("stock:{sku}"))
     }
 
-    /// An order's state: 0 none, 1 awaiting payment, 2 paid.
+    /// Whether an order exists: 1 once it was created, 0 otherwise.
     fn order(&self, id: i64) -> lockguard::Counter {
         self.lg.counter(&format!("order:{id}"))
+    }
+
+    /// An order's payment status: none, `charging` or `paid`, each written
+    /// with the fencing token of the payment's lock.
+    fn status(&self, id: i64) -> lockguard::FencedResource {
+        self.lg.fenced(&format!("order:{id}:status"))
+    }
+
+    /// How many times the payment provider charged for order `id`.
+    fn charges(&self, id: i64) -> lockguard::Counter {
+        self.lg.counter(&format!("charges:order:{id}"))
     }
 }
 
@@ -137,45 +161,70 @@ async fn buy(State(shop): State<Shop>, Path(sku): Path<String>, req: Request) ->
     json(StatusCode::CREATED, format!(r#"{{"order":{id}}}"#))
 }
 
-/// Runs under the lock `pay:order:{id}`: the read, the charge and the write
-/// below are not atomic together, and the lock is what makes a double
-/// click (or two servers) charge once. The layer hands the handler the
-/// lock's lease: the payment record is written with its fencing token, so a
-/// handler that stalled past its lease cannot overwrite a newer record.
+/// Runs under the lock `pay:order:{id}`, which puts the clicks on one order
+/// in a row. The check below is what makes the order charged once: each
+/// click, once it holds the lock, reads the order's status and charges only
+/// when nobody has. The status is a fenced value written with the lock's
+/// fencing token (handed to the handler by the layer), and `charging` is
+/// written before the charge: a click that stalled past its lease, while
+/// another took the lock, is refused that write and charges nothing.
 async fn pay(
     State(shop): State<Shop>,
     Path(id): Path<i64>,
     Extension(lease): Extension<LeaseWatch>,
 ) -> Response {
-    let order = shop.order(id);
-    match order.get().await {
-        Ok(0) => json(StatusCode::NOT_FOUND, r#"{"error":"no such order"}"#.into()),
-        Ok(1) => {
-            tokio::time::sleep(CHARGE_TIME).await; // the payment provider
-            let record = shop.lg.fenced(&format!("payment:{id}"));
-            match record.write(lease.fencing_token(), "charged").await {
-                Ok(()) => {}
-                Err(e) if e.kind() == lockguard::ErrorKind::StaleFencingToken => {
-                    return json(
-                        StatusCode::CONFLICT,
-                        r#"{"error":"a newer payment attempt took over"}"#.into(),
-                    );
-                }
-                Err(e) => return store_error(&e),
-            }
-            if let Err(e) = shop.lg.counter("charges").incr_by(1).await {
-                return store_error(&e);
-            }
-            if let Err(e) = order.set(2).await {
-                return store_error(&e);
-            }
-            json(
-                StatusCode::OK,
-                format!(r#"{{"order":{id},"status":"paid"}}"#),
-            )
+    match shop.order(id).get().await {
+        Ok(0) => return json(StatusCode::NOT_FOUND, r#"{"error":"no such order"}"#.into()),
+        Ok(_) => {}
+        Err(e) => return store_error(&e),
+    }
+    let status = shop.status(id);
+    match status.read().await {
+        Ok(None) => {}
+        Ok(Some(s)) if s.value == b"paid" => {
+            return json(StatusCode::CONFLICT, r#"{"error":"already paid"}"#.into());
         }
-        Ok(_) => json(StatusCode::CONFLICT, r#"{"error":"already paid"}"#.into()),
-        Err(e) => store_error(&e),
+        // An attempt that lost its lease mid-charge: whether its charge went
+        // through is the payment provider's to say (the order id is its
+        // idempotency key).
+        Ok(Some(_)) => {
+            return json(
+                StatusCode::CONFLICT,
+                r#"{"error":"payment pending"}"#.into(),
+            );
+        }
+        Err(e) => return store_error(&e),
+    }
+    let token = lease.fencing_token();
+    if let Err(e) = status.write(token, "charging").await {
+        return fenced_error(&e);
+    }
+    // The payment provider.
+    tokio::time::sleep(CHARGE_TIME).await;
+    for charges in [shop.lg.counter("charges"), shop.charges(id)] {
+        if let Err(e) = charges.incr_by(1).await {
+            return store_error(&e);
+        }
+    }
+    if let Err(e) = status.write(token, "paid").await {
+        return fenced_error(&e);
+    }
+    json(
+        StatusCode::OK,
+        format!(r#"{{"order":{id},"status":"paid"}}"#),
+    )
+}
+
+/// A fenced write refused (a newer payment attempt holds the order's lock)
+/// or failed.
+fn fenced_error(e: &Error) -> Response {
+    if e.is_stale_fencing_token() {
+        json(
+            StatusCode::CONFLICT,
+            r#"{"error":"a newer payment attempt took over"}"#.into(),
+        )
+    } else {
+        store_error(e)
     }
 }
 
@@ -204,8 +253,9 @@ async fn peer_addr(
     next.run(req).await
 }
 
-/// The shop's own refusal body for a busy order: JSON like its other
-/// errors. The layer adds `Retry-After` from the holder's lease.
+/// The shop's own refusal body for an order still busy when a payment's
+/// wait ran out: JSON like its other errors. The layer adds `Retry-After`
+/// from the holder's lease.
 fn order_busy(refusal: &Refusal) -> http::Response<Bytes> {
     let mut res = http::Response::new(Bytes::from(format!(
         r#"{{"error":"payment in progress","policy":"{}"}}"#,
@@ -247,7 +297,9 @@ fn app(lg: &Client, limits: bool) -> Result<Router, Error> {
     // now, not a 500 on every request.
     let per_client = per_client.validate()?;
     let per_user = per_user.validate()?;
+    // Clicks on one order wait for each other, in arrival order.
     let pay_lock = LockLayer::new(lg.clone(), "pay", order_id)
+        .wait(PAY_WAIT)
         .on_refusal(order_busy)
         .validate()?;
     // Layers run outside in: per client first, then per user.
@@ -413,11 +465,18 @@ async fn drive(shoppers: &Shoppers) -> (Tally, Payments) {
         tally.record(answer);
     }
 
-    // Every buyer pays twice at once: the double click.
+    // Every buyer pays twice at once (the double click), and the first
+    // order gets eight payments at once. The lock puts them in a row; the
+    // status read under it lets one charge and answers the others
+    // `already paid`.
     let clicks: Vec<_> = tally
         .orders
         .iter()
-        .flat_map(|&id| [id, id])
+        .enumerate()
+        .flat_map(|(i, &id)| {
+            let n = if i == 0 { SAME_ORDER_CLICKS } else { 2 };
+            std::iter::repeat_n(id, n)
+        })
         .map(|id| {
             let s = shoppers.clone();
             async move {
@@ -433,14 +492,16 @@ async fn drive(shoppers: &Shoppers) -> (Tally, Payments) {
         .collect();
     let mut payments = Payments::default();
     for answer in run_all(clicks).await {
+        payments.requests += 1;
         match answer.status {
             StatusCode::OK => payments.accepted += 1,
-            // The lock layer's refusal: the other click holds the order.
+            StatusCode::CONFLICT if answer.body.contains("already paid") => {
+                payments.already_paid += 1
+            }
+            // The lock layer's refusal: the wait for the order ran out.
             StatusCode::CONFLICT if answer.body.contains("payment in progress") => {
                 payments.locked += 1
             }
-            // The other click got there first and finished.
-            StatusCode::CONFLICT => payments.already_paid += 1,
             other => {
                 eprintln!("unexpected payment answer: {other} {}", answer.body);
                 payments.other += 1;
@@ -450,19 +511,36 @@ async fn drive(shoppers: &Shoppers) -> (Tally, Payments) {
     (tally, payments)
 }
 
-/// What the payment double clicks came back with.
+/// What the payment requests came back with.
 #[derive(Default)]
 struct Payments {
+    requests: u64,
     accepted: u64,
-    locked: u64,
     already_paid: u64,
+    locked: u64,
     other: u64,
 }
 
-impl Payments {
-    fn prevented(&self) -> u64 {
-        self.locked + self.already_paid
+/// How many times the provider charged each order, read from the store:
+/// (orders charged once, orders charged more than once, orders never
+/// charged).
+async fn charges_per_order(shop: &Shop, orders: &[i64]) -> Result<(u64, u64, u64), Error> {
+    let reads: Vec<_> = orders
+        .iter()
+        .map(|&id| {
+            let charges = shop.charges(id);
+            tokio::spawn(async move { charges.get().await })
+        })
+        .collect();
+    let (mut once, mut more, mut never) = (0, 0, 0);
+    for read in reads {
+        match read.await.expect("read task panicked")? {
+            0 => never += 1,
+            1 => once += 1,
+            _ => more += 1,
+        }
     }
+    Ok((once, more, never))
 }
 
 // ------------------------------------------------------------------- main
@@ -579,6 +657,11 @@ async fn main() -> Result<(), Error> {
         .unwrap_or(-1);
     let charged = shop.counter("charges").get().await?;
     let orders = shop.counter("orders").get().await?;
+    let view = Shop { lg: shop.clone() };
+    let (once, more, never) = charges_per_order(&view, &tally.orders).await?;
+    // The order that got eight payments at once, and its charges.
+    let first = tally.orders.first().copied().unwrap_or(0);
+    let first_charges = view.charges(first).get().await?;
 
     let sold = tally.get("sold");
     let store = shop.backend_name();
@@ -601,23 +684,27 @@ async fn main() -> Result<(), Error> {
             tally.get("rate limited per user"),
         ),
         ("refused: one per customer", tally.get("one per customer")),
+        ("payment requests", payments.requests),
         ("payments accepted", payments.accepted),
-        ("double payments prevented", payments.prevented()),
-        ("  by the lock (other click in flight)", payments.locked),
         (
-            "  as already paid (other click done)",
+            "refused: already paid (read under the lock)",
             payments.already_paid,
+        ),
+        (
+            "refused: order still locked after the wait",
+            payments.locked,
         ),
         (
             "cards charged (counted in the store)",
             charged.max(0).unsigned_abs(),
         ),
+        ("orders charged more than once", more),
     ];
     for (what, n) in rows {
-        println!("  {what:<38} {n:>6}");
+        println!("  {what:<44} {n:>6}");
     }
     println!(
-        "  {:<38} {left:>6}",
+        "  {:<44} {left:>6}",
         format!("stock left (GET /stock/{SKU})")
     );
     println!();
@@ -632,8 +719,17 @@ async fn main() -> Result<(), Error> {
             orders == INITIAL_STOCK && left == 0,
         ),
         (
-            "every order charged exactly once".to_owned(),
-            payments.accepted == sold && payments.prevented() == sold && charged == INITIAL_STOCK,
+            "every order charged exactly once (counted per order in the store)".to_owned(),
+            once == sold && more == 0 && never == 0 && charged == INITIAL_STOCK,
+        ),
+        (
+            format!("the {SAME_ORDER_CLICKS} payments of order {first} at once charged it once"),
+            first_charges == 1,
+        ),
+        (
+            "one payment accepted per order, every other one refused".to_owned(),
+            payments.accepted == sold
+                && payments.already_paid + payments.locked == payments.requests - sold,
         ),
         if limits {
             (
