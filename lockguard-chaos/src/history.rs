@@ -23,7 +23,12 @@ pub(crate) enum Call {
     /// `read`, `rw_lock(key).read().acquire()`: a hold shared with other
     /// readers (a `rw_lock(key).write()` is recorded without it, as
     /// exclusive as a lock). With `permits`, `semaphore(key, permits)
-    /// .acquire()`: a hold shared with at most `permits - 1` others.
+    /// .acquire()`: a hold shared with at most `permits - 1` others. With
+    /// `multi`, one key of `multi_lock(keys).acquire()` (recorded as one
+    /// acquisition per key, invoked and completed together): its return
+    /// says every key is held. With `at_least_ms`, a scheduled job's
+    /// `lock(key).at_least(..)`: the lock is kept that long after the
+    /// store took it, released or not.
     Acquire {
         key: String,
         wait_ms: u64,
@@ -33,6 +38,10 @@ pub(crate) enum Call {
         read: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         permits: Option<u32>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        multi: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at_least_ms: Option<u64>,
     },
     /// `guard.is_held()` on the guard with `fence`.
     IsHeld { key: String, fence: u64 },

@@ -198,6 +198,10 @@ fn parse_worker<'a>(
         until: num(get("--until")?)?,
         target,
         out: PathBuf::from(get("--out")?),
+        role: match get("--role") {
+            Ok(r) => worker::Role::parse(r).ok_or("worker: bad --role")?,
+            Err(_) => worker::Role::Mixed,
+        },
         brk: match get("--break") {
             Ok(b) => Some(worker::Break::parse(b).ok_or("worker: bad --break")?),
             Err(_) => None,
@@ -381,9 +385,12 @@ fn report(
         let counter_caught =
             !r.counters || r.violations.iter().any(|v| v.check == "counters-exact");
         let permits_caught = r.violations.iter().any(|v| v.check == "permits");
+        // The self-test's only multi-locks and jobs are the broken ones.
+        let multi_caught = r.violations.iter().any(|v| v.check == "multi-lock");
+        let job_caught = r.violations.iter().any(|v| v.check == "at-least");
         let said = |caught: bool| if caught { "caught" } else { "NOT CAUGHT" };
         println!(
-            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}",
+            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}",
             said(lock_caught),
             if counter_caught {
                 "caught (or no counters)"
@@ -391,8 +398,10 @@ fn report(
                 "NOT CAUGHT"
             },
             said(permits_caught),
+            said(multi_caught),
+            said(job_caught),
         );
-        lock_caught && counter_caught && permits_caught
+        lock_caught && counter_caught && permits_caught && multi_caught && job_caught
     } else {
         r.violations.is_empty()
     };

@@ -10,14 +10,18 @@ use crate::clock::{ms, now_ns};
 use crate::deploy::{Deployment, ServerFault};
 use crate::history::{Call, Outcome, Recorder};
 use crate::store::{RESPONSE_TIMEOUT, Store, Target};
-use crate::worker::{Break, CAS, LEASE, STOCK, STOCK_START};
+use crate::worker::{Break, CAS, LEASE, Role, STOCK, STOCK_START};
 
 /// How long a run lasts and how hard it is pushed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Profile {
     pub(crate) name: &'static str,
-    /// Workers at once.
+    /// Mixed workers at once.
     pub(crate) workers: u32,
+    /// Multi-lock workers at once.
+    pub(crate) multi_workers: u32,
+    /// Scheduled-job processes at once (each one run of the job).
+    pub(crate) job_slots: u32,
     /// Workload length.
     pub(crate) duration: Duration,
     /// The quiet tail after the last fault may begin: long enough for a
@@ -29,6 +33,8 @@ pub(crate) struct Profile {
 pub(crate) const CI: Profile = Profile {
     name: "ci",
     workers: 4,
+    multi_workers: 2,
+    job_slots: 2,
     // The quiet tail leaves three seconds after the settle time to measure
     // handoffs: a slow store (Sentinel waiting for its replica) makes only
     // a few a second.
@@ -39,6 +45,8 @@ pub(crate) const CI: Profile = Profile {
 pub(crate) const LONG: Profile = Profile {
     name: "long",
     workers: 6,
+    multi_workers: 2,
+    job_slots: 2,
     duration: Duration::from_secs(120),
     quiet: Duration::from_millis(4000),
 };
@@ -47,9 +55,15 @@ pub(crate) const LONG: Profile = Profile {
 const SELF_TEST: Profile = Profile {
     name: "self-test",
     workers: 4,
+    multi_workers: 1,
+    job_slots: 2,
     duration: Duration::from_secs(3),
     quiet: Duration::from_secs(3),
 };
+
+/// How long after the end a worker may take to finish before it is
+/// killed.
+const WORKER_GRACE: Duration = Duration::from_secs(10);
 
 /// What one store's run found.
 #[derive(Debug)]
@@ -73,47 +87,63 @@ enum Fault {
     KillWorker,
 }
 
-struct Workers<'s> {
+/// How the runner starts a worker process: the binary, the target's
+/// arguments, where the histories go, the run's end and seed.
+#[derive(Debug, Clone)]
+struct Spawner {
     exe: PathBuf,
-    target: Target<'s>,
+    target: Vec<String>,
     dir: PathBuf,
     until: u64,
     seed: u64,
-    next_id: u32,
-    live: Vec<(u32, Child)>,
 }
 
-impl Workers<'_> {
-    fn spawn(&mut self, brk: Option<Break>) -> Result<(), String> {
-        let id = self.next_id;
-        self.next_id += 1;
+impl Spawner {
+    /// Starts worker `id` in `role`, broken as `brk` says.
+    fn spawn(&self, id: u32, role: Role, brk: Option<Break>) -> Result<Child, String> {
         let mut cmd = Command::new(&self.exe);
         cmd.arg("worker")
-            .args(self.target.to_args())
+            .args(&self.target)
             .args(["--id", &id.to_string()])
             .args(["--seed", &(self.seed ^ (u64::from(id) << 32)).to_string()])
             .args(["--until", &self.until.to_string()])
+            .args(["--role", role.name()])
             .arg("--out")
             .arg(self.dir.join(format!("w{id:03}.jsonl")))
             .stdin(Stdio::null());
         if let Some(b) = brk {
             cmd.args(["--break", b.name()]);
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start a worker: {e}"))?;
-        self.live.push((id, child));
+        cmd.spawn()
+            .map_err(|e| format!("cannot start a worker: {e}"))
+    }
+}
+
+struct Workers {
+    spawner: Spawner,
+    next_id: u32,
+    /// The running workers: id, process, role.
+    live: Vec<(u32, Child, Role)>,
+}
+
+impl Workers {
+    fn spawn(&mut self, role: Role, brk: Option<Break>) -> Result<(), String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let child = self.spawner.spawn(id, role, brk)?;
+        self.live.push((id, child, role));
         Ok(())
     }
 
-    /// Kills the `i`th live worker (SIGKILL) and starts a replacement,
-    /// which keeps the contention up, unless the run is nearly over.
+    /// Kills the `i`th live worker (SIGKILL) and starts a replacement in
+    /// its role, which keeps the contention up, unless the run is nearly
+    /// over.
     fn kill(&mut self, i: usize) -> Result<(), String> {
-        let (_, mut child) = self.live.remove(i);
+        let (_, mut child, role) = self.live.remove(i);
         let _ = child.kill();
         let _ = child.wait();
-        if now_ns() + 1_000_000_000 < self.until {
-            self.spawn(None)?;
+        if now_ns() + 1_000_000_000 < self.spawner.until {
+            self.spawn(role, None)?;
         }
         Ok(())
     }
@@ -122,9 +152,9 @@ impl Workers<'_> {
     /// `grace` after the end; returns the ids that had to be killed and
     /// those that failed.
     fn finish(&mut self, grace: Duration) -> Vec<String> {
-        let deadline = self.until + grace.as_nanos() as u64;
+        let deadline = self.spawner.until + grace.as_nanos() as u64;
         let mut problems = Vec::new();
-        for (id, child) in &mut self.live {
+        for (id, child, _) in &mut self.live {
             loop {
                 match child.try_wait() {
                     Ok(Some(status)) => {
@@ -149,6 +179,69 @@ impl Workers<'_> {
         }
         problems
     }
+}
+
+/// The first id of the job workers: far above the other workers' ids.
+const FIRST_JOB_ID: u32 = 1000;
+
+/// Runs the scheduled job, `slots` processes at a time, on a thread of its
+/// own: each process is one run (it exits after its release), and a slot
+/// whose process exited gets a new one until the end, so every run is a
+/// new client in a new process. The thread ends `grace` after the end at
+/// the latest, with the problems it met (a worker that failed or had to be
+/// killed).
+fn run_jobs(
+    spawner: Spawner,
+    slots: u32,
+    brk: Option<Break>,
+    grace: Duration,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut problems = Vec::new();
+        let mut live: Vec<(u32, Child)> = Vec::new();
+        let mut next_id = FIRST_JOB_ID;
+        let deadline = spawner.until + grace.as_nanos() as u64;
+        loop {
+            live.retain_mut(|(id, child)| match child.try_wait() {
+                Ok(None) => true,
+                Ok(Some(status)) => {
+                    if !status.success() {
+                        problems.push(format!("job worker {id} exited with {status}"));
+                    }
+                    false
+                }
+                Err(e) => {
+                    problems.push(format!("job worker {id}: {e}"));
+                    false
+                }
+            });
+            let now = now_ns();
+            if now < spawner.until {
+                while live.len() < slots as usize {
+                    match spawner.spawn(next_id, Role::Job, brk) {
+                        Ok(child) => live.push((next_id, child)),
+                        Err(e) => {
+                            problems.push(e);
+                            return problems;
+                        }
+                    }
+                    next_id += 1;
+                }
+            } else if live.is_empty() {
+                return problems;
+            } else if now > deadline {
+                for (id, mut child) in live {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    problems.push(format!(
+                        "job worker {id} was still running {grace:?} after the end and was killed"
+                    ));
+                }
+                return problems;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    })
 }
 
 fn signal(pid: u32, sig: &str) {
@@ -206,12 +299,15 @@ pub(crate) fn run(
 
     let start = now_ns();
     let end = start + profile.duration.as_nanos() as u64;
-    let mut workers = Workers {
+    let spawner = Spawner {
         exe: std::env::current_exe().map_err(|e| e.to_string())?,
-        target,
+        target: target.to_args(),
         dir: dir.to_owned(),
         until: end,
         seed,
+    };
+    let mut workers = Workers {
+        spawner: spawner.clone(),
         next_id: 1,
         live: Vec::new(),
     };
@@ -222,8 +318,20 @@ pub(crate) fn run(
             (true, 2) => Some(Break::Overbook),
             _ => None,
         };
-        workers.spawn(brk)?;
+        workers.spawn(Role::Mixed, brk)?;
     }
+    // The self-test's multi-lock worker is the broken one, and every job
+    // run ignores its `at_least`: the only multi-locks and jobs there are
+    // the broken ones, so what the checks find there is theirs.
+    for _ in 0..profile.multi_workers {
+        workers.spawn(Role::Multi, self_test.then_some(Break::UncheckedMulti))?;
+    }
+    let jobs = run_jobs(
+        spawner,
+        profile.job_slots,
+        self_test.then_some(Break::IgnoreAtLeast),
+        WORKER_GRACE,
+    );
 
     let mut leader = deploy.leader();
 
@@ -320,7 +428,11 @@ pub(crate) fn run(
         sleep_until((now_ns() + 100_000_000).min(end));
         watch_leader(deploy, &mut leader, &mut rec, &mut done_faults, start);
     }
-    let problems = workers.finish(Duration::from_secs(10));
+    let mut problems = workers.finish(WORKER_GRACE);
+    problems.extend(
+        jobs.join()
+            .unwrap_or_else(|_| vec!["the job workers' thread panicked".to_owned()]),
+    );
 
     // The final values, once the store answers, through a new client: the
     // first one's runtime stood still through the run (a ZooKeeper

@@ -10,7 +10,9 @@ use crate::clock::now_ns;
 use crate::history::{Call, Outcome, Recorder};
 use crate::store::Target;
 
+mod job;
 mod leader;
+mod multi;
 mod rw;
 mod semaphore;
 
@@ -56,6 +58,15 @@ pub(crate) enum Break {
     /// semaphore's: three holds at once of two permits, as a store that
     /// overbooks would show them.
     Overbook,
+    /// A multi-lock worker that takes its keys one by one with a short
+    /// lease, lets the first run out while "waiting" for the next (and
+    /// another owner take it), and returns without checking the first
+    /// again: the multi-lock that returns with a key lapsed.
+    UncheckedMulti,
+    /// A job worker that records `at_least` but does not ask for it: its
+    /// release frees the lock at once, and the next run starts inside the
+    /// window.
+    IgnoreAtLeast,
 }
 
 impl Break {
@@ -64,13 +75,51 @@ impl Break {
             Break::StaleHold => "stale-hold",
             Break::Miscount => "miscount",
             Break::Overbook => "overbook",
+            Break::UncheckedMulti => "unchecked-multi",
+            Break::IgnoreAtLeast => "ignore-at-least",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
-        [Break::StaleHold, Break::Miscount, Break::Overbook]
+        [
+            Break::StaleHold,
+            Break::Miscount,
+            Break::Overbook,
+            Break::UncheckedMulti,
+            Break::IgnoreAtLeast,
+        ]
+        .into_iter()
+        .find(|b| b.name() == s)
+    }
+}
+
+/// What a worker process does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// Locks, semaphores, read-write locks, elections, counters and the
+    /// limiter, one operation after another until the end.
+    Mixed,
+    /// Multi-locks with fixed leases shorter than their waits, on keys
+    /// the mixed workers lock too, until the end.
+    Multi,
+    /// One run of a scheduled job (`at_least`), then the process exits,
+    /// as a replica's job process does: the next run is another process's.
+    Job,
+}
+
+impl Role {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Role::Mixed => "mixed",
+            Role::Multi => "multi",
+            Role::Job => "job",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        [Role::Mixed, Role::Multi, Role::Job]
             .into_iter()
-            .find(|b| b.name() == s)
+            .find(|r| r.name() == s)
     }
 }
 
@@ -83,6 +132,7 @@ pub(crate) struct WorkerArgs<'s> {
     pub(crate) until: u64,
     pub(crate) target: Target<'s>,
     pub(crate) out: std::path::PathBuf,
+    pub(crate) role: Role,
     pub(crate) brk: Option<Break>,
 }
 
@@ -136,6 +186,30 @@ pub(crate) fn run(args: WorkerArgs<'_>) -> Result<(), String> {
             brk: args.brk,
             last_fence: HashMap::new(),
         };
+        match args.role {
+            Role::Job => {
+                w.job_run(args.until).await;
+                // Ends as a job process ends: the client dropped, and a
+                // moment for its tasks to close its connections (a
+                // ZooKeeper session ends here), then the exit.
+                drop(w);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(());
+            }
+            Role::Multi => {
+                while now_ns() < args.until {
+                    let failed = w.multi_op().await;
+                    let pause = if failed {
+                        w.rng.u64(50..100)
+                    } else {
+                        w.rng.u64(0..4)
+                    };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                return Ok(());
+            }
+            Role::Mixed => {}
+        }
         while now_ns() < args.until {
             let failed = w.step().await;
             // A short breath between operations, so waiters queue up; a
@@ -209,9 +283,6 @@ impl Worker {
         if self.brk == Some(Break::StaleHold) && self.rng.u32(0..3) == 0 {
             return self.stale_hold(key).await;
         }
-        if self.brk.is_none() && self.rng.u32(0..4) == 0 {
-            return self.multi_lock_op().await;
-        }
         let long = self.rng.u32(0..100) < 3;
         let (lease, hold) = if long {
             (WATCHDOG_LEASE, LONG_HOLD)
@@ -231,6 +302,8 @@ impl Worker {
             watchdog: long,
             read: false,
             permits: None,
+            multi: false,
+            at_least_ms: None,
         });
         let guard = match lock.acquire().await {
             Ok(g) => {
@@ -265,72 +338,6 @@ impl Worker {
         }
     }
 
-    /// A multi-lock on every lock key, named in a random order, recorded
-    /// as one acquisition per key (invoked together, completed together),
-    /// so the lock checks hold it to the same rules as single locks: no
-    /// overlap with any other hold of a key, fences in order.
-    async fn multi_lock_op(&mut self) {
-        let mut keys = LOCK_KEYS.map(str::to_owned);
-        self.rng.shuffle(&mut keys);
-        let lease = LEASE;
-        let ops: Vec<u64> = keys
-            .iter()
-            .map(|key| {
-                self.rec.invoke(Call::Acquire {
-                    key: key.clone(),
-                    wait_ms: WAIT.as_millis() as u64,
-                    lease_ms: lease.as_millis() as u64,
-                    watchdog: false,
-                    read: false,
-                    permits: None,
-                })
-            })
-            .collect();
-        let result = self
-            .client
-            .multi_lock(&keys)
-            .wait(WAIT)
-            .lease(lease)
-            .acquire()
-            .await;
-        let t = now_ns();
-        let guard = match result {
-            Ok(g) => g,
-            Err(e) => {
-                for op in ops {
-                    self.rec.complete_at(op, t, Outcome::error(&e));
-                }
-                return;
-            }
-        };
-        for (key, op) in keys.iter().zip(ops) {
-            let fence = guard
-                .fencing_token(key)
-                .expect("a key of the multi-lock")
-                .get();
-            self.rec.complete_at(op, t, Outcome::Acquired { fence });
-        }
-        // Each key's guard on its own, so each release is recorded exactly.
-        let guards = guard.into_guards();
-        for g in &guards {
-            let (key, fence) = (g.name().to_owned(), g.fencing_token().get());
-            if self.is_held(&key, g) && self.counters {
-                self.fenced_write(&key, fence).await;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(self.rng.u64(4..14))).await;
-        for g in guards {
-            let (key, fence) = (g.name().to_owned(), g.fencing_token().get());
-            self.is_held(&key, &g);
-            self.last_fence.insert(key.clone(), fence);
-            let op = self.rec.invoke(Call::Release { key, fence });
-            match g.release().await {
-                Ok(was_held) => self.rec.complete(op, Outcome::Released { was_held }),
-                Err(e) => self.rec.complete(op, Outcome::error(&e)),
-            }
-        }
-    }
-
     async fn fenced_write(&mut self, key: &str, fence: u64) {
         let resource = format!("res-{key}");
         let op = self.rec.invoke(Call::FencedWrite {
@@ -362,6 +369,8 @@ impl Worker {
             watchdog: false,
             read: false,
             permits: None,
+            multi: false,
+            at_least_ms: None,
         });
         let guard = match self
             .client

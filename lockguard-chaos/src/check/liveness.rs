@@ -74,12 +74,14 @@ pub(crate) fn handoffs(
                 releases.insert((o.w, key.as_str(), *fence), o);
             }
             // Readers and a semaphore's holders share: their acquisition
-            // follows no one release in particular.
+            // follows no one release in particular. A job's lock is kept
+            // past its release (`at_least`): no handoff at all.
             (
                 Call::Acquire {
                     key,
                     read: false,
                     permits: None,
+                    at_least_ms: None,
                     ..
                 },
                 Some(Outcome::Acquired { fence }),
@@ -99,7 +101,13 @@ pub(crate) fn handoffs(
                 continue;
             };
             // The next holder was already waiting when the release began.
-            if rel.invoke < from || b.invoke >= rel.invoke || b.end() <= rel.invoke || b.end() > end
+            // A multi-lock waits for its other keys too: its latency is
+            // not the handoff's.
+            if matches!(b.call, Call::Acquire { multi: true, .. })
+                || rel.invoke < from
+                || b.invoke >= rel.invoke
+                || b.end() <= rel.invoke
+                || b.end() > end
             {
                 continue;
             }

@@ -11,6 +11,12 @@ use crate::history::{Call, Op, Outcome};
 /// returned) to the last time `is_held()` said true before the release
 /// (taken before that call). Both ends are conservative: the holder
 /// certainly held the lock, in its own view, through the whole span.
+///
+/// A multi-lock's key is held from the return of `acquire()` whatever
+/// `is_held()` says after: a multi-lock returns only holding every key
+/// (the guarantee the `multi-lock` check holds it to), so its hold of each
+/// key is at least that moment, and runs on to the last `is_held()` that
+/// said true, if one did.
 #[derive(Debug)]
 pub(crate) struct Hold<'a> {
     pub(crate) key: &'a str,
@@ -19,16 +25,31 @@ pub(crate) struct Hold<'a> {
     pub(crate) read: bool,
     /// A semaphore's permit: the semaphore's number of permits.
     pub(crate) permits: Option<u32>,
+    /// A key of a multi-lock.
+    pub(crate) multi: bool,
     pub(crate) from: u64,
     pub(crate) to: u64,
     pub(crate) acquire: &'a Op,
-    pub(crate) last_held: &'a Op,
+    /// The last `is_held()` that said true; `None` for a multi-lock's key
+    /// held only at the return of `acquire()`.
+    pub(crate) last_held: Option<&'a Op>,
 }
 
-/// Every non-empty hold of the history.
-pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
-    // Acquisitions by (worker, key, fence); a worker holds one lock at a
-    // time, so its is_held calls name the acquisition.
+impl Hold<'_> {
+    /// The operations that make the hold: its acquisition and its last
+    /// `is_held()` that said true.
+    fn ops(&self) -> impl Iterator<Item = &Op> {
+        std::iter::once(self.acquire).chain(self.last_held)
+    }
+}
+
+/// Every non-empty hold of the history. A multi-lock whose acquisition a
+/// pause of its worker (a fault) overlapped claims no hold at its return:
+/// the pause may fall between the multi-lock's last look at its keys and
+/// the recorded return, when a key may run out with nobody at fault.
+pub(crate) fn holds<'a>(ops: &'a [Op], faults: &[FaultSpan]) -> Vec<Hold<'a>> {
+    // Acquisitions by (worker, key, fence); a worker holds one lock of a
+    // key at a time, so its is_held calls name the acquisition.
     let mut acquired: HashMap<(u32, &str, u64), &Op> = HashMap::new();
     for o in ops {
         if let (Call::Acquire { key, .. }, Some(Outcome::Acquired { fence })) =
@@ -48,32 +69,51 @@ pub(crate) fn holds(ops: &[Op]) -> Vec<Hold<'_>> {
             }
         }
     }
-    let mut out: Vec<Hold<'_>> = last
+    let paused = |o: &Op| {
+        faults.iter().any(|f| {
+            f.what == "pause-worker"
+                && f.worker() == Some(o.w)
+                && f.from < o.end()
+                && f.to > o.invoke
+        })
+    };
+    let mut out: Vec<Hold<'_>> = acquired
         .into_iter()
-        .filter_map(|(k, held)| {
-            let acq = acquired.get(&k)?;
+        .filter_map(|(k, acq)| {
+            let (read, permits, multi) = match acq.call {
+                Call::Acquire {
+                    read,
+                    permits,
+                    multi,
+                    ..
+                } => (read, permits, multi),
+                _ => (false, None, false),
+            };
+            let held = last.get(&k).copied().filter(|h| acq.end() <= h.invoke);
+            if held.is_none() && !(multi && !paused(acq)) {
+                return None;
+            }
             Some(Hold {
                 key: k.1,
                 fence: k.2,
-                read: matches!(acq.call, Call::Acquire { read: true, .. }),
-                permits: match acq.call {
-                    Call::Acquire { permits, .. } => permits,
-                    _ => None,
-                },
+                read,
+                permits,
+                multi,
                 from: acq.end(),
-                to: held.invoke,
+                to: held.map_or(acq.end(), |h| h.invoke),
                 acquire: acq,
                 last_held: held,
             })
         })
-        .filter(|h| h.from <= h.to)
         .collect();
     out.sort_by_key(|h| (h.key, h.from));
     out
 }
 
 /// No two holds of a key overlap, but read holds of a read-write lock
-/// with each other: a writer overlaps nobody.
+/// with each other: a writer overlaps nobody. A multi-lock's keys are
+/// held to the same rule against every other hold of the key, single or
+/// multi; an overlap that involves one is reported as `multi-lock`.
 pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
     let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
     for h in holds.iter().filter(|h| h.permits.is_none()) {
@@ -91,23 +131,41 @@ pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violatio
             if let Some(r) = reach
                 && h.from < r.to
             {
+                let kind = |h: &Hold<'_>| if h.multi { "a multi-lock's " } else { "" };
+                let span = r.to.min(h.to) - h.from;
                 v.push(Violation {
-                    check: "mutual-exclusion",
+                    check: exclusion_check(r, h),
                     what: format!(
-                        "lock {key:?}: two holders at once for {:.1} ms (fence {} held until {:.1} ms, fence {} from {:.1} ms)",
-                        crate::clock::ms(r.to.min(h.to) - h.from),
+                        "lock {key:?}: two holders at once {} ({}fence {} held until {:.1} ms, {}fence {} from {:.1} ms)",
+                        if span == 0 {
+                            "at the return of a multi-lock".to_owned()
+                        } else {
+                            format!("for {:.1} ms", crate::clock::ms(span))
+                        },
+                        kind(r),
                         r.fence,
                         crate::clock::ms(r.to - t0),
+                        kind(h),
                         h.fence,
                         crate::clock::ms(h.from - t0),
                     ),
-                    ops: describe(&[r.acquire, r.last_held, h.acquire, h.last_held], t0),
+                    ops: describe(&r.ops().chain(h.ops()).collect::<Vec<_>>(), t0),
                 });
             }
             if reach.is_none_or(|r| h.to > r.to) {
                 reach = Some(h);
             }
         }
+    }
+}
+
+/// The check an overlap of `r` and `h` fails: `multi-lock` when either is
+/// a multi-lock's, `mutual-exclusion` otherwise.
+fn exclusion_check(r: &Hold<'_>, h: &Hold<'_>) -> &'static str {
+    if r.multi || h.multi {
+        "multi-lock"
+    } else {
+        "mutual-exclusion"
     }
 }
 
@@ -128,7 +186,7 @@ pub(crate) fn permits(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
             if running.len() > permits {
                 let mut shown = Vec::new();
                 for r in &running {
-                    shown.extend([r.acquire, r.last_held]);
+                    shown.extend(r.ops());
                 }
                 v.push(Violation {
                     check: "permits",
@@ -158,7 +216,7 @@ fn shared_exclusion(key: &str, hs: &[&Hold<'_>], t0: u64, v: &mut Vec<Violation>
                 continue;
             }
             v.push(Violation {
-                check: "mutual-exclusion",
+                check: exclusion_check(r, h),
                 what: format!(
                     "read-write lock {key:?}: a {} (fence {}) and a {} (fence {}) held it at once for {:.1} ms from {:.1} ms",
                     if r.read { "reader" } else { "writer" },
@@ -168,7 +226,7 @@ fn shared_exclusion(key: &str, hs: &[&Hold<'_>], t0: u64, v: &mut Vec<Violation>
                     crate::clock::ms(r.to.min(h.to) - h.from),
                     crate::clock::ms(h.from - t0),
                 ),
-                ops: describe(&[r.acquire, r.last_held, h.acquire, h.last_held], t0),
+                ops: describe(&r.ops().chain(h.ops()).collect::<Vec<_>>(), t0),
             });
         }
     }

@@ -4,6 +4,7 @@
 //! assumed away.
 
 mod counters;
+mod jobs;
 mod leader;
 mod limiter;
 mod liveness;
@@ -102,7 +103,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
         .collect();
     let t0 = ops.iter().map(|o| o.invoke).min().unwrap_or(0);
     let mut v = Vec::new();
-    let holds = locks::holds(ops);
+    let holds = locks::holds(ops, &faults);
     let mut m = Measures {
         holds: holds.len(),
         ops: ops.len(),
@@ -122,6 +123,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     locks::fences(ops, t0, &mut v);
     locks::fenced_writes(ops, t0, &mut v);
     locks::lease_kept_in_calm(ops, &faults, t0, &mut v);
+    jobs::at_least(ops, t0, &mut v);
     counters::exact(ops, t0, &mut v);
     counters::versions(ops, t0, &mut v);
     limiter::within_quota(ops, t0, &mut v);
@@ -170,6 +172,8 @@ mod tests {
                     watchdog: false,
                     read: false,
                     permits: None,
+                    multi: false,
+                    at_least_ms: None,
                 },
                 from - 1,
                 Some((from, Outcome::Acquired { fence })),
@@ -455,6 +459,103 @@ mod tests {
         assert!(run(ops).contains(&"leader-reads"));
     }
 
+    /// [`hold`]'s acquisition as one key of a multi-lock that returned at
+    /// `from`, and whose `is_held()` after said `held`.
+    fn multi_hold(w: u32, fence: u64, from: u64, held: bool) -> Vec<Op> {
+        let mut ops = hold(w, fence, from, from + 1);
+        if let Call::Acquire { multi, .. } = &mut ops[0].call {
+            *multi = true;
+        }
+        ops[1].done = Some(((from + 1) * MS, Outcome::Held { yes: held }));
+        ops
+    }
+
+    #[test]
+    fn a_multi_lock_holds_every_key_from_its_return() {
+        // Returned while another held the key: caught, even though its own
+        // is_held() said false at once.
+        let mut ops = hold(1, 2, 10, 30);
+        ops.extend(multi_hold(2, 3, 20, false));
+        assert_eq!(run(ops), vec!["multi-lock"]);
+        // Returned after the other hold ended, is_held() false: nothing.
+        let mut ops = hold(1, 2, 10, 30);
+        ops.extend(multi_hold(2, 3, 35, false));
+        assert_eq!(run(ops), Vec::<&str>::new());
+        // A multi-lock's hold confirmed by is_held(), overlapped by a
+        // single lock's.
+        let mut ops = multi_hold(2, 1, 10, true);
+        ops.extend(hold(1, 2, 10, 30));
+        assert_eq!(run(ops), vec!["multi-lock"]);
+    }
+
+    #[test]
+    fn a_paused_multi_lock_claims_nothing_at_its_return() {
+        let mut ops = hold(1, 2, 10, 30);
+        ops.extend(multi_hold(2, 3, 20, false));
+        ops.push(op(
+            0,
+            Call::Fault {
+                what: "pause-worker".into(),
+                target: "worker 2".into(),
+            },
+            5,
+            Some((25, Outcome::Healed)),
+        ));
+        assert_eq!(run(ops), Vec::<&str>::new());
+    }
+
+    /// A run of a job with `at_least` ms, invoked at `at`, returned at
+    /// `ret`, released (`was_held`) right after.
+    fn job_run(w: u32, fence: u64, at: u64, ret: u64, at_least: u64, was_held: bool) -> Vec<Op> {
+        let key = || "job".to_owned();
+        vec![
+            op(
+                w,
+                Call::Acquire {
+                    key: key(),
+                    wait_ms: 5000,
+                    lease_ms: 1500,
+                    watchdog: false,
+                    read: false,
+                    permits: None,
+                    multi: false,
+                    at_least_ms: Some(at_least),
+                },
+                at,
+                Some((ret, Outcome::Acquired { fence })),
+            ),
+            op(
+                w,
+                Call::Release { key: key(), fence },
+                ret + 1,
+                Some((ret + 2, Outcome::Released { was_held })),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_job_run_inside_the_window_of_the_last_is_caught() {
+        // The second run returned 1000 ms after the first was invoked: the
+        // window was kept.
+        let mut ops = job_run(1, 1, 10, 12, 1000, true);
+        ops.extend(job_run(2, 2, 11, 1010, 1000, true));
+        assert_eq!(run(ops), Vec::<&str>::new());
+        // 200 ms after: caught.
+        let mut ops = job_run(1, 1, 10, 12, 1000, true);
+        ops.extend(job_run(2, 2, 11, 210, 1000, true));
+        assert_eq!(run(ops), vec!["at-least"]);
+        // The window counts from the invocation: a store may have taken
+        // the lock as early as that, so a run 995 ms after the first
+        // returned (1000 ms after its invocation) is allowed.
+        let mut ops = job_run(1, 1, 10, 15, 1000, true);
+        ops.extend(job_run(2, 2, 11, 1010, 1000, true));
+        assert_eq!(run(ops), Vec::<&str>::new());
+        // A run whose release found the lock gone kept nothing.
+        let mut ops = job_run(1, 1, 10, 12, 1000, false);
+        ops.extend(job_run(2, 2, 11, 210, 1000, true));
+        assert_eq!(run(ops), Vec::<&str>::new());
+    }
+
     #[test]
     fn waits_past_their_bound_are_caught() {
         let acquire = |took: u64| {
@@ -467,6 +568,8 @@ mod tests {
                     watchdog: false,
                     read: false,
                     permits: None,
+                    multi: false,
+                    at_least_ms: None,
                 },
                 10,
                 Some((

@@ -50,6 +50,8 @@ impl Worker {
             watchdog: false,
             read,
             permits: None,
+            multi: false,
+            at_least_ms: None,
         });
         let acquired = if read {
             let g = rw.read().wait(WAIT).lease(LEASE).acquire().await;

@@ -25,6 +25,8 @@ fn acquire_call(key: &str) -> Call {
         watchdog: false,
         read: false,
         permits: Some(PERMITS),
+        multi: false,
+        at_least_ms: None,
     }
 }
 
