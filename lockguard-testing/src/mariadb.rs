@@ -61,6 +61,9 @@ pub struct MariaDbServer {
     /// watcher instead).
     _owned_dir: Option<tempfile::TempDir>,
     paused: bool,
+    /// Options given to `mariadbd` after the harness's own (which they
+    /// override).
+    args: Vec<String>,
 }
 
 /// Finds a MariaDB program: `$MARIADB_BIN/NAME` when `MARIADB_BIN` is set,
@@ -118,12 +121,24 @@ impl MariaDbServer {
     /// When MariaDB is missing or does not come up; the message holds the
     /// server's log.
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Like [`start`](Self::start), with `args` given to `mariadbd` after
+    /// the harness's own options, which they override (for example
+    /// `["--log-bin", "--binlog-format=STATEMENT"]` for a server that
+    /// writes a binary log; the harness's default is `--skip-log-bin`).
+    ///
+    /// # Panics
+    ///
+    /// As [`start`](Self::start).
+    pub fn start_with(args: &[&str]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("lockguard-mariadb-")
             .tempdir()
             .expect("cannot create a temporary directory for mariadb");
         let path = dir.path().to_owned();
-        Self::create(path, Some(dir))
+        Self::create(path, Some(dir), args)
     }
 
     /// One server for the whole test process, started on first use, with
@@ -137,11 +152,11 @@ impl MariaDbServer {
                 .tempdir()
                 .expect("cannot create a temporary directory for mariadb")
                 .keep();
-            Self::create(dir, None)
+            Self::create(dir, None, &[])
         })
     }
 
-    fn create(dir: PathBuf, owned_dir: Option<tempfile::TempDir>) -> Self {
+    fn create(dir: PathBuf, owned_dir: Option<tempfile::TempDir>, args: &[&str]) -> Self {
         let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
         let install = mariadb_program("mariadb-install-db");
         // Temporary tables of its own: in a shared /tmp, another server
@@ -195,6 +210,7 @@ impl MariaDbServer {
             dir,
             _owned_dir: owned_dir,
             paused: false,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
         };
         let mut last_error = String::new();
         // The probed port may be taken between the probe and the bind.
@@ -256,6 +272,7 @@ impl MariaDbServer {
             .arg("--innodb-flush-log-at-trx-commit=2")
             .arg("--innodb-doublewrite=0")
             .arg("--innodb-buffer-pool-size=32M")
+            .args(&self.args)
             .current_dir(&self.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -330,6 +347,16 @@ impl MariaDbServer {
     pub fn url_for(&self, database: &str) -> String {
         format!(
             "mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{database}",
+            self.port
+        )
+    }
+
+    /// `mysql://USER:PASSWORD@127.0.0.1:PORT/DATABASE`: the URL of a user a
+    /// test made itself (with [`sql`](Self::sql)), a least-privileged one
+    /// say.
+    pub fn url_as(&self, user: &str, password: &str, database: &str) -> String {
+        format!(
+            "mysql://{user}:{password}@127.0.0.1:{}/{database}",
             self.port
         )
     }
