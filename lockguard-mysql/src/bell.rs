@@ -92,6 +92,7 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
 use crate::error::{is_interrupted, mysql_error, within};
+use crate::schema::{NOW, clock_us};
 use crate::store::Config;
 
 /// The bells of one store: one per channel (a client has one channel).
@@ -193,10 +194,24 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
         cfg.connect_timeout,
         || what.to_owned(),
         tokio::time::timeout(cfg.connect_timeout, async {
+            let wait = cfg.connect_timeout.as_secs().max(1);
+            let lock = lock_name(channel);
+            let ring_lock = ring_lock_name(channel);
             let mut holder = Conn::new(opts.clone())
                 .await
                 .map_err(|e| mysql_error(e, what))?;
-            take_lock(&mut holder, &lock_name(channel), 0, what, "the bell's lock").await?;
+            if !try_lock(&mut holder, &lock, 0, what).await? {
+                // Only this client's holders take the lock: one keeping it
+                // is an earlier holder of this client's that the server
+                // has not seen go. Behind a link that failed without a
+                // reset, it stays, idle, until the server's `wait_timeout`
+                // (8 h by default), and no bell of this client could wait
+                // meanwhile. Its bell goes first (it waits for this lock,
+                // and would take it as the holder goes), then the holder.
+                end_earlier(&mut holder, &ring_lock, what).await?;
+                end_earlier(&mut holder, &lock, what).await?;
+                take_lock(&mut holder, &lock, wait, what, "the bell's lock").await?;
+            }
             let mut bell = Conn::new(opts.clone())
                 .await
                 .map_err(|e| mysql_error(e, what))?;
@@ -209,16 +224,7 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
             // bell of this client that the server has not seen go (its
             // statement still running after the client gave the connection
             // up), and it goes now.
-            let ring_lock = ring_lock_name(channel);
-            let earlier: Option<Option<u64>> = bell
-                .exec_first("SELECT IS_USED_LOCK(?)", (ring_lock.as_str(),))
-                .await
-                .map_err(|e| mysql_error(e, what))?;
-            if let Some(Some(earlier)) = earlier {
-                // Gone already, it cannot be killed: no matter.
-                let _ = bell.query_drop(format!("KILL {earlier}")).await;
-            }
-            let wait = cfg.connect_timeout.as_secs().max(1);
+            end_earlier(&mut bell, &ring_lock, what).await?;
             take_lock(&mut bell, &ring_lock, wait, what, "the bell's ring lock").await?;
             Ok(Pair { holder, bell })
         })
@@ -226,33 +232,63 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
     )
 }
 
-/// Takes the user lock `name` on `conn`, waiting for it at most `wait_s`
-/// seconds: unavailable when another connection keeps it.
-async fn take_lock(conn: &mut Conn, name: &str, wait_s: u64, what: &str, lock: &str) -> Result<()> {
+/// Ends the connection holding the user lock `name`, if another than
+/// `conn` does (`KILL`, which a user may do to its own connections): an
+/// earlier connection of this client's, which only this client names.
+async fn end_earlier(conn: &mut Conn, name: &str, what: &str) -> Result<()> {
+    let earlier: Option<Option<u64>> = conn
+        .exec_first("SELECT IS_USED_LOCK(?)", (name,))
+        .await
+        .map_err(|e| mysql_error(e, what))?;
+    if let Some(Some(earlier)) = earlier
+        && earlier != u64::from(conn.id())
+    {
+        tracing::debug!(
+            connection = earlier,
+            lock = name,
+            "ending a stale bell connection"
+        );
+        // Gone already, it cannot be killed: no matter.
+        let _ = conn.query_drop(format!("KILL {earlier}")).await;
+    }
+    Ok(())
+}
+
+/// Tries to take the user lock `name` on `conn`, waiting for it at most
+/// `wait_s` seconds: whether it was taken.
+async fn try_lock(conn: &mut Conn, name: &str, wait_s: u64, what: &str) -> Result<bool> {
     let got: Option<Option<i64>> = conn
         .exec_first("SELECT GET_LOCK(?, ?)", (name, wait_s))
         .await
         .map_err(|e| mysql_error(e, what))?;
-    if got == Some(Some(1)) {
+    Ok(got == Some(Some(1)))
+}
+
+/// Takes the user lock `name` on `conn`, waiting for it at most `wait_s`
+/// seconds: unavailable when another connection keeps it.
+async fn take_lock(conn: &mut Conn, name: &str, wait_s: u64, what: &str, lock: &str) -> Result<()> {
+    if try_lock(conn, name, wait_s, what).await? {
         Ok(())
     } else {
         Err(Error::new(
             ErrorKind::Unavailable,
-            format!("{what}: {lock} is held elsewhere ({got:?})"),
+            format!("{what}: {lock} is held elsewhere"),
         ))
     }
 }
 
-/// Renews the bell's row (its connection id unchanged) from the holder.
-async fn renew(holder: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
+/// Renews the bell's row from the holder, putting it back (with the bell's
+/// connection id `bell`) when it was removed.
+async fn renew(holder: &mut Conn, cfg: &Config, channel: &str, bell: u32) -> Result<()> {
     let p = &cfg.prefix;
+    let now = clock_us(NOW);
     holder
         .exec_drop(
             format!(
-                "UPDATE {p}bells SET at_us = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) \
-                 WHERE channel = ?"
+                "INSERT INTO {p}bells (channel, conn, at_us) VALUES (?, ?, {now}) \
+                 ON DUPLICATE KEY UPDATE at_us = VALUES(at_us)"
             ),
-            (channel,),
+            (channel, bell),
         )
         .await
         .map_err(|e| mysql_error(e, "renewing the mysql bell"))
@@ -261,10 +297,11 @@ async fn renew(holder: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
 /// Records (or renews) the bell's connection id under `channel`.
 async fn register(conn: &mut Conn, cfg: &Config, channel: &str) -> Result<()> {
     let p = &cfg.prefix;
+    let now = clock_us(NOW);
     conn.exec_drop(
         format!(
             "INSERT INTO {p}bells (channel, conn, at_us) \
-             VALUES (?, CONNECTION_ID(), CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) \
+             VALUES (?, CONNECTION_ID(), {now}) \
              ON DUPLICATE KEY UPDATE conn = VALUES(conn), at_us = VALUES(at_us), rung = 0"
         ),
         (channel,),
@@ -421,11 +458,17 @@ async fn ring(pair: &mut Pair, cfg: &Config, channel: &str, inbox: &Weak<dyn Inb
             }
         }
         // Stale rows are swept after five minutes: renewed every minute,
-        // through the holder, whose connection this keeps in use.
+        // through the holder, whose connection this keeps in use. A row
+        // removed all the same (a clock step, the client paused) is put
+        // back here, and by the next ring.
         if renewed.elapsed() >= Duration::from_secs(60) {
-            if tokio::time::timeout(cfg.response_timeout, renew(&mut pair.holder, cfg, channel))
-                .await
-                .map_or(true, |r| r.is_err())
+            let bell = pair.bell.id();
+            if tokio::time::timeout(
+                cfg.response_timeout,
+                renew(&mut pair.holder, cfg, channel, bell),
+            )
+            .await
+            .map_or(true, |r| r.is_err())
             {
                 return Stopped::Lost;
             }

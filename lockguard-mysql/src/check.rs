@@ -58,16 +58,17 @@ pub async fn check(url: &str) -> Result<Report> {
 
 async fn findings(conn: &mut Conn) -> Result<Vec<Finding>> {
     let version: String = one(conn, "SELECT VERSION()").await?;
-    let settings: (String, String, String, String) = one(
+    let settings: (String, String, String, String, String) = one(
         conn,
         "SELECT CAST(@@GLOBAL.innodb_flush_log_at_trx_commit AS CHAR), \
          CAST(@@GLOBAL.log_bin AS CHAR), CAST(@@GLOBAL.sync_binlog AS CHAR), \
-         CAST(@@GLOBAL.read_only AS CHAR)",
+         CAST(@@GLOBAL.read_only AS CHAR), CAST(@@GLOBAL.binlog_format AS CHAR)",
     )
     .await?;
-    let (flush, log_bin, sync_binlog, read_only) = settings;
+    let (flush, log_bin, sync_binlog, read_only, binlog_format) = settings;
     let mut out = vec![version_finding(&version)];
     out.push(flush_finding(&flush));
+    out.push(binlog_format_finding(on(&log_bin), &binlog_format));
     out.push(if !on(&log_bin) {
         Finding::new(
             Verdict::Ok,
@@ -132,6 +133,37 @@ fn version_finding(version: &str) -> Finding {
                  MariaDB-only is used); run its tests on this server before relying on it",
                 if mariadb { "MariaDB" } else { "MySQL" }
             ),
+            AVAILABILITY,
+        )
+    }
+}
+
+/// The binary log's format: in `STATEMENT`, InnoDB refuses every write of
+/// a READ COMMITTED session, and lockguard's sessions are.
+fn binlog_format_finding(log_bin: bool, format: &str) -> Finding {
+    let subject = "binlog_format";
+    if !log_bin {
+        Finding::new(
+            Verdict::Ok,
+            subject,
+            "binary logging is off: any format serves",
+            AVAILABILITY,
+        )
+    } else if format.eq_ignore_ascii_case("STATEMENT") {
+        Finding::new(
+            Verdict::Fail,
+            subject,
+            "STATEMENT with binary logging on: InnoDB refuses every write of a READ COMMITTED \
+             session, and lockguard's sessions are, so every operation fails; set \
+             binlog_format = ROW (or MIXED) in the server's configuration and SET GLOBAL \
+             binlog_format = 'ROW'",
+            AVAILABILITY,
+        )
+    } else {
+        Finding::new(
+            Verdict::Ok,
+            subject,
+            format!("{format}: InnoDB logs lockguard's writes by row"),
             AVAILABILITY,
         )
     }
@@ -405,6 +437,21 @@ mod tests {
         assert!(names.contains(&"lg_meta".to_owned()), "{names:?}");
         assert!(names.contains(&"lg_limit_log".to_owned()), "{names:?}");
         assert_eq!(names.len(), 12, "{names:?}");
+    }
+
+    #[test]
+    fn a_statement_binlog_fails_only_with_binary_logging_on() {
+        assert_eq!(
+            binlog_format_finding(true, "STATEMENT").verdict,
+            Verdict::Fail
+        );
+        for (log_bin, format) in [(true, "ROW"), (true, "MIXED"), (false, "STATEMENT")] {
+            assert_eq!(
+                binlog_format_finding(log_bin, format).verdict,
+                Verdict::Ok,
+                "{log_bin} {format}"
+            );
+        }
     }
 
     #[test]

@@ -22,12 +22,20 @@ mod code {
     pub(super) const VALUE_OUT_OF_RANGE: u16 = 1690;
     pub(super) const READ_ONLY: u16 = 1290;
     pub(super) const CONNECTION_KILLED: u16 = 1927;
+    /// ER_BINLOG_STMT_MODE_AND_ROW_ENGINE: `binlog_format = STATEMENT`
+    /// and a write InnoDB logs only by row (any, at READ COMMITTED).
+    pub(super) const BINLOG_STATEMENT_FORMAT: u16 = 1665;
 }
 
 /// Whether `err` is a statement interrupted by `KILL QUERY`: how a bell is
 /// rung.
 pub(crate) fn is_interrupted(err: &mysql_async::Error) -> bool {
     matches!(err, mysql_async::Error::Server(e) if e.code == code::QUERY_INTERRUPTED)
+}
+
+/// Whether `err` says a table does not exist.
+pub(crate) fn is_no_such_table(err: &mysql_async::Error) -> bool {
+    matches!(err, mysql_async::Error::Server(e) if e.code == code::NO_SUCH_TABLE)
 }
 
 /// Whether `err` is a transaction InnoDB rolled back to break a deadlock:
@@ -60,6 +68,18 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
                 ErrorKind::Misconfigured,
                 format!(
                     "{what}: {}; create the database or name an existing one in the URL",
+                    e.message
+                ),
+            ),
+            // The server's setting: every write of a READ COMMITTED
+            // session (lockguard's) is refused until it changes.
+            code::BINLOG_STATEMENT_FORMAT => (
+                ErrorKind::Misconfigured,
+                format!(
+                    "{what}: the server writes its binary log in STATEMENT format, in which \
+                     InnoDB refuses the writes of lockguard's READ COMMITTED sessions ({}); set \
+                     binlog_format = ROW (or MIXED) on the server: SET GLOBAL binlog_format = \
+                     'ROW' for new sessions, and binlog_format = ROW in its configuration",
                     e.message
                 ),
             ),

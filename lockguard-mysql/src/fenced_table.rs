@@ -141,9 +141,11 @@ impl FencedTable {
     /// Writes `set` (column, value) to the row whose key is `key`, with
     /// `token`, unless a write with a greater token came first. True when
     /// written, false when there is no such row. One statement when it
-    /// writes; a second reads the row's token when nothing changed. In a
-    /// transaction of the caller's (`conn` a [`Transaction`]), the row stays
-    /// locked until it ends.
+    /// writes; a second reads the row's token when nothing changed, with
+    /// its row lock (`FOR UPDATE`: the newest token, also in a REPEATABLE
+    /// READ transaction whose snapshot is older). In a transaction of the
+    /// caller's (`conn` a [`Transaction`]), the row stays locked until it
+    /// ends.
     ///
     /// # Errors
     ///
@@ -186,8 +188,11 @@ impl FencedTable {
                 return Ok(true);
             }
             // Nothing changed: no such row, a greater token, or the same
-            // values written again with this token.
-            match self.token_of(conn, key.clone(), false).await? {
+            // values written again with this token. Read with the row's
+            // lock, as the update read it: in a REPEATABLE READ transaction
+            // a plain read answers from the transaction's snapshot, which
+            // may predate the greater token the update saw.
+            match self.token_of(conn, key.clone()).await? {
                 None => return Ok(false),
                 Some(newer) if newer > token => {
                     return Err(Error::new(
@@ -226,25 +231,18 @@ impl FencedTable {
         K: Into<Value>,
     {
         self.check(tx).await?;
-        self.token_of(tx, key.into(), true).await
+        self.token_of(tx, key.into()).await
     }
 
-    /// The row's token, read with a row lock (`FOR UPDATE`) or not.
-    async fn token_of<Q>(
-        &self,
-        conn: &mut Q,
-        key: Value,
-        lock: bool,
-    ) -> Result<Option<FencingToken>>
+    /// The row's token, read with the row's lock (`FOR UPDATE`): the
+    /// newest committed token, whatever the transaction's snapshot.
+    async fn token_of<Q>(&self, conn: &mut Q, key: Value) -> Result<Option<FencingToken>>
     where
         Q: Queryable + Send,
     {
         let sql = format!(
-            "SELECT {} FROM {} WHERE {} = ?{}",
-            self.fence,
-            self.table,
-            self.key,
-            if lock { " FOR UPDATE" } else { "" }
+            "SELECT {} FROM {} WHERE {} = ? FOR UPDATE",
+            self.fence, self.table, self.key,
         );
         let row: Option<u64> = conn
             .exec_first(sql.as_str(), Params::Positional(vec![key]))

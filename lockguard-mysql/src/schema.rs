@@ -5,7 +5,7 @@ use lockguard_core::{Error, ErrorKind, Result};
 use mysql_async::Conn;
 use mysql_async::prelude::Queryable;
 
-use crate::error::mysql_error;
+use crate::error::{is_no_such_table, mysql_error};
 
 /// The schema's version, kept in the `meta` table: a client finding an
 /// older one (re)creates the procedures and adds what is missing; one
@@ -16,8 +16,10 @@ use crate::error::mysql_error;
 /// bell by the user lock the bell's connection holds (no process list),
 /// and the bell reads its mail (`read_mail`) and removes what it read in
 /// two statements. `drain` stays for clients of version 3 still running,
-/// whose bells are no longer rung.
-pub(crate) const VERSION: i64 = 4;
+/// whose bells are no longer rung. Version 5: time is datetime arithmetic
+/// on `SYSDATE(6)` (`UNIX_TIMESTAMP` is NULL past 2038 on MariaDB before
+/// 11.5), and a ring puts back the row of a bell it finds without one.
+pub(crate) const VERSION: i64 = 5;
 
 /// The default table prefix.
 pub const DEFAULT_TABLE_PREFIX: &str = "lockguard_";
@@ -28,10 +30,28 @@ const MAX_PREFIX_LEN: usize = 40;
 
 const SCHEMA: &str = include_str!("schema.sql");
 
+/// The database's clock as lockguard reads it: the time when the
+/// expression is evaluated, not when the statement began (so a lease is
+/// measured from after the key's row lock was taken).
+pub(crate) const NOW: &str = "SYSDATE(6)";
+
+/// The expression for `datetime` (an SQL `DATETIME(6)` in UTC: every
+/// session of lockguard's runs with `time_zone = '+00:00'`) in µs since
+/// the Unix epoch, as every statement of lockguard's computes time
+/// (`__NOW_US__` in `schema.sql` is `clock_us(NOW)`).
+///
+/// Datetime arithmetic, not `UNIX_TIMESTAMP`: MariaDB before 11.5 answers
+/// NULL for a datetime past 2038-01-19 03:14:07 UTC (the end of its
+/// `TIMESTAMP` range), where this holds to the year 9999.
+pub(crate) fn clock_us(datetime: &str) -> String {
+    format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {datetime})")
+}
+
 /// The schema's statements, in order, for tables named with `prefix`.
 fn statements(prefix: &str) -> Vec<String> {
     SCHEMA
         .replace("__P__", prefix)
+        .replace("__NOW_US__", &clock_us(NOW))
         .split("\n-- ;;\n")
         .map(|s| s.trim().to_owned())
         .filter(|s| !s.is_empty())
@@ -89,8 +109,15 @@ pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
 /// Creates lockguard's tables and procedures on `conn` when they are
 /// missing or older than [`VERSION`], under a named lock so that clients
 /// starting together do it once.
+///
+/// The version is read first: a schema at this version (installed by a
+/// database administrator, say) needs nothing created, so a user with only
+/// the grants to use it connects.
 pub(crate) async fn ensure(conn: &mut Conn, prefix: &str) -> Result<()> {
     let what = format!("creating lockguard's tables {prefix}*");
+    if judge(installed(conn, prefix, &what).await?, &what)? {
+        return Ok(());
+    }
     let lock = "CONCAT('lockguard schema ', DATABASE(), '.', ?)";
     let got: Option<Option<i64>> = conn
         .exec_first(format!("SELECT GET_LOCK({lock}, 30)"), (prefix,))
@@ -110,27 +137,44 @@ pub(crate) async fn ensure(conn: &mut Conn, prefix: &str) -> Result<()> {
     released.map_err(|e| mysql_error(e, &what))
 }
 
+/// The schema version recorded in the `meta` table, `None` when there is
+/// none (or no table).
+async fn installed(conn: &mut Conn, prefix: &str, what: &str) -> Result<Option<i64>> {
+    match conn
+        .query_first(format!("SELECT version FROM {prefix}meta WHERE id = 1"))
+        .await
+    {
+        Ok(v) => Ok(v),
+        Err(e) if is_no_such_table(&e) => Ok(None),
+        Err(e) => Err(mysql_error(e, what)),
+    }
+}
+
+/// Whether a schema `found` at a version serves this client as it is
+/// (false: it is to be created or brought up to date); an error for one
+/// made by a newer lockguard.
+fn judge(found: Option<i64>, what: &str) -> Result<bool> {
+    match found {
+        Some(v) if v == VERSION => Ok(true),
+        Some(v) if v > VERSION => Err(Error::new(
+            ErrorKind::Unsupported,
+            format!(
+                "{what}: the tables are of schema version {v}, made by a newer lockguard; \
+                 this one knows version {VERSION}"
+            ),
+        )),
+        _ => Ok(false),
+    }
+}
+
 async fn create(conn: &mut Conn, prefix: &str, what: &str) -> Result<()> {
     let all = statements(prefix);
     conn.query_drop(&all[0])
         .await
         .map_err(|e| mysql_error(e, what))?;
-    let found: Option<i64> = conn
-        .query_first(format!("SELECT version FROM {prefix}meta WHERE id = 1"))
-        .await
-        .map_err(|e| mysql_error(e, what))?;
-    match found {
-        Some(v) if v == VERSION => return Ok(()),
-        Some(v) if v > VERSION => {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "{what}: the tables are of schema version {v}, made by a newer lockguard; \
-                     this one knows version {VERSION}"
-                ),
-            ));
-        }
-        _ => {}
+    // Another client may have done it while this one waited for the lock.
+    if judge(installed(conn, prefix, what).await?, what)? {
+        return Ok(());
     }
     for s in &all[1..] {
         conn.query_drop(s).await.map_err(|e| mysql_error(e, what))?;
@@ -175,5 +219,48 @@ mod tests {
         );
         let sql = migration_sql("lg_").unwrap();
         assert!(sql.ends_with("DELIMITER ;\n"));
+    }
+
+    /// The clock's expression holds past 2038-01-19, where MariaDB before
+    /// 11.5 answers NULL for `UNIX_TIMESTAMP` (its `TIMESTAMP` range ends),
+    /// and the lease columns refuse NULL: evaluated on a real server over
+    /// datetimes either side of that date and far past it, in a session
+    /// set up as lockguard's are, and over the server's clock now.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_clock_holds_past_2038() {
+        let server = lockguard_testing::MariaDbServer::shared();
+        let mut conn = Conn::new(mysql_async::Opts::from_url(&server.url()).unwrap())
+            .await
+            .unwrap();
+        conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
+        for (at, us) in [
+            ("1970-01-01 00:00:00.000001", 1),
+            ("2038-01-19 03:14:07.999999", 2_147_483_647_999_999),
+            ("2038-01-19 03:14:08.000000", 2_147_483_648_000_000),
+            ("2040-01-01 00:00:00.000001", 2_208_988_800_000_001),
+            ("2106-02-07 06:28:16.000000", 4_294_967_296_000_000),
+            ("9999-12-31 23:59:59.999999", 253_402_300_799_999_999),
+        ] {
+            let sql = format!(
+                "SELECT {}",
+                clock_us(&format!("CAST('{at}' AS DATETIME(6))"))
+            );
+            let got: Option<Option<i64>> = conn.query_first(&sql).await.unwrap();
+            assert_eq!(got, Some(Some(us)), "{at}: {sql}");
+        }
+        let now: Option<i64> = conn
+            .query_first(format!("SELECT {}", clock_us(NOW)))
+            .await
+            .unwrap();
+        let ours = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros();
+        let skew = i128::try_from(ours).unwrap() - i128::from(now.unwrap());
+        assert!(
+            skew.abs() < 60_000_000,
+            "the server's clock, {skew} µs off ours"
+        );
+        conn.disconnect().await.unwrap();
     }
 }

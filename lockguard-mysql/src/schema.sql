@@ -10,9 +10,11 @@
 -- on the key's row in __P__keys, taken first (an upsert on its primary key:
 -- never a scan); every row they then read or write belongs to that key.
 -- Time is the database's: SYSDATE(6), the clock read when called, after
--- that lock, never a client's clock. Connections run in UTC (time_zone
--- '+00:00', so UNIX_TIMESTAMP reads no daylight-saving shift) and READ
--- COMMITTED, set by lockguard when it opens them.
+-- that lock, never a client's clock, in µs since 1970 (__NOW_US__:
+-- TIMESTAMPDIFF from the epoch, which holds past 2038 where UNIX_TIMESTAMP
+-- is NULL on MariaDB before 11.5). Connections run in UTC (time_zone
+-- '+00:00', so SYSDATE reads no daylight-saving shift) and READ COMMITTED,
+-- set by lockguard when it opens them.
 --
 -- Handoffs are written to a mailbox (__P__handoffs) in the transaction that
 -- makes them; after it commits, the releaser rings the waiter's client:
@@ -79,7 +81,8 @@ CREATE TABLE IF NOT EXISTS __P__handoffs (
 -- ;;
 -- Each client's bell: whether it was rung (KILL QUERY) since it last read
 -- its mailbox, and its connection id (for an operator: a ring finds the
--- connection by the user lock it holds). Renewed by the bell every minute.
+-- connection by the user lock it holds). Renewed by the bell every minute
+-- (put back if it was removed); a ring puts back a row it finds missing.
 CREATE TABLE IF NOT EXISTS __P__bells (
   channel VARBINARY(2900) NOT NULL PRIMARY KEY,
   conn BIGINT UNSIGNED NOT NULL,
@@ -176,7 +179,7 @@ BEGIN
     IF v_token = p_me THEN
       LEAVE hand;
     END IF;
-    SELECT GREATEST(fence, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) + 1
+    SELECT GREATEST(fence, __NOW_US__) + 1
       INTO v_fence FROM __P__keys WHERE k = p_k;
     UPDATE __P__keys SET fence = v_fence WHERE k = p_k;
     DELETE FROM __P__waiters WHERE k = p_k AND token = v_token;
@@ -225,6 +228,7 @@ BEGIN
   DECLARE v_done INT DEFAULT 0;
   DECLARE v_channel VARBINARY(2900);
   DECLARE v_conn BIGINT UNSIGNED;
+  DECLARE v_rung INT;
   DECLARE c CURSOR FOR
     SELECT DISTINCT h.channel FROM __P__handoffs h WHERE h.id BETWEEN p_first AND p_last;
   DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = 1;
@@ -236,7 +240,17 @@ BEGIN
       LEAVE bells;
     END IF;
     UPDATE __P__bells SET rung = 1 WHERE channel = v_channel AND rung = 0;
-    IF ROW_COUNT() > 0 THEN
+    SET v_rung = ROW_COUNT() > 0;
+    IF NOT v_rung AND NOT EXISTS (SELECT 1 FROM __P__bells b WHERE b.channel = v_channel) THEN
+      -- A bell without a row (the sweep removes rows not renewed within
+      -- five minutes: a clock step, a client paused that long) is rung all
+      -- the same, and its row put back, rung. A ring for a bell that is
+      -- gone only leaves a row for the sweep.
+      INSERT IGNORE INTO __P__bells (channel, conn, at_us, rung) VALUES (v_channel,
+        COALESCE(IS_USED_LOCK(CONCAT('lockguard ring ', RIGHT(v_channel, 40))), 0), __NOW_US__, 1);
+      SET v_rung = ROW_COUNT() > 0;
+    END IF;
+    IF v_rung THEN
       SET v_conn = IS_USED_LOCK(CONCAT('lockguard ring ', RIGHT(v_channel, 40)));
       IF v_conn IS NOT NULL THEN
         KILL QUERY v_conn;
@@ -270,7 +284,7 @@ proc: BEGIN
   START TRANSACTION;
   INSERT INTO __P__keys (k, fence, arrivals) VALUES (p_k, 0, 0)
     ON DUPLICATE KEY UPDATE fence = fence;
-  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_now = __NOW_US__;
   SELECT h.expires_us, h.fence INTO v_exp, v_n
     FROM __P__holders h WHERE h.k = p_k AND h.token = p_token;
   IF v_exp IS NOT NULL AND v_exp > v_now THEN
@@ -290,7 +304,7 @@ proc: BEGIN
   END IF;
   IF v_free > 0 THEN
     DELETE FROM __P__waiters WHERE k = p_k AND token = p_token;
-    SELECT GREATEST(fence, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) + 1
+    SELECT GREATEST(fence, __NOW_US__) + 1
       INTO v_fence FROM __P__keys WHERE k = p_k;
     UPDATE __P__keys SET fence = v_fence WHERE k = p_k;
     INSERT INTO __P__holders (k, token, expires_us, fence)
@@ -335,7 +349,7 @@ proc: BEGIN
   START TRANSACTION;
   INSERT INTO __P__keys (k, fence, arrivals) VALUES (p_k, 0, 0)
     ON DUPLICATE KEY UPDATE fence = fence;
-  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_now = __NOW_US__;
   DELETE FROM __P__waiters WHERE k = p_k AND token = p_token;
   SET v_ends = (SELECT expires_us FROM __P__holders WHERE k = p_k AND token = p_token);
   IF v_ends IS NULL THEN
@@ -405,7 +419,7 @@ DROP PROCEDURE IF EXISTS __P__extend
 CREATE PROCEDURE __P__extend(IN p_k VARBINARY(2900), IN p_token VARBINARY(64), IN p_lease_ms BIGINT)
 BEGIN
   DECLARE v_now BIGINT;
-  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_now = __NOW_US__;
   UPDATE __P__holders SET expires_us = v_now + p_lease_ms * 1000
     WHERE k = p_k AND token = p_token AND expires_us > v_now;
   SELECT ROW_COUNT() > 0;
@@ -427,7 +441,7 @@ BEGIN
     ON DUPLICATE KEY UPDATE version = version;
   SELECT c.value, c.version, c.version, c.expires_us INTO p_value, p_version, p_last, p_expires
     FROM __P__counters c WHERE c.k = p_k FOR UPDATE;
-  SET p_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET p_now = __NOW_US__;
   IF p_expires IS NOT NULL AND p_expires <= p_now THEN
     SET p_value = 0, p_version = 0, p_expires = NULL;
   END IF;
@@ -442,7 +456,7 @@ CREATE PROCEDURE __P__counter_put(
   IN p_k VARBINARY(2900), IN p_value BIGINT, IN p_last BIGINT, IN p_expires BIGINT,
   IN p_ttl_ms BIGINT, IN p_now BIGINT, OUT p_version BIGINT)
 BEGIN
-  SET p_version = GREATEST(p_last, CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)) + 1;
+  SET p_version = GREATEST(p_last, __NOW_US__) + 1;
   UPDATE __P__counters SET value = p_value, version = p_version,
     expires_us = COALESCE(p_expires, IF(p_ttl_ms > 0, p_now + p_ttl_ms * 1000, NULL))
     WHERE k = p_k;
@@ -524,7 +538,7 @@ BEGIN
     ON DUPLICATE KEY UPDATE generation = generation;
   SELECT s.generation, s.expires_us INTO v_gen, v_expires
     FROM __P__mark_sets s WHERE s.k = p_k FOR UPDATE;
-  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_now = __NOW_US__;
   SET v_expiry = IF(p_ttl_ms > 0, v_now + p_ttl_ms * 1000, NULL);
   IF v_gen = 0 OR (v_expires IS NOT NULL AND v_expires <= v_now) THEN
     SET v_gen = GREATEST(v_gen, v_now) + 1;
@@ -578,7 +592,7 @@ BEGIN
     ON DUPLICATE KEY UPDATE expires_us = expires_us;
   SELECT l.value, l.expires_us INTO p_value, p_expires
     FROM __P__limits l WHERE l.k = p_k FOR UPDATE;
-  SET p_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET p_now = __NOW_US__;
   IF p_expires <= p_now THEN
     SET p_expires = 0;
   END IF;
@@ -717,7 +731,7 @@ BEGIN
   ELSE
     INSERT INTO __P__limit_log (k, at_us, cost) VALUES (p_k, v_now, p_cost);
     UPDATE __P__limits SET value = v_sum + p_cost,
-      expires_us = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) + p_window_us
+      expires_us = __NOW_US__ + p_window_us
       WHERE k = p_k;
     COMMIT;
     SELECT 1, v_sum + p_cost, p_window_us, 0;
@@ -738,7 +752,7 @@ CREATE PROCEDURE __P__sweep()
 BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_total BIGINT DEFAULT 0;
-  SET v_now = CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED);
+  SET v_now = __NOW_US__;
   DELETE FROM __P__holders WHERE expires_us < v_now - 60000000;
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__waiters WHERE deadline_us < v_now - 60000000;

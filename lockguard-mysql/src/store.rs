@@ -60,7 +60,7 @@ struct Statements {
 
 impl Statements {
     fn new(p: &str) -> Self {
-        let now = "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)";
+        let now = schema::clock_us(schema::NOW);
         Self {
             acquire: format!("CALL {p}acquire(?, ?, ?, ?, ?, ?, ?)"),
             release: format!("CALL {p}release(?, ?, ?)"),

@@ -443,3 +443,201 @@ async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
     // And the bell still wakes its waiters.
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
 }
+
+/// A bell's row may be gone while the bell waits: the sweep removes rows
+/// not renewed within five minutes (a clock step, or a client paused that
+/// long with its connections alive), and an operator may clear the table.
+/// A ring must still reach the bell: the waiter, which refreshes only every
+/// 20 s, is woken by the release at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_bell_whose_row_was_removed_is_still_rung() {
+    let server = MariaDbServer::start();
+    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let waiter = lockguard_mysql::connect_with(faults::patient(), &server.url())
+        .await
+        .unwrap();
+    // The waiter's bell, up and asleep in its wait.
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
+    assert_eq!(
+        server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells"),
+        "1"
+    );
+    server.sql("DELETE FROM lockguard.lockguard_bells");
+    let took = faults::handoff_latency(&holder, waiter.clone(), "k").await;
+    assert!(
+        took < Duration::from_secs(2),
+        "the waiter took {took:?}: its bell, without a row, was not rung"
+    );
+    // Rung, the bell has its row back, and the next handoff rings it too.
+    assert_eq!(
+        server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells"),
+        "1"
+    );
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
+}
+
+/// A relay on loopback whose cut is silent towards the server: the client's
+/// side of every connection is closed, while the server's side stays open
+/// and unread, with no FIN and no reset. It is what a link that fails
+/// without a reset leaves on the server (the client gave its connections
+/// up; the server sees them idle until its `wait_timeout`, 8 h by default).
+/// The kit's `Relay` cannot make it: its cut closes both sides, and the
+/// server sees an idle connection go at once.
+struct SilentRelay {
+    port: u16,
+    shared: Arc<SilentShared>,
+}
+
+#[derive(Default)]
+struct SilentShared {
+    cut: AtomicBool,
+    /// Connections turned away while cut.
+    refused: std::sync::atomic::AtomicUsize,
+    /// Each connection's sockets: the client's, and the server's.
+    sockets: std::sync::Mutex<Vec<(std::net::TcpStream, std::net::TcpStream)>>,
+    /// The server's sides of cut connections, kept open.
+    kept: std::sync::Mutex<Vec<std::net::TcpStream>>,
+}
+
+impl SilentRelay {
+    fn start(target: u16) -> Self {
+        use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let shared = Arc::new(SilentShared::default());
+        let accepting = shared.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                if accepting.cut.load(Ordering::SeqCst) {
+                    accepting.refused.fetch_add(1, Ordering::SeqCst);
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect((Ipv4Addr::LOCALHOST, target)) else {
+                    continue;
+                };
+                accepting
+                    .sockets
+                    .lock()
+                    .unwrap()
+                    .push((client.try_clone().unwrap(), server.try_clone().unwrap()));
+                for (mut from, mut to, towards_server) in [
+                    (
+                        client.try_clone().unwrap(),
+                        server.try_clone().unwrap(),
+                        true,
+                    ),
+                    (server, client, false),
+                ] {
+                    let shared = accepting.clone();
+                    std::thread::spawn(move || {
+                        use std::io::{Read, Write};
+                        let mut buf = [0u8; 16 * 1024];
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) => n,
+                            };
+                            if shared.cut.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err()
+                            {
+                                break;
+                            }
+                        }
+                        // Cut: nothing reaches the server, not even an end.
+                        if !(towards_server && shared.cut.load(Ordering::SeqCst)) {
+                            let _ = to.shutdown(Shutdown::Write);
+                        }
+                    });
+                }
+            }
+        });
+        Self { port, shared }
+    }
+
+    /// Closes the client's side of every connection, leaves the server's
+    /// open and silent, and turns new connections away.
+    fn cut(&self) {
+        use std::net::Shutdown;
+        self.shared.cut.store(true, Ordering::SeqCst);
+        for (client, server) in self.shared.sockets.lock().unwrap().drain(..) {
+            let _ = client.shutdown(Shutdown::Both);
+            self.shared.kept.lock().unwrap().push(server);
+        }
+    }
+
+    /// Passes new connections again.
+    fn heal(&self) {
+        self.shared.cut.store(false, Ordering::SeqCst);
+    }
+
+    fn refused(&self) -> usize {
+        self.shared.refused.load(Ordering::SeqCst)
+    }
+}
+
+/// A link that fails without a reset leaves the bell's connections open on
+/// the server: the holder of the bell's user lock idle (alive to the server
+/// until its `wait_timeout`, 8 h by default), the bell in its wait. Once
+/// the link is back, the client's new bell must take the lock from that
+/// stale holder; waiting for it would leave every handoff to the client's
+/// waiters to their timed refreshes for hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_stale_holder_of_the_bells_lock_after_a_silent_cut_is_reclaimed() {
+    let server = MariaDbServer::start();
+    let relay = SilentRelay::start(server.port());
+    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    // Not over the server's unix socket, which the driver prefers on
+    // this host (and which the relay would not see).
+    let through_relay = format!(
+        "{}?prefer_socket=false",
+        server.url().replace(
+            &format!(":{}/", server.port()),
+            &format!(":{}/", relay.port)
+        )
+    );
+    let waiter = lockguard_mysql::connect_with(faults::patient(), &through_relay)
+        .await
+        .unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
+    let bell_lock = "SELECT COUNT(*) FROM lockguard.lockguard_bells \
+         WHERE IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) IS NOT NULL";
+    assert_eq!(server.sql(bell_lock), "1", "the bell's lock, held");
+    let holders_before = server.sql(
+        "SELECT IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) \
+         FROM lockguard.lockguard_bells",
+    );
+
+    relay.cut();
+    // The client saw its bell's connections close, and tries to open them
+    // again (turned away while cut).
+    let started = Instant::now();
+    while relay.refused() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the bell did not try to reconnect"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The server still sees the old holder, holding the bell's lock.
+    assert_eq!(
+        server.sql(
+            "SELECT IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) \
+             FROM lockguard.lockguard_bells"
+        ),
+        holders_before,
+        "the stale holder"
+    );
+    relay.heal();
+    // The bell is back, and rings again: the waiter (refreshing every 20 s)
+    // is woken by the handoff.
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
+    assert_ne!(
+        server.sql(
+            "SELECT IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) \
+             FROM lockguard.lockguard_bells"
+        ),
+        holders_before,
+        "the bell's lock, taken from the stale holder"
+    );
+}

@@ -9,7 +9,7 @@ use lockguard_mysql::FencedTable;
 use lockguard_testing::MariaDbServer;
 use lockguard_testing::conformance::eventually;
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, Pool, TxOpts};
+use mysql_async::{Pool, TxOpts};
 
 /// A pool on the shared server, and a fresh `table` of orders (`id` its
 /// primary key) with the token column added as `add_column_sql` says and
@@ -32,7 +32,7 @@ async fn orders(table: &str) -> (Pool, FencedTable) {
     (pool, t)
 }
 
-async fn status(conn: &mut Conn, table: &str) -> (String, u64) {
+async fn status(conn: &mut impl Queryable, table: &str) -> (String, u64) {
     conn.query_first(format!("SELECT status, fence FROM {table} WHERE id = 1"))
         .await
         .unwrap()
@@ -189,4 +189,51 @@ async fn mysql_an_unindexed_key_column_is_refused() {
         .await
         .unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
+}
+
+/// In a REPEATABLE READ transaction (MySQL's default) whose snapshot is
+/// older than a newer token's write, a write with an older token is stale:
+/// the update finds the row's newest token, not the one its snapshot
+/// shows (which would let it see nothing newer than its own token, and
+/// answer that the row kept changing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_stale_token_in_a_repeatable_read_transaction_is_stale() {
+    let (pool, t) = orders("fenced_repeatable").await;
+    let mut conn = pool.get_conn().await.unwrap();
+    let mut opts = TxOpts::default();
+    opts.with_isolation_level(mysql_async::IsolationLevel::RepeatableRead)
+        .with_consistent_snapshot(true);
+    let mut tx = conn.start_transaction(opts).await.unwrap();
+    // The snapshot sees the row as it is: token 0.
+    assert_eq!(
+        status(&mut tx, "fenced_repeatable").await,
+        ("new".into(), 0)
+    );
+    // A newer holder writes, and commits.
+    let mut other = pool.get_conn().await.unwrap();
+    assert!(
+        t.update(
+            &mut other,
+            1u64,
+            FencingToken::new(5),
+            &[("status", "shipped".into())]
+        )
+        .await
+        .unwrap()
+    );
+    let err = t
+        .update(
+            &mut tx,
+            1u64,
+            FencingToken::new(3),
+            &[("status", "packed".into())],
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::StaleFencingToken, "{err}");
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        status(&mut other, "fenced_repeatable").await,
+        ("shipped".into(), 5)
+    );
 }

@@ -1,0 +1,97 @@
+//! The MySQL store as a database administrator deploys it, on real MariaDB
+//! servers: the schema installed by hand and used by a user with only the
+//! grants the docs name, and a server whose binary log is in a format
+//! lockguard's sessions cannot write to.
+
+use std::time::Duration;
+
+use lockguard_core::ErrorKind;
+use lockguard_core::check::Verdict;
+use lockguard_testing::{MariaDbServer, faults};
+
+/// The grants docs/mysql.md names for a user of an installed schema.
+const GRANTS: &str = "SELECT, INSERT, UPDATE, DELETE, EXECUTE";
+
+/// A DBA installs the schema (the SQL of `migration_sql`, through the
+/// `mariadb` client, as root) and the service's user has only
+/// `SELECT, INSERT, UPDATE, DELETE, EXECUTE` on the database: it connects,
+/// locks, waits (its bell up, rung by another client's release), counts
+/// and limits. A client of another user shares the locks: rings run as the
+/// procedures' definer, so they reach the bells of either user.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_least_privileged_user_works_on_an_installed_schema() {
+    let server = MariaDbServer::start();
+    let install = lockguard_mysql::migration_sql(lockguard_mysql::DEFAULT_TABLE_PREFIX).unwrap();
+    server.sql(&format!("USE lockguard;\n{install}"));
+    server.sql(&format!(
+        "CREATE USER 'app'@'%' IDENTIFIED BY 'app'; \
+         GRANT {GRANTS} ON lockguard.* TO 'app'@'%';"
+    ));
+    let url = server.url_as("app", "app", "lockguard");
+    let app = lockguard_mysql::connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("the least-privileged user connects: {e}"));
+    let guard = app.lock("order:1").try_acquire().await.unwrap();
+    assert!(guard.release().await.unwrap());
+    assert_eq!(app.counter("stock").incr_by(3).await.unwrap(), 3);
+    let waiter = lockguard_mysql::connect_with(faults::patient(), &url)
+        .await
+        .unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&app, waiter.clone(), "k").await;
+    // Another user's client (the harness's, with every privilege), either
+    // side of a handoff.
+    let other = lockguard_mysql::connect_with(faults::patient(), &server.url())
+        .await
+        .unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&other, waiter, "k").await;
+    faults::a_waiter_is_woken_by_the_handoff(&app, other, "k").await;
+    // The user never created anything: the schema is as installed.
+    assert_eq!(
+        server.sql(
+            "SELECT COUNT(*) FROM information_schema.ROUTINES \
+             WHERE ROUTINE_SCHEMA = 'lockguard' AND DEFINER <> 'root@localhost'"
+        ),
+        "0"
+    );
+}
+
+/// With the binary log in `STATEMENT` format, InnoDB refuses every write of
+/// a READ COMMITTED session (lockguard's): a setting of the server to fix,
+/// `Misconfigured` with the fix in the message, at connect and at any
+/// operation, and a failure of `lockguard check`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_statement_binlog_format_is_misconfigured_and_checked() {
+    let server = MariaDbServer::start_with(&["--log-bin=binlog", "--binlog-format=STATEMENT"]);
+    let err = lockguard_mysql::connect(&server.url()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    assert!(
+        err.to_string().contains("binlog_format = ROW") && !err.is_retryable(),
+        "{err}"
+    );
+    let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
+    let finding = report
+        .about("binlog_format")
+        .next()
+        .unwrap_or_else(|| panic!("no binlog_format finding: {report:?}"));
+    assert_eq!(finding.verdict, Verdict::Fail, "{finding:?}");
+    assert!(finding.detail.contains("ROW"), "{finding:?}");
+
+    // Installed while the format was ROW; then STATEMENT again, for the
+    // sessions opened from now on.
+    server.sql("SET GLOBAL binlog_format = 'ROW'");
+    let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
+    let finding = report.about("binlog_format").next().unwrap();
+    assert_eq!(finding.verdict, Verdict::Ok, "{finding:?}");
+    drop(lockguard_mysql::connect(&server.url()).await.unwrap());
+    server.sql("SET GLOBAL binlog_format = 'STATEMENT'");
+    let lg = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let err = lg
+        .lock("k")
+        .wait(Duration::from_secs(1))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+    let err = lg.counter("c").incr_by(1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
+}
