@@ -306,6 +306,60 @@ pub async fn the_next_holder_fences_out_the_old(
     assert!(second.release().await.expect("release"));
 }
 
+/// A wait rides out a pause of the store longer than the lease it asks
+/// for: `waiter` waits (10 s, a fixed 400 ms lease) behind `holder`'s
+/// fixed 400 ms lease, and `server` is paused for 1.2 s meanwhile. An
+/// answer that comes after the pause may grant the lock too late to use
+/// its lease; the wait gives it back and queues again, and takes the lock
+/// within its wait instead of ending with `Timeout` long before it. Both
+/// clients need a response timeout longer than the pause (the default).
+///
+/// # Panics
+///
+/// When the wait ends without the lock, or the lock it returns is not
+/// held.
+pub async fn a_wait_rides_out_a_pause_longer_than_its_lease(
+    server: &mut dyn ServerProcess,
+    holder: &Client,
+    waiter: &Client,
+) {
+    let lease = Duration::from_millis(400);
+    let held = holder
+        .lock("paused-grant")
+        .lease(lease)
+        .acquire()
+        .await
+        .expect("the holder's lock");
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            let started = Instant::now();
+            let result = waiter
+                .lock("paused-grant")
+                .lease(lease)
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await;
+            (started.elapsed(), result)
+        }
+    });
+    // Queued behind the holder, then the server stops answering while the
+    // holder's lease runs out and the waiter asks again.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    server.resume();
+    let (took, result) = waiting.await.expect("the waiter's task");
+    let guard = match result {
+        Ok(guard) => guard,
+        Err(e) => panic!("the 10 s wait ended after {took:?} without the lock: {e}"),
+    };
+    println!("a wait across a 1.2 s pause took the lock after {took:?}");
+    assert!(guard.is_held(), "returned a lock it does not hold");
+    drop(held);
+    guard.release().await.expect("release");
+}
+
 /// While `server` is down for about a second, a wait of 700 ms on `lg` ends
 /// with the store's error, saying it was retried, and a wait of 30 s
 /// started before the outage takes the lock once the server is back.

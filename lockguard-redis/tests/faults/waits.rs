@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_redis::BuilderExt as _;
-use lockguard_testing::faults::a_wait_rides_out_an_outage;
+use lockguard_testing::faults::{
+    a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
+};
 use lockguard_testing::{RedisServer, ServerProcess};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,6 +17,17 @@ async fn a_wait_rides_out_a_redis_restart() {
     let mut server = RedisServer::start();
     let lg = crate::connect(&server, Duration::from_millis(500)).await;
     a_wait_rides_out_an_outage(&mut server, &lg).await;
+}
+
+/// A grant answered after a pause longer than its lease is given back and
+/// the wait queues again (it used to end with `Timeout` after 1.3 s of a
+/// 10 s wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_redis_pause_longer_than_its_lease() {
+    let mut server = RedisServer::start();
+    let holder = crate::connect(&server, Duration::from_secs(5)).await;
+    let waiter = crate::connect(&server, Duration::from_secs(5)).await;
+    a_wait_rides_out_a_pause_longer_than_its_lease(&mut server, &holder, &waiter).await;
 }
 
 /// Redlock: two of three nodes down is no quorum, the same outage to a

@@ -10,7 +10,7 @@ use lockguard_core::Client;
 use lockguard_testing::ZooKeeperServer;
 use lockguard_testing::faults::{
     PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
-    a_pause_takes_the_writers_lease,
+    a_pause_takes_the_writers_lease, a_wait_rides_out_a_pause_longer_than_its_lease,
 };
 
 use crate::zookeeper::connect_in_session;
@@ -49,4 +49,16 @@ async fn zookeeper_paused_past_a_leaders_session_takes_its_lease_and_its_term() 
     let mut server = ZooKeeperServer::start();
     let (a, b) = clients(&server).await;
     a_pause_takes_the_leaders_lease(&mut server, PausePlan::session(SESSION), &a, &b).await;
+}
+
+/// A wait across a 1.2 s pause, longer than the 400 ms lease it asks for,
+/// takes the lock within its wait (both clients in sessions that outlive
+/// the pause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_zookeeper_pause_longer_than_its_lease() {
+    let mut server = ZooKeeperServer::start();
+    let session = Duration::from_secs(30);
+    let holder = connect_in_session(&server.hosts(), Client::builder(), session).await;
+    let waiter = connect_in_session(&server.hosts(), Client::builder(), session).await;
+    a_wait_rides_out_a_pause_longer_than_its_lease(&mut server, &holder, &waiter).await;
 }
