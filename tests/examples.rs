@@ -1,31 +1,123 @@
-//! The main example, `flash_sale`, on each store's URL: the binary `cargo
-//! test` built with this run's features, run as a child process with
-//! `LOCKGUARD_URL`, against servers the test starts. (`scripts/test.sh` runs
-//! it on memory, Redis and PostgreSQL.) And `scheduled_job` and `transfer`
-//! on Redis.
+//! The main example, `flash_sale`, on each store's URL, run as a child
+//! process with `LOCKGUARD_URL` against servers the test starts
+//! (`scripts/test.sh` runs it on memory, Redis and PostgreSQL). And
+//! `scheduled_job` and `transfer` on Redis.
+//!
+//! The examples are built by `cargo test` when it runs every target, but
+//! not by `cargo test --test examples`: a test that finds an example
+//! missing, or older than its source, builds them itself, with the same
+//! cargo, profile, target directory and features as this test.
 #![cfg(all(feature = "redis", feature = "zookeeper", feature = "mysql"))]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use lockguard_testing::{MariaDbServer, RedisServer, ZooKeeperServer};
 
-/// `target/debug/examples/flash_sale`, beside this test's own binary.
+/// The examples these tests run.
+const EXAMPLES: [&str; 3] = ["flash_sale", "scheduled_job", "transfer"];
+
+/// The facade's features this test was built with, which the examples are
+/// built with too (`full` is the sum of the others).
+const FEATURES: &[(&str, bool)] = &[
+    ("redis", cfg!(feature = "redis")),
+    ("macros", cfg!(feature = "macros")),
+    ("tower", cfg!(feature = "tower")),
+    ("axum", cfg!(feature = "axum")),
+    ("cluster", cfg!(feature = "cluster")),
+    ("sentinel", cfg!(feature = "sentinel")),
+    ("metrics", cfg!(feature = "metrics")),
+    ("serde", cfg!(feature = "serde")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("sqlx", cfg!(feature = "sqlx")),
+    ("zookeeper", cfg!(feature = "zookeeper")),
+    ("mysql", cfg!(feature = "mysql")),
+    ("tls-rustls", cfg!(feature = "tls-rustls")),
+    ("tls-native-tls", cfg!(feature = "tls-native-tls")),
+];
+
+/// `target/debug/examples/flash_sale`.
 fn flash_sale() -> PathBuf {
     example("flash_sale")
 }
 
-/// `target/debug/examples/NAME`, beside this test's own binary.
+/// `<target dir>/<profile>/examples/NAME`, beside this test's own binary
+/// (`<target dir>/<profile>/deps/examples-HASH`); the examples are built
+/// first when one is missing or older than its source.
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let debug = exe.parent().and_then(|deps| deps.parent()).unwrap();
-    let path = debug.join("examples").join(name);
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from <target dir>/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        if EXAMPLES
+            .iter()
+            .any(|e| !is_fresh(&profile_dir.join("examples").join(e), e))
+        {
+            build_examples(profile_dir);
+        }
+    });
     assert!(
         path.is_file(),
-        "{} is missing: cargo test builds the examples first",
+        "{} is missing after building it",
         path.display()
     );
     path
+}
+
+/// Whether the example's binary exists and is no older than its source.
+fn is_fresh(binary: &Path, name: &str) -> bool {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(format!("{name}.rs"));
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    match (modified(binary), modified(&source)) {
+        (Some(built), Some(written)) => built >= written,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
+/// `cargo build --example ...` of this package, with the cargo that runs
+/// the tests, into the target directory and profile this test was built
+/// in, with this test's features. (A build for another `--target` puts
+/// the profile one directory deeper; the path assertion then says so.)
+fn build_examples(profile_dir: &Path) {
+    let cargo = std::env::var_os("CARGO")
+        .or_else(|| option_env!("CARGO").map(Into::into))
+        .unwrap_or_else(|| "cargo".into());
+    let target_dir = profile_dir.parent().expect("the target directory");
+    let features: Vec<&str> = FEATURES
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(f, _)| *f)
+        .collect();
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+        .arg("--target-dir")
+        .arg(target_dir)
+        .args(["--no-default-features", "--features", &features.join(",")]);
+    match profile_dir.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    for e in EXAMPLES {
+        cmd.args(["--example", e]);
+    }
+    eprintln!("building the examples: {cmd:?}");
+    let status = cmd.status().expect("run cargo to build the examples");
+    assert!(status.success(), "building the examples failed: {cmd:?}");
 }
 
 /// Runs the example on `url`; its exit status and what it printed.
