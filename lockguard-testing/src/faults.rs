@@ -35,7 +35,10 @@ use crate::conformance::eventually;
 mod kills;
 mod pauses;
 
-pub use self::kills::{HOLDER_ENV, Holding, Kill, a_killed_holder_is_replaced, hold_until_killed};
+pub use self::kills::{
+    HOLDER_ENV, Holding, Kill, a_killed_holder_is_replaced,
+    at_least_outlives_the_process_that_took_it, hold_until_killed,
+};
 pub use self::pauses::{
     PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
     a_pause_takes_the_writers_lease,

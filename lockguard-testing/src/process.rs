@@ -231,6 +231,15 @@ impl ChildProcess {
         panic!("the child ended without saying {word:?}");
     }
 
+    /// Waits for the child to end by itself: its exit status.
+    ///
+    /// # Panics
+    ///
+    /// When it cannot be waited for.
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().expect("wait for the child")
+    }
+
     /// SIGKILLs the child and checks it was still running.
     ///
     /// # Panics

@@ -10,7 +10,10 @@ use std::time::Duration;
 use lockguard_core::Client;
 use lockguard_redis::ClientExt as _;
 use lockguard_testing::RedisServer;
-use lockguard_testing::faults::{Holding, Kill, a_killed_holder_is_replaced, hold_until_killed};
+use lockguard_testing::faults::{
+    Holding, Kill, a_killed_holder_is_replaced, at_least_outlives_the_process_that_took_it,
+    hold_until_killed,
+};
 
 /// The lease of the child's hold, renewed by its watchdog while it lives.
 const LEASE: Duration = Duration::from_secs(1);
@@ -47,4 +50,14 @@ async fn a_killed_writer_frees_the_read_write_lock_within_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_process_is_replaced_within_its_lease() {
     killed(Holding::Leader).await;
+}
+
+/// A scheduled job's process releases its lock before its `at_least` and
+/// exits: the lock stays taken until `at_least` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_outlives_the_job_process_that_took_it() {
+    let server = RedisServer::start();
+    let lg = Client::connect_redis(&server.url()).await.unwrap();
+    let kill = Kill::new("child_holder", &server.url(), LEASE);
+    at_least_outlives_the_process_that_took_it(kill, &lg).await;
 }

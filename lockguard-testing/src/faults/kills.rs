@@ -43,6 +43,11 @@ pub const HOLDER_ENV: &str = "LOCKGUARD_KILLED_HOLDER";
 const MULTI: [&str; 2] = ["killed:1", "killed:2"];
 const RW: &str = "killed-rw";
 const ELECTION: &str = "killed-election";
+/// The scheduled job's lock of [`Holding::Job`], its `at_least` and its
+/// fixed lease.
+const JOB: &str = "exited-job";
+const JOB_AT_LEAST: Duration = Duration::from_secs(3);
+const JOB_LEASE: Duration = Duration::from_secs(4);
 
 /// What the killed process holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +59,10 @@ pub enum Holding {
     Writer,
     /// An election's lead; a candidate waits for it.
     Leader,
+    /// A scheduled job's lock, taken with `at_least` and released at once,
+    /// after which the child exits by itself (see
+    /// [`at_least_outlives_the_process_that_took_it`]).
+    Job,
 }
 
 impl fmt::Display for Holding {
@@ -62,6 +71,7 @@ impl fmt::Display for Holding {
             Self::MultiLock => "multi-lock",
             Self::Writer => "writer",
             Self::Leader => "leader",
+            Self::Job => "job",
         })
     }
 }
@@ -72,6 +82,7 @@ impl Holding {
             "multi-lock" => Self::MultiLock,
             "writer" => Self::Writer,
             "leader" => Self::Leader,
+            "job" => Self::Job,
             other => panic!("no such holding: {other:?}"),
         }
     }
@@ -129,6 +140,19 @@ pub async fn hold_until_killed(lease: Duration, connect: impl AsyncFnOnce(&str) 
                 .expect("the child is elected");
             println!("held {}", lead.term().get());
             lead.lost().await
+        }
+        Holding::Job => {
+            let g = lg
+                .lock(JOB)
+                .lease(JOB_LEASE)
+                .at_least(JOB_AT_LEAST)
+                .try_acquire()
+                .await
+                .expect("the child takes the job's lock");
+            assert!(g.release().await.expect("release"), "lost before release");
+            println!("released");
+            // The job is done: the process ends, and its client with it.
+            return;
         }
     };
     panic!("the child ({holding}) lost its hold before it was killed: {lost}");
@@ -241,6 +265,9 @@ pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Clie
                 assert!(lead.resign().await.expect("resign"));
             }
         })],
+        Holding::Job => panic!(
+            "a job's process exits by itself: see at_least_outlives_the_process_that_took_it"
+        ),
     };
     drop(served_tx);
     // The child's watchdog keeps its hold past its lease.
@@ -282,7 +309,7 @@ pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Clie
     }
     // Every waiter holds at once, as the store sees it.
     match holding {
-        Holding::MultiLock => {}
+        Holding::MultiLock | Holding::Job => {}
         Holding::Writer => {
             let seen = lg.rw_lock(RW).inspect().await.expect("inspect");
             assert_eq!((seen.readers, seen.writer), (2, false), "{seen:?}");
@@ -299,4 +326,51 @@ pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Clie
     for waiter in waiters {
         waiter.await.expect("a waiter's task");
     }
+}
+
+/// A scheduled job's process takes its lock with `at_least`, releases it at
+/// once and exits (its client, its connections and its session gone with
+/// it): the lock stays taken until `at_least` after the process was
+/// started, whatever the store. `lg` polls it with `try_acquire`, which
+/// must be busy until then and succeed within the lease after it.
+///
+/// The child is the store's child test that calls [`hold_until_killed`]
+/// (`kill` names it and the address; its lease and bound are not used).
+///
+/// # Panics
+///
+/// When the lock is free before `at_least` has passed since the child was
+/// started, or still taken well after its lease.
+pub async fn at_least_outlives_the_process_that_took_it(kill: Kill, lg: &Client) {
+    // Before the child asks for the lock: its at_least counts from later.
+    let spawned = Instant::now();
+    let mut child = ChildProcess::spawn(
+        &kill.child_test,
+        (HOLDER_ENV, &format!("{} {}", Holding::Job, kill.address)),
+    );
+    child.expect("released");
+    let status = child.wait();
+    assert!(status.success(), "the job's process failed: {status}");
+    let exited = spawned.elapsed();
+    let bound = spawned + JOB_LEASE + Duration::from_secs(5);
+    let freed = loop {
+        match lg.lock(JOB).try_acquire().await {
+            Ok(g) => break g,
+            Err(e) => assert!(e.is_busy(), "{e}"),
+        }
+        assert!(
+            Instant::now() < bound,
+            "still taken 5 s after the job's lease ({JOB_LEASE:?}) had passed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let after = spawned.elapsed();
+    println!(
+        "the job's lock was free {after:?} after its process started (it exited after {exited:?})"
+    );
+    assert!(
+        after >= JOB_AT_LEAST,
+        "free {after:?} after the job's process started, before its at_least ({JOB_AT_LEAST:?}); the process exited after {exited:?}"
+    );
+    assert!(freed.release().await.expect("release"));
 }

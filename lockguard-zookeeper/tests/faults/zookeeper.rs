@@ -14,7 +14,8 @@ use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
+    at_least_outlives_the_process_that_took_it, hold_until_killed, takes_lock_within,
+    the_next_holder_fences_out_the_old,
 };
 
 async fn connect(hosts: &str, b: Builder) -> Client {
@@ -633,6 +634,37 @@ async fn zookeeper_child_holder() {
             .await
     })
     .await;
+}
+
+/// The child of the job test below: a client in a session long enough
+/// for the job's 4 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the job test"]
+async fn zookeeper_child_job() {
+    hold_until_killed(Duration::from_secs(4), async |hosts| {
+        Client::builder()
+            .zookeeper_session_timeout(Duration::from_secs(10))
+            .connect_zookeeper(hosts)
+            .await
+    })
+    .await;
+}
+
+/// A scheduled job's process releases its lock before its `at_least` and
+/// exits, its session gone with it: the lock stays taken until `at_least`
+/// has passed (its kept node outlives the session). Before the kept node,
+/// it was free once the process was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_at_least_outlives_the_job_process_that_took_it() {
+    let server = ZooKeeperServer::start();
+    let lg = connect(&server.hosts(), Client::builder()).await;
+    let module = module_path!().split_once("::").expect("a module").1;
+    let kill = Kill::new(
+        &format!("{module}::zookeeper_child_job"),
+        &server.hosts(),
+        Duration::from_secs(4),
+    );
+    at_least_outlives_the_process_that_took_it(kill, &lg).await;
 }
 
 /// The kit's scenario on ZooKeeper: what a killed process held is freed
