@@ -199,8 +199,8 @@ use crate::attr::Kind;
 /// the body). Holds of a read-write lock are not reentrant: a call on the
 /// same key from inside the body takes it again, as a second reader, or as
 /// a writer that waits for the body's own hold (until its `wait` runs out).
-/// The in-memory store and Redis support it; the other stores return the
-/// `Unsupported` error.
+/// A store without read-write locks (see the table in `docs/stores.md`)
+/// returns the `Unsupported` error.
 ///
 /// ```
 /// # use lockguard::{Client, distributed_lock};

@@ -19,9 +19,12 @@ use crate::{Error, ErrorKind, Result};
 ///
 /// [`ChannelTasks::sync`] starts a channel's task once and answers every
 /// caller when that task listens: the first caller, and every caller that
-/// comes while the task still starts. A waiter joins its queue only after
-/// its client listens, so a handoff made to it is never announced to a
-/// task that is not there yet. Dropping this aborts the tasks.
+/// comes while the task still starts. A client's first wait waits for its
+/// task one refresh period at most, then queues: a handoff made before
+/// the task listens is not announced to it, and is found by the waiter's
+/// own refresh (a store that leaves the handoff in the waiter's mail
+/// finds it there as soon as the task listens). Dropping this aborts the
+/// tasks.
 ///
 /// # Examples
 ///

@@ -58,8 +58,8 @@ impl<K> LockLayer<K> {
     /// Everything else is as in the default mode: [`wait`](Self::wait),
     /// [`lease`](Self::lease), the refusal of a busy lock with
     /// [`busy_status`](Self::busy_status), and the failure mode when the
-    /// store is down. The in-memory store and Redis support read-write
-    /// locks; on other stores every request is refused with `500` and the
+    /// store is down. On a store without read-write locks (see the table
+    /// in `docs/stores.md`) every request is refused with `500` and the
     /// mistake is logged once at `error` level, whatever the failure mode.
     ///
     /// ```
