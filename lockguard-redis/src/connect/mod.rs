@@ -403,7 +403,14 @@ impl RedisBuilder {
     /// lost if none succeeds before the lease ends), and a lock handed over
     /// from the queue reaches its waiter only once the waiter's extension
     /// of it was confirmed (one more round trip and `WAIT` per handoff;
-    /// until then it waits on). It narrows
+    /// until then it waits on). The `WAIT` goes with the write's script, in
+    /// one request on one connection: no round trip more, and a connection
+    /// lost between the two (a reconnect, a Sentinel failover) fails the
+    /// request instead of letting another connection's `WAIT`, which counts
+    /// that connection's writes, confirm it. An attempt that finds the lock
+    /// busy waits too (for the replicas to have the connection's earlier
+    /// writes: at once when they keep up, up to `timeout` when they do
+    /// not). It narrows
     /// the window, it does not close it: a replica that confirmed may still
     /// not be the one promoted, and `WAIT` does not make the write durable
     /// on disk. See the [`safety`](lockguard_core::safety) page.

@@ -97,6 +97,55 @@ impl<'s> Eval<'s> {
         }
     }
 
+    /// Sends the call and `then` together, in one write on one connection
+    /// (a pipeline), and reads both answers: the call's, and `then`'s as
+    /// the server gave it (an error reply included). On `NOSCRIPT`, sends
+    /// both again with the script's code.
+    ///
+    /// For a `WAIT` after a write: sent on its own it would go to whatever
+    /// connection the connection manager holds by then (a new one after a
+    /// reconnect, or a new master's after a Sentinel failover), where it
+    /// counts that connection's writes, not the script's. In one pipeline,
+    /// a connection lost between the two fails the whole request.
+    pub(crate) async fn invoke_then<T, C>(
+        &self,
+        conn: &mut C,
+        then: &Cmd,
+    ) -> RedisResult<(T, redis::Value)>
+    where
+        T: FromRedisValue,
+        C: redis::aio::ConnectionLike,
+    {
+        debug_assert_eq!(self.keys_left, 0, "fewer keys than announced");
+        let (reply, after) = Self::pipelined(conn, self.cmd.clone(), then).await?;
+        let reply = match reply.extract_error() {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                let (reply, after) = Self::pipelined(conn, self.with_code(), then).await?;
+                return Ok((redis::from_redis_value(reply.extract_error()?)?, after));
+            }
+            reply => reply?,
+        };
+        Ok((redis::from_redis_value(reply)?, after))
+    }
+
+    /// `first` and `then` in one pipeline: their two replies.
+    async fn pipelined<C: redis::aio::ConnectionLike>(
+        conn: &mut C,
+        first: Cmd,
+        then: &Cmd,
+    ) -> RedisResult<(redis::Value, redis::Value)> {
+        let mut pipe = redis::Pipeline::with_capacity(2);
+        pipe.add_command(first).add_command(then.clone());
+        let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(after)) => Ok((reply, after)),
+            _ => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "a pipeline of two commands answered with fewer replies",
+            ))),
+        }
+    }
+
     /// The same call as an `EVAL`: the script's code in place of its hash.
     fn with_code(&self) -> Cmd {
         let mut eval = Cmd::with_capacity(self.cmd.args_iter().len(), self.script.code.len() + 128);

@@ -897,8 +897,6 @@ impl RedisStore {
         )
     }
 
-    /// Runs one script invocation (one `EVALSHA`, or `SCRIPT LOAD` and
-    /// `EVALSHA` after a script cache flush) under the response timeout.
     /// Runs an acquisition's script (of a lock, a semaphore or a
     /// read-write lock) and reads its answer. A hold taken that is not on
     /// enough replicas to survive a failover is given back, rather than
@@ -910,14 +908,14 @@ impl RedisStore {
         token: &Token,
         call: &Eval<'_>,
     ) -> Result<Attempt> {
-        let reply: redis::Value = self
-            .run(call, || format!("acquiring {:?}", keys.id()))
+        let (reply, acked): (redis::Value, _) = self
+            .run_replicated(call, || format!("acquiring {:?}", keys.id()))
             .await?;
         let fence = match attempt_reply(keys, &reply)? {
             Ok(fence) => fence,
             Err(busy) => return Ok(busy),
         };
-        if let Err(e) = self.replicated(keys.id()).await {
+        if let Err(e) = self.replicated(keys.id(), acked) {
             // The keys name the kind of hold; `release` gives back any.
             // Boxed: this rare path would otherwise size every attempt's
             // future.
@@ -930,6 +928,47 @@ impl RedisStore {
             fence,
             keys: keys.clone(),
         })
+    }
+
+    /// [`run`](Self::run), and with `wait_for_replicas`, the `WAIT` for the
+    /// script's writes sent with it, in one request on one connection (see
+    /// [`Eval::invoke_then`]): the script's answer, and how many replicas
+    /// confirmed (`None` when the client did not ask). The request is
+    /// bounded by the response timeout and the replicas' timeout.
+    ///
+    /// The `WAIT` runs whatever the script answered: an attempt that did
+    /// not take the lock (which writes nothing, or its queue place) is
+    /// answered once the replicas have the connection's earlier writes,
+    /// at once when they keep up, after the replicas' timeout at most when
+    /// they do not.
+    async fn run_replicated<T: FromRedisValue>(
+        &self,
+        call: &Eval<'_>,
+        what: impl FnOnce() -> String,
+    ) -> Result<(T, Option<u64>)> {
+        let Some((count, timeout)) = self.opts.replicas else {
+            return Ok((self.run(call, what).await?, None));
+        };
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(count).arg(millis_ceil(timeout));
+        let send = || {
+            let mut conn = self.conn.clone();
+            let wait = &wait;
+            async move { call.invoke_then(&mut conn, wait).await }
+        };
+        let bound = timeout + self.opts.response_timeout;
+        let (reply, acked) = within(
+            bound,
+            what,
+            tokio::time::timeout(bound, resent_if_unsent(send)).await,
+        )?;
+        self.check_after_first_answer();
+        let acked = match acked.extract_error().map(redis::from_redis_value::<u64>) {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => return Err(redis_error(e.into(), "waiting for replicas")),
+            Err(e) => return Err(redis_error(e, "waiting for replicas")),
+        };
+        Ok((reply, Some(acked)))
     }
 
     pub(crate) async fn run<T: FromRedisValue>(
@@ -1058,13 +1097,13 @@ impl RedisStore {
         if let Some(mode) = keys.rw_mode() {
             call.arg(rw_arg(mode));
         }
-        let n: i64 = self
-            .run(&call, || format!("extending {:?}", keys.id()))
+        let (n, acked): (i64, _) = self
+            .run_replicated(&call, || format!("extending {:?}", keys.id()))
             .await?;
         if n == 1 {
             // An extension the replicas did not confirm is a failed one:
             // the watchdog retries, and the guard is lost if none succeeds.
-            self.replicated(keys.id()).await?;
+            self.replicated(keys.id(), acked)?;
         }
         #[cfg(feature = "sentinel")]
         if let Some(leases) = &self.leases {
@@ -1077,20 +1116,15 @@ impl RedisStore {
         Ok(n == 1)
     }
 
-    /// Waits until the configured number of replicas has every write this
-    /// connection made (`WAIT`), if the client asked for it.
-    async fn replicated(&self, key: &str) -> Result<()> {
-        let Some((count, timeout)) = self.opts.replicas else {
+    /// Whether the `WAIT` sent with a write of `key` ([`run_replicated`])
+    /// heard from enough replicas: `acked` of them, `None` when the client
+    /// did not ask for any.
+    ///
+    /// [`run_replicated`]: Self::run_replicated
+    fn replicated(&self, key: &str, acked: Option<u64>) -> Result<()> {
+        let (Some((count, timeout)), Some(acked)) = (self.opts.replicas, acked) else {
             return Ok(());
         };
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(count).arg(millis_ceil(timeout));
-        let mut conn = self.conn.clone();
-        // Never sent again: a WAIT on another connection would wait for
-        // that connection's writes, not the lock's.
-        let bound = timeout + self.opts.response_timeout;
-        let answer = tokio::time::timeout(bound, cmd.query_async(&mut conn)).await;
-        let acked: u64 = within(bound, || format!("waiting for replicas of {key:?}"), answer)?;
         if acked < u64::from(count) {
             return Err(Error::new(
                 ErrorKind::Unavailable,
@@ -1228,7 +1262,7 @@ impl LockStore for RedisStore {
                 call.arg(t.as_str());
             }
             let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
-            let reply: Vec<i64> = self.run(&call, what).await?;
+            let (reply, acked): (Vec<i64>, _) = self.run_replicated(&call, what).await?;
             let answer = all_or_none_reply(keys.len(), &reply).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Protocol,
@@ -1236,7 +1270,7 @@ impl LockStore for RedisStore {
                 )
             })?;
             if let AllOrNone::Acquired(_) = answer
-                && let Err(e) = self.replicated(keys[0].id()).await
+                && let Err(e) = self.replicated(keys[0].id(), acked)
             {
                 // Not on enough replicas to survive a failover: give them
                 // back rather than hand out locks a promoted replica would

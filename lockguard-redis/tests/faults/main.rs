@@ -2,6 +2,7 @@
 //! paused with SIGSTOP, restarted, and disturbed mid-run.
 
 mod pauses;
+mod replication;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
