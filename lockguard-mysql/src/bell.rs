@@ -31,9 +31,25 @@
 //! again. A bell rung and not yet read is not rung again (a flag in its
 //! row, reset as it reads): it reads the handoffs made meanwhile anyway.
 //!
-//! The client's waiters queue only once the bell waits: its `sync` answers
-//! every caller then, also those that came while it connected
-//! ([`ChannelTasks`]), so every ring finds the bell's row.
+//! The client's waiters queue once the bell waits (its `sync` answers every
+//! caller then, also those that came while it connected: [`ChannelTasks`]),
+//! or after one refresh period when it is not up by then. A handoff made
+//! before the bell registered is found by its first read of the mailbox,
+//! which comes before its first wait.
+//!
+//! A ring that finds no row for the bell (the sweep removes rows not
+//! renewed within five minutes: a clock step, or a client paused that long
+//! with its connections alive) puts the row back, rung, and rings the bell
+//! all the same; the bell puts its row back too when it renews it (every
+//! minute). Before this, a bell whose row was gone was never rung again,
+//! and every handoff to its client's waiters waited for their refreshes.
+//!
+//! A link that fails without a reset leaves the bell's connections open on
+//! the server: the holder idle, alive to the server until its
+//! `wait_timeout` (8 h by default), still holding the lock the next bell
+//! waits for. A new bell that finds the lock held ends that holder (and the
+//! old bell before it, which waits for the lock and would take it): only
+//! this client's connections take locks named for its channel.
 //!
 //! Why a user lock's wait and not `SLEEP()`, the obvious way to sleep in a
 //! query: MariaDB's `KILL` of a thread in `SLEEP()` retries a mutex that
@@ -76,8 +92,9 @@
 //! before its commit only makes the read wait for that commit, as the
 //! read locks what it reads and so sees only committed rows.
 //!
-//! Whatever still goes wrong (a connection lost, a bell another user's
-//! release may not kill) is covered by the waiter's timed refresh, which
+//! Whatever still goes wrong (a connection lost, a bell the ring may not
+//! kill: the ring procedure runs as its definer, and a bell of another user
+//! than the definer is killed only with `CONNECTION ADMIN`) is covered by the waiter's timed refresh, which
 //! claims a lock handed to it as well; when the bell's connections are
 //! lost, every waiter of the client is woken to check at once.
 

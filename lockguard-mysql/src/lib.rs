@@ -19,7 +19,8 @@
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.
 //! - **One transaction, one round trip.** Every operation is one `CALL` of
-//!   a procedure lockguard creates on connect (tables prefixed `lockguard_`
+//!   a procedure lockguard creates on connect, or a database administrator
+//!   installs beforehand (tables prefixed `lockguard_`
 //!   by default, InnoDB, a schema version row in `lockguard_meta`). Each
 //!   starts with an upsert of the key's row in `lockguard_keys`, which
 //!   takes its exclusive row lock by primary key (never a scan): the
@@ -50,26 +51,37 @@
 //!   `mark_once`), GCRA, fixed and sliding windows on the database's clock
 //!   (the core's `decide` makes the decision from their numbers).
 //!
-//! Measured on MariaDB 10.11 (two loaded cores, 8 clients each with its
-//! own pool contending for one lock held 2 ms at a time, `cargo test -p
-//! lockguard-mysql --test contention -- --ignored --nocapture`): about 6
-//! statements sent per acquisition (one `KILL` per handoff), where a raw
-//! `SELECT ... FOR UPDATE` loop polling every 10 ms sends 17 to 19, and
-//! every 50 ms about 10, with no queue and no fairness. The handoff's chain
-//! (release, ring, the bell reading its mailbox, the waiter) took 9 to 12 ms
-//! per acquisition there, against 6 ms for the polling loops.
+//! What a handoff costs under contention (statements per acquisition, the
+//! handoff's latency against a polling loop's) is measured in
+//! [docs/mysql.md](https://github.com/lockguard/lockguard/blob/main/docs/mysql.md#under-contention),
+//! with `cargo test -p lockguard-mysql --test contention -- --ignored
+//! --nocapture`.
 //!
 //! # Privileges
 //!
-//! On connect the user needs `CREATE`, `CREATE ROUTINE`, `ALTER ROUTINE`
-//! and `INDEX` in the database, unless the tables exist (see
-//! [`migration_sql`]); then `SELECT`, `INSERT`, `UPDATE`, `DELETE` and
-//! `EXECUTE`. Ringing another client's bell uses `KILL QUERY`, which a user
-//! may do to its own connections: give every client the same user, or give
-//! it `CONNECTION ADMIN` (MariaDB) / `CONNECTION_ADMIN` (MySQL). Without
-//! that, waiters of another user's clients wake at their timed refreshes. A client
-//! opens its pool (up to 16 connections) and, at its first wait, the bell's
-//! two connections.
+//! A user that creates lockguard's tables and procedures on connect (when
+//! they are missing, or older than this version) needs `CREATE`,
+//! `CREATE ROUTINE`, `ALTER ROUTINE` and `INDEX` on the database, besides
+//! the grants below. Once they are installed at this version (by a
+//! database administrator, with the SQL of [`migration_sql`]), a client
+//! reads their version and creates nothing, and its user needs only
+//!
+//! ```sql
+//! GRANT SELECT, INSERT, UPDATE, DELETE, EXECUTE ON app.* TO 'app'@'%';
+//! ```
+//!
+//! The bell needs no more: its user locks (`GET_LOCK`, `IS_USED_LOCK`)
+//! take no privilege, and the `KILL` with which a new bell ends a stale
+//! connection of its own client's is a user's right over its own
+//! connections. Ringing a bell (`KILL QUERY`) runs in lockguard's ring
+//! procedure, as the procedure's definer (the account that created it): it
+//! rings the bells of the definer's own user, and of every user only when
+//! the definer has `CONNECTION ADMIN` (MariaDB) / `CONNECTION_ADMIN`
+//! (MySQL). So with clients of more than one user, install the schema as
+//! an administrator holding that privilege (or give it to the user that
+//! creates it); otherwise their waiters wake at their timed refreshes. A
+//! client opens its pool (up to 16 connections) and, at its first wait,
+//! the bell's two connections.
 //!
 //! # What is offered
 //!
@@ -230,16 +242,20 @@ impl MySqlOptions {
 
     /// Connects to the server at `url` (`mysql://user:password@host:port/database`;
     /// the driver's URL parameters apply) and returns the store, for
-    /// [`Builder::build`]. Creates lockguard's tables and procedures when
-    /// they are missing.
+    /// [`Builder::build`]. Reads the version of lockguard's tables and
+    /// procedures, and creates them when they are missing or older (see
+    /// [Privileges](crate#privileges)).
     ///
     /// # Errors
     ///
     /// [`ErrorKind::InvalidInput`] for a malformed URL, one that names no
     /// database, or settings that cannot work; [`ErrorKind::Unavailable`]
-    /// when the server cannot be reached within the connect timeout (or
-    /// refuses the user); [`ErrorKind::Unsupported`] for tables made by a
-    /// newer lockguard.
+    /// when the server cannot be reached within the connect timeout;
+    /// [`ErrorKind::Unauthorized`] when it refuses the user, or a grant
+    /// lockguard needs; [`ErrorKind::Misconfigured`] for a database the
+    /// server does not have, or a binary log in `STATEMENT` format (which
+    /// refuses lockguard's writes); [`ErrorKind::Unsupported`] for tables
+    /// made by a newer lockguard.
     pub async fn connect(&self, url: &str) -> Result<Store> {
         schema::validate_prefix(&self.table_prefix)?;
         for (what, d) in [
@@ -295,8 +311,8 @@ impl MySqlOptions {
         let opts: mysql_async::Opts = mysql_async::OptsBuilder::from_opts(opts)
             .tcp_nodelay(true)
             .setup(vec![
-                // Lease arithmetic reads UNIX_TIMESTAMP(SYSDATE(6)): in UTC
-                // it has no daylight-saving jumps.
+                // Lease arithmetic reads SYSDATE(6) as µs since the epoch
+                // (schema::clock_us): in UTC, with no daylight-saving jumps.
                 "SET time_zone = '+00:00'".to_owned(),
                 "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED".to_owned(),
                 format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),

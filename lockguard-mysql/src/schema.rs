@@ -63,8 +63,15 @@ fn statements(prefix: &str) -> Vec<String> {
 /// `mariadb` or `mysql` client, which needs the `DELIMITER` lines): what a
 /// client runs on connect when they are missing. The user lockguard
 /// connects as then needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` and
-/// `EXECUTE` on them (and `CONNECTION ADMIN`, or one user for every
-/// client, for wake-ups: see the crate docs).
+/// `EXECUTE` on the database; the procedures run as the account that ran
+/// this SQL, whose `CONNECTION ADMIN` lets a release wake the waiters of
+/// every user's clients (see the [crate docs](crate#privileges)).
+///
+/// ```no_run
+/// // lockguard.sql, for `mariadb -u admin -p app < lockguard.sql`
+/// print!("{}", lockguard_mysql::migration_sql(lockguard_mysql::DEFAULT_TABLE_PREFIX)?);
+/// # Ok::<(), lockguard_core::Error>(())
+/// ```
 ///
 /// # Errors
 ///
