@@ -4,16 +4,19 @@
 //!
 //! A run starts a store ([`Store::start`]), runs worker processes (the
 //! same binary again, `worker` subcommand), each with its own lockguard
-//! client ([`Store::connect`]), that lock, take semaphore permits,
-//! campaign in an election, write fenced values, update counters and ask a
-//! rate limiter while the run pauses, restarts and disconnects the store
-//! ([`Deployment::apply`]) and pauses and kills workers on a schedule
-//! drawn from a seed. Every operation's invocation and completion is
-//! recorded on one monotonic clock; the merged history is then checked: no
-//! two holds overlap, no more permits held than the semaphore has, fences
-//! grow, stale writes are refused, one leader at a time with terms that
-//! grow, counters add up exactly, the limiter keeps its quota, no wait
-//! outlives its bound, and wake-ups are back after the last fault.
+//! client ([`Store::connect`]), that lock, take multi-locks and semaphore
+//! permits, campaign in an election, write fenced values, update counters
+//! and ask a rate limiter, and processes that each run a scheduled job
+//! once (`at_least`) and exit, while the run pauses, restarts and
+//! disconnects the store ([`Deployment::apply`]) and pauses and kills
+//! workers on a schedule drawn from a seed. Every operation's invocation
+//! and completion is recorded on one monotonic clock; the merged history
+//! is then checked: no two holds overlap (a multi-lock holding every key
+//! from its return), no more permits held than the semaphore has, fences
+//! grow, stale writes are refused, no job runs inside the `at_least` of
+//! the run before it, one leader at a time with terms that grow, counters
+//! add up exactly, the limiter keeps its quota, no wait outlives its
+//! bound, and wake-ups are back after the last fault.
 //!
 //! The `lockguard-chaos` binary runs lockguard's own stores. A store crate
 //! runs its store with a binary of its own that calls [`main`]:

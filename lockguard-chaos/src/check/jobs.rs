@@ -63,32 +63,29 @@ pub(crate) fn at_least(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
         }
     }
     for (key, mut rs) in runs {
-        rs.sort_by_key(|(o, _, _)| o.invoke);
+        // In the order the runs returned: each against those that returned
+        // before it, one finding per run.
+        rs.sort_by_key(|(o, _, _)| o.end());
         // Whether `p`'s window (from its invocation) certainly contains the
         // return of `n`.
         let inside = |p: &(&Op, u64, u64), n: &(&Op, u64, u64)| {
             !lost.contains(&(p.0.w, key, p.1)) && n.0.end() + drift(p.2) < p.0.invoke + p.2
         };
-        for (i, p) in rs.iter().enumerate() {
-            for n in &rs[i + 1..] {
-                // Sorted by invocation: past `p`'s window, none can be in it.
-                if n.0.invoke >= p.0.invoke + p.2 {
-                    break;
-                }
-                if inside(p, n) && inside(n, p) {
-                    v.push(Violation {
-                        check: "at-least",
-                        what: format!(
-                            "job lock {key:?}: a run (fence {}) returned {:.1} ms after the invocation of the run before it (fence {}), inside its at_least of {:.0} ms",
-                            n.1,
-                            ms(n.0.end() - p.0.invoke),
-                            p.1,
-                            ms(p.2),
-                        ),
-                        ops: describe(&[p.0, n.0], t0),
-                    });
-                }
-            }
+        for (i, n) in rs.iter().enumerate() {
+            let Some(p) = rs[..i].iter().find(|p| inside(p, n) && inside(n, p)) else {
+                continue;
+            };
+            v.push(Violation {
+                check: "at-least",
+                what: format!(
+                    "job lock {key:?}: a run (fence {}) returned {:.1} ms after the invocation of a run that returned before it (fence {}), inside that run's at_least of {:.0} ms",
+                    n.1,
+                    ms(n.0.end().saturating_sub(p.0.invoke)),
+                    p.1,
+                    ms(p.2),
+                ),
+                ops: describe(&[p.0, n.0], t0),
+            });
         }
     }
 }

@@ -90,7 +90,7 @@ pub(crate) fn holds<'a>(ops: &'a [Op], faults: &[FaultSpan]) -> Vec<Hold<'a>> {
                 _ => (false, None, false),
             };
             let held = last.get(&k).copied().filter(|h| acq.end() <= h.invoke);
-            if held.is_none() && !(multi && !paused(acq)) {
+            if held.is_none() && (!multi || paused(acq)) {
                 return None;
             }
             Some(Hold {

@@ -1,16 +1,20 @@
 //! A multi-lock worker's operations: `multi_lock(keys)` with a fixed lease
-//! shorter than its wait, on keys the mixed workers lock one at a time
-//! and on one only multi-locks take, recorded as one acquisition per key
-//! (invoked together, completed together), so the lock checks hold every
-//! key of it to the rules of single locks, from the moment it returns.
+//! shorter than its wait, recorded as one acquisition per key (invoked
+//! together, completed together), so the lock checks hold every key of it
+//! to the rules of single locks, from the moment it returns.
 //!
-//! Half the multi-locks hold their keys a few hundred milliseconds on a
-//! long lease, half a moment on a lease shorter than that: a short one
-//! that takes its first key, then waits behind a long one for a later
-//! key, sees its first key's lease run out while it waits, and the mixed
-//! workers queued on that key take it. It must take it again before it
-//! returns (or fail): the `multi-lock` check catches one that returns
-//! without.
+//! Half the multi-locks are long: two keys only multi-locks take, held a
+//! few hundred milliseconds on a long lease. Half are short: a key the
+//! mixed workers lock one at a time, then one or both of the multi-only
+//! keys, held a moment on a lease shorter than a long hold. Every client
+//! takes a multi-lock's keys in one order (the store's keys, sorted), the
+//! mixed workers' key first: a short one often takes it, then waits
+//! behind a long one for a multi-only key, and its first key's lease runs
+//! out meanwhile, and a mixed worker queued on that key takes it. The
+//! short one must take it again before it returns (or fail): the
+//! `multi-lock` check catches one that returns without. The long holds
+//! keep off the mixed workers' keys, so the mixed workers' own pace is
+//! kept.
 
 use std::time::Duration;
 
@@ -20,20 +24,18 @@ use super::{LOCK_KEYS, WAIT, Worker};
 use crate::clock::now_ns;
 use crate::history::{Call, Outcome};
 
-/// The keys the multi-locks choose from: the mixed workers' lock keys, and
-/// one only multi-locks take (so two multi-locks meet on it). Every client
-/// takes a multi-lock's keys in one order (the store's sorted keys): the
-/// mixed workers' keys come first, so a short multi-lock often holds one
-/// of them while it waits behind a long one for the last.
-const MULTI_ONLY_KEY: &str = "c";
+/// The keys only multi-locks take, after the mixed workers' keys in every
+/// store's order.
+const MULTI_ONLY_KEYS: [&str; 2] = ["c", "d"];
 
 /// The fixed lease of the long holds, and how long they hold.
-const LONG_LEASE: Duration = Duration::from_millis(800);
-const LONG_HOLD_MS: std::ops::Range<u64> = 150..400;
+const LONG_LEASE: Duration = Duration::from_millis(600);
+const LONG_HOLD_MS: std::ops::Range<u64> = 100..250;
 /// The fixed lease of the short holds: well under the long holds, so a
-/// key taken first runs out while a later one is waited for; far under
+/// key taken first runs out while a later one is waited for (and the
+/// mixed workers are kept off their key no longer than that); far under
 /// the wait.
-const SHORT_LEASE: Duration = Duration::from_millis(100);
+const SHORT_LEASE: Duration = Duration::from_millis(50);
 
 /// The record of one key's part in a multi-lock.
 fn acquire_call(key: &str, lease: Duration) -> Call {
@@ -50,27 +52,29 @@ fn acquire_call(key: &str, lease: Duration) -> Call {
 }
 
 impl Worker {
-    /// One multi-lock: two of the keys (one time in four, all three),
-    /// a long or a short hold, then each key released; whether an
-    /// operation failed.
+    /// One multi-lock, long or short, held, then each key released;
+    /// whether an operation failed.
     pub(super) async fn multi_op(&mut self) -> bool {
         self.rec.errors = 0;
         if self.brk == Some(super::Break::UncheckedMulti) {
             self.unchecked_multi().await;
             return self.rec.errors > 0;
         }
-        let mut keys = vec![LOCK_KEYS[0], LOCK_KEYS[1], MULTI_ONLY_KEY];
-        self.rng.shuffle(&mut keys);
-        if self.rng.u32(0..4) != 0 {
-            keys.truncate(2);
-        }
-        let keys: Vec<String> = keys.into_iter().map(str::to_owned).collect();
         let long = self.rng.bool();
-        let (lease, hold) = if long {
-            (LONG_LEASE, self.rng.u64(LONG_HOLD_MS))
+        let (keys, lease, hold) = if long {
+            let hold = self.rng.u64(LONG_HOLD_MS);
+            (MULTI_ONLY_KEYS.to_vec(), LONG_LEASE, hold)
         } else {
-            (SHORT_LEASE, self.rng.u64(4..14))
+            let mut keys = vec![LOCK_KEYS[self.rng.usize(..LOCK_KEYS.len())]];
+            keys.push(MULTI_ONLY_KEYS[0]);
+            if self.rng.u32(0..4) == 0 {
+                keys.push(MULTI_ONLY_KEYS[1]);
+            }
+            (keys, SHORT_LEASE, self.rng.u64(4..14))
         };
+        // Named in a random order: the store's order is the one taken.
+        let mut keys: Vec<String> = keys.into_iter().map(str::to_owned).collect();
+        self.rng.shuffle(&mut keys);
         let ops: Vec<u64> = keys
             .iter()
             .map(|key| self.rec.invoke(acquire_call(key, lease)))
@@ -136,7 +140,7 @@ impl Worker {
     /// key again. Its first key's `is_held()` then says false, and the
     /// other owner's says true: two holders at the multi-lock's return.
     async fn unchecked_multi(&mut self) {
-        let (first, last) = (LOCK_KEYS[0].to_owned(), MULTI_ONLY_KEY.to_owned());
+        let (first, last) = (LOCK_KEYS[0].to_owned(), MULTI_ONLY_KEYS[0].to_owned());
         let lease = SHORT_LEASE;
         let ops = [
             self.rec.invoke(acquire_call(&first, lease)),
@@ -158,7 +162,7 @@ impl Worker {
         // The other owner: a lock of the first key, on a lease that
         // outlasts the rest (a long one: the longest a ZooKeeper client
         // of the workers keeps is 2 s).
-        let other_lease = LONG_LEASE * 2;
+        let other_lease = LONG_LEASE * 3;
         let op = self.rec.invoke(Call::Acquire {
             key: first.clone(),
             wait_ms: WAIT.as_millis() as u64,
