@@ -22,11 +22,13 @@
 //! LOCK TABLE pg_temp_<n>.lockguard_bell IN SHARE MODE
 //! ```
 //!
-//! The client's waiters queue only once the bell waits: its `sync` answers
+//! The client's waiters queue once the bell waits: its `sync` answers
 //! every caller then, also those that came while it connected
-//! ([`ChannelTasks`]). A release that hands the lock to a waiter of a client
-//! with no bell row writes no mail and rings nobody, so a waiter queued
-//! before its bell was there would be left to its timed refresh.
+//! ([`ChannelTasks`]); a first wait whose bell is slow to start queues
+//! without it after one refresh period. A release that hands the lock to a
+//! waiter of a client with no bell row still writes the handoff to the
+//! mail (and rings nobody): the bell reads its mail first thing once it
+//! has registered, so that waiter hears of it then, not at its refresh.
 //!
 //! A release that hands a lock to one of the client's waiters writes the
 //! handoff to the `mail` table and cancels the bell's wait

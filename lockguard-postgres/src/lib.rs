@@ -71,10 +71,11 @@
 //! an older one up to date, uses a newer one when that one is compatible
 //! with it (a newer schema keeps every earlier function's signature and
 //! meaning), and refuses one that needs newer clients, saying so. This
-//! client writes version 5, compatible since 3 (version 5 changes how the
-//! functions scan, not what they do). Clients of version 3 predate the
-//! rule: they refuse any newer schema, so upgrade them before a client of
-//! version 4 or 5 first connects, or keep them
+//! client writes version 6, compatible since 3 (version 5 changes how the
+//! functions scan, not what they do; version 6 writes a handoff's letter
+//! to a client whose bell does not listen yet). Clients of version 3
+//! predate the rule: they refuse any newer schema, so upgrade them before
+//! a client of version 4 or newer first connects, or keep them
 //! from restarting until they are upgraded (those already connected keep
 //! working). A migration never runs over a newer schema (it fails, with
 //! SQLSTATE `LG002`, and changes nothing).

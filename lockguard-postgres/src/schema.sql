@@ -237,19 +237,19 @@ $$;
 -- every listening backend of the database. The ring comes before this
 -- transaction commits: the bell reads its mail under the channel's
 -- advisory lock, which waits for this transaction (it holds the lock
--- shared), so it never reads before the letter is there. A client without
--- a bell (none yet, or gone), or a bell another role's backend may not
--- signal, is not rung: its waiter's timed attempt claims the handoff.
+-- shared), so it never reads before the letter is there. The letter is
+-- written whether or not the client's bell is there (version 6): a bell
+-- that starts later, or comes back, reads it first thing (its waiter may
+-- have queued before its bell listened). A client without a bell, or a
+-- bell another role's backend may not signal, is not rung: its bell reads
+-- the letter when it next looks, or the waiter's timed attempt claims the
+-- handoff; letters nobody reads are swept after a minute.
 CREATE OR REPLACE FUNCTION __SCHEMA__.ring(
   p_channel text, p_key text, p_token text, p_fence bigint, p_attempt bigint)
 RETURNS void LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
 DECLARE
   v_bell __SCHEMA__.bells%ROWTYPE;
 BEGIN
-  SELECT * INTO v_bell FROM __SCHEMA__.bells b WHERE b.channel = p_channel;
-  IF NOT FOUND THEN
-    RETURN;
-  END IF;
   -- (The channel's lock lives in the two-key space of advisory locks,
   -- apart from the keys' locks.)
   PERFORM pg_advisory_xact_lock_shared(7165, hashtext(p_channel));
@@ -257,6 +257,10 @@ BEGIN
     VALUES (p_channel, p_key, p_token, p_fence, p_attempt, clock_timestamp())
     ON CONFLICT (channel, key, token) DO UPDATE
       SET fence = EXCLUDED.fence, attempt = EXCLUDED.attempt, at = EXCLUDED.at;
+  SELECT * INTO v_bell FROM __SCHEMA__.bells b WHERE b.channel = p_channel;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
   -- The backend of that pid is the bell only if it started when the bell
   -- did (a pid is given again to a later backend).
   PERFORM FROM pg_stat_get_activity(v_bell.pid) a WHERE a.backend_start = v_bell.started;

@@ -196,7 +196,7 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "5 3"
+        "6 3"
     );
     assert_eq!(acquire("old-other", "NULL"), "f", "the held lock was lost");
     assert_eq!(
@@ -209,6 +209,14 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
         )),
         "old-waiter false",
         "not handed to the queued waiter"
+    );
+    // Its client has no bell: the letter waits in the mail for one.
+    assert_eq!(
+        server.psql(&format!(
+            "SELECT token FROM {schema}.mail WHERE channel = 'chan'"
+        )),
+        "old-waiter",
+        "no letter for a client without a bell"
     );
     // And what is new works beside it.
     let r = lg.rw_lock("k").read().try_acquire().await.unwrap();

@@ -464,3 +464,67 @@ async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
             .unwrap();
     }
 }
+
+/// A lock handed to a waiter whose client's bell does not listen yet (its
+/// connection slow to register: here held up by a lock on the bells table,
+/// so the first wait queues after one refresh period without it) reaches
+/// the waiter from the mail the release wrote, as soon as the bell
+/// listens, not at the waiter's next refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
+    let server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let refresh = Duration::from_secs(4);
+    let waiter = Client::builder()
+        // The bell's registration waits, not fails, while the table is
+        // locked.
+        .connect_timeout(Duration::from_secs(30))
+        .response_timeout(Duration::from_secs(2))
+        .waiter_timeout(Duration::from_secs(60))
+        .retry_interval(refresh)
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(30);
+    let guard = holder.lock("mailed").lease(lease).acquire().await.unwrap();
+    let (admin, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    admin
+        .batch_execute("BEGIN; LOCK TABLE lockguard.bells IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("mailed")
+            .lease(lease)
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    let queued = eventually(Duration::from_secs(20), || async {
+        holder.lock("mailed").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert_eq!(
+        server.psql("SELECT count(*) FROM lockguard.bells"),
+        "0",
+        "the waiter's bell listened already"
+    );
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    // The bell registers now, and reads its mail.
+    admin.batch_execute("COMMIT").await.unwrap();
+    let (at, guard) = waiting.await.unwrap();
+    let took = at.duration_since(released);
+    eprintln!("handoff to a waiter whose bell listened late: {took:?} (refresh {refresh:?})");
+    assert!(
+        took < refresh / 4,
+        "the handoff reached the waiter after {took:?}, its refresh being every {refresh:?}"
+    );
+    assert!(guard.release().await.unwrap());
+}
