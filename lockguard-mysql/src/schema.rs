@@ -226,6 +226,18 @@ mod tests {
         );
         let sql = migration_sql("lg_").unwrap();
         assert!(sql.ends_with("DELIMITER ;\n"));
+        // Time is read one way only, the one that holds past 2038.
+        let code: Vec<&str> = all
+            .iter()
+            .flat_map(|s| s.lines())
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect();
+        assert!(code.iter().any(|l| l.contains(&clock_us(NOW))));
+        assert!(
+            code.iter()
+                .all(|l| !l.contains("UNIX_TIMESTAMP") && !l.contains("__NOW_US__")),
+            "{code:?}"
+        );
     }
 
     /// The clock's expression holds past 2038-01-19, where MariaDB before
