@@ -257,12 +257,13 @@ fn server_refusal(e: &Error) -> Option<String> {
     None
 }
 
-/// The server's code when it refused the client's credentials or
-/// permissions: a wrong password (`WRONGPASS`), none given (`NOAUTH`), a
-/// user without the rights lockguard's commands need (`NOPERM`).
+/// The server's code when it refused the client's credentials: a wrong
+/// password (`WRONGPASS`), none given (`NOAUTH`). A user the server knows
+/// but whose ACL forbids a command, key or channel (`NOPERM`) is not one:
+/// see [`NEEDED_COMMANDS`].
 fn refused_credentials(err: &redis::RedisError) -> Option<&str> {
     match err.code() {
-        Some(code @ ("NOAUTH" | "WRONGPASS" | "NOPERM")) => Some(code),
+        Some(code @ ("NOAUTH" | "WRONGPASS")) => Some(code),
         _ if err.kind() == redis::ErrorKind::AuthenticationFailed => Some("authentication failed"),
         _ => None,
     }
@@ -480,14 +481,75 @@ fn all_or_none_reply(n: usize, reply: &[i64]) -> Option<AllOrNone> {
     }
 }
 
+/// The commands a Redis ACL user must be allowed for lockguard: those the
+/// client sends (`EVALSHA`; `EVAL` after a script cache flush; `HMGET`,
+/// a counter's read; `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` on the wake-up
+/// connection; `HELLO`, the RESP3 handshake), and those its scripts call,
+/// which the ACL checks as well. With [`wait_for_replicas`], `WAIT` too; on
+/// a cluster, `CLUSTER|SLOTS`. `INFO` and `CONFIG|GET` are asked at
+/// connect time and skipped when refused.
+///
+/// [`wait_for_replicas`]: crate::RedisBuilder::wait_for_replicas
+pub(crate) const NEEDED_COMMANDS: &[&str] = &[
+    "evalsha",
+    "eval",
+    "hmget",
+    "subscribe",
+    "unsubscribe",
+    "ping",
+    "hello",
+    // Called by the scripts.
+    "del",
+    "exists",
+    "get",
+    "hdel",
+    "hget",
+    "hincrby",
+    "hlen",
+    "hset",
+    "incrby",
+    "pexpire",
+    "pttl",
+    "publish",
+    "sadd",
+    "set",
+    "sismember",
+    "srem",
+    "time",
+    "zadd",
+    "zcard",
+    "zcount",
+    "zrange",
+    "zrangebyscore",
+    "zrank",
+    "zrem",
+    "zremrangebyscore",
+    "zscore",
+];
+
+/// The error for a user whose ACL forbids a command, key or channel
+/// lockguard uses (`NOPERM`): what to grant it.
+fn missing_permission(err: redis::RedisError, what: &str) -> Error {
+    let refused = err.detail().unwrap_or("no detail");
+    let commands: Vec<String> = NEEDED_COMMANDS.iter().map(|c| format!("+{c}")).collect();
+    let message = format!(
+        "{what}: the redis user lacks a permission lockguard needs (NOPERM {refused}); the password was accepted: allow the user lockguard's commands, keys and channels, e.g. ACL SETUSER <user> {} ~<prefix>* &<prefix>* (the key prefix, `lockguard:` unless set), with +wait for wait_for_replicas and +cluster|slots on a cluster",
+        commands.join(" ")
+    );
+    Error::new(ErrorKind::Unauthorized, message).with_source(err)
+}
+
 /// The error for a failed Redis request about `what`.
 pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
     // Set-up mistakes first: nothing a retry can fix.
     if let Some(code) = refused_credentials(&err) {
         let message = format!(
-            "{what}: the server refused the client's credentials ({code}); check the user and password of the URL, and that the user may run lockguard's commands (EVALSHA, SCRIPT LOAD, PUBLISH, SUBSCRIBE)"
+            "{what}: the server refused the client's credentials ({code}); check the user and password of the URL"
         );
         return Error::new(ErrorKind::Unauthorized, message).with_source(err);
+    }
+    if err.code() == Some("NOPERM") {
+        return missing_permission(err, what);
     }
     if refused_database(&err) {
         let message = format!(
@@ -1540,6 +1602,91 @@ mod tests {
             let err = client_for(url, &TlsSettings::default()).unwrap_err();
             assert!(err.is_invalid_input(), "{url:?}: {err}");
         }
+    }
+
+    /// Every command a script calls, and every command the client sends
+    /// by name, is in the list a `NOPERM` error tells the user to allow.
+    #[test]
+    fn the_permission_list_names_every_command_lockguard_uses() {
+        let scripts = [
+            include_str!("scripts/counter_add.lua"),
+            include_str!("scripts/counter_set.lua"),
+            include_str!("scripts/counter_take.lua"),
+            include_str!("scripts/fence_claim.lua"),
+            include_str!("scripts/fence_raise.lua"),
+            include_str!("scripts/fenced_write.lua"),
+            include_str!("scripts/fixed_window.lua"),
+            include_str!("scripts/gcra.lua"),
+            include_str!("scripts/inspect.lua"),
+            include_str!("scripts/lock_acquire.lua"),
+            include_str!("scripts/lock_acquire_all.lua"),
+            include_str!("scripts/lock_extend.lua"),
+            include_str!("scripts/lock_release.lua"),
+            include_str!("scripts/lock_release_any.lua"),
+            include_str!("scripts/mark_once.lua"),
+            include_str!("scripts/queue.lua"),
+            include_str!("scripts/redlock_acquire.lua"),
+            include_str!("scripts/redlock_release.lua"),
+            include_str!("scripts/rw_acquire.lua"),
+            include_str!("scripts/rw_extend.lua"),
+            include_str!("scripts/rw_inspect.lua"),
+            include_str!("scripts/rw_lib.lua"),
+            include_str!("scripts/rw_release.lua"),
+            include_str!("scripts/semaphore_acquire.lua"),
+            include_str!("scripts/semaphore_extend.lua"),
+            include_str!("scripts/semaphore_release.lua"),
+            include_str!("scripts/sequence.lua"),
+            include_str!("scripts/sliding_window.lua"),
+        ];
+        let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/scripts"))
+            .unwrap()
+            .count();
+        assert_eq!(files, scripts.len(), "a script is missing from this list");
+        let mut called = std::collections::BTreeSet::new();
+        for script in scripts {
+            for quote in ["'", "\""] {
+                for call in ["redis.call(", "redis.pcall("] {
+                    let opening = format!("{call}{quote}");
+                    for (at, _) in script.match_indices(&opening) {
+                        let rest = &script[at + opening.len()..];
+                        let name = &rest[..rest.find(quote).unwrap()];
+                        called.insert(name.to_lowercase());
+                    }
+                }
+            }
+            assert!(
+                !script.contains("redis.call(KEYS") && !script.contains("redis.call(ARGV"),
+                "a script calls a command it is given"
+            );
+        }
+        assert!(called.len() > 20, "{called:?}");
+        for c in &called {
+            assert!(
+                NEEDED_COMMANDS.contains(&c.as_str()),
+                "{c} is not in the list"
+            );
+        }
+        let sent = [
+            "evalsha",
+            "eval",
+            "hmget",
+            "subscribe",
+            "unsubscribe",
+            "ping",
+        ];
+        for c in sent {
+            assert!(NEEDED_COMMANDS.contains(&c), "{c} is not in the list");
+        }
+        let err = missing_permission(
+            redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "NOPERM",
+                "User app has no permissions to run the 'evalsha' command".to_owned(),
+            )),
+            "acquiring \"k\"",
+        );
+        assert_eq!(err.kind(), ErrorKind::Unauthorized);
+        assert!(err.to_string().contains("+evalsha +eval +hmget"), "{err}");
     }
 
     #[test]

@@ -1764,3 +1764,73 @@ async fn a_client_on_the_applications_cluster_connection_adds_only_pubsub() {
         .unwrap_err();
     assert!(none.is_invalid_input(), "{none}");
 }
+
+/// The ACL rules docs/redis.md gives a lockguard user: the commands of the
+/// client and of its scripts, its keys and its channels.
+const ACL_RULES: &str = "+evalsha +eval +hmget +subscribe +unsubscribe +ping +hello \
+    +del +exists +get +hdel +hget +hincrby +hlen +hset +incrby +pexpire +pttl +publish \
+    +sadd +set +sismember +srem +time +zadd +zcard +zcount +zrange +zrangebyscore +zrank \
+    +zrem +zremrangebyscore +zscore ~lockguard:* &lockguard:*";
+
+/// A user the server knows whose ACL forbids `EVALSHA` is told that a
+/// permission is missing, with the commands to allow, not that its
+/// credentials were refused; a user given the documented rules (and no
+/// more) locks, waits and is woken, counts and is rate limited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_evalsha_is_told_which_commands_to_allow() {
+    let server = RedisServer::start();
+    let mut admin = server.connection().await;
+    let port = server.port();
+    let add_user = |name: &'static str, rules: &str| {
+        let mut admin = admin.clone();
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(name).arg("on").arg(">pw");
+        for rule in rules.split_whitespace() {
+            cmd.arg(rule);
+        }
+        async move {
+            let () = cmd.query_async(&mut admin).await.unwrap();
+            format!("redis://{name}:pw@127.0.0.1:{port}")
+        }
+    };
+    let connect = |url: String| async move {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .connect_redis(&url)
+            .await
+            .unwrap()
+    };
+
+    let no_scripts = connect(add_user("noscripts", "~* &* +@all -evalsha").await).await;
+    let err = no_scripts.lock("job").try_acquire().await.unwrap_err();
+    let message = err.to_string();
+    assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
+    assert!(err.is_misconfigured() && !err.is_retryable(), "{err}");
+    assert!(
+        message.contains("lacks a permission") && message.contains("evalsha"),
+        "{message}"
+    );
+    assert!(
+        message.contains(ACL_RULES.split(" ~").next().unwrap()),
+        "the message does not name the commands to allow: {message}"
+    );
+    assert!(!message.contains("password of the URL"), "{message}");
+
+    // The documented rules suffice.
+    let url = add_user("locks", ACL_RULES).await;
+    let holder = connect(url.clone()).await;
+    let waiter = Client::builder()
+        .waiter_timeout(Duration::from_secs(30))
+        .retry_interval(Duration::from_secs(20))
+        .connect_redis(&url)
+        .await
+        .unwrap();
+    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "acl").await;
+    let counter = holder.counter("acl:stock");
+    assert_eq!(counter.incr_by(3).await.unwrap(), 3);
+    assert_eq!(counter.get().await.unwrap(), 3);
+    let limiter = holder.rate_limiter("acl", lockguard_core::Quota::per_minute(1));
+    assert!(limiter.check("k").await.unwrap().allowed);
+    assert!(!limiter.check("k").await.unwrap().allowed);
+    let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
+}
