@@ -47,6 +47,13 @@ impl Hold<'_> {
 /// pause of its worker (a fault) overlapped claims no hold at its return:
 /// the pause may fall between the multi-lock's last look at its keys and
 /// the recorded return, when a key may run out with nobody at fault.
+/// Without a pause, that look and the recorded return are one stretch of
+/// the worker's code with no wait in it, and a key found held there is
+/// ours for the lease's safety margin (1% of the lease plus 2 ms) at
+/// least: a key could run out in between, and another owner take it and
+/// see its acquisition return, only if the scheduler stalled the worker
+/// for longer than that margin plus that acquisition, inside a stretch of
+/// microseconds.
 pub(crate) fn holds<'a>(ops: &'a [Op], faults: &[FaultSpan]) -> Vec<Hold<'a>> {
     // Acquisitions by (worker, key, fence); a worker holds one lock of a
     // key at a time, so its is_held calls name the acquisition.
