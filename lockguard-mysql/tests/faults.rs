@@ -9,7 +9,8 @@ use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
     a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
-    a_wait_rides_out_an_outage, hold_until_killed,
+    a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
+    at_least_outlives_the_process_that_took_it, hold_until_killed,
 };
 use lockguard_testing::{ChildProcess, MariaDbServer};
 
@@ -101,6 +102,17 @@ async fn mysql_a_wait_rides_out_a_restart() {
     let mut server = MariaDbServer::start();
     let lg = client_timing_out(&server, Duration::from_millis(500)).await;
     a_wait_rides_out_an_outage(&mut server, &lg).await;
+}
+
+/// The kit's scenario: a grant answered after a pause longer than its
+/// lease is given back and the wait queues again (it ended with `Timeout`
+/// long before its deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_wait_rides_out_a_pause_longer_than_its_lease() {
+    let mut server = MariaDbServer::start();
+    let holder = client_timing_out(&server, Duration::from_secs(5)).await;
+    let waiter = client_timing_out(&server, Duration::from_secs(5)).await;
+    a_wait_rides_out_a_pause_longer_than_its_lease(&mut server, &holder, &waiter).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,4 +400,15 @@ async fn mysql_a_killed_multi_lock_holder_frees_every_key_within_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_killed_leader_process_is_replaced_within_its_lease() {
     killed(Holding::Leader).await;
+}
+
+/// The kit's scenario: a scheduled job's process releases its lock before
+/// its `at_least` and exits; the lock stays taken until `at_least` has
+/// passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_at_least_outlives_the_job_process_that_took_it() {
+    let server = MariaDbServer::start();
+    let lg = client(&server).await;
+    let kill = Kill::new("mysql_child_holder", &server.url(), KILLED_LEASE);
+    at_least_outlives_the_process_that_took_it(kill, &lg).await;
 }
