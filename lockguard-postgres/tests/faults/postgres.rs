@@ -528,3 +528,116 @@ async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
     );
     assert!(guard.release().await.unwrap());
 }
+
+/// The grants docs/postgres.md gives a role that uses a schema a database
+/// administrator installed, and nothing more.
+const LEAST_PRIVILEGE_GRANTS: &str = "
+GRANT USAGE ON SCHEMA lockguard TO app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA lockguard TO app;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA lockguard TO app;
+GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lockguard TO app;
+";
+
+/// A role that may create nothing (no `CREATE` on the database or any
+/// schema) connects to a schema a database administrator installed from
+/// `migration_sql`, once given the documented grants, and locks, waits,
+/// takes permits, counts, is rate limited and sweeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_role_uses_an_installed_schema() {
+    let server = PostgresServer::start();
+    // What the administrator runs: the schema, a role, the grants.
+    server.psql(&lockguard_postgres::migration_sql("lockguard").unwrap());
+    server.psql(&format!(
+        "CREATE ROLE app LOGIN;
+         REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+         REVOKE CREATE ON DATABASE postgres FROM PUBLIC;
+         {LEAST_PRIVILEGE_GRANTS}"
+    ));
+    let url = format!("postgres://app@127.0.0.1:{}/postgres", server.port());
+    let (probe, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for create in [
+        "CREATE TABLE lockguard.probe ()",
+        "CREATE TABLE public.probe ()",
+        "CREATE SCHEMA probe",
+    ] {
+        let refused = probe.batch_execute(create).await.unwrap_err();
+        assert_eq!(
+            refused.code(),
+            Some(&tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{create}: {refused}"
+        );
+    }
+
+    let connect = |b: lockguard_core::Builder| {
+        let url = url.clone();
+        async move { b.connect_postgres(&url).await.expect("connect as app") }
+    };
+    let holder = connect(Client::builder()).await;
+    let waiter = connect(lockguard_testing::faults::patient()).await;
+    // A wait ends in a grant. (Through the waiter's refresh: the bell
+    // needs more than these grants; see the ignored test below.)
+    let held = holder.lock("least").acquire().await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("least")
+            .retry_interval(Duration::from_millis(200))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map(drop)
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("least").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert!(held.release().await.unwrap());
+    waiting.await.unwrap().unwrap();
+    let permit = holder.semaphore("least", 2).acquire().await.unwrap();
+    assert!(permit.release().await.unwrap());
+    let counter = holder.counter("least:stock");
+    assert_eq!(counter.incr_by(3).await.unwrap(), 3);
+    assert_eq!(counter.decr_if_at_least(2).await.unwrap(), Some(1));
+    let limiter = holder.rate_limiter("least", lockguard_core::Quota::per_minute(1));
+    assert!(limiter.check("k").await.unwrap().allowed);
+    assert!(!limiter.check("k").await.unwrap().allowed);
+    let read = holder
+        .rw_lock("least:rw")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(read.release().await.unwrap());
+    // The sweep (rows past their time) runs as the role too.
+    let swept: i64 = probe
+        .query_one("SELECT lockguard.sweep()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(swept >= 0);
+}
+
+/// The bell of a role that is not a superuser rings: a waiter of such a
+/// role is woken by the handoff, not its refresh. It is not today: the
+/// bell's connection waits for a lock on a table in its holder
+/// connection's temporary schema, and PostgreSQL lets no other session but
+/// a superuser's use another session's temporary schema ("permission
+/// denied for schema pg_temp_N"), so the bell never starts and every
+/// waiter of such a role relies on its timed refresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the bell works for superusers only: it locks a table in another session's temporary schema"]
+async fn the_bell_of_a_role_that_is_not_a_superuser_rings() {
+    let server = PostgresServer::start();
+    server.psql(&lockguard_postgres::migration_sql("lockguard").unwrap());
+    server.psql(&format!("CREATE ROLE app LOGIN; {LEAST_PRIVILEGE_GRANTS}"));
+    let url = format!("postgres://app@127.0.0.1:{}/postgres", server.port());
+    let holder = Client::builder().connect_postgres(&url).await.unwrap();
+    let waiter = lockguard_testing::faults::patient()
+        .connect_postgres(&url)
+        .await
+        .unwrap();
+    a_waiter_is_woken_by_the_handoff(&holder, waiter, "rung").await;
+}
