@@ -868,3 +868,52 @@ pub async fn at_least_outlives_the_client_that_took_it(env: Env) {
     );
     assert!(freed.release().await.unwrap());
 }
+
+/// A waiter queued behind a lock taken with `at_least` is not handed the
+/// lock by its early release: it gets it once `at_least` has passed since
+/// the lock was asked for, whether or not the holder's client is still
+/// there.
+pub async fn at_least_holds_against_a_queued_waiter(env: Env) {
+    let at_least = Duration::from_secs(2);
+    let waiter = env.client().await;
+    for gone in [false, true] {
+        let name = if gone {
+            "job-queued-gone"
+        } else {
+            "job-queued"
+        };
+        let taker = env.client().await;
+        let asked = Instant::now();
+        let guard = taker
+            .lock(name)
+            .lease(Duration::from_secs(4))
+            .at_least(at_least)
+            .try_acquire()
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let lock = waiter.lock(name).wait(Duration::from_secs(15));
+            async move { lock.acquire().await }
+        });
+        // Let the waiter queue behind the holder.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            guard.release().await.unwrap(),
+            "{name}: lost before release"
+        );
+        if gone {
+            drop(taker);
+        }
+        let got = waiting.await.unwrap().expect("the waiter takes the lock");
+        let after = asked.elapsed();
+        assert!(
+            after >= at_least,
+            "{name}: the queued waiter got the lock {after:?} after it was asked for, before its at_least ({at_least:?})"
+        );
+        assert!(
+            after < at_least + Duration::from_secs(5),
+            "{name}: the queued waiter waited {after:?}"
+        );
+        assert!(got.release().await.unwrap());
+    }
+}

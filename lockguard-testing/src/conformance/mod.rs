@@ -394,6 +394,7 @@ macro_rules! conformance {
             now_methods_answer_at_once_or_send_nothing,
             at_least_keeps_an_early_released_lock_until_it_has_passed,
             at_least_outlives_the_client_that_took_it,
+            at_least_holds_against_a_queued_waiter,
         );
         $crate::conformance!(@tests multi_locks, multi_locks, Real, $h;
             multi_lock_takes_every_key_or_none,
