@@ -10,7 +10,10 @@ use std::time::Duration;
 use lockguard_core::Client;
 use lockguard_postgres::ClientExt as _;
 use lockguard_testing::PostgresServer;
-use lockguard_testing::faults::{Holding, Kill, a_killed_holder_is_replaced, hold_until_killed};
+use lockguard_testing::faults::{
+    Holding, Kill, a_killed_holder_is_replaced, a_wait_rides_out_a_pause_longer_than_its_lease,
+    at_least_outlives_the_process_that_took_it, hold_until_killed,
+};
 
 /// The lease of the child's hold, renewed by its watchdog while it lives.
 const LEASE: Duration = Duration::from_secs(1);
@@ -42,4 +45,24 @@ async fn a_killed_writer_frees_the_read_write_lock_within_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_process_is_replaced_within_its_lease() {
     killed(Holding::Leader).await;
+}
+
+/// A scheduled job's process releases its lock before its `at_least` and
+/// exits: the lock stays taken until `at_least` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_outlives_the_job_process_that_took_it() {
+    let server = PostgresServer::start();
+    let lg = Client::connect_postgres(&server.url()).await.unwrap();
+    let kill = Kill::new("postgres_shapes::child_holder", &server.url(), LEASE);
+    at_least_outlives_the_process_that_took_it(kill, &lg).await;
+}
+
+/// A grant answered after a pause of the server longer than its lease is
+/// given back and the wait queues again, taking the lock within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_rides_out_a_postgres_pause_longer_than_its_lease() {
+    let mut server = PostgresServer::start();
+    let holder = Client::connect_postgres(&server.url()).await.unwrap();
+    let waiter = Client::connect_postgres(&server.url()).await.unwrap();
+    a_wait_rides_out_a_pause_longer_than_its_lease(&mut server, &holder, &waiter).await;
 }
