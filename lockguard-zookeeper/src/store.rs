@@ -312,6 +312,18 @@ impl ZooKeeperStore {
         })
     }
 
+    /// The path of this token's node when it holds in `session`.
+    fn held(&self, token: &Token, session: zk::SessionId) -> Option<String> {
+        match self.known(token, session) {
+            Some(Known::Node {
+                path,
+                holding: true,
+                ..
+            }) => Some(path),
+            _ => None,
+        }
+    }
+
     /// Records what is known of this token's node.
     fn record(
         &self,
@@ -793,13 +805,8 @@ impl ZooKeeperStore {
 
     async fn extend_inner(&self, token: &Token, lease: Duration) -> Result<bool> {
         let client = self.session.client();
-        let path = match self.known(token, client.session_id()) {
-            Some(Known::Node {
-                path,
-                holding: true,
-                ..
-            }) => path,
-            _ => return Ok(false),
+        let Some(path) = self.held(token, client.session_id()) else {
+            return Ok(false);
         };
         let sent_at = Instant::now();
         // Synced first: a server cut off from the ensemble must not vouch

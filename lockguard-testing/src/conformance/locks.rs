@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::{Client, ErrorKind, MAX_LEASE};
 
 use super::waits::{BOUND, Frees, LEASE, RETRY, TASKS, WAIT, Waits, held, patient_clients};
-use super::{Env, WATCHED, eventually};
+use super::{Env, WATCHED, eventually, first_free};
 
 /// 32 tasks over 4 client handles take the lock 200 times each (the
 /// harness's [`contention_rounds`](super::Harness::contention_rounds)) and
@@ -787,17 +787,8 @@ pub async fn at_least_keeps_an_early_released_lock_until_it_has_passed(env: Env)
             "{name}: free right after the release: {busy:?}"
         );
         let bound = taken + at_least + Duration::from_secs(3);
-        let freed = loop {
-            match other.lock(name).try_acquire().await {
-                Ok(g) => break g,
-                Err(e) => assert!(e.is_busy(), "{name}: {e}"),
-            }
-            assert!(
-                Instant::now() < bound,
-                "{name}: still taken 3 s after its at_least ({at_least:?}) had passed"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
+        let why = format!("3 s after its at_least ({at_least:?}) had passed");
+        let freed = first_free(&other, name, bound, &why).await;
         let after = taken.elapsed();
         assert!(
             after + Duration::from_millis(50) >= at_least,
@@ -850,17 +841,8 @@ pub async fn at_least_outlives_the_client_that_took_it(env: Env) {
     assert!(guard.release().await.unwrap(), "lost before its release");
     drop(taker);
     let bound = asked + at_least + Duration::from_secs(5);
-    let freed = loop {
-        match other.lock("job").try_acquire().await {
-            Ok(g) => break g,
-            Err(e) => assert!(e.is_busy(), "{e}"),
-        }
-        assert!(
-            Instant::now() < bound,
-            "still taken 5 s after its at_least ({at_least:?}) had passed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let why = format!("5 s after its at_least ({at_least:?}) had passed");
+    let freed = first_free(&other, "job", bound, &why).await;
     let after = asked.elapsed();
     assert!(
         after >= at_least,

@@ -333,6 +333,32 @@ where
     rt.block_on(test(env));
 }
 
+/// Asks for the lock `name` on `lg` with `try_acquire` every 20 ms until it
+/// is free: its guard.
+///
+/// # Panics
+///
+/// When an attempt fails with anything but `Busy`, or the lock is still
+/// taken at `until` (`why` says why it should be free by then).
+pub async fn first_free(
+    lg: &Client,
+    name: &str,
+    until: std::time::Instant,
+    why: &str,
+) -> lockguard_core::LockGuard {
+    loop {
+        match lg.lock(name).try_acquire().await {
+            Ok(g) => return g,
+            Err(e) => assert!(e.is_busy(), "{name}: {e}"),
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{name}: still taken: {why}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Polls `f` every 5 ms until it returns true or `within` passes; whether
 /// it did.
 pub async fn eventually<F, Fut>(within: Duration, mut f: F) -> bool

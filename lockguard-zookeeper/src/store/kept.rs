@@ -35,7 +35,7 @@ use zookeeper_client as zk;
 use lockguard_core::Result;
 use lockguard_core::store::{LockKeys, Token};
 
-use super::{Known, ZooKeeperStore, bounded};
+use super::{ZooKeeperStore, bounded};
 
 /// The name of the persistent child that keeps a released lock.
 pub(super) const KEPT: &str = "kept";
@@ -66,15 +66,10 @@ impl ZooKeeperStore {
         keep: Duration,
     ) -> Result<bool> {
         let client = self.session.client();
-        let path = match self.known(token, client.session_id()) {
-            Some(Known::Node {
-                path,
-                holding: true,
-                ..
-            }) => path,
-            // Not held here (a lease that ended, an ended session): a
-            // release finds and removes whatever is left.
-            _ => return self.release_inner(keys, token).await,
+        // Not held here (a lease that ended, an ended session): a release
+        // finds and removes whatever is left.
+        let Some(path) = self.held(token, client.session_id()) else {
+            return self.release_inner(keys, token).await;
         };
         let kept = format!("{}/{KEPT}", self.dir(keys));
         let data = encode(keep);
