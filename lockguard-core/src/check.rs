@@ -75,7 +75,7 @@ impl fmt::Display for Finding {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Report {
-    /// The store, as [`Client::backend_name`](crate::Client::backend_name)
+    /// The store, as [`Client::store_name`](crate::Client::store_name)
     /// names it.
     pub store: String,
     /// The findings, in the order they were made.

@@ -6,7 +6,7 @@
 //! of a key gets a number strictly greater than every earlier one, and the
 //! resource the lock protects rejects writes carrying a number older than the
 //! newest it has seen. [`FencedResource`](crate::FencedResource) is such a
-//! resource stored in the same backend as the lock.
+//! resource stored in the same store as the lock.
 
 use std::fmt;
 

@@ -442,7 +442,7 @@ impl LockGuard {
         match self.give_up() {
             Ok(guards) => {
                 let span = release_span(&guards.hold);
-                crate::lock::instrumented(guards.release_now(), &span).await
+                crate::span::instrumented(guards.release_now(), &span).await
             }
             Err(held) => Ok(held),
         }

@@ -362,20 +362,20 @@ impl LockKeys {
     /// A lock, or a semaphore with its permits. A read-write lock's keys
     /// say [`Resource::Lock`] and name their hold in
     /// [`rw_mode`](Self::rw_mode); a store is given them only through the
-    /// `rw_*` methods of [`LockStore`](crate::store::LockStore).
+    /// `rw_*` methods of the store boundary's `LockStore`.
     pub fn resource(&self) -> Resource {
         self.resource
     }
 
     /// For the keys of a read-write lock, which hold they are for (see
-    /// [`LockStore::rw_acquire`](crate::store::LockStore::rw_acquire));
+    /// the store boundary's `LockStore::rw_acquire`);
     /// `None` for a lock's or a semaphore's.
     pub fn rw_mode(&self) -> Option<RwMode> {
         self.rw
     }
 
     /// The channel a release is announced on, on a store whose waiters
-    /// line up instead of queueing ([`Waiting::Line`](crate::store::Waiting::Line)):
+    /// line up instead of queueing (the store boundary's `Waiting::Line`):
     /// its waiters listen there.
     pub fn channel(&self) -> &str {
         self.channel

@@ -81,7 +81,7 @@
 //!   writers wait in one FIFO queue, so readers cannot starve a writer, and
 //!   a release admits the whole run of readers at its head at once.
 //!
-//! # Backends
+//! # Stores
 //!
 //! | constructor | store |
 //! |---|---|
@@ -193,14 +193,12 @@ mod lease;
 mod meter;
 // Running code in the primitives' spans.
 mod span;
-// The stores still kept in this crate, behind the boundary below.
-mod backend;
-
+// Acquisitions in flight over a pool's connections (`store::Flights`).
+mod flights;
+// The store boundary, and the in-memory store behind it.
 pub mod store;
 // A deployment check's report.
 pub mod check;
-// Acquisitions in flight over a pool's connections (`store::Flights`).
-mod flights;
 // Waking waiting tasks.
 mod notify;
 // What one client's primitives share.

@@ -7,14 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use tracing::Instrument;
-
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
 use crate::guard::{Guards, LockGuard, PendingRelease, run_guarded};
 use crate::key::{LockKeys, Resource};
 use crate::lease::{Grant, Lease, valid_until};
+use crate::span::instrumented;
 use crate::store::{Attempt, Occupancy, Place, Waiting};
 use crate::token::Token;
 
@@ -1262,16 +1261,6 @@ fn jitter(interval: Duration) -> Duration {
     Duration::from_nanos(half + fastrand::u64(0..=nanos - half))
 }
 
-/// `fut` in `span`, or as it is where nothing listens: entering and leaving
-/// a span nobody records is still work on every poll.
-pub(crate) async fn instrumented<T>(fut: impl Future<Output = T>, span: &tracing::Span) -> T {
-    if span.is_none() {
-        fut.await
-    } else {
-        fut.instrument(span.clone()).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1292,8 +1281,8 @@ mod tests {
 
         use tokio::sync::watch;
 
-        use crate::backend::memory::MemoryStore;
         use crate::clock::MonotonicClock;
+        use crate::store::memory::MemoryStore;
         use crate::store::{Inbox, Listener, Store, StoreFuture};
         use crate::{Client, Result};
 

@@ -10,3 +10,14 @@ pub(crate) fn in_span<R>(span: &tracing::Span, f: impl FnOnce() -> R) -> R {
         span.in_scope(f)
     }
 }
+
+/// `fut` in `span`, or as it is where nothing listens: entering and leaving
+/// a span nobody records is still work on every poll.
+pub(crate) async fn instrumented<T>(fut: impl Future<Output = T>, span: &tracing::Span) -> T {
+    if span.is_none() {
+        fut.await
+    } else {
+        use tracing::Instrument as _;
+        fut.instrument(span.clone()).await
+    }
+}

@@ -127,6 +127,8 @@ pub use crate::flights::{Flight, Flights};
 pub use channel_tasks::{ChannelTasks, Started};
 
 mod channel_tasks;
+// The in-memory store, behind the boundary this module defines.
+pub(crate) mod memory;
 pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
 use crate::rate_limit::{Decision, gcra};
 pub use crate::token::Token;
@@ -492,7 +494,7 @@ impl Occupancy {
 
 /// Locks and semaphores: what every store offers.
 pub trait LockStore: Send + Sync + fmt::Debug {
-    /// The store's name, for messages and [`Client::backend_name`](crate::Client::backend_name).
+    /// The store's name, for messages and [`Client::store_name`](crate::Client::store_name).
     fn name(&self) -> &'static str;
 
     /// How its waiters wait.
@@ -801,9 +803,6 @@ pub struct Store {
     pub(crate) locks: Arc<dyn LockStore>,
     data: Arc<dyn DataStore>,
     pub(crate) listeners: Vec<Arc<dyn Listener>>,
-    /// The in-memory store itself, when this is one: its limiters keep
-    /// their own state's table and skip the store keys.
-    memory: Option<Arc<crate::backend::memory::MemoryStore>>,
 }
 
 impl Store {
@@ -818,20 +817,7 @@ impl Store {
             locks: store.clone(),
             data: store,
             listeners,
-            memory: None,
         }
-    }
-
-    /// The in-memory store `store`, known as such.
-    pub(crate) fn in_memory(store: Arc<crate::backend::memory::MemoryStore>) -> Self {
-        let mut this = Self::new(store.clone(), Vec::new());
-        this.memory = Some(store);
-        this
-    }
-
-    /// The in-memory store, when this is one (not a store wrapping it).
-    pub(crate) fn memory_store(&self) -> Option<&crate::backend::memory::MemoryStore> {
-        self.memory.as_deref()
     }
 
     /// The store's locks and semaphores.

@@ -112,7 +112,7 @@ async fn default_client_is_an_error_until_installed() {
     let e = Client::default_client().unwrap_err();
     assert_eq!(e.kind(), lockguard_core::ErrorKind::NoDefaultClient);
     Client::memory().install_default();
-    assert_eq!(Client::default_client().unwrap().backend_name(), "memory");
+    assert_eq!(Client::default_client().unwrap().store_name(), "memory");
 }
 
 /// Acquisitions and releases run in spans that name the lock (or the

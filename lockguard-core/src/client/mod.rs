@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::memory::MemoryStore;
 use crate::clock::{Clock, MonotonicClock};
 use crate::counter::Counter;
 use crate::engine::{
@@ -23,6 +22,7 @@ use crate::rate_limit::Quota;
 use crate::rw_lock::RwLock;
 use crate::semaphore::Semaphore;
 use crate::store::Store;
+use crate::store::memory::MemoryStore;
 use crate::token::Token;
 
 /// The default timeout for connecting to a store.
@@ -68,8 +68,8 @@ impl Client {
     /// Only clones of the returned handle share its locks.
     pub fn memory() -> Self {
         let b = Builder::default();
-        let store = Store::in_memory(Arc::new(MemoryStore::new(b.clock.clone())));
-        b.finish(store)
+        let memory = Arc::new(MemoryStore::new(b.clock.clone()));
+        b.finish(Store::new(memory.clone(), Vec::new()), Some(memory))
     }
 
     /// Makes this client the process-wide default, replacing any earlier
@@ -199,8 +199,14 @@ impl Client {
     /// `"redis-cluster"`, `"redlock"`, `"postgres"`, `"mysql"` or
     /// `"zookeeper"` for lockguard's stores, or what another store's
     /// boundary calls itself.
-    pub fn backend_name(&self) -> &'static str {
+    pub fn store_name(&self) -> &'static str {
         self.engine.store.locks.name()
+    }
+
+    /// The store's name: [`Client::store_name`], by its former name.
+    #[deprecated(note = "renamed to `store_name`")]
+    pub fn backend_name(&self) -> &'static str {
+        self.store_name()
     }
 }
 
@@ -376,15 +382,22 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn build(self, store: Store) -> Result<Client> {
         self.validate()?;
-        Ok(self.finish(store))
+        Ok(self.finish(store, None))
     }
 
-    fn finish(self, store: Store) -> Client {
+    /// The client on `store`; `memory` is the in-memory store itself when
+    /// `store` is one.
+    fn finish(self, store: Store, memory: Option<Arc<MemoryStore>>) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
         Client {
-            engine: Arc::new(Engine::new(store, self.prefix, self.defaults, channel)),
+            engine: Arc::new(Engine::new(
+                (store, memory),
+                self.prefix,
+                self.defaults,
+                channel,
+            )),
         }
     }
 
@@ -396,8 +409,8 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
-        let store = Store::in_memory(Arc::new(MemoryStore::new(self.clock.clone())));
-        Ok(self.finish(store))
+        let memory = Arc::new(MemoryStore::new(self.clock.clone()));
+        Ok(self.finish(Store::new(memory.clone(), Vec::new()), Some(memory)))
     }
 }
 

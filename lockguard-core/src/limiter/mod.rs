@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::memory::LimitTable;
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
 use crate::rate_limit::{Algorithm, Decision, Quota, gcra};
+use crate::store::memory::LimitTable;
 use crate::store::{DataStore, LimitKeys, LimitOp};
 
 mod refused;
@@ -96,11 +96,7 @@ impl Shared {
                 period_us: quota.period_us(),
             },
         };
-        let table = self
-            .engine
-            .store
-            .memory_store()
-            .map(|m| m.limit_table(&base));
+        let table = self.engine.memory.as_ref().map(|m| m.limit_table(&base));
         Ok(Prepared {
             base: base.into(),
             op,

@@ -600,10 +600,14 @@ impl MemoryStore {
 impl Store {
     /// The in-memory store (the reference implementation), on the
     /// monotonic clock: what [`Client::memory`](crate::Client::memory)
-    /// uses.
+    /// uses. A client built on it with [`Builder::build`](crate::Builder::build)
+    /// runs its rate limiters through the boundary, as on any store;
+    /// [`Client::memory`](crate::Client::memory) and
+    /// [`Builder::memory`](crate::Builder::memory) hand them the store's
+    /// state directly.
     pub fn memory() -> Self {
         let store = Arc::new(MemoryStore::new(Arc::new(MonotonicClock::new())));
-        Self::in_memory(store)
+        Self::new(store, Vec::new())
     }
 }
 
