@@ -43,6 +43,12 @@ impl Admission {
             decision: None,
         }
     }
+
+    /// Answer with `response` if there is one, else call the service
+    /// unchecked: what [`outcome::store_failure`] decided.
+    pub(crate) fn respond_or_proceed(response: Option<Response<Bytes>>) -> Self {
+        response.map_or_else(Self::proceed, Self::Respond)
+    }
 }
 
 /// An admission check in flight.
@@ -72,7 +78,7 @@ pub(crate) fn in_span(
 }
 
 /// Runs `f` in `span` if there is one.
-pub(crate) fn within<R>(span: Option<&tracing::Span>, f: impl FnOnce() -> R) -> R {
+pub(crate) fn in_scope<R>(span: Option<&tracing::Span>, f: impl FnOnce() -> R) -> R {
     match span {
         None => f(),
         Some(span) => span.in_scope(f),

@@ -2,7 +2,7 @@
 //!
 //! Each layer keeps its own docs for them; the macro supplies the
 //! signature and the body. A layer that uses it has a private
-//! `fn edit(self, f: impl FnOnce(&mut T)) -> Self` over its settings, whose
+//! `fn edit(self, f: impl FnOnce(&mut T)) -> Self` over its options, whose
 //! type has the fields the chosen methods set (`on_missing_key`, `failure`,
 //! and for the lock and concurrency-limit layers `wait`, `lease`,
 //! `busy_status`, `name`).
@@ -81,7 +81,7 @@ macro_rules! builders {
     (@method name $(#[$doc:meta])*) => {
         $(#[$doc])*
         pub fn name(&self) -> &str {
-            &self.settings.name
+            &self.options.name
         }
     };
 }

@@ -1,4 +1,4 @@
-//! What the lock and concurrency-limit layers share: settings, and taking a
+//! What the lock and concurrency-limit layers share: options, and taking a
 //! lock or permit that the response then holds.
 
 use std::sync::Arc;
@@ -9,15 +9,15 @@ use lockguard_core::{Client, Error, Lock, ReadLock, RwMode, Semaphore, WriteLock
 use tokio::time::Instant;
 use tower_service::Service;
 
-use crate::admit::{Admission, Admit, HasBody, admission_span, in_span, within};
+use crate::admit::{Admission, Admit, HasBody, admission_span, in_scope, in_span};
 use crate::body::Guard;
 use crate::key::{self, KeyExtractor};
 use crate::outcome::{self, FailureMode, MissingKey};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
 
-/// The settings of a lock or concurrency-limit layer.
+/// The options of a lock or concurrency-limit layer.
 #[derive(Debug, Clone)]
-pub(crate) struct Settings {
+pub(crate) struct HoldOptions {
     pub(crate) client: Client,
     pub(crate) name: Arc<str>,
     pub(crate) wait: Option<Duration>,
@@ -31,7 +31,7 @@ pub(crate) struct Settings {
     pub(crate) read_write: bool,
 }
 
-impl Settings {
+impl HoldOptions {
     pub(crate) fn new(client: Client, name: &str, busy_status: StatusCode) -> Self {
         Self {
             client,
@@ -59,7 +59,7 @@ impl Settings {
     /// name (it must leave room for a key), the lease, and the permit
     /// count of a concurrency limit.
     pub(crate) fn validate(&self, kind: Kind) -> Result<(), Error> {
-        // A one-byte key stands for every key: the name and settings are
+        // A one-byte key stands for every key: the name and options are
         // what can be wrong.
         let probe = self.store_name("k");
         match kind {
@@ -172,7 +172,7 @@ fn rw_mode(method: &http::Method) -> RwMode {
 /// Admits `request` to `service` once it holds the lock or a permit for
 /// the key `key` extracts, or refuses it.
 pub(crate) fn admit<S, K, ReqB>(
-    settings: &Arc<Settings>,
+    options: &Arc<HoldOptions>,
     kind: Kind,
     key: &K,
     service: &mut S,
@@ -183,39 +183,39 @@ where
     S::Response: HasBody,
     K: KeyExtractor<ReqB> + ?Sized,
 {
-    let key = match key::extract_checked(key, &request, settings.reserve()) {
+    let key = match key::extract_checked(key, &request, options.reserve()) {
         Ok(key) => key,
         Err(unkeyed) => {
-            let (what, name) = (kind.what(), &settings.name);
-            let (outcome, refusals) = (settings.on_missing_key, &settings.refusals);
+            let (what, name) = (kind.what(), &options.name);
+            let (outcome, refusals) = (options.on_missing_key, &options.refusals);
             return Admit::unkeyed(what, name, unkeyed, outcome, refusals, service, request);
         }
     };
     let mode =
-        (matches!(kind, Kind::Lock) && settings.read_write).then(|| rw_mode(request.method()));
+        (matches!(kind, Kind::Lock) && options.read_write).then(|| rw_mode(request.method()));
     let span = admission_span(|| match (kind, mode) {
         (Kind::Lock, Some(mode)) => {
-            tracing::debug_span!("lock", lock = %settings.name, %key, mode = mode.as_str())
+            tracing::debug_span!("lock", lock = %options.name, %key, mode = mode.as_str())
         }
-        (Kind::Lock, None) => tracing::debug_span!("lock", lock = %settings.name, %key),
+        (Kind::Lock, None) => tracing::debug_span!("lock", lock = %options.name, %key),
         (Kind::Permits(permits), _) => {
-            tracing::debug_span!("concurrency_limit", limit = %settings.name, %key, permits)
+            tracing::debug_span!("concurrency_limit", limit = %options.name, %key, permits)
         }
     });
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
-    let held = settings.held(kind, mode, &key);
+    let held = options.held(kind, mode, &key);
     // Taken at once where the store needs no round trip (the in-memory
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.
-    let waits = settings.wait.is_some_and(|w| !w.is_zero());
-    if let Some(taken) = within(span.as_ref(), || held.try_now())
+    let waits = options.wait.is_some_and(|w| !w.is_zero());
+    if let Some(taken) = in_scope(span.as_ref(), || held.try_now())
         && !(waits && taken.as_ref().is_err_and(Error::is_busy))
     {
-        let admission = within(span.as_ref(), || settled(settings, kind, mode, taken, 0));
+        let admission = in_scope(span.as_ref(), || settled(options, kind, mode, taken, 0));
         return Admit::admitted(admission, service, request);
     }
-    let acquire = acquire(settings.clone(), kind, mode, held);
+    let acquire = acquire(options.clone(), kind, mode, held);
     Admit::admitting(in_span(acquire, span), service, request)
 }
 
@@ -251,7 +251,7 @@ impl Held {
 
 /// Takes the lock or a permit, waiting as configured.
 async fn acquire(
-    settings: Arc<Settings>,
+    options: Arc<HoldOptions>,
     kind: Kind,
     mode: Option<RwMode>,
     held: Held,
@@ -262,12 +262,12 @@ async fn acquire(
     let waited_ms = started.map_or(0, |s| {
         u64::try_from(s.elapsed().as_millis()).unwrap_or(u64::MAX)
     });
-    settled(&settings, kind, mode, result, waited_ms)
+    settled(&options, kind, mode, result, waited_ms)
 }
 
 /// What taking the lock or permit gives the request.
 fn settled(
-    settings: &Settings,
+    options: &HoldOptions,
     kind: Kind,
     mode: Option<RwMode>,
     result: Result<Guard, Error>,
@@ -282,19 +282,19 @@ fn settled(
                 decision: None,
             }
         }
-        Err(e) if e.is_busy() => busy(settings, kind, mode, &e, waited_ms),
-        Err(e) => outcome::store_failure(
+        Err(e) if e.is_busy() => busy(options, kind, mode, &e, waited_ms),
+        Err(e) => Admission::respond_or_proceed(outcome::store_failure(
             kind.what(),
-            &settings.name,
+            &options.name,
             &e,
-            settings.failure,
-            &settings.refusals,
-        ),
+            options.failure,
+            &options.refusals,
+        )),
     }
 }
 
 fn busy(
-    settings: &Settings,
+    options: &HoldOptions,
     kind: Kind,
     mode: Option<RwMode>,
     error: &Error,
@@ -304,27 +304,27 @@ fn busy(
     let detail = match (kind, mode) {
         (Kind::Lock, Some(RwMode::Read)) => format!(
             "another request is changing this resource under lock {:?}; try again when it is done",
-            settings.name
+            options.name
         ),
         (Kind::Lock, Some(RwMode::Write)) => format!(
             "other requests are using this resource under lock {:?}; try again when they are done",
-            settings.name
+            options.name
         ),
         (Kind::Lock, None) => format!(
             "another request holds lock {:?} for this resource; try again when it is done",
-            settings.name
+            options.name
         ),
         (Kind::Permits(n), _) => format!(
             "all {n} permits of concurrency limit {:?} are taken; try again later",
-            settings.name
+            options.name
         ),
     };
     // The holder's remaining lease (or the first permit's) bounds the
     // wait, unless it is renewed.
-    Admission::Respond(settings.refusals.respond(&Refusal {
+    Admission::Respond(options.refusals.respond(&Refusal {
         kind: RefusalKind::Busy,
-        status: settings.busy_status,
-        policy: settings.name.to_string(),
+        status: options.busy_status,
+        policy: options.name.to_string(),
         detail,
         retry_after: error.retry_after(),
         decision: None,
@@ -521,7 +521,7 @@ mod tests {
         }
     }
 
-    /// Settings that cannot work fail at start-up.
+    /// HoldOptions that cannot work fail at start-up.
     #[test]
     fn validate_refuses_what_cannot_work() {
         let lg = Client::memory();

@@ -101,17 +101,17 @@ fn misconfigured(what: &str, name: &str, refusals: &Refusals) -> http::Response<
     })
 }
 
-/// The admission of a request whose check failed in the store.
+/// The response for a request whose check failed in the store, or `None`
+/// to let it through unchecked (fail-open).
 pub(crate) fn store_failure(
     what: &str,
     name: &str,
     error: &lockguard_core::Error,
     mode: FailureMode,
     refusals: &Refusals,
-) -> crate::admit::Admission {
-    use crate::admit::Admission;
+) -> Option<http::Response<bytes::Bytes>> {
     let refusal = |kind, status, detail: String| {
-        Admission::Respond(refusals.respond(&Refusal {
+        Some(refusals.respond(&Refusal {
             kind,
             status,
             policy: name.to_owned(),
@@ -132,7 +132,7 @@ pub(crate) fn store_failure(
             format!("{what} {name:?}: {}", error.message()),
         );
         lockguard_core::report_misconfigured(&cause, &error);
-        return Admission::Respond(misconfigured(what, name, refusals));
+        return Some(misconfigured(what, name, refusals));
     }
     match mode {
         FailureMode::Closed => {
@@ -145,7 +145,7 @@ pub(crate) fn store_failure(
         }
         FailureMode::Open => {
             tracing::warn!(what, name, error = %error, "store unavailable; letting the request through unchecked (fail-open)");
-            Admission::proceed()
+            None
         }
     }
 }

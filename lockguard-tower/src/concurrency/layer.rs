@@ -6,16 +6,16 @@ use lockguard_core::Client;
 use tower_layer::Layer;
 
 use super::service::ConcurrencyLimit;
-use crate::hold::{Kind, Settings};
+use crate::hold::{HoldOptions, Kind};
 
 /// Serves at most N requests at once per key; see the
 /// [module docs](crate::concurrency).
 ///
-/// Clones share the settings and the key extractor (behind an `Arc`) and
+/// Clones share the options and the key extractor (behind an `Arc`) and
 /// the client; the permits live in the store, so the limit holds across
 /// every clone, connection and process on the same Redis.
 pub struct ConcurrencyLimitLayer<K> {
-    settings: Arc<Settings>,
+    options: Arc<HoldOptions>,
     permits: u32,
     key: Arc<K>,
 }
@@ -34,7 +34,11 @@ impl<K> ConcurrencyLimitLayer<K> {
     /// [`validate`](Self::validate) caught it at start-up.
     pub fn new(client: Client, name: &str, permits: u32, key: K) -> Self {
         Self {
-            settings: Arc::new(Settings::new(client, name, StatusCode::SERVICE_UNAVAILABLE)),
+            options: Arc::new(HoldOptions::new(
+                client,
+                name,
+                StatusCode::SERVICE_UNAVAILABLE,
+            )),
             permits,
             key: Arc::new(key),
         }
@@ -50,12 +54,12 @@ impl<K> ConcurrencyLimitLayer<K> {
     /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
     /// naming what cannot work.
     pub fn validate(self) -> Result<Self, lockguard_core::Error> {
-        self.settings.validate(Kind::Permits(self.permits))?;
+        self.options.validate(Kind::Permits(self.permits))?;
         Ok(self)
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
-        f(Arc::make_mut(&mut self.settings));
+    fn edit(mut self, f: impl FnOnce(&mut HoldOptions)) -> Self {
+        f(Arc::make_mut(&mut self.options));
         self
     }
 
@@ -110,7 +114,7 @@ impl<K> ConcurrencyLimitLayer<K> {
 impl<K> Clone for ConcurrencyLimitLayer<K> {
     fn clone(&self) -> Self {
         Self {
-            settings: self.settings.clone(),
+            options: self.options.clone(),
             permits: self.permits,
             key: self.key.clone(),
         }
@@ -120,7 +124,7 @@ impl<K> Clone for ConcurrencyLimitLayer<K> {
 impl<K: fmt::Debug> fmt::Debug for ConcurrencyLimitLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimitLayer")
-            .field("settings", &self.settings)
+            .field("options", &self.options)
             .field("permits", &self.permits)
             .field("key", &self.key)
             .finish()
@@ -131,6 +135,6 @@ impl<S, K> Layer<S> for ConcurrencyLimitLayer<K> {
     type Service = ConcurrencyLimit<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        ConcurrencyLimit::new(inner, self.settings.clone(), self.permits, self.key.clone())
+        ConcurrencyLimit::new(inner, self.options.clone(), self.permits, self.key.clone())
     }
 }

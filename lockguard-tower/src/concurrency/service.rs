@@ -8,23 +8,23 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use crate::body::ResponseBody;
-use crate::hold::{self, Kind, Settings};
+use crate::hold::{self, HoldOptions, Kind};
 use crate::key::KeyExtractor;
 
 /// A service that serves at most N requests at once per key; made by
 /// [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer).
 pub struct ConcurrencyLimit<S, K> {
     inner: S,
-    settings: Arc<Settings>,
+    options: Arc<HoldOptions>,
     permits: u32,
     key: Arc<K>,
 }
 
 impl<S, K> ConcurrencyLimit<S, K> {
-    pub(crate) fn new(inner: S, settings: Arc<Settings>, permits: u32, key: Arc<K>) -> Self {
+    pub(crate) fn new(inner: S, options: Arc<HoldOptions>, permits: u32, key: Arc<K>) -> Self {
         Self {
             inner,
-            settings,
+            options,
             permits,
             key,
         }
@@ -50,7 +50,7 @@ impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            settings: self.settings.clone(),
+            options: self.options.clone(),
             permits: self.permits,
             key: self.key.clone(),
         }
@@ -61,7 +61,7 @@ impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for ConcurrencyLimit<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimit")
             .field("inner", &self.inner)
-            .field("settings", &self.settings)
+            .field("options", &self.options)
             .field("permits", &self.permits)
             .field("key", &self.key)
             .finish()
@@ -84,7 +84,7 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         ResponseFuture::new(hold::admit(
-            &self.settings,
+            &self.options,
             Kind::Permits(self.permits),
             &*self.key,
             &mut self.inner,

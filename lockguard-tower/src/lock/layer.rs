@@ -6,16 +6,16 @@ use lockguard_core::Client;
 use tower_layer::Layer;
 
 use super::service::Lock;
-use crate::hold::{Kind, Settings};
+use crate::hold::{HoldOptions, Kind};
 
 /// Runs one request per key at a time; see the [module docs](crate::lock).
 ///
-/// Clones share the settings and the key extractor (behind an `Arc`) and
+/// Clones share the options and the key extractor (behind an `Arc`) and
 /// the client; the locks themselves live in the store, so every clone,
 /// every connection and every process on the same Redis excludes the
 /// others.
 pub struct LockLayer<K> {
-    settings: Arc<Settings>,
+    options: Arc<HoldOptions>,
     key: Arc<K>,
 }
 
@@ -28,7 +28,7 @@ impl<K> LockLayer<K> {
     /// cannot be reached gives `503`.
     pub fn new(client: Client, name: &str, key: K) -> Self {
         Self {
-            settings: Arc::new(Settings::new(client, name, StatusCode::CONFLICT)),
+            options: Arc::new(HoldOptions::new(client, name, StatusCode::CONFLICT)),
             key: Arc::new(key),
         }
     }
@@ -42,7 +42,7 @@ impl<K> LockLayer<K> {
     /// [`ErrorKind::InvalidInput`](lockguard_core::ErrorKind::InvalidInput)
     /// naming what cannot work.
     pub fn validate(self) -> Result<Self, lockguard_core::Error> {
-        self.settings.validate(Kind::Lock)?;
+        self.options.validate(Kind::Lock)?;
         Ok(self)
     }
 
@@ -84,8 +84,8 @@ impl<K> LockLayer<K> {
         self.edit(|s| s.read_write = true)
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Settings)) -> Self {
-        f(Arc::make_mut(&mut self.settings));
+    fn edit(mut self, f: impl FnOnce(&mut HoldOptions)) -> Self {
+        f(Arc::make_mut(&mut self.options));
         self
     }
 
@@ -134,7 +134,7 @@ impl<K> LockLayer<K> {
 impl<K> Clone for LockLayer<K> {
     fn clone(&self) -> Self {
         Self {
-            settings: self.settings.clone(),
+            options: self.options.clone(),
             key: self.key.clone(),
         }
     }
@@ -143,7 +143,7 @@ impl<K> Clone for LockLayer<K> {
 impl<K: fmt::Debug> fmt::Debug for LockLayer<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockLayer")
-            .field("settings", &self.settings)
+            .field("options", &self.options)
             .field("key", &self.key)
             .finish()
     }
@@ -153,6 +153,6 @@ impl<S, K> Layer<S> for LockLayer<K> {
     type Service = Lock<S, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        Lock::new(inner, self.settings.clone(), self.key.clone())
+        Lock::new(inner, self.options.clone(), self.key.clone())
     }
 }

@@ -8,22 +8,22 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use crate::body::ResponseBody;
-use crate::hold::{self, Kind, Settings};
+use crate::hold::{self, HoldOptions, Kind};
 use crate::key::KeyExtractor;
 
 /// A service that runs one request per key at a time; made by
 /// [`LockLayer`](super::LockLayer).
 pub struct Lock<S, K> {
     inner: S,
-    settings: Arc<Settings>,
+    options: Arc<HoldOptions>,
     key: Arc<K>,
 }
 
 impl<S, K> Lock<S, K> {
-    pub(crate) fn new(inner: S, settings: Arc<Settings>, key: Arc<K>) -> Self {
+    pub(crate) fn new(inner: S, options: Arc<HoldOptions>, key: Arc<K>) -> Self {
         Self {
             inner,
-            settings,
+            options,
             key,
         }
     }
@@ -48,7 +48,7 @@ impl<S: Clone, K> Clone for Lock<S, K> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            settings: self.settings.clone(),
+            options: self.options.clone(),
             key: self.key.clone(),
         }
     }
@@ -58,7 +58,7 @@ impl<S: fmt::Debug, K: fmt::Debug> fmt::Debug for Lock<S, K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
             .field("inner", &self.inner)
-            .field("settings", &self.settings)
+            .field("options", &self.options)
             .field("key", &self.key)
             .finish()
     }
@@ -80,7 +80,7 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         ResponseFuture::new(hold::admit(
-            &self.settings,
+            &self.options,
             Kind::Lock,
             &*self.key,
             &mut self.inner,

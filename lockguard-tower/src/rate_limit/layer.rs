@@ -4,23 +4,10 @@ use std::sync::Arc;
 use lockguard_core::RateLimiter;
 use tower_layer::Layer;
 
-use super::headers::HeaderOptions;
+use super::options::RateLimitOptions;
 use super::policy::{RateLimitPolicy, Rule};
 use super::service::RateLimit;
 use super::table::RateLimitTable;
-use crate::outcome::{FailureMode, MissingKey};
-use crate::refusal::Refusals;
-
-/// Settings a rate-limit layer applies to every request.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Options {
-    pub(crate) on_missing_key: MissingKey,
-    pub(crate) failure: FailureMode,
-    pub(crate) headers: HeaderOptions,
-    pub(crate) refusals: Refusals,
-    /// Whether an admitted request carries its `Decision`.
-    pub(crate) decision_extension: bool,
-}
 
 /// Applies a rate limit to every request of a service; see the
 /// [module docs](crate::rate_limit).
@@ -30,7 +17,7 @@ pub(crate) struct Options {
 /// and every process on the same Redis spends the same budget per key.
 pub struct RateLimitLayer<P> {
     policy: Arc<P>,
-    options: Options,
+    options: RateLimitOptions,
 }
 
 impl<K> RateLimitLayer<Rule<K>> {
@@ -74,11 +61,11 @@ impl<P> RateLimitLayer<P> {
     pub fn with_policy(policy: P) -> Self {
         Self {
             policy: Arc::new(policy),
-            options: Options::default(),
+            options: RateLimitOptions::default(),
         }
     }
 
-    fn edit(mut self, f: impl FnOnce(&mut Options)) -> Self {
+    fn edit(mut self, f: impl FnOnce(&mut RateLimitOptions)) -> Self {
         f(&mut self.options);
         self
     }
@@ -88,7 +75,7 @@ impl<P> RateLimitLayer<P> {
         /// it with `400 Bad Request`).
         on_missing_key;
 
-        /// What to do when the store is down (default: [`FailureMode::Closed`]).
+        /// What to do when the store is down (default: [`FailureMode::Closed`](crate::FailureMode::Closed)).
         failure_mode;
 
         /// Lets requests through unchecked while the store is down, with a

@@ -81,6 +81,7 @@ mod config;
 mod future;
 pub(crate) mod headers;
 mod layer;
+mod options;
 mod policy;
 mod service;
 mod table;

@@ -9,9 +9,9 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, Policy, RateHeaders};
-use super::layer::Options;
+use super::options::RateLimitOptions;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, admission_span, in_span, within};
+use crate::admit::{Admission, Admit, admission_span, in_scope, in_span};
 use crate::body::{Guard, ResponseBody};
 use crate::key::{self, Unkeyed};
 use crate::outcome::{self, FailureMode};
@@ -22,11 +22,11 @@ use crate::refusal::{Refusal, RefusalKind, Refusals};
 pub struct RateLimit<S, P> {
     inner: S,
     policy: Arc<P>,
-    options: Options,
+    options: RateLimitOptions,
 }
 
 impl<S, P> RateLimit<S, P> {
-    pub(crate) fn new(inner: S, policy: Arc<P>, options: Options) -> Self {
+    pub(crate) fn new(inner: S, policy: Arc<P>, options: RateLimitOptions) -> Self {
         Self {
             inner,
             policy,
@@ -137,7 +137,7 @@ where
             if decided.is_err() && !key::usable(&key, 0) {
                 return unkeyed(Unkeyed::Request, inner, req);
             }
-            let admission = within(span.as_ref(), || {
+            let admission = in_scope(span.as_ref(), || {
                 let ask = Ask {
                     limiter: &limiter,
                     failure,
@@ -200,7 +200,13 @@ impl Ask<'_> {
         let decision = match decided {
             Ok(decision) => decision,
             Err(e) => {
-                return outcome::store_failure("rate limit", limiter.name(), &e, failure, refusals);
+                return Admission::respond_or_proceed(outcome::store_failure(
+                    "rate limit",
+                    limiter.name(),
+                    &e,
+                    failure,
+                    refusals,
+                ));
             }
         };
         let headers = match policy {
