@@ -10,18 +10,7 @@ use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::token::Token;
 
-/// The longest lease a lock accepts: one day. Longer leases are almost
-/// always a unit mistake (seconds passed as milliseconds) and would keep a
-/// crashed holder's lock for too long.
-pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The shortest lease a lock accepts. The holder stops counting on a lease
-/// 1% + 2 ms before it ends, so shorter leases would leave no time to use.
-pub const MIN_LEASE: Duration = Duration::from_millis(10);
-
-/// The shortest lease the watchdog renews: it renews every third of the
-/// lease, and shorter leases would flood the store with renewals.
-pub const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
+pub use lockguard_units::{MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 
 /// The default lease of a lock renewed by the watchdog.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);

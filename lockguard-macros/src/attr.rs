@@ -1,16 +1,20 @@
 //! The arguments of the three attributes: parsed with custom keywords and
-//! lookahead, checked at compile time, every error spanned on the option
-//! or value at fault.
+//! lookahead, every error spanned on the option or value at fault, then
+//! built into one type per attribute ([`LockOptions`], [`RateOptions`],
+//! [`PermitOptions`]) whose construction proves what the expansion needs:
+//! the required options are there, the options that exclude each other
+//! are not both there, every value is one lockguard accepts.
 
 use std::time::Duration;
 
+use lockguard_units::duration::{self, DURATION_HELP};
+use lockguard_units::{MAX_LEASE, MAX_PERMITS, MAX_QUOTA, MIN_LEASE, MIN_WATCHDOG_LEASE};
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Lookahead1, ParseStream};
 use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
 
-use crate::duration::{self, DURATION_HELP};
-use crate::rate::{self, MAX_QUOTA, Rate};
+use crate::rate::{self, Rate};
 
 mod kw {
     syn::custom_keyword!(key);
@@ -29,18 +33,6 @@ mod kw {
     syn::custom_keyword!(permits);
     syn::custom_keyword!(mode);
 }
-
-/// The longest lease a lock accepts (`lockguard::MAX_LEASE`): one day.
-const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// The shortest lease a lock accepts (`lockguard::MIN_LEASE`).
-const MIN_LEASE: Duration = Duration::from_millis(10);
-
-/// The shortest lease the watchdog renews (`lockguard::MIN_WATCHDOG_LEASE`).
-const MIN_WATCHDOG_LEASE: Duration = Duration::from_millis(100);
-
-/// The most permits a semaphore may have (`lockguard::MAX_PERMITS`).
-const MAX_PERMITS: u64 = 1_000_000;
 
 /// Which attribute is being expanded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,33 +177,148 @@ pub(crate) enum Mode {
     Write,
 }
 
-/// The parsed and checked arguments of one attribute.
-#[derive(Default)]
-pub(crate) struct Args {
-    pub(crate) key: Option<LitStr>,
-    pub(crate) ttl: Option<Located<Duration>>,
-    pub(crate) watchdog: Option<Located<Duration>>,
-    pub(crate) wait: Option<Located<Duration>>,
-    pub(crate) at_least: Option<Located<Duration>>,
-    pub(crate) skip_if_busy: Option<Span>,
-    pub(crate) keep_going_on_lost: Option<Span>,
+/// What every attribute takes.
+pub(crate) struct Common {
+    /// The key template, like `"order:{order_id}"`.
+    pub(crate) key: LitStr,
+    /// `client = <expr>`; `None`: the process-wide default client.
     pub(crate) client: Option<Expr>,
+    /// `crate = "path"`; `None`: `::lockguard`.
     pub(crate) krate: Option<Path>,
-    pub(crate) rate: Option<Located<Rate>>,
-    pub(crate) burst: Option<Located<u64>>,
-    pub(crate) algorithm: Option<Located<Algorithm>>,
+}
+
+/// How a lock's or permit's lease is kept: `ttl` and `watchdog` exclude
+/// each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// The client's default.
+    Default,
+    /// `ttl`: a fixed lease.
+    Fixed(Duration),
+    /// `watchdog`: a lease the watchdog renews.
+    Watchdog(Duration),
+}
+
+/// What a lock and a concurrency limit share: how the hold is taken and
+/// kept.
+pub(crate) struct Hold {
+    pub(crate) lease: Lease,
+    /// `wait`; `None`: one attempt.
+    pub(crate) wait: Option<Duration>,
+    /// `skip_if_busy`: `Ok(None)` when busy.
+    pub(crate) skip_if_busy: bool,
+    /// Not `keep_going_on_lost`: the body stops when the lease is lost.
+    pub(crate) stop_on_lost: bool,
+}
+
+/// The kind of lock of a `#[distributed_lock]`: `at_least` only applies
+/// to an exclusive one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// One holder; `at_least` keeps the lock that long after it was taken,
+    /// no longer than a fixed lease.
+    Exclusive { at_least: Option<Duration> },
+    /// `mode`: a read or write hold of a read-write lock.
+    ReadWrite(Mode),
+}
+
+/// The options of a `#[distributed_lock]`.
+pub(crate) struct LockOptions {
+    pub(crate) common: Common,
+    pub(crate) hold: Hold,
+    pub(crate) kind: LockKind,
+}
+
+/// The options of a `#[concurrency_limit]`.
+pub(crate) struct PermitOptions {
+    pub(crate) common: Common,
+    pub(crate) hold: Hold,
+    /// Between 1 and `MAX_PERMITS`.
+    pub(crate) permits: u32,
+}
+
+/// The limiter's algorithm, with GCRA's burst: `burst` applies to GCRA
+/// only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateAlgorithm {
+    Gcra { burst: Option<u64> },
+    FixedWindow,
+    SlidingWindow,
+}
+
+/// The options of a `#[rate_limit]`: a quota lockguard accepts, and a cost
+/// it can pass.
+pub(crate) struct RateOptions {
+    pub(crate) common: Common,
+    pub(crate) rate: Rate,
+    pub(crate) algorithm: RateAlgorithm,
+    /// `name`, not empty; `None`: the function's path.
     pub(crate) name: Option<LitStr>,
-    pub(crate) cost: Option<Located<u64>>,
-    pub(crate) permits: Option<Located<u32>>,
-    pub(crate) mode: Option<Located<Mode>>,
+    /// Between 1 and the limit per call (the burst or the rate's count).
+    pub(crate) cost: u64,
+}
+
+/// The options of one attribute, as its expansion needs them.
+pub(crate) enum Options {
+    Lock(LockOptions),
+    RateLimit(RateOptions),
+    ConcurrencyLimit(PermitOptions),
+}
+
+impl Options {
+    /// Parses the arguments of `kind`'s attribute, and checks them
+    /// together.
+    pub(crate) fn parse(kind: Kind, input: ParseStream<'_>) -> syn::Result<Self> {
+        Written::parse(kind, input)?.build(kind)
+    }
+
+    /// Which attribute these are the options of.
+    pub(crate) fn kind(&self) -> Kind {
+        match self {
+            Self::Lock(_) => Kind::Lock,
+            Self::RateLimit(_) => Kind::RateLimit,
+            Self::ConcurrencyLimit(_) => Kind::ConcurrencyLimit,
+        }
+    }
+
+    /// What every attribute takes.
+    pub(crate) fn common(&self) -> &Common {
+        match self {
+            Self::Lock(o) => &o.common,
+            Self::RateLimit(o) => &o.common,
+            Self::ConcurrencyLimit(o) => &o.common,
+        }
+    }
+}
+
+/// The options as written, each checked on its own: what [`Options`] is
+/// built from.
+#[derive(Default)]
+struct Written {
+    key: Option<LitStr>,
+    ttl: Option<Located<Duration>>,
+    watchdog: Option<Located<Duration>>,
+    wait: Option<Located<Duration>>,
+    at_least: Option<Located<Duration>>,
+    skip_if_busy: bool,
+    keep_going_on_lost: bool,
+    client: Option<Expr>,
+    krate: Option<Path>,
+    rate: Option<Located<Rate>>,
+    burst: Option<Located<u64>>,
+    algorithm: Option<Located<Algorithm>>,
+    name: Option<LitStr>,
+    cost: Option<Located<u64>>,
+    permits: Option<Located<u32>>,
+    mode: Option<Located<Mode>>,
     /// Where each option's name was written, for errors about options
     /// that exclude each other.
     names: Vec<(Opt, Span)>,
 }
 
-impl Args {
+impl Written {
     /// Parses the arguments of `kind`'s attribute.
-    pub(crate) fn parse(kind: Kind, input: ParseStream<'_>) -> syn::Result<Self> {
+    fn parse(kind: Kind, input: ParseStream<'_>) -> syn::Result<Self> {
         let mut args = Self::default();
 
         while !input.is_empty() {
@@ -237,17 +344,16 @@ impl Args {
             } else {
                 input.parse::<Token![=]>()?;
             }
-            args.parse_value(opt, &ident, input)?;
+            args.parse_value(opt, input)?;
             if input.is_empty() {
                 break;
             }
             input.parse::<Token![,]>()?;
         }
-        args.check(kind)?;
         Ok(args)
     }
 
-    fn parse_value(&mut self, opt: Opt, ident: &Ident, input: ParseStream<'_>) -> syn::Result<()> {
+    fn parse_value(&mut self, opt: Opt, input: ParseStream<'_>) -> syn::Result<()> {
         match opt {
             Opt::Key => self.key = Some(lit_str(input, "the key, like \"order:{order_id}\"")?),
             Opt::Ttl => {
@@ -266,8 +372,8 @@ impl Args {
                 check_lease(d, "at_least", Duration::from_millis(1))?;
                 self.at_least = Some(d);
             }
-            Opt::SkipIfBusy => self.skip_if_busy = Some(ident.span()),
-            Opt::KeepGoingOnLost => self.keep_going_on_lost = Some(ident.span()),
+            Opt::SkipIfBusy => self.skip_if_busy = true,
+            Opt::KeepGoingOnLost => self.keep_going_on_lost = true,
             Opt::Client => self.client = Some(input.parse()?),
             Opt::Crate => {
                 let lit = lit_str(input, "the path of the lockguard crate, like \"lockguard\"")?;
@@ -288,7 +394,7 @@ impl Args {
             Opt::Burst => self.burst = Some(int_value(input, "burst", 1, MAX_QUOTA)?),
             Opt::Cost => self.cost = Some(int_value(input, "cost", 1, MAX_QUOTA)?),
             Opt::Permits => {
-                let n = int_value(input, "permits", 1, MAX_PERMITS)?;
+                let n = int_value(input, "permits", 1, u64::from(MAX_PERMITS))?;
                 self.permits = Some(Located {
                     value: u32::try_from(n.value).unwrap_or(u32::MAX),
                     span: n.span,
@@ -350,10 +456,10 @@ impl Args {
         Ok(())
     }
 
-    /// Checks what no single option shows: required options, options that
-    /// exclude each other.
-    fn check(&self, kind: Kind) -> syn::Result<()> {
-        if self.key.is_none() {
+    /// Checks what no single option shows (required options, options that
+    /// exclude each other) and builds `kind`'s options.
+    fn build(self, kind: Kind) -> syn::Result<Options> {
+        let Some(key) = self.key.clone() else {
             return Err(syn::Error::new(
                 Span::call_site(),
                 format!(
@@ -361,114 +467,135 @@ impl Args {
                     kind.attr()
                 ),
             ));
-        }
-        if self.ttl.is_some() && self.watchdog.is_some() {
-            let second = self
-                .names
-                .iter()
-                .filter(|(o, _)| matches!(o, Opt::Ttl | Opt::Watchdog))
-                .nth(1)
-                .map_or_else(Span::call_site, |(_, span)| *span);
-            return Err(syn::Error::new(
-                second,
-                "`ttl` and `watchdog` exclude each other: `ttl` is a fixed lease, `watchdog` a lease the watchdog renews",
-            ));
-        }
-        if let (Some(at_least), Some(ttl)) = (&self.at_least, &self.ttl)
-            && at_least.value > ttl.value
+        };
+        let lease = match (self.ttl, self.watchdog) {
+            (Some(_), Some(_)) => {
+                let second = self
+                    .names
+                    .iter()
+                    .filter(|(o, _)| matches!(o, Opt::Ttl | Opt::Watchdog))
+                    .nth(1)
+                    .map_or_else(Span::call_site, |(_, span)| *span);
+                return Err(syn::Error::new(
+                    second,
+                    "`ttl` and `watchdog` exclude each other: `ttl` is a fixed lease, `watchdog` a lease the watchdog renews",
+                ));
+            }
+            (Some(ttl), None) => Lease::Fixed(ttl.value),
+            (None, Some(watchdog)) => Lease::Watchdog(watchdog.value),
+            (None, None) => Lease::Default,
+        };
+        if let (Some(at_least), Lease::Fixed(ttl)) = (&self.at_least, lease)
+            && at_least.value > ttl
         {
             return Err(syn::Error::new(
                 at_least.span,
                 format!(
                     "`at_least` ({}) is longer than `ttl` ({}), the most the lock is kept",
                     shown(at_least.value),
-                    shown(ttl.value)
+                    shown(ttl)
                 ),
             ));
         }
+        let hold = Hold {
+            lease,
+            wait: self.wait.map(|w| w.value),
+            skip_if_busy: self.skip_if_busy,
+            stop_on_lost: !self.keep_going_on_lost,
+        };
+        let common = Common {
+            key,
+            client: self.client.clone(),
+            krate: self.krate.clone(),
+        };
         match kind {
             Kind::Lock => {
-                if self.mode.is_some() && self.at_least.is_some() {
-                    return Err(syn::Error::new(
-                        self.name_span(Opt::AtLeast),
-                        "`at_least` does not apply to a read-write lock (`mode`): its holds end when the body ends",
-                    ));
-                }
+                let kind = match (self.mode, self.at_least) {
+                    (Some(_), Some(_)) => {
+                        return Err(syn::Error::new(
+                            self.name_span(Opt::AtLeast),
+                            "`at_least` does not apply to a read-write lock (`mode`): its holds end when the body ends",
+                        ));
+                    }
+                    (Some(mode), None) => LockKind::ReadWrite(mode.value),
+                    (None, at_least) => LockKind::Exclusive {
+                        at_least: at_least.map(|a| a.value),
+                    },
+                };
+                Ok(Options::Lock(LockOptions { common, hold, kind }))
             }
             Kind::ConcurrencyLimit => {
-                if self.permits.is_none() {
+                let Some(permits) = self.permits else {
                     return Err(syn::Error::new(
                         Span::call_site(),
                         "#[concurrency_limit] needs `permits`, the most bodies that may run at once, like `permits = 4`",
                     ));
-                }
-            }
-            Kind::RateLimit => {
-                let Some(rate) = &self.rate else {
-                    return Err(syn::Error::new(
-                        Span::call_site(),
-                        "#[rate_limit] needs a `rate`, like `rate = \"10/s\"`",
-                    ));
                 };
-                let algorithm = self.algorithm.map_or(Algorithm::Gcra, |a| a.value);
-                if self.burst.is_some() && algorithm != Algorithm::Gcra {
-                    return Err(syn::Error::new(
-                        self.name_span(Opt::Burst),
-                        "`burst` applies to the \"gcra\" algorithm only; the window algorithms admit exactly the rate's count per period",
-                    ));
-                }
-                let limit = match (algorithm, &self.burst) {
-                    (Algorithm::Gcra, Some(burst)) => burst.value,
-                    _ => rate.value.count,
-                };
-                if algorithm == Algorithm::Gcra {
-                    // lockguard's `Quota::validate`: GCRA tracks `T * burst`
-                    // microseconds, exact only up to 2^53.
-                    let period = rate.value.period.as_micros();
-                    let count = u128::from(rate.value.count);
-                    let t = period.div_ceil(count);
-                    if t * u128::from(limit) > 1 << 53 {
-                        let span = self.burst.as_ref().map_or(rate.span, |b| b.span);
-                        return Err(syn::Error::new(
-                            span,
-                            "this rate and burst span more time than a rate limiter can track; lower the burst or shorten the period",
-                        ));
-                    }
-                }
-                if let Some(cost) = &self.cost
-                    && cost.value > limit
-                {
-                    return Err(syn::Error::new(
-                        cost.span,
-                        format!(
-                            "a cost of {} could never pass a limit of {limit} per call",
-                            cost.value
-                        ),
-                    ));
-                }
+                Ok(Options::ConcurrencyLimit(PermitOptions {
+                    common,
+                    hold,
+                    permits: permits.value,
+                }))
             }
+            Kind::RateLimit => self.build_rate(common).map(Options::RateLimit),
         }
-        Ok(())
-    }
-}
-
-impl Args {
-    /// The key. [`Args::parse`] has checked that it is there; the error
-    /// only keeps this from ever being a panic.
-    pub(crate) fn key(&self) -> syn::Result<&LitStr> {
-        self.key.as_ref().ok_or_else(|| missing("key"))
     }
 
-    /// The rate of a `#[rate_limit]` (checked by [`Args::parse`]).
-    pub(crate) fn rate(&self) -> syn::Result<Rate> {
-        self.rate.map(|r| r.value).ok_or_else(|| missing("rate"))
-    }
-
-    /// The permits of a `#[concurrency_limit]` (checked by [`Args::parse`]).
-    pub(crate) fn permits(&self) -> syn::Result<u32> {
-        self.permits
-            .map(|p| p.value)
-            .ok_or_else(|| missing("permits"))
+    /// The options of a `#[rate_limit]`: a quota the limiter accepts
+    /// (`lockguard::Quota::validate`), a cost it can pass.
+    fn build_rate(&self, common: Common) -> syn::Result<RateOptions> {
+        let Some(rate) = &self.rate else {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "#[rate_limit] needs a `rate`, like `rate = \"10/s\"`",
+            ));
+        };
+        let algorithm = match self.algorithm.map_or(Algorithm::Gcra, |a| a.value) {
+            Algorithm::Gcra => RateAlgorithm::Gcra {
+                burst: self.burst.map(|b| b.value),
+            },
+            _ if self.burst.is_some() => {
+                return Err(syn::Error::new(
+                    self.name_span(Opt::Burst),
+                    "`burst` applies to the \"gcra\" algorithm only; the window algorithms admit exactly the rate's count per period",
+                ));
+            }
+            Algorithm::FixedWindow => RateAlgorithm::FixedWindow,
+            Algorithm::SlidingWindow => RateAlgorithm::SlidingWindow,
+        };
+        let limit = match algorithm {
+            RateAlgorithm::Gcra { burst: Some(burst) } => burst,
+            _ => rate.value.count,
+        };
+        if let RateAlgorithm::Gcra { burst } = algorithm
+            && lockguard_units::check_quota(rate.value.count, rate.value.period, burst).is_err()
+        {
+            // The rate and the burst are each within bounds already: what
+            // is left is the span GCRA tracks.
+            let span = self.burst.as_ref().map_or(rate.span, |b| b.span);
+            return Err(syn::Error::new(
+                span,
+                "this rate and burst span more time than a rate limiter can track; lower the burst or shorten the period",
+            ));
+        }
+        if let Some(cost) = &self.cost
+            && cost.value > limit
+        {
+            return Err(syn::Error::new(
+                cost.span,
+                format!(
+                    "a cost of {} could never pass a limit of {limit} per call",
+                    cost.value
+                ),
+            ));
+        }
+        Ok(RateOptions {
+            common,
+            rate: rate.value,
+            algorithm,
+            name: self.name.clone(),
+            cost: self.cost.map_or(1, |c| c.value),
+        })
     }
 
     fn name_span(&self, opt: Opt) -> Span {
@@ -477,10 +604,6 @@ impl Args {
             .find(|(o, _)| *o == opt)
             .map_or_else(Span::call_site, |(_, span)| *span)
     }
-}
-
-fn missing(what: &str) -> syn::Error {
-    syn::Error::new(Span::call_site(), format!("`{what}` is required"))
 }
 
 /// The error for a token that is no option of `kind`: named when it is an
@@ -592,9 +715,9 @@ mod tests {
     use super::*;
     use syn::parse::Parser;
 
-    fn parse(kind: Kind, tokens: &str) -> syn::Result<Args> {
+    fn parse(kind: Kind, tokens: &str) -> syn::Result<Options> {
         let tokens: proc_macro2::TokenStream = tokens.parse().unwrap();
-        (|input: ParseStream<'_>| Args::parse(kind, input)).parse2(tokens)
+        (|input: ParseStream<'_>| Options::parse(kind, input)).parse2(tokens)
     }
 
     fn err(kind: Kind, tokens: &str) -> String {
@@ -604,37 +727,54 @@ mod tests {
         }
     }
 
+    fn lock(tokens: &str) -> LockOptions {
+        match parse(Kind::Lock, tokens).unwrap() {
+            Options::Lock(o) => o,
+            _ => panic!("not a lock's options"),
+        }
+    }
+
     #[test]
     fn lock_options() {
-        let a = parse(
-            Kind::Lock,
+        let a = lock(
             r#"key = "order:{id}", ttl = "30s", wait = "5s", skip_if_busy, client = self.locks, crate = "lg""#,
-        )
-        .unwrap();
-        assert_eq!(a.key.unwrap().value(), "order:{id}");
-        assert_eq!(a.ttl.unwrap().value, Duration::from_secs(30));
-        assert_eq!(a.wait.unwrap().value, Duration::from_secs(5));
-        assert!(a.skip_if_busy.is_some() && a.keep_going_on_lost.is_none());
-        assert!(a.client.is_some());
-        assert!(a.krate.unwrap().is_ident("lg"));
-        assert!(a.mode.is_none());
-        let a = parse(Kind::Lock, r#"key = "k", mode = "write", wait = "1s""#).unwrap();
-        assert_eq!(a.mode.unwrap().value, Mode::Write);
+        );
+        assert_eq!(a.common.key.value(), "order:{id}");
+        assert_eq!(a.hold.lease, Lease::Fixed(Duration::from_secs(30)));
+        assert_eq!(a.hold.wait, Some(Duration::from_secs(5)));
+        assert!(a.hold.skip_if_busy && a.hold.stop_on_lost);
+        assert!(a.common.client.is_some());
+        assert!(a.common.krate.unwrap().is_ident("lg"));
+        assert_eq!(a.kind, LockKind::Exclusive { at_least: None });
+        let a = lock(r#"key = "k", mode = "write", wait = "1s""#);
+        assert_eq!(a.kind, LockKind::ReadWrite(Mode::Write));
+        let a = lock(r#"key = "k", watchdog = "1s", keep_going_on_lost"#);
+        assert_eq!(a.hold.lease, Lease::Watchdog(Duration::from_secs(1)));
+        assert!(!a.hold.stop_on_lost);
         // A trailing comma is fine.
         assert!(parse(Kind::Lock, r#"key = "k","#).is_ok());
     }
 
     #[test]
     fn rate_limit_options() {
-        let a = parse(
+        let Options::RateLimit(a) = parse(
             Kind::RateLimit,
             r#"key = "user:{user.id}", rate = "10/s", burst = 20, algorithm = "gcra", name = "login", cost = 2"#,
         )
-        .unwrap();
-        assert_eq!(a.rate.unwrap().value.count, 10);
-        assert_eq!(a.burst.unwrap().value, 20);
-        assert_eq!(a.cost.unwrap().value, 2);
-        assert_eq!(a.algorithm.unwrap().value, Algorithm::Gcra);
+        .unwrap() else {
+            panic!("not a rate limit's options");
+        };
+        assert_eq!(a.rate.count, 10);
+        assert_eq!(a.algorithm, RateAlgorithm::Gcra { burst: Some(20) });
+        assert_eq!(a.cost, 2);
+        assert_eq!(a.name.unwrap().value(), "login");
+        let Options::ConcurrencyLimit(p) =
+            parse(Kind::ConcurrencyLimit, r#"key = "k", permits = 3"#).unwrap()
+        else {
+            panic!("not a concurrency limit's options");
+        };
+        assert_eq!(p.permits, 3);
+        assert_eq!(p.hold.lease, Lease::Default);
     }
 
     #[test]

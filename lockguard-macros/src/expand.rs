@@ -9,7 +9,7 @@ use syn::{
     AttrStyle, Attribute, Expr, GenericArgument, Ident, ItemFn, PathArguments, ReturnType, Type,
 };
 
-use crate::attr::{Algorithm, Args, Kind, Mode};
+use crate::attr::{Hold, Kind, Lease, LockKind, Mode, Options, RateAlgorithm};
 use crate::template::{self, Scope};
 
 /// Expands one attribute. Any error is reported with `compile_error!`
@@ -26,8 +26,8 @@ pub(crate) fn attribute(kind: Kind, args: TokenStream, item: TokenStream) -> Tok
             return with_error(item, e);
         }
     };
-    let args = (|input: ParseStream<'_>| Args::parse(kind, input)).parse2(args);
-    match args.and_then(|args| expand(kind, &args, &func)) {
+    let options = (|input: ParseStream<'_>| Options::parse(kind, input)).parse2(args);
+    match options.and_then(|options| expand(&options, &func)) {
         Ok(tokens) => tokens,
         Err(e) => with_error(item, e),
     }
@@ -39,7 +39,9 @@ fn with_error(mut item: TokenStream, e: syn::Error) -> TokenStream {
     item
 }
 
-fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
+fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
+    let kind = options.kind();
+    let common = options.common();
     let sig = &func.sig;
     if sig.asyncness.is_none() {
         return Err(syn::Error::new(
@@ -63,13 +65,13 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
 
-    let krate = match &args.krate {
+    let krate = match &common.krate {
         Some(path) => path.to_token_stream(),
         None => quote!(::lockguard),
     };
     let p = quote!(#krate::__private);
-    let key = template::expand(args.key()?, &Scope::of(sig), &p)?;
-    let client = match &args.client {
+    let key = template::expand(&common.key, &Scope::of(sig), &p)?;
+    let client = match &common.client {
         Some(expr) => {
             // A type error points at the whole expression: the `&` takes
             // its first token's span, and parentheses (whose span would
@@ -114,57 +116,69 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
     let err = Ident::new("__lockguard_err", Span::mixed_site());
     let block = &func.block;
 
-    let call = match kind {
-        Kind::Lock | Kind::ConcurrencyLimit => {
-            let ttl = opt_ms(args.ttl.map(|d| d.value));
-            let watchdog = opt_ms(args.watchdog.map(|d| d.value));
-            let wait = opt_ms(args.wait.map(|d| d.value));
-            let at_least = opt_ms(args.at_least.map(|d| d.value));
-            let stop_on_lost = args.keep_going_on_lost.is_none();
-            let opts = quote! {
-                #p::LeaseOptions {
-                    ttl: #ttl,
-                    watchdog: #watchdog,
-                    wait: #wait,
-                    at_least: #at_least,
-                    stop_on_lost: #stop_on_lost,
-                }
-            };
-            if let (Kind::Lock, Some(mode)) = (kind, args.mode) {
-                let mode = match mode.value {
-                    Mode::Read => quote!(Read),
-                    Mode::Write => quote!(Write),
-                };
-                quote!(#p::rw_locked(#client_var, #key_var, #p::RwMode::#mode, #opts, #body))
-            } else if kind == Kind::Lock {
-                quote!(#p::locked(#client_var, #key_var, #opts, #body))
-            } else {
-                let permits = args.permits()?;
-                quote!(#p::limited(#client_var, #key_var, #permits, #opts, #body))
+    // The options of a lock's or permit's lease, as the facade takes them.
+    let lease_options = |hold: &Hold, at_least: Option<std::time::Duration>| {
+        let (ttl, watchdog) = match hold.lease {
+            Lease::Default => (None, None),
+            Lease::Fixed(ttl) => (Some(ttl), None),
+            Lease::Watchdog(watchdog) => (None, Some(watchdog)),
+        };
+        let (ttl, watchdog) = (opt_ms(ttl), opt_ms(watchdog));
+        let wait = opt_ms(hold.wait);
+        let at_least = opt_ms(at_least);
+        let stop_on_lost = hold.stop_on_lost;
+        quote! {
+            #p::LeaseOptions {
+                ttl: #ttl,
+                watchdog: #watchdog,
+                wait: #wait,
+                at_least: #at_least,
+                stop_on_lost: #stop_on_lost,
             }
         }
-        Kind::RateLimit => {
-            let rate = args.rate()?;
-            let count = rate.count;
-            let period = ms(rate.period);
-            let burst = args.burst.map(|b| {
-                let b = b.value;
-                quote!(.burst(#b))
-            });
-            let algorithm = match args.algorithm.map_or(Algorithm::Gcra, |a| a.value) {
-                Algorithm::Gcra => quote!(Gcra),
-                Algorithm::FixedWindow => quote!(FixedWindow),
-                Algorithm::SlidingWindow => quote!(SlidingWindow),
+    };
+
+    let (call, skip_if_busy) = match options {
+        Options::Lock(lock) => {
+            let call = match lock.kind {
+                LockKind::ReadWrite(mode) => {
+                    let opts = lease_options(&lock.hold, None);
+                    let mode = match mode {
+                        Mode::Read => quote!(Read),
+                        Mode::Write => quote!(Write),
+                    };
+                    quote!(#p::rw_locked(#client_var, #key_var, #p::RwMode::#mode, #opts, #body))
+                }
+                LockKind::Exclusive { at_least } => {
+                    let opts = lease_options(&lock.hold, at_least);
+                    quote!(#p::locked(#client_var, #key_var, #opts, #body))
+                }
             };
-            let cost = args.cost.map_or(1, |c| c.value);
-            let name = match &args.name {
+            (call, lock.hold.skip_if_busy)
+        }
+        Options::ConcurrencyLimit(limit) => {
+            let opts = lease_options(&limit.hold, None);
+            let permits = limit.permits;
+            let call = quote!(#p::limited(#client_var, #key_var, #permits, #opts, #body));
+            (call, limit.hold.skip_if_busy)
+        }
+        Options::RateLimit(rate) => {
+            let count = rate.rate.count;
+            let period = ms(rate.rate.period);
+            let (algorithm, burst) = match rate.algorithm {
+                RateAlgorithm::Gcra { burst } => (quote!(Gcra), burst.map(|b| quote!(.burst(#b)))),
+                RateAlgorithm::FixedWindow => (quote!(FixedWindow), None),
+                RateAlgorithm::SlidingWindow => (quote!(SlidingWindow), None),
+            };
+            let cost = rate.cost;
+            let name = match &rate.name {
                 Some(name) => name.to_token_stream(),
                 None => {
                     let ident = sig.ident.to_string();
                     quote!(#p::concat!(#p::module_path!(), "::", #ident))
                 }
             };
-            quote! {
+            let call = quote! {
                 #p::rate_limited(
                     #client_var,
                     #name,
@@ -174,14 +188,15 @@ fn expand(kind: Kind, args: &Args, func: &ItemFn) -> syn::Result<TokenStream> {
                     #key_var,
                     #body,
                 )
-            }
+            };
+            (call, false)
         }
     };
 
     // A return type that cannot carry the error is reported on the
     // return type: every token of the call has its span.
     let p_ret = respan(p.clone(), ret_span);
-    let skip = args.skip_if_busy.map(|_| {
+    let skip = skip_if_busy.then(|| {
         let skipped = quote_spanned!(ret_span=> #p_ret::skipped());
         quote!(#p::Err(#err) if #err.is_busy() => #skipped,)
     });

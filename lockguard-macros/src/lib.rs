@@ -112,7 +112,6 @@
 //! | `crate = "path"` | where lockguard is | where lockguard is | where lockguard is |
 
 mod attr;
-mod duration;
 mod expand;
 mod rate;
 mod template;

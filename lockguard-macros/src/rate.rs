@@ -1,69 +1,60 @@
-//! Rate literals of `#[rate_limit]`: `"10/s"`, `"100/m"`, `"5/250ms"`.
+//! Rate literals of `#[rate_limit]`: `"10/s"`, `"100/m"`, `"5/250ms"`,
+//! read with lockguard's rate grammar and checked against its quota limits
+//! (`lockguard_units`), in the words of a compile error.
 
-use std::time::Duration;
+use lockguard_units::rate::{self, RateError};
+use lockguard_units::{MAX_QUOTA, QuotaFault, check_quota};
 
-use crate::duration;
-
-/// The most requests a quota may allow per period (`lockguard::MAX_QUOTA`).
-pub(crate) const MAX_QUOTA: u64 = 1_000_000_000;
-
-/// The longest period a quota may have (`lockguard::MAX_PERIOD`): 366 days.
-const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+pub(crate) use lockguard_units::rate::Rate;
 
 const RATE_HELP: &str =
     "a rate is a count, a slash and a period, like \"10/s\", \"100/m\", \"1000/h\" or \"5/250ms\"";
 
-/// `count` requests per `period`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Rate {
-    pub(crate) count: u64,
-    pub(crate) period: Duration,
-}
-
 /// Parses and checks a rate: the quota must be one `lockguard::Quota`
 /// accepts.
 pub(crate) fn parse(text: &str) -> Result<Rate, String> {
-    let Some((count, period)) = text.split_once('/') else {
-        return Err(format!("invalid rate {text:?}; {RATE_HELP}"));
+    let r = rate::parse(text).map_err(|e| match e {
+        RateError::NoSlash => format!("invalid rate {text:?}; {RATE_HELP}"),
+        RateError::Count(count) => {
+            format!("invalid count {count:?} in rate {text:?}; {RATE_HELP}")
+        }
+        RateError::CountTooLarge(_) => {
+            format!("rate {text:?} allows more than {MAX_QUOTA} requests per period")
+        }
+        RateError::Period { why, .. } => format!("invalid period in rate {text:?}: {why}"),
+        other => format!("invalid rate {text:?} ({other}); {RATE_HELP}"),
+    })?;
+    let fault = match check_quota(r.count, r.period, None) {
+        // The span GCRA tracks is checked with the burst, where the
+        // algorithm is known (`attr.rs`).
+        Ok(()) | Err(QuotaFault::Untrackable) => return Ok(r),
+        Err(fault) => fault,
     };
-    if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "invalid count {count:?} in rate {text:?}; {RATE_HELP}"
-        ));
-    }
-    let count: u64 = count
-        .parse()
-        .map_err(|_| format!("rate {text:?} allows more than {MAX_QUOTA} requests per period"))?;
-    let period = duration::parse_period(period)
-        .map_err(|e| format!("invalid period in rate {text:?}: {e}"))?;
-    if count == 0 {
-        return Err(format!(
-            "rate {text:?} allows nothing; the count must be at least 1"
-        ));
-    }
-    if count > MAX_QUOTA {
-        return Err(format!(
-            "rate {text:?} allows more than {MAX_QUOTA} requests per period"
-        ));
-    }
-    if period < Duration::from_millis(1) {
-        return Err(format!("the period of rate {text:?} must be at least 1ms"));
-    }
-    if period > MAX_PERIOD {
-        return Err(format!(
-            "the period of rate {text:?} is longer than the maximum of 366d"
-        ));
-    }
-    if u128::from(count) > period.as_micros() {
-        return Err(format!(
-            "rate {text:?} is finer than one request per microsecond"
-        ));
-    }
-    Ok(Rate { count, period })
+    Err(match fault {
+        QuotaFault::ZeroCount => {
+            format!("rate {text:?} allows nothing; the count must be at least 1")
+        }
+        QuotaFault::CountTooLarge => {
+            format!("rate {text:?} allows more than {MAX_QUOTA} requests per period")
+        }
+        QuotaFault::PeriodTooShort => {
+            format!("the period of rate {text:?} must be at least 1ms")
+        }
+        QuotaFault::PeriodTooLong => {
+            format!("the period of rate {text:?} is longer than the maximum of 366d")
+        }
+        QuotaFault::FinerThanMicrosecond => {
+            format!("rate {text:?} is finer than one request per microsecond")
+        }
+        // A fault added later.
+        _ => format!("rate {text:?} cannot work; {RATE_HELP}"),
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]

@@ -4,11 +4,8 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
-/// The most requests a quota may allow per period.
-pub const MAX_QUOTA: u64 = 1_000_000_000;
-
-/// The longest period a quota may have: 366 days.
-pub const MAX_PERIOD: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+pub use lockguard_units::{MAX_PERIOD, MAX_QUOTA};
+use lockguard_units::{QuotaFault, check_quota, rate};
 
 /// `count` requests per `period`, with a burst for GCRA.
 ///
@@ -108,55 +105,42 @@ impl Quota {
     /// or oversized count or burst, a period under a millisecond or over
     /// [`MAX_PERIOD`], or more than one request per microsecond.
     pub fn validate(&self) -> Result<()> {
-        if self.count == 0 {
-            return Err(Error::invalid("quota count must be at least 1"));
-        }
-        if self.count > MAX_QUOTA {
-            return Err(Error::invalid(format!(
+        let Err(fault) = check_quota(self.count, self.period, self.burst) else {
+            return Ok(());
+        };
+        Err(Error::invalid(match fault {
+            QuotaFault::ZeroCount => "quota count must be at least 1".to_owned(),
+            QuotaFault::CountTooLarge => format!(
                 "quota count {} exceeds the maximum of {MAX_QUOTA}",
                 self.count
-            )));
-        }
-        if self.period < Duration::from_millis(1) {
-            return Err(Error::invalid(format!(
+            ),
+            QuotaFault::PeriodTooShort => format!(
                 "quota period must be at least 1ms, got {:?}",
                 self.period
-            )));
-        }
-        if self.period > MAX_PERIOD {
-            return Err(Error::invalid(format!(
+            ),
+            QuotaFault::PeriodTooLong => format!(
                 "quota period {:?} exceeds the maximum of {MAX_PERIOD:?}",
                 self.period
-            )));
-        }
-        if u128::from(self.count) > self.period.as_micros() {
-            return Err(Error::invalid(format!(
+            ),
+            QuotaFault::FinerThanMicrosecond => format!(
                 "quota of {} per {:?} is finer than one request per microsecond",
                 self.count, self.period
-            )));
-        }
-        match self.burst {
-            Some(0) => return Err(Error::invalid("quota burst must be at least 1")),
-            Some(b) if b > MAX_QUOTA => {
-                return Err(Error::invalid(format!(
-                    "quota burst {b} exceeds the maximum of {MAX_QUOTA}"
-                )));
-            }
-            _ => {}
-        }
-        // GCRA keeps `T * burst` microseconds of tolerance; Lua numbers are
-        // exact to 2^53.
-        let tau =
-            u128::from(self.emission_interval_us().unsigned_abs()) * u128::from(self.burst_size());
-        if tau > 1 << 53 {
-            return Err(Error::invalid(format!(
+            ),
+            QuotaFault::ZeroBurst => "quota burst must be at least 1".to_owned(),
+            QuotaFault::BurstTooLarge => format!(
+                "quota burst {} exceeds the maximum of {MAX_QUOTA}",
+                self.burst_size()
+            ),
+            // `Untrackable` (GCRA keeps `T * burst` microseconds of
+            // tolerance; Lua numbers are exact to 2^53), or a fault added
+            // later.
+            _ => format!(
                 "quota of {} per {:?} with a burst of {} spans more time than can be tracked",
                 self.count,
                 self.period,
                 self.burst_size()
-            )));
-        }
-        Ok(())
+            ),
+        }))
     }
 }
 
@@ -215,15 +199,7 @@ impl std::str::FromStr for Quota {
         let bad = |what: &str| Error::invalid(format!("{what} in quota {text:?}; {QUOTA_HELP}"));
         let mut words = text.split_whitespace();
         let rate = words.next().ok_or_else(|| bad("no rate"))?;
-        let (count, period) = rate.split_once('/').ok_or_else(|| bad("no slash"))?;
-        if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(bad(&format!("invalid count {count:?}")));
-        }
-        let count: u64 = count
-            .parse()
-            .map_err(|_| bad(&format!("count {count:?} too large")))?;
-        let period = crate::duration::parse_period(period)
-            .map_err(|e| bad(&format!("invalid period {period:?} ({e})")))?;
+        let rate::Rate { count, period } = rate::parse(rate).map_err(|e| bad(&e.to_string()))?;
         let mut quota = Quota::new(count, period);
         match (words.next(), words.next(), words.next()) {
             (None, _, _) => {}

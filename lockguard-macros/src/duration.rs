@@ -1,1 +1,0 @@
-../../lockguard-core/src/duration.rs
