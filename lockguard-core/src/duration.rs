@@ -3,9 +3,9 @@
 //! attribute macros, so `"1m30s"` means the same in an attribute and in a
 //! configuration file.
 
+pub(crate) use lockguard_units::duration::Text;
 #[cfg(feature = "serde")]
 pub(crate) use lockguard_units::duration::parse;
-pub(crate) use lockguard_units::duration::Text;
 
 // The permit limit has its home in lockguard-units too; `key.rs` still
 // spells it out, and this keeps the two from drifting apart.
