@@ -109,8 +109,8 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
 use crate::error::{is_interrupted, mysql_error, within};
+use crate::options::Config;
 use crate::schema::{NOW, clock_us};
-use crate::store::Config;
 
 /// The bells of one store: one per channel (a client has one channel).
 pub(crate) struct Bell {

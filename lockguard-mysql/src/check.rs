@@ -10,8 +10,8 @@ use lockguard_core::{Error, ErrorKind, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
-use crate::DEFAULT_TABLE_PREFIX;
 use crate::error::{mysql_error, within};
+use crate::options::DEFAULT_TABLE_PREFIX;
 use crate::schema::VERSION;
 
 const EXCLUSION: &str = "mutual exclusion and fencing";

@@ -109,6 +109,15 @@ pub(crate) fn timed_out(what: &str, timeout: Duration) -> Error {
     )
 }
 
+/// A connect that timed out means the server cannot be reached.
+pub(crate) fn unreachable(e: Error) -> Error {
+    if e.kind() == ErrorKind::Timeout {
+        Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+    } else {
+        e
+    }
+}
+
 /// The error for an answer lockguard cannot read.
 pub(crate) fn garbage(what: &str, detail: impl std::fmt::Debug) -> Error {
     Error::new(

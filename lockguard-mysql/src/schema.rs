@@ -21,9 +21,6 @@ use crate::error::{is_no_such_table, mysql_error};
 /// 11.5), and a ring puts back the row of a bell it finds without one.
 pub(crate) const VERSION: i64 = 5;
 
-/// The default table prefix.
-pub const DEFAULT_TABLE_PREFIX: &str = "lockguard_";
-
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.
 const MAX_PREFIX_LEN: usize = 40;

@@ -11,32 +11,22 @@ use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::Token;
 use lockguard_core::store::{
     Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
-    Resource, Store, StoreFuture, Stored, Waiting,
+    Resource, Store, StoreFuture, Stored, Waiting, millis_ceil,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Conn, Params, Pool, Row};
 
 use crate::bell::Bell;
-use crate::error::{garbage, mysql_error, read_row, within};
+use crate::error::{garbage, mysql_error, read_row, unreachable, within};
 use crate::flights::InFlight;
+use crate::options::Config;
 use crate::schema;
 use lockguard_core::store::Flights;
 
 /// The longest row key: the primary keys holding it stay within InnoDB's
 /// 3072 bytes.
 pub(crate) const MAX_ROW_KEY: usize = 2900;
-
-/// What the store needs to know of its settings.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) prefix: String,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    pub(crate) sweep_interval: Duration,
-    /// How long a bell sleeps between wake-ups when nobody rings it.
-    pub(crate) bell_period: Duration,
-}
 
 /// The statements, with the table prefix filled in.
 #[derive(Debug)]
@@ -165,15 +155,6 @@ pub(crate) async fn connect(
     Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
 }
 
-/// A connect that timed out means the server cannot be reached.
-fn unreachable(e: Error) -> Error {
-    if e.kind() == ErrorKind::Timeout {
-        Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-    } else {
-        e
-    }
-}
-
 /// Removes expired state every `sweep_interval`, starting at a random point
 /// of the interval so that clients started together do not sweep together.
 fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
@@ -204,8 +185,7 @@ fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
 
 fn ms(d: Duration) -> i64 {
     // Rounded up, so a sub-millisecond remainder never shortens a lease.
-    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
-    i64::try_from(ms).unwrap_or(i64::MAX)
+    i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
 }
 
 fn permits(resource: Resource) -> i32 {

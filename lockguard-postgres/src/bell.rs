@@ -70,7 +70,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_postgres::error::SqlState;
 
-use crate::store::{PgOptions, pg_channel, pg_error};
+use crate::error::pg_error;
+use crate::options::PgOptions;
 use crate::tls::{Connector, Note};
 use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, Started, StoreFuture, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
@@ -85,6 +86,20 @@ const RENEW_EVERY: Duration = Duration::from_secs(60);
 
 /// The SQLSTATE `bell_check` raises when mail waits.
 const MAIL_WAITS: &str = "LG001";
+
+/// A channel name PostgreSQL accepts (at most 63 bytes): the channel
+/// itself, or its end, which holds the client's random token.
+pub(crate) fn pg_channel(channel: &str) -> &str {
+    const MAX: usize = 63;
+    if channel.len() <= MAX {
+        return channel;
+    }
+    let mut start = channel.len() - MAX;
+    while !channel.is_char_boundary(start) {
+        start += 1;
+    }
+    &channel[start..]
+}
 
 /// The bells of one store: one per channel (a client has one channel).
 pub(crate) struct PgBell {
@@ -423,6 +438,16 @@ async fn ring(pair: &mut Pair, bell: &Ringer, inbox: &Weak<dyn Inbox>) -> Stoppe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn channels_fit_postgres_and_keep_their_token() {
+        let short = "lockguard:waiters:0123456789abcdef0123456789abcdef";
+        assert_eq!(pg_channel(short), short);
+        let long = format!("{}waiters:0123456789abcdef0123456789abcdef", "é".repeat(40));
+        let c = pg_channel(&long);
+        assert!(c.len() <= 63 && long.ends_with(c), "{c}");
+        assert!(c.ends_with("0123456789abcdef0123456789abcdef"));
+    }
 
     #[test]
     fn the_wait_names_its_channel_in_hex() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::{Error, ErrorKind, Result};
 
+use crate::error::pg_error;
 use crate::schema::{self, DEFAULT_SCHEMA, MIN_SERVER_VERSION, VERSION};
-use crate::store::pg_error;
 use crate::tls::{Connector, TlsSettings};
 
 const EXCLUSION: &str = "mutual exclusion and fencing; safety notes: PostgreSQL";

@@ -8,8 +8,9 @@ use std::time::Duration;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
+use crate::options::PgOptions;
 use crate::schema;
-use crate::store::{self, PgOptions};
+use crate::store;
 use crate::tls::{Connector, TlsSettings};
 
 pub use crate::schema::DEFAULT_SCHEMA;

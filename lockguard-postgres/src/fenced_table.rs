@@ -148,7 +148,7 @@ impl FencedTable {
         let row = client
             .query_one(sql.as_str(), &params)
             .await
-            .map_err(|e| crate::store::pg_error(e, &what()))?;
+            .map_err(|e| crate::error::pg_error(e, &what()))?;
         let current: Option<i64> = row.get(0);
         let written: i64 = row.get(1);
         match current {

@@ -114,8 +114,10 @@
 mod bell;
 pub mod check;
 mod connect;
+mod error;
 mod fenced_table;
 mod flights;
+mod options;
 mod pool;
 mod schema;
 mod store;

@@ -7,10 +7,9 @@
 
 use std::fmt;
 
-use deadpool_postgres::PoolError;
 use tokio_postgres::types::ToSql;
 
-use crate::store::pg_error;
+use crate::error::DbError;
 use lockguard_core::{Error, ErrorKind, Result};
 
 /// The application's or lockguard's pool.
@@ -284,65 +283,4 @@ impl Row {
     pub(crate) fn get<T: Column>(&self, i: usize, what: &dyn Fn() -> String) -> Result<T> {
         T::read(self, i, what)
     }
-}
-
-/// A failure of either driver, made lockguard's error by [`DbError::about`].
-#[derive(Debug)]
-pub(crate) enum DbError {
-    Postgres(tokio_postgres::Error),
-    Pool(PoolError),
-    #[cfg(feature = "sqlx")]
-    Sqlx(sqlx::Error),
-}
-
-impl DbError {
-    /// lockguard's error for a failure while doing `what`.
-    pub(crate) fn about(self, what: &str) -> Error {
-        match self {
-            Self::Postgres(e) => pg_error(e, what),
-            Self::Pool(PoolError::Backend(e)) => pg_error(e, what),
-            Self::Pool(PoolError::Timeout(_)) => Error::new(
-                ErrorKind::Unavailable,
-                format!("{what}: no postgres connection could be had in time"),
-            ),
-            Self::Pool(other) => {
-                Error::new(ErrorKind::Unavailable, what.to_owned()).with_source(other)
-            }
-            #[cfg(feature = "sqlx")]
-            Self::Sqlx(e) => sqlx_error(e, what),
-        }
-    }
-}
-
-/// lockguard's error for an sqlx failure: a database error is classified by
-/// its SQLSTATE as tokio-postgres's are; a pool that could not hand out a
-/// connection in time, or a connection that failed, is unavailable.
-#[cfg(feature = "sqlx")]
-fn sqlx_error(e: sqlx::Error, what: &str) -> Error {
-    let (kind, message) = match &e {
-        sqlx::Error::Database(db) => {
-            crate::store::classify(db.code().as_deref(), Some(db.message()), what)
-        }
-        sqlx::Error::PoolTimedOut => (
-            ErrorKind::Unavailable,
-            format!("{what}: no postgres connection could be had in time"),
-        ),
-        sqlx::Error::Io(_)
-        | sqlx::Error::Tls(_)
-        | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => (ErrorKind::Unavailable, what.to_owned()),
-        sqlx::Error::ColumnNotFound(_)
-        | sqlx::Error::ColumnIndexOutOfBounds { .. }
-        | sqlx::Error::ColumnDecode { .. }
-        | sqlx::Error::Decode(_)
-        | sqlx::Error::Protocol(_)
-        | sqlx::Error::RowNotFound
-        | sqlx::Error::TypeNotFound { .. } => (
-            ErrorKind::Protocol,
-            format!("{what}: unexpected reply from postgres"),
-        ),
-        sqlx::Error::Configuration(_) => (ErrorKind::Misconfigured, what.to_owned()),
-        _ => (ErrorKind::Unavailable, what.to_owned()),
-    };
-    Error::new(kind, message).with_source(e)
 }

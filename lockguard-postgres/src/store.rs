@@ -19,8 +19,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_postgres::error::SqlState;
-
 use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
     AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy,
@@ -28,17 +26,11 @@ use lockguard_core::store::{
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
+use crate::bell::{self, pg_channel};
+use crate::error::{unreachable, within};
+use crate::options::PgOptions;
 use crate::pool::{Param, Pool, Row};
-use crate::{bell, flights, schema};
-
-/// How to reach PostgreSQL and how long to wait for it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PgOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    /// How often each client removes expired state.
-    pub(crate) sweep_interval: Duration,
-}
+use crate::{flights, schema};
 
 /// The statements, with the schema's name filled in.
 #[derive(Debug)]
@@ -194,88 +186,6 @@ fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
     .abort_handle()
 }
 
-/// The error for a failed statement about `what`.
-pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
-    let (kind, message) = match err.code() {
-        Some(code) => classify(
-            Some(code.code()),
-            err.as_db_error().map(|db| db.message()),
-            what,
-        ),
-        // I/O, TLS and connection errors carry no SQL state.
-        None => (ErrorKind::Unavailable, what.to_owned()),
-    };
-    Error::new(kind, message).with_source(err)
-}
-
-/// The kind and message of an error the server answered with SQLSTATE
-/// `code` (and its message), about `what`; for either driver.
-pub(crate) fn classify(
-    code: Option<&str>,
-    db_message: Option<&str>,
-    what: &str,
-) -> (ErrorKind, String) {
-    let is = |state: &SqlState| code == Some(state.code());
-    let kind = match code {
-        None => ErrorKind::Unavailable,
-        Some(_) if is(&SqlState::NUMERIC_VALUE_OUT_OF_RANGE) => ErrorKind::InvalidInput,
-        // The session's isolation level (see schema.sql).
-        Some(_) if is(&SqlState::FEATURE_NOT_SUPPORTED) => ErrorKind::Unsupported,
-        // Connection failures, resources, shutdown, a read-only standby:
-        // trying again later may succeed.
-        Some(c)
-            if c.starts_with("08")
-                || c.starts_with("53")
-                || c.starts_with("57")
-                || c.starts_with("58")
-                || is(&SqlState::T_R_SERIALIZATION_FAILURE)
-                || is(&SqlState::T_R_DEADLOCK_DETECTED)
-                || is(&SqlState::READ_ONLY_SQL_TRANSACTION) =>
-        {
-            ErrorKind::Unavailable
-        }
-        // The service's credentials or grants: no retry helps.
-        Some(_)
-            if is(&SqlState::INVALID_PASSWORD)
-                || is(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
-                || is(&SqlState::INSUFFICIENT_PRIVILEGE) =>
-        {
-            ErrorKind::Unauthorized
-        }
-        // The URL names a database the server does not have.
-        Some(_) if is(&SqlState::INVALID_CATALOG_NAME) => ErrorKind::Misconfigured,
-        Some(_) => ErrorKind::Protocol,
-    };
-    let message = match db_message {
-        Some(m) if is(&SqlState::FEATURE_NOT_SUPPORTED) => format!("{what}: {m}"),
-        Some(m) if kind == ErrorKind::Unauthorized => format!(
-            "{what}: postgres refused the service's credentials or grants ({m}); check the user and password of the URL, and that the user may create lockguard's schema or use it"
-        ),
-        Some(m) if kind == ErrorKind::Misconfigured => {
-            format!("{what}: {m}; create the database or name an existing one in the URL")
-        }
-        _ if is(&SqlState::UNDEFINED_FUNCTION)
-            || is(&SqlState::UNDEFINED_TABLE)
-            || is(&SqlState::INVALID_SCHEMA_NAME) =>
-        {
-            format!("{what}: lockguard's schema is missing or was changed")
-        }
-        _ => what.to_owned(),
-    };
-    (kind, message)
-}
-
-/// A connect that timed out or was answered with garbage means the server
-/// cannot be reached.
-fn unreachable(e: Error) -> Error {
-    match e.kind() {
-        ErrorKind::Timeout | ErrorKind::Protocol if e.message().starts_with("connecting") => {
-            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-        }
-        _ => e,
-    }
-}
-
 fn ms(d: Duration) -> i64 {
     i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
 }
@@ -287,38 +197,6 @@ fn ttl_ms(ttl: Option<Duration>) -> i64 {
 fn permits(resource: Resource) -> i32 {
     // At most MAX_PERMITS (1,000,000).
     i32::try_from(resource.permits()).unwrap_or(i32::MAX)
-}
-
-/// A channel name PostgreSQL accepts (at most 63 bytes): the channel
-/// itself, or its end, which holds the client's random token.
-pub(crate) fn pg_channel(channel: &str) -> &str {
-    const MAX: usize = 63;
-    if channel.len() <= MAX {
-        return channel;
-    }
-    let mut start = channel.len() - MAX;
-    while !channel.is_char_boundary(start) {
-        start += 1;
-    }
-    &channel[start..]
-}
-
-/// The answer of a request given `timeout` (`tokio::time::timeout`'s
-/// output), or a timeout error naming `what`. Callers await the timeout
-/// in place: an `async fn` taking the request's future by value would
-/// keep it twice in its state (the argument and the running timeout), and
-/// every caller would move a future of that size at each call.
-fn within<T>(
-    timeout: Duration,
-    what: impl FnOnce() -> String,
-    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
-) -> Result<T> {
-    answer.unwrap_or_else(|_| {
-        Err(Error::new(
-            ErrorKind::Timeout,
-            format!("{}: no answer from postgres within {timeout:?}", what()),
-        ))
-    })
 }
 
 impl PostgresStore {
@@ -974,20 +852,5 @@ impl DataStore for PostgresStore {
             })?;
             Ok(Some((fence, value)))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channels_fit_postgres_and_keep_their_token() {
-        let short = "lockguard:waiters:0123456789abcdef0123456789abcdef";
-        assert_eq!(pg_channel(short), short);
-        let long = format!("{}waiters:0123456789abcdef0123456789abcdef", "é".repeat(40));
-        let c = pg_channel(&long);
-        assert!(c.len() <= 63 && long.ends_with(c), "{c}");
-        assert!(c.ends_with("0123456789abcdef0123456789abcdef"));
     }
 }

@@ -92,7 +92,7 @@ async fn postgres_statements_go_over_the_applications_sqlx_pool() {
         .connect_sqlx_pool(pool.clone(), &listen_url)
         .await
         .expect("a client on the application's sqlx pool");
-    assert_eq!(lg.backend_name(), "postgres");
+    assert_eq!(lg.store_name(), "postgres");
 
     let g = lg.lock("sqlx").acquire().await.unwrap();
     lg.fenced("sqlx:doc")
