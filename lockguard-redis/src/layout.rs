@@ -167,6 +167,27 @@ pub(crate) fn sequence(prefix: &str, key: &str) -> String {
     out
 }
 
+/// The waiting line of a Redlock lock on each node: its waiters scored by
+/// when they began to wait (`line`), and by when their place lapses
+/// (`alive`). Every node gets the same waiter ids and scores, so every node
+/// orders the line alike and agrees on its head, and a waiter takes a free
+/// lock only when no live waiter is ahead of it: the head gets a quorum as
+/// soon as the lock is free. See `redlock_acquire.lua`.
+#[derive(Debug)]
+pub(crate) struct RedlockLine {
+    pub(crate) line: String,
+    pub(crate) alive: String,
+}
+
+impl RedlockLine {
+    pub(crate) fn of(keys: &LockKeys) -> Self {
+        Self {
+            line: format!("{}:line", keys.id()),
+            alive: format!("{}:line:alive", keys.id()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,10 +38,17 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod check;
+mod client;
+mod conn;
 mod connect;
+mod error;
 mod layout;
+mod options;
 mod redlock;
+#[cfg(feature = "sentinel")]
+mod sentinel;
 mod store;
+mod wake;
 
 pub use connect::{BuilderExt, ClientExt, RedisBuilder};
 pub use redlock::{DEFAULT_NODE_TIMEOUT, MAX_REDLOCK_PERMITS};

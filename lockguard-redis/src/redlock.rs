@@ -29,7 +29,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::layout::RedisLockKeys as _;
-use crate::store::{RedisOptions, RedisStore, Subscriber};
+use crate::layout::RedlockLine;
+use crate::options::RedisOptions;
+use crate::store::RedisStore;
+use crate::wake::Subscriber;
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{Attempt, DataStore, LockStore, Place, Store, StoreFuture, Waiting};
@@ -431,27 +434,6 @@ async fn release_on(node: &RedisStore, keys: &Arc<LockKeys>, token: &Token) {
     let line = RedlockLine::of(keys);
     if let Err(e) = node.redlock_release(keys, &line, token).await {
         tracing::debug!(lock = %keys.id(), error = %e, "redlock cleanup release failed on a node");
-    }
-}
-
-/// The waiting line of a Redlock lock on each node: its waiters scored by
-/// when they began to wait (`line`), and by when their place lapses
-/// (`alive`). Every node gets the same waiter ids and scores, so every node
-/// orders the line alike and agrees on its head, and a waiter takes a free
-/// lock only when no live waiter is ahead of it: the head gets a quorum as
-/// soon as the lock is free. See `redlock_acquire.lua`.
-#[derive(Debug)]
-pub(crate) struct RedlockLine {
-    pub(crate) line: String,
-    pub(crate) alive: String,
-}
-
-impl RedlockLine {
-    fn of(keys: &LockKeys) -> Self {
-        Self {
-            line: format!("{}:line", keys.id()),
-            alive: format!("{}:line:alive", keys.id()),
-        }
     }
 }
 

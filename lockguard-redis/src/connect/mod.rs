@@ -9,7 +9,7 @@ use std::time::Duration;
 use lockguard_core::ErrorKind;
 use lockguard_core::{Builder, Client, Error, MAX_LEASE, Result};
 
-use crate::store::{RedisOptions, TlsSettings};
+use crate::options::{RedisOptions, TlsSettings};
 
 #[cfg(feature = "sentinel")]
 mod sentinel;
@@ -441,9 +441,9 @@ impl RedisBuilder {
     /// cannot work, [`ErrorKind::Unavailable`] when Redis cannot be reached.
     pub async fn connect(self, url: &str) -> Result<Client> {
         self.validate()?;
-        let client = crate::store::client_for(url, &self.redis.tls)?;
+        let client = crate::client::client_for(url, &self.redis.tls)?;
         let lg = self.connect_redis(client).await?;
-        tracing::debug!(url = %crate::store::redact(url), "connected to redis");
+        tracing::debug!(url = %crate::error::redact(url), "connected to redis");
         Ok(lg)
     }
 
@@ -459,7 +459,7 @@ impl RedisBuilder {
     /// [`ErrorKind::Unavailable`] with the server's answer as the source.
     pub async fn connect_with(self, info: redis::ConnectionInfo) -> Result<Client> {
         self.validate()?;
-        let client = crate::store::client_with(info, &self.redis.tls)?;
+        let client = crate::client::client_with(info, &self.redis.tls)?;
         self.connect_redis(client).await
     }
 
@@ -548,7 +548,7 @@ impl RedisBuilder {
         S: AsRef<str>,
     {
         let urls: Vec<String> = urls.into_iter().map(|u| u.as_ref().to_owned()).collect();
-        let infos = crate::store::cluster_infos(&urls)?;
+        let infos = crate::client::cluster_infos(&urls)?;
         self.connect_cluster_with(infos).await
     }
 
@@ -689,7 +689,7 @@ impl RedisBuilder {
         let mut clients = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for url in &urls {
-            let client = crate::store::client_for(url, &self.redis.tls)?;
+            let client = crate::client::client_for(url, &self.redis.tls)?;
             let addr = client.get_connection_info().addr().to_string();
             if !seen.insert(addr.clone()) {
                 return Err(Error::invalid(format!(

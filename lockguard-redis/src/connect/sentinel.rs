@@ -4,7 +4,7 @@
 use lockguard_core::{Client, Error, Result};
 
 use super::RedisBuilder;
-use crate::store::{self as redis, SentinelTarget};
+use crate::sentinel::SentinelTarget;
 
 impl RedisBuilder {
     /// Connects to the master that the sentinels at `sentinel_urls` name for
@@ -61,8 +61,8 @@ impl RedisBuilder {
             .into_iter()
             .map(|u| u.as_ref().to_owned())
             .collect();
-        let sentinels = redis::sentinel_infos(&urls)?;
-        self.connect_sentinel_with(sentinels, service, ::redis::RedisConnectionInfo::default())
+        let sentinels = crate::client::sentinel_infos(&urls)?;
+        self.connect_sentinel_with(sentinels, service, redis::RedisConnectionInfo::default())
             .await
     }
 
@@ -76,9 +76,9 @@ impl RedisBuilder {
     #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
     pub async fn connect_sentinel_with(
         self,
-        sentinels: Vec<::redis::ConnectionInfo>,
+        sentinels: Vec<redis::ConnectionInfo>,
         service: &str,
-        master: ::redis::RedisConnectionInfo,
+        master: redis::RedisConnectionInfo,
     ) -> Result<Client> {
         self.validate()?;
         if sentinels.is_empty() {
@@ -97,7 +97,7 @@ impl RedisBuilder {
             master,
             tls: self.redis.tls.clone(),
         };
-        let store = redis::connect_sentinel(target, self.redis_options()).await?;
+        let store = crate::store::connect_sentinel(target, self.redis_options()).await?;
         tracing::debug!(service, "connected to the redis master through sentinel");
         self.builder.build(store)
     }

@@ -5,13 +5,26 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-#[cfg(feature = "cluster")]
-use redis::io::tcp::TcpSettings;
-use redis::{FromRedisValue, IntoConnectionInfo, RedisResult};
+use redis::FromRedisValue;
+use redis::aio::ConnectionManager;
 
+#[cfg(feature = "cluster")]
+use crate::client::cluster_client_for;
+#[cfg(feature = "sentinel")]
+use crate::client::manager_config;
+use crate::client::{command_config, resent_if_unsent};
+use crate::conn::Conn;
+use crate::error::{redis_error, server_refusal, unreachable, within};
 use crate::layout::RedisLockKeys as _;
-use crate::redlock::RedlockLine;
+use crate::layout::RedlockLine;
+use crate::options::RedisOptions;
+#[cfg(feature = "cluster")]
+use crate::options::TlsSettings;
+#[cfg(feature = "sentinel")]
+use crate::sentinel::SentinelTarget;
+#[cfg(any(feature = "cluster", feature = "sentinel"))]
+use crate::wake::SubTarget;
+use crate::wake::Subscriber;
 use eval::{Eval, Lua};
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
@@ -23,18 +36,8 @@ use lockguard_core::{Error, ErrorKind, Result};
 
 mod data;
 mod eval;
-#[cfg(feature = "cluster")]
-mod masters;
 #[cfg(feature = "sentinel")]
-mod sentinel;
-mod subscriber;
-
-#[cfg(feature = "sentinel")]
-pub(crate) use sentinel::SentinelTarget;
-
-#[cfg(any(feature = "cluster", feature = "sentinel"))]
-use subscriber::SubTarget;
-pub(crate) use subscriber::Subscriber;
+mod leases;
 
 /// A script that uses the wait queue: `sequence.lua` and `queue.lua`
 /// (their shared functions) followed by the script's own file.
@@ -123,310 +126,6 @@ fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
     ))
 }
 
-/// How to reach Redis and how long to wait for it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RedisOptions {
-    pub(crate) connect_timeout: Duration,
-    pub(crate) response_timeout: Duration,
-    /// Replicas that must confirm each lock write (`WAIT`), and for how
-    /// long to wait for them.
-    pub(crate) replicas: Option<(u32, Duration)>,
-}
-
-/// Certificates for `rediss://` connections: a CA to trust instead of the
-/// system's, and a client certificate for servers that ask for one.
-#[derive(Clone, Default)]
-pub(crate) struct TlsSettings {
-    pub(crate) root_cert: Option<Vec<u8>>,
-    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl std::fmt::Debug for TlsSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Certificates and keys are never printed.
-        f.debug_struct("TlsSettings")
-            .field("root_cert", &self.root_cert.is_some())
-            .field("client", &self.client.is_some())
-            .finish()
-    }
-}
-
-impl TlsSettings {
-    pub(crate) fn is_set(&self) -> bool {
-        self.root_cert.is_some() || self.client.is_some()
-    }
-
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
-        redis::TlsCertificates {
-            client_tls: self.client.clone().map(|(client_cert, client_key)| {
-                redis::ClientTlsConfig {
-                    client_cert,
-                    client_key,
-                }
-            }),
-            root_cert: self.root_cert.clone(),
-        }
-    }
-}
-
-/// Whether lockguard was built with a TLS feature.
-const TLS: bool = cfg!(any(feature = "tls-rustls", feature = "tls-native-tls"));
-
-/// Reads a URL's connection settings; a `rediss://` URL without a TLS
-/// feature is refused with the feature to turn on.
-fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
-    if !TLS && url.trim_start().to_ascii_lowercase().starts_with("rediss:") {
-        return Err(Error::invalid(format!(
-            "{:?} is a TLS url; build lockguard with the tls-rustls or tls-native-tls feature",
-            redact(url)
-        )));
-    }
-    url.into_connection_info().map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidInput,
-            format!("malformed redis url {:?}", redact(url)),
-        )
-        .with_source(e)
-    })
-}
-
-/// Reads the addresses of the sentinels.
-#[cfg(feature = "sentinel")]
-pub(crate) fn sentinel_infos(urls: &[String]) -> Result<Vec<redis::ConnectionInfo>> {
-    urls.iter().map(|u| connection_info(u)).collect()
-}
-
-/// Reads the seed nodes of a cluster.
-#[cfg(feature = "cluster")]
-pub(crate) fn cluster_infos(urls: &[String]) -> Result<Vec<redis::ConnectionInfo>> {
-    urls.iter().map(|u| connection_info(u)).collect()
-}
-
-/// Parses a Redis URL, with `TCP_NODELAY` on: small requests must not wait
-/// for Nagle's algorithm. `tls` applies to a `rediss://` URL.
-pub(crate) fn client_for(url: &str, tls: &TlsSettings) -> Result<redis::Client> {
-    client_with(connection_info(url)?, tls)
-}
-
-/// A client for connection settings, with `TCP_NODELAY` on and, for a TLS
-/// address, `tls`'s certificates.
-pub(crate) fn client_with(info: redis::ConnectionInfo, tls: &TlsSettings) -> Result<redis::Client> {
-    if !tls.is_set() {
-        return client_from_info(info);
-    }
-    let addr = info.addr().to_string();
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    {
-        if !matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }) {
-            return Err(Error::invalid(format!(
-                "TLS certificates were given, but {addr} is not a TLS (rediss://) address"
-            )));
-        }
-        let with_certs = redis::Client::build_with_tls(info, tls.certificates()).map_err(|e| {
-            Error::new(
-                ErrorKind::InvalidInput,
-                format!("unusable TLS certificates for {addr}"),
-            )
-            .with_source(e)
-        })?;
-        client_from_info(with_certs.get_connection_info().clone())
-    }
-    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
-    {
-        let _ = (info, addr);
-        Err(Error::invalid(
-            "TLS certificates need the tls-rustls or tls-native-tls feature",
-        ))
-    }
-}
-
-/// The code of a server error that refuses a connection's commands for want
-/// of credentials (`NOAUTH`, `WRONGPASS`). An ACL user refused `INFO`
-/// alone (`NOPERM`) may still run scripts, so it is not one.
-fn server_refusal(e: &Error) -> Option<String> {
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(r) = s.downcast_ref::<redis::RedisError>()
-            && let Some(code) = refused_credentials(r)
-        {
-            return Some(code.to_owned());
-        }
-        source = s.source();
-    }
-    None
-}
-
-/// The server's code when it refused the client's credentials: a wrong
-/// password (`WRONGPASS`), none given (`NOAUTH`). A user the server knows
-/// but whose ACL forbids a command, key or channel (`NOPERM`) is not one:
-/// see [`NEEDED_COMMANDS`].
-fn refused_credentials(err: &redis::RedisError) -> Option<&str> {
-    match err.code() {
-        Some(code @ ("NOAUTH" | "WRONGPASS")) => Some(code),
-        _ if err.kind() == redis::ErrorKind::AuthenticationFailed => Some("authentication failed"),
-        _ => None,
-    }
-}
-
-/// Whether the server refused the database index of the URL (`SELECT`
-/// at connect time: "DB index is out of range").
-fn refused_database(err: &redis::RedisError) -> bool {
-    err.to_string().contains("refused to switch database")
-}
-
-/// A client for connection settings the application built, with
-/// `TCP_NODELAY` on and RESP3.
-///
-/// RESP3 because over it a connection hears of its own loss (a disconnect
-/// push) while idle, and its manager reconnects at once: a client idle
-/// through a server restart does not send its next request into the dead
-/// connection (where it would fail, the server perhaps having run it).
-pub(crate) fn client_from_info(info: redis::ConnectionInfo) -> Result<redis::Client> {
-    let addr = info.addr().to_string();
-    // The application's other TCP settings (keepalive, ...) are kept.
-    let tcp = info.tcp_settings().clone().set_nodelay(true);
-    let settings = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let info = info.set_tcp_settings(tcp).set_redis_settings(settings);
-    redis::Client::open(info).map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidInput,
-            format!("unusable redis connection settings for {addr}"),
-        )
-        .with_source(e)
-    })
-}
-
-/// How long connecting to one node of a cluster may take: a third of the
-/// client's connect timeout.
-///
-/// redis-rs connects a cluster in two steps, each waiting for its slowest
-/// node: every seed node, then every node the slot map names. A node that
-/// is down answers at once (the connection is refused), but one that is
-/// paused or cut off by the network answers nothing, and each step waits
-/// the node's timeout for it. With the whole connect timeout per node, a
-/// client could not connect at all while one master hung (nor open its
-/// pub/sub connection, so its waits relied on their refreshes): the two
-/// steps took twice the time the connection was given. With a third, both
-/// steps fit, and the connection comes up on the other nodes.
-#[cfg(feature = "cluster")]
-pub(crate) fn node_connect_timeout(connect_timeout: Duration) -> Duration {
-    connect_timeout / 3
-}
-
-/// A cluster client over the given seed nodes, with the same response
-/// timeout and `TCP_NODELAY` as single connections, and
-/// [`node_connect_timeout`] per node.
-#[cfg(feature = "cluster")]
-pub(crate) fn cluster_client_for(
-    infos: &[redis::ConnectionInfo],
-    opts: RedisOptions,
-    tls: &TlsSettings,
-    resp3_push: Option<subscriber::Deliver>,
-) -> Result<redis::cluster::ClusterClient> {
-    if infos.is_empty() {
-        return Err(Error::invalid(
-            "a redis cluster needs at least one node url",
-        ));
-    }
-    let infos = infos.to_vec();
-    let mut b = redis::cluster::ClusterClientBuilder::new(infos)
-        .connection_timeout(node_connect_timeout(opts.connect_timeout))
-        .response_timeout(opts.response_timeout)
-        // No automatic retries: a request re-sent after a dropped
-        // connection may run twice (a second acquire finds our own lock, a
-        // counter is added to twice). An unknown outcome is an error, and
-        // the callers clean up after it.
-        .retries(0)
-        // RESP3, so a node's connection lost while idle is reconnected at
-        // once (see `client_from_info`).
-        .use_protocol(redis::ProtocolVersion::RESP3)
-        .tcp_settings(TcpSettings::default().set_nodelay(true));
-    if tls.is_set() {
-        #[cfg(feature = "tls-rustls")]
-        {
-            b = b.certs(tls.certificates());
-        }
-        #[cfg(not(feature = "tls-rustls"))]
-        return Err(Error::invalid(
-            "TLS certificates for a cluster need the tls-rustls feature",
-        ));
-    }
-    if let Some(tx) = resp3_push {
-        b = b.push_sender(tx);
-    }
-    b.build().map_err(|e| {
-        Error::new(
-            ErrorKind::InvalidInput,
-            "unusable redis cluster configuration",
-        )
-        .with_source(e)
-    })
-}
-
-/// Hides a password in a URL before it reaches an error message or a log.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
-/// The reconnect policy shared by the command and subscriber connections:
-/// explicit connect and response timeouts, and after a lost connection, a
-/// few attempts with backoff (20 ms doubling up to 500 ms, with jitter).
-///
-/// The attempts are few because the manager's reconnecting task holds the
-/// connection alive (a client dropped while its server is down would leave
-/// a task retrying for ever), and because the first connection makes them
-/// too (a server refusing the credentials must be reported within the
-/// connect timeout). After they run out, the next request starts a new
-/// round (see [`resent_if_unsent`]), and a subscriber has a keeper that
-/// does.
-pub(crate) fn manager_config(opts: RedisOptions) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(opts.connect_timeout))
-        .set_response_timeout(Some(opts.response_timeout))
-        .set_number_of_retries(3)
-        .set_min_delay(Duration::from_millis(20))
-        .set_max_delay(Duration::from_millis(500))
-}
-
-/// [`manager_config`] for a connection whose every request is [`bounded`]:
-/// without redis-rs's own response timeout, a second timer that would be
-/// booked and cleared with every request for nothing.
-fn command_config(opts: RedisOptions) -> ConnectionManagerConfig {
-    manager_config(opts).set_response_timeout(None)
-}
-
-/// Sends a request with `send`, and once more if the first attempt failed
-/// before it could reach the server.
-///
-/// Only a refused connection proves that: the connection manager had lost
-/// its connection before the request (it hears of a loss at once over
-/// RESP3) and could not make a new one, so nothing was sent; the failure
-/// also made it start reconnecting, and the second attempt waits for that.
-/// Any other failure (a connection lost after the request was written, a
-/// timeout) leaves the outcome unknown: a script may have run, and running
-/// it again could acquire twice or count twice, so it is reported instead.
-pub(crate) async fn resent_if_unsent<T, F>(mut send: impl FnMut() -> F) -> RedisResult<T>
-where
-    F: Future<Output = RedisResult<T>>,
-{
-    match send().await {
-        Err(e) if e.is_connection_refusal() => {
-            tracing::debug!(error = %e, "redis connection was down; sending the request again");
-            send().await
-        }
-        answer => answer,
-    }
-}
-
 /// What an acquire script's reply says: a plain integer, the fencing token
 /// of a hold taken (the common answer, and the cheapest to read); or `[0,
 /// n]` or `[0, n, kept]`, the attempt that did not take it (`n` the
@@ -481,232 +180,6 @@ fn all_or_none_reply(n: usize, reply: &[i64]) -> Option<AllOrNone> {
     }
 }
 
-/// The commands a Redis ACL user must be allowed for lockguard: those the
-/// client sends (`EVALSHA`; `EVAL` after a script cache flush; `HMGET`,
-/// a counter's read; `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` on the wake-up
-/// connection; `HELLO`, the RESP3 handshake), and those its scripts call,
-/// which the ACL checks as well. With [`wait_for_replicas`], `WAIT` too; on
-/// a cluster, `CLUSTER|SLOTS`. `INFO` and `CONFIG|GET` are asked at
-/// connect time and skipped when refused.
-///
-/// [`wait_for_replicas`]: crate::RedisBuilder::wait_for_replicas
-pub(crate) const NEEDED_COMMANDS: &[&str] = &[
-    "evalsha",
-    "eval",
-    "hmget",
-    "subscribe",
-    "unsubscribe",
-    "ping",
-    "hello",
-    // Called by the scripts.
-    "del",
-    "exists",
-    "get",
-    "hdel",
-    "hget",
-    "hincrby",
-    "hlen",
-    "hset",
-    "incrby",
-    "pexpire",
-    "pttl",
-    "publish",
-    "sadd",
-    "set",
-    "sismember",
-    "srem",
-    "time",
-    "zadd",
-    "zcard",
-    "zcount",
-    "zrange",
-    "zrangebyscore",
-    "zrank",
-    "zrem",
-    "zremrangebyscore",
-    "zscore",
-];
-
-/// The error for a user whose ACL forbids a command, key or channel
-/// lockguard uses (`NOPERM`): what to grant it.
-fn missing_permission(err: redis::RedisError, what: &str) -> Error {
-    let refused = err.detail().unwrap_or("no detail");
-    let commands: Vec<String> = NEEDED_COMMANDS.iter().map(|c| format!("+{c}")).collect();
-    let message = format!(
-        "{what}: the redis user lacks a permission lockguard needs (NOPERM {refused}); the password was accepted: allow the user lockguard's commands, keys and channels, e.g. ACL SETUSER <user> {} ~<prefix>* &<prefix>* (the key prefix, `lockguard:` unless set), with +wait for wait_for_replicas and +cluster|slots on a cluster",
-        commands.join(" ")
-    );
-    Error::new(ErrorKind::Unauthorized, message).with_source(err)
-}
-
-/// The error for a failed Redis request about `what`.
-pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
-    // Set-up mistakes first: nothing a retry can fix.
-    if let Some(code) = refused_credentials(&err) {
-        let message = format!(
-            "{what}: the server refused the client's credentials ({code}); check the user and password of the URL"
-        );
-        return Error::new(ErrorKind::Unauthorized, message).with_source(err);
-    }
-    if err.code() == Some("NOPERM") {
-        return missing_permission(err, what);
-    }
-    if refused_database(&err) {
-        let message = format!(
-            "{what}: the server has no such database index; use an index below the server's `databases` setting (16 by default) in the URL's path"
-        );
-        return Error::new(ErrorKind::Misconfigured, message).with_source(err);
-    }
-    let kind = match err.kind() {
-        // A reply of the wrong shape: the store answered, with garbage.
-        redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,
-        redis::ErrorKind::InvalidClientConfig => ErrorKind::InvalidInput,
-        _ if err.is_timeout() => ErrorKind::Timeout,
-        _ if err.is_io_error()
-            || err.is_connection_refusal()
-            || err.is_connection_dropped()
-            || err.is_unrecoverable_error() =>
-        {
-            ErrorKind::Unavailable
-        }
-        redis::ErrorKind::Client | redis::ErrorKind::ClusterConnectionNotFound => {
-            ErrorKind::Unavailable
-        }
-        // MOVED, ASK, TRYAGAIN, CLUSTERDOWN: the cluster is moving or
-        // failing over; trying again later may succeed.
-        _ if err.is_cluster_error() => ErrorKind::Unavailable,
-        _ => match err.code() {
-            Some("LOADING" | "BUSY" | "MASTERDOWN" | "CLUSTERDOWN" | "TRYAGAIN" | "READONLY") => {
-                ErrorKind::Unavailable
-            }
-            _ => ErrorKind::Protocol,
-        },
-    };
-    Error::new(kind, what.to_owned()).with_source(err)
-}
-
-/// A connect that did not answer in time, or answered garbage, means the
-/// server cannot be reached. One the server refused for its credentials or
-/// database index stays a set-up mistake (over RESP3 the refusal comes at
-/// connect time, in answer to `HELLO` or `SELECT`).
-fn unreachable(e: Error) -> Error {
-    if e.is_misconfigured() {
-        return e;
-    }
-    match e.kind() {
-        ErrorKind::Timeout | ErrorKind::Protocol => {
-            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-        }
-        _ => e,
-    }
-}
-
-/// The answer of one request given `timeout` (`tokio::time::timeout`'s
-/// output), its error mapped, or a timeout error naming `what`.
-///
-/// Callers await the timeout in place, `within(t, what,
-/// tokio::time::timeout(t, request).await)`: an `async fn` taking the
-/// request's future by value would keep it twice in its state (the
-/// argument and the running timeout), and every caller would move a future
-/// of that size (a lock acquisition's future, boxed per request, then
-/// outgrew the allocator's fast path for small blocks).
-pub(crate) fn within<T>(
-    timeout: Duration,
-    what: impl FnOnce() -> String,
-    answer: std::result::Result<RedisResult<T>, tokio::time::error::Elapsed>,
-) -> Result<T> {
-    match answer {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(redis_error(e, &what())),
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!("{}: no answer from redis within {timeout:?}", what()),
-        )),
-    }
-}
-
-/// A connection that reconnects by itself: to one server, or to a cluster
-/// (which follows slot moves and node failures).
-#[derive(Clone)]
-pub(crate) enum Conn {
-    Single(ConnectionManager),
-    #[cfg(feature = "cluster")]
-    Cluster(redis::cluster_async::ClusterConnection),
-    /// The master a group of sentinels names, followed across failovers.
-    #[cfg(feature = "sentinel")]
-    Sentinel(sentinel::SentinelConn),
-}
-
-impl std::fmt::Debug for Conn {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Single(c) => c.fmt(f),
-            #[cfg(feature = "cluster")]
-            Self::Cluster(_) => f.write_str("ClusterConnection"),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(c) => c.fmt(f),
-        }
-    }
-}
-
-impl Conn {
-    /// Subscribes `channel` (or unsubscribes it) on a RESP3 connection,
-    /// which subscribes it again after a reconnect.
-    async fn set_subscribed(&mut self, channel: &str, on: bool) -> RedisResult<()> {
-        match (self, on) {
-            (Self::Single(c), true) => c.subscribe(channel).await,
-            (Self::Single(c), false) => c.unsubscribe(channel).await,
-            #[cfg(feature = "cluster")]
-            (Self::Cluster(c), true) => c.subscribe(channel).await,
-            #[cfg(feature = "cluster")]
-            (Self::Cluster(c), false) => c.unsubscribe(channel).await,
-            #[cfg(feature = "sentinel")]
-            (Self::Sentinel(c), on) => c.set_subscribed(channel, on).await,
-        }
-    }
-}
-
-/// Commands go to whichever connection this is.
-impl redis::aio::ConnectionLike for Conn {
-    fn req_packed_command<'a>(
-        &'a mut self,
-        cmd: &'a redis::Cmd,
-    ) -> redis::RedisFuture<'a, redis::Value> {
-        match self {
-            Self::Single(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "cluster")]
-            Self::Cluster(c) => c.req_packed_command(cmd),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a redis::Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
-        match self {
-            Self::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "cluster")]
-            Self::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Self::Single(c) => c.get_db(),
-            #[cfg(feature = "cluster")]
-            Self::Cluster(c) => c.get_db(),
-            #[cfg(feature = "sentinel")]
-            Self::Sentinel(c) => c.get_db(),
-        }
-    }
-}
-
 /// The Redis store.
 #[derive(Debug)]
 pub(crate) struct RedisStore {
@@ -720,7 +193,7 @@ pub(crate) struct RedisStore {
     checked: AtomicBool,
     /// Through Sentinel: the leases renewed, renewed again on a new master.
     #[cfg(feature = "sentinel")]
-    leases: Option<Arc<sentinel::Leases>>,
+    leases: Option<Arc<leases::Leases>>,
 }
 
 impl RedisStore {
@@ -892,8 +365,8 @@ impl RedisStore {
         target: &SentinelTarget,
         opts: RedisOptions,
     ) -> Result<Self> {
-        let leases = Arc::new(sentinel::Leases::default());
-        let conn = sentinel::SentinelConn::connect(
+        let leases = Arc::new(leases::Leases::default());
+        let conn = crate::sentinel::SentinelConn::connect(
             target,
             redis::ProtocolVersion::RESP3,
             manager_config(opts),
@@ -1529,7 +1002,7 @@ pub(crate) async fn connect_cluster(
     opts: RedisOptions,
     tls: TlsSettings,
 ) -> Result<Store> {
-    let client = cluster_client_for(&infos, opts, &tls, None)?;
+    let client = cluster_client_for(&infos, opts, &tls)?;
     let store = RedisStore::connect_cluster(client, opts).await?;
     let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
@@ -1550,7 +1023,7 @@ pub(crate) async fn connect_cluster_connection(
         ));
     }
     // Checked now, not when the first waiter subscribes.
-    cluster_client_for(&infos, opts, &tls, None)?;
+    cluster_client_for(&infos, opts, &tls)?;
     let store = RedisStore::with_cluster_connection(conn, opts).await?;
     let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
     Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
@@ -1597,99 +1070,6 @@ mod tests {
     }
 
     #[test]
-    fn malformed_urls_are_invalid_input() {
-        for url in ["", "not a url", "http://localhost", "redis://:99999999"] {
-            let err = client_for(url, &TlsSettings::default()).unwrap_err();
-            assert!(err.is_invalid_input(), "{url:?}: {err}");
-        }
-    }
-
-    /// Every command a script calls, and every command the client sends
-    /// by name, is in the list a `NOPERM` error tells the user to allow.
-    #[test]
-    fn the_permission_list_names_every_command_lockguard_uses() {
-        let scripts = [
-            include_str!("scripts/counter_add.lua"),
-            include_str!("scripts/counter_set.lua"),
-            include_str!("scripts/counter_take.lua"),
-            include_str!("scripts/fence_claim.lua"),
-            include_str!("scripts/fence_raise.lua"),
-            include_str!("scripts/fenced_write.lua"),
-            include_str!("scripts/fixed_window.lua"),
-            include_str!("scripts/gcra.lua"),
-            include_str!("scripts/inspect.lua"),
-            include_str!("scripts/lock_acquire.lua"),
-            include_str!("scripts/lock_acquire_all.lua"),
-            include_str!("scripts/lock_extend.lua"),
-            include_str!("scripts/lock_release.lua"),
-            include_str!("scripts/lock_release_any.lua"),
-            include_str!("scripts/mark_once.lua"),
-            include_str!("scripts/queue.lua"),
-            include_str!("scripts/redlock_acquire.lua"),
-            include_str!("scripts/redlock_release.lua"),
-            include_str!("scripts/rw_acquire.lua"),
-            include_str!("scripts/rw_extend.lua"),
-            include_str!("scripts/rw_inspect.lua"),
-            include_str!("scripts/rw_lib.lua"),
-            include_str!("scripts/rw_release.lua"),
-            include_str!("scripts/semaphore_acquire.lua"),
-            include_str!("scripts/semaphore_extend.lua"),
-            include_str!("scripts/semaphore_release.lua"),
-            include_str!("scripts/sequence.lua"),
-            include_str!("scripts/sliding_window.lua"),
-        ];
-        let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/scripts"))
-            .unwrap()
-            .count();
-        assert_eq!(files, scripts.len(), "a script is missing from this list");
-        let mut called = std::collections::BTreeSet::new();
-        for script in scripts {
-            for quote in ["'", "\""] {
-                for call in ["redis.call(", "redis.pcall("] {
-                    let opening = format!("{call}{quote}");
-                    for (at, _) in script.match_indices(&opening) {
-                        let rest = &script[at + opening.len()..];
-                        let name = &rest[..rest.find(quote).unwrap()];
-                        called.insert(name.to_lowercase());
-                    }
-                }
-            }
-            assert!(
-                !script.contains("redis.call(KEYS") && !script.contains("redis.call(ARGV"),
-                "a script calls a command it is given"
-            );
-        }
-        assert!(called.len() > 20, "{called:?}");
-        for c in &called {
-            assert!(
-                NEEDED_COMMANDS.contains(&c.as_str()),
-                "{c} is not in the list"
-            );
-        }
-        let sent = [
-            "evalsha",
-            "eval",
-            "hmget",
-            "subscribe",
-            "unsubscribe",
-            "ping",
-        ];
-        for c in sent {
-            assert!(NEEDED_COMMANDS.contains(&c), "{c} is not in the list");
-        }
-        let err = missing_permission(
-            redis::RedisError::from((
-                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
-                "NOPERM",
-                "User app has no permissions to run the 'evalsha' command".to_owned(),
-            )),
-            "acquiring \"k\"",
-        );
-        assert_eq!(err.kind(), ErrorKind::Unauthorized);
-        assert!(err.to_string().contains("+evalsha +eval +hmget"), "{err}");
-    }
-
-    #[test]
     fn versions_are_read_from_info() {
         let info = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n";
         assert_eq!(redis_version(info), Some((7, 0, 15)));
@@ -1704,12 +1084,5 @@ mod tests {
         ] {
             assert_eq!(redis_version(bad), None, "{bad:?}");
         }
-    }
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
-        let err = client_for("redis://u:secret@h:notaport", &TlsSettings::default()).unwrap_err();
-        assert!(!err.to_string().contains("secret"), "{err}");
     }
 }

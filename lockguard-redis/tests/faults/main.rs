@@ -1538,7 +1538,7 @@ async fn a_cluster_client_from_the_applications_connection_settings() {
         .connect_cluster_with(infos())
         .await
         .unwrap();
-    assert_eq!(holder.backend_name(), "redis-cluster");
+    assert_eq!(holder.store_name(), "redis-cluster");
     assert_eq!(holder.counter("byo-cluster").incr_by(2).await.unwrap(), 2);
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "byo-cluster").await;
     let none = Client::builder()

@@ -20,14 +20,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use redis::aio::{AsyncPushSender, ConnectionManager, SendError};
-use redis::{ProtocolVersion, PushInfo, PushKind, Value};
+use redis::ProtocolVersion;
+use redis::aio::ConnectionManager;
 use tokio::sync::{Mutex, Notify, OnceCell};
 use tokio::task::AbortHandle;
 
+use super::channels::{Channels, Known};
+use super::deliver::Deliver;
 #[cfg(feature = "cluster")]
-use super::masters::Seen;
-use super::{Conn, RedisOptions, manager_config, within};
+use super::deliver::Seen;
+use crate::client::manager_config;
+use crate::conn::Conn;
+use crate::error::within;
+use crate::options::RedisOptions;
 use lockguard_core::store::{Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -40,29 +45,16 @@ pub(crate) enum SubTarget {
     /// `PUBLISH`, which a cluster delivers on every node; a connection on
     /// each master hears them first (see `masters.rs`).
     #[cfg(feature = "cluster")]
-    Cluster(Vec<redis::ConnectionInfo>, super::TlsSettings),
+    Cluster(Vec<redis::ConnectionInfo>, crate::options::TlsSettings),
     /// The master a group of sentinels names, followed across failovers.
     #[cfg(feature = "sentinel")]
-    Sentinel(super::SentinelTarget),
-}
-
-/// What this client knows of a channel's subscription on the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Known {
-    /// The server confirmed it.
-    Subscribed,
-    /// A change was asked for and its outcome is unknown.
-    Maybe,
+    Sentinel(crate::sentinel::SentinelTarget),
 }
 
 /// The shortest and the longest pause between the keeper's attempts to
 /// reach the server again after the connection was lost.
 const RECONNECT_BACKOFF: (Duration, Duration) =
     (Duration::from_millis(20), Duration::from_millis(500));
-
-/// Channels subscribed on the server; the lock also orders every
-/// SUBSCRIBE and UNSUBSCRIBE this client sends.
-pub(crate) type Channels = Arc<Mutex<HashMap<String, Known>>>;
 
 /// The subscriber connection, created on the first wait.
 #[derive(Debug)]
@@ -127,13 +119,12 @@ impl Subscriber {
 
     /// What routes the messages of this subscriber's connection.
     fn deliver(&self, inbox: &Arc<dyn Inbox>) -> Deliver {
-        Deliver {
-            inbox: Arc::downgrade(inbox),
-            lost: self.lost.clone(),
-            wakes_all: true,
+        Deliver::new(
+            Arc::downgrade(inbox),
+            self.lost.clone(),
             #[cfg(feature = "cluster")]
-            seen: matches!(self.target, SubTarget::Cluster(..)).then(|| self.seen.clone()),
-        }
+            matches!(self.target, SubTarget::Cluster(..)).then(|| self.seen.clone()),
+        )
     }
 
     async fn connection(&self, inbox: &Arc<dyn Inbox>) -> Result<Conn> {
@@ -159,12 +150,12 @@ impl Subscriber {
                         // On another master, a handoff announced meanwhile
                         // may have been missed: every waiter checks.
                         let woken = Arc::downgrade(inbox);
-                        let on_switch: super::sentinel::OnSwitch = Arc::new(move || {
+                        let on_switch: crate::sentinel::OnSwitch = Arc::new(move || {
                             if let Some(inbox) = woken.upgrade() {
                                 inbox.wake_all();
                             }
                         });
-                        let c = super::sentinel::SentinelConn::connect(
+                        let c = crate::sentinel::SentinelConn::connect(
                             target,
                             ProtocolVersion::RESP3,
                             config,
@@ -175,7 +166,10 @@ impl Subscriber {
                     }
                     #[cfg(feature = "cluster")]
                     SubTarget::Cluster(infos, tls) => {
-                        let client = super::cluster_client_for(infos, self.opts, tls, Some(tx))?;
+                        let client =
+                            crate::client::cluster_client_with(infos, self.opts, tls, |b| {
+                                b.push_sender(tx)
+                            })?;
                         let c = client.get_async_connection();
                         let t = self.opts.connect_timeout;
                         Conn::Cluster(within(t, what, tokio::time::timeout(t, c).await)?)
@@ -326,80 +320,5 @@ impl Listener for Subscriber {
             }
             Ok(())
         })
-    }
-}
-
-/// Routes pub/sub messages to a client's waiters, called by the connection
-/// as it reads them: it only takes a lock and wakes a task, never blocks.
-pub(crate) struct Deliver {
-    inbox: Weak<dyn Inbox>,
-    /// Told when the connection is lost (its keeper listens).
-    lost: Arc<Notify>,
-    /// Whether a loss wakes every waiter: the connection a wait relies on
-    /// does; a cluster master's, which only speeds wake-ups up, does not.
-    wakes_all: bool,
-    /// Messages delivered lately, where one may come twice (a cluster's).
-    #[cfg(feature = "cluster")]
-    seen: Option<Arc<Seen>>,
-}
-
-impl Deliver {
-    /// What routes a cluster master's messages (see `masters.rs`).
-    #[cfg(feature = "cluster")]
-    pub(crate) fn master(inbox: Weak<dyn Inbox>, lost: Arc<Notify>, seen: Arc<Seen>) -> Self {
-        Self {
-            inbox,
-            lost,
-            wakes_all: false,
-            seen: Some(seen),
-        }
-    }
-}
-
-impl std::fmt::Debug for Deliver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Deliver")
-    }
-}
-
-impl AsyncPushSender for Deliver {
-    fn send(&self, push: PushInfo) -> std::result::Result<(), SendError> {
-        let Some(inbox) = self.inbox.upgrade() else {
-            // The client is gone: nobody listens any more.
-            return Err(SendError);
-        };
-        match push.kind {
-            PushKind::Message => {
-                if let Some(Value::BulkString(channel)) = push.data.first()
-                    && let Ok(channel) = std::str::from_utf8(channel)
-                {
-                    // The payload is the waiter's token, or the released
-                    // token for a Redlock release (the same release
-                    // announced by several nodes wakes waiters once).
-                    let payload = match push.data.get(1) {
-                        Some(Value::BulkString(token)) => token.as_slice(),
-                        _ => &[],
-                    };
-                    #[cfg(feature = "cluster")]
-                    if self
-                        .seen
-                        .as_ref()
-                        .is_some_and(|s| !s.first(channel, payload))
-                    {
-                        return Ok(());
-                    }
-                    inbox.deliver(channel, payload);
-                }
-            }
-            PushKind::Disconnection => {
-                if self.wakes_all {
-                    tracing::debug!("pub/sub connection lost; waking every waiter to retry");
-                    inbox.wake_all();
-                }
-                self.lost.notify_one();
-            }
-            _ => {}
-        }
-        Ok(())
     }
 }

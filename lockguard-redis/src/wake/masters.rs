@@ -11,7 +11,7 @@
 //! (which subscribes each channel on the node its slot names, and is what
 //! a wait relies on), a connection on each master with the same
 //! subscriptions. Whichever hears a message first delivers it; the copy
-//! that comes second is dropped ([`Seen`]).
+//! that comes second is dropped (`Seen`, in `deliver.rs`).
 //!
 //! These connections only speed wake-ups up: a master they cannot reach,
 //! or one that a failover made since they last looked, leaves its
@@ -27,10 +27,9 @@
 //! one does not answer (a connection that reconnects subscribes again by
 //! itself).
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasher, RandomState};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockguard_core::store::Inbox;
 use redis::aio::ConnectionManager;
@@ -39,8 +38,10 @@ use redis::{ConnectionAddr, ConnectionInfo, Value};
 use tokio::sync::Notify;
 use tokio::task::JoinSet;
 
-use super::subscriber::{Channels, Deliver, Known};
-use super::{RedisOptions, TlsSettings, client_from_info, manager_config, node_connect_timeout};
+use super::channels::{Channels, Known};
+use super::deliver::{Deliver, Seen};
+use crate::client::{client_from_info, manager_config, node_connect_timeout};
+use crate::options::{RedisOptions, TlsSettings};
 
 /// How long a look at the masters holds.
 const LOOK_AGAIN: Duration = Duration::from_secs(30);
@@ -404,47 +405,6 @@ fn slot_masters(slots: &Value, seed_host: Option<&str>) -> Vec<Addr> {
     addrs
 }
 
-/// The messages delivered in the last [`Seen::WINDOW`], by a hash of their
-/// channel and payload: a cluster's subscriber hears each release on the
-/// key's master and over the bus, and delivers it once. A payload names
-/// one handoff (its token, fence and attempt) or one waiter's turn, so two
-/// different messages alike within the window are not expected; were one
-/// dropped, its waiter's timed refresh would find what it said.
-#[derive(Debug, Default)]
-pub(crate) struct Seen {
-    hasher: RandomState,
-    recent: std::sync::Mutex<VecDeque<(Instant, u64)>>,
-}
-
-impl Seen {
-    /// How long a message is remembered: far longer than the bus delays
-    /// the second copy.
-    const WINDOW: Duration = Duration::from_secs(2);
-    /// The most messages remembered.
-    const MOST: usize = 4096;
-
-    /// Whether this message is heard for the first time (and remembers it).
-    pub(crate) fn first(&self, channel: &str, payload: &[u8]) -> bool {
-        let hash = self.hasher.hash_one((channel, payload));
-        let now = Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        while recent
-            .front()
-            .is_some_and(|(at, _)| now.duration_since(*at) >= Self::WINDOW)
-        {
-            recent.pop_front();
-        }
-        if recent.iter().any(|(_, h)| *h == hash) {
-            return false;
-        }
-        if recent.len() == Self::MOST {
-            recent.pop_front();
-        }
-        recent.push_back((now, hash));
-        true
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,25 +447,5 @@ mod tests {
             vec![("10.0.0.1".to_owned(), 7000)]
         );
         assert!(slot_masters(&Nil, Some("seed")).is_empty());
-    }
-
-    #[test]
-    fn a_message_heard_twice_within_the_window_is_delivered_once() {
-        let seen = Seen::default();
-        assert!(seen.first("c", b"handoff 1"));
-        assert!(!seen.first("c", b"handoff 1"), "the copy over the bus");
-        assert!(seen.first("c", b"handoff 2"));
-        assert!(seen.first("other", b"handoff 1"), "another channel");
-    }
-
-    #[test]
-    fn seen_forgets_the_oldest_beyond_its_bound() {
-        let seen = Seen::default();
-        for i in 0..=Seen::MOST {
-            assert!(seen.first("c", i.to_string().as_bytes()));
-        }
-        // The first was forgotten to make room; the last is remembered.
-        assert!(seen.first("c", b"0"));
-        assert!(!seen.first("c", Seen::MOST.to_string().as_bytes()));
     }
 }
