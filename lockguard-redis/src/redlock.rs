@@ -141,6 +141,33 @@ impl RedlockStore {
         tally
     }
 
+    /// Asks every node to do `op` (a release or an extension, true when the
+    /// node did it): true once a quorum did, false once a quorum no longer
+    /// can, the other nodes finishing in the background; an error about
+    /// `what` when too many nodes were unheard from to say it was not done.
+    async fn quorum_says<F, Fut>(&self, what: impl FnOnce() -> String, op: F) -> Result<bool>
+    where
+        F: Fn(Arc<RedisStore>) -> Fut,
+        Fut: Future<Output = Result<bool>> + Send + 'static,
+    {
+        let n = self.nodes.len();
+        let q = self.quorum();
+        let tally = self
+            .round(op, |t: &Tally<bool>, suspects| {
+                let yes = t.ok.iter().filter(|(_, r)| *r).count();
+                yes >= q || t.answered - yes + suspects > n - q
+            })
+            .await;
+        let yes = tally.ok.iter().filter(|(_, r)| *r).count();
+        if yes >= q {
+            Ok(true)
+        } else if tally.errors.len() + (n - tally.answered) > n - q {
+            Err(self.quorum_error(&what(), &tally.errors))
+        } else {
+            Ok(false)
+        }
+    }
+
     fn quorum_error(&self, what: &str, errors: &[Error]) -> Error {
         let down = self
             .healthy
@@ -513,8 +540,6 @@ impl LockStore for RedlockStore {
         token: &'a Token,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move {
-            let n = self.nodes.len();
-            let q = self.quorum();
             let slots: Option<Arc<Vec<String>>> = match keys.resource() {
                 Resource::Semaphore { permits } => Some(Arc::new(
                     (0..permits)
@@ -523,41 +548,22 @@ impl LockStore for RedlockStore {
                 )),
                 Resource::Lock => None,
             };
-            let tally = self
-                .round(
-                    |node| {
-                        let (keys, token, slots) = (keys.clone(), *token, slots.clone());
-                        async move {
-                            match slots {
-                                // A permit whose slot is unknown (an acquire
-                                // dropped mid-flight): release any slot with it.
-                                Some(slots) => {
-                                    node.release_any(&slots, &token, keys.channel()).await
-                                }
-                                None => {
-                                    node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
-                                        .await
-                                }
-                            }
+            let what = || format!("releasing {:?}", keys.id());
+            self.quorum_says(what, |node| {
+                let (keys, token, slots) = (keys.clone(), *token, slots.clone());
+                async move {
+                    match slots {
+                        // A permit whose slot is unknown (an acquire
+                        // dropped mid-flight): release any slot with it.
+                        Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
+                        None => {
+                            node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
+                                .await
                         }
-                    },
-                    // Decided once a quorum released, or can no longer; the
-                    // other nodes finish in the background.
-                    |t: &Tally<bool>, suspects| {
-                        let yes = t.ok.iter().filter(|(_, r)| *r).count();
-                        yes >= q || t.answered - yes + suspects > n - q
-                    },
-                )
-                .await;
-            let released = tally.ok.iter().filter(|(_, r)| *r).count();
-            if released >= q {
-                Ok(true)
-            } else if tally.errors.len() + (n - tally.answered) > n - q {
-                // Too many nodes unheard from to say it was not held.
-                Err(self.quorum_error(&format!("releasing {:?}", keys.id()), &tally.errors))
-            } else {
-                Ok(false)
-            }
+                    }
+                }
+            })
+            .await
         })
     }
 
@@ -568,29 +574,12 @@ impl LockStore for RedlockStore {
         lease: Duration,
     ) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::boxed(async move {
-            let n = self.nodes.len();
-            let q = self.quorum();
-            let tally = self
-                .round(
-                    |node| {
-                        let (keys, token) = (keys.clone(), *token);
-                        async move { node.extend(&keys, &token, lease).await }
-                    },
-                    |t: &Tally<bool>, suspects| {
-                        let yes = t.ok.iter().filter(|(_, r)| *r).count();
-                        yes >= q || t.answered - yes + suspects > n - q
-                    },
-                )
-                .await;
-            let yes = tally.ok.iter().filter(|(_, r)| *r).count();
-            if yes >= q {
-                Ok(true)
-            } else if tally.errors.len() + (n - tally.answered) > n - q {
-                // Too many nodes unheard from to say the lock is gone.
-                Err(self.quorum_error(&format!("extending {:?}", keys.id()), &tally.errors))
-            } else {
-                Ok(false)
-            }
+            let what = || format!("extending {:?}", keys.id());
+            self.quorum_says(what, |node| {
+                let (keys, token) = (keys.clone(), *token);
+                async move { node.extend(&keys, &token, lease).await }
+            })
+            .await
         })
     }
 }

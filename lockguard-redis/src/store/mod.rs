@@ -108,6 +108,38 @@ fn rw_arg(mode: RwMode) -> &'static str {
     }
 }
 
+/// The keys of a wait-queue script for one hold: its key, its sequence,
+/// its queue and its tickets, and for a read-write lock (`rw`) its writer
+/// and its queued readers.
+fn queue_keys(call: &mut Eval<'_>, keys: &LockKeys, rw: bool) {
+    call.key(keys.id())
+        .key(keys.sequence())
+        .key(keys.queue())
+        .key(keys.tickets());
+    if rw {
+        call.key(keys.writer()).key(keys.reads());
+    }
+}
+
+/// A call of a wait-queue script on one hold's [keys](queue_keys), the
+/// holder's or waiter's `token` its first argument.
+fn queue_call<'s>(script: &'s Lua, keys: &LockKeys, rw: bool, token: &Token) -> Eval<'s> {
+    let mut call = Eval::new(script, if rw { 6 } else { 4 });
+    queue_keys(&mut call, keys, rw);
+    call.arg(token.as_str());
+    call
+}
+
+/// A waiter's place, the last arguments of an acquire script. Without a
+/// place the script never queues.
+fn place_args(call: &mut Eval<'_>, place: Option<Place<'_>>) {
+    if let Some(p) = place {
+        call.arg(millis_ceil(p.timeout))
+            .arg(p.channel)
+            .arg(p.attempt);
+    }
+}
+
 /// The oldest Redis server lockguard works with (major, minor): the scripts
 /// use `SET KEEPTTL` and the subscriber speaks RESP3 (both 6.0), and 6.2 is
 /// the oldest release still tested.
@@ -156,6 +188,39 @@ fn attempt_reply(keys: &LockKeys, reply: &redis::Value) -> Result<Result<Fencing
             keys.id()
         ),
     ))
+}
+
+/// What an inspect script's reply says of a hold, read the same way for
+/// every kind.
+struct Inspected {
+    holders: u32,
+    /// The lease left, when held and the lease is known.
+    left: Option<Duration>,
+    waiters: u64,
+    /// The last fencing token drawn, if any.
+    fence: Option<FencingToken>,
+}
+
+impl Inspected {
+    /// Reads the reply's `holders` (a read-write lock's readers), its
+    /// lease `left` (in ms; negative when unknown) if `held`, its `waiters`
+    /// and its `sequence`; a value out of range is `garbage`.
+    fn read(
+        holders: i64,
+        held: bool,
+        left: i64,
+        waiters: i64,
+        sequence: &str,
+        garbage: impl Fn() -> Error,
+    ) -> Result<Self> {
+        let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
+        Ok(Self {
+            holders: u32::try_from(holders).map_err(|_| garbage())?,
+            left: (held && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
+            waiters: u64::try_from(waiters).map_err(|_| garbage())?,
+            fence: (sequence > 0).then(|| FencingToken::new(sequence)),
+        })
+    }
 }
 
 /// The answer of `lock_acquire_all.lua` for `n` locks: every fencing token,
@@ -585,19 +650,12 @@ impl RedisStore {
     /// Gives up `token`'s lock or permit, handing it to the first live
     /// waiter.
     pub(crate) async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
-        let mut call = match (keys.rw_mode(), keys.resource()) {
-            (Some(_), _) => Eval::new(&RW_RELEASE, 6),
-            (None, Resource::Lock) => Eval::new(&LOCK_RELEASE, 4),
-            (None, Resource::Semaphore { .. }) => Eval::new(&SEMAPHORE_RELEASE, 4),
+        let script = match (keys.rw_mode(), keys.resource()) {
+            (Some(_), _) => &RW_RELEASE,
+            (None, Resource::Lock) => &LOCK_RELEASE,
+            (None, Resource::Semaphore { .. }) => &SEMAPHORE_RELEASE,
         };
-        call.key(keys.id())
-            .key(keys.sequence())
-            .key(keys.queue())
-            .key(keys.tickets());
-        if keys.rw_mode().is_some() {
-            call.key(keys.writer()).key(keys.reads());
-        }
-        call.arg(token.as_str());
+        let mut call = queue_call(script, keys, keys.rw_mode().is_some(), token);
         if let Some(mode) = keys.rw_mode() {
             call.arg(rw_arg(mode));
         } else if let Resource::Semaphore { permits } = keys.resource() {
@@ -742,25 +800,16 @@ impl LockStore for RedisStore {
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
         StoreFuture::boxed(async move {
-            let mut call = match keys.resource() {
-                Resource::Lock => Eval::new(&LOCK_ACQUIRE, 4),
-                Resource::Semaphore { .. } => Eval::new(&SEMAPHORE_ACQUIRE, 4),
+            let script = match keys.resource() {
+                Resource::Lock => &LOCK_ACQUIRE,
+                Resource::Semaphore { .. } => &SEMAPHORE_ACQUIRE,
             };
-            call.key(keys.id())
-                .key(keys.sequence())
-                .key(keys.queue())
-                .key(keys.tickets())
-                .arg(token.as_str())
-                .arg(millis_ceil(lease));
+            let mut call = queue_call(script, keys, false, token);
+            call.arg(millis_ceil(lease));
             if let Resource::Semaphore { permits } = keys.resource() {
                 call.arg(permits);
             }
-            // Without a place the script never queues.
-            if let Some(p) = place {
-                call.arg(millis_ceil(p.timeout))
-                    .arg(p.channel)
-                    .arg(p.attempt);
-            }
+            place_args(&mut call, place);
             self.attempt(keys, token, &call).await
         })
     }
@@ -787,10 +836,7 @@ impl LockStore for RedisStore {
         StoreFuture::boxed(async move {
             let mut call = Eval::new(&LOCK_ACQUIRE_ALL, 4 * keys.len());
             for k in keys {
-                call.key(k.id())
-                    .key(k.sequence())
-                    .key(k.queue())
-                    .key(k.tickets());
+                queue_keys(&mut call, k, false);
             }
             call.arg(millis_ceil(lease));
             for t in tokens {
@@ -840,22 +886,9 @@ impl LockStore for RedisStore {
         place: Option<Place<'a>>,
     ) -> StoreFuture<'a, Result<Attempt>> {
         StoreFuture::boxed(async move {
-            let mut call = Eval::new(&RW_ACQUIRE, 6);
-            call.key(keys.id())
-                .key(keys.sequence())
-                .key(keys.queue())
-                .key(keys.tickets())
-                .key(keys.writer())
-                .key(keys.reads())
-                .arg(token.as_str())
-                .arg(millis_ceil(lease))
-                .arg(rw_arg(mode));
-            // Without a place the script never queues.
-            if let Some(p) = place {
-                call.arg(millis_ceil(p.timeout))
-                    .arg(p.channel)
-                    .arg(p.attempt);
-            }
+            let mut call = queue_call(&RW_ACQUIRE, keys, true, token);
+            call.arg(millis_ceil(lease)).arg(rw_arg(mode));
+            place_args(&mut call, place);
             self.attempt(keys, token, &call).await
         })
     }
@@ -901,14 +934,14 @@ impl LockStore for RedisStore {
                     ),
                 )
             };
-            let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
             let held = readers > 0 || writer == 1;
+            let read = Inspected::read(readers, held, left, waiters, &sequence, garbage)?;
             Ok(Occupancy::read_write(
-                u32::try_from(readers).map_err(|_| garbage())?,
+                read.holders,
                 writer == 1,
-                (held && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
-                u64::try_from(waiters).map_err(|_| garbage())?,
-                (sequence > 0).then(|| FencingToken::new(sequence)),
+                read.left,
+                read.waiters,
+                read.fence,
             ))
         })
     }
@@ -950,13 +983,13 @@ impl LockStore for RedisStore {
                     ),
                 )
             };
-            let sequence: u64 = sequence.parse().map_err(|_| garbage())?;
+            let read = Inspected::read(holders, holders > 0, left, waiters, &sequence, garbage)?;
             Ok(Occupancy::new(
-                u32::try_from(holders).map_err(|_| garbage())?,
+                read.holders,
                 capacity,
-                (holders > 0 && left >= 0).then(|| Duration::from_millis(left.unsigned_abs())),
-                u64::try_from(waiters).map_err(|_| garbage())?,
-                (sequence > 0).then(|| FencingToken::new(sequence)),
+                read.left,
+                read.waiters,
+                read.fence,
             ))
         })
     }
