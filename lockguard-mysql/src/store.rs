@@ -189,18 +189,8 @@ fn ms(d: Duration) -> i64 {
 }
 
 fn permits(resource: Resource) -> i32 {
-    match resource {
-        Resource::Lock => 1,
-        // At most MAX_PERMITS (1,000,000).
-        Resource::Semaphore { permits } => i32::try_from(permits).unwrap_or(i32::MAX),
-    }
-}
-
-fn capacity(resource: Resource) -> u32 {
-    match resource {
-        Resource::Semaphore { permits } => permits,
-        Resource::Lock => 1,
-    }
+    // At most MAX_PERMITS (1,000,000).
+    i32::try_from(resource.permits()).unwrap_or(i32::MAX)
 }
 
 /// The key's row key, or an error for one longer than a row key may be.
@@ -430,7 +420,7 @@ impl MySqlStore {
             .map(FencingToken::new);
         Ok(Occupancy::new(
             holders,
-            capacity(keys.resource()),
+            keys.resource().permits(),
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             waiters,
             latest,
