@@ -1,6 +1,6 @@
 //! The grammar of rates written as text: a count, a slash and a period,
 //! like `"10/s"`, `"100/min"`, `"1000/h"` or `"5/250ms"`. The period is a
-//! unit alone (one of it) or a [duration](crate::duration).
+//! unit alone (one of it) or a duration ([`duration`](mod@crate::duration)).
 //!
 //! This reads the text only; whether the quota can work is
 //! [`check_quota`](crate::check_quota)'s to say.
