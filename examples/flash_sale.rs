@@ -600,7 +600,7 @@ async fn main() -> Result<(), Error> {
         eprintln!(
             "flash_sale keeps its stock in counters, which the {} store does not offer ({e}); \
              run it on memory://, redis://, postgres://, mysql:// or zookeeper://",
-            lg.backend_name()
+            lg.store_name()
         );
         std::process::exit(2);
     }
@@ -614,7 +614,7 @@ async fn main() -> Result<(), Error> {
         Err(e) if e.is_unsupported() => {
             println!(
                 "the {} store offers no rate limiting: the sale runs without its rate limits",
-                lg.backend_name()
+                lg.store_name()
             );
             false
         }
@@ -664,7 +664,7 @@ async fn main() -> Result<(), Error> {
     let first_charges = view.charges(first).get().await?;
 
     let sold = tally.get("sold");
-    let store = shop.backend_name();
+    let store = shop.store_name();
     println!();
     println!(
         "flash sale: {INITIAL_STOCK} x {SKU:?} on the {store} store, {} buy requests over HTTP in {:.2} s",

@@ -101,12 +101,12 @@ async fn main() -> Result<(), Error> {
     let lg = Client::from_env_or_memory().await?;
     lg.install_default();
     // A second handle on the same store, standing in for another process.
-    let other = if lg.backend_name() == "memory" {
+    let other = if lg.store_name() == "memory" {
         lg.peer()
     } else {
         Client::from_env().await?
     };
-    println!("store: {}", lg.backend_name());
+    println!("store: {}", lg.store_name());
     let shop = Arc::new(Shop {
         run: format!("example-macros:{}", std::process::id()),
         charges: AtomicU32::new(0),

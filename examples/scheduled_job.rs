@@ -43,13 +43,13 @@ async fn main() -> Result<(), Error> {
     let lg = Client::from_env_or_memory().await?;
     println!(
         "store: {}; {PERIODS} periods of {PERIOD:?}, 3 replicas",
-        lg.backend_name()
+        lg.store_name()
     );
     let job: Arc<str> = format!("report:{}", std::process::id()).into();
     let mut replicas = Vec::new();
     for _ in 0..3 {
         // Each replica a client of its own, as separate processes have.
-        let client = if lg.backend_name() == "memory" {
+        let client = if lg.store_name() == "memory" {
             lg.peer()
         } else {
             Client::from_env().await?

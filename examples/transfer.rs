@@ -52,7 +52,7 @@ async fn main() -> Result<(), Error> {
     let lg = Client::from_env_or_memory().await?;
     println!(
         "store: {}; 4 replicas, {ACCOUNTS} accounts",
-        lg.backend_name()
+        lg.store_name()
     );
     let run = std::process::id();
     let names: Vec<String> = (0..ACCOUNTS).map(|i| format!("acct:{run}:{i}")).collect();
@@ -63,7 +63,7 @@ async fn main() -> Result<(), Error> {
     let mut replicas = Vec::new();
     for r in 0..4u64 {
         // Each replica a client of its own, as separate processes have.
-        let client = if lg.backend_name() == "memory" {
+        let client = if lg.store_name() == "memory" {
             lg.peer()
         } else {
             Client::from_env().await?

@@ -120,9 +120,9 @@ impl BuilderExt for Builder {
                 None => Err(Error::new(
                     ErrorKind::Misconfigured,
                     format!(
-                        "{URL_VAR} is not set: set it to the store's URL (redis://..., \
-                         postgres://..., zookeeper://..., or memory:// for locks that hold \
-                         within this process only)"
+                        "{URL_VAR} is not set, nor {REDIS_URL_VAR}: set it to the store's URL \
+                         ({}, or memory:// for locks that hold within this process only)",
+                        crate::scheme::examples()
                     ),
                 )),
             }
@@ -185,9 +185,9 @@ fn env_url() -> Result<Option<(&'static str, String)>> {
 /// hosts, the credentials, the hosts and the path.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Parts<'a> {
-    scheme: &'a str,
-    userinfo: Option<&'a str>,
-    hosts: Vec<&'a str>,
+    pub(crate) scheme: &'a str,
+    pub(crate) userinfo: Option<&'a str>,
+    pub(crate) hosts: Vec<&'a str>,
     pub(crate) path: &'a str,
 }
 
@@ -196,7 +196,7 @@ pub(crate) fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
 }
 
 /// `url` with any password replaced by `***`, for messages.
-fn redacted(url: &str) -> String {
+pub(crate) fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -206,19 +206,6 @@ fn redacted(url: &str) -> String {
             None => url.to_owned(),
         },
         None => url.to_owned(),
-    }
-}
-
-/// The scheme of `url`, lowercase.
-pub(crate) fn scheme(url: &str) -> Result<String> {
-    match url.split_once("://") {
-        Some((s, _)) if !s.is_empty() => Ok(s.to_ascii_lowercase()),
-        _ => Err(invalid(
-            url,
-            "no scheme: a store URL starts with memory://, redis://, rediss://, \
-             redis+cluster://, redis+sentinel://, redis+redlock://, postgres://, mysql:// \
-             or zookeeper://",
-        )),
     }
 }
 
@@ -261,52 +248,9 @@ fn port_ok((host, port): (&str, &str)) -> bool {
     !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
-/// Connects `builder` to the store `url` names.
+/// Connects `builder` to the store `url` names (see [`crate::scheme`]).
 async fn connect_url(builder: Builder, url: &str) -> Result<Client> {
-    let scheme = scheme(url)?;
-    match scheme.as_str() {
-        "memory" => {
-            if url.len() > "memory://".len() {
-                return Err(invalid(url, "memory:// takes nothing after the scheme"));
-            }
-            builder.memory()
-        }
-        "redis" | "rediss" | "redis+unix" | "unix" => boxed(redis_server(builder, url)).await,
-        "redis+cluster" | "rediss+cluster" => boxed(redis_cluster(builder, url)).await,
-        "redis+sentinel" | "rediss+sentinel" => boxed(redis_sentinel(builder, url)).await,
-        "redis+redlock" | "rediss+redlock" => boxed(redlock(builder, url)).await,
-        "postgres" | "postgresql" => boxed(postgres(builder, url)).await,
-        "mysql" | "mariadb" => boxed(mysql(builder, url)).await,
-        "zookeeper" | "zk" => boxed(zookeeper(builder, url)).await,
-        other => Err(invalid(
-            url,
-            format!(
-                "unknown scheme {other:?}: memory://, redis://, rediss://, redis+unix://, \
-                 redis+cluster://, redis+sentinel://, redis+redlock://, postgres://, \
-                 postgresql://, mysql://, mariadb://, zookeeper:// or zk://"
-            ),
-        )),
-    }
-}
-
-/// The error for a store whose feature is off.
-#[cfg(not(all(
-    feature = "redis",
-    feature = "cluster",
-    feature = "sentinel",
-    feature = "postgres",
-    feature = "mysql",
-    feature = "zookeeper"
-)))]
-pub(crate) fn feature_off(url: &str, store: &str, feature: &str) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        format!(
-            "{:?} is a {store} URL, and lockguard was built without its feature: \
-             enable `features = [\"{feature}\"]`",
-            redacted(url)
-        ),
-    )
+    (crate::scheme::find(url)?.connect)(builder, url.to_owned()).await
 }
 
 /// The per-node URLs of a multi-host Redis URL: `redis://` or `rediss://`
@@ -324,131 +268,6 @@ pub(crate) fn node_urls(parts: &Parts<'_>) -> Vec<String> {
         .iter()
         .map(|h| format!("{base}://{creds}{h}"))
         .collect()
-}
-
-#[cfg(feature = "redis")]
-async fn redis_server(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_redis::BuilderExt as _;
-    builder.connect_redis(url).await
-}
-
-#[cfg(not(feature = "redis"))]
-async fn redis_server(_: Builder, url: &str) -> Result<Client> {
-    Err(feature_off(url, "Redis", "redis"))
-}
-
-#[cfg(feature = "cluster")]
-async fn redis_cluster(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_redis::BuilderExt as _;
-    let parts = hosts(url)?;
-    if !parts.path.is_empty() && parts.path != "/" {
-        return Err(invalid(
-            url,
-            "a cluster has no database: nothing may follow the hosts",
-        ));
-    }
-    builder.connect_cluster(node_urls(&parts)).await
-}
-
-#[cfg(not(feature = "cluster"))]
-async fn redis_cluster(_: Builder, url: &str) -> Result<Client> {
-    // A malformed URL says so first.
-    hosts(url)?;
-    Err(feature_off(url, "Redis Cluster", "cluster"))
-}
-
-#[cfg(feature = "sentinel")]
-async fn redis_sentinel(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_redis::BuilderExt as _;
-    let parts = hosts(url)?;
-    if parts.userinfo.is_some() {
-        return Err(invalid(
-            url,
-            "credentials in a Sentinel URL are not taken (the sentinels' and the master's \
-             differ): use Builder::connect_sentinel_with",
-        ));
-    }
-    let service = parts.path.trim_start_matches('/');
-    if service.is_empty() || service.contains('/') {
-        return Err(invalid(
-            url,
-            "the service is missing: redis+sentinel://host:port,.../SERVICE",
-        ));
-    }
-    builder.connect_sentinel(node_urls(&parts), service).await
-}
-
-#[cfg(not(feature = "sentinel"))]
-async fn redis_sentinel(_: Builder, url: &str) -> Result<Client> {
-    // A malformed URL says so first.
-    hosts(url)?;
-    Err(feature_off(url, "Redis Sentinel", "sentinel"))
-}
-
-#[cfg(feature = "redis")]
-async fn redlock(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_redis::BuilderExt as _;
-    let parts = hosts(url)?;
-    if !parts.path.is_empty() && parts.path != "/" {
-        return Err(invalid(
-            url,
-            "nothing may follow the hosts of a Redlock URL",
-        ));
-    }
-    builder.redlock(node_urls(&parts)).await
-}
-
-#[cfg(not(feature = "redis"))]
-async fn redlock(_: Builder, url: &str) -> Result<Client> {
-    // A malformed URL says so first.
-    hosts(url)?;
-    Err(feature_off(url, "Redlock", "redis"))
-}
-
-#[cfg(feature = "postgres")]
-async fn postgres(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_postgres::BuilderExt as _;
-    builder.connect_postgres(url).await
-}
-
-#[cfg(not(feature = "postgres"))]
-async fn postgres(_: Builder, url: &str) -> Result<Client> {
-    Err(feature_off(url, "PostgreSQL", "postgres"))
-}
-
-#[cfg(feature = "mysql")]
-async fn mysql(builder: Builder, url: &str) -> Result<Client> {
-    let url = match url.split_once("://") {
-        Some((s, rest)) if s.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
-        _ => url.to_owned(),
-    };
-    lockguard_mysql::connect_with(builder, &url).await
-}
-
-#[cfg(not(feature = "mysql"))]
-async fn mysql(_: Builder, url: &str) -> Result<Client> {
-    Err(feature_off(url, "MySQL", "mysql"))
-}
-
-#[cfg(feature = "zookeeper")]
-async fn zookeeper(builder: Builder, url: &str) -> Result<Client> {
-    use lockguard_zookeeper::BuilderExt as _;
-    let parts = hosts(url)?;
-    if parts.userinfo.is_some() {
-        return Err(invalid(url, "a ZooKeeper URL takes no credentials"));
-    }
-    let hosts = parts.hosts.join(",");
-    match parts.path.trim_end_matches('/') {
-        "" => builder.connect_zookeeper(&hosts).await,
-        root => builder.zookeeper_root(root).connect_zookeeper(&hosts).await,
-    }
-}
-
-#[cfg(not(feature = "zookeeper"))]
-async fn zookeeper(_: Builder, url: &str) -> Result<Client> {
-    // A malformed URL says so first.
-    hosts(url)?;
-    Err(feature_off(url, "ZooKeeper", "zookeeper"))
 }
 
 #[cfg(test)]
@@ -481,7 +300,5 @@ mod tests {
             "redis+redlock://u:***@a:1,b:2"
         );
         assert_eq!(redacted("redis://a:1"), "redis://a:1");
-        let e = scheme("nope").unwrap_err();
-        assert!(e.to_string().contains("no scheme"), "{e}");
     }
 }

@@ -22,7 +22,7 @@ use lockguard_testing::{
 
 /// A lock taken and given back through `lg`, whose store is `store`.
 async fn works_on(lg: &Client, store: &str) {
-    assert_eq!(lg.backend_name(), store);
+    assert_eq!(lg.store_name(), store);
     let guard = lg.lock("connect:url").try_acquire().await.unwrap();
     assert!(guard.release().await.unwrap());
 }
@@ -157,7 +157,7 @@ async fn from_env_child() {
         _ => Client::from_env_or_memory().await,
     };
     match result {
-        Ok(lg) => println!("\nstore={}", lg.backend_name()),
+        Ok(lg) => println!("\nstore={}", lg.store_name()),
         Err(e) => println!("\nerror={:?}: {e}", e.kind()),
     }
 }

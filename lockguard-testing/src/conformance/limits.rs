@@ -272,12 +272,12 @@ pub async fn peek_tells_the_decision_and_spends_nothing(env: Env) {
 /// a refusal cached by `cache_refusals`, which every store answers at once.
 pub async fn check_now_answers_at_once_or_sends_nothing(env: Env) {
     let lg = env.client().await;
-    let at_once = lg.backend_name() == "memory";
+    let at_once = lg.store_name() == "memory";
     let limiter = lg.rate_limiter("now", Quota::per_minute(2));
     for left in [1, 0] {
         let d = match limiter.check_now("ann", 1) {
             Some(decided) => {
-                assert!(at_once, "a {} store answered at once", lg.backend_name());
+                assert!(at_once, "a {} store answered at once", lg.store_name());
                 decided.unwrap()
             }
             None => {

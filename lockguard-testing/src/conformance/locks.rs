@@ -693,11 +693,11 @@ pub async fn fenced_writes_compare_tokens_exactly(env: Env) {
 pub async fn now_methods_answer_at_once_or_send_nothing(env: Env) {
     let lg = env.client().await;
     let other = env.client().await;
-    let at_once = lg.backend_name() == "memory";
+    let at_once = lg.store_name() == "memory";
     let lock = lg.lock("now");
     match lock.try_acquire_now() {
         Some(taken) => {
-            assert!(at_once, "a {} store answered at once", lg.backend_name());
+            assert!(at_once, "a {} store answered at once", lg.store_name());
             let guard = taken.unwrap();
             assert!(guard.is_held());
             let busy = other.lock("now").try_acquire_now().unwrap().unwrap_err();

@@ -819,7 +819,7 @@ pub async fn rw_inspect_shows_readers_writer_and_waiters(env: Env) {
 /// leaves nothing behind: the lock of the same name is free.
 pub async fn rw_locks_are_unsupported(env: Env) {
     let lg = env.client().await;
-    let name = lg.backend_name();
+    let name = lg.store_name();
     let rw = lg.rw_lock("refused");
     let started = Instant::now();
     let errors = [
