@@ -146,7 +146,7 @@ impl Guards {
                 let parts = (s.engine.clone(), s.keys.clone(), s.token, keep);
                 spawn_release(self.runtime.as_ref(), parts, &s.name, s.fence);
                 Err(Error::new(
-                    crate::ErrorKind::Unavailable,
+                    crate::error::ErrorKind::Unavailable,
                     "the store did not answer the release at once; it continues in the background",
                 ))
             }
@@ -405,7 +405,7 @@ impl LockGuard {
         if let Some(max) = s.engine.store.locks.max_lease()
             && lease > max
         {
-            return Err(crate::Error::invalid(format!(
+            return Err(Error::invalid(format!(
                 "a lease on a {} client can be at most {max:?} (two thirds of its session timeout), got {lease:?}",
                 s.engine.store.locks.name()
             )));

@@ -174,13 +174,11 @@ impl Leader {
         self
     }
 
-    /// Announces on `client`'s store instead of this client's: for an
-    /// election on a store without fenced values (Redlock), whose
-    /// announcements then live on one Redis server (or any store) that
-    /// every candidate and reader names the same way. The term still comes
-    /// from this client's lock, and `client`'s prefix names the key.
-    pub fn announce_on(mut self, client: &crate::Client) -> Self {
-        self.board = FencedResource::announcement(client.engine().clone(), &self.name);
+    /// Announces on `engine`'s store: what
+    /// [`Leader::announce_on`] does with a
+    /// client's.
+    pub(crate) fn announce_with(mut self, engine: Arc<Engine>) -> Self {
+        self.board = FencedResource::announcement(engine, &self.name);
         self
     }
 

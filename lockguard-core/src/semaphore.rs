@@ -152,7 +152,7 @@ impl Semaphore {
     /// # Errors
     ///
     /// As [`Lock::inspect`].
-    pub async fn inspect(&self) -> Result<crate::Occupancy> {
+    pub async fn inspect(&self) -> Result<crate::store::Occupancy> {
         self.inner.inspect().await
     }
 
@@ -183,13 +183,13 @@ impl Permit {
 
     /// The permit's fencing token: on every store, no other permit of the
     /// semaphore has the same one; see [`LockGuard::fencing_token`].
-    pub fn fencing_token(&self) -> crate::FencingToken {
+    pub fn fencing_token(&self) -> crate::fence::FencingToken {
         self.0.fencing_token()
     }
 
     /// A handle on the permit's lease that does not hold it; see
     /// [`LockGuard::watch`].
-    pub fn watch(&self) -> crate::LeaseWatch {
+    pub fn watch(&self) -> crate::guard::LeaseWatch {
         self.0.watch()
     }
 

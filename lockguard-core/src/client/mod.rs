@@ -210,6 +210,17 @@ impl Client {
     }
 }
 
+impl Leader {
+    /// Announces on `client`'s store instead of this client's: for an
+    /// election on a store without fenced values (Redlock), whose
+    /// announcements then live on one Redis server (or any store) that
+    /// every candidate and reader names the same way. The term still comes
+    /// from this client's lock, and `client`'s prefix names the key.
+    pub fn announce_on(self, client: &Client) -> Self {
+        self.announce_with(client.engine().clone())
+    }
+}
+
 /// Settings for a [`Client`].
 ///
 /// # Examples

@@ -354,7 +354,7 @@ impl RateLimiter {
     /// The error for a refusal of `key`, to retry after `retry_after`.
     fn limited(&self, key: &str, retry_after: Duration) -> Error {
         Error::new(
-            crate::ErrorKind::RateLimited,
+            crate::error::ErrorKind::RateLimited,
             format!(
                 "rate limit {:?} for {key:?} exceeded; retry after {retry_after:?}",
                 self.shared.name

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::{AbortHandle, JoinHandle};
 
 use super::{Inbox, StoreFuture};
-use crate::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// The tasks that hear a store's channels, one per channel, for a
 /// [`Listener`](super::Listener) that runs a task of its own per client
