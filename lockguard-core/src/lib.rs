@@ -99,12 +99,12 @@
 //!
 //! # The layers, and adding a store
 //!
-//! The modules read top to bottom, each using only those below it: values
-//! (errors, tokens, fencing tokens, keys, clocks, the rate-limit
-//! algorithms, leases); the store boundary; waking waiters; the engine
-//! (what one client's primitives share: store, prefix, defaults, waiters);
-//! holding (a hold, the watchdog, guards, reentrancy scopes); the
-//! primitives; the client.
+//! The modules stand in layers, from the ground up, each using only those
+//! under it: values (errors, tokens, fencing tokens, keys, clocks, the
+//! rate-limit algorithms, leases); the store boundary, with the in-memory
+//! store behind it; waking waiters; the engine (what one client's
+//! primitives share: store, prefix, defaults, waiters); holding (a hold,
+//! the watchdog, guards, reentrancy scopes); the primitives; the client.
 //!
 //! Every store sits behind one public boundary, [`store`], of domain
 //! operations, each atomic and one round trip where the store allows:
