@@ -10,7 +10,7 @@ use std::pin::Pin;
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
-use crate::connect::{invalid, redacted};
+use crate::url::{invalid, redacted};
 
 /// A boxed future of a store's answer.
 pub(crate) type Answer<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
@@ -216,8 +216,8 @@ mod redis {
 mod cluster {
     use super::*;
     #[cfg(feature = "cluster")]
-    use crate::connect::node_urls;
-    use crate::connect::{Parts, hosts};
+    use crate::url::node_urls;
+    use crate::url::{Parts, hosts};
 
     /// The hosts of a cluster URL, which has no database.
     fn parts(url: &str) -> Result<Parts<'_>> {
@@ -266,8 +266,8 @@ mod cluster {
 mod sentinel {
     use super::*;
     #[cfg(feature = "sentinel")]
-    use crate::connect::node_urls;
-    use crate::connect::{Parts, hosts};
+    use crate::url::node_urls;
+    use crate::url::{Parts, hosts};
 
     /// The sentinels of a Sentinel URL and the service it names.
     fn parts(url: &str) -> Result<(Parts<'_>, &str)> {
@@ -327,8 +327,8 @@ mod sentinel {
 mod redlock {
     use super::*;
     #[cfg(feature = "redis")]
-    use crate::connect::node_urls;
-    use crate::connect::{Parts, hosts};
+    use crate::url::node_urls;
+    use crate::url::{Parts, hosts};
 
     /// The nodes of a Redlock URL, after which nothing may follow.
     fn parts(url: &str) -> Result<Parts<'_>> {
@@ -431,7 +431,7 @@ mod mysql {
 
 mod zookeeper {
     use super::*;
-    use crate::connect::hosts;
+    use crate::url::hosts;
 
     /// The ensemble's hosts (`host:port,...`) and the root a URL names
     /// (`None`: the default).
