@@ -114,10 +114,9 @@ impl Quota {
                 "quota count {} exceeds the maximum of {MAX_QUOTA}",
                 self.count
             ),
-            QuotaFault::PeriodTooShort => format!(
-                "quota period must be at least 1ms, got {:?}",
-                self.period
-            ),
+            QuotaFault::PeriodTooShort => {
+                format!("quota period must be at least 1ms, got {:?}", self.period)
+            }
             QuotaFault::PeriodTooLong => format!(
                 "quota period {:?} exceeds the maximum of {MAX_PERIOD:?}",
                 self.period
