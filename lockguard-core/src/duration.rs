@@ -6,7 +6,3 @@
 pub(crate) use lockguard_units::duration::Text;
 #[cfg(feature = "serde")]
 pub(crate) use lockguard_units::duration::parse;
-
-// The permit limit has its home in lockguard-units too; `key.rs` still
-// spells it out, and this keeps the two from drifting apart.
-const _: () = assert!(crate::key::MAX_PERMITS == lockguard_units::MAX_PERMITS);

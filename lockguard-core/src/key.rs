@@ -12,8 +12,7 @@ pub const MAX_KEY_LEN: usize = 1024;
 /// The default prefix of every key lockguard writes.
 pub const DEFAULT_PREFIX: &str = "lockguard:";
 
-/// The most permits a semaphore may have.
-pub const MAX_PERMITS: u32 = 1_000_000;
+pub use lockguard_units::MAX_PERMITS;
 
 /// The kind of the lock keys behind elections, and (with `-term`) of
 /// their announcements: `{prefix}leader:{escaped name}`.
