@@ -106,6 +106,73 @@ impl FencedResource {
         }
     }
 
+    /// Removes the stored value if `token` is at least the newest token
+    /// this resource has accepted, in one atomic step, and keeps `token` as
+    /// the newest.
+    ///
+    /// The token stays behind (a tombstone of a few bytes per resource):
+    /// afterwards [`read`](Self::read) answers `None`, a write with an older
+    /// token is still refused, and a write with the same or a newer token is
+    /// accepted. Removing a resource that holds nothing records `token` all
+    /// the same, so a later write with an older one is refused. Deleting the
+    /// token as well would let a holder paused past its lease write again
+    /// with its stale token.
+    ///
+    /// A fenced value never expires by itself: an expiry would forget the
+    /// newest token and admit the stale writers the resource exists to
+    /// refuse. Remove it, with a current token, when it is no longer needed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// # use std::time::Duration;
+    /// let lg = lockguard_core::Client::memory();
+    /// let ledger = lg.fenced("ledger:7");
+    /// let old = lg.lock("invoice:7").lease(Duration::from_secs(5)).acquire().await?;
+    /// let old_token = old.fencing_token();
+    /// old.release().await?;
+    ///
+    /// let guard = lg.lock("invoice:7").lease(Duration::from_secs(5)).acquire().await?;
+    /// ledger.write(guard.fencing_token(), b"paid").await?;
+    /// ledger.remove(guard.fencing_token()).await?;
+    /// assert_eq!(ledger.read().await?, None);
+    ///
+    /// // The token stays: a holder with an older one cannot write again.
+    /// let stale = ledger.write(old_token, b"pending").await.unwrap_err();
+    /// assert!(stale.is_stale_fencing_token());
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::StaleFencingToken`] when a newer token has written
+    /// already (nothing is removed); [`ErrorKind::Unsupported`] on a store
+    /// without fenced values; the store's errors otherwise.
+    pub async fn remove(&self, token: FencingToken) -> Result<()> {
+        let key = self.key()?;
+        let removed = self
+            .engine
+            .store
+            .data()
+            .fenced_remove(key, token.get())
+            .await?;
+        if removed {
+            tracing::debug!(resource = %self.name, fence = token.get(), "fenced value removed");
+            Ok(())
+        } else {
+            tracing::warn!(resource = %self.name, fence = token.get(), "fenced remove rejected: stale token");
+            Err(Error::new(
+                ErrorKind::StaleFencingToken,
+                format!(
+                    "removal of {:?} with fencing token {token} rejected: a newer token has written",
+                    self.name
+                ),
+            ))
+        }
+    }
+
     /// Reads the stored value and the token that wrote it, if any.
     ///
     /// # Errors

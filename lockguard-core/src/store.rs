@@ -755,6 +755,16 @@ pub trait DataStore: LockStore {
     fn fenced_read<'a>(&'a self, _key: &'a str) -> StoreFuture<'a, Result<Stored>> {
         StoreFuture::ready(Err(unsupported(self.name(), "fenced values")))
     }
+
+    /// Removes the stored value if `token` is at least the newest
+    /// accepted, and keeps `token` as the newest (a tombstone: a later
+    /// write with an older token is still refused, and
+    /// [`fenced_read`](DataStore::fenced_read) answers `None`). On a
+    /// resource never written it records `token`. True when removed or
+    /// recorded, false when a newer token has written.
+    fn fenced_remove<'a>(&'a self, _key: &'a str, _token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Err(unsupported(self.name(), "fenced values")))
+    }
 }
 
 /// Where a store's messages for one client go: the client's waiters.

@@ -209,6 +209,7 @@ mod tests {
             include_str!("store/scripts/counter_take.lua"),
             include_str!("store/scripts/fence_claim.lua"),
             include_str!("store/scripts/fence_raise.lua"),
+            include_str!("store/scripts/fenced_remove.lua"),
             include_str!("store/scripts/fenced_write.lua"),
             include_str!("store/scripts/fixed_window.lua"),
             include_str!("store/scripts/gcra.lua"),

@@ -42,6 +42,8 @@ static SLIDING_WINDOW: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/sliding_window.lua")));
 static FENCED_WRITE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/fenced_write.lua")));
+static FENCED_REMOVE: LazyLock<Lua> =
+    LazyLock::new(|| Lua::new(include_str!("scripts/fenced_remove.lua")));
 
 fn ttl_arg(ttl: Option<Duration>) -> u64 {
     ttl.map_or(0, millis_ceil)
@@ -252,7 +254,19 @@ impl DataStore for RedisStore {
             let (fence, value): (Option<u64>, Option<Vec<u8>>) = self
                 .query(&cmd, || format!("reading fenced resource {key:?}"))
                 .await?;
-            Ok(fence.map(|f| (f, value.unwrap_or_default())))
+            // A fence without a value is a removed value's tombstone.
+            Ok(fence.zip(value))
+        })
+    }
+
+    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(async move {
+            let mut call = Eval::new(&FENCED_REMOVE, 1);
+            call.key(key).arg(token);
+            let n: i64 = self
+                .run(&call, || format!("fenced removal of {key:?}"))
+                .await?;
+            Ok(n == 1)
         })
     }
 }

@@ -686,6 +686,60 @@ pub async fn fenced_writes_compare_tokens_exactly(env: Env) {
     assert_eq!(resource.read().await.unwrap().unwrap().value, b"max");
 }
 
+/// A removal with the newest token empties the value and keeps the token:
+/// a read answers `None`, older tokens stay refused (to write and to
+/// remove), the same or a newer token writes again. Removing a value never
+/// written records the token all the same.
+pub async fn fenced_remove_keeps_the_token(env: Env) {
+    use lockguard_core::FencingToken;
+    let data = env.data_client().await;
+    let resource = data.fenced("remove:written");
+    let older = FencingToken::new(9);
+    let t1 = FencingToken::new(10);
+    let t2 = FencingToken::new(11);
+    resource.write(t1, "first").await.unwrap();
+    resource.remove(t1).await.unwrap();
+    assert_eq!(resource.read().await.unwrap(), None);
+    let stale = resource.write(older, "late").await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    assert_eq!(resource.read().await.unwrap(), None);
+    let stale = resource.remove(older).await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    resource.write(t2, "second").await.unwrap();
+    let stored = resource.read().await.unwrap().unwrap();
+    assert_eq!(
+        (stored.token, stored.value.as_slice()),
+        (t2, &b"second"[..])
+    );
+    // A stale removal removes nothing.
+    let stale = resource.remove(t1).await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    assert_eq!(resource.read().await.unwrap().unwrap().value, b"second");
+    // The same token that removed writes again; an empty value is a value.
+    resource.remove(t2).await.unwrap();
+    resource.write(t2, "").await.unwrap();
+    let stored = resource.read().await.unwrap().unwrap();
+    assert_eq!((stored.token, stored.value.len()), (t2, 0));
+
+    // A resource never written: the removal records its token.
+    let fresh = data.fenced("remove:never-written");
+    fresh.remove(t1).await.unwrap();
+    assert_eq!(fresh.read().await.unwrap(), None);
+    let stale = fresh.write(older, "late").await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    assert_eq!(fresh.read().await.unwrap(), None);
+    // Tokens beyond 2^53 are compared exactly here too.
+    let big = FencingToken::new((1 << 53) + 1);
+    fresh.remove(big).await.unwrap();
+    let stale = fresh
+        .write(FencingToken::new(1 << 53), "late")
+        .await
+        .unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::StaleFencingToken, "{stale}");
+    fresh.write(big, "kept").await.unwrap();
+    assert_eq!(fresh.read().await.unwrap().unwrap().value, b"kept");
+}
+
 /// `try_acquire_now` and `try_release_now` answer at once on the in-memory
 /// store, as `try_acquire` and `release` would; on a store that needs a
 /// round trip they send nothing (the lock stays free, a guard handed back

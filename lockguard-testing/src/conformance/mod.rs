@@ -414,6 +414,7 @@ macro_rules! conformance {
             nested_acquisition_in_a_scope_is_reentrant_and_excludes_others,
             fencing_tokens_strictly_increase,
             fenced_writes_compare_tokens_exactly,
+            fenced_remove_keeps_the_token,
             braced_keys_are_locks_of_their_own,
             bad_input_is_a_clear_error,
             acquire_wait_is_bounded,

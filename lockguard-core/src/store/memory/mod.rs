@@ -261,7 +261,8 @@ struct State {
     sequence: u64,
     counters: Expiring<i64, (i64, u64)>,
     marks: Expiring<i64, HashSet<String>>,
-    fenced: HashMap<String, (u64, Vec<u8>)>,
+    /// The newest token accepted and the value, `None` once removed.
+    fenced: HashMap<String, (u64, Option<Vec<u8>>)>,
 }
 
 /// The in-memory store.
@@ -476,14 +477,28 @@ impl MemoryStore {
         match st.fenced.get(key) {
             Some((newest, _)) if *newest > token => false,
             _ => {
-                st.fenced.insert(key.to_owned(), (token, value.to_vec()));
+                st.fenced
+                    .insert(key.to_owned(), (token, Some(value.to_vec())));
                 true
             }
         }
     }
 
     pub(crate) fn fenced_read(&self, key: &str) -> Option<(u64, Vec<u8>)> {
-        self.state().fenced.get(key).cloned()
+        let st = self.state();
+        let (token, value) = st.fenced.get(key)?;
+        value.clone().map(|v| (*token, v))
+    }
+
+    pub(crate) fn fenced_remove(&self, key: &str, token: u64) -> bool {
+        let mut st = self.state();
+        match st.fenced.get(key) {
+            Some((newest, _)) if *newest > token => false,
+            _ => {
+                st.fenced.insert(key.to_owned(), (token, None));
+                true
+            }
+        }
     }
 
     // ---- counters --------------------------------------------------------
@@ -762,6 +777,10 @@ impl DataStore for MemoryStore {
 
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
         StoreFuture::ready(Ok(Self::fenced_read(self, key)))
+    }
+
+    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::ready(Ok(Self::fenced_remove(self, key, token)))
     }
 }
 
