@@ -71,9 +71,10 @@
 //! an older one up to date, uses a newer one when that one is compatible
 //! with it (a newer schema keeps every earlier function's signature and
 //! meaning), and refuses one that needs newer clients, saying so. This
-//! client writes version 6, compatible since 3 (version 5 changes how the
+//! client writes version 7, compatible since 3 (version 5 changes how the
 //! functions scan, not what they do; version 6 writes a handoff's letter
-//! to a client whose bell does not listen yet). Clients of version 3
+//! to a client whose bell does not listen yet; version 7 lets a fenced
+//! value be removed, keeping its token). Clients of version 3
 //! predate the rule: they refuse any newer schema, so upgrade them before
 //! a client of version 4 or newer first connects, or keep them
 //! from restarting until they are upgraded (those already connected keep

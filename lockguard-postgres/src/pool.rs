@@ -273,6 +273,7 @@ columns!(
     i64,
     String,
     Vec<u8>,
+    Option<Vec<u8>>,
     Option<i32>,
     Option<i64>,
     Option<Vec<i64>>

@@ -15,15 +15,17 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 110_000;
 /// to date (every statement of the file is idempotent). A newer one is
 /// used as it is when it is compatible with this version (see
 /// [`COMPATIBLE_SINCE`]), and refused otherwise.
-pub(crate) const VERSION: i32 = 6;
+pub(crate) const VERSION: i32 = 7;
 
 /// The oldest version of lockguard's clients that may use a schema of
 /// [`VERSION`]: this version keeps every function of version 3 with its
 /// signature and its meaning (version 4 added functions, and columns with
 /// defaults that keep the rows of version 3 meaning what they meant;
 /// version 5 turns bitmap scans off in the functions; version 6 writes a
-/// handoff's letter whether or not its client's bell is there), so
-/// clients of version 3 to 5 keep working on it. Written to `meta` by the migration;
+/// handoff's letter whether or not its client's bell is there; version 7
+/// lets a fenced value be removed, its row kept with a NULL value, which
+/// older clients never write), so clients of version 3 to 6 keep working
+/// on it. Written to `meta` by the migration;
 /// clients read it from a newer schema to decide whether they may use it.
 ///
 /// Clients of version 3 themselves predate this rule: they refuse any

@@ -175,12 +175,17 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.limit_log (
 );
 CREATE INDEX IF NOT EXISTS limit_log_order ON __SCHEMA__.limit_log (key, at, id);
 
--- Fenced values: the newest token accepted, exact at any size.
+-- Fenced values: the newest token accepted, exact at any size, and the
+-- value it wrote; NULL once removed (version 7): the row stays, with the
+-- token of the removal, so that older tokens stay refused. Clients before
+-- version 7 never remove; one of them that reads a removed value fails
+-- rather than taking it for a value.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.fenced (
   key text PRIMARY KEY,
   fence numeric(20, 0) NOT NULL,
-  value bytea NOT NULL
+  value bytea
 );
+ALTER TABLE __SCHEMA__.fenced ALTER COLUMN value DROP NOT NULL;
 
 -- The database's time in µs.
 CREATE OR REPLACE FUNCTION __SCHEMA__.now_us() RETURNS bigint

@@ -53,6 +53,7 @@ struct Statements {
     sliding_window: String,
     fenced_write: String,
     fenced_read: String,
+    fenced_remove: String,
     sweep: String,
 }
 
@@ -84,6 +85,12 @@ impl Statements {
                  WHERE f.fence <= EXCLUDED.fence RETURNING 1"
             ),
             fenced_read: format!("SELECT fence::text, value FROM {s}.fenced WHERE key = $1"),
+            // The row stays, with the removal's token and no value.
+            fenced_remove: format!(
+                "INSERT INTO {s}.fenced AS f (key, fence, value) VALUES ($1, $2::text::numeric, NULL) \
+                 ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence, value = NULL \
+                 WHERE f.fence <= EXCLUDED.fence RETURNING 1"
+            ),
             sweep: format!("SELECT {s}.sweep()"),
         }
     }
@@ -843,7 +850,10 @@ impl DataStore for PostgresStore {
                 return Ok(None);
             };
             let fence: String = row.get(0, &what)?;
-            let value: Vec<u8> = row.get(1, &what)?;
+            // NULL: a removed value, whose row keeps its token.
+            let Some(value) = row.get::<Option<Vec<u8>>>(1, &what)? else {
+                return Ok(None);
+            };
             let fence = fence.parse::<u64>().map_err(|_| {
                 Error::new(
                     ErrorKind::Protocol,
@@ -851,6 +861,20 @@ impl DataStore for PostgresStore {
                 )
             })?;
             Ok(Some((fence, value)))
+        })
+    }
+
+    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(async move {
+            let what = || format!("removing fenced {key:?}");
+            let rows = self
+                .query(
+                    &self.sql.fenced_remove,
+                    &[key.into(), (&token.to_string()).into()],
+                    what,
+                )
+                .await?;
+            Ok(!rows.is_empty())
         })
     }
 }

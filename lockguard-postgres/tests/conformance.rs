@@ -196,7 +196,7 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "6 3"
+        "7 3"
     );
     assert_eq!(acquire("old-other", "NULL"), "f", "the held lock was lost");
     assert_eq!(
