@@ -323,7 +323,7 @@ async fn schema(conn: &mut Conn) -> Result<Finding> {
                 subject,
                 format!(
                     "lockguard's tables ({p}*) do not exist yet: the first client creates them, \
-                     which needs CREATE, CREATE ROUTINE, ALTER ROUTINE and INDEX in the database \
+                     which needs CREATE, ALTER, CREATE ROUTINE, ALTER ROUTINE and INDEX in the database \
                      (or run migration_sql by hand)"
                 ),
                 AVAILABILITY,

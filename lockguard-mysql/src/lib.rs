@@ -70,7 +70,7 @@
 //! # Privileges
 //!
 //! A user that creates lockguard's tables and procedures on connect (when
-//! they are missing, or older than this version) needs `CREATE`,
+//! they are missing, or older than this version) needs `CREATE`, `ALTER`,
 //! `CREATE ROUTINE`, `ALTER ROUTINE` and `INDEX` on the database, besides
 //! the grants below. Once they are installed at this version (by a
 //! database administrator, with the SQL of [`migration_sql`]), a client

@@ -19,7 +19,9 @@ use crate::error::{is_no_such_table, mysql_error};
 /// whose bells are no longer rung. Version 5: time is datetime arithmetic
 /// on `SYSDATE(6)` (`UNIX_TIMESTAMP` is NULL past 2038 on MariaDB before
 /// 11.5), and a ring puts back the row of a bell it finds without one.
-pub(crate) const VERSION: i64 = 5;
+/// Version 6: a fenced value's `value` is nullable, and `fenced_remove`
+/// empties it and keeps its token.
+pub(crate) const VERSION: i64 = 6;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

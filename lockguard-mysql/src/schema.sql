@@ -119,12 +119,18 @@ CREATE TABLE IF NOT EXISTS __P__marks (
   PRIMARY KEY (k, member)
 ) ENGINE=InnoDB
 -- ;;
--- Fenced values: the newest token accepted and the value it wrote.
+-- Fenced values: the newest token accepted and the value it wrote; NULL
+-- once removed (version 6): the row stays, with the token of the removal,
+-- so that older tokens stay refused.
 CREATE TABLE IF NOT EXISTS __P__fenced (
   k VARBINARY(2900) NOT NULL PRIMARY KEY,
   fence BIGINT UNSIGNED NOT NULL,
-  value LONGBLOB NOT NULL
+  value LONGBLOB NULL
 ) ENGINE=InnoDB
+-- ;;
+-- A table of version 5 or older: its value becomes nullable (the same
+-- definition again for a newer one).
+ALTER TABLE __P__fenced MODIFY value LONGBLOB NULL
 -- ;;
 -- Rate limiters: GCRA's theoretical arrival time (µs), a fixed window's
 -- count, or a sliding log's running sum, until the state no longer matters
@@ -573,6 +579,26 @@ BEGIN
   SELECT f.fence INTO v_fence FROM __P__fenced f WHERE f.k = p_k FOR UPDATE;
   IF v_fence <= p_fence THEN
     UPDATE __P__fenced SET fence = p_fence, value = p_value WHERE k = p_k;
+  END IF;
+  COMMIT;
+  SELECT v_fence <= p_fence;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__fenced_remove
+-- ;;
+-- Removes p_k's value if p_fence is at least the newest token accepted for
+-- p_k, and keeps p_fence as the newest (a row with no value: a removal of
+-- a value never written records its token); answers 1 when it did.
+CREATE PROCEDURE __P__fenced_remove(IN p_k VARBINARY(2900), IN p_fence BIGINT UNSIGNED)
+BEGIN
+  DECLARE v_fence BIGINT UNSIGNED;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  INSERT INTO __P__fenced (k, fence, value) VALUES (p_k, p_fence, NULL)
+    ON DUPLICATE KEY UPDATE fence = fence;
+  SELECT f.fence INTO v_fence FROM __P__fenced f WHERE f.k = p_k FOR UPDATE;
+  IF v_fence <= p_fence THEN
+    UPDATE __P__fenced SET fence = p_fence, value = NULL WHERE k = p_k;
   END IF;
   COMMIT;
   SELECT v_fence <= p_fence;

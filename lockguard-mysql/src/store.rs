@@ -42,6 +42,7 @@ struct Statements {
     mark_once: String,
     fenced_write: String,
     fenced_read: String,
+    fenced_remove: String,
     gcra: String,
     fixed_window: String,
     sliding_window: String,
@@ -75,6 +76,7 @@ impl Statements {
             mark_once: format!("CALL {p}mark_once(?, ?, ?)"),
             fenced_write: format!("CALL {p}fenced_write(?, ?, ?)"),
             fenced_read: format!("SELECT fence, value FROM {p}fenced WHERE k = ?"),
+            fenced_remove: format!("CALL {p}fenced_remove(?, ?)"),
             gcra: format!("CALL {p}gcra(?, ?, ?, ?, ?)"),
             fixed_window: format!("CALL {p}fixed_window(?, ?, ?, ?, ?)"),
             sliding_window: format!("CALL {p}sliding_window(?, ?, ?, ?, ?)"),
@@ -642,7 +644,19 @@ impl MySqlStore {
     async fn fenced_read(&self, key: &str) -> Result<Stored> {
         let what = || format!("reading fenced {key:?}");
         let key = checked_key(key, &what)?;
-        self.exec_opt(&self.sql.fenced_read, (key,), what).await
+        let stored: Option<(u64, Option<Vec<u8>>)> =
+            self.exec_opt(&self.sql.fenced_read, (key,), what).await?;
+        // A row without a value: a removed value, whose token stays.
+        Ok(stored.and_then(|(fence, value)| value.map(|v| (fence, v))))
+    }
+
+    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
+        let what = || format!("removing fenced {key:?}");
+        let key = checked_key(key, &what)?;
+        let removed: i64 = self
+            .exec_one(&self.sql.fenced_remove, (key, token), what)
+            .await?;
+        Ok(removed == 1)
     }
 }
 
@@ -709,6 +723,10 @@ impl DataStore for MySqlStore {
 
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
         StoreFuture::boxed(Self::fenced_read(self, key))
+    }
+
+    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(Self::fenced_remove(self, key, token))
     }
 }
 

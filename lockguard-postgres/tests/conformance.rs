@@ -218,9 +218,16 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
         "old-waiter",
         "no letter for a client without a bell"
     );
-    // And what is new works beside it.
+    // And what is new works beside it: read-write locks, and the removal of
+    // a fenced value written before the upgrade (its value column, NOT NULL
+    // in version 3, became nullable).
     let r = lg.rw_lock("k").read().try_acquire().await.unwrap();
     assert!(r.release().await.unwrap());
+    let token = lockguard_core::FencingToken::new(5);
+    let fenced = lg.fenced("v3");
+    fenced.write(token, "before").await.unwrap();
+    fenced.remove(token).await.unwrap();
+    assert_eq!(fenced.read().await.unwrap(), None);
 }
 
 /// A hot key's scans skip its dead holders: each lock cycle leaves an index
