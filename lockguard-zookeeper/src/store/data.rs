@@ -9,7 +9,9 @@
 //! pause when another write came first: atomic, two round trips when
 //! uncontended, more under contention. A mark is a child node of the
 //! counter's mark set, created or found there; a fenced value a node
-//! holding the token and the value, written the same conditional way.
+//! holding the token and the value, written the same conditional way (the
+//! token alone once the value is removed: the node stays, so that older
+//! tokens stay refused).
 //! Expiry (`expire_after`) and rate limiting are not offered.
 
 use std::time::Duration;
@@ -68,17 +70,15 @@ fn counter_value(path: &str, read: &Read) -> Result<i64> {
     }
 }
 
-/// A fenced node's content: `{token} {value}`.
-fn fenced_content(path: &str, data: &[u8]) -> Result<(u64, Vec<u8>)> {
-    let space = data
-        .iter()
-        .position(|b| *b == b' ')
-        .ok_or_else(|| unreadable(path))?;
-    let token = std::str::from_utf8(&data[..space])
+/// A fenced node's content: `{token} {value}`, or `{token}` alone, with no
+/// space, for a removed value (`None`).
+fn fenced_content(path: &str, data: &[u8]) -> Result<(u64, Option<Vec<u8>>)> {
+    let space = data.iter().position(|b| *b == b' ');
+    let token = std::str::from_utf8(&data[..space.unwrap_or(data.len())])
         .ok()
         .and_then(|t| t.parse().ok())
         .ok_or_else(|| unreadable(path))?;
-    Ok((token, data[space + 1..].to_vec()))
+    Ok((token, space.map(|s| data[s + 1..].to_vec())))
 }
 
 impl ZooKeeperStore {
@@ -359,9 +359,29 @@ impl DataStore for ZooKeeperStore {
             let path = self.data_path(key);
             let client = self.session.client();
             match self.read(&client, &path).await? {
-                Some((data, _)) => Ok(Some(fenced_content(&path, &data)?)),
+                Some((data, _)) => {
+                    let (token, value) = fenced_content(&path, &data)?;
+                    Ok(value.map(|v| (token, v)))
+                }
                 None => Ok(None),
             }
+        })
+    }
+
+    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::boxed(async move {
+            let path = self.data_path(key);
+            // The token alone: the node stays, and refuses older tokens.
+            let data = token.to_string().into_bytes();
+            self.update(
+                &path,
+                |read| match read {
+                    Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
+                    _ => Ok(Ok(data.clone())),
+                },
+                |_| true,
+            )
+            .await
         })
     }
 }
@@ -374,15 +394,30 @@ mod tests {
     fn fenced_content_is_read_strictly() {
         assert_eq!(
             fenced_content("/p", b"42 paid").unwrap(),
-            (42, b"paid".to_vec())
+            (42, Some(b"paid".to_vec()))
         );
-        assert_eq!(fenced_content("/p", b"7 ").unwrap(), (7, Vec::new()));
+        assert_eq!(fenced_content("/p", b"7 ").unwrap(), (7, Some(Vec::new())));
         assert_eq!(
             fenced_content("/p", b"7 a b").unwrap(),
-            (7, b"a b".to_vec())
+            (7, Some(b"a b".to_vec()))
         );
-        for bad in [&b""[..], b"42", b"x 1", b"-1 v"] {
+        for bad in [&b""[..], b"x 1", b"-1 v", b" v", b"42x", b"-1"] {
             assert!(fenced_content("/p", bad).is_err(), "{bad:?}");
         }
+    }
+
+    /// A removed value's node holds its token alone: read as no value, its
+    /// token kept; an empty value still has its space.
+    #[test]
+    fn a_token_alone_is_a_removed_value() {
+        assert_eq!(fenced_content("/p", b"42").unwrap(), (42, None));
+        assert_eq!(
+            fenced_content("/p", u64::MAX.to_string().as_bytes()).unwrap(),
+            (u64::MAX, None)
+        );
+        assert_ne!(
+            fenced_content("/p", b"42").unwrap(),
+            fenced_content("/p", b"42 ").unwrap()
+        );
     }
 }
