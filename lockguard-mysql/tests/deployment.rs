@@ -95,3 +95,51 @@ async fn mysql_a_statement_binlog_format_is_misconfigured_and_checked() {
     let err = lg.counter("c").incr_by(1).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
 }
+
+/// Tables of schema version 5, whose fenced values had a `NOT NULL` value
+/// and no removal, are brought up to date by a client of this version: a
+/// value written before is removed, and its token stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
+    use lockguard_core::FencingToken;
+    let server = MariaDbServer::shared();
+    let prefix = "v5_";
+    let url = server.url();
+    let connect = || {
+        lockguard_mysql::MySqlBuilder::new(lockguard_core::Client::builder())
+            .table_prefix(prefix)
+            .connect_mysql(&url)
+    };
+    let before = connect().await.unwrap();
+    before
+        .fenced("old")
+        .write(FencingToken::new(7), "before")
+        .await
+        .unwrap();
+    // The tables taken back to what version 5 had.
+    server.sql(&format!(
+        "USE lockguard;\n\
+         ALTER TABLE {prefix}fenced MODIFY value LONGBLOB NOT NULL;\n\
+         DROP PROCEDURE {prefix}fenced_remove;\n\
+         UPDATE {prefix}meta SET version = 5;"
+    ));
+    let lg = connect().await.unwrap();
+    assert_eq!(
+        server.sql(&format!("SELECT version FROM lockguard.{prefix}meta")),
+        "6"
+    );
+    let fenced = lg.fenced("old");
+    assert_eq!(
+        fenced.read().await.unwrap().map(|v| v.value),
+        Some(b"before".to_vec())
+    );
+    let stale = fenced.remove(FencingToken::new(6)).await.unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    fenced.remove(FencingToken::new(7)).await.unwrap();
+    assert_eq!(fenced.read().await.unwrap(), None);
+    let stale = fenced
+        .write(FencingToken::new(6), "late")
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+}
