@@ -58,7 +58,6 @@ pub use lockguard_core::*;
 pub mod check;
 pub mod connect;
 mod scheme;
-mod url;
 pub use connect::{BuilderExt, ClientExt};
 
 // Attribute macros for `async fn`: a distributed lock, a rate limit or a

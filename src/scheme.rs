@@ -1,8 +1,10 @@
 //! The stores a URL can name: one table, [`SCHEMES`], that
 //! [`connect`](mod@crate::connect) and [`check`](mod@crate::check) each
 //! dispatch through with one lookup, and that every message listing the
-//! schemes is written from. Adding a store is a line here (and the store's
-//! two functions below, behind its feature).
+//! schemes is written from. Adding a store is a line here: the store crate
+//! owns its URL grammar (its `url::from_url` and `url::check_url`), and the
+//! module below calls them behind the store's feature, or says the feature
+//! is off.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,7 +12,7 @@ use std::pin::Pin;
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
-use crate::url::{invalid, redacted};
+use lockguard_core::store::url::{invalid, redacted};
 
 /// A boxed future of a store's answer.
 pub(crate) type Answer<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
@@ -188,18 +190,18 @@ mod memory {
     }
 }
 
+/// One Redis server: `lockguard_redis::url`.
 mod redis {
     use super::*;
 
     #[cfg(feature = "redis")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_redis::BuilderExt as _;
-        boxed(async move { builder.connect_redis(&url).await })
+        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "redis")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::check::server(&url).await })
+        boxed(async move { lockguard_redis::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "redis"))]
@@ -213,43 +215,25 @@ mod redis {
     }
 }
 
+/// Redis Cluster: `lockguard_redis::url`.
 mod cluster {
     use super::*;
-    #[cfg(feature = "cluster")]
-    use crate::url::node_urls;
-    use crate::url::{Parts, hosts};
-
-    /// The hosts of a cluster URL, which has no database.
-    fn parts(url: &str) -> Result<Parts<'_>> {
-        let parts = hosts(url)?;
-        if !parts.path.is_empty() && parts.path != "/" {
-            return Err(invalid(
-                url,
-                "a cluster has no database: nothing may follow the hosts",
-            ));
-        }
-        Ok(parts)
-    }
 
     #[cfg(feature = "cluster")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_redis::BuilderExt as _;
-        boxed(async move {
-            let nodes = node_urls(&parts(&url)?);
-            builder.connect_cluster(nodes).await
-        })
+        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "cluster")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::check::cluster(&node_urls(&parts(&url)?)).await })
+        boxed(async move { lockguard_redis::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "cluster"))]
     pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
         boxed(async move {
             // A malformed URL says so first.
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
@@ -257,60 +241,31 @@ mod cluster {
     #[cfg(not(feature = "cluster"))]
     pub(super) fn check(url: String) -> Answer<Report> {
         boxed(async move {
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
 }
 
+/// Redis Sentinel: `lockguard_redis::url`.
 mod sentinel {
     use super::*;
-    #[cfg(feature = "sentinel")]
-    use crate::url::node_urls;
-    use crate::url::{Parts, hosts};
-
-    /// The sentinels of a Sentinel URL and the service it names.
-    fn parts(url: &str) -> Result<(Parts<'_>, &str)> {
-        let parts = hosts(url)?;
-        if parts.userinfo.is_some() {
-            return Err(invalid(
-                url,
-                "credentials in a Sentinel URL are not taken (the sentinels' and the master's \
-                 differ): use Builder::connect_sentinel_with",
-            ));
-        }
-        let service = parts.path.trim_start_matches('/');
-        if service.is_empty() || service.contains('/') {
-            return Err(invalid(
-                url,
-                "the service is missing: redis+sentinel://host:port,.../SERVICE",
-            ));
-        }
-        Ok((parts, service))
-    }
 
     #[cfg(feature = "sentinel")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_redis::BuilderExt as _;
-        boxed(async move {
-            let (parts, service) = parts(&url)?;
-            builder.connect_sentinel(node_urls(&parts), service).await
-        })
+        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "sentinel")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            let (parts, service) = parts(&url)?;
-            lockguard_redis::check::sentinel(&node_urls(&parts), service).await
-        })
+        boxed(async move { lockguard_redis::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "sentinel"))]
     pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
         boxed(async move {
             // A malformed URL says so first.
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
@@ -318,46 +273,31 @@ mod sentinel {
     #[cfg(not(feature = "sentinel"))]
     pub(super) fn check(url: String) -> Answer<Report> {
         boxed(async move {
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
 }
 
+/// Redlock: `lockguard_redis::url`.
 mod redlock {
     use super::*;
-    #[cfg(feature = "redis")]
-    use crate::url::node_urls;
-    use crate::url::{Parts, hosts};
-
-    /// The nodes of a Redlock URL, after which nothing may follow.
-    fn parts(url: &str) -> Result<Parts<'_>> {
-        let parts = hosts(url)?;
-        if !parts.path.is_empty() && parts.path != "/" {
-            return Err(invalid(
-                url,
-                "nothing may follow the hosts of a Redlock URL",
-            ));
-        }
-        Ok(parts)
-    }
 
     #[cfg(feature = "redis")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_redis::BuilderExt as _;
-        boxed(async move { builder.redlock(node_urls(&parts(&url)?)).await })
+        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "redis")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::check::redlock(&node_urls(&parts(&url)?)).await })
+        boxed(async move { lockguard_redis::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "redis"))]
     pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
         boxed(async move {
             // A malformed URL says so first.
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
@@ -365,24 +305,24 @@ mod redlock {
     #[cfg(not(feature = "redis"))]
     pub(super) fn check(url: String) -> Answer<Report> {
         boxed(async move {
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
 }
 
+/// PostgreSQL: `lockguard_postgres::url`.
 mod postgres {
     use super::*;
 
     #[cfg(feature = "postgres")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_postgres::BuilderExt as _;
-        boxed(async move { builder.connect_postgres(&url).await })
+        boxed(async move { lockguard_postgres::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "postgres")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_postgres::check::check(&url).await })
+        boxed(async move { lockguard_postgres::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "postgres"))]
@@ -396,26 +336,18 @@ mod postgres {
     }
 }
 
+/// MySQL and MariaDB: `lockguard_mysql::url`.
 mod mysql {
     use super::*;
 
-    /// A `mariadb://` URL is a `mysql://` one.
-    #[cfg(feature = "mysql")]
-    fn as_mysql(url: &str) -> String {
-        match url.split_once("://") {
-            Some((s, rest)) if s.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
-            _ => url.to_owned(),
-        }
-    }
-
     #[cfg(feature = "mysql")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_mysql::connect_with(builder, &as_mysql(&url)).await })
+        boxed(async move { lockguard_mysql::url::from_url(builder, &url).await })
     }
 
     #[cfg(feature = "mysql")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_mysql::check::check(&as_mysql(&url)).await })
+        boxed(async move { lockguard_mysql::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "mysql"))]
@@ -429,49 +361,25 @@ mod mysql {
     }
 }
 
+/// ZooKeeper: `lockguard_zookeeper::url`.
 mod zookeeper {
     use super::*;
-    use crate::url::hosts;
-
-    /// The ensemble's hosts (`host:port,...`) and the root a URL names
-    /// (`None`: the default).
-    fn parts(url: &str) -> Result<(String, Option<String>)> {
-        let parts = hosts(url)?;
-        if parts.userinfo.is_some() {
-            return Err(invalid(url, "a ZooKeeper URL takes no credentials"));
-        }
-        let root = match parts.path.trim_end_matches('/') {
-            "" => None,
-            root => Some(root.to_owned()),
-        };
-        Ok((parts.hosts.join(","), root))
-    }
 
     #[cfg(feature = "zookeeper")]
     pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        use lockguard_zookeeper::BuilderExt as _;
-        boxed(async move {
-            match parts(&url)? {
-                (hosts, None) => builder.connect_zookeeper(&hosts).await,
-                (hosts, Some(root)) => builder.zookeeper_root(root).connect_zookeeper(&hosts).await,
-            }
-        })
+        boxed(async move { lockguard_zookeeper::url::from_url(builder, &url).await })
     }
 
-    /// The root does not change what is checked.
     #[cfg(feature = "zookeeper")]
     pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            let (hosts, _root) = parts(&url)?;
-            lockguard_zookeeper::check::ensemble(&hosts).await
-        })
+        boxed(async move { lockguard_zookeeper::url::check_url(&url).await })
     }
 
     #[cfg(not(feature = "zookeeper"))]
     pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
         boxed(async move {
             // A malformed URL says so first.
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }
@@ -479,7 +387,7 @@ mod zookeeper {
     #[cfg(not(feature = "zookeeper"))]
     pub(super) fn check(url: String) -> Answer<Report> {
         boxed(async move {
-            parts(&url)?;
+            lockguard_core::store::url::hosts(&url)?;
             Err(feature_off(&url))
         })
     }

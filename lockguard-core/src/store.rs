@@ -129,6 +129,7 @@ pub use channel_tasks::{ChannelTasks, Started};
 mod channel_tasks;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;
+pub mod url;
 pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
 use crate::rate_limit::{Decision, gcra};
 pub use crate::token::Token;

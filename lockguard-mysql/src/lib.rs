@@ -116,6 +116,7 @@ mod flights;
 mod options;
 mod schema;
 mod store;
+pub mod url;
 
 pub use connect::{BuilderExt, ClientExt, MySqlBuilder, connect, connect_with};
 pub use fenced_table::FencedTable;

@@ -123,6 +123,7 @@ mod pool;
 mod schema;
 mod store;
 mod tls;
+pub mod url;
 
 pub use connect::{BuilderExt, ClientExt, DEFAULT_SCHEMA, PostgresBuilder};
 pub use fenced_table::{FencedTable, migration_sql};

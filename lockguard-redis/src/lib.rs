@@ -48,6 +48,7 @@ mod redlock;
 #[cfg(feature = "sentinel")]
 mod sentinel;
 mod store;
+pub mod url;
 mod wake;
 
 pub use connect::{BuilderExt, ClientExt, RedisBuilder};

@@ -58,6 +58,7 @@
 pub mod check;
 mod connect;
 mod store;
+pub mod url;
 
 pub use connect::{BuilderExt, ClientExt, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT, ZooKeeperBuilder};
 pub use store::DEFAULT_ROOT;

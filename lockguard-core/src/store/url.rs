@@ -1,26 +1,48 @@
-//! A store URL taken apart, as the facade's stores read theirs: the
-//! hosts of a multi-host URL, the message for a malformed one, and the
-//! URL with its password masked for every message.
+//! The URL toolkit every store crate reads its URLs with: the hosts of a
+//! multi-host URL, the message for a malformed one, and the URL with its
+//! password masked for every message.
+//!
+//! Each store crate owns its URL grammar (which schemes, what the path
+//! means, whether credentials are taken); these are the pieces the
+//! grammars share, written once.
+//!
+//! # Examples
+//!
+//! ```
+//! use lockguard_core::store::url::{hosts, redacted};
+//!
+//! let parts = hosts("redis+redlock://u:pw@a:6379,b:6379").unwrap();
+//! assert_eq!(parts.scheme, "redis+redlock");
+//! assert_eq!(parts.userinfo, Some("u:pw"));
+//! assert_eq!(parts.hosts, ["a:6379", "b:6379"]);
+//! assert_eq!(redacted("redis://u:pw@a:6379"), "redis://u:***@a:6379");
+//! ```
 
-use lockguard_core::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A URL taken apart: its scheme, and for the schemes that list several
 /// hosts, the credentials, the hosts and the path.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Parts<'a> {
-    pub(crate) scheme: &'a str,
-    pub(crate) userinfo: Option<&'a str>,
-    pub(crate) hosts: Vec<&'a str>,
-    pub(crate) path: &'a str,
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Parts<'a> {
+    /// The scheme, as written (`redis+cluster`).
+    pub scheme: &'a str,
+    /// What comes before the `@`, if anything (`user:password`).
+    pub userinfo: Option<&'a str>,
+    /// The hosts, each `host:port`, in the order written.
+    pub hosts: Vec<&'a str>,
+    /// The path after the hosts, with its leading `/` (`""`: none).
+    pub path: &'a str,
 }
 
-/// The error for a malformed `url`: `what` is wrong with it.
-pub(crate) fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
+/// The error for a malformed `url`: `what` is wrong with it. The URL is
+/// quoted [`redacted`].
+pub fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
     Error::invalid(format!("{:?}: {what}", redacted(url)))
 }
 
 /// `url` with any password replaced by `***`, for messages.
-pub(crate) fn redacted(url: &str) -> String {
+pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -34,7 +56,17 @@ pub(crate) fn redacted(url: &str) -> String {
 }
 
 /// Takes a URL of several hosts apart: `scheme://[userinfo@]h1,h2,...[/path]`.
-pub(crate) fn hosts(url: &str) -> Result<Parts<'_>> {
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a URL
+/// with parameters (`?...`, `#...`), a missing host, or a host that is
+/// not `host:port` (see [`port_ok`]).
+///
+/// # Panics
+///
+/// If `url` has no `://`: the caller found its scheme first.
+pub fn hosts(url: &str) -> Result<Parts<'_>> {
     let (scheme, rest) = url.split_once("://").expect("a scheme was found");
     if rest.contains(['?', '#']) {
         return Err(invalid(url, "parameters (`?...`) are not taken here"));
@@ -49,7 +81,11 @@ pub(crate) fn hosts(url: &str) -> Result<Parts<'_>> {
     };
     let hosts: Vec<&str> = list.split(',').map(str::trim).collect();
     if let Some(bad) = hosts.iter().find(|h| {
-        h.is_empty() || h.contains(char::is_whitespace) || !h.rsplit_once(':').is_some_and(port_ok)
+        h.is_empty()
+            || h.contains(char::is_whitespace)
+            || !h
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| port_ok(host, port))
     }) {
         return Err(invalid(
             url,
@@ -68,31 +104,16 @@ pub(crate) fn hosts(url: &str) -> Result<Parts<'_>> {
     })
 }
 
-fn port_ok((host, port): (&str, &str)) -> bool {
+/// Whether `host` and `port` make a host of a multi-host URL: a host is
+/// named, and the port is a number from 1 to 65535.
+pub fn port_ok(host: &str, port: &str) -> bool {
     !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
-}
-
-/// The per-node URLs of a multi-host Redis URL: `redis://` or `rediss://`
-/// (for the `rediss+` schemes), each with the credentials.
-#[cfg(feature = "redis")]
-pub(crate) fn node_urls(parts: &Parts<'_>) -> Vec<String> {
-    let base = if parts.scheme.starts_with("rediss") {
-        "rediss"
-    } else {
-        "redis"
-    };
-    let creds = parts.userinfo.map(|u| format!("{u}@")).unwrap_or_default();
-    parts
-        .hosts
-        .iter()
-        .map(|h| format!("{base}://{creds}{h}"))
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockguard_core::ErrorKind;
+    use crate::ErrorKind;
 
     #[test]
     fn hosts_are_taken_apart_and_bad_ones_named() {
@@ -120,5 +141,13 @@ mod tests {
             "redis+redlock://u:***@a:1,b:2"
         );
         assert_eq!(redacted("redis://a:1"), "redis://a:1");
+    }
+
+    #[test]
+    fn ports_are_numbers_above_zero() {
+        assert!(port_ok("a", "6379"));
+        assert!(!port_ok("a", "0"));
+        assert!(!port_ok("", "1"));
+        assert!(!port_ok("a", "x"));
     }
 }

@@ -1,0 +1,46 @@
+//! The MySQL store's URL grammar: `mysql://`, and `mariadb://` read as
+//! `mysql://`.
+
+use lockguard_core::check::Report;
+use lockguard_core::{Builder, Client, Result};
+
+/// A `mariadb://` URL is a `mysql://` one.
+fn as_mysql(url: &str) -> String {
+    match url.split_once("://") {
+        Some((s, rest)) if s.eq_ignore_ascii_case("mariadb") => format!("mysql://{rest}"),
+        _ => url.to_owned(),
+    }
+}
+
+/// Connects `builder` to the MySQL or MariaDB server `url` names, as
+/// [`connect_with`](crate::connect_with) does; `mariadb://` is read as
+/// `mysql://`.
+///
+/// # Errors
+///
+/// What [`connect_with`](crate::connect_with) returns.
+pub async fn from_url(builder: Builder, url: &str) -> Result<Client> {
+    crate::connect_with(builder, &as_mysql(url)).await
+}
+
+/// Checks the MySQL or MariaDB deployment `url` names (see
+/// [`check::check`](crate::check::check)); `mariadb://` is read as
+/// `mysql://`.
+///
+/// # Errors
+///
+/// What [`check::check`](crate::check::check) returns.
+pub async fn check_url(url: &str) -> Result<Report> {
+    crate::check::check(&as_mysql(url)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mariadb_is_read_as_mysql() {
+        assert_eq!(as_mysql("MariaDB://u@h/d"), "mysql://u@h/d");
+        assert_eq!(as_mysql("mysql://u@h/d"), "mysql://u@h/d");
+    }
+}
