@@ -147,7 +147,7 @@ pub(crate) fn examples() -> String {
     ),
     allow(dead_code)
 )]
-pub(crate) fn feature_off(url: &str) -> Error {
+fn feature_off(url: &str) -> Error {
     let (store, feature) = find(url).map_or(("this", ""), |s| (s.store, s.feature.unwrap_or("")));
     Error::new(
         ErrorKind::Unsupported,
@@ -190,208 +190,87 @@ mod memory {
     }
 }
 
-/// One Redis server: `lockguard_redis::url`.
-mod redis {
-    use super::*;
+/// A network store's two functions, in a module `$name`: its crate's
+/// `url::from_url` and `url::check_url` behind `$feature`; with the feature
+/// off, the error that says so (after the host list of a multi-host URL is
+/// checked, when `$hosts`, so a malformed URL says so first).
+macro_rules! store {
+    ($(#[$doc:meta])* $name:ident, $feature:literal, $krate:ident, hosts: $hosts:literal) => {
+        $(#[$doc])*
+        mod $name {
+            use super::*;
 
-    #[cfg(feature = "redis")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
-    }
+            #[cfg(feature = $feature)]
+            pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
+                boxed(async move { $krate::url::from_url(builder, &url).await })
+            }
 
-    #[cfg(feature = "redis")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::url::check_url(&url).await })
-    }
+            #[cfg(feature = $feature)]
+            pub(super) fn check(url: String) -> Answer<Report> {
+                boxed(async move { $krate::url::check_url(&url).await })
+            }
 
-    #[cfg(not(feature = "redis"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move { Err(feature_off(&url)) })
-    }
+            #[cfg(not(feature = $feature))]
+            pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
+                boxed(async move { Err(off(&url, $hosts)) })
+            }
 
-    #[cfg(not(feature = "redis"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { Err(feature_off(&url)) })
+            #[cfg(not(feature = $feature))]
+            pub(super) fn check(url: String) -> Answer<Report> {
+                boxed(async move { Err(off(&url, $hosts)) })
+            }
+        }
+    };
+}
+
+/// The error for `url` when its store's feature is off: the host list's
+/// error first when `hosts` (a multi-host URL), else [`feature_off`].
+#[cfg_attr(
+    all(
+        feature = "redis",
+        feature = "cluster",
+        feature = "sentinel",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper"
+    ),
+    allow(dead_code)
+)]
+fn off(url: &str, hosts: bool) -> Error {
+    match hosts.then(|| lockguard_core::store::url::hosts(url)) {
+        Some(Err(e)) => e,
+        _ => feature_off(url),
     }
 }
 
-/// Redis Cluster: `lockguard_redis::url`.
-mod cluster {
-    use super::*;
-
-    #[cfg(feature = "cluster")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "cluster")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "cluster"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move {
-            // A malformed URL says so first.
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-
-    #[cfg(not(feature = "cluster"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-}
-
-/// Redis Sentinel: `lockguard_redis::url`.
-mod sentinel {
-    use super::*;
-
-    #[cfg(feature = "sentinel")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "sentinel")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "sentinel"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move {
-            // A malformed URL says so first.
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-
-    #[cfg(not(feature = "sentinel"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-}
-
-/// Redlock: `lockguard_redis::url`.
-mod redlock {
-    use super::*;
-
-    #[cfg(feature = "redis")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_redis::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "redis")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_redis::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "redis"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move {
-            // A malformed URL says so first.
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-
-    #[cfg(not(feature = "redis"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-}
-
-/// PostgreSQL: `lockguard_postgres::url`.
-mod postgres {
-    use super::*;
-
-    #[cfg(feature = "postgres")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_postgres::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "postgres")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_postgres::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "postgres"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move { Err(feature_off(&url)) })
-    }
-
-    #[cfg(not(feature = "postgres"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { Err(feature_off(&url)) })
-    }
-}
-
-/// MySQL and MariaDB: `lockguard_mysql::url`.
-mod mysql {
-    use super::*;
-
-    #[cfg(feature = "mysql")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_mysql::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "mysql")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_mysql::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "mysql"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move { Err(feature_off(&url)) })
-    }
-
-    #[cfg(not(feature = "mysql"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { Err(feature_off(&url)) })
-    }
-}
-
-/// ZooKeeper: `lockguard_zookeeper::url`.
-mod zookeeper {
-    use super::*;
-
-    #[cfg(feature = "zookeeper")]
-    pub(super) fn connect(builder: Builder, url: String) -> Answer<Client> {
-        boxed(async move { lockguard_zookeeper::url::from_url(builder, &url).await })
-    }
-
-    #[cfg(feature = "zookeeper")]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move { lockguard_zookeeper::url::check_url(&url).await })
-    }
-
-    #[cfg(not(feature = "zookeeper"))]
-    pub(super) fn connect(_: Builder, url: String) -> Answer<Client> {
-        boxed(async move {
-            // A malformed URL says so first.
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-
-    #[cfg(not(feature = "zookeeper"))]
-    pub(super) fn check(url: String) -> Answer<Report> {
-        boxed(async move {
-            lockguard_core::store::url::hosts(&url)?;
-            Err(feature_off(&url))
-        })
-    }
-}
+store!(
+    /// One Redis server: `lockguard_redis::url`.
+    redis, "redis", lockguard_redis, hosts: false
+);
+store!(
+    /// Redis Cluster: `lockguard_redis::url`.
+    cluster, "cluster", lockguard_redis, hosts: true
+);
+store!(
+    /// Redis Sentinel: `lockguard_redis::url`.
+    sentinel, "sentinel", lockguard_redis, hosts: true
+);
+store!(
+    /// Redlock: `lockguard_redis::url`.
+    redlock, "redis", lockguard_redis, hosts: true
+);
+store!(
+    /// PostgreSQL: `lockguard_postgres::url`.
+    postgres, "postgres", lockguard_postgres, hosts: false
+);
+store!(
+    /// MySQL and MariaDB: `lockguard_mysql::url`.
+    mysql, "mysql", lockguard_mysql, hosts: false
+);
+store!(
+    /// ZooKeeper: `lockguard_zookeeper::url`.
+    zookeeper, "zookeeper", lockguard_zookeeper, hosts: true
+);
 
 #[cfg(test)]
 mod tests {
