@@ -194,12 +194,9 @@ impl ZooKeeperBuilder {
     }
 
     async fn store(self, session: Session) -> Result<Client> {
-        let store = ZooKeeperStore::new(
-            session,
-            self.root.clone(),
-            self.builder.connection_settings().response_timeout,
-        )
-        .await?;
+        let settings = self.builder.connection_settings();
+        let timeouts = (settings.connect_timeout, settings.response_timeout);
+        let store = ZooKeeperStore::new(session, self.root.clone(), timeouts).await?;
         self.builder.build(Store::new(store, Vec::new()))
     }
 }

@@ -185,11 +185,14 @@ enum Known {
 
 impl ZooKeeperStore {
     /// A store working in `session`, under the persistent node `root`
-    /// (created if missing).
+    /// (created if missing). Creating the root is part of connecting: it
+    /// may take as long as `connect_timeout` (a server just started
+    /// answers its first requests slowly), and the requests after it
+    /// `response_timeout`.
     pub(crate) async fn new(
         session: Session,
         root: String,
-        response_timeout: Duration,
+        (connect_timeout, response_timeout): (Duration, Duration),
     ) -> Result<Arc<Self>> {
         let store = Arc::new(Self {
             session: Arc::new(session),
@@ -200,7 +203,8 @@ impl ZooKeeperStore {
         });
         let client = store.session.client();
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-        match bounded(response_timeout, client.mkdir(&store.root, &options)).await? {
+        let setup = connect_timeout.max(response_timeout);
+        match bounded(setup, client.mkdir(&store.root, &options)).await? {
             Ok(()) => {}
             Err(e) => return Err(zk_error(e, "creating the root node")),
         }
