@@ -7,7 +7,7 @@ use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::key::CounterKeys;
 use crate::rate_limit::MAX_PERIOD;
-use crate::store::DataStore;
+use crate::store::Store;
 
 /// How many times [`Counter::update`] retries after losing a race.
 pub const MAX_UPDATE_ATTEMPTS: u32 = 64;
@@ -84,8 +84,8 @@ impl Counter {
     }
 
     /// The store's counters, or `Unsupported` on a store without them.
-    fn store(&self) -> Result<&dyn DataStore> {
-        Ok(self.engine.store.data())
+    fn store(&self) -> Result<&Store> {
+        Ok(&self.engine.store)
     }
 
     fn keys(&self) -> Result<(&CounterKeys, Option<Duration>)> {

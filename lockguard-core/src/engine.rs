@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::notify::Waiters;
 use crate::store::Store;
-use crate::store::memory::MemoryStore;
 
 /// How long [`Lock::acquire`](crate::Lock::acquire) waits by default.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
@@ -37,30 +36,20 @@ pub(crate) struct Defaults {
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) store: Store,
-    /// The in-memory store itself, when `store` is one (not a store
-    /// wrapping it): its limiters keep their own state's table and skip
-    /// the store keys.
-    pub(crate) memory: Option<Arc<MemoryStore>>,
     pub(crate) prefix: String,
     pub(crate) defaults: Defaults,
     pub(crate) waiters: Arc<Waiters>,
 }
 
 impl Engine {
-    /// An engine over `store` (the in-memory store `memory`, when it is
-    /// one) whose waiters are told of handoffs on `channel`.
-    pub(crate) fn new(
-        (store, memory): (Store, Option<Arc<MemoryStore>>),
-        prefix: String,
-        defaults: Defaults,
-        channel: String,
-    ) -> Self {
+    /// An engine over `store` whose waiters are told of handoffs on
+    /// `channel`.
+    pub(crate) fn new(store: Store, prefix: String, defaults: Defaults, channel: String) -> Self {
         let waiters = Arc::new(Waiters::new(channel, store.listeners.clone()));
         let inbox: Arc<dyn crate::store::Inbox> = waiters.clone();
-        store.locks.attach(Arc::downgrade(&inbox));
+        store.attach(Arc::downgrade(&inbox));
         Self {
             store,
-            memory,
             prefix,
             defaults,
             waiters,
@@ -72,7 +61,6 @@ impl Engine {
     pub(crate) fn peer(&self) -> Self {
         Self {
             store: self.store.clone(),
-            memory: self.memory.clone(),
             prefix: self.prefix.clone(),
             defaults: self.defaults,
             waiters: self.waiters.clone(),

@@ -88,7 +88,6 @@ impl FencedResource {
         let accepted = self
             .engine
             .store
-            .data()
             .fenced_write(key, token.get(), value.as_ref())
             .await?;
         if accepted {
@@ -152,12 +151,7 @@ impl FencedResource {
     /// without fenced values; the store's errors otherwise.
     pub async fn remove(&self, token: FencingToken) -> Result<()> {
         let key = self.key()?;
-        let removed = self
-            .engine
-            .store
-            .data()
-            .fenced_remove(key, token.get())
-            .await?;
+        let removed = self.engine.store.fenced_remove(key, token.get()).await?;
         if removed {
             tracing::debug!(resource = %self.name, fence = token.get(), "fenced value removed");
             Ok(())
@@ -183,7 +177,6 @@ impl FencedResource {
         Ok(self
             .engine
             .store
-            .data()
             .fenced_read(key)
             .await?
             .map(|(token, value)| FencedValue {

@@ -139,7 +139,7 @@ impl Guards {
             Some(left) => s.engine.store.release_later(&s.keys, &s.token, left),
             None => s.engine.store.release(&s.keys, &s.token),
         };
-        match answer.into_ready() {
+        match answer.now() {
             Some(result) => self.released(result),
             None => {
                 // Not reached: asked only of a store that answers at once.
@@ -402,12 +402,12 @@ impl LockGuard {
     pub async fn extend(&self, lease: Duration) -> Result<()> {
         Lease::Fixed(lease).validate()?;
         let s = self.hold();
-        if let Some(max) = s.engine.store.locks.max_lease()
+        if let Some(max) = s.engine.store.max_lease()
             && lease > max
         {
             return Err(Error::invalid(format!(
                 "a lease on a {} client can be at most {max:?} (two thirds of its session timeout), got {lease:?}",
-                s.engine.store.locks.name()
+                s.engine.store.name()
             )));
         }
         if s.lease_state().lost {

@@ -139,17 +139,17 @@ pub(crate) fn validate_plain(what: &str, part: &str) -> Result<()> {
     Ok(())
 }
 
-/// Appends a user key as the hash tag of a store key: `{` + the key with
-/// `\` and `}` escaped by a backslash + `}`.
+/// Appends a user key to an identity: `{` + the key with `\` and `}`
+/// escaped by a backslash + `}`.
 ///
-/// The escaping makes the layout injective: no user key, of any kind, can
-/// name another's key or one of the keys derived from it (`:queue`,
-/// `:sum`, ...), and `"a"` and `"{a}"` are different keys. Redis Cluster
-/// hashes the text between the first `{` and the first `}` after it; the
-/// prefix and the kind hold no brace, so that text is the same non-empty
-/// start of the escaped key for every key derived from one user key, and a
-/// script's keys always share a slot.
-pub(crate) fn push_tagged(out: &mut String, key: &str) {
+/// The escaping makes the identities injective: no user key, of any kind,
+/// can name another's identity or one a store derives from it by a suffix
+/// (`:queue`, `:sum`, ...), and `"a"` and `"{a}"` are different keys. The
+/// prefix and the kind hold no brace, so the text between the first `{`
+/// and the first `}` after it is the same non-empty start of the escaped
+/// key for every identity of one user key: a Redis Cluster store takes it
+/// as its hash tag, so a script's keys share a slot.
+pub(crate) fn push_escaped(out: &mut String, key: &str) {
     out.reserve(key.len() + 2);
     out.push('{');
     let mut rest = key;
@@ -172,7 +172,7 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
     out.push_str(prefix);
     out.push_str(kind);
     out.push(':');
-    push_tagged(&mut out, key);
+    push_escaped(&mut out, key);
     out
 }
 

@@ -16,7 +16,7 @@ use crate::fence::FencingToken;
 use crate::guard::{LockGuard, PendingRelease, until_lost};
 use crate::lease::{Grant, Lease, valid_until};
 use crate::lock::Lock;
-use crate::store::AllOrNone;
+use crate::store::{AllOrNone, LockSet};
 use crate::token::Token;
 
 /// The most keys one multi-lock takes.
@@ -326,6 +326,9 @@ impl MultiLock {
             lease = l;
         }
         let tokens: Vec<Token> = keys.iter().map(|_| Token::random()).collect();
+        let Some(set) = LockSet::new(&keys, &tokens) else {
+            return Ok(None);
+        };
         let started = Instant::now();
         // Until the answer is handled, a drop of this future (or an error
         // whose outcome is unknown) releases every token in the background:
@@ -335,11 +338,7 @@ impl MultiLock {
             .zip(&tokens)
             .map(|(k, t)| PendingRelease::new(engine, k, *t))
             .collect();
-        let answer = engine
-            .store
-            .locks
-            .acquire_all(&keys, &tokens, lease)
-            .await?;
+        let answer = engine.store.acquire_all(set, lease).await?;
         let fences = match answer {
             Some(AllOrNone::Acquired(fences)) if fences.len() == keys.len() => fences,
             Some(AllOrNone::Acquired(fences)) => {

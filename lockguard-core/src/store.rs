@@ -18,8 +18,9 @@
 //!
 //! # Adding a store
 //!
-//! 1. Implement [`LockStore`] and [`DataStore`] (an empty `impl` offers
-//!    locks only). Key your state by [`LockKeys::id`],
+//! 1. Implement [`LockStore`] and [`DataStore`] with plain `async fn`s
+//!    (an empty `impl DataStore` offers locks only); the [`Store`] you
+//!    build boxes them, once. Key your state by [`LockKeys::id`],
 //!    [`CounterKeys::id`] and [`LimitKeys::id`]: each names one user key of
 //!    one kind under the client's prefix, and no two differ only in how
 //!    they are spelled. Lay out whatever else the store needs from them
@@ -40,12 +41,12 @@
 //! A store that forwards to the in-memory store, counting acquisitions:
 //!
 //! ```
-//! use std::sync::Arc;
 //! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::{Arc, Weak};
 //! use std::time::Duration;
 //!
 //! use lockguard_core::store::{
-//!     Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, StoreFuture, Token, Waiting,
+//!     Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, Token, Waiting,
 //! };
 //! use lockguard_core::{Client, Result};
 //!
@@ -60,39 +61,30 @@
 //!         "counting"
 //!     }
 //!     fn waiting(&self) -> Waiting {
-//!         self.inner.locks().waiting()
+//!         self.inner.waiting()
 //!     }
 //!     // A wrapper forwards every answer the store gives of itself.
 //!     fn confirms_handoffs(&self) -> bool {
-//!         self.inner.locks().confirms_handoffs()
+//!         self.inner.confirms_handoffs()
 //!     }
-//!     fn acquire<'a>(
-//!         &'a self,
-//!         keys: &'a Arc<LockKeys>,
-//!         token: &'a Token,
+//!     fn attach(&self, inbox: Weak<dyn Inbox>) {
+//!         self.inner.attach(inbox)
+//!     }
+//!     async fn acquire(
+//!         &self,
+//!         keys: &Arc<LockKeys>,
+//!         token: &Token,
 //!         lease: Duration,
-//!         place: Option<Place<'a>>,
-//!     ) -> StoreFuture<'a, Result<Attempt>> {
+//!         place: Option<Place<'_>>,
+//!     ) -> Result<Attempt> {
 //!         self.acquisitions.fetch_add(1, Ordering::Relaxed);
-//!         self.inner.locks().acquire(keys, token, lease, place)
+//!         self.inner.acquire(keys, token, lease, place).await
 //!     }
-//!     fn release<'a>(
-//!         &'a self,
-//!         keys: &'a Arc<LockKeys>,
-//!         token: &'a Token,
-//!     ) -> StoreFuture<'a, Result<bool>> {
-//!         self.inner.locks().release(keys, token)
+//!     async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+//!         self.inner.release(keys, token).await
 //!     }
-//!     fn extend<'a>(
-//!         &'a self,
-//!         keys: &'a Arc<LockKeys>,
-//!         token: &'a Token,
-//!         lease: Duration,
-//!     ) -> StoreFuture<'a, Result<bool>> {
-//!         self.inner.locks().extend(keys, token, lease)
-//!     }
-//!     fn attach(&self, inbox: std::sync::Weak<dyn Inbox>) {
-//!         self.inner.locks().attach(inbox)
+//!     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+//!         self.inner.extend(keys, token, lease).await
 //!     }
 //! }
 //!
@@ -116,88 +108,31 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Weak};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
 pub use crate::flights::{Flight, Flights};
 pub use channel_tasks::{ChannelTasks, Started};
+pub use erased::Store;
+pub use future::StoreFuture;
+pub use limit::{LimitKeys, LimitOp, LimitReply};
 
 mod channel_tasks;
+mod erased;
+mod future;
+mod limit;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;
 pub mod url;
 pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
-use crate::rate_limit::{Decision, gcra};
+#[cfg(doc)]
+use crate::rate_limit::Decision;
 pub use crate::token::Token;
 
 /// A fenced value as stored: the token that wrote it and its bytes.
 pub type Stored = Option<(u64, Vec<u8>)>;
-
-/// The future of one store operation: the answer itself for a store that
-/// answers at once (the in-memory store: no allocation), or a boxed future
-/// for one that answers over the network.
-///
-/// A store that answers over the network returns [`StoreFuture::boxed`]; the
-/// future must send nothing until it is first polled, so that dropping it
-/// unpolled changes nothing in the store.
-pub struct StoreFuture<'a, T>(Answer<'a, T>);
-
-enum Answer<'a, T> {
-    Ready(Option<T>),
-    Pending(Pin<Box<dyn Future<Output = T> + Send + 'a>>),
-}
-
-impl<T> fmt::Debug for StoreFuture<'_, T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self.0 {
-            Answer::Ready(_) => "StoreFuture::Ready",
-            Answer::Pending(_) => "StoreFuture::Pending",
-        })
-    }
-}
-
-impl<'a, T> StoreFuture<'a, T> {
-    /// An answer already known.
-    pub fn ready(value: T) -> Self {
-        Self(Answer::Ready(Some(value)))
-    }
-
-    /// An answer still to come.
-    pub fn boxed(future: impl Future<Output = T> + Send + 'a) -> Self {
-        Self(Answer::Pending(Box::pin(future)))
-    }
-
-    /// The answer, when the store gave it at once; `None` for one still to
-    /// come (dropped unpolled: nothing was sent).
-    pub fn into_ready(self) -> Option<T> {
-        match self.0 {
-            Answer::Ready(value) => value,
-            Answer::Pending(_) => None,
-        }
-    }
-}
-
-// The value is moved out, never pinned in place.
-impl<T> Unpin for StoreFuture<'_, T> {}
-
-impl<T> Future for StoreFuture<'_, T> {
-    type Output = T;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        match &mut self.get_mut().0 {
-            Answer::Ready(value) => Poll::Ready(
-                value
-                    .take()
-                    .expect("store future polled after it completed"),
-            ),
-            Answer::Pending(future) => future.as_mut().poll(cx),
-        }
-    }
-}
 
 /// The outcome of one attempt to take a lock or a permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -253,6 +188,58 @@ pub enum AllOrNone {
         /// How long its holder's lease has left, if known.
         ttl: Option<Duration>,
     },
+}
+
+/// Locks to take in one step ([`LockStore::acquire_all`]): distinct locks
+/// (never semaphores or read-write locks), at least one, each with the
+/// token to take it with, in the order asked. The client checks them
+/// before a store sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct LockSet<'a> {
+    keys: &'a [Arc<LockKeys>],
+    tokens: &'a [Token],
+}
+
+impl<'a> LockSet<'a> {
+    /// `keys[i]` to take with `tokens[i]`, when they are distinct locks,
+    /// at least one, a token each; `None` otherwise.
+    pub fn new(keys: &'a [Arc<LockKeys>], tokens: &'a [Token]) -> Option<Self> {
+        let locks = keys
+            .iter()
+            .all(|k| k.resource() == Resource::Lock && k.rw_mode().is_none());
+        let distinct = || {
+            let mut ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
+            ids.sort_unstable();
+            ids.windows(2).all(|w| w[0] != w[1])
+        };
+        (!keys.is_empty() && keys.len() == tokens.len() && locks && distinct())
+            .then_some(Self { keys, tokens })
+    }
+
+    /// The locks, in the order asked.
+    pub fn keys(&self) -> &'a [Arc<LockKeys>] {
+        self.keys
+    }
+
+    /// The tokens, `tokens()[i]` for `keys()[i]`.
+    pub fn tokens(&self) -> &'a [Token] {
+        self.tokens
+    }
+
+    /// How many locks (at least one).
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Never: a set holds at least one lock.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Each lock with its token, in the order asked.
+    pub fn iter(&self) -> impl Iterator<Item = (&'a Arc<LockKeys>, &'a Token)> + 'a {
+        self.keys.iter().zip(self.tokens)
+    }
 }
 
 /// How waiters of a store wait for a lock or permit.
@@ -357,53 +344,6 @@ impl Handoff {
     }
 }
 
-/// The keys of one rate-limited key of one limiter: a store keys the
-/// key's state by [`id`](Self::id).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LimitKeys<'k> {
-    /// Borrowed where a check answered at once builds it in a buffer.
-    pub(crate) main: std::borrow::Cow<'k, str>,
-}
-
-impl<'k> LimitKeys<'k> {
-    pub(crate) fn new(main: impl Into<std::borrow::Cow<'k, str>>) -> Self {
-        Self { main: main.into() }
-    }
-
-    /// The identity of one limited key of one limiter under the client's
-    /// prefix: key the limiter's state by it. Two different limiters, or
-    /// keys, never share one.
-    pub fn id(&self) -> &str {
-        &self.main
-    }
-}
-
-/// One rate-limit algorithm with its constants.
-///
-/// A store runs the step of [`crate::rate_limit`] that matches, on its own
-/// clock, over the key's state read under the key's lock (or in one
-/// script).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LimitOp {
-    /// GCRA: [`gcra::step`].
-    Gcra(gcra::Params),
-    /// A fixed window: [`fixed_window::step`](crate::rate_limit::fixed_window::step).
-    Fixed {
-        /// Requests (cost units) per window.
-        limit: u64,
-        /// The window, in µs.
-        period_us: i64,
-    },
-    /// A sliding log: [`sliding_window::step`](crate::rate_limit::sliding_window::step).
-    Sliding {
-        /// Requests (cost units) per rolling period.
-        limit: u64,
-        /// The period, in µs.
-        period_us: i64,
-    },
-}
-
 /// A lock, semaphore or read-write lock as the store sees it at one
 /// moment: made by [`Lock::inspect`](crate::Lock::inspect),
 /// [`Semaphore::inspect`](crate::Semaphore::inspect) and
@@ -494,17 +434,36 @@ impl Occupancy {
 }
 
 /// Locks and semaphores: what every store offers.
-pub trait LockStore: Send + Sync + fmt::Debug {
+///
+/// A store writes each operation as a plain `async fn` (the trait's
+/// `impl Future` signatures accept one); the [`Store`] it is built into
+/// boxes them, once, for every store. An operation's future must send
+/// nothing until it is first polled, so that dropping it unpolled changes
+/// nothing in the store (an `async fn` never runs before it is polled).
+///
+/// Keys of a read-write lock ([`LockKeys::rw_mode`]) reach
+/// [`acquire`](LockStore::acquire), [`release`](LockStore::release),
+/// [`extend`](LockStore::extend) and [`inspect`](LockStore::inspect) only
+/// on a store that says it offers them ([`read_write`](LockStore::read_write));
+/// the others' clients refuse them with [`ErrorKind::Unsupported`] first.
+pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// The store's name, for messages and [`Client::store_name`](crate::Client::store_name).
     fn name(&self) -> &'static str;
 
     /// How its waiters wait.
     fn waiting(&self) -> Waiting;
 
-    /// Whether every operation answers at once, in process, with a
-    /// [`StoreFuture::ready`] (the in-memory store): what the `*_now`
-    /// methods of the primitives rely on.
+    /// Whether every operation answers in process, at its first poll,
+    /// never waiting (the in-memory store): what the `*_now` methods of
+    /// the primitives rely on.
     fn answers_at_once(&self) -> bool {
+        false
+    }
+
+    /// Whether the store offers read-write locks: its operations then
+    /// take keys of a read-write lock's holds too, and keep the rules of
+    /// [`acquire`](LockStore::acquire) for them.
+    fn read_write(&self) -> bool {
         false
     }
 
@@ -541,56 +500,72 @@ pub trait LockStore: Send + Sync + fmt::Debug {
     /// to `token`, and otherwise, with a `place` (on a [`Waiting::Queue`]
     /// store), joins the queue or keeps and refreshes the place held.
     /// Without a place it never queues.
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    ///
+    /// For the keys of a read-write lock's hold ([`LockKeys::rw_mode`]),
+    /// many readers or one writer. Readers and writers wait in one
+    /// first-come-first-served queue: a hold is taken only when it is
+    /// compatible with the holders (a read with readers, a write with
+    /// nobody) and nobody queues ahead, so a reader that arrives while a
+    /// writer waits queues behind it. A release, or a lease found ended,
+    /// hands the lock to the head of the queue: to the whole run of
+    /// readers there at once (a [`Handoff`] to each), or to the one
+    /// writer there. Every hold, read or write, draws its fencing token
+    /// from one sequence of the key, so every write's is greater than
+    /// every earlier read's and write's, and every read's greater than
+    /// every earlier write's.
+    fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>>;
+        place: Option<Place<'_>>,
+    ) -> impl Future<Output = Result<Attempt>> + Send;
 
-    /// Gives up `token`'s lock or permit, handing it to the first live
-    /// waiter in the same step; `token` also leaves the queue. True when
-    /// it was still held.
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>>;
+    /// Gives up `token`'s lock, permit or read-write hold, handing it to
+    /// the first live waiters in the same step (as far as they fit);
+    /// `token` also leaves the queue. True when it was still held.
+    fn release(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+    ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Takes every lock of `keys` (distinct locks, never semaphores),
-    /// `keys[i]` with `tokens[i]` and `lease`, in one atomic step when each
-    /// is free with no live waiter ahead; otherwise none (a free lock
-    /// with waiters may be handed to its first, as [`LockStore::acquire`]
-    /// does). A multi-lock's attempt: one request instead of one per key,
-    /// and no moment when some keys are held and others not.
+    /// Takes every lock of `set` in one atomic step when each is free
+    /// with no live waiter ahead; otherwise none (a free lock with waiters
+    /// may be handed to its first, as [`LockStore::acquire`] does). A
+    /// multi-lock's attempt: one request instead of one per key, and no
+    /// moment when some keys are held and others not.
     ///
     /// `None` (the default) where the store cannot take these keys in one
     /// step (a Redis Cluster whose keys are in different slots, a quorum
     /// store); the caller then takes them one by one, in order.
-    fn acquire_all<'a>(
-        &'a self,
-        keys: &'a [Arc<LockKeys>],
-        tokens: &'a [Token],
+    fn acquire_all(
+        &self,
+        set: LockSet<'_>,
         lease: Duration,
-    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
-        let _ = (keys, tokens, lease);
-        StoreFuture::ready(Ok(None))
+    ) -> impl Future<Output = Result<Option<AllOrNone>>> + Send {
+        let _ = (set, lease);
+        std::future::ready(Ok(None))
     }
 
-    /// What the store knows of the lock or semaphore now, changing nothing.
-    fn inspect<'a>(&'a self, _keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "inspection")))
+    /// What the store knows of the lock, semaphore or read-write lock now,
+    /// changing nothing (of a read-write lock: its readers or writer, see
+    /// [`Occupancy::read_write`], the waiters of both kinds, the newest
+    /// fencing token).
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn inspect(&self, _keys: &Arc<LockKeys>) -> impl Future<Output = Result<Occupancy>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "inspection")))
     }
 
     /// Resets `token`'s lease to `lease` from now; true when it was still
     /// held.
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    fn extend(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>>;
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Gives up `token`'s lock but keeps it taken for `keep` more: the
     /// release of a lock taken with `at_least` before that has passed (a
@@ -602,78 +577,13 @@ pub trait LockStore: Send + Sync + fmt::Debug {
     /// which is right where a lease lives in the store; a store whose
     /// holds live in the client's session (ZooKeeper's ephemeral nodes)
     /// leaves something in the store that outlives the session instead.
-    fn release_later<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    fn release_later(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         keep: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
+    ) -> impl Future<Output = Result<bool>> + Send {
         self.extend(keys, token, keep)
-    }
-
-    /// One attempt to take a `mode` hold of a read-write lock, as
-    /// [`acquire`](LockStore::acquire) does for a lock: many readers or one
-    /// writer. The keys' [`id`](LockKeys::id) is the same for both modes.
-    ///
-    /// Readers and writers wait in one first-come-first-served queue: a
-    /// hold is taken only when it is compatible with the holders (a read
-    /// with readers, a write with nobody) and nobody queues ahead, so a
-    /// reader that arrives while a writer waits queues behind it. A
-    /// release, or a lease found ended, hands the lock to the head of the
-    /// queue: to the whole run of readers there at once (a [`Handoff`] to
-    /// each), or to the one writer there. Every hold, read or write, draws
-    /// its fencing token from one sequence of the key, so every write's is
-    /// greater than every earlier read's and write's, and every read's
-    /// greater than every earlier write's.
-    ///
-    /// The default answers [`ErrorKind::Unsupported`] naming the store.
-    fn rw_acquire<'a>(
-        &'a self,
-        _keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        _token: &'a Token,
-        _lease: Duration,
-        _place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
-    }
-
-    /// Gives up `token`'s `mode` hold of a read-write lock, handing the
-    /// lock to the head of the queue in the same step when it is free (see
-    /// [`rw_acquire`](LockStore::rw_acquire)); `token` also leaves the
-    /// queue. True when it was still held.
-    ///
-    /// The default answers [`ErrorKind::Unsupported`] naming the store.
-    fn rw_release<'a>(
-        &'a self,
-        _keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        _token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
-    }
-
-    /// Resets the lease of `token`'s `mode` hold of a read-write lock to
-    /// `lease` from now; true when it was still held.
-    ///
-    /// The default answers [`ErrorKind::Unsupported`] naming the store.
-    fn rw_extend<'a>(
-        &'a self,
-        _keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        _token: &'a Token,
-        _lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
-    }
-
-    /// What the store knows of a read-write lock now, changing nothing:
-    /// its readers or writer ([`Occupancy::read_write`]), the waiters of
-    /// both kinds, the newest fencing token.
-    ///
-    /// The default answers [`ErrorKind::Unsupported`] naming the store.
-    fn rw_inspect<'a>(&'a self, _keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "read-write locks")))
     }
 }
 
@@ -682,79 +592,81 @@ pub trait LockStore: Send + Sync + fmt::Debug {
 /// unless the store implements it.
 pub trait DataStore: LockStore {
     /// Adds `delta`; the new value.
-    fn counter_add<'a>(
-        &'a self,
-        _keys: &'a CounterKeys,
+    fn counter_add(
+        &self,
+        _keys: &CounterKeys,
         _delta: i64,
         _ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "counters")))
+    ) -> impl Future<Output = Result<i64>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "counters")))
     }
 
     /// `Ok(new value)` when `n` was taken, `Err(current value)` when there
     /// was too little.
-    fn counter_take<'a>(
-        &'a self,
-        _keys: &'a CounterKeys,
+    fn counter_take(
+        &self,
+        _keys: &CounterKeys,
         _n: i64,
         _ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "counters")))
+    ) -> impl Future<Output = Result<Result<i64, i64>>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "counters")))
     }
 
     /// The value and its version (both 0 for a counter never written).
-    fn counter_get<'a>(&'a self, _keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "counters")))
+    fn counter_get(&self, _keys: &CounterKeys) -> impl Future<Output = Result<(i64, u64)>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "counters")))
     }
 
     /// `Ok(new version)` when set, `Err(current version)` when `expected`
     /// did not match.
-    fn counter_set<'a>(
-        &'a self,
-        _keys: &'a CounterKeys,
+    fn counter_set(
+        &self,
+        _keys: &CounterKeys,
         _value: i64,
         _expected: Option<u64>,
         _ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "counters")))
+    ) -> impl Future<Output = Result<Result<u64, u64>>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "counters")))
     }
 
     /// Adds `member` to the counter's marks; true when it was new.
-    fn mark_once<'a>(
-        &'a self,
-        _keys: &'a CounterKeys,
-        _member: &'a str,
+    fn mark_once(
+        &self,
+        _keys: &CounterKeys,
+        _member: &str,
         _ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "marks")))
+    ) -> impl Future<Output = Result<bool>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "marks")))
     }
 
-    /// One rate-limit decision, on the store's clock; with `peek`, the
-    /// decision a request of `cost` would get now, changing nothing.
-    fn rate_limit<'a>(
-        &'a self,
-        _keys: &'a LimitKeys<'_>,
+    /// One step of `op` on the store's clock, over the key's state; with
+    /// `peek`, the step a request of `cost` would take now, changing
+    /// nothing. The store answers what its step gave ([`LimitReply`]); the
+    /// client makes the [`Decision`] of it.
+    fn rate_limit(
+        &self,
+        _keys: &LimitKeys<'_>,
         _op: LimitOp,
         _cost: u64,
         _peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "rate limiting")))
+    ) -> impl Future<Output = Result<LimitReply>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "rate limiting")))
     }
 
     /// Stores `value` if `token` is at least the newest accepted; true
     /// when it was stored.
-    fn fenced_write<'a>(
-        &'a self,
-        _key: &'a str,
+    fn fenced_write(
+        &self,
+        _key: &str,
         _token: u64,
-        _value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "fenced values")))
+        _value: &[u8],
+    ) -> impl Future<Output = Result<bool>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "fenced values")))
     }
 
     /// The stored value and the token that wrote it.
-    fn fenced_read<'a>(&'a self, _key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "fenced values")))
+    fn fenced_read(&self, _key: &str) -> impl Future<Output = Result<Stored>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "fenced values")))
     }
 
     /// Removes the stored value if `token` is at least the newest
@@ -763,8 +675,8 @@ pub trait DataStore: LockStore {
     /// [`fenced_read`](DataStore::fenced_read) answers `None`). On a
     /// resource never written it records `token`. True when removed or
     /// recorded, false when a newer token has written.
-    fn fenced_remove<'a>(&'a self, _key: &'a str, _token: u64) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Err(unsupported(self.name(), "fenced values")))
+    fn fenced_remove(&self, _key: &str, _token: u64) -> impl Future<Output = Result<bool>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "fenced values")))
     }
 }
 
@@ -805,119 +717,6 @@ pub trait Listener: Send + Sync + fmt::Debug {
     /// a handoff announced before the subscription would reach nobody.
     /// [`ChannelTasks`] does this for a store that runs a task per channel.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>>;
-}
-
-/// A client's store: the store's operations and its message connections,
-/// what [`Builder::build`](crate::Builder::build) makes a client of.
-#[derive(Debug, Clone)]
-pub struct Store {
-    pub(crate) locks: Arc<dyn LockStore>,
-    data: Arc<dyn DataStore>,
-    pub(crate) listeners: Vec<Arc<dyn Listener>>,
-}
-
-impl Store {
-    /// A store of `store`'s operations, whose wake-ups arrive through
-    /// `listeners` (none for a store that calls the client's [`Inbox`]
-    /// itself, from [`LockStore::attach`]).
-    pub fn new<S>(store: Arc<S>, listeners: Vec<Arc<dyn Listener>>) -> Self
-    where
-        S: DataStore + 'static,
-    {
-        Self {
-            locks: store.clone(),
-            data: store,
-            listeners,
-        }
-    }
-
-    /// The store's locks and semaphores.
-    pub fn locks(&self) -> &dyn LockStore {
-        &*self.locks
-    }
-
-    /// The store's counters, rate limiters and fenced values.
-    pub fn data(&self) -> &dyn DataStore {
-        &*self.data
-    }
-
-    /// The store's message connections.
-    pub fn listeners(&self) -> &[Arc<dyn Listener>] {
-        &self.listeners
-    }
-
-    /// Whether every operation answers at once, in process: see
-    /// [`LockStore::answers_at_once`].
-    pub(crate) fn answers_at_once(&self) -> bool {
-        self.locks.answers_at_once()
-    }
-
-    /// One attempt on what `keys` name: a lock or a permit
-    /// ([`LockStore::acquire`]), or a hold of a read-write lock
-    /// ([`LockStore::rw_acquire`]).
-    pub(crate) fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        match keys.rw {
-            None => self.locks.acquire(keys, token, lease, place),
-            Some(mode) => self.locks.rw_acquire(keys, mode, token, lease, place),
-        }
-    }
-
-    /// Gives up `token`'s hold of what `keys` name.
-    pub(crate) fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        match keys.rw {
-            None => self.locks.release(keys, token),
-            Some(mode) => self.locks.rw_release(keys, mode, token),
-        }
-    }
-
-    /// Resets the lease of `token`'s hold of what `keys` name.
-    pub(crate) fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        match keys.rw {
-            None => self.locks.extend(keys, token, lease),
-            Some(mode) => self.locks.rw_extend(keys, mode, token, lease),
-        }
-    }
-
-    /// Gives up `token`'s hold of what `keys` name, keeping it taken for
-    /// `keep` more ([`LockStore::release_later`]; a read-write lock's hold
-    /// is kept by its lease).
-    pub(crate) fn release_later<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        keep: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        match keys.rw {
-            None => self.locks.release_later(keys, token, keep),
-            Some(mode) => self.locks.rw_extend(keys, mode, token, keep),
-        }
-    }
-
-    /// What the store knows of what `keys` name.
-    pub(crate) fn inspect<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-    ) -> StoreFuture<'a, Result<Occupancy>> {
-        match keys.rw {
-            None => self.locks.inspect(keys),
-            Some(_) => self.locks.rw_inspect(keys),
-        }
-    }
 }
 
 /// The error of an operation a store does not offer: "the `store` store

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockguard_core::store::{
-    Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, StoreFuture, Token, Waiting,
+    Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, Token, Waiting,
 };
 use lockguard_core::{Builder, Client, Quota, Result};
 use lockguard_testing::conformance::{ClientFuture, Harness, Memory};
@@ -28,34 +28,25 @@ impl LockStore for LocksOnly {
         "locks-only"
     }
     fn waiting(&self) -> Waiting {
-        self.0.locks().waiting()
+        self.0.waiting()
     }
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        self.0.locks().acquire(keys, token, lease, place)
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        self.0.acquire(keys, token, lease, place).await
     }
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        self.0.locks().release(keys, token)
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.0.release(keys, token).await
     }
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        self.0.locks().extend(keys, token, lease)
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        self.0.extend(keys, token, lease).await
     }
     fn attach(&self, inbox: std::sync::Weak<dyn Inbox>) {
-        self.0.locks().attach(inbox)
+        self.0.attach(inbox)
     }
 }
 

@@ -69,7 +69,7 @@ impl Client {
     pub fn memory() -> Self {
         let b = Builder::default();
         let memory = Arc::new(MemoryStore::new(b.clock.clone()));
-        b.finish(Store::new(memory.clone(), Vec::new()), Some(memory))
+        b.finish(Store::new(memory, Vec::new()))
     }
 
     /// Makes this client the process-wide default, replacing any earlier
@@ -200,7 +200,7 @@ impl Client {
     /// `"zookeeper"` for lockguard's stores, or what another store's
     /// boundary calls itself.
     pub fn store_name(&self) -> &'static str {
-        self.engine.store.locks.name()
+        self.engine.store.name()
     }
 
     /// The store's name: [`Client::store_name`], by its former name.
@@ -393,22 +393,16 @@ impl Builder {
     /// retry interval, a default lease below [`MIN_WATCHDOG_LEASE`](crate::MIN_WATCHDOG_LEASE)).
     pub fn build(self, store: Store) -> Result<Client> {
         self.validate()?;
-        Ok(self.finish(store, None))
+        Ok(self.finish(store))
     }
 
-    /// The client on `store`; `memory` is the in-memory store itself when
-    /// `store` is one.
-    fn finish(self, store: Store, memory: Option<Arc<MemoryStore>>) -> Client {
+    /// The client on `store`.
+    fn finish(self, store: Store) -> Client {
         // The channel this client's queued waiters are told on that a lock
         // was handed to them: one per client, unique.
         let channel = format!("{}waiters:{}", self.prefix, Token::random().as_str());
         Client {
-            engine: Arc::new(Engine::new(
-                (store, memory),
-                self.prefix,
-                self.defaults,
-                channel,
-            )),
+            engine: Arc::new(Engine::new(store, self.prefix, self.defaults, channel)),
         }
     }
 
@@ -421,7 +415,7 @@ impl Builder {
     pub fn memory(self) -> Result<Client> {
         self.validate()?;
         let memory = Arc::new(MemoryStore::new(self.clock.clone()));
-        Ok(self.finish(Store::new(memory.clone(), Vec::new()), Some(memory)))
+        Ok(self.finish(Store::new(memory, Vec::new())))
     }
 }
 

@@ -7,8 +7,7 @@ use std::time::Duration;
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
 use crate::rate_limit::{Algorithm, Decision, Quota, gcra};
-use crate::store::memory::LimitTable;
-use crate::store::{DataStore, LimitKeys, LimitOp};
+use crate::store::{LimitKeys, LimitOp, Store};
 
 mod refused;
 
@@ -62,15 +61,10 @@ struct Shared {
 /// What every check of a limiter needs of its settings.
 #[derive(Debug, Clone)]
 struct Prepared {
-    /// `{prefix}rl:{algorithm}:{name}:`, to which each check appends its
-    /// key as the hash tag.
+    /// The limiter's identity, `{prefix}rl:{algorithm}:{name}:`.
     base: Arc<str>,
     /// The store's step, with the quota's constants.
     op: LimitOp,
-    /// On the in-memory store, this limiter's own table of state: its
-    /// checks go straight to it by their key, with no store key to build
-    /// or hash.
-    table: Option<Arc<LimitTable>>,
 }
 
 impl Shared {
@@ -96,11 +90,9 @@ impl Shared {
                 period_us: quota.period_us(),
             },
         };
-        let table = self.engine.memory.as_ref().map(|m| m.limit_table(&base));
         Ok(Prepared {
             base: base.into(),
             op,
-            table,
         })
     }
 }
@@ -251,13 +243,11 @@ impl RateLimiter {
     /// ```
     pub async fn peek(&self, key: &str) -> Result<Decision> {
         let (prepared, op) = self.checked(key, 1)?;
-        if let Some(table) = &prepared.table {
-            return Ok(table.decide(key, op, 1, true));
-        }
-        let (keys, op) = self.prepare(key, 1)?;
+        let keys = LimitKeys::new(&prepared.base, key);
         self.store()?
             .rate_limit(&keys, op, 1, true)
             .await
+            .map(|reply| op.decide(reply))
             .inspect_err(|_| crate::meter::store_error("rate_limiter", "peek"))
     }
 
@@ -405,10 +395,6 @@ impl RateLimiter {
         if let Some(d) = self.cached_refusal(key, cost) {
             return Some(Ok(d));
         }
-        // The in-memory store's own table for this limiter, by the key.
-        if let Some(table) = &prepared.table {
-            return Some(self.decided(key, cost, Ok(table.decide(key, op, cost, false))));
-        }
         if !at_once {
             return None;
         }
@@ -416,40 +402,20 @@ impl RateLimiter {
             Ok(store) => store,
             Err(e) => return Some(Err(e)),
         };
-        // The store key, in a buffer the thread keeps: the store answers
-        // before this returns, so nothing needs to own it.
-        thread_local! {
-            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-        }
-        let answer = KEY.with_borrow_mut(|full| {
-            full.clear();
-            write_key(full, &prepared.base, key);
-            let keys = LimitKeys::new(full.as_str());
-            let answer = store.rate_limit(&keys, op, cost, false).into_ready();
-            // A key of unusual length leaves no large buffer behind.
-            if full.capacity() > 4096 {
-                *full = String::new();
-            }
-            answer
-        })?;
-        Some(self.decided(key, cost, answer))
+        let keys = LimitKeys::new(&prepared.base, key);
+        let answer = store.rate_limit(&keys, op, cost, false).now()?;
+        Some(self.decided(key, cost, answer.map(|reply| op.decide(reply))))
     }
 
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
         let (prepared, op) = self.checked(key, cost)?;
-        if let Some(table) = &prepared.table {
-            if let Some(d) = self.cached_refusal(key, cost) {
-                return Ok(d);
-            }
-            return self.decided(key, cost, Ok(table.decide(key, op, cost, false)));
-        }
-        let (keys, op) = self.prepare(key, cost)?;
         let store = self.store()?;
         if let Some(d) = self.cached_refusal(key, cost) {
             return Ok(d);
         }
+        let keys = LimitKeys::new(&prepared.base, key);
         let answer = store.rate_limit(&keys, op, cost, false).await;
-        self.decided(key, cost, answer)
+        self.decided(key, cost, answer.map(|reply| op.decide(reply)))
     }
 
     /// A refusal of `key` still cached, if any.
@@ -482,16 +448,8 @@ impl RateLimiter {
     }
 
     /// The store's limiters, or `Unsupported` on a store without them.
-    fn store(&self) -> Result<&dyn DataStore> {
-        Ok(self.shared.engine.store.data())
-    }
-
-    fn prepare(&self, key: &str, cost: u64) -> Result<(LimitKeys<'static>, LimitOp)> {
-        let (prepared, op) = self.checked(key, cost)?;
-        let base = &prepared.base;
-        let mut full = String::with_capacity(base.len() + key.len() + 2);
-        write_key(&mut full, base, key);
-        Ok((LimitKeys::new(full), op))
+    fn store(&self) -> Result<&Store> {
+        Ok(&self.shared.engine.store)
     }
 
     /// Checks `key` and `cost`: what the limiter prepared, and the store's
@@ -511,13 +469,6 @@ impl RateLimiter {
         }
         Ok((prepared, prepared.op))
     }
-}
-
-/// The store key of `key` under `base`: the same layout as `key::base`,
-/// the key, escaped, as the hash tag.
-fn write_key(out: &mut String, base: &str, key: &str) {
-    out.push_str(base);
-    crate::key::push_tagged(out, key);
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ impl Lock {
     ) -> Option<Result<Result<LockGuard, Wait>>> {
         let token = Token::random();
         let store = &self.engine.store;
-        let outcome = store.acquire(keys, &token, lease, None).into_ready()?;
+        let outcome = store.acquire(keys, &token, lease, None).now()?;
         Some(outcome.and_then(|outcome| self.attempted(token, sent_at, lease, outcome)))
     }
 

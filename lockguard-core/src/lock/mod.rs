@@ -100,11 +100,11 @@ impl Lock {
             .and_then(|()| {
                 // Checked before anything is sent: an attempt that cannot
                 // reach the store arms no background release.
-                let max = engine.store.locks.max_permits();
+                let max = engine.store.max_permits();
                 if permits == 0 || permits > max {
                     Err(Error::invalid(format!(
                         "semaphore {name:?} needs between 1 and {max} permits on a {} client, got {permits}",
-                        engine.store.locks.name()
+                        engine.store.name()
                     )))
                 } else {
                     Ok(())
@@ -334,14 +334,13 @@ impl Lock {
         let max = self
             .engine
             .store
-            .locks
             .max_lease()
             .unwrap_or(crate::lease::MAX_LEASE);
         if at_least > max {
             return Err(Error::invalid(format!(
                 "lock {:?}: at_least ({at_least:?}) is longer than the longest lease a {} client keeps ({max:?})",
                 self.name,
-                self.engine.store.locks.name()
+                self.engine.store.name()
             )));
         }
         Ok(())
@@ -353,14 +352,14 @@ impl Lock {
     /// error, since nothing would renew it.
     fn effective_lease(&self) -> Result<Lease> {
         let duration = self.lease.validate()?;
-        match self.engine.store.locks.max_lease() {
+        match self.engine.store.max_lease() {
             Some(max) if duration > max => match self.lease {
                 Lease::Watchdog(_) => Ok(Lease::Watchdog(max)),
                 _ => Err(Error::invalid(format!(
                     "a fixed lease on a {} client can be at most {max:?} (two thirds of \
                      its session timeout), got {duration:?}; use the watchdog or a longer \
                      session timeout",
-                    self.engine.store.locks.name()
+                    self.engine.store.name()
                 ))),
             },
             _ => Ok(self.lease),
@@ -618,7 +617,7 @@ impl Lock {
     /// Takes the lock, waiting for it if it is busy: in the key's line on
     /// a store whose waiters line up, in its queue on the others.
     async fn acquire_waiting(&self, keys: &Arc<LockKeys>, lease: Duration) -> Result<LockGuard> {
-        if self.engine.store.locks.waiting() == Waiting::Line {
+        if self.engine.store.waiting() == Waiting::Line {
             return self.wait_in_line(keys, lease).await;
         }
         self.wait_in_queue(keys, lease).await

@@ -202,7 +202,7 @@ impl Lock {
             let Some(grant) = handed(&ticket, &sent, token, timeout) else {
                 continue;
             };
-            if self.engine.store.locks.confirms_handoffs() {
+            if self.engine.store.confirms_handoffs() {
                 let Some(grant) = self.confirm_handoff(keys, grant, lease, deadline).await? else {
                     // Not confirmed: the next attempt claims the lock if it
                     // is still ours, and confirms it as any acquisition.
@@ -439,7 +439,7 @@ mod tests {
             fn sync<'a>(&'a self, _: &'a str, _: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
                 self.calls.fetch_add(1, Ordering::SeqCst);
                 let mut open = self.open.clone();
-                StoreFuture::boxed(async move {
+                StoreFuture::new(async move {
                     let said = *open.wait_for(Option::is_some).await.unwrap();
                     if said == Some(true) {
                         Ok(())

@@ -114,7 +114,7 @@ impl ChannelTasks {
         if let Some(answer) = state.borrow_and_update().clone() {
             return StoreFuture::ready(answer.map_err(|(kind, message)| Error::new(kind, message)));
         }
-        StoreFuture::boxed(async move {
+        StoreFuture::new(async move {
             match state.wait_for(Option::is_some).await {
                 Ok(said) => said
                     .clone()
@@ -210,7 +210,7 @@ mod tests {
         assert!(second.await.unwrap().is_ok());
         // Once it listens, at once.
         let third = tasks.sync("c", &Wanted, |_| unreachable!("started twice"));
-        assert!(third.into_ready().unwrap().is_ok());
+        assert!(third.now().unwrap().is_ok());
     }
 
     /// A task that could not start gives its error to every waiting caller;

@@ -3,7 +3,7 @@
 //! caller gave, without building (and hashing) a store key around it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::expiring::{self, Expiring};
 use super::shards::Shards;
@@ -116,13 +116,13 @@ impl LimitTable {
 
 /// Every limiter's table, by store key base (`{prefix}rl:{algorithm}:{name}:`).
 ///
-/// A limiter looks its table up once, when it is made, and keeps it; the
-/// tables of limiters made and dropped on the fly (a name per tenant) are
-/// dropped once nothing holds them and no key has state left, checked
+/// A check finds its limiter's table under a read lock, which checks of
+/// every thread share; the tables of limiters made and dropped on the fly
+/// (a name per tenant) are dropped once no key has state left, checked
 /// each time the registry doubles, so their number stays bounded too.
 #[derive(Debug)]
 pub(crate) struct Limits {
-    tables: Mutex<Registry>,
+    tables: RwLock<Registry>,
     clock: Arc<dyn Clock>,
 }
 
@@ -138,7 +138,7 @@ const TABLES_FLOOR: usize = 64;
 impl Limits {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
         Self {
-            tables: Mutex::new(Registry {
+            tables: RwLock::new(Registry {
                 by_base: HashMap::new(),
                 sweep_at: TABLES_FLOOR,
             }),
@@ -146,10 +146,29 @@ impl Limits {
         }
     }
 
+    /// Runs `op` for `key` of the limiter `limiter`; see
+    /// [`LimitTable::decide`].
+    pub(crate) fn decide(
+        &self,
+        limiter: &str,
+        key: &str,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Decision {
+        {
+            let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(table) = registry.by_base.get(limiter) {
+                return table.decide(key, op, cost, peek);
+            }
+        }
+        self.table(limiter).decide(key, op, cost, peek)
+    }
+
     /// The table of the limiter whose store keys start with `base`.
     pub(crate) fn table(&self, base: &str) -> Arc<LimitTable> {
         // Every update below is complete before it can panic.
-        let mut registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut registry = self.tables.write().unwrap_or_else(PoisonError::into_inner);
         if let Some(table) = registry.by_base.get(base) {
             return table.clone();
         }
@@ -166,52 +185,17 @@ impl Limits {
         table
     }
 
-    /// Runs `op` on the state of a store key as the limiters lay it out
-    /// (`{base}{key}`, the key escaped as the hash tag); see
-    /// [`LimitTable::decide`]. For callers that name the store key whole
-    /// (a store wrapping this one); a limiter keeps its table instead.
-    pub(crate) fn decide(&self, id: &str, op: LimitOp, cost: u64, peek: bool) -> Decision {
-        // Neither the prefix nor a limiter's name holds a brace: the first
-        // one opens the key.
-        let (base, key) = match id.find('{') {
-            Some(i) => (&id[..i], untag(&id[i..])),
-            None => (id, std::borrow::Cow::Borrowed("")),
-        };
-        self.table(base).decide(&key, op, cost, peek)
-    }
-
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        let registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         registry.by_base.values().map(|t| t.len()).sum()
     }
 
     #[cfg(test)]
     pub(crate) fn tables(&self) -> usize {
-        let registry = self.tables.lock().unwrap_or_else(PoisonError::into_inner);
+        let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
         registry.by_base.len()
     }
-}
-
-/// The key inside a hash tag as [`crate::key::push_tagged`] writes it:
-/// `{a\}b}` is `a}b`.
-fn untag(tagged: &str) -> std::borrow::Cow<'_, str> {
-    let inner = tagged.strip_prefix('{').unwrap_or(tagged);
-    let inner = inner.strip_suffix('}').unwrap_or(inner);
-    if !inner.contains('\\') {
-        return std::borrow::Cow::Borrowed(inner);
-    }
-    let mut out = String::with_capacity(inner.len());
-    let mut escaped = false;
-    for c in inner.chars() {
-        if escaped || c != '\\' {
-            out.push(c);
-            escaped = false;
-        } else {
-            escaped = true;
-        }
-    }
-    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -224,19 +208,19 @@ mod tests {
         LimitOp::Gcra(gcra::Params::new(&Quota::per_second(per_second)))
     }
 
-    /// A limiter's table and the store key that names the same key (as a
-    /// store wrapping this one passes it) spend one budget, escaped keys
-    /// included.
+    /// A limiter's keys spend one budget each, escaped keys included,
+    /// and another limiter's are another budget.
     #[test]
-    fn the_table_and_the_store_key_share_one_budget() {
+    fn each_limiter_and_key_has_a_budget_of_its_own() {
         let limits = Limits::new(Arc::new(ManualClock::new()));
         let base = "t:rl:gcra:api:";
         let table = limits.table(base);
         for key in ["ann", "a}b", "back\\slash", ""] {
-            let mut id = base.to_owned();
-            crate::key::push_tagged(&mut id, key);
             assert!(table.decide(key, gcra(1), 1, false).allowed);
-            assert!(!limits.decide(&id, gcra(1), 1, false).allowed, "{id}");
+            assert!(
+                !limits.decide(base, key, gcra(1), 1, false).allowed,
+                "{key}"
+            );
             assert!(!table.decide(key, gcra(1), 1, true).allowed);
         }
         // Another limiter's table is another budget.
@@ -298,14 +282,5 @@ mod tests {
             true,
         );
         assert_eq!(d.remaining, 3, "the busy table's state was kept");
-    }
-
-    #[test]
-    fn untag_reverses_push_tagged() {
-        for key in ["plain", "a}b", "back\\slash", "\\}", "{open", ""] {
-            let mut tagged = String::new();
-            crate::key::push_tagged(&mut tagged, key);
-            assert_eq!(untag(&tagged), key, "{tagged}");
-        }
     }
 }

@@ -14,11 +14,11 @@ use crate::clock::{self, Clock, MonotonicClock};
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
-use crate::key::{CounterKeys, Resource, RwMode};
+use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::Decision;
 use crate::store::{
-    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LockStore, Occupancy, Place, Store,
-    StoreFuture, Stored, Waiting,
+    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LimitReply, LockStore, Occupancy,
+    Place, Store, Stored, Waiting,
 };
 use crate::token::{Token, TokenHashing};
 
@@ -28,7 +28,6 @@ mod rw;
 mod shards;
 
 use expiring::Expiring;
-pub(crate) use limits::LimitTable;
 use limits::Limits;
 use rw::RwHolders;
 
@@ -597,13 +596,8 @@ impl MemoryStore {
         cost: u64,
         peek: bool,
     ) -> Decision {
-        self.limits.decide(&keys.main, op, cost, peek)
-    }
-
-    /// The state of the limiter whose store keys start with `base`, for
-    /// the limiter to keep: its checks then go straight to it.
-    pub(crate) fn limit_table(&self, base: &str) -> Arc<LimitTable> {
-        self.limits.table(base)
+        self.limits
+            .decide(keys.limiter(), keys.key(), op, cost, peek)
     }
 
     #[cfg(test)]
@@ -615,11 +609,7 @@ impl MemoryStore {
 impl Store {
     /// The in-memory store (the reference implementation), on the
     /// monotonic clock: what [`Client::memory`](crate::Client::memory)
-    /// uses. A client built on it with [`Builder::build`](crate::Builder::build)
-    /// runs its rate limiters through the boundary, as on any store;
-    /// [`Client::memory`](crate::Client::memory) and
-    /// [`Builder::memory`](crate::Builder::memory) hand them the store's
-    /// state directly.
+    /// uses.
     pub fn memory() -> Self {
         let store = Arc::new(MemoryStore::new(Arc::new(MonotonicClock::new())));
         Self::new(store, Vec::new())
@@ -639,148 +629,113 @@ impl LockStore for MemoryStore {
         true
     }
 
+    fn read_write(&self) -> bool {
+        true
+    }
+
     fn attach(&self, inbox: Weak<dyn Inbox>) {
         let _ = self.notify.set(Notify(inbox));
     }
 
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::ready(Ok(Self::acquire(self, keys, token, lease, place)))
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        Ok(match keys.rw_mode() {
+            None => Self::acquire(self, keys, token, lease, place),
+            Some(mode) => self.rw_acquire(keys, mode, token, lease, place),
+        })
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::release(self, keys, token)))
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        Ok(match keys.rw_mode() {
+            None => Self::release(self, keys, token),
+            Some(mode) => self.rw_release(keys, mode, token),
+        })
     }
 
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::extend(self, keys, token, lease)))
-    }
-    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::ready(Ok(Self::inspect(self, keys)))
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        Ok(match keys.rw_mode() {
+            None => Self::extend(self, keys, token, lease),
+            Some(mode) => self.rw_extend(keys, mode, token, lease),
+        })
     }
 
-    fn rw_acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::ready(Ok(Self::rw_acquire(self, keys, mode, token, lease, place)))
-    }
-
-    fn rw_release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::rw_release(self, keys, mode, token)))
-    }
-
-    fn rw_extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::rw_extend(self, keys, mode, token, lease)))
-    }
-
-    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::ready(Ok(Self::rw_inspect(self, keys)))
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        Ok(match keys.rw_mode() {
+            None => Self::inspect(self, keys),
+            Some(_) => self.rw_inspect(keys),
+        })
     }
 }
 
 impl DataStore for MemoryStore {
-    fn counter_add<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::ready(Self::counter_add(self, &keys.value, delta, ttl))
+    ) -> Result<i64> {
+        Self::counter_add(self, &keys.value, delta, ttl)
     }
 
-    fn counter_take<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::ready(Self::counter_take(self, &keys.value, n, ttl))
+    ) -> Result<Result<i64, i64>> {
+        Self::counter_take(self, &keys.value, n, ttl)
     }
 
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::ready(Ok(Self::counter_get(self, &keys.value)))
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        Ok(Self::counter_get(self, &keys.value))
     }
 
-    fn counter_set<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::ready(Ok(Self::counter_set(
-            self,
-            &keys.value,
-            value,
-            expected,
-            ttl,
-        )))
+    ) -> Result<Result<u64, u64>> {
+        Ok(Self::counter_set(self, &keys.value, value, expected, ttl))
     }
 
-    fn mark_once<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        member: &'a str,
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::mark_once(self, &keys.marks, member, ttl)))
+    ) -> Result<bool> {
+        Ok(Self::mark_once(self, &keys.marks, member, ttl))
     }
 
-    fn rate_limit<'a>(
-        &'a self,
-        keys: &'a LimitKeys<'_>,
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::ready(Ok(Self::rate_limit(self, keys, op, cost, peek)))
+    ) -> Result<LimitReply> {
+        Ok(LimitReply::decided(Self::rate_limit(
+            self, keys, op, cost, peek,
+        )))
     }
 
-    fn fenced_write<'a>(
-        &'a self,
-        key: &'a str,
-        token: u64,
-        value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::fenced_write(self, key, token, value)))
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        Ok(Self::fenced_write(self, key, token, value))
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::ready(Ok(Self::fenced_read(self, key)))
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        Ok(Self::fenced_read(self, key))
     }
 
-    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::ready(Ok(Self::fenced_remove(self, key, token)))
+    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
+        Ok(Self::fenced_remove(self, key, token))
     }
 }
 
@@ -802,7 +757,8 @@ mod tests {
                 store.acquire(&keys, &Token::random(), lease, None),
                 Attempt::Acquired { .. }
             ));
-            let lk = LimitKeys::new(format!("t:rl:gcra:flood:{{k{i}}}"));
+            let key = format!("k{i}");
+            let lk = LimitKeys::new("t:rl:gcra:flood:", &key);
             assert!(store.rate_limit(&lk, op, 1, false).allowed);
             if i % 1000 == 999 {
                 tokio::time::advance(Duration::from_millis(20)).await;
