@@ -7,11 +7,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy, Place,
-    Resource, Store, StoreFuture, Stored, Waiting, millis_ceil,
+    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockStore,
+    Occupancy, Place, Resource, Store, Stored, Waiting, millis_ceil,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -319,6 +318,16 @@ impl MySqlStore {
             .await,
         )
     }
+}
+
+impl LockStore for MySqlStore {
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
 
     async fn acquire(
         &self,
@@ -382,7 +391,7 @@ impl MySqlStore {
         }
     }
 
-    async fn release(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         let what = || format!("releasing {:?}", keys.name());
         let key = row_key(keys, &what)?;
         // An acquisition of this token still running is let finish first;
@@ -399,7 +408,7 @@ impl MySqlStore {
         Ok(held == 1)
     }
 
-    async fn extend(&self, keys: &LockKeys, token: &Token, lease: Duration) -> Result<bool> {
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
         let what = || format!("extending {:?}", keys.name());
         let key = row_key(keys, &what)?;
         let held: i64 = self
@@ -430,47 +439,6 @@ impl MySqlStore {
     }
 }
 
-impl LockStore for MySqlStore {
-    fn name(&self) -> &'static str {
-        "mysql"
-    }
-
-    fn waiting(&self) -> Waiting {
-        Waiting::Queue
-    }
-
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(Self::acquire(self, keys, token, lease, place))
-    }
-
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token))
-    }
-
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::extend(self, keys, token, lease))
-    }
-
-    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(Self::inspect(self, keys))
-    }
-}
-
 fn ttl_ms(ttl: Option<Duration>) -> i64 {
     ttl.map_or(0, ms)
 }
@@ -490,7 +458,7 @@ fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
     }
 }
 
-impl MySqlStore {
+impl DataStore for MySqlStore {
     async fn counter_add(
         &self,
         keys: &CounterKeys,
@@ -570,7 +538,7 @@ impl MySqlStore {
         op: LimitOp,
         cost: u64,
         peek: bool,
-    ) -> Result<Decision> {
+    ) -> Result<LimitReply> {
         let what = || format!("rate limiting {:?}", keys.id());
         let key = checked_key(keys.id(), &what)?;
         let cost = i64::try_from(cost).map_err(|_| {
@@ -585,11 +553,10 @@ impl MySqlStore {
                 let (allowed, used, retry): (i64, i64, i64) = self
                     .exec_one(&self.sql.gcra, (key, p.t, p.tau, cost, peek), what)
                     .await?;
-                Ok(gcra::decide(p, allowed == 1, used, retry))
+                Ok(LimitReply::gcra(allowed == 1, used, retry))
             }
-            LimitOp::Fixed { limit, period_us } => {
-                let window_ms =
-                    i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
+            LimitOp::Fixed { limit, .. } => {
+                let window_ms = i64::try_from(op.period_ms()).unwrap_or(i64::MAX);
                 let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
                 let (allowed, used, left_ms): (i64, i64, i64) = self
                     .exec_one(
@@ -598,14 +565,10 @@ impl MySqlStore {
                         what,
                     )
                     .await?;
-                // As on Redis: the window is over 1 ms after the time left.
-                let reset = (left_ms + 1) * 1000;
-                Ok(fixed_window::decide(
-                    limit,
+                Ok(LimitReply::fixed_ms(
                     allowed == 1,
                     used.max(0).unsigned_abs(),
-                    reset,
-                    reset,
+                    left_ms,
                 ))
             }
             LimitOp::Sliding { limit, period_us } => {
@@ -617,8 +580,7 @@ impl MySqlStore {
                         what,
                     )
                     .await?;
-                Ok(sliding_window::decide(
-                    limit,
+                Ok(LimitReply::window(
                     allowed == 1,
                     used.max(0).unsigned_abs(),
                     reset,
@@ -657,76 +619,6 @@ impl MySqlStore {
             .exec_one(&self.sql.fenced_remove, (key, token), what)
             .await?;
         Ok(removed == 1)
-    }
-}
-
-impl DataStore for MySqlStore {
-    fn counter_add<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        delta: i64,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::boxed(Self::counter_add(self, keys, delta, ttl))
-    }
-
-    fn counter_take<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        n: i64,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::boxed(Self::counter_take(self, keys, n, ttl))
-    }
-
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(Self::counter_get(self, keys))
-    }
-
-    fn counter_set<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        value: i64,
-        expected: Option<u64>,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(Self::counter_set(self, keys, value, expected, ttl))
-    }
-
-    fn mark_once<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        member: &'a str,
-        ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::mark_once(self, keys, member, ttl))
-    }
-
-    fn rate_limit<'a>(
-        &'a self,
-        keys: &'a LimitKeys<'_>,
-        op: LimitOp,
-        cost: u64,
-        peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(Self::rate_limit(self, keys, op, cost, peek))
-    }
-
-    fn fenced_write<'a>(
-        &'a self,
-        key: &'a str,
-        token: u64,
-        value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::fenced_write(self, key, token, value))
-    }
-
-    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(Self::fenced_read(self, key))
-    }
-
-    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::fenced_remove(self, key, token))
     }
 }
 

@@ -19,10 +19,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockguard_core::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 use lockguard_core::store::{
-    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LockKeys, LockStore, Occupancy,
-    Place, Resource, RwMode, Store, StoreFuture, Stored, Token, Waiting, millis_ceil,
+    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
+    LockStore, Occupancy, Place, Resource, RwMode, Store, Stored, Token, Waiting, millis_ceil,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -333,6 +332,79 @@ fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
     }
 }
 
+/// Read-write locks: the holds of a read-write lock's keys, which the
+/// boundary's methods hand on here.
+impl PostgresStore {
+    /// One statement, `rw_acquire`; see [`LockStore::acquire`].
+    async fn rw_acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        mode: RwMode,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let what = || format!("acquiring {:?} to {}", keys.id(), mode.as_str());
+        let (wait, channel, attempt) = place_params(place);
+        let row = self
+            .acquisition(
+                &self.sql.rw_acquire,
+                &[
+                    keys.id().into(),
+                    token.as_str().into(),
+                    ms(lease).into(),
+                    (mode == RwMode::Read).into(),
+                    wait.into(),
+                    channel.into(),
+                    attempt.into(),
+                ],
+                std::slice::from_ref(token),
+                what,
+            )
+            .await?;
+        attempt_reply(keys, &row, &what)
+    }
+
+    /// One statement, `rw_release`, which hands the lock on as far as it
+    /// fits; see [`LockStore::release`].
+    async fn rw_release(&self, keys: &Arc<LockKeys>, mode: RwMode, token: &Token) -> Result<bool> {
+        let what = || format!("releasing {:?} ({})", keys.id(), mode.as_str());
+        self.after_acquisitions(token).await;
+        let row = self
+            .query_one(
+                &self.sql.rw_release,
+                &[keys.id().into(), token.as_str().into()],
+                what,
+            )
+            .await?;
+        row.get(0, &what)
+    }
+
+    /// One statement, `rw_inspect`; see [`LockStore::inspect`].
+    async fn rw_inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        let what = || format!("inspecting {:?}", keys.id());
+        let row = self
+            .query_one(&self.sql.rw_inspect, &[keys.id().into()], what)
+            .await?;
+        let readers: i64 = row.get(0, &what)?;
+        let writer: bool = row.get(1, &what)?;
+        let left: Option<i64> = row.get(2, &what)?;
+        let waiters: i64 = row.get(3, &what)?;
+        let latest: Option<i64> = row.get(4, &what)?;
+        let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+        Ok(Occupancy::read_write(
+            u32::try_from(readers).map_err(|_| garbage())?,
+            writer,
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            u64::try_from(waiters).map_err(|_| garbage())?,
+            latest
+                .and_then(|f| u64::try_from(f).ok())
+                .filter(|f| *f > 0)
+                .map(FencingToken::new),
+        ))
+    }
+}
+
 impl LockStore for PostgresStore {
     fn name(&self) -> &'static str {
         "postgres"
@@ -342,539 +414,394 @@ impl LockStore for PostgresStore {
         Waiting::Queue
     }
 
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("acquiring {:?}", keys.id());
-            let (wait, channel, attempt) = place_params(place);
-            let row = self
-                .acquisition(
-                    &self.sql.acquire,
-                    &[
-                        keys.id().into(),
-                        token.as_str().into(),
-                        ms(lease).into(),
-                        permits(keys.resource()).into(),
-                        wait.into(),
-                        channel.into(),
-                        attempt.into(),
-                    ],
-                    std::slice::from_ref(token),
-                    what,
-                )
-                .await?;
-            attempt_reply(keys, &row, &what)
-        })
+    fn read_write(&self) -> bool {
+        true
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("releasing {:?}", keys.id());
-            // An acquisition of this token still running is let finish first.
-            self.after_acquisitions(token).await;
-            let row = self
-                .query_one(
-                    &self.sql.release,
-                    &[
-                        keys.id().into(),
-                        token.as_str().into(),
-                        permits(keys.resource()).into(),
-                    ],
-                    what,
-                )
-                .await?;
-            row.get(0, &what)
-        })
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        if let Some(mode) = keys.rw_mode() {
+            return self.rw_acquire(keys, mode, token, lease, place).await;
+        }
+
+        let what = || format!("acquiring {:?}", keys.id());
+        let (wait, channel, attempt) = place_params(place);
+        let row = self
+            .acquisition(
+                &self.sql.acquire,
+                &[
+                    keys.id().into(),
+                    token.as_str().into(),
+                    ms(lease).into(),
+                    permits(keys.resource()).into(),
+                    wait.into(),
+                    channel.into(),
+                    attempt.into(),
+                ],
+                std::slice::from_ref(token),
+                what,
+            )
+            .await?;
+        attempt_reply(keys, &row, &what)
+    }
+
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        if let Some(mode) = keys.rw_mode() {
+            return self.rw_release(keys, mode, token).await;
+        }
+
+        let what = || format!("releasing {:?}", keys.id());
+        // An acquisition of this token still running is let finish first.
+        self.after_acquisitions(token).await;
+        let row = self
+            .query_one(
+                &self.sql.release,
+                &[
+                    keys.id().into(),
+                    token.as_str().into(),
+                    permits(keys.resource()).into(),
+                ],
+                what,
+            )
+            .await?;
+        row.get(0, &what)
     }
 
     /// One statement, `acquire_all`, for every key: one round trip and one
     /// transaction.
-    fn acquire_all<'a>(
-        &'a self,
-        keys: &'a [Arc<LockKeys>],
-        tokens: &'a [Token],
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
-        let distinct = || {
-            let mut ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
-            ids.sort_unstable();
-            ids.windows(2).all(|w| w[0] != w[1])
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        let (keys, tokens) = (set.keys(), set.tokens());
+        let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
+        let ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
+        let toks: Vec<&str> = tokens.iter().map(Token::as_str).collect();
+        let row = self
+            .acquisition(
+                &self.sql.acquire_all,
+                &[
+                    ids.as_slice().into(),
+                    toks.as_slice().into(),
+                    ms(lease).into(),
+                ],
+                tokens,
+                what,
+            )
+            .await?;
+        let acquired: bool = row.get(0, &what)?;
+        let fences: Option<Vec<i64>> = row.get(1, &what)?;
+        let busy: Option<i32> = row.get(2, &what)?;
+        let left: Option<i64> = row.get(3, &what)?;
+        let garbage = || {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "{}: unexpected reply ({acquired}, {fences:?}, {busy:?}, {left:?})",
+                    what()
+                ),
+            )
         };
-        if keys.is_empty()
-            || keys.len() != tokens.len()
-            || keys
-                .iter()
-                .any(|k| k.resource() != Resource::Lock || k.rw_mode().is_some())
-            || !distinct()
-        {
-            return StoreFuture::ready(Ok(None));
+        let answer = match (acquired, &fences, busy) {
+            (true, Some(fences), _)
+                if fences.len() == keys.len() && fences.iter().all(|f| *f > 0) =>
+            {
+                AllOrNone::Acquired(
+                    fences
+                        .iter()
+                        .map(|f| FencingToken::new(f.unsigned_abs()))
+                        .collect(),
+                )
+            }
+            (false, _, Some(i)) if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) => {
+                AllOrNone::Busy {
+                    index: usize::try_from(i - 1).map_err(|_| garbage())?,
+                    ttl: left
+                        .and_then(|l| u64::try_from(l).ok())
+                        .map(Duration::from_millis),
+                }
+            }
+            _ => return Err(garbage()),
+        };
+        Ok(Some(answer))
+    }
+
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        let what = || format!("extending {:?}", keys.id());
+        let row = self
+            .query_one(
+                &self.sql.extend,
+                &[keys.id().into(), token.as_str().into(), ms(lease).into()],
+                what,
+            )
+            .await?;
+        row.get(0, &what)
+    }
+
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        if keys.rw_mode().is_some() {
+            return self.rw_inspect(keys).await;
         }
-        StoreFuture::boxed(async move {
-            let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
-            let ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
-            let toks: Vec<&str> = tokens.iter().map(Token::as_str).collect();
-            let row = self
-                .acquisition(
-                    &self.sql.acquire_all,
-                    &[
-                        ids.as_slice().into(),
-                        toks.as_slice().into(),
-                        ms(lease).into(),
-                    ],
-                    tokens,
-                    what,
-                )
-                .await?;
-            let acquired: bool = row.get(0, &what)?;
-            let fences: Option<Vec<i64>> = row.get(1, &what)?;
-            let busy: Option<i32> = row.get(2, &what)?;
-            let left: Option<i64> = row.get(3, &what)?;
-            let garbage = || {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!(
-                        "{}: unexpected reply ({acquired}, {fences:?}, {busy:?}, {left:?})",
-                        what()
-                    ),
-                )
-            };
-            let answer = match (acquired, &fences, busy) {
-                (true, Some(fences), _)
-                    if fences.len() == keys.len() && fences.iter().all(|f| *f > 0) =>
-                {
-                    AllOrNone::Acquired(
-                        fences
-                            .iter()
-                            .map(|f| FencingToken::new(f.unsigned_abs()))
-                            .collect(),
-                    )
-                }
-                (false, _, Some(i))
-                    if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) =>
-                {
-                    AllOrNone::Busy {
-                        index: usize::try_from(i - 1).map_err(|_| garbage())?,
-                        ttl: left
-                            .and_then(|l| u64::try_from(l).ok())
-                            .map(Duration::from_millis),
-                    }
-                }
-                _ => return Err(garbage()),
-            };
-            Ok(Some(answer))
-        })
-    }
 
-    /// One statement, `rw_acquire`; see [`LockStore::rw_acquire`].
-    fn rw_acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("acquiring {:?} to {}", keys.id(), mode.as_str());
-            let (wait, channel, attempt) = place_params(place);
-            let row = self
-                .acquisition(
-                    &self.sql.rw_acquire,
-                    &[
-                        keys.id().into(),
-                        token.as_str().into(),
-                        ms(lease).into(),
-                        (mode == RwMode::Read).into(),
-                        wait.into(),
-                        channel.into(),
-                        attempt.into(),
-                    ],
-                    std::slice::from_ref(token),
-                    what,
-                )
-                .await?;
-            attempt_reply(keys, &row, &what)
-        })
-    }
-
-    /// One statement, `rw_release`, which hands the lock on as far as it
-    /// fits; see [`LockStore::rw_release`].
-    fn rw_release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("releasing {:?} ({})", keys.id(), mode.as_str());
-            self.after_acquisitions(token).await;
-            let row = self
-                .query_one(
-                    &self.sql.rw_release,
-                    &[keys.id().into(), token.as_str().into()],
-                    what,
-                )
-                .await?;
-            row.get(0, &what)
-        })
-    }
-
-    /// The lock's `extend`: a hold's token names it, whatever its mode.
-    fn rw_extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        LockStore::extend(self, keys, token, lease)
-    }
-
-    /// One statement, `rw_inspect`; see [`LockStore::rw_inspect`].
-    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("inspecting {:?}", keys.id());
-            let row = self
-                .query_one(&self.sql.rw_inspect, &[keys.id().into()], what)
-                .await?;
-            let readers: i64 = row.get(0, &what)?;
-            let writer: bool = row.get(1, &what)?;
-            let left: Option<i64> = row.get(2, &what)?;
-            let waiters: i64 = row.get(3, &what)?;
-            let latest: Option<i64> = row.get(4, &what)?;
-            let garbage =
-                || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
-            Ok(Occupancy::read_write(
-                u32::try_from(readers).map_err(|_| garbage())?,
-                writer,
-                left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
-                u64::try_from(waiters).map_err(|_| garbage())?,
-                latest
-                    .and_then(|f| u64::try_from(f).ok())
-                    .filter(|f| *f > 0)
-                    .map(FencingToken::new),
-            ))
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("extending {:?}", keys.id());
-            let row = self
-                .query_one(
-                    &self.sql.extend,
-                    &[keys.id().into(), token.as_str().into(), ms(lease).into()],
-                    what,
-                )
-                .await?;
-            row.get(0, &what)
-        })
-    }
-
-    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("inspecting {:?}", keys.id());
-            let row = self
-                .query_one(&self.sql.inspect, &[keys.id().into()], what)
-                .await?;
-            let holders: i64 = row.get(0, &what)?;
-            let left: Option<i64> = row.get(1, &what)?;
-            let waiters: i64 = row.get(2, &what)?;
-            let latest: Option<i64> = row.get(3, &what)?;
-            let garbage =
-                || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
-            Ok(Occupancy::new(
-                u32::try_from(holders).map_err(|_| garbage())?,
-                keys.resource().permits(),
-                left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
-                u64::try_from(waiters).map_err(|_| garbage())?,
-                latest
-                    .and_then(|f| u64::try_from(f).ok())
-                    .filter(|f| *f > 0)
-                    .map(FencingToken::new),
-            ))
-        })
+        let what = || format!("inspecting {:?}", keys.id());
+        let row = self
+            .query_one(&self.sql.inspect, &[keys.id().into()], what)
+            .await?;
+        let holders: i64 = row.get(0, &what)?;
+        let left: Option<i64> = row.get(1, &what)?;
+        let waiters: i64 = row.get(2, &what)?;
+        let latest: Option<i64> = row.get(3, &what)?;
+        let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+        Ok(Occupancy::new(
+            u32::try_from(holders).map_err(|_| garbage())?,
+            keys.resource().permits(),
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            u64::try_from(waiters).map_err(|_| garbage())?,
+            latest
+                .and_then(|f| u64::try_from(f).ok())
+                .filter(|f| *f > 0)
+                .map(FencingToken::new),
+        ))
     }
 }
 
 impl DataStore for PostgresStore {
-    fn counter_add<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let what = || format!("adding to counter {key:?}");
-            let row = self
-                .query_one(
-                    &self.sql.counter_add,
-                    &[key.into(), delta.into(), ttl_ms(ttl).into()],
-                    what,
-                )
-                .await
-                .map_err(overflow_is_invalid(key))?;
-            row.get(0, &what)
-        })
+    ) -> Result<i64> {
+        let key = keys.id();
+        let what = || format!("adding to counter {key:?}");
+        let row = self
+            .query_one(
+                &self.sql.counter_add,
+                &[key.into(), delta.into(), ttl_ms(ttl).into()],
+                what,
+            )
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        row.get(0, &what)
     }
 
-    fn counter_take<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let what = || format!("taking from counter {key:?}");
-            let row = self
-                .query_one(
-                    &self.sql.counter_take,
-                    &[key.into(), n.into(), ttl_ms(ttl).into()],
-                    what,
-                )
-                .await
-                .map_err(overflow_is_invalid(key))?;
-            let taken: bool = row.get(0, &what)?;
-            let value: i64 = row.get(1, &what)?;
-            Ok(if taken { Ok(value) } else { Err(value) })
-        })
+    ) -> Result<Result<i64, i64>> {
+        let key = keys.id();
+        let what = || format!("taking from counter {key:?}");
+        let row = self
+            .query_one(
+                &self.sql.counter_take,
+                &[key.into(), n.into(), ttl_ms(ttl).into()],
+                what,
+            )
+            .await
+            .map_err(overflow_is_invalid(key))?;
+        let taken: bool = row.get(0, &what)?;
+        let value: i64 = row.get(1, &what)?;
+        Ok(if taken { Ok(value) } else { Err(value) })
     }
 
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let what = || format!("reading counter {key:?}");
-            let rows = self
-                .query(&self.sql.counter_get, &[key.into()], what)
-                .await?;
-            let Some(row) = rows.first() else {
-                return Ok((0, 0));
-            };
-            let value: i64 = row.get(0, &what)?;
-            let version: i64 = row.get(1, &what)?;
-            Ok((value, version.max(0).unsigned_abs()))
-        })
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        let key = keys.id();
+        let what = || format!("reading counter {key:?}");
+        let rows = self
+            .query(&self.sql.counter_get, &[key.into()], what)
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok((0, 0));
+        };
+        let value: i64 = row.get(0, &what)?;
+        let version: i64 = row.get(1, &what)?;
+        Ok((value, version.max(0).unsigned_abs()))
     }
 
-    fn counter_set<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let what = || format!("setting counter {key:?}");
-            let expected = expected.map(|v| v.to_string());
-            let row = self
-                .query_one(
-                    &self.sql.counter_set,
-                    &[
-                        key.into(),
-                        value.into(),
-                        expected.as_deref().into(),
-                        ttl_ms(ttl).into(),
-                    ],
-                    what,
-                )
-                .await?;
-            let done: bool = row.get(0, &what)?;
-            let version: i64 = row.get(1, &what)?;
-            let version = version.max(0).unsigned_abs();
-            Ok(if done { Ok(version) } else { Err(version) })
-        })
+    ) -> Result<Result<u64, u64>> {
+        let key = keys.id();
+        let what = || format!("setting counter {key:?}");
+        let expected = expected.map(|v| v.to_string());
+        let row = self
+            .query_one(
+                &self.sql.counter_set,
+                &[
+                    key.into(),
+                    value.into(),
+                    expected.as_deref().into(),
+                    ttl_ms(ttl).into(),
+                ],
+                what,
+            )
+            .await?;
+        let done: bool = row.get(0, &what)?;
+        let version: i64 = row.get(1, &what)?;
+        let version = version.max(0).unsigned_abs();
+        Ok(if done { Ok(version) } else { Err(version) })
     }
 
-    fn mark_once<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        member: &'a str,
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let marks = format!("{}:marks", keys.id());
-            let key = marks.as_str();
-            let what = || format!("marking {member:?} in {key:?}");
-            let row = self
-                .query_one(
-                    &self.sql.mark_once,
-                    &[key.into(), member.into(), ttl_ms(ttl).into()],
-                    what,
-                )
-                .await?;
-            row.get(0, &what)
-        })
+    ) -> Result<bool> {
+        let marks = format!("{}:marks", keys.id());
+        let key = marks.as_str();
+        let what = || format!("marking {member:?} in {key:?}");
+        let row = self
+            .query_one(
+                &self.sql.mark_once,
+                &[key.into(), member.into(), ttl_ms(ttl).into()],
+                what,
+            )
+            .await?;
+        row.get(0, &what)
     }
 
-    fn rate_limit<'a>(
-        &'a self,
-        keys: &'a LimitKeys<'_>,
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let what = || format!("rate limiting {key:?}");
-            let cost = i64::try_from(cost).map_err(|_| {
-                Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
-            })?;
-            match op {
-                LimitOp::Gcra(p) => {
-                    let row = self
-                        .query_one(
-                            &self.sql.gcra,
-                            &[
-                                key.into(),
-                                p.t.into(),
-                                p.tau.into(),
-                                cost.into(),
-                                peek.into(),
-                            ],
-                            what,
-                        )
-                        .await?;
-                    let allowed: bool = row.get(0, &what)?;
-                    let used: i64 = row.get(1, &what)?;
-                    let retry: i64 = row.get(2, &what)?;
-                    Ok(gcra::decide(p, allowed, used, retry))
-                }
-                LimitOp::Fixed { limit, period_us } => {
-                    let window_ms =
-                        i64::try_from(period_us.unsigned_abs().div_ceil(1000)).unwrap_or(i64::MAX);
-                    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-                    let row = self
-                        .query_one(
-                            &self.sql.fixed_window,
-                            &[
-                                key.into(),
-                                limit_i.into(),
-                                window_ms.into(),
-                                cost.into(),
-                                peek.into(),
-                            ],
-                            what,
-                        )
-                        .await?;
-                    let allowed: bool = row.get(0, &what)?;
-                    let used: i64 = row.get(1, &what)?;
-                    let left_ms: i64 = row.get(2, &what)?;
-                    // As on Redis: the window is over 1 ms after the time left.
-                    let reset = (left_ms + 1) * 1000;
-                    Ok(fixed_window::decide(
-                        limit,
-                        allowed,
-                        used.max(0).unsigned_abs(),
-                        reset,
-                        reset,
-                    ))
-                }
-                LimitOp::Sliding { limit, period_us } => {
-                    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
-                    let row = self
-                        .query_one(
-                            &self.sql.sliding_window,
-                            &[
-                                key.into(),
-                                limit_i.into(),
-                                period_us.into(),
-                                cost.into(),
-                                peek.into(),
-                            ],
-                            what,
-                        )
-                        .await?;
-                    let allowed: bool = row.get(0, &what)?;
-                    let used: i64 = row.get(1, &what)?;
-                    let reset: i64 = row.get(2, &what)?;
-                    let retry: i64 = row.get(3, &what)?;
-                    Ok(sliding_window::decide(
-                        limit,
-                        allowed,
-                        used.max(0).unsigned_abs(),
-                        reset,
-                        retry,
-                    ))
-                }
-                _ => Err(lockguard_core::store::unsupported(
-                    self.name(),
-                    "this rate-limit algorithm",
-                )),
+    ) -> Result<LimitReply> {
+        let key = keys.id();
+        let what = || format!("rate limiting {key:?}");
+        let cost = i64::try_from(cost).map_err(|_| {
+            Error::invalid(format!("rate limiting {key:?}: cost {cost} is too large"))
+        })?;
+        match op {
+            LimitOp::Gcra(p) => {
+                let row = self
+                    .query_one(
+                        &self.sql.gcra,
+                        &[
+                            key.into(),
+                            p.t.into(),
+                            p.tau.into(),
+                            cost.into(),
+                            peek.into(),
+                        ],
+                        what,
+                    )
+                    .await?;
+                let allowed: bool = row.get(0, &what)?;
+                let used: i64 = row.get(1, &what)?;
+                let retry: i64 = row.get(2, &what)?;
+                Ok(LimitReply::gcra(allowed, used, retry))
             }
-        })
+            LimitOp::Fixed { limit, .. } => {
+                let window_ms = i64::try_from(op.period_ms()).unwrap_or(i64::MAX);
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let row = self
+                    .query_one(
+                        &self.sql.fixed_window,
+                        &[
+                            key.into(),
+                            limit_i.into(),
+                            window_ms.into(),
+                            cost.into(),
+                            peek.into(),
+                        ],
+                        what,
+                    )
+                    .await?;
+                let allowed: bool = row.get(0, &what)?;
+                let used: i64 = row.get(1, &what)?;
+                let left_ms: i64 = row.get(2, &what)?;
+                Ok(LimitReply::fixed_ms(
+                    allowed,
+                    used.max(0).unsigned_abs(),
+                    left_ms,
+                ))
+            }
+            LimitOp::Sliding { limit, period_us } => {
+                let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+                let row = self
+                    .query_one(
+                        &self.sql.sliding_window,
+                        &[
+                            key.into(),
+                            limit_i.into(),
+                            period_us.into(),
+                            cost.into(),
+                            peek.into(),
+                        ],
+                        what,
+                    )
+                    .await?;
+                let allowed: bool = row.get(0, &what)?;
+                let used: i64 = row.get(1, &what)?;
+                let reset: i64 = row.get(2, &what)?;
+                let retry: i64 = row.get(3, &what)?;
+                Ok(LimitReply::window(
+                    allowed,
+                    used.max(0).unsigned_abs(),
+                    reset,
+                    retry,
+                ))
+            }
+            _ => Err(lockguard_core::store::unsupported(
+                self.name(),
+                "this rate-limit algorithm",
+            )),
+        }
     }
 
-    fn fenced_write<'a>(
-        &'a self,
-        key: &'a str,
-        token: u64,
-        value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("writing fenced {key:?}");
-            let rows = self
-                .query(
-                    &self.sql.fenced_write,
-                    &[key.into(), (&token.to_string()).into(), value.into()],
-                    what,
-                )
-                .await?;
-            Ok(!rows.is_empty())
-        })
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let what = || format!("writing fenced {key:?}");
+        let rows = self
+            .query(
+                &self.sql.fenced_write,
+                &[key.into(), (&token.to_string()).into(), value.into()],
+                what,
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("reading fenced {key:?}");
-            let rows = self
-                .query(&self.sql.fenced_read, &[key.into()], what)
-                .await?;
-            let Some(row) = rows.first() else {
-                return Ok(None);
-            };
-            let fence: String = row.get(0, &what)?;
-            // NULL: a removed value, whose row keeps its token.
-            let Some(value) = row.get::<Option<Vec<u8>>>(1, &what)? else {
-                return Ok(None);
-            };
-            let fence = fence.parse::<u64>().map_err(|_| {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!("{}: unreadable token {fence:?}", what()),
-                )
-            })?;
-            Ok(Some((fence, value)))
-        })
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        let what = || format!("reading fenced {key:?}");
+        let rows = self
+            .query(&self.sql.fenced_read, &[key.into()], what)
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let fence: String = row.get(0, &what)?;
+        // NULL: a removed value, whose row keeps its token.
+        let Some(value) = row.get::<Option<Vec<u8>>>(1, &what)? else {
+            return Ok(None);
+        };
+        let fence = fence.parse::<u64>().map_err(|_| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unreadable token {fence:?}", what()),
+            )
+        })?;
+        Ok(Some((fence, value)))
     }
 
-    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("removing fenced {key:?}");
-            let rows = self
-                .query(
-                    &self.sql.fenced_remove,
-                    &[key.into(), (&token.to_string()).into()],
-                    what,
-                )
-                .await?;
-            Ok(!rows.is_empty())
-        })
+    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
+        let what = || format!("removing fenced {key:?}");
+        let rows = self
+            .query(
+                &self.sql.fenced_remove,
+                &[key.into(), (&token.to_string()).into()],
+                what,
+            )
+            .await?;
+        Ok(!rows.is_empty())
     }
 }

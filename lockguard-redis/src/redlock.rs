@@ -35,7 +35,7 @@ use crate::store::RedisStore;
 use crate::wake::Subscriber;
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
-use lockguard_core::store::{Attempt, DataStore, LockStore, Place, Store, StoreFuture, Waiting};
+use lockguard_core::store::{Attempt, DataStore, LockStore, Place, Store, Waiting};
 use lockguard_core::store::{LockKeys, Resource};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -493,94 +493,80 @@ impl LockStore for RedlockStore {
     /// line on every node (see [`RedlockLine`]). A semaphore's waiters do
     /// not line up: its permits are slot locks, each free to the first who
     /// asks.
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
         // No queue across independent nodes: every attempt is one try, in
         // the order of the key's line.
-        StoreFuture::boxed(async move {
-            match keys.resource() {
-                Resource::Lock => {
-                    let place = place.map(|p| p.with_channel(""));
-                    self.try_lock(keys, token, lease, place, false).await
-                }
-                Resource::Semaphore { permits } => {
-                    // Try the slots from a random start, so holders spread out.
-                    let start = fastrand::u32(0..permits);
-                    let mut shortest: Option<Duration> = None;
-                    for i in 0..permits {
-                        let slot = Arc::new(slot_keys(keys, (start + i) % permits));
-                        match self.try_lock(&slot, token, lease, None, true).await? {
-                            taken @ Attempt::Acquired { .. } => return Ok(taken),
-                            Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => {
-                                shortest = match (shortest, ttl) {
-                                    (Some(a), Some(b)) => Some(a.min(b)),
-                                    (a, b) => a.or(b),
-                                };
-                            }
-                            Attempt::Contended => shortest = Some(Duration::ZERO),
+
+        match keys.resource() {
+            Resource::Lock => {
+                let place = place.map(|p| p.with_channel(""));
+                self.try_lock(keys, token, lease, place, false).await
+            }
+            Resource::Semaphore { permits } => {
+                // Try the slots from a random start, so holders spread out.
+                let start = fastrand::u32(0..permits);
+                let mut shortest: Option<Duration> = None;
+                for i in 0..permits {
+                    let slot = Arc::new(slot_keys(keys, (start + i) % permits));
+                    match self.try_lock(&slot, token, lease, None, true).await? {
+                        taken @ Attempt::Acquired { .. } => return Ok(taken),
+                        Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => {
+                            shortest = match (shortest, ttl) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            };
                         }
+                        Attempt::Contended => shortest = Some(Duration::ZERO),
                     }
-                    Ok(match shortest {
-                        Some(Duration::ZERO) => Attempt::Contended,
-                        other => Attempt::Busy(other),
-                    })
+                }
+                Ok(match shortest {
+                    Some(Duration::ZERO) => Attempt::Contended,
+                    other => Attempt::Busy(other),
+                })
+            }
+        }
+    }
+
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        let slots: Option<Arc<Vec<String>>> = match keys.resource() {
+            Resource::Semaphore { permits } => Some(Arc::new(
+                (0..permits)
+                    .map(|i| slot_keys(keys, i).id().to_owned())
+                    .collect(),
+            )),
+            Resource::Lock => None,
+        };
+        let what = || format!("releasing {:?}", keys.id());
+        self.quorum_says(what, |node| {
+            let (keys, token, slots) = (keys.clone(), *token, slots.clone());
+            async move {
+                match slots {
+                    // A permit whose slot is unknown (an acquire
+                    // dropped mid-flight): release any slot with it.
+                    Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
+                    None => {
+                        node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
+                            .await
+                    }
                 }
             }
         })
+        .await
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let slots: Option<Arc<Vec<String>>> = match keys.resource() {
-                Resource::Semaphore { permits } => Some(Arc::new(
-                    (0..permits)
-                        .map(|i| slot_keys(keys, i).id().to_owned())
-                        .collect(),
-                )),
-                Resource::Lock => None,
-            };
-            let what = || format!("releasing {:?}", keys.id());
-            self.quorum_says(what, |node| {
-                let (keys, token, slots) = (keys.clone(), *token, slots.clone());
-                async move {
-                    match slots {
-                        // A permit whose slot is unknown (an acquire
-                        // dropped mid-flight): release any slot with it.
-                        Some(slots) => node.release_any(&slots, &token, keys.channel()).await,
-                        None => {
-                            node.redlock_release(&keys, &RedlockLine::of(&keys), &token)
-                                .await
-                        }
-                    }
-                }
-            })
-            .await
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        let what = || format!("extending {:?}", keys.id());
+        self.quorum_says(what, |node| {
+            let (keys, token) = (keys.clone(), *token);
+            async move { node.extend(&keys, &token, lease).await }
         })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let what = || format!("extending {:?}", keys.id());
-            self.quorum_says(what, |node| {
-                let (keys, token) = (keys.clone(), *token);
-                async move { node.extend(&keys, &token, lease).await }
-            })
-            .await
-        })
+        .await
     }
 }
 

@@ -58,8 +58,7 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use lockguard_core::store::{
-    AllOrNone, Attempt, Inbox, LockKeys, LockStore, Occupancy, Place, RwMode, StoreFuture, Token,
-    Waiting,
+    AllOrNone, Attempt, Inbox, LockKeys, LockSet, LockStore, Occupancy, Place, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -422,25 +421,24 @@ impl ZooKeeperStore {
 
     /// One attempt of `token` at `keys` under `admission`'s rule, as
     /// [`LockStore::acquire`] and [`LockStore::rw_acquire`] make it.
-    fn attempt<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
         admission: Admission,
-        token: &'a Token,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
         if place.is_some() && self.watching(token) {
             // A waiter's refresh while its watch stands: nothing ahead of
             // it changed (a change, or the session's end, fires the watch).
-            return StoreFuture::ready(Ok(Attempt::Busy(None)));
+            return Ok(Attempt::Busy(None));
         }
-        StoreFuture::boxed(async move {
-            let attempt = self
-                .acquire_inner(keys, admission, token, lease, place)
-                .await;
-            self.outage(attempt)
-        })
+
+        let attempt = self
+            .acquire_inner(keys, admission, token, lease, place)
+            .await;
+        self.outage(attempt)
     }
 
     /// One attempt of `token` at `keys` under `admission`'s rule: a lock's,
@@ -947,98 +945,65 @@ impl LockStore for ZooKeeperStore {
         let _ = self.inbox.set(inbox);
     }
 
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        self.attempt(keys, Admission::of(keys), token, lease, place)
+    fn read_write(&self) -> bool {
+        true
     }
 
-    fn acquire_all<'a>(
-        &'a self,
-        keys: &'a [Arc<LockKeys>],
-        tokens: &'a [Token],
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
-        if !self.takes_at_once(keys, tokens) {
-            return StoreFuture::ready(Ok(None));
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let admission = match keys.rw_mode() {
+            None => Admission::of(keys),
+            Some(mode) => Admission::rw(mode),
+        };
+        self.attempt(keys, admission, token, lease, place).await
+    }
+
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        if !self.takes_at_once(set) {
+            return Ok(None);
         }
-        StoreFuture::boxed(async move {
-            let answer = self.acquire_all_inner(keys, tokens, lease).await;
-            self.outage(answer)
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move { self.outage(self.release_inner(keys, token).await) })
-    }
-
-    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move { self.outage(self.inspect_inner(keys).await) })
-    }
-
-    /// A lock's hold becomes a persistent node that keeps it past this
-    /// client's session (see `kept`).
-    fn release_later<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        keep: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(
-            async move { self.outage(self.release_later_inner(keys, token, keep).await) },
-        )
-    }
-
-    fn extend<'a>(
-        &'a self,
-        _keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move { self.outage(self.extend_inner(token, lease).await) })
-    }
-
-    fn rw_acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        self.attempt(keys, Admission::rw(mode), token, lease, place)
+        let answer = self
+            .acquire_all_inner(set.keys(), set.tokens(), lease)
+            .await;
+        self.outage(answer)
     }
 
     /// A hold's node is found by its token, whatever its mode.
-    fn rw_release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        self.release(keys, token)
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.outage(self.release_inner(keys, token).await)
     }
 
-    fn rw_extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        self.extend(keys, token, lease)
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        let answer = match keys.rw_mode() {
+            None => self.inspect_inner(keys).await,
+            Some(_) => self.rw_inspect_inner(keys).await,
+        };
+        self.outage(answer)
     }
 
-    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move { self.outage(self.rw_inspect_inner(keys).await) })
+    /// A lock's hold becomes a persistent node that keeps it past this
+    /// client's session (see `kept`); a read-write lock's hold is kept by
+    /// its lease.
+    async fn release_later(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        keep: Duration,
+    ) -> Result<bool> {
+        let answer = match keys.rw_mode() {
+            None => self.release_later_inner(keys, token, keep).await,
+            Some(_) => self.extend_inner(token, keep).await,
+        };
+        self.outage(answer)
+    }
+
+    async fn extend(&self, _keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        self.outage(self.extend_inner(token, lease).await)
     }
 }
 

@@ -472,108 +472,90 @@ impl LockStore for Store {
     fn attach(&self, inbox: Weak<dyn Inbox>) {
         Store::attach(self, inbox)
     }
-    fn acquire(
+    async fn acquire(
         &self,
         keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> impl Future<Output = Result<Attempt>> + Send {
-        async move { Store::acquire(self, keys, token, lease, place).await }
+    ) -> Result<Attempt> {
+        Store::acquire(self, keys, token, lease, place).await
     }
-    fn release(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::release(self, keys, token).await }
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        Store::release(self, keys, token).await
     }
-    fn acquire_all(
-        &self,
-        set: LockSet<'_>,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Option<AllOrNone>>> + Send {
-        async move { Store::acquire_all(self, set, lease).await }
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        Store::acquire_all(self, set, lease).await
     }
-    fn inspect(&self, keys: &Arc<LockKeys>) -> impl Future<Output = Result<Occupancy>> + Send {
-        async move { Store::inspect(self, keys).await }
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        Store::inspect(self, keys).await
     }
-    fn extend(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::extend(self, keys, token, lease).await }
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        Store::extend(self, keys, token, lease).await
     }
-    fn release_later(
+    async fn release_later(
         &self,
         keys: &Arc<LockKeys>,
         token: &Token,
         keep: Duration,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::release_later(self, keys, token, keep).await }
+    ) -> Result<bool> {
+        Store::release_later(self, keys, token, keep).await
     }
 }
 
 impl DataStore for Store {
-    fn counter_add(
+    async fn counter_add(
         &self,
         keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> impl Future<Output = Result<i64>> + Send {
-        async move { Store::counter_add(self, keys, delta, ttl).await }
+    ) -> Result<i64> {
+        Store::counter_add(self, keys, delta, ttl).await
     }
-    fn counter_take(
+    async fn counter_take(
         &self,
         keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> impl Future<Output = Result<Result<i64, i64>>> + Send {
-        async move { Store::counter_take(self, keys, n, ttl).await }
+    ) -> Result<Result<i64, i64>> {
+        Store::counter_take(self, keys, n, ttl).await
     }
-    fn counter_get(&self, keys: &CounterKeys) -> impl Future<Output = Result<(i64, u64)>> + Send {
-        async move { Store::counter_get(self, keys).await }
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        Store::counter_get(self, keys).await
     }
-    fn counter_set(
+    async fn counter_set(
         &self,
         keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> impl Future<Output = Result<Result<u64, u64>>> + Send {
-        async move { Store::counter_set(self, keys, value, expected, ttl).await }
+    ) -> Result<Result<u64, u64>> {
+        Store::counter_set(self, keys, value, expected, ttl).await
     }
-    fn mark_once(
+    async fn mark_once(
         &self,
         keys: &CounterKeys,
         member: &str,
         ttl: Option<Duration>,
-    ) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::mark_once(self, keys, member, ttl).await }
+    ) -> Result<bool> {
+        Store::mark_once(self, keys, member, ttl).await
     }
-    fn rate_limit(
+    async fn rate_limit(
         &self,
         keys: &LimitKeys<'_>,
         op: LimitOp,
         cost: u64,
         peek: bool,
-    ) -> impl Future<Output = Result<LimitReply>> + Send {
-        async move { Store::rate_limit(self, keys, op, cost, peek).await }
+    ) -> Result<LimitReply> {
+        Store::rate_limit(self, keys, op, cost, peek).await
     }
-    fn fenced_write(
-        &self,
-        key: &str,
-        token: u64,
-        value: &[u8],
-    ) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::fenced_write(self, key, token, value).await }
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        Store::fenced_write(self, key, token, value).await
     }
-    fn fenced_read(&self, key: &str) -> impl Future<Output = Result<Stored>> + Send {
-        async move { Store::fenced_read(self, key).await }
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        Store::fenced_read(self, key).await
     }
-    fn fenced_remove(&self, key: &str, token: u64) -> impl Future<Output = Result<bool>> + Send {
-        async move { Store::fenced_remove(self, key, token).await }
+    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
+        Store::fenced_remove(self, key, token).await
     }
 }

@@ -155,17 +155,17 @@ impl LimitReply {
     /// A window's answer (fixed or sliding): whether it was `allowed`,
     /// the cost `used` in the window, the µs until the window resets, and
     /// the µs to wait before a retry can pass.
-    pub fn window(allowed: bool, used: i64, reset_us: i64, retry_us: i64) -> Self {
-        Self::raw(allowed, used, reset_us, retry_us)
+    pub fn window(allowed: bool, used: u64, reset_us: i64, retry_us: i64) -> Self {
+        Self::raw(allowed, count(used), reset_us, retry_us)
     }
 
     /// A fixed window's answer where the window is a key that expires by
     /// the millisecond, with `left_ms` its time to live: the window is
     /// over 1 ms after that (the store lets a key go only once its expiry
     /// time has passed), which is when it resets and a retry can pass.
-    pub fn fixed_ms(allowed: bool, used: i64, left_ms: i64) -> Self {
+    pub fn fixed_ms(allowed: bool, used: u64, left_ms: i64) -> Self {
         let reset = left_ms.saturating_add(1).saturating_mul(1000);
-        Self::raw(allowed, used, reset, reset)
+        Self::raw(allowed, count(used), reset, reset)
     }
 
     pub(crate) fn decided(decision: Decision) -> Self {
@@ -180,4 +180,9 @@ impl LimitReply {
             retry_us,
         }))
     }
+}
+
+/// A count as the reply keeps it (no count comes near `i64::MAX`).
+fn count(used: u64) -> i64 {
+    i64::try_from(used).unwrap_or(i64::MAX)
 }

@@ -29,7 +29,7 @@ use eval::{Eval, Lua};
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    AllOrNone, Attempt, LockStore, Occupancy, Place, Store, StoreFuture, Waiting, millis_ceil,
+    AllOrNone, Attempt, LockSet, LockStore, Occupancy, Place, Store, Waiting, millis_ceil,
 };
 use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
@@ -772,6 +772,57 @@ impl RedisStore {
     }
 }
 
+/// Read-write locks: the holds of a read-write lock's keys, which the
+/// boundary's methods hand on here.
+impl RedisStore {
+    /// One attempt at a read or write hold: one `EVALSHA` of
+    /// `rw_acquire.lua`; see [`LockStore::acquire`].
+    async fn rw_acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        mode: RwMode,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        let mut call = queue_call(&RW_ACQUIRE, keys, true, token);
+        call.arg(millis_ceil(lease)).arg(rw_arg(mode));
+        place_args(&mut call, place);
+        self.attempt(keys, token, &call).await
+    }
+
+    /// What the server knows of the read-write lock; see
+    /// [`LockStore::inspect`].
+    async fn rw_inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        let mut call = Eval::new(&RW_INSPECT, 4);
+        call.key(keys.id())
+            .key(keys.writer())
+            .key(keys.sequence())
+            .key(keys.queue());
+        let (readers, writer, left, waiters, sequence): (i64, i64, i64, i64, String) = self
+            .run(&call, || format!("inspecting {:?}", keys.id()))
+            .await?;
+        let garbage = || {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "inspecting {:?}: unexpected script reply [{readers}, {writer}, {left}, {waiters}, {sequence:?}]",
+                    keys.id()
+                ),
+            )
+        };
+        let held = readers > 0 || writer == 1;
+        let read = Inspected::read(readers, held, left, waiters, &sequence, garbage)?;
+        Ok(Occupancy::read_write(
+            read.holders,
+            writer == 1,
+            read.left,
+            read.waiters,
+            read.fence,
+        ))
+    }
+}
+
 impl LockStore for RedisStore {
     fn name(&self) -> &'static str {
         if self.is_cluster() {
@@ -785,6 +836,10 @@ impl LockStore for RedisStore {
         Waiting::Queue
     }
 
+    fn read_write(&self) -> bool {
+        true
+    }
+
     /// With `wait_for_replicas`: a release hands the lock over on the
     /// master, before any replica has it.
     fn confirms_handoffs(&self) -> bool {
@@ -792,206 +847,122 @@ impl LockStore for RedisStore {
     }
 
     /// One attempt; see [`LockStore::acquire`].
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
         lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(async move {
-            let script = match keys.resource() {
-                Resource::Lock => &LOCK_ACQUIRE,
-                Resource::Semaphore { .. } => &SEMAPHORE_ACQUIRE,
-            };
-            let mut call = queue_call(script, keys, false, token);
-            call.arg(millis_ceil(lease));
-            if let Resource::Semaphore { permits } = keys.resource() {
-                call.arg(permits);
-            }
-            place_args(&mut call, place);
-            self.attempt(keys, token, &call).await
-        })
+        place: Option<Place<'_>>,
+    ) -> Result<Attempt> {
+        if let Some(mode) = keys.rw_mode() {
+            return self.rw_acquire(keys, mode, token, lease, place).await;
+        }
+
+        let script = match keys.resource() {
+            Resource::Lock => &LOCK_ACQUIRE,
+            Resource::Semaphore { .. } => &SEMAPHORE_ACQUIRE,
+        };
+        let mut call = queue_call(script, keys, false, token);
+        call.arg(millis_ceil(lease));
+        if let Resource::Semaphore { permits } = keys.resource() {
+            call.arg(permits);
+        }
+        place_args(&mut call, place);
+        self.attempt(keys, token, &call).await
     }
 
     /// One script for every key, on one server, or on a cluster when the
     /// keys share a slot; `None` on a cluster otherwise.
-    fn acquire_all<'a>(
-        &'a self,
-        keys: &'a [Arc<LockKeys>],
-        tokens: &'a [Token],
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<Option<AllOrNone>>> {
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        let (keys, tokens) = (set.keys(), set.tokens());
         let one_slot = || {
             let first = keys.first().map(|k| crate::layout::slot(k.id()));
             keys.iter()
                 .all(|k| Some(crate::layout::slot(k.id())) == first)
         };
-        if keys.len() != tokens.len()
-            || keys.iter().any(|k| k.resource() != Resource::Lock)
-            || (self.is_cluster() && !one_slot())
-        {
-            return StoreFuture::ready(Ok(None));
+        if self.is_cluster() && !one_slot() {
+            return Ok(None);
         }
-        StoreFuture::boxed(async move {
-            let mut call = Eval::new(&LOCK_ACQUIRE_ALL, 4 * keys.len());
-            for k in keys {
-                queue_keys(&mut call, k, false);
-            }
-            call.arg(millis_ceil(lease));
-            for t in tokens {
-                call.arg(t.as_str());
-            }
-            let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
-            let (reply, acked): (Vec<i64>, _) = self.run_replicated(&call, what).await?;
-            let answer = all_or_none_reply(keys.len(), &reply).ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!("{}: unexpected script reply {reply:?}", what()),
-                )
-            })?;
-            if let AllOrNone::Acquired(_) = answer
-                && let Err(e) = self.replicated(keys[0].id(), acked)
-            {
-                // Not on enough replicas to survive a failover: give them
-                // back rather than hand out locks a promoted replica would
-                // not know.
-                for (k, t) in keys.iter().zip(tokens) {
-                    if let Err(undo) = self.release(k, t).await {
-                        tracing::warn!(lock = %k.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
-                    }
+
+        let mut call = Eval::new(&LOCK_ACQUIRE_ALL, 4 * keys.len());
+        for k in keys {
+            queue_keys(&mut call, k, false);
+        }
+        call.arg(millis_ceil(lease));
+        for t in tokens {
+            call.arg(t.as_str());
+        }
+        let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
+        let (reply, acked): (Vec<i64>, _) = self.run_replicated(&call, what).await?;
+        let answer = all_or_none_reply(keys.len(), &reply).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unexpected script reply {reply:?}", what()),
+            )
+        })?;
+        if let AllOrNone::Acquired(_) = answer
+            && let Err(e) = self.replicated(keys[0].id(), acked)
+        {
+            // Not on enough replicas to survive a failover: give them
+            // back rather than hand out locks a promoted replica would
+            // not know.
+            for (k, t) in keys.iter().zip(tokens) {
+                if let Err(undo) = self.release(k, t).await {
+                    tracing::warn!(lock = %k.id(), error = %undo, "releasing an unreplicated lock failed; its lease will free it");
                 }
-                return Err(e);
             }
-            Ok(Some(answer))
-        })
+            return Err(e);
+        }
+        Ok(Some(answer))
     }
 
-    fn release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::release(self, keys, token))
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        Self::release(self, keys, token).await
     }
 
-    /// One attempt at a read or write hold: one `EVALSHA` of
-    /// `rw_acquire.lua`; see [`LockStore::rw_acquire`].
-    fn rw_acquire<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-        place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
-        StoreFuture::boxed(async move {
-            let mut call = queue_call(&RW_ACQUIRE, keys, true, token);
-            call.arg(millis_ceil(lease)).arg(rw_arg(mode));
-            place_args(&mut call, place);
-            self.attempt(keys, token, &call).await
-        })
-    }
-
-    fn rw_release<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        token: &'a Token,
-    ) -> StoreFuture<'a, Result<bool>> {
-        // The keys name the mode; `release` reads it from them.
-        StoreFuture::boxed(Self::release(self, keys, token))
-    }
-
-    fn rw_extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        _mode: RwMode,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::extend(self, keys, token, lease))
-    }
-
-    /// What the server knows of the read-write lock; see
-    /// [`LockStore::rw_inspect`].
-    fn rw_inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move {
-            let mut call = Eval::new(&RW_INSPECT, 4);
-            call.key(keys.id())
-                .key(keys.writer())
-                .key(keys.sequence())
-                .key(keys.queue());
-            let (readers, writer, left, waiters, sequence): (i64, i64, i64, i64, String) = self
-                .run(&call, || format!("inspecting {:?}", keys.id()))
-                .await?;
-            let garbage = || {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!(
-                        "inspecting {:?}: unexpected script reply [{readers}, {writer}, {left}, {waiters}, {sequence:?}]",
-                        keys.id()
-                    ),
-                )
-            };
-            let held = readers > 0 || writer == 1;
-            let read = Inspected::read(readers, held, left, waiters, &sequence, garbage)?;
-            Ok(Occupancy::read_write(
-                read.holders,
-                writer == 1,
-                read.left,
-                read.waiters,
-                read.fence,
-            ))
-        })
-    }
-
-    fn extend<'a>(
-        &'a self,
-        keys: &'a Arc<LockKeys>,
-        token: &'a Token,
-        lease: Duration,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(Self::extend(self, keys, token, lease))
+    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        Self::extend(self, keys, token, lease).await
     }
 
     /// What the server knows of the lock or semaphore; see
     /// [`LockStore::inspect`].
-    fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
-        StoreFuture::boxed(async move {
-            let mut call = Eval::new(&INSPECT, 3);
-            call.key(keys.id()).key(keys.sequence()).key(keys.queue());
-            let capacity = match keys.resource() {
-                Resource::Lock => {
-                    call.arg("lock");
-                    1
-                }
-                Resource::Semaphore { permits } => {
-                    call.arg("semaphore");
-                    permits
-                }
-            };
-            let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
-                .run(&call, || format!("inspecting {:?}", keys.id()))
-                .await?;
-            let garbage = || {
-                Error::new(
-                    ErrorKind::Protocol,
-                    format!(
-                        "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
-                        keys.id()
-                    ),
-                )
-            };
-            let read = Inspected::read(holders, holders > 0, left, waiters, &sequence, garbage)?;
-            Ok(Occupancy::new(
-                read.holders,
-                capacity,
-                read.left,
-                read.waiters,
-                read.fence,
-            ))
-        })
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        if keys.rw_mode().is_some() {
+            return self.rw_inspect(keys).await;
+        }
+
+        let mut call = Eval::new(&INSPECT, 3);
+        call.key(keys.id()).key(keys.sequence()).key(keys.queue());
+        let capacity = match keys.resource() {
+            Resource::Lock => {
+                call.arg("lock");
+                1
+            }
+            Resource::Semaphore { permits } => {
+                call.arg("semaphore");
+                permits
+            }
+        };
+        let (holders, left, waiters, sequence): (i64, i64, i64, String) = self
+            .run(&call, || format!("inspecting {:?}", keys.id()))
+            .await?;
+        let garbage = || {
+            Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "inspecting {:?}: unexpected script reply [{holders}, {left}, {waiters}, {sequence:?}]",
+                    keys.id()
+                ),
+            )
+        };
+        let read = Inspected::read(holders, holders > 0, left, waiters, &sequence, garbage)?;
+        Ok(Occupancy::new(
+            read.holders,
+            capacity,
+            read.left,
+            read.waiters,
+            read.fence,
+        ))
     }
 }
 

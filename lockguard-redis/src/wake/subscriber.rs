@@ -286,7 +286,7 @@ impl Listener for Subscriber {
     /// subscribed: the next change asks again, and a channel nobody wants
     /// is unsubscribed then, never left subscribed for good.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
-        StoreFuture::boxed(async move {
+        StoreFuture::new(async move {
             let mut subscribed = self.subscribed.lock().await;
             let wanted = inbox.is_wanted(channel);
             match (subscribed.get(channel), wanted) {

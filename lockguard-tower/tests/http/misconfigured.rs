@@ -147,40 +147,37 @@ impl lockguard_core::store::LockStore for LocksOnly {
         "locks-only"
     }
     fn waiting(&self) -> lockguard_core::store::Waiting {
-        self.0.locks().waiting()
+        self.0.waiting()
     }
     fn confirms_handoffs(&self) -> bool {
-        self.0.locks().confirms_handoffs()
+        self.0.confirms_handoffs()
     }
-    fn acquire<'a>(
-        &'a self,
-        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
-        token: &'a lockguard_core::store::Token,
+    async fn acquire(
+        &self,
+        keys: &std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &lockguard_core::store::Token,
         lease: std::time::Duration,
-        place: Option<lockguard_core::store::Place<'a>>,
-    ) -> lockguard_core::store::StoreFuture<
-        'a,
-        lockguard_core::Result<lockguard_core::store::Attempt>,
-    > {
-        self.0.locks().acquire(keys, token, lease, place)
+        place: Option<lockguard_core::store::Place<'_>>,
+    ) -> lockguard_core::Result<lockguard_core::store::Attempt> {
+        self.0.acquire(keys, token, lease, place).await
     }
-    fn release<'a>(
-        &'a self,
-        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
-        token: &'a lockguard_core::store::Token,
-    ) -> lockguard_core::store::StoreFuture<'a, lockguard_core::Result<bool>> {
-        self.0.locks().release(keys, token)
+    async fn release(
+        &self,
+        keys: &std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &lockguard_core::store::Token,
+    ) -> lockguard_core::Result<bool> {
+        self.0.release(keys, token).await
     }
-    fn extend<'a>(
-        &'a self,
-        keys: &'a std::sync::Arc<lockguard_core::store::LockKeys>,
-        token: &'a lockguard_core::store::Token,
+    async fn extend(
+        &self,
+        keys: &std::sync::Arc<lockguard_core::store::LockKeys>,
+        token: &lockguard_core::store::Token,
         lease: std::time::Duration,
-    ) -> lockguard_core::store::StoreFuture<'a, lockguard_core::Result<bool>> {
-        self.0.locks().extend(keys, token, lease)
+    ) -> lockguard_core::Result<bool> {
+        self.0.extend(keys, token, lease).await
     }
     fn attach(&self, inbox: std::sync::Weak<dyn lockguard_core::store::Inbox>) {
-        self.0.locks().attach(inbox)
+        self.0.attach(inbox)
     }
 }
 

@@ -19,8 +19,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use lockguard_core::rate_limit::Decision;
-use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, StoreFuture, Stored};
+use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{ZooKeeperStore, bounded, node_name};
@@ -199,190 +198,169 @@ impl ZooKeeperStore {
 }
 
 impl DataStore for ZooKeeperStore {
-    fn counter_add<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_add(
+        &self,
+        keys: &CounterKeys,
         delta: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<i64>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            let added = self
-                .counter_update(keys, ttl, |v| {
-                    v.checked_add(delta).map(Ok).ok_or_else(|| overflow(key))
-                })
-                .await?;
-            Ok(added.unwrap_or_else(|v| v))
-        })
+    ) -> Result<i64> {
+        let key = keys.id();
+        let added = self
+            .counter_update(keys, ttl, |v| {
+                v.checked_add(delta).map(Ok).ok_or_else(|| overflow(key))
+            })
+            .await?;
+        Ok(added.unwrap_or_else(|v| v))
     }
 
-    fn counter_take<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_take(
+        &self,
+        keys: &CounterKeys,
         n: i64,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<i64, i64>>> {
-        StoreFuture::boxed(async move {
-            let key = keys.id();
-            self.counter_update(keys, ttl, |v| {
-                if v < n {
-                    Ok(Err(v))
-                } else {
-                    v.checked_sub(n).map(Ok).ok_or_else(|| overflow(key))
-                }
-            })
-            .await
+    ) -> Result<Result<i64, i64>> {
+        let key = keys.id();
+        self.counter_update(keys, ttl, |v| {
+            if v < n {
+                Ok(Err(v))
+            } else {
+                v.checked_sub(n).map(Ok).ok_or_else(|| overflow(key))
+            }
         })
+        .await
     }
 
-    fn counter_get<'a>(&'a self, keys: &'a CounterKeys) -> StoreFuture<'a, Result<(i64, u64)>> {
-        StoreFuture::boxed(async move {
-            let path = self.data_path(keys.id());
-            let read = self.read(&self.session.client(), &path).await?;
-            let value = counter_value(&path, &read)?;
-            Ok((value, read.as_ref().map_or(0, |(_, stat)| version(stat))))
-        })
+    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
+        let path = self.data_path(keys.id());
+        let read = self.read(&self.session.client(), &path).await?;
+        let value = counter_value(&path, &read)?;
+        Ok((value, read.as_ref().map_or(0, |(_, stat)| version(stat))))
     }
 
-    fn counter_set<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
+    async fn counter_set(
+        &self,
+        keys: &CounterKeys,
         value: i64,
         expected: Option<u64>,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<Result<u64, u64>>> {
-        StoreFuture::boxed(async move {
-            if ttl.is_some() {
-                return Err(unsupported("counter expiry"));
+    ) -> Result<Result<u64, u64>> {
+        if ttl.is_some() {
+            return Err(unsupported("counter expiry"));
+        }
+        let path = self.data_path(keys.id());
+        let client = self.session.client();
+        let Some(expected) = expected else {
+            return self
+                .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
+                .await;
+        };
+        let read = self.read(&client, &path).await?;
+        let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
+        if current != expected {
+            return Ok(Err(current));
+        }
+        match self
+            .write_if(&client, &path, value.to_string().as_bytes(), &read)
+            .await?
+        {
+            Some(version) => Ok(Ok(version)),
+            None => {
+                let now = self.read(&client, &path).await?;
+                Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
             }
-            let path = self.data_path(keys.id());
-            let client = self.session.client();
-            let Some(expected) = expected else {
-                return self
-                    .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
-                    .await;
-            };
-            let read = self.read(&client, &path).await?;
-            let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
-            if current != expected {
-                return Ok(Err(current));
-            }
-            match self
-                .write_if(&client, &path, value.to_string().as_bytes(), &read)
-                .await?
-            {
-                Some(version) => Ok(Ok(version)),
-                None => {
-                    let now = self.read(&client, &path).await?;
-                    Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
-                }
-            }
-        })
+        }
     }
 
-    fn mark_once<'a>(
-        &'a self,
-        keys: &'a CounterKeys,
-        member: &'a str,
+    async fn mark_once(
+        &self,
+        keys: &CounterKeys,
+        member: &str,
         ttl: Option<Duration>,
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            if ttl.is_some() {
-                return Err(unsupported("mark expiry"));
-            }
-            let set = self.data_path(&format!("{}:marks", keys.id()));
-            let path = format!("{set}/{}", node_name(member));
-            let client = self.session.client();
-            let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
-            let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
-            for _ in 0..3 {
-                match bounded(
-                    self.response_timeout,
-                    client.create(&path, &[], &persistent),
-                )
-                .await?
-                {
-                    Ok(_) => return Ok(true),
-                    Err(zk::Error::NodeExists) => return Ok(false),
-                    Err(zk::Error::NoNode) => {
-                        match bounded(self.response_timeout, client.create(&set, &[], &container))
-                            .await?
-                        {
-                            Ok(_) | Err(zk::Error::NodeExists) => {}
-                            Err(e) => return Err(self.failed(&client, e, "creating a mark set")),
-                        }
+    ) -> Result<bool> {
+        if ttl.is_some() {
+            return Err(unsupported("mark expiry"));
+        }
+        let set = self.data_path(&format!("{}:marks", keys.id()));
+        let path = format!("{set}/{}", node_name(member));
+        let client = self.session.client();
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+        for _ in 0..3 {
+            match bounded(
+                self.response_timeout,
+                client.create(&path, &[], &persistent),
+            )
+            .await?
+            {
+                Ok(_) => return Ok(true),
+                Err(zk::Error::NodeExists) => return Ok(false),
+                Err(zk::Error::NoNode) => {
+                    match bounded(self.response_timeout, client.create(&set, &[], &container))
+                        .await?
+                    {
+                        Ok(_) | Err(zk::Error::NodeExists) => {}
+                        Err(e) => return Err(self.failed(&client, e, "creating a mark set")),
                     }
-                    Err(e) => return Err(self.failed(&client, e, "marking a member")),
                 }
+                Err(e) => return Err(self.failed(&client, e, "marking a member")),
             }
-            Err(Error::new(
-                ErrorKind::Unavailable,
-                format!("zookeeper removed {set} each time a mark was made in it"),
-            ))
-        })
+        }
+        Err(Error::new(
+            ErrorKind::Unavailable,
+            format!("zookeeper removed {set} each time a mark was made in it"),
+        ))
     }
 
-    fn rate_limit<'a>(
-        &'a self,
-        _keys: &'a LimitKeys<'_>,
+    async fn rate_limit(
+        &self,
+        _keys: &LimitKeys<'_>,
         _op: LimitOp,
         _cost: u64,
         _peek: bool,
-    ) -> StoreFuture<'a, Result<Decision>> {
-        StoreFuture::ready(Err(unsupported("rate limiting")))
+    ) -> Result<LimitReply> {
+        Err(unsupported("rate limiting"))
     }
 
-    fn fenced_write<'a>(
-        &'a self,
-        key: &'a str,
-        token: u64,
-        value: &'a [u8],
-    ) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let path = self.data_path(key);
-            let mut data = format!("{token} ").into_bytes();
-            data.extend_from_slice(value);
-            self.update(
-                &path,
-                |read| match read {
-                    Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
-                    _ => Ok(Ok(data.clone())),
-                },
-                |_| true,
-            )
-            .await
-        })
+    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
+        let path = self.data_path(key);
+        let mut data = format!("{token} ").into_bytes();
+        data.extend_from_slice(value);
+        self.update(
+            &path,
+            |read| match read {
+                Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
+                _ => Ok(Ok(data.clone())),
+            },
+            |_| true,
+        )
+        .await
     }
 
-    fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>> {
-        StoreFuture::boxed(async move {
-            let path = self.data_path(key);
-            let client = self.session.client();
-            match self.read(&client, &path).await? {
-                Some((data, _)) => {
-                    let (token, value) = fenced_content(&path, &data)?;
-                    Ok(value.map(|v| (token, v)))
-                }
-                None => Ok(None),
+    async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        let path = self.data_path(key);
+        let client = self.session.client();
+        match self.read(&client, &path).await? {
+            Some((data, _)) => {
+                let (token, value) = fenced_content(&path, &data)?;
+                Ok(value.map(|v| (token, v)))
             }
-        })
+            None => Ok(None),
+        }
     }
 
-    fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
-        StoreFuture::boxed(async move {
-            let path = self.data_path(key);
-            // The token alone: the node stays, and refuses older tokens.
-            let data = token.to_string().into_bytes();
-            self.update(
-                &path,
-                |read| match read {
-                    Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
-                    _ => Ok(Ok(data.clone())),
-                },
-                |_| true,
-            )
-            .await
-        })
+    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
+        let path = self.data_path(key);
+        // The token alone: the node stays, and refuses older tokens.
+        let data = token.to_string().into_bytes();
+        self.update(
+            &path,
+            |read| match read {
+                Some((stored, _)) if fenced_content(&path, stored)?.0 > token => Ok(Err(false)),
+                _ => Ok(Ok(data.clone())),
+            },
+            |_| true,
+        )
+        .await
     }
 }
 

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use zookeeper_client as zk;
 
-use lockguard_core::store::{AllOrNone, LockKeys, Resource, Token};
+use lockguard_core::store::{AllOrNone, LockKeys, LockSet, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 use super::session::zk_error;
@@ -55,13 +55,10 @@ impl ZooKeeperStore {
     /// Whether `keys` (with one token each) can be taken in one
     /// transaction: locks, not semaphores nor read-write locks, whose
     /// paths fit in one request.
-    pub(super) fn takes_at_once(&self, keys: &[Arc<LockKeys>], tokens: &[Token]) -> bool {
-        let locks = keys
-            .iter()
-            .all(|k| k.resource() == Resource::Lock && k.rw_mode().is_none());
+    pub(super) fn takes_at_once(&self, set: LockSet<'_>) -> bool {
         // Each key's container path twice and its node's once.
-        let bytes: usize = keys.iter().map(|k| self.dir(k).len() * 3 + 64).sum();
-        keys.len() == tokens.len() && locks && bytes <= MAX_PATH_BYTES
+        let bytes: usize = set.keys().iter().map(|k| self.dir(k).len() * 3 + 64).sum();
+        bytes <= MAX_PATH_BYTES
     }
 
     /// Takes every lock of `keys`, `keys[i]` with `tokens[i]`, in one
