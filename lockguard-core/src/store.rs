@@ -125,6 +125,7 @@ mod future;
 mod limit;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;
+pub mod net;
 pub mod url;
 pub use crate::key::{CounterKeys, LockKeys, Resource, RwMode};
 #[cfg(doc)]

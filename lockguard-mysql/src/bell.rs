@@ -98,6 +98,7 @@
 //! claims a lock handed to it as well; when the bell's connections are
 //! lost, every waiter of the client is woken to check at once.
 
+use lockguard_core::store::net;
 use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -108,7 +109,7 @@ use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
 
-use crate::error::{is_interrupted, mysql_error, within};
+use crate::error::{is_interrupted, mysql_error};
 use crate::options::Config;
 use crate::schema::{NOW, clock_us};
 
@@ -207,8 +208,9 @@ struct Pair {
 /// `channel`.
 async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
     let what = "opening the mysql bell connections";
-    within(
+    net::within(
         cfg.connect_timeout,
+        "mysql",
         || what.to_owned(),
         tokio::time::timeout(cfg.connect_timeout, async {
             let wait = cfg.connect_timeout.as_secs().max(1);

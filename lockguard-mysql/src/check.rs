@@ -3,6 +3,7 @@
 //! role and replicas, lockguard's tables), read from the server. The
 //! facade's `lockguard::check(url)` and `lockguard check URL` call it.
 
+use lockguard_core::store::net;
 use std::time::Duration;
 
 use lockguard_core::check::{Finding, Report, Verdict};
@@ -10,7 +11,7 @@ use lockguard_core::{Error, ErrorKind, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};
 
-use crate::error::{mysql_error, within};
+use crate::error::mysql_error;
 use crate::options::DEFAULT_TABLE_PREFIX;
 use crate::schema::VERSION;
 
@@ -43,8 +44,9 @@ pub async fn check(url: &str) -> Result<Report> {
         ));
     }
     let what = "connecting to mysql to check";
-    let mut conn = within(
+    let mut conn = net::within(
         TIMEOUT,
+        "mysql",
         || what.to_owned(),
         tokio::time::timeout(TIMEOUT, async {
             Conn::new(opts).await.map_err(|e| mysql_error(e, what))
@@ -232,8 +234,9 @@ async fn replication(conn: &mut Conn, read_only: bool) -> Finding {
     )
     .await
     .map(|rows| rows.len());
-    let semi_sync: Option<String> = within(
+    let semi_sync: Option<String> = net::within(
         TIMEOUT,
+        "mysql",
         || subject.to_owned(),
         tokio::time::timeout(TIMEOUT, async {
             conn.query_first(
@@ -305,8 +308,9 @@ async fn schema(conn: &mut Conn) -> Result<Finding> {
     let p = DEFAULT_TABLE_PREFIX;
     let subject = "schema";
     let what = "reading the schema version";
-    let found: std::result::Result<Option<i64>, _> = within(
+    let found: std::result::Result<Option<i64>, _> = net::within(
         TIMEOUT,
+        "mysql",
         || what.to_owned(),
         tokio::time::timeout(TIMEOUT, async {
             Ok(conn
@@ -379,8 +383,9 @@ async fn schema(conn: &mut Conn) -> Result<Finding> {
 async fn missing_tables(conn: &mut Conn) -> Result<Vec<String>> {
     let wanted = table_names(DEFAULT_TABLE_PREFIX);
     let what = "listing lockguard's tables";
-    let present: Vec<String> = within(
+    let present: Vec<String> = net::within(
         TIMEOUT,
+        "mysql",
         || what.to_owned(),
         tokio::time::timeout(TIMEOUT, async {
             conn.exec(
@@ -414,8 +419,9 @@ async fn one<T: mysql_async::prelude::FromRow + Send + 'static>(
     conn: &mut Conn,
     sql: &'static str,
 ) -> Result<T> {
-    within(
+    net::within(
         TIMEOUT,
+        "mysql",
         || sql.to_owned(),
         tokio::time::timeout(TIMEOUT, async {
             conn.query_first::<T, _>(sql)

@@ -213,7 +213,10 @@ fn from_url(url: &str) -> Result<mysql_async::Opts> {
     let opts = mysql_async::Opts::from_url(url).map_err(|e| {
         Error::new(
             ErrorKind::InvalidInput,
-            format!("malformed mysql url {:?}", redact(url)),
+            format!(
+                "malformed mysql url {:?}",
+                lockguard_core::store::url::redacted(url)
+            ),
         )
         .with_source(e)
     })?;
@@ -222,7 +225,7 @@ fn from_url(url: &str) -> Result<mysql_async::Opts> {
             ErrorKind::InvalidInput,
             format!(
                 "mysql url {:?} names no database (mysql://user:password@host/DATABASE)",
-                redact(url)
+                lockguard_core::store::url::redacted(url)
             ),
         ));
     }
@@ -262,21 +265,6 @@ fn session(opts: mysql_async::Opts, cfg: &Config, pool_size: usize) -> Result<my
     Ok(opts)
 }
 
-/// Hides a password in a URL before it reaches a message.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    match authority.rsplit_once('@') {
-        Some((user, host)) => {
-            let user = user.split_once(':').map_or(user, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}{path}")
-        }
-        None => url.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,10 +272,13 @@ mod tests {
     #[test]
     fn passwords_stay_out_of_messages() {
         assert_eq!(
-            redact("mysql://app:secret@db:3306/app?x=1"),
+            lockguard_core::store::url::redacted("mysql://app:secret@db:3306/app?x=1"),
             "mysql://app:***@db:3306/app?x=1"
         );
-        assert_eq!(redact("mysql://db/app"), "mysql://db/app");
+        assert_eq!(
+            lockguard_core::store::url::redacted("mysql://db/app"),
+            "mysql://db/app"
+        );
     }
 
     #[tokio::test]

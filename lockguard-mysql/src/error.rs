@@ -1,7 +1,5 @@
 //! lockguard's errors for what MySQL and its driver answer.
 
-use std::time::Duration;
-
 use lockguard_core::{Error, ErrorKind, Result};
 
 /// MySQL's server error codes lockguard tells apart.
@@ -101,42 +99,12 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
     Error::new(kind, message).with_source(err)
 }
 
-/// The error for a request MySQL did not answer within `timeout`.
-pub(crate) fn timed_out(what: &str, timeout: Duration) -> Error {
-    Error::new(
-        ErrorKind::Timeout,
-        format!("{what}: no answer from mysql within {timeout:?}"),
-    )
-}
-
-/// A connect that timed out means the server cannot be reached.
-pub(crate) fn unreachable(e: Error) -> Error {
-    if e.kind() == ErrorKind::Timeout {
-        Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-    } else {
-        e
-    }
-}
-
 /// The error for an answer lockguard cannot read.
 pub(crate) fn garbage(what: &str, detail: impl std::fmt::Debug) -> Error {
     Error::new(
         ErrorKind::Protocol,
         format!("{what}: unexpected reply from mysql ({detail:?})"),
     )
-}
-
-/// The answer of a request given `timeout` (`tokio::time::timeout`'s
-/// output), or a timeout error naming `what`. Callers await the timeout in
-/// place: an `async fn` taking the request's future by value would keep it
-/// twice in its state (the argument and the running timeout), and every
-/// caller would move a future of that size.
-pub(crate) fn within<T>(
-    timeout: Duration,
-    what: impl FnOnce() -> String,
-    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
-) -> Result<T> {
-    answer.unwrap_or_else(|_| Err(timed_out(&what(), timeout)))
 }
 
 /// Reads `row` as `T`, or a protocol error naming `what` (the driver's own

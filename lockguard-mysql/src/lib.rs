@@ -112,7 +112,6 @@ pub mod check;
 mod connect;
 mod error;
 mod fenced_table;
-mod flights;
 mod options;
 mod schema;
 mod store;

@@ -3,6 +3,7 @@
 //! (`schema.sql`), so one round trip and one transaction. Statements are
 //! prepared once per pooled connection.
 
+use lockguard_core::store::net;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,18 +11,18 @@ use std::time::Duration;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
     Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockStore,
-    Occupancy, Place, Resource, Store, Stored, Waiting, millis_ceil,
+    Occupancy, Place, Store, Stored, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
 use mysql_async::{Conn, Params, Pool, Row};
 
 use crate::bell::Bell;
-use crate::error::{garbage, mysql_error, read_row, unreachable, within};
-use crate::flights::InFlight;
+use crate::error::{garbage, mysql_error, read_row};
 use crate::options::Config;
 use crate::schema;
 use lockguard_core::store::Flights;
+use lockguard_core::store::net::InFlight;
 
 /// The longest row key: the primary keys holding it stay within InnoDB's
 /// 3072 bytes.
@@ -128,8 +129,9 @@ pub(crate) async fn connect(
         sweeper: None,
     };
     let what = "connecting to mysql";
-    let mut conn = within(
+    let mut conn = net::within(
         cfg.connect_timeout,
+        "mysql",
         || what.to_owned(),
         tokio::time::timeout(cfg.connect_timeout, async {
             store
@@ -140,9 +142,10 @@ pub(crate) async fn connect(
         })
         .await,
     )
-    .map_err(unreachable)?;
-    within(
+    .map_err(net::unreachable)?;
+    net::within(
         cfg.connect_timeout.max(Duration::from_secs(30)),
+        "mysql",
         || format!("creating lockguard's tables {}*", cfg.prefix),
         tokio::time::timeout(
             cfg.connect_timeout.max(Duration::from_secs(30)),
@@ -156,42 +159,19 @@ pub(crate) async fn connect(
     Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
 }
 
-/// Removes expired state every `sweep_interval`, starting at a random point
-/// of the interval so that clients started together do not sweep together.
+/// Removes expired state every `sweep_interval` (core's sweeper).
 fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
     let pool = store.pool.clone();
     let sql = store.sql.sweep.clone();
-    let every = store.cfg.sweep_interval;
     let timeout = store.cfg.response_timeout.max(Duration::from_secs(30));
-    tokio::spawn(async move {
-        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let sweep = async {
-                let mut conn = pool.get_conn().await.ok()?;
-                let row: Row = conn.exec_first(&sql, ()).await.ok()??;
-                mysql_async::from_row_opt::<i64>(row).ok()
-            };
-            match tokio::time::timeout(timeout, sweep).await {
-                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
-                Ok(Some(_)) => {}
-                _ => tracing::debug!("sweeping expired state failed; tried again later"),
-            }
+    net::spawn_sweeper(store.cfg.sweep_interval, timeout, move || {
+        let (pool, sql) = (pool.clone(), sql.clone());
+        async move {
+            let mut conn = pool.get_conn().await.ok()?;
+            let row: Row = conn.exec_first(&sql, ()).await.ok()??;
+            mysql_async::from_row_opt::<i64>(row).ok()
         }
     })
-    .abort_handle()
-}
-
-fn ms(d: Duration) -> i64 {
-    // Rounded up, so a sub-millisecond remainder never shortens a lease.
-    i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
-}
-
-fn permits(resource: Resource) -> i32 {
-    // At most MAX_PERMITS (1,000,000).
-    i32::try_from(resource.permits()).unwrap_or(i32::MAX)
 }
 
 /// The key's row key, or an error for one longer than a row key may be.
@@ -304,8 +284,9 @@ impl MySqlStore {
     where
         T: FromRow + Send + 'static,
     {
-        within(
+        net::within(
             self.cfg.response_timeout,
+            "mysql",
             &what,
             tokio::time::timeout(self.cfg.response_timeout, async {
                 let mut conn = Checked(Some(self.conn(&what).await?));
@@ -318,6 +299,19 @@ impl MySqlStore {
             .await,
         )
     }
+}
+
+/// A connection whose caller stopped waiting for the acquisition it sent
+/// (core's `InFlight`): answered once it has run it, and then not reused
+/// (the driver may not know an answer was left unread, and would hand it
+/// to the next request), but disconnected.
+fn drain(mut conn: Conn) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let _ = conn.query_drop("DO 0").await;
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(1), conn.disconnect()).await;
+        });
+    })
 }
 
 impl LockStore for MySqlStore {
@@ -340,7 +334,7 @@ impl LockStore for MySqlStore {
         let key = row_key(keys, &what)?;
         let (wait, channel, attempt) = match place {
             Some(p) => (
-                Some(ms(p.timeout)),
+                Some(net::millis(p.timeout)),
                 Some(p.channel.to_owned()),
                 Some(i64::from(p.attempt)),
             ),
@@ -351,18 +345,19 @@ impl LockStore for MySqlStore {
         // pool, reach the database in the order they were made; a caller
         // that stops waiting (a dropped acquire, a timeout) leaves the
         // flight to end when the connection has run it (`InFlight`).
-        let row: Option<Row> = within(
+        let row: Option<Row> = net::within(
             self.cfg.response_timeout,
+            "mysql",
             what,
             tokio::time::timeout(self.cfg.response_timeout, async {
                 let flight = self.flights.depart(token);
                 let conn = self.conn(&what).await?;
-                let mut sent = InFlight::new(conn, flight);
+                let mut sent = InFlight::new(conn, vec![flight], drain);
                 let params: Params = (
                     key,
                     token.as_str(),
-                    ms(lease),
-                    permits(keys.resource()),
+                    net::millis(lease),
+                    net::permits(keys.resource()),
                     wait,
                     channel,
                     attempt,
@@ -401,7 +396,7 @@ impl LockStore for MySqlStore {
         let held: i64 = self
             .exec_one(
                 &self.sql.release,
-                (key, token.as_str(), permits(keys.resource())),
+                (key, token.as_str(), net::permits(keys.resource())),
                 what,
             )
             .await?;
@@ -412,7 +407,11 @@ impl LockStore for MySqlStore {
         let what = || format!("extending {:?}", keys.name());
         let key = row_key(keys, &what)?;
         let held: i64 = self
-            .exec_one(&self.sql.extend, (key, token.as_str(), ms(lease)), what)
+            .exec_one(
+                &self.sql.extend,
+                (key, token.as_str(), net::millis(lease)),
+                what,
+            )
             .await?;
         Ok(held == 1)
     }
@@ -439,25 +438,6 @@ impl LockStore for MySqlStore {
     }
 }
 
-fn ttl_ms(ttl: Option<Duration>) -> i64 {
-    ttl.map_or(0, ms)
-}
-
-/// An out-of-range error from arithmetic on a counter is an overflow.
-fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
-    move |e| {
-        if e.is_invalid_input() {
-            Error::new(
-                ErrorKind::InvalidInput,
-                format!("counter {key:?}: increment or decrement would overflow"),
-            )
-            .with_source(e)
-        } else {
-            e
-        }
-    }
-}
-
 impl DataStore for MySqlStore {
     async fn counter_add(
         &self,
@@ -467,9 +447,13 @@ impl DataStore for MySqlStore {
     ) -> Result<i64> {
         let what = || format!("adding to counter {:?}", keys.name());
         let key = checked_key(keys.id(), &what)?;
-        self.exec_one(&self.sql.counter_add, (key, delta, ttl_ms(ttl)), what)
-            .await
-            .map_err(overflow_is_invalid(key))
+        self.exec_one(
+            &self.sql.counter_add,
+            (key, delta, net::ttl_millis(ttl)),
+            what,
+        )
+        .await
+        .map_err(net::overflow_is_invalid(key))
     }
 
     async fn counter_take(
@@ -481,9 +465,9 @@ impl DataStore for MySqlStore {
         let what = || format!("taking from counter {:?}", keys.name());
         let key = checked_key(keys.id(), &what)?;
         let (taken, value): (i64, i64) = self
-            .exec_one(&self.sql.counter_take, (key, n, ttl_ms(ttl)), what)
+            .exec_one(&self.sql.counter_take, (key, n, net::ttl_millis(ttl)), what)
             .await
-            .map_err(overflow_is_invalid(key))?;
+            .map_err(net::overflow_is_invalid(key))?;
         Ok(if taken == 1 { Ok(value) } else { Err(value) })
     }
 
@@ -506,7 +490,7 @@ impl DataStore for MySqlStore {
         let (done, version): (i64, i64) = self
             .exec_one(
                 &self.sql.counter_set,
-                (key, value, expected, ttl_ms(ttl)),
+                (key, value, expected, net::ttl_millis(ttl)),
                 what,
             )
             .await?;
@@ -523,7 +507,11 @@ impl DataStore for MySqlStore {
         let what = || format!("marking {member:?} in {:?}", keys.name());
         let key = checked_key(keys.id(), &what)?;
         let first: i64 = self
-            .exec_one(&self.sql.mark_once, (key, member, ttl_ms(ttl)), what)
+            .exec_one(
+                &self.sql.mark_once,
+                (key, member, net::ttl_millis(ttl)),
+                what,
+            )
             .await?;
         Ok(first == 1)
     }
@@ -628,8 +616,8 @@ mod tests {
 
     #[test]
     fn leases_round_up_to_whole_milliseconds() {
-        assert_eq!(ms(Duration::from_millis(30)), 30);
-        assert_eq!(ms(Duration::from_micros(30_001)), 31);
-        assert_eq!(ms(Duration::MAX), i64::MAX);
+        assert_eq!(net::millis(Duration::from_millis(30)), 30);
+        assert_eq!(net::millis(Duration::from_micros(30_001)), 31);
+        assert_eq!(net::millis(Duration::MAX), i64::MAX);
     }
 }

@@ -21,24 +21,6 @@ const POOL_SIZE: usize = 16;
 /// How often each client removes expired state from the tables.
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Hides a password in a connection string before it reaches a message.
-fn redact(url: &str) -> String {
-    if let (Some(scheme), Some(at)) = (url.find("://"), url.rfind('@')) {
-        if at > scheme {
-            return format!("{}://***@{}", &url[..scheme], &url[at + 1..]);
-        }
-        return url.to_owned();
-    }
-    // key=value form: drop the password's value.
-    url.split_whitespace()
-        .map(|part| match part.split_once('=') {
-            Some((k, _)) if k.eq_ignore_ascii_case("password") => "password=***".to_owned(),
-            _ => part.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// `Client::connect_postgres(url)`: a client with default settings on the
 /// PostgreSQL at `url`.
 pub trait ClientExt: Sized {
@@ -207,7 +189,10 @@ impl PostgresBuilder {
         let config = tokio_postgres::Config::from_str(url).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
-                format!("malformed postgres url {:?}", redact(url)),
+                format!(
+                    "malformed postgres url {:?}",
+                    lockguard_core::store::url::redacted(url)
+                ),
             )
             .with_source(e)
         })?;
@@ -301,7 +286,10 @@ impl PostgresBuilder {
         let listen = tokio_postgres::Config::from_str(listen_url).map_err(|e| {
             Error::new(
                 ErrorKind::InvalidInput,
-                format!("malformed postgres url {:?}", redact(listen_url)),
+                format!(
+                    "malformed postgres url {:?}",
+                    lockguard_core::store::url::redacted(listen_url)
+                ),
             )
             .with_source(e)
         })?;

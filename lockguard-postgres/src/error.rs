@@ -2,12 +2,10 @@
 //! server's SQLSTATE made an [`ErrorKind`], with the fix in the message
 //! where there is one; a request's deadline; a connect that finds nobody.
 
-use std::time::Duration;
-
 use deadpool_postgres::PoolError;
 use tokio_postgres::error::SqlState;
 
-use lockguard_core::{Error, ErrorKind, Result};
+use lockguard_core::{Error, ErrorKind};
 
 /// The error for a failed statement about `what`.
 pub(crate) fn pg_error(err: tokio_postgres::Error, what: &str) -> Error {
@@ -78,35 +76,6 @@ pub(crate) fn classify(
         _ => what.to_owned(),
     };
     (kind, message)
-}
-
-/// A connect that timed out or was answered with garbage means the server
-/// cannot be reached.
-pub(crate) fn unreachable(e: Error) -> Error {
-    match e.kind() {
-        ErrorKind::Timeout | ErrorKind::Protocol if e.message().starts_with("connecting") => {
-            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-        }
-        _ => e,
-    }
-}
-
-/// The answer of a request given `timeout` (`tokio::time::timeout`'s
-/// output), or a timeout error naming `what`. Callers await the timeout
-/// in place: an `async fn` taking the request's future by value would
-/// keep it twice in its state (the argument and the running timeout), and
-/// every caller would move a future of that size at each call.
-pub(crate) fn within<T>(
-    timeout: Duration,
-    what: impl FnOnce() -> String,
-    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
-) -> Result<T> {
-    answer.unwrap_or_else(|_| {
-        Err(Error::new(
-            ErrorKind::Timeout,
-            format!("{}: no answer from postgres within {timeout:?}", what()),
-        ))
-    })
 }
 
 /// A failure of either driver, made lockguard's error by [`DbError::about`].

@@ -117,7 +117,6 @@ pub mod check;
 mod connect;
 mod error;
 mod fenced_table;
-mod flights;
 mod options;
 mod pool;
 mod schema;

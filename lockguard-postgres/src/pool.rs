@@ -157,6 +157,17 @@ impl<'a> Param<'a> {
     }
 }
 
+/// A pooled connection whose caller stopped waiting for what it sent:
+/// answered once it has run it (a `SELECT 1` queued behind), then back to
+/// the pool (core's `InFlight`).
+pub(crate) fn drain(
+    mut conn: Conn,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let _ = conn.batch("SELECT 1").await;
+    })
+}
+
 impl Conn {
     /// Runs one statement and returns its rows.
     pub(crate) async fn query(

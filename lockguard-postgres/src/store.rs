@@ -19,17 +19,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
     AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Place, Resource, RwMode, Store, Stored, Token, Waiting, millis_ceil,
+    LockStore, Occupancy, Place, RwMode, Store, Stored, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 use crate::bell::{self, pg_channel};
-use crate::error::{unreachable, within};
 use crate::options::PgOptions;
 use crate::pool::{Param, Pool, Row};
-use crate::{flights, schema};
+use crate::schema;
 
 /// The statements, with the schema's name filled in.
 #[derive(Debug)]
@@ -147,14 +147,16 @@ pub(crate) async fn connect(
         store.pool.get().await.map_err(|e| e.about(what))
     })
     .await;
-    let mut conn = within(opts.connect_timeout, || what.to_owned(), answer).map_err(unreachable)?;
+    let mut conn = net::within(opts.connect_timeout, "postgres", || what.to_owned(), answer)
+        .map_err(net::unreachable)?;
     let answer = tokio::time::timeout(
         opts.connect_timeout,
         schema::ensure(&mut conn, &store.schema),
     )
     .await;
-    within(
+    net::within(
         opts.connect_timeout,
+        "postgres",
         || format!("creating lockguard's schema {:?}", store.schema),
         answer,
     )?;
@@ -164,45 +166,19 @@ pub(crate) async fn connect(
     Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
 }
 
-/// Removes expired state every `sweep_interval`, starting at a random point
-/// of the interval so that clients started together do not sweep together.
+/// Removes expired state every `sweep_interval` (core's sweeper).
 fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
     let pool = store.pool.clone();
     let sql = store.sql.sweep.clone();
-    let every = store.opts.sweep_interval;
     let timeout = store.opts.response_timeout.max(Duration::from_secs(30));
-    tokio::spawn(async move {
-        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
-        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let sweep = async {
-                let mut conn = pool.get().await.ok()?;
-                let rows = conn.query(&sql, &[]).await.ok()?;
-                rows.first()?.get::<i64>(0, &|| "sweeping".to_owned()).ok()
-            };
-            match tokio::time::timeout(timeout, sweep).await {
-                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
-                Ok(Some(_)) => {}
-                _ => tracing::debug!("sweeping expired state failed; tried again later"),
-            }
+    net::spawn_sweeper(store.opts.sweep_interval, timeout, move || {
+        let (pool, sql) = (pool.clone(), sql.clone());
+        async move {
+            let mut conn = pool.get().await.ok()?;
+            let rows = conn.query(&sql, &[]).await.ok()?;
+            rows.first()?.get::<i64>(0, &|| "sweeping".to_owned()).ok()
         }
     })
-    .abort_handle()
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
-}
-
-fn ttl_ms(ttl: Option<Duration>) -> i64 {
-    ttl.map_or(0, ms)
-}
-
-fn permits(resource: Resource) -> i32 {
-    // At most MAX_PERMITS (1,000,000).
-    i32::try_from(resource.permits()).unwrap_or(i32::MAX)
 }
 
 impl PostgresStore {
@@ -220,7 +196,7 @@ impl PostgresStore {
             conn.query(sql, params).await.map_err(|e| e.about(&what()))
         })
         .await;
-        within(timeout, &what, answer)
+        net::within(timeout, "postgres", &what, answer)
     }
 
     /// Like [`query`](Self::query), for a statement answering one row.
@@ -253,7 +229,7 @@ impl PostgresStore {
         let answer = tokio::time::timeout(timeout, async {
             let flights = tokens.iter().map(|t| self.flights.depart(t)).collect();
             let conn = self.pool.get().await.map_err(|e| e.about(&what()))?;
-            let mut sent = flights::InFlight::new(conn, flights);
+            let mut sent = InFlight::new(conn, flights, crate::pool::drain);
             let rows = sent
                 .conn()
                 .query(sql, params)
@@ -263,7 +239,7 @@ impl PostgresStore {
             one(rows?, &what)
         })
         .await;
-        within(timeout, &what, answer)
+        net::within(timeout, "postgres", &what, answer)
     }
 
     /// Waits for the acquisitions of `token` still running (see
@@ -280,7 +256,7 @@ impl PostgresStore {
 fn place_params<'a>(place: Option<Place<'a>>) -> (Option<i64>, Option<&'a str>, Option<i64>) {
     match place {
         Some(p) => (
-            Some(ms(p.timeout)),
+            Some(net::millis(p.timeout)),
             Some(pg_channel(p.channel)),
             Some(i64::from(p.attempt)),
         ),
@@ -318,20 +294,6 @@ fn one(mut rows: Vec<Row>, what: &dyn Fn() -> String) -> Result<Row> {
     }
 }
 
-fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
-    move |e| {
-        if e.is_invalid_input() {
-            Error::new(
-                ErrorKind::InvalidInput,
-                format!("counter {key:?}: increment or decrement would overflow"),
-            )
-            .with_source(e)
-        } else {
-            e
-        }
-    }
-}
-
 /// Read-write locks: the holds of a read-write lock's keys, which the
 /// boundary's methods hand on here.
 impl PostgresStore {
@@ -352,7 +314,7 @@ impl PostgresStore {
                 &[
                     keys.id().into(),
                     token.as_str().into(),
-                    ms(lease).into(),
+                    net::millis(lease).into(),
                     (mode == RwMode::Read).into(),
                     wait.into(),
                     channel.into(),
@@ -437,8 +399,8 @@ impl LockStore for PostgresStore {
                 &[
                     keys.id().into(),
                     token.as_str().into(),
-                    ms(lease).into(),
-                    permits(keys.resource()).into(),
+                    net::millis(lease).into(),
+                    net::permits(keys.resource()).into(),
                     wait.into(),
                     channel.into(),
                     attempt.into(),
@@ -464,7 +426,7 @@ impl LockStore for PostgresStore {
                 &[
                     keys.id().into(),
                     token.as_str().into(),
-                    permits(keys.resource()).into(),
+                    net::permits(keys.resource()).into(),
                 ],
                 what,
             )
@@ -485,7 +447,7 @@ impl LockStore for PostgresStore {
                 &[
                     ids.as_slice().into(),
                     toks.as_slice().into(),
-                    ms(lease).into(),
+                    net::millis(lease).into(),
                 ],
                 tokens,
                 what,
@@ -533,7 +495,11 @@ impl LockStore for PostgresStore {
         let row = self
             .query_one(
                 &self.sql.extend,
-                &[keys.id().into(), token.as_str().into(), ms(lease).into()],
+                &[
+                    keys.id().into(),
+                    token.as_str().into(),
+                    net::millis(lease).into(),
+                ],
                 what,
             )
             .await?;
@@ -579,7 +545,7 @@ impl DataStore for PostgresStore {
         let row = self
             .query_one(
                 &self.sql.counter_add,
-                &[key.into(), delta.into(), ttl_ms(ttl).into()],
+                &[key.into(), delta.into(), net::ttl_millis(ttl).into()],
                 what,
             )
             .await
@@ -598,7 +564,7 @@ impl DataStore for PostgresStore {
         let row = self
             .query_one(
                 &self.sql.counter_take,
-                &[key.into(), n.into(), ttl_ms(ttl).into()],
+                &[key.into(), n.into(), net::ttl_millis(ttl).into()],
                 what,
             )
             .await
@@ -639,7 +605,7 @@ impl DataStore for PostgresStore {
                     key.into(),
                     value.into(),
                     expected.as_deref().into(),
-                    ttl_ms(ttl).into(),
+                    net::ttl_millis(ttl).into(),
                 ],
                 what,
             )
@@ -662,7 +628,7 @@ impl DataStore for PostgresStore {
         let row = self
             .query_one(
                 &self.sql.mark_once,
-                &[key.into(), member.into(), ttl_ms(ttl).into()],
+                &[key.into(), member.into(), net::ttl_millis(ttl).into()],
                 what,
             )
             .await?;

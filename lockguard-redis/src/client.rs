@@ -8,7 +8,6 @@ use redis::aio::ConnectionManagerConfig;
 use redis::io::tcp::TcpSettings;
 use redis::{IntoConnectionInfo, RedisResult};
 
-use crate::error::redact;
 use crate::options::{RedisOptions, TlsSettings};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -21,13 +20,16 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
     if !TLS && url.trim_start().to_ascii_lowercase().starts_with("rediss:") {
         return Err(Error::invalid(format!(
             "{:?} is a TLS url; build lockguard with the tls-rustls or tls-native-tls feature",
-            redact(url)
+            lockguard_core::store::url::redacted(url)
         )));
     }
     url.into_connection_info().map_err(|e| {
         Error::new(
             ErrorKind::InvalidInput,
-            format!("malformed redis url {:?}", redact(url)),
+            format!(
+                "malformed redis url {:?}",
+                lockguard_core::store::url::redacted(url)
+            ),
         )
         .with_source(e)
     })
@@ -249,7 +251,10 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
+        assert_eq!(
+            lockguard_core::store::url::redacted("redis://u:secret@h:1/0"),
+            "redis://u:***@h:1/0"
+        );
         let err = client_for("redis://u:secret@h:notaport", &TlsSettings::default()).unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");
     }

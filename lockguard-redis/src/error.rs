@@ -41,16 +41,6 @@ fn refused_database(err: &redis::RedisError) -> bool {
     err.to_string().contains("refused to switch database")
 }
 
-/// Hides a password in a URL before it reaches an error message or a log.
-pub(crate) fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            format!("{}://***@{}", &url[..scheme], &url[at + 1..])
-        }
-        _ => url.to_owned(),
-    }
-}
-
 /// The commands a Redis ACL user must be allowed for lockguard: those the
 /// client sends (`EVALSHA`; `EVAL` after a script cache flush; `HMGET`,
 /// a counter's read; `SUBSCRIBE`, `UNSUBSCRIBE` and `PING` on the wake-up
@@ -155,44 +145,17 @@ pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
     Error::new(kind, what.to_owned()).with_source(err)
 }
 
-/// A connect that did not answer in time, or answered garbage, means the
-/// server cannot be reached. One the server refused for its credentials or
-/// database index stays a set-up mistake (over RESP3 the refusal comes at
-/// connect time, in answer to `HELLO` or `SELECT`).
-pub(crate) fn unreachable(e: Error) -> Error {
-    if e.is_misconfigured() {
-        return e;
-    }
-    match e.kind() {
-        ErrorKind::Timeout | ErrorKind::Protocol => {
-            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
-        }
-        _ => e,
-    }
-}
-
 /// The answer of one request given `timeout` (`tokio::time::timeout`'s
-/// output), its error mapped, or a timeout error naming `what`.
-///
-/// Callers await the timeout in place, `within(t, what,
-/// tokio::time::timeout(t, request).await)`: an `async fn` taking the
-/// request's future by value would keep it twice in its state (the
-/// argument and the running timeout), and every caller would move a future
-/// of that size (a lock acquisition's future, boxed per request, then
-/// outgrew the allocator's fast path for small blocks).
+/// output), its error mapped, or core's timeout error naming `what` (see
+/// `lockguard_core::store::net::within`, whose note on awaiting in place
+/// holds here too).
 pub(crate) fn within<T>(
     timeout: Duration,
-    what: impl FnOnce() -> String,
+    what: impl Fn() -> String,
     answer: std::result::Result<RedisResult<T>, tokio::time::error::Elapsed>,
 ) -> Result<T> {
-    match answer {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(redis_error(e, &what())),
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!("{}: no answer from redis within {timeout:?}", what()),
-        )),
-    }
+    let answer = answer.map(|reply| reply.map_err(|e| redis_error(e, &what())));
+    lockguard_core::store::net::within(timeout, "redis", what, answer)
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ impl RedlockStore {
     /// node did it): true once a quorum did, false once a quorum no longer
     /// can, the other nodes finishing in the background; an error about
     /// `what` when too many nodes were unheard from to say it was not done.
-    async fn quorum_says<F, Fut>(&self, what: impl FnOnce() -> String, op: F) -> Result<bool>
+    async fn quorum_says<F, Fut>(&self, what: impl Fn() -> String, op: F) -> Result<bool>
     where
         F: Fn(Arc<RedisStore>) -> Fut,
         Fut: Future<Output = Result<bool>> + Send + 'static,

@@ -41,14 +41,25 @@ pub fn invalid(url: &str, what: impl std::fmt::Display) -> Error {
     Error::invalid(format!("{:?}: {what}", redacted(url)))
 }
 
-/// `url` with any password replaced by `***`, for messages.
+/// `url` with any password replaced by `***`, for messages and logs: the
+/// one rule every store follows. The user stays, so the message still
+/// says who connected; a connection string in `key=value` form loses its
+/// `password=` value.
 pub fn redacted(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        return url
+            .split_whitespace()
+            .map(|part| match part.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => "password=***".to_owned(),
+                _ => part.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" ");
     };
-    match rest.rsplit_once('@') {
-        Some((userinfo, tail)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{tail}"),
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{hosts}{path}"),
             None => url.to_owned(),
         },
         None => url.to_owned(),
@@ -141,6 +152,16 @@ mod tests {
             "redis+redlock://u:***@a:1,b:2"
         );
         assert_eq!(redacted("redis://a:1"), "redis://a:1");
+        assert_eq!(redacted("redis://:pw@a:1/0"), "redis://:***@a:1/0");
+        assert_eq!(redacted("redis://u@a:1"), "redis://u@a:1");
+        assert_eq!(
+            redacted("mysql://app:s@cret@db/app?x=a@b"),
+            "mysql://app:***@db/app?x=a@b"
+        );
+        assert_eq!(
+            redacted("host=db user=app password=secret dbname=x"),
+            "host=db user=app password=*** dbname=x"
+        );
     }
 
     #[test]

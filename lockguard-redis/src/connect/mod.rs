@@ -443,7 +443,7 @@ impl RedisBuilder {
         self.validate()?;
         let client = crate::client::client_for(url, &self.redis.tls)?;
         let lg = self.connect_redis(client).await?;
-        tracing::debug!(url = %crate::error::redact(url), "connected to redis");
+        tracing::debug!(url = %lockguard_core::store::url::redacted(url), "connected to redis");
         Ok(lg)
     }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 use super::RedisStore;
 use super::eval::{Eval, Lua};
 use crate::layout::{counter_sequence, limit_sum};
+use lockguard_core::Result;
 use lockguard_core::store::{
     CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, Token, millis_ceil,
 };
-use lockguard_core::{Error, ErrorKind, Result};
 
 static COUNTER_ADD: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
@@ -48,22 +48,6 @@ fn ttl_arg(ttl: Option<Duration>) -> u64 {
     ttl.map_or(0, millis_ceil)
 }
 
-/// Redis refuses an `HINCRBY` that would overflow; say so as bad input.
-fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
-    move |e| {
-        let overflow =
-            std::error::Error::source(&e).is_some_and(|s| s.to_string().contains("overflow"));
-        if overflow {
-            Error::new(
-                ErrorKind::InvalidInput,
-                format!("counter {key:?}: increment or decrement would overflow"),
-            )
-        } else {
-            e
-        }
-    }
-}
-
 impl DataStore for RedisStore {
     async fn counter_add(
         &self,
@@ -79,7 +63,7 @@ impl DataStore for RedisStore {
             .arg(ttl_arg(ttl));
         self.run(&call, || format!("adding to counter {key:?}"))
             .await
-            .map_err(overflow_is_invalid(key))
+            .map_err(lockguard_core::store::net::overflow_is_invalid(key))
     }
 
     async fn counter_take(
@@ -97,7 +81,7 @@ impl DataStore for RedisStore {
         let (taken, v): (i64, i64) = self
             .run(&call, || format!("taking from counter {key:?}"))
             .await
-            .map_err(overflow_is_invalid(key))?;
+            .map_err(lockguard_core::store::net::overflow_is_invalid(key))?;
         Ok(if taken == 1 { Ok(v) } else { Err(v) })
     }
 

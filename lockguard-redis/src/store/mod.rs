@@ -14,7 +14,7 @@ use crate::client::cluster_client_for;
 use crate::client::manager_config;
 use crate::client::{command_config, resent_if_unsent};
 use crate::conn::Conn;
-use crate::error::{redis_error, server_refusal, unreachable, within};
+use crate::error::{redis_error, server_refusal, within};
 use crate::layout::RedisLockKeys as _;
 use crate::layout::RedlockLine;
 use crate::options::RedisOptions;
@@ -271,7 +271,7 @@ impl RedisStore {
             || format!("connecting to redis at {addr}"),
             answer,
         )
-        .map_err(unreachable)?;
+        .map_err(lockguard_core::store::net::unreachable)?;
         Self::with_manager(conn, addr, opts).await
     }
 
@@ -399,7 +399,7 @@ impl RedisStore {
             || "connecting to the redis cluster".to_owned(),
             answer,
         )
-        .map_err(unreachable)?;
+        .map_err(lockguard_core::store::net::unreachable)?;
         Self::with_cluster_connection(conn, opts).await
     }
 
@@ -439,7 +439,7 @@ impl RedisStore {
             Some(leases.on_switch()),
         )
         .await
-        .map_err(unreachable)?;
+        .map_err(lockguard_core::store::net::unreachable)?;
         let store = Self {
             addr: format!(
                 "the master of {:?} ({})",
@@ -483,7 +483,7 @@ impl RedisStore {
     pub(crate) async fn query<T: FromRedisValue>(
         &self,
         cmd: &redis::Cmd,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
     ) -> Result<T> {
         let send = || {
             let mut conn = self.conn.clone();
@@ -544,7 +544,7 @@ impl RedisStore {
     async fn run_replicated<T: FromRedisValue>(
         &self,
         call: &Eval<'_>,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
     ) -> Result<(T, Option<u64>)> {
         let Some((count, timeout)) = self.opts.replicas else {
             return Ok((self.run(call, what).await?, None));
@@ -574,7 +574,7 @@ impl RedisStore {
     pub(crate) async fn run<T: FromRedisValue>(
         &self,
         call: &Eval<'_>,
-        what: impl FnOnce() -> String,
+        what: impl Fn() -> String,
     ) -> Result<T> {
         let send = || {
             let mut conn = self.conn.clone();

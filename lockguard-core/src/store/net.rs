@@ -1,0 +1,194 @@
+//! The toolkit of a store that talks to a server: one rule for each thing
+//! every such store does alike, so that the stores cannot drift apart.
+//!
+//! - [`within`]: a request's deadline, and the one message of its timeout;
+//! - [`unreachable`]: when a failed connect means the server cannot be
+//!   reached;
+//! - [`overflow_is_invalid`]: a counter's arithmetic that left its range;
+//! - [`millis`], [`ttl_millis`], [`permits`]: the units of statements and
+//!   scripts;
+//! - [`spawn_sweeper`]: a task that removes expired state now and then;
+//! - [`InFlight`]: an acquisition sent on a connection, whose release
+//!   waits until the connection has run it;
+//! - URLs in messages go through [`url::redacted`](super::url::redacted).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use super::{Flight, Resource, millis_ceil};
+use crate::error::{Error, ErrorKind, Result};
+
+/// The answer of a request to the `store` server given `timeout` (what
+/// `tokio::time::timeout(timeout, request).await` gives), or the timeout
+/// error: "`what`: no answer from `store` within `timeout`".
+///
+/// Callers await the timeout in place, `within(t, "redis", what,
+/// tokio::time::timeout(t, request).await)`: an `async fn` taking the
+/// request's future by value would keep it twice in its state (the
+/// argument and the running timeout), and every caller would move a
+/// future of that size at each call.
+///
+/// # Errors
+///
+/// The request's own error, or [`ErrorKind::Timeout`] when it did not
+/// answer in time.
+pub fn within<T>(
+    timeout: Duration,
+    store: &str,
+    what: impl FnOnce() -> String,
+    answer: std::result::Result<Result<T>, tokio::time::error::Elapsed>,
+) -> Result<T> {
+    answer.unwrap_or_else(|_| {
+        Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{}: no answer from {store} within {timeout:?}", what()),
+        ))
+    })
+}
+
+/// The error of a connect: one that did not answer in time, or answered
+/// something that is not the store's protocol, means the server cannot be
+/// reached ([`ErrorKind::Unavailable`], the cause kept as its source); one
+/// the server refused (credentials, permissions, a setting) stays the
+/// set-up mistake it is.
+pub fn unreachable(e: Error) -> Error {
+    if e.is_misconfigured() {
+        return e;
+    }
+    match e.kind() {
+        ErrorKind::Timeout | ErrorKind::Protocol => {
+            Error::new(ErrorKind::Unavailable, e.message().to_owned()).with_source(e)
+        }
+        _ => e,
+    }
+}
+
+/// Maps a store's range error from arithmetic on the counter `key`
+/// ([`ErrorKind::InvalidInput`]) to the one message every store gives for
+/// it: the increment or decrement would overflow.
+pub fn overflow_is_invalid(key: &str) -> impl FnOnce(Error) -> Error + '_ {
+    move |e| {
+        if e.is_invalid_input() {
+            Error::new(
+                ErrorKind::InvalidInput,
+                format!("counter {key:?}: increment or decrement would overflow"),
+            )
+            .with_source(e)
+        } else {
+            e
+        }
+    }
+}
+
+/// Milliseconds for a statement or a script (`PX`, a lease column),
+/// rounded up so a sub-millisecond remainder never shortens a lease.
+pub fn millis(d: Duration) -> i64 {
+    i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
+}
+
+/// A counter's time to live in milliseconds, 0 for none.
+pub fn ttl_millis(ttl: Option<Duration>) -> i64 {
+    ttl.map_or(0, millis)
+}
+
+/// How many may hold a resource, as a statement's 32-bit integer (at most
+/// [`MAX_PERMITS`](crate::key::MAX_PERMITS), which fits).
+pub fn permits(resource: Resource) -> i32 {
+    i32::try_from(resource.permits()).unwrap_or(i32::MAX)
+}
+
+/// Runs `sweep` every `every`, starting at a random point of the first
+/// interval so that clients started together do not sweep together, each
+/// run given `timeout`. `sweep` answers how much it removed (`None` when it
+/// failed: it is tried again at the next interval). Abort the handle when
+/// the store is dropped.
+pub fn spawn_sweeper<F, S>(every: Duration, timeout: Duration, sweep: S) -> tokio::task::AbortHandle
+where
+    S: Fn() -> F + Send + 'static,
+    F: Future<Output = Option<i64>> + Send,
+{
+    tokio::spawn(async move {
+        let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match tokio::time::timeout(timeout, sweep()).await {
+                Ok(Some(n)) if n > 0 => tracing::debug!(removed = n, "swept expired state"),
+                Ok(Some(_)) => {}
+                _ => tracing::debug!("sweeping expired state failed; tried again later"),
+            }
+        }
+    })
+    .abort_handle()
+}
+
+/// What a connection does once its caller stopped waiting for a statement
+/// it sent: answer when the connection has run it (a `SELECT 1` queued
+/// behind it), and leave the connection as it should be left.
+pub type Drain<C> = fn(C) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// An acquisition sent on a connection `C`, and its [`Flight`]s (one per
+/// token it takes with: a release of the token waits for them). The
+/// flights end when the statement answered ([`landed`](Self::landed)), or,
+/// dropped before that (its caller stopped waiting), once the connection
+/// has run it: the drop sends the connection to `drain` in the background.
+pub struct InFlight<C: Send + 'static> {
+    conn: Option<C>,
+    flights: Vec<Flight>,
+    drain: Drain<C>,
+}
+
+impl<C: Send + 'static> std::fmt::Debug for InFlight<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InFlight")
+            .field("flights", &self.flights.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: Send + 'static> InFlight<C> {
+    /// An acquisition about to go out on `conn`, with its `flights`.
+    pub fn new(conn: C, flights: Vec<Flight>, drain: Drain<C>) -> Self {
+        Self {
+            conn: Some(conn),
+            flights,
+            drain,
+        }
+    }
+
+    /// The connection the statement goes out on.
+    ///
+    /// # Panics
+    ///
+    /// Never: the connection is there until the value is dropped.
+    pub fn conn(&mut self) -> &mut C {
+        self.conn.as_mut().expect("present until landed or dropped")
+    }
+
+    /// The statement answered: the flights are over, and the connection
+    /// is handed back.
+    pub fn landed(mut self) -> C {
+        self.flights.clear();
+        self.conn.take().expect("present until landed or dropped")
+    }
+}
+
+impl<C: Send + 'static> Drop for InFlight<C> {
+    fn drop(&mut self) {
+        let flights = std::mem::take(&mut self.flights);
+        let Some(conn) = self.conn.take().filter(|_| !flights.is_empty()) else {
+            return;
+        };
+        // Outside a runtime nothing can be sent; the release then goes
+        // without waiting (the lease bounds what a late acquisition holds).
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let drain = (self.drain)(conn);
+            rt.spawn(async move {
+                let _ = tokio::time::timeout(Duration::from_secs(30), drain).await;
+                drop(flights);
+            });
+        }
+    }
+}
