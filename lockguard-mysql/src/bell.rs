@@ -98,13 +98,13 @@
 //! claims a lock handed to it as well; when the bell's connections are
 //! lost, every waiter of the client is woken to check at once.
 
-use lockguard_core::store::net;
 use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lockguard_core::store::Token;
-use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, Started, StoreFuture};
+use lockguard_core::store::net::{self, Stopped};
+use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, StoreFuture};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};
@@ -143,10 +143,14 @@ impl Listener for Bell {
     /// dropped or the client is gone) and returns once it listens.
     fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
         self.bells.sync(channel, &*inbox, |started| {
-            tokio::spawn(run(
-                self.opts.clone(),
-                self.cfg.clone(),
-                channel.to_owned(),
+            let ringer = Ringer {
+                opts: self.opts.clone(),
+                cfg: self.cfg.clone(),
+                channel: channel.to_owned(),
+            };
+            tokio::spawn(net::keep_listening(
+                "mysql",
+                ringer,
                 Arc::downgrade(&inbox),
                 started,
             ))
@@ -379,52 +383,30 @@ async fn forget(
     .await
 }
 
-/// Why a bell's connection stopped ringing.
-enum Stopped {
-    /// The client is gone: the bell ends.
-    ClientGone,
-    /// The connection failed: the bell connects again.
-    Lost,
-}
-
-async fn run(
+/// What one bell's task needs.
+struct Ringer {
     opts: Opts,
     cfg: Arc<Config>,
     channel: String,
-    inbox: Weak<dyn Inbox>,
-    started: Started,
-) {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        match open(&opts, &cfg, &channel).await {
-            Ok(mut pair) => {
-                backoff = Duration::from_millis(20);
-                started.listening();
-                let stopped = ring(&mut pair, &cfg, &channel, &inbox).await;
-                // Handoffs made while nobody could ring: every waiter checks.
-                let Some(i) = inbox.upgrade() else { return };
-                i.wake_all();
-                drop(i);
-                if let Stopped::ClientGone = stopped {
-                    return;
-                }
-                tokio::spawn(async move {
-                    let second = Duration::from_secs(1);
-                    let _ = tokio::time::timeout(second, pair.bell.disconnect()).await;
-                    let _ = tokio::time::timeout(second, pair.holder.disconnect()).await;
-                });
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "mysql bell connection failed");
-                // Waiters fall back to their timed attempts meanwhile.
-                started.failed(&e);
-                if inbox.strong_count() == 0 {
-                    return;
-                }
-            }
+}
+
+impl net::Listening for Ringer {
+    type Conn = Pair;
+
+    async fn open(&self) -> Result<Pair> {
+        open(&self.opts, &self.cfg, &self.channel).await
+    }
+
+    async fn listen(&self, mut pair: Pair, inbox: &Weak<dyn Inbox>) -> Stopped {
+        let stopped = ring(&mut pair, &self.cfg, &self.channel, inbox).await;
+        if stopped == Stopped::Lost {
+            tokio::spawn(async move {
+                let second = Duration::from_secs(1);
+                let _ = tokio::time::timeout(second, pair.bell.disconnect()).await;
+                let _ = tokio::time::timeout(second, pair.holder.disconnect()).await;
+            });
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        stopped
     }
 }
 

@@ -73,7 +73,8 @@ use tokio_postgres::error::SqlState;
 use crate::error::pg_error;
 use crate::options::PgOptions;
 use crate::tls::{Connector, Note};
-use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, Started, StoreFuture, Token};
+use lockguard_core::store::net::{self, Stopped};
+use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, StoreFuture, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 /// How long a bell waits when nobody rings it: one short transaction per
@@ -147,7 +148,12 @@ impl Listener for PgBell {
                 schema: self.schema.clone(),
                 channel: pg_channel(channel).to_owned(),
             };
-            tokio::spawn(run(bell, Arc::downgrade(&inbox), started))
+            tokio::spawn(net::keep_listening(
+                "postgres",
+                bell,
+                Arc::downgrade(&inbox),
+                started,
+            ))
         })
     }
 }
@@ -310,41 +316,15 @@ async fn drain(
         .collect())
 }
 
-/// Why a bell's connection stopped ringing.
-enum Stopped {
-    /// The client is gone: the bell ends.
-    ClientGone,
-    /// A connection failed: the bell connects again.
-    Lost,
-}
+impl net::Listening for Ringer {
+    type Conn = Pair;
 
-async fn run(bell: Ringer, inbox: Weak<dyn Inbox>, started: Started) {
-    let mut backoff = Duration::from_millis(20);
-    loop {
-        match bell.open().await {
-            Ok(mut pair) => {
-                backoff = Duration::from_millis(20);
-                started.listening();
-                let stopped = ring(&mut pair, &bell, &inbox).await;
-                // Handoffs made while nobody could ring: every waiter checks.
-                let Some(i) = inbox.upgrade() else { return };
-                i.wake_all();
-                drop(i);
-                if let Stopped::ClientGone = stopped {
-                    return;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "postgres bell connection failed");
-                // Waiters fall back to their timed attempts meanwhile.
-                started.failed(&e);
-                if inbox.strong_count() == 0 {
-                    return;
-                }
-            }
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+    async fn open(&self) -> Result<Pair> {
+        Ringer::open(self).await
+    }
+
+    async fn listen(&self, mut pair: Pair, inbox: &Weak<dyn Inbox>) -> Stopped {
+        ring(&mut pair, self, inbox).await
     }
 }
 

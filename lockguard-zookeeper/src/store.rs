@@ -57,6 +57,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use lockguard_core::store::net;
 use lockguard_core::store::{
     AllOrNone, Attempt, Inbox, LockKeys, LockSet, LockStore, Occupancy, Place, Token, Waiting,
 };
@@ -246,13 +247,12 @@ impl ZooKeeperStore {
     /// while the client was not connected (reconnecting within its session,
     /// or opening a new one) failed because the store was unreachable, a
     /// transient state a wait rides out, not because a server was slow
-    /// to answer a request it had.
+    /// to answer a request it had: core's one rule for an unreachable
+    /// server ([`net::unreachable`]), applied while the session
+    /// reconnects.
     fn outage<T>(&self, result: Result<T>) -> Result<T> {
         match result {
-            Err(e) if e.kind() == ErrorKind::Timeout && !connected(&self.session.client()) => {
-                let message = format!("zookeeper is unreachable (reconnecting): {}", e.message());
-                Err(Error::new(ErrorKind::Unavailable, message).with_source(e))
-            }
+            Err(e) if !connected(&self.session.client()) => Err(net::unreachable(e)),
             result => result,
         }
     }
@@ -1031,18 +1031,14 @@ fn node_name(key: &str) -> String {
     name
 }
 
-/// Runs one request under `timeout`: the request's own result, or a
-/// timeout error.
+/// Runs one request under `timeout`: the request's own result, or core's
+/// timeout error ([`net::within`]).
 async fn bounded<T, E>(
     timeout: Duration,
     request: impl Future<Output = std::result::Result<T, E>>,
 ) -> Result<std::result::Result<T, E>> {
-    tokio::time::timeout(timeout, request).await.map_err(|_| {
-        Error::new(
-            ErrorKind::Timeout,
-            format!("no answer from zookeeper within {timeout:?}"),
-        )
-    })
+    let answer = tokio::time::timeout(timeout, request).await.map(Ok);
+    net::within(timeout, "zookeeper", || "a request".to_owned(), answer)
 }
 
 /// Whether `client` is connected to a server of its session.

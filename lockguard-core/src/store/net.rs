@@ -192,3 +192,72 @@ impl<C: Send + 'static> Drop for InFlight<C> {
         }
     }
 }
+
+/// How one session of a store's listening connection ended (see
+/// [`keep_listening`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stopped {
+    /// The client is gone: listening ends.
+    ClientGone,
+    /// The connection failed: listening connects again.
+    Lost,
+}
+
+/// A store's listening connection (a PostgreSQL or MySQL bell): how to open
+/// one, and how to listen on it until it fails or the client is gone.
+pub trait Listening: Send + Sync {
+    /// The open connection.
+    type Conn: Send;
+
+    /// Opens a connection and makes it listen: wake-ups sent after this
+    /// answers reach it.
+    fn open(&self) -> impl Future<Output = Result<Self::Conn>> + Send;
+
+    /// Delivers what arrives on `conn` to `inbox` until `conn` fails or
+    /// the client is gone.
+    fn listen(
+        &self,
+        conn: Self::Conn,
+        inbox: &std::sync::Weak<dyn super::Inbox>,
+    ) -> impl Future<Output = Stopped> + Send;
+}
+
+/// Keeps `listening` connected for as long as the client lives: opens a
+/// connection (telling `started` whether it listens), listens on it, and
+/// after a failure connects again with a backoff from 20 ms to 1 s. After
+/// each lost connection every waiter checks, since wake-ups may have been
+/// sent while nobody listened; meanwhile waiters fall back to their timed
+/// attempts.
+pub async fn keep_listening<L: Listening>(
+    store: &'static str,
+    listening: L,
+    inbox: std::sync::Weak<dyn super::Inbox>,
+    started: super::Started,
+) {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match listening.open().await {
+            Ok(conn) => {
+                backoff = Duration::from_millis(20);
+                started.listening();
+                let stopped = listening.listen(conn, &inbox).await;
+                let Some(i) = inbox.upgrade() else { return };
+                i.wake_all();
+                drop(i);
+                if stopped == Stopped::ClientGone {
+                    return;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(store, error = %e, "listening connection failed");
+                started.failed(&e);
+                if inbox.strong_count() == 0 {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
