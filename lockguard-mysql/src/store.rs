@@ -93,7 +93,7 @@ pub(crate) struct MySqlStore {
     /// Acquisitions whose statement may still be running, by token.
     flights: Arc<Flights>,
     /// The periodic sweep of expired state, stopped with the store.
-    sweeper: Option<tokio::task::AbortHandle>,
+    sweeper: Option<net::Sweeper>,
 }
 
 impl fmt::Debug for MySqlStore {
@@ -101,14 +101,6 @@ impl fmt::Debug for MySqlStore {
         f.debug_struct("MySqlStore")
             .field("prefix", &self.cfg.prefix)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for MySqlStore {
-    fn drop(&mut self) {
-        if let Some(s) = &self.sweeper {
-            s.abort();
-        }
     }
 }
 
@@ -160,7 +152,7 @@ pub(crate) async fn connect(
 }
 
 /// Removes expired state every `sweep_interval` (core's sweeper).
-fn spawn_sweeper(store: &MySqlStore) -> tokio::task::AbortHandle {
+fn spawn_sweeper(store: &MySqlStore) -> net::Sweeper {
     let pool = store.pool.clone();
     let sql = store.sql.sweep.clone();
     let timeout = store.cfg.response_timeout.max(Duration::from_secs(30));

@@ -39,25 +39,10 @@ pub struct FencedTable {
     fence: String,
 }
 
-/// Quotes an identifier (`schema.table` quoted part by part), refusing
-/// what cannot be one.
+/// Quotes an identifier (core's one rule, with this database's quote and
+/// length limit).
 fn identifier(what: &str, name: &str) -> Result<String> {
-    let parts: Vec<&str> = name.split('.').collect();
-    if name.is_empty()
-        || parts.len() > 2
-        || parts
-            .iter()
-            .any(|p| p.is_empty() || p.len() > 63 || p.contains(['"', '\0']))
-    {
-        return Err(Error::invalid(format!(
-            "{what} {name:?} is not a usable identifier"
-        )));
-    }
-    Ok(parts
-        .iter()
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>()
-        .join("."))
+    lockguard_core::store::net::sql_identifier(what, name, '"', 63)
 }
 
 impl FencedTable {

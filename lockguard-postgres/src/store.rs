@@ -104,7 +104,7 @@ pub(crate) struct PostgresStore {
     /// Acquisitions whose statement may still be running, by token.
     flights: Arc<lockguard_core::store::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
-    sweeper: Option<tokio::task::AbortHandle>,
+    sweeper: Option<net::Sweeper>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -113,14 +113,6 @@ impl fmt::Debug for PostgresStore {
             .field("schema", &self.schema)
             .field("pool", &self.pool)
             .finish_non_exhaustive()
-    }
-}
-
-impl Drop for PostgresStore {
-    fn drop(&mut self) {
-        if let Some(s) = &self.sweeper {
-            s.abort();
-        }
     }
 }
 
@@ -167,7 +159,7 @@ pub(crate) async fn connect(
 }
 
 /// Removes expired state every `sweep_interval` (core's sweeper).
-fn spawn_sweeper(store: &PostgresStore) -> tokio::task::AbortHandle {
+fn spawn_sweeper(store: &PostgresStore) -> net::Sweeper {
     let pool = store.pool.clone();
     let sql = store.sql.sweep.clone();
     let timeout = store.opts.response_timeout.max(Duration::from_secs(30));

@@ -8,6 +8,9 @@
 //! - [`millis`], [`ttl_millis`], [`permits`]: the units of statements and
 //!   scripts;
 //! - [`spawn_sweeper`]: a task that removes expired state now and then;
+//! - [`sql_identifier`]: a table or column name quoted for SQL text;
+//! - [`keep_listening`]: a listening connection kept open for as long as
+//!   the client lives;
 //! - [`InFlight`]: an acquisition sent on a connection, whose release
 //!   waits until the connection has run it;
 //! - URLs in messages go through [`url::redacted`](super::url::redacted).
@@ -98,17 +101,32 @@ pub fn permits(resource: Resource) -> i32 {
     i32::try_from(resource.permits()).unwrap_or(i32::MAX)
 }
 
+/// A task that removes expired state now and then ([`spawn_sweeper`]);
+/// it stops when this is dropped (with the store that keeps it).
+#[derive(Debug)]
+pub struct Sweeper(tokio::task::AbortHandle);
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs `sweep` every `every`, starting at a random point of the first
 /// interval so that clients started together do not sweep together, each
 /// run given `timeout`. `sweep` answers how much it removed (`None` when it
-/// failed: it is tried again at the next interval). Abort the handle when
-/// the store is dropped.
-pub fn spawn_sweeper<F, S>(every: Duration, timeout: Duration, sweep: S) -> tokio::task::AbortHandle
+/// failed: it is tried again at the next interval). The task stops when
+/// the [`Sweeper`] is dropped.
+///
+/// # Panics
+///
+/// Outside a Tokio runtime.
+pub fn spawn_sweeper<F, S>(every: Duration, timeout: Duration, sweep: S) -> Sweeper
 where
     S: Fn() -> F + Send + 'static,
     F: Future<Output = Option<i64>> + Send,
 {
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         let first = every.mul_f64(0.5 + fastrand::f64() / 2.0);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + first, every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -120,8 +138,35 @@ where
                 _ => tracing::debug!("sweeping expired state failed; tried again later"),
             }
         }
-    })
-    .abort_handle()
+    });
+    Sweeper(task.abort_handle())
+}
+
+/// Quotes an SQL identifier (`name`, or `schema.name`, quoted part by part
+/// with `quote`), refusing what cannot be one: empty parts, more than two,
+/// a part longer than `max_len` bytes, or one holding the quote or a NUL.
+/// `what` names it in the error.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`] naming `what` and `name`.
+pub fn sql_identifier(what: &str, name: &str, quote: char, max_len: usize) -> Result<String> {
+    let parts: Vec<&str> = name.split('.').collect();
+    if name.is_empty()
+        || parts.len() > 2
+        || parts
+            .iter()
+            .any(|p| p.is_empty() || p.len() > max_len || p.contains([quote, '\0']))
+    {
+        return Err(Error::invalid(format!(
+            "{what} {name:?} is not a usable identifier"
+        )));
+    }
+    Ok(parts
+        .iter()
+        .map(|p| format!("{quote}{p}{quote}"))
+        .collect::<Vec<_>>()
+        .join("."))
 }
 
 /// What a connection does once its caller stopped waiting for a statement
