@@ -1,8 +1,7 @@
 //! Validation of user keys, and the keys a store is given: identities
-//! unique per prefix, kind and name, and the store's own layout of them.
+//! unique per prefix, kind and name, from which each store lays out its own.
 
-use std::any::Any;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use crate::error::{Error, Result};
 
@@ -183,11 +182,10 @@ pub(crate) fn base(prefix: &str, kind: &str, key: &str) -> String {
 /// needs from it; [`prefix`](Self::prefix), [`name`](Self::name) and
 /// [`resource`](Self::resource) say what it names.
 ///
-/// Only the identity is made with the keys; what a store derives from it
-/// (the Redis store's queue, sequence and tickets keys) is laid out the
-/// first time the store asks ([`LockKeys::layout`]) and kept with the
-/// keys. The in-memory store, which keys its state by the identity alone,
-/// never does: a lock made per request (an HTTP layer's) costs one string.
+/// Only the identity is made with the keys: what else a store keeps of a
+/// lock (the Redis store's queue, sequence and tickets keys) it lays out
+/// from the identity itself, so a lock made per request (an HTTP layer's)
+/// costs one string on a store that needs no more.
 #[derive(Clone)]
 pub struct LockKeys {
     /// A lock, or a semaphore and its permits.
@@ -201,8 +199,6 @@ pub struct LockKeys {
     prefix_len: usize,
     /// The release channel of a store whose waiters line up.
     channel: OnceLock<String>,
-    /// The store's own layout of these keys.
-    layout: OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for LockKeys {
@@ -256,7 +252,6 @@ impl LockKeys {
             lock: base(prefix, kind, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
-            layout: OnceLock::new(),
         }
     }
 
@@ -272,7 +267,6 @@ impl LockKeys {
             lock: base(prefix, ELECTION_KIND, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
-            layout: OnceLock::new(),
         }
     }
 
@@ -298,46 +292,20 @@ impl LockKeys {
             lock: base(prefix, "rw", name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
-            layout: OnceLock::new(),
         }
     }
 
     /// The keys of a lock that a store derives from `of`'s (a Redlock
     /// semaphore keeps each permit as a lock of its own): identity `id`
-    /// under `of`'s prefix, sharing `of`'s release channel, with the
-    /// store's `layout` of it already made.
-    pub fn derived<T: Any + Send + Sync>(
-        of: &Self,
-        id: String,
-        resource: Resource,
-        layout: T,
-    ) -> Self {
-        let keys = Self {
+    /// under `of`'s prefix, sharing `of`'s release channel.
+    pub fn derived(of: &Self, id: String, resource: Resource) -> Self {
+        Self {
             resource,
             rw: None,
             prefix_len: of.prefix_len,
             channel: OnceLock::from(of.channel().to_owned()),
-            layout: OnceLock::new(),
             lock: id,
-        };
-        let _ = keys.layout.set(Arc::new(layout));
-        keys
-    }
-
-    /// The store's own layout of these keys (the keys it derives from the
-    /// identity), made by `lay_out` the first time the store asks and kept
-    /// with the keys, so an operation on a lock made once lays nothing out
-    /// again.
-    ///
-    /// # Panics
-    ///
-    /// When the keys were laid out as another type before: keys belong to
-    /// one client, and a client to one store, which lays them out one way.
-    pub fn layout<T: Any + Send + Sync>(&self, lay_out: impl FnOnce(&Self) -> T) -> &T {
-        self.layout
-            .get_or_init(|| Arc::new(lay_out(self)))
-            .downcast_ref::<T>()
-            .expect("the keys of one client are laid out by one store, one way")
+        }
     }
 
     /// The identity of the lock: unique per prefix, kind (lock or
@@ -360,15 +328,14 @@ impl LockKeys {
 
     /// A lock, or a semaphore with its permits. A read-write lock's keys
     /// say [`Resource::Lock`] and name their hold in
-    /// [`rw_mode`](Self::rw_mode); a store is given them only through the
-    /// `rw_*` methods of the store boundary's `LockStore`.
+    /// [`rw_mode`](Self::rw_mode).
     pub fn resource(&self) -> Resource {
         self.resource
     }
 
-    /// For the keys of a read-write lock, which hold they are for (see
-    /// the store boundary's `LockStore::rw_acquire`);
-    /// `None` for a lock's or a semaphore's.
+    /// For the keys of a read-write lock, which hold they are for (the
+    /// store boundary's `LockStore::acquire` takes them on a store that
+    /// offers read-write locks); `None` for a lock's or a semaphore's.
     pub fn rw_mode(&self) -> Option<RwMode> {
         self.rw
     }

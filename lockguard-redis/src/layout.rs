@@ -4,98 +4,64 @@
 //!
 //! A lock's identity (`LockKeys::id`, `{prefix}lock:{escaped name}`) is the
 //! key holding its holder; its queue, tickets and sequence are laid out from
-//! it the first time the store asks, and kept with the keys.
+//! it when an operation needs them (a few short strings beside a round
+//! trip). The braces around the escaped name are the hash tag.
 
 use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use lockguard_core::store::{CounterKeys, LimitKeys, LockKeys, Resource};
 
-/// The keys the Redis store derives from a lock's identity.
-#[derive(Debug)]
-struct LockLayout {
-    sequence: String,
-    queue: String,
-    tickets: String,
-    /// A read-write lock's writer (empty for other keys).
-    writer: String,
-    /// A read-write lock's queued readers (empty for other keys).
-    reads: String,
-}
-
-impl LockLayout {
-    fn of(keys: &LockKeys) -> Self {
-        let id = keys.id();
-        let rw = keys.rw_mode().is_some();
-        Self {
-            sequence: sequence(keys.prefix(), id),
-            queue: format!("{id}:queue"),
-            tickets: format!("{id}:tickets"),
-            writer: if rw {
-                format!("{id}:writer")
-            } else {
-                String::new()
-            },
-            reads: if rw {
-                format!("{id}:reads")
-            } else {
-                String::new()
-            },
-        }
-    }
-}
-
-/// The Redis store's keys of a lock.
+/// The Redis store's keys of a lock, laid out from its identity when an
+/// operation needs them.
 pub(crate) trait RedisLockKeys {
     /// The sequence fencing tokens are drawn from, shared by every key of
     /// the lock's cluster slot (see [`sequence`]).
-    fn sequence(&self) -> &str;
+    fn sequence(&self) -> String;
     /// The waiters' queue: tokens in order of arrival.
-    fn queue(&self) -> &str;
+    fn queue(&self) -> String;
     /// Each queued waiter's deadline and channel (and a semaphore holder's
     /// fencing token).
-    fn tickets(&self) -> &str;
+    fn tickets(&self) -> String;
     /// A read-write lock's writer: its token, with its lease as expiry.
     /// (The lock's identity holds its readers.)
-    fn writer(&self) -> &str;
+    fn writer(&self) -> String;
     /// A read-write lock's queued readers (the other waiters write).
-    fn reads(&self) -> &str;
+    fn reads(&self) -> String;
 }
 
 impl RedisLockKeys for LockKeys {
-    fn sequence(&self) -> &str {
-        &self.layout(LockLayout::of).sequence
+    fn sequence(&self) -> String {
+        sequence(self.prefix(), self.id())
     }
 
-    fn queue(&self) -> &str {
-        &self.layout(LockLayout::of).queue
+    fn queue(&self) -> String {
+        format!("{}:queue", self.id())
     }
 
-    fn tickets(&self) -> &str {
-        &self.layout(LockLayout::of).tickets
+    fn tickets(&self) -> String {
+        format!("{}:tickets", self.id())
     }
 
-    fn writer(&self) -> &str {
-        &self.layout(LockLayout::of).writer
+    fn writer(&self) -> String {
+        format!("{}:writer", self.id())
     }
 
-    fn reads(&self) -> &str {
-        &self.layout(LockLayout::of).reads
+    fn reads(&self) -> String {
+        format!("{}:reads", self.id())
     }
 }
 
 /// The keys of a lock laid out after `of`'s key (a Redlock semaphore's
-/// slot `lock`): in its slot, sharing its sequence and release channel,
-/// with a queue and tickets of its own.
+/// slot `lock`, which starts with `of`'s identity): in its slot, so
+/// sharing its sequence, and its release channel, with a queue and
+/// tickets of its own.
 pub(crate) fn beside(of: &LockKeys, lock: String, resource: Resource) -> LockKeys {
-    let layout = LockLayout {
-        sequence: of.sequence().to_owned(),
-        queue: format!("{lock}:queue"),
-        tickets: format!("{lock}:tickets"),
-        writer: String::new(),
-        reads: String::new(),
-    };
-    LockKeys::derived(of, lock, resource, layout)
+    debug_assert!(
+        lock.starts_with(of.id()),
+        "{lock} is laid out beside {of:?}"
+    );
+    LockKeys::derived(of, lock, resource)
 }
 
 /// The sequence a counter's versions are drawn from (see [`sequence`]).
@@ -206,7 +172,7 @@ mod tests {
         assert_eq!(k.id(), "lg:lock:{order:42}");
         assert_eq!(k.queue(), "lg:lock:{order:42}:queue");
         assert_eq!(k.tickets(), "lg:lock:{order:42}:tickets");
-        assert_eq!(slot(k.sequence()), slot(k.id()));
+        assert_eq!(slot(&k.sequence()), slot(k.id()));
         // A user's braces are escaped, never taken as the tag.
         let k = keys("lg:", "order:{42}");
         assert_eq!(k.id(), "lg:lock:{order:{42\\}}");
@@ -236,7 +202,7 @@ mod tests {
             let s = slot(k.id());
             for other in [k.sequence(), k.queue(), k.tickets()] {
                 assert_eq!(
-                    slot(other),
+                    slot(&other),
                     s,
                     "{key:?}: {other} left the slot of {}",
                     k.id()
@@ -252,7 +218,7 @@ mod tests {
                 rw.reads(),
             ] {
                 assert_eq!(
-                    slot(other),
+                    slot(&other),
                     s,
                     "{key:?}: {other} left the slot of {}",
                     k.id()
