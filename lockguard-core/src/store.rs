@@ -46,7 +46,7 @@
 //! use std::time::Duration;
 //!
 //! use lockguard_core::store::{
-//!     Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, Token, Waiting,
+//!     Outcome, DataStore, Inbox, LockKeys, LockStore, Place, Store, Token, Waiting,
 //! };
 //! use lockguard_core::{Client, Result};
 //!
@@ -76,7 +76,7 @@
 //!         token: &Token,
 //!         lease: Duration,
 //!         place: Option<Place<'_>>,
-//!     ) -> Result<Attempt> {
+//!     ) -> Result<Outcome> {
 //!         self.acquisitions.fetch_add(1, Ordering::Relaxed);
 //!         self.inner.acquire(keys, token, lease, place).await
 //!     }
@@ -137,7 +137,7 @@ pub type Stored = Option<(u64, Vec<u8>)>;
 
 /// The outcome of one attempt to take a lock or a permit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attempt {
+pub enum Outcome {
     /// Taken, with this fencing token. `keys` are what to release and renew:
     /// the keys asked for, or (a store that keeps a semaphore's permits as
     /// locks of their own) the one permit taken.
@@ -520,7 +520,7 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> impl Future<Output = Result<Attempt>> + Send;
+    ) -> impl Future<Output = Result<Outcome>> + Send;
 
     /// Gives up `token`'s lock, permit or read-write hold, handing it to
     /// the first live waiters in the same step (as far as they fit);
@@ -699,7 +699,7 @@ pub trait Inbox: Send + Sync {
     fn wake(&self, token: &Token);
 
     /// `token`'s waiter, whose place was kept longer than its timeout (see
-    /// [`Attempt::Queued`]), came near the head of its queue: it refreshes
+    /// [`Outcome::Queued`]), came near the head of its queue: it refreshes
     /// its place at its timeout's pace from now on. Nothing is sent.
     fn near(&self, token: &Token);
 

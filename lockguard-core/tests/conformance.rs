@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockguard_core::store::{
-    Attempt, DataStore, Inbox, LockKeys, LockStore, Place, Store, Token, Waiting,
+    DataStore, Inbox, LockKeys, LockStore, Outcome, Place, Store, Token, Waiting,
 };
 use lockguard_core::{Builder, Client, Quota, Result};
 use lockguard_testing::conformance::{ClientFuture, Harness, Memory};
@@ -36,7 +36,7 @@ impl LockStore for LocksOnly {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         self.0.acquire(keys, token, lease, place).await
     }
     async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {

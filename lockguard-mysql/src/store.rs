@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockStore,
-    Occupancy, Place, Store, Stored, Waiting,
+    CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockStore, Occupancy,
+    Outcome, Place, Store, Stored, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -321,7 +321,7 @@ impl LockStore for MySqlStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let what = || format!("acquiring {:?}", keys.name());
         let key = row_key(keys, &what)?;
         let (wait, channel, attempt) = match place {
@@ -366,14 +366,14 @@ impl LockStore for MySqlStore {
         let row: (i64, Option<i64>) =
             read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)?;
         match Some(row) {
-            Some((1, Some(fence))) if fence > 0 => Ok(Attempt::Acquired {
+            Some((1, Some(fence))) if fence > 0 => Ok(Outcome::Acquired {
                 fence: FencingToken::new(fence.unsigned_abs()),
                 keys: keys.clone(),
             }),
-            Some((0, Some(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(
+            Some((0, Some(left))) => Ok(Outcome::Busy(Some(Duration::from_millis(
                 left.max(0).unsigned_abs(),
             )))),
-            Some((0, None)) => Ok(Attempt::Busy(None)),
+            Some((0, None)) => Ok(Outcome::Busy(None)),
             other => Err(garbage(&what(), other)),
         }
     }

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
-    AllOrNone, Attempt, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Place, RwMode, Store, Stored, Token, Waiting,
+    AllOrNone, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
+    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -258,16 +258,16 @@ fn place_params<'a>(place: Option<Place<'a>>) -> (Option<i64>, Option<&'a str>, 
 
 /// The answer `(acquired, n)` of `acquire` or `rw_acquire`: the hold's
 /// fencing token, or the ms until the holders' lease ends.
-fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &dyn Fn() -> String) -> Result<Attempt> {
+fn attempt_reply(keys: &Arc<LockKeys>, row: &Row, what: &dyn Fn() -> String) -> Result<Outcome> {
     let taken: bool = row.get(0, what)?;
     let n: Option<i64> = row.get(1, what)?;
     match (taken, n.map(u64::try_from)) {
-        (true, Some(Ok(fence))) if fence > 0 => Ok(Attempt::Acquired {
+        (true, Some(Ok(fence))) if fence > 0 => Ok(Outcome::Acquired {
             fence: FencingToken::new(fence),
             keys: keys.clone(),
         }),
-        (false, Some(Ok(left))) => Ok(Attempt::Busy(Some(Duration::from_millis(left)))),
-        (false, _) => Ok(Attempt::Busy(None)),
+        (false, Some(Ok(left))) => Ok(Outcome::Busy(Some(Duration::from_millis(left)))),
+        (false, _) => Ok(Outcome::Busy(None)),
         _ => Err(Error::new(
             ErrorKind::Protocol,
             format!("{}: unexpected reply ({taken}, {n:?})", what()),
@@ -297,7 +297,7 @@ impl PostgresStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let what = || format!("acquiring {:?} to {}", keys.id(), mode.as_str());
         let (wait, channel, attempt) = place_params(place);
         let row = self
@@ -378,7 +378,7 @@ impl LockStore for PostgresStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         if let Some(mode) = keys.rw_mode() {
             return self.rw_acquire(keys, mode, token, lease, place).await;
         }

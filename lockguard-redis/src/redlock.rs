@@ -35,7 +35,7 @@ use crate::store::RedisStore;
 use crate::wake::Subscriber;
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
-use lockguard_core::store::{Attempt, DataStore, LockStore, Place, Store, Waiting};
+use lockguard_core::store::{DataStore, LockStore, Outcome, Place, Store, Waiting};
 use lockguard_core::store::{LockKeys, Resource};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -195,7 +195,7 @@ impl RedlockStore {
         lease: Duration,
         place: Option<Place<'static>>,
         exclusive: bool,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let line = Arc::new(RedlockLine::of(keys));
         let n = self.nodes.len();
         let q = self.quorum();
@@ -213,7 +213,7 @@ impl RedlockStore {
                     .redlock_acquire(&keys, &line, &token, lease, place)
                     .await;
                 healthy[i].store(result.is_ok(), Ordering::Relaxed);
-                let may_hold = !matches!(result, Ok(Attempt::Busy(_) | Attempt::Queued { .. }));
+                let may_hold = !matches!(result, Ok(Outcome::Busy(_) | Outcome::Queued { .. }));
                 let cleanup = {
                     let failed = failed.lock().unwrap_or_else(|p| p.into_inner());
                     if *failed {
@@ -251,10 +251,10 @@ impl RedlockStore {
             };
             answered[i] = true;
             match result {
-                Ok(Attempt::Acquired { fence, .. }) => granted.push((i, fence.get())),
-                Ok(Attempt::Busy(ttl) | Attempt::Queued { ttl, .. }) => held.push(ttl),
+                Ok(Outcome::Acquired { fence, .. }) => granted.push((i, fence.get())),
+                Ok(Outcome::Busy(ttl) | Outcome::Queued { ttl, .. }) => held.push(ttl),
                 // A node of its own is one store: it never splits.
-                Ok(Attempt::Contended) => held.push(None),
+                Ok(Outcome::Contended) => held.push(None),
                 Err(e) => errors.push((i, e)),
             }
         }
@@ -264,7 +264,7 @@ impl RedlockStore {
             let fence = granted.iter().map(|(_, f)| *f).max().unwrap_or(0);
             if exclusive {
                 if let Some(fence) = self.claim_fences(keys, &granted, fence).await {
-                    return Ok(Attempt::Acquired {
+                    return Ok(Outcome::Acquired {
                         fence: FencingToken::new(fence),
                         keys: keys.clone(),
                     });
@@ -272,10 +272,10 @@ impl RedlockStore {
                 // Others' permits took every value tried: this slot goes
                 // back, and the attempt is retried like a split vote.
                 self.release_in_background(keys, token);
-                return Ok(Attempt::Contended);
+                return Ok(Outcome::Contended);
             }
             if self.raise_fences(keys, &granted, fence).await {
-                return Ok(Attempt::Acquired {
+                return Ok(Outcome::Acquired {
                     fence: FencingToken::new(fence),
                     keys: keys.clone(),
                 });
@@ -295,7 +295,7 @@ impl RedlockStore {
         round.armed = false;
         while let Ok((i, result)) = rx.try_recv() {
             match result {
-                Ok(Attempt::Busy(_) | Attempt::Queued { .. }) => {}
+                Ok(Outcome::Busy(_) | Outcome::Queued { .. }) => {}
                 Ok(_) => granted.push((i, 0)),
                 Err(e) => errors.push((i, e)),
             }
@@ -328,9 +328,9 @@ impl RedlockStore {
         // nobody won this round. With a quorum held elsewhere, someone
         // holds it: say for how long.
         if !granted.is_empty() && held.len() < q {
-            return Ok(Attempt::Contended);
+            return Ok(Outcome::Contended);
         }
-        Ok(Attempt::Busy(held.into_iter().flatten().min()))
+        Ok(Outcome::Busy(held.into_iter().flatten().min()))
     }
 
     /// Brings the sequences of the granting nodes that are behind up to
@@ -431,7 +431,7 @@ impl RedlockStore {
 /// releases the nodes whose answers arrived but were never read.
 struct Abandon {
     failed: Arc<std::sync::Mutex<bool>>,
-    rx: mpsc::UnboundedReceiver<(usize, Result<Attempt>)>,
+    rx: mpsc::UnboundedReceiver<(usize, Result<Outcome>)>,
     nodes: Vec<Arc<RedisStore>>,
     keys: Arc<LockKeys>,
     token: Token,
@@ -445,7 +445,7 @@ impl Drop for Abandon {
         }
         *self.failed.lock().unwrap_or_else(|p| p.into_inner()) = true;
         while let Ok((i, result)) = self.rx.try_recv() {
-            if !matches!(result, Ok(Attempt::Busy(_) | Attempt::Queued { .. }))
+            if !matches!(result, Ok(Outcome::Busy(_) | Outcome::Queued { .. }))
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
                 let (node, keys, token) = (self.nodes[i].clone(), self.keys.clone(), self.token);
@@ -499,7 +499,7 @@ impl LockStore for RedlockStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         // No queue across independent nodes: every attempt is one try, in
         // the order of the key's line.
 
@@ -515,19 +515,19 @@ impl LockStore for RedlockStore {
                 for i in 0..permits {
                     let slot = Arc::new(slot_keys(keys, (start + i) % permits));
                     match self.try_lock(&slot, token, lease, None, true).await? {
-                        taken @ Attempt::Acquired { .. } => return Ok(taken),
-                        Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => {
+                        taken @ Outcome::Acquired { .. } => return Ok(taken),
+                        Outcome::Busy(ttl) | Outcome::Queued { ttl, .. } => {
                             shortest = match (shortest, ttl) {
                                 (Some(a), Some(b)) => Some(a.min(b)),
                                 (a, b) => a.or(b),
                             };
                         }
-                        Attempt::Contended => shortest = Some(Duration::ZERO),
+                        Outcome::Contended => shortest = Some(Duration::ZERO),
                     }
                 }
                 Ok(match shortest {
-                    Some(Duration::ZERO) => Attempt::Contended,
-                    other => Attempt::Busy(other),
+                    Some(Duration::ZERO) => Outcome::Contended,
+                    other => Outcome::Busy(other),
                 })
             }
         }

@@ -59,7 +59,7 @@ use zookeeper_client as zk;
 
 use lockguard_core::store::net;
 use lockguard_core::store::{
-    AllOrNone, Attempt, Inbox, LockKeys, LockSet, LockStore, Occupancy, Place, Token, Waiting,
+    AllOrNone, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -428,11 +428,11 @@ impl ZooKeeperStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         if place.is_some() && self.watching(token) {
             // A waiter's refresh while its watch stands: nothing ahead of
             // it changed (a change, or the session's end, fires the watch).
-            return Ok(Attempt::Busy(None));
+            return Ok(Outcome::Busy(None));
         }
 
         let attempt = self
@@ -450,7 +450,7 @@ impl ZooKeeperStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let dir = self.dir(keys);
         let client = self.session.client();
         let session = client.session_id();
@@ -538,7 +538,7 @@ impl ZooKeeperStore {
                         self.nodes().remove(token);
                         self.discard(path);
                     }
-                    return Ok(Attempt::Busy(Some(left)));
+                    return Ok(Outcome::Busy(Some(left)));
                 }
                 return self
                     .take(&client, keys, token, (&path, created), admission, lease)
@@ -548,7 +548,7 @@ impl ZooKeeperStore {
                 // Never queue without a place: give the node up.
                 self.nodes().remove(token);
                 self.discard(path);
-                return Ok(Attempt::Busy(None));
+                return Ok(Outcome::Busy(None));
             }
             // A lock's or a semaphore's first waiter watches the holders,
             // each later one its predecessor (a lock's first waiter: both
@@ -578,9 +578,9 @@ impl ZooKeeperStore {
                 continue;
             }
             self.arm(token, watchers);
-            return Ok(Attempt::Busy(None));
+            return Ok(Outcome::Busy(None));
         }
-        Ok(Attempt::Busy(None))
+        Ok(Outcome::Busy(None))
     }
 
     /// Takes the lock, permit or read-write hold `token`'s node at `path`
@@ -597,7 +597,7 @@ impl ZooKeeperStore {
         (path, created): (&str, Option<u64>),
         admission: Admission,
         lease: Duration,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let fence = if admission.touches() {
             match bounded(self.response_timeout, client.set_data(path, b"held", None)).await? {
                 Ok(stat) => zxid(stat.mzxid, path)?,
@@ -620,7 +620,7 @@ impl ZooKeeperStore {
             }
         };
         self.hold(token, lease);
-        Ok(Attempt::Acquired {
+        Ok(Outcome::Acquired {
             fence: FencingToken::new(fence),
             keys: keys.clone(),
         })
@@ -955,7 +955,7 @@ impl LockStore for ZooKeeperStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let admission = match keys.rw_mode() {
             None => Admission::of(keys),
             Some(mode) => Admission::rw(mode),

@@ -11,7 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::guard::{Guards, LockGuard, PendingRelease};
 use crate::key::{LockKeys, Resource};
 use crate::lease::{Grant, valid_until};
-use crate::store::{Attempt, Place};
+use crate::store::{Outcome, Place};
 use crate::token::Token;
 
 impl Lock {
@@ -63,13 +63,13 @@ impl Lock {
         token: Token,
         sent_at: Instant,
         lease: Duration,
-        outcome: Attempt,
+        outcome: Outcome,
     ) -> Result<Result<LockGuard, Wait>> {
         match outcome {
-            Attempt::Busy(ttl) | Attempt::Queued { ttl, .. } => Ok(Err(Wait::Busy(ttl))),
+            Outcome::Busy(ttl) | Outcome::Queued { ttl, .. } => Ok(Err(Wait::Busy(ttl))),
             // Our partial grants were undone by the store already.
-            Attempt::Contended => Ok(Err(Wait::Contended)),
-            Attempt::Acquired { fence, keys } => {
+            Outcome::Contended => Ok(Err(Wait::Contended)),
+            Outcome::Acquired { fence, keys } => {
                 let grant = Grant {
                     token,
                     fence,

@@ -30,7 +30,10 @@ impl Lock {
     ) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        match self.within(deadline, self.attempt(keys, lease, None)).await {
+        match self
+            .by_deadline(deadline, self.attempt(keys, lease, None))
+            .await
+        {
             Ok(Ok(guard)) => return Ok(guard),
             Ok(Err(_)) => {}
             // Retried below while the wait lasts.
@@ -57,7 +60,7 @@ impl Lock {
         let mut backoff = Backoff::default();
         let mut attempt: u32 = 0;
         loop {
-            // Attempt again at once: a release may have come before the
+            // Outcome again at once: a release may have come before the
             // subscription.
             registration.rx.borrow_and_update();
             attempt = attempt.wrapping_add(1);
@@ -69,7 +72,7 @@ impl Lock {
                 since_ms,
             };
             let attempt = self.attempt(keys, lease, Some(place));
-            let (wait, failed) = match self.within(deadline, attempt).await {
+            let (wait, failed) = match self.by_deadline(deadline, attempt).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(wait)) => (wait, None),
                 // No quorum reachable: retried with backoff while the wait

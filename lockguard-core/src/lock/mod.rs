@@ -627,7 +627,7 @@ impl Lock {
     /// attempt started just before it never keeps the caller for a whole
     /// response timeout. An attempt cut off is dropped, and its outcome,
     /// unknown, is cleaned up in the background (the token released).
-    async fn within<T>(
+    async fn by_deadline<T>(
         &self,
         deadline: Option<Instant>,
         attempt: impl Future<Output = Result<T>>,

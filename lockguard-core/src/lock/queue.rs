@@ -16,7 +16,7 @@ use crate::guard::{LockGuard, PendingRelease};
 use crate::key::LockKeys;
 use crate::lease::{Grant, valid_until};
 use crate::notify::Ticket;
-use crate::store::{Attempt, Place};
+use crate::store::{Outcome, Place};
 use crate::token::Token;
 
 /// How many of a waiter's latest attempts it remembers the send time of: a
@@ -70,7 +70,10 @@ impl Lock {
         if waiters.listening() {
             return Ok(None);
         }
-        match self.within(deadline, self.attempt(keys, lease, None)).await {
+        match self
+            .by_deadline(deadline, self.attempt(keys, lease, None))
+            .await
+        {
             Ok(Ok(guard)) => return Ok(Some(guard)),
             Ok(Err(_)) => {}
             // The queue's attempts retry it until the deadline.
@@ -119,13 +122,13 @@ impl Lock {
                 since_ms: 0,
             };
             let attempt_result = self
-                .within(
+                .by_deadline(
                     deadline,
                     self.engine.store.acquire(keys, &token, lease, Some(place)),
                 )
                 .await;
             let (ttl, failed) = match attempt_result {
-                Ok(Attempt::Acquired { fence, keys }) => {
+                Ok(Outcome::Acquired { fence, keys }) => {
                     let grant = Grant {
                         token,
                         fence,
@@ -139,16 +142,16 @@ impl Lock {
                         .take(leave, ticket, keys, grant, started, false)
                         .map(Some);
                 }
-                Ok(Attempt::Busy(ttl)) => {
+                Ok(Outcome::Busy(ttl)) => {
                     pace = refresh;
                     (ttl, None)
                 }
-                Ok(Attempt::Queued { ttl, kept }) => {
+                Ok(Outcome::Queued { ttl, kept }) => {
                     pace = if kept > timeout { kept / 3 } else { refresh };
                     (ttl, None)
                 }
                 // Nobody won this round: try again at the next refresh.
-                Ok(Attempt::Contended) => (None, None),
+                Ok(Outcome::Contended) => (None, None),
                 // A store that cannot be reached (a restart, a failover, a
                 // new session) is retried with backoff while the wait lasts.
                 Err(e) if e.is_unavailable() => {
@@ -260,7 +263,7 @@ impl Lock {
     ) -> Result<Option<Grant>> {
         let sent_at = Instant::now();
         let extended = self
-            .within(
+            .by_deadline(
                 deadline,
                 self.engine.store.extend(keys, &grant.token, lease),
             )

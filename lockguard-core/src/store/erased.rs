@@ -6,8 +6,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{
-    AllOrNone, Attempt, CounterKeys, DataStore, Inbox, LimitKeys, LimitOp, LimitReply, Listener,
-    LockKeys, LockSet, LockStore, Occupancy, Place, StoreFuture, Stored, Token, Waiting,
+    AllOrNone, CounterKeys, DataStore, Inbox, LimitKeys, LimitOp, LimitReply, Listener, LockKeys,
+    LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token, Waiting,
     unsupported,
 };
 use crate::error::Result;
@@ -29,7 +29,7 @@ trait Erased: Send + Sync + fmt::Debug {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>>;
+    ) -> StoreFuture<'a, Result<Outcome>>;
     fn release<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
@@ -127,7 +127,7 @@ impl<S: DataStore> Erased for S {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
+    ) -> StoreFuture<'a, Result<Outcome>> {
         StoreFuture::new(LockStore::acquire(self, keys, token, lease, place))
     }
     fn release<'a>(
@@ -307,7 +307,7 @@ impl Store {
         token: &'a Token,
         lease: Duration,
         place: Option<Place<'a>>,
-    ) -> StoreFuture<'a, Result<Attempt>> {
+    ) -> StoreFuture<'a, Result<Outcome>> {
         match self.refuses(keys) {
             Some(refused) => refused,
             None => self.store.acquire(keys, token, lease, place),
@@ -478,7 +478,7 @@ impl LockStore for Store {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         Store::acquire(self, keys, token, lease, place).await
     }
     async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {

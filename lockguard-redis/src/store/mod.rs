@@ -29,7 +29,7 @@ use eval::{Eval, Lua};
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    AllOrNone, Attempt, LockSet, LockStore, Occupancy, Place, Store, Waiting, millis_ceil,
+    AllOrNone, LockSet, LockStore, Occupancy, Outcome, Place, Store, Waiting, millis_ceil,
 };
 use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
@@ -163,16 +163,16 @@ fn redis_version(info: &str) -> Option<(u32, u32, u32)> {
 /// n]` or `[0, n, kept]`, the attempt that did not take it (`n` the
 /// holder's PTTL; negative when it has none, or the key is free but others
 /// are ahead), queued with its place kept for `kept` ms.
-fn attempt_reply(keys: &LockKeys, reply: &redis::Value) -> Result<Result<FencingToken, Attempt>> {
+fn attempt_reply(keys: &LockKeys, reply: &redis::Value) -> Result<Result<FencingToken, Outcome>> {
     use redis::Value::{Array, Int};
     let ttl = |n: i64| u64::try_from(n).ok().map(Duration::from_millis);
     match reply {
         Int(fence) if *fence > 0 => return Ok(Ok(FencingToken::new(fence.unsigned_abs()))),
         Array(items) => match items.as_slice() {
             // PTTL 0: under a millisecond left.
-            [Int(0), Int(n)] => return Ok(Err(Attempt::Busy(ttl(*n)))),
+            [Int(0), Int(n)] => return Ok(Err(Outcome::Busy(ttl(*n)))),
             [Int(0), Int(n), Int(kept)] if *kept > 0 => {
-                return Ok(Err(Attempt::Queued {
+                return Ok(Err(Outcome::Queued {
                     ttl: ttl(*n),
                     kept: Duration::from_millis(kept.unsigned_abs()),
                 }));
@@ -507,7 +507,7 @@ impl RedisStore {
         keys: &Arc<LockKeys>,
         token: &Token,
         call: &Eval<'_>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let (reply, acked): (redis::Value, _) = self
             .run_replicated(call, || format!("acquiring {:?}", keys.id()))
             .await?;
@@ -524,7 +524,7 @@ impl RedisStore {
             }
             return Err(e);
         }
-        Ok(Attempt::Acquired {
+        Ok(Outcome::Acquired {
             fence,
             keys: keys.clone(),
         })
@@ -602,7 +602,7 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let mut call = Eval::new(&REDLOCK_ACQUIRE, 4);
         call.key(keys.id())
             .key(keys.sequence())
@@ -619,7 +619,7 @@ impl RedisStore {
             .run(&call, || format!("acquiring {:?}", keys.id()))
             .await?;
         Ok(match attempt_reply(keys, &reply)? {
-            Ok(fence) => Attempt::Acquired {
+            Ok(fence) => Outcome::Acquired {
                 fence,
                 keys: keys.clone(),
             },
@@ -784,7 +784,7 @@ impl RedisStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         let mut call = queue_call(&RW_ACQUIRE, keys, true, token);
         call.arg(millis_ceil(lease)).arg(rw_arg(mode));
         place_args(&mut call, place);
@@ -853,7 +853,7 @@ impl LockStore for RedisStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         if let Some(mode) = keys.rw_mode() {
             return self.rw_acquire(keys, mode, token, lease, place).await;
         }
@@ -1048,15 +1048,15 @@ mod tests {
         assert_eq!(read(Int(42)).unwrap().unwrap().get(), 42);
         assert!(matches!(
             read(Array(vec![Int(0), Int(1500)])).unwrap(),
-            Err(Attempt::Busy(Some(d))) if d == Duration::from_millis(1500)
+            Err(Outcome::Busy(Some(d))) if d == Duration::from_millis(1500)
         ));
         assert!(matches!(
             read(Array(vec![Int(0), Int(-2)])).unwrap(),
-            Err(Attempt::Busy(None))
+            Err(Outcome::Busy(None))
         ));
         assert!(matches!(
             read(Array(vec![Int(0), Int(20), Int(3000)])).unwrap(),
-            Err(Attempt::Queued { ttl: Some(_), kept }) if kept == Duration::from_secs(3)
+            Err(Outcome::Queued { ttl: Some(_), kept }) if kept == Duration::from_secs(3)
         ));
         for garbage in [
             Int(0),

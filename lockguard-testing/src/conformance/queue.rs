@@ -146,7 +146,7 @@ pub async fn fifo_order_across_8_clients(env: Env) {
 /// Ten clients with a waiter timeout of 300 ms queue one after another
 /// while the lock is held for ten times that: those far from the head of
 /// the queue, whose places a store may keep longer and refresh less often
-/// (see `Attempt::Queued`), keep them as well as those near it, and the
+/// (see `Outcome::Queued`), keep them as well as those near it, and the
 /// release serves all ten in the order they arrived.
 pub async fn fifo_order_holds_through_a_hold_of_ten_waiter_timeouts(env: Env) {
     let timeout = Duration::from_millis(300);

@@ -158,7 +158,7 @@ impl lockguard_core::store::LockStore for LocksOnly {
         token: &lockguard_core::store::Token,
         lease: std::time::Duration,
         place: Option<lockguard_core::store::Place<'_>>,
-    ) -> lockguard_core::Result<lockguard_core::store::Attempt> {
+    ) -> lockguard_core::Result<lockguard_core::store::Outcome> {
         self.0.acquire(keys, token, lease, place).await
     }
     async fn release(

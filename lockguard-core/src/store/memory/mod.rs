@@ -17,7 +17,7 @@ use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::Decision;
 use crate::store::{
-    Attempt, DataStore, Handoff, Inbox, LimitKeys, LimitOp, LimitReply, LockStore, Occupancy,
+    DataStore, Handoff, Inbox, LimitKeys, LimitOp, LimitReply, LockStore, Occupancy, Outcome,
     Place, Store, Stored, Waiting,
 };
 use crate::token::{Token, TokenHashing};
@@ -371,7 +371,7 @@ impl MemoryStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Attempt {
+    ) -> Outcome {
         let taken = self.step(keys, |step| {
             let taken = match keys.resource {
                 Resource::Lock => step.lock(&keys.lock, token, lease),
@@ -385,11 +385,11 @@ impl MemoryStore {
             taken
         });
         match taken {
-            Ok(fence) => Attempt::Acquired {
+            Ok(fence) => Outcome::Acquired {
                 fence,
                 keys: keys.clone(),
             },
-            Err(ttl) => Attempt::Busy(ttl),
+            Err(ttl) => Outcome::Busy(ttl),
         }
     }
 
@@ -643,7 +643,7 @@ impl LockStore for MemoryStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Result<Attempt> {
+    ) -> Result<Outcome> {
         Ok(match keys.rw_mode() {
             None => Self::acquire(self, keys, token, lease, place),
             Some(mode) => self.rw_acquire(keys, mode, token, lease, place),
@@ -755,7 +755,7 @@ mod tests {
             let keys = Arc::new(LockKeys::new("t:", &format!("k{i}"), Resource::Lock));
             assert!(matches!(
                 store.acquire(&keys, &Token::random(), lease, None),
-                Attempt::Acquired { .. }
+                Outcome::Acquired { .. }
             ));
             let key = format!("k{i}");
             let lk = LimitKeys::new("t:rl:gcra:flood:", &key);
@@ -780,16 +780,16 @@ mod tests {
         let keys = Arc::new(LockKeys::new("t:", "k", Resource::Lock));
         let (a, b) = (Token::random(), Token::random());
         let lease = Duration::from_millis(100);
-        let Attempt::Acquired { fence: fa, .. } = store.acquire(&keys, &a, lease, None) else {
+        let Outcome::Acquired { fence: fa, .. } = store.acquire(&keys, &a, lease, None) else {
             panic!("free key not acquired")
         };
         assert!(matches!(
             store.acquire(&keys, &b, lease, None),
-            Attempt::Busy(Some(_))
+            Outcome::Busy(Some(_))
         ));
         tokio::time::advance(Duration::from_millis(101)).await;
         assert!(!store.extend(&keys, &a, lease), "extend after expiry");
-        let Attempt::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, None) else {
+        let Outcome::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, None) else {
             panic!("expired key not acquired")
         };
         assert!(fb > fa);
@@ -842,13 +842,13 @@ mod tests {
         let keys = Arc::new(LockKeys::new("t:", "k", Resource::Lock));
         let lease = Duration::from_secs(10);
         let [holder, a, b, c] = [(); 4].map(|()| Token::random());
-        let Attempt::Acquired { fence: f0, .. } = store.acquire(&keys, &holder, lease, None) else {
+        let Outcome::Acquired { fence: f0, .. } = store.acquire(&keys, &holder, lease, None) else {
             panic!("free key not acquired")
         };
         for w in [&a, &b] {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Busy(_)
+                Outcome::Busy(_)
             ));
         }
         assert!(store.release(&keys, &holder));
@@ -856,12 +856,12 @@ mod tests {
         // Handed to a: c cannot barge in, not even with try_acquire.
         assert!(matches!(
             store.acquire(&keys, &c, lease, None),
-            Attempt::Busy(_)
+            Outcome::Busy(_)
         ));
         // a leaves (its wait ended) before claiming: b is next.
         assert!(store.release(&keys, &a), "a held the handed lock");
         assert_eq!(*seen.0.lock().unwrap(), vec![a, b]);
-        let Attempt::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, place(1000))
+        let Outcome::Acquired { fence: fb, .. } = store.acquire(&keys, &b, lease, place(1000))
         else {
             panic!("b's claim failed")
         };
@@ -869,7 +869,7 @@ mod tests {
         assert!(store.release(&keys, &b));
         assert!(matches!(
             store.acquire(&keys, &c, lease, None),
-            Attempt::Acquired { .. }
+            Outcome::Acquired { .. }
         ));
     }
 
@@ -898,7 +898,7 @@ mod tests {
         );
         assert!(matches!(
             store.acquire(&keys, &live, lease, place(200)),
-            Attempt::Acquired { .. }
+            Outcome::Acquired { .. }
         ));
 
         // Handed to a waiter that then died: free again by its deadline.
@@ -909,7 +909,7 @@ mod tests {
         let other = Token::random();
         assert!(matches!(
             store.acquire(&keys, &other, lease, None),
-            Attempt::Acquired { .. }
+            Outcome::Acquired { .. }
         ));
     }
 
@@ -926,13 +926,13 @@ mod tests {
         for h in &holders {
             assert!(matches!(
                 store.acquire(&keys, h, lease, None),
-                Attempt::Acquired { .. }
+                Outcome::Acquired { .. }
             ));
         }
         for w in &waiting {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Busy(_)
+                Outcome::Busy(_)
             ));
         }
         assert!(store.release(&keys, &holders[1]));
@@ -941,12 +941,12 @@ mod tests {
         let latecomer = Token::random();
         assert!(matches!(
             store.acquire(&keys, &latecomer, lease, None),
-            Attempt::Busy(_)
+            Outcome::Busy(_)
         ));
         for w in &waiting[..2] {
             assert!(matches!(
                 store.acquire(&keys, w, lease, place(1000)),
-                Attempt::Acquired { .. }
+                Outcome::Acquired { .. }
             ));
         }
     }

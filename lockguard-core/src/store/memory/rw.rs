@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{Holders, MemoryStore, Queue, Step, Taken, reservation};
 use crate::fence::FencingToken;
 use crate::key::{LockKeys, RwMode};
-use crate::store::{Attempt, Handoff, Occupancy, Place};
+use crate::store::{Handoff, Occupancy, Outcome, Place};
 use crate::token::Token;
 
 /// A read-write lock's holders: its readers, or its writer; each with its
@@ -172,7 +172,7 @@ impl MemoryStore {
         token: &Token,
         lease: Duration,
         place: Option<Place<'_>>,
-    ) -> Attempt {
+    ) -> Outcome {
         let taken = self.step(keys, |step| {
             let taken = step.rw_lock(&keys.lock, mode, token, lease);
             if taken.is_err()
@@ -183,11 +183,11 @@ impl MemoryStore {
             taken
         });
         match taken {
-            Ok(fence) => Attempt::Acquired {
+            Ok(fence) => Outcome::Acquired {
                 fence,
                 keys: keys.clone(),
             },
-            Err(ttl) => Attempt::Busy(ttl),
+            Err(ttl) => Outcome::Busy(ttl),
         }
     }
 
@@ -267,9 +267,9 @@ mod tests {
         super::super::tests::place(timeout.as_millis() as u64)
     }
 
-    fn fence(attempt: Attempt) -> u64 {
+    fn fence(attempt: Outcome) -> u64 {
         match attempt {
-            Attempt::Acquired { fence, .. } => fence.get(),
+            Outcome::Acquired { fence, .. } => fence.get(),
             other => panic!("not acquired: {other:?}"),
         }
     }
@@ -286,12 +286,12 @@ mod tests {
         let f0 = fence(store.rw_acquire(&r, RwMode::Read, &r0, lease, None));
         assert!(matches!(
             store.rw_acquire(&w, RwMode::Write, &w1, lease, place()),
-            Attempt::Busy(Some(_))
+            Outcome::Busy(Some(_))
         ));
         for t in [&r2, &r3] {
             assert!(matches!(
                 store.rw_acquire(&r, RwMode::Read, t, lease, place()),
-                Attempt::Busy(_)
+                Outcome::Busy(_)
             ));
         }
         store.rw_acquire(&w, RwMode::Write, &w4, lease, place());
@@ -299,7 +299,7 @@ mod tests {
         let late = Token::random();
         assert!(matches!(
             store.rw_acquire(&r, RwMode::Read, &late, lease, None),
-            Attempt::Busy(_)
+            Outcome::Busy(_)
         ));
         let seen_now = || seen.0.lock().unwrap().clone();
         assert!(store.rw_release(&r, RwMode::Read, &r0));
@@ -335,7 +335,7 @@ mod tests {
         // Behind the (live) writer, a reader waits.
         assert!(matches!(
             store.rw_acquire(&r, RwMode::Read, &live, lease, place_for(timeout)),
-            Attempt::Busy(_)
+            Outcome::Busy(_)
         ));
         tokio::time::advance(Duration::from_millis(150)).await;
         store.rw_acquire(&r, RwMode::Read, &live, lease, place_for(timeout));
