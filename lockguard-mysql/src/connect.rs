@@ -134,8 +134,13 @@ impl MySqlBuilder {
 /// # Errors
 ///
 /// As [`MySqlBuilder::connect_mysql`].
+#[deprecated(
+    note = "use `Client::connect_mysql(url)` (`ClientExt`), as every store's crate has it"
+)]
 pub async fn connect(url: &str) -> Result<Client> {
-    connect_with(Client::builder(), url).await
+    MySqlBuilder::new(Client::builder())
+        .connect_mysql(url)
+        .await
 }
 
 /// Connects a client built by `builder` (its prefix, leases, waits) to the
@@ -145,6 +150,9 @@ pub async fn connect(url: &str) -> Result<Client> {
 /// # Errors
 ///
 /// As [`MySqlBuilder::connect_mysql`].
+#[deprecated(
+    note = "use `builder.connect_mysql(url)` (`BuilderExt`) or `MySqlBuilder`, as every store's crate has them"
+)]
 pub async fn connect_with(builder: Builder, url: &str) -> Result<Client> {
     MySqlBuilder::new(builder).connect_mysql(url).await
 }

@@ -19,9 +19,10 @@
 //! Connect with [`ClientExt::connect_mysql`], or with
 //! [`BuilderExt::connect_mysql`] and [`MySqlBuilder`] for the client's
 //! settings (its prefix, leases, timeouts) and the store's (the table
-//! prefix, the pool's size). [`connect`] and [`connect_with`] are the
-//! same two constructors as free functions; [`MySqlOptions::connect`]
-//! returns the store alone, for [`Builder::build`](lockguard_core::Builder::build).
+//! prefix, the pool's size), as every store's crate offers them;
+//! [`MySqlOptions::connect`] returns the store alone, for
+//! [`Builder::build`](lockguard_core::Builder::build). (The free functions
+//! `connect` and `connect_with` are deprecated.)
 //!
 //! # How it works
 //!
@@ -117,6 +118,7 @@ mod schema;
 mod store;
 pub mod url;
 
+#[allow(deprecated)]
 pub use connect::{BuilderExt, ClientExt, MySqlBuilder, connect, connect_with};
 pub use fenced_table::FencedTable;
 pub use options::{DEFAULT_TABLE_PREFIX, MySqlOptions};

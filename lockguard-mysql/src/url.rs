@@ -13,14 +13,17 @@ fn as_mysql(url: &str) -> String {
 }
 
 /// Connects `builder` to the MySQL or MariaDB server `url` names, as
-/// [`connect_with`](crate::connect_with) does; `mariadb://` is read as
-/// `mysql://`.
+/// [`MySqlBuilder::connect_mysql`](crate::MySqlBuilder::connect_mysql)
+/// does; `mariadb://` is read as `mysql://`.
 ///
 /// # Errors
 ///
-/// What [`connect_with`](crate::connect_with) returns.
+/// What [`MySqlBuilder::connect_mysql`](crate::MySqlBuilder::connect_mysql)
+/// returns.
 pub async fn from_url(builder: Builder, url: &str) -> Result<Client> {
-    crate::connect_with(builder, &as_mysql(url)).await
+    crate::MySqlBuilder::new(builder)
+        .connect_mysql(&as_mysql(url))
+        .await
 }
 
 /// Checks the MySQL or MariaDB deployment `url` names (see

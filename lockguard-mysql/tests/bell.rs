@@ -3,6 +3,7 @@
 //! reads its mailbox, just after the read took the handoff the ring is
 //! for.
 
+use lockguard_mysql::ClientExt as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -65,17 +66,19 @@ fn lock_wait(id: u64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     let server = MariaDbServer::start();
-    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let holder = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     // Refreshes every 20 s: woken sooner, the waiter was woken by its
     // bell. Its requests may wait 10 s for a row lock, longer than the
     // test holds one.
-    let waiter = lockguard_mysql::connect_with(
+    let waiter = lockguard_mysql::MySqlBuilder::new(
         Client::builder()
             .waiter_timeout(Duration::from_secs(60))
             .retry_interval(Duration::from_secs(20))
             .response_timeout(Duration::from_secs(10)),
-        &server.url(),
     )
+    .connect_mysql(&server.url())
     .await
     .unwrap();
     let guard = holder.lock("k").acquire().await.unwrap();
@@ -215,7 +218,8 @@ async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
             .retry_interval(retry)
             .waiter_timeout(retry * 3);
         clients.push(
-            lockguard_mysql::connect_with(builder, &server.url())
+            lockguard_mysql::MySqlBuilder::new(builder)
+                .connect_mysql(&server.url())
                 .await
                 .unwrap(),
         );
@@ -332,11 +336,15 @@ async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
     let server = MariaDbServer::start();
-    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let holder = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     let guard = holder.lock("k").acquire().await.unwrap();
     // A real waiter's row, to copy: its key and token as the store writes
     // them.
-    let gone = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let gone = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     let waiting = tokio::spawn({
         let gone = gone.clone();
         async move { gone.lock("k").wait(Duration::from_secs(60)).acquire().await }
@@ -408,9 +416,12 @@ async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
     let server = MariaDbServer::start();
-    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let holder = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     // Its waiters refresh every 10 s: woken sooner, by the bell.
-    let waiter = lockguard_mysql::connect_with(faults::patient(), &server.url())
+    let waiter = lockguard_mysql::MySqlBuilder::new(faults::patient())
+        .connect_mysql(&server.url())
         .await
         .unwrap();
     // The waiter's bell, listening.
@@ -452,8 +463,11 @@ async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_bell_whose_row_was_removed_is_still_rung() {
     let server = MariaDbServer::start();
-    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
-    let waiter = lockguard_mysql::connect_with(faults::patient(), &server.url())
+    let holder = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
+    let waiter = lockguard_mysql::MySqlBuilder::new(faults::patient())
+        .connect_mysql(&server.url())
         .await
         .unwrap();
     // The waiter's bell, up and asleep in its wait.
@@ -586,7 +600,9 @@ impl SilentRelay {
 async fn mysql_a_stale_holder_of_the_bells_lock_after_a_silent_cut_is_reclaimed() {
     let server = MariaDbServer::start();
     let relay = SilentRelay::start(server.port());
-    let holder = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let holder = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     // Not over the server's unix socket, which the driver prefers on
     // this host (and which the relay would not see).
     let through_relay = format!(
@@ -596,7 +612,8 @@ async fn mysql_a_stale_holder_of_the_bells_lock_after_a_silent_cut_is_reclaimed(
             &format!(":{}/", relay.port)
         )
     );
-    let waiter = lockguard_mysql::connect_with(faults::patient(), &through_relay)
+    let waiter = lockguard_mysql::MySqlBuilder::new(faults::patient())
+        .connect_mysql(&through_relay)
         .await
         .unwrap();
     faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;

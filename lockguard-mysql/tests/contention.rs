@@ -3,6 +3,7 @@
 //! own connection pool, contend for one lock: lockguard's queue with bell
 //! wake-ups against a raw loop that polls with `SELECT ... FOR UPDATE`.
 
+use lockguard_mysql::ClientExt as _;
 use std::collections::HashMap;
 use std::error::Error as _;
 use std::time::{Duration, Instant};
@@ -55,7 +56,11 @@ async fn statements_per_acquisition_under_contention() {
     let server = MariaDbServer::start();
     let mut clients: Vec<Client> = Vec::new();
     for _ in 0..CLIENTS {
-        clients.push(lockguard_mysql::connect(&server.url()).await.unwrap());
+        clients.push(
+            lockguard_core::Client::connect_mysql(&server.url())
+                .await
+                .unwrap(),
+        );
     }
     // Each client's pool, statements and bell, set up before counting.
     let warm = clients[0].lock("contended").acquire().await.unwrap();
@@ -226,7 +231,9 @@ where
 #[ignore = "a measurement: run with --ignored --nocapture"]
 async fn uncontended_cycles_beside_raw_mysql_async() {
     let server = MariaDbServer::start();
-    let lg = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let lg = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     // A pool set up as lockguard's own: 16 connections kept for a minute,
     // not reset when handed back, the same session settings.
     let pool = mysql_async::Pool::new(

@@ -3,6 +3,7 @@
 //! grants the docs name, and a server whose binary log is in a format
 //! lockguard's sessions cannot write to.
 
+use lockguard_mysql::ClientExt as _;
 use std::time::Duration;
 
 use lockguard_core::ErrorKind;
@@ -28,19 +29,21 @@ async fn mysql_a_least_privileged_user_works_on_an_installed_schema() {
          GRANT {GRANTS} ON lockguard.* TO 'app'@'%';"
     ));
     let url = server.url_as("app", "app", "lockguard");
-    let app = lockguard_mysql::connect(&url)
+    let app = lockguard_core::Client::connect_mysql(&url)
         .await
         .unwrap_or_else(|e| panic!("the least-privileged user connects: {e}"));
     let guard = app.lock("order:1").try_acquire().await.unwrap();
     assert!(guard.release().await.unwrap());
     assert_eq!(app.counter("stock").incr_by(3).await.unwrap(), 3);
-    let waiter = lockguard_mysql::connect_with(faults::patient(), &url)
+    let waiter = lockguard_mysql::MySqlBuilder::new(faults::patient())
+        .connect_mysql(&url)
         .await
         .unwrap();
     faults::a_waiter_is_woken_by_the_handoff(&app, waiter.clone(), "k").await;
     // Another user's client (the harness's, with every privilege), either
     // side of a handoff.
-    let other = lockguard_mysql::connect_with(faults::patient(), &server.url())
+    let other = lockguard_mysql::MySqlBuilder::new(faults::patient())
+        .connect_mysql(&server.url())
         .await
         .unwrap();
     faults::a_waiter_is_woken_by_the_handoff(&other, waiter, "k").await;
@@ -62,7 +65,9 @@ async fn mysql_a_least_privileged_user_works_on_an_installed_schema() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_statement_binlog_format_is_misconfigured_and_checked() {
     let server = MariaDbServer::start_with(&["--log-bin=binlog", "--binlog-format=STATEMENT"]);
-    let err = lockguard_mysql::connect(&server.url()).await.unwrap_err();
+    let err = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
     assert!(
         err.to_string().contains("binlog_format = ROW") && !err.is_retryable(),
@@ -82,9 +87,15 @@ async fn mysql_a_statement_binlog_format_is_misconfigured_and_checked() {
     let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
     let finding = report.about("binlog_format").next().unwrap();
     assert_eq!(finding.verdict, Verdict::Ok, "{finding:?}");
-    drop(lockguard_mysql::connect(&server.url()).await.unwrap());
+    drop(
+        lockguard_core::Client::connect_mysql(&server.url())
+            .await
+            .unwrap(),
+    );
     server.sql("SET GLOBAL binlog_format = 'STATEMENT'");
-    let lg = lockguard_mysql::connect(&server.url()).await.unwrap();
+    let lg = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
     let err = lg
         .lock("k")
         .wait(Duration::from_secs(1))

@@ -2,6 +2,7 @@
 //! and restarted, paused past a lease, its connections killed, a holder
 //! process killed.
 
+use lockguard_mysql::ClientExt as _;
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind};
@@ -33,7 +34,7 @@ async fn eventually<T>(
 }
 
 async fn client(server: &MariaDbServer) -> Client {
-    lockguard_mysql::connect(&server.url())
+    lockguard_core::Client::connect_mysql(&server.url())
         .await
         .expect("connect to mariadb")
 }
@@ -43,7 +44,8 @@ async fn client_timing_out(server: &MariaDbServer, response_timeout: Duration) -
     let b = Client::builder()
         .connect_timeout(Duration::from_millis(500))
         .response_timeout(response_timeout);
-    lockguard_mysql::connect_with(b, &server.url())
+    lockguard_mysql::MySqlBuilder::new(b)
+        .connect_mysql(&server.url())
         .await
         .expect("connect to mariadb")
 }
@@ -187,12 +189,12 @@ fn kill_connections(server: &MariaDbServer) -> usize {
 async fn mysql_killed_connections_are_replaced_and_wake_ups_come_back() {
     let server = MariaDbServer::start();
     let holder = client(&server).await;
-    let waiter = lockguard_mysql::connect_with(
+    let waiter = lockguard_mysql::MySqlBuilder::new(
         Client::builder()
             .waiter_timeout(Duration::from_secs(30))
             .retry_interval(Duration::from_secs(20)),
-        &server.url(),
     )
+    .connect_mysql(&server.url())
     .await
     .unwrap();
     // A first wait opens the waiter's bell.
@@ -254,7 +256,7 @@ async fn mysql_holder_process() {
     let Ok(url) = std::env::var("LOCKGUARD_MYSQL_HOLDER_URL") else {
         return;
     };
-    let lg = lockguard_mysql::connect(&url).await.unwrap();
+    let lg = lockguard_core::Client::connect_mysql(&url).await.unwrap();
     let guard = lg
         .lock("crashed")
         .lease(Duration::from_secs(2))
@@ -306,10 +308,10 @@ async fn mysql_a_lost_ring_is_caught_by_the_waiters_refresh() {
     let server = MariaDbServer::start();
     let holder = client(&server).await;
     // Refreshes every second or so (a third of the waiter timeout).
-    let waiter = lockguard_mysql::connect_with(
+    let waiter = lockguard_mysql::MySqlBuilder::new(
         Client::builder().waiter_timeout(Duration::from_secs(3)),
-        &server.url(),
     )
+    .connect_mysql(&server.url())
     .await
     .unwrap();
     let guard = holder.lock("k").acquire().await.unwrap();
@@ -350,13 +352,15 @@ async fn mysql_set_up_mistakes_are_told_apart_from_outages() {
     let server = MariaDbServer::shared();
     let wrong = server.url().replacen(":lockguard@", ":wrong@", 1);
     assert_ne!(wrong, server.url(), "the test's URL has the password");
-    let err = lockguard_mysql::connect(&wrong).await.unwrap_err();
+    let err = lockguard_core::Client::connect_mysql(&wrong)
+        .await
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unauthorized, "{err}");
     assert!(
         !err.is_retryable() && err.to_string().contains("credentials"),
         "{err}"
     );
-    let err = lockguard_mysql::connect(&server.url_for("nosuch"))
+    let err = lockguard_core::Client::connect_mysql(&server.url_for("nosuch"))
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Misconfigured, "{err}");
@@ -376,7 +380,7 @@ const KILLED_LEASE: Duration = Duration::from_secs(1);
 #[ignore = "the child process of the killed-holder tests"]
 async fn mysql_child_holder() {
     hold_until_killed(KILLED_LEASE, async |url| {
-        lockguard_mysql::connect(url).await
+        lockguard_core::Client::connect_mysql(url).await
     })
     .await;
 }

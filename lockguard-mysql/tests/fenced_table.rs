@@ -2,6 +2,7 @@
 //! locked for the whole transaction, and a key column without a unique
 //! index refused before it can lock a table.
 
+use lockguard_mysql::ClientExt as _;
 use std::time::Duration;
 
 use lockguard_core::{ErrorKind, FencingToken};
@@ -45,7 +46,7 @@ async fn status(conn: &mut impl Queryable, table: &str) -> (String, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_fenced_updates_refuse_older_tokens() {
     let (pool, t) = orders("fenced_orders").await;
-    let lg = lockguard_mysql::connect(&MariaDbServer::shared().url())
+    let lg = lockguard_core::Client::connect_mysql(&MariaDbServer::shared().url())
         .await
         .unwrap();
     let first = lg.lock("order:1").acquire().await.unwrap();
