@@ -117,6 +117,14 @@ pub(crate) fn redis_error(err: redis::RedisError, what: &str) -> Error {
         );
         return Error::new(ErrorKind::Misconfigured, message).with_source(err);
     }
+    // A script's `HINCRBY` past the range of a 64-bit integer: bad input
+    // (core's `overflow_is_invalid` says which counter).
+    if err
+        .to_string()
+        .contains("increment or decrement would overflow")
+    {
+        return Error::new(ErrorKind::InvalidInput, what.to_owned()).with_source(err);
+    }
     let kind = match err.kind() {
         // A reply of the wrong shape: the store answered, with garbage.
         redis::ErrorKind::Parse | redis::ErrorKind::UnexpectedReturnType => ErrorKind::Protocol,

@@ -7,10 +7,8 @@ use std::time::Duration;
 use lockguard_core::store::Store;
 use lockguard_core::{Builder, Client, Error, MAX_LEASE, Result};
 
-use crate::store::{DEFAULT_ROOT, Session, SessionOptions, ZooKeeperStore};
-
-/// The session timeout a ZooKeeper client asks for by default.
-pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::options::ZooKeeperOptions;
+use crate::store::{Session, SessionOptions, ZooKeeperStore};
 
 /// `Client::connect_zookeeper(hosts)`: a client with default settings on
 /// the ZooKeeper ensemble at `hosts`.
@@ -85,8 +83,7 @@ impl BuilderExt for Builder {
 #[derive(Debug)]
 pub struct ZooKeeperBuilder {
     builder: Builder,
-    session_timeout: Duration,
-    root: String,
+    options: ZooKeeperOptions,
 }
 
 impl ZooKeeperBuilder {
@@ -95,8 +92,7 @@ impl ZooKeeperBuilder {
     pub fn new(builder: Builder) -> Self {
         Self {
             builder,
-            session_timeout: DEFAULT_ZOOKEEPER_SESSION_TIMEOUT,
-            root: DEFAULT_ROOT.to_owned(),
+            options: ZooKeeperOptions::default(),
         }
     }
 
@@ -108,15 +104,15 @@ impl ZooKeeperBuilder {
     /// (a watchdog lease is shortened to that, a longer fixed lease is
     /// refused).
     pub fn zookeeper_session_timeout(mut self, timeout: Duration) -> Self {
-        self.session_timeout = timeout;
+        self.options.session_timeout = timeout;
         self
     }
 
     /// The persistent node under which lockguard keeps its locks (default
-    /// [`DEFAULT_ROOT`], `"/lockguard"`), created when missing. Clients that
+    /// [`DEFAULT_ROOT`](crate::DEFAULT_ROOT), `"/lockguard"`), created when missing. Clients that
     /// share locks must use the same root (and the same prefix).
     pub fn zookeeper_root(mut self, root: impl Into<String>) -> Self {
-        self.root = root.into();
+        self.options.root = root.into();
         self
     }
 
@@ -144,7 +140,7 @@ impl ZooKeeperBuilder {
         }
         let session = Session::open(SessionOptions {
             hosts: hosts.to_owned(),
-            session_timeout: self.session_timeout,
+            session_timeout: self.options.session_timeout,
             connect_timeout: self.builder.connection_settings().connect_timeout,
         })
         .await?;
@@ -172,7 +168,7 @@ impl ZooKeeperBuilder {
 
     fn validate(&self) -> Result<()> {
         self.builder.validate()?;
-        let root = &self.root;
+        let root = &self.options.root;
         if !root.starts_with('/')
             || root.len() < 2
             || root.ends_with('/')
@@ -184,7 +180,7 @@ impl ZooKeeperBuilder {
                 "zookeeper root must be an absolute node path such as \"/lockguard\", got {root:?}"
             )));
         }
-        let t = self.session_timeout;
+        let t = self.options.session_timeout;
         if t < Duration::from_millis(100) || t > MAX_LEASE {
             return Err(Error::invalid(format!(
                 "zookeeper session timeout must be between 100ms and {MAX_LEASE:?}, got {t:?}"
@@ -196,7 +192,7 @@ impl ZooKeeperBuilder {
     async fn store(self, session: Session) -> Result<Client> {
         let settings = self.builder.connection_settings();
         let timeouts = (settings.connect_timeout, settings.response_timeout);
-        let store = ZooKeeperStore::new(session, self.root.clone(), timeouts).await?;
+        let store = ZooKeeperStore::new(session, self.options.root.clone(), timeouts).await?;
         self.builder.build(Store::new(store, Vec::new()))
     }
 }

@@ -57,10 +57,12 @@
 
 pub mod check;
 mod connect;
+mod error;
+mod options;
 mod store;
 pub mod url;
 
-pub use connect::{BuilderExt, ClientExt, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT, ZooKeeperBuilder};
-pub use store::DEFAULT_ROOT;
+pub use connect::{BuilderExt, ClientExt, ZooKeeperBuilder};
+pub use options::{DEFAULT_ROOT, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT};
 
 pub use zookeeper_client;

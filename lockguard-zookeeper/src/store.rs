@@ -73,11 +73,8 @@ mod session;
 
 use self::admission::Admission;
 
-use self::session::zk_error;
 pub(crate) use self::session::{Session, SessionOptions};
-
-/// The node under which lockguard keeps its locks, by default.
-pub const DEFAULT_ROOT: &str = "/lockguard";
+use crate::error::zk_error;
 
 /// How long a waiter trusts a watch that has not fired before it lists
 /// the queue again anyway.

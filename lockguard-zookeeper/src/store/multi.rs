@@ -31,8 +31,8 @@ use zookeeper_client as zk;
 use lockguard_core::store::{AllOrNone, LockKeys, LockSet, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
-use super::session::zk_error;
 use super::{ZooKeeperStore, bounded, zxid};
+use crate::error::zk_error;
 
 /// How many times the transaction is tried when a container appeared or
 /// went between the read of the containers and the transaction.

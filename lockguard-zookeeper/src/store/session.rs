@@ -9,6 +9,7 @@
 //! handle and replaces it with one of a new session when that happens,
 //! noticed by a monitor task or by an operation, whichever comes first.
 
+use crate::error::zk_error;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -188,21 +189,4 @@ async fn connect(options: &SessionOptions) -> Result<zk::Client> {
             ),
         )),
     }
-}
-
-/// A ZooKeeper error as lockguard's, saying what failed.
-pub(crate) fn zk_error(e: zk::Error, what: &str) -> Error {
-    let kind = match &e {
-        zk::Error::BadArguments(_) | zk::Error::InvalidAcl => ErrorKind::InvalidInput,
-        zk::Error::Unimplemented => ErrorKind::Unsupported,
-        // The service's credentials or the nodes' ACLs: no retry helps.
-        zk::Error::AuthFailed | zk::Error::NoAuth => ErrorKind::Unauthorized,
-        zk::Error::UnmarshalError { .. }
-        | zk::Error::UnexpectedError(_)
-        | zk::Error::UnexpectedErrorCode(_)
-        | zk::Error::MarshallingError
-        | zk::Error::RuntimeInconsistent => ErrorKind::Protocol,
-        _ => ErrorKind::Unavailable,
-    };
-    Error::new(kind, format!("{what}: {e}")).with_source(e)
 }
