@@ -135,18 +135,9 @@ pub(crate) fn examples() -> String {
         .join(", ")
 }
 
-/// The error for a URL whose store's feature is off, naming the feature.
-#[cfg_attr(
-    all(
-        feature = "redis",
-        feature = "cluster",
-        feature = "sentinel",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper"
-    ),
-    allow(dead_code)
-)]
+/// The error for a URL whose store's feature is off, naming the feature
+/// (unused in a build with every store's feature).
+#[allow(dead_code)]
 fn feature_off(url: &str) -> Error {
     let (store, feature) = find(url).map_or(("this", ""), |s| (s.store, s.feature.unwrap_or("")));
     Error::new(

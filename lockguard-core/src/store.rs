@@ -34,7 +34,9 @@
 //!    repository is checked.
 //!
 //! The in-memory store (`Client::memory`) is the reference
-//! implementation.
+//! implementation. A store that talks to a server takes its deadlines,
+//! units, redaction and reconnecting from [`net`] and [`url`]; the whole
+//! recipe of a store crate is "Adding a store" in `docs/stores.md`.
 //!
 //! # Examples
 //!
