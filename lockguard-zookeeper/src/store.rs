@@ -245,7 +245,7 @@ impl ZooKeeperStore {
     /// or opening a new one) failed because the store was unreachable, a
     /// transient state a wait rides out, not because a server was slow
     /// to answer a request it had: core's one rule for an unreachable
-    /// server ([`net::unreachable`]), applied while the session
+    /// server ([`net::unreachable`](fn@net::unreachable)), applied while the session
     /// reconnects.
     fn outage<T>(&self, result: Result<T>) -> Result<T> {
         match result {
@@ -417,7 +417,7 @@ impl ZooKeeperStore {
     }
 
     /// One attempt of `token` at `keys` under `admission`'s rule, as
-    /// [`LockStore::acquire`] and [`LockStore::rw_acquire`] make it.
+    /// [`LockStore::acquire`] makes it, for a lock, a permit or a read-write hold.
     async fn attempt(
         &self,
         keys: &Arc<LockKeys>,

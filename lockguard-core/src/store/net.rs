@@ -2,7 +2,7 @@
 //! every such store does alike, so that the stores cannot drift apart.
 //!
 //! - [`within`]: a request's deadline, and the one message of its timeout;
-//! - [`unreachable`]: when a failed connect means the server cannot be
+//! - [`unreachable`](fn@unreachable): when a failed connect means the server cannot be
 //!   reached;
 //! - [`overflow_is_invalid`]: a counter's arithmetic that left its range;
 //! - [`millis`], [`ttl_millis`], [`permits`]: the units of statements and

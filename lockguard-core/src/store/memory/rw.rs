@@ -164,7 +164,7 @@ impl Step<'_> {
 
 impl MemoryStore {
     /// One attempt at a read or write hold; see
-    /// [`LockStore::rw_acquire`](crate::store::LockStore::rw_acquire).
+    /// [`LockStore::acquire`](crate::store::LockStore::acquire) for read-write keys.
     pub(super) fn rw_acquire(
         &self,
         keys: &Arc<LockKeys>,
