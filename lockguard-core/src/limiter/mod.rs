@@ -403,7 +403,7 @@ impl RateLimiter {
             Err(e) => return Some(Err(e)),
         };
         let keys = LimitKeys::new(&prepared.base, key);
-        let answer = store.rate_limit(&keys, op, cost, false).now()?;
+        let answer = store.rate_limit_now(&keys, op, cost, false)?;
         Some(self.decided(key, cost, answer.map(|reply| op.decide(reply))))
     }
 
@@ -414,7 +414,10 @@ impl RateLimiter {
             return Ok(d);
         }
         let keys = LimitKeys::new(&prepared.base, key);
-        let answer = store.rate_limit(&keys, op, cost, false).await;
+        let answer = match store.rate_limit_now(&keys, op, cost, false) {
+            Some(answer) => answer,
+            None => store.rate_limit(&keys, op, cost, false).await,
+        };
         self.decided(key, cost, answer.map(|reply| op.decide(reply)))
     }
 

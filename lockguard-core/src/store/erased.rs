@@ -86,6 +86,15 @@ trait Erased: Send + Sync + fmt::Debug {
         cost: u64,
         peek: bool,
     ) -> StoreFuture<'a, Result<LimitReply>>;
+    /// [`rate_limit`](DataStore::rate_limit) polled once in place, with
+    /// no box: the answer of a store that answers at once.
+    fn rate_limit_now(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Option<Result<LimitReply>>;
     fn fenced_write<'a>(
         &'a self,
         key: &'a str,
@@ -208,6 +217,15 @@ impl<S: DataStore> Erased for S {
     ) -> StoreFuture<'a, Result<LimitReply>> {
         StoreFuture::new(DataStore::rate_limit(self, keys, op, cost, peek))
     }
+    fn rate_limit_now(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Option<Result<LimitReply>> {
+        poll_once(DataStore::rate_limit(self, keys, op, cost, peek))
+    }
     fn fenced_write<'a>(
         &'a self,
         key: &'a str,
@@ -221,6 +239,19 @@ impl<S: DataStore> Erased for S {
     }
     fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::new(DataStore::fenced_remove(self, key, token))
+    }
+}
+
+/// `future`'s answer when one poll in place gives it; `None` (and the
+/// operation dropped part way) when it needs more.
+fn poll_once<F: Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    match future
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
+    {
+        std::task::Poll::Ready(value) => Some(value),
+        std::task::Poll::Pending => None,
     }
 }
 
@@ -424,6 +455,22 @@ impl Store {
         peek: bool,
     ) -> StoreFuture<'a, Result<LimitReply>> {
         self.store.rate_limit(keys, op, cost, peek)
+    }
+
+    /// One rate-limit step answered in place, with no box, on a store that
+    /// answers at once ([`LockStore::answers_at_once`]); `None` elsewhere
+    /// (nothing was sent).
+    pub(crate) fn rate_limit_now(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Option<Result<LimitReply>> {
+        if !self.store.answers_at_once() {
+            return None;
+        }
+        self.store.rate_limit_now(keys, op, cost, peek)
     }
 
     /// Writes a fenced value ([`DataStore::fenced_write`]).

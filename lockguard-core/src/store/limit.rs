@@ -2,7 +2,7 @@
 //! algorithm, and the store's raw answer, of which the client makes the
 //! [`Decision`] in one place.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 
@@ -11,7 +11,7 @@ use crate::rate_limit::{Decision, fixed_window, gcra, sliding_window};
 /// or both as one identity ([`id`](Self::id)), made only when a store asks.
 #[derive(Debug, Clone)]
 pub struct LimitKeys<'k> {
-    limiter: &'k str,
+    limiter: &'k Arc<str>,
     key: &'k str,
     id: OnceLock<String>,
 }
@@ -19,7 +19,7 @@ pub struct LimitKeys<'k> {
 impl<'k> LimitKeys<'k> {
     /// The key `key` of the limiter `limiter` (an identity from the
     /// client: its prefix, the algorithm and the limiter's name).
-    pub(crate) fn new(limiter: &'k str, key: &'k str) -> Self {
+    pub(crate) fn new(limiter: &'k Arc<str>, key: &'k str) -> Self {
         Self {
             limiter,
             key,
@@ -30,6 +30,12 @@ impl<'k> LimitKeys<'k> {
     /// The limiter's identity under the client's prefix
     /// (`{prefix}rl:{algorithm}:{name}:`): two limiters never share one.
     pub fn limiter(&self) -> &'k str {
+        self.limiter
+    }
+
+    /// The limiter's identity as the client keeps it: the same allocation
+    /// for every check of one limiter.
+    pub(crate) fn limiter_shared(&self) -> &'k Arc<str> {
         self.limiter
     }
 
@@ -54,7 +60,7 @@ impl<'k> LimitKeys<'k> {
 
 impl PartialEq for LimitKeys<'_> {
     fn eq(&self, other: &Self) -> bool {
-        (self.limiter, self.key) == (other.limiter, other.key)
+        (&**self.limiter, self.key) == (&**other.limiter, other.key)
     }
 }
 
@@ -99,6 +105,7 @@ impl LimitOp {
     }
 
     /// The decision of the store's answer to this step.
+    #[inline]
     pub(crate) fn decide(&self, reply: LimitReply) -> Decision {
         let Raw {
             allowed,

@@ -3,6 +3,7 @@
 //! caller gave, without building (and hashing) a store key around it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::expiring::{self, Expiring};
@@ -122,6 +123,9 @@ impl LimitTable {
 /// each time the registry doubles, so their number stays bounded too.
 #[derive(Debug)]
 pub(crate) struct Limits {
+    /// Tells this registry's tables from another store's in the threads'
+    /// caches of the last table used.
+    id: u64,
     tables: RwLock<Registry>,
     clock: Arc<dyn Clock>,
 }
@@ -132,12 +136,17 @@ struct Registry {
     sweep_at: usize,
 }
 
+/// A thread's last table: its registry, its limiter's identity, the table.
+type LastTable = (u64, Arc<str>, Arc<LimitTable>);
+
 /// Below this many tables the registry is never swept.
 const TABLES_FLOOR: usize = 64;
 
 impl Limits {
     pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        static IDS: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             tables: RwLock::new(Registry {
                 by_base: HashMap::new(),
                 sweep_at: TABLES_FLOOR,
@@ -150,19 +159,35 @@ impl Limits {
     /// [`LimitTable::decide`].
     pub(crate) fn decide(
         &self,
-        limiter: &str,
+        limiter: &Arc<str>,
         key: &str,
         op: LimitOp,
         cost: u64,
         peek: bool,
     ) -> Decision {
-        {
-            let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(table) = registry.by_base.get(limiter) {
+        // The table this thread used last, when it is this limiter's: a
+        // limiter checked again and again on one thread (a hot path of a
+        // server) finds its table with no hash and no shared write.
+        thread_local! {
+            static LAST: std::cell::RefCell<Option<LastTable>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        LAST.with_borrow_mut(|last| {
+            if let Some((id, base, table)) = last.as_ref()
+                && *id == self.id
+                && (Arc::ptr_eq(base, limiter) || **base == **limiter)
+            {
                 return table.decide(key, op, cost, peek);
             }
-        }
-        self.table(limiter).decide(key, op, cost, peek)
+            let table = {
+                let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+                registry.by_base.get(&**limiter).cloned()
+            }
+            .unwrap_or_else(|| self.table(limiter));
+            let decision = table.decide(key, op, cost, peek);
+            *last = Some((self.id, limiter.clone(), table));
+            decision
+        })
     }
 
     /// The table of the limiter whose store keys start with `base`.
@@ -215,12 +240,16 @@ mod tests {
         let limits = Limits::new(Arc::new(ManualClock::new()));
         let base = "t:rl:gcra:api:";
         let table = limits.table(base);
+        // The limiter's identity in an allocation of its own, as a client
+        // keeps it, and a copy of it: both find the one table.
+        let (shared, copy): (Arc<str>, Arc<str>) = (base.into(), base.into());
         for key in ["ann", "a}b", "back\\slash", ""] {
             assert!(table.decide(key, gcra(1), 1, false).allowed);
             assert!(
-                !limits.decide(base, key, gcra(1), 1, false).allowed,
+                !limits.decide(&shared, key, gcra(1), 1, false).allowed,
                 "{key}"
             );
+            assert!(!limits.decide(&copy, key, gcra(1), 1, true).allowed);
             assert!(!table.decide(key, gcra(1), 1, true).allowed);
         }
         // Another limiter's table is another budget.

@@ -597,7 +597,7 @@ impl MemoryStore {
         peek: bool,
     ) -> Decision {
         self.limits
-            .decide(keys.limiter(), keys.key(), op, cost, peek)
+            .decide(keys.limiter_shared(), keys.key(), op, cost, peek)
     }
 
     #[cfg(test)]
@@ -751,6 +751,7 @@ mod tests {
         let store = MemoryStore::new(Arc::new(clock.clone()));
         let lease = Duration::from_millis(10);
         let op = LimitOp::Gcra(gcra::Params::new(&Quota::per_second(100)));
+        let limiter: Arc<str> = "t:rl:gcra:flood:".into();
         for i in 0..100_000 {
             let keys = Arc::new(LockKeys::new("t:", &format!("k{i}"), Resource::Lock));
             assert!(matches!(
@@ -758,7 +759,7 @@ mod tests {
                 Outcome::Acquired { .. }
             ));
             let key = format!("k{i}");
-            let lk = LimitKeys::new("t:rl:gcra:flood:", &key);
+            let lk = LimitKeys::new(&limiter, &key);
             assert!(store.rate_limit(&lk, op, 1, false).allowed);
             if i % 1000 == 999 {
                 tokio::time::advance(Duration::from_millis(20)).await;
