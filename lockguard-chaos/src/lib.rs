@@ -265,13 +265,15 @@ pub fn main(stores: &[&dyn Store]) -> ExitCode {
             else {
                 let names: Vec<&str> = stores.iter().map(|s| s.name()).collect();
                 eprintln!(
-                    "error: --target {url:?}: none of the stores ({}) serves this URL",
+                    "error: --target {:?}: none of the stores ({}) serves this URL",
+                    lockguard_core::store::url::redacted(url),
                     names.join(", ")
                 );
                 return ExitCode::from(2);
             };
             println!(
-                "target {url}: a store of yours, so only client-side faults (worker pause and kill); the server is never paused, restarted or disconnected"
+                "target {}: a store of yours, so only client-side faults (worker pause and kill); the server is never paused, restarted or disconnected",
+                lockguard_core::store::url::redacted(url)
             );
             vec![(
                 store,

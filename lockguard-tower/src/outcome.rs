@@ -101,6 +101,11 @@ fn misconfigured(what: &str, name: &str, refusals: &Refusals) -> http::Response<
     })
 }
 
+/// When a client refused because the store cannot be reached is told to
+/// try again (`Retry-After: 1`): the longest pause between the store's own
+/// reconnect attempts, so a retry after it meets a store that came back.
+pub(crate) const UNAVAILABLE_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The response for a request whose check failed in the store, or `None`
 /// to let it through unchecked (fail-open).
 pub(crate) fn store_failure(
@@ -116,7 +121,7 @@ pub(crate) fn store_failure(
             status,
             policy: name.to_owned(),
             detail,
-            retry_after: None,
+            retry_after: (kind == RefusalKind::Unavailable).then_some(UNAVAILABLE_RETRY_AFTER),
             decision: None,
         }))
     };

@@ -44,7 +44,9 @@ pub struct Refusal {
     /// A sentence for people, as in the default body's `detail`.
     pub detail: String,
     /// When trying again may succeed, where known: the limiter's
-    /// `retry_after`, or the busy lock holder's remaining lease.
+    /// `retry_after`, the busy lock holder's remaining lease, or 1 s for a
+    /// store that cannot be reached (the longest pause between its
+    /// reconnect attempts).
     pub retry_after: Option<Duration>,
     /// The limiter's decision, for a rate-limit refusal.
     pub decision: Option<Decision>,

@@ -1,4 +1,5 @@
-//! Redis killed: fail-closed answers 503, fail-open lets requests through.
+//! Redis killed: fail-closed answers 503 with `Retry-After`, fail-open lets
+//! requests through.
 
 use axum::Router;
 use axum::routing::get;
@@ -93,6 +94,7 @@ async fn with_redis_killed_fail_closed_is_503_and_fail_open_passes() {
         let res = c.get(path, &[]).await;
         if path.ends_with("/closed") {
             assert_eq!(res.status, 503, "{path}");
+            assert_eq!(res.header("retry-after"), Some("1"), "{path}");
             assert_eq!(res.header("content-type"), Some("application/problem+json"));
             assert!(res.body.contains("\"status\":503"), "{}", res.body);
         } else {
