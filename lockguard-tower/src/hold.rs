@@ -273,6 +273,10 @@ fn settled(
     result: Result<Guard, Error>,
     waited_ms: u64,
 ) -> Admission {
+    if !matches!(&result, Err(e) if !e.is_busy()) {
+        // Taken, or held by another: the store answered.
+        crate::outage::answered(kind.what(), &options.name);
+    }
     match result {
         Ok(guard) => {
             tracing::debug!(waited_ms, "{} taken", kind.what());

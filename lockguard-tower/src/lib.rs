@@ -131,6 +131,7 @@ mod error_response;
 mod hold;
 pub mod key;
 pub mod lock;
+mod outage;
 mod outcome;
 mod problem;
 pub mod rate_limit;

@@ -109,7 +109,7 @@ pub(crate) const UNAVAILABLE_RETRY_AFTER: std::time::Duration = std::time::Durat
 /// The response for a request whose check failed in the store, or `None`
 /// to let it through unchecked (fail-open).
 pub(crate) fn store_failure(
-    what: &str,
+    what: &'static str,
     name: &str,
     error: &lockguard_core::Error,
     mode: FailureMode,
@@ -141,7 +141,7 @@ pub(crate) fn store_failure(
     }
     match mode {
         FailureMode::Closed => {
-            tracing::warn!(what, name, error = %error, "store unavailable; refusing the request (fail-closed)");
+            crate::outage::failed(what, name, error, mode);
             refusal(
                 RefusalKind::Unavailable,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -149,7 +149,7 @@ pub(crate) fn store_failure(
             )
         }
         FailureMode::Open => {
-            tracing::warn!(what, name, error = %error, "store unavailable; letting the request through unchecked (fail-open)");
+            crate::outage::failed(what, name, error, mode);
             None
         }
     }

@@ -198,7 +198,10 @@ impl Ask<'_> {
             policy,
         } = self;
         let decision = match decided {
-            Ok(decision) => decision,
+            Ok(decision) => {
+                crate::outage::answered("rate limit", limiter.name());
+                decision
+            }
             Err(e) => {
                 return Admission::respond_or_proceed(outcome::store_failure(
                     "rate limit",

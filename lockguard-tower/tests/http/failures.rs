@@ -141,3 +141,46 @@ async fn a_paused_redis_is_bounded_by_the_response_timeout() {
     assert_eq!(open.status, 200);
     store.server.resume();
 }
+
+/// A store outage is told once per policy, as a warning with its cause,
+/// however many requests it refuses or lets through.
+#[tokio::test(flavor = "current_thread")]
+async fn an_outage_is_told_once() {
+    let captured = lockguard_testing::CapturedLog::default();
+    let _log = captured.install();
+    let mut store = Store::start().await;
+    let limiter = store
+        .lg
+        .rate_limiter("outage-told-once", Quota::per_minute(100));
+    let app = Router::new()
+        .route(
+            "/closed",
+            get(|| async { "ok" })
+                .route_layer(RateLimitLayer::new(limiter.clone(), key::Global).fail_closed()),
+        )
+        .route(
+            "/open",
+            get(|| async { "ok" })
+                .route_layer(RateLimitLayer::new(limiter, key::Global).fail_open()),
+        );
+    let server = Server::start(app).await;
+    let c = HttpClient::new(&server);
+    assert_eq!(c.get("/closed", &[]).await.status, 200);
+
+    store.server.kill();
+    for _ in 0..5 {
+        assert_eq!(c.get("/closed", &[]).await.status, 503);
+        assert_eq!(c.get("/open", &[]).await.status, 200);
+    }
+    let name = "name=\"outage-told-once\"";
+    assert_eq!(
+        captured.lines_with("WARN", name),
+        1,
+        "one warning for the outage:\n{}",
+        captured.text()
+    );
+    assert_eq!(captured.lines_with("WARN", "cannot be reached"), 1);
+
+    // (Its end, told once with the counts, is the unit test's in
+    // `outage.rs`: a line logged where other tests' threads log too.)
+}
