@@ -102,9 +102,8 @@ use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use lockguard_core::store::Token;
 use lockguard_core::store::net::{self, Stopped};
-use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, StoreFuture};
+use lockguard_core::store::{ChannelTasks, Handoff, Inbox, Listener, StoreFuture, Token};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts};

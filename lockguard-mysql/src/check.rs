@@ -3,10 +3,10 @@
 //! role and replicas, lockguard's tables), read from the server. The
 //! facade's `lockguard::check(url)` and `lockguard check URL` call it.
 
-use lockguard_core::store::net;
 use std::time::Duration;
 
 use lockguard_core::check::{Finding, Report, Verdict};
+use lockguard_core::store::net;
 use lockguard_core::{Error, ErrorKind, Result};
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, Row};

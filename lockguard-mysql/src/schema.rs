@@ -20,8 +20,9 @@ use crate::error::{is_no_such_table, mysql_error};
 /// on `SYSDATE(6)` (`UNIX_TIMESTAMP` is NULL past 2038 on MariaDB before
 /// 11.5), and a ring puts back the row of a bell it finds without one.
 /// Version 6: a fenced value's `value` is nullable, and `fenced_remove`
-/// empties it and keeps its token.
-pub(crate) const VERSION: i64 = 6;
+/// empties it and keeps its token. Version 7: `acquire_all` takes a
+/// multi-lock's keys in one statement.
+pub(crate) const VERSION: i64 = 7;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

@@ -3,15 +3,13 @@
 //! (`schema.sql`), so one round trip and one transaction. Statements are
 //! prepared once per pooled connection.
 
-use lockguard_core::store::net;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockguard_core::store::Token;
 use lockguard_core::store::{
-    CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockStore, Occupancy,
-    Outcome, Place, Store, Stored, Waiting,
+    AllOrNone, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
+    LockStore, Occupancy, Outcome, Place, Store, Stored, Token, Waiting, net,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -32,6 +30,7 @@ pub(crate) const MAX_ROW_KEY: usize = 2900;
 #[derive(Debug)]
 struct Statements {
     acquire: String,
+    acquire_all: String,
     release: String,
     extend: String,
     inspect: String,
@@ -54,6 +53,7 @@ impl Statements {
         let now = schema::clock_us(schema::NOW);
         Self {
             acquire: format!("CALL {p}acquire(?, ?, ?, ?, ?, ?, ?)"),
+            acquire_all: format!("CALL {p}acquire_all(?, ?, ?)"),
             release: format!("CALL {p}release(?, ?, ?)"),
             extend: format!("CALL {p}extend(?, ?, ?)"),
             inspect: format!(
@@ -293,6 +293,44 @@ impl MySqlStore {
     }
 }
 
+/// `items` as a JSON array of strings, for a procedure that takes a list.
+fn json_array(items: &[&str]) -> String {
+    let mut out = String::from("[");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in item.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
+/// The fencing tokens of `acquire_all`'s answer, a JSON array of positive
+/// integers; `None` for anything else.
+fn parse_fences(json: &str) -> Option<Vec<FencingToken>> {
+    let inner = json.trim().strip_prefix('[')?.strip_suffix(']')?;
+    inner
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|f| *f > 0)
+                .map(FencingToken::new)
+        })
+        .collect()
+}
+
 /// A connection whose caller stopped waiting for the acquisition it sent
 /// (core's `InFlight`): answered once it has run it, and then not reused
 /// (the driver may not know an answer was left unread, and would hand it
@@ -374,6 +412,72 @@ impl LockStore for MySqlStore {
                 left.max(0).unsigned_abs(),
             )))),
             Some((0, None)) => Ok(Outcome::Busy(None)),
+            other => Err(garbage(&what(), other)),
+        }
+    }
+
+    /// One statement, `acquire_all`, for every key: one round trip and one
+    /// transaction. The keys go sorted by their bytes, so every call locks
+    /// their rows in one order.
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        let what = || {
+            format!(
+                "acquiring {} locks from {:?}",
+                set.len(),
+                set.keys()[0].name()
+            )
+        };
+        let mut order: Vec<usize> = (0..set.len()).collect();
+        order.sort_by(|&a, &b| set.keys()[a].id().cmp(set.keys()[b].id()));
+        let mut keys = Vec::with_capacity(order.len());
+        for &i in &order {
+            keys.push(row_key(&set.keys()[i], &what)?);
+        }
+        let tokens: Vec<&str> = order.iter().map(|&i| set.tokens()[i].as_str()).collect();
+        let params: Params = (json_array(&keys), json_array(&tokens), net::millis(lease)).into();
+        let row: Option<Row> = net::within(
+            self.cfg.response_timeout,
+            "mysql",
+            what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                // A release of any of the tokens waits for this statement
+                // (see `acquire`).
+                let flights = set
+                    .tokens()
+                    .iter()
+                    .map(|t| self.flights.depart(t))
+                    .collect();
+                let conn = self.conn(&what).await?;
+                let mut sent = InFlight::new(conn, flights, drain);
+                let row = run_again_after_deadlock(sent.conn(), &self.sql.acquire_all, params)
+                    .await
+                    .map_err(|e| mysql_error(e, &what()));
+                sent.landed();
+                row
+            })
+            .await,
+        )?;
+        let row: (i64, Option<i64>, Option<i64>, Option<String>) =
+            read_row(row.ok_or_else(|| garbage(&what(), "no row"))?, &what)?;
+        match row {
+            (1, None, None, Some(fences)) => {
+                let sorted = parse_fences(&fences)
+                    .filter(|f| f.len() == order.len())
+                    .ok_or_else(|| garbage(&what(), &fences))?;
+                let mut asked = vec![FencingToken::new(1); order.len()];
+                for (place, fence) in order.iter().zip(sorted) {
+                    asked[*place] = fence;
+                }
+                Ok(Some(AllOrNone::Acquired(asked)))
+            }
+            (0, Some(place), left, None) => {
+                let index = usize::try_from(place - 1)
+                    .ok()
+                    .and_then(|p| order.get(p).copied())
+                    .ok_or_else(|| garbage(&what(), place))?;
+                let ttl = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
+                Ok(Some(AllOrNone::Busy { index, ttl }))
+            }
             other => Err(garbage(&what(), other)),
         }
     }
@@ -611,5 +715,27 @@ mod tests {
         assert_eq!(net::millis(Duration::from_millis(30)), 30);
         assert_eq!(net::millis(Duration::from_micros(30_001)), 31);
         assert_eq!(net::millis(Duration::MAX), i64::MAX);
+    }
+
+    /// Keys reach `acquire_all` as JSON strings that MySQL reads back as
+    /// they were, quotes, backslashes and control characters included.
+    #[test]
+    fn key_lists_are_json_arrays_of_strings() {
+        assert_eq!(json_array(&[]), "[]");
+        assert_eq!(
+            json_array(&["a", "q\"b", "back\\slash", "tab\t"]),
+            r#"["a","q\"b","back\\slash","tab\u0009"]"#
+        );
+    }
+
+    #[test]
+    fn fences_are_read_strictly() {
+        assert_eq!(
+            parse_fences("[1733, 42]"),
+            Some(vec![FencingToken::new(1733), FencingToken::new(42)])
+        );
+        for bad in ["", "[]", "[0]", "[-1]", "[1,]", "1, 2", "[x]"] {
+            assert_eq!(parse_fences(bad), None, "{bad:?}");
+        }
     }
 }

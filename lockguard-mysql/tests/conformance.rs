@@ -10,3 +10,49 @@ lockguard_testing::conformance!(
     mysql => MySql::start();
     locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
 );
+
+/// A multi-lock of free keys takes them in one statement, in one
+/// transaction: every key's lease ends at the same microsecond of the
+/// database's clock (taken key by key, each statement would read the clock
+/// anew). All or none: one held key keeps the others free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_on_free_keys_is_one_statement() {
+    use lockguard_core::Client;
+    use lockguard_mysql::MySqlBuilder;
+
+    let server = lockguard_testing::MariaDbServer::shared();
+    let prefix = format!("multi{}_", std::process::id());
+    let url = server.url();
+    let connect = || {
+        MySqlBuilder::new(Client::builder())
+            .table_prefix(prefix.as_str())
+            .connect_mysql(&url)
+    };
+    let lg = connect().await.unwrap();
+    let g = lg
+        .multi_lock(["m:1", "m:2", "m:\"3\\"])
+        .try_acquire()
+        .await
+        .expect("three free keys");
+    let ends = server.sql(&format!(
+        "SELECT COUNT(*), COUNT(DISTINCT expires_us) FROM lockguard.{prefix}holders"
+    ));
+    assert_eq!(ends.trim(), "3\t1", "holders, distinct lease ends");
+    let fences: Vec<u64> = g.fencing_tokens().map(|(_, f)| f.get()).collect();
+    assert_eq!(fences.len(), 3);
+
+    let other = connect().await.unwrap();
+    let e = other
+        .multi_lock(["m:4", "m:5", "m:\"3\\"])
+        .try_acquire()
+        .await
+        .unwrap_err();
+    assert!(e.is_busy(), "{e}");
+    let free = other
+        .multi_lock(["m:4", "m:5"])
+        .try_acquire()
+        .await
+        .expect("m:4 and m:5 left free");
+    assert!(g.release().await.unwrap());
+    assert!(free.release().await.unwrap());
+}

@@ -137,7 +137,7 @@ async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
     let lg = connect().await.unwrap();
     assert_eq!(
         server.sql(&format!("SELECT version FROM lockguard.{prefix}meta")),
-        "6"
+        "7"
     );
     let fenced = lg.fenced("old");
     assert_eq!(

@@ -9,13 +9,14 @@
 //! handle and replaces it with one of a new session when that happens,
 //! noticed by a monitor task or by an operation, whichever comes first.
 
-use crate::error::zk_error;
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 use zookeeper_client as zk;
 
 use lockguard_core::{Error, ErrorKind, Result};
+
+use crate::error::zk_error;
 
 /// How to open a session.
 #[derive(Debug, Clone)]
