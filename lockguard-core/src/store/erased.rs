@@ -258,9 +258,9 @@ fn poll_once<F: Future>(future: F) -> Option<F::Output> {
 /// A client's store: the store's operations and its message connections,
 /// what [`Builder::build`](crate::Builder::build) makes a client of.
 ///
-/// A `Store` is a store itself (it implements [`LockStore`] and
-/// [`DataStore`] by its own), so a store that wraps another (to count, to
-/// fail on purpose in a test) holds a `Store` and forwards to it.
+/// Its methods are the boundary's operations, boxed: a store that wraps
+/// another (to count, to fail on purpose in a test) holds a `Store` and
+/// forwards to it (`self.inner.acquire(keys, token, lease, place).await`).
 #[derive(Debug, Clone)]
 pub struct Store {
     store: Arc<dyn Erased>,
@@ -491,118 +491,5 @@ impl Store {
     /// Removes a fenced value ([`DataStore::fenced_remove`]).
     pub fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
         self.store.fenced_remove(key, token)
-    }
-}
-
-impl LockStore for Store {
-    fn name(&self) -> &'static str {
-        Store::name(self)
-    }
-    fn waiting(&self) -> Waiting {
-        Store::waiting(self)
-    }
-    fn answers_at_once(&self) -> bool {
-        Store::answers_at_once(self)
-    }
-    fn read_write(&self) -> bool {
-        Store::read_write(self)
-    }
-    fn max_permits(&self) -> u32 {
-        Store::max_permits(self)
-    }
-    fn max_lease(&self) -> Option<Duration> {
-        Store::max_lease(self)
-    }
-    fn confirms_handoffs(&self) -> bool {
-        Store::confirms_handoffs(self)
-    }
-    fn attach(&self, inbox: Weak<dyn Inbox>) {
-        Store::attach(self, inbox)
-    }
-    async fn acquire(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        lease: Duration,
-        place: Option<Place<'_>>,
-    ) -> Result<Outcome> {
-        Store::acquire(self, keys, token, lease, place).await
-    }
-    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
-        Store::release(self, keys, token).await
-    }
-    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
-        Store::acquire_all(self, set, lease).await
-    }
-    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
-        Store::inspect(self, keys).await
-    }
-    async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
-        Store::extend(self, keys, token, lease).await
-    }
-    async fn release_later(
-        &self,
-        keys: &Arc<LockKeys>,
-        token: &Token,
-        keep: Duration,
-    ) -> Result<bool> {
-        Store::release_later(self, keys, token, keep).await
-    }
-}
-
-impl DataStore for Store {
-    async fn counter_add(
-        &self,
-        keys: &CounterKeys,
-        delta: i64,
-        ttl: Option<Duration>,
-    ) -> Result<i64> {
-        Store::counter_add(self, keys, delta, ttl).await
-    }
-    async fn counter_take(
-        &self,
-        keys: &CounterKeys,
-        n: i64,
-        ttl: Option<Duration>,
-    ) -> Result<Result<i64, i64>> {
-        Store::counter_take(self, keys, n, ttl).await
-    }
-    async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
-        Store::counter_get(self, keys).await
-    }
-    async fn counter_set(
-        &self,
-        keys: &CounterKeys,
-        value: i64,
-        expected: Option<u64>,
-        ttl: Option<Duration>,
-    ) -> Result<Result<u64, u64>> {
-        Store::counter_set(self, keys, value, expected, ttl).await
-    }
-    async fn mark_once(
-        &self,
-        keys: &CounterKeys,
-        member: &str,
-        ttl: Option<Duration>,
-    ) -> Result<bool> {
-        Store::mark_once(self, keys, member, ttl).await
-    }
-    async fn rate_limit(
-        &self,
-        keys: &LimitKeys<'_>,
-        op: LimitOp,
-        cost: u64,
-        peek: bool,
-    ) -> Result<LimitReply> {
-        Store::rate_limit(self, keys, op, cost, peek).await
-    }
-    async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
-        Store::fenced_write(self, key, token, value).await
-    }
-    async fn fenced_read(&self, key: &str) -> Result<Stored> {
-        Store::fenced_read(self, key).await
-    }
-    async fn fenced_remove(&self, key: &str, token: u64) -> Result<bool> {
-        Store::fenced_remove(self, key, token).await
     }
 }
