@@ -2,8 +2,10 @@
 //! the in-memory store, each beside raw redis-rs doing the same Redis
 //! commands in the same run, against a `redis-server` it starts itself;
 //! and the PostgreSQL store beside raw tokio-postgres running the same
-//! statements, against a server it starts; and the ZooKeeper store beside
-//! the raw `zookeeper-client` lock recipe.
+//! statements, against a server it starts; the MySQL/MariaDB store beside
+//! raw `mysql_async` sending the same calls and beside the server's own
+//! user locks (`GET_LOCK`); and the ZooKeeper store beside the raw
+//! `zookeeper-client` lock recipe.
 //!
 //! ```sh
 //! cargo run --release -p lockguard-bench                      # print the tables
@@ -28,8 +30,10 @@ mod footprint;
 mod http;
 mod leader;
 mod multi;
+mod mysql;
 mod postgres;
 mod raw;
+mod raw_mysql;
 mod raw_pg;
 mod rounds;
 mod rw;
@@ -1235,7 +1239,7 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 15] = [
+const SECTIONS: [&str; 16] = [
     "uncontended",
     "contention",
     "tails",
@@ -1250,6 +1254,7 @@ const SECTIONS: [&str; 15] = [
     "http",
     "http-redis",
     "postgres",
+    "mysql",
     "zookeeper",
 ];
 
@@ -1260,7 +1265,7 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, contention, tails, cluster,
                   multi, rw, leader, limiters, flood, memory, footprint, http,
-                  http-redis, postgres, zookeeper
+                  http-redis, postgres, mysql, zookeeper
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1389,6 +1394,9 @@ async fn main() {
     }
     if run("postgres") {
         postgres::section(&mut b).await;
+    }
+    if run("mysql") {
+        mysql::section(&mut b).await;
     }
     if run("zookeeper") {
         zookeeper::section(&mut b).await;

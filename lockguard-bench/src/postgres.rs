@@ -200,7 +200,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). Handoff: from the holder's release call to the next different holder's acquire returning.\n");
     b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend; a waiter's timed refreshes too, every third of the waiter timeout while it waits, so more where a wait is long). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting and their bells' opening included; the bells' own per handoff are two (the wait the ring cut, and the read of the mail). *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions; *wake-up transactions / handoff*: the marginal transactions less the marginal statements, over the marginal handoffs (letters written to the bells' mail, counted by the server): the server's work for the wake-ups alone, per handoff. Handoffs / acquisition: those letters over the acquisitions, about 1 (more where a waiter, slow to claim a lock handed to it, lets its reservation lapse and the lock is handed again). That work used to grow with the clients: with `NOTIFY`, PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so each handoff cost a transaction in every client's listening connection (server transactions / acquisition 7.03 at 4 clients and 19.11 at 16 before the bell, 3.00 statements each).\n");
     b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | marginal | handoffs / acquisition | wake-up transactions / handoff | min/max per contender |");
     b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -299,6 +299,46 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
                 p50 <= raw_p50,
             );
         }
+
+        let before = counts(server).await;
+        let native = advisory(server, tasks, b.run_for).await;
+        let mut counted = counts(server).await - before;
+        // No function of lockguard's runs: the statements are the two each
+        // acquisition sends (the lock's wait and the unlock).
+        counted.statements = 2 * native.acquisitions;
+        row(b, tasks, "pg_advisory_lock", &native, counted, None);
+        let (p50, native_p50, p99) = (
+            percentile(&c.handoffs, 50.0),
+            percentile(&native.handoffs, 50.0),
+            percentile(&c.handoffs, 99.0),
+        );
+        b.target(
+            &format!(
+                "postgres: acquisitions/s ≥ 0.8x native `pg_advisory_lock`'s, {tasks} contenders"
+            ),
+            format!(
+                "{:.2}x ({:.0}/s vs {:.0}/s)",
+                c.rate / native.rate,
+                c.rate,
+                native.rate
+            ),
+            c.rate >= 0.8 * native.rate,
+        );
+        b.target(
+            &format!("postgres: handoff p50 ≤ 2x native `pg_advisory_lock`'s, {tasks} contenders"),
+            format!(
+                "{:.2}x ({} vs {})",
+                p50.as_secs_f64() / native_p50.as_secs_f64(),
+                us(p50),
+                us(native_p50)
+            ),
+            p50.as_secs_f64() <= 2.0 * native_p50.as_secs_f64(),
+        );
+        b.target(
+            &format!("postgres: handoff p99 ≤ 5 ms, {tasks} contenders"),
+            us(p99),
+            p99 <= Duration::from_millis(5),
+        );
     }
 
     // Server work per handoff does not grow with the clients: the most
@@ -325,6 +365,59 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         each,
         met,
     );
+}
+
+/// A connection of its own (no pool), its connection task spawned; closed
+/// when the client is dropped.
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// `tasks` contenders on PostgreSQL's own session-level advisory lock, each
+/// on a connection of its own: `SELECT pg_advisory_lock($1)` waits in the
+/// server; then the hold, and `SELECT pg_advisory_unlock($1)`.
+async fn advisory(server: &PostgresServer, tasks: usize, run_for: Duration) -> Contention {
+    const KEY: i64 = 56;
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        let conn = connect(&server.url()).await;
+        let lock = conn
+            .prepare("SELECT pg_advisory_lock($1)")
+            .await
+            .expect("prepare");
+        let unlock = conn
+            .prepare("SELECT pg_advisory_unlock($1)")
+            .await
+            .expect("prepare");
+        conns.push(Arc::new((conn, lock, unlock)));
+    }
+    let rec = Recorder::new(tasks);
+    let rate = throughput(tasks, run_for, |t, stop, done| {
+        let conn = conns[t].clone();
+        let rec = rec.clone();
+        async move {
+            let (conn, lock, unlock) = &*conn;
+            while !stop.load(Ordering::Relaxed) {
+                conn.execute(lock, &[&KEY]).await.expect("pg_advisory_lock");
+                rec.acquired(t);
+                hold().await;
+                rec.releasing(t);
+                let row = conn.query_one(unlock, &[&KEY]).await.expect("unlock");
+                assert!(row.get::<_, bool>(0), "unlocked a lock not held");
+                done.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(THINK).await;
+            }
+        }
+    })
+    .await;
+    drop(conns);
+    rec.finish(rate)
 }
 
 fn row(

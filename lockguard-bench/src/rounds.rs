@@ -96,3 +96,22 @@ impl fmt::Display for Spread {
         write!(f, "{} ({})", self.cell(), self.range_cell())
     }
 }
+
+/// Runs `rounds` rounds of `variants` variants, each given the round's
+/// number and the variant's index, every variant once a round in an order
+/// that turns by one each round (so each goes first, second, ... in turn);
+/// returns each variant's figures, round by round.
+pub(crate) async fn turning<T>(
+    rounds: usize,
+    variants: usize,
+    mut run: impl AsyncFnMut(usize, usize) -> T,
+) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = (0..variants).map(|_| Vec::with_capacity(rounds)).collect();
+    for round in 0..rounds {
+        for i in 0..variants {
+            let variant = (round + i) % variants;
+            out[variant].push(run(round, variant).await);
+        }
+    }
+    out
+}
