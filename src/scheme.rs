@@ -144,7 +144,8 @@ fn feature_off(url: &str) -> Error {
         ErrorKind::Unsupported,
         format!(
             "{:?} is a {store} URL, and lockguard was built without its feature: \
-             enable `features = [\"{feature}\"]`",
+             enable `features = [\"{feature}\"]` (the `lockguard` tool: \
+             `cargo install lockguard --features full` has every store)",
             redacted(url)
         ),
     )

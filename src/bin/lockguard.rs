@@ -10,7 +10,8 @@ Connects to the store at URL (redis://, redis+redlock://, redis+cluster://,
 redis+sentinel://, postgres://, mysql:// or mariadb://, zookeeper://) and
 says, line by line, whether this deployment provides what a lock's
 guarantees depend on (OK, WARN or FAIL, with the guarantee it affects).
-Exit status: 0 when nothing fails, 1 on a FAIL, 2 when the check could not run.";
+Exit status: 0 when nothing fails, 1 on a FAIL, 2 when the check could not run.
+`cargo install lockguard --features full` builds the tool with every store.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
