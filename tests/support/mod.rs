@@ -133,7 +133,25 @@ pub async fn the_lock_and_limit_layers_refuse_then_serve(lg: &Client, name: &str
             } else {
                 "it is still running".to_owned()
             };
-            panic!("{path}: the first request never held its key; {outcome}");
+            // The store's own answer now, with its causes: a 503 says only
+            // that the store could not be used.
+            let key = format!("{name}:global");
+            let direct = match lg.lock(&key).try_acquire().await {
+                Ok(guard) => format!(
+                    "a direct try_acquire took it (fence {})",
+                    guard.fencing_token()
+                ),
+                Err(e) => {
+                    let mut causes = e.to_string();
+                    let mut source = std::error::Error::source(&e);
+                    while let Some(s) = source {
+                        causes.push_str(&format!(": {s}"));
+                        source = s.source();
+                    }
+                    format!("a direct try_acquire failed: {causes}")
+                }
+            };
+            panic!("{path}: the first request never held its key; {outcome}; {direct}");
         }
         let refused = app.clone().oneshot(request(path)).await.unwrap();
         assert_eq!(refused.status().as_u16(), busy, "{path}");
