@@ -46,6 +46,8 @@ pub(crate) struct RateHeaders {
     standard: Option<(HeaderValue, HeaderValue)>,
     decision: Decision,
     options: HeaderOptions,
+    /// Whether the response refuses the request (and says when to retry).
+    refuses: bool,
 }
 
 /// What every response of one limiter says of its policy, made once (per
@@ -202,7 +204,15 @@ impl RateHeaders {
             standard,
             decision,
             options,
+            refuses: !decision.allowed,
         }
+    }
+
+    /// The headers of a request over the quota let through (shadow mode):
+    /// the same, without `Retry-After`, which only a refusal carries.
+    pub(crate) fn let_through(mut self) -> Self {
+        self.refuses = false;
+        self
     }
 
     /// Adds the headers to a response. Several layers on one route each
@@ -232,7 +242,7 @@ impl RateHeaders {
                 );
             }
         }
-        if !self.decision.allowed {
+        if self.refuses {
             // Never 0: a refusal never invites a retry that fails.
             // A refusal hook's own value is kept.
             let secs = retry_after_secs(&self.decision);

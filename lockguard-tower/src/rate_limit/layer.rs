@@ -107,6 +107,40 @@ impl<P> RateLimitLayer<P> {
         self.edit(|o| o.headers.legacy = on)
     }
 
+    /// Shadow mode, for rolling a limit out (default: off): every request
+    /// is decided, recorded and answered with the rate-limit headers as
+    /// usual, but none is refused. A request over the quota goes through,
+    /// logged at `DEBUG` ("let through in shadow mode") and counted, as
+    /// every refusal the limiter decides, in
+    /// `lockguard_rate_limit_decisions_total{outcome="refused"}` (feature
+    /// `metrics`): watch what the limit would refuse before it does. A
+    /// store that cannot be reached still follows the failure mode.
+    ///
+    /// ```
+    /// use axum::{Router, body::Body, routing::get};
+    /// use http::{Request, StatusCode};
+    /// use lockguard_core::{Client, Quota};
+    /// use lockguard_tower::{RateLimitLayer, key};
+    /// use tower::ServiceExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let lg = Client::memory();
+    /// let app = Router::new().route("/", get(|| async { "ok" })).layer(
+    ///     RateLimitLayer::new(lg.rate_limiter("new-limit", Quota::per_minute(1)), key::Global)
+    ///         .shadow(true),
+    /// );
+    /// for _ in 0..3 {
+    ///     let res = app.clone().oneshot(Request::new(Body::empty())).await.unwrap();
+    ///     assert_eq!(res.status(), StatusCode::OK); // over the quota, but let through
+    /// }
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn shadow(self, on: bool) -> Self {
+        self.edit(|o| o.shadow = on)
+    }
+
     /// Whether an admitted request carries the limiter's
     /// [`Decision`](lockguard_core::Decision) (remaining budget, reset) in
     /// its extensions, for the handler to read; with axum, through the

@@ -15,4 +15,6 @@ pub(crate) struct RateLimitOptions {
     pub(crate) refusals: Refusals,
     /// Whether an admitted request carries its `Decision`.
     pub(crate) decision_extension: bool,
+    /// Shadow mode: decide and send the headers, never refuse.
+    pub(crate) shadow: bool,
 }

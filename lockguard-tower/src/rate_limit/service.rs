@@ -130,6 +130,7 @@ where
         let failure = failure.unwrap_or(self.options.failure);
         let options = self.options.headers;
         let expose = self.options.decision_extension;
+        let shadow = self.options.shadow;
         // Decided at once where the store needs no round trip (the
         // in-memory store, a cached refusal): nothing to box or wait for,
         // and the limiter and its policy only lent.
@@ -143,6 +144,7 @@ where
                     failure,
                     options,
                     expose,
+                    shadow,
                     policy,
                 };
                 ask.admission(decided, refusals)
@@ -163,6 +165,7 @@ where
                 failure,
                 options,
                 expose,
+                shadow,
                 policy: policy.as_ref(),
             };
             ask.admission(decided, &refusals)
@@ -179,6 +182,8 @@ struct Ask<'a> {
     options: HeaderOptions,
     /// Whether an admitted request carries the decision.
     expose: bool,
+    /// Shadow mode: a refusal is let through (with its headers).
+    shadow: bool,
     /// The limiter's policy headers, when made beforehand.
     policy: Option<&'a Policy>,
 }
@@ -195,6 +200,7 @@ impl Ask<'_> {
             failure,
             options,
             expose,
+            shadow,
             policy,
         } = self;
         let decision = match decided {
@@ -221,6 +227,18 @@ impl Ask<'_> {
             return Admission::Proceed {
                 guard: Guard::None,
                 headers: Some(headers),
+                decision: expose.then_some(decision),
+            };
+        }
+        if shadow {
+            tracing::debug!(
+                retry_after_ms =
+                    u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
+                "request over the rate limit let through in shadow mode"
+            );
+            return Admission::Proceed {
+                guard: Guard::None,
+                headers: Some(headers.let_through()),
                 decision: expose.then_some(decision),
             };
         }
