@@ -7,8 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
-use crate::outcome::FailureMode;
-
 /// Whether any policy is in an outage now: a request that succeeds looks
 /// no further while none is (one load, no lock).
 static ANY: AtomicBool = AtomicBool::new(false);
@@ -25,14 +23,10 @@ struct Down {
 }
 
 /// The store failed a check of the `what` named `name` with `error`, and
-/// the layer answers by `mode`: the first failure of an outage is a
-/// warning with the cause; the rest are counted, and logged at debug.
-pub(crate) fn failed(
-    what: &'static str,
-    name: &str,
-    error: &lockguard_core::Error,
-    mode: FailureMode,
-) {
+/// the layer `refused` the request (fail-closed) or let it through
+/// unchecked (fail-open): the first failure of an outage is a warning with
+/// the cause; the rest are counted, and logged at debug.
+pub(crate) fn failed(what: &'static str, name: &str, error: &lockguard_core::Error, refused: bool) {
     let mut down = DOWN.lock().unwrap_or_else(PoisonError::into_inner);
     let down = down.get_or_insert_with(HashMap::new);
     let key = (what, name.to_owned());
@@ -42,15 +36,17 @@ pub(crate) fn failed(
         refused: 0,
         admitted: 0,
     });
-    match mode {
-        FailureMode::Closed => entry.refused += 1,
-        FailureMode::Open => entry.admitted += 1,
+    if refused {
+        entry.refused += 1;
+    } else {
+        entry.admitted += 1;
     }
     ANY.store(true, Ordering::Relaxed);
     let cause = causes(error);
-    let action = match mode {
-        FailureMode::Closed => "refusing requests until it answers (fail-closed)",
-        FailureMode::Open => "letting requests through unchecked until it answers (fail-open)",
+    let action = if refused {
+        "refusing requests until it answers (fail-closed)"
+    } else {
+        "letting requests through unchecked until it answers (fail-open)"
     };
     if first {
         tracing::warn!(what, name, error = %cause, "the store cannot be reached; {action}");
@@ -122,9 +118,9 @@ mod tests {
         let captured = lockguard_testing::CapturedLog::default();
         let _log = captured.install();
         let e = lockguard_core::Error::new(lockguard_core::ErrorKind::Unavailable, "down");
-        failed("rate limit", "outage-test", &e, FailureMode::Closed);
-        failed("rate limit", "outage-test", &e, FailureMode::Closed);
-        failed("rate limit", "outage-test", &e, FailureMode::Open);
+        failed("rate limit", "outage-test", &e, true);
+        failed("rate limit", "outage-test", &e, true);
+        failed("rate limit", "outage-test", &e, false);
         {
             let down = DOWN.lock().unwrap();
             let entry = &down.as_ref().unwrap()[&("rate limit", "outage-test".to_owned())];

@@ -141,7 +141,7 @@ pub(crate) fn store_failure(
     }
     match mode {
         FailureMode::Closed => {
-            crate::outage::failed(what, name, error, mode);
+            crate::outage::failed(what, name, error, true);
             refusal(
                 RefusalKind::Unavailable,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -149,7 +149,7 @@ pub(crate) fn store_failure(
             )
         }
         FailureMode::Open => {
-            crate::outage::failed(what, name, error, mode);
+            crate::outage::failed(what, name, error, false);
             None
         }
     }
