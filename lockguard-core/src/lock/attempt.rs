@@ -143,6 +143,26 @@ impl Lock {
         }
     }
 
+    /// The error of a wait whose deadline passed during an attempt that
+    /// `failed`: busy, with the holder's lease as last heard, when the
+    /// store's latest word in this wait was an answer (`heard`: the lock
+    /// was busy, with `ttl` left if known); the failure, retried for the
+    /// whole wait, when its latest word was a failure or it never
+    /// answered. An attempt the deadline cuts off says nothing new about
+    /// the lock: under load, a round trip begun a moment before the
+    /// deadline is cut off while the store is answering, and the lock was
+    /// busy, not the store unreachable.
+    pub(super) fn ended_during_attempt(
+        &self,
+        failed: Error,
+        heard: Option<Option<Duration>>,
+    ) -> Error {
+        match heard {
+            Some(ttl) => self.busy(ttl, self.wait),
+            None => self.gave_up(failed),
+        }
+    }
+
     /// The busy error after waiting `waited` (zero: one attempt).
     pub(crate) fn busy(&self, ttl: Option<Duration>, waited: Duration) -> Error {
         let what = match self.keys.as_ref().map(|k| (k.rw, k.resource)) {

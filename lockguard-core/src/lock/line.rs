@@ -30,16 +30,18 @@ impl Lock {
     ) -> Result<LockGuard> {
         let started = Instant::now();
         let deadline = started.checked_add(self.wait);
-        match self
+        // The store's latest answer in this wait, while its latest attempt
+        // was answered: the lock was busy, with this lease left if known.
+        let mut heard = match self
             .by_deadline(deadline, self.attempt(keys, lease, None))
             .await
         {
             Ok(Ok(guard)) => return Ok(guard),
-            Ok(Err(_)) => {}
+            Ok(Err(wait)) => Some(wait.ttl()),
             // Retried below while the wait lasts.
-            Err(e) if e.is_unavailable() => {}
+            Err(e) if e.is_unavailable() => None,
             Err(e) => return Err(e),
-        }
+        };
         tracing::debug!(lock = %self.name, "lock busy; waiting for a release");
         let _waiting = crate::meter::waiting(self.primitive(), self.metric_label());
         let mut registration = self
@@ -75,11 +77,15 @@ impl Lock {
             let (wait, failed) = match self.by_deadline(deadline, attempt).await {
                 Ok(Ok(guard)) => return Ok(guard),
                 Ok(Err(wait)) => (wait, None),
+                Err(e) if e.is_unavailable() && deadline.is_some_and(|d| d <= Instant::now()) => {
+                    return Err(self.ended_during_attempt(e, heard));
+                }
                 // No quorum reachable: retried with backoff while the wait
                 // lasts.
                 Err(e) if e.is_unavailable() => (Wait::Busy(None), Some(e)),
                 Err(e) => return Err(e),
             };
+            heard = failed.is_none().then(|| wait.ttl());
             let now = Instant::now();
             let remaining = match deadline {
                 Some(d) if d <= now => return Err(self.wait_ended(failed, wait.ttl())),

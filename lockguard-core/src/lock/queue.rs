@@ -112,6 +112,9 @@ impl Lock {
         // passes on a lock handed to it, in the background.
         let leave = PendingRelease::new(&self.engine, keys, token);
         let mut backoff = Backoff::default();
+        // The store's latest answer in this stay, while its latest attempt
+        // was answered: the lock was busy, with this lease left if known.
+        let mut heard: Option<Option<Duration>> = None;
         loop {
             let (attempt, sent_at, first) = sent.next();
             let place = Place {
@@ -152,6 +155,9 @@ impl Lock {
                 }
                 // Nobody won this round: try again at the next refresh.
                 Ok(Outcome::Contended) => (None, None),
+                Err(e) if e.is_unavailable() && deadline.is_some_and(|d| d <= Instant::now()) => {
+                    return Err(self.ended_during_attempt(e, heard));
+                }
                 // A store that cannot be reached (a restart, a failover, a
                 // new session) is retried with backoff while the wait lasts.
                 Err(e) if e.is_unavailable() => {
@@ -167,6 +173,7 @@ impl Lock {
                 }
                 Err(e) => return Err(e),
             };
+            heard = failed.is_none().then_some(ttl);
             if first {
                 tracing::debug!(lock = %self.name, "lock busy; queued");
             }
