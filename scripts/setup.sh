@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need on a Debian machine, as root, with apt-get
-# when missing: redis-server, PostgreSQL, ZooKeeper, MariaDB, openssl and
-# OpenSSL's headers. scripts/test.sh sources it first (and uses its
-# `pg_bin`); CI runs it before it starts the lints beside the tests.
+# when missing: redis-server, PostgreSQL, ZooKeeper, MariaDB, etcd, openssl,
+# OpenSSL's headers, and protoc with protobuf's well-known protos.
+# scripts/test.sh sources it first (and uses its `pg_bin`); CI runs it before
+# it starts the lints beside the tests.
 set -euo pipefail
 
 # redis-server for every Redis test, redis-cli to form the test clusters,
@@ -26,6 +27,12 @@ pg_bin() {
 [ -f /usr/share/java/zookeeper.jar ] || missing+=(zookeeper)
 # MariaDB's server and client for the MySQL store's tests (lockguard-mysql).
 { [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1; } || missing+=(mariadb-server)
+# etcd (Debian's etcd-server, 3.4 on bookworm) for the etcd store's tests
+# (lockguard-etcd), and protoc with protobuf's well-known protos, which the
+# etcd-client crate's build script compiles its protos with.
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/empty.proto ] || missing+=(libprotobuf-dev)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]} with apt-get" >&2
   if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -40,3 +47,6 @@ redis-server --version
 "$(pg_bin)/postgres" --version
 mariadbd --version 2>/dev/null || /usr/sbin/mariadbd --version
 echo "zookeeper $(dpkg-query -W -f '${Version}' zookeeper 2>/dev/null || echo '(version unknown)')"
+# The first line, `etcd Version: 3.4.23` (sed reads the rest: no SIGPIPE).
+etcd --version | sed -n 1p
+protoc --version
