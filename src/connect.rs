@@ -13,6 +13,7 @@
 //! | `postgres://...`, `postgresql://...` (`sslmode` and the driver's other parameters) | PostgreSQL | `postgres` |
 //! | `mysql://user:password@host:port/database`, `mariadb://...` | MySQL or MariaDB | `mysql` |
 //! | `zookeeper://host:port,host:port,...[/root]`, `zk://...` | a ZooKeeper ensemble, locks under `/root` (default `/lockguard`) | `zookeeper` |
+//! | `etcd://[user:password@]host:port,host:port,...[/prefix]`, `etcds://...` (TLS) | an etcd cluster, keys under `/prefix/` (default `/lockguard/`) | `etcd` |
 //!
 //! What a URL cannot say (certificates, an application's own connection,
 //! Sentinel credentials) has the stores' typed constructors, in the

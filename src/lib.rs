@@ -42,6 +42,7 @@
 //! | `sqlx` | `postgres`, plus `Builder::connect_sqlx_pool`: the PostgreSQL store over the application's `sqlx::PgPool` (sqlx 0.8) |
 //! | `mysql` | `lockguard-mysql` as `lockguard::mysql`: the MySQL/MariaDB store (`Client::connect_mysql` with `lockguard::prelude::*`) |
 //! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
+//! | `etcd` | `lockguard-etcd` as `lockguard::etcd`: the etcd store (`Client::connect_etcd` with `lockguard::prelude::*`): locks, semaphores, read-write and multi-key locks, counters and fenced values; building it needs `protoc` |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` (one server, Cluster, Sentinel, Redlock) through rustls or the platform's TLS library, custom CAs and client certificates; with `tls-rustls`, PostgreSQL over TLS too |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |
@@ -120,6 +121,11 @@ pub use lockguard_zookeeper as zookeeper;
 #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
 pub use lockguard_mysql as mysql;
 
+/// The etcd store, from the crate `lockguard-etcd`.
+#[cfg(feature = "etcd")]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
+pub use lockguard_etcd as etcd;
+
 /// The traits that add the constructors to [`Client`] and [`Builder`]:
 /// with `use lockguard::prelude::*;`, `Client::connect(url)` (the store
 /// chosen by the URL's scheme, see [`connect`](mod@connect)),
@@ -128,6 +134,8 @@ pub use lockguard_mysql as mysql;
 /// `wait_for_replicas`, ...).
 pub mod prelude {
     pub use crate::connect::{BuilderExt as _, ClientExt as _};
+    #[cfg(feature = "etcd")]
+    pub use lockguard_etcd::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "mysql")]
     pub use lockguard_mysql::{BuilderExt as _, ClientExt as _};
     #[cfg(feature = "postgres")]

@@ -89,6 +89,13 @@ pub(crate) const SCHEMES: &[Scheme] = &[
         connect: zookeeper::connect,
         check: zookeeper::check,
     },
+    Scheme {
+        names: &["etcd", "etcds"],
+        store: "etcd",
+        feature: Some("etcd"),
+        connect: etcd::connect,
+        check: etcd::check,
+    },
 ];
 
 /// The store `url` names by its scheme.
@@ -224,7 +231,8 @@ macro_rules! store {
         feature = "sentinel",
         feature = "postgres",
         feature = "mysql",
-        feature = "zookeeper"
+        feature = "zookeeper",
+        feature = "etcd"
     ),
     allow(dead_code)
 )]
@@ -262,6 +270,10 @@ store!(
 store!(
     /// ZooKeeper: `lockguard_zookeeper::url`.
     zookeeper, "zookeeper", lockguard_zookeeper, hosts: true
+);
+store!(
+    /// etcd: `lockguard_etcd::url`.
+    etcd, "etcd", lockguard_etcd, hosts: true
 );
 
 #[cfg(test)]

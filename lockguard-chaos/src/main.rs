@@ -1,7 +1,7 @@
 //! `lockguard-chaos`: the history checker on lockguard's own stores: Redis,
 //! Redlock on three masters, a Redis Cluster, Redis under Sentinel,
-//! PostgreSQL, MySQL on MariaDB and ZooKeeper, each started with
-//! lockguard-testing's harnesses. Each store is plugged in through the
+//! PostgreSQL, MySQL on MariaDB, ZooKeeper and etcd, each started with
+//! lockguard-testing's harnesses (etcd with lockguard-etcd's own). Each store is plugged in through the
 //! library's public [`Store`] and [`Deployment`] traits, as a store crate
 //! outside lockguard plugs in its own.
 //!
@@ -21,6 +21,8 @@ use lockguard_chaos::{
     Store, server_fault,
 };
 use lockguard_core::{Builder, Client, Result};
+use lockguard_etcd::BuilderExt as _;
+use lockguard_etcd::testing::EtcdCluster;
 use lockguard_mysql::MySqlOptions;
 use lockguard_postgres::BuilderExt as _;
 use lockguard_redis::BuilderExt as _;
@@ -31,8 +33,8 @@ use lockguard_testing::{
 use lockguard_zookeeper::BuilderExt as _;
 
 /// Every store, in the order a full run goes through them.
-const ALL: [&dyn Store; 7] = [
-    &Redis, &Redlock, &Postgres, &MySql, &ZooKeeper, &Sentinel, &Cluster,
+const ALL: [&dyn Store; 8] = [
+    &Redis, &Redlock, &Postgres, &MySql, &ZooKeeper, &Sentinel, &Cluster, &Etcd,
 ];
 
 fn main() -> ExitCode {
@@ -414,6 +416,95 @@ impl Deployment for Ensemble {
         std::thread::sleep(down);
         ens.member_mut(i).restart();
         Ok(format!("zookeeper:{}", ens.member(i).port()))
+    }
+
+    /// Elections, and a member's return to the quorum.
+    fn longest(&self, fault: ServerFault) -> Duration {
+        match fault {
+            ServerFault::Restart | ServerFault::Failover => Duration::from_secs(5),
+            _ => fault.usually_heals_in(),
+        }
+    }
+}
+
+/// The etcd lease TTL of the workers: a lease may be at most two thirds of
+/// it, and the longest the workers take is 1 s.
+const ETCD_LEASE_TTL: Duration = Duration::from_secs(3);
+
+/// An etcd cluster of three members: a quorum that survives one down.
+#[derive(Debug)]
+struct Etcd;
+
+#[derive(Debug)]
+struct EtcdMembers(EtcdCluster);
+
+impl Store for Etcd {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
+    fn offers_limiter(&self) -> bool {
+        false
+    }
+
+    fn start(&self) -> Box<dyn Deployment> {
+        Box::new(EtcdMembers(EtcdCluster::start(3)))
+    }
+
+    fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
+        Box::pin(
+            builder(namespace)
+                .etcd_lease_ttl(ETCD_LEASE_TTL)
+                .connect_etcd(addr),
+        )
+    }
+
+    /// `etcd://host:port,...`
+    fn address_of(&self, url: &str) -> Option<String> {
+        url.strip_prefix("etcd://")
+            .map(|hosts| hosts.split('/').next().unwrap_or(hosts).to_owned())
+    }
+}
+
+impl Deployment for EtcdMembers {
+    fn address(&self) -> String {
+        self.0.endpoints()
+    }
+
+    fn faults(&self) -> Vec<ServerFault> {
+        vec![
+            ServerFault::Pause,
+            ServerFault::Restart,
+            ServerFault::Failover,
+        ]
+    }
+
+    /// A failover kills the leader, waits for the others to elect a new
+    /// one, and starts the old one again.
+    fn apply(
+        &mut self,
+        fault: ServerFault,
+        pick: usize,
+        pause: Duration,
+        down: Duration,
+    ) -> std::result::Result<String, String> {
+        let cluster = &mut self.0;
+        if fault != ServerFault::Failover {
+            let i = pick % cluster.len();
+            return server_fault(cluster.member_mut(i), fault, pause, down);
+        }
+        let i = cluster
+            .leader()
+            .ok_or("no member of the cluster says it leads")?;
+        lockguard_testing::ServerProcess::kill(cluster.member_mut(i));
+        cluster.wait_for_leader(Duration::from_secs(30));
+        std::thread::sleep(down);
+        lockguard_testing::ServerProcess::restart(cluster.member_mut(i));
+        Ok(format!("etcd:{}", cluster.member(i).port()))
     }
 
     /// Elections, and a member's return to the quorum.

@@ -15,7 +15,7 @@ use std::process::Command;
 /// The stores of the first run: every Redis deployment.
 const REDIS_STORES: &str = "redis,redlock,sentinel,cluster";
 /// The stores of the second run.
-const DATABASE_STORES: &str = "postgres,mysql,zookeeper";
+const DATABASE_STORES: &str = "postgres,mysql,zookeeper,etcd";
 
 /// Runs the checker with `args`, prints its output, and fails unless it
 /// exited with 0.
@@ -46,7 +46,7 @@ fn history_checker_passes_on_the_redis_stores() {
     chaos(&["--profile", "ci", "--store", REDIS_STORES]);
 }
 
-/// Worker processes on the database stores (PostgreSQL, MySQL, ZooKeeper)
+/// Worker processes on the database stores (PostgreSQL, MySQL, ZooKeeper, etcd)
 /// under random faults: every recorded history passes every check.
 #[test]
 fn history_checker_passes_on_the_database_stores() {

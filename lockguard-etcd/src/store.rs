@@ -1,0 +1,1197 @@
+//! The etcd store: locks, semaphores and read-write locks as etcd's own
+//! lock recipe (the `concurrency` package's `Mutex`).
+//!
+//! Each lock or semaphore is a key prefix, `{prefix}lock/{key}/`, and each
+//! acquisition (a holder, or a waiter in the queue) a key under it named
+//! for its token, `{prefix}lock/{key}/{token}`, attached to the client's
+//! lease (see `session`): a client finds its own key again after a lost
+//! answer by its name. In the order they were created (their create
+//! revisions, which etcd's one Raft log orders) the keys are the queue: the
+//! first `permits` hold, the rest wait, first come first served. A waiter
+//! watches only what it waits for, from the revision it read the queue at,
+//! so nothing that happens in between is missed: a lock's waiter its
+//! predecessor's deletion; a semaphore's first waiter every deletion under
+//! the prefix, and each later waiter its predecessor (which writes its key
+//! again when it comes to hold, so its successor moves on to be first). A
+//! release deletes one key and wakes one waiter.
+//!
+//! A read-write lock has one queue for both kinds, each key's value its
+//! mode: a writer holds when it is first and watches its predecessor; a
+//! reader holds when no writer is ahead of it and watches the nearest
+//! writer ahead.
+//!
+//! The lease of the client is what frees the locks of a process that died:
+//! when etcd expires it, every key of it goes. A live holder keeps its
+//! lock's lease like on any store: the watchdog's renewals check that its
+//! key still exists (a linearizable read) and that the client's lease lasts
+//! the renewal out, and when a lock's lease ends without renewal the
+//! holder's client deletes the key. A lock's fencing token is the revision
+//! that created its key; a semaphore permit's, the revision of its holder's
+//! write when it came to hold. Revisions only grow, across leader changes.
+//!
+//! A multi-lock whose keys are all free is taken in one transaction; its
+//! keys share the transaction's revision as their fencing token. A lock
+//! released before its `at_least` has passed is kept by a key of its own,
+//! `{prefix}lock/{key}/~kept`, on a lease of that length, which outlives
+//! the client.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use etcd_client::{
+    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use lockguard_core::store::{
+    AllOrNone, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Token,
+    Waiting,
+};
+use lockguard_core::{Error, ErrorKind, FencingToken, Result};
+
+use crate::error::etcd_error;
+use crate::session::Session;
+
+mod data;
+
+/// How long a waiter trusts a watch that has not fired before it reads
+/// the queue again anyway.
+const RECHECK: Duration = Duration::from_secs(5);
+
+/// The most permits a semaphore may have on etcd: every attempt reads the
+/// whole queue.
+const MAX_ETCD_PERMITS: u32 = 1_000;
+
+/// The name of the key that keeps a lock released before its `at_least`
+/// passed (no token starts with `~`).
+const KEPT: &str = "~kept";
+
+/// The values of queue keys: what kind of hold each one is.
+mod mark {
+    /// A lock's key.
+    pub(super) const LOCK: &[u8] = b"l";
+    /// A semaphore's key, waiting.
+    pub(super) const PERMIT: &[u8] = b"s";
+    /// A semaphore's key that came to hold (written again: its successor
+    /// is woken by it).
+    pub(super) const HELD: &[u8] = b"h";
+    /// A read-write lock's reader.
+    pub(super) const READ: &[u8] = b"r";
+    /// A read-write lock's writer.
+    pub(super) const WRITE: &[u8] = b"w";
+}
+
+/// The etcd store of one client.
+pub(crate) struct EtcdStore {
+    session: Arc<Session>,
+    /// The prefix of every key.
+    prefix: String,
+    inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
+    /// This client's queue keys, by the token they were created for.
+    nodes: Arc<Mutex<HashMap<Token, Node>>>,
+}
+
+impl fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("prefix", &self.prefix)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One of this client's queue keys.
+#[derive(Debug)]
+struct Node {
+    key: String,
+    /// The revision that created it.
+    created: i64,
+    /// The lease it is attached to: it goes with it.
+    lease: i64,
+    role: Role,
+}
+
+#[derive(Debug)]
+enum Role {
+    /// In the queue, watching what it waits for (once it has looked).
+    Waiting { watch: Option<Watch> },
+    /// Holding. The lease ends at the instant sent; a task of this client
+    /// deletes the key then, unless the lease was extended.
+    Holding { lease_end: watch::Sender<Instant> },
+}
+
+/// A waiter's standing watch.
+#[derive(Debug)]
+struct Watch {
+    task: JoinHandle<()>,
+    set: Instant,
+    /// [`UNFIRED`] until an event (or the watch's end) woke the waiter.
+    fired: Arc<AtomicU8>,
+}
+
+/// A watch that has not fired.
+const UNFIRED: u8 = 0;
+/// A watch that fired, or ended.
+const FIRED: u8 = 1;
+
+impl Node {
+    /// Changes the node's role, stopping the watch of the earlier one.
+    fn set_role(&mut self, role: Role) {
+        if let Role::Waiting { watch: Some(w) } = std::mem::replace(&mut self.role, role) {
+            w.task.abort();
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Role::Waiting { watch: Some(w) } = &self.role {
+            w.task.abort();
+        }
+    }
+}
+
+/// How a key of a queue comes to hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admission {
+    /// A lock's (`Permits(1)`) or a semaphore's key: the first `n` hold.
+    Permits(usize),
+    /// A read-write lock's reader: holds when no writer is ahead.
+    Read,
+    /// A read-write lock's writer: holds when it is first.
+    Write,
+}
+
+impl Admission {
+    fn of(keys: &LockKeys) -> Self {
+        match keys.rw_mode() {
+            None => Self::Permits(keys.resource().permits() as usize),
+            Some(RwMode::Read) => Self::Read,
+            Some(RwMode::Write) => Self::Write,
+        }
+    }
+
+    /// The value a new key of this kind is written with.
+    fn mark(self) -> &'static [u8] {
+        match self {
+            Self::Permits(1) => mark::LOCK,
+            Self::Permits(_) => mark::PERMIT,
+            Self::Read => mark::READ,
+            Self::Write => mark::WRITE,
+        }
+    }
+}
+
+/// One key of a queue, as a listing read it.
+#[derive(Debug, Clone)]
+struct Entry {
+    key: String,
+    created: i64,
+    modified: i64,
+    value: Vec<u8>,
+}
+
+impl Entry {
+    fn of(kv: &KeyValue) -> Self {
+        Self {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            created: kv.create_revision(),
+            modified: kv.mod_revision(),
+            value: kv.value().to_vec(),
+        }
+    }
+}
+
+/// A listing of a lock's prefix: the queue in creation order, and the key
+/// that keeps a lock past its release if there is one.
+#[derive(Debug, Default)]
+struct Queue {
+    entries: Vec<Entry>,
+    kept: Option<Entry>,
+}
+
+impl Queue {
+    fn of(kvs: &[KeyValue]) -> Self {
+        let mut queue = Self::default();
+        for kv in kvs {
+            let entry = Entry::of(kv);
+            if entry.key.ends_with(KEPT) {
+                queue.kept = Some(entry);
+            } else {
+                queue.entries.push(entry);
+            }
+        }
+        queue.entries.sort_by_key(|e| e.created);
+        queue
+    }
+}
+
+/// What a waiter at `rank` of `queue` waits for under `admission`: `None`
+/// when it holds; else the key to watch, whether to watch every key under
+/// it (a prefix), and whether puts wake it too.
+fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
+    let entries = &queue.entries;
+    match admission {
+        Admission::Permits(n) if rank < n => None,
+        Admission::Write if rank == 0 => None,
+        Admission::Permits(1) | Admission::Write => Some(Target::deletion(&entries[rank - 1].key)),
+        Admission::Permits(n) if rank == n => Some(Target {
+            key: None,
+            prefix: true,
+            puts: false,
+        }),
+        Admission::Permits(_) => Some(Target {
+            key: Some(entries[rank - 1].key.clone()),
+            prefix: false,
+            puts: true,
+        }),
+        Admission::Read => entries[..rank]
+            .iter()
+            .rev()
+            .find(|e| e.value == mark::WRITE)
+            .map(|w| Target::deletion(&w.key)),
+    }
+}
+
+/// What a waiter watches.
+#[derive(Debug)]
+struct Target {
+    /// The key (`None`: the lock's prefix).
+    key: Option<String>,
+    prefix: bool,
+    /// Whether a write (not only a deletion) wakes it.
+    puts: bool,
+}
+
+impl Target {
+    fn deletion(key: &str) -> Self {
+        Self {
+            key: Some(key.to_owned()),
+            prefix: false,
+            puts: false,
+        }
+    }
+}
+
+/// The readers at the head of a read-write lock's queue, up to its first
+/// writer, or that writer when it is first.
+fn rw_holders(entries: &[Entry]) -> (usize, bool) {
+    match entries.first() {
+        Some(e) if e.value == mark::WRITE => (0, true),
+        _ => (
+            entries
+                .iter()
+                .take_while(|e| e.value != mark::WRITE)
+                .count(),
+            false,
+        ),
+    }
+}
+
+impl EtcdStore {
+    /// A store working in `session`'s lease, under `prefix`.
+    pub(crate) fn new(session: Arc<Session>, prefix: String) -> Arc<Self> {
+        let store = Arc::new(Self {
+            session,
+            prefix,
+            inbox: Arc::new(OnceLock::new()),
+            nodes: Arc::new(Mutex::new(HashMap::new())),
+        });
+        let inbox = store.inbox.clone();
+        store.session.on_renewed(move || {
+            // Every place in every queue went with the old lease: every
+            // waiter asks again, with the new one.
+            if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
+                inbox.wake_all();
+            }
+        });
+        store
+    }
+
+    /// The TTL of the client's lease, as etcd granted it.
+    pub(crate) fn lease_ttl(&self) -> Duration {
+        self.session.lease().granted
+    }
+
+    fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The prefix of a lock's queue.
+    fn dir(&self, keys: &LockKeys) -> String {
+        format!("{}lock/{}/", self.prefix, escape(keys.id()))
+    }
+
+    /// Runs one request under the response timeout.
+    async fn rpc<T>(
+        &self,
+        what: &str,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        bounded(self.session.timeout(), what, request).await
+    }
+
+    async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
+        let mut client = self.session.client();
+        self.rpc(what, client.txn(txn)).await
+    }
+
+    /// The listing of a lock's prefix, in creation order.
+    fn listing(dir: &str) -> TxnOp {
+        TxnOp::get(
+            dir,
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend),
+            ),
+        )
+    }
+
+    /// This token's key as this client knows it under `lease`; a key of
+    /// an earlier lease is forgotten (it went with that lease).
+    fn known(&self, token: &Token, lease: i64) -> Option<(String, i64, bool)> {
+        let mut nodes = self.nodes();
+        let node = nodes.get(token)?;
+        if node.lease != lease {
+            nodes.remove(token);
+            return None;
+        }
+        Some((
+            node.key.clone(),
+            node.created,
+            matches!(node.role, Role::Holding { .. }),
+        ))
+    }
+
+    /// Records this token's key, waiting.
+    fn record(&self, token: &Token, key: &str, created: i64, lease: i64) {
+        let mut nodes = self.nodes();
+        match nodes.get_mut(token) {
+            Some(node) if node.key == key && node.created == created && node.lease == lease => {}
+            _ => {
+                nodes.insert(
+                    *token,
+                    Node {
+                        key: key.to_owned(),
+                        created,
+                        lease,
+                        role: Role::Waiting { watch: None },
+                    },
+                );
+            }
+        }
+    }
+
+    /// Whether this token waits with a recent watch that has not fired:
+    /// nothing ahead of it changed since it looked. A watch older than
+    /// [`RECHECK`] is looked past, the safety net for a signal lost.
+    fn watching(&self, token: &Token) -> bool {
+        let lease = self.session.lease().id;
+        let nodes = self.nodes();
+        matches!(
+            nodes.get(token),
+            Some(Node { role: Role::Waiting { watch: Some(w) }, lease: l, .. })
+                if w.fired.load(Ordering::Acquire) == UNFIRED
+                    && w.set.elapsed() < RECHECK
+                    && *l == lease
+        )
+    }
+
+    /// One attempt of `token` at `keys`, as [`LockStore::acquire`] makes
+    /// it.
+    async fn attempt(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Outcome> {
+        if place.is_some() && self.watching(token) {
+            // A waiter's refresh while its watch stands: nothing ahead of
+            // it changed (a change, or the watch's end, fires it).
+            return Ok(Outcome::Busy(None));
+        }
+        let admission = Admission::of(keys);
+        let session = self.session.ensure(Instant::now() + lease).await?;
+        let dir = self.dir(keys);
+        let key = format!("{dir}{}", token.as_str());
+        let known = self.known(token, session.id);
+        if matches!(known, Some((_, _, true))) {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                "a token already holding asked to acquire again",
+            ));
+        }
+        if place.is_none()
+            && known.is_none()
+            && matches!(admission, Admission::Permits(1) | Admission::Write)
+        {
+            return self
+                .try_lock(keys, &dir, &key, admission, token, lease, session.id)
+                .await;
+        }
+        // Create the key unless it exists (an earlier attempt of this
+        // waiter, whose answer may have been lost), and read the queue, in
+        // one transaction.
+        let put = TxnOp::put(
+            key.as_str(),
+            admission.mark(),
+            Some(PutOptions::new().with_lease(session.id)),
+        );
+        let txn = Txn::new()
+            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+            .and_then([put, Self::listing(&dir)])
+            .or_else([Self::listing(&dir)]);
+        let answer = self.txn("joining a lock's queue", txn).await?;
+        let revision = revision(&answer);
+        let queue = Queue::of(&last_get(&answer)?);
+        let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
+            // Our key is gone: the lease it was attached to ended. The next
+            // attempt queues again with the new one.
+            self.nodes().remove(token);
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "the etcd lease holding this queue place ended",
+            ));
+        };
+        let mine = queue.entries[rank].clone();
+        self.record(token, &key, mine.created, session.id);
+        let Some(target) = waits(&queue, rank, admission) else {
+            if let Some(kept) = &queue.kept {
+                // Kept past an early release until its `at_least` passes.
+                let left = kept_left(kept);
+                if place.is_none() {
+                    self.give_up(token, key, mine.created).await;
+                    return Ok(Outcome::Busy(left));
+                }
+                self.arm(token, Target::deletion(&kept.key), revision);
+                return Ok(Outcome::Busy(left));
+            }
+            return self.take(keys, token, &mine, admission, lease).await;
+        };
+        if place.is_none() {
+            // Never queue without a place: give the key up.
+            self.give_up(token, key, mine.created).await;
+            return Ok(Outcome::Busy(None));
+        }
+        let target = match target.key {
+            Some(_) => target,
+            None => Target {
+                key: Some(dir),
+                ..target
+            },
+        };
+        self.arm(token, target, revision);
+        Ok(Outcome::Busy(None))
+    }
+
+    /// Deletes the key of an attempt without a place that did not come to
+    /// hold, before the attempt answers: an attempt that never queues
+    /// leaves nothing in the queue behind it (in the background, retried,
+    /// when the deletion fails).
+    async fn give_up(&self, token: &Token, key: String, created: i64) {
+        self.nodes().remove(token);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                created,
+            )])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        if self.txn("leaving a lock's queue", txn).await.is_err() {
+            self.discard(key, created);
+        }
+    }
+
+    /// A lock's (or a writer's) attempt that never queues: the key is
+    /// created only when nothing is under the lock's prefix, one
+    /// transaction either way.
+    #[allow(clippy::too_many_arguments)]
+    async fn try_lock(
+        &self,
+        keys: &Arc<LockKeys>,
+        dir: &str,
+        key: &str,
+        admission: Admission,
+        token: &Token,
+        lease: Duration,
+        lease_id: i64,
+    ) -> Result<Outcome> {
+        let put = TxnOp::put(
+            key,
+            admission.mark(),
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        let kept = format!("{dir}{KEPT}");
+        let txn = Txn::new()
+            .when([Compare::version(dir, CompareOp::Equal, 0).with_prefix()])
+            .and_then([put])
+            .or_else([TxnOp::get(kept.as_str(), None)]);
+        let answer = self.txn("taking a lock", txn).await?;
+        if !answer.succeeded() {
+            let left = last_get(&answer)
+                .ok()
+                .and_then(|kvs| kvs.first().map(Entry::of))
+                .and_then(|kept| kept_left(&kept));
+            return Ok(Outcome::Busy(left));
+        }
+        let created = revision(&answer);
+        self.record(token, key, created, lease_id);
+        self.hold(token, lease);
+        Ok(Outcome::Acquired {
+            fence: fence(created)?,
+            keys: keys.clone(),
+        })
+    }
+
+    /// Takes the lock, permit or read-write hold `token`'s key came to
+    /// hold. A semaphore holder writes its key again first, which wakes the
+    /// waiter watching it (now first among the waiters) and draws its
+    /// fencing token, the write's revision, so permits' tokens follow the
+    /// order they were taken in. A lock's token, and a read-write lock's
+    /// hold's, is its key's create revision: its holders come in creation
+    /// order.
+    async fn take(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        mine: &Entry,
+        admission: Admission,
+        lease: Duration,
+    ) -> Result<Outcome> {
+        let token_rev = match admission {
+            Admission::Permits(n) if n > 1 && mine.value != mark::HELD => {
+                let lease_id = self.session.lease().id;
+                let txn = Txn::new()
+                    .when([Compare::create_revision(
+                        mine.key.as_str(),
+                        CompareOp::Equal,
+                        mine.created,
+                    )])
+                    .and_then([TxnOp::put(
+                        mine.key.as_str(),
+                        mark::HELD,
+                        Some(PutOptions::new().with_lease(lease_id)),
+                    )]);
+                let answer = self.txn("taking a permit", txn).await?;
+                if !answer.succeeded() {
+                    self.nodes().remove(token);
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        "the etcd lease holding this queue place ended",
+                    ));
+                }
+                revision(&answer)
+            }
+            Admission::Permits(n) if n > 1 => mine.modified,
+            _ => mine.created,
+        };
+        self.hold(token, lease);
+        Ok(Outcome::Acquired {
+            fence: fence(token_rev)?,
+            keys: keys.clone(),
+        })
+    }
+
+    /// Sets the watch of a waiting token: when what it waits for changes
+    /// after `revision`, the waiter is woken to look again.
+    fn arm(&self, token: &Token, target: Target, revision: i64) {
+        let inbox = self.inbox.clone();
+        let waiter = *token;
+        let fired = Arc::new(AtomicU8::new(UNFIRED));
+        let flag = fired.clone();
+        let mut client = self.session.client();
+        let task = tokio::spawn(async move {
+            let mut options = WatchOptions::new().with_start_revision(revision + 1);
+            if target.prefix {
+                options = options.with_prefix();
+            }
+            if !target.puts {
+                options = options.with_filters([WatchFilterType::NoPut]);
+            }
+            let key = target.key.unwrap_or_default();
+            if let Ok(mut stream) = client.watch(key, Some(options)).await {
+                // The first answer confirms the watch; the next with an
+                // event (or the stream's end) wakes the waiter.
+                loop {
+                    match stream.message().await {
+                        Ok(Some(r)) if r.events().is_empty() && !r.canceled() => continue,
+                        _ => break,
+                    }
+                }
+            }
+            flag.store(FIRED, Ordering::Release);
+            if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
+                inbox.wake(&waiter);
+            }
+        });
+        match self.nodes().get_mut(token) {
+            Some(node) => node.set_role(Role::Waiting {
+                watch: Some(Watch {
+                    task,
+                    set: Instant::now(),
+                    fired,
+                }),
+            }),
+            None => task.abort(),
+        }
+    }
+
+    /// Marks this token's key held, with a lease of `lease` from now that
+    /// this client enforces: a task deletes the key when it ends.
+    fn hold(&self, token: &Token, lease: Duration) {
+        let (tx, rx) = watch::channel(Instant::now() + lease);
+        let (key, created) = {
+            let mut nodes = self.nodes();
+            let Some(node) = nodes.get_mut(token) else {
+                return;
+            };
+            node.set_role(Role::Holding { lease_end: tx });
+            (node.key.clone(), node.created)
+        };
+        let (nodes, session, token) = (
+            Arc::downgrade(&self.nodes),
+            Arc::downgrade(&self.session),
+            *token,
+        );
+        tokio::spawn(async move {
+            let mut rx = rx;
+            loop {
+                let end = *rx.borrow_and_update();
+                tokio::select! {
+                    () = tokio::time::sleep_until(end) => {
+                        let Some(nodes) = nodes.upgrade() else { return };
+                        let ended = {
+                            let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
+                            let ended = matches!(
+                                nodes.get(&token),
+                                Some(Node { role: Role::Holding { lease_end }, key: k, .. })
+                                    if *k == key && *lease_end.borrow() <= Instant::now()
+                            );
+                            if ended {
+                                nodes.remove(&token);
+                            }
+                            ended
+                        };
+                        if ended {
+                            tracing::debug!(key = %key, "lease ended; deleting the lock's key");
+                            discard_in(session, key, created).await;
+                            return;
+                        }
+                    }
+                    changed = rx.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Deletes a key this client no longer wants, in the background,
+    /// retrying until it is gone or its lease ended: a key left behind
+    /// would come to hold the lock for nobody.
+    fn discard(&self, key: String, created: i64) {
+        tokio::spawn(discard_in(Arc::downgrade(&self.session), key, created));
+    }
+
+    /// Deletes the key `key` again a few times over the next response
+    /// timeout: a request that created it, given up by its caller, may be
+    /// applied after the deletion that was to undo it. (A token is never
+    /// used again once released, so its key is nobody else's.)
+    fn sweep_later(&self, key: String) {
+        let session = Arc::downgrade(&self.session);
+        let nodes = Arc::downgrade(&self.nodes);
+        tokio::spawn(async move {
+            let mut pause = Duration::from_millis(5);
+            let mut waited = Duration::ZERO;
+            loop {
+                tokio::time::sleep(pause).await;
+                waited += pause;
+                let Some((mut client, timeout)) =
+                    session.upgrade().map(|s| (s.client(), s.timeout()))
+                else {
+                    return;
+                };
+                // A key this client has since recorded is in use again.
+                if nodes.upgrade().is_some_and(|n| {
+                    n.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .values()
+                        .any(|node| node.key == key)
+                }) {
+                    return;
+                }
+                let deleted = bounded(
+                    timeout,
+                    "deleting a lock's key",
+                    client.delete(key.as_str(), None),
+                )
+                .await;
+                if deleted.is_ok_and(|r| r.deleted() > 0) {
+                    tracing::debug!(key = %key, "deleted a key created after its release");
+                }
+                if waited >= timeout {
+                    return;
+                }
+                pause = (pause * 4).min(timeout);
+            }
+        });
+    }
+
+    async fn release_inner(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+        let lease = self.session.lease().id;
+        let Some((key, created, holding)) = self.known(token, lease) else {
+            // An acquisition whose answer was lost (or never recorded), or
+            // a key of an ended lease (gone with it): its key is found by
+            // its name.
+            self.nodes().remove(token);
+            let key = format!("{}{}", self.dir(keys), token.as_str());
+            let mut client = self.session.client();
+            let deleted = self
+                .rpc(
+                    "deleting a lock's key",
+                    client.delete(key.as_str(), Some(DeleteOptions::new())),
+                )
+                .await;
+            return match deleted {
+                Ok(r) => {
+                    if r.deleted() == 0 {
+                        // The acquisition's request may still be on its
+                        // way (etcd orders no two requests of one client):
+                        // look for its key again a little later.
+                        self.sweep_later(key);
+                    }
+                    Ok(r.deleted() > 0)
+                }
+                Err(e) => {
+                    self.discard(key.clone(), 0);
+                    self.sweep_later(key);
+                    Err(e)
+                }
+            };
+        };
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                created,
+            )])
+            .and_then([TxnOp::delete(key.as_str(), None)]);
+        match self.txn("deleting a lock's key", txn).await {
+            Ok(answer) => {
+                self.nodes().remove(token);
+                Ok(holding && answer.succeeded())
+            }
+            Err(e) => {
+                if !holding {
+                    // A waiter's key must not stay in the queue. (A
+                    // holder's is deleted when its lease ends.)
+                    self.nodes().remove(token);
+                    self.discard(key, created);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn extend_inner(&self, token: &Token, lease: Duration) -> Result<bool> {
+        let current = self.session.lease().id;
+        let Some((key, created, true)) = self.known(token, current) else {
+            return Ok(false);
+        };
+        let sent_at = Instant::now();
+        // The client's lease must last the renewal out, and the key must
+        // still be there, attached to it.
+        let session = self.session.ensure(sent_at + lease).await?;
+        if session.id != current {
+            self.nodes().remove(token);
+            return Ok(false);
+        }
+        let txn = Txn::new().when([
+            Compare::create_revision(key.as_str(), CompareOp::Equal, created),
+            Compare::lease(key.as_str(), CompareOp::Equal, session.id),
+        ]);
+        let answer = self.txn("checking a lock's key", txn).await?;
+        let mut nodes = self.nodes();
+        match nodes.get(token) {
+            Some(Node {
+                role: Role::Holding { lease_end },
+                key: k,
+                ..
+            }) if answer.succeeded() && *k == key => {
+                lease_end.send_replace(sent_at + lease);
+                Ok(true)
+            }
+            _ => {
+                nodes.remove(token);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Gives up a lock's hold but keeps the lock taken for `keep`: a key of
+    /// its own on a lease of that length takes the holder's place, in one
+    /// transaction with the holder's key's deletion.
+    async fn release_later_inner(
+        &self,
+        keys: &LockKeys,
+        token: &Token,
+        keep: Duration,
+    ) -> Result<bool> {
+        let current = self.session.lease().id;
+        let Some((key, created, true)) = self.known(token, current) else {
+            return Ok(false);
+        };
+        let mut client = self.session.client();
+        let secs = keep.as_secs() + u64::from(keep.subsec_nanos() > 0);
+        let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let granted = self
+            .rpc(
+                "granting the lease of a kept lock",
+                client.lease_grant(secs, None),
+            )
+            .await?;
+        let until_ms =
+            unix_ms().saturating_add(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
+        let kept = format!("{}{KEPT}", self.dir(keys));
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                created,
+            )])
+            .and_then([
+                TxnOp::put(
+                    kept.as_str(),
+                    until_ms.to_string(),
+                    Some(PutOptions::new().with_lease(granted.id())),
+                ),
+                TxnOp::delete(key.as_str(), None),
+            ]);
+        let answer = self.txn("keeping a released lock", txn).await;
+        self.nodes().remove(token);
+        match answer {
+            Ok(a) if a.succeeded() => Ok(true),
+            other => {
+                let id = granted.id();
+                tokio::spawn(async move {
+                    let _ = client.lease_revoke(id).await;
+                });
+                other.map(|_| false)
+            }
+        }
+    }
+
+    async fn inspect_inner(&self, keys: &LockKeys) -> Result<Occupancy> {
+        let capacity = keys.resource().permits();
+        let dir = self.dir(keys);
+        let mut client = self.session.client();
+        let answer = self
+            .rpc(
+                "reading a lock's queue",
+                client.get(
+                    dir.as_str(),
+                    Some(
+                        GetOptions::new()
+                            .with_prefix()
+                            .with_sort(SortTarget::Create, SortOrder::Ascend),
+                    ),
+                ),
+            )
+            .await?;
+        let queue = Queue::of(answer.kvs());
+        let queued = queue.entries.len();
+        let latest = queue
+            .entries
+            .iter()
+            .map(|e| e.modified.max(e.created))
+            .max()
+            .and_then(|r| u64::try_from(r).ok())
+            .filter(|r| *r > 0)
+            .map(FencingToken::new);
+        if let Some(kept) = &queue.kept {
+            return Ok(Occupancy::new(
+                1,
+                capacity,
+                kept_left(kept),
+                queued as u64,
+                latest.or_else(|| u64::try_from(kept.created).ok().map(FencingToken::new)),
+            ));
+        }
+        if keys.rw_mode().is_some() {
+            let (readers, writer) = rw_holders(&queue.entries);
+            let holders = readers + usize::from(writer);
+            return Ok(Occupancy::read_write(
+                u32::try_from(readers).unwrap_or(u32::MAX),
+                writer,
+                None,
+                (queued - holders) as u64,
+                latest,
+            ));
+        }
+        let holders = queued.min(capacity as usize);
+        Ok(Occupancy::new(
+            u32::try_from(holders).unwrap_or(u32::MAX),
+            capacity,
+            // A holder's lease is kept by its own client; the store knows
+            // only that its client's lease lives.
+            None,
+            (queued - holders) as u64,
+            latest,
+        ))
+    }
+
+    async fn acquire_all_inner(&self, set: LockSet<'_>, lease: Duration) -> Result<AllOrNone> {
+        let session = self.session.ensure(Instant::now() + lease).await?;
+        let dirs: Vec<String> = set.keys().iter().map(|k| self.dir(k)).collect();
+        let names: Vec<String> = dirs
+            .iter()
+            .zip(set.tokens())
+            .map(|(d, t)| format!("{d}{}", t.as_str()))
+            .collect();
+        let free: Vec<Compare> = dirs
+            .iter()
+            .map(|d| Compare::version(d.as_str(), CompareOp::Equal, 0).with_prefix())
+            .collect();
+        let puts: Vec<TxnOp> = names
+            .iter()
+            .map(|n| {
+                TxnOp::put(
+                    n.as_str(),
+                    mark::LOCK,
+                    Some(PutOptions::new().with_lease(session.id)),
+                )
+            })
+            .collect();
+        let looks: Vec<TxnOp> = dirs
+            .iter()
+            .map(|d| {
+                TxnOp::get(
+                    d.as_str(),
+                    Some(GetOptions::new().with_prefix().with_count_only()),
+                )
+            })
+            .collect();
+        let txn = Txn::new().when(free).and_then(puts).or_else(looks);
+        let answer = self.txn("taking several locks", txn).await?;
+        if !answer.succeeded() {
+            let index = answer
+                .op_responses()
+                .iter()
+                .position(|r| matches!(r, TxnOpResponse::Get(g) if g.count() > 0))
+                .unwrap_or(0);
+            return Ok(AllOrNone::Busy { index, ttl: None });
+        }
+        let created = revision(&answer);
+        for (name, token) in names.iter().zip(set.tokens()) {
+            self.record(token, name, created, session.id);
+            self.hold(token, lease);
+        }
+        Ok(AllOrNone::Acquired(vec![fence(created)?; set.len()]))
+    }
+}
+
+impl LockStore for EtcdStore {
+    fn name(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn waiting(&self) -> Waiting {
+        Waiting::Queue
+    }
+
+    fn max_permits(&self) -> u32 {
+        MAX_ETCD_PERMITS
+    }
+
+    /// Two thirds of the lease's TTL: the client keeps its lease alive a
+    /// third of the TTL apart, and a renewal must be able to count on it
+    /// for the whole lease.
+    fn max_lease(&self) -> Option<Duration> {
+        Some(self.lease_ttl() * 2 / 3)
+    }
+
+    fn attach(&self, inbox: Weak<dyn Inbox>) {
+        let _ = self.inbox.set(inbox);
+    }
+
+    fn read_write(&self) -> bool {
+        true
+    }
+
+    async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        place: Option<Place<'_>>,
+    ) -> Result<Outcome> {
+        self.attempt(keys, token, lease, place).await
+    }
+
+    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
+        self.acquire_all_inner(set, lease).await.map(Some)
+    }
+
+    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.release_inner(keys, token).await
+    }
+
+    async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        self.inspect_inner(keys).await
+    }
+
+    /// A lock's hold becomes a key on a lease of its own that keeps it past
+    /// this client's lease (see the module's docs); a semaphore's permit
+    /// and a read-write lock's hold are kept by their lease.
+    async fn release_later(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        keep: Duration,
+    ) -> Result<bool> {
+        if keys.rw_mode().is_none() && keys.resource().permits() == 1 {
+            return self.release_later_inner(keys, token, keep).await;
+        }
+        self.extend_inner(token, keep).await
+    }
+
+    async fn extend(&self, _keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        self.extend_inner(token, lease).await
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        // Waiters' watches end with the store.
+        self.nodes().clear();
+    }
+}
+
+/// A revision as a fencing token: positive on every real cluster.
+fn fence(revision: i64) -> Result<FencingToken> {
+    u64::try_from(revision)
+        .ok()
+        .filter(|r| *r > 0)
+        .map(FencingToken::new)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("etcd reported revision {revision}"),
+            )
+        })
+}
+
+/// The revision a transaction was applied at.
+fn revision(answer: &TxnResponse) -> i64 {
+    answer.header().map_or(0, |h| h.revision())
+}
+
+/// The key-values of a transaction's last range read.
+fn last_get(answer: &TxnResponse) -> Result<Vec<KeyValue>> {
+    match answer.op_responses().pop() {
+        Some(TxnOpResponse::Get(mut get)) => Ok(get.take_kvs()),
+        _ => Err(Error::new(
+            ErrorKind::Protocol,
+            "etcd answered a transaction without its read",
+        )),
+    }
+}
+
+/// How long a kept lock has left, from the deadline its key holds (the
+/// releasing client's clock).
+fn kept_left(kept: &Entry) -> Option<Duration> {
+    let until: u64 = std::str::from_utf8(&kept.value).ok()?.parse().ok()?;
+    Some(Duration::from_millis(until.saturating_sub(unix_ms())))
+}
+
+/// Milliseconds since the Unix epoch, on this client's clock.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A key as one path segment: characters outside a plain set (`/` among
+/// them) are written `%XX`, byte by byte, so no lock's prefix is another's.
+pub(crate) fn escape(key: &str) -> String {
+    let mut name = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_:.{}@+=,".contains(&b) {
+            name.push(char::from(b));
+        } else {
+            name.push_str(&format!("%{b:02X}"));
+        }
+    }
+    name
+}
+
+/// Runs one request under `timeout`: its answer, or a timeout error.
+pub(crate) async fn bounded<T>(
+    timeout: Duration,
+    what: &str,
+    request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(timeout, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(etcd_error(e, what)),
+        Err(_) => Err(Error::new(
+            ErrorKind::Timeout,
+            format!("{what}: no answer from etcd within {timeout:?}"),
+        )),
+    }
+}
+
+/// Deletes the key `key` (of create revision `created`; 0: whichever),
+/// retrying until it is gone, its lease ended, or the store is dropped
+/// (its lease is then revoked, and its keys go with it).
+async fn discard_in(session: Weak<Session>, key: String, created: i64) {
+    let mut pause = Duration::from_millis(20);
+    loop {
+        let Some((mut client, timeout)) = session.upgrade().map(|s| (s.client(), s.timeout()))
+        else {
+            return;
+        };
+        let mut txn = Txn::new();
+        if created > 0 {
+            txn = txn.when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                created,
+            )]);
+        }
+        let txn = txn.and_then([TxnOp::delete(key.as_str(), None)]);
+        match bounded(timeout, "deleting a lock's key", client.txn(txn)).await {
+            Ok(_) => return,
+            Err(e) => tracing::debug!(key = %key, error = %e, "deleting a key failed; retrying"),
+        }
+        drop(client);
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_escape_what_would_nest_one_lock_in_another() {
+        assert_eq!(
+            escape("lockguard:lock:{order:42}"),
+            "lockguard:lock:{order:42}"
+        );
+        assert_eq!(escape("a/b"), "a%2Fb");
+        assert_eq!(escape("100%"), "100%25");
+        assert_eq!(escape("é"), "%C3%A9");
+    }
+}

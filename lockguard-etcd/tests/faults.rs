@@ -1,0 +1,1 @@
+//! Fault tests on etcd.
