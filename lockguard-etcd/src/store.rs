@@ -42,8 +42,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, DeleteOptions, GetOptions, KeyValue, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -328,18 +328,38 @@ impl EtcdStore {
         format!("{}lock/{}/", self.prefix, escape(keys.id()))
     }
 
-    /// Runs one request under the response timeout.
-    async fn rpc<T>(
-        &self,
-        what: &str,
-        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
-    ) -> Result<T> {
-        bounded(self.session.timeout(), what, request).await
+    /// Runs one request under the response timeout, sent again to
+    /// another member while it could not be sent at all (see [`retried`]).
+    async fn rpc<T, F>(&self, what: &str, request: impl FnMut(EtcdClient) -> F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        retried(
+            &self.session.client(),
+            self.session.timeout(),
+            what,
+            request,
+        )
+        .await
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
-        let mut client = self.session.client();
-        self.rpc(what, client.txn(txn)).await
+        self.rpc(what, |mut c| {
+            let txn = txn.clone();
+            async move { c.txn(txn).await }
+        })
+        .await
+    }
+
+    /// What a read of `key` (with `options`) finds.
+    async fn get(
+        &self,
+        what: &str,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<Vec<KeyValue>> {
+        let txn = Txn::new().and_then([TxnOp::get(key, options)]);
+        last_get(&self.txn(what, txn).await?)
     }
 
     /// The listing of a lock's prefix, in creation order.
@@ -755,22 +775,22 @@ impl EtcdStore {
             // its name.
             self.nodes().remove(token);
             let key = format!("{}{}", self.dir(keys), token.as_str());
-            let mut client = self.session.client();
-            let deleted = self
-                .rpc(
-                    "deleting a lock's key",
-                    client.delete(key.as_str(), Some(DeleteOptions::new())),
-                )
-                .await;
+            let txn = Txn::new().and_then([TxnOp::delete(key.as_str(), None)]);
+            let deleted = self.txn("deleting a lock's key", txn).await.map(|a| {
+                match a.op_responses().pop() {
+                    Some(TxnOpResponse::Delete(d)) => d.deleted(),
+                    _ => 0,
+                }
+            });
             return match deleted {
-                Ok(r) => {
-                    if r.deleted() == 0 {
+                Ok(deleted) => {
+                    if deleted == 0 {
                         // The acquisition's request may still be on its
                         // way (etcd orders no two requests of one client):
                         // look for its key again a little later.
                         self.sweep_later(key);
                     }
-                    Ok(r.deleted() > 0)
+                    Ok(deleted > 0)
                 }
                 Err(e) => {
                     self.discard(key.clone(), 0);
@@ -851,14 +871,12 @@ impl EtcdStore {
         let Some((key, created, true)) = self.known(token, current) else {
             return Ok(false);
         };
-        let mut client = self.session.client();
         let secs = keep.as_secs() + u64::from(keep.subsec_nanos() > 0);
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let granted = self
-            .rpc(
-                "granting the lease of a kept lock",
-                client.lease_grant(secs, None),
-            )
+            .rpc("granting the lease of a kept lock", |mut c| async move {
+                c.lease_grant(secs, None).await
+            })
             .await?;
         let until_ms =
             unix_ms().saturating_add(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
@@ -883,6 +901,7 @@ impl EtcdStore {
             Ok(a) if a.succeeded() => Ok(true),
             other => {
                 let id = granted.id();
+                let mut client = self.session.client();
                 tokio::spawn(async move {
                     let _ = client.lease_revoke(id).await;
                 });
@@ -894,21 +913,18 @@ impl EtcdStore {
     async fn inspect_inner(&self, keys: &LockKeys) -> Result<Occupancy> {
         let capacity = keys.resource().permits();
         let dir = self.dir(keys);
-        let mut client = self.session.client();
         let answer = self
-            .rpc(
+            .get(
                 "reading a lock's queue",
-                client.get(
-                    dir.as_str(),
-                    Some(
-                        GetOptions::new()
-                            .with_prefix()
-                            .with_sort(SortTarget::Create, SortOrder::Ascend),
-                    ),
+                &dir,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend),
                 ),
             )
             .await?;
-        let queue = Queue::of(answer.kvs());
+        let queue = Queue::of(&answer);
         let queued = queue.entries.len();
         let latest = queue
             .entries
@@ -1148,6 +1164,52 @@ pub(crate) async fn bounded<T>(
             ErrorKind::Timeout,
             format!("{what}: no answer from etcd within {timeout:?}"),
         )),
+    }
+}
+
+/// Runs the request `request` makes on a clone of `client` within
+/// `timeout`, making it again while it fails without having been sent (the
+/// member it was routed to refused the connection: a member that is down,
+/// before the client's balancer has stopped picking it). A request that was
+/// sent is never sent again: its outcome is the caller's to settle.
+pub(crate) async fn retried<T, F>(
+    client: &EtcdClient,
+    timeout: Duration,
+    what: &str,
+    mut request: impl FnMut(EtcdClient) -> F,
+) -> Result<T>
+where
+    F: Future<Output = std::result::Result<T, etcd_client::Error>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(2);
+    loop {
+        match tokio::time::timeout_at(deadline, request(client.clone())).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(e)) if never_sent(&e) && Instant::now() + pause < deadline => {
+                tracing::trace!(error = %e, "{what}: not sent; sending again");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Ok(Err(e)) => return Err(etcd_error(e, what)),
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{what}: no answer from etcd within {timeout:?}"),
+                ));
+            }
+        }
+    }
+}
+
+/// Whether a request failed before it was sent: its connection could not
+/// be made.
+fn never_sent(e: &etcd_client::Error) -> bool {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            status.code() == tonic::Code::Unavailable && status.message().contains("connect error")
+        }
+        _ => false,
     }
 }
 

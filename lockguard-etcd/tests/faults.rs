@@ -1,1 +1,369 @@
-//! Fault tests on etcd.
+//! The etcd store against real servers under faults: a member killed and
+//! restarted, a member paused past a holder's lease TTL, the leader of a
+//! three-member cluster killed while a holder holds and clients wait,
+//! client processes killed while they hold or wait, and a writer, a
+//! multi-lock and a leader paused past their lease.
+//!
+//! Every test's name starts with `etcd`, so that `cargo test etcd` picks
+//! every test here.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use lockguard_core::{Builder, Client};
+use lockguard_etcd::BuilderExt as _;
+use lockguard_etcd::testing::{EtcdCluster, EtcdServer};
+use lockguard_testing::ChildProcess;
+use lockguard_testing::conformance::eventually;
+use lockguard_testing::faults::{
+    PausePlan, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_leaders_lease,
+    a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
+    a_wait_rides_out_a_pause_longer_than_its_lease, takes_lock_within,
+    the_next_holder_fences_out_the_old,
+};
+
+/// The lease TTL of a client whose loss the tests provoke: etcd's least
+/// with the harness's election timeout.
+const SHORT_TTL: Duration = Duration::from_secs(1);
+
+/// A client of `b`'s settings whose etcd lease has `ttl`.
+async fn connect(endpoints: &str, b: Builder, ttl: Duration) -> Client {
+    b.connect_timeout(Duration::from_secs(5))
+        .etcd_lease_ttl(ttl)
+        .connect_etcd(endpoints)
+        .await
+        .expect("connect to etcd")
+}
+
+/// Killed, the member makes operations fail fast as unavailable (or timed
+/// out); restarted on its data, the same client recovers by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_fails_fast_and_the_client_recovers_after_restart() {
+    let mut server = EtcdServer::start();
+    let timeout = Duration::from_millis(300);
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(timeout),
+        Duration::from_secs(30),
+    )
+    .await;
+    a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
+        e.is_unavailable() || e.is_timeout()
+    })
+    .await;
+}
+
+/// `a` holds a lock under a watchdog lease (two thirds of its 1 s lease
+/// TTL) when the member freezes for three times the TTL: the loss is
+/// signalled before the TTL ends. After the pause etcd expires `a`'s lease,
+/// `b` acquires with a greater fencing token, a write fenced with `a`'s old
+/// token is rejected, and `a` takes locks again by itself, under a new
+/// lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_past_the_lease_ttl_takes_the_lease_and_the_fence() {
+    let mut server = EtcdServer::start();
+    let a = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(200)),
+        SHORT_TTL,
+    )
+    .await;
+    let b = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+
+    let first = a.lock("paused").acquire().await.unwrap();
+    let acquired_at = Instant::now();
+    let lost = first.lost();
+    server.pause();
+    let err = tokio::time::timeout(SHORT_TTL * 2, lost)
+        .await
+        .expect("loss not signalled within the TTL");
+    let signalled = acquired_at.elapsed();
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        signalled < SHORT_TTL,
+        "loss signalled after {signalled:?}, past the lease TTL"
+    );
+    assert!(!first.is_held());
+    tokio::time::sleep(SHORT_TTL * 2).await;
+    server.resume();
+
+    the_next_holder_fences_out_the_old(&b, &b, first, Duration::from_secs(20)).await;
+
+    let recovered = takes_lock_within(&a, "paused", Duration::from_secs(15), |e| {
+        e.is_unavailable() || e.is_timeout() || e.is_busy()
+    })
+    .await;
+    assert!(recovered, "the paused client did not recover");
+}
+
+/// A three-member cluster loses its leader while a holder holds and three
+/// clients wait: every client moves to another member, the holder keeps
+/// its lock through the election (never held twice), and the waiters are
+/// served one at a time, in their order, with increasing fencing tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_leader_killed_while_clients_wait() {
+    let mut cluster = EtcdCluster::start(3);
+    let endpoints = cluster.endpoints();
+    let holder = connect(&endpoints, Client::builder(), Duration::from_secs(30)).await;
+    let guard = holder.lock("election").acquire().await.unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3u64 {
+        let lg = connect(&endpoints, Client::builder(), Duration::from_secs(10)).await;
+        let (inside, order) = (inside.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = lg
+                .lock("election")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .expect("a waiter is served after the election");
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            order.lock().unwrap().push((i, g.fencing_token()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(g.release().await.unwrap());
+        }));
+        // Each waiter queues before the next one starts.
+        let queued = eventually(Duration::from_secs(10), || {
+            let holder = holder.clone();
+            async move { holder.lock("election").inspect().await.unwrap().waiters == i + 1 }
+        })
+        .await;
+        assert!(queued, "waiter {i} did not queue");
+    }
+    let leader = cluster.wait_for_leader(Duration::from_secs(30));
+    let killed = Instant::now();
+    lockguard_testing::ServerProcess::kill(cluster.member_mut(leader));
+    let new_leader = cluster.wait_for_leader(Duration::from_secs(30));
+    println!("a new leader after {:?}", killed.elapsed());
+    assert_ne!(new_leader, leader);
+    // A renewal after the election: the holder's key survived it.
+    let renewed = eventually(Duration::from_secs(10), || {
+        let guard = &guard;
+        async move { guard.extend(Duration::from_secs(5)).await.is_ok() }
+    })
+    .await;
+    assert!(renewed, "the holder's lock did not survive the election");
+    assert!(guard.is_held(), "the holder lost its lock in the election");
+    assert_eq!(inside.load(Ordering::SeqCst), 0, "a waiter got in");
+    assert!(guard.release().await.unwrap());
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("a waiter was never served")
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let served: Vec<_> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(served, [0, 1, 2], "waiters served out of order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
+
+/// The member is down when a client asks for a lock with a 30 s wait, and
+/// comes back (restarted on its data) a few seconds later: the wait rides
+/// out the outage and acquires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_wait_rides_out_a_server_restart() {
+    let mut server = EtcdServer::start();
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(500)),
+        Duration::from_secs(30),
+    )
+    .await;
+    lockguard_testing::ServerProcess::kill(&mut server);
+    let waiting = tokio::spawn({
+        let lg = lg.clone();
+        async move {
+            lg.lock("restart")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::task::block_in_place(|| lockguard_testing::ServerProcess::restart(&mut server));
+    let guard = waiting
+        .await
+        .unwrap()
+        .expect("the wait rides out the restart");
+    assert!(guard.release().await.unwrap());
+}
+
+/// A wait across a 1.2 s pause, longer than the 400 ms lease it asks for,
+/// takes the lock within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_wait_rides_out_a_pause_longer_than_its_lease() {
+    let mut server = EtcdServer::start();
+    let ttl = Duration::from_secs(30);
+    let holder = connect(&server.endpoint(), Client::builder(), ttl).await;
+    let waiter = connect(&server.endpoint(), Client::builder(), ttl).await;
+    a_wait_rides_out_a_pause_longer_than_its_lease(&mut server, &holder, &waiter).await;
+}
+
+/// The holder's client, with a 1 s lease TTL and a short response timeout,
+/// and the next holder's, with a lease that outlives the pause.
+async fn paused_clients(server: &EtcdServer) -> (Client, Client) {
+    let a = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(200)),
+        SHORT_TTL,
+    )
+    .await;
+    let b = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    (a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_past_a_writers_lease_takes_its_lease_and_its_fence() {
+    let mut server = EtcdServer::start();
+    let (a, b) = paused_clients(&server).await;
+    a_pause_takes_the_writers_lease(&mut server, PausePlan::session(SHORT_TTL), &a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_past_a_multi_locks_lease_takes_its_lease_and_its_fences() {
+    let mut server = EtcdServer::start();
+    let (a, b) = paused_clients(&server).await;
+    a_pause_takes_the_multi_locks_lease(&mut server, PausePlan::session(SHORT_TTL), &a, &b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_paused_past_a_leaders_lease_takes_its_lease_and_its_term() {
+    let mut server = EtcdServer::start();
+    let (a, b) = paused_clients(&server).await;
+    a_pause_takes_the_leaders_lease(&mut server, PausePlan::session(SHORT_TTL), &a, &b).await;
+}
+
+/// Set to `ROLE ENDPOINTS`, makes `etcd_child` act as a client process:
+/// `hold` or `wait` for the lock "victim".
+const CHILD_ENV: &str = "LOCKGUARD_ETCD_CHILD";
+
+/// The child half of the process tests below, run only in the child
+/// process they start (which sets `LOCKGUARD_ETCD_CHILD`): it holds, or
+/// waits for, the lock "victim" with a lease TTL of 1 s, says so on its
+/// standard output, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the etcd process tests"]
+async fn etcd_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (role, endpoints) = spec.split_once(' ').expect("role and endpoints");
+    let lg = connect(endpoints, Client::builder(), SHORT_TTL).await;
+    match role {
+        "hold" => {
+            let guard = lg.lock("victim").acquire().await.expect("the child holds");
+            println!("held {}", guard.fencing_token());
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            panic!("the holding child was not killed");
+        }
+        _ => {
+            println!("waiting");
+            let outcome = lg
+                .lock("victim")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await;
+            panic!("the waiting child was not killed while queued: {outcome:?}");
+        }
+    }
+}
+
+/// This test binary run again as `etcd_child`, holding or waiting.
+fn child_client(role: &str, endpoints: &str) -> ChildProcess {
+    ChildProcess::spawn("etcd_child", (CHILD_ENV, &format!("{role} {endpoints}")))
+}
+
+/// A holder process killed with SIGKILL frees the lock when etcd expires
+/// its 1 s lease: a waiter in this process, woken by the key's deletion,
+/// takes it with a greater fencing token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_holder_process_frees_the_lock_with_its_lease() {
+    let server = EtcdServer::start();
+    let endpoints = server.endpoint();
+    let mut child = child_client("hold", &endpoints);
+    let held = child.expect("held");
+    let old_fence: u64 = held
+        .split_whitespace()
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .expect("the child's fencing token");
+    let lg = connect(&endpoints, Client::builder(), Duration::from_secs(30)).await;
+    let busy = lg.lock("victim").try_acquire().await.unwrap_err();
+    assert!(busy.is_busy(), "{busy}");
+    child.kill();
+    let killed = Instant::now();
+    let guard = lg
+        .lock("victim")
+        .wait(Duration::from_secs(30))
+        .acquire()
+        .await
+        .expect("the lock is freed when the dead holder's lease expires");
+    let freed_after = killed.elapsed();
+    println!("the dead holder's lock was taken {freed_after:?} after the kill");
+    assert!(freed_after < Duration::from_secs(4), "{freed_after:?}");
+    assert!(guard.fencing_token().get() > old_fence);
+    assert!(guard.release().await.unwrap());
+}
+
+/// A waiter process killed with SIGKILL while first in the queue leaves it
+/// when etcd expires its 1 s lease: the waiter behind it is served within
+/// that (plus slack), never after the holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_waiter_process_leaves_the_queue_with_its_lease() {
+    let server = EtcdServer::start();
+    let endpoints = server.endpoint();
+    let holder = connect(&endpoints, Client::builder(), Duration::from_secs(30)).await;
+    let guard = holder.lock("victim").acquire().await.unwrap();
+    let mut child = child_client("wait", &endpoints);
+    child.expect("waiting");
+    let queued = |n: u64| {
+        let holder = holder.clone();
+        eventually(Duration::from_secs(10), move || {
+            let holder = holder.clone();
+            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
+        })
+    };
+    assert!(queued(1).await, "the child never queued");
+    let second = connect(&endpoints, Client::builder(), Duration::from_secs(30)).await;
+    let waiter = tokio::spawn(async move {
+        let g = second
+            .lock("victim")
+            .wait(Duration::from_secs(30))
+            .acquire()
+            .await
+            .expect("the waiter behind the dead one acquires");
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    assert!(queued(2).await, "the second waiter never queued");
+    child.kill();
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter behind the dead one was never served")
+        .unwrap();
+    let delay = acquired - released;
+    println!("the waiter behind the killed one acquired {delay:?} after the release");
+    let bound = SHORT_TTL + Duration::from_secs(2);
+    assert!(
+        delay < bound,
+        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
+    );
+}

@@ -37,9 +37,8 @@ impl EtcdStore {
 
     /// A counter's value and `mod_revision` (0 and 0 when missing).
     async fn read_counter(&self, key: &str) -> Result<(i64, i64)> {
-        let mut client = self.session.client();
-        let answer = self.rpc("reading a counter", client.get(key, None)).await?;
-        match answer.kvs().first() {
+        let answer = self.get("reading a counter", key, None).await?;
+        match answer.first() {
             None => Ok((0, 0)),
             Some(kv) => Ok((counter_value(key, kv.value())?, kv.mod_revision())),
         }
@@ -93,11 +92,8 @@ impl EtcdStore {
 
     /// The fenced value's key, and what it holds.
     async fn read_fenced(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        let mut client = self.session.client();
-        let answer = self
-            .rpc("reading a fenced value", client.get(key, None))
-            .await?;
-        Ok(answer.kvs().first().map(|kv| kv.value().to_vec()))
+        let answer = self.get("reading a fenced value", key, None).await?;
+        Ok(answer.first().map(|kv| kv.value().to_vec()))
     }
 
     /// Writes `stored` (a token and what follows) if the stored token is
