@@ -141,7 +141,7 @@ async fn postgres_durability_standbys_and_schema_are_checked() {
 
 #[tokio::test]
 async fn unknown_schemes_and_bad_urls_are_errors() {
-    let e = lockguard::check::deployment("etcd://127.0.0.1:2379")
+    let e = lockguard::check::deployment("consul://127.0.0.1:8500")
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");

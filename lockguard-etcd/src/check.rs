@@ -12,7 +12,7 @@ use lockguard_core::store::net;
 use lockguard_core::{Error, Result};
 
 use crate::DEFAULT_ETCD_LEASE_TTL;
-use crate::store::bounded;
+use crate::store::{bounded, retried};
 
 const LEASE: &str = "no deadlock (a crashed holder's lease); safety notes: etcd";
 const AVAILABILITY: &str = "availability; safety notes: etcd";
@@ -44,16 +44,21 @@ pub async fn cluster(endpoints: &str, user: Option<(String, String)>) -> Result<
         o
     };
     let urls: Vec<String> = named.iter().map(|e| format!("http://{e}")).collect();
-    let mut client = bounded(
+    let client = bounded(
         TIMEOUT,
         "connecting to etcd",
         EtcdClient::connect(&urls, Some(options(&user))),
     )
     .await
     .map_err(net::unreachable)?;
-    let members = bounded(TIMEOUT, "listing etcd's members", client.member_list())
-        .await
-        .map_err(net::unreachable)?;
+    let members = retried(
+        &client,
+        TIMEOUT,
+        "listing etcd's members",
+        |mut c| async move { c.member_list().await },
+    )
+    .await
+    .map_err(net::unreachable)?;
     let voters = members.members().iter().filter(|m| !m.is_learner()).count();
 
     let mut statuses = Vec::new();
@@ -75,17 +80,15 @@ pub async fn cluster(endpoints: &str, user: Option<(String, String)>) -> Result<
     }
 
     let asked = DEFAULT_ETCD_LEASE_TTL;
-    let granted = bounded(
-        TIMEOUT,
-        "granting a lease",
-        client.lease_grant(i64::try_from(asked.as_secs()).unwrap_or(10), None),
-    )
+    let secs = i64::try_from(asked.as_secs()).unwrap_or(10);
+    let granted = retried(&client, TIMEOUT, "granting a lease", |mut c| async move {
+        c.lease_grant(secs, None).await
+    })
     .await?;
-    let _ = bounded(
-        TIMEOUT,
-        "revoking a lease",
-        client.lease_revoke(granted.id()),
-    )
+    let id = granted.id();
+    let _ = retried(&client, TIMEOUT, "revoking a lease", |mut c| async move {
+        c.lease_revoke(id).await
+    })
     .await;
     let granted = Duration::from_secs(granted.ttl().unsigned_abs());
 
