@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole lockguard test suite. Works on a fresh Debian machine as
-# root: installs redis-server, PostgreSQL, ZooKeeper, MariaDB (and openssl) with
-# apt-get when missing, then builds and runs every test, doctest and example.
+# root: installs redis-server, PostgreSQL, ZooKeeper, MariaDB, etcd (and openssl,
+# protoc) with apt-get when missing, then builds and runs every test, doctest and example.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,13 +44,13 @@ cargo build --workspace --all-features --examples --tests
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
-skips=(--skip postgres --skip zookeeper --skip mysql)
+skips=(--skip postgres --skip zookeeper --skip mysql --skip etcd)
 cargo test --workspace --all-features "${others[@]}" -- "${skips[@]}" --skip history_checker_ 2>&1 | tee "$log"
 cargo test --workspace --all-features "${conformance[@]}" "${skips[@]}" 2>&1 | tee -a "$log"
-# The PostgreSQL, ZooKeeper and MySQL (MariaDB) tests in passes of their own: their servers
+# The PostgreSQL, ZooKeeper, MySQL (MariaDB) and etcd tests in passes of their own: their servers
 # would otherwise share the two cores of a small machine with the Redlock
 # tests, whose nodes must answer within a per-node timeout.
-for store in postgres zookeeper mysql; do
+for store in postgres zookeeper mysql etcd; do
   cargo test --workspace --all-features "${others[@]}" -- "$store" 2>&1 | tee -a "$log"
   cargo test --workspace --all-features "${conformance[@]}" "$store" 2>&1 | tee -a "$log"
 done
@@ -60,7 +60,7 @@ cargo test --workspace --all-features --doc 2>&1 | tee -a "$log"
 # platform's TLS library.
 cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
 # The history checker (lockguard-chaos/tests/chaos.rs): worker processes on
-# every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, Sentinel,
+# every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, etcd, Sentinel,
 # Cluster) under random faults, their histories checked, in two runs (the
 # Redis stores, the database stores); and the self-test, which breaks the
 # locking on purpose and passes only if the checker catches it on every

@@ -76,6 +76,9 @@ struct ReadmeDoctests;
 // The Rust snippets of the pages in docs/, likewise: one item per page that
 // has any.
 #[cfg(all(doctest, feature = "full"))]
+#[doc = include_str!("../docs/etcd.md")]
+struct DocsEtcdDoctests;
+#[cfg(all(doctest, feature = "full"))]
 #[doc = include_str!("../docs/http.md")]
 struct DocsHttpDoctests;
 #[cfg(all(doctest, feature = "full"))]
