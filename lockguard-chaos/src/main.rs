@@ -447,10 +447,6 @@ impl Store for Etcd {
         true
     }
 
-    fn offers_limiter(&self) -> bool {
-        false
-    }
-
     fn start(&self) -> Box<dyn Deployment> {
         Box::new(EtcdMembers(EtcdCluster::start(3)))
     }

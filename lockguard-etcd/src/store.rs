@@ -59,6 +59,7 @@ use crate::error::etcd_error;
 use crate::session::Session;
 
 mod data;
+mod limits;
 
 /// How long a waiter trusts a watch that has not fired before it reads
 /// the queue again anyway.
@@ -95,6 +96,10 @@ pub(crate) struct EtcdStore {
     inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
     /// This client's queue keys, by the token they were created for.
     nodes: Arc<Mutex<HashMap<Token, Node>>>,
+    /// The leases rate-limit state is attached to.
+    limit_leases: limits::LimitLeases,
+    /// The rate-limit keys this client decided for.
+    limits_seen: limits::LimitKeysSeen,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -302,6 +307,8 @@ impl EtcdStore {
             prefix,
             inbox: Arc::new(OnceLock::new()),
             nodes: Arc::new(Mutex::new(HashMap::new())),
+            limit_leases: limits::LimitLeases::default(),
+            limits_seen: limits::LimitKeysSeen::default(),
         });
         let inbox = store.inbox.clone();
         store.session.on_renewed(move || {

@@ -14,7 +14,9 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use lockguard_core::store::{CounterKeys, DataStore, Stored, net, unsupported};
+use lockguard_core::store::{
+    CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, net, unsupported,
+};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{EtcdStore, escape};
@@ -221,6 +223,16 @@ impl DataStore for EtcdStore {
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), "", None)]);
         Ok(self.txn("marking once", txn).await?.succeeded())
+    }
+
+    async fn rate_limit(
+        &self,
+        keys: &LimitKeys<'_>,
+        op: LimitOp,
+        cost: u64,
+        peek: bool,
+    ) -> Result<LimitReply> {
+        self.rate_limit_inner(keys, op, cost, peek).await
     }
 
     async fn fenced_write(&self, key: &str, token: u64, value: &[u8]) -> Result<bool> {
