@@ -4,8 +4,9 @@
 //! and the PostgreSQL store beside raw tokio-postgres running the same
 //! statements, against a server it starts; the MySQL/MariaDB store beside
 //! raw `mysql_async` sending the same calls and beside the server's own
-//! user locks (`GET_LOCK`); and the ZooKeeper store beside the raw
-//! `zookeeper-client` lock recipe.
+//! user locks (`GET_LOCK`); the ZooKeeper store beside the raw
+//! `zookeeper-client` lock recipe; and the etcd store beside etcd's own
+//! `Lock` RPC and election.
 //!
 //! ```sh
 //! cargo run --release -p lockguard-bench                      # print the tables
@@ -26,6 +27,7 @@ use redis::aio::ConnectionManager;
 
 mod apps;
 mod cluster;
+mod etcd;
 mod footprint;
 mod http;
 mod leader;
@@ -1239,7 +1241,7 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 16] = [
+const SECTIONS: [&str; 17] = [
     "uncontended",
     "contention",
     "tails",
@@ -1256,6 +1258,7 @@ const SECTIONS: [&str; 16] = [
     "postgres",
     "mysql",
     "zookeeper",
+    "etcd",
 ];
 
 /// What `--help` prints.
@@ -1265,7 +1268,7 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, contention, tails, cluster,
                   multi, rw, leader, limiters, flood, memory, footprint, http,
-                  http-redis, postgres, mysql, zookeeper
+                  http-redis, postgres, mysql, zookeeper, etcd
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
 ";
@@ -1400,6 +1403,9 @@ async fn main() {
     }
     if run("zookeeper") {
         zookeeper::section(&mut b).await;
+    }
+    if run("etcd") {
+        etcd::section(&mut b).await;
     }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");
