@@ -27,8 +27,8 @@ use lockguard_mysql::MySqlOptions;
 use lockguard_postgres::BuilderExt as _;
 use lockguard_redis::BuilderExt as _;
 use lockguard_testing::{
-    MariaDbServer, PostgresServer, RedisCluster, RedisServer, SENTINEL_SERVICE, SentinelGroup,
-    ZooKeeperEnsemble,
+    MariaDbServer, PostgresServer, RedisCluster, RedisServer, Relay, SENTINEL_SERVICE,
+    SentinelGroup, ZooKeeperEnsemble,
 };
 use lockguard_zookeeper::BuilderExt as _;
 
@@ -435,8 +435,14 @@ const ETCD_LEASE_TTL: Duration = Duration::from_secs(3);
 #[derive(Debug)]
 struct Etcd;
 
+/// The members, each behind a relay the workers connect through: cutting
+/// a relay's connections is how the clients' connections are killed (etcd
+/// has no command for it).
 #[derive(Debug)]
-struct EtcdMembers(EtcdCluster);
+struct EtcdMembers {
+    cluster: EtcdCluster,
+    relays: Vec<Relay>,
+}
 
 impl Store for Etcd {
     fn name(&self) -> &'static str {
@@ -448,7 +454,11 @@ impl Store for Etcd {
     }
 
     fn start(&self) -> Box<dyn Deployment> {
-        Box::new(EtcdMembers(EtcdCluster::start(3)))
+        let cluster = EtcdCluster::start(3);
+        let relays = (0..cluster.len())
+            .map(|i| Relay::start(cluster.member(i).port()))
+            .collect();
+        Box::new(EtcdMembers { cluster, relays })
     }
 
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
@@ -468,7 +478,11 @@ impl Store for Etcd {
 
 impl Deployment for EtcdMembers {
     fn address(&self) -> String {
-        self.0.endpoints()
+        self.relays
+            .iter()
+            .map(|r| format!("127.0.0.1:{}", r.port()))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn faults(&self) -> Vec<ServerFault> {
@@ -476,6 +490,7 @@ impl Deployment for EtcdMembers {
             ServerFault::Pause,
             ServerFault::Restart,
             ServerFault::Failover,
+            ServerFault::KillConnections,
         ]
     }
 
@@ -488,7 +503,15 @@ impl Deployment for EtcdMembers {
         pause: Duration,
         down: Duration,
     ) -> std::result::Result<String, String> {
-        let cluster = &mut self.0;
+        let cluster = &mut self.cluster;
+        if fault == ServerFault::KillConnections {
+            let i = pick % self.relays.len();
+            self.relays[i].reset();
+            return Ok(format!(
+                "etcd:{} (its clients' connections)",
+                cluster.member(i).port()
+            ));
+        }
         if fault != ServerFault::Failover {
             let i = pick % cluster.len();
             return server_fault(cluster.member_mut(i), fault, pause, down);

@@ -18,8 +18,10 @@ fn kind(e: &EtcdError) -> ErrorKind {
         EtcdError::IoError(_) | EtcdError::TransportError(_) => ErrorKind::Unavailable,
         EtcdError::GRpcStatus(status) => match status.code() {
             // The client's own deadline (`Timeout expired`) and the
-            // server's.
-            Code::DeadlineExceeded | Code::Cancelled => ErrorKind::Timeout,
+            // server's; a request cancelled by its connection's end is
+            // an outage.
+            Code::DeadlineExceeded => ErrorKind::Timeout,
+            Code::Cancelled if status.message().contains("Timeout") => ErrorKind::Timeout,
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Unauthorized,
             // etcd answers a wrong password with InvalidArgument.
             Code::InvalidArgument if status.message().contains("authentication failed") => {

@@ -245,22 +245,25 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
     match admission {
         Admission::Permits(n) if rank < n => None,
         Admission::Write if rank == 0 => None,
-        Admission::Permits(1) | Admission::Write => Some(Target::deletion(&entries[rank - 1].key)),
+        Admission::Permits(1) | Admission::Write => Some(Target::deletion(&entries[rank - 1])),
         Admission::Permits(n) if rank == n => Some(Target {
             key: None,
             prefix: true,
             puts: false,
+            seen: entries[..rank]
+                .iter()
+                .map(|e| (e.key.clone(), e.modified))
+                .collect(),
         }),
         Admission::Permits(_) => Some(Target {
-            key: Some(entries[rank - 1].key.clone()),
-            prefix: false,
             puts: true,
+            ..Target::deletion(&entries[rank - 1])
         }),
         Admission::Read => entries[..rank]
             .iter()
             .rev()
             .find(|e| e.value == mark::WRITE)
-            .map(|w| Target::deletion(&w.key)),
+            .map(Target::deletion),
     }
 }
 
@@ -272,14 +275,20 @@ struct Target {
     prefix: bool,
     /// Whether a write (not only a deletion) wakes it.
     puts: bool,
+    /// What the waiter saw of it: each key it waits on, with the revision
+    /// that last wrote it. Once the watch stands, a read that finds any of
+    /// them gone or written again wakes the waiter: it changed before the
+    /// watch began.
+    seen: Vec<(String, i64)>,
 }
 
 impl Target {
-    fn deletion(key: &str) -> Self {
+    fn deletion(entry: &Entry) -> Self {
         Self {
-            key: Some(key.to_owned()),
+            key: Some(entry.key.clone()),
             prefix: false,
             puts: false,
+            seen: vec![(entry.key.clone(), entry.modified)],
         }
     }
 }
@@ -464,20 +473,26 @@ impl EtcdStore {
                 .try_lock(keys, &dir, &key, admission, token, lease, session.id)
                 .await;
         }
-        // Create the key unless it exists (an earlier attempt of this
-        // waiter, whose answer may have been lost), and read the queue, in
-        // one transaction.
-        let put = TxnOp::put(
-            key.as_str(),
-            admission.mark(),
-            Some(PutOptions::new().with_lease(session.id)),
-        );
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([put, Self::listing(&dir)])
-            .or_else([Self::listing(&dir)]);
+        let txn = if known.is_some() {
+            // A waiter looking again: a read (a transaction with a write
+            // in it goes through the log, and its disk, even when its
+            // comparison fails).
+            Txn::new().and_then([Self::listing(&dir)])
+        } else {
+            // Create the key unless it exists (an earlier attempt of this
+            // waiter, whose answer may have been lost), and read the
+            // queue, in one transaction.
+            let put = TxnOp::put(
+                key.as_str(),
+                admission.mark(),
+                Some(PutOptions::new().with_lease(session.id)),
+            );
+            Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([put, Self::listing(&dir)])
+                .or_else([Self::listing(&dir)])
+        };
         let answer = self.txn("joining a lock's queue", txn).await?;
-        let revision = revision(&answer);
         let queue = Queue::of(&last_get(&answer)?);
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
             // Our key is gone: the lease it was attached to ended. The next
@@ -498,7 +513,7 @@ impl EtcdStore {
                     self.give_up(token, key, mine.created).await;
                     return Ok(Outcome::Busy(left));
                 }
-                self.arm(token, Target::deletion(&kept.key), revision);
+                self.arm(token, Target::deletion(kept));
                 return Ok(Outcome::Busy(left));
             }
             return self.take(keys, token, &mine, admission, lease).await;
@@ -515,7 +530,7 @@ impl EtcdStore {
                 ..target
             },
         };
-        self.arm(token, target, revision);
+        self.arm(token, target);
         Ok(Outcome::Busy(None))
     }
 
@@ -627,33 +642,22 @@ impl EtcdStore {
         })
     }
 
-    /// Sets the watch of a waiting token: when what it waits for changes
-    /// after `revision`, the waiter is woken to look again.
-    fn arm(&self, token: &Token, target: Target, revision: i64) {
+    /// Sets the watch of a waiting token: when what it waits for changes,
+    /// the waiter is woken to look again.
+    ///
+    /// The watch starts at the store's current revision, where etcd sends
+    /// its events as they happen (a watch from an older revision catches
+    /// up on a 100 ms tick); once it stands, one read checks that nothing
+    /// the waiter saw changed before it did.
+    fn arm(&self, token: &Token, target: Target) {
         let inbox = self.inbox.clone();
         let waiter = *token;
         let fired = Arc::new(AtomicU8::new(UNFIRED));
         let flag = fired.clone();
-        let mut client = self.session.client();
+        let client = self.session.client();
+        let timeout = self.session.timeout();
         let task = tokio::spawn(async move {
-            let mut options = WatchOptions::new().with_start_revision(revision + 1);
-            if target.prefix {
-                options = options.with_prefix();
-            }
-            if !target.puts {
-                options = options.with_filters([WatchFilterType::NoPut]);
-            }
-            let key = target.key.unwrap_or_default();
-            if let Ok(mut stream) = client.watch(key, Some(options)).await {
-                // The first answer confirms the watch; the next with an
-                // event (or the stream's end) wakes the waiter.
-                loop {
-                    match stream.message().await {
-                        Ok(Some(r)) if r.events().is_empty() && !r.canceled() => continue,
-                        _ => break,
-                    }
-                }
-            }
+            watch_until_changed(client, timeout, target).await;
             flag.store(FIRED, Ordering::Release);
             if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
                 inbox.wake(&waiter);
@@ -1098,6 +1102,70 @@ impl Drop for EtcdStore {
         // Waiters' watches end with the store.
         self.nodes().clear();
     }
+}
+
+/// Watches `target` until it changes (or the watch fails): returns when
+/// the waiter should look again.
+async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: Target) {
+    let mut options = WatchOptions::new();
+    if target.prefix {
+        options = options.with_prefix();
+    }
+    if !target.puts {
+        options = options.with_filters([WatchFilterType::NoPut]);
+    }
+    let key = target.key.unwrap_or_default();
+    let Ok(mut stream) = client.watch(key, Some(options)).await else {
+        return;
+    };
+    // The first answer says the watch stands.
+    match stream.message().await {
+        Ok(Some(r)) if !r.canceled() && r.events().is_empty() => {}
+        _ => return,
+    }
+    if changed_meanwhile(&client, timeout, &target.seen).await {
+        return;
+    }
+    // The next answer with an event (or the stream's end) wakes the waiter.
+    loop {
+        match stream.message().await {
+            Ok(Some(r)) if r.events().is_empty() && !r.canceled() => {}
+            _ => return,
+        }
+    }
+}
+
+/// Whether any key of `seen` is gone or was written again since: one read
+/// of them all (true when the read fails: the waiter looks again).
+async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(String, i64)]) -> bool {
+    let reads: Vec<TxnOp> = seen
+        .iter()
+        .map(|(key, _)| TxnOp::get(key.as_str(), None))
+        .collect();
+    if reads.is_empty() {
+        return false;
+    }
+    let txn = Txn::new().and_then(reads);
+    let Ok(answer) = retried(client, timeout, "checking a watched key", |mut c| {
+        let txn = txn.clone();
+        async move { c.txn(txn).await }
+    })
+    .await
+    else {
+        return true;
+    };
+    let responses = answer.op_responses();
+    responses.len() != seen.len()
+        || responses
+            .iter()
+            .zip(seen)
+            .any(|(r, (_, modified))| match r {
+                TxnOpResponse::Get(get) => get
+                    .kvs()
+                    .first()
+                    .is_none_or(|kv| kv.mod_revision() != *modified),
+                _ => true,
+            })
 }
 
 /// A revision as a fencing token: positive on every real cluster.

@@ -367,3 +367,62 @@ async fn etcd_killed_waiter_process_leaves_the_queue_with_its_lease() {
         "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
     );
 }
+
+/// The waiter's connections are cut (a proxy or a load balancer closing
+/// them) while it waits, several times: each time its client reconnects,
+/// watches again, and is woken by the next release at once, never by its
+/// refresh (a `patient` client refreshes 10 s apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_cut_connections_keep_wake_ups() {
+    let server = EtcdServer::start();
+    let relay = lockguard_testing::Relay::start(server.port());
+    let holder = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let waiter = connect(
+        &format!("127.0.0.1:{}", relay.port()),
+        lockguard_testing::faults::patient(),
+        Duration::from_secs(30),
+    )
+    .await;
+    for round in 0..3 {
+        let name = format!("cut-{round}");
+        let held = holder.lock(&name).acquire().await.unwrap();
+        let w = waiter.clone();
+        let n = name.clone();
+        let waiting = tokio::spawn(async move {
+            let g = w
+                .lock(&n)
+                .wait(Duration::from_secs(25))
+                .acquire()
+                .await
+                .expect("the waiter acquires");
+            let at = Instant::now();
+            g.release().await.expect("release");
+            at
+        });
+        let queued = eventually(Duration::from_secs(10), || async {
+            holder.lock(&name).inspect().await.unwrap().waiters == 1
+        })
+        .await;
+        assert!(queued, "round {round}: the waiter never queued");
+        relay.reset();
+        // Time for the client to see its connection gone and watch again.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let released = Instant::now();
+        assert!(held.release().await.unwrap());
+        let at = tokio::time::timeout(Duration::from_secs(15), waiting)
+            .await
+            .expect("the waiter was not served")
+            .unwrap();
+        let waited = at - released;
+        println!("round {round}: the waiter held the lock {waited:?} after the release");
+        assert!(
+            waited < Duration::from_secs(2),
+            "round {round}: woken by its refresh, not the release: {waited:?}"
+        );
+    }
+}

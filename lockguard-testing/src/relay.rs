@@ -95,6 +95,12 @@ impl Relay {
     /// Closes every connection, both ways, and refuses new ones for good.
     pub fn cut(&self) {
         self.shared.cut.store(true, Ordering::SeqCst);
+        self.reset();
+    }
+
+    /// Closes every connection, both ways, and goes on accepting new ones:
+    /// what a proxy or a load balancer that drops its connections does.
+    pub fn reset(&self) {
         self.release();
         let sockets = std::mem::take(
             &mut *self
@@ -134,6 +140,12 @@ fn accept(listener: &TcpListener, target: u16, shared: &Arc<Shared>) {
             continue;
         };
         let _ = client.set_nonblocking(false);
+        // Each chunk passes on as it comes: without this, Nagle's
+        // algorithm holds a small write back until the previous one is
+        // acknowledged (up to the peer's 40 ms delayed ACK), which a
+        // direct loopback connection would not.
+        let _ = client.set_nodelay(true);
+        let _ = server.set_nodelay(true);
         let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else {
             continue;
         };
