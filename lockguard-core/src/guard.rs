@@ -406,7 +406,7 @@ impl LockGuard {
             && lease > max
         {
             return Err(Error::invalid(format!(
-                "a lease on a {} client can be at most {max:?} (two thirds of its session timeout), got {lease:?}",
+                "a lease on this {} client can be at most {max:?} (two thirds of its session timeout or lease TTL), got {lease:?}",
                 s.engine.store.name()
             )));
         }

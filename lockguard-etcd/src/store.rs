@@ -8,12 +8,13 @@
 //! answer by its name. In the order they were created (their create
 //! revisions, which etcd's one Raft log orders) the keys are the queue: the
 //! first `permits` hold, the rest wait, first come first served. A waiter
-//! watches only what it waits for, from the revision it read the queue at,
-//! so nothing that happens in between is missed: a lock's waiter its
-//! predecessor's deletion; a semaphore's first waiter every deletion under
-//! the prefix, and each later waiter its predecessor (which writes its key
-//! again when it comes to hold, so its successor moves on to be first). A
-//! release deletes one key and wakes one waiter.
+//! watches only what it waits for: a lock's waiter its predecessor's
+//! deletion; a semaphore's first waiter every deletion under the prefix,
+//! and each later waiter its predecessor (which writes its key again when
+//! it comes to hold, so its successor moves on to be first). A watch starts
+//! at the current revision, and one read then checks that nothing the
+//! waiter saw changed before it stood (see `arm`). A release deletes one
+//! key and wakes one waiter; the waiter looks again with a read.
 //!
 //! A read-write lock has one queue for both kinds, each key's value its
 //! mode: a writer holds when it is first and watches its predecessor; a
@@ -31,9 +32,9 @@
 //!
 //! A multi-lock whose keys are all free is taken in one transaction; its
 //! keys share the transaction's revision as their fencing token. A lock
-//! released before its `at_least` has passed is kept by a key of its own,
-//! `{prefix}lock/{key}/~kept`, on a lease of that length, which outlives
-//! the client.
+//! released before its `at_least` has passed keeps its holder's key, moved
+//! to a lease of that length, which outlives the client: to its waiters it
+//! is still the holder, until the lease ends and etcd deletes it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -50,8 +51,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use lockguard_core::store::{
-    AllOrNone, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Token,
-    Waiting,
+    AllOrNone, Handoff, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode,
+    Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -65,13 +66,13 @@ mod limits;
 /// the queue again anyway.
 const RECHECK: Duration = Duration::from_secs(5);
 
+/// How much longer than a handoff's reservation the client's lease must be
+/// known to last for the handoff to be made: the time to take it.
+const HANDOFF_MARGIN: Duration = Duration::from_millis(100);
+
 /// The most permits a semaphore may have on etcd: every attempt reads the
 /// whole queue.
 const MAX_ETCD_PERMITS: u32 = 1_000;
-
-/// The name of the key that keeps a lock released before its `at_least`
-/// passed (no token starts with `~`).
-const KEPT: &str = "~kept";
 
 /// The values of queue keys: what kind of hold each one is.
 mod mark {
@@ -86,6 +87,9 @@ mod mark {
     pub(super) const READ: &[u8] = b"r";
     /// A read-write lock's writer.
     pub(super) const WRITE: &[u8] = b"w";
+    /// A lock's holder's key kept past its release, until `at_least` has
+    /// passed: followed by that moment, in ms since the Unix epoch.
+    pub(super) const KEPT: &[u8] = b"k:";
 }
 
 /// The etcd store of one client.
@@ -120,6 +124,9 @@ struct Node {
     /// The lease it is attached to: it goes with it.
     lease: i64,
     role: Role,
+    /// A waiter's latest attempt: its number, how long its place is kept
+    /// (a handoff is reserved that long from it), and the lock's lease.
+    place: Option<(u32, Duration, Duration)>,
 }
 
 #[derive(Debug)]
@@ -213,27 +220,24 @@ impl Entry {
     }
 }
 
-/// A listing of a lock's prefix: the queue in creation order, and the key
-/// that keeps a lock past its release if there is one.
+/// A listing of a lock's prefix: the queue in creation order.
 #[derive(Debug, Default)]
 struct Queue {
     entries: Vec<Entry>,
-    kept: Option<Entry>,
 }
 
 impl Queue {
     fn of(kvs: &[KeyValue]) -> Self {
-        let mut queue = Self::default();
-        for kv in kvs {
-            let entry = Entry::of(kv);
-            if entry.key.ends_with(KEPT) {
-                queue.kept = Some(entry);
-            } else {
-                queue.entries.push(entry);
-            }
-        }
-        queue.entries.sort_by_key(|e| e.created);
-        queue
+        let mut entries: Vec<Entry> = kvs.iter().map(Entry::of).collect();
+        entries.sort_by_key(|e| e.created);
+        Self { entries }
+    }
+
+    /// The holder's key kept past its release, if the lock is so kept.
+    fn kept(&self) -> Option<&Entry> {
+        self.entries
+            .first()
+            .filter(|e| e.value.starts_with(mark::KEPT))
     }
 }
 
@@ -245,7 +249,9 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
     match admission {
         Admission::Permits(n) if rank < n => None,
         Admission::Write if rank == 0 => None,
-        Admission::Permits(1) | Admission::Write => Some(Target::deletion(&entries[rank - 1])),
+        Admission::Permits(1) | Admission::Write => {
+            Some(Target::deletion(&entries[rank - 1]).handing_over(rank == 1))
+        }
         Admission::Permits(n) if rank == n => Some(Target {
             key: None,
             prefix: true,
@@ -254,16 +260,21 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
                 .iter()
                 .map(|e| (e.key.clone(), e.modified))
                 .collect(),
+            hands_over: false,
         }),
         Admission::Permits(_) => Some(Target {
             puts: true,
             ..Target::deletion(&entries[rank - 1])
         }),
-        Admission::Read => entries[..rank]
-            .iter()
-            .rev()
-            .find(|e| e.value == mark::WRITE)
-            .map(Target::deletion),
+        Admission::Read => {
+            let writers: Vec<&Entry> = entries[..rank]
+                .iter()
+                .filter(|e| e.value == mark::WRITE)
+                .collect();
+            writers
+                .last()
+                .map(|w| Target::deletion(w).handing_over(writers.len() == 1))
+        }
     }
 }
 
@@ -280,6 +291,10 @@ struct Target {
     /// them gone or written again wakes the waiter: it changed before the
     /// watch began.
     seen: Vec<(String, i64)>,
+    /// Whether the key's deletion makes the waiter the holder: it is the
+    /// one key ahead that keeps it waiting (a lock's or a writer's
+    /// predecessor at the head; a reader's writer, the first writer).
+    hands_over: bool,
 }
 
 impl Target {
@@ -289,7 +304,12 @@ impl Target {
             prefix: false,
             puts: false,
             seen: vec![(entry.key.clone(), entry.modified)],
+            hands_over: false,
         }
+    }
+
+    fn handing_over(self, hands_over: bool) -> Self {
+        Self { hands_over, ..self }
     }
 }
 
@@ -419,9 +439,18 @@ impl EtcdStore {
                         created,
                         lease,
                         role: Role::Waiting { watch: None },
+                        place: None,
                     },
                 );
             }
+        }
+    }
+
+    /// Notes a waiter's attempt with `place` for a lease of `lease`: a
+    /// handoff names its latest attempt.
+    fn note(&self, token: &Token, place: &Place<'_>, lease: Duration) {
+        if let Some(node) = self.nodes().get_mut(token) {
+            node.place = Some((place.attempt, place.timeout, lease));
         }
     }
 
@@ -449,9 +478,12 @@ impl EtcdStore {
         lease: Duration,
         place: Option<Place<'_>>,
     ) -> Result<Outcome> {
-        if place.is_some() && self.watching(token) {
+        if let Some(p) = &place
+            && self.watching(token)
+        {
             // A waiter's refresh while its watch stands: nothing ahead of
             // it changed (a change, or the watch's end, fires it).
+            self.note(token, p, lease);
             return Ok(Outcome::Busy(None));
         }
         let admission = Admission::of(keys);
@@ -459,11 +491,13 @@ impl EtcdStore {
         let dir = self.dir(keys);
         let key = format!("{dir}{}", token.as_str());
         let known = self.known(token, session.id);
-        if matches!(known, Some((_, _, true))) {
-            return Err(Error::new(
-                ErrorKind::Protocol,
-                "a token already holding asked to acquire again",
-            ));
+        if let Some((_, created, true)) = known {
+            // Handed over by its watch (see `handoff`) as this attempt
+            // began: the same hold.
+            return Ok(Outcome::Acquired {
+                fence: fence(created)?,
+                keys: keys.clone(),
+            });
         }
         if place.is_none()
             && known.is_none()
@@ -506,22 +540,14 @@ impl EtcdStore {
         let mine = queue.entries[rank].clone();
         self.record(token, &key, mine.created, session.id);
         let Some(target) = waits(&queue, rank, admission) else {
-            if let Some(kept) = &queue.kept {
-                // Kept past an early release until its `at_least` passes.
-                let left = kept_left(kept);
-                if place.is_none() {
-                    self.give_up(token, key, mine.created).await;
-                    return Ok(Outcome::Busy(left));
-                }
-                self.arm(token, Target::deletion(kept));
-                return Ok(Outcome::Busy(left));
-            }
             return self.take(keys, token, &mine, admission, lease).await;
         };
+        // A lock kept past an early release until its `at_least` passes.
+        let left = queue.kept().and_then(kept_left);
         if place.is_none() {
             // Never queue without a place: give the key up.
             self.give_up(token, key, mine.created).await;
-            return Ok(Outcome::Busy(None));
+            return Ok(Outcome::Busy(left));
         }
         let target = match target.key {
             Some(_) => target,
@@ -530,8 +556,11 @@ impl EtcdStore {
                 ..target
             },
         };
+        if let Some(p) = &place {
+            self.note(token, p, lease);
+        }
         self.arm(token, target);
-        Ok(Outcome::Busy(None))
+        Ok(Outcome::Busy(left))
     }
 
     /// Deletes the key of an attempt without a place that did not come to
@@ -571,17 +600,25 @@ impl EtcdStore {
             admission.mark(),
             Some(PutOptions::new().with_lease(lease_id)),
         );
-        let kept = format!("{dir}{KEPT}");
+        // Busy: the holder's key, to tell a kept lock's time left.
+        let first = TxnOp::get(
+            dir,
+            Some(
+                GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, SortOrder::Ascend)
+                    .with_limit(1),
+            ),
+        );
         let txn = Txn::new()
             .when([Compare::version(dir, CompareOp::Equal, 0).with_prefix()])
             .and_then([put])
-            .or_else([TxnOp::get(kept.as_str(), None)]);
+            .or_else([first]);
         let answer = self.txn("taking a lock", txn).await?;
         if !answer.succeeded() {
             let left = last_get(&answer)
                 .ok()
-                .and_then(|kvs| kvs.first().map(Entry::of))
-                .and_then(|kept| kept_left(&kept));
+                .and_then(|kvs| Queue::of(&kvs).kept().and_then(kept_left));
             return Ok(Outcome::Busy(left));
         }
         let created = revision(&answer);
@@ -656,11 +693,17 @@ impl EtcdStore {
         let flag = fired.clone();
         let client = self.session.client();
         let timeout = self.session.timeout();
+        let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
         let task = tokio::spawn(async move {
-            watch_until_changed(client, timeout, target).await;
+            let hands_over = target.hands_over;
+            let gone = watch_until_changed(client, timeout, target).await;
             flag.store(FIRED, Ordering::Release);
-            if let Some(inbox) = inbox.get().and_then(Weak::upgrade) {
-                inbox.wake(&waiter);
+            let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
+                return;
+            };
+            match handoff(gone && hands_over, &nodes, &session, waiter) {
+                Some(handoff) => inbox.handoff(handoff),
+                None => inbox.wake(&waiter),
             }
         });
         match self.nodes().get_mut(token) {
@@ -687,44 +730,8 @@ impl EtcdStore {
             node.set_role(Role::Holding { lease_end: tx });
             (node.key.clone(), node.created)
         };
-        let (nodes, session, token) = (
-            Arc::downgrade(&self.nodes),
-            Arc::downgrade(&self.session),
-            *token,
-        );
-        tokio::spawn(async move {
-            let mut rx = rx;
-            loop {
-                let end = *rx.borrow_and_update();
-                tokio::select! {
-                    () = tokio::time::sleep_until(end) => {
-                        let Some(nodes) = nodes.upgrade() else { return };
-                        let ended = {
-                            let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
-                            let ended = matches!(
-                                nodes.get(&token),
-                                Some(Node { role: Role::Holding { lease_end }, key: k, .. })
-                                    if *k == key && *lease_end.borrow() <= Instant::now()
-                            );
-                            if ended {
-                                nodes.remove(&token);
-                            }
-                            ended
-                        };
-                        if ended {
-                            tracing::debug!(key = %key, "lease ended; deleting the lock's key");
-                            discard_in(session, key, created).await;
-                            return;
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
+        let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
+        tokio::spawn(end_at_lease_end(nodes, session, *token, key, created, rx));
     }
 
     /// Deletes a key this client no longer wants, in the background,
@@ -869,15 +876,10 @@ impl EtcdStore {
         }
     }
 
-    /// Gives up a lock's hold but keeps the lock taken for `keep`: a key of
-    /// its own on a lease of that length takes the holder's place, in one
-    /// transaction with the holder's key's deletion.
-    async fn release_later_inner(
-        &self,
-        keys: &LockKeys,
-        token: &Token,
-        keep: Duration,
-    ) -> Result<bool> {
+    /// Gives up a lock's hold but keeps the lock taken for `keep`: the
+    /// holder's key moves to a lease of that length of its own, marked
+    /// kept, and this client lets it go.
+    async fn release_later_inner(&self, token: &Token, keep: Duration) -> Result<bool> {
         let current = self.session.lease().id;
         let Some((key, created, true)) = self.known(token, current) else {
             return Ok(false);
@@ -891,21 +893,21 @@ impl EtcdStore {
             .await?;
         let until_ms =
             unix_ms().saturating_add(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
-        let kept = format!("{}{KEPT}", self.dir(keys));
+        let mut kept = mark::KEPT.to_vec();
+        kept.extend_from_slice(until_ms.to_string().as_bytes());
+        // The holder's key stays, on the kept lease: its place at the head
+        // of the queue, its revision, and its waiters' watches with it.
         let txn = Txn::new()
             .when([Compare::create_revision(
                 key.as_str(),
                 CompareOp::Equal,
                 created,
             )])
-            .and_then([
-                TxnOp::put(
-                    kept.as_str(),
-                    until_ms.to_string(),
-                    Some(PutOptions::new().with_lease(granted.id())),
-                ),
-                TxnOp::delete(key.as_str(), None),
-            ]);
+            .and_then([TxnOp::put(
+                key.as_str(),
+                kept,
+                Some(PutOptions::new().with_lease(granted.id())),
+            )]);
         let answer = self.txn("keeping a released lock", txn).await;
         self.nodes().remove(token);
         match answer {
@@ -945,13 +947,13 @@ impl EtcdStore {
             .and_then(|r| u64::try_from(r).ok())
             .filter(|r| *r > 0)
             .map(FencingToken::new);
-        if let Some(kept) = &queue.kept {
+        if let Some(kept) = queue.kept() {
             return Ok(Occupancy::new(
                 1,
                 capacity,
                 kept_left(kept),
-                queued as u64,
-                latest.or_else(|| u64::try_from(kept.created).ok().map(FencingToken::new)),
+                (queued - 1) as u64,
+                latest,
             ));
         }
         if keys.rw_mode().is_some() {
@@ -1087,7 +1089,7 @@ impl LockStore for EtcdStore {
         keep: Duration,
     ) -> Result<bool> {
         if keys.rw_mode().is_none() && keys.resource().permits() == 1 {
-            return self.release_later_inner(keys, token, keep).await;
+            return self.release_later_inner(token, keep).await;
         }
         self.extend_inner(token, keep).await
     }
@@ -1104,9 +1106,102 @@ impl Drop for EtcdStore {
     }
 }
 
+/// The nodes of a store, shared with its tasks.
+type Nodes = Mutex<HashMap<Token, Node>>;
+
+/// Deletes a holder's key when the lease of its hold ends, unless it was
+/// extended (a new end on `lease_end`) or the hold ended first.
+async fn end_at_lease_end(
+    nodes: Weak<Nodes>,
+    session: Weak<Session>,
+    token: Token,
+    key: String,
+    created: i64,
+    mut lease_end: watch::Receiver<Instant>,
+) {
+    loop {
+        let end = *lease_end.borrow_and_update();
+        tokio::select! {
+            () = tokio::time::sleep_until(end) => {
+                let Some(nodes) = nodes.upgrade() else { return };
+                let ended = {
+                    let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
+                    let ended = matches!(
+                        nodes.get(&token),
+                        Some(Node { role: Role::Holding { lease_end }, key: k, .. })
+                            if *k == key && *lease_end.borrow() <= Instant::now()
+                    );
+                    if ended {
+                        nodes.remove(&token);
+                    }
+                    ended
+                };
+                if ended {
+                    tracing::debug!(key = %key, "lease ended; deleting the lock's key");
+                    discard_in(session, key, created).await;
+                    return;
+                }
+            }
+            changed = lease_end.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The handoff to `token`'s waiter whose watched key is `gone`, when that
+/// made it the holder: it holds from now, for the lease of its latest
+/// attempt, and the handoff names that attempt. `None` (the waiter looks
+/// again instead) unless the client's lease is known to last the
+/// reservation a handoff promises (the attempt's place timeout) and the
+/// waiter is still waiting in it.
+fn handoff(
+    gone: bool,
+    nodes: &Weak<Nodes>,
+    session: &Weak<Session>,
+    token: Token,
+) -> Option<Handoff> {
+    if !gone {
+        return None;
+    }
+    let (nodes, session) = (nodes.upgrade()?, session.upgrade()?);
+    let lease = session.lease();
+    let now = Instant::now();
+    let mut map = nodes.lock().unwrap_or_else(|p| p.into_inner());
+    let node = map.get_mut(&token)?;
+    let (attempt, timeout, hold_for) = node.place?;
+    if node.lease != lease.id
+        || !matches!(node.role, Role::Waiting { .. })
+        || lease.expires < now + timeout + HANDOFF_MARGIN
+    {
+        return None;
+    }
+    let fence = fence(node.created).ok()?;
+    let (tx, rx) = watch::channel(now + hold_for);
+    // This task is the waiter's watch: it ends here, and is not aborted.
+    let _watch = std::mem::replace(&mut node.role, Role::Holding { lease_end: tx });
+    if let Role::Waiting { watch: Some(w) } = _watch {
+        drop(w.task);
+    }
+    let (key, created) = (node.key.clone(), node.created);
+    drop(map);
+    tokio::spawn(end_at_lease_end(
+        Arc::downgrade(&nodes),
+        Arc::downgrade(&session),
+        token,
+        key,
+        created,
+        rx,
+    ));
+    Some(Handoff::new(token, fence, attempt))
+}
+
 /// Watches `target` until it changes (or the watch fails): returns when
-/// the waiter should look again.
-async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: Target) {
+/// the waiter should look again, and whether the key it watched (one key)
+/// is gone.
+async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: Target) -> bool {
     let mut options = WatchOptions::new();
     if target.prefix {
         options = options.with_prefix();
@@ -1116,34 +1211,54 @@ async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: 
     }
     let key = target.key.unwrap_or_default();
     let Ok(mut stream) = client.watch(key, Some(options)).await else {
-        return;
+        return false;
     };
     // The first answer says the watch stands.
     match stream.message().await {
         Ok(Some(r)) if !r.canceled() && r.events().is_empty() => {}
-        _ => return,
+        _ => return false,
     }
-    if changed_meanwhile(&client, timeout, &target.seen).await {
-        return;
+    match changed_meanwhile(&client, timeout, &target.seen).await {
+        Seen::Same => {}
+        Seen::Gone => return !target.prefix && !target.puts,
+        Seen::Changed => return false,
     }
-    // The next answer with an event (or the stream's end) wakes the waiter.
+    // The next answer with an event (or the stream's end) wakes the waiter;
+    // a deletion's, of the one key watched, says it is gone.
     loop {
         match stream.message().await {
             Ok(Some(r)) if r.events().is_empty() && !r.canceled() => {}
-            _ => return,
+            Ok(Some(r)) => {
+                return !r.canceled()
+                    && !target.prefix
+                    && r.events()
+                        .iter()
+                        .all(|e| e.event_type() == etcd_client::EventType::Delete);
+            }
+            _ => return false,
         }
     }
 }
 
+/// What a read found of the keys a waiter saw.
+enum Seen {
+    /// Each as it was.
+    Same,
+    /// One gone, the rest as they were.
+    Gone,
+    /// Written again, or the read failed.
+    Changed,
+}
+
 /// Whether any key of `seen` is gone or was written again since: one read
-/// of them all (true when the read fails: the waiter looks again).
-async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(String, i64)]) -> bool {
+/// of them all (changed when the read fails: the waiter looks again).
+async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(String, i64)]) -> Seen {
     let reads: Vec<TxnOp> = seen
         .iter()
         .map(|(key, _)| TxnOp::get(key.as_str(), None))
         .collect();
     if reads.is_empty() {
-        return false;
+        return Seen::Same;
     }
     let txn = Txn::new().and_then(reads);
     let Ok(answer) = retried(client, timeout, "checking a watched key", |mut c| {
@@ -1152,20 +1267,24 @@ async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(Stri
     })
     .await
     else {
-        return true;
+        return Seen::Changed;
     };
     let responses = answer.op_responses();
-    responses.len() != seen.len()
-        || responses
-            .iter()
-            .zip(seen)
-            .any(|(r, (_, modified))| match r {
-                TxnOpResponse::Get(get) => get
-                    .kvs()
-                    .first()
-                    .is_none_or(|kv| kv.mod_revision() != *modified),
-                _ => true,
-            })
+    if responses.len() != seen.len() {
+        return Seen::Changed;
+    }
+    let mut gone = false;
+    for (r, (_, modified)) in responses.iter().zip(seen) {
+        match r {
+            TxnOpResponse::Get(get) => match get.kvs().first() {
+                None => gone = true,
+                Some(kv) if kv.mod_revision() == *modified => {}
+                Some(_) => return Seen::Changed,
+            },
+            _ => return Seen::Changed,
+        }
+    }
+    if gone { Seen::Gone } else { Seen::Same }
 }
 
 /// A revision as a fencing token: positive on every real cluster.
@@ -1201,7 +1320,8 @@ fn last_get(answer: &TxnResponse) -> Result<Vec<KeyValue>> {
 /// How long a kept lock has left, from the deadline its key holds (the
 /// releasing client's clock).
 fn kept_left(kept: &Entry) -> Option<Duration> {
-    let until: u64 = std::str::from_utf8(&kept.value).ok()?.parse().ok()?;
+    let until = kept.value.strip_prefix(mark::KEPT)?;
+    let until: u64 = std::str::from_utf8(until).ok()?.parse().ok()?;
     Some(Duration::from_millis(until.saturating_sub(unix_ms())))
 }
 

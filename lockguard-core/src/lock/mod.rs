@@ -356,9 +356,9 @@ impl Lock {
             Some(max) if duration > max => match self.lease {
                 Lease::Watchdog(_) => Ok(Lease::Watchdog(max)),
                 _ => Err(Error::invalid(format!(
-                    "a fixed lease on a {} client can be at most {max:?} (two thirds of \
-                     its session timeout), got {duration:?}; use the watchdog or a longer \
-                     session timeout",
+                    "a fixed lease on this {} client can be at most {max:?} (two thirds \
+                     of its session timeout or lease TTL), got {duration:?}; use the \
+                     watchdog or a longer session",
                     self.engine.store.name()
                 ))),
             },
