@@ -66,6 +66,10 @@ mod limits;
 /// the queue again anyway.
 const RECHECK: Duration = Duration::from_secs(5);
 
+/// How recently a hold must have begun for its renewal to be answered
+/// without a request: what confirms a handoff at once.
+const JUST_TAKEN: Duration = Duration::from_millis(50);
+
 /// How much longer than a handoff's reservation the client's lease must be
 /// known to last for the handoff to be made: the time to take it.
 const HANDOFF_MARGIN: Duration = Duration::from_millis(100);
@@ -135,7 +139,11 @@ enum Role {
     Waiting { watch: Option<Watch> },
     /// Holding. The lease ends at the instant sent; a task of this client
     /// deletes the key then, unless the lease was extended.
-    Holding { lease_end: watch::Sender<Instant> },
+    Holding {
+        lease_end: watch::Sender<Instant>,
+        /// When the hold began.
+        since: Instant,
+    },
 }
 
 /// A waiter's standing watch.
@@ -727,7 +735,10 @@ impl EtcdStore {
             let Some(node) = nodes.get_mut(token) else {
                 return;
             };
-            node.set_role(Role::Holding { lease_end: tx });
+            node.set_role(Role::Holding {
+                lease_end: tx,
+                since: Instant::now(),
+            });
             (node.key.clone(), node.created)
         };
         let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
@@ -817,17 +828,18 @@ impl EtcdStore {
                 }
             };
         };
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                key.as_str(),
-                CompareOp::Equal,
-                created,
-            )])
-            .and_then([TxnOp::delete(key.as_str(), None)]);
-        match self.txn("deleting a lock's key", txn).await {
+        // The key is named for the token: whatever holds that name is this
+        // hold (a plain deletion, lighter for etcd than a transaction).
+        let deleted = self
+            .rpc("deleting a lock's key", |mut c| {
+                let key = key.clone();
+                async move { c.delete(key, None).await }
+            })
+            .await;
+        match deleted {
             Ok(answer) => {
                 self.nodes().remove(token);
-                Ok(holding && answer.succeeded())
+                Ok(holding && answer.deleted() > 0)
             }
             Err(e) => {
                 if !holding {
@@ -854,6 +866,21 @@ impl EtcdStore {
             self.nodes().remove(token);
             return Ok(false);
         }
+        {
+            // A hold begun a moment ago (the confirmation of a handoff):
+            // its key was created, or its predecessor's deletion seen,
+            // under this very lease, which is alive.
+            let nodes = self.nodes();
+            if let Some(Node {
+                role: Role::Holding { lease_end, since },
+                ..
+            }) = nodes.get(token)
+                && since.elapsed() < JUST_TAKEN
+            {
+                lease_end.send_replace(sent_at + lease);
+                return Ok(true);
+            }
+        }
         let txn = Txn::new().when([
             Compare::create_revision(key.as_str(), CompareOp::Equal, created),
             Compare::lease(key.as_str(), CompareOp::Equal, session.id),
@@ -862,7 +889,7 @@ impl EtcdStore {
         let mut nodes = self.nodes();
         match nodes.get(token) {
             Some(Node {
-                role: Role::Holding { lease_end },
+                role: Role::Holding { lease_end, .. },
                 key: k,
                 ..
             }) if answer.succeeded() && *k == key => {
@@ -1128,7 +1155,7 @@ async fn end_at_lease_end(
                     let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
                     let ended = matches!(
                         nodes.get(&token),
-                        Some(Node { role: Role::Holding { lease_end }, key: k, .. })
+                        Some(Node { role: Role::Holding { lease_end, .. }, key: k, .. })
                             if *k == key && *lease_end.borrow() <= Instant::now()
                     );
                     if ended {
@@ -1181,7 +1208,13 @@ fn handoff(
     let fence = fence(node.created).ok()?;
     let (tx, rx) = watch::channel(now + hold_for);
     // This task is the waiter's watch: it ends here, and is not aborted.
-    let _watch = std::mem::replace(&mut node.role, Role::Holding { lease_end: tx });
+    let _watch = std::mem::replace(
+        &mut node.role,
+        Role::Holding {
+            lease_end: tx,
+            since: now,
+        },
+    );
     if let Role::Waiting { watch: Some(w) } = _watch {
         drop(w.task);
     }
