@@ -50,6 +50,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use lockguard_core::store::net;
 use lockguard_core::store::{
     AllOrNone, Handoff, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode,
     Token, Waiting,
@@ -1385,14 +1386,10 @@ pub(crate) async fn bounded<T>(
     what: &str,
     request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
 ) -> Result<T> {
-    match tokio::time::timeout(timeout, request).await {
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(e)) => Err(etcd_error(e, what)),
-        Err(_) => Err(Error::new(
-            ErrorKind::Timeout,
-            format!("{what}: no answer from etcd within {timeout:?}"),
-        )),
-    }
+    let answer = tokio::time::timeout(timeout, request)
+        .await
+        .map(|r| r.map_err(|e| etcd_error(e, what)));
+    net::within(timeout, "etcd", || what.to_owned(), answer)
 }
 
 /// Runs the request `request` makes on a clone of `client` within
@@ -1412,21 +1409,16 @@ where
     let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(2);
     loop {
-        match tokio::time::timeout_at(deadline, request(client.clone())).await {
-            Ok(Ok(answer)) => return Ok(answer),
+        let answer = match tokio::time::timeout_at(deadline, request(client.clone())).await {
             Ok(Err(e)) if never_sent(&e) && Instant::now() + pause < deadline => {
                 tracing::trace!(error = %e, "{what}: not sent; sending again");
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_millis(100));
+                continue;
             }
-            Ok(Err(e)) => return Err(etcd_error(e, what)),
-            Err(_) => {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!("{what}: no answer from etcd within {timeout:?}"),
-                ));
-            }
-        }
+            answer => answer.map(|r| r.map_err(|e| etcd_error(e, what))),
+        };
+        return net::within(timeout, "etcd", || what.to_owned(), answer);
     }
 }
 
