@@ -156,7 +156,11 @@ impl EtcdBuilder {
             .with_keep_alive(Duration::from_secs(5), settings.response_timeout)
             .with_require_leader(true);
         if let Some((user, password)) = &self.options.user {
-            options = options.with_user(user.clone(), password.clone());
+            // etcd's tokens expire (5 minutes by default): a client lives
+            // longer, and asks for a new one when its own has.
+            options = options
+                .with_user(user.clone(), password.clone())
+                .with_auto_token_refresh(true);
         }
         #[cfg(feature = "tls-rustls")]
         if self.options.tls {
@@ -173,6 +177,23 @@ impl EtcdBuilder {
         let session = Session::open(client, self.options.lease_ttl, settings.response_timeout)
             .await
             .map_err(net::unreachable)?;
+        // etcd grants a lease to anyone: a read under the prefix says now,
+        // rather than at the first lock, that the credentials (or their
+        // absence) are refused.
+        crate::store::bounded(
+            settings.response_timeout,
+            "reading under lockguard's prefix",
+            session.client().get(
+                self.options.prefix.as_str(),
+                Some(
+                    etcd_client::GetOptions::new()
+                        .with_prefix()
+                        .with_count_only(),
+                ),
+            ),
+        )
+        .await
+        .map_err(net::unreachable)?;
         let store = EtcdStore::new(session, self.options.prefix.clone());
         tracing::debug!(endpoints, "connected to etcd");
         self.builder.build(Store::new(store, Vec::new()))

@@ -24,7 +24,10 @@ fn kind(e: &EtcdError) -> ErrorKind {
             Code::Cancelled if status.message().contains("Timeout") => ErrorKind::Timeout,
             Code::Unauthenticated | Code::PermissionDenied => ErrorKind::Unauthorized,
             // etcd answers a wrong password with InvalidArgument.
-            Code::InvalidArgument if status.message().contains("authentication failed") => {
+            Code::InvalidArgument
+                if status.message().contains("authentication failed")
+                    || status.message().contains("user name is empty") =>
+            {
                 ErrorKind::Unauthorized
             }
             Code::InvalidArgument | Code::OutOfRange => ErrorKind::InvalidInput,
