@@ -42,7 +42,7 @@
 //! | `sqlx` | `postgres`, plus `Builder::connect_sqlx_pool`: the PostgreSQL store over the application's `sqlx::PgPool` (sqlx 0.8) |
 //! | `mysql` | `lockguard-mysql` as `lockguard::mysql`: the MySQL/MariaDB store (`Client::connect_mysql` with `lockguard::prelude::*`) |
 //! | `zookeeper` | `lockguard-zookeeper` as `lockguard::zookeeper`: the ZooKeeper store (`Client::connect_zookeeper` with `lockguard::prelude::*`): locks, semaphores, counters and fenced values |
-//! | `etcd` | `lockguard-etcd` as `lockguard::etcd`: the etcd store (`Client::connect_etcd` with `lockguard::prelude::*`): locks, semaphores, read-write and multi-key locks, counters, fenced values and rate limits; building it needs `protoc` |
+//! | `etcd` | `lockguard-etcd` as `lockguard::etcd`: the etcd store (`Client::connect_etcd` with `lockguard::prelude::*`): locks, semaphores, read-write and multi-key locks, counters, marks, fenced values and rate limits; building it needs `protoc` |
 //! | `metrics` | counters, gauges and histograms through the `metrics` facade (see [`lockguard_core`]'s docs) |
 //! | `tls-rustls`, `tls-native-tls` | `rediss://` (one server, Cluster, Sentinel, Redlock) through rustls or the platform's TLS library, custom CAs and client certificates; with `tls-rustls`, PostgreSQL over TLS too |
 //! | `serde` | serde for `Quota` (`"100/min burst 20"`), `Lease`, `Algorithm`, and `serde_duration` for durations (`"30s"`) |

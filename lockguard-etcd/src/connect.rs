@@ -134,10 +134,8 @@ impl EtcdBuilder {
     /// their guards say so).
     ///
     /// etcd offers locks, semaphores, read-write locks, multi-key locks in
-    /// one transaction, counters (without expiry), marks, fenced values and
-    /// rate limiters (on the deciding client's clock); counter and mark
-    /// expiry answer
-    /// [`ErrorKind::Unsupported`](lockguard_core::ErrorKind::Unsupported).
+    /// one transaction, counters and marks (their expiry, and rate
+    /// limiters, on the deciding client's clock) and fenced values.
     ///
     /// # Errors
     ///

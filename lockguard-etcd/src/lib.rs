@@ -31,11 +31,11 @@
 //! its locks when etcd expires it; a live holder's watchdog checks that its
 //! key still exists and that the client's lease lasts the renewal out, a
 //! renewal counts for at most two thirds of the lease's TTL, and a leaked
-//! guard's key is deleted by its own client at the lease end. Counters
-//! (without expiry), marks and fenced values are transactions comparing
-//! what they read; rate limiters (GCRA, fixed and sliding windows) too, on
-//! the deciding client's clock (etcd has none a transaction can read), with
-//! the bound that clock skew sets. What it survives is in `docs/etcd.md`.
+//! guard's key is deleted by its own client at the lease end. Counters,
+//! marks and fenced values are transactions comparing what they read; rate
+//! limiters (GCRA, fixed and sliding windows) too. Expiry and the limiters'
+//! steps run on the deciding client's clock (etcd has none a transaction
+//! can read), with the bound that clock skew sets. What it survives is in `docs/etcd.md`.
 //!
 //! Tested against etcd 3.4 (Debian's `etcd-server`), with the
 //! `etcd-client` crate; building it needs `protoc` (Debian's

@@ -1,6 +1,6 @@
 //! The conformance kit on etcd: one single-member server for the test
-//! binary, a key prefix of each test's own. etcd offers counters without
-//! expiry, and rate limits on the clients' clocks. Then what is etcd's own: a multi-lock as
+//! binary, a key prefix of each test's own. etcd offers counters, marks
+//! and rate limits with their times on the clients' clocks. Then what is etcd's own: a multi-lock as
 //! one transaction.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,7 +69,7 @@ impl Harness for Etcd {
 
 lockguard_testing::conformance!(
     etcd => Etcd::start();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A multi-lock of three free keys is one transaction: its three keys

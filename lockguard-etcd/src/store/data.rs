@@ -13,10 +13,8 @@
 
 use std::time::Duration;
 
-use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
-use lockguard_core::store::{
-    CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, net, unsupported,
-};
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, net};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{EtcdStore, escape};
@@ -37,12 +35,50 @@ impl EtcdStore {
         format!("{}{kind}/{}", self.prefix, escape(id))
     }
 
-    /// A counter's value and `mod_revision` (0 and 0 when missing).
-    async fn read_counter(&self, key: &str) -> Result<(i64, i64)> {
+    /// A counter as stored.
+    async fn read_counter(&self, key: &str) -> Result<Counted> {
         let answer = self.get("reading a counter", key, None).await?;
-        match answer.first() {
-            None => Ok((0, 0)),
-            Some(kv) => Ok((counter_value(key, kv.value())?, kv.mod_revision())),
+        Counted::of(key, answer.first())
+    }
+
+    /// Writes `value` to the counter `key` if it is still as `read`: its
+    /// deadline kept while it lives, else one `ttl` from now (none without
+    /// a `ttl`), and the key attached to a lease that ends after it. The
+    /// answer when written; what is stored now when not.
+    async fn write_counter(
+        &self,
+        key: &str,
+        read: &Counted,
+        value: i64,
+        ttl: Option<Duration>,
+    ) -> Result<std::result::Result<i64, Counted>> {
+        let now = unix_ms();
+        let deadline = read.deadline.or_else(|| {
+            ttl.map(|t| now.saturating_add(u64::try_from(net::millis(t)).unwrap_or(u64::MAX)))
+        });
+        let (stored, options) = match deadline {
+            Some(d) => {
+                let us = i64::try_from(d.saturating_mul(1000)).unwrap_or(i64::MAX);
+                let now_us = i64::try_from(now.saturating_mul(1000)).unwrap_or(i64::MAX);
+                let lease = self.limit_lease(us, now_us).await?;
+                (
+                    format!("{value}@{d}"),
+                    Some(PutOptions::new().with_lease(lease)),
+                )
+            }
+            None => (value.to_string(), None),
+        };
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, read.revision)])
+            .and_then([TxnOp::put(key, stored, options)])
+            .or_else([TxnOp::get(key, None)]);
+        let answer = self.txn("updating a counter", txn).await?;
+        if answer.succeeded() {
+            return Ok(Ok(super::revision(&answer)));
+        }
+        match answer.op_responses().pop() {
+            Some(TxnOpResponse::Get(get)) => Ok(Err(Counted::of(key, get.kvs().first())?)),
+            _ => Ok(Err(self.read_counter(key).await?)),
         }
     }
 
@@ -54,41 +90,97 @@ impl EtcdStore {
         ttl: Option<Duration>,
         f: Update<'_>,
     ) -> Result<std::result::Result<i64, i64>> {
-        if ttl.is_some() {
-            return Err(unsupported("etcd", "counter expiry"));
-        }
         let key = self.data_key("counter", keys.id());
-        let (mut value, mut revision) = self.read_counter(&key).await?;
+        let mut read = self.read_counter(&key).await?;
         let mut pause = Duration::from_micros(200);
         loop {
-            let new = match f(value)? {
+            let new = match f(read.value)? {
                 Ok(new) => new,
                 Err(current) => return Ok(Err(current)),
             };
-            let txn = Txn::new()
-                .when([Compare::mod_revision(
-                    key.as_str(),
-                    CompareOp::Equal,
-                    revision,
-                )])
-                .and_then([TxnOp::put(key.as_str(), new.to_string(), None)])
-                .or_else([TxnOp::get(key.as_str(), None)]);
-            let answer = self.txn("updating a counter", txn).await?;
-            if answer.succeeded() {
-                return Ok(Ok(new));
-            }
-            (value, revision) = match answer.op_responses().pop() {
-                Some(TxnOpResponse::Get(get)) => match get.kvs().first() {
-                    None => (0, 0),
-                    Some(kv) => (counter_value(&key, kv.value())?, kv.mod_revision()),
-                },
-                _ => self.read_counter(&key).await?,
+            read = match self.write_counter(&key, &read, new, ttl).await? {
+                Ok(_) => return Ok(Ok(new)),
+                Err(now) => now,
             };
             // A random pause, so the writers that lost this round do not
             // meet again in the next.
             let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
             tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
             pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Marks `key`, a member of `keys`' marks that expire: the marks are
+    /// one generation, `{prefix}mark/{id}` holding its deadline (set by the
+    /// first mark, or the first after the last generation ended), and a
+    /// member counts as marked when its key holds the live generation's
+    /// deadline.
+    async fn mark_once_expiring(
+        &self,
+        keys: &CounterKeys,
+        key: &str,
+        ttl: Duration,
+    ) -> Result<bool> {
+        let set = self.data_key("mark", keys.id());
+        loop {
+            let txn = Txn::new().and_then([TxnOp::get(set.as_str(), None), TxnOp::get(key, None)]);
+            let answer = self.txn("reading marks", txn).await?;
+            let reads: Vec<Option<(Vec<u8>, i64)>> = answer
+                .op_responses()
+                .into_iter()
+                .map(|r| match r {
+                    TxnOpResponse::Get(g) => g
+                        .kvs()
+                        .first()
+                        .map(|kv| (kv.value().to_vec(), kv.mod_revision())),
+                    _ => None,
+                })
+                .collect();
+            let [set_read, member_read] = <[_; 2]>::try_from(reads).map_err(|_| {
+                Error::new(ErrorKind::Protocol, "etcd answered a read of marks in part")
+            })?;
+            let now = unix_ms();
+            let live = set_read.as_ref().and_then(|(v, _)| {
+                let d: u64 = std::str::from_utf8(v).ok()?.parse().ok()?;
+                (d > now).then_some(d)
+            });
+            let deadline = live.unwrap_or_else(|| {
+                now.saturating_add(u64::try_from(net::millis(ttl)).unwrap_or(u64::MAX))
+            });
+            let generation = deadline.to_string();
+            if live.is_some()
+                && member_read
+                    .as_ref()
+                    .is_some_and(|(v, _)| v.as_slice() == generation.as_bytes())
+            {
+                return Ok(false);
+            }
+            let us = i64::try_from(deadline.saturating_mul(1000)).unwrap_or(i64::MAX);
+            let now_us = i64::try_from(now.saturating_mul(1000)).unwrap_or(i64::MAX);
+            let lease = self.limit_lease(us, now_us).await?;
+            let revision = |r: &Option<(Vec<u8>, i64)>| r.as_ref().map_or(0, |(_, rev)| *rev);
+            let mut puts = vec![TxnOp::put(
+                key,
+                generation.as_str(),
+                Some(PutOptions::new().with_lease(lease)),
+            )];
+            if live.is_none() {
+                puts.push(TxnOp::put(
+                    set.as_str(),
+                    generation.as_str(),
+                    Some(PutOptions::new().with_lease(lease)),
+                ));
+            }
+            let txn = Txn::new()
+                .when([
+                    Compare::mod_revision(set.as_str(), CompareOp::Equal, revision(&set_read)),
+                    Compare::mod_revision(key, CompareOp::Equal, revision(&member_read)),
+                ])
+                .and_then(puts);
+            if self.txn("marking once", txn).await?.succeeded() {
+                return Ok(true);
+            }
+            // Another mark, or a new generation, came in between: look again.
         }
     }
 
@@ -171,8 +263,8 @@ impl DataStore for EtcdStore {
 
     async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
         let key = self.data_key("counter", keys.id());
-        let (value, revision) = self.read_counter(&key).await?;
-        Ok((value, u64::try_from(revision).unwrap_or(0)))
+        let read = self.read_counter(&key).await?;
+        Ok((read.value, read.version()))
     }
 
     async fn counter_set(
@@ -182,10 +274,24 @@ impl DataStore for EtcdStore {
         expected: Option<u64>,
         ttl: Option<Duration>,
     ) -> Result<std::result::Result<u64, u64>> {
-        if ttl.is_some() {
-            return Err(unsupported("etcd", "counter expiry"));
-        }
         let key = self.data_key("counter", keys.id());
+        if ttl.is_some() {
+            // A write keeps the deadline of a counter that lives, and a
+            // counter past its deadline is version 0: read it first.
+            loop {
+                let read = self.read_counter(&key).await?;
+                if let Some(v) = expected
+                    && v != read.version()
+                {
+                    return Ok(Err(read.version()));
+                }
+                match self.write_counter(&key, &read, value, ttl).await? {
+                    Ok(revision) => return Ok(Ok(u64::try_from(revision).unwrap_or(0))),
+                    Err(now) if expected.is_some() => return Ok(Err(now.version())),
+                    Err(_) => {}
+                }
+            }
+        }
         let put = TxnOp::put(key.as_str(), value.to_string(), None);
         let txn = match expected {
             Some(version) => Txn::new()
@@ -215,10 +321,10 @@ impl DataStore for EtcdStore {
         member: &str,
         ttl: Option<Duration>,
     ) -> Result<bool> {
-        if ttl.is_some() {
-            return Err(unsupported("etcd", "expiring marks"));
-        }
         let key = format!("{}/{}", self.data_key("mark", keys.id()), escape(member));
+        if let Some(ttl) = ttl {
+            return self.mark_once_expiring(keys, &key, ttl).await;
+        }
         let txn = Txn::new()
             .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
             .and_then([TxnOp::put(key.as_str(), "", None)]);
@@ -263,17 +369,70 @@ impl DataStore for EtcdStore {
     }
 }
 
-/// A counter's stored value.
-fn counter_value(key: &str, value: &[u8]) -> Result<i64> {
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| {
+/// A counter as stored: its value (0 past its deadline), the deadline
+/// while it lives, and the key's `mod_revision` (0 when missing).
+struct Counted {
+    value: i64,
+    deadline: Option<u64>,
+    revision: i64,
+    /// Past its deadline: as good as missing.
+    expired: bool,
+}
+
+impl Counted {
+    fn of(key: &str, kv: Option<&etcd_client::KeyValue>) -> Result<Self> {
+        let Some(kv) = kv else {
+            return Ok(Self {
+                value: 0,
+                deadline: None,
+                revision: 0,
+                expired: false,
+            });
+        };
+        let bad = || {
             Error::new(
                 ErrorKind::Protocol,
                 format!("etcd key {key:?} holds no counter"),
             )
+        };
+        let text = std::str::from_utf8(kv.value()).map_err(|_| bad())?;
+        let (value, deadline) = match text.split_once('@') {
+            Some((v, d)) => (v, Some(d.parse::<u64>().map_err(|_| bad())?)),
+            None => (text, None),
+        };
+        let value: i64 = value.parse().map_err(|_| bad())?;
+        Ok(match deadline {
+            // Past its deadline: gone, whatever etcd still keeps.
+            Some(d) if d <= unix_ms() => Self {
+                value: 0,
+                deadline: None,
+                revision: kv.mod_revision(),
+                expired: true,
+            },
+            deadline => Self {
+                value,
+                deadline,
+                revision: kv.mod_revision(),
+                expired: false,
+            },
         })
+    }
+
+    /// The version a caller sees: the key's revision, 0 when missing or
+    /// past its deadline.
+    fn version(&self) -> u64 {
+        if self.expired {
+            return 0;
+        }
+        u64::try_from(self.revision).unwrap_or(0)
+    }
+}
+
+/// Milliseconds since the Unix epoch, on this client's clock.
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A fenced value's token, and what follows it.

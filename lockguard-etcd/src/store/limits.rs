@@ -25,8 +25,9 @@ use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{EtcdStore, escape};
 
-/// The leases rate-limit state is attached to: each one's ID and when it
-/// ends at the earliest (µs since the Unix epoch, this client's clock).
+/// The leases state that expires is attached to (rate limits, counters and
+/// marks with a deadline): each one's ID and when it ends at the earliest
+/// (µs since the Unix epoch, this client's clock).
 #[derive(Debug, Default)]
 pub(super) struct LimitLeases(Mutex<Vec<(i64, i64)>>);
 
@@ -182,7 +183,7 @@ impl EtcdStore {
     }
 
     /// A lease that ends after `ends` (µs), from those at hand or granted.
-    async fn limit_lease(&self, ends: i64, now: i64) -> Result<i64> {
+    pub(super) async fn limit_lease(&self, ends: i64, now: i64) -> Result<i64> {
         if let Some(id) = self.limit_leases.find(ends, now) {
             return Ok(id);
         }
