@@ -17,7 +17,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, net};
 use lockguard_core::{Error, ErrorKind, Result};
 
-use super::{EtcdStore, escape};
+use super::{EtcdStore, escape, unix_ms};
 
 /// Digits of a token at the head of a fenced value.
 const TOKEN_DIGITS: usize = 20;
@@ -426,13 +426,6 @@ impl Counted {
         }
         u64::try_from(self.revision).unwrap_or(0)
     }
-}
-
-/// Milliseconds since the Unix epoch, on this client's clock.
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A fenced value's token, and what follows it.
