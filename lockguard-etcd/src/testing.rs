@@ -217,6 +217,34 @@ mod tests {
         assert_ne!(cluster_token(), cluster_token());
     }
 
+    /// A member whose client port is taken exits, and the harness says
+    /// why from its log.
+    #[test]
+    fn etcd_exit_cause_names_a_taken_port() {
+        let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let peer_port = free_port();
+        let mut member = EtcdServer::create(server::MemberSpec {
+            name: "taken".to_owned(),
+            port,
+            peer_port,
+            initial_cluster: format!("taken=http://127.0.0.1:{peer_port}"),
+            token: cluster_token(),
+            peers: Vec::new(),
+        });
+        member.spawn().unwrap();
+        let started = std::time::Instant::now();
+        while member.is_running() {
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "etcd went on running on a taken port"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let cause = member.exit_cause();
+        assert!(cause.contains("address already in use"), "{cause}");
+    }
+
     #[test]
     fn this_process_is_alive_and_running() {
         assert!(process_alive(std::process::id()));

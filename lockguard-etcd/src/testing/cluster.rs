@@ -26,18 +26,28 @@ impl EtcdCluster {
     /// tail of its log.
     pub fn start(n: usize) -> Self {
         assert!(n > 0, "a cluster needs at least one member");
-        let mut last = String::new();
         // A probed port may be taken between the probe and the bind, and
-        // the member that cannot bind it exits.
-        for _ in 0..3 {
+        // the member that cannot bind it exits: a new cluster on new ports.
+        let mut causes = Vec::new();
+        for attempt in 1..=5 {
             let cluster = Self::spawn(n);
             match cluster.serving_within(START_TIMEOUT) {
                 Ok(()) => return cluster,
-                Err(e) if e.exited => last = e.why,
+                Err(e) if e.exited => {
+                    causes.push(format!("attempt {attempt}: {}", cluster.exit_causes()));
+                    if attempt == 5 {
+                        panic!(
+                            "an etcd cluster of {n} did not form in 5 attempts, a member exiting \
+                             each time:\n{}\nthe last attempt: {}",
+                            causes.join("\n"),
+                            e.why
+                        );
+                    }
+                }
                 Err(e) => panic!("{}", e.why),
             }
         }
-        panic!("{last}");
+        unreachable!("the last attempt panics")
     }
 
     /// Creates and starts `n` members on new ports, without waiting.
@@ -246,10 +256,33 @@ impl EtcdCluster {
     }
 
     /// Each member's ports, pid, status and log tail, for panic messages.
+    /// Which started members have exited, each with the lines of its
+    /// last start's log that say why (errors and worse).
+    fn exit_causes(&self) -> String {
+        self.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.pid().is_some() && !m.is_running())
+            .map(|(i, m)| format!("member {i} exited: {}", m.exit_cause()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Every member's state and the end of its log, the members that
+    /// exited first.
     fn report(&self) -> String {
         let mut out = String::new();
-        for (i, m) in self.members.iter().enumerate() {
-            let state = if !m.is_running() {
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        // Exited (started, not killed, not running) first.
+        order.sort_by_key(|&i| {
+            let m = &self.members[i];
+            m.pid().is_none() || m.is_running()
+        });
+        for i in order {
+            let m = &self.members[i];
+            let state = if m.pid().is_some() && !m.is_running() {
+                format!("exited, its log says:\n{}\n", m.exit_cause())
+            } else if !m.is_running() {
                 "not running".to_owned()
             } else if m.is_paused() {
                 "paused".to_owned()

@@ -72,9 +72,9 @@ impl EtcdServer {
     /// When `etcd` is missing, or the member does not serve within 30 s;
     /// the message holds the tail of its log.
     pub fn start() -> Self {
-        let mut last = String::new();
+        let mut causes = Vec::new();
         // A probed port may be taken between the probe and the bind.
-        for _ in 0..5 {
+        for attempt in 1..=5 {
             let (port, peer_port) = (super::free_port(), super::free_port());
             let name = "lockguard".to_owned();
             let mut server = Self::create(MemberSpec {
@@ -87,11 +87,20 @@ impl EtcdServer {
             });
             match server.spawn().and_then(|()| server.wait_until_serving()) {
                 Ok(()) => return server,
-                Err(e) if e.exited => last = e.why,
+                Err(e) if e.exited => {
+                    causes.push(format!("attempt {attempt}: {}", server.exit_cause()));
+                    if attempt == 5 {
+                        panic!(
+                            "etcd exited in each of 5 starts:\n{}\nthe last start: {}",
+                            causes.join("\n"),
+                            e.why
+                        );
+                    }
+                }
                 Err(e) => panic!("{}", e.why),
             }
         }
-        panic!("{last}");
+        unreachable!("the last attempt panics")
     }
 
     /// One single-member cluster for the whole test process, started on
@@ -300,6 +309,37 @@ impl EtcdServer {
         let lines: Vec<&str> = log.lines().collect();
         let from = lines.len().saturating_sub(LOG_TAIL_LINES);
         lines[from..].join("\n")
+    }
+
+    /// Why the member's last start ended, from its log: the lines of that
+    /// start at level error or worse and any etcd wrote outside its JSON
+    /// lines (a Go panic), the last few of them; else its last lines.
+    pub(super) fn exit_cause(&self) -> String {
+        let log = self.log();
+        let start = log.rfind("lockguard-etcd: starting etcd #").unwrap_or(0);
+        let lines: Vec<&str> = log[start..].lines().skip(1).collect();
+        let telling: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| {
+                !l.starts_with('{')
+                    || ["\"error\"", "\"fatal\"", "\"panic\"", "\"dpanic\""]
+                        .iter()
+                        .any(|level| l.contains(&format!("\"level\":{level}")))
+            })
+            .collect();
+        let chosen = if telling.is_empty() { &lines } else { &telling };
+        let from = chosen.len().saturating_sub(5);
+        // A fatal line carries a whole stack trace.
+        let cut = |l: &&str| match l.char_indices().nth(400) {
+            Some((at, _)) => format!("{}…", &l[..at]),
+            None => (*l).to_owned(),
+        };
+        chosen[from..]
+            .iter()
+            .map(cut)
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The etcd process's id, while started (and not killed).
