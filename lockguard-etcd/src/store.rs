@@ -152,7 +152,8 @@ enum Role {
 struct Watch {
     task: JoinHandle<()>,
     set: Instant,
-    /// [`UNFIRED`] until an event (or the watch's end) woke the waiter.
+    /// [`UNFIRED`] until an event (or the watch's end) woke the waiter:
+    /// [`GONE`] when the one key it watched was deleted, else [`FIRED`].
     fired: Arc<AtomicU8>,
 }
 
@@ -160,6 +161,8 @@ struct Watch {
 const UNFIRED: u8 = 0;
 /// A watch that fired, or ended.
 const FIRED: u8 = 1;
+/// A watch that fired on the deletion of the one key it watched.
+const GONE: u8 = 2;
 
 impl Node {
     /// Changes the node's role, stopping the watch of the earlier one.
@@ -229,7 +232,8 @@ impl Entry {
     }
 }
 
-/// A listing of a lock's prefix: the queue in creation order.
+/// A listing of a lock's prefix, or of the part of it a waiter needs:
+/// the queue in creation order.
 #[derive(Debug, Default)]
 struct Queue {
     entries: Vec<Entry>,
@@ -239,6 +243,9 @@ impl Queue {
     fn of(kvs: &[KeyValue]) -> Self {
         let mut entries: Vec<Entry> = kvs.iter().map(Entry::of).collect();
         entries.sort_by_key(|e| e.created);
+        // Reads of parts of a queue may find a key twice (the head that is
+        // also a waiter's predecessor).
+        entries.dedup_by(|a, b| a.key == b.key);
         Self { entries }
     }
 
@@ -419,6 +426,70 @@ impl EtcdStore {
         )
     }
 
+    /// The queue as a waiter at `key` (created at revision `created`)
+    /// sees it when it looks again.
+    ///
+    /// A lock's or a writer's waiter reads only the head, the key created
+    /// last before its own (its predecessor, as etcd's own lock recipe
+    /// finds it) and its own key. When the deletion of the key it watched
+    /// woke it, that read is first served by the member from what it has
+    /// applied, without confirming with the quorum that nothing newer was
+    /// committed (a serializable read, no round of the quorum, no wait
+    /// for the writes in flight): no key can be created ahead of a key
+    /// that exists, so a state in which the waiter's key exists and none
+    /// is ahead of it holds for good, however old the state. A read that
+    /// finds anything else is made again, linearizable.
+    async fn look_again(
+        &self,
+        token: &Token,
+        dir: &str,
+        key: &str,
+        created: i64,
+        admission: Admission,
+    ) -> Result<Queue> {
+        if !matches!(admission, Admission::Permits(1) | Admission::Write) {
+            let txn = Txn::new().and_then([Self::listing(dir)]);
+            return Ok(Queue::of(&last_get(&self.txn("reading a lock's queue", txn).await?)?));
+        }
+        let near = |serializable: bool| {
+            let options = |order| {
+                let o = GetOptions::new()
+                    .with_prefix()
+                    .with_sort(SortTarget::Create, order)
+                    .with_limit(1);
+                if serializable { o.with_serializable() } else { o }
+            };
+            let mine = serializable.then(|| GetOptions::new().with_serializable());
+            Txn::new().and_then([
+                TxnOp::get(dir, Some(options(SortOrder::Ascend))),
+                TxnOp::get(
+                    dir,
+                    Some(options(SortOrder::Descend).with_max_create_revision(created - 1)),
+                ),
+                TxnOp::get(key, mine),
+            ])
+        };
+        if self.woken_by_deletion(token) {
+            let answer = self.txn("reading a lock's queue", near(true)).await?;
+            let queue = Queue::of(&all_gets(&answer)?);
+            if queue.entries.first().is_some_and(|e| e.key == key) {
+                return Ok(queue);
+            }
+        }
+        let answer = self.txn("reading a lock's queue", near(false)).await?;
+        Ok(Queue::of(&all_gets(&answer)?))
+    }
+
+    /// Whether the waiter `token` was woken by the deletion of the one key
+    /// its watch watched.
+    fn woken_by_deletion(&self, token: &Token) -> bool {
+        matches!(
+            self.nodes().get(token),
+            Some(Node { role: Role::Waiting { watch: Some(w) }, .. })
+                if w.fired.load(Ordering::Acquire) == GONE
+        )
+    }
+
     /// This token's key as this client knows it under `lease`; a key of
     /// an earlier lease is forgotten (it went with that lease).
     fn known(&self, token: &Token, lease: i64) -> Option<(String, i64, bool)> {
@@ -516,11 +587,11 @@ impl EtcdStore {
                 .try_lock(keys, &dir, &key, admission, token, lease, session.id)
                 .await;
         }
-        let txn = if known.is_some() {
+        let queue = if let Some((_, created, _)) = &known {
             // A waiter looking again: a read (a transaction with a write
             // in it goes through the log, and its disk, even when its
             // comparison fails).
-            Txn::new().and_then([Self::listing(&dir)])
+            self.look_again(token, &dir, &key, *created, admission).await?
         } else {
             // Create the key unless it exists (an earlier attempt of this
             // waiter, whose answer may have been lost), and read the
@@ -530,13 +601,13 @@ impl EtcdStore {
                 admission.mark(),
                 Some(PutOptions::new().with_lease(session.id)),
             );
-            Txn::new()
+            let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([put, Self::listing(&dir)])
-                .or_else([Self::listing(&dir)])
+                .or_else([Self::listing(&dir)]);
+            let answer = self.txn("joining a lock's queue", txn).await?;
+            Queue::of(&last_get(&answer)?)
         };
-        let answer = self.txn("joining a lock's queue", txn).await?;
-        let queue = Queue::of(&last_get(&answer)?);
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
             // Our key is gone: the lease it was attached to ended. The next
             // attempt queues again with the new one.
@@ -706,7 +777,7 @@ impl EtcdStore {
         let task = tokio::spawn(async move {
             let hands_over = target.hands_over;
             let gone = watch_until_changed(client, timeout, target).await;
-            flag.store(FIRED, Ordering::Release);
+            flag.store(if gone { GONE } else { FIRED }, Ordering::Release);
             let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
                 return;
             };
@@ -1341,6 +1412,26 @@ fn revision(answer: &TxnResponse) -> i64 {
 }
 
 /// The key-values of a transaction's last range read.
+/// The keys every read of a transaction found, in the order of the reads.
+fn all_gets(answer: &TxnResponse) -> Result<Vec<KeyValue>> {
+    let mut kvs = Vec::new();
+    let mut reads = 0;
+    for r in answer.op_responses() {
+        if let TxnOpResponse::Get(mut get) = r {
+            reads += 1;
+            kvs.extend(get.take_kvs());
+        }
+    }
+    if reads == 0 {
+        return Err(Error::new(
+            ErrorKind::Protocol,
+            "etcd answered a transaction without its read",
+        ));
+    }
+    Ok(kvs)
+}
+
+/// The keys the last read of a transaction found.
 fn last_get(answer: &TxnResponse) -> Result<Vec<KeyValue>> {
     match answer.op_responses().pop() {
         Some(TxnOpResponse::Get(mut get)) => Ok(get.take_kvs()),
