@@ -50,7 +50,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use lockguard_core::store::net;
+use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
     AllOrNone, Handoff, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode,
     Token, Waiting,
@@ -377,7 +377,7 @@ impl EtcdStore {
 
     /// The prefix of a lock's queue.
     fn dir(&self, keys: &LockKeys) -> String {
-        format!("{}lock/{}/", self.prefix, escape(keys.id()))
+        format!("{}lock/{}/", self.prefix, path_segment(keys.id()))
     }
 
     /// Runs one request under the response timeout, sent again to
@@ -449,7 +449,9 @@ impl EtcdStore {
     ) -> Result<Queue> {
         if !matches!(admission, Admission::Permits(1) | Admission::Write) {
             let txn = Txn::new().and_then([Self::listing(dir)]);
-            return Ok(Queue::of(&last_get(&self.txn("reading a lock's queue", txn).await?)?));
+            return Ok(Queue::of(&last_get(
+                &self.txn("reading a lock's queue", txn).await?,
+            )?));
         }
         let near = |serializable: bool| {
             let options = |order| {
@@ -457,7 +459,11 @@ impl EtcdStore {
                     .with_prefix()
                     .with_sort(SortTarget::Create, order)
                     .with_limit(1);
-                if serializable { o.with_serializable() } else { o }
+                if serializable {
+                    o.with_serializable()
+                } else {
+                    o
+                }
             };
             let mine = serializable.then(|| GetOptions::new().with_serializable());
             Txn::new().and_then([
@@ -591,7 +597,8 @@ impl EtcdStore {
             // A waiter looking again: a read (a transaction with a write
             // in it goes through the log, and its disk, even when its
             // comparison fails).
-            self.look_again(token, &dir, &key, *created, admission).await?
+            self.look_again(token, &dir, &key, *created, admission)
+                .await?
         } else {
             // Create the key unless it exists (an earlier attempt of this
             // waiter, whose answer may have been lost), and read the
@@ -1457,20 +1464,6 @@ fn unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// A key as one path segment: characters outside a plain set (`/` among
-/// them) are written `%XX`, byte by byte, so no lock's prefix is another's.
-pub(crate) fn escape(key: &str) -> String {
-    let mut name = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_:.{}@+=,".contains(&b) {
-            name.push(char::from(b));
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
-    name
-}
-
 /// Runs one request under `timeout`: its answer, or a timeout error.
 pub(crate) async fn bounded<T>(
     timeout: Duration,
@@ -1550,21 +1543,5 @@ async fn discard_in(session: Weak<Session>, key: String, created: i64) {
         drop(client);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_escape_what_would_nest_one_lock_in_another() {
-        assert_eq!(
-            escape("lockguard:lock:{order:42}"),
-            "lockguard:lock:{order:42}"
-        );
-        assert_eq!(escape("a/b"), "a%2Fb");
-        assert_eq!(escape("100%"), "100%25");
-        assert_eq!(escape("é"), "%C3%A9");
     }
 }

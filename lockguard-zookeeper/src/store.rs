@@ -57,7 +57,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use lockguard_core::store::net;
+use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
     AllOrNone, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, Token, Waiting,
 };
@@ -227,7 +227,7 @@ impl ZooKeeperStore {
 
     /// The container node of a lock or semaphore.
     fn dir(&self, keys: &LockKeys) -> String {
-        format!("{}/{}", self.root, node_name(keys.id()))
+        format!("{}/{}", self.root, path_segment(keys.id()))
     }
 
     /// Maps the error of a request `client` sent. When its session expired,
@@ -1014,20 +1014,6 @@ fn zxid(zxid: i64, path: &str) -> Result<u64> {
     })
 }
 
-/// A key as one node name: characters outside a plain set (`/` among
-/// them) are written `%XX`, byte by byte.
-fn node_name(key: &str) -> String {
-    let mut name = String::with_capacity(key.len());
-    for b in key.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_:.{}@+=,".contains(&b) {
-            name.push(char::from(b));
-        } else {
-            name.push_str(&format!("%{b:02X}"));
-        }
-    }
-    name
-}
-
 /// Runs one request under `timeout`: the request's own result, or core's
 /// timeout error ([`net::within`]).
 async fn bounded<T, E>(
@@ -1128,21 +1114,5 @@ async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftove
         drop(client);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn node_names_escape_what_zookeeper_would_read_as_a_path() {
-        assert_eq!(
-            node_name("lockguard:lock:{order:42}"),
-            "lockguard:lock:{order:42}"
-        );
-        assert_eq!(node_name("a/b"), "a%2Fb");
-        assert_eq!(node_name("100%"), "100%25");
-        assert_eq!(node_name("é"), "%C3%A9");
     }
 }

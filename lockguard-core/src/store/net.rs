@@ -9,6 +9,8 @@
 //!   scripts;
 //! - [`spawn_sweeper`]: a task that removes expired state now and then;
 //! - [`sql_identifier`]: a table or column name quoted for SQL text;
+//! - [`path_segment`]: a key as one segment of a store's path (a
+//!   ZooKeeper node's name, a piece of an etcd key);
 //! - [`keep_listening`]: a listening connection kept open for as long as
 //!   the client lives;
 //! - [`InFlight`]: an acquisition sent on a connection, whose release
@@ -167,6 +169,31 @@ pub fn sql_identifier(what: &str, name: &str, quote: char, max_len: usize) -> Re
         .map(|p| format!("{quote}{p}{quote}"))
         .collect::<Vec<_>>()
         .join("."))
+}
+
+/// A key as one segment of a store's path: bytes outside a plain set
+/// (letters, digits and `-_:.{}@+=,`; so `/` and `%` among the rest) are
+/// written `%XX`, so that no key's segment holds a separator and no two
+/// keys share one.
+///
+/// ```
+/// use lockguard_core::store::net::path_segment;
+///
+/// assert_eq!(path_segment("lockguard:lock:{order:42}"), "lockguard:lock:{order:42}");
+/// assert_eq!(path_segment("a/b"), "a%2Fb");
+/// assert_eq!(path_segment("100%"), "100%25");
+/// assert_eq!(path_segment("é"), "%C3%A9");
+/// ```
+pub fn path_segment(key: &str) -> String {
+    let mut segment = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_:.{}@+=,".contains(&b) {
+            segment.push(char::from(b));
+        } else {
+            segment.push_str(&format!("%{b:02X}"));
+        }
+    }
+    segment
 }
 
 /// What a connection does once its caller stopped waiting for a statement

@@ -14,10 +14,11 @@
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored, net};
+use lockguard_core::store::net::{self, path_segment};
+use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored};
 use lockguard_core::{Error, ErrorKind, Result};
 
-use super::{EtcdStore, escape, unix_ms};
+use super::{EtcdStore, unix_ms};
 
 /// Digits of a token at the head of a fenced value.
 const TOKEN_DIGITS: usize = 20;
@@ -32,7 +33,7 @@ type Update<'a> = &'a (dyn Fn(i64) -> Result<std::result::Result<i64, i64>> + Sy
 
 impl EtcdStore {
     fn data_key(&self, kind: &str, id: &str) -> String {
-        format!("{}{kind}/{}", self.prefix, escape(id))
+        format!("{}{kind}/{}", self.prefix, path_segment(id))
     }
 
     /// A counter as stored.
@@ -321,7 +322,11 @@ impl DataStore for EtcdStore {
         member: &str,
         ttl: Option<Duration>,
     ) -> Result<bool> {
-        let key = format!("{}/{}", self.data_key("mark", keys.id()), escape(member));
+        let key = format!(
+            "{}/{}",
+            self.data_key("mark", keys.id()),
+            path_segment(member)
+        );
         if let Some(ttl) = ttl {
             return self.mark_once_expiring(keys, &key, ttl).await;
         }

@@ -20,10 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use lockguard_core::store::net::path_segment;
 use lockguard_core::store::{LimitKeys, LimitOp, LimitReply};
 use lockguard_core::{Error, ErrorKind, Result};
 
-use super::{EtcdStore, escape};
+use super::EtcdStore;
 
 /// The leases state that expires is attached to (rate limits, counters and
 /// marks with a deadline): each one's ID and when it ends at the earliest
@@ -101,7 +102,7 @@ impl EtcdStore {
         cost: u64,
         peek: bool,
     ) -> Result<LimitReply> {
-        let key = format!("{}limit/{}", self.prefix, escape(keys.id()));
+        let key = format!("{}limit/{}", self.prefix, path_segment(keys.id()));
         let entry = self.limits_seen.entry(&key);
         let mut last = entry.lock().await;
         // The state as this client last saw it: others may only have used

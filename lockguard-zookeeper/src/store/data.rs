@@ -22,7 +22,8 @@ use zookeeper_client as zk;
 use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored};
 use lockguard_core::{Error, ErrorKind, Result};
 
-use super::{ZooKeeperStore, bounded, node_name};
+use super::{ZooKeeperStore, bounded};
+use lockguard_core::store::net::path_segment;
 
 /// How many times the response timeout an update may spend losing to
 /// concurrent writes before it gives up.
@@ -82,7 +83,7 @@ fn fenced_content(path: &str, data: &[u8]) -> Result<(u64, Option<Vec<u8>>)> {
 
 impl ZooKeeperStore {
     fn data_path(&self, key: &str) -> String {
-        format!("{}/{}", self.root, node_name(key))
+        format!("{}/{}", self.root, path_segment(key))
     }
 
     async fn read(&self, client: &zk::Client, path: &str) -> Result<Read> {
@@ -281,7 +282,7 @@ impl DataStore for ZooKeeperStore {
             return Err(unsupported("mark expiry"));
         }
         let set = self.data_path(&format!("{}:marks", keys.id()));
-        let path = format!("{set}/{}", node_name(member));
+        let path = format!("{set}/{}", path_segment(member));
         let client = self.session.client();
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let container = zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
