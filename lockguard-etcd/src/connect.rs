@@ -126,6 +126,33 @@ impl EtcdBuilder {
         self
     }
 
+    /// Speaks TLS to the members, trusting the CA certificate `pem` (PEM)
+    /// beside the web's roots: for members whose certificates a private CA
+    /// signed (feature `tls-rustls`).
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn etcd_tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls = true;
+        self.options.tls_root = Some(pem.into());
+        self
+    }
+
+    /// Speaks TLS to the members and shows them this client certificate
+    /// and its private key (both PEM), for members that authenticate
+    /// clients by certificate (`--client-cert-auth`; feature
+    /// `tls-rustls`).
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn etcd_tls_client_certificate(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.options.tls = true;
+        self.options.tls_client = Some((cert_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connects to the etcd cluster at `endpoints`, a list of members
     /// (`"etcd1:2379,etcd2:2379,etcd3:2379"`), and grants the client's
     /// lease. The client moves to another member when one fails; when its
@@ -162,7 +189,14 @@ impl EtcdBuilder {
         }
         #[cfg(feature = "tls-rustls")]
         if self.options.tls {
-            options = options.with_tls(etcd_client::TlsOptions::new().with_enabled_roots());
+            let mut tls = etcd_client::TlsOptions::new().with_enabled_roots();
+            if let Some(pem) = &self.options.tls_root {
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(pem));
+            }
+            if let Some((cert, key)) = &self.options.tls_client {
+                tls = tls.identity(etcd_client::Identity::from_pem(cert, key));
+            }
+            options = options.with_tls(tls);
         }
         let setup = settings.connect_timeout.max(settings.response_timeout);
         let client = crate::store::bounded(

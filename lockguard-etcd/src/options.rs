@@ -23,6 +23,11 @@ pub(crate) struct EtcdOptions {
     pub(crate) user: Option<(String, String)>,
     /// Whether to speak TLS to the members.
     pub(crate) tls: bool,
+    /// A CA certificate (PEM) to trust beside the web's roots.
+    pub(crate) tls_root: Option<Vec<u8>>,
+    /// The client's certificate and key (PEM), for members that ask for
+    /// one.
+    pub(crate) tls_client: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Default for EtcdOptions {
@@ -32,6 +37,8 @@ impl Default for EtcdOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             user: None,
             tls: false,
+            tls_root: None,
+            tls_client: None,
         }
     }
 }

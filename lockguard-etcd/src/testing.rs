@@ -231,6 +231,7 @@ mod tests {
             initial_cluster: format!("taken=http://127.0.0.1:{peer_port}"),
             token: cluster_token(),
             peers: Vec::new(),
+            tls: None,
         });
         member.spawn().unwrap();
         let started = std::time::Instant::now();

@@ -79,6 +79,7 @@ impl EtcdCluster {
                         .filter(|&(j, _)| j != i)
                         .map(|(_, &(_, peer))| peer)
                         .collect(),
+                    tls: None,
                 })
             })
             .collect();

@@ -30,6 +30,21 @@ pub(super) struct MemberSpec {
     pub(super) token: String,
     /// The other members' peer ports (none for a member alone).
     pub(super) peers: Vec<u16>,
+    /// A client port for TLS, beside the plain one (which the harness's
+    /// probes use).
+    pub(super) tls: Option<TlsSpec>,
+}
+
+/// A member's TLS client port: what it serves there, and with what.
+#[derive(Debug, Clone)]
+pub(super) struct TlsSpec {
+    /// The port, on 127.0.0.1.
+    pub(super) port: u16,
+    /// The directory of `server.crt`, `server.key` and `ca.crt`
+    /// ([`lockguard_testing::make_test_certificates`]).
+    pub(super) certs: PathBuf,
+    /// Whether clients there must show a certificate `ca.crt` signed.
+    pub(super) client_cert_auth: bool,
 }
 
 /// Why a member did not come to serve.
@@ -72,6 +87,26 @@ impl EtcdServer {
     /// When `etcd` is missing, or the member does not serve within 30 s;
     /// the message holds the tail of its log.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts a single-member cluster, as [`EtcdServer::start`], that also
+    /// serves clients over TLS on a port of its own
+    /// ([`EtcdServer::tls_endpoint`]), with the certificate and key
+    /// `certs/server.crt` and `certs/server.key` (for 127.0.0.1), as
+    /// [`make_test_certificates`](lockguard_testing::make_test_certificates)
+    /// makes them. With `client_cert_auth`, a client there must show a
+    /// certificate `certs/ca.crt` signed. The plain port stays, for the
+    /// harness's probes.
+    ///
+    /// # Panics
+    ///
+    /// As [`EtcdServer::start`].
+    pub fn start_tls(certs: &Path, client_cert_auth: bool) -> Self {
+        Self::start_with(Some((certs.to_path_buf(), client_cert_auth)))
+    }
+
+    fn start_with(tls: Option<(PathBuf, bool)>) -> Self {
         let mut causes = Vec::new();
         // A probed port may be taken between the probe and the bind.
         for attempt in 1..=5 {
@@ -84,6 +119,11 @@ impl EtcdServer {
                 peer_port,
                 token: super::cluster_token(),
                 peers: Vec::new(),
+                tls: tls.clone().map(|(certs, client_cert_auth)| TlsSpec {
+                    port: super::free_port(),
+                    certs,
+                    client_cert_auth,
+                }),
             });
             match server.spawn().and_then(|()| server.wait_until_serving()) {
                 Ok(()) => return server,
@@ -156,6 +196,13 @@ impl EtcdServer {
         .map_err(|e| failed(format!("cannot write the etcd log: {e}")))?;
         let client_url = format!("http://127.0.0.1:{}", self.spec.port);
         let peer_url = format!("http://127.0.0.1:{}", self.spec.peer_port);
+        let (listen, advertise) = match &self.spec.tls {
+            Some(tls) => {
+                let tls_url = format!("https://127.0.0.1:{}", tls.port);
+                (format!("{tls_url},{client_url}"), tls_url)
+            }
+            None => (client_url.clone(), client_url),
+        };
         let mut cmd = Command::new("sh");
         cmd.arg("-c")
             .arg(WATCHER)
@@ -164,8 +211,8 @@ impl EtcdServer {
             .args(["--name", &self.spec.name])
             .arg("--data-dir")
             .arg(self.dir.path().join("data"))
-            .args(["--listen-client-urls", &client_url])
-            .args(["--advertise-client-urls", &client_url])
+            .args(["--listen-client-urls", &listen])
+            .args(["--advertise-client-urls", &advertise])
             .args(["--listen-peer-urls", &peer_url])
             .args(["--initial-advertise-peer-urls", &peer_url])
             // Ignored once the data directory holds the member (a restart).
@@ -187,6 +234,17 @@ impl EtcdServer {
             // Apart from the test's process group (a ^C reaches the
             // watcher through its closed stdin instead).
             .process_group(0);
+        if let Some(tls) = &self.spec.tls {
+            cmd.arg("--cert-file")
+                .arg(tls.certs.join("server.crt"))
+                .arg("--key-file")
+                .arg(tls.certs.join("server.key"));
+            if tls.client_cert_auth {
+                cmd.arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(tls.certs.join("ca.crt"));
+            }
+        }
         // etcd takes any flag from an `ETCD_<FLAG>` variable too: none of
         // the test environment's may change the member.
         for (key, _) in std::env::vars_os() {
@@ -285,6 +343,15 @@ impl EtcdServer {
     /// `127.0.0.1:PORT`, the member's endpoint for clients.
     pub fn endpoint(&self) -> String {
         format!("127.0.0.1:{}", self.spec.port)
+    }
+
+    /// `127.0.0.1:PORT`, the member's TLS endpoint for clients, when it was
+    /// started with one ([`EtcdServer::start_tls`]).
+    pub fn tls_endpoint(&self) -> Option<String> {
+        self.spec
+            .tls
+            .as_ref()
+            .map(|tls| format!("127.0.0.1:{}", tls.port))
     }
 
     /// `etcd://127.0.0.1:PORT`, the member as a store URL.
