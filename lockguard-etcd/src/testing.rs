@@ -232,6 +232,7 @@ mod tests {
             token: cluster_token(),
             peers: Vec::new(),
             tls: None,
+            flags: Vec::new(),
         });
         member.spawn().unwrap();
         let started = std::time::Instant::now();

@@ -80,6 +80,7 @@ impl EtcdCluster {
                         .map(|(_, &(_, peer))| peer)
                         .collect(),
                     tls: None,
+                    flags: Vec::new(),
                 })
             })
             .collect();

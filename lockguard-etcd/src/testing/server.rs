@@ -33,6 +33,8 @@ pub(super) struct MemberSpec {
     /// A client port for TLS, beside the plain one (which the harness's
     /// probes use).
     pub(super) tls: Option<TlsSpec>,
+    /// More of etcd's flags, last on its command line.
+    pub(super) flags: Vec<String>,
 }
 
 /// A member's TLS client port: what it serves there, and with what.
@@ -87,7 +89,18 @@ impl EtcdServer {
     /// When `etcd` is missing, or the member does not serve within 30 s;
     /// the message holds the tail of its log.
     pub fn start() -> Self {
-        Self::start_with(None)
+        Self::start_with(None, &[])
+    }
+
+    /// Starts a single-member cluster, as [`EtcdServer::start`], with more
+    /// of etcd's flags (`--auth-token-ttl=1`, say), after the harness's
+    /// own.
+    ///
+    /// # Panics
+    ///
+    /// As [`EtcdServer::start`].
+    pub fn start_with_flags(flags: &[&str]) -> Self {
+        Self::start_with(None, flags)
     }
 
     /// Starts a single-member cluster, as [`EtcdServer::start`], that also
@@ -103,10 +116,10 @@ impl EtcdServer {
     ///
     /// As [`EtcdServer::start`].
     pub fn start_tls(certs: &Path, client_cert_auth: bool) -> Self {
-        Self::start_with(Some((certs.to_path_buf(), client_cert_auth)))
+        Self::start_with(Some((certs.to_path_buf(), client_cert_auth)), &[])
     }
 
-    fn start_with(tls: Option<(PathBuf, bool)>) -> Self {
+    fn start_with(tls: Option<(PathBuf, bool)>, flags: &[&str]) -> Self {
         let mut causes = Vec::new();
         // A probed port may be taken between the probe and the bind.
         for attempt in 1..=5 {
@@ -124,6 +137,7 @@ impl EtcdServer {
                     certs,
                     client_cert_auth,
                 }),
+                flags: flags.iter().map(|f| (*f).to_owned()).collect(),
             });
             match server.spawn().and_then(|()| server.wait_until_serving()) {
                 Ok(()) => return server,
@@ -245,6 +259,7 @@ impl EtcdServer {
                     .arg(tls.certs.join("ca.crt"));
             }
         }
+        cmd.args(&self.spec.flags);
         // etcd takes any flag from an `ETCD_<FLAG>` variable too: none of
         // the test environment's may change the member.
         for (key, _) in std::env::vars_os() {
