@@ -109,6 +109,8 @@ pub(crate) struct EtcdStore {
     limit_leases: limits::LimitLeases,
     /// The rate-limit keys this client decided for.
     limits_seen: limits::LimitKeysSeen,
+    /// The counters this client last wrote or read.
+    counters_seen: data::CountersSeen,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -354,6 +356,7 @@ impl EtcdStore {
             nodes: Arc::new(Mutex::new(HashMap::new())),
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
+            counters_seen: data::CountersSeen::default(),
         });
         let inbox = store.inbox.clone();
         store.session.on_renewed(move || {

@@ -123,6 +123,36 @@ async fn etcd_versions_grow_after_an_expiry() {
     }
 }
 
+/// A client remembers what it last wrote of a counter, and updates it in
+/// one round trip from that; another client's writes in between cost a
+/// retry, never a wrong answer: a bounded decrement that the remembered
+/// value would refuse reads the counter first and succeeds, and one that
+/// the counter as it is refuses is refused with its real value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_remembered_counter_never_decides_alone() {
+    let etcd = Etcd::start();
+    let a = etcd.client_with(Client::builder()).await;
+    let b = etcd.client_with(Client::builder()).await;
+    let (ca, cb) = (a.counter("stock"), b.counter("stock"));
+    assert_eq!(ca.incr_by(5).await.unwrap(), 5);
+    // `a` remembers 5; `b` takes it all, then puts 10 back.
+    assert_eq!(cb.decr_if_at_least(5).await.unwrap(), Some(0));
+    assert_eq!(cb.incr_by(10).await.unwrap(), 10);
+    // From 5 remembered, the write finds 10 and makes its change from it.
+    assert_eq!(ca.incr_by(1).await.unwrap(), 11);
+    // `a` remembers 11; `b` takes 11, leaving 0, then adds 3.
+    assert_eq!(cb.decr_if_at_least(11).await.unwrap(), Some(0));
+    assert_eq!(cb.incr_by(3).await.unwrap(), 3);
+    // 11 remembered would allow 4; the counter holds 3, which refuses it.
+    assert_eq!(ca.decr_if_at_least(4).await.unwrap(), None);
+    assert_eq!(ca.get().await.unwrap(), 3);
+    // `a` remembers 3 (refused at it); `b` adds 7: 3 would refuse 6, the
+    // counter (10) allows it.
+    assert_eq!(cb.incr_by(7).await.unwrap(), 10);
+    assert_eq!(ca.decr_if_at_least(6).await.unwrap(), Some(4));
+    assert_eq!(cb.get().await.unwrap(), 4);
+}
+
 /// A multi-lock of three free keys is one transaction: its three keys
 /// share the transaction's revision, which is each key's fencing token,
 /// above an earlier holder's. A multi-lock with a busy key is refused, and

@@ -2,10 +2,15 @@
 //! changed by a transaction that compares what it read.
 //!
 //! A counter is `{prefix}counter/{key}`, its value in decimal; an update
-//! reads it and writes it back in a transaction that holds only if its
-//! `mod_revision` is still the one read (a compare-and-set, two round
-//! trips; one more each time a concurrent writer won). Its version is that
-//! revision, which never repeats. A mark is a key created only if missing.
+//! writes it back in a transaction that holds only if its `mod_revision`
+//! is still the one this client last saw (a compare-and-set). The client
+//! keeps what it last wrote or read of each counter, so an update by the
+//! client that wrote last is one round trip; a transaction that finds the
+//! counter changed answers what it holds now, and the update is made again
+//! from that (one round trip more each time another writer came between).
+//! A refusal (a bounded decrement below zero, an overflow) is never drawn
+//! from what the client remembers: it reads the counter first. Its version
+//! is that revision, which never repeats. A mark is a key created only if missing.
 //! A fenced value is one key whose value starts with the token that wrote
 //! it, 20 decimal digits, so that etcd's byte-wise comparison of values
 //! compares tokens: a write holds only if the stored value is below the
@@ -27,6 +32,29 @@ const VALUE: u8 = b'=';
 /// After the token: removed (a tombstone that keeps the token).
 const REMOVED: u8 = b'-';
 
+/// How many counters' last states a client keeps before it forgets them
+/// all.
+const COUNTERS_SEEN: usize = 4096;
+
+/// The counters this client last wrote or read, as it saw them.
+#[derive(Debug, Default)]
+pub(super) struct CountersSeen(std::sync::Mutex<std::collections::HashMap<String, Counted>>);
+
+impl CountersSeen {
+    fn get(&self, key: &str) -> Option<Counted> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(key).cloned().map(Counted::aged)
+    }
+
+    fn put(&self, key: &str, counted: Counted) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= COUNTERS_SEEN && !seen.contains_key(key) {
+            seen.clear();
+        }
+        seen.insert(key.to_owned(), counted);
+    }
+}
+
 /// How a counter changes: from its value to a new one, or refused with the
 /// value that refused it.
 type Update<'a> = &'a (dyn Fn(i64) -> Result<std::result::Result<i64, i64>> + Sync);
@@ -44,15 +72,15 @@ impl EtcdStore {
 
     /// Writes `value` to the counter `key` if it is still as `read`: its
     /// deadline kept while it lives, else one `ttl` from now (none without
-    /// a `ttl`), and the key attached to a lease that ends after it. The
-    /// answer when written; what is stored now when not.
+    /// a `ttl`), and the key attached to a lease that ends after it. What
+    /// is stored then when written; what is stored now when not.
     async fn write_counter(
         &self,
         key: &str,
         read: &Counted,
         value: i64,
         ttl: Option<Duration>,
-    ) -> Result<std::result::Result<i64, Counted>> {
+    ) -> Result<std::result::Result<Counted, Counted>> {
         let now = unix_ms();
         let deadline = read.deadline.or_else(|| {
             ttl.map(|t| now.saturating_add(u64::try_from(net::millis(t)).unwrap_or(u64::MAX)))
@@ -75,7 +103,12 @@ impl EtcdStore {
             .or_else([TxnOp::get(key, None)]);
         let answer = self.txn("updating a counter", txn).await?;
         if answer.succeeded() {
-            return Ok(Ok(super::revision(&answer)));
+            return Ok(Ok(Counted {
+                value,
+                deadline,
+                revision: super::revision(&answer),
+                expired: false,
+            }));
         }
         match answer.op_responses().pop() {
             Some(TxnOpResponse::Get(get)) => Ok(Err(Counted::of(key, get.kvs().first())?)),
@@ -92,17 +125,39 @@ impl EtcdStore {
         f: Update<'_>,
     ) -> Result<std::result::Result<i64, i64>> {
         let key = self.data_key("counter", keys.id());
-        let mut read = self.read_counter(&key).await?;
+        let (mut read, mut remembered) = match self.counters_seen.get(&key) {
+            Some(seen) => (seen, true),
+            None => (self.read_counter(&key).await?, false),
+        };
         let mut pause = Duration::from_micros(200);
         loop {
-            let new = match f(read.value)? {
-                Ok(new) => new,
-                Err(current) => return Ok(Err(current)),
+            let new = match f(read.value) {
+                Ok(Ok(new)) => new,
+                // A refusal (or an overflow) by a remembered state may be
+                // out of date: read the counter and decide again.
+                _ if remembered => {
+                    read = self.read_counter(&key).await?;
+                    remembered = false;
+                    continue;
+                }
+                Ok(Err(current)) => {
+                    self.counters_seen.put(&key, read);
+                    return Ok(Err(current));
+                }
+                Err(e) => return Err(e),
             };
             read = match self.write_counter(&key, &read, new, ttl).await? {
-                Ok(_) => return Ok(Ok(new)),
+                Ok(written) => {
+                    self.counters_seen.put(&key, written);
+                    return Ok(Ok(new));
+                }
                 Err(now) => now,
             };
+            if std::mem::take(&mut remembered) {
+                // Another writer came after this client's last look: not
+                // a race lost this round, no pause.
+                continue;
+            }
             // A random pause, so the writers that lost this round do not
             // meet again in the next.
             let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
@@ -287,7 +342,7 @@ impl DataStore for EtcdStore {
                     return Ok(Err(read.version()));
                 }
                 match self.write_counter(&key, &read, value, ttl).await? {
-                    Ok(revision) => return Ok(Ok(u64::try_from(revision).unwrap_or(0))),
+                    Ok(written) => return Ok(Ok(written.version())),
                     Err(now) if expected.is_some() => return Ok(Err(now.version())),
                     Err(_) => {}
                 }
@@ -376,6 +431,7 @@ impl DataStore for EtcdStore {
 
 /// A counter as stored: its value (0 past its deadline), the deadline
 /// while it lives, and the key's `mod_revision` (0 when missing).
+#[derive(Debug, Clone)]
 struct Counted {
     value: i64,
     deadline: Option<u64>,
@@ -421,6 +477,20 @@ impl Counted {
                 expired: false,
             },
         })
+    }
+
+    /// As it is now: past its deadline (since it was seen), as good as
+    /// missing, at the same revision.
+    fn aged(self) -> Self {
+        match self.deadline {
+            Some(d) if d <= unix_ms() => Self {
+                value: 0,
+                deadline: None,
+                revision: self.revision,
+                expired: true,
+            },
+            _ => self,
+        }
     }
 
     /// The version a caller sees: the key's revision, 0 when missing or
