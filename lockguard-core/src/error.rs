@@ -85,7 +85,10 @@ impl fmt::Display for ErrorKind {
 /// It carries an [`ErrorKind`], a message naming what failed (usually with
 /// the key), and the underlying error as its [`source`](std::error::Error::source)
 /// where there is one.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` form is a sentence, the message and then its causes (what a
+/// `main` that returns `Result` prints); `{:#?}` gives the fields.
+#[derive(thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct Error {
     kind: ErrorKind,
@@ -93,6 +96,42 @@ pub struct Error {
     retry_after: Option<Duration>,
     #[source]
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return f
+                .debug_struct("Error")
+                .field("kind", &self.kind)
+                .field("message", &self.message)
+                .field("retry_after", &self.retry_after)
+                .field("source", &self.source)
+                .finish();
+        }
+        write!(f, "{self}")?;
+        if let Some(after) = self.retry_after {
+            write!(f, " (retry after {after:?})")?;
+        }
+        // Each cause once: a driver's error often repeats its own cause's
+        // words.
+        let mut said = self.message.clone();
+        let mut cause = std::error::Error::source(self);
+        let mut first = true;
+        while let Some(c) = cause {
+            let text = c.to_string();
+            if !text.is_empty() && !said.contains(&text) {
+                if first {
+                    f.write_str("\n\nCaused by:")?;
+                    first = false;
+                }
+                write!(f, "\n    {text}")?;
+                said.push_str(&text);
+            }
+            cause = c.source();
+        }
+        Ok(())
+    }
 }
 
 impl Error {
@@ -287,6 +326,36 @@ impl From<Error> for Invalid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a `main` returning `Result` prints: a sentence and its causes,
+    /// each once; the fields with `{:#?}`.
+    #[test]
+    fn debug_reads_as_a_sentence_with_its_causes() {
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = Error::new(ErrorKind::Unavailable, "connecting to redis at 127.0.0.1:1")
+            .with_source(refused);
+        assert_eq!(
+            format!("{e:?}"),
+            "store unavailable: connecting to redis at 127.0.0.1:1\n\nCaused by:\n    connection refused"
+        );
+        let plain = Error::new(ErrorKind::Busy, "lock \"a\" is held");
+        assert_eq!(format!("{plain:?}"), "busy: lock \"a\" is held");
+        // A cause whose words the message already says is not repeated.
+        let said =
+            Error::new(ErrorKind::Unavailable, "connecting: connection refused").with_source(
+                std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused"),
+            );
+        assert_eq!(
+            format!("{said:?}"),
+            "store unavailable: connecting: connection refused"
+        );
+        let fields = format!("{e:#?}");
+        assert!(
+            fields.starts_with("Error {") && fields.contains("kind: Unavailable"),
+            "{fields}"
+        );
+    }
 
     #[test]
     fn display_is_lowercase_with_kind_and_message() {

@@ -120,7 +120,12 @@ pub(crate) async fn connect(
         flights: Arc::default(),
         sweeper: None,
     };
-    let what = "connecting to mysql";
+    let at = match bell_opts.socket() {
+        Some(socket) => socket.to_owned(),
+        None => format!("{}:{}", bell_opts.ip_or_hostname(), bell_opts.tcp_port()),
+    };
+    let what = format!("connecting to mysql at {at}");
+    let what = what.as_str();
     let mut conn = net::within(
         cfg.connect_timeout,
         "mysql",

@@ -134,7 +134,8 @@ pub(crate) async fn connect(
         flights: Arc::default(),
         sweeper: None,
     };
-    let what = "connecting to postgres";
+    let what = format!("connecting to postgres at {}", address(&listen));
+    let what = what.as_str();
     let answer = tokio::time::timeout(opts.connect_timeout, async {
         store.pool.get().await.map_err(|e| e.about(what))
     })
@@ -156,6 +157,27 @@ pub(crate) async fn connect(
     store.sweeper = Some(spawn_sweeper(&store));
     let bell = bell::PgBell::new(listen, opts, connector, store.schema.clone());
     Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
+}
+
+/// The server(s) a configuration names, `host:port` each, for messages.
+fn address(config: &tokio_postgres::Config) -> String {
+    let ports = config.get_ports();
+    config
+        .get_hosts()
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
+            match host {
+                tokio_postgres::config::Host::Tcp(name) => format!("{name}:{port}"),
+                #[cfg(unix)]
+                tokio_postgres::config::Host::Unix(path) => {
+                    format!("{}/.s.PGSQL.{port}", path.display())
+                }
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Removes expired state every `sweep_interval` (core's sweeper).
