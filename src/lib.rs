@@ -309,13 +309,15 @@ pub mod __private {
     }
 
     /// `#[rate_limit]`: spends one unit (or `cost`) of `key`'s budget in the
-    /// limiter `name`, then runs `body`.
+    /// limiter `name` (in shadow mode with `shadow`), then runs `body`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn rate_limited<F: Future>(
         client: Result<Client>,
         name: &str,
         quota: Quota,
         algorithm: Algorithm,
         cost: u64,
+        shadow: bool,
         key: String,
         body: F,
     ) -> Result<F::Output> {
@@ -323,6 +325,7 @@ pub mod __private {
         client
             .rate_limiter(name, quota)
             .algorithm(algorithm)
+            .shadow(shadow)
             .try_acquire_cost(&key, cost)
             .await?;
         Ok(body.await)

@@ -32,6 +32,7 @@ mod kw {
     syn::custom_keyword!(cost);
     syn::custom_keyword!(permits);
     syn::custom_keyword!(mode);
+    syn::custom_keyword!(shadow);
 }
 
 /// Which attribute is being expanded.
@@ -68,7 +69,9 @@ impl Kind {
                 Client,
                 Crate,
             ],
-            Self::RateLimit => &[Key, Rate, Burst, Algorithm, Name, Cost, Client, Crate],
+            Self::RateLimit => &[
+                Key, Rate, Burst, Algorithm, Name, Cost, Shadow, Client, Crate,
+            ],
             Self::ConcurrencyLimit => &[
                 Key,
                 Permits,
@@ -103,6 +106,7 @@ enum Opt {
     Cost,
     Permits,
     Mode,
+    Shadow,
 }
 
 impl Opt {
@@ -124,6 +128,7 @@ impl Opt {
             Self::Cost => "cost",
             Self::Permits => "permits",
             Self::Mode => "mode",
+            Self::Shadow => "shadow",
         }
     }
 
@@ -147,11 +152,15 @@ impl Opt {
             Self::Cost => la.peek(kw::cost),
             Self::Permits => la.peek(kw::permits),
             Self::Mode => la.peek(kw::mode),
+            Self::Shadow => la.peek(kw::shadow),
         }
     }
 
     fn is_flag(self) -> bool {
-        matches!(self, Self::SkipIfBusy | Self::KeepGoingOnLost)
+        matches!(
+            self,
+            Self::SkipIfBusy | Self::KeepGoingOnLost | Self::Shadow
+        )
     }
 }
 
@@ -256,6 +265,8 @@ pub(crate) struct RateOptions {
     pub(crate) name: Option<LitStr>,
     /// Between 1 and the limit per call (the burst or the rate's count).
     pub(crate) cost: u64,
+    /// `shadow`: decide and record, never refuse.
+    pub(crate) shadow: bool,
 }
 
 /// The options of one attribute, as its expansion needs them.
@@ -302,6 +313,7 @@ struct Written {
     at_least: Option<Located<Duration>>,
     skip_if_busy: bool,
     keep_going_on_lost: bool,
+    shadow: bool,
     client: Option<Expr>,
     krate: Option<Path>,
     rate: Option<Located<Rate>>,
@@ -374,6 +386,7 @@ impl Written {
             }
             Opt::SkipIfBusy => self.skip_if_busy = true,
             Opt::KeepGoingOnLost => self.keep_going_on_lost = true,
+            Opt::Shadow => self.shadow = true,
             Opt::Client => self.client = Some(input.parse()?),
             Opt::Crate => {
                 let lit = lit_str(input, "the path of the lockguard crate, like \"lockguard\"")?;
@@ -595,6 +608,7 @@ impl Written {
             algorithm,
             name: self.name.clone(),
             cost: self.cost.map_or(1, |c| c.value),
+            shadow: self.shadow,
         })
     }
 

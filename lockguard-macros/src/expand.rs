@@ -171,6 +171,7 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
                 RateAlgorithm::SlidingWindow => (quote!(SlidingWindow), None),
             };
             let cost = rate.cost;
+            let shadow = rate.shadow;
             let name = match &rate.name {
                 Some(name) => name.to_token_stream(),
                 None => {
@@ -185,6 +186,7 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
                     #p::Quota::new(#count, #period) #burst,
                     #p::Algorithm::#algorithm,
                     #cost,
+                    #shadow,
                     #key_var,
                     #body,
                 )

@@ -108,6 +108,7 @@
 //! | `algorithm = "gcra"` | | `"gcra"` (default), `"fixed_window"`, `"sliding_window"` | |
 //! | `name = "login"` | | the limiter's name (default: the function's path) | |
 //! | `cost = 2` | | units each call spends (default 1) | |
+//! | `shadow` | | shadow mode: decide and record, never refuse (for rolling a limit out) | |
 //! | `client = <expr>` | the client | the client | the client |
 //! | `crate = "path"` | where lockguard is | where lockguard is | where lockguard is |
 
@@ -315,6 +316,10 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   `period / count`), a fixed window (`count` per window), or a sliding
 ///   window log (at most `count` in any rolling period); `burst` applies
 ///   to GCRA only.
+/// - `shadow` rolls a limit out: every call is decided and recorded (a
+///   call over the quota counts as a refusal in the decision metric and is
+///   logged at `DEBUG`), and every body runs
+///   (`RateLimiter::shadow`). Remove it to enforce the limit.
 ///
 /// # Errors
 ///
@@ -335,6 +340,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 ///     let lg = Client::default_client()?;
 ///     lg.rate_limiter(concat!(module_path!(), "::reset_password"), Quota::per_hour(2).burst(3))
 ///         .algorithm(Algorithm::Gcra)
+///         .shadow(false) // `true` with `shadow`
 ///         .try_acquire(&key) // `.try_acquire_cost(&key, cost)` with `cost`
 ///         .await?;
 ///     async move { Ok(()) }.await
@@ -349,7 +355,7 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 /// # Options
 ///
 /// `key` and `rate` (required), `burst`, `algorithm`, `name`, `cost`,
-/// `client`, `crate`: see the [crate docs](crate).
+/// `shadow`, `client`, `crate`: see the [crate docs](crate).
 #[proc_macro_attribute]
 pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::RateLimit, args.into(), item.into()).into()

@@ -12,6 +12,7 @@ on_both_stores!(
     sliding_window_refuses_calls_past_the_quota,
     burst_and_cost_set_what_passes_at_once,
     limiters_are_per_function_unless_named,
+    shadow_runs_every_call_and_spends_the_budget,
 );
 
 struct User {
@@ -132,4 +133,29 @@ async fn limiters_are_per_function_unless_named(env: Env) {
     assert!(named_b(&lg).await.unwrap_err().is_rate_limited());
     let limiter = lg.rate_limiter("exports", lockguard::Quota::per_hour(1));
     assert!(!limiter.check("shared").await.unwrap().allowed);
+}
+
+#[rate_limit(key = "exports", rate = "2/h", name = "exports", shadow, client = lg)]
+async fn export_shadowed(lg: &Client, tracker: &Tracker) -> Result<(), lockguard::Error> {
+    tracker.enter().finish();
+    Ok(())
+}
+
+#[rate_limit(key = "exports", rate = "2/h", name = "exports", client = lg)]
+async fn export_enforced(lg: &Client) -> Result<(), lockguard::Error> {
+    Ok(())
+}
+
+/// `shadow`: every call runs, the calls past the quota too, while the
+/// budget is spent as the enforced limit would spend it: the same limiter
+/// without `shadow` then refuses.
+async fn shadow_runs_every_call_and_spends_the_budget(env: Env) {
+    let lg = env.client().await;
+    let tracker = Tracker::default();
+    for _ in 0..5 {
+        export_shadowed(&lg, &tracker).await.unwrap();
+    }
+    assert_eq!(tracker.runs(), 5, "a call in shadow mode was refused");
+    let refused = export_enforced(&lg).await.unwrap_err();
+    assert!(refused.is_rate_limited(), "{refused}");
 }

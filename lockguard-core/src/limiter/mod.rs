@@ -56,6 +56,8 @@ struct Shared {
     /// ends (opt-in; shared by clones, not by a limiter made with another
     /// algorithm).
     refused: Option<Arc<refused::RefusedCache>>,
+    /// Shadow mode: decide and record, never refuse.
+    shadow: bool,
 }
 
 /// What every check of a limiter needs of its settings.
@@ -106,6 +108,7 @@ impl RateLimiter {
             algorithm: Algorithm::default(),
             prepared: Err(Error::invalid("not yet checked").into()),
             refused: None,
+            shadow: false,
         };
         shared.prepared = shared.prepare();
         Self {
@@ -139,6 +142,61 @@ impl RateLimiter {
         self.settings_mut().refused =
             (capacity > 0).then(|| Arc::new(refused::RefusedCache::new(capacity)));
         self
+    }
+
+    /// Shadow mode, for rolling a limit out: every check is decided by the
+    /// store and recorded as usual, and none is refused. A request over the
+    /// quota is counted as a refusal in `lockguard_rate_limit_decisions_total`
+    /// (feature `metrics`) and logged at `DEBUG`, and its decision comes
+    /// back allowed, marked [`shadowed`](Decision::shadowed) (its
+    /// `remaining` and `retry_after` the refusal's), so
+    /// [`try_acquire`](RateLimiter::try_acquire) and
+    /// [`until_ready`](RateLimiter::until_ready) go ahead at once. A request
+    /// within the quota spends its budget as always, so the figures are the
+    /// ones the limit would give once it is enforced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// use lockguard_core::{Client, Quota};
+    ///
+    /// let limiter = Client::memory()
+    ///     .rate_limiter("exports", Quota::per_minute(1))
+    ///     .shadow(true);
+    /// assert!(!limiter.check("ann").await?.shadowed);
+    /// let over = limiter.check("ann").await?;
+    /// assert!(over.allowed && over.shadowed);
+    /// # Ok(()) }
+    /// ```
+    pub fn shadow(mut self, on: bool) -> Self {
+        self.settings_mut().shadow = on;
+        self
+    }
+
+    /// Whether the limiter is in [shadow mode](RateLimiter::shadow).
+    pub fn is_shadow(&self) -> bool {
+        self.shared.shadow
+    }
+
+    /// `d`, let through when the limiter is in shadow mode and `d` is a
+    /// refusal.
+    fn shadowed(&self, key: &str, d: Decision) -> Decision {
+        if !self.shared.shadow || d.allowed {
+            return d;
+        }
+        tracing::debug!(
+            limiter = %self.shared.name,
+            key,
+            retry_after_ms = u64::try_from(d.retry_after.as_millis()).unwrap_or(u64::MAX),
+            "request over the rate limit let through in shadow mode"
+        );
+        Decision {
+            allowed: true,
+            shadowed: true,
+            ..d
+        }
     }
 
     /// Runs `algorithm` instead of GCRA. The limiter's store keys name the
@@ -247,7 +305,7 @@ impl RateLimiter {
         self.store()?
             .rate_limit(&keys, op, 1, true)
             .await
-            .map(|reply| op.decide(reply))
+            .map(|reply| self.shadowed(key, op.decide(reply)))
             .inspect_err(|_| crate::meter::store_error("rate_limiter", "peek"))
     }
 
@@ -430,7 +488,7 @@ impl RateLimiter {
             .lookup(key, cost, tokio::time::Instant::now())?;
         tracing::trace!(limiter = %self.shared.name, key, cost, "request rate limited (cached refusal)");
         crate::meter::decision(&self.shared.name, false);
-        Some(d)
+        Some(self.shadowed(key, d))
     }
 
     /// Accounts for the store's `answer` to a check of `key`.
@@ -447,7 +505,7 @@ impl RateLimiter {
         } else {
             tracing::debug!(limiter = %self.shared.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
         }
-        Ok(d)
+        Ok(self.shadowed(key, d))
     }
 
     /// The store's limiters, or `Unsupported` on a store without them.

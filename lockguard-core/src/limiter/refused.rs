@@ -72,6 +72,7 @@ impl RefusedCache {
             remaining: 0,
             reset_after: refused.reset.saturating_duration_since(now),
             retry_after: refused.until - now,
+            shadowed: false,
         })
     }
 
@@ -119,6 +120,7 @@ mod tests {
             remaining: 0,
             reset_after: Duration::from_millis(retry_ms * 2),
             retry_after: Duration::from_millis(retry_ms),
+            shadowed: false,
         }
     }
 

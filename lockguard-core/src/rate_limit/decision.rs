@@ -16,9 +16,15 @@ pub struct Decision {
     /// How long until the limiter is back to its full `limit`.
     pub reset_after: Duration,
     /// How long to wait before this request (same cost) would be allowed;
-    /// zero when allowed. A retry after exactly this long is admitted unless
-    /// others took the capacity first.
+    /// zero when allowed (but for a [`shadowed`](Decision::shadowed) one).
+    /// A retry after exactly this long is admitted unless others took the
+    /// capacity first.
     pub retry_after: Duration,
+    /// Whether a limiter in [shadow mode](crate::RateLimiter::shadow) let
+    /// this request through though it was over the quota: `allowed` is
+    /// true, and `remaining` and `retry_after` are the refusal's. Always
+    /// false outside shadow mode.
+    pub shadowed: bool,
 }
 
 impl Decision {
@@ -69,11 +75,13 @@ mod tests {
             remaining: 0,
             reset_after: Duration::from_millis(1),
             retry_after: Duration::from_millis(1),
+            shadowed: false,
         };
         assert_eq!(d.retry_after_secs(), 1);
         assert_eq!(d.reset_after_secs(), 1);
         let d = Decision {
             retry_after: Duration::from_secs(2),
+            shadowed: false,
             ..d
         };
         assert_eq!(d.retry_after_secs(), 2);

@@ -72,6 +72,7 @@ pub fn decide(p: Params, allowed: bool, used: i64, retry: i64) -> Decision {
         remaining: (left / p.t.max(1)).unsigned_abs(),
         reset_after: us(used),
         retry_after: if allowed { us(0) } else { us(retry) },
+        shadowed: false,
     }
 }
 

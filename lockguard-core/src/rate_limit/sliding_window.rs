@@ -70,6 +70,7 @@ pub fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> D
         remaining: limit.saturating_sub(used),
         reset_after: us(reset),
         retry_after: if allowed { us(0) } else { us(retry) },
+        shadowed: false,
     }
 }
 
