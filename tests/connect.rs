@@ -20,9 +20,21 @@ use lockguard_testing::{
     ZooKeeperServer,
 };
 
-/// A lock taken and given back through `lg`, whose store is `store`.
+/// A lock taken and given back through `lg`, whose store is `store`; a
+/// store on a server says where it is, with no password.
 async fn works_on(lg: &Client, store: &str) {
     assert_eq!(lg.store_name(), store);
+    match lg.store_address() {
+        None => assert_eq!(store, "memory", "{store} says no address"),
+        Some(address) => {
+            assert_ne!(store, "memory");
+            assert!(!address.is_empty());
+            assert!(
+                !address.contains("secret") && !address.contains("password"),
+                "{address}"
+            );
+        }
+    }
     let guard = lg.lock("connect:url").try_acquire().await.unwrap();
     assert!(guard.release().await.unwrap());
 }
@@ -32,7 +44,12 @@ async fn memory_and_every_redis_mode_are_reached_by_url() {
     works_on(&Client::connect("memory://").await.unwrap(), "memory").await;
 
     let server = RedisServer::start();
-    works_on(&Client::connect(&server.url()).await.unwrap(), "redis").await;
+    let lg = Client::connect(&server.url()).await.unwrap();
+    works_on(&lg, "redis").await;
+    assert_eq!(
+        lg.store_address(),
+        Some(format!("127.0.0.1:{}", server.port()).as_str())
+    );
 
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let url = lockguard_testing::redlock_url(&nodes);

@@ -228,7 +228,8 @@ impl EtcdBuilder {
         .map_err(net::unreachable)?;
         let store = EtcdStore::new(session, self.options.prefix.clone());
         tracing::debug!(endpoints, "connected to etcd");
-        self.builder.build(Store::new(store, Vec::new()))
+        self.builder
+            .build(Store::new(store, Vec::new()).at(&members.join(",")))
     }
 
     fn validate(&self) -> Result<()> {

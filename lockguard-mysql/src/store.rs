@@ -153,7 +153,7 @@ pub(crate) async fn connect(
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     let bell = Bell::new(bell_opts, cfg);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
+    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]).at(&at))
 }
 
 /// Removes expired state every `sweep_interval` (core's sweeper).

@@ -134,7 +134,8 @@ pub(crate) async fn connect(
         flights: Arc::default(),
         sweeper: None,
     };
-    let what = format!("connecting to postgres at {}", address(&listen));
+    let at = address(&listen);
+    let what = format!("connecting to postgres at {at}");
     let what = what.as_str();
     let answer = tokio::time::timeout(opts.connect_timeout, async {
         store.pool.get().await.map_err(|e| e.about(what))
@@ -156,7 +157,7 @@ pub(crate) async fn connect(
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     let bell = bell::PgBell::new(listen, opts, connector, store.schema.clone());
-    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]))
+    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]).at(&at))
 }
 
 /// The server(s) a configuration names, `host:port` each, for messages.

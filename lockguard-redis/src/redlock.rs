@@ -619,5 +619,10 @@ pub(crate) async fn connect(clients: Vec<redis::Client>, opts: RedisOptions) -> 
         listeners.push(Arc::new(Subscriber::new(client, opts)?));
     }
     tracing::debug!(nodes = stores.len(), quorum, "connected to redlock nodes");
-    Ok(Store::new(Arc::new(RedlockStore::new(stores)), listeners))
+    let at = clients
+        .iter()
+        .map(|c| c.get_connection_info().addr().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    Ok(Store::new(Arc::new(RedlockStore::new(stores)), listeners).at(&at))
 }

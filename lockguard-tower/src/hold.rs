@@ -290,6 +290,7 @@ fn settled(
         Err(e) => Admission::respond_or_proceed(outcome::store_failure(
             kind.what(),
             &options.name,
+            options.client.store_address(),
             &e,
             options.failure,
             &options.refusals,

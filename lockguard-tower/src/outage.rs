@@ -22,11 +22,18 @@ struct Down {
     admitted: u64,
 }
 
-/// The store failed a check of the `what` named `name` with `error`, and
-/// the layer `refused` the request (fail-closed) or let it through
-/// unchecked (fail-open): the first failure of an outage is a warning with
-/// the cause; the rest are counted, and logged at debug.
-pub(crate) fn failed(what: &'static str, name: &str, error: &lockguard_core::Error, refused: bool) {
+/// The store (at `store`, when it said where it is) failed a check of the
+/// `what` named `name` with `error`, and the layer `refused` the request
+/// (fail-closed) or let it through unchecked (fail-open): the first
+/// failure of an outage is a warning with the store's address and the
+/// cause; the rest are counted, and logged at debug.
+pub(crate) fn failed(
+    what: &'static str,
+    name: &str,
+    store: Option<&str>,
+    error: &lockguard_core::Error,
+    refused: bool,
+) {
     let mut down = DOWN.lock().unwrap_or_else(PoisonError::into_inner);
     let down = down.get_or_insert_with(HashMap::new);
     let key = (what, name.to_owned());
@@ -49,7 +56,8 @@ pub(crate) fn failed(what: &'static str, name: &str, error: &lockguard_core::Err
         "letting requests through unchecked until it answers (fail-open)"
     };
     if first {
-        tracing::warn!(what, name, error = %cause, "the store cannot be reached; {action}");
+        let store = store.unwrap_or("(no address)");
+        tracing::warn!(what, name, store, error = %cause, "the store at {store} cannot be reached; {action}");
     } else {
         tracing::debug!(what, name, error = %cause, "the store still cannot be reached");
     }
@@ -118,9 +126,9 @@ mod tests {
         let captured = lockguard_testing::CapturedLog::default();
         let _log = captured.install();
         let e = lockguard_core::Error::new(lockguard_core::ErrorKind::Unavailable, "down");
-        failed("rate limit", "outage-test", &e, true);
-        failed("rate limit", "outage-test", &e, true);
-        failed("rate limit", "outage-test", &e, false);
+        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, true);
+        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, true);
+        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, false);
         {
             let down = DOWN.lock().unwrap();
             let entry = &down.as_ref().unwrap()[&("rate limit", "outage-test".to_owned())];

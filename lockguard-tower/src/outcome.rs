@@ -111,6 +111,7 @@ pub(crate) const UNAVAILABLE_RETRY_AFTER: std::time::Duration = std::time::Durat
 pub(crate) fn store_failure(
     what: &'static str,
     name: &str,
+    store: Option<&str>,
     error: &lockguard_core::Error,
     mode: FailureMode,
     refusals: &Refusals,
@@ -141,7 +142,7 @@ pub(crate) fn store_failure(
     }
     match mode {
         FailureMode::Closed => {
-            crate::outage::failed(what, name, error, true);
+            crate::outage::failed(what, name, store, error, true);
             refusal(
                 RefusalKind::Unavailable,
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -149,7 +150,7 @@ pub(crate) fn store_failure(
             )
         }
         FailureMode::Open => {
-            crate::outage::failed(what, name, error, false);
+            crate::outage::failed(what, name, store, error, false);
             None
         }
     }

@@ -144,7 +144,7 @@ impl ZooKeeperBuilder {
             connect_timeout: self.builder.connection_settings().connect_timeout,
         })
         .await?;
-        let lg = self.store(session).await?;
+        let lg = self.store(session, Some(hosts)).await?;
         tracing::debug!(hosts, "connected to zookeeper");
         Ok(lg)
     }
@@ -163,7 +163,7 @@ impl ZooKeeperBuilder {
         client: zookeeper_client::Client,
     ) -> Result<Client> {
         self.validate()?;
-        self.store(Session::adopt(client)).await
+        self.store(Session::adopt(client), None).await
     }
 
     fn validate(&self) -> Result<()> {
@@ -189,11 +189,15 @@ impl ZooKeeperBuilder {
         Ok(())
     }
 
-    async fn store(self, session: Session) -> Result<Client> {
+    async fn store(self, session: Session, hosts: Option<&str>) -> Result<Client> {
         let settings = self.builder.connection_settings();
         let timeouts = (settings.connect_timeout, settings.response_timeout);
         let store = ZooKeeperStore::new(session, self.options.root.clone(), timeouts).await?;
-        self.builder.build(Store::new(store, Vec::new()))
+        let mut store = Store::new(store, Vec::new());
+        if let Some(hosts) = hosts {
+            store = store.at(hosts);
+        }
+        self.builder.build(store)
     }
 }
 

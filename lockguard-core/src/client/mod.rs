@@ -203,6 +203,13 @@ impl Client {
         self.engine.store.name()
     }
 
+    /// Where the store is (`127.0.0.1:6379`, the members of a cluster, a
+    /// password masked), as its store crate said when it connected; `None`
+    /// for the in-memory store.
+    pub fn store_address(&self) -> Option<&str> {
+        self.engine.store.address()
+    }
+
     /// The store's name: [`Client::store_name`], by its former name.
     #[deprecated(note = "renamed to `store_name`")]
     pub fn backend_name(&self) -> &'static str {

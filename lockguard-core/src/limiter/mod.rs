@@ -175,6 +175,11 @@ impl RateLimiter {
         self
     }
 
+    /// Where the limiter's store is ([`Client::store_address`](crate::Client::store_address)).
+    pub fn store_address(&self) -> Option<&str> {
+        self.shared.engine.store.address()
+    }
+
     /// Whether the limiter is in [shadow mode](RateLimiter::shadow).
     pub fn is_shadow(&self) -> bool {
         self.shared.shadow

@@ -265,6 +265,8 @@ fn poll_once<F: Future>(future: F) -> Option<F::Output> {
 pub struct Store {
     store: Arc<dyn Erased>,
     pub(crate) listeners: Vec<Arc<dyn Listener>>,
+    /// Where the store is, for messages (see [`Store::at`]).
+    address: Option<Arc<str>>,
 }
 
 impl Store {
@@ -272,7 +274,27 @@ impl Store {
     /// `listeners` (none for a store that calls the client's [`Inbox`]
     /// itself, from [`LockStore::attach`]).
     pub fn new<S: DataStore>(store: Arc<S>, listeners: Vec<Arc<dyn Listener>>) -> Self {
-        Self { store, listeners }
+        Self {
+            store,
+            listeners,
+            address: None,
+        }
+    }
+
+    /// Says where the store is (`host:port`, several joined with commas, a
+    /// URL), for the messages and logs that name it: an outage's warning
+    /// says which store stopped answering. A password in it is masked
+    /// ([`url::redacted`](super::url::redacted)).
+    #[must_use]
+    pub fn at(mut self, address: &str) -> Self {
+        self.address = Some(super::url::redacted(address).into());
+        self
+    }
+
+    /// Where the store is, as [`Store::at`] said; `None` for a store that
+    /// did not say (the in-memory store is in the process).
+    pub fn address(&self) -> Option<&str> {
+        self.address.as_deref()
     }
 
     /// The store's message connections.

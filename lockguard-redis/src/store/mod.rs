@@ -970,8 +970,9 @@ impl LockStore for RedisStore {
 /// waiters are told on (opened at the first wait).
 pub(crate) async fn connect(client: redis::Client, opts: RedisOptions) -> Result<Store> {
     let subscriber = Subscriber::new(&client, opts)?;
+    let addr = client.get_connection_info().addr().to_string();
     let store = RedisStore::connect(client, opts).await?;
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]).at(&addr))
 }
 
 /// A store on an application's connection manager, with the pub/sub
@@ -983,8 +984,8 @@ pub(crate) async fn connect_manager(
 ) -> Result<Store> {
     let subscriber = Subscriber::new(client, opts)?;
     let addr = client.get_connection_info().addr().to_string();
-    let store = RedisStore::with_manager(conn, addr, opts).await?;
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    let store = RedisStore::with_manager(conn, addr.clone(), opts).await?;
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]).at(&addr))
 }
 
 /// Connects to the master a group of sentinels names, with a subscriber
@@ -995,8 +996,18 @@ pub(crate) async fn connect_sentinel(target: SentinelTarget, opts: RedisOptions)
     if let Some(leases) = &store.leases {
         leases.renewed_by(&store);
     }
+    let at = format!(
+        "{} via sentinels {}",
+        target.service,
+        target
+            .sentinels
+            .iter()
+            .map(|s| s.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let subscriber = Subscriber::for_target(SubTarget::Sentinel(target), opts);
-    Ok(Store::new(store, vec![Arc::new(subscriber)]))
+    Ok(Store::new(store, vec![Arc::new(subscriber)]).at(&at))
 }
 
 /// Connects to a Redis Cluster through any of `urls` (seed nodes).
@@ -1008,8 +1019,9 @@ pub(crate) async fn connect_cluster(
 ) -> Result<Store> {
     let client = cluster_client_for(&infos, opts, &tls)?;
     let store = RedisStore::connect_cluster(client, opts).await?;
+    let at = seeds(&infos);
     let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]).at(&at))
 }
 
 /// A store whose commands go over the application's cluster connection,
@@ -1029,8 +1041,19 @@ pub(crate) async fn connect_cluster_connection(
     // Checked now, not when the first waiter subscribes.
     cluster_client_for(&infos, opts, &tls)?;
     let store = RedisStore::with_cluster_connection(conn, opts).await?;
+    let at = seeds(&infos);
     let subscriber = Subscriber::for_target(SubTarget::Cluster(infos, tls), opts);
-    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]))
+    Ok(Store::new(Arc::new(store), vec![Arc::new(subscriber)]).at(&at))
+}
+
+/// A cluster's seed nodes, `host:port` each, for messages.
+#[cfg(feature = "cluster")]
+fn seeds(infos: &[redis::ConnectionInfo]) -> String {
+    infos
+        .iter()
+        .map(|i| i.addr().to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

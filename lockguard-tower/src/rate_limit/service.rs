@@ -212,6 +212,7 @@ impl Ask<'_> {
                 return Admission::respond_or_proceed(outcome::store_failure(
                     "rate limit",
                     limiter.name(),
+                    limiter.store_address(),
                     &e,
                     failure,
                     refusals,

@@ -180,6 +180,14 @@ async fn an_outage_is_told_once() {
         captured.text()
     );
     assert_eq!(captured.lines_with("WARN", "cannot be reached"), 1);
+    // The warning says which store: its address.
+    let address = format!("127.0.0.1:{}", store.server.port());
+    assert_eq!(
+        captured.lines_with("WARN", &address),
+        1,
+        "the warning names the store at {address}:\n{}",
+        captured.text()
+    );
 
     // (Its end, told once with the counts, is the unit test's in
     // `outage.rs`: a line logged where other tests' threads log too.)
