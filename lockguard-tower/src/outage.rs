@@ -126,9 +126,10 @@ mod tests {
         let captured = lockguard_testing::CapturedLog::default();
         let _log = captured.install();
         let e = lockguard_core::Error::new(lockguard_core::ErrorKind::Unavailable, "down");
-        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, true);
-        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, true);
-        failed("rate limit", "outage-test", Some("127.0.0.1:6379"), &e, false);
+        let at = Some("127.0.0.1:6379");
+        failed("rate limit", "outage-test", at, &e, true);
+        failed("rate limit", "outage-test", at, &e, true);
+        failed("rate limit", "outage-test", at, &e, false);
         {
             let down = DOWN.lock().unwrap();
             let entry = &down.as_ref().unwrap()[&("rate limit", "outage-test".to_owned())];
