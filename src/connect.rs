@@ -21,6 +21,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
@@ -63,9 +64,41 @@ pub trait ClientExt: Sized {
     ///
     /// As [`connect`](Self::connect) when a URL is set.
     fn from_env_or_memory() -> impl Future<Output = Result<Self>> + Send;
+
+    /// As [`connect`](Self::connect), for a service that may start before
+    /// its store: while the store cannot be reached
+    /// ([`ErrorKind::Unavailable`]), tries again with a backoff (100 ms,
+    /// doubling to 5 s) until `wait` has passed since the call. The first
+    /// failure is logged once as a warning naming the store (its password
+    /// masked), and the connect that succeeds at `INFO`. Any other error (a
+    /// malformed URL, credentials the store refuses, a feature that is off)
+    /// is returned at once: waiting would not cure it.
+    ///
+    /// # Errors
+    ///
+    /// The last [`ErrorKind::Unavailable`] when `wait` ends first (its
+    /// message says how long it waited); otherwise as
+    /// [`connect`](Self::connect).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> lockguard::Result<()> {
+    /// use std::time::Duration;
+    /// use lockguard::Client;
+    ///
+    /// // Starts even if Redis comes up a little after the service.
+    /// let lg = Client::connect_within("redis://redis:6379", Duration::from_secs(60)).await?;
+    /// # Ok(()) }
+    /// ```
+    fn connect_within(url: &str, wait: Duration) -> impl Future<Output = Result<Self>> + Send;
 }
 
 impl ClientExt for Client {
+    fn connect_within(url: &str, wait: Duration) -> impl Future<Output = Result<Self>> + Send {
+        BuilderExt::connect_within(Client::builder(), url, wait)
+    }
+
     fn connect(url: &str) -> impl Future<Output = Result<Self>> + Send {
         BuilderExt::connect(Client::builder(), url)
     }
@@ -104,6 +137,17 @@ pub trait BuilderExt {
     /// As [`ClientExt::from_env_or_memory`].
     #[allow(clippy::wrong_self_convention)]
     fn from_env_or_memory(self) -> impl Future<Output = Result<Client>> + Send;
+
+    /// As [`ClientExt::connect_within`], with this builder's settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClientExt::connect_within`].
+    fn connect_within(
+        self,
+        url: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Client>> + Send;
 }
 
 // Boxed: the futures of every store's constructor make a type too deep for
@@ -112,6 +156,15 @@ impl BuilderExt for Builder {
     fn connect(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
         let url = url.trim().to_owned();
         boxed(async move { connect_url(self, &url).await })
+    }
+
+    fn connect_within(
+        self,
+        url: &str,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Client>> + Send {
+        let url = url.trim().to_owned();
+        boxed(async move { connect_patiently(self, &url, wait).await })
     }
 
     fn from_env(self) -> impl Future<Output = Result<Client>> + Send {
@@ -142,6 +195,62 @@ impl BuilderExt for Builder {
                 }
             }
         })
+    }
+}
+
+/// The first backoff between connects to a store that cannot be reached.
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+
+/// The longest backoff between them.
+const LAST_RETRY: Duration = Duration::from_secs(5);
+
+/// Connects to `url`, trying again while the store cannot be reached,
+/// until `wait` has passed.
+async fn connect_patiently(builder: Builder, url: &str, wait: Duration) -> Result<Client> {
+    let started = tokio::time::Instant::now();
+    let deadline = started.checked_add(wait);
+    let mut pause = FIRST_RETRY;
+    let mut warned = false;
+    loop {
+        match connect_url(builder.clone(), url).await {
+            Ok(client) => {
+                if warned {
+                    tracing::info!(
+                        store = %lockguard_core::store::url::redacted(url),
+                        waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        "connected to the store"
+                    );
+                }
+                return Ok(client);
+            }
+            Err(e) if e.kind() == ErrorKind::Unavailable => {
+                let now = tokio::time::Instant::now();
+                if deadline.is_some_and(|d| now + pause > d) {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!(
+                            "{} (still, after waiting {:?} for the store to come up)",
+                            e.message(),
+                            started.elapsed()
+                        ),
+                    )
+                    .with_source(e));
+                }
+                if !warned {
+                    warned = true;
+                    tracing::warn!(
+                        store = %lockguard_core::store::url::redacted(url),
+                        error = %e,
+                        "the store cannot be reached yet; trying again for up to {wait:?}"
+                    );
+                } else {
+                    tracing::debug!(error = %e, "the store still cannot be reached");
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(LAST_RETRY);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -239,3 +239,71 @@ fn from_env_reads_lockguard_url_then_redis_url() {
         "{bad}"
     );
 }
+
+/// A service that starts before its store: `connect_within` keeps trying
+/// while the server is down, connects once it is up, and says so once at
+/// `WARN` (naming the store) and once at `INFO`; a store still down when
+/// the wait ends is `Unavailable` saying how long it waited; a malformed
+/// URL is refused at once, without waiting.
+// One thread: the log capture sees the events of the thread it is
+// installed on.
+#[tokio::test(flavor = "current_thread")]
+async fn a_service_may_start_before_its_store() {
+    use std::time::{Duration, Instant};
+
+    let captured = lockguard_testing::CapturedLog::default();
+    let _log = captured.install();
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let waiting = tokio::spawn({
+        let url = url.clone();
+        async move { Client::connect_within(&url, Duration::from_secs(30)).await }
+    });
+    // The service is up and waiting; the store comes a second later.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!waiting.is_finished(), "gave up while the store was down");
+    server.restart();
+    let lg = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .expect("connected once the store came up")
+        .unwrap()
+        .expect("a client");
+    works_on(&lg, "redis").await;
+    let address = format!("127.0.0.1:{}", server.port());
+    assert_eq!(
+        captured.lines_with("WARN", "cannot be reached yet"),
+        1,
+        "{}",
+        captured.text()
+    );
+    assert_eq!(
+        captured.lines_with("WARN", &address),
+        1,
+        "{}",
+        captured.text()
+    );
+    assert_eq!(captured.lines_with("INFO", "connected to the store"), 1);
+
+    // Down for longer than the wait: the last failure, saying how long.
+    server.kill();
+    let started = Instant::now();
+    let e = Client::connect_within(&url, Duration::from_millis(800))
+        .await
+        .expect_err("the store stayed down");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(e.to_string().contains("after waiting"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Not something waiting cures: at once.
+    let started = Instant::now();
+    let e = Client::connect_within("redis://127.0.0.1:notaport", Duration::from_secs(30))
+        .await
+        .expect_err("a malformed URL");
+    assert_eq!(e.kind(), ErrorKind::InvalidInput, "{e}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+}

@@ -115,7 +115,7 @@ impl fmt::Debug for Error {
         }
         // Each cause once: a driver's error often repeats its own cause's
         // words.
-        let mut said = self.message.clone();
+        let mut said = self.to_string();
         let mut cause = std::error::Error::source(self);
         let mut first = true;
         while let Some(c) = cause {
