@@ -85,7 +85,7 @@ pub trait ClientExt: Sized {
     /// ```no_run
     /// # async fn run() -> lockguard::Result<()> {
     /// use std::time::Duration;
-    /// use lockguard::Client;
+    /// use lockguard::{Client, prelude::*};
     ///
     /// // Starts even if Redis comes up a little after the service.
     /// let lg = Client::connect_within("redis://redis:6379", Duration::from_secs(60)).await?;
