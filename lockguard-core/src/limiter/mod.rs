@@ -1,7 +1,8 @@
 //! The rate limiter: a quota per key, decided by the store on its own
 //! clock, with an optional local cache of refusals.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::engine::Engine;
@@ -58,6 +59,32 @@ struct Shared {
     refused: Option<Arc<refused::RefusedCache>>,
     /// Shadow mode: decide and record, never refuse.
     shadow: bool,
+    /// Decide locally, for this process's share, while the store cannot
+    /// be reached (opt-in).
+    fallback: Option<Arc<Fallback>>,
+}
+
+/// A limiter's stand-in while its store cannot be reached: an in-memory
+/// limiter of this process's share of the quota.
+#[derive(Debug)]
+struct Fallback {
+    /// How many processes share the quota.
+    processes: u32,
+    /// The in-memory limiter, made at the first outage.
+    local: OnceLock<RateLimiter>,
+    /// Whether the store is unreachable now: its outage is told once, and
+    /// its end.
+    down: AtomicBool,
+}
+
+impl Fallback {
+    fn new(processes: u32) -> Arc<Self> {
+        Arc::new(Self {
+            processes,
+            local: OnceLock::new(),
+            down: AtomicBool::new(false),
+        })
+    }
 }
 
 /// What every check of a limiter needs of its settings.
@@ -109,6 +136,7 @@ impl RateLimiter {
             prepared: Err(Error::invalid("not yet checked").into()),
             refused: None,
             shadow: false,
+            fallback: None,
         };
         shared.prepared = shared.prepare();
         Self {
@@ -180,6 +208,94 @@ impl RateLimiter {
         self.shared.engine.store.address()
     }
 
+    /// While the store cannot be reached, decides in this process instead,
+    /// for its share of the quota: `processes` share it (the replicas of a
+    /// service), so each admits `count / processes` per period (at least
+    /// one; GCRA's burst likewise), on an in-memory limiter of its own, and
+    /// together they admit about the quota. The outage is logged once as a
+    /// warning when the first check falls back, and its end once when the
+    /// store answers again; a decision made so carries
+    /// [`decided_locally`](Decision::decided_locally). Without it (the
+    /// default), a check while the store cannot be reached is the store's
+    /// error, which the HTTP layers answer by their failure mode (closed or
+    /// open). `processes` of 0 is taken as 1.
+    ///
+    /// What it cannot keep: a process's share is its own, so a client that
+    /// spreads its requests over the processes gets up to the whole quota,
+    /// and one that sends them all to one process gets that process's
+    /// share; the budget spent in the store before the outage is not
+    /// counted against the local one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use lockguard_core::{Client, Quota};
+    ///
+    /// // Three replicas share 300 a minute: each admits 100 a minute on its
+    /// // own while the store is down.
+    /// let api = Client::memory()
+    ///     .rate_limiter("api", Quota::per_minute(300))
+    ///     .fallback_locally(3);
+    /// # let _ = api;
+    /// ```
+    pub fn fallback_locally(mut self, processes: u32) -> Self {
+        self.settings_mut().fallback = Some(Fallback::new(processes.max(1)));
+        self
+    }
+
+    /// This process's share of the quota, on its own limiter.
+    fn local<'a>(&self, fallback: &'a Fallback) -> &'a RateLimiter {
+        fallback.local.get_or_init(|| {
+            let n = u64::from(fallback.processes.max(1));
+            let quota = &self.shared.quota;
+            let mut share = Quota::new((quota.count() / n).max(1), quota.period());
+            if let Some(burst) = quota.explicit_burst() {
+                share = share.burst((burst / n).max(1));
+            }
+            crate::Client::memory()
+                .rate_limiter(&self.shared.name, share)
+                .algorithm(self.shared.algorithm)
+        })
+    }
+
+    /// The store's `error` for a check of `key`, or, with a local fallback
+    /// and a store that cannot be reached, this process's decision.
+    fn fall_back(&self, key: &str, cost: u64, error: Error) -> Result<Decision> {
+        let Some(fallback) = &self.shared.fallback else {
+            return Err(error);
+        };
+        if !(error.is_unavailable() || error.is_timeout()) {
+            return Err(error);
+        }
+        if !fallback.down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limiter = %self.shared.name,
+                store = self.store_address().unwrap_or("(no address)"),
+                processes = fallback.processes,
+                error = %error,
+                "the store cannot be reached; deciding locally for this process's share of the quota"
+            );
+        }
+        let local = self.local(fallback);
+        // An in-memory limiter answers at once.
+        let decided = local
+            .check_now(key, cost.min(local.limit()))
+            .unwrap_or_else(|| Err(error));
+        decided.map(|d| Decision {
+            decided_locally: true,
+            ..d
+        })
+    }
+
+    /// The store answered: the end of a local fallback, if one was on.
+    fn store_answered(&self) {
+        if let Some(fallback) = &self.shared.fallback
+            && fallback.down.swap(false, Ordering::Relaxed)
+        {
+            tracing::info!(limiter = %self.shared.name, "the store answers again; local decisions end");
+        }
+    }
+
     /// Whether the limiter is in [shadow mode](RateLimiter::shadow).
     pub fn is_shadow(&self) -> bool {
         self.shared.shadow
@@ -213,6 +329,9 @@ impl RateLimiter {
         shared.prepared = shared.prepare();
         if let Some(cache) = &shared.refused {
             shared.refused = Some(Arc::new(refused::RefusedCache::new(cache.capacity())));
+        }
+        if let Some(fallback) = &shared.fallback {
+            shared.fallback = Some(Fallback::new(fallback.processes));
         }
         self
     }
@@ -498,9 +617,17 @@ impl RateLimiter {
 
     /// Accounts for the store's `answer` to a check of `key`.
     fn decided(&self, key: &str, cost: u64, answer: Result<Decision>) -> Result<Decision> {
-        let d = answer.inspect_err(|_| {
-            crate::meter::store_error("rate_limiter", "check");
-        })?;
+        let d = match answer {
+            Ok(d) => {
+                self.store_answered();
+                d
+            }
+            Err(e) => {
+                crate::meter::store_error("rate_limiter", "check");
+                let d = self.fall_back(key, cost, e)?;
+                return Ok(self.shadowed(key, d));
+            }
+        };
         crate::meter::decision(&self.shared.name, d.allowed);
         if let Some(cache) = &self.shared.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());

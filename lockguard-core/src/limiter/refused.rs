@@ -73,6 +73,7 @@ impl RefusedCache {
             reset_after: refused.reset.saturating_duration_since(now),
             retry_after: refused.until - now,
             shadowed: false,
+            decided_locally: false,
         })
     }
 
@@ -121,6 +122,7 @@ mod tests {
             reset_after: Duration::from_millis(retry_ms * 2),
             retry_after: Duration::from_millis(retry_ms),
             shadowed: false,
+            decided_locally: false,
         }
     }
 

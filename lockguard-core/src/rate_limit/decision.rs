@@ -25,6 +25,10 @@ pub struct Decision {
     /// true, and `remaining` and `retry_after` are the refusal's. Always
     /// false outside shadow mode.
     pub shadowed: bool,
+    /// Whether this process decided it on its own, for its share of the
+    /// quota, because the store could not be reached (see
+    /// [`RateLimiter::fallback_locally`](crate::RateLimiter::fallback_locally)).
+    pub decided_locally: bool,
 }
 
 impl Decision {
@@ -76,12 +80,14 @@ mod tests {
             reset_after: Duration::from_millis(1),
             retry_after: Duration::from_millis(1),
             shadowed: false,
+            decided_locally: false,
         };
         assert_eq!(d.retry_after_secs(), 1);
         assert_eq!(d.reset_after_secs(), 1);
         let d = Decision {
             retry_after: Duration::from_secs(2),
             shadowed: false,
+            decided_locally: false,
             ..d
         };
         assert_eq!(d.retry_after_secs(), 2);

@@ -55,5 +55,6 @@ pub fn decide(limit: u64, allowed: bool, used: u64, reset: i64, retry: i64) -> D
         reset_after: us(reset),
         retry_after: if allowed { us(0) } else { us(retry) },
         shadowed: false,
+        decided_locally: false,
     }
 }

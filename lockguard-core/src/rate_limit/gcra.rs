@@ -73,6 +73,7 @@ pub fn decide(p: Params, allowed: bool, used: i64, retry: i64) -> Decision {
         reset_after: us(used),
         retry_after: if allowed { us(0) } else { us(retry) },
         shadowed: false,
+        decided_locally: false,
     }
 }
 

@@ -73,6 +73,11 @@ impl Quota {
         self.period
     }
 
+    /// The burst set with [`Quota::burst`], if any.
+    pub(crate) const fn explicit_burst(&self) -> Option<u64> {
+        self.burst
+    }
+
     /// The burst: the explicit one, or `count`.
     pub const fn burst_size(&self) -> u64 {
         match self.burst {

@@ -1834,3 +1834,68 @@ async fn a_user_without_evalsha_is_told_which_commands_to_allow() {
     assert!(!limiter.check("k").await.unwrap().allowed);
     let _: () = redis::cmd("PING").query_async(&mut admin).await.unwrap();
 }
+
+/// A limiter with a local fallback, Redis killed: each check decides in
+/// this process for its share of the quota (10 a minute over 2 processes:
+/// 5), says so on its decision, and the outage is warned about once;
+/// Redis restarted, the store decides again, which is told once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_limiter_decides_locally_while_redis_is_down() {
+    let captured = CapturedLog::default();
+    let _log = captured.install();
+    let mut server = RedisServer::start();
+    let lg = connect(&server, Duration::from_millis(500)).await;
+    let limiter = lg
+        .rate_limiter("fallback", lockguard_core::Quota::per_minute(10))
+        .fallback_locally(2);
+    let stored = limiter.check("ann").await.unwrap();
+    assert!(stored.allowed && !stored.decided_locally);
+
+    server.kill();
+    for n in 0..5 {
+        let d = limiter.check("ann").await.unwrap();
+        assert!(d.allowed, "local check {n} refused");
+        assert!(d.decided_locally);
+    }
+    let refused = limiter.check("ann").await.unwrap();
+    assert!(!refused.allowed && refused.decided_locally, "{refused:?}");
+    assert!(
+        limiter
+            .try_acquire("ann")
+            .await
+            .unwrap_err()
+            .is_rate_limited()
+    );
+    let warning = "deciding locally for this process's share";
+    assert_eq!(captured.count(warning), 1, "{}", captured.text());
+    let address = format!("store=\"127.0.0.1:{}\"", server.port());
+    assert_eq!(
+        captured.lines_with("WARN", &address),
+        1,
+        "{}",
+        captured.text()
+    );
+
+    // Without the fallback, the same outage is the store's error.
+    let plain = lg.rate_limiter("fallback", lockguard_core::Quota::per_minute(10));
+    assert!(plain.check("ann").await.unwrap_err().is_unavailable());
+
+    server.restart();
+    let back = eventually(Duration::from_secs(10), || {
+        let limiter = limiter.clone();
+        async move {
+            limiter
+                .check("bob")
+                .await
+                .is_ok_and(|d| d.allowed && !d.decided_locally)
+        }
+    })
+    .await;
+    assert!(back, "the store never decided again");
+    assert_eq!(
+        captured.count("local decisions end"),
+        1,
+        "{}",
+        captured.text()
+    );
+}
