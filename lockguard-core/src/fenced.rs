@@ -67,7 +67,7 @@ impl FencedResource {
         }
     }
 
-    fn key(&self) -> Result<&str> {
+    pub(crate) fn key(&self) -> Result<&str> {
         self.key.as_deref().map_err(Invalid::error)
     }
 

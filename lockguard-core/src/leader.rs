@@ -12,12 +12,12 @@ use crate::fenced::FencedResource;
 use crate::guard::{LeaseWatch, LockGuard};
 use crate::lease::Lease;
 use crate::lock::Lock;
-use crate::store::Occupancy;
+use crate::store::{Changes, Occupancy};
 
 /// The longest identity a candidate may announce, in bytes.
 pub const MAX_IDENTITY_LEN: usize = 1024;
 
-/// How often [`LeaderWatch::next`] asks who leads, unless
+/// How often [`LeaderObserver::next`] polls who leads, unless
 /// [`Leader::watch_interval`] says otherwise.
 const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_millis(250);
 
@@ -26,6 +26,19 @@ const LEADS: u8 = 1;
 
 /// The first byte of an announcement a leader left when it resigned.
 const RESIGNED: u8 = 0;
+
+/// The first byte of an announcement with a proclaimed value: the
+/// identity's length (two bytes, big-endian), the identity, the value.
+const PROCLAIMS: u8 = 2;
+
+/// The longest value a leader may [proclaim](Leadership::proclaim), in
+/// bytes.
+pub const MAX_PROCLAIMED_LEN: usize = 64 * 1024;
+
+/// How many watch intervals an observer following a store's changes
+/// waits before it reads again anyway (a change the store failed to
+/// push is seen then).
+const FOLLOWED_REREAD: u32 = 20;
 
 /// An election: candidates [`campaign`](Leader::campaign) to lead, one at a
 /// time, and anyone can read who leads ([`Leader::current`]) and watch it
@@ -95,6 +108,9 @@ pub struct Leader {
     board: FencedResource,
     identity: Result<Arc<[u8]>, Invalid>,
     watch_interval: Duration,
+    /// Whether the announcement is on another client's store
+    /// ([`Leader::announce_on`]): observers then poll.
+    announced_elsewhere: bool,
 }
 
 impl Leader {
@@ -106,6 +122,7 @@ impl Leader {
             board: FencedResource::announcement(engine, name),
             identity: Ok(default_identity()),
             watch_interval: DEFAULT_WATCH_INTERVAL,
+            announced_elsewhere: false,
         }
     }
 
@@ -166,9 +183,12 @@ impl Leader {
         self
     }
 
-    /// How often [`LeaderWatch::next`] asks who leads (250 ms by default):
-    /// a watch polls [`Leader::current`], one read of the announcement and
-    /// one inspection of the lock each time.
+    /// How often an observer ([`Leader::observe`]) asks who leads on a
+    /// store that does not push changes (250 ms by default): it polls
+    /// [`Leader::current`], one read of the announcement and one
+    /// inspection of the lock each time. On a store that pushes them
+    /// (etcd, ZooKeeper: see [`Leader::observe`]), it reads when told of a
+    /// change, and every 20 intervals anyway.
     pub fn watch_interval(mut self, interval: Duration) -> Self {
         self.watch_interval = interval;
         self
@@ -179,6 +199,7 @@ impl Leader {
     /// client's.
     pub(crate) fn announce_with(mut self, engine: Arc<Engine>) -> Self {
         self.board = FencedResource::announcement(engine, &self.name);
+        self.announced_elsewhere = true;
         self
     }
 
@@ -319,18 +340,14 @@ impl Leader {
         let Some(stored) = self.board.read().await? else {
             return Ok(None);
         };
-        let identity = match stored.value.split_first() {
-            Some((&LEADS, identity)) => identity.to_vec(),
+        let (identity, value) = match stored.value.split_first() {
+            Some((&LEADS, identity)) => (identity.to_vec(), None),
+            Some((&PROCLAIMS, rest)) => match proclaimed(rest) {
+                Some((identity, value)) => (identity.to_vec(), Some(value.to_vec())),
+                None => return Err(self.not_ours(stored.token)),
+            },
             Some((&RESIGNED, _)) => return Ok(None),
-            _ => {
-                return Err(Error::new(
-                    ErrorKind::Protocol,
-                    format!(
-                        "election {:?}: the announcement of term {} is not one lockguard writes",
-                        self.name, stored.token
-                    ),
-                ));
-            }
+            _ => return Err(self.not_ours(stored.token)),
         };
         match self.lock.inspect().await {
             Ok(now) if !now.is_held() => return Ok(None),
@@ -342,24 +359,73 @@ impl Leader {
         Ok(Some(LeaderInfo {
             identity,
             term: stored.token,
+            value,
         }))
     }
 
-    /// A watch of who leads: [`LeaderWatch::next`] gives what
-    /// [`Leader::current`] says each time it changes.
+    /// The error of an announcement lockguard did not write.
+    fn not_ours(&self, term: FencingToken) -> Error {
+        Error::new(
+            ErrorKind::Protocol,
+            format!(
+                "election {:?}: the announcement of term {term} is not one lockguard writes",
+                self.name
+            ),
+        )
+    }
+
+    /// An observer of who leads: [`LeaderObserver::next`] gives what
+    /// [`Leader::current`] says at once, and then each time it changes (a
+    /// new leader, a new term, a [proclaimed](Leadership::proclaim) value,
+    /// nobody), as etcd's `Observe` does.
     ///
-    /// It polls [`Leader::current`] every [`Leader::watch_interval`]
-    /// (250 ms by default), so a change is seen within about that interval
-    /// plus a round trip; the stores' wake-ups are for queued candidates,
-    /// not for readers. Changes that come and go between two polls are not
-    /// seen: a reader that must not miss a term reads the terms of the
-    /// writes a leader fenced.
-    pub fn watch(&self) -> LeaderWatch {
-        LeaderWatch {
+    /// - On a store that pushes changes (etcd's watches, ZooKeeper's
+    ///   persistent watches: the `observe` row of the
+    ///   [store table](https://docs.rs/lockguard/latest/lockguard/#stores)),
+    ///   the observer is told of each change to the election's lock and
+    ///   announcement, also of a lease's end, and reads again at once: a
+    ///   change is seen a round trip or two after it happens. It reads
+    ///   every 20 [watch intervals](Leader::watch_interval) anyway, and
+    ///   follows again after the store's feed ends (a reconnection).
+    /// - On the other stores, it polls [`Leader::current`] every
+    ///   [`Leader::watch_interval`] (250 ms by default).
+    ///
+    /// What it gives keeps [`Leader::current`]'s rules, and terms never go
+    /// back: after a term it never gives an older one (a read that
+    /// answers an older term, from a replica behind, say, is skipped).
+    /// Changes that come and go between two reads are not seen: a reader
+    /// that must not miss a term reads the terms of the writes a leader
+    /// fenced.
+    pub fn observe(&self) -> LeaderObserver {
+        LeaderObserver {
             leader: self.clone(),
             seen: None,
+            newest: None,
             polled: false,
+            feed: Feed::Closed,
         }
+    }
+
+    /// A watch of who leads: [`Leader::observe`], by its earlier name.
+    #[deprecated(note = "renamed `Leader::observe`")]
+    pub fn watch(&self) -> LeaderObserver {
+        self.observe()
+    }
+
+    /// A feed of changes to the election's lock and announcement, when the
+    /// store pushes them.
+    async fn follow(&self) -> Result<Changes> {
+        let keys = self.lock.keys()?;
+        let store = &self.lock.engine().store;
+        if self.announced_elsewhere {
+            return Err(crate::store::unsupported(
+                store.name(),
+                "following an announcement on another store",
+            ));
+        }
+        let (bell, changes) = crate::store::feed();
+        store.follow(keys, self.board.key()?, bell).await?;
+        Ok(changes)
     }
 
     /// What the store knows of the election's lock now, changing nothing:
@@ -390,6 +456,24 @@ fn announcement(identity: &[u8]) -> Vec<u8> {
     value
 }
 
+/// The announcement of a leader with `identity` that proclaims `value`.
+fn proclamation(identity: &[u8], value: &[u8]) -> Option<Vec<u8>> {
+    let len = u16::try_from(identity.len()).ok()?;
+    let mut stored = Vec::with_capacity(3 + identity.len() + value.len());
+    stored.push(PROCLAIMS);
+    stored.extend_from_slice(&len.to_be_bytes());
+    stored.extend_from_slice(identity);
+    stored.extend_from_slice(value);
+    Some(stored)
+}
+
+/// The identity and value of a proclamation, after its first byte.
+fn proclaimed(rest: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = rest.split_first_chunk::<2>()?;
+    let len = usize::from(u16::from_be_bytes(*len));
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
 /// Who leads an election: see [`Leader::current`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -399,12 +483,20 @@ pub struct LeaderInfo {
     /// The leader's term: its lock's fencing token, greater than every
     /// earlier leader's.
     pub term: FencingToken,
+    /// What the leader last [proclaimed](Leadership::proclaim) in this
+    /// term; `None` until it proclaims.
+    pub value: Option<Vec<u8>>,
 }
 
 impl LeaderInfo {
     /// The identity as text, when it is UTF-8.
     pub fn identity_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.identity).ok()
+    }
+
+    /// The proclaimed value as text, when there is one and it is UTF-8.
+    pub fn value_str(&self) -> Option<&str> {
+        std::str::from_utf8(self.value.as_deref()?).ok()
     }
 }
 
@@ -465,6 +557,52 @@ impl Leadership {
     /// tasks the leader spawns.
     pub fn watch(&self) -> LeaseWatch {
         self.guard.watch()
+    }
+
+    /// Publishes `value` with this leader's term (its address for clients,
+    /// the epoch of its configuration), as etcd's `Proclaim` does:
+    /// [`Leader::current`] and [`Leader::observe`] give it as
+    /// [`LeaderInfo::value`] from when this returns until the next
+    /// proclamation or the end of the term. One fenced write of the
+    /// announcement, with the term as its token: a leader whose term ended
+    /// cannot overwrite its successor's.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`] for a value longer than
+    /// [`MAX_PROCLAIMED_LEN`]; [`ErrorKind::LeaseLost`] when the lead was
+    /// lost, or a newer term has announced; [`ErrorKind::Unsupported`] on
+    /// a store without fenced values (Redlock, unless
+    /// [`Leader::announce_on`] names another); the store's errors.
+    pub async fn proclaim(&self, value: impl AsRef<[u8]>) -> Result<()> {
+        let value = value.as_ref();
+        if value.len() > MAX_PROCLAIMED_LEN {
+            return Err(Error::invalid(format!(
+                "election {:?}: the proclaimed value is {} bytes long, the maximum is {MAX_PROCLAIMED_LEN}",
+                self.name,
+                value.len()
+            )));
+        }
+        let term = self.term();
+        let lost = || {
+            Error::new(
+                ErrorKind::LeaseLost,
+                format!(
+                    "election {:?}: term {term} has ended, so it proclaims nothing",
+                    self.name
+                ),
+            )
+        };
+        if !self.guard.is_held() {
+            return Err(lost());
+        }
+        // The identity was checked against MAX_IDENTITY_LEN, which a u16 holds.
+        let stored = proclamation(&self.identity, value)
+            .ok_or_else(|| Error::invalid("the identity is too long to proclaim with"))?;
+        match self.announcement.board.write(term, stored).await {
+            Err(e) if e.is_stale_fencing_token() => Err(lost().with_source(e)),
+            done => done,
+        }
     }
 
     /// Resets a fixed lease to `lease` from now, if this candidate still
@@ -549,33 +687,69 @@ impl Drop for Announcement {
     }
 }
 
-/// Who leads an election, as it changes: made by [`Leader::watch`].
+/// Who leads an election, as it changes: made by [`Leader::observe`].
 #[derive(Debug)]
-pub struct LeaderWatch {
+pub struct LeaderObserver {
     leader: Leader,
-    /// What the last poll saw, once one succeeded.
+    /// What the last read that changed something gave.
     seen: Option<Option<LeaderInfo>>,
-    /// Whether a poll was made: the next waits the interval first.
+    /// The newest term given: an older one is never given after it.
+    newest: Option<FencingToken>,
+    /// Whether a read was made: the next waits for a change first.
     polled: bool,
+    feed: Feed,
 }
 
-impl LeaderWatch {
+/// An observer's feed of the store's changes.
+#[derive(Debug)]
+enum Feed {
+    /// None open: the next read opens one first.
+    Closed,
+    /// Rings on each change.
+    Open(Changes),
+    /// The store pushes no changes: the observer polls.
+    Unsupported,
+}
+
+/// What an observer gives, by its earlier name.
+#[deprecated(note = "renamed `LeaderObserver`")]
+pub type LeaderWatch = LeaderObserver;
+
+impl LeaderObserver {
     /// What [`Leader::current`] says, the first time at once and then each
-    /// time it differs from what this watch last gave (another leader,
-    /// another term, or nobody): it polls every
-    /// [`Leader::watch_interval`] until then.
+    /// time it differs from what this observer last gave (another leader,
+    /// another term, another proclaimed value, or nobody): see
+    /// [`Leader::observe`] for how it learns of a change.
     ///
     /// # Errors
     ///
-    /// As [`Leader::current`], for the poll that failed; the watch can be
-    /// asked again (its next poll waits the interval first).
+    /// As [`Leader::current`], for the read that failed; the observer can
+    /// be asked again (it waits for a change, or the interval, first).
     pub async fn next(&mut self) -> Result<Option<LeaderInfo>> {
         self.leader.validate()?;
         loop {
             if std::mem::replace(&mut self.polled, true) {
-                tokio::time::sleep(self.leader.watch_interval).await;
+                self.wait().await;
+            }
+            // Following starts before the read: a change after the read
+            // rings.
+            if matches!(self.feed, Feed::Closed) {
+                self.feed = match self.leader.follow().await {
+                    Ok(changes) => Feed::Open(changes),
+                    Err(e) if e.is_unsupported() => Feed::Unsupported,
+                    Err(e) => {
+                        tracing::debug!(election = %self.leader.name, error = %e, "cannot follow the election's changes now; polling until the next read");
+                        Feed::Closed
+                    }
+                };
             }
             let now = self.leader.current().await?;
+            if let Some(info) = &now {
+                if self.newest.is_some_and(|newest| info.term < newest) {
+                    continue;
+                }
+                self.newest = Some(info.term);
+            }
             if self.seen.as_ref() != Some(&now) {
                 self.seen = Some(now.clone());
                 return Ok(now);
@@ -583,7 +757,32 @@ impl LeaderWatch {
         }
     }
 
-    /// What [`LeaderWatch::next`] last gave: `None` before it gave
+    /// Waits for a change the store pushes, or the interval.
+    async fn wait(&mut self) {
+        let interval = self.leader.watch_interval;
+        match &mut self.feed {
+            Feed::Open(changes) => {
+                let reread = interval.saturating_mul(FOLLOWED_REREAD);
+                tokio::select! {
+                    rung = changes.changed() => if !rung {
+                        // The store follows no longer: follow again, and read.
+                        self.feed = Feed::Closed;
+                    },
+                    () = tokio::time::sleep(reread) => {}
+                }
+            }
+            Feed::Closed | Feed::Unsupported => tokio::time::sleep(interval).await,
+        }
+    }
+
+    /// Whether the store pushes this observer its changes: true once a
+    /// feed is open (after the first [`next`](LeaderObserver::next)), false
+    /// while it polls.
+    pub fn is_pushed(&self) -> bool {
+        matches!(self.feed, Feed::Open(_))
+    }
+
+    /// What [`LeaderObserver::next`] last gave: `None` before it gave
     /// anything.
     pub fn last(&self) -> Option<&Option<LeaderInfo>> {
         self.seen.as_ref()
@@ -625,7 +824,7 @@ mod tests {
         assert!(e.unwrap_err().is_invalid_input());
         let e = lg.leader("l").watch_interval(Duration::ZERO).validate();
         assert!(e.unwrap_err().is_invalid_input());
-        let mut watch = lg.leader("l").watch_interval(Duration::ZERO).watch();
+        let mut watch = lg.leader("l").watch_interval(Duration::ZERO).observe();
         assert!(watch.next().await.unwrap_err().is_invalid_input());
     }
 

@@ -248,7 +248,11 @@ pub use fenced::{FencedResource, FencedValue};
 pub use guard::{LeaseWatch, LockGuard};
 pub use key::RwMode;
 pub use key::{DEFAULT_PREFIX, MAX_KEY_LEN, MAX_PERMITS, validate_key};
-pub use leader::{Leader, LeaderInfo, LeaderWatch, Leadership, MAX_IDENTITY_LEN};
+#[allow(deprecated)]
+pub use leader::LeaderWatch;
+pub use leader::{
+    Leader, LeaderInfo, LeaderObserver, Leadership, MAX_IDENTITY_LEN, MAX_PROCLAIMED_LEN,
+};
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
 pub use limiter::RateLimiter;
 pub use lock::Lock;

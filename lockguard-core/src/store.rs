@@ -118,11 +118,14 @@ use crate::fence::FencingToken;
 pub use crate::flights::{Flight, Flights};
 pub use channel_tasks::{ChannelTasks, Started};
 pub use erased::Store;
+pub use follow::ChangeBell;
+pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
 pub use limit::{LimitKeys, LimitOp, LimitReply};
 
 mod channel_tasks;
 mod erased;
+mod follow;
 mod future;
 mod limit;
 // The in-memory store, behind the boundary this module defines.
@@ -680,6 +683,28 @@ pub trait DataStore: LockStore {
     /// recorded, false when a newer token has written.
     fn fenced_remove(&self, _key: &str, _token: u64) -> impl Future<Output = Result<bool>> + Send {
         std::future::ready(Err(unsupported(self.name(), "fenced values")))
+    }
+
+    /// Follows the lock at `lock` and the fenced value at `value` (an
+    /// election's lock and its announcement, for
+    /// [`Leader::observe`](crate::Leader::observe)): rings `bell` each time
+    /// either may have changed (a holder or waiter came or went, also by a
+    /// lease's end; the value was written or removed), until the bell is
+    /// [closed](ChangeBell::closed). Answers once it follows: every change
+    /// after the answer rings the bell. A store that can follow no longer
+    /// (its watch ended, its connection was lost) drops the bell; the
+    /// observer then asks again, and reads again.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store:
+    /// observers then poll. A store implements it where the server pushes
+    /// changes (etcd's watches, ZooKeeper's persistent watches).
+    fn follow(
+        &self,
+        _lock: &Arc<LockKeys>,
+        _value: &str,
+        _bell: ChangeBell,
+    ) -> impl Future<Output = Result<()>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "following changes")))
     }
 }
 

@@ -61,6 +61,7 @@ use crate::error::etcd_error;
 use crate::session::Session;
 
 mod data;
+mod follow;
 mod limits;
 
 /// How long a waiter trusts a watch that has not fired before it reads

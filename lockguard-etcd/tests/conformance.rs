@@ -60,6 +60,10 @@ impl Harness for Etcd {
         false
     }
 
+    fn pushes_changes(&self) -> bool {
+        true
+    }
+
     /// Each handoff is a watch event and the waiter's own read of the
     /// queue: 100 rounds race the same tasks in half the time of 200.
     fn contention_rounds(&self) -> usize {

@@ -6,8 +6,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{
-    AllOrNone, CounterKeys, DataStore, Inbox, LimitKeys, LimitOp, LimitReply, Listener, LockKeys,
-    LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token, Waiting,
+    AllOrNone, ChangeBell, CounterKeys, DataStore, Inbox, LimitKeys, LimitOp, LimitReply, Listener,
+    LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token, Waiting,
     unsupported,
 };
 use crate::error::Result;
@@ -103,6 +103,12 @@ trait Erased: Send + Sync + fmt::Debug {
     ) -> StoreFuture<'a, Result<bool>>;
     fn fenced_read<'a>(&'a self, key: &'a str) -> StoreFuture<'a, Result<Stored>>;
     fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>>;
+    fn follow<'a>(
+        &'a self,
+        lock: &'a Arc<LockKeys>,
+        value: &'a str,
+        bell: ChangeBell,
+    ) -> StoreFuture<'a, Result<()>>;
 }
 
 impl<S: DataStore> Erased for S {
@@ -239,6 +245,14 @@ impl<S: DataStore> Erased for S {
     }
     fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
         StoreFuture::new(DataStore::fenced_remove(self, key, token))
+    }
+    fn follow<'a>(
+        &'a self,
+        lock: &'a Arc<LockKeys>,
+        value: &'a str,
+        bell: ChangeBell,
+    ) -> StoreFuture<'a, Result<()>> {
+        StoreFuture::new(DataStore::follow(self, lock, value, bell))
     }
 }
 
@@ -513,5 +527,15 @@ impl Store {
     /// Removes a fenced value ([`DataStore::fenced_remove`]).
     pub fn fenced_remove<'a>(&'a self, key: &'a str, token: u64) -> StoreFuture<'a, Result<bool>> {
         self.store.fenced_remove(key, token)
+    }
+
+    /// Follows a lock and a fenced value ([`DataStore::follow`]).
+    pub fn follow<'a>(
+        &'a self,
+        lock: &'a Arc<LockKeys>,
+        value: &'a str,
+        bell: ChangeBell,
+    ) -> StoreFuture<'a, Result<()>> {
+        self.store.follow(lock, value, bell)
     }
 }

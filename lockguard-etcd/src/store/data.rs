@@ -16,11 +16,14 @@
 //! compares tokens: a write holds only if the stored value is below the
 //! next token.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lockguard_core::store::net::{self, path_segment};
-use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored};
+use lockguard_core::store::{
+    ChangeBell, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, Stored,
+};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{EtcdStore, unix_ms};
@@ -60,7 +63,7 @@ impl CountersSeen {
 type Update<'a> = &'a (dyn Fn(i64) -> Result<std::result::Result<i64, i64>> + Sync);
 
 impl EtcdStore {
-    fn data_key(&self, kind: &str, id: &str) -> String {
+    pub(super) fn data_key(&self, kind: &str, id: &str) -> String {
         format!("{}{kind}/{}", self.prefix, path_segment(id))
     }
 
@@ -426,6 +429,10 @@ impl DataStore for EtcdStore {
         let mut stored = format!("{token:0TOKEN_DIGITS$}").into_bytes();
         stored.push(REMOVED);
         self.fenced_put(&key, token, stored).await
+    }
+
+    async fn follow(&self, lock: &Arc<LockKeys>, value: &str, bell: ChangeBell) -> Result<()> {
+        self.follow_election(lock, value, bell).await
     }
 }
 

@@ -266,15 +266,16 @@ pub async fn an_old_leaders_resignation_keeps_the_newer_announcement(env: Env) {
     assert_eq!(current(&env, "late").await, None);
 }
 
-/// A watch gives nobody, then each leader with its term, then nobody, in
-/// order, polling at its interval.
-pub async fn watch_gives_each_change(env: Env) {
+/// An observer gives nobody, then each leader with its term, then its
+/// proclaimed value, then nobody, in order (polling every 20 ms where the
+/// store does not push).
+pub async fn observe_gives_each_change(env: Env) {
     let lg = env.client().await;
-    let mut watch = election(&env, &lg, "watched")
+    let mut observer = election(&env, &lg, "watched")
         .await
         .watch_interval(Duration::from_millis(20))
-        .watch();
-    assert_eq!(next(&mut watch).await, None);
+        .observe();
+    assert_eq!(next(&mut observer).await, None);
     for who in ["a", "b"] {
         let lg = env.client().await;
         let lead = election(&env, &lg, "watched")
@@ -283,18 +284,131 @@ pub async fn watch_gives_each_change(env: Env) {
             .campaign()
             .await
             .unwrap();
-        assert_eq!(seen(next(&mut watch).await), info(who, lead.term()));
+        assert_eq!(seen(next(&mut observer).await), info(who, lead.term()));
+        lead.proclaim(format!("{who}:8080")).await.unwrap();
+        let now = next(&mut observer).await.expect("a leader");
+        assert_eq!(
+            (now.term, now.value_str()),
+            (lead.term(), Some(&*format!("{who}:8080")))
+        );
         assert!(lead.resign().await.unwrap());
-        assert_eq!(next(&mut watch).await, None);
+        assert_eq!(next(&mut observer).await, None);
     }
 }
 
-/// The watch's next change, within 10 s.
-async fn next(watch: &mut lockguard_core::LeaderWatch) -> Option<LeaderInfo> {
-    tokio::time::timeout(Duration::from_secs(10), watch.next())
+/// Where the store pushes changes, an observer that would poll once an
+/// hour sees a new leader, a proclamation, a resignation and a leader
+/// whose lease ran out within seconds; where it does not, the observer
+/// says it polls.
+pub async fn observe_is_pushed_where_the_store_pushes(env: Env) {
+    let lg = env.client().await;
+    let mut observer = election(&env, &lg, "pushed")
         .await
-        .expect("a change seen")
-        .expect("watch")
+        .watch_interval(Duration::from_secs(3600))
+        .observe();
+    assert_eq!(next(&mut observer).await, None);
+    assert_eq!(
+        observer.is_pushed(),
+        env.store_pushes_changes(),
+        "whether the store pushes changes to observers"
+    );
+    if !env.store_pushes_changes() {
+        return;
+    }
+    let candidate = env.client().await;
+    let lead = election(&env, &candidate, "pushed")
+        .await
+        .identity("a")
+        .campaign()
+        .await
+        .unwrap();
+    assert_eq!(seen(next(&mut observer).await), info("a", lead.term()));
+    lead.proclaim("a:1").await.unwrap();
+    assert_eq!(next(&mut observer).await.unwrap().value_str(), Some("a:1"));
+    assert!(lead.resign().await.unwrap());
+    assert_eq!(next(&mut observer).await, None);
+
+    // A leader that stops renewing: its lease's end is pushed too.
+    let lead = election(&env, &candidate, "pushed")
+        .await
+        .identity("b")
+        .lease(Duration::from_millis(400))
+        .campaign()
+        .await
+        .unwrap();
+    assert_eq!(seen(next(&mut observer).await), info("b", lead.term()));
+    assert_eq!(
+        next(&mut observer).await,
+        None,
+        "the end of the leader's lease was not seen"
+    );
+    drop(lead);
+}
+
+/// A leader's proclaimed value is read with its term, replaced by its next
+/// proclamation, gone with the next leader; a leader whose term ended
+/// cannot proclaim over its successor; an oversized value is refused.
+pub async fn a_proclaimed_value_is_read_with_its_term(env: Env) {
+    let lg = env.client().await;
+    let lead = election(&env, &lg, "proclaimed")
+        .await
+        .identity("a")
+        .campaign()
+        .await
+        .unwrap();
+    assert_eq!(current(&env, "proclaimed").await.unwrap().value, None);
+    lead.proclaim("10.0.0.1:80").await.unwrap();
+    lead.proclaim("10.0.0.2:80").await.unwrap();
+    let now = current(&env, "proclaimed").await.unwrap();
+    assert_eq!(
+        (now.identity_str(), now.term, now.value_str()),
+        (Some("a"), lead.term(), Some("10.0.0.2:80"))
+    );
+    let e = lead
+        .proclaim(vec![0; lockguard_core::MAX_PROCLAIMED_LEN + 1])
+        .await
+        .unwrap_err();
+    assert!(e.is_invalid_input(), "{e}");
+
+    // Its lease ends (a fixed lease, not renewed); the next leader's
+    // announcement carries no value, and the old one cannot proclaim.
+    let old = election(&env, &lg, "proclaimed")
+        .await
+        .identity("old")
+        .lease(Duration::from_millis(400));
+    assert!(lead.resign().await.unwrap());
+    let old = old.campaign().await.unwrap();
+    old.proclaim("old:1").await.unwrap();
+    let other = env.client().await;
+    let new = election(&env, &other, "proclaimed")
+        .await
+        .identity("new")
+        .wait(Duration::from_secs(30))
+        .campaign()
+        .await
+        .unwrap();
+    assert!(new.term() > old.term());
+    let now = current(&env, "proclaimed").await.unwrap();
+    assert_eq!(
+        (now.identity_str(), now.value.as_deref()),
+        (Some("new"), None)
+    );
+    let e = old.proclaim("old:2").await.unwrap_err();
+    assert!(e.is_lease_lost(), "{e}");
+    let now = current(&env, "proclaimed").await.unwrap();
+    assert_eq!(
+        (now.identity_str(), now.value.as_deref()),
+        (Some("new"), None)
+    );
+    assert!(new.resign().await.unwrap());
+}
+
+/// The observer's next change, within 10 s.
+async fn next(observer: &mut lockguard_core::LeaderObserver) -> Option<LeaderInfo> {
+    tokio::time::timeout(Duration::from_secs(10), observer.next())
+        .await
+        .expect("a change seen within 10 s")
+        .expect("observe")
 }
 
 /// Empty or invalid names, oversized identities and absurd leases are

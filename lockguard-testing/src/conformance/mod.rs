@@ -20,7 +20,7 @@
 //! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
 //! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
 //! | `limits` | fixed and sliding windows, GCRA, retry-after, peek | rate limits |
-//! | `leader` | one leader at a time, increasing terms, candidates in arrival order, who leads, lapsed leaders replaced | locks (and fenced values, or a data client) |
+//! | `leader` | one leader at a time, increasing terms, candidates in arrival order, who leads, lapsed leaders replaced, observers and proclaimed values | locks (and fenced values, or a data client) |
 //!
 //! Every test starts its own store through the harness's constructor,
 //! runs on a two-thread runtime (the `queue` group on virtual time, with
@@ -134,6 +134,13 @@ pub trait Harness: Send + Sync + 'static {
         true
     }
 
+    /// Whether the store pushes an election's changes to its observers
+    /// ([`DataStore::follow`](lockguard_core::store::DataStore::follow):
+    /// etcd, ZooKeeper); the others' observers poll.
+    fn pushes_changes(&self) -> bool {
+        false
+    }
+
     /// How many rounds each of the 32 tasks of the mutual-exclusion test
     /// takes the lock: 200, fewer for a store whose handoffs cost several
     /// round trips on every node (Redlock), or statements and a wake-up of
@@ -213,6 +220,11 @@ impl Env {
         self.harness
             .clock()
             .expect("the store keeps its own time; check Env::real_time first")
+    }
+
+    /// See [`Harness::pushes_changes`].
+    pub fn store_pushes_changes(&self) -> bool {
+        self.harness.pushes_changes()
     }
 
     /// See [`Harness::keeps_leases`].
@@ -526,7 +538,9 @@ macro_rules! conformance {
             current_names_the_leader_and_nobody_after_it_resigned,
             a_leader_whose_lease_ran_out_is_replaced_and_told,
             an_old_leaders_resignation_keeps_the_newer_announcement,
-            watch_gives_each_change,
+            observe_gives_each_change,
+            observe_is_pushed_where_the_store_pushes,
+            a_proclaimed_value_is_read_with_its_term,
             leader_bad_input,
         );
     };
