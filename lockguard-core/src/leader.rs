@@ -35,6 +35,10 @@ const PROCLAIMS: u8 = 2;
 /// bytes.
 pub const MAX_PROCLAIMED_LEN: usize = 64 * 1024;
 
+/// How soon an observer that could not follow the store's changes tries
+/// again, at most.
+const FOLLOW_AGAIN: Duration = Duration::from_secs(1);
+
 /// How many watch intervals an observer following a store's changes
 /// waits before it reads again anyway (a change the store failed to
 /// push is seen then).
@@ -771,7 +775,9 @@ impl LeaderObserver {
                     () = tokio::time::sleep(reread) => {}
                 }
             }
-            Feed::Closed | Feed::Unsupported => tokio::time::sleep(interval).await,
+            // Following failed (the store was unreachable): try again soon.
+            Feed::Closed => tokio::time::sleep(interval.min(FOLLOW_AGAIN)).await,
+            Feed::Unsupported => tokio::time::sleep(interval).await,
         }
     }
 

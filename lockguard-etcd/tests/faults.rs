@@ -19,8 +19,8 @@ use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     PausePlan, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
-    a_wait_rides_out_a_pause_longer_than_its_lease, takes_lock_within,
-    the_next_holder_fences_out_the_old,
+    a_wait_rides_out_a_pause_longer_than_its_lease, an_observer_follows_again_after_a_restart,
+    takes_lock_within, the_next_holder_fences_out_the_old,
 };
 
 /// The lease TTL of a client whose loss the tests provoke: etcd's least
@@ -165,6 +165,17 @@ async fn etcd_leader_killed_while_clients_wait() {
     let served: Vec<_> = order.iter().map(|(i, _)| *i).collect();
     assert_eq!(served, [0, 1, 2], "waiters served out of order");
     assert!(order.windows(2).all(|w| w[0].1 < w[1].1), "{order:?}");
+}
+
+/// An election's observer follows the member's changes again after the
+/// member is killed and restarted, and sees the leader elected then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_an_observer_follows_again_after_a_restart() {
+    let mut server = EtcdServer::start();
+    let b = || Client::builder().response_timeout(Duration::from_millis(500));
+    let observing = connect(&server.endpoint(), b(), Duration::from_secs(30)).await;
+    let lg = connect(&server.endpoint(), b(), Duration::from_secs(30)).await;
+    an_observer_follows_again_after_a_restart(&mut server, &observing, &lg).await;
 }
 
 /// The member is down when a client asks for a lock with a 30 s wait, and

@@ -234,6 +234,60 @@ pub async fn a_kill_fails_fast_and_a_restart_is_recovered(
     assert!(recovered, "client did not recover after the restart");
 }
 
+/// An observer of an election on `observing`, pushed by the store (it
+/// would poll once an hour), keeps observing across a kill and restart of
+/// `server`: it follows the store's changes again once the store is back,
+/// and sees the leader `lg` elects then, within 15 s.
+///
+/// # Panics
+///
+/// When the store does not push the observer its changes, or the leader
+/// elected after the restart is not seen.
+pub async fn an_observer_follows_again_after_a_restart(
+    server: &mut dyn ServerProcess,
+    observing: &Client,
+    lg: &Client,
+) {
+    let mut observer = observing
+        .leader("observed")
+        .watch_interval(Duration::from_secs(3600))
+        .observe();
+    let first = tokio::time::timeout(Duration::from_secs(10), observer.next()).await;
+    assert_eq!(first.expect("the first answer").expect("observe"), None);
+    assert!(observer.is_pushed(), "the store pushes no changes");
+    server.kill();
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let lead = loop {
+        let campaign = lg
+            .leader("observed")
+            .identity("after")
+            .wait(Duration::from_secs(1))
+            .campaign()
+            .await;
+        match campaign {
+            Ok(lead) => break lead,
+            Err(e) if Instant::now() < deadline => {
+                tracing::debug!(error = %e, "campaigning while the store comes back");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("no leader elected after the restart: {e}"),
+        }
+    };
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, observer.next()).await {
+            Ok(Ok(Some(now))) if now.term == lead.term() => break,
+            Ok(_) => {}
+            Err(_) => panic!(
+                "the leader elected after the restart was not seen; the observer last gave {:?}",
+                observer.last()
+            ),
+        }
+    }
+    assert!(lead.resign().await.unwrap());
+}
+
 /// `a` (whose requests time out in 150 ms) holds a lock under a 600 ms
 /// watchdog lease when `server` freezes. The loss is signalled before the
 /// lease ends; after the pause `b` acquires with a greater fencing token,

@@ -65,6 +65,7 @@ use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 mod admission;
 mod data;
+mod follow;
 mod kept;
 mod multi;
 mod order;

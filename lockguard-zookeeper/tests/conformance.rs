@@ -60,6 +60,10 @@ impl Harness for ZooKeeper {
         false
     }
 
+    fn pushes_changes(&self) -> bool {
+        true
+    }
+
     /// Each handoff is a watch event and the waiter's own requests to the
     /// ensemble (about 3 ms, 6 ms beside the other tests): 100 rounds race
     /// the same 32 tasks in half the time of 200.

@@ -14,12 +14,15 @@
 //! tokens stay refused).
 //! Expiry (`expire_after`) and rate limiting are not offered.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use lockguard_core::store::{CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, Stored};
+use lockguard_core::store::{
+    ChangeBell, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, Stored,
+};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{ZooKeeperStore, bounded};
@@ -82,7 +85,7 @@ fn fenced_content(path: &str, data: &[u8]) -> Result<(u64, Option<Vec<u8>>)> {
 }
 
 impl ZooKeeperStore {
-    fn data_path(&self, key: &str) -> String {
+    pub(super) fn data_path(&self, key: &str) -> String {
         format!("{}/{}", self.root, path_segment(key))
     }
 
@@ -362,6 +365,10 @@ impl DataStore for ZooKeeperStore {
             |_| true,
         )
         .await
+    }
+
+    async fn follow(&self, lock: &Arc<LockKeys>, value: &str, bell: ChangeBell) -> Result<()> {
+        self.follow_election(lock, value, bell).await
     }
 }
 

@@ -14,8 +14,8 @@ use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    at_least_outlives_the_process_that_took_it, hold_until_killed, takes_lock_within,
-    the_next_holder_fences_out_the_old,
+    an_observer_follows_again_after_a_restart, at_least_outlives_the_process_that_took_it,
+    hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
 
 async fn connect(hosts: &str, b: Builder) -> Client {
@@ -42,6 +42,17 @@ async fn zookeeper_killed_fails_fast_and_the_client_recovers_after_restart() {
         e.is_unavailable() || e.is_timeout()
     })
     .await;
+}
+
+/// An election's observer follows the server's changes again after the
+/// server is killed and restarted, and sees the leader elected then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_an_observer_follows_again_after_a_restart() {
+    let mut server = ZooKeeperServer::start();
+    let b = || Client::builder().response_timeout(Duration::from_millis(500));
+    let observing = connect(&server.hosts(), b()).await;
+    let lg = connect(&server.hosts(), b()).await;
+    an_observer_follows_again_after_a_restart(&mut server, &observing, &lg).await;
 }
 
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
