@@ -78,8 +78,13 @@ pub(crate) enum Call {
     Leads { key: String, term: u64 },
     /// `leadership.resign()` of the leadership of `term`.
     Resign { key: String, term: u64 },
-    /// `leader(key).current()`.
-    WhoLeads { key: String },
+    /// `leader(key).current()`; with `observer`, the `next()` of the
+    /// worker's observer of the election (`leader(key).observe()`).
+    WhoLeads {
+        key: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        observer: bool,
+    },
     /// A fault the runner injected, from its start to its heal.
     Fault { what: String, target: String },
 }
@@ -101,7 +106,7 @@ impl Call {
             | Call::Campaign { key, .. }
             | Call::Leads { key, .. }
             | Call::Resign { key, .. }
-            | Call::WhoLeads { key } => key,
+            | Call::WhoLeads { key, .. } => key,
             Call::Fault { target, .. } => target,
         }
     }

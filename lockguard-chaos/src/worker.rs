@@ -148,6 +148,8 @@ struct Worker {
     /// The fence of this worker's previous hold of each lock, for the
     /// stale-write probe.
     last_fence: HashMap<String, u64>,
+    /// This worker's observer of the election, once it observed.
+    observer: Option<lockguard_core::LeaderObserver>,
 }
 
 /// Runs a worker until `args.until`; the history goes to `args.out`.
@@ -185,6 +187,7 @@ pub(crate) fn run(args: WorkerArgs<'_>) -> Result<(), String> {
             rw: args.target.store.offers_rw_locks(),
             brk: args.brk,
             last_fence: HashMap::new(),
+            observer: None,
         };
         match args.role {
             Role::Job => {

@@ -45,8 +45,8 @@ const FOLLOW_AGAIN: Duration = Duration::from_secs(1);
 const FOLLOWED_REREAD: u32 = 20;
 
 /// An election: candidates [`campaign`](Leader::campaign) to lead, one at a
-/// time, and anyone can read who leads ([`Leader::current`]) and watch it
-/// change ([`Leader::watch`]).
+/// time, and anyone can read who leads ([`Leader::current`]) and observe it
+/// change ([`Leader::observe`]).
 ///
 /// Made by [`Client::leader`](crate::Client::leader). An election is a lock
 /// on a key of its own kind (`{prefix}leader:{name}`, never the key of
@@ -384,8 +384,8 @@ impl Leader {
     /// nobody), as etcd's `Observe` does.
     ///
     /// - On a store that pushes changes (etcd's watches, ZooKeeper's
-    ///   persistent watches: the `observe` row of the
-    ///   [store table](https://docs.rs/lockguard/latest/lockguard/#stores)),
+    ///   persistent watches: the observers' row of the store table,
+    ///   `docs/stores.md` in the `lockguard` package),
     ///   the observer is told of each change to the election's lock and
     ///   announcement, also of a lease's end, and reads again at once: a
     ///   change is seen a round trip or two after it happens. It reads

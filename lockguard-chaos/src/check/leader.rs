@@ -130,7 +130,7 @@ pub(crate) fn leaders(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
 pub(crate) fn reads(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
     let elections = elections(ops);
     for o in ops {
-        let (Call::WhoLeads { key }, Some(Outcome::Leader { term: Some(term) })) =
+        let (Call::WhoLeads { key, .. }, Some(Outcome::Leader { term: Some(term) })) =
             (&o.call, o.outcome())
         else {
             continue;
@@ -162,5 +162,41 @@ pub(crate) fn reads(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
                 ops: describe(&[c, o], t0),
             });
         }
+    }
+}
+
+/// What one worker's observer gives never goes back: after a term, never
+/// an older one (`observe-order`).
+pub(crate) fn observed(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+    let mut newest: HashMap<(u32, &str), &Op> = HashMap::new();
+    let mut given: Vec<&Op> = ops
+        .iter()
+        .filter(|o| matches!(o.call, Call::WhoLeads { observer: true, .. }))
+        .collect();
+    given.sort_by_key(|o| o.invoke);
+    for o in given {
+        let (Call::WhoLeads { key, .. }, Some(Outcome::Leader { term: Some(term) })) =
+            (&o.call, o.outcome())
+        else {
+            continue;
+        };
+        let k = (o.w, key.as_str());
+        if let Some(p) = newest.get(&k) {
+            let Some(Outcome::Leader { term: Some(before) }) = p.outcome() else {
+                unreachable!("only leaders are kept")
+            };
+            if term < before {
+                v.push(Violation {
+                    check: "observe-order",
+                    what: format!(
+                        "election {key:?}: worker {}'s observer gave term {term} after term {before}",
+                        o.w
+                    ),
+                    ops: describe(&[p, o], t0),
+                });
+                continue;
+            }
+        }
+        newest.insert(k, o);
     }
 }

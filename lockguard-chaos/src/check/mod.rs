@@ -129,6 +129,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     limiter::within_quota(ops, t0, &mut v);
     leader::leaders(ops, t0, &mut v);
     leader::reads(ops, t0, &mut v);
+    leader::observed(ops, t0, &mut v);
     liveness::waits_bounded(ops, &faults, bounds, t0, &mut v);
     liveness::handoffs(ops, &faults, bounds, end, t0, &mut v, &mut m);
     (v, m)
@@ -419,6 +420,7 @@ mod tests {
             9,
             Call::WhoLeads {
                 key: "leader".into(),
+                observer: false,
             },
             at,
             Some((at + 1, Outcome::Leader { term })),
@@ -457,6 +459,29 @@ mod tests {
         let mut ops = lead(1, 3, 10, 20);
         ops.push(who_leads(15, Some(4)));
         assert!(run(ops).contains(&"leader-reads"));
+    }
+
+    fn observed(at: u64, term: Option<u64>) -> Op {
+        let mut o = who_leads(at, term);
+        o.call = Call::WhoLeads {
+            key: "leader".into(),
+            observer: true,
+        };
+        o
+    }
+
+    #[test]
+    fn an_observer_that_goes_back_a_term_is_caught() {
+        let mut ops = lead(1, 3, 10, 20);
+        ops.extend(lead(2, 7, 25, 30));
+        ops.extend([
+            observed(15, Some(3)),
+            observed(21, None),
+            observed(27, Some(7)),
+        ]);
+        assert_eq!(run(ops.clone()), Vec::<&str>::new());
+        ops.push(observed(28, Some(3)));
+        assert!(run(ops).contains(&"observe-order"));
     }
 
     /// [`hold`]'s acquisition as one key of a multi-lock that returned at

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lockguard_core::Leadership;
+use lockguard_core::{Error, ErrorKind, Leadership};
 
 use super::{LEASE, WAIT, Worker};
 use crate::clock::now_ns;
@@ -70,11 +70,30 @@ impl Worker {
         yes
     }
 
+    /// Who leads: a read of `current()`, or, one time in two, the next
+    /// change this worker's observer gives (waiting at most [`WAIT`]).
     async fn who_leads(&mut self) {
+        let observer = self.rng.bool();
         let op = self.rec.invoke(Call::WhoLeads {
             key: ELECTION.into(),
+            observer,
         });
-        let out = match self.client.leader(ELECTION).current().await {
+        let now = if observer {
+            let client = &self.client;
+            let observing = self
+                .observer
+                .get_or_insert_with(|| client.leader(ELECTION).observe());
+            match tokio::time::timeout(WAIT, observing.next()).await {
+                Ok(now) => now,
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("no change of the election within {WAIT:?}"),
+                )),
+            }
+        } else {
+            self.client.leader(ELECTION).current().await
+        };
+        let out = match now {
             Ok(now) => Outcome::Leader {
                 term: now.map(|i| i.term.get()),
             },

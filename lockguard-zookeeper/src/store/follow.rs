@@ -48,9 +48,15 @@ impl ZooKeeperStore {
         path: &str,
         mode: zk::AddWatchMode,
     ) -> Result<zk::PersistentWatcher> {
-        bounded(self.response_timeout, client.watch(path, mode))
-            .await?
-            .map_err(|e| self.failed(client, e, "following an election"))
+        match bounded(self.response_timeout, client.watch(path, mode)).await? {
+            Ok(watcher) => Ok(watcher),
+            // ZooKeeper before 3.6: its observers poll.
+            Err(zk::Error::Unimplemented) => Err(lockguard_core::store::unsupported(
+                "zookeeper",
+                "following changes before ZooKeeper 3.6",
+            )),
+            Err(e) => Err(self.failed(client, e, "following an election")),
+        }
     }
 }
 
