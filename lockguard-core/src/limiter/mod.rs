@@ -313,11 +313,7 @@ impl RateLimiter {
             retry_after_ms = u64::try_from(d.retry_after.as_millis()).unwrap_or(u64::MAX),
             "request over the rate limit let through in shadow mode"
         );
-        Decision {
-            allowed: true,
-            shadowed: true,
-            ..d
-        }
+        d.let_through()
     }
 
     /// Runs `algorithm` instead of GCRA. The limiter's store keys name the

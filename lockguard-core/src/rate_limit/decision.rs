@@ -37,6 +37,23 @@ impl Decision {
         self.allowed
     }
 
+    /// This decision let through in shadow mode: a refusal becomes
+    /// allowed and [`shadowed`](Decision::shadowed), keeping its
+    /// `remaining` and `retry_after`; an allowed decision stays as it is.
+    /// What [`RateLimiter::shadow`](crate::RateLimiter::shadow) answers,
+    /// and what a layer in shadow mode makes of its limiter's refusals.
+    #[must_use]
+    pub fn let_through(self) -> Self {
+        if self.allowed {
+            return self;
+        }
+        Self {
+            allowed: true,
+            shadowed: true,
+            ..self
+        }
+    }
+
     /// `retry_after` in whole seconds, rounded up, for a `Retry-After`
     /// header: never 0 for a refusal, so it never invites a retry that fails.
     pub fn retry_after_secs(&self) -> u64 {

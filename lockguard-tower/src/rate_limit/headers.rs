@@ -191,8 +191,9 @@ impl RateHeaders {
             // wait before the next request can pass, the same moment
             // `Retry-After` names (the draft: `Retry-After` SHOULD NOT be
             // earlier than the end of `t`); when allowed, `t` is the time
-            // until the limiter is back to its full limit.
-            let (remaining, t) = if decision.allowed {
+            // until the limiter is back to its full limit. A refusal let
+            // through in shadow mode shows as the refusal it would be.
+            let (remaining, t) = if decision.allowed && !decision.shadowed {
                 (decision.remaining, decision.reset_after_secs())
             } else {
                 (0, retry_after_secs(&decision))
@@ -206,13 +207,6 @@ impl RateHeaders {
             options,
             refuses: !decision.allowed,
         }
-    }
-
-    /// The headers of a request over the quota let through (shadow mode):
-    /// the same, without `Retry-After`, which only a refusal carries.
-    pub(crate) fn let_through(mut self) -> Self {
-        self.refuses = false;
-        self
     }
 
     /// Adds the headers to a response. Several layers on one route each

@@ -182,7 +182,8 @@ struct Ask<'a> {
     options: HeaderOptions,
     /// Whether an admitted request carries the decision.
     expose: bool,
-    /// Shadow mode: a refusal is let through (with its headers).
+    /// Shadow mode: a refusal is let through, as
+    /// [`Decision::let_through`] makes it (with its headers).
     shadow: bool,
     /// The limiter's policy headers, when made beforehand.
     policy: Option<&'a Policy>,
@@ -219,27 +220,29 @@ impl Ask<'_> {
                 ));
             }
         };
-        let headers = match policy {
-            Some(policy) => RateHeaders::new(policy, decision, options),
-            None => RateHeaders::new(&Policy::new(limiter), decision, options),
-        };
-        if decision.allowed {
-            tracing::debug!(remaining = decision.remaining, "request allowed");
-            return Admission::Proceed {
-                guard: Guard::None,
-                headers: Some(headers),
-                decision: expose.then_some(decision),
-            };
-        }
-        if shadow {
+        // The layer's shadow mode lets a refusal through as the limiter's
+        // own does (`RateLimiter::shadow`): one decision, marked shadowed.
+        let decision = if shadow && !decision.allowed {
             tracing::debug!(
                 retry_after_ms =
                     u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
                 "request over the rate limit let through in shadow mode"
             );
+            decision.let_through()
+        } else {
+            decision
+        };
+        let headers = match policy {
+            Some(policy) => RateHeaders::new(policy, decision, options),
+            None => RateHeaders::new(&Policy::new(limiter), decision, options),
+        };
+        if decision.allowed {
+            if !decision.shadowed {
+                tracing::debug!(remaining = decision.remaining, "request allowed");
+            }
             return Admission::Proceed {
                 guard: Guard::None,
-                headers: Some(headers.let_through()),
+                headers: Some(headers),
                 decision: expose.then_some(decision),
             };
         }

@@ -632,30 +632,43 @@ async fn every_response_names_its_own_policy() {
 }
 
 /// Shadow mode decides and sends the headers as usual, but lets a request
-/// over the quota through; the budget is spent as it would be.
+/// over the quota through, its decision marked shadowed; the budget is
+/// spent as it would be. The layer's shadow mode and its limiter's
+/// (`RateLimiter::shadow`) answer alike.
 #[tokio::test(start_paused = true)]
 async fn shadow_mode_sends_the_headers_and_never_refuses() {
     let lg = Client::memory();
-    let limiter = lg.rate_limiter("api", Quota::per_minute(2));
-    let shadow = RateLimitLayer::new(limiter.clone(), user_key())
-        .legacy_headers(true)
-        .shadow(true)
-        .layer(ok_service());
-    for _ in 0..2 {
-        let res = shadow.clone().oneshot(request(Some("ada"))).await.unwrap();
-        assert_eq!(res.status(), StatusCode::OK);
+    let seen = || {
+        service_fn(|req: Request<Body>| async move {
+            let d = req.extensions().get::<lockguard_core::Decision>().copied();
+            let d = d.expect("no decision in the request");
+            let body = format!("{} {} {}", d.allowed, d.shadowed, d.remaining);
+            Ok::<_, Infallible>(Response::new(Body::from(body)))
+        })
+    };
+    for (name, layer_shadow) in [("api", true), ("api-limiter-shadow", false)] {
+        let limiter = lg.rate_limiter(name, Quota::per_minute(2));
+        let shadow = RateLimitLayer::new(limiter.clone().shadow(!layer_shadow), user_key())
+            .legacy_headers(true)
+            .decision_extension(true)
+            .shadow(layer_shadow)
+            .layer(seen());
+        for _ in 0..2 {
+            let res = shadow.clone().oneshot(request(Some("ada"))).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+        }
+        let over = shadow.clone().oneshot(request(Some("ada"))).await.unwrap();
+        assert_eq!(over.status(), StatusCode::OK, "{name}: let through");
+        assert_eq!(
+            header(&over, "ratelimit"),
+            Some(format!("\"{name}\";r=0;t=30"))
+        );
+        assert_eq!(header(&over, "x-ratelimit-remaining").as_deref(), Some("0"));
+        assert_eq!(header(&over, "retry-after"), None, "{name}: not refused");
+        assert_eq!(body_string(over).await, "true true 0", "{name}");
+        // The same limiter without shadow mode refuses: the budget was spent.
+        let enforced = RateLimitLayer::new(limiter, user_key()).layer(ok_service());
+        let refused = enforced.oneshot(request(Some("ada"))).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
     }
-    let over = shadow.clone().oneshot(request(Some("ada"))).await.unwrap();
-    assert_eq!(over.status(), StatusCode::OK, "let through");
-    assert_eq!(
-        header(&over, "ratelimit").as_deref(),
-        Some("\"api\";r=0;t=30")
-    );
-    assert_eq!(header(&over, "x-ratelimit-remaining").as_deref(), Some("0"));
-    assert_eq!(header(&over, "retry-after"), None, "not refused");
-    assert_eq!(body_string(over).await, "ok");
-    // The same limiter without shadow mode refuses: the budget was spent.
-    let enforced = RateLimitLayer::new(limiter, user_key()).layer(ok_service());
-    let refused = enforced.oneshot(request(Some("ada"))).await.unwrap();
-    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
 }
