@@ -916,6 +916,79 @@ async fn limiters(b: &mut Bench) {
     }
 }
 
+/// Shadow mode (`RateLimiter::shadow`) against the same limiter enforcing,
+/// with every request over the quota: a shadowed decision is the same
+/// store step, its answer let through in the client, so it should cost
+/// what a refusal costs (one round trip, and the same rate).
+async fn shadow(b: &mut Bench) {
+    let rounds = if b.quick { 1 } else { LIMITER_ROUNDS };
+    let each = b.run_for / 2;
+    b.line(
+        "\n## Shadow mode (GCRA 1/s per key, 16 tasks on 16 keys, every request over the quota)\n",
+    );
+    b.line(&format!(
+        "{rounds} interleaved rounds of {each:?} each: the limiter in shadow mode (every request let through, marked shadowed) against the same quota enforcing (every request refused), neither caching refusals. Then each alone for {each:?} with the server's command count reset, for its round trips per decision.\n"
+    ));
+    b.line("| limiter | decisions/s (median) | let through | round trips per decision |");
+    b.line("|---|---:|---:|---:|");
+    let lg = b.lockguard().await;
+    let quota = Quota::per_second(1);
+    let shadowed = lg.rate_limiter("shadow-on", quota).shadow(true);
+    let enforced = lg.rate_limiter("shadow-off", quota);
+    let rates = rounds::interleaved(
+        rounds,
+        async |_| lockguard_decisions(&shadowed, each).await,
+        async |_| lockguard_decisions(&enforced, each).await,
+    )
+    .await;
+    let mut per_decision = Vec::new();
+    for (name, limiter, median) in [
+        ("shadow mode", &shadowed, rates.lockguard_median(|r| *r)),
+        ("enforcing", &enforced, rates.raw_median(|r| *r)),
+    ] {
+        b.reset_stats().await;
+        let (decided, allowed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        throughput(16, each, |t, stop, done| {
+            let (limiter, decided, allowed) = (limiter.clone(), decided.clone(), allowed.clone());
+            async move {
+                let key = format!("k{t}");
+                while !stop.load(Ordering::Relaxed) {
+                    let d = limiter.check(&key).await.expect("decision");
+                    decided.fetch_add(1, Ordering::Relaxed);
+                    allowed.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await;
+        let sent = b.commands(RAW_SENT).await.sent;
+        let (decided, allowed) = (
+            decided.load(Ordering::Relaxed),
+            allowed.load(Ordering::Relaxed),
+        );
+        let per = sent as f64 / decided.max(1) as f64;
+        per_decision.push(per);
+        b.line(&format!(
+            "| {name} | {median:.0} | {:.1}% | {per:.3} |",
+            100.0 * allowed as f64 / decided.max(1) as f64
+        ));
+    }
+    let ratio = rates.ratio(|r| *r);
+    b.line(&format!(
+        "\nShadow mode's rate over enforcing's: {} (range {}).",
+        ratio.cell(),
+        ratio.range_cell()
+    ));
+    b.target(
+        "a shadow decision costs what a refusal costs: ≥ 0.9x its rate, the same round trips",
+        format!(
+            "{ratio}; {:.2} against {:.2} round trips",
+            per_decision[0], per_decision[1]
+        ),
+        ratio.median >= 0.9 && (per_decision[0] - per_decision[1]).abs() < 0.01,
+    );
+}
+
 /// A flood of requests from clients over their limit: 16 tasks, each on
 /// its own key, checking as fast as they can for `run_for` after spending
 /// the key's budget. Without the refusal cache every refused request is a
@@ -1241,7 +1314,7 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 17] = [
+const SECTIONS: [&str; 18] = [
     "uncontended",
     "contention",
     "tails",
@@ -1250,6 +1323,7 @@ const SECTIONS: [&str; 17] = [
     "rw",
     "leader",
     "limiters",
+    "shadow",
     "flood",
     "memory",
     "footprint",
@@ -1267,7 +1341,7 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, contention, tails, cluster,
-                  multi, rw, leader, limiters, flood, memory, footprint, http,
+                  multi, rw, leader, limiters, shadow, flood, memory, footprint, http,
                   http-redis, postgres, mysql, zookeeper, etcd
   --write FILE    also write the report (with the notes) to FILE
   --help          print this
@@ -1379,6 +1453,9 @@ async fn main() {
     }
     if run("limiters") {
         limiters(&mut b).await;
+    }
+    if run("shadow") {
+        shadow(&mut b).await;
     }
     if run("flood") {
         flood(&mut b).await;
