@@ -57,8 +57,20 @@ impl FencedResource {
     /// The value behind the election `name`'s announcement
     /// ([`Leader`](crate::Leader)), on a key of its own kind.
     pub(crate) fn announcement(engine: Arc<Engine>, name: &str) -> Self {
-        let key = crate::key::validate_key("election", name)
-            .map(|()| crate::key::base(&engine.prefix, crate::key::ANNOUNCEMENT_KIND, name))
+        Self::of_kind(engine, "election", crate::key::ANNOUNCEMENT_KIND, name)
+    }
+
+    /// The record of the last period the scheduled job `name` ran
+    /// ([`Client::schedule`](crate::Client::schedule)), on a key of its own
+    /// kind.
+    pub(crate) fn schedule_runs(engine: Arc<Engine>, name: &str) -> Self {
+        Self::of_kind(engine, "scheduled job", crate::key::SCHEDULE_RUN_KIND, name)
+    }
+
+    /// A value on a key of `kind`, named `name` (checked as `what`'s).
+    fn of_kind(engine: Arc<Engine>, what: &str, kind: &str, name: &str) -> Self {
+        let key = crate::key::validate_key(what, name)
+            .map(|()| crate::key::base(&engine.prefix, kind, name))
             .map_err(Invalid::from);
         Self {
             engine,

@@ -21,6 +21,14 @@ pub(crate) const ELECTION_KIND: &str = "leader";
 /// `{prefix}leader-term:{escaped name}`.
 pub(crate) const ANNOUNCEMENT_KIND: &str = "leader-term";
 
+/// The kind of the lock keys behind scheduled jobs:
+/// `{prefix}schedule:{escaped name}`.
+pub(crate) const SCHEDULE_KIND: &str = "schedule";
+
+/// The kind of a scheduled job's record of the last period it ran, a
+/// fenced value: `{prefix}schedule-run:{escaped name}`.
+pub(crate) const SCHEDULE_RUN_KIND: &str = "schedule-run";
+
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resource {
@@ -261,10 +269,16 @@ impl LockKeys {
     /// semaphore or any other key of the same name. Every store keys a
     /// lock by its identity alone, so an election runs on each as a lock.
     pub(crate) fn election(prefix: &str, name: &str) -> Self {
+        Self::of_kind(prefix, ELECTION_KIND, name)
+    }
+
+    /// The keys of a lock of `kind` (an election's, a scheduled job's),
+    /// never met by a lock, a semaphore or any other kind of the same name.
+    pub(crate) fn of_kind(prefix: &str, kind: &str, name: &str) -> Self {
         Self {
             resource: Resource::Lock,
             rw: None,
-            lock: base(prefix, ELECTION_KIND, name),
+            lock: base(prefix, kind, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
         }

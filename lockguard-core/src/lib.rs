@@ -155,6 +155,7 @@
 //! | `lockguard_releases_total` | counter | `primitive`, `name` | locks and permits given back (released or dropped) |
 //! | `lockguard_leases_lost_total` | counter | `primitive`, `name` | leases found lost while held (the store said the lock is gone, or renewals failed until the lease ran out) |
 //! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
+//! | `lockguard_scheduled_runs_total` | counter | `schedule`, `outcome` | a scheduled job's periods, by what this process did: `ran`, `failed` (the job's error), `lost` (cancelled when its lock was lost), `skipped` (another replica runs it, or ran it), `error` (the store could not be asked) |
 //! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |
 //!
 //! `primitive` is `lock`, `semaphore` or `rw_lock` (`rate_limiter` for store errors of
@@ -227,6 +228,9 @@ mod limiter;
 mod fenced;
 // Leader election, on a lock and a fenced value.
 mod leader;
+
+// Scheduled jobs, on a lock kept at least a while and a fenced record.
+mod schedule;
 // The client handle.
 mod client;
 
@@ -259,6 +263,7 @@ pub use lock::Lock;
 pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};
 pub use rate_limit::{Algorithm, Decision, Quota};
 pub use rw_lock::{ReadGuard, ReadLock, RwLock, WriteGuard, WriteLock};
+pub use schedule::{JobRun, Schedule, Scheduled};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
 #[cfg(feature = "serde")]

@@ -112,6 +112,20 @@ pub(crate) fn decision(limiter: &str, allowed: bool) {
     let _ = (limiter, allowed);
 }
 
+/// A scheduled job's period ended: `ran`, `failed`, `lost`, `skipped` or
+/// `error`.
+pub(crate) fn scheduled(schedule: &str, outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(
+        "lockguard_scheduled_runs_total",
+        "schedule" => schedule.to_owned(),
+        "outcome" => outcome,
+    )
+    .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = (schedule, outcome);
+}
+
 /// A task waiting, counted in `lockguard_waiting` until this is dropped.
 #[derive(Debug)]
 #[must_use = "the task counts as waiting until this is dropped"]

@@ -987,8 +987,9 @@ impl EtcdStore {
     }
 
     /// Gives up a lock's hold but keeps the lock taken for `keep`: the
-    /// holder's key moves to a lease of that length of its own, marked
-    /// kept, and this client lets it go.
+    /// holder's key moves to a lease of that length of its own (in whole
+    /// seconds, rounded up), marked kept, and this client deletes it when
+    /// `keep` has passed, if it still runs then.
     async fn release_later_inner(&self, token: &Token, keep: Duration) -> Result<bool> {
         let current = self.session.lease().id;
         let Some((key, created, true)) = self.known(token, current) else {
@@ -1021,7 +1022,16 @@ impl EtcdStore {
         let answer = self.txn("keeping a released lock", txn).await;
         self.nodes().remove(token);
         match answer {
-            Ok(a) if a.succeeded() => Ok(true),
+            Ok(a) if a.succeeded() => {
+                // Deleted on time by this client while it lives; the kept
+                // lease, in whole seconds, is the bound when it does not.
+                let session = Arc::downgrade(&self.session);
+                tokio::spawn(async move {
+                    tokio::time::sleep(keep).await;
+                    discard_in(session, key, created).await;
+                });
+                Ok(true)
+            }
             other => {
                 let id = granted.id();
                 let mut client = self.session.client();

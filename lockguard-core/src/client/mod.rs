@@ -20,6 +20,7 @@ use crate::lock::Lock;
 use crate::multi_lock::MultiLock;
 use crate::rate_limit::Quota;
 use crate::rw_lock::RwLock;
+use crate::schedule::{JobRun, Schedule, Scheduled};
 use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
@@ -167,6 +168,83 @@ impl Client {
     /// A value that only accepts writes with fresh fencing tokens.
     pub fn fenced(&self, name: &str) -> FencedResource {
         FencedResource::new(self.engine.clone(), name)
+    }
+
+    /// Runs `job` once per period across every replica that schedules the
+    /// same name (ShedLock's `@Scheduled` with `@SchedulerLock`), until the
+    /// returned [`Scheduled`] is stopped or dropped.
+    ///
+    /// Each replica tries every period at its start (periods are counted on
+    /// the wall clock from the Unix epoch, so replicas agree on them), and
+    /// the one that takes the job's lock runs it:
+    ///
+    /// - **One run per period.** The lock (a key of its own kind, never the
+    ///   key of [`Client::lock`] with the same name) is kept
+    ///   [`at_least`](Schedule::at_least) after it was taken (half the
+    ///   period by default), so a replica whose clock is behind finds it
+    ///   taken; and, on every store with fenced values, the run writes the
+    ///   period's number with the lock's fencing token before it starts, so
+    ///   a period that ran is never run again, however far a replica's
+    ///   clock is off. A replica that starts mid-period runs that period
+    ///   at once, unless it has run. (On Redlock, which keeps no fenced
+    ///   values, `at_least` alone keeps runs apart, and a replica that
+    ///   starts mid-period waits for the next.)
+    /// - **A run lasts at most [`at_most`](Schedule::at_most)** (the
+    ///   period by default): the lock's fixed lease. A run still going then
+    ///   is cancelled, since another replica may take the lock; a replica
+    ///   whose process died mid-run is replaced for the next period once
+    ///   the lease ends.
+    /// - A period whose run is still going when the next starts is skipped.
+    ///   The job's error is logged (`WARN`), and the next period runs as
+    ///   usual. Each period is counted in
+    ///   `lockguard_scheduled_runs_total` (feature `metrics`).
+    ///
+    /// The job gets a [`JobRun`]: the period's number and the lock's
+    /// fencing token, for its fenced writes.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+    /// bad name, a zero period, an `at_least` not shorter than the period
+    /// or longer than `at_most`, a lease the store cannot keep, or a call
+    /// outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lockguard_core::Error> {
+    /// use std::time::Duration;
+    /// use lockguard_core::{Client, JobRun};
+    /// let lg = Client::memory();
+    /// let (ran, mut runs) = tokio::sync::mpsc::unbounded_channel();
+    /// let report = lg.schedule("nightly-report", Duration::from_millis(100), move |run: JobRun| {
+    ///     let ran = ran.clone();
+    ///     async move {
+    ///         // The job's work, its writes fenced with run.fencing_token().
+    ///         ran.send(run.period()).ok();
+    ///         Ok::<_, std::io::Error>(())
+    ///     }
+    /// })?;
+    /// let first = runs.recv().await.unwrap();
+    /// let next = runs.recv().await.unwrap();
+    /// assert!(next > first); // once per period
+    /// report.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn schedule<F, Fut, T, E>(
+        &self,
+        name: &str,
+        schedule: impl Into<Schedule>,
+        job: F,
+    ) -> Result<Scheduled>
+    where
+        F: FnMut(JobRun) -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+        T: Send + 'static,
+        E: std::fmt::Display + Send + 'static,
+    {
+        crate::schedule::start(self.engine().clone(), name, schedule.into(), job)
     }
 
     /// The election `name`: candidates [`campaign`](Leader::campaign) to

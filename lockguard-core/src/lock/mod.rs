@@ -93,6 +93,22 @@ impl Lock {
         Self::with_keys(engine, name, keys)
     }
 
+    /// The lock behind the scheduled job `name`
+    /// ([`Client::schedule`](crate::Client::schedule)), on a key of its own
+    /// kind.
+    pub(crate) fn scheduled(engine: Arc<Engine>, name: &str) -> Self {
+        let keys = crate::key::validate_key("scheduled job", name)
+            .map(|()| {
+                Arc::new(LockKeys::of_kind(
+                    &engine.prefix,
+                    crate::key::SCHEDULE_KIND,
+                    name,
+                ))
+            })
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
+    }
+
     /// The acquirer behind a semaphore: the same leases, watchdog and
     /// waiting, on permits instead of one lock.
     pub(crate) fn semaphore(engine: Arc<Engine>, name: &str, permits: u32) -> Self {

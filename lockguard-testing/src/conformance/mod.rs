@@ -9,7 +9,7 @@
 //!
 //! | group | what it checks | needs |
 //! |---|---|---|
-//! | `locks` | mutual exclusion, leases, handoff, wake-ups, watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`) | locks |
+//! | `locks` | mutual exclusion, leases, handoff, wake-ups, watchdog, reentrancy, fencing, bad input, bounded waits; multi-key locks (module `multi_locks`); scheduled jobs (module `schedule`) | locks (and fenced values for the record of runs) |
 //! | `semaphores` | at most N inside, crashed holders, extend and expiry, wake-ups | locks |
 //! | `queue` | FIFO order across clients, no barging, permits in order, waiters that give up | a queue (`Waiting::Queue`) |
 //! | `wake_ups` | no lock's wake-up lost under contention (each acquisition within 8 s of the lock's release, where only a wake-up is that quick) | locks |
@@ -82,6 +82,7 @@ pub mod locks;
 pub mod multi_locks;
 pub mod queue;
 pub mod rw_locks;
+pub mod schedule;
 pub mod semaphores;
 mod waits;
 
@@ -444,6 +445,12 @@ macro_rules! conformance {
             a_dropped_multi_lock_acquire_leaves_no_key_held,
             multi_lock_run_is_reentrant_and_stops_on_a_lost_lease,
             multi_lock_bad_input,
+        );
+        $crate::conformance!(@tests schedules, schedule, Real, $h;
+            a_schedule_runs_once_per_period_across_replicas,
+            a_replica_that_starts_mid_period_does_not_run_it_again,
+            a_run_that_outlives_at_most_is_cancelled,
+            schedule_bad_input,
         );
     };
     (@group semaphores, $h:expr) => {

@@ -1,0 +1,461 @@
+//! Scheduled jobs: a job run once per period across every replica
+//! ([`Client::schedule`](crate::Client::schedule)), on a lock of its own
+//! kind kept `at_least` after it was taken, and a fenced record of the
+//! last period run.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::engine::Engine;
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+use crate::fenced::FencedResource;
+use crate::guard::{LeaseWatch, LockGuard};
+use crate::lock::Lock;
+
+/// How often a job runs, and how long its lock is kept: what
+/// [`Client::schedule`](crate::Client::schedule) takes (a [`Duration`]
+/// converts into one with the defaults).
+///
+/// Periods are counted on the wall clock from the Unix epoch, so every
+/// replica agrees on them: with `every(60 s)`, period `n` starts at
+/// `n × 60 s` after the epoch, on the minute.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use lockguard_core::Schedule;
+/// let hourly = Schedule::every(Duration::from_secs(3600))
+///     .at_least(Duration::from_secs(60)) // kept at least a minute (default: half the period)
+///     .at_most(Duration::from_secs(600)); // a run lasts at most 10 minutes (default: the period)
+/// assert_eq!(hourly.period(), Duration::from_secs(3600));
+/// let every_minute: Schedule = Duration::from_secs(60).into();
+/// assert_eq!(every_minute.kept_at_least(), Duration::from_secs(30));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    every: Duration,
+    at_least: Option<Duration>,
+    at_most: Option<Duration>,
+}
+
+impl Schedule {
+    /// A run every `period`, with the default `at_least` (half the period)
+    /// and `at_most` (the period).
+    pub fn every(period: Duration) -> Self {
+        Self {
+            every: period,
+            at_least: None,
+            at_most: None,
+        }
+    }
+
+    /// How long the job's lock is kept after it was taken, however soon
+    /// the run ends (ShedLock's `lockAtLeastFor`): a replica whose clock is
+    /// behind by less finds it taken and skips. Shorter than the period;
+    /// half of it by default.
+    pub fn at_least(mut self, at_least: Duration) -> Self {
+        self.at_least = Some(at_least);
+        self
+    }
+
+    /// The lease of the job's lock (ShedLock's `lockAtMostFor`): the
+    /// longest a run may take, and how soon a replica whose process died
+    /// mid-run is replaced. A run still going when it ends is cancelled
+    /// (its lock is lost: another replica may run the next period). The
+    /// period by default.
+    pub fn at_most(mut self, at_most: Duration) -> Self {
+        self.at_most = Some(at_most);
+        self
+    }
+
+    /// The period.
+    pub fn period(&self) -> Duration {
+        self.every
+    }
+
+    /// The `at_least` in force: as set, or half the period.
+    pub fn kept_at_least(&self) -> Duration {
+        self.at_least.unwrap_or(self.every / 2)
+    }
+
+    /// The `at_most` in force: as set, or the period.
+    pub fn kept_at_most(&self) -> Duration {
+        self.at_most.unwrap_or(self.every)
+    }
+
+    /// The period under way at `now` and its start; `None` before the
+    /// epoch.
+    fn period_at(&self, now: SystemTime) -> Option<u64> {
+        let since = now.duration_since(UNIX_EPOCH).ok()?;
+        u64::try_from(since.as_nanos() / self.every.as_nanos()).ok()
+    }
+
+    /// When period `n` starts.
+    fn start_of(&self, n: u64) -> SystemTime {
+        let nanos = self.every.as_nanos().saturating_mul(u128::from(n));
+        let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
+        UNIX_EPOCH + Duration::from_nanos(nanos)
+    }
+
+    fn check(&self, name: &str) -> Result<()> {
+        let invalid = |what: String| Err(Error::invalid(format!("scheduled job {name:?}: {what}")));
+        if self.every < Duration::from_millis(1) {
+            return invalid(format!("the period is {:?}, the least is 1 ms", self.every));
+        }
+        if self.kept_at_least() >= self.every {
+            return invalid(format!(
+                "at_least ({:?}) must be shorter than the period ({:?}), or the lock kept from one period would make the next skip",
+                self.kept_at_least(),
+                self.every
+            ));
+        }
+        if self.kept_at_least() > self.kept_at_most() {
+            return invalid(format!(
+                "at_least ({:?}) is longer than at_most ({:?})",
+                self.kept_at_least(),
+                self.kept_at_most()
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl From<Duration> for Schedule {
+    fn from(period: Duration) -> Self {
+        Self::every(period)
+    }
+}
+
+/// One run of a scheduled job: what the job is given.
+#[derive(Debug, Clone)]
+pub struct JobRun {
+    period: u64,
+    lease: LeaseWatch,
+}
+
+impl JobRun {
+    /// The period this run is for: `n` for the period that starts `n`
+    /// periods after the Unix epoch. At most one run per period, across
+    /// every replica (see [`Client::schedule`](crate::Client::schedule)).
+    pub fn period(&self) -> u64 {
+        self.period
+    }
+
+    /// The fencing token of the job's lock for this run: greater than every
+    /// earlier run's. Pass it with the run's writes to a resource that
+    /// checks tokens.
+    pub fn fencing_token(&self) -> FencingToken {
+        self.lease.fencing_token()
+    }
+
+    /// The lease of the job's lock: whether it is still held, and a future
+    /// that completes when it is lost (the run is cancelled then anyway).
+    pub fn lease(&self) -> &LeaseWatch {
+        &self.lease
+    }
+}
+
+/// A job running on its schedule: made by
+/// [`Client::schedule`](crate::Client::schedule). Dropping it stops the
+/// schedule after the run under way, if any; [`Scheduled::stop`] also
+/// waits for that run.
+#[derive(Debug)]
+#[must_use = "dropping it stops the schedule"]
+pub struct Scheduled {
+    name: Arc<str>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Scheduled {
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Stops the schedule: no run starts after this, and a run under way
+    /// is waited for.
+    pub async fn stop(mut self) {
+        self.stop.send_replace(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+/// What one period's attempt did: the `outcome` label of
+/// `lockguard_scheduled_runs_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Attempt {
+    /// The job ran and returned `Ok`.
+    Ran,
+    /// The job ran and returned an error.
+    Failed,
+    /// The run outlived its lock (`at_most`) and was cancelled.
+    Lost,
+    /// Another replica holds the lock, or has run this period.
+    Skipped,
+    /// The store could not be asked.
+    Error,
+}
+
+impl Attempt {
+    fn label(self) -> &'static str {
+        match self {
+            Attempt::Ran => "ran",
+            Attempt::Failed => "failed",
+            Attempt::Lost => "lost",
+            Attempt::Skipped => "skipped",
+            Attempt::Error => "error",
+        }
+    }
+}
+
+/// A scheduled job's lock and record of runs.
+struct Job {
+    name: Arc<str>,
+    schedule: Schedule,
+    lock: Lock,
+    runs: FencedResource,
+}
+
+/// Starts `job` on `schedule`: see [`Client::schedule`](crate::Client::schedule).
+pub(crate) fn start<F, Fut, T, E>(
+    engine: Arc<Engine>,
+    name: &str,
+    schedule: Schedule,
+    job: F,
+) -> Result<Scheduled>
+where
+    F: FnMut(JobRun) -> Fut + Send + 'static,
+    Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+    T: Send + 'static,
+    E: fmt::Display + Send + 'static,
+{
+    schedule.check(name)?;
+    let lock = Lock::scheduled(engine.clone(), name)
+        .lease(schedule.kept_at_most())
+        .at_least(schedule.kept_at_least())
+        .wait(Duration::ZERO);
+    lock.validate()?;
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("scheduled job {name:?}: Client::schedule runs on a tokio runtime, and was called outside one"),
+        )
+    })?;
+    let name: Arc<str> = name.into();
+    let job_state = Job {
+        name: name.clone(),
+        schedule,
+        lock,
+        runs: FencedResource::schedule_runs(engine, &name),
+    };
+    let (stop, stopped) = watch::channel(false);
+    let task = runtime.spawn(job_state.run(job, stopped));
+    Ok(Scheduled {
+        name,
+        stop,
+        task: Some(task),
+    })
+}
+
+impl Job {
+    /// Attempts each period at its start (the one under way too, at once,
+    /// where the store keeps the record of runs), until stopped.
+    async fn run<F, Fut, T, E>(self, mut job: F, mut stopped: watch::Receiver<bool>)
+    where
+        F: FnMut(JobRun) -> Fut + Send + 'static,
+        Fut: Future<Output = std::result::Result<T, E>> + Send + 'static,
+        E: fmt::Display,
+    {
+        let Some(mut period) = self.schedule.period_at(SystemTime::now()) else {
+            tracing::warn!(schedule = %self.name, "the clock is before 1970: the job never runs");
+            return;
+        };
+        let mut first = true;
+        loop {
+            if !first {
+                let wait = self
+                    .schedule
+                    .start_of(period)
+                    .duration_since(SystemTime::now())
+                    .unwrap_or_default();
+                tokio::select! {
+                    biased;
+                    _ = stopped.wait_for(|stop| *stop) => return,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            if *stopped.borrow() {
+                return;
+            }
+            let attempt = self.attempt(period, first, &mut job).await;
+            crate::meter::scheduled(&self.name, attempt.label());
+            first = false;
+            let now = self.schedule.period_at(SystemTime::now()).unwrap_or(period);
+            period = (period + 1).max(now);
+        }
+    }
+
+    /// Period `period`'s attempt: take the lock, check and write the record
+    /// of runs, run the job while the lock lasts, release (the lock stays
+    /// `at_least`).
+    async fn attempt<F, Fut, T, E>(&self, period: u64, at_start: bool, job: &mut F) -> Attempt
+    where
+        F: FnMut(JobRun) -> Fut,
+        Fut: Future<Output = std::result::Result<T, E>>,
+        E: fmt::Display,
+    {
+        let name = &*self.name;
+        let guard = match self.lock.try_acquire().await {
+            Ok(guard) => guard,
+            Err(e) if e.is_busy() => {
+                tracing::debug!(schedule = name, period, "skipped: another replica runs it");
+                return Attempt::Skipped;
+            }
+            Err(e) => {
+                tracing::warn!(schedule = name, period, error = %e, "cannot take the job's lock; this period is skipped");
+                return Attempt::Error;
+            }
+        };
+        let attempt = match self.claim(&guard, period, at_start).await {
+            Ok(true) => run_while_held(name, period, &guard, job).await,
+            Ok(false) => Attempt::Skipped,
+            Err(e) => {
+                tracing::warn!(schedule = name, period, error = %e, "cannot read or write the job's record of runs; this period is skipped");
+                Attempt::Error
+            }
+        };
+        if let Err(e) = guard.release().await {
+            tracing::debug!(schedule = name, period, error = %e, "releasing the job's lock failed; it ends with its lease");
+        }
+        attempt
+    }
+
+    /// Whether `period` is still to run, recording it as run when it is:
+    /// false when the record names it or a later one, or a newer holder
+    /// of the lock wrote the record. On a store without fenced values
+    /// (Redlock), `at_least` alone keeps the periods apart, and a replica
+    /// that starts mid-period waits for the next.
+    async fn claim(&self, guard: &LockGuard, period: u64, at_start: bool) -> Result<bool> {
+        let last = match self.runs.read().await {
+            Ok(last) => last,
+            Err(e) if e.is_unsupported() => return Ok(!at_start),
+            Err(e) => return Err(e),
+        };
+        if let Some(last) = last {
+            let ran = std::str::from_utf8(&last.value)
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "scheduled job {:?}: its record of runs is not one lockguard writes",
+                            self.name
+                        ),
+                    )
+                })?;
+            if ran >= period {
+                tracing::debug!(schedule = %self.name, period, ran, "skipped: this period has run");
+                return Ok(false);
+            }
+        }
+        match self
+            .runs
+            .write(guard.fencing_token(), period.to_string())
+            .await
+        {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_stale_fencing_token() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Runs the job for `period` until it ends or the lock is lost.
+async fn run_while_held<F, Fut, T, E>(
+    name: &str,
+    period: u64,
+    guard: &LockGuard,
+    job: &mut F,
+) -> Attempt
+where
+    F: FnMut(JobRun) -> Fut,
+    Fut: Future<Output = std::result::Result<T, E>>,
+    E: fmt::Display,
+{
+    let run = JobRun {
+        period,
+        lease: guard.watch(),
+    };
+    tracing::debug!(
+        schedule = name,
+        period,
+        term = guard.fencing_token().get(),
+        "running"
+    );
+    let lost = guard.lost();
+    tokio::select! {
+        done = job(run) => match done {
+            Ok(_) => Attempt::Ran,
+            Err(e) => {
+                tracing::warn!(schedule = name, period, error = %e, "the scheduled job failed");
+                Attempt::Failed
+            }
+        },
+        e = lost => {
+            tracing::warn!(schedule = name, period, error = %e, "the scheduled job's lock was lost (its run outlived at_most, or the store lost it); the run is cancelled");
+            Attempt::Lost
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn periods_are_counted_from_the_epoch() {
+        let s = Schedule::every(Duration::from_secs(60));
+        let at = UNIX_EPOCH + Duration::from_secs(60 * 1000 + 59);
+        assert_eq!(s.period_at(at), Some(1000));
+        assert_eq!(s.start_of(1000), UNIX_EPOCH + Duration::from_secs(60_000));
+        assert_eq!(s.period_at(s.start_of(1001)), Some(1001));
+    }
+
+    #[test]
+    fn bad_schedules_are_clear_errors() {
+        for (s, says) in [
+            (Schedule::every(Duration::ZERO), "period"),
+            (
+                Schedule::every(Duration::from_secs(1)).at_least(Duration::from_secs(1)),
+                "shorter than the period",
+            ),
+            (
+                Schedule::every(Duration::from_secs(10))
+                    .at_least(Duration::from_secs(5))
+                    .at_most(Duration::from_secs(2)),
+                "longer than at_most",
+            ),
+        ] {
+            let e = s.check("j").unwrap_err();
+            assert!(e.is_invalid_input() && e.message().contains(says), "{e}");
+        }
+        assert!(Schedule::every(Duration::from_secs(1)).check("j").is_ok());
+    }
+}
