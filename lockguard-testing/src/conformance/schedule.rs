@@ -133,6 +133,11 @@ pub async fn a_run_that_outlives_at_most_is_cancelled(env: Env) {
     let slow_lg = env.client().await;
     /// Says whether the run finished when it is dropped.
     struct Finished(tokio::sync::mpsc::UnboundedSender<bool>, bool);
+    impl Finished {
+        fn finish(mut self) {
+            self.1 = true;
+        }
+    }
     impl Drop for Finished {
         fn drop(&mut self) {
             let _ = self.0.send(self.1);
@@ -140,10 +145,10 @@ pub async fn a_run_that_outlives_at_most_is_cancelled(env: Env) {
     }
     let slow = slow_lg
         .schedule("slow", schedule, move |_run: JobRun| {
-            let mut finished = Finished(done.clone(), false);
+            let finished = Finished(done.clone(), false);
             async move {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                finished.1 = true;
+                finished.finish();
                 Ok::<_, std::convert::Infallible>(())
             }
         })
