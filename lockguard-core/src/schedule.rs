@@ -57,9 +57,10 @@ impl Schedule {
     }
 
     /// How long the job's lock is kept after it was taken, however soon
-    /// the run ends (ShedLock's `lockAtLeastFor`): a replica whose clock is
-    /// behind by less finds it taken and skips. Shorter than the period;
-    /// half of it by default.
+    /// the run ends (ShedLock's `lockAtLeastFor`), though never past the
+    /// end of the run's period: a replica whose clock is behind by less
+    /// finds it taken and skips. Shorter than the period; half of it by
+    /// default (or `at_most`, when that is shorter).
     pub fn at_least(mut self, at_least: Duration) -> Self {
         self.at_least = Some(at_least);
         self
@@ -80,9 +81,11 @@ impl Schedule {
         self.every
     }
 
-    /// The `at_least` in force: as set, or half the period.
+    /// The `at_least` in force: as set, or half the period (at most
+    /// `at_most`).
     pub fn kept_at_least(&self) -> Duration {
-        self.at_least.unwrap_or(self.every / 2)
+        self.at_least
+            .unwrap_or_else(|| (self.every / 2).min(self.kept_at_most()))
     }
 
     /// The `at_most` in force: as set, or the period.
@@ -321,7 +324,23 @@ impl Job {
         E: fmt::Display,
     {
         let name = &*self.name;
-        let guard = match self.lock.try_acquire().await {
+        // Kept `at_least`, but never into the next period: a run late in
+        // its period (one started mid-period) must not make the next skip.
+        // The keeping counts from the acquisition's answer, so it ends a
+        // margin before the next period (a tenth of the period, at most
+        // 100 ms), for the acquisition's round trip.
+        let margin = (self.schedule.every / 10).min(Duration::from_millis(100));
+        let left = self
+            .schedule
+            .start_of(period + 1)
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .saturating_sub(margin);
+        let lock = self
+            .lock
+            .clone()
+            .at_least(self.schedule.kept_at_least().min(left));
+        let guard = match lock.try_acquire().await {
             Ok(guard) => guard,
             Err(e) if e.is_busy() => {
                 tracing::debug!(schedule = name, period, "skipped: another replica runs it");
