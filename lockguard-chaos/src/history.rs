@@ -85,6 +85,9 @@ pub(crate) enum Call {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         observer: bool,
     },
+    /// A run of the scheduled job `key` for `period`, from its start to
+    /// its end (`Acquired` with the run's fencing token).
+    ScheduledRun { key: String, period: u64 },
     /// A fault the runner injected, from its start to its heal.
     Fault { what: String, target: String },
 }
@@ -106,7 +109,8 @@ impl Call {
             | Call::Campaign { key, .. }
             | Call::Leads { key, .. }
             | Call::Resign { key, .. }
-            | Call::WhoLeads { key, .. } => key,
+            | Call::WhoLeads { key, .. }
+            | Call::ScheduledRun { key, .. } => key,
             Call::Fault { target, .. } => target,
         }
     }

@@ -393,9 +393,10 @@ fn report(
         // The self-test's only multi-locks and jobs are the broken ones.
         let multi_caught = r.violations.iter().any(|v| v.check == "multi-lock");
         let job_caught = r.violations.iter().any(|v| v.check == "at-least");
+        let schedule_caught = r.violations.iter().any(|v| v.check == "schedule-once");
         let said = |caught: bool| if caught { "caught" } else { "NOT CAUGHT" };
         println!(
-            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}",
+            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}, scheduled period run twice {}",
             said(lock_caught),
             if counter_caught {
                 "caught (or no counters)"
@@ -405,8 +406,14 @@ fn report(
             said(permits_caught),
             said(multi_caught),
             said(job_caught),
+            said(schedule_caught),
         );
-        lock_caught && counter_caught && permits_caught && multi_caught && job_caught
+        lock_caught
+            && counter_caught
+            && permits_caught
+            && multi_caught
+            && job_caught
+            && schedule_caught
     } else {
         r.violations.is_empty()
     };

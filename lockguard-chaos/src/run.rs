@@ -20,6 +20,8 @@ pub(crate) struct Profile {
     pub(crate) workers: u32,
     /// Multi-lock workers at once.
     pub(crate) multi_workers: u32,
+    /// Replicas of the job on a schedule.
+    pub(crate) schedule_workers: u32,
     /// Scheduled-job processes at once (each one run of the job).
     pub(crate) job_slots: u32,
     /// Workload length.
@@ -34,6 +36,7 @@ pub(crate) const CI: Profile = Profile {
     name: "ci",
     workers: 4,
     multi_workers: 2,
+    schedule_workers: 2,
     job_slots: 2,
     // The quiet tail leaves three seconds after the settle time to measure
     // handoffs: a slow store (Sentinel waiting for its replica) makes only
@@ -46,6 +49,7 @@ pub(crate) const LONG: Profile = Profile {
     name: "long",
     workers: 6,
     multi_workers: 2,
+    schedule_workers: 3,
     job_slots: 2,
     duration: Duration::from_secs(120),
     quiet: Duration::from_millis(4000),
@@ -56,6 +60,7 @@ const SELF_TEST: Profile = Profile {
     name: "self-test",
     workers: 4,
     multi_workers: 1,
+    schedule_workers: 2,
     job_slots: 2,
     duration: Duration::from_secs(3),
     quiet: Duration::from_secs(3),
@@ -325,6 +330,10 @@ pub(crate) fn run(
     // the broken ones, so what the checks find there is theirs.
     for _ in 0..profile.multi_workers {
         workers.spawn(Role::Multi, self_test.then_some(Break::UncheckedMulti))?;
+    }
+    // Likewise every replica of the scheduled job in the self-test.
+    for _ in 0..profile.schedule_workers {
+        workers.spawn(Role::Schedule, self_test.then_some(Break::EveryPeriod))?;
     }
     let jobs = run_jobs(
         spawner,

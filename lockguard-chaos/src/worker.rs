@@ -14,6 +14,7 @@ mod job;
 mod leader;
 mod multi;
 mod rw;
+mod schedule;
 mod semaphore;
 
 /// The locks the workers contend for: few, so most acquisitions wait and
@@ -67,6 +68,9 @@ pub(crate) enum Break {
     /// release frees the lock at once, and the next run starts inside the
     /// window.
     IgnoreAtLeast,
+    /// A scheduled job's replica that runs every period itself, without
+    /// the schedule: two such replicas run each period twice.
+    EveryPeriod,
 }
 
 impl Break {
@@ -77,6 +81,7 @@ impl Break {
             Break::Overbook => "overbook",
             Break::UncheckedMulti => "unchecked-multi",
             Break::IgnoreAtLeast => "ignore-at-least",
+            Break::EveryPeriod => "every-period",
         }
     }
 
@@ -87,6 +92,7 @@ impl Break {
             Break::Overbook,
             Break::UncheckedMulti,
             Break::IgnoreAtLeast,
+            Break::EveryPeriod,
         ]
         .into_iter()
         .find(|b| b.name() == s)
@@ -105,6 +111,9 @@ pub(crate) enum Role {
     /// One run of a scheduled job (`at_least`), then the process exits,
     /// as a replica's job process does: the next run is another process's.
     Job,
+    /// A replica of a job on a schedule (`Client::schedule`), recording
+    /// its runs until the end.
+    Schedule,
 }
 
 impl Role {
@@ -113,11 +122,12 @@ impl Role {
             Role::Mixed => "mixed",
             Role::Multi => "multi",
             Role::Job => "job",
+            Role::Schedule => "schedule",
         }
     }
 
     pub(crate) fn parse(s: &str) -> Option<Self> {
-        [Role::Mixed, Role::Multi, Role::Job]
+        [Role::Mixed, Role::Multi, Role::Job, Role::Schedule]
             .into_iter()
             .find(|r| r.name() == s)
     }
@@ -197,6 +207,10 @@ pub(crate) fn run(args: WorkerArgs<'_>) -> Result<(), String> {
                 // ZooKeeper session ends here), then the exit.
                 drop(w);
                 tokio::time::sleep(Duration::from_millis(100)).await;
+                return Ok(());
+            }
+            Role::Schedule => {
+                w.schedule_runs(args.until).await;
                 return Ok(());
             }
             Role::Multi => {

@@ -89,3 +89,32 @@ pub(crate) fn at_least(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
         }
     }
 }
+
+/// No period of a scheduled job runs twice (`schedule-once`): every run
+/// recorded, finished or not (a run whose process was killed had claimed
+/// its period), counts.
+pub(crate) fn once_per_period(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+    let mut runs: BTreeMap<(&str, u64), Vec<&Op>> = BTreeMap::new();
+    for o in ops {
+        if let Call::ScheduledRun { key, period } = &o.call {
+            if matches!(o.outcome(), Some(Outcome::Error { .. })) {
+                continue;
+            }
+            runs.entry((key.as_str(), *period)).or_default().push(o);
+        }
+    }
+    for ((key, period), ran) in runs {
+        if ran.len() > 1 {
+            let workers: Vec<String> = ran.iter().map(|o| o.w.to_string()).collect();
+            v.push(Violation {
+                check: "schedule-once",
+                what: format!(
+                    "job {key:?}: period {period} ran {} times (workers {})",
+                    ran.len(),
+                    workers.join(", ")
+                ),
+                ops: describe(&ran, t0),
+            });
+        }
+    }
+}

@@ -124,6 +124,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     locks::fenced_writes(ops, t0, &mut v);
     locks::lease_kept_in_calm(ops, &faults, t0, &mut v);
     jobs::at_least(ops, t0, &mut v);
+    jobs::once_per_period(ops, t0, &mut v);
     counters::exact(ops, t0, &mut v);
     counters::versions(ops, t0, &mut v);
     limiter::within_quota(ops, t0, &mut v);
@@ -459,6 +460,29 @@ mod tests {
         let mut ops = lead(1, 3, 10, 20);
         ops.push(who_leads(15, Some(4)));
         assert!(run(ops).contains(&"leader-reads"));
+    }
+
+    #[test]
+    fn a_scheduled_period_run_twice_is_caught() {
+        let ran = |w: u32, period: u64, at: u64| {
+            op(
+                w,
+                Call::ScheduledRun {
+                    key: "sched".into(),
+                    period,
+                },
+                at,
+                Some((at + 1, Outcome::Acquired { fence: at })),
+            )
+        };
+        let ops = vec![ran(1, 7, 10), ran(2, 8, 20), ran(3, 9, 30)];
+        assert_eq!(run(ops.clone()), Vec::<&str>::new());
+        let mut twice = ops;
+        // A run whose process died before it ended counts too.
+        let mut killed = ran(3, 8, 22);
+        killed.done = None;
+        twice.push(killed);
+        assert!(run(twice).contains(&"schedule-once"));
     }
 
     fn observed(at: u64, term: Option<u64>) -> Op {
