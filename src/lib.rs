@@ -65,7 +65,7 @@ pub use connect::{BuilderExt, ClientExt};
 // concurrency limit around the body.
 #[cfg(feature = "macros")]
 #[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
-pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit};
+pub use lockguard_macros::{concurrency_limit, distributed_lock, rate_limit, scheduled};
 
 // The README's Rust snippets, compiled as doctests of this crate (every
 // feature they use is in `full`).
@@ -165,7 +165,10 @@ pub mod __private {
     use std::future::Future;
 
     pub use lockguard_core;
-    pub use lockguard_core::{Algorithm, Client, Error, Lease, Quota, Result, RwMode};
+    pub use lockguard_core::{
+        Algorithm, Client, Error, JobRun, Lease, Quota, Result, RwMode, Schedule, Scheduled,
+    };
+    pub use std::clone::Clone;
     pub use std::option::Option::{None, Some};
     pub use std::result::Result::{Err, Ok};
     pub use std::string::String;

@@ -33,6 +33,8 @@ mod kw {
     syn::custom_keyword!(permits);
     syn::custom_keyword!(mode);
     syn::custom_keyword!(shadow);
+    syn::custom_keyword!(every);
+    syn::custom_keyword!(at_most);
 }
 
 /// Which attribute is being expanded.
@@ -41,6 +43,7 @@ pub(crate) enum Kind {
     Lock,
     RateLimit,
     ConcurrencyLimit,
+    Scheduled,
 }
 
 impl Kind {
@@ -50,6 +53,7 @@ impl Kind {
             Self::Lock => "#[distributed_lock]",
             Self::RateLimit => "#[rate_limit]",
             Self::ConcurrencyLimit => "#[concurrency_limit]",
+            Self::Scheduled => "#[scheduled]",
         }
     }
 
@@ -83,6 +87,7 @@ impl Kind {
                 Client,
                 Crate,
             ],
+            Self::Scheduled => &[Every, AtLeast, AtMost, Name, Client, Crate],
         }
     }
 }
@@ -107,6 +112,8 @@ enum Opt {
     Permits,
     Mode,
     Shadow,
+    Every,
+    AtMost,
 }
 
 impl Opt {
@@ -129,6 +136,8 @@ impl Opt {
             Self::Permits => "permits",
             Self::Mode => "mode",
             Self::Shadow => "shadow",
+            Self::Every => "every",
+            Self::AtMost => "at_most",
         }
     }
 
@@ -153,6 +162,8 @@ impl Opt {
             Self::Permits => la.peek(kw::permits),
             Self::Mode => la.peek(kw::mode),
             Self::Shadow => la.peek(kw::shadow),
+            Self::Every => la.peek(kw::every),
+            Self::AtMost => la.peek(kw::at_most),
         }
     }
 
@@ -269,11 +280,29 @@ pub(crate) struct RateOptions {
     pub(crate) shadow: bool,
 }
 
+/// The options of a `#[scheduled]`: a period `lockguard::Schedule`
+/// accepts, with its bounds.
+pub(crate) struct ScheduleOptions {
+    /// At least 1 ms.
+    pub(crate) every: Duration,
+    /// Shorter than the period, at most `at_most`.
+    pub(crate) at_least: Option<Duration>,
+    /// A lease lockguard accepts.
+    pub(crate) at_most: Option<Duration>,
+    /// `name`, not empty; `None`: the function's path.
+    pub(crate) name: Option<LitStr>,
+    /// `client = <expr>`; `None`: the process-wide default client.
+    pub(crate) client: Option<Expr>,
+    /// `crate = "path"`; `None`: `::lockguard`.
+    pub(crate) krate: Option<Path>,
+}
+
 /// The options of one attribute, as its expansion needs them.
 pub(crate) enum Options {
     Lock(LockOptions),
     RateLimit(RateOptions),
     ConcurrencyLimit(PermitOptions),
+    Scheduled(ScheduleOptions),
 }
 
 impl Options {
@@ -289,15 +318,7 @@ impl Options {
             Self::Lock(_) => Kind::Lock,
             Self::RateLimit(_) => Kind::RateLimit,
             Self::ConcurrencyLimit(_) => Kind::ConcurrencyLimit,
-        }
-    }
-
-    /// What every attribute takes.
-    pub(crate) fn common(&self) -> &Common {
-        match self {
-            Self::Lock(o) => &o.common,
-            Self::RateLimit(o) => &o.common,
-            Self::ConcurrencyLimit(o) => &o.common,
+            Self::Scheduled(_) => Kind::Scheduled,
         }
     }
 }
@@ -323,6 +344,8 @@ struct Written {
     cost: Option<Located<u64>>,
     permits: Option<Located<u32>>,
     mode: Option<Located<Mode>>,
+    every: Option<Located<Duration>>,
+    at_most: Option<Located<Duration>>,
     /// Where each option's name was written, for errors about options
     /// that exclude each other.
     names: Vec<(Opt, Span)>,
@@ -456,14 +479,26 @@ impl Written {
                 });
             }
             Opt::Name => {
-                let lit = lit_str(input, "the limiter's name, like \"login\"")?;
+                let lit = lit_str(input, "a name, like \"login\" or \"nightly-report\"")?;
                 if lit.value().is_empty() {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        "the limiter's name must not be empty",
-                    ));
+                    return Err(syn::Error::new(lit.span(), "the name must not be empty"));
                 }
                 self.name = Some(lit);
+            }
+            Opt::Every => {
+                let d = duration_value(input)?;
+                if d.value < Duration::from_millis(1) {
+                    return Err(syn::Error::new(
+                        d.span,
+                        format!("`every` must be at least 1ms, got {}", shown(d.value)),
+                    ));
+                }
+                self.every = Some(d);
+            }
+            Opt::AtMost => {
+                let d = duration_value(input)?;
+                check_lease(d, "at_most", MIN_LEASE)?;
+                self.at_most = Some(d);
             }
         }
         Ok(())
@@ -472,6 +507,9 @@ impl Written {
     /// Checks what no single option shows (required options, options that
     /// exclude each other) and builds `kind`'s options.
     fn build(self, kind: Kind) -> syn::Result<Options> {
+        if kind == Kind::Scheduled {
+            return self.build_scheduled().map(Options::Scheduled);
+        }
         let Some(key) = self.key.clone() else {
             return Err(syn::Error::new(
                 Span::call_site(),
@@ -551,6 +589,7 @@ impl Written {
                 }))
             }
             Kind::RateLimit => self.build_rate(common).map(Options::RateLimit),
+            Kind::Scheduled => self.build_scheduled().map(Options::Scheduled),
         }
     }
 
@@ -609,6 +648,47 @@ impl Written {
             name: self.name.clone(),
             cost: self.cost.map_or(1, |c| c.value),
             shadow: self.shadow,
+        })
+    }
+
+    /// The options of a `#[scheduled]`: a period, and bounds that fit it.
+    fn build_scheduled(&self) -> syn::Result<ScheduleOptions> {
+        let Some(every) = self.every else {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "#[scheduled] needs `every`, the period, like `every = \"1h\"`",
+            ));
+        };
+        let at_most = self.at_most.map_or(every.value, |a| a.value);
+        if let Some(at_least) = self.at_least {
+            if at_least.value >= every.value {
+                return Err(syn::Error::new(
+                    at_least.span,
+                    format!(
+                        "`at_least` ({}) must be shorter than the period ({}), or the lock kept from one period would make the next skip",
+                        shown(at_least.value),
+                        shown(every.value)
+                    ),
+                ));
+            }
+            if at_least.value > at_most {
+                return Err(syn::Error::new(
+                    at_least.span,
+                    format!(
+                        "`at_least` ({}) is longer than `at_most` ({}), the most the lock is kept",
+                        shown(at_least.value),
+                        shown(at_most)
+                    ),
+                ));
+            }
+        }
+        Ok(ScheduleOptions {
+            every: every.value,
+            at_least: self.at_least.map(|a| a.value),
+            at_most: self.at_most.map(|a| a.value),
+            name: self.name.clone(),
+            client: self.client.clone(),
+            krate: self.krate.clone(),
         })
     }
 

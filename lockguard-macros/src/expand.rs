@@ -41,7 +41,12 @@ fn with_error(mut item: TokenStream, e: syn::Error) -> TokenStream {
 
 fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
     let kind = options.kind();
-    let common = options.common();
+    let common = match options {
+        Options::Lock(o) => &o.common,
+        Options::RateLimit(o) => &o.common,
+        Options::ConcurrencyLimit(o) => &o.common,
+        Options::Scheduled(s) => return crate::scheduled::expand(s, func),
+    };
     let sig = &func.sig;
     if sig.asyncness.is_none() {
         return Err(syn::Error::new(
@@ -65,41 +70,10 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
         }
     };
 
-    let krate = match &common.krate {
-        Some(path) => path.to_token_stream(),
-        None => quote!(::lockguard),
-    };
-    let p = quote!(#krate::__private);
+    let p = private_path(common.krate.as_ref());
     let key = template::expand(&common.key, &Scope::of(sig), &p)?;
-    let client = match &common.client {
-        Some(expr) => {
-            // A type error points at the whole expression: the `&` takes
-            // its first token's span, and parentheses (whose span would
-            // end the expression there) are added only where precedence
-            // needs them.
-            let amp = quote_spanned!(expr.span()=> &);
-            let simple = matches!(
-                expr,
-                Expr::Path(_)
-                    | Expr::Field(_)
-                    | Expr::MethodCall(_)
-                    | Expr::Call(_)
-                    | Expr::Index(_)
-                    | Expr::Paren(_)
-                    | Expr::Macro(_)
-            );
-            if simple {
-                quote!(#p::client(#amp #expr))
-            } else {
-                quote!(#p::client(#amp (#expr)))
-            }
-        }
-        None => quote!(#p::default_client()),
-    };
-    let ms = |d: std::time::Duration| {
-        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        quote!(#p::Duration::from_millis(#ms))
-    };
+    let client = client(common.client.as_ref(), &p);
+    let ms = |d: std::time::Duration| millis(d, &p);
     let opt_ms = |d: Option<std::time::Duration>| match d {
         Some(d) => {
             let d = ms(d);
@@ -193,6 +167,7 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
             };
             (call, false)
         }
+        Options::Scheduled(s) => return crate::scheduled::expand(s, func),
     };
 
     // A return type that cannot carry the error is reported on the
@@ -243,10 +218,56 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
     })
 }
 
+/// The path of the facade's `__private` module: under `crate = "..."`,
+/// or `::lockguard`.
+pub(crate) fn private_path(krate: Option<&syn::Path>) -> TokenStream {
+    let krate = match krate {
+        Some(path) => path.to_token_stream(),
+        None => quote!(::lockguard),
+    };
+    quote!(#krate::__private)
+}
+
+/// The client a call runs on, a `Result<Client>`: `client = <expr>`'s, or
+/// the process-wide default.
+pub(crate) fn client(expr: Option<&Expr>, p: &TokenStream) -> TokenStream {
+    match expr {
+        Some(expr) => {
+            // A type error points at the whole expression: the `&` takes
+            // its first token's span, and parentheses (whose span would
+            // end the expression there) are added only where precedence
+            // needs them.
+            let amp = quote_spanned!(expr.span()=> &);
+            let simple = matches!(
+                expr,
+                Expr::Path(_)
+                    | Expr::Field(_)
+                    | Expr::MethodCall(_)
+                    | Expr::Call(_)
+                    | Expr::Index(_)
+                    | Expr::Paren(_)
+                    | Expr::Macro(_)
+            );
+            if simple {
+                quote!(#p::client(#amp #expr))
+            } else {
+                quote!(#p::client(#amp (#expr)))
+            }
+        }
+        None => quote!(#p::default_client()),
+    }
+}
+
+/// `d` as a `Duration` expression, in whole milliseconds.
+pub(crate) fn millis(d: std::time::Duration, p: &TokenStream) -> TokenStream {
+    let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    quote!(#p::Duration::from_millis(#ms))
+}
+
 /// `E` of a return type written `Result<T, E>` (any path ending in
 /// `Result` with two type arguments); `None` for any other, such as an
 /// alias with one argument.
-fn error_type(output: &ReturnType) -> Option<&Type> {
+pub(crate) fn error_type(output: &ReturnType) -> Option<&Type> {
     let ReturnType::Type(_, ty) = output else {
         return None;
     };

@@ -1,5 +1,6 @@
 //! Attribute macros that run an `async fn` under a distributed lock, a rate
-//! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard).
+//! limit or a concurrency limit of [lockguard](https://docs.rs/lockguard),
+//! or once per period across replicas ([`scheduled`]).
 //!
 //! ```
 //! use lockguard::prelude::*; // Client::from_env_or_memory
@@ -111,10 +112,23 @@
 //! | `shadow` | | shadow mode: decide and record, never refuse (for rolling a limit out) | |
 //! | `client = <expr>` | the client | the client | the client |
 //! | `crate = "path"` | where lockguard is | where lockguard is | where lockguard is |
+//!
+//! [`scheduled`] makes its function a starter instead (see there), and
+//! takes its own options:
+//!
+//! | option | [`scheduled`] |
+//! |---|---|
+//! | `every = "1h"` | required: the period (at least 1 ms), counted from the Unix epoch |
+//! | `at_least = "30m"` | keep the job's lock this long after it was taken (default: half the period, at most `at_most`); shorter than the period |
+//! | `at_most = "10m"` | the lock's lease: the longest a run lasts before it is cancelled (default: the period) |
+//! | `name = "nightly-report"` | the job's name (default: the function's path) |
+//! | `client = <expr>` | the client (default: the process-wide default) |
+//! | `crate = "path"` | where lockguard is |
 
 mod attr;
 mod expand;
 mod rate;
+mod scheduled;
 mod template;
 
 use proc_macro::TokenStream;
@@ -436,4 +450,57 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn concurrency_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::attribute(Kind::ConcurrencyLimit, args.into(), item.into()).into()
+}
+
+/// Makes an `async fn` a job that runs once per period across every
+/// replica: the function becomes one of the same name (and arguments, but
+/// its `JobRun`) that starts the job's schedule
+/// ([`Client::schedule`](https://docs.rs/lockguard/latest/lockguard/struct.Client.html#method.schedule))
+/// and returns its `Scheduled` handle.
+///
+/// ```
+/// use lockguard::{Client, JobRun, scheduled};
+///
+/// /// Once an hour across the replicas; a run lasts at most 10 minutes.
+/// #[scheduled(every = "1h", at_most = "10m", client = lg)]
+/// async fn nightly_report(lg: &Client, run: JobRun) -> Result<(), lockguard::Error> {
+///     // `lg` is the client the schedule runs on; fence writes with the run's token.
+///     lg.fenced("report:last").write(run.fencing_token(), run.period().to_string()).await
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lockguard::Error> {
+/// let lg = Client::memory();
+/// let report = nightly_report(&lg)?; // started: runs this period, then each hour
+/// report.stop().await;
+/// # Ok(()) }
+/// ```
+///
+/// # Behaviour
+///
+/// - Each replica that calls the function schedules the job; each period
+///   one of them runs it, and the others skip (see `Client::schedule` for
+///   the guarantees: a period that ran never runs again, a run lasts at
+///   most `at_most`).
+/// - The job's name is the function's path (`module_path!()::function`)
+///   unless `name` is given: replicas running the same binary share it.
+/// - The arguments (but a `JobRun`, which each run gets) are cloned into
+///   the schedule and into each run: a reference argument `x: &T` needs
+///   `T: Clone`, and is a `&T` again inside the body.
+/// - The body returns `Result<T, E>` with `E: Display`: a run's error is
+///   logged (`WARN`), and the next period runs as usual.
+///
+/// # Errors
+///
+/// The starter returns `Err(lockguard::Error)` of kind `NoDefaultClient`
+/// (without `client`) or `InvalidInput` (outside a tokio runtime, or a
+/// name or lease the store cannot keep).
+///
+/// # Options
+///
+/// `every` (required), `at_least`, `at_most`, `name`, `client`, `crate`:
+/// see the [crate docs](crate).
+#[proc_macro_attribute]
+pub fn scheduled(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::attribute(Kind::Scheduled, args.into(), item.into()).into()
 }
