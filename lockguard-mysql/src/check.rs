@@ -37,6 +37,7 @@ const SCHEMA: &str = include_str!("schema.sql");
 pub async fn check(url: &str) -> Result<Report> {
     let opts = Opts::from_url(url)
         .map_err(|e| Error::new(ErrorKind::InvalidInput, "malformed mysql url").with_source(e))?;
+    let opts = crate::tls::apply(opts, &crate::tls::TlsSettings::default())?;
     if opts.db_name().is_none_or(str::is_empty) {
         return Err(Error::invalid(
             "the mysql url names no database (mysql://user:password@host/DATABASE): \

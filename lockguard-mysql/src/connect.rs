@@ -104,6 +104,30 @@ impl MySqlBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (PEM, one or more) for the
+    /// server's certificate, instead of the web's roots; connections then
+    /// use TLS, whatever the URL says.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_root_certificate(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.options.tls.roots = Some(pem.into());
+        self
+    }
+
+    /// Presents this certificate chain and key (PEM) to a server that
+    /// authenticates its clients by certificate (`REQUIRE X509`);
+    /// connections then use TLS, whatever the URL says.
+    #[cfg(feature = "tls-rustls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls-rustls")))]
+    pub fn tls_client_certificate(
+        mut self,
+        chain_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.options.tls.client = Some((chain_pem.into(), key_pem.into()));
+        self
+    }
+
     /// Connects to the MySQL or MariaDB server at `url`
     /// (`mysql://user:password@host:port/database`; the driver's URL
     /// parameters apply), with the client's connect and response timeouts,
@@ -205,7 +229,8 @@ impl MySqlOptions {
     /// made by a newer lockguard.
     pub async fn connect(&self, url: &str) -> Result<Store> {
         let cfg = self.config()?;
-        let opts = session(from_url(url)?, &cfg, self.pool_size)?;
+        let opts = crate::tls::apply(from_url(url)?, &self.tls)?;
+        let opts = session(opts, &cfg, self.pool_size)?;
         let pool = mysql_async::Pool::new(opts.clone());
         let store = store::connect(pool, opts, cfg).await;
         if store.is_ok() {

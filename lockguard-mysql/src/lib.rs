@@ -116,6 +116,7 @@ mod fenced_table;
 mod options;
 mod schema;
 mod store;
+mod tls;
 pub mod url;
 
 #[allow(deprecated)]

@@ -23,6 +23,7 @@ pub struct MySqlOptions {
     pub(crate) connect_timeout: Duration,
     pub(crate) response_timeout: Duration,
     pub(crate) pool_size: usize,
+    pub(crate) tls: crate::tls::TlsSettings,
 }
 
 impl Default for MySqlOptions {
@@ -40,6 +41,7 @@ impl MySqlOptions {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             pool_size: DEFAULT_POOL_SIZE,
+            tls: crate::tls::TlsSettings::default(),
         }
     }
 
