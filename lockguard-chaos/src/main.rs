@@ -319,6 +319,10 @@ impl Store for MySql {
         "mysql"
     }
 
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
     fn start(&self) -> Box<dyn Deployment> {
         let server = MariaDbServer::start();
         let url = server.url();

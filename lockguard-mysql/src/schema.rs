@@ -21,8 +21,9 @@ use crate::error::{is_no_such_table, mysql_error};
 /// 11.5), and a ring puts back the row of a bell it finds without one.
 /// Version 6: a fenced value's `value` is nullable, and `fenced_remove`
 /// empties it and keeps its token. Version 7: `acquire_all` takes a
-/// multi-lock's keys in one statement.
-pub(crate) const VERSION: i64 = 7;
+/// multi-lock's keys in one statement. Version 8: read-write locks
+/// (`rw_holders`, `rw_waiters` and their procedures).
+pub(crate) const VERSION: i64 = 8;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

@@ -832,10 +832,220 @@ BEGIN
   END IF;
 END
 -- ;;
+DROP PROCEDURE IF EXISTS __P__rw_hand_out
+-- ;;
+-- Read-write locks (version 8): many readers or one writer, in tables of
+-- their own beside the locks', keyed by the read-write lock's own key (its
+-- row in __P__keys serializes them as a lock's does, and draws every
+-- hold's fence from one sequence, so a write's is greater than every
+-- earlier read's and write's). One queue for readers and writers, first
+-- come first served: a hold is taken only when it fits beside the live
+-- holders (a read beside readers, a write beside nobody) and nobody live
+-- queues ahead, so a reader that arrives while a writer waits queues
+-- behind it.
+CREATE TABLE IF NOT EXISTS __P__rw_holders (
+  k VARBINARY(2900) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  expires_us BIGINT NOT NULL,
+  fence BIGINT NOT NULL,
+  is_read TINYINT NOT NULL,
+  PRIMARY KEY (k, token),
+  KEY __P__rw_holders_expiry (expires_us)
+) ENGINE=InnoDB
+-- ;;
+CREATE TABLE IF NOT EXISTS __P__rw_waiters (
+  k VARBINARY(2900) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  arrival BIGINT NOT NULL,
+  deadline_us BIGINT NOT NULL,
+  attempt BIGINT NOT NULL,
+  channel VARBINARY(2900) NOT NULL,
+  is_read TINYINT NOT NULL,
+  PRIMARY KEY (k, token),
+  KEY __P__rw_waiters_order (k, arrival),
+  KEY __P__rw_waiters_deadline (deadline_us)
+) ENGINE=InnoDB
+-- ;;
+-- Hands read-write lock p_k to the head of its queue for as long as it
+-- fits: the whole run of readers there while no writer holds it, or the
+-- one writer there when nobody does; each handoff written to the mailbox
+-- (ids p_first..p_last), as hand_out does for a lock. Stops before p_me (a
+-- waiter asking for itself). Runs in the caller's transaction, which holds
+-- the key's row, after expired holders were removed.
+CREATE PROCEDURE __P__rw_hand_out(
+  IN p_k VARBINARY(2900), IN p_me VARBINARY(64), IN p_now BIGINT,
+  INOUT p_first BIGINT, INOUT p_last BIGINT)
+BEGIN
+  DECLARE v_token VARBINARY(64);
+  DECLARE v_deadline BIGINT;
+  DECLARE v_attempt BIGINT;
+  DECLARE v_channel VARBINARY(2900);
+  DECLARE v_reads TINYINT;
+  DECLARE v_fence BIGINT;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_token = NULL;
+  hand: LOOP
+    SET v_token = NULL;
+    SELECT w.token, w.deadline_us, w.attempt, w.channel, w.is_read
+      INTO v_token, v_deadline, v_attempt, v_channel, v_reads
+      FROM __P__rw_waiters w WHERE w.k = p_k ORDER BY w.arrival LIMIT 1;
+    IF v_token IS NULL THEN
+      LEAVE hand;
+    END IF;
+    IF v_deadline <= p_now THEN
+      DELETE FROM __P__rw_waiters WHERE k = p_k AND token = v_token;
+      ITERATE hand;
+    END IF;
+    IF v_token = p_me OR EXISTS (
+        SELECT 1 FROM __P__rw_holders h
+          WHERE h.k = p_k AND NOT (h.is_read = 1 AND v_reads = 1)) THEN
+      LEAVE hand;
+    END IF;
+    SELECT GREATEST(fence, __NOW_US__) + 1
+      INTO v_fence FROM __P__keys WHERE k = p_k;
+    UPDATE __P__keys SET fence = v_fence WHERE k = p_k;
+    DELETE FROM __P__rw_waiters WHERE k = p_k AND token = v_token;
+    INSERT INTO __P__rw_holders (k, token, expires_us, fence, is_read)
+      VALUES (p_k, v_token, GREATEST(v_deadline, p_now + 50000), v_fence, v_reads)
+      ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us), fence = VALUES(fence),
+        is_read = VALUES(is_read);
+    INSERT INTO __P__handoffs (channel, token, fence, attempt, at_us)
+      VALUES (v_channel, v_token, v_fence, v_attempt, p_now);
+    SET p_last = LAST_INSERT_ID();
+    IF p_first IS NULL THEN
+      SET p_first = p_last;
+    END IF;
+  END LOOP;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__rw_acquire
+-- ;;
+-- One attempt at a read (p_reads = 1) or write hold of read-write lock
+-- p_k, as acquire is for a lock: claims a hold handed to p_token (with
+-- p_lease_ms, keeping the fence announced); takes one that fits when
+-- nobody live queues ahead, after handing the lock to the head of the
+-- queue as far as it fits (an ended lease frees it here), and then, a
+-- read, to the readers queued behind it too; otherwise, with a p_wait_ms,
+-- joins the queue (or keeps its place) until p_wait_ms from now. Answers
+-- (1, fence) when taken, (0, ms until the writer's lease ends, or the
+-- first reader's) when not.
+CREATE PROCEDURE __P__rw_acquire(
+  IN p_k VARBINARY(2900), IN p_token VARBINARY(64), IN p_lease_ms BIGINT, IN p_reads TINYINT,
+  IN p_wait_ms BIGINT, IN p_channel VARBINARY(2900), IN p_attempt BIGINT)
+proc: BEGIN
+  DECLARE v_now BIGINT;
+  DECLARE v_exp BIGINT;
+  DECLARE v_fence BIGINT;
+  DECLARE v_head VARBINARY(64);
+  DECLARE v_first BIGINT DEFAULT NULL;
+  DECLARE v_last BIGINT DEFAULT NULL;
+  DECLARE v_n BIGINT;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_exp = NULL;
+  START TRANSACTION;
+  INSERT INTO __P__keys (k, fence, arrivals) VALUES (p_k, 0, 0)
+    ON DUPLICATE KEY UPDATE fence = fence;
+  SET v_now = __NOW_US__;
+  SELECT h.expires_us, h.fence INTO v_exp, v_n
+    FROM __P__rw_holders h WHERE h.k = p_k AND h.token = p_token AND h.is_read = p_reads;
+  IF v_exp IS NOT NULL AND v_exp > v_now THEN
+    UPDATE __P__rw_holders SET expires_us = v_now + p_lease_ms * 1000
+      WHERE k = p_k AND token = p_token;
+    COMMIT;
+    SELECT 1, v_n;
+    LEAVE proc;
+  END IF;
+  -- `+ 0` keeps the expiry index out (see acquire).
+  DELETE FROM __P__rw_holders WHERE k = p_k AND expires_us + 0 <= v_now;
+  CALL __P__rw_hand_out(p_k, p_token, v_now, v_first, v_last);
+  SET v_head = (SELECT w.token FROM __P__rw_waiters w
+                  WHERE w.k = p_k AND w.deadline_us > v_now ORDER BY w.arrival LIMIT 1);
+  IF (v_head IS NULL OR v_head = p_token) AND NOT EXISTS (
+      SELECT 1 FROM __P__rw_holders h
+        WHERE h.k = p_k AND NOT (h.is_read = 1 AND p_reads = 1)) THEN
+    DELETE FROM __P__rw_waiters WHERE k = p_k AND token = p_token;
+    SELECT GREATEST(fence, __NOW_US__) + 1
+      INTO v_fence FROM __P__keys WHERE k = p_k;
+    UPDATE __P__keys SET fence = v_fence WHERE k = p_k;
+    INSERT INTO __P__rw_holders (k, token, expires_us, fence, is_read)
+      VALUES (p_k, p_token, v_now + p_lease_ms * 1000, v_fence, p_reads)
+      ON DUPLICATE KEY UPDATE expires_us = VALUES(expires_us), fence = VALUES(fence),
+        is_read = VALUES(is_read);
+    IF p_reads = 1 THEN
+      -- The readers queued right behind this one come in with it.
+      CALL __P__rw_hand_out(p_k, NULL, v_now, v_first, v_last);
+    END IF;
+    COMMIT;
+    IF v_first IS NOT NULL THEN
+      CALL __P__ring(v_first, v_last);
+    END IF;
+    SELECT 1, v_fence;
+    LEAVE proc;
+  END IF;
+  IF p_wait_ms IS NOT NULL THEN
+    UPDATE __P__keys SET arrivals = arrivals + 1 WHERE k = p_k;
+    INSERT INTO __P__rw_waiters (k, token, arrival, deadline_us, attempt, channel, is_read)
+      SELECT p_k, p_token, arrivals, v_now + p_wait_ms * 1000, p_attempt, p_channel, p_reads
+        FROM __P__keys WHERE k = p_k
+      ON DUPLICATE KEY UPDATE deadline_us = VALUES(deadline_us), attempt = VALUES(attempt),
+        channel = VALUES(channel), is_read = VALUES(is_read);
+  END IF;
+  SET v_n = (SELECT CEIL((COALESCE(MAX(IF(h.is_read = 0, h.expires_us, NULL)),
+                                   MIN(h.expires_us)) - v_now) / 1000)
+               FROM __P__rw_holders h WHERE h.k = p_k);
+  COMMIT;
+  IF v_first IS NOT NULL THEN
+    CALL __P__ring(v_first, v_last);
+  END IF;
+  SELECT 0, v_n;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__rw_release
+-- ;;
+-- Gives p_token's hold of read-write lock p_k up (and its place in the
+-- queue), handing the lock to the head of the queue as far as it fits in
+-- the same transaction (a waiter that leaves the head may free the
+-- readers behind it), and rings their bells once it committed. Answers 1
+-- when the hold was still held.
+CREATE PROCEDURE __P__rw_release(IN p_k VARBINARY(2900), IN p_token VARBINARY(64))
+proc: BEGIN
+  DECLARE v_now BIGINT;
+  DECLARE v_ends BIGINT;
+  DECLARE v_first BIGINT DEFAULT NULL;
+  DECLARE v_last BIGINT DEFAULT NULL;
+  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+  START TRANSACTION;
+  INSERT INTO __P__keys (k, fence, arrivals) VALUES (p_k, 0, 0)
+    ON DUPLICATE KEY UPDATE fence = fence;
+  SET v_now = __NOW_US__;
+  DELETE FROM __P__rw_waiters WHERE k = p_k AND token = p_token;
+  SET v_ends = (SELECT expires_us FROM __P__rw_holders WHERE k = p_k AND token = p_token);
+  DELETE FROM __P__rw_holders WHERE k = p_k AND token = p_token;
+  DELETE FROM __P__rw_holders WHERE k = p_k AND expires_us + 0 <= v_now;
+  CALL __P__rw_hand_out(p_k, NULL, v_now, v_first, v_last);
+  COMMIT;
+  IF v_first IS NOT NULL THEN
+    CALL __P__ring(v_first, v_last);
+  END IF;
+  SELECT COALESCE(v_ends > v_now, 0);
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__rw_extend
+-- ;;
+-- Resets p_token's read-write hold to p_lease_ms from now, if it still
+-- holds it. One statement (autocommit), under the holder row's lock alone.
+CREATE PROCEDURE __P__rw_extend(IN p_k VARBINARY(2900), IN p_token VARBINARY(64), IN p_lease_ms BIGINT)
+BEGIN
+  DECLARE v_now BIGINT;
+  SET v_now = __NOW_US__;
+  UPDATE __P__rw_holders SET expires_us = v_now + p_lease_ms * 1000
+    WHERE k = p_k AND token = p_token AND expires_us > v_now;
+  SELECT ROW_COUNT() > 0;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS __P__sweep
 -- ;;
--- Removes state that no longer matters: leases and queue places a minute
--- over, mailbox rows nobody read within a minute, bells not renewed within
+-- Removes state that no longer matters: leases and queue places (of locks
+-- and read-write locks) a minute over, mailbox rows nobody read within a minute, bells not renewed within
 -- five, expired counters, limiter state and mark sets, marks of old
 -- generations, and key
 -- rows whose token the clock passed a minute ago (the next
@@ -867,9 +1077,15 @@ BEGIN
   DELETE FROM __P__marks WHERE NOT EXISTS (
     SELECT 1 FROM __P__mark_sets s WHERE s.k = __P__marks.k AND s.generation = __P__marks.generation);
   SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__rw_holders WHERE expires_us < v_now - 60000000;
+  SET v_total = v_total + ROW_COUNT();
+  DELETE FROM __P__rw_waiters WHERE deadline_us < v_now - 60000000;
+  SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__keys WHERE fence < v_now - 60000000
     AND NOT EXISTS (SELECT 1 FROM __P__holders h WHERE h.k = __P__keys.k)
-    AND NOT EXISTS (SELECT 1 FROM __P__waiters w WHERE w.k = __P__keys.k);
+    AND NOT EXISTS (SELECT 1 FROM __P__waiters w WHERE w.k = __P__keys.k)
+    AND NOT EXISTS (SELECT 1 FROM __P__rw_holders h WHERE h.k = __P__keys.k)
+    AND NOT EXISTS (SELECT 1 FROM __P__rw_waiters w WHERE w.k = __P__keys.k);
   SET v_total = v_total + ROW_COUNT();
   SELECT v_total;
 END

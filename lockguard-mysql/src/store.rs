@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use lockguard_core::store::{
     AllOrNone, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Outcome, Place, Store, Stored, Token, Waiting, net,
+    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiting, net,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -34,6 +34,10 @@ struct Statements {
     release: String,
     extend: String,
     inspect: String,
+    rw_acquire: String,
+    rw_release: String,
+    rw_extend: String,
+    rw_inspect: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -64,6 +68,22 @@ impl Statements {
                    (SELECT COUNT(*) FROM {p}waiters w WHERE w.k = ?), \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = ?), 0), \
                      COALESCE((SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = ?), 0)) AS SIGNED) \
+                 FROM (SELECT {now} AS now) t"
+            ),
+            rw_acquire: format!("CALL {p}rw_acquire(?, ?, ?, ?, ?, ?, ?)"),
+            rw_release: format!("CALL {p}rw_release(?, ?)"),
+            rw_extend: format!("CALL {p}rw_extend(?, ?, ?)"),
+            rw_inspect: format!(
+                "SELECT \
+                   (SELECT COUNT(*) FROM {p}rw_holders h \
+                      WHERE h.k = ? AND h.expires_us > t.now AND h.is_read = 1), \
+                   (SELECT COUNT(*) FROM {p}rw_holders h \
+                      WHERE h.k = ? AND h.expires_us > t.now AND h.is_read = 0), \
+                   (SELECT CAST(CEIL((MIN(h.expires_us) - t.now) / 1000) AS SIGNED) \
+                      FROM {p}rw_holders h WHERE h.k = ? AND h.expires_us > t.now), \
+                   (SELECT COUNT(*) FROM {p}rw_waiters w WHERE w.k = ?), \
+                   CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = ?), 0), \
+                     COALESCE((SELECT MAX(h.fence) FROM {p}rw_holders h WHERE h.k = ?), 0)) AS SIGNED) \
                  FROM (SELECT {now} AS now) t"
             ),
             counter_add: format!("CALL {p}counter_add(?, ?, ?)"),
@@ -358,6 +378,10 @@ impl LockStore for MySqlStore {
         Waiting::Queue
     }
 
+    fn read_write(&self) -> bool {
+        true
+    }
+
     async fn acquire(
         &self,
         keys: &Arc<LockKeys>,
@@ -388,17 +412,23 @@ impl LockStore for MySqlStore {
                 let flight = self.flights.depart(token);
                 let conn = self.conn(&what).await?;
                 let mut sent = InFlight::new(conn, vec![flight], drain);
+                // A read-write hold's statement takes whether it reads
+                // where a lock's takes its permits.
+                let (sql, fourth) = match keys.rw_mode() {
+                    Some(mode) => (&self.sql.rw_acquire, i64::from(mode == RwMode::Read)),
+                    None => (&self.sql.acquire, i64::from(net::permits(keys.resource()))),
+                };
                 let params: Params = (
                     key,
                     token.as_str(),
                     net::millis(lease),
-                    net::permits(keys.resource()),
+                    fourth,
                     wait,
                     channel,
                     attempt,
                 )
                     .into();
-                let row = run_again_after_deadlock(sent.conn(), &self.sql.acquire, params)
+                let row = run_again_after_deadlock(sent.conn(), sql, params)
                     .await
                     .map_err(|e| mysql_error(e, &what()));
                 sent.landed();
@@ -494,25 +524,29 @@ impl LockStore for MySqlStore {
         // waiting longer than a request may take is pointless (its lease
         // then frees what it took).
         self.flights.landed(token, self.cfg.response_timeout).await;
-        let held: i64 = self
-            .exec_one(
+        let held: i64 = if keys.rw_mode().is_some() {
+            self.exec_one(&self.sql.rw_release, (key, token.as_str()), what)
+                .await?
+        } else {
+            self.exec_one(
                 &self.sql.release,
                 (key, token.as_str(), net::permits(keys.resource())),
                 what,
             )
-            .await?;
+            .await?
+        };
         Ok(held == 1)
     }
 
     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
         let what = || format!("extending {:?}", keys.name());
         let key = row_key(keys, &what)?;
+        let sql = match keys.rw_mode() {
+            Some(_) => &self.sql.rw_extend,
+            None => &self.sql.extend,
+        };
         let held: i64 = self
-            .exec_one(
-                &self.sql.extend,
-                (key, token.as_str(), net::millis(lease)),
-                what,
-            )
+            .exec_one(sql, (key, token.as_str(), net::millis(lease)), what)
             .await?;
         Ok(held == 1)
     }
@@ -520,6 +554,24 @@ impl LockStore for MySqlStore {
     async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
         let what = || format!("inspecting {:?}", keys.name());
         let key = row_key(keys, &what)?;
+        if keys.rw_mode().is_some() {
+            let (readers, writers, left, waiters, latest): (i64, i64, Option<i64>, i64, i64) = self
+                .exec_one(&self.sql.rw_inspect, (key, key, key, key, key, key), what)
+                .await?;
+            let readers = u32::try_from(readers).map_err(|_| garbage(&what(), readers))?;
+            let waiters = u64::try_from(waiters).map_err(|_| garbage(&what(), waiters))?;
+            let latest = u64::try_from(latest)
+                .ok()
+                .filter(|f| *f > 0)
+                .map(FencingToken::new);
+            return Ok(Occupancy::read_write(
+                readers,
+                writers > 0,
+                left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+                waiters,
+                latest,
+            ));
+        }
         let (holders, left, waiters, latest): (i64, Option<i64>, i64, i64) = self
             .exec_one(&self.sql.inspect, (key, key, key, key, key), what)
             .await?;

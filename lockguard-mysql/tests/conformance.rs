@@ -8,7 +8,7 @@ use support::MySql;
 
 lockguard_testing::conformance!(
     mysql => MySql::start();
-    locks, semaphores, queue, inspection, counters, counter_expiry, limits, rw_refused, leader
+    locks, semaphores, queue, inspection, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A multi-lock of free keys takes them in one statement, in one

@@ -109,7 +109,8 @@ async fn mysql_a_statement_binlog_format_is_misconfigured_and_checked() {
 
 /// Tables of schema version 5, whose fenced values had a `NOT NULL` value
 /// and no removal, are brought up to date by a client of this version: a
-/// value written before is removed, and its token stays.
+/// value written before is removed, and its token stays; the read-write
+/// locks of version 8 work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
     use lockguard_core::FencingToken;
@@ -137,7 +138,7 @@ async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
     let lg = connect().await.unwrap();
     assert_eq!(
         server.sql(&format!("SELECT version FROM lockguard.{prefix}meta")),
-        "7"
+        "8"
     );
     let fenced = lg.fenced("old");
     assert_eq!(
@@ -153,4 +154,9 @@ async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
         .await
         .unwrap_err();
     assert!(stale.is_stale_fencing_token(), "{stale}");
+    // Version 8's read-write locks are there too.
+    let rw = lg.rw_lock("upgraded");
+    let read = rw.read().try_acquire().await.unwrap();
+    assert!(rw.write().try_acquire().await.unwrap_err().is_busy());
+    assert!(read.release().await.unwrap());
 }
