@@ -163,6 +163,12 @@ fn locks_record_outcomes_waits_holds_and_losses() {
         assert_eq!(outcome("busy"), 1);
         assert_eq!(s.counter("lockguard_releases_total", LOCK), 2);
         assert_eq!(s.samples("lockguard_hold_seconds", LOCK).len(), 2);
+        // Each release records the margin its lease had left (and so does
+        // each renewal: here, the waiter's confirmation of the lock handed
+        // to it).
+        let margins = s.samples("lockguard_lease_margin_seconds", LOCK);
+        assert!(margins.len() >= 3, "{margins:?}");
+        assert!(margins.iter().all(|m| *m > 0.0), "{margins:?}");
         let waits = s.samples("lockguard_wait_seconds", LOCK);
         assert_eq!(waits.len(), 2);
         assert!(waits.iter().all(|w| *w >= 0.0));
@@ -179,6 +185,23 @@ fn locks_record_outcomes_waits_holds_and_losses() {
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert!(g.extend(Duration::from_secs(1)).await.is_err());
         assert_eq!(s.counter("lockguard_leases_lost_total", &plain), 1);
+        // Each renewal records the margin the lease had left when it was
+        // sent, as the release does.
+        let renewed = [("primitive", "lock"), ("name", "renewed")];
+        let g = lg
+            .lock("renewed")
+            .watchdog(Duration::from_millis(600))
+            .acquire()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(g.release().await.unwrap());
+        let margins = s.samples("lockguard_lease_margin_seconds", &renewed);
+        assert!(
+            margins.len() >= 3,
+            "two renewals and the release: {margins:?}"
+        );
+        assert!(margins.iter().all(|m| *m > 0.0 && *m <= 0.6), "{margins:?}");
         let invalid = lg.lock("").try_acquire().await;
         assert!(invalid.unwrap_err().is_invalid_input());
         assert_eq!(

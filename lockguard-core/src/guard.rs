@@ -83,9 +83,14 @@ impl Guards {
         if self.hold.released.swap(true, Ordering::AcqRel) {
             return false;
         }
+        let s = &self.hold;
+        let state = s.lease_state();
+        if !state.lost {
+            let margin = state.valid_until.saturating_duration_since(Instant::now());
+            crate::meter::lease_margin(s.primitive(), &s.metric_name, margin);
+        }
         // Wakes the watches' `lost()`: the lock is given up.
         self.hold.announce_release();
-        let s = &self.hold;
         crate::meter::released(s.primitive(), &s.metric_name, s.since);
         crate::watchdog::renewals().cancel(s);
         true

@@ -191,6 +191,7 @@ impl Hold {
     pub(crate) fn renewed(&self, sent_at: Instant, lease: Duration) -> bool {
         let now = Instant::now();
         let mut revived_too_late = false;
+        let mut margin = None;
         self.modify(|s| {
             if s.lost {
                 false
@@ -198,10 +199,14 @@ impl Hold {
                 revived_too_late = true;
                 false
             } else {
+                margin = Some(s.valid_until.saturating_duration_since(sent_at));
                 s.valid_until = valid_until(sent_at, lease);
                 true
             }
         });
+        if let Some(margin) = margin {
+            crate::meter::lease_margin(self.primitive(), &self.metric_name, margin);
+        }
         if revived_too_late {
             self.mark_lost("renewal answered after the lease had run out");
         }

@@ -154,6 +154,7 @@
 //! | `lockguard_waiting` | gauge | `primitive`, `name` | tasks of this process waiting for one now |
 //! | `lockguard_releases_total` | counter | `primitive`, `name` | locks and permits given back (released or dropped) |
 //! | `lockguard_leases_lost_total` | counter | `primitive`, `name` | leases found lost while held (the store said the lock is gone, or renewals failed until the lease ran out) |
+//! | `lockguard_lease_margin_seconds` | histogram | `primitive`, `name` | how much of a lease was left when it was released or a renewal was sent: how close holders come to losing their locks |
 //! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
 //! | `lockguard_scheduled_runs_total` | counter | `schedule`, `outcome` | a scheduled job's periods, by what this process did: `ran`, `failed` (the job's error), `lost` (cancelled when its lock was lost), `skipped` (another replica runs it, or ran it), `error` (the store could not be asked) |
 //! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |

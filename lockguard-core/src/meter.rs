@@ -54,6 +54,16 @@ pub(crate) fn acquisition(
     let _ = (primitive, name, result, started);
 }
 
+/// A lease had `margin` left when it was released or renewed: how close
+/// its holder came to losing it.
+pub(crate) fn lease_margin(primitive: &'static str, name: &str, margin: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    ::metrics::histogram!("lockguard_lease_margin_seconds", "primitive" => primitive, "name" => name.to_owned())
+        .record(margin.as_secs_f64());
+    #[cfg(not(feature = "metrics"))]
+    let _ = (primitive, name, margin);
+}
+
 /// A lock or permit is now held.
 pub(crate) fn held(primitive: &'static str, name: &str) {
     #[cfg(feature = "metrics")]
