@@ -71,6 +71,7 @@ mod check;
 mod clock;
 mod deploy;
 mod history;
+mod report;
 mod run;
 mod store;
 mod worker;
@@ -100,7 +101,7 @@ usage: {bin} [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
   --no-faults      the workload alone, no faults (to tell a fault's doing from the client's)
   --target URL     run against your own store (a URL one of the stores serves)
                    with client-side faults only
-  --out DIR        keep the histories in DIR (default: a temporary directory,
+  --out DIR        keep the histories and report.html in DIR (default: a temporary directory,
                    kept when a check fails)",
         bin = std::env::args()
             .next()
@@ -376,6 +377,7 @@ fn report(
     for f in &r.faults {
         println!("  fault {f}");
     }
+    println!("  report: {}", r.report.display());
     if let Some(why) = &m.wakeups_unmeasured {
         println!("  wake-ups not measured: {why}");
     }

@@ -82,6 +82,8 @@ pub(crate) struct StoreRun {
     /// Checks not made, because a fault of the run voids them by design.
     pub(crate) skipped: Vec<&'static str>,
     pub(crate) dir: PathBuf,
+    /// The run's pictures (`report.html` beside the histories).
+    pub(crate) report: PathBuf,
 }
 
 /// A worker fault: done by the runner to one of its processes.
@@ -509,7 +511,10 @@ pub(crate) fn run(
             ops: vec![],
         });
     }
+    let report = crate::report::write(dir, store.name(), &ops, &violations)
+        .map_err(|e| format!("cannot write the report: {e}"))?;
     Ok(StoreRun {
+        report,
         store: store.name(),
         counters: store.offers_counters(),
         violations,

@@ -66,56 +66,16 @@ pub(crate) fn handoffs(
         ));
         return;
     }
-    let mut releases: HashMap<(u32, &str, u64), &Op> = HashMap::new();
-    let mut acquired: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
-    for o in ops {
-        match (&o.call, o.outcome()) {
-            (Call::Release { key, fence }, Some(Outcome::Released { was_held: true })) => {
-                releases.insert((o.w, key.as_str(), *fence), o);
-            }
-            // Readers and a semaphore's holders share: their acquisition
-            // follows no one release in particular. A job's lock is kept
-            // past its release (`at_least`): no handoff at all.
-            (
-                Call::Acquire {
-                    key,
-                    read: false,
-                    permits: None,
-                    at_least_ms: None,
-                    ..
-                },
-                Some(Outcome::Acquired { fence }),
-            ) => {
-                acquired.entry(key).or_default().push((o, *fence));
-            }
-            _ => {}
-        }
-    }
     let mut latencies: Vec<u64> = Vec::new();
     let mut slowest: Option<(u64, &Op, &Op)> = None;
-    for acqs in acquired.values_mut() {
-        acqs.sort_by_key(|(o, _)| o.end());
-        for pair in acqs.windows(2) {
-            let ((a, fa), (b, _)) = (pair[0], pair[1]);
-            let Some(rel) = releases.get(&(a.w, a.call.key(), fa)) else {
-                continue;
-            };
-            // The next holder was already waiting when the release began.
-            // A multi-lock waits for its other keys too: its latency is
-            // not the handoff's.
-            if matches!(b.call, Call::Acquire { multi: true, .. })
-                || rel.invoke < from
-                || b.invoke >= rel.invoke
-                || b.end() <= rel.invoke
-                || b.end() > end
-            {
-                continue;
-            }
-            let lat = b.end() - rel.invoke;
-            latencies.push(lat);
-            if slowest.is_none_or(|(s, _, _)| lat > s) {
-                slowest = Some((lat, rel, b));
-            }
+    for (rel, b) in handoff_pairs(ops) {
+        if rel.invoke < from || b.end() > end {
+            continue;
+        }
+        let lat = b.end() - rel.invoke;
+        latencies.push(lat);
+        if slowest.is_none_or(|(s, _, _)| lat > s) {
+            slowest = Some((lat, rel, b));
         }
     }
     latencies.sort_unstable();
@@ -151,4 +111,57 @@ pub(crate) fn handoffs(
             ops: describe(&[rel, b], t0),
         });
     }
+}
+
+/// Every handoff of the history: a release (that found the lock still
+/// held) and the acquisition that followed it on the key, by a worker
+/// already waiting when the release began (its latency is from the
+/// release's invocation to that acquisition's return).
+pub(crate) fn handoff_pairs(ops: &[Op]) -> Vec<(&Op, &Op)> {
+    let mut releases: HashMap<(u32, &str, u64), &Op> = HashMap::new();
+    let mut acquired: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
+    for o in ops {
+        match (&o.call, o.outcome()) {
+            (Call::Release { key, fence }, Some(Outcome::Released { was_held: true })) => {
+                releases.insert((o.w, key.as_str(), *fence), o);
+            }
+            // Readers and a semaphore's holders share: their acquisition
+            // follows no one release in particular. A job's lock is kept
+            // past its release (`at_least`): no handoff at all.
+            (
+                Call::Acquire {
+                    key,
+                    read: false,
+                    permits: None,
+                    at_least_ms: None,
+                    ..
+                },
+                Some(Outcome::Acquired { fence }),
+            ) => {
+                acquired.entry(key).or_default().push((o, *fence));
+            }
+            _ => {}
+        }
+    }
+    let mut pairs = Vec::new();
+    for acqs in acquired.values_mut() {
+        acqs.sort_by_key(|(o, _)| o.end());
+        for pair in acqs.windows(2) {
+            let ((a, fa), (b, _)) = (pair[0], pair[1]);
+            let Some(rel) = releases.get(&(a.w, a.call.key(), fa)) else {
+                continue;
+            };
+            // The next holder was already waiting when the release began.
+            // A multi-lock waits for its other keys too: its latency is
+            // not the handoff's.
+            if matches!(b.call, Call::Acquire { multi: true, .. })
+                || b.invoke >= rel.invoke
+                || b.end() <= rel.invoke
+            {
+                continue;
+            }
+            pairs.push((*rel, b));
+        }
+    }
+    pairs
 }

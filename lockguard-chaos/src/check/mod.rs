@@ -10,6 +10,9 @@ mod limiter;
 mod liveness;
 mod locks;
 
+pub(crate) use liveness::handoff_pairs;
+pub(crate) use locks::holds;
+
 use crate::history::{Call, Op, Outcome};
 
 /// A failed check.
@@ -89,18 +92,7 @@ pub const NOT_ACROSS_ASYNC_FAILOVER: &[&str] = &[
 
 /// Runs every check on `ops`.
 pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Measures) {
-    let faults: Vec<FaultSpan> = ops
-        .iter()
-        .filter_map(|o| match &o.call {
-            Call::Fault { what, target } => Some(FaultSpan {
-                what: what.clone(),
-                target: target.clone(),
-                from: o.invoke,
-                to: o.end(),
-            }),
-            _ => None,
-        })
-        .collect();
+    let faults = fault_spans(ops);
     let t0 = ops.iter().map(|o| o.invoke).min().unwrap_or(0);
     let mut v = Vec::new();
     let holds = locks::holds(ops, &faults);
@@ -134,6 +126,21 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     liveness::waits_bounded(ops, &faults, bounds, t0, &mut v);
     liveness::handoffs(ops, &faults, bounds, end, t0, &mut v, &mut m);
     (v, m)
+}
+
+/// The faults of the history, from their start to their heal.
+pub(crate) fn fault_spans(ops: &[Op]) -> Vec<FaultSpan> {
+    ops.iter()
+        .filter_map(|o| match &o.call {
+            Call::Fault { what, target } => Some(FaultSpan {
+                what: what.clone(),
+                target: target.clone(),
+                from: o.invoke,
+                to: o.end(),
+            }),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The operations with the given indexes, described.
