@@ -116,9 +116,9 @@ pub(crate) fn timeline(ops: &[Op], faults: &[FaultSpan], violations: &[Violation
     let x = |t: u64| LABELS + (WIDTH - LABELS) * (t.saturating_sub(t0) as f64) / ((t1 - t0) as f64);
     let height = ROW * rows.len().max(1) as f64 + 20.0;
     let mut svg = String::new();
-    let _ = write!(
+    let _ = writeln!(
         svg,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" viewBox=\"0 0 {WIDTH} {height}\">"
     );
     for ((key, w), row) in &rows {
         let _ = writeln!(
