@@ -129,6 +129,7 @@ mod attr;
 mod expand;
 mod rate;
 mod scheduled;
+mod shared;
 mod template;
 
 use proc_macro::TokenStream;

@@ -9,7 +9,7 @@ use syn::spanned::Spanned;
 use syn::{AttrStyle, Attribute, FnArg, Ident, ItemFn, Pat, ReturnType, Type};
 
 use crate::attr::ScheduleOptions;
-use crate::expand::{client, error_type, millis, private_path};
+use crate::shared::{client, error_type, millis, private_path};
 
 /// One argument the starter keeps: cloned into the schedule, and into
 /// each run; a reference argument is a reference again inside the body.
