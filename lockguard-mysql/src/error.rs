@@ -58,7 +58,7 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
             code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::TABLE_ACCESS_DENIED => (
                 ErrorKind::Unauthorized,
                 format!(
-                    "{what}: mysql refused the service's credentials or grants ({}); check the user and password of the URL, and that the user may create lockguard's tables and procedures or use them",
+                    "{what}: mysql refused the service's credentials or grants ({}); check the user and password of the URL, and that the user may create lockguard's tables and procedures or use them (a server with require_secure_transport answers a client without TLS this way too: add require_ssl=true to the URL)",
                     e.message
                 ),
             ),

@@ -75,6 +75,10 @@ async fn mysql_tls_refuses_an_unknown_ca_and_the_server_refuses_plain_text() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), lockguard_core::ErrorKind::Unauthorized, "{e}");
+    assert!(
+        e.message().contains("require_ssl=true"),
+        "the fix is named: {e}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
