@@ -28,6 +28,7 @@ use redis::aio::ConnectionManager;
 mod apps;
 mod cluster;
 mod etcd;
+mod floor;
 mod footprint;
 mod http;
 mod leader;
@@ -1314,8 +1315,9 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 18] = [
+const SECTIONS: [&str; 19] = [
     "uncontended",
+    "floor",
     "contention",
     "tails",
     "cluster",
@@ -1340,7 +1342,7 @@ const USAGE: &str = "\
 usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
 
   --quick         a smoke run: short measurements, one round
-  --only SECTION  run one section: uncontended, contention, tails, cluster,
+  --only SECTION  run one section: uncontended, floor, contention, tails, cluster,
                   multi, rw, leader, limiters, shadow, flood, memory, footprint, http,
                   http-redis, postgres, mysql, zookeeper, etcd
   --write FILE    also write the report (with the notes) to FILE
@@ -1432,6 +1434,9 @@ async fn main() {
     let run = |name: &str| only.as_deref().is_none_or(|o| o == name);
     if run("uncontended") {
         uncontended(&mut b).await;
+    }
+    if run("floor") {
+        floor::floor(&mut b).await;
     }
     if run("contention") {
         contention(&mut b).await;
