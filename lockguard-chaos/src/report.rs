@@ -265,50 +265,7 @@ fn escape(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MS: u64 = 1_000_000;
-
-    fn op(w: u32, n: u64, call: Call, at: u64, done: Option<(u64, Outcome)>) -> Op {
-        Op {
-            w,
-            op: n,
-            call,
-            invoke: at * MS,
-            done: done.map(|(t, o)| (t * MS, o)),
-        }
-    }
-
-    fn acquire(w: u32, n: u64, key: &str, at: u64, fence: u64) -> Op {
-        op(
-            w,
-            n,
-            Call::Acquire {
-                key: key.into(),
-                wait_ms: 100,
-                lease_ms: 1000,
-                watchdog: false,
-                read: false,
-                permits: None,
-                multi: false,
-                at_least_ms: None,
-            },
-            at,
-            Some((at + 1, Outcome::Acquired { fence })),
-        )
-    }
-
-    fn held(w: u32, n: u64, key: &str, at: u64, fence: u64) -> Op {
-        op(
-            w,
-            n,
-            Call::IsHeld {
-                key: key.into(),
-                fence,
-            },
-            at,
-            Some((at, Outcome::Held { yes: true })),
-        )
-    }
+    use crate::check::tests::{hold, op};
 
     /// Counts the elements of `class` in `svg`, parsing it as XML enough
     /// to tell elements from text: every `<rect` start tag, by its class.
@@ -326,29 +283,23 @@ mod tests {
 
     #[test]
     fn one_element_per_hold_fault_and_violating_operation() {
-        let ops = vec![
-            acquire(1, 1, "a", 0, 10),
-            held(1, 2, "a", 5, 10),
-            acquire(2, 1, "a", 6, 11),
-            held(2, 2, "a", 9, 11),
-            acquire(1, 3, "b", 10, 12),
-            held(1, 4, "b", 12, 12),
-            op(
-                0,
-                1,
-                Call::Fault {
-                    what: "pause-server".into(),
-                    target: "redis:1".into(),
-                },
-                3,
-                Some((8, Outcome::Healed)),
-            ),
-        ];
+        let mut ops = hold(1, 10, 1, 5);
+        ops.extend(hold(2, 11, 7, 9));
+        ops.extend(hold(1, 12, 11, 13));
+        ops.push(op(
+            0,
+            Call::Fault {
+                what: "pause-server".into(),
+                target: "redis:1".into(),
+            },
+            3,
+            Some((8, Outcome::Healed)),
+        ));
         let faults = crate::check::fault_spans(&ops);
         let violation = Violation {
             check: "mutual-exclusion",
             what: "two holders <at once>".into(),
-            ops: vec![ops[0].describe(0), ops[2].describe(0)],
+            ops: vec![ops[0].describe(0), ops[3].describe(0)],
         };
         let svg = timeline(&ops, &faults, &[violation]);
         assert_eq!(elements(&svg, "hold"), 3, "{svg}");

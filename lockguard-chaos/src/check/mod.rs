@@ -149,7 +149,7 @@ fn describe(ops: &[&Op], t0: u64) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     //! The checks on small hand-made histories: each catches what it is
     //! for and passes what is allowed.
 
@@ -157,7 +157,7 @@ mod tests {
 
     const MS: u64 = 1_000_000;
 
-    fn op(w: u32, call: Call, invoke_ms: u64, done: Option<(u64, Outcome)>) -> Op {
+    pub(crate) fn op(w: u32, call: Call, invoke_ms: u64, done: Option<(u64, Outcome)>) -> Op {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Op {
             w,
@@ -170,7 +170,7 @@ mod tests {
 
     /// A hold by worker `w` of lock "a" with `fence`: acquired at `from`,
     /// `is_held()` true at `to`, released after.
-    fn hold(w: u32, fence: u64, from: u64, to: u64) -> Vec<Op> {
+    pub(crate) fn hold(w: u32, fence: u64, from: u64, to: u64) -> Vec<Op> {
         vec![
             op(
                 w,
