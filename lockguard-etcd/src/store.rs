@@ -14,7 +14,12 @@
 //! it comes to hold, so its successor moves on to be first). A watch starts
 //! at the current revision, and one read then checks that nothing the
 //! waiter saw changed before it stood (see `arm`). A release deletes one
-//! key and wakes one waiter; the waiter looks again with a read.
+//! key and wakes one waiter. The first waiter of a lock takes it from the
+//! deletion's event; a waiter further back also watches the key ahead of
+//! its predecessor, and reads when that key goes whether its predecessor
+//! now heads the queue, so that the predecessor's deletion hands it the
+//! lock with no read on the way (see `Ahead`); any other waiter woken
+//! looks again with a read.
 //!
 //! A read-write lock has one queue for both kinds, each key's value its
 //! mode: a writer holds when it is first and watches its predecessor; a
@@ -240,6 +245,9 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Queue {
     entries: Vec<Entry>,
+    /// Whether `entries` is the whole queue (a listing of the prefix), not
+    /// only the part a waiter looking again reads.
+    whole: bool,
 }
 
 impl Queue {
@@ -249,7 +257,18 @@ impl Queue {
         // Reads of parts of a queue may find a key twice (the head that is
         // also a waiter's predecessor).
         entries.dedup_by(|a, b| a.key == b.key);
-        Self { entries }
+        Self {
+            entries,
+            whole: false,
+        }
+    }
+
+    /// The queue a listing of the whole prefix found.
+    fn whole(kvs: &[KeyValue]) -> Self {
+        Self {
+            whole: true,
+            ..Self::of(kvs)
+        }
     }
 
     /// The holder's key kept past its release, if the lock is so kept.
@@ -280,6 +299,7 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
                 .map(|e| (e.key.clone(), e.modified))
                 .collect(),
             hands_over: false,
+            ahead: None,
         }),
         Admission::Permits(_) => Some(Target {
             puts: true,
@@ -314,6 +334,27 @@ struct Target {
     /// one key ahead that keeps it waiting (a lock's or a writer's
     /// predecessor at the head; a reader's writer, the first writer).
     hands_over: bool,
+    /// For a lock's or a writer's waiter further back, the key ahead of
+    /// its predecessor, watched too (see [`Ahead`]).
+    ahead: Option<Ahead>,
+}
+
+/// The key ahead of a lock's (or a writer's) waiter's predecessor, watched
+/// beside the predecessor: when it goes, the waiter reads whether its
+/// predecessor now heads the queue, while the predecessor holds, and when
+/// it does, the predecessor's deletion hands the waiter the lock with no
+/// read on the way (as it does a waiter that joined right behind the
+/// holder). No key can be created ahead of one that exists, so a
+/// predecessor once at the head stays there until its deletion.
+#[derive(Debug)]
+struct Ahead {
+    /// The key ahead of the predecessor.
+    key: String,
+    /// The lock's prefix.
+    dir: String,
+    /// The waiter's own key, and its create revision.
+    mine: String,
+    created: i64,
 }
 
 impl Target {
@@ -324,6 +365,7 @@ impl Target {
             puts: false,
             seen: vec![(entry.key.clone(), entry.modified)],
             hands_over: false,
+            ahead: None,
         }
     }
 
@@ -457,28 +499,7 @@ impl EtcdStore {
                 &self.txn("reading a lock's queue", txn).await?,
             )?));
         }
-        let near = |serializable: bool| {
-            let options = |order| {
-                let o = GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, order)
-                    .with_limit(1);
-                if serializable {
-                    o.with_serializable()
-                } else {
-                    o
-                }
-            };
-            let mine = serializable.then(|| GetOptions::new().with_serializable());
-            Txn::new().and_then([
-                TxnOp::get(dir, Some(options(SortOrder::Ascend))),
-                TxnOp::get(
-                    dir,
-                    Some(options(SortOrder::Descend).with_max_create_revision(created - 1)),
-                ),
-                TxnOp::get(key, mine),
-            ])
-        };
+        let near = |serializable| near(dir, key, created, serializable);
         if self.woken_by_deletion(token) {
             let answer = self.txn("reading a lock's queue", near(true)).await?;
             let queue = Queue::of(&all_gets(&answer)?);
@@ -617,7 +638,7 @@ impl EtcdStore {
                 .and_then([put, Self::listing(&dir)])
                 .or_else([Self::listing(&dir)]);
             let answer = self.txn("joining a lock's queue", txn).await?;
-            Queue::of(&last_get(&answer)?)
+            Queue::whole(&last_get(&answer)?)
         };
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
             // Our key is gone: the lease it was attached to ended. The next
@@ -640,13 +661,24 @@ impl EtcdStore {
             self.give_up(token, key, mine.created).await;
             return Ok(Outcome::Busy(left));
         }
-        let target = match target.key {
+        let mut target = match target.key {
             Some(_) => target,
             None => Target {
-                key: Some(dir),
+                key: Some(dir.clone()),
                 ..target
             },
         };
+        if queue.whole && rank >= 2 && matches!(admission, Admission::Permits(1) | Admission::Write)
+        {
+            let ahead = &queue.entries[rank - 2];
+            target.seen.push((ahead.key.clone(), ahead.modified));
+            target.ahead = Some(Ahead {
+                key: ahead.key.clone(),
+                dir,
+                mine: key,
+                created: mine.created,
+            });
+        }
         if let Some(p) = &place {
             self.note(token, p, lease);
         }
@@ -786,8 +818,7 @@ impl EtcdStore {
         let timeout = self.session.timeout();
         let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
         let task = tokio::spawn(async move {
-            let hands_over = target.hands_over;
-            let gone = watch_until_changed(client, timeout, target).await;
+            let (gone, hands_over) = watch_until_changed(client, timeout, target).await;
             flag.store(if gone { GONE } else { FIRED }, Ordering::Release);
             let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
                 return;
@@ -1325,9 +1356,16 @@ fn handoff(
 }
 
 /// Watches `target` until it changes (or the watch fails): returns when
-/// the waiter should look again, and whether the key it watched (one key)
-/// is gone.
-async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: Target) -> bool {
+/// the waiter should look again, whether the key it watched (one key) is
+/// gone, and whether that hands the waiter the lock (the target's own
+/// word, or what a read found when the key ahead of it went: see
+/// [`Ahead`]).
+async fn watch_until_changed(
+    mut client: EtcdClient,
+    timeout: Duration,
+    target: Target,
+) -> (bool, bool) {
+    const LOOK_AGAIN: (bool, bool) = (false, false);
     let mut options = WatchOptions::new();
     if target.prefix {
         options = options.with_prefix();
@@ -1335,35 +1373,116 @@ async fn watch_until_changed(mut client: EtcdClient, timeout: Duration, target: 
     if !target.puts {
         options = options.with_filters([WatchFilterType::NoPut]);
     }
-    let key = target.key.unwrap_or_default();
+    let key = target.key.clone().unwrap_or_default();
     let Ok(mut stream) = client.watch(key, Some(options)).await else {
-        return false;
+        return LOOK_AGAIN;
     };
     // The first answer says the watch stands.
-    match stream.message().await {
-        Ok(Some(r)) if !r.canceled() && r.events().is_empty() => {}
-        _ => return false,
+    let watched = match stream.message().await {
+        Ok(Some(r)) if !r.canceled() && r.events().is_empty() => r.watch_id(),
+        _ => return LOOK_AGAIN,
+    };
+    let mut hands_over = target.hands_over;
+    // A deletion, of the one key watched, says it is gone.
+    let gone = |r: &etcd_client::WatchResponse| {
+        !target.prefix
+            && r.events()
+                .iter()
+                .all(|e| e.event_type() == etcd_client::EventType::Delete)
+    };
+    // The key ahead of the one watched, on the same stream.
+    let mut ahead = None;
+    if let Some(a) = &target.ahead {
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        if stream.watch(a.key.as_str(), Some(options)).await.is_err() {
+            return LOOK_AGAIN;
+        }
+        ahead = loop {
+            match stream.message().await {
+                Ok(Some(r)) if r.canceled() => return LOOK_AGAIN,
+                Ok(Some(r)) if r.watch_id() == watched && !r.events().is_empty() => {
+                    return (gone(&r), hands_over);
+                }
+                Ok(Some(r)) if r.watch_id() != watched && r.events().is_empty() => {
+                    break Some(r.watch_id());
+                }
+                Ok(Some(_)) => {}
+                _ => return LOOK_AGAIN,
+            }
+        };
     }
     match changed_meanwhile(&client, timeout, &target.seen).await {
         Seen::Same => {}
-        Seen::Gone => return !target.prefix && !target.puts,
-        Seen::Changed => return false,
+        Seen::Gone if target.ahead.is_none() => {
+            return (!target.prefix && !target.puts, hands_over);
+        }
+        Seen::Gone | Seen::Changed => return LOOK_AGAIN,
     }
     // The next answer with an event (or the stream's end) wakes the waiter;
-    // a deletion's, of the one key watched, says it is gone.
+    // one on the key ahead makes it read whether its predecessor heads the
+    // queue now.
     loop {
         match stream.message().await {
-            Ok(Some(r)) if r.events().is_empty() && !r.canceled() => {}
-            Ok(Some(r)) => {
-                return !r.canceled()
-                    && !target.prefix
-                    && r.events()
-                        .iter()
-                        .all(|e| e.event_type() == etcd_client::EventType::Delete);
+            Ok(Some(r)) if r.canceled() => return LOOK_AGAIN,
+            Ok(Some(r)) if r.events().is_empty() => {}
+            Ok(Some(r)) if Some(r.watch_id()) == ahead => {
+                if hands_over {
+                    continue;
+                }
+                let (Some(a), Some(predecessor)) = (&target.ahead, &target.key) else {
+                    return LOOK_AGAIN;
+                };
+                let Some(read_at) = heads_the_queue(&client, timeout, a, predecessor).await else {
+                    return LOOK_AGAIN;
+                };
+                hands_over = true;
+                // A second watch of the predecessor, from the read on: etcd
+                // registers a watch from the current revision after reading
+                // that revision, so a write between the two leaves it behind
+                // the store, where its events wait for the catch-up every
+                // 100 ms. Two watches made at different moments are rarely
+                // both behind.
+                let options = WatchOptions::new()
+                    .with_start_revision(read_at + 1)
+                    .with_filters([WatchFilterType::NoPut]);
+                if stream
+                    .watch(predecessor.as_str(), Some(options))
+                    .await
+                    .is_err()
+                {
+                    return LOOK_AGAIN;
+                }
             }
-            _ => return false,
+            Ok(Some(r)) => return (gone(&r), hands_over),
+            _ => return LOOK_AGAIN,
         }
     }
+}
+
+/// Whether `predecessor` heads the lock's queue with the waiter of `ahead`
+/// right behind it: one read, served by the member from what it has
+/// applied (a state in which both keys exist and none is ahead of them
+/// holds until the predecessor's deletion, however old the state). False
+/// when the read fails.
+async fn heads_the_queue(
+    client: &EtcdClient,
+    timeout: Duration,
+    ahead: &Ahead,
+    predecessor: &str,
+) -> Option<i64> {
+    let txn = near(&ahead.dir, &ahead.mine, ahead.created, true);
+    let answer = retried(client, timeout, "reading a lock's queue", |mut c| {
+        let txn = txn.clone();
+        async move { c.txn(txn).await }
+    })
+    .await
+    .ok()?;
+    let queue = Queue::of(&all_gets(&answer).ok()?);
+    matches!(
+        queue.entries.as_slice(),
+        [first, second] if first.key == predecessor && second.key == ahead.mine
+    )
+    .then(|| revision(&answer))
 }
 
 /// What a read found of the keys a waiter saw.
@@ -1411,6 +1530,34 @@ async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(Stri
         }
     }
     if gone { Seen::Gone } else { Seen::Same }
+}
+
+/// The read of the part of a lock's (or a writer's) queue its waiter at
+/// `key` (created at revision `created`) needs: the head, the key created
+/// last before its own (its predecessor, as etcd's own lock recipe finds
+/// it) and its own key. A serializable read is served by the member from
+/// what it has applied, without a round of the quorum.
+fn near(dir: &str, key: &str, created: i64, serializable: bool) -> Txn {
+    let options = |order| {
+        let o = GetOptions::new()
+            .with_prefix()
+            .with_sort(SortTarget::Create, order)
+            .with_limit(1);
+        if serializable {
+            o.with_serializable()
+        } else {
+            o
+        }
+    };
+    let mine = serializable.then(|| GetOptions::new().with_serializable());
+    Txn::new().and_then([
+        TxnOp::get(dir, Some(options(SortOrder::Ascend))),
+        TxnOp::get(
+            dir,
+            Some(options(SortOrder::Descend).with_max_create_revision(created - 1)),
+        ),
+        TxnOp::get(key, mine),
+    ])
 }
 
 /// A revision as a fencing token: positive on every real cluster.

@@ -470,6 +470,7 @@ macro_rules! conformance {
             semaphore_permits_in_fifo_order,
             dropped_acquire_leaves_the_queue,
             ended_wait_leaves_the_queue,
+            waiters_ahead_that_give_up_hand_over_nothing,
         );
     };
     (@group wake_ups, $h:expr) => {

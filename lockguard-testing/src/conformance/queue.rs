@@ -354,6 +354,72 @@ async fn giving_up_leaves_the_queue(env: Env, how: GiveUp) {
     assert!(free.is_ok(), "the lock is kept for someone: {free:?}");
 }
 
+/// A holder, and three waiters queued one behind another; the first two
+/// give up while the lock is held, the one ahead first. Their leaving
+/// hands the third nothing: it does not hold while the holder does (on a
+/// store whose waiters watch their predecessor, what it learns when the
+/// keys ahead of it go must not make it the holder), and it is served
+/// once the holder releases, with a greater fencing token.
+pub async fn waiters_ahead_that_give_up_hand_over_nothing(env: Env) {
+    let queue = Queue::Lock("ahead");
+    let settings = || Builder::default().waiter_timeout(Duration::from_secs(30));
+    let holder = env.client().await;
+    let guard = holder.lock("ahead").acquire().await.unwrap();
+    let mut quitters = Vec::new();
+    for n in 1..=2 {
+        let waiter = env.client_with(settings()).await;
+        quitters.push(tokio::spawn(async move {
+            waiter
+                .lock("ahead")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+                .map(drop)
+        }));
+        until_queued(&env, queue, n).await;
+    }
+    let last = env.client_with(settings()).await;
+    let (took, mut taken) = tokio::sync::oneshot::channel();
+    let third = tokio::spawn(async move {
+        let g = last
+            .lock("ahead")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("the third waiter acquires");
+        let _ = took.send(g.fencing_token());
+        assert!(g.release().await.unwrap());
+    });
+    until_queued(&env, queue, 3).await;
+    for (left, quitter) in quitters.into_iter().enumerate() {
+        quitter.abort();
+        assert!(quitter.await.unwrap_err().is_cancelled());
+        if env.real_time() {
+            until_queue_holds(&env, queue, 2 - left as u64, Duration::from_secs(2)).await;
+        }
+        // Time for the waiters behind to act on the leaving (a queue that
+        // hands over wrongly does so within milliseconds).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A handoff comes within milliseconds of the leaving that made it.
+    let early = tokio::time::timeout(Duration::from_millis(500), &mut taken).await;
+    assert!(
+        early.is_err(),
+        "the third waiter took the lock while it was held: {early:?}"
+    );
+    let held = guard.fencing_token();
+    assert!(guard.release().await.unwrap(), "the holder lost the lock");
+    let fence = tokio::time::timeout(Duration::from_secs(5), taken)
+        .await
+        .expect("the third waiter was not served after the release")
+        .expect("the third waiter reports its fence");
+    assert!(fence > held, "fence {fence:?} after {held:?}");
+    tokio::time::timeout(Duration::from_secs(5), third)
+        .await
+        .expect("the third waiter's release ends")
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+}
+
 /// A waiter whose acquire future is dropped leaves the queue at once.
 pub async fn dropped_acquire_leaves_the_queue(env: Env) {
     giving_up_leaves_the_queue(env, GiveUp::Dropped).await;
