@@ -74,6 +74,8 @@ mod history;
 mod report;
 mod run;
 mod store;
+#[cfg(feature = "stores")]
+pub mod stores;
 mod worker;
 
 use std::path::PathBuf;
@@ -103,10 +105,7 @@ usage: {bin} [--profile ci|long] [--store NAME[,NAME...]|all] [--seed N]
                    with client-side faults only
   --out DIR        keep the histories and report.html in DIR (default: a temporary directory,
                    kept when a check fails)",
-        bin = std::env::args()
-            .next()
-            .and_then(|a| a.rsplit('/').next().map(str::to_owned))
-            .unwrap_or_else(|| "lockguard-chaos".into()),
+        bin = command_name(),
         names = names.join(", ")
     )
 }
@@ -217,7 +216,32 @@ fn parse_worker<'a>(
 /// docs): a run of every store it names, or, when started as a worker by a
 /// run, that worker. Call it from the binary's `main`.
 pub fn main(stores: &[&dyn Store]) -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    command(stores, std::env::args().skip(1).collect(), &[])
+}
+
+/// The arguments a worker is started with before its own (`worker ...`):
+/// the subcommand that leads to the checker, when it is one.
+static COMMAND: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// The name the usage gives the checker: the binary, and the subcommand.
+fn command_name() -> String {
+    let bin = std::env::args()
+        .next()
+        .and_then(|a| a.rsplit('/').next().map(str::to_owned))
+        .unwrap_or_else(|| "lockguard-chaos".into());
+    match COMMAND.get() {
+        Some(sub) if !sub.is_empty() => format!("{bin} {}", sub.join(" ")),
+        _ => bin,
+    }
+}
+
+/// [`main`] for a binary where the checker is a subcommand: `args` are the
+/// arguments after `subcommand` (as [`main`] takes the binary's), and the
+/// workers are started as `BINARY SUBCOMMAND... worker ...`, so the binary
+/// must hand those to this function as well. The `lockguard` tool's
+/// `lockguard chaos` is this.
+pub fn command(stores: &[&dyn Store], args: Vec<String>, subcommand: &[&str]) -> ExitCode {
+    let _ = COMMAND.set(subcommand.iter().map(|s| (*s).to_owned()).collect());
     if args.first().map(String::as_str) == Some("worker") {
         return match parse_worker(stores, &args[1..]).and_then(worker::run) {
             Ok(()) => ExitCode::SUCCESS,

@@ -109,7 +109,8 @@ impl Spawner {
     /// Starts worker `id` in `role`, broken as `brk` says.
     fn spawn(&self, id: u32, role: Role, brk: Option<Break>) -> Result<Child, String> {
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("worker")
+        cmd.args(crate::COMMAND.get().into_iter().flatten())
+            .arg("worker")
             .args(&self.target)
             .args(["--id", &id.to_string()])
             .args(["--seed", &(self.seed ^ (u64::from(id) << 32)).to_string()])
