@@ -7,6 +7,7 @@
 # start-up excluded.
 #
 #   bash lockguard-bench/cycle-cost.sh postgres raw-postgres redis raw-redis
+#   bash lockguard-bench/cycle-cost.sh etcd raw-etcd
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "cycle-cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }

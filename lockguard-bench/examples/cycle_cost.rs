@@ -2,7 +2,8 @@
 //! the raw driver doing the same work: on PostgreSQL (`postgres`, `raw-postgres`:
 //! tokio-postgres calling the same functions) and on Redis (`redis`,
 //! `raw-redis`: redis-rs sending `SET NX PX` and the compare-and-delete
-//! script). `N` cycles (default 20,000) from `TASKS` tasks (default 1) on
+//! script), and on etcd (`etcd`, `raw-etcd`: etcd-client's `Lock` and
+//! `Unlock` RPCs on a lease, the yardstick of BENCHMARKS.md). `N` cycles (default 20,000) from `TASKS` tasks (default 1) on
 //! distinct keys, against a server the harness starts (or the one at
 //! `URL`), printing cycles per second.
 //!
@@ -17,6 +18,8 @@
 
 use std::time::{Duration, Instant};
 
+use lockguard_etcd::BuilderExt as _;
+use lockguard_etcd::testing::EtcdServer;
 use lockguard_postgres::ClientExt as _;
 use lockguard_redis::ClientExt as _;
 use lockguard_testing::{PostgresServer, RedisServer};
@@ -38,16 +41,19 @@ fn main() {
         .expect("runtime");
     for v in &variants {
         let postgres = v.ends_with("postgres");
+        let etcd = v.ends_with("etcd");
         // `URL`: a server of the caller's (so that a tracer of this process
         // traces no server); by default one the harness starts.
-        let (pg, redis) = match std::env::var("URL") {
-            Ok(_) => (None, None),
-            Err(_) if postgres => (Some(PostgresServer::start()), None),
-            Err(_) => (None, Some(RedisServer::start())),
+        let (pg, redis, etcd_server) = match std::env::var("URL") {
+            Ok(_) => (None, None, None),
+            Err(_) if postgres => (Some(PostgresServer::start()), None, None),
+            Err(_) if etcd => (None, None, Some(EtcdServer::start())),
+            Err(_) => (None, Some(RedisServer::start()), None),
         };
-        let url = std::env::var("URL").unwrap_or_else(|_| match (&pg, &redis) {
-            (Some(pg), _) => pg.url(),
-            (_, Some(redis)) => redis.url(),
+        let url = std::env::var("URL").unwrap_or_else(|_| match (&pg, &redis, &etcd_server) {
+            (Some(pg), _, _) => pg.url(),
+            (_, Some(redis), _) => redis.url(),
+            (_, _, Some(etcd)) => format!("etcd://{}", etcd.endpoint()),
             _ => unreachable!("a server was started"),
         });
         runtime.block_on(async {
@@ -65,9 +71,11 @@ fn main() {
                 "raw-postgres" => raw_postgres(&url, n, tasks).await,
                 "redis" => lockguard_redis(&url, n, tasks).await,
                 "raw-redis" => raw_redis(&url, n, tasks).await,
+                "etcd" => lockguard_etcd(&url, n, tasks).await,
+                "raw-etcd" => raw_etcd(&url, n, tasks).await,
                 other => {
                     eprintln!(
-                        "unknown variant {other}: postgres, raw-postgres, redis or raw-redis"
+                        "unknown variant {other}: postgres, raw-postgres, redis, raw-redis, etcd or raw-etcd"
                     );
                     std::process::exit(2);
                 }
@@ -143,6 +151,43 @@ async fn raw_postgres(url: &str, n: u64, tasks: u64) {
                     let token = format!("{t}-{i}");
                     assert!(raw_pg::try_lock(&pool, &key, &token).await);
                     raw_pg::unlock(&pool, &key, &token).await;
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("loop");
+    }
+}
+
+async fn lockguard_etcd(url: &str, n: u64, tasks: u64) {
+    // A lease TTL that allows the fixed 30 s lease of the other variants.
+    let lg = lockguard_core::Client::builder()
+        .etcd_lease_ttl(Duration::from_secs(60))
+        .connect_etcd(url.trim_start_matches("etcd://"))
+        .await
+        .expect("connect");
+    lockguard(lg, n, tasks).await;
+}
+
+async fn raw_etcd(url: &str, n: u64, tasks: u64) {
+    let endpoint = url.trim_start_matches("etcd://").to_owned();
+    let mut client = etcd_client::Client::connect([format!("http://{endpoint}")], None)
+        .await
+        .expect("connect");
+    let lease = client.lease_grant(60, None).await.expect("lease").id();
+    let loops: Vec<_> = (0..tasks)
+        .map(|t| {
+            let mut client = client.clone();
+            tokio::spawn(async move {
+                let name = format!("rawcost:{}:{t}", std::process::id());
+                for _ in 0..n / tasks {
+                    let options = etcd_client::LockOptions::new().with_lease(lease);
+                    let locked = client
+                        .lock(name.as_str(), Some(options))
+                        .await
+                        .expect("lock");
+                    client.unlock(locked.key()).await.expect("unlock");
                 }
             })
         })

@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Client as EtcdClient, KvClient, LeaseKeepAliveStream, LeaseKeeper};
 use lockguard_core::{Error, ErrorKind, Result};
 use tokio::time::Instant;
 
@@ -24,6 +24,9 @@ use crate::error::{etcd_error, lease_not_found};
 /// The client's lease.
 pub(crate) struct Session {
     client: EtcdClient,
+    /// The client's key-value service alone: the requests of a lock cycle
+    /// clone it, not the whole client (eight services' channels).
+    kv: KvClient,
     /// The TTL asked for.
     ttl: Duration,
     /// How long one request may take.
@@ -67,6 +70,7 @@ impl Session {
     ) -> Result<Arc<Self>> {
         let lease = grant(&client, ttl, timeout).await?;
         let session = Arc::new(Self {
+            kv: client.kv_client(),
             client,
             ttl,
             timeout,
@@ -81,6 +85,11 @@ impl Session {
     /// The etcd client (cheap to clone; its requests take `&mut self`).
     pub(crate) fn client(&self) -> EtcdClient {
         self.client.clone()
+    }
+
+    /// The client's key-value service, to clone for a request.
+    pub(crate) fn kv(&self) -> &KvClient {
+        &self.kv
     }
 
     /// How long one request may take.

@@ -442,9 +442,9 @@ impl EtcdStore {
     }
 
     async fn txn(&self, what: &str, txn: Txn) -> Result<TxnResponse> {
-        self.rpc(what, |mut c| {
+        retried(self.session.kv(), self.session.timeout(), what, |mut kv| {
             let txn = txn.clone();
-            async move { c.txn(txn).await }
+            async move { kv.txn(txn).await }
         })
         .await
     }
@@ -944,12 +944,16 @@ impl EtcdStore {
         };
         // The key is named for the token: whatever holds that name is this
         // hold (a plain deletion, lighter for etcd than a transaction).
-        let deleted = self
-            .rpc("deleting a lock's key", |mut c| {
+        let deleted = retried(
+            self.session.kv(),
+            self.session.timeout(),
+            "deleting a lock's key",
+            |mut kv| {
                 let key = key.clone();
-                async move { c.delete(key, None).await }
-            })
-            .await;
+                async move { kv.delete(key, None).await }
+            },
+        )
+        .await;
         match deleted {
             Ok(answer) => {
                 self.nodes().remove(token);
@@ -1289,7 +1293,9 @@ async fn end_at_lease_end(
                 };
                 if ended {
                     tracing::debug!(key = %key, "lease ended; deleting the lock's key");
-                    discard_in(session, key, created).await;
+                    // Boxed: every hold spawns this task, and the deletion's
+                    // future (a request's) would make each one large to move.
+                    Box::pin(discard_in(session, key, created)).await;
                     return;
                 }
             }
@@ -1642,11 +1648,11 @@ pub(crate) async fn bounded<T>(
 /// member it was routed to refused the connection: a member that is down,
 /// before the client's balancer has stopped picking it). A request that was
 /// sent is never sent again: its outcome is the caller's to settle.
-pub(crate) async fn retried<T, F>(
-    client: &EtcdClient,
+pub(crate) async fn retried<C: Clone, T, F>(
+    client: &C,
     timeout: Duration,
     what: &str,
-    mut request: impl FnMut(EtcdClient) -> F,
+    mut request: impl FnMut(C) -> F,
 ) -> Result<T>
 where
     F: Future<Output = std::result::Result<T, etcd_client::Error>>,
