@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, KvClient, LeaseKeepAliveStream, LeaseKeeper};
+use etcd_client::{Client as EtcdClient, KvClient, LeaseKeepAliveStream, LeaseKeeper, WatchClient};
 use lockguard_core::{Error, ErrorKind, Result};
 use tokio::time::Instant;
 
@@ -27,6 +27,8 @@ pub(crate) struct Session {
     /// The client's key-value service alone: the requests of a lock cycle
     /// clone it, not the whole client (eight services' channels).
     kv: KvClient,
+    /// Its watch service alone, likewise (a waiter's watches).
+    watch: WatchClient,
     /// The TTL asked for.
     ttl: Duration,
     /// How long one request may take.
@@ -71,6 +73,7 @@ impl Session {
         let lease = grant(&client, ttl, timeout).await?;
         let session = Arc::new(Self {
             kv: client.kv_client(),
+            watch: client.watch_client(),
             client,
             ttl,
             timeout,
@@ -90,6 +93,11 @@ impl Session {
     /// The client's key-value service, to clone for a request.
     pub(crate) fn kv(&self) -> &KvClient {
         &self.kv
+    }
+
+    /// The client's watch service.
+    pub(crate) fn watches(&self) -> WatchClient {
+        self.watch.clone()
     }
 
     /// How long one request may take.

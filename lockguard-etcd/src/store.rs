@@ -48,8 +48,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions,
+    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchFilterType,
+    WatchOptions,
 };
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -814,11 +815,11 @@ impl EtcdStore {
         let waiter = *token;
         let fired = Arc::new(AtomicU8::new(UNFIRED));
         let flag = fired.clone();
-        let client = self.session.client();
+        let (watches, kv) = (self.session.watches(), self.session.kv().clone());
         let timeout = self.session.timeout();
         let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
         let task = tokio::spawn(async move {
-            let (gone, hands_over) = watch_until_changed(client, timeout, target).await;
+            let (gone, hands_over) = watch_until_changed(watches, kv, timeout, target).await;
             flag.store(if gone { GONE } else { FIRED }, Ordering::Release);
             let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
                 return;
@@ -1367,7 +1368,8 @@ fn handoff(
 /// word, or what a read found when the key ahead of it went: see
 /// [`Ahead`]).
 async fn watch_until_changed(
-    mut client: EtcdClient,
+    mut watches: WatchClient,
+    kv: KvClient,
     timeout: Duration,
     target: Target,
 ) -> (bool, bool) {
@@ -1380,7 +1382,7 @@ async fn watch_until_changed(
         options = options.with_filters([WatchFilterType::NoPut]);
     }
     let key = target.key.clone().unwrap_or_default();
-    let Ok(mut stream) = client.watch(key, Some(options)).await else {
+    let Ok(mut stream) = watches.watch(key, Some(options)).await else {
         return LOOK_AGAIN;
     };
     // The first answer says the watch stands.
@@ -1417,7 +1419,7 @@ async fn watch_until_changed(
             }
         };
     }
-    match changed_meanwhile(&client, timeout, &target.seen).await {
+    match changed_meanwhile(&kv, timeout, &target.seen).await {
         Seen::Same => {}
         Seen::Gone if target.ahead.is_none() => {
             return (!target.prefix && !target.puts, hands_over);
@@ -1438,7 +1440,7 @@ async fn watch_until_changed(
                 let (Some(a), Some(predecessor)) = (&target.ahead, &target.key) else {
                     return LOOK_AGAIN;
                 };
-                let Some(read_at) = heads_the_queue(&client, timeout, a, predecessor).await else {
+                let Some(read_at) = heads_the_queue(&kv, timeout, a, predecessor).await else {
                     return LOOK_AGAIN;
                 };
                 hands_over = true;
@@ -1471,7 +1473,7 @@ async fn watch_until_changed(
 /// holds until the predecessor's deletion, however old the state). False
 /// when the read fails.
 async fn heads_the_queue(
-    client: &EtcdClient,
+    client: &KvClient,
     timeout: Duration,
     ahead: &Ahead,
     predecessor: &str,
@@ -1503,7 +1505,7 @@ enum Seen {
 
 /// Whether any key of `seen` is gone or was written again since: one read
 /// of them all (changed when the read fails: the waiter looks again).
-async fn changed_meanwhile(client: &EtcdClient, timeout: Duration, seen: &[(String, i64)]) -> Seen {
+async fn changed_meanwhile(client: &KvClient, timeout: Duration, seen: &[(String, i64)]) -> Seen {
     let reads: Vec<TxnOp> = seen
         .iter()
         .map(|(key, _)| TxnOp::get(key.as_str(), None))
