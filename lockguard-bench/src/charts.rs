@@ -266,6 +266,23 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// The start of a chart `w` by `ht`: the `<svg>` element, a white ground
+/// and `title` centred on `title_x`.
+fn svg_open(w: f64, ht: f64, title_x: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}" viewBox="0 0 {w} {ht}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{w}" height="{ht}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{title_x}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+        escape(title)
+    );
+    s
+}
+
 /// Log-scale ticks (1, 2, 5 per decade) between `lo` and `hi`.
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let mut ticks = Vec::new();
@@ -316,18 +333,8 @@ pub(crate) fn handoff_svg(h: &Handoffs) -> String {
     let span = |lo: f64, hi: f64| if hi > lo { hi.ln() - lo.ln() } else { 1.0 };
     let x = |v: f64| left + (v.ln() - xlo.ln()) / span(xlo, xhi) * (w - left - right);
     let y = |v: f64| ht - bottom - (v.ln() - ylo.ln()) / span(ylo, yhi) * (ht - top - bottom);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}" viewBox="0 0 {w} {ht}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{ht}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}: handoff latency against contenders</text>"#,
-        (left + w - right) / 2.0,
-        escape(&h.store)
-    );
+    let title = format!("{}: handoff latency against contenders", h.store);
+    let mut s = svg_open(w, ht, (left + w - right) / 2.0, &title);
     // Axes, grid and ticks.
     for t in log_ticks(ylo, yhi) {
         let yy = y(t);
@@ -454,16 +461,11 @@ pub(crate) fn uncontended_svg(ratios: &[Ratios]) -> String {
     let y = |v: f64| ht - bottom - v.min(yhi) / yhi * (ht - top - bottom);
     let group = (w - left - right) / ratios.len().max(1) as f64;
     let bar = (group * 0.8) / tasks.len().max(1) as f64;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{ht}" viewBox="0 0 {w} {ht}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{w}" height="{ht}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">Uncontended lock cycles: lockguard's rate over each store's yardstick</text>"#,
-        w / 2.0
+    let mut s = svg_open(
+        w,
+        ht,
+        w / 2.0,
+        "Uncontended lock cycles: lockguard's rate over each store's yardstick",
     );
     let mut v = 0.0;
     while v <= yhi + 1e-9 {
