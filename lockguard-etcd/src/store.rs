@@ -1486,11 +1486,18 @@ async fn heads_the_queue(
     .await
     .ok()?;
     let queue = Queue::of(&all_gets(&answer).ok()?);
+    heads_with(&queue, predecessor, &ahead.mine).then(|| revision(&answer))
+}
+
+/// Whether the part of a queue a waiter reads (see [`near`]) has
+/// `predecessor` at its head and the waiter's key `mine` right behind it,
+/// nothing else: the waiter is next, and the predecessor's deletion hands
+/// it the lock.
+fn heads_with(queue: &Queue, predecessor: &str, mine: &str) -> bool {
     matches!(
         queue.entries.as_slice(),
-        [first, second] if first.key == predecessor && second.key == ahead.mine
+        [first, second] if first.key == predecessor && second.key == mine
     )
-    .then(|| revision(&answer))
 }
 
 /// What a read found of the keys a waiter saw.
@@ -1712,5 +1719,53 @@ async fn discard_in(session: Weak<Session>, key: String, created: i64) {
         drop(client);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(keys: &[&str]) -> Queue {
+        Queue {
+            entries: keys
+                .iter()
+                .enumerate()
+                .map(|(i, k)| Entry {
+                    key: (*k).to_owned(),
+                    created: i as i64 + 1,
+                    modified: i as i64 + 1,
+                    value: mark::LOCK.to_vec(),
+                })
+                .collect(),
+            whole: false,
+        }
+    }
+
+    #[test]
+    fn only_a_predecessor_at_the_head_right_ahead_hands_over() {
+        // The predecessor holds and the waiter is next.
+        assert!(heads_with(&queue(&["p", "w"]), "p", "w"));
+        // Another key still heads the queue, ahead of the predecessor.
+        assert!(!heads_with(&queue(&["x", "p", "w"]), "p", "w"));
+        // The predecessor left; the key ahead of the waiter is another.
+        assert!(!heads_with(&queue(&["x", "w"]), "p", "w"));
+        // The predecessor is gone too: the waiter heads the queue (it looks
+        // again and takes the lock that way).
+        assert!(!heads_with(&queue(&["w"]), "p", "w"));
+        // The waiter's own key is gone (its lease ended).
+        assert!(!heads_with(&queue(&["p"]), "p", "w"));
+    }
+
+    #[test]
+    fn a_waiter_right_behind_the_head_is_handed_over_by_its_deletion() {
+        let q = queue(&["h", "a", "b"]);
+        let next = waits(&q, 1, Admission::Permits(1)).expect("waits");
+        assert_eq!(next.key.as_deref(), Some("h"));
+        assert!(next.hands_over);
+        let further = waits(&q, 2, Admission::Permits(1)).expect("waits");
+        assert_eq!(further.key.as_deref(), Some("a"));
+        assert!(!further.hands_over, "its predecessor does not hold");
+        assert!(waits(&q, 0, Admission::Permits(1)).is_none());
     }
 }
