@@ -1411,7 +1411,7 @@ async fn watch_until_changed(
                 Ok(Some(r)) if r.watch_id() == watched && !r.events().is_empty() => {
                     return (gone(&r), hands_over);
                 }
-                Ok(Some(r)) if r.watch_id() != watched && r.events().is_empty() => {
+                Ok(Some(r)) if r.created() && r.watch_id() != watched => {
                     break Some(r.watch_id());
                 }
                 Ok(Some(_)) => {}
