@@ -246,9 +246,6 @@ impl Entry {
 #[derive(Debug, Default)]
 struct Queue {
     entries: Vec<Entry>,
-    /// Whether `entries` is the whole queue (a listing of the prefix), not
-    /// only the part a waiter looking again reads.
-    whole: bool,
 }
 
 impl Queue {
@@ -258,18 +255,7 @@ impl Queue {
         // Reads of parts of a queue may find a key twice (the head that is
         // also a waiter's predecessor).
         entries.dedup_by(|a, b| a.key == b.key);
-        Self {
-            entries,
-            whole: false,
-        }
-    }
-
-    /// The queue a listing of the whole prefix found.
-    fn whole(kvs: &[KeyValue]) -> Self {
-        Self {
-            whole: true,
-            ..Self::of(kvs)
-        }
+        Self { entries }
     }
 
     /// The holder's key kept past its release, if the lock is so kept.
@@ -639,7 +625,7 @@ impl EtcdStore {
                 .and_then([put, Self::listing(&dir)])
                 .or_else([Self::listing(&dir)]);
             let answer = self.txn("joining a lock's queue", txn).await?;
-            Queue::whole(&last_get(&answer)?)
+            Queue::of(&last_get(&answer)?)
         };
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
             // Our key is gone: the lease it was attached to ended. The next
@@ -669,8 +655,10 @@ impl EtcdStore {
                 ..target
             },
         };
-        if queue.whole && rank >= 2 && matches!(admission, Admission::Permits(1) | Admission::Write)
-        {
+        // Joining, the waiter read the whole queue: the key ahead of its
+        // predecessor is known (looking again, it reads only its part).
+        let joined = known.is_none();
+        if joined && rank >= 2 && matches!(admission, Admission::Permits(1) | Admission::Write) {
             let ahead = &queue.entries[rank - 2];
             target.seen.push((ahead.key.clone(), ahead.modified));
             target.ahead = Some(Ahead {
@@ -1738,7 +1726,6 @@ mod tests {
                     value: mark::LOCK.to_vec(),
                 })
                 .collect(),
-            whole: false,
         }
     }
 
