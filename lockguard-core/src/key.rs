@@ -365,7 +365,7 @@ impl LockKeys {
 
 /// The user key in a store key `prefix kind:{escaped key}...`: the text
 /// of the hash tag, unescaped.
-fn untag(key: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn untag(key: &str) -> std::borrow::Cow<'_, str> {
     let tagged = key.find('{').map_or(key, |open| &key[open + 1..]);
     let end = tagged.find(['\\', '}']).unwrap_or(tagged.len());
     if !tagged[end..].starts_with('\\') {

@@ -234,6 +234,8 @@ mod leader;
 mod schedule;
 // The client handle.
 mod client;
+// What an operator sees and does across clients.
+mod survey;
 
 /// What each mode guarantees and what it does not; operational advice.
 #[doc = include_str!("docs/safety.md")]
@@ -267,5 +269,6 @@ pub use rw_lock::{ReadGuard, ReadLock, RwLock, WriteGuard, WriteLock};
 pub use schedule::{JobRun, Schedule, Scheduled};
 pub use semaphore::{Permit, Semaphore};
 pub use store::Occupancy;
+pub use survey::{Forced, LockKind, LockState};
 #[cfg(feature = "serde")]
 pub use text::serde_duration;

@@ -439,6 +439,94 @@ impl Occupancy {
     }
 }
 
+/// One lock, semaphore or read-write lock that is held or awaited, as the
+/// store keeps it at one moment ([`LockStore::survey`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holding {
+    /// Its identity ([`LockKeys::id`]): the client's prefix, its kind and
+    /// its escaped name.
+    pub id: String,
+    /// Who holds it (of a semaphore or a read-write lock, every holder).
+    pub holders: Vec<Holder>,
+    /// Who waits for it, first in line first. A waiter that died is listed
+    /// until the queue drops it, at most the waiter timeout later.
+    pub waiters: Vec<Waiter>,
+    /// The newest fencing token drawn from the sequence its tokens come
+    /// from (see [`Occupancy::latest_fence`]).
+    pub latest_fence: Option<FencingToken>,
+}
+
+impl Holding {
+    /// The holding of the lock `id`: its holders, its waiters in order and
+    /// the newest fencing token drawn.
+    pub fn new(
+        id: String,
+        holders: Vec<Holder>,
+        waiters: Vec<Waiter>,
+        latest_fence: Option<FencingToken>,
+    ) -> Self {
+        Self {
+            id,
+            holders,
+            waiters,
+            latest_fence,
+        }
+    }
+}
+
+/// One holder of a lock, a semaphore's permit or a read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's token: the identity of its hold, unique to it.
+    pub token: Token,
+    /// Of a read-write lock, whether it reads or writes; `None` otherwise.
+    pub mode: Option<RwMode>,
+    /// Its fencing token, where the store keeps it per holder (else see
+    /// [`Holding::latest_fence`], which is never below it).
+    pub fence: Option<FencingToken>,
+    /// How long its lease has left; `None` where the holder's own client
+    /// keeps the lease (ZooKeeper) or ends it (etcd).
+    pub lease_left: Option<Duration>,
+}
+
+impl Holder {
+    /// A holder with `token`, its mode of a read-write lock, its fence and
+    /// its lease left, each where the store knows it.
+    pub fn new(
+        token: Token,
+        mode: Option<RwMode>,
+        fence: Option<FencingToken>,
+        lease_left: Option<Duration>,
+    ) -> Self {
+        Self {
+            token,
+            mode,
+            fence,
+            lease_left,
+        }
+    }
+}
+
+/// One waiter in a lock's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// The waiter's token: the hold it will have.
+    pub token: Token,
+    /// Of a read-write lock, whether it waits to read or to write.
+    pub mode: Option<RwMode>,
+}
+
+impl Waiter {
+    /// A waiter with `token`, waiting for a `mode` hold of a read-write
+    /// lock or (`None`) for a lock or a permit.
+    pub fn new(token: Token, mode: Option<RwMode>) -> Self {
+        Self { token, mode }
+    }
+}
+
 /// Locks and semaphores: what every store offers.
 ///
 /// A store writes each operation as a plain `async fn` (the trait's
@@ -562,6 +650,35 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// The default answers [`ErrorKind::Unsupported`] naming the store.
     fn inspect(&self, _keys: &Arc<LockKeys>) -> impl Future<Output = Result<Occupancy>> + Send {
         std::future::ready(Err(unsupported(self.name(), "inspection")))
+    }
+
+    /// Every lock, semaphore and read-write lock under `prefix` (a
+    /// client's key prefix) that is held or has waiters, with its holders
+    /// and its waiters in order, changing nothing: what an operator's
+    /// `lockguard locks` lists. Read in as few requests as the store
+    /// allows, not atomically across locks.
+    ///
+    /// The default answers [`ErrorKind::Unsupported`] naming the store.
+    fn survey(&self, _prefix: &str) -> impl Future<Output = Result<Vec<Holding>>> + Send {
+        std::future::ready(Err(unsupported(self.name(), "listing locks")))
+    }
+
+    /// Ends `token`'s hold from any client: an operator's forced release of
+    /// a holder that is stuck or gone. As the holder's own release would,
+    /// it hands the lock on to the next waiter, with a greater fencing
+    /// token; the holder learns it lost the lock at its next renewal. True
+    /// when `token` held it.
+    ///
+    /// The default is [`release`](LockStore::release), right for a store
+    /// whose release needs only the token; a store that releases through
+    /// what its own client remembers of a hold finds the hold in the store
+    /// instead.
+    fn evict(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+    ) -> impl Future<Output = Result<bool>> + Send {
+        self.release(keys, token)
     }
 
     /// Resets `token`'s lease to `lease` from now; true when it was still

@@ -13,7 +13,7 @@ use lockguard_testing::conformance::{ClientFuture, Harness, Memory};
 
 lockguard_testing::conformance!(
     memory => Memory::new();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A store of locks only, written against the boundary as a third party

@@ -6,9 +6,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{
-    AllOrNone, ChangeBell, CounterKeys, DataStore, Inbox, LimitKeys, LimitOp, LimitReply, Listener,
-    LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token, Waiting,
-    unsupported,
+    AllOrNone, ChangeBell, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply,
+    Listener, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token,
+    Waiting, unsupported,
 };
 use crate::error::Result;
 
@@ -41,6 +41,12 @@ trait Erased: Send + Sync + fmt::Debug {
         lease: Duration,
     ) -> StoreFuture<'a, Result<Option<AllOrNone>>>;
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>>;
+    fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>>;
+    fn evict<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>>;
     fn extend<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
@@ -161,6 +167,16 @@ impl<S: DataStore> Erased for S {
     }
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>> {
         StoreFuture::new(LockStore::inspect(self, keys))
+    }
+    fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>> {
+        StoreFuture::new(LockStore::survey(self, prefix))
+    }
+    fn evict<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        StoreFuture::new(LockStore::evict(self, keys, token))
     }
     fn extend<'a>(
         &'a self,
@@ -407,6 +423,23 @@ impl Store {
         match self.refuses(keys) {
             Some(refused) => refused,
             None => self.store.inspect(keys),
+        }
+    }
+
+    /// Every lock held or awaited under `prefix` ([`LockStore::survey`]).
+    pub fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>> {
+        self.store.survey(prefix)
+    }
+
+    /// Ends another client's hold ([`LockStore::evict`]).
+    pub fn evict<'a>(
+        &'a self,
+        keys: &'a Arc<LockKeys>,
+        token: &'a Token,
+    ) -> StoreFuture<'a, Result<bool>> {
+        match self.refuses(keys) {
+            Some(refused) => refused,
+            None => self.store.evict(keys, token),
         }
     }
 

@@ -20,6 +20,7 @@
 //! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
 //! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
 //! | `limits` | fixed and sliding windows, GCRA, retry-after, peek | rate limits |
+//! | `survey` | locks listed from any client with their holders and waiters in order; forced releases that hand on and are noticed | `survey` (and read-write locks) |
 //! | `leader` | one leader at a time, increasing terms, candidates in arrival order, who leads, lapsed leaders replaced, observers and proclaimed values | locks (and fenced values, or a data client) |
 //!
 //! Every test starts its own store through the harness's constructor,
@@ -84,6 +85,7 @@ pub mod queue;
 pub mod rw_locks;
 pub mod schedule;
 pub mod semaphores;
+pub mod survey;
 mod waits;
 
 /// The lease the watchdog tests keep alive. Renewed every third of it,
@@ -489,6 +491,13 @@ macro_rules! conformance {
             a_semaphore_is_seen_with_its_holders_and_waiters,
         );
     };
+    (@group survey, $h:expr) => {
+        $crate::conformance!(@tests survey, survey, Real, $h;
+            locks_are_listed_with_holders_and_waiters_in_order,
+            a_forced_release_hands_on_and_the_holder_learns,
+            a_forced_release_ends_every_reader,
+        );
+    };
     (@group rw_locks, $h:expr) => {
         $crate::conformance!(@tests rw_locks, rw_locks, Real, $h;
             readers_share_and_a_writer_excludes_everyone,
@@ -555,7 +564,7 @@ macro_rules! conformance {
     (@group $other:ident, $h:expr) => {
         compile_error!(concat!(
             "unknown conformance group `", stringify!($other),
-            "`: expected locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, rw_refused, counters, counter_expiry, limits or leader"
+            "`: expected locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, rw_locks, rw_refused, counters, counter_expiry, limits or leader"
         ));
     };
     (@tests $group:ident, $module:ident, $time:ident, $h:expr; $($name:ident),+ $(,)?) => {

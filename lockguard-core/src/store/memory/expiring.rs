@@ -118,6 +118,14 @@ impl<T: Copy + Ord, V> Expiring<T, V> {
         self.entries.insert(key.to_owned(), (value, expires));
     }
 
+    /// Every live entry: its key, value and deadline.
+    pub(crate) fn live_entries(&self, now: T) -> impl Iterator<Item = (&str, &V, Option<T>)> {
+        self.entries
+            .iter()
+            .filter(move |(_, (_, e))| Self::live(*e, now))
+            .map(|(k, (v, e))| (k.as_str(), v, *e))
+    }
+
     /// Whether no entry is live at `now`.
     pub(crate) fn is_empty_at(&self, now: T) -> bool {
         self.entries.values().all(|(_, e)| !Self::live(*e, now))

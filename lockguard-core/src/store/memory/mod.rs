@@ -17,8 +17,8 @@ use crate::key::LockKeys;
 use crate::key::{CounterKeys, Resource};
 use crate::rate_limit::Decision;
 use crate::store::{
-    DataStore, Handoff, Inbox, LimitKeys, LimitOp, LimitReply, LockStore, Occupancy, Outcome,
-    Place, Store, Stored, Waiting,
+    DataStore, Handoff, Holding, Inbox, LimitKeys, LimitOp, LimitReply, LockStore, Occupancy,
+    Outcome, Place, Store, Stored, Waiting,
 };
 use crate::token::{Token, TokenHashing};
 
@@ -26,6 +26,7 @@ mod expiring;
 mod limits;
 mod rw;
 mod shards;
+mod survey;
 
 use expiring::Expiring;
 use limits::Limits;
@@ -669,6 +670,10 @@ impl LockStore for MemoryStore {
             None => Self::inspect(self, keys),
             Some(_) => self.rw_inspect(keys),
         })
+    }
+
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        Ok(Self::survey(self, prefix))
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::{Holders, MemoryStore, Queue, Step, Taken, reservation};
 use crate::fence::FencingToken;
 use crate::key::{LockKeys, RwMode};
-use crate::store::{Handoff, Occupancy, Outcome, Place};
+use crate::store::{Handoff, Holder, Occupancy, Outcome, Place};
 use crate::token::Token;
 
 /// A read-write lock's holders: its readers, or its writer; each with its
@@ -39,6 +39,29 @@ impl RwHolders {
                 .chain(self.writer.map(|(_, e, _)| e))
                 .fold(now, Instant::max),
         )
+    }
+
+    /// Its live holders, for a survey: readers or the writer, with
+    /// their fences and leases left.
+    pub(super) fn listed(&self, now: Instant) -> Vec<Holder> {
+        let hold = |mode, token, ends: Instant, fence| {
+            Holder::new(
+                token,
+                Some(mode),
+                Some(FencingToken::new(fence)),
+                Some(ends - now),
+            )
+        };
+        let readers = self.readers.iter().filter(|(_, (e, _))| *e > now);
+        let mut out: Vec<Holder> = readers
+            .map(|(t, (e, f))| hold(RwMode::Read, *t, *e, *f))
+            .collect();
+        out.extend(
+            self.writer
+                .filter(|(_, e, _)| *e > now)
+                .map(|(t, e, f)| hold(RwMode::Write, t, e, f)),
+        );
+        out
     }
 
     /// Whether a `mode` hold fits beside the holders.
