@@ -133,7 +133,7 @@ impl Harness for Sentinel {
 
 lockguard_testing::conformance!(
     redis => Redis::start();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, rw_locks, counters, counter_expiry, limits, leader
 );
 
 lockguard_testing::conformance!(redlock => Redlock::start(); locks, wake_ups, semaphores, rw_refused, leader);
@@ -152,6 +152,26 @@ async fn redlock_inspection_is_unsupported() {
     let lg = store.client_with(Client::builder()).await;
     let err = lg.lock("k").inspect().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    // Nor can it list its locks, or free one by force.
+    let err = lg.locks("*").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    let err = lg
+        .force_release(lockguard_core::LockKind::Lock, "k")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+}
+
+/// A Redis Cluster client says listing locks is unsupported: `SCAN`
+/// reaches one node.
+#[cfg(feature = "cluster")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_survey_is_unsupported() {
+    let store = Cluster::start();
+    let lg = store.client_with(Client::builder()).await;
+    let err = lg.locks("*").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("redis-cluster"), "{err}");
 }
 
 /// A key prefix with braces outside the hash tag (which would pick every
@@ -172,5 +192,5 @@ async fn a_braced_prefix_is_refused_by_connect() {
 #[cfg(feature = "sentinel")]
 lockguard_testing::conformance!(
     sentinel => Sentinel::start();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, rw_locks, counters, counter_expiry, limits, leader
 );

@@ -29,7 +29,7 @@ use eval::{Eval, Lua};
 use lockguard_core::FencingToken;
 use lockguard_core::store::Token;
 use lockguard_core::store::{
-    AllOrNone, LockSet, LockStore, Occupancy, Outcome, Place, Store, Waiting, millis_ceil,
+    AllOrNone, Holding, LockSet, LockStore, Occupancy, Outcome, Place, Store, Waiting, millis_ceil,
 };
 use lockguard_core::store::{LockKeys, Resource, RwMode};
 use lockguard_core::{Error, ErrorKind, Result};
@@ -38,6 +38,7 @@ mod data;
 mod eval;
 #[cfg(feature = "sentinel")]
 mod leases;
+mod survey;
 
 /// A script that uses the wait queue: `sequence.lua` and `queue.lua`
 /// (their shared functions) followed by the script's own file.
@@ -922,6 +923,10 @@ impl LockStore for RedisStore {
 
     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
         Self::extend(self, keys, token, lease).await
+    }
+
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        Self::survey(self, prefix).await
     }
 
     /// What the server knows of the lock or semaphore; see
