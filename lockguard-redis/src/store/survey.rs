@@ -6,12 +6,11 @@ use std::collections::BTreeSet;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lockguard_core::store::{Holder, Holding, Token, Waiter, unsupported};
+use lockguard_core::store::{Holder, Holding, Token, Waiter};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result, RwMode};
 
 use super::RedisStore;
 use super::eval::{Eval, Lua};
-use crate::conn::Conn;
 use crate::layout::sequence;
 
 static SURVEY: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/survey.lua")));
@@ -32,9 +31,13 @@ const SCAN_COUNT: u32 = 1000;
 impl RedisStore {
     /// See [`LockStore::survey`](lockguard_core::store::LockStore::survey).
     pub(crate) async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
-        if matches!(self.conn, Conn::Cluster(_)) {
+        #[cfg(feature = "cluster")]
+        if matches!(self.conn, crate::conn::Conn::Cluster(_)) {
             // SCAN reaches one node; a survey would have to walk them all.
-            return Err(unsupported("redis-cluster", "listing locks"));
+            return Err(lockguard_core::store::unsupported(
+                "redis-cluster",
+                "listing locks",
+            ));
         }
         let mut ids = BTreeSet::new();
         let pattern = format!("{}*", glob_escaped(prefix));
