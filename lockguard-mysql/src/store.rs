@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockguard_core::store::{
-    AllOrNone, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiting, net,
+    AllOrNone, CounterKeys, DataStore, Holder, Holding, LimitKeys, LimitOp, LimitReply, LockKeys,
+    LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiter, Waiting,
+    net,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -38,6 +39,7 @@ struct Statements {
     rw_release: String,
     rw_extend: String,
     rw_inspect: String,
+    survey: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -85,6 +87,38 @@ impl Statements {
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = ?), 0), \
                      COALESCE((SELECT MAX(h.fence) FROM {p}rw_holders h WHERE h.k = ?), 0)) AS SIGNED) \
                  FROM (SELECT {now} AS now) t"
+            ),
+            // Every live holder and live waiter, of locks and semaphores
+            // and of read-write locks, whose key lies in [?, ?) (see
+            // `prefix_range`), a row each: holders by fence, then waiters
+            // in their queue's order (`n` is a holder's fence, a waiter's
+            // arrival). The newest token is what `inspect` and `rw_inspect`
+            // report.
+            survey: format!(
+                "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
+                   CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
+                     COALESCE(IF(e.rw = 1, \
+                       (SELECT MAX(h.fence) FROM {p}rw_holders h WHERE h.k = e.k), \
+                       (SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = e.k)), 0)) AS SIGNED) \
+                 FROM ( \
+                   SELECT h.k, 0 AS rw, 0 AS waits, h.token, 0 AS is_read, h.fence AS n, \
+                     CAST(CEIL((h.expires_us - t.now) / 1000) AS SIGNED) AS left_ms \
+                     FROM {p}holders h, (SELECT {now} AS now) t \
+                     WHERE h.k >= ? AND h.k < ? AND h.expires_us > t.now \
+                   UNION ALL \
+                   SELECT h.k, 1, 0, h.token, h.is_read, h.fence, \
+                     CAST(CEIL((h.expires_us - t.now) / 1000) AS SIGNED) \
+                     FROM {p}rw_holders h, (SELECT {now} AS now) t \
+                     WHERE h.k >= ? AND h.k < ? AND h.expires_us > t.now \
+                   UNION ALL \
+                   SELECT w.k, 0, 1, w.token, 0, w.arrival, NULL \
+                     FROM {p}waiters w, (SELECT {now} AS now) t \
+                     WHERE w.k >= ? AND w.k < ? AND w.deadline_us > t.now \
+                   UNION ALL \
+                   SELECT w.k, 1, 1, w.token, w.is_read, w.arrival, NULL \
+                     FROM {p}rw_waiters w, (SELECT {now} AS now) t \
+                     WHERE w.k >= ? AND w.k < ? AND w.deadline_us > t.now) e \
+                 ORDER BY e.k, e.waits, e.n"
             ),
             counter_add: format!("CALL {p}counter_add(?, ?, ?)"),
             counter_take: format!("CALL {p}counter_take(?, ?, ?)"),
@@ -316,6 +350,105 @@ impl MySqlStore {
             .await,
         )
     }
+}
+
+impl MySqlStore {
+    /// Runs one statement answering any number of rows on a pooled
+    /// connection (a read: nothing to send again).
+    async fn exec_all<T>(
+        &self,
+        sql: &str,
+        params: impl Into<Params> + Send,
+        what: impl Fn() -> String,
+    ) -> Result<Vec<T>>
+    where
+        T: FromRow + Send + 'static,
+    {
+        net::within(
+            self.cfg.response_timeout,
+            "mysql",
+            &what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                let mut conn = Checked(Some(self.conn(&what).await?));
+                let rows: Vec<Row> = conn
+                    .conn()
+                    .exec(sql, params.into())
+                    .await
+                    .map_err(|e| mysql_error(e, &what()))?;
+                conn.answered();
+                rows.into_iter().map(|r| read_row(r, &what)).collect()
+            })
+            .await,
+        )
+    }
+}
+
+/// The keys under `prefix`, as the range `[start, end)` of their bytes:
+/// `end` is `prefix` with its last byte one greater. Keys are UTF-8, in
+/// which no byte is 0xFF (nor is a last byte of `prefix` one below it):
+/// for an empty prefix, `[0xFF]` is above every key.
+fn prefix_range(prefix: &str) -> (Vec<u8>, Vec<u8>) {
+    let start = prefix.as_bytes().to_vec();
+    let mut end = start.clone();
+    match end.pop() {
+        Some(last) => end.push(last.saturating_add(1)),
+        None => end.push(0xFF),
+    }
+    (start, end)
+}
+
+/// One row of the survey statement: the key, whether of a read-write lock,
+/// whether a waiter, the token, whether it reads, the holder's fence or the
+/// waiter's arrival, the holder's ms left, the key's newest token.
+type SurveyRow = (Vec<u8>, i64, i64, Vec<u8>, i64, i64, Option<i64>, i64);
+
+/// The rows of the survey statement, a holder or a waiter each, sorted by
+/// key, as the holdings of their locks.
+fn holdings(rows: Vec<SurveyRow>, what: &dyn Fn() -> String) -> Result<Vec<Holding>> {
+    let mut out: Vec<Holding> = Vec::new();
+    for (k, rw, waits, token, reads, n, left, latest) in rows {
+        let id = String::from_utf8(k).map_err(|e| garbage(&what(), e.into_bytes()))?;
+        let token = Token::parse(&token).ok_or_else(|| {
+            garbage(
+                &what(),
+                format!("the token {:?} of {id:?}", String::from_utf8_lossy(&token)),
+            )
+        })?;
+        let mode = (rw == 1).then_some(if reads == 1 {
+            RwMode::Read
+        } else {
+            RwMode::Write
+        });
+        let holder = if waits == 1 {
+            None
+        } else {
+            let fence = u64::try_from(n)
+                .ok()
+                .filter(|f| *f > 0)
+                .ok_or_else(|| garbage(&what(), format!("the fencing token {n} of {id:?}")))?;
+            let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
+            Some(Holder::new(
+                token,
+                mode,
+                Some(FencingToken::new(fence)),
+                left,
+            ))
+        };
+        // The rows of one key come together (sorted by key).
+        if out.last().is_none_or(|h| h.id != id) {
+            let latest = u64::try_from(latest)
+                .ok()
+                .filter(|f| *f > 0)
+                .map(FencingToken::new);
+            out.push(Holding::new(id, Vec::new(), Vec::new(), latest));
+        }
+        let last = out.len() - 1;
+        match holder {
+            Some(holder) => out[last].holders.push(holder),
+            None => out[last].waiters.push(Waiter::new(token, mode)),
+        }
+    }
+    Ok(out)
 }
 
 /// `items` as a JSON array of strings, for a procedure that takes a list.
@@ -589,6 +722,24 @@ impl LockStore for MySqlStore {
             latest,
         ))
     }
+
+    /// One statement over the tables of locks and of read-write locks:
+    /// every live holder and live waiter of the keys under `prefix`. A
+    /// forced release is the holder's own release (the default `evict`):
+    /// `release` and `rw_release` need only the token, and hand the lock
+    /// on as a release does.
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        let what = || format!("listing the locks under {prefix:?}");
+        let (start, end) = prefix_range(prefix);
+        let rows: Vec<SurveyRow> = self
+            .exec_all(
+                &self.sql.survey,
+                (&start, &end, &start, &end, &start, &end, &start, &end),
+                what,
+            )
+            .await?;
+        holdings(rows, &what)
+    }
 }
 
 impl DataStore for MySqlStore {
@@ -783,6 +934,26 @@ mod tests {
             json_array(&["a", "q\"b", "back\\slash", "tab\t"]),
             r#"["a","q\"b","back\\slash","tab\u0009"]"#
         );
+    }
+
+    /// The range of a prefix holds the keys that start with it and no
+    /// others, whatever bytes the prefix holds.
+    #[test]
+    fn survey_ranges_hold_their_prefix_alone() {
+        let under = |prefix: &str, key: &str| {
+            let (start, end) = prefix_range(prefix);
+            key.as_bytes() >= start.as_slice() && key.as_bytes() < end.as_slice()
+        };
+        for key in ["a_%\\:lock:{n}", "a_%\\:", "a_%\\:\u{10FFFF}"] {
+            assert!(under("a_%\\:", key), "{key:?}");
+        }
+        for key in ["a_%\\", "a_%\\;", "ab:lock:{n}", "a_%:lock:{n}", "b"] {
+            assert!(!under("a_%\\:", key), "{key:?}");
+        }
+        for key in ["", "lock:{n}", "\u{10FFFF}\u{10FFFF}"] {
+            assert!(under("", key), "{key:?}");
+        }
+        assert!(under("é", "é:x") && !under("é", "ê"));
     }
 
     #[test]

@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
-    AllOrNone, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiting,
+    AllOrNone, CounterKeys, DataStore, Holder, Holding, LimitKeys, LimitOp, LimitReply, LockKeys,
+    LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiter, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -42,6 +42,7 @@ struct Statements {
     rw_acquire: String,
     rw_release: String,
     rw_inspect: String,
+    survey: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -67,6 +68,27 @@ impl Statements {
             rw_acquire: format!("SELECT * FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7)"),
             rw_release: format!("SELECT {s}.rw_release($1, $2)"),
             rw_inspect: format!("SELECT * FROM {s}.rw_inspect($1)"),
+            // Every live holder and live waiter of the keys that `$1` (a
+            // LIKE pattern, see `like_prefix`) matches, a row each: holders
+            // by fence, then waiters in their queue's order (`n` is a
+            // holder's fence, a waiter's arrival). The clock is read once;
+            // the newest token is what `inspect` and `rw_inspect` report.
+            survey: format!(
+                "WITH t AS (SELECT clock_timestamp() AS now), \
+                 e AS ( \
+                   SELECT h.key, false AS waits, h.token, h.reads, h.fence AS n, \
+                          ceil(extract(epoch FROM h.expires_at - t.now) * 1000)::bigint AS left_ms \
+                     FROM {s}.holders h CROSS JOIN t \
+                     WHERE h.key LIKE $1 AND h.expires_at > t.now \
+                   UNION ALL \
+                   SELECT w.key, true, w.token, w.reads, w.arrival, NULL \
+                     FROM {s}.waiters w CROSS JOIN t \
+                     WHERE w.key LIKE $1 AND w.deadline > t.now) \
+                 SELECT e.key, e.waits, e.token, e.reads, e.n, e.left_ms, \
+                        greatest((SELECT f.fence FROM {s}.latest_fences f WHERE f.key = e.key), \
+                                 (SELECT max(h.fence) FROM {s}.holders h WHERE h.key = e.key)) \
+                   FROM e ORDER BY e.key, e.waits, e.n"
+            ),
             counter_add: format!("SELECT {s}.counter_add($1, $2, $3)"),
             counter_take: format!("SELECT * FROM {s}.counter_take($1, $2, $3)"),
             counter_get: format!(
@@ -309,6 +331,92 @@ fn one(mut rows: Vec<Row>, what: &dyn Fn() -> String) -> Result<Row> {
     }
 }
 
+/// `prefix` as a LIKE pattern matching exactly the texts that start with
+/// it: its `\`, `%` and `_` escaped by `\` (LIKE's escape character),
+/// then `%`. A prefix `a_` then matches `a_x` but never `abx`.
+fn like_prefix(prefix: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '\\' | '%' | '_') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('%');
+    out
+}
+
+/// Whether the lock `id` under `prefix` is a read-write lock (its kind is
+/// `rw`): its holders' and waiters' `reads` then say their mode.
+fn is_read_write(prefix: &str, id: &str) -> bool {
+    id.strip_prefix(prefix)
+        .is_some_and(|rest| rest.starts_with("rw:"))
+}
+
+/// The newest fencing token as `inspect` reads it: none when NULL or not
+/// positive.
+fn latest_fence(latest: Option<i64>) -> Option<FencingToken> {
+    latest
+        .and_then(|f| u64::try_from(f).ok())
+        .filter(|f| *f > 0)
+        .map(FencingToken::new)
+}
+
+/// The rows of the survey statement, a holder or a waiter each, sorted by
+/// key, as the holdings of `prefix`'s locks.
+fn holdings(prefix: &str, rows: &[Row], what: &dyn Fn() -> String) -> Result<Vec<Holding>> {
+    let mut out: Vec<Holding> = Vec::new();
+    for row in rows {
+        let id: String = row.get(0, what)?;
+        let waits: bool = row.get(1, what)?;
+        let token: String = row.get(2, what)?;
+        let reads: bool = row.get(3, what)?;
+        let n: i64 = row.get(4, what)?;
+        let left: Option<i64> = row.get(5, what)?;
+        let latest: Option<i64> = row.get(6, what)?;
+        let garbage = |detail: String| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unexpected reply: {detail} of {id:?}", what()),
+            )
+        };
+        let token =
+            Token::parse(token.as_bytes()).ok_or_else(|| garbage(format!("a token {token:?}")))?;
+        let mode =
+            is_read_write(prefix, &id).then_some(if reads { RwMode::Read } else { RwMode::Write });
+        let holder = if waits {
+            None
+        } else {
+            let fence = u64::try_from(n)
+                .ok()
+                .filter(|f| *f > 0)
+                .ok_or_else(|| garbage(format!("a fencing token {n}")))?;
+            let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
+            Some(Holder::new(
+                token,
+                mode,
+                Some(FencingToken::new(fence)),
+                left,
+            ))
+        };
+        // The rows of one key come together (sorted by key).
+        if out.last().is_none_or(|h| h.id != id) {
+            out.push(Holding::new(
+                id,
+                Vec::new(),
+                Vec::new(),
+                latest_fence(latest),
+            ));
+        }
+        let last = out.len() - 1;
+        match holder {
+            Some(holder) => out[last].holders.push(holder),
+            None => out[last].waiters.push(Waiter::new(token, mode)),
+        }
+    }
+    Ok(out)
+}
+
 /// Read-write locks: the holds of a read-write lock's keys, which the
 /// boundary's methods hand on here.
 impl PostgresStore {
@@ -374,10 +482,7 @@ impl PostgresStore {
             writer,
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             u64::try_from(waiters).map_err(|_| garbage())?,
-            latest
-                .and_then(|f| u64::try_from(f).ok())
-                .filter(|f| *f > 0)
-                .map(FencingToken::new),
+            latest_fence(latest),
         ))
     }
 }
@@ -540,11 +645,22 @@ impl LockStore for PostgresStore {
             keys.resource().permits(),
             left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             u64::try_from(waiters).map_err(|_| garbage())?,
-            latest
-                .and_then(|f| u64::try_from(f).ok())
-                .filter(|f| *f > 0)
-                .map(FencingToken::new),
+            latest_fence(latest),
         ))
+    }
+
+    /// One statement over the tables of locks (which hold read-write
+    /// locks too): every live holder and live waiter of the keys under
+    /// `prefix`. A forced release is the holder's own release (the default
+    /// `evict`): `release` and `rw_release` need only the token, and hand
+    /// the lock on as a release does.
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        let what = || format!("listing the locks under {prefix:?}");
+        let pattern = like_prefix(prefix);
+        let rows = self
+            .query(&self.sql.survey, &[pattern.as_str().into()], what)
+            .await?;
+        holdings(prefix, &rows, &what)
     }
 }
 
@@ -784,5 +900,54 @@ impl DataStore for PostgresStore {
             )
             .await?;
         Ok(!rows.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prefix's `\`, `%` and `_` match only themselves: a survey of `a_`
+    /// never lists the locks of `ab`.
+    #[test]
+    fn survey_patterns_escape_what_like_reads() {
+        assert_eq!(like_prefix(""), "%");
+        assert_eq!(like_prefix("lockguard:"), "lockguard:%");
+        assert_eq!(like_prefix("a_b%c\\d:"), "a\\_b\\%c\\\\d:%");
+    }
+
+    /// On a server, the pattern of a prefix holding LIKE's wildcards and
+    /// its escape character matches the identities under that prefix and
+    /// no others.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn survey_patterns_match_their_prefix_alone_on_the_server() {
+        let server = lockguard_testing::PostgresServer::shared();
+        let (db, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let pattern = like_prefix("a_%\\:");
+        for (id, under) in [
+            ("a_%\\:lock:{n}", true),
+            ("a_%\\:", true),
+            ("ab:lock:{n}", false),
+            ("a_x\\:lock:{n}", false),
+            ("a_%:lock:{n}", false),
+            ("a_%\\\\:lock:{n}", false),
+            ("A_%\\:lock:{n}", false),
+        ] {
+            let row = db
+                .query_one("SELECT $1::text LIKE $2::text", &[&id, &pattern])
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, bool>(0), under, "{id:?}");
+        }
+    }
+
+    #[test]
+    fn read_write_locks_are_told_by_their_kind() {
+        assert!(is_read_write("app:", "app:rw:{doc}"));
+        assert!(!is_read_write("app:", "app:lock:{rw:doc}"));
+        assert!(!is_read_write("app:", "other:rw:{doc}"));
     }
 }

@@ -52,7 +52,7 @@ impl Harness for Postgres {
 
 lockguard_testing::conformance!(
     postgres => Postgres::start();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, counters, counter_expiry, limits, rw_locks, leader
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, counters, counter_expiry, limits, rw_locks, leader
 );
 
 /// A client of `schema` on `server`.

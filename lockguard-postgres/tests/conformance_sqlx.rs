@@ -59,7 +59,7 @@ impl Harness for PostgresSqlx {
 
 lockguard_testing::conformance!(
     postgres_sqlx => PostgresSqlx::start();
-    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, rw_locks, counters, counter_expiry, limits
+    locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, rw_locks, counters, counter_expiry, limits
 );
 
 /// The server's client connections whose `application_name` is `name`.
