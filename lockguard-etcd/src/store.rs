@@ -40,6 +40,11 @@
 //! released before its `at_least` has passed keeps its holder's key, moved
 //! to a lease of that length, which outlives the client: to its waiters it
 //! is still the holder, until the lease ends and etcd deletes it.
+//!
+//! Any client can list the locks held or awaited, in one read of their
+//! keys, and end another client's hold by deleting its key, named for its
+//! token (see `survey`); the holder's next renewal, which compares its
+//! key's create revision, finds it gone.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -58,8 +63,8 @@ use tokio::time::Instant;
 
 use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
-    AllOrNone, Handoff, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, RwMode,
-    Token, Waiting,
+    AllOrNone, Handoff, Holding, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place,
+    RwMode, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -69,6 +74,7 @@ use crate::session::Session;
 mod data;
 mod follow;
 mod limits;
+mod survey;
 
 /// How long a waiter trusts a watch that has not fired before it reads
 /// the queue again anyway.
@@ -250,7 +256,11 @@ struct Queue {
 
 impl Queue {
     fn of(kvs: &[KeyValue]) -> Self {
-        let mut entries: Vec<Entry> = kvs.iter().map(Entry::of).collect();
+        Self::sorted(kvs.iter().map(Entry::of).collect())
+    }
+
+    /// The queue of `entries`, put in creation order.
+    fn sorted(mut entries: Vec<Entry>) -> Self {
         entries.sort_by_key(|e| e.created);
         // Reads of parts of a queue may find a key twice (the head that is
         // also a waiter's predecessor).
@@ -359,6 +369,19 @@ impl Target {
     fn handing_over(self, hands_over: bool) -> Self {
         Self { hands_over, ..self }
     }
+}
+
+/// The newest fencing token drawn for a lock whose queue is `queue`: the
+/// last revision that created or wrote a key of it.
+fn latest(queue: &Queue) -> Option<FencingToken> {
+    queue
+        .entries
+        .iter()
+        .map(|e| e.modified.max(e.created))
+        .max()
+        .and_then(|r| u64::try_from(r).ok())
+        .filter(|r| *r > 0)
+        .map(FencingToken::new)
 }
 
 /// The readers at the head of a read-write lock's queue, up to its first
@@ -1083,14 +1106,7 @@ impl EtcdStore {
             .await?;
         let queue = Queue::of(&answer);
         let queued = queue.entries.len();
-        let latest = queue
-            .entries
-            .iter()
-            .map(|e| e.modified.max(e.created))
-            .max()
-            .and_then(|r| u64::try_from(r).ok())
-            .filter(|r| *r > 0)
-            .map(FencingToken::new);
+        let latest = latest(&queue);
         if let Some(kept) = queue.kept() {
             return Ok(Occupancy::new(
                 1,
@@ -1221,6 +1237,19 @@ impl LockStore for EtcdStore {
 
     async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
         self.inspect_inner(keys).await
+    }
+
+    /// One range read of the queue keys of every lock whose identity
+    /// starts with `prefix` (see `survey`).
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        self.survey_inner(prefix).await
+    }
+
+    /// The holder's key, named for its token, deleted when it holds: its
+    /// own client remembers the key, this one reads the queue (see
+    /// `survey`).
+    async fn evict(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.evict_inner(keys, token).await
     }
 
     /// A lock's hold becomes a key on a lease of its own that keeps it past

@@ -45,6 +45,10 @@
 //! transaction's zxid as their fencing token.
 //!
 //! A queue place lives with the session; a waiter that gives up deletes it.
+//!
+//! Any client can list the locks held or awaited, from their nodes, and
+//! end another client's hold by deleting its node, found by its token
+//! (see `survey`); the holder's next renewal finds its node gone.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -59,7 +63,8 @@ use zookeeper_client as zk;
 
 use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
-    AllOrNone, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, Token, Waiting,
+    AllOrNone, Holding, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, Token,
+    Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -71,6 +76,7 @@ mod multi;
 mod order;
 mod rw;
 mod session;
+mod survey;
 
 use self::admission::Admission;
 
@@ -982,6 +988,18 @@ impl LockStore for ZooKeeperStore {
             Some(_) => self.rw_inspect_inner(keys).await,
         };
         self.outage(answer)
+    }
+
+    /// The lock nodes whose identities start with `prefix`, and their
+    /// queues (see `survey`).
+    async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
+        self.outage(self.survey_inner(prefix).await)
+    }
+
+    /// The holder's node, found by its token and deleted: its own client
+    /// remembers the node, this one finds it (see `survey`).
+    async fn evict(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.outage(self.evict_inner(keys, token).await)
     }
 
     /// A lock's hold becomes a persistent node that keeps it past this

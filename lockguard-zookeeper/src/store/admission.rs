@@ -116,6 +116,20 @@ pub(super) fn is_writer(name: &str) -> bool {
         .is_some_and(|(_, rest)| rest.starts_with(WRITE))
 }
 
+/// The mode of a read-write lock's queue node, told by its mark
+/// (`{token}-__READ__…`, `{token}-__WRIT__…`); `None` for a lock's or a
+/// semaphore's node.
+pub(super) fn mode_of(name: &str) -> Option<RwMode> {
+    let (_, rest) = name.split_once('-')?;
+    if rest.starts_with(READ) {
+        Some(RwMode::Read)
+    } else if rest.starts_with(WRITE) {
+        Some(RwMode::Write)
+    } else {
+        None
+    }
+}
+
 /// Who holds a read-write lock whose queue is `queue` (its nodes in
 /// order): its first node when that is a writer (`(0, true)`), else the
 /// run of readers before the first writer.
@@ -206,6 +220,9 @@ mod tests {
 
     #[test]
     fn writers_are_told_by_their_mark() {
+        assert_eq!(mode_of("ab12-__WRIT__0000000001"), Some(RwMode::Write));
+        assert_eq!(mode_of("ab12-__READ__0000000001"), Some(RwMode::Read));
+        assert_eq!(mode_of("ab12-0000000001"), None);
         assert!(is_writer("ab12-__WRIT__0000000001"));
         assert!(is_writer("ab12-__WRIT__-000000001"));
         assert!(!is_writer("ab12-__READ__0000000001"));
