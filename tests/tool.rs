@@ -55,12 +55,8 @@ fn tool(args: &[&str], stdin: &str) -> (i32, String, String) {
 async fn the_operator_sees_and_frees(url: &str) {
     let holder = Client::connect(url).await.unwrap();
     let other = Client::connect(url).await.unwrap();
-    let stuck = holder
-        .lock("tool:order:42")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
+    // Renewed by the watchdog: it is its renewal that finds the lock gone.
+    let stuck = holder.lock("tool:order:42").acquire().await.unwrap();
     let waiter = tokio::spawn(async move {
         other
             .lock("tool:order:42")
