@@ -29,6 +29,15 @@ pub(crate) const SCHEDULE_KIND: &str = "schedule";
 /// fenced value: `{prefix}schedule-run:{escaped name}`.
 pub(crate) const SCHEDULE_RUN_KIND: &str = "schedule-run";
 
+/// The kind of an upgradeable read-write lock's keys (its reads and
+/// writes): `{prefix}urw:{escaped name}`, apart from a plain read-write
+/// lock of the same name.
+pub(crate) const UPGRADEABLE_KIND: &str = "urw";
+
+/// The kind of an upgradeable read-write lock's gate, the lock its
+/// upgradeable readers and its writers hold: `{prefix}urw-gate:{escaped name}`.
+pub(crate) const UPGRADE_GATE_KIND: &str = "urw-gate";
+
 /// What a key's holders hold: one lock, or one of a semaphore's permits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resource {
@@ -300,10 +309,16 @@ impl LockKeys {
     }
 
     pub(crate) fn rw(prefix: &str, name: &str, mode: RwMode) -> Self {
+        Self::rw_of_kind(prefix, "rw", name, mode)
+    }
+
+    /// The keys of a `mode` hold of a read-write lock of `kind` (an
+    /// upgradeable one's), never met by a plain read-write lock.
+    pub(crate) fn rw_of_kind(prefix: &str, kind: &str, name: &str, mode: RwMode) -> Self {
         Self {
             resource: Resource::Lock,
             rw: Some(mode),
-            lock: base(prefix, "rw", name),
+            lock: base(prefix, kind, name),
             prefix_len: prefix.len(),
             channel: OnceLock::new(),
         }

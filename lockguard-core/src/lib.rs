@@ -219,6 +219,8 @@ mod lock;
 mod multi_lock;
 // Read-write locks.
 mod rw_lock;
+// Read-write locks with upgradeable reads, on a read-write lock and a gate.
+mod upgradeable;
 // Semaphores.
 mod semaphore;
 // Counters.
@@ -272,3 +274,4 @@ pub use store::Occupancy;
 pub use survey::{Forced, LockKind, LockState};
 #[cfg(feature = "serde")]
 pub use text::serde_duration;
+pub use upgradeable::{UpgradeableGuard, UpgradeableLock, UpgradeableRwLock};

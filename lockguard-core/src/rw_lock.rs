@@ -125,7 +125,7 @@ macro_rules! rw_hold {
         $(#[$lock_doc])*
         #[derive(Debug, Clone)]
         #[must_use = "a read-write lock does nothing until acquired"]
-        pub struct $Lock(Lock);
+        pub struct $Lock(pub(crate) Lock);
 
         impl $Lock {
             /// A fixed lease with no watchdog (see [`Lock::lease`]).
@@ -244,7 +244,7 @@ macro_rules! rw_hold {
         $(#[$guard_doc])*
         #[derive(Debug)]
         #[must_use = "dropping the guard releases the lock at once"]
-        pub struct $Guard(LockGuard);
+        pub struct $Guard(pub(crate) LockGuard);
 
         impl $Guard {
             /// The lock's key as given.

@@ -439,6 +439,15 @@ impl Occupancy {
     }
 }
 
+/// Whether the lock identity `id` under `prefix` is a read-write lock's
+/// (of a [`RwLock`](crate::RwLock) or an
+/// [`UpgradeableRwLock`](crate::UpgradeableRwLock)): a survey then says
+/// the mode of its holders and waiters.
+pub fn is_read_write_id(prefix: &str, id: &str) -> bool {
+    id.strip_prefix(prefix)
+        .is_some_and(|rest| ["rw:{", "urw:{"].iter().any(|kind| rest.starts_with(kind)))
+}
+
 /// One lock, semaphore or read-write lock that is held or awaited, as the
 /// store keeps it at one moment ([`LockStore::survey`]).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::fence::FencingToken;
-use crate::key::{ELECTION_KIND, LockKeys, Resource, RwMode, SCHEDULE_KIND, untag};
+use crate::key::{
+    ELECTION_KIND, LockKeys, Resource, RwMode, SCHEDULE_KIND, UPGRADE_GATE_KIND, UPGRADEABLE_KIND,
+    untag,
+};
 use crate::store::{Holder, Holding, Waiter};
 
 /// What kind of lock a [`LockState`] is: the primitive that took it.
@@ -26,11 +29,18 @@ pub enum LockKind {
     Election,
     /// The lock behind a scheduled job ([`Client::schedule`]).
     Schedule,
+    /// An [`UpgradeableRwLock`](crate::UpgradeableRwLock): its readers
+    /// (the upgradeable reader among them) or its writer.
+    Upgradeable,
+    /// The gate of an [`UpgradeableRwLock`](crate::UpgradeableRwLock):
+    /// its upgradeable reader or its writer.
+    UpgradeGate,
 }
 
 impl LockKind {
     /// The kind as the `lockguard` tool prints it and reads it back:
-    /// `lock`, `semaphore`, `rw`, `leader` or `schedule`.
+    /// `lock`, `semaphore`, `rw`, `leader`, `schedule`, `urw` or
+    /// `urw-gate`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Lock => "lock",
@@ -38,6 +48,8 @@ impl LockKind {
             Self::ReadWrite => "rw",
             Self::Election => "leader",
             Self::Schedule => "schedule",
+            Self::Upgradeable => UPGRADEABLE_KIND,
+            Self::UpgradeGate => UPGRADE_GATE_KIND,
         }
     }
 
@@ -49,6 +61,8 @@ impl LockKind {
             Self::ReadWrite,
             Self::Election,
             Self::Schedule,
+            Self::Upgradeable,
+            Self::UpgradeGate,
         ]
         .into_iter()
         .find(|k| k.as_str() == text)
@@ -62,6 +76,8 @@ impl LockKind {
             "rw" => Some(Self::ReadWrite),
             ELECTION_KIND => Some(Self::Election),
             SCHEDULE_KIND => Some(Self::Schedule),
+            UPGRADEABLE_KIND => Some(Self::Upgradeable),
+            UPGRADE_GATE_KIND => Some(Self::UpgradeGate),
             _ => None,
         }
     }
@@ -75,6 +91,13 @@ impl LockKind {
             Self::ReadWrite => LockKeys::rw(prefix, name, mode.unwrap_or(RwMode::Write)),
             Self::Election => LockKeys::election(prefix, name),
             Self::Schedule => LockKeys::of_kind(prefix, SCHEDULE_KIND, name),
+            Self::Upgradeable => LockKeys::rw_of_kind(
+                prefix,
+                UPGRADEABLE_KIND,
+                name,
+                mode.unwrap_or(RwMode::Write),
+            ),
+            Self::UpgradeGate => LockKeys::of_kind(prefix, UPGRADE_GATE_KIND, name),
             Self::Semaphore => return None,
         })
     }
@@ -349,7 +372,15 @@ mod tests {
             )
             .is_none()
         );
-        for kind in ["lock", "semaphore", "rw", "leader", "schedule"] {
+        for kind in [
+            "lock",
+            "semaphore",
+            "rw",
+            "leader",
+            "schedule",
+            "urw",
+            "urw-gate",
+        ] {
             assert_eq!(LockKind::parse(kind).map(LockKind::as_str), Some(kind));
         }
     }

@@ -349,8 +349,7 @@ fn like_prefix(prefix: &str) -> String {
 /// Whether the lock `id` under `prefix` is a read-write lock (its kind is
 /// `rw`): its holders' and waiters' `reads` then say their mode.
 fn is_read_write(prefix: &str, id: &str) -> bool {
-    id.strip_prefix(prefix)
-        .is_some_and(|rest| rest.starts_with("rw:"))
+    lockguard_core::store::is_read_write_id(prefix, id)
 }
 
 /// The newest fencing token as `inspect` reads it: none when NULL or not

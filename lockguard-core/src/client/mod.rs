@@ -25,6 +25,7 @@ use crate::semaphore::Semaphore;
 use crate::store::Store;
 use crate::store::memory::MemoryStore;
 use crate::token::Token;
+use crate::upgradeable::UpgradeableRwLock;
 
 /// The default timeout for connecting to a store.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -142,6 +143,14 @@ impl Client {
     /// An invalid name is reported by `acquire`.
     pub fn rw_lock(&self, name: &str) -> RwLock {
         RwLock::new(self.engine.clone(), name)
+    }
+
+    /// The read-write lock `name` with upgradeable reads: readers, one
+    /// upgradeable reader beside them that can become the writer with no
+    /// writer in between, and writers. A lock of its own, apart from
+    /// [`rw_lock`](Self::rw_lock)`(name)`; see [`UpgradeableRwLock`].
+    pub fn upgradeable_rw_lock(&self, name: &str) -> UpgradeableRwLock {
+        UpgradeableRwLock::new(self.engine.clone(), name)
     }
 
     /// A semaphore admitting at most `permits` holders of `name` at once.

@@ -109,6 +109,28 @@ impl Lock {
         Self::with_keys(engine, name, keys)
     }
 
+    /// A lock of its own `kind` (an upgradeable read-write lock's gate),
+    /// `what` in its errors.
+    pub(crate) fn of_kind(engine: Arc<Engine>, name: &str, kind: &str, what: &str) -> Self {
+        let keys = crate::key::validate_key(what, name)
+            .map(|()| Arc::new(LockKeys::of_kind(&engine.prefix, kind, name)))
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
+    }
+
+    /// One hold of a read-write lock of `kind` (an upgradeable one's).
+    pub(crate) fn rw_of_kind(
+        engine: Arc<Engine>,
+        name: &str,
+        kind: &str,
+        mode: crate::key::RwMode,
+    ) -> Self {
+        let keys = crate::key::validate_key("read-write lock", name)
+            .map(|()| Arc::new(LockKeys::rw_of_kind(&engine.prefix, kind, name, mode)))
+            .map_err(Invalid::from);
+        Self::with_keys(engine, name, keys)
+    }
+
     /// The acquirer behind a semaphore: the same leases, watchdog and
     /// waiting, on permits instead of one lock.
     pub(crate) fn semaphore(engine: Arc<Engine>, name: &str, permits: u32) -> Self {

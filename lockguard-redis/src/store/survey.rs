@@ -17,12 +17,14 @@ static SURVEY: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/s
 
 /// The kinds of lock identity a client lays out (`{prefix}{kind}:{...}`),
 /// with the kind `survey.lua` reads each as.
-const KINDS: [(&str, &str); 5] = [
+const KINDS: [(&str, &str); 7] = [
     ("lock", "lock"),
     ("leader", "lock"),
     ("schedule", "lock"),
+    ("urw-gate", "lock"),
     ("sem", "sem"),
     ("rw", "rw"),
+    ("urw", "rw"),
 ];
 
 /// How many keys one `SCAN` step looks at.

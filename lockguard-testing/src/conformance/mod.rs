@@ -15,7 +15,7 @@
 //! | `wake_ups` | no lock's wake-up lost under contention (each acquisition within 8 s of the lock's release, where only a wake-up is that quick) | locks |
 //! | `queue_wake_ups` | no permit's wake-up lost under contention (a bound on every wait that only a queue gives) | a queue (`Waiting::Queue`) |
 //! | `inspection` | `inspect()` of locks and semaphores | `inspect` |
-//! | `rw_locks` | read-write locks: readers share, writers alone, one FIFO queue, handoff to the run of readers, fences, leases, dropped acquisitions, bad input, `inspect()` | read-write locks (`rw_*`) |
+//! | `rw_locks` | read-write locks: readers share, writers alone, one FIFO queue, handoff to the run of readers, fences, leases, dropped acquisitions, bad input, `inspect()`; upgradeable read-write locks (module `upgradeable`): one upgrader beside the readers, no writer between a read and its upgrade | read-write locks (`rw_*`) |
 //! | `rw_refused` | a store without read-write locks refuses them as `Unsupported`, naming itself | no read-write locks |
 //! | `counters` | bounded decrement, once-per-user marks, compare-and-set, overflow | counters |
 //! | `counter_expiry` | counters that expire, versions that never repeat | counters with expiry |
@@ -86,6 +86,7 @@ pub mod rw_locks;
 pub mod schedule;
 pub mod semaphores;
 pub mod survey;
+pub mod upgradeable;
 mod waits;
 
 /// The lease the watchdog tests keep alive. Renewed every third of it,
@@ -511,6 +512,11 @@ macro_rules! conformance {
             dropped_rw_acquire_futures_leave_the_queue,
             rw_bad_input,
             rw_inspect_shows_readers_writer_and_waiters,
+        );
+        $crate::conformance!(@tests upgradeable, upgradeable, Real, $h;
+            an_upgradeable_read_shares_with_readers_alone_among_upgraders,
+            an_upgrade_lets_no_writer_in_between,
+            a_failed_upgrade_reads_again,
         );
     };
     (@group rw_refused, $h:expr) => {

@@ -836,6 +836,17 @@ pub async fn rw_locks_are_unsupported(env: Env) {
             .await
             .unwrap_err(),
         rw.inspect().await.unwrap_err(),
+        // An upgradeable one too, its gate given back.
+        lg.upgradeable_rw_lock("refused")
+            .upgradeable_read()
+            .try_acquire()
+            .await
+            .unwrap_err(),
+        lg.upgradeable_rw_lock("refused")
+            .write()
+            .try_acquire()
+            .await
+            .unwrap_err(),
     ];
     for e in errors {
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
@@ -851,4 +862,10 @@ pub async fn rw_locks_are_unsupported(env: Env) {
         .await
         .expect("the lock is free");
     assert!(lock.release().await.unwrap());
+    let gate = lg
+        .upgradeable_rw_lock("refused")
+        .upgradeable_read()
+        .try_acquire()
+        .await;
+    assert!(gate.unwrap_err().is_unsupported(), "the gate was kept");
 }

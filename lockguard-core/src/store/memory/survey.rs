@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::MemoryStore;
 use crate::fence::FencingToken;
 use crate::key::RwMode;
-use crate::store::{Holder, Holding, Waiter};
+use crate::store::{Holder, Holding, Waiter, is_read_write_id};
 
 impl MemoryStore {
     /// See [`LockStore::survey`](crate::store::LockStore::survey).
@@ -32,7 +32,7 @@ impl MemoryStore {
             found.entry(id).or_default().0.extend(holders.listed(now));
         }
         for (id, queue) in &st.queues {
-            let rw = id.starts_with(&format!("{prefix}rw:"));
+            let rw = is_read_write_id(prefix, id);
             let live = queue.iter().filter(|w| w.deadline > now).map(|w| {
                 let mode = rw.then_some(if w.reads { RwMode::Read } else { RwMode::Write });
                 Waiter::new(w.token, mode)
