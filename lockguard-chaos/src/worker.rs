@@ -14,6 +14,7 @@ mod job;
 mod leader;
 mod multi;
 mod rw;
+mod upgradeable;
 mod schedule;
 mod semaphore;
 
@@ -267,7 +268,12 @@ impl Worker {
             if other == 0 && self.brk.is_none() {
                 self.leader_op().await;
             } else if other == 1 && self.rw && self.brk.is_none() {
-                self.rw_op().await;
+                // Half of them on the upgradeable read-write lock.
+                if self.rng.bool() {
+                    self.rw_op().await;
+                } else {
+                    self.upgradeable_op().await;
+                }
             } else if other == 2 && self.brk.is_none() {
                 self.semaphore_op().await;
             } else {
