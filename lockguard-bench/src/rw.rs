@@ -34,6 +34,100 @@ pub(crate) async fn section(b: &mut Bench) {
         format!("{:.2}x", rw / plain),
         rw >= 2.0 * plain,
     );
+    upgrades(b).await;
+}
+
+/// One read-then-write cycle, as each variant does it.
+#[derive(Clone, Copy, PartialEq)]
+enum Cycle {
+    /// `upgradeable_read()`, `upgrade()`, `release()`.
+    Upgrade,
+    /// A read released, then a write: the release-and-race an upgrade
+    /// replaces.
+    ReleaseAndRace,
+    /// A write of the upgradeable lock alone (gate and write).
+    GatedWrite,
+    /// A write of a plain read-write lock.
+    PlainWrite,
+}
+
+/// What an upgrade costs: read-then-write cycles of one client on one key,
+/// uncontended, with the commands each sends.
+async fn upgrades(b: &mut Bench) {
+    b.line(
+        "
+### An upgrade's cost: read-then-write cycles, one client, uncontended
+",
+    );
+    b.line("One client, one key, cycles back to back for the run (after a warm-up of a fifth of it). *upgrade*: `upgradeable_rw_lock(key).upgradeable_read()`, `upgrade()`, `release()`; *release and race*: `rw_lock(key).read()` released, then `.write()` taken and released (no guarantee that no writer came in between); *gated write*: `upgradeable_rw_lock(key).write()`; *plain write*: `rw_lock(key).write()`. Commands sent per cycle count each `EVALSHA` as one.\n");
+    b.line("| variant | cycles/s | commands sent / cycle |");
+    b.line("|---|---:|---:|");
+    let mut rates = Vec::new();
+    for (cycle, what) in [
+        (Cycle::Upgrade, "upgrade"),
+        (Cycle::ReleaseAndRace, "release and race"),
+        (Cycle::GatedWrite, "gated write"),
+        (Cycle::PlainWrite, "plain write"),
+    ] {
+        let (rate, sent) = cycles(b, cycle).await;
+        b.line(&format!("| {what} | {rate:.0} | {sent:.2} |"));
+        rates.push(rate);
+    }
+    b.target(
+        "an upgrade cycle ≥ 0.5x the release-and-race cycle it replaces (cycles/s)",
+        format!("{:.2}x", rates[0] / rates[1]),
+        rates[0] >= 0.5 * rates[1],
+    );
+}
+
+/// Cycles per second of `cycle`, and commands sent per cycle.
+async fn cycles(b: &mut Bench, cycle: Cycle) -> (f64, f64) {
+    let lg = b.lockguard().await;
+    let one = |lg: Client| async move {
+        match cycle {
+            Cycle::Upgrade => {
+                let mut g = lg
+                    .upgradeable_rw_lock("rw:upgrade")
+                    .upgradeable_read()
+                    .acquire()
+                    .await
+                    .expect("upgradeable read");
+                g.upgrade().await.expect("upgrade");
+                assert!(g.release().await.expect("release"));
+            }
+            Cycle::ReleaseAndRace => {
+                let rw = lg.rw_lock("rw:race");
+                let r = rw.read().acquire().await.expect("read");
+                assert!(r.release().await.expect("release"));
+                let w = rw.write().acquire().await.expect("write");
+                assert!(w.release().await.expect("release"));
+            }
+            Cycle::GatedWrite => {
+                let g = lg.upgradeable_rw_lock("rw:gated").write().acquire().await;
+                assert!(g.expect("gated write").release().await.expect("release"));
+            }
+            Cycle::PlainWrite => {
+                let w = lg.rw_lock("rw:write").write().acquire().await;
+                assert!(w.expect("write").release().await.expect("release"));
+            }
+        }
+    };
+    let warm = Instant::now();
+    while warm.elapsed() < b.run_for / 5 {
+        one(lg.clone()).await;
+    }
+    b.reset_stats().await;
+    let (mut n, started) = (0u64, Instant::now());
+    while started.elapsed() < b.run_for {
+        one(lg.clone()).await;
+        n += 1;
+    }
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    let sent = b
+        .commands(&["evalsha", "eval", "script|load", "subscribe", "unsubscribe"])
+        .await
+        .sent;
+    (rate, sent as f64 / n.max(1) as f64)
 }
 
 /// Operations per second, and commands sent per operation.

@@ -14,9 +14,9 @@ mod job;
 mod leader;
 mod multi;
 mod rw;
-mod upgradeable;
 mod schedule;
 mod semaphore;
+mod upgradeable;
 
 /// The locks the workers contend for: few, so most acquisitions wait and
 /// most releases hand over.

@@ -40,7 +40,8 @@ release
        token, and the old holder learns it lost the lock at its next
        renewal (a fenced write of its is refused once a later holder has
        written). --force is required; asks for confirmation unless --yes.
-       --kind lock|rw|leader|schedule (default lock) says what KEY names.
+       --kind lock|rw|urw|urw-gate|leader|schedule (default lock) says
+       what KEY names.
 chaos  Runs the history checker against the store at URL: worker processes
        take locks, permits, counters and limits on it while some are paused
        and killed (the server is never touched), and what they recorded is
@@ -207,7 +208,9 @@ fn release(args: &[String]) -> ExitCode {
     let kind = match args.kind.as_deref().map(lockguard::LockKind::parse) {
         None => lockguard::LockKind::Lock,
         Some(Some(k)) => k,
-        Some(None) => return usage_error("--kind is one of lock, rw, leader, schedule"),
+        Some(None) => {
+            return usage_error("--kind is one of lock, rw, urw, urw-gate, leader, schedule");
+        }
     };
     let Some(rt) = runtime() else {
         return ExitCode::from(2);

@@ -63,8 +63,10 @@ impl Worker {
             }
         };
         let first = guard.fencing_token().get();
-        self.rec.complete(hold_op, Outcome::Acquired { fence: first });
-        self.rec.complete(gate_op, Outcome::Acquired { fence: first });
+        self.rec
+            .complete(hold_op, Outcome::Acquired { fence: first });
+        self.rec
+            .complete(gate_op, Outcome::Acquired { fence: first });
         let mut fence = first;
         if self.gated_is_held(first, fence, &guard) && writes && self.counters {
             self.fenced_write(URW_KEY, fence).await;
