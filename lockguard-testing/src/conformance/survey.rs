@@ -118,6 +118,24 @@ pub async fn locks_are_listed_with_holders_and_waiters_in_order(env: Env) {
         .expect("the read-write lock is listed");
     assert_eq!(rw.holders.len(), 1, "{rw:?}");
     assert_eq!(rw.holders[0].mode, Some(RwMode::Read), "{rw:?}");
+    // An upgradeable read-write lock: its read, and its gate.
+    let up = a
+        .upgradeable_rw_lock("survey-up")
+        .upgradeable_read()
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let urw = listed(&d, LockKind::Upgradeable, "survey-up")
+        .await
+        .expect("the upgradeable lock is listed");
+    assert_eq!(urw.holders.len(), 1, "{urw:?}");
+    assert_eq!(urw.holders[0].mode, Some(RwMode::Read), "{urw:?}");
+    let gate = listed(&d, LockKind::UpgradeGate, "survey-up")
+        .await
+        .expect("its gate is listed");
+    assert_eq!(gate.holders.len(), 1, "{gate:?}");
+    assert!(up.release().await.unwrap());
     assert!(listed(&d, LockKind::Lock, "survey-free").await.is_none());
     let all = d.locks("*").await.unwrap();
     assert!(all.iter().any(|s| s.name == "elsewhere"), "{all:?}");
