@@ -47,7 +47,8 @@ fn refused_database(err: &redis::RedisError) -> bool {
 /// connection; `HELLO`, the RESP3 handshake), and those its scripts call,
 /// which the ACL checks as well. With [`wait_for_replicas`], `WAIT` too; on
 /// a cluster, `CLUSTER|SLOTS`. `INFO` and `CONFIG|GET` are asked at
-/// connect time and skipped when refused.
+/// connect time and skipped when refused. An operator's survey (`lockguard
+/// locks`) sends `SCAN`, and its script calls `TYPE`.
 ///
 /// [`wait_for_replicas`]: crate::RedisBuilder::wait_for_replicas
 pub(crate) const NEEDED_COMMANDS: &[&str] = &[
@@ -85,6 +86,9 @@ pub(crate) const NEEDED_COMMANDS: &[&str] = &[
     "zrem",
     "zremrangebyscore",
     "zscore",
+    // An operator's survey.
+    "scan",
+    "type",
 ];
 
 /// The error for a user whose ACL forbids a command, key or channel
@@ -204,6 +208,7 @@ mod tests {
             include_str!("store/scripts/semaphore_release.lua"),
             include_str!("store/scripts/sequence.lua"),
             include_str!("store/scripts/sliding_window.lua"),
+            include_str!("store/scripts/survey.lua"),
         ];
         let files = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/src/store/scripts"))
             .unwrap()

@@ -141,7 +141,7 @@ lockguard_testing::conformance!(redlock => Redlock::start(); locks, wake_ups, se
 #[cfg(feature = "cluster")]
 lockguard_testing::conformance!(
     cluster => Cluster::start();
-    locks, wake_ups, semaphores, inspection, rw_locks, counters, counter_expiry, limits, leader
+    locks, wake_ups, semaphores, inspection, survey, rw_locks, counters, counter_expiry, limits, leader
 );
 
 /// A Redlock client says inspection is unsupported: its nodes may each
@@ -160,18 +160,6 @@ async fn redlock_inspection_is_unsupported() {
         .await
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-}
-
-/// A Redis Cluster client says listing locks is unsupported: `SCAN`
-/// reaches one node.
-#[cfg(feature = "cluster")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_survey_is_unsupported() {
-    let store = Cluster::start();
-    let lg = store.client_with(Client::builder()).await;
-    let err = lg.locks("*").await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert!(err.to_string().contains("redis-cluster"), "{err}");
 }
 
 /// A key prefix with braces outside the hash tag (which would pick every

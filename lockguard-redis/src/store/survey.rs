@@ -33,32 +33,27 @@ const SCAN_COUNT: u32 = 1000;
 impl RedisStore {
     /// See [`LockStore::survey`](lockguard_core::store::LockStore::survey).
     pub(crate) async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
-        #[cfg(feature = "cluster")]
-        if matches!(self.conn, crate::conn::Conn::Cluster(_)) {
-            // SCAN reaches one node; a survey would have to walk them all.
-            return Err(lockguard_core::store::unsupported(
-                "redis-cluster",
-                "listing locks",
-            ));
-        }
-        let mut ids = BTreeSet::new();
         let pattern = format!("{}*", glob_escaped(prefix));
-        let mut cursor = "0".to_owned();
-        loop {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(&cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT);
-            let (next, keys): (String, Vec<String>) = self
-                .query(&cmd, || format!("listing the keys under {prefix:?}"))
-                .await?;
-            ids.extend(keys.iter().filter_map(|k| lock_id(prefix, k)));
-            if next == "0" {
-                break;
+        let mut ids = BTreeSet::new();
+        // SCAN walks one server's keys: on a cluster, each master's.
+        for node in self.scanned_nodes().await? {
+            let mut cursor = "0".to_owned();
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(&cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                let (next, keys): (String, Vec<String>) = self
+                    .query_on(node, &cmd, || format!("listing the keys under {prefix:?}"))
+                    .await?;
+                ids.extend(keys.iter().filter_map(|k| lock_id(prefix, k)));
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         let mut out = Vec::new();
         for (id, kind) in ids {
@@ -117,6 +112,78 @@ impl RedisStore {
         let seq: u64 = seq.parse().map_err(|_| garbage())?;
         let latest = (seq > 0).then(|| FencingToken::new(seq));
         Ok(Holding::new(id, listed, queued, latest))
+    }
+}
+
+/// A server a survey scans: the one server, or (`Some(slot)`) the master
+/// of a cluster that serves `slot`.
+type Node = Option<u16>;
+
+impl RedisStore {
+    /// The servers whose keys a survey scans: the one server, or every
+    /// master of a cluster (named by the first slot of a range it serves,
+    /// as `CLUSTER SLOTS` lists them).
+    async fn scanned_nodes(&self) -> Result<Vec<Node>> {
+        #[cfg(feature = "cluster")]
+        if matches!(self.conn, crate::conn::Conn::Cluster(_)) {
+            let mut cmd = redis::cmd("CLUSTER");
+            cmd.arg("SLOTS");
+            let ranges: Vec<Vec<redis::Value>> =
+                self.query(&cmd, || "CLUSTER SLOTS".to_owned()).await?;
+            let mut masters: Vec<(String, u16)> = Vec::new();
+            let mut nodes = Vec::new();
+            for range in &ranges {
+                let garbage = || {
+                    Error::new(
+                        ErrorKind::Protocol,
+                        format!("CLUSTER SLOTS: unexpected range {range:?}"),
+                    )
+                };
+                let (Some(redis::Value::Int(start)), Some(redis::Value::Array(master))) =
+                    (range.first(), range.get(2))
+                else {
+                    return Err(garbage());
+                };
+                let address: (String, u16) = match master.as_slice() {
+                    [host, port, ..] => (
+                        redis::from_redis_value(host.clone()).map_err(|_| garbage())?,
+                        redis::from_redis_value(port.clone()).map_err(|_| garbage())?,
+                    ),
+                    _ => return Err(garbage()),
+                };
+                if !masters.contains(&address) {
+                    masters.push(address);
+                    nodes.push(Some(u16::try_from(*start).map_err(|_| garbage())?));
+                }
+            }
+            return Ok(nodes);
+        }
+        Ok(vec![None])
+    }
+
+    /// `cmd`'s answer from `node`.
+    async fn query_on<T: redis::FromRedisValue>(
+        &self,
+        node: Node,
+        cmd: &redis::Cmd,
+        what: impl Fn() -> String,
+    ) -> Result<T> {
+        #[cfg(feature = "cluster")]
+        if let (Some(slot), crate::conn::Conn::Cluster(conn)) = (node, &self.conn) {
+            use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            )));
+            let timeout = self.opts.response_timeout;
+            let mut conn = conn.clone();
+            let sent = tokio::time::timeout(timeout, conn.route_command(cmd.clone(), route)).await;
+            let value = crate::error::within(timeout, &what, sent)?;
+            return redis::from_redis_value(value)
+                .map_err(|e| Error::new(ErrorKind::Protocol, format!("{}: {e}", what())));
+        }
+        let _ = node;
+        self.query(cmd, what).await
     }
 }
 
