@@ -196,6 +196,43 @@ pub fn path_segment(key: &str) -> String {
     segment
 }
 
+/// The key whose [`path_segment`] is `segment`, if any: what a store that
+/// lists its paths (a survey) reads back. A text no key gives (a `%` not
+/// followed by two hex digits, an escape where none was needed, bytes
+/// that are not UTF-8) is `None`.
+///
+/// ```
+/// use lockguard_core::store::net::{path_segment, path_unsegment};
+///
+/// for key in ["lockguard:lock:{order:42}", "a/b", "100%", "é"] {
+///     assert_eq!(path_unsegment(&path_segment(key)).as_deref(), Some(key));
+/// }
+/// for not_ours in ["a%2", "a%zz", "a%2f", "a%+1b", "a b", "%FF", "%41"] {
+///     assert_eq!(path_unsegment(not_ours), None, "{not_ours}");
+/// }
+/// ```
+pub fn path_unsegment(segment: &str) -> Option<String> {
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            if !hex.bytes().all(|h| h.is_ascii_hexdigit()) {
+                return None;
+            }
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b);
+            i += 1;
+        }
+    }
+    let key = String::from_utf8(out).ok()?;
+    // Only the segment the key gives: one spelling per key.
+    (path_segment(&key) == segment).then_some(key)
+}
+
 /// What a connection does once its caller stopped waiting for a statement
 /// it sent: answer when the connection has run it (a `SELECT 1` queued
 /// behind it), and leave the connection as it should be left.

@@ -497,6 +497,7 @@ macro_rules! conformance {
             locks_are_listed_with_holders_and_waiters_in_order,
             a_forced_release_hands_on_and_the_holder_learns,
             a_forced_release_ends_every_reader,
+            each_holder_is_listed_with_the_fence_it_drew,
         );
     };
     (@group rw_locks, $h:expr) => {

@@ -303,3 +303,115 @@ pub async fn a_forced_release_ends_every_reader(env: Env) {
     assert!(!r1.release().await.unwrap() && !r2.release().await.unwrap());
     assert!(w.release().await.unwrap());
 }
+
+/// Each holder is listed with the fencing token it drew, where the store
+/// keeps one per holder: a semaphore's permits (its permits beyond its
+/// holders waiting), a read-write lock's readers, a multi-lock's keys. A
+/// forced release by the holder's own client ends its hold too.
+pub async fn each_holder_is_listed_with_the_fence_it_drew(env: Env) {
+    let (a, b, operator) = (env.client().await, env.client().await, env.client().await);
+    let lease = Duration::from_secs(20);
+    let sem = move |lg: &Client| lg.semaphore("survey-t:sem", 2).lease(lease);
+    let (p1, p2) = (
+        sem(&a).try_acquire().await.unwrap(),
+        sem(&b).try_acquire().await.unwrap(),
+    );
+    let third = tokio::spawn({
+        let b = b.clone();
+        async move { sem(&b).wait(Duration::from_secs(30)).acquire().await }
+    });
+    let (r1, r2) = (
+        a.rw_lock("survey-t:doc")
+            .read()
+            .lease(lease)
+            .try_acquire()
+            .await
+            .unwrap(),
+        b.rw_lock("survey-t:doc")
+            .read()
+            .lease(lease)
+            .try_acquire()
+            .await
+            .unwrap(),
+    );
+    let both = a
+        .multi_lock(["survey-t:x", "survey-t:y"])
+        .lease(lease)
+        .try_acquire()
+        .await
+        .unwrap();
+    let queued = eventually(Duration::from_secs(10), || async {
+        listed(&operator, LockKind::Semaphore, "survey-t:sem")
+            .await
+            .is_some_and(|s| s.waiters.len() == 1)
+    })
+    .await;
+    assert!(queued, "the third permit's waiter was never listed");
+    let all = operator.locks("survey-t:*").await.unwrap();
+    let of = |kind, name: &str| {
+        all.iter()
+            .find(|s| s.kind == kind && s.name == name)
+            .unwrap_or_else(|| panic!("{name} is not listed: {all:?}"))
+    };
+    // Each holder's fence as listed (none where the store keeps none per
+    // holder), against the fences drawn.
+    let agrees = |kind, name: &str, mut drawn: Vec<u64>| {
+        let state = of(kind, name);
+        let mut listed: Vec<Option<u64>> = state
+            .holders
+            .iter()
+            .map(|h| h.fence.map(|f| f.get()))
+            .collect();
+        assert_eq!(listed.len(), drawn.len(), "{state:?}");
+        assert!(
+            state.latest_fence.map(|f| f.get()) >= drawn.iter().max().copied(),
+            "{state:?}"
+        );
+        if listed.iter().all(Option::is_some) {
+            listed.sort_unstable();
+            drawn.sort_unstable();
+            assert_eq!(
+                listed,
+                drawn.into_iter().map(Some).collect::<Vec<_>>(),
+                "{state:?}"
+            );
+        } else {
+            assert!(listed.iter().all(Option::is_none), "{state:?}");
+        }
+    };
+    agrees(
+        LockKind::Semaphore,
+        "survey-t:sem",
+        vec![p1.fencing_token().get(), p2.fencing_token().get()],
+    );
+    agrees(
+        LockKind::ReadWrite,
+        "survey-t:doc",
+        vec![r1.fencing_token().get(), r2.fencing_token().get()],
+    );
+    let readers = &of(LockKind::ReadWrite, "survey-t:doc").holders;
+    assert!(readers.iter().all(|h| h.mode == Some(RwMode::Read)));
+    for key in ["survey-t:x", "survey-t:y"] {
+        agrees(
+            LockKind::Lock,
+            key,
+            vec![both.fencing_token(key).unwrap().get()],
+        );
+    }
+
+    // The holder's own client forces the release of one of its keys.
+    let forced = a.force_release(LockKind::Lock, "survey-t:x").await.unwrap();
+    assert_eq!(forced.evicted.len(), 1, "{forced:?}");
+    let mut guards = both.into_guards().into_iter();
+    let (x, y) = (guards.next().unwrap(), guards.next().unwrap());
+    assert!(!x.release().await.unwrap());
+
+    assert!(p1.release().await.unwrap());
+    let p3 = third.await.unwrap().unwrap();
+    assert!(p3.fencing_token() > p2.fencing_token());
+    for released in [p2.release().await, p3.release().await] {
+        assert!(released.unwrap());
+    }
+    assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
+    assert!(y.release().await.unwrap());
+}

@@ -3,7 +3,7 @@
 //! hold another client made.
 //!
 //! A survey lists the root's children once and keeps the lock nodes whose
-//! identity (the node's name, [`path_segment`] undone) starts with the
+//! identity (the node's name, [`path_segment`](lockguard_core::store::net::path_segment) undone) starts with the
 //! prefix; one round trip lists their children, each answer with the lock
 //! node's stat (its `pzxid` is the newest token, as an inspection reports
 //! it), and a second one reads the stats of the nodes it needs: each
@@ -26,7 +26,7 @@
 
 use zookeeper_client as zk;
 
-use lockguard_core::store::net::path_segment;
+use lockguard_core::store::net::path_unsegment;
 use lockguard_core::store::{Holder, Holding, LockKeys, RwMode, Token, Waiter};
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -246,55 +246,19 @@ fn kind<'a>(prefix: &str, id: &'a str) -> Option<&'a str> {
 }
 
 /// The identity a node under the root is named for: its name with
-/// [`path_segment`] undone. `None` (logged) for a name that no identity
+/// [`path_segment`](lockguard_core::store::net::path_segment) undone. `None` (logged) for a name that no identity
 /// gives: not a node of lockguard's.
 fn identity(name: &str) -> Option<String> {
-    let id = unsegment(name);
+    let id = path_unsegment(name);
     if id.is_none() {
         tracing::debug!(node = name, "not a lockguard node; left out of the survey");
     }
     id
 }
 
-/// The text whose [`path_segment`] is `segment`, if any.
-fn unsegment(segment: &str) -> Option<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b == b'%' {
-            let hex = bytes.get(i + 1..i + 3)?;
-            if !hex.iter().all(u8::is_ascii_hexdigit) {
-                return None;
-            }
-            let hex = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b);
-            i += 1;
-        }
-    }
-    let text = String::from_utf8(out).ok()?;
-    // Only the segment the text gives: one spelling per identity.
-    (path_segment(&text) == segment).then_some(text)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn node_names_give_back_their_identities() {
-        for id in ["lockguard:lock:{order:42}", "a/b:rw:{x\\}}", "100%:sem:{é}"] {
-            assert_eq!(unsegment(&path_segment(id)).as_deref(), Some(id));
-        }
-        for not_ours in ["a%2", "a%zz", "a%2f", "a%+1b", "a b", "%FF"] {
-            assert_eq!(unsegment(not_ours), None, "{not_ours}");
-        }
-        assert_eq!(kind("lg:", "lg:sem:{s}"), Some("sem"));
-        assert_eq!(kind("lg:", "other:sem:{s}"), None);
-    }
 
     #[test]
     fn holders_are_the_nodes_the_rule_admits() {
