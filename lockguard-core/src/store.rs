@@ -439,6 +439,71 @@ impl Occupancy {
     }
 }
 
+/// One row of a survey a database store reads: a holder or a waiter of
+/// the lock `id`, as [`holdings_from_rows`] groups them.
+#[derive(Debug, Clone)]
+pub struct SurveyRow {
+    /// The lock's identity.
+    pub id: String,
+    /// The holder's or waiter's token, as stored.
+    pub token: Vec<u8>,
+    /// Of a read-write lock, the hold's mode.
+    pub mode: Option<RwMode>,
+    /// A holder's fencing token and the ms its lease has left (`None`
+    /// when not known); `None` for a waiter.
+    pub hold: Option<(i64, Option<i64>)>,
+    /// The newest fencing token drawn for the lock, if any.
+    pub latest: Option<i64>,
+}
+
+/// The holdings the rows of a survey give, the rows of one lock together
+/// (holders in any order, then its waiters first in line first).
+///
+/// # Errors
+///
+/// What is wrong with a row (a token not lockguard's, a fencing token
+/// that is not positive), for the store to report as
+/// [`ErrorKind::Protocol`] with what it was doing.
+pub fn holdings_from_rows(
+    rows: impl IntoIterator<Item = SurveyRow>,
+) -> std::result::Result<Vec<Holding>, String> {
+    let mut out: Vec<Holding> = Vec::new();
+    for row in rows {
+        let token = Token::parse(&row.token).ok_or_else(|| {
+            let text = String::from_utf8_lossy(&row.token);
+            format!("the token {text:?} of {:?}", row.id)
+        })?;
+        if out.last().is_none_or(|h| h.id != row.id) {
+            let latest = row
+                .latest
+                .and_then(|f| u64::try_from(f).ok())
+                .filter(|f| *f > 0);
+            out.push(Holding::new(
+                row.id.clone(),
+                Vec::new(),
+                Vec::new(),
+                latest.map(FencingToken::new),
+            ));
+        }
+        let holding = out.last_mut().expect("pushed above");
+        match row.hold {
+            Some((fence, left)) => {
+                let fence = u64::try_from(fence)
+                    .ok()
+                    .filter(|f| *f > 0)
+                    .ok_or_else(|| format!("the fencing token {fence} of {:?}", row.id))?;
+                let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
+                let fence = Some(FencingToken::new(fence));
+                holding
+                    .holders
+                    .push(Holder::new(token, row.mode, fence, left));
+            }
+            None => holding.waiters.push(Waiter::new(token, row.mode)),
+        }
+    }
+    Ok(out)
+}
+
 /// Whether the lock identity `id` under `prefix` is a read-write lock's
 /// (of a [`RwLock`](crate::RwLock) or an
 /// [`UpgradeableRwLock`](crate::UpgradeableRwLock)): a survey then says
@@ -898,6 +963,45 @@ pub fn millis_ceil(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn survey_rows_group_by_lock() {
+        let token = |c: char| c.to_string().repeat(32).into_bytes();
+        let row = |id: &str, t: char, hold: Option<(i64, Option<i64>)>| SurveyRow {
+            id: id.to_owned(),
+            token: token(t),
+            mode: None,
+            hold,
+            latest: Some(9),
+        };
+        let found = holdings_from_rows([
+            row("l:a", 'a', Some((7, Some(1500)))),
+            row("l:a", 'b', None),
+            row("l:a", 'c', None),
+            row("l:b", 'd', Some((9, None))),
+        ])
+        .unwrap();
+        assert_eq!(found.len(), 2);
+        assert_eq!(found[0].holders[0].fence, Some(FencingToken::new(7)));
+        assert_eq!(
+            found[0].holders[0].lease_left,
+            Some(Duration::from_millis(1500))
+        );
+        let waiting: Vec<&str> = found[0].waiters.iter().map(|w| w.token.as_str()).collect();
+        assert_eq!(
+            waiting,
+            [token('b'), token('c')].map(|t| String::from_utf8(t).unwrap())
+        );
+        assert_eq!(found[1].latest_fence, Some(FencingToken::new(9)));
+        assert!(holdings_from_rows([row("l:a", 'a', Some((0, None)))]).is_err());
+        let mut bad = row("l:a", 'a', None);
+        bad.token = b"not a token".to_vec();
+        assert!(
+            holdings_from_rows([bad])
+                .unwrap_err()
+                .contains("not a token")
+        );
+    }
 
     #[test]
     fn handoff_announcements_parse_strictly() {

@@ -7,10 +7,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockguard_core::store;
 use lockguard_core::store::{
-    AllOrNone, CounterKeys, DataStore, Holder, Holding, LimitKeys, LimitOp, LimitReply, LockKeys,
-    LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiter, Waiting,
-    net,
+    AllOrNone, CounterKeys, DataStore, Holding, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
+    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiting, net,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};
@@ -405,50 +405,23 @@ type SurveyRow = (Vec<u8>, i64, i64, Vec<u8>, i64, i64, Option<i64>, i64);
 /// The rows of the survey statement, a holder or a waiter each, sorted by
 /// key, as the holdings of their locks.
 fn holdings(rows: Vec<SurveyRow>, what: &dyn Fn() -> String) -> Result<Vec<Holding>> {
-    let mut out: Vec<Holding> = Vec::new();
+    let mut read = Vec::with_capacity(rows.len());
     for (k, rw, waits, token, reads, n, left, latest) in rows {
         let id = String::from_utf8(k).map_err(|e| garbage(&what(), e.into_bytes()))?;
-        let token = Token::parse(&token).ok_or_else(|| {
-            garbage(
-                &what(),
-                format!("the token {:?} of {id:?}", String::from_utf8_lossy(&token)),
-            )
-        })?;
         let mode = (rw == 1).then_some(if reads == 1 {
             RwMode::Read
         } else {
             RwMode::Write
         });
-        let holder = if waits == 1 {
-            None
-        } else {
-            let fence = u64::try_from(n)
-                .ok()
-                .filter(|f| *f > 0)
-                .ok_or_else(|| garbage(&what(), format!("the fencing token {n} of {id:?}")))?;
-            let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
-            Some(Holder::new(
-                token,
-                mode,
-                Some(FencingToken::new(fence)),
-                left,
-            ))
-        };
-        // The rows of one key come together (sorted by key).
-        if out.last().is_none_or(|h| h.id != id) {
-            let latest = u64::try_from(latest)
-                .ok()
-                .filter(|f| *f > 0)
-                .map(FencingToken::new);
-            out.push(Holding::new(id, Vec::new(), Vec::new(), latest));
-        }
-        let last = out.len() - 1;
-        match holder {
-            Some(holder) => out[last].holders.push(holder),
-            None => out[last].waiters.push(Waiter::new(token, mode)),
-        }
+        read.push(store::SurveyRow {
+            id,
+            token,
+            mode,
+            hold: (waits != 1).then_some((n, left)),
+            latest: Some(latest),
+        });
     }
-    Ok(out)
+    store::holdings_from_rows(read).map_err(|detail| garbage(&what(), detail))
 }
 
 /// `items` as a JSON array of strings, for a procedure that takes a list.

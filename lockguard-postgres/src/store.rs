@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
-    AllOrNone, CounterKeys, DataStore, Holder, Holding, LimitKeys, LimitOp, LimitReply, LockKeys,
-    LockSet, LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, Token, Waiter, Waiting,
+    AllOrNone, CounterKeys, DataStore, Holding, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
+    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, SurveyRow, Token, Waiting,
+    holdings_from_rows,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -364,7 +365,7 @@ fn latest_fence(latest: Option<i64>) -> Option<FencingToken> {
 /// The rows of the survey statement, a holder or a waiter each, sorted by
 /// key, as the holdings of `prefix`'s locks.
 fn holdings(prefix: &str, rows: &[Row], what: &dyn Fn() -> String) -> Result<Vec<Holding>> {
-    let mut out: Vec<Holding> = Vec::new();
+    let mut read = Vec::with_capacity(rows.len());
     for row in rows {
         let id: String = row.get(0, what)?;
         let waits: bool = row.get(1, what)?;
@@ -373,47 +374,22 @@ fn holdings(prefix: &str, rows: &[Row], what: &dyn Fn() -> String) -> Result<Vec
         let n: i64 = row.get(4, what)?;
         let left: Option<i64> = row.get(5, what)?;
         let latest: Option<i64> = row.get(6, what)?;
-        let garbage = |detail: String| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("{}: unexpected reply: {detail} of {id:?}", what()),
-            )
-        };
-        let token =
-            Token::parse(token.as_bytes()).ok_or_else(|| garbage(format!("a token {token:?}")))?;
         let mode =
             is_read_write(prefix, &id).then_some(if reads { RwMode::Read } else { RwMode::Write });
-        let holder = if waits {
-            None
-        } else {
-            let fence = u64::try_from(n)
-                .ok()
-                .filter(|f| *f > 0)
-                .ok_or_else(|| garbage(format!("a fencing token {n}")))?;
-            let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
-            Some(Holder::new(
-                token,
-                mode,
-                Some(FencingToken::new(fence)),
-                left,
-            ))
-        };
-        // The rows of one key come together (sorted by key).
-        if out.last().is_none_or(|h| h.id != id) {
-            out.push(Holding::new(
-                id,
-                Vec::new(),
-                Vec::new(),
-                latest_fence(latest),
-            ));
-        }
-        let last = out.len() - 1;
-        match holder {
-            Some(holder) => out[last].holders.push(holder),
-            None => out[last].waiters.push(Waiter::new(token, mode)),
-        }
+        read.push(SurveyRow {
+            id,
+            token: token.into_bytes(),
+            mode,
+            hold: (!waits).then_some((n, left)),
+            latest,
+        });
     }
-    Ok(out)
+    holdings_from_rows(read).map_err(|detail| {
+        Error::new(
+            ErrorKind::Protocol,
+            format!("{}: unexpected reply: {detail}", what()),
+        )
+    })
 }
 
 /// Read-write locks: the holds of a read-write lock's keys, which the
