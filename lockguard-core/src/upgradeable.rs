@@ -306,7 +306,8 @@ impl UpgradeableGuard {
     }
 
     /// The fencing token of the read or write hold it has now: after an
-    /// upgrade, the write's, greater than every earlier read's and write's.
+    /// upgrade, the write's, greater than every earlier read's and write's
+    /// (zero once a failed upgrade could not take its read back).
     pub fn fencing_token(&self) -> FencingToken {
         self.hold
             .as_ref()
