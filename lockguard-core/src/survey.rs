@@ -83,22 +83,26 @@ impl LockKind {
     }
 
     /// The keys of a hold of the lock `name` of this kind (`mode` for a
-    /// read-write lock's), for a forced release; `None` for a semaphore,
-    /// whose release needs its permits.
-    fn keys(self, prefix: &str, name: &str, mode: Option<RwMode>) -> Option<LockKeys> {
-        Some(match self {
+    /// read-write lock's), for a forced release.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a semaphore, whose release needs its permits.
+    fn keys(self, prefix: &str, name: &str, mode: Option<RwMode>) -> Result<LockKeys> {
+        let mode = mode.unwrap_or(RwMode::Write);
+        Ok(match self {
             Self::Lock => LockKeys::new(prefix, name, Resource::Lock),
-            Self::ReadWrite => LockKeys::rw(prefix, name, mode.unwrap_or(RwMode::Write)),
+            Self::ReadWrite => LockKeys::rw(prefix, name, mode),
             Self::Election => LockKeys::election(prefix, name),
             Self::Schedule => LockKeys::of_kind(prefix, SCHEDULE_KIND, name),
-            Self::Upgradeable => LockKeys::rw_of_kind(
-                prefix,
-                UPGRADEABLE_KIND,
-                name,
-                mode.unwrap_or(RwMode::Write),
-            ),
+            Self::Upgradeable => LockKeys::rw_of_kind(prefix, UPGRADEABLE_KIND, name, mode),
             Self::UpgradeGate => LockKeys::of_kind(prefix, UPGRADE_GATE_KIND, name),
-            Self::Semaphore => return None,
+            Self::Semaphore => {
+                return Err(Error::invalid(format!(
+                    "semaphore {name:?}: a forced release frees locks, read-write locks, \
+                     elections and scheduled jobs; a semaphore's permits end with their leases"
+                )));
+            }
         })
     }
 }
@@ -220,12 +224,8 @@ impl Client {
     /// ```
     pub async fn force_release(&self, kind: LockKind, name: &str) -> Result<Forced> {
         crate::key::validate_key(kind.as_str(), name)?;
-        if kind == LockKind::Semaphore {
-            return Err(Error::invalid(format!(
-                "semaphore {name:?}: a forced release frees locks, read-write locks, elections \
-                 and scheduled jobs; a semaphore's permits end with their leases"
-            )));
-        }
+        let prefix = self.prefix();
+        kind.keys(prefix, name, None)?;
         let before = self.one(kind, name).await?;
         let Some(before) = before else {
             return Ok(Forced {
@@ -234,13 +234,9 @@ impl Client {
                 latest_fence: None,
             });
         };
-        let prefix = self.prefix();
         let mut evicted = Vec::new();
         for holder in before.holders {
-            let keys = kind
-                .keys(prefix, name, holder.mode)
-                .map(Arc::new)
-                .expect("a semaphore was refused above");
+            let keys = Arc::new(kind.keys(prefix, name, holder.mode)?);
             if self.engine().store.evict(&keys, &holder.token).await? {
                 tracing::warn!(lock = %keys.id(), token = holder.token.as_str(), "forced release: a holder's hold ended");
                 evicted.push(holder);
