@@ -17,14 +17,19 @@ const READS: u32 = 90;
 
 pub(crate) async fn section(b: &mut Bench) {
     b.line("\n## Read-write locks: 90% readers\n");
-    b.line(&format!("{CLIENTS} contenders, one client each, on one key: each operation reads (90%) or writes (10%), holds the lock ~1 ms and releases it, then asks again at once. *read-write lock*: `rw_lock(key).read()` or `.write()`; *plain lock*: `lock(key)` for every operation. Operations per second over the run, after a warm-up of a fifth of it.\n"));
+    b.line(&format!("{CLIENTS} contenders, one client each, on one key: each operation reads (90%) or writes (10%), holds the lock ~1 ms and releases it, then asks again at once. *read-write lock*: `rw_lock(key).read()` or `.write()`; *upgradeable, read then upgrade*: `upgradeable_rw_lock(key).read()` for the reads, and for the writes `.upgradeable_read()` held ~1 ms, then `upgrade()` and ~1 ms more; *plain lock*: `lock(key)` for every operation. Operations per second over the run, after a warm-up of a fifth of it.\n"));
     b.line("| variant | operations/s | commands sent / operation | ratio to the plain lock |");
     b.line("|---|---:|---:|---:|");
-    let (rw, rw_sent) = run(b, true).await;
-    let (plain, plain_sent) = run(b, false).await;
+    let (rw, rw_sent) = run(b, Mix::ReadWrite).await;
+    let (up, up_sent) = run(b, Mix::Upgradeable).await;
+    let (plain, plain_sent) = run(b, Mix::Plain).await;
     b.line(&format!(
         "| read-write lock | {rw:.0} | {rw_sent:.2} | {:.2}x |",
         rw / plain
+    ));
+    b.line(&format!(
+        "| upgradeable, read then upgrade | {up:.0} | {up_sent:.2} | {:.2}x |",
+        up / plain
     ));
     b.line(&format!(
         "| plain lock | {plain:.0} | {plain_sent:.2} | 1.00x |"
@@ -130,8 +135,20 @@ async fn cycles(b: &mut Bench, cycle: Cycle) -> (f64, f64) {
     (rate, sent as f64 / n.max(1) as f64)
 }
 
+/// What the contenders take.
+#[derive(Clone, Copy, PartialEq)]
+enum Mix {
+    /// Reads and writes of a read-write lock.
+    ReadWrite,
+    /// Reads of an upgradeable read-write lock, and upgradeable reads that
+    /// upgrade in place of the writes.
+    Upgradeable,
+    /// The plain lock for every operation.
+    Plain,
+}
+
 /// Operations per second, and commands sent per operation.
-async fn run(b: &mut Bench, read_write: bool) -> (f64, f64) {
+async fn run(b: &mut Bench, mix: Mix) -> (f64, f64) {
     let mut clients: Vec<Client> = Vec::new();
     for _ in 0..CLIENTS {
         clients.push(b.lockguard().await);
@@ -151,9 +168,26 @@ async fn run(b: &mut Bench, read_write: bool) -> (f64, f64) {
                     rw.write().wait(Duration::from_secs(60)),
                 );
                 let plain = lg.lock("rw:plain").wait(Duration::from_secs(60));
+                let urw = lg.upgradeable_rw_lock("rw:upgradeable");
+                let (up_read, upgradeable) = (
+                    urw.read().wait(Duration::from_secs(60)),
+                    urw.upgradeable_read().wait(Duration::from_secs(60)),
+                );
                 while !stop.load(Ordering::Relaxed) {
                     let reads = rng.u32(0..100) < READS;
-                    if !read_write {
+                    if mix == Mix::Upgradeable {
+                        if reads {
+                            let g = up_read.acquire().await.expect("read lock");
+                            hold().await;
+                            assert!(g.release().await.expect("release"));
+                        } else {
+                            let mut g = upgradeable.acquire().await.expect("upgradeable read");
+                            hold().await;
+                            g.upgrade().await.expect("upgrade");
+                            hold().await;
+                            assert!(g.release().await.expect("release"));
+                        }
+                    } else if mix == Mix::Plain {
                         let g = plain.acquire().await.expect("plain lock");
                         hold().await;
                         assert!(g.release().await.expect("release"));
