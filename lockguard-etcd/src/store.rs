@@ -57,7 +57,6 @@ use etcd_client::{
     SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchFilterType,
     WatchOptions,
 };
-use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -74,7 +73,10 @@ use crate::session::Session;
 mod data;
 mod follow;
 mod limits;
+mod reaper;
 mod survey;
+
+use reaper::{LeaseEnd, Reaper};
 
 /// How long a waiter trusts a watch that has not fired before it reads
 /// the queue again anyway.
@@ -117,7 +119,9 @@ pub(crate) struct EtcdStore {
     prefix: String,
     inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
     /// This client's queue keys, by the token they were created for.
-    nodes: Arc<Mutex<HashMap<Token, Node>>>,
+    nodes: Arc<Nodes>,
+    /// The ends of the holds' leases.
+    reaper: Arc<Reaper>,
     /// The leases rate-limit state is attached to.
     limit_leases: limits::LimitLeases,
     /// The rate-limit keys this client decided for.
@@ -153,10 +157,10 @@ struct Node {
 enum Role {
     /// In the queue, watching what it waits for (once it has looked).
     Waiting { watch: Option<Watch> },
-    /// Holding. The lease ends at the instant sent; a task of this client
-    /// deletes the key then, unless the lease was extended.
+    /// Holding. The lease ends at `end`; this client's reaper deletes the
+    /// key then, unless a renewal replaced it.
     Holding {
-        lease_end: watch::Sender<Instant>,
+        end: LeaseEnd,
         /// When the hold began.
         since: Instant,
     },
@@ -402,11 +406,14 @@ fn rw_holders(entries: &[Entry]) -> (usize, bool) {
 impl EtcdStore {
     /// A store working in `session`'s lease, under `prefix`.
     pub(crate) fn new(session: Arc<Session>, prefix: String) -> Arc<Self> {
+        let nodes = Arc::new(Mutex::new(HashMap::new()));
+        let reaper = Reaper::new(Arc::downgrade(&nodes), Arc::downgrade(&session));
         let store = Arc::new(Self {
             session,
             prefix,
             inbox: Arc::new(OnceLock::new()),
-            nodes: Arc::new(Mutex::new(HashMap::new())),
+            nodes,
+            reaper,
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
             counters_seen: data::CountersSeen::default(),
@@ -829,13 +836,14 @@ impl EtcdStore {
         let (watches, kv) = (self.session.watches(), self.session.kv().clone());
         let timeout = self.session.timeout();
         let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
+        let reaper = Arc::downgrade(&self.reaper);
         let task = tokio::spawn(async move {
             let (gone, hands_over) = watch_until_changed(watches, kv, timeout, target).await;
             flag.store(if gone { GONE } else { FIRED }, Ordering::Release);
             let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
                 return;
             };
-            match handoff(gone && hands_over, &nodes, &session, waiter) {
+            match handoff(gone && hands_over, &nodes, &session, &reaper, waiter) {
                 Some(handoff) => inbox.handoff(handoff),
                 None => inbox.wake(&waiter),
             }
@@ -853,22 +861,16 @@ impl EtcdStore {
     }
 
     /// Marks this token's key held, with a lease of `lease` from now that
-    /// this client enforces: a task deletes the key when it ends.
+    /// this client enforces: its reaper deletes the key when it ends.
     fn hold(&self, token: &Token, lease: Duration) {
-        let (tx, rx) = watch::channel(Instant::now() + lease);
-        let (key, created) = {
-            let mut nodes = self.nodes();
-            let Some(node) = nodes.get_mut(token) else {
-                return;
-            };
+        let now = Instant::now();
+        let mut nodes = self.nodes();
+        if let Some(node) = nodes.get_mut(token) {
             node.set_role(Role::Holding {
-                lease_end: tx,
-                since: Instant::now(),
+                end: self.reaper.schedule(*token, now + lease),
+                since: now,
             });
-            (node.key.clone(), node.created)
-        };
-        let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
-        tokio::spawn(end_at_lease_end(nodes, session, *token, key, created, rx));
+        }
     }
 
     /// Deletes a key this client no longer wants, in the background,
@@ -1000,14 +1002,14 @@ impl EtcdStore {
             // A hold begun a moment ago (the confirmation of a handoff):
             // its key was created, or its predecessor's deletion seen,
             // under this very lease, which is alive.
-            let nodes = self.nodes();
+            let mut nodes = self.nodes();
             if let Some(Node {
-                role: Role::Holding { lease_end, since },
+                role: Role::Holding { end, since },
                 ..
-            }) = nodes.get(token)
+            }) = nodes.get_mut(token)
                 && since.elapsed() < JUST_TAKEN
             {
-                lease_end.send_replace(sent_at + lease);
+                *end = self.reaper.schedule(*token, sent_at + lease);
                 return Ok(true);
             }
         }
@@ -1017,13 +1019,13 @@ impl EtcdStore {
         ]);
         let answer = self.txn("checking a lock's key", txn).await?;
         let mut nodes = self.nodes();
-        match nodes.get(token) {
+        match nodes.get_mut(token) {
             Some(Node {
-                role: Role::Holding { lease_end, .. },
+                role: Role::Holding { end, .. },
                 key: k,
                 ..
             }) if answer.succeeded() && *k == key => {
-                lease_end.send_replace(sent_at + lease);
+                *end = self.reaper.schedule(*token, sent_at + lease);
                 Ok(true)
             }
             _ => {
@@ -1274,57 +1276,14 @@ impl LockStore for EtcdStore {
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
-        // Waiters' watches end with the store.
+        // Waiters' watches end with the store, and so does its reaper.
         self.nodes().clear();
+        self.reaper.close();
     }
 }
 
 /// The nodes of a store, shared with its tasks.
 type Nodes = Mutex<HashMap<Token, Node>>;
-
-/// Deletes a holder's key when the lease of its hold ends, unless it was
-/// extended (a new end on `lease_end`) or the hold ended first.
-async fn end_at_lease_end(
-    nodes: Weak<Nodes>,
-    session: Weak<Session>,
-    token: Token,
-    key: String,
-    created: i64,
-    mut lease_end: watch::Receiver<Instant>,
-) {
-    loop {
-        let end = *lease_end.borrow_and_update();
-        tokio::select! {
-            () = tokio::time::sleep_until(end) => {
-                let Some(nodes) = nodes.upgrade() else { return };
-                let ended = {
-                    let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
-                    let ended = matches!(
-                        nodes.get(&token),
-                        Some(Node { role: Role::Holding { lease_end, .. }, key: k, .. })
-                            if *k == key && *lease_end.borrow() <= Instant::now()
-                    );
-                    if ended {
-                        nodes.remove(&token);
-                    }
-                    ended
-                };
-                if ended {
-                    tracing::debug!(key = %key, "lease ended; deleting the lock's key");
-                    // Boxed: every hold spawns this task, and the deletion's
-                    // future (a request's) would make each one large to move.
-                    Box::pin(discard_in(session, key, created)).await;
-                    return;
-                }
-            }
-            changed = lease_end.changed() => {
-                if changed.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
 
 /// The handoff to `token`'s waiter whose watched key is `gone`, when that
 /// made it the holder: it holds from now, for the lease of its latest
@@ -1336,12 +1295,13 @@ fn handoff(
     gone: bool,
     nodes: &Weak<Nodes>,
     session: &Weak<Session>,
+    reaper: &Weak<Reaper>,
     token: Token,
 ) -> Option<Handoff> {
     if !gone {
         return None;
     }
-    let (nodes, session) = (nodes.upgrade()?, session.upgrade()?);
+    let (nodes, session, reaper) = (nodes.upgrade()?, session.upgrade()?, reaper.upgrade()?);
     let lease = session.lease();
     let now = Instant::now();
     let mut map = nodes.lock().unwrap_or_else(|p| p.into_inner());
@@ -1354,28 +1314,18 @@ fn handoff(
         return None;
     }
     let fence = fence(node.created).ok()?;
-    let (tx, rx) = watch::channel(now + hold_for);
     // This task is the waiter's watch: it ends here, and is not aborted.
-    let _watch = std::mem::replace(
+    let watch = std::mem::replace(
         &mut node.role,
         Role::Holding {
-            lease_end: tx,
+            end: reaper.schedule(token, now + hold_for),
             since: now,
         },
     );
-    if let Role::Waiting { watch: Some(w) } = _watch {
+    if let Role::Waiting { watch: Some(w) } = watch {
         drop(w.task);
     }
-    let (key, created) = (node.key.clone(), node.created);
     drop(map);
-    tokio::spawn(end_at_lease_end(
-        Arc::downgrade(&nodes),
-        Arc::downgrade(&session),
-        token,
-        key,
-        created,
-        rx,
-    ));
     Some(Handoff::new(token, fence, attempt))
 }
 
