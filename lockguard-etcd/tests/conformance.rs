@@ -209,38 +209,3 @@ async fn a_multi_lock_of_free_keys_is_one_etcd_transaction() {
     assert_eq!(after.kvs().len(), 3, "the refused multi-lock left a key");
     all.release().await.unwrap();
 }
-
-/// A lock kept past its release (`at_least`) is listed held by its
-/// holder, with its fence and the kept time left, until a forced release
-/// hands it on.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kept_lock_is_listed_until_a_forced_release() {
-    use lockguard_core::LockKind;
-
-    let etcd = Etcd::start();
-    let a = etcd.client_with(Client::builder()).await;
-    let b = etcd.client_with(Client::builder()).await;
-    let operator = etcd.client_with(Client::builder()).await;
-    let kept = a
-        .lock("t:job")
-        .at_least(Duration::from_secs(30))
-        .try_acquire()
-        .await
-        .unwrap();
-    let fence = kept.fencing_token();
-    assert!(kept.release().await.unwrap());
-    let listed = operator.locks("t:job").await.unwrap();
-    assert_eq!(listed.len(), 1, "{listed:?}");
-    let holder = listed[0].holders[0];
-    assert_eq!(holder.fence, Some(fence), "{listed:?}");
-    let left = holder.lease_left.expect("a kept lock's time left");
-    assert!(left > Duration::from_secs(20), "{left:?}");
-    let forced = operator
-        .force_release(LockKind::Lock, "t:job")
-        .await
-        .unwrap();
-    assert_eq!(forced.evicted.len(), 1, "{forced:?}");
-    let again = b.lock("t:job").try_acquire().await.unwrap();
-    assert!(again.fencing_token() > fence);
-    assert!(again.release().await.unwrap());
-}

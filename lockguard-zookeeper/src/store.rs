@@ -321,12 +321,19 @@ impl ZooKeeperStore {
 
     /// The path of this token's node when it holds in `session`.
     fn held(&self, token: &Token, session: zk::SessionId) -> Option<String> {
+        self.held_at(token, session).map(|(path, _)| path)
+    }
+
+    /// The path of this token's node when it holds in `session`, and the
+    /// zxid that created it when known.
+    fn held_at(&self, token: &Token, session: zk::SessionId) -> Option<(String, Option<u64>)> {
         match self.known(token, session) {
             Some(Known::Node {
                 path,
                 holding: true,
+                created,
                 ..
-            }) => Some(path),
+            }) => Some((path, created)),
             _ => None,
         }
     }
@@ -536,11 +543,15 @@ impl ZooKeeperStore {
                 // A lock released before its `at_least` passed is kept by
                 // a node of its own (see `kept`) until then.
                 if children.iter().any(|c| c == kept::KEPT)
-                    && let Some(left) = self.kept_for(&client, &dir, &path).await?
+                    && let Some((left, watcher)) = self.kept_for(&client, &dir, &path).await?
                 {
                     if place.is_none() {
                         self.nodes().remove(token);
                         self.discard(path);
+                    } else {
+                        // Woken when the kept time ends, or sooner when
+                        // `kept` goes (an operator's forced release).
+                        self.arm(token, vec![watcher], Some(left));
                     }
                     return Ok(Outcome::Busy(Some(left)));
                 }
@@ -581,7 +592,7 @@ impl ZooKeeperStore {
             if moved {
                 continue;
             }
-            self.arm(token, watchers);
+            self.arm(token, watchers, None);
             return Ok(Outcome::Busy(None));
         }
         Ok(Outcome::Busy(None))
@@ -632,7 +643,7 @@ impl ZooKeeperStore {
 
     /// Sets the watch of a waiting token: when any of `watchers` fires, the
     /// waiter is woken to look again.
-    fn arm(&self, token: &Token, watchers: Vec<zk::OneshotWatcher>) {
+    fn arm(&self, token: &Token, watchers: Vec<zk::OneshotWatcher>, until: Option<Duration>) {
         let inbox = self.inbox.clone();
         let waiter = *token;
         let fired = Arc::new(AtomicU8::new(UNFIRED));
@@ -640,15 +651,23 @@ impl ZooKeeperStore {
         let task = tokio::spawn(async move {
             // One watch (a lock's waiter's) is awaited here; several each
             // in a task of their own, the first to fire ending the wait.
-            let event = match <[_; 1]>::try_from(watchers) {
-                Ok([watcher]) => Some(watcher.changed().await),
-                Err(watchers) => {
-                    let mut changes = JoinSet::new();
-                    for watcher in watchers {
-                        changes.spawn(watcher.changed());
+            let changed = async move {
+                match <[_; 1]>::try_from(watchers) {
+                    Ok([watcher]) => Some(watcher.changed().await),
+                    Err(watchers) => {
+                        let mut changes = JoinSet::new();
+                        for watcher in watchers {
+                            changes.spawn(watcher.changed());
+                        }
+                        changes.join_next().await.and_then(Result::ok)
                     }
-                    changes.join_next().await.and_then(Result::ok)
                 }
+            };
+            // A watch with an end (a kept lock's time left) fires then
+            // too; the waiter looks again with a synced listing.
+            let event = match until {
+                Some(left) => tokio::time::timeout(left, changed).await.ok().flatten(),
+                None => changed.await,
             };
             let state = match event {
                 Some(event) if event.event_type != zk::EventType::Session => CHANGED,

@@ -281,3 +281,73 @@ async fn a_woken_waiter_lists_the_queue_once_without_a_sync() {
         "{requests} requests over {HANDOFFS} handoffs, not two each"
     );
 }
+
+/// The head waiter of a lock kept past its release (`at_least`) watches
+/// the `kept` node, asking nothing while the kept time lasts (its place
+/// refreshes are answered by the standing watch, not by a read and a
+/// write each), and takes the lock at once when `kept` goes sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_locks_waiter_watches_it_and_asks_nothing_meanwhile() {
+    // A server of the test's own: no other test's requests are counted.
+    let server = ZooKeeperServer::start();
+    let root = "/kept";
+    let holder = client_of(&server, root).await;
+    // Waiters refresh their place every 50 ms at most.
+    let waiter = Client::builder()
+        .retry_interval(Duration::from_millis(50))
+        .zookeeper_session_timeout(Duration::from_secs(60))
+        .zookeeper_root(root)
+        .connect_zookeeper(&server.hosts())
+        .await
+        .expect("connect to zookeeper");
+    let job = holder
+        .lock("t:job")
+        .at_least(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(job.release().await.unwrap());
+    let watched = watches(&server);
+    let waiting = tokio::spawn({
+        let lock = waiter.lock("t:job").wait(Duration::from_secs(60));
+        async move { lock.acquire().await }
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            watches(&server) > watched
+        })
+        .await,
+        "the waiter never came to watch the kept node"
+    );
+    let before = packets(&server);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let asked = packets(&server) - before;
+    // Two `mntr`s, and a ping of either session at most.
+    assert!(
+        asked <= 4,
+        "{asked} requests in 1 s of waiting on a kept lock"
+    );
+    assert!(!waiting.is_finished());
+
+    // `kept` goes (as an operator's forced release deletes it).
+    let admin = zk::Client::connect(&server.hosts()).await.unwrap();
+    let (lock_node, children) = nodes(&admin, root)
+        .await
+        .into_iter()
+        .next()
+        .expect("the lock's node");
+    assert!(
+        children.iter().any(|(name, _)| name == "kept"),
+        "{children:?}"
+    );
+    admin
+        .delete(&format!("{root}/{lock_node}/kept"), None)
+        .await
+        .unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the waiter took the lock when the kept node went")
+        .unwrap()
+        .expect("the waiter is handed the lock");
+    assert!(taken.release().await.unwrap());
+}

@@ -498,6 +498,7 @@ macro_rules! conformance {
             a_forced_release_hands_on_and_the_holder_learns,
             a_forced_release_ends_every_reader,
             each_holder_is_listed_with_the_fence_it_drew,
+            a_kept_lock_is_listed_and_forced_to_its_waiter,
         );
     };
     (@group rw_locks, $h:expr) => {

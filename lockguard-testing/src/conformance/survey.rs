@@ -415,3 +415,76 @@ pub async fn each_holder_is_listed_with_the_fence_it_drew(env: Env) {
     assert!(r1.release().await.unwrap() && r2.release().await.unwrap());
     assert!(y.release().await.unwrap());
 }
+
+/// A lock released before its `at_least` passed stays taken for the rest
+/// of that time, by nobody's live hold: it is listed held, with the fence
+/// of the hold that kept it, and a forced release hands it at once to the
+/// waiter that would otherwise wait the kept time out.
+pub async fn a_kept_lock_is_listed_and_forced_to_its_waiter(env: Env) {
+    let (a, b, d) = (env.client().await, env.client().await, env.client().await);
+    // Within the longest lease every store's client keeps.
+    let keep = Duration::from_secs(30);
+    let job = a
+        .lock("survey-kept")
+        .at_least(keep)
+        .try_acquire()
+        .await
+        .unwrap();
+    let fence = job.fencing_token();
+    assert!(job.release().await.unwrap());
+
+    let kept = listed(&d, LockKind::Lock, "survey-kept")
+        .await
+        .expect("a kept lock is listed");
+    assert_eq!(kept.holders.len(), 1, "{kept:?}");
+    let holder = kept.holders[0];
+    assert!(holder.fence.is_none_or(|f| f == fence), "{kept:?}");
+    if let Some(left) = holder.lease_left {
+        assert!(left > Duration::from_secs(15) && left <= keep, "{left:?}");
+    }
+
+    let waiting = tokio::spawn({
+        let b = b.clone();
+        async move {
+            let asked = tokio::time::Instant::now();
+            let guard = b
+                .lock("survey-kept")
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await;
+            (guard, asked.elapsed())
+        }
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        listed(&d, LockKind::Lock, "survey-kept")
+            .await
+            .is_some_and(|s| s.waiters.len() == 1)
+    })
+    .await;
+    assert!(queued, "the waiter was never listed");
+    let still = listed(&d, LockKind::Lock, "survey-kept").await.unwrap();
+    assert_eq!(
+        still.holders.len(),
+        1,
+        "the kept hold still holds: {still:?}"
+    );
+    assert_eq!(still.holders[0].token, holder.token, "{still:?}");
+
+    let forced = d
+        .force_release(LockKind::Lock, "survey-kept")
+        .await
+        .expect("a forced release of a kept lock");
+    assert_eq!(forced.evicted.len(), 1, "{forced:?}");
+    assert_eq!(forced.evicted[0].token, holder.token, "{forced:?}");
+    let (guard, waited) = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the waiter took the forced lock well before the kept time")
+        .unwrap();
+    let guard = guard.expect("the waiter takes the forced lock");
+    assert!(
+        waited < Duration::from_secs(20),
+        "the waiter waited {waited:?}, as long as the kept time"
+    );
+    assert!(guard.fencing_token() > fence);
+    assert!(guard.release().await.unwrap());
+}

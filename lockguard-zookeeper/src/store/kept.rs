@@ -10,13 +10,17 @@
 //! transaction: `kept` is written (created, or overwritten when an earlier
 //! one is left) and the holder's node deleted, or neither when the node is
 //! gone. `kept`'s data is how long it keeps the lock, in milliseconds from
-//! the write, on the ZooKeeper leader's clock (the node's `mtime`).
+//! the write, on the ZooKeeper leader's clock (the node's `mtime`), then
+//! the token of the hold it keeps and that hold's fencing token: a survey
+//! lists the kept lock held by that token, and a forced release of that
+//! token deletes `kept`.
 //!
 //! A node that comes to the head of the queue while `kept` is there reads
 //! it, and the leader's time now, from a write of its own (it touches its
 //! own node, which changes nothing else); while the kept time lasts the
-//! lock is busy for as long as is left (a waiter stays at the head and
-//! asks again then; a `try_acquire` gives its node up). Once it has passed,
+//! lock is busy for as long as is left (a waiter stays at the head,
+//! watching `kept`, and asks again then, or when `kept` goes sooner; a
+//! `try_acquire` gives its node up). Once it has passed,
 //! the node deletes `kept` (for the version it read) and holds. Both times
 //! are the leader's clock at a write: a change of leader between them
 //! counts the skew between the two servers' clocks, which NTP bounds.
@@ -40,19 +44,53 @@ use super::{ZooKeeperStore, bounded};
 /// The name of the persistent child that keeps a released lock.
 pub(super) const KEPT: &str = "kept";
 
-/// The kept time, in whole milliseconds rounded up (a kept lock is never
-/// let go early), as `kept`'s data.
-fn encode(keep: Duration) -> String {
-    let ms = keep.as_nanos().div_ceil(1_000_000);
-    u64::try_from(ms).unwrap_or(u64::MAX).to_string()
+/// `kept`'s data: the kept time, in whole milliseconds rounded up (a kept
+/// lock is never let go early), the token of the hold it keeps, and that
+/// hold's fencing token when known.
+fn encode(keep: Duration, token: &Token, fence: Option<u64>) -> String {
+    let ms = u64::try_from(keep.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX);
+    match fence {
+        Some(fence) => format!("{ms} {} {fence}", token.as_str()),
+        None => format!("{ms} {}", token.as_str()),
+    }
 }
 
 /// Until when `kept` keeps the lock, in milliseconds on the leader's
-/// clock: its write's time (`written`, its `mtime`) plus its data; `None`
-/// for data that is no kept time (then it keeps nothing).
+/// clock: its write's time (`written`, its `mtime`) plus its kept time;
+/// `None` for data that is no kept time (then it keeps nothing).
 fn kept_until(data: &[u8], written: i64) -> Option<i64> {
-    let ms: i64 = std::str::from_utf8(data).ok()?.trim().parse().ok()?;
+    let ms: i64 = std::str::from_utf8(data)
+        .ok()?
+        .split_ascii_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     Some(written.saturating_add(ms))
+}
+
+/// The hold `kept` keeps: its token and its fencing token, as `encode`
+/// wrote them (`None` for a `kept` that names none).
+pub(super) fn kept_holder(data: &[u8]) -> Option<(Token, Option<u64>)> {
+    let mut fields = std::str::from_utf8(data).ok()?.split_ascii_whitespace();
+    let token = Token::parse(fields.nth(1)?.as_bytes())?;
+    Some((token, fields.next().and_then(|f| f.parse().ok())))
+}
+
+/// This machine's wall clock, in ms since the Unix epoch: against a
+/// `kept`'s time for what writes nothing (an estimate as good as the
+/// clocks agree).
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// How much longer a `kept` with `data`, written at `written`, keeps its
+/// lock at `now` (ms since the epoch), if at all.
+pub(super) fn kept_left_at(data: &[u8], written: i64, now: i64) -> Option<Duration> {
+    kept_until(data, written)
+        .filter(|until| *until > now)
+        .map(|until| Duration::from_millis(u64::try_from(until - now).unwrap_or(0)))
 }
 
 impl ZooKeeperStore {
@@ -68,11 +106,11 @@ impl ZooKeeperStore {
         let client = self.session.client();
         // Not held here (a lease that ended, an ended session): a release
         // finds and removes whatever is left.
-        let Some(path) = self.held(token, client.session_id()) else {
+        let Some((path, created)) = self.held_at(token, client.session_id()) else {
             return self.release_inner(keys, token).await;
         };
         let kept = format!("{}/{KEPT}", self.dir(keys));
-        let data = encode(keep);
+        let data = encode(keep, token, created);
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         // Created when missing, overwritten when an earlier one is left:
         // tried both ways, since another may appear or go in between.
@@ -118,20 +156,22 @@ impl ZooKeeperStore {
     }
 
     /// For the node at `path`, come to the head of the queue of `dir`
-    /// while `kept` is there: how much longer `kept` keeps the lock, or
-    /// `None` once it has passed and `kept` is deleted (the node may hold).
+    /// while `kept` is there: how much longer `kept` keeps the lock, with
+    /// a watch of `kept` (it fires when `kept` goes sooner, by a forced
+    /// release), or `None` once it has passed and `kept` is deleted (the
+    /// node may hold).
     pub(super) async fn kept_for(
         &self,
         client: &zk::Client,
         dir: &str,
         path: &str,
-    ) -> Result<Option<Duration>> {
+    ) -> Result<Option<(Duration, zk::OneshotWatcher)>> {
         let kept = format!("{dir}/{KEPT}");
-        let read = client.get_data(&kept);
+        let read = client.get_and_watch_data(&kept);
         // The leader's time now: a write of our own node that changes
         // nothing it holds (an empty lock node stays empty).
         let touch = client.set_data(path, &[], None);
-        let (data, stat) = match bounded(self.response_timeout, read).await? {
+        let (data, stat, watcher) = match bounded(self.response_timeout, read).await? {
             Ok(found) => found,
             Err(zk::Error::NoNode) => return Ok(None),
             Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
@@ -140,11 +180,8 @@ impl ZooKeeperStore {
             Ok(stat) => stat.mtime,
             Err(e) => return Err(self.failed(client, e, "reading the ensemble's time")),
         };
-        if let Some(until) = kept_until(&data, stat.mtime)
-            && until > now
-        {
-            let left = u64::try_from(until - now).unwrap_or(u64::MAX);
-            return Ok(Some(Duration::from_millis(left)));
+        if let Some(left) = kept_left_at(&data, stat.mtime, now) {
+            return Ok(Some((left, watcher)));
         }
         match bounded(
             self.response_timeout,
@@ -173,12 +210,7 @@ impl ZooKeeperStore {
             Err(zk::Error::NoNode) => return Ok(None),
             Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
         };
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        Ok(kept_until(&data, stat.mtime)
-            .filter(|until| *until > now)
-            .map(|until| Duration::from_millis(u64::try_from(until - now).unwrap_or(0))))
+        Ok(kept_left_at(&data, stat.mtime, now_ms()))
     }
 }
 
@@ -188,9 +220,38 @@ mod tests {
 
     #[test]
     fn kept_times_round_up_and_count_from_the_write() {
-        assert_eq!(encode(Duration::from_micros(1500)), "2");
-        assert_eq!(encode(Duration::from_secs(5)), "5000");
+        let token = Token::random();
+        let t = token.as_str();
+        assert_eq!(
+            encode(Duration::from_micros(1500), &token, None),
+            format!("2 {t}")
+        );
+        assert_eq!(
+            encode(Duration::from_secs(5), &token, Some(42)),
+            format!("5000 {t} 42")
+        );
+        assert_eq!(
+            kept_until(format!("5000 {t} 42").as_bytes(), 1_000),
+            Some(6_000)
+        );
+        // What a client before the token was kept wrote.
         assert_eq!(kept_until(b"5000", 1_000), Some(6_000));
         assert_eq!(kept_until(b"soon", 1_000), None);
+        assert_eq!(
+            kept_left_at(b"5000", 1_000, 5_500),
+            Some(Duration::from_millis(500))
+        );
+        assert_eq!(kept_left_at(b"5000", 1_000, 6_000), None);
+    }
+
+    #[test]
+    fn the_kept_hold_is_named_with_its_fence_when_known() {
+        let token = Token::random();
+        let data = encode(Duration::from_secs(5), &token, Some(42));
+        assert_eq!(kept_holder(data.as_bytes()), Some((token, Some(42))));
+        let data = encode(Duration::from_secs(5), &token, None);
+        assert_eq!(kept_holder(data.as_bytes()), Some((token, None)));
+        assert_eq!(kept_holder(b"5000"), None);
+        assert_eq!(kept_holder(b"5000 not-a-token"), None);
     }
 }

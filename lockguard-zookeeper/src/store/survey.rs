@@ -15,14 +15,17 @@
 //! the store, so its holders are its first node, which holds whatever the
 //! count, and the nodes that touched themselves when they came to hold (a
 //! node admitted a moment ago that has not touched itself yet is listed
-//! waiting). A lock kept past its release (see `kept`) is held by no
-//! token: every node of its queue waits.
+//! waiting). A lock kept past its release (see `kept`) is held by the
+//! hold `kept` names, with its fence and the kept time left (against this
+//! machine's clock), and every node of its queue waits.
 //!
 //! A forced release finds the holder's node by its token, in a listing
 //! synced with the leader, and deletes it when it holds under the same
 //! rule, as the holder's own release would: the waiter watching it is
 //! woken and takes the lock. The holder's client learns it at its next
-//! renewal, which finds its node gone.
+//! renewal, which finds its node gone. A kept lock's forced release
+//! deletes `kept`, for the version read: the head of its queue watches
+//! `kept` and takes the lock.
 
 use zookeeper_client as zk;
 
@@ -60,6 +63,9 @@ struct Listed {
     semaphore: bool,
     /// Its queue, in order.
     queue: Vec<Queued>,
+    /// The hold a `kept` node keeps, while its time lasts: its token, its
+    /// fence, and the time left.
+    kept: Option<(Token, Option<u64>, std::time::Duration)>,
     /// The zxid of the last change to its children.
     pzxid: i64,
 }
@@ -101,17 +107,22 @@ impl ZooKeeperStore {
         let mut locks = Vec::new();
         for (id, dir, children, stat) in listings {
             let queue = self.in_order(&client, &dir, &children).await?;
-            if queue.is_empty() {
+            let kept = if children.iter().any(|c| c == kept::KEPT) {
+                self.kept_hold(&client, &dir).await?
+            } else {
+                None
+            };
+            if queue.is_empty() && kept.is_none() {
                 continue;
             }
-            let kept = children.iter().any(|c| c == kept::KEPT);
             let semaphore = kind(prefix, &id) == Some(SEMAPHORE_KIND);
-            let queue = queued(&dir, &queue, kept)?;
+            let queue = queued(&dir, &queue, kept.is_some())?;
             locks.push(Listed {
                 id,
                 dir,
                 semaphore,
                 queue,
+                kept,
                 pzxid: stat.pzxid,
             });
         }
@@ -134,6 +145,10 @@ impl ZooKeeperStore {
             let mut holders = Vec::new();
             let mut waiters = Vec::new();
             let mut latest = u64::try_from(lock.pzxid).unwrap_or(0);
+            if let Some((token, fence, left)) = lock.kept {
+                let fence = fence.map(FencingToken::new);
+                holders.push(Holder::new(token, None, fence, Some(left)));
+            }
             for (node, request) in lock.queue.into_iter().zip(requests) {
                 let Some(request) = request else {
                     waiters.push(Waiter::new(node.token, node.mode));
@@ -181,8 +196,9 @@ impl ZooKeeperStore {
             Err(e) => return Err(self.failed(&client, e, "listing a lock's queue")),
         };
         if children.iter().any(|c| c == kept::KEPT) {
-            // Kept past its release: no node of the queue holds.
-            return Ok(false);
+            // Kept past its release: no node of the queue holds, and
+            // `kept` holds for the token it names.
+            return self.evict_kept(&client, &dir, token).await;
         }
         let queue = self.in_order(&client, &dir, &children).await?;
         let mine = format!("{}-", token.as_str());
@@ -203,6 +219,54 @@ impl ZooKeeperStore {
             // Released (or its session ended) since the listing.
             Err(zk::Error::NoNode) => Ok(false),
             Err(e) => Err(self.failed(&client, e, "deleting a holder's node")),
+        }
+    }
+}
+
+impl ZooKeeperStore {
+    /// The hold the `kept` node of `dir` keeps, while its time lasts.
+    async fn kept_hold(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+    ) -> Result<Option<(Token, Option<u64>, std::time::Duration)>> {
+        let path = format!("{dir}/{}", kept::KEPT);
+        let (data, stat) = match bounded(self.response_timeout, client.get_data(&path)).await? {
+            Ok(found) => found,
+            Err(zk::Error::NoNode) => return Ok(None),
+            Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
+        };
+        let Some(left) = kept::kept_left_at(&data, stat.mtime, kept::now_ms()) else {
+            return Ok(None);
+        };
+        Ok(kept::kept_holder(&data).map(|(token, fence)| (token, fence, left)))
+    }
+
+    /// Deletes the `kept` node of `dir` when it keeps `token`'s hold: the
+    /// head of the queue, which watches it, takes the lock.
+    async fn evict_kept(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<bool> {
+        let path = format!("{dir}/{}", kept::KEPT);
+        let (data, stat) = match bounded(self.response_timeout, client.get_data(&path)).await? {
+            Ok(found) => found,
+            Err(zk::Error::NoNode) => return Ok(false),
+            Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
+        };
+        if kept::kept_holder(&data).is_none_or(|(kept, _)| kept != *token) {
+            return Ok(false);
+        }
+        match bounded(
+            self.response_timeout,
+            client.delete(&path, Some(stat.version)),
+        )
+        .await?
+        {
+            Ok(()) => {
+                tracing::debug!(node = %path, "forced release: deleted a kept lock");
+                Ok(true)
+            }
+            // Gone, or written again by another hold, since the read.
+            Err(zk::Error::NoNode | zk::Error::BadVersion) => Ok(false),
+            Err(e) => Err(self.failed(client, e, "deleting a kept lock")),
         }
     }
 }
