@@ -121,12 +121,14 @@ pub use erased::Store;
 pub use follow::ChangeBell;
 pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
+pub use lease_ends::{LeaseEnd, LeaseEnds};
 pub use limit::{LimitKeys, LimitOp, LimitReply};
 
 mod channel_tasks;
 mod erased;
 mod follow;
 mod future;
+mod lease_ends;
 mod limit;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;

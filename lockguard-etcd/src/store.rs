@@ -62,8 +62,8 @@ use tokio::time::Instant;
 
 use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
-    AllOrNone, Handoff, Holding, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place,
-    RwMode, Token, Waiting,
+    AllOrNone, Handoff, Holding, Inbox, LeaseEnd, LeaseEnds, LockKeys, LockSet, LockStore,
+    Occupancy, Outcome, Place, RwMode, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -73,10 +73,7 @@ use crate::session::Session;
 mod data;
 mod follow;
 mod limits;
-mod reaper;
 mod survey;
-
-use reaper::{LeaseEnd, Reaper};
 
 /// How long a waiter trusts a watch that has not fired before it reads
 /// the queue again anyway.
@@ -121,7 +118,7 @@ pub(crate) struct EtcdStore {
     /// This client's queue keys, by the token they were created for.
     nodes: Arc<Nodes>,
     /// The ends of the holds' leases.
-    reaper: Arc<Reaper>,
+    reaper: Arc<LeaseEnds>,
     /// The leases rate-limit state is attached to.
     limit_leases: limits::LimitLeases,
     /// The rate-limit keys this client decided for.
@@ -157,8 +154,8 @@ struct Node {
 enum Role {
     /// In the queue, watching what it waits for (once it has looked).
     Waiting { watch: Option<Watch> },
-    /// Holding. The lease ends at `end`; this client's reaper deletes the
-    /// key then, unless a renewal replaced it.
+    /// Holding. The lease ends at `end`; this client deletes the key then
+    /// (see `expire`), unless a renewal replaced it.
     Holding {
         end: LeaseEnd,
         /// When the hold began.
@@ -407,7 +404,10 @@ impl EtcdStore {
     /// A store working in `session`'s lease, under `prefix`.
     pub(crate) fn new(session: Arc<Session>, prefix: String) -> Arc<Self> {
         let nodes = Arc::new(Mutex::new(HashMap::new()));
-        let reaper = Reaper::new(Arc::downgrade(&nodes), Arc::downgrade(&session));
+        let reaper = LeaseEnds::new({
+            let (nodes, session) = (Arc::downgrade(&nodes), Arc::downgrade(&session));
+            move |token, now| expire(&nodes, &session, token, now)
+        });
         let store = Arc::new(Self {
             session,
             prefix,
@@ -861,7 +861,7 @@ impl EtcdStore {
     }
 
     /// Marks this token's key held, with a lease of `lease` from now that
-    /// this client enforces: its reaper deletes the key when it ends.
+    /// this client enforces: it deletes the key when it ends.
     fn hold(&self, token: &Token, lease: Duration) {
         let now = Instant::now();
         let mut nodes = self.nodes();
@@ -1285,6 +1285,26 @@ impl Drop for EtcdStore {
 /// The nodes of a store, shared with its tasks.
 type Nodes = Mutex<HashMap<Token, Node>>;
 
+/// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
+/// or released since: its key is deleted in the background.
+fn expire(nodes: &Weak<Nodes>, session: &Weak<Session>, token: Token, now: Instant) {
+    let Some(nodes) = nodes.upgrade() else {
+        return;
+    };
+    let node = {
+        let mut map = nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let ended = matches!(
+            map.get(&token),
+            Some(Node { role: Role::Holding { end, .. }, .. }) if end.at() <= now
+        );
+        if ended { map.remove(&token) } else { None }
+    };
+    if let Some(node) = node {
+        tracing::debug!(key = %node.key, "lease ended; deleting the lock's key");
+        tokio::spawn(discard_in(session.clone(), node.key.clone(), node.created));
+    }
+}
+
 /// The handoff to `token`'s waiter whose watched key is `gone`, when that
 /// made it the holder: it holds from now, for the lease of its latest
 /// attempt, and the handoff names that attempt. `None` (the waiter looks
@@ -1295,7 +1315,7 @@ fn handoff(
     gone: bool,
     nodes: &Weak<Nodes>,
     session: &Weak<Session>,
-    reaper: &Weak<Reaper>,
+    reaper: &Weak<LeaseEnds>,
     token: Token,
 ) -> Option<Handoff> {
     if !gone {

@@ -56,15 +56,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
-    AllOrNone, Holding, Inbox, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, Token,
-    Waiting,
+    AllOrNone, Holding, Inbox, LeaseEnd, LeaseEnds, LockKeys, LockSet, LockStore, Occupancy,
+    Outcome, Place, Token, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -99,8 +98,13 @@ pub(crate) struct ZooKeeperStore {
     response_timeout: Duration,
     inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
     /// This client's nodes, by the token they were created for.
-    nodes: Arc<Mutex<HashMap<Token, Node>>>,
+    nodes: Arc<Nodes>,
+    /// The ends of the holds' leases.
+    lease_ends: Arc<LeaseEnds>,
 }
+
+/// The nodes of a store, shared with its tasks.
+type Nodes = Mutex<HashMap<Token, Node>>;
 
 impl fmt::Debug for ZooKeeperStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -108,6 +112,13 @@ impl fmt::Debug for ZooKeeperStore {
             .field("root", &self.root)
             .field("session", &self.session.client().session_id())
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for ZooKeeperStore {
+    fn drop(&mut self) {
+        // The task that ends holds at their lease ends goes with the store.
+        self.lease_ends.close();
     }
 }
 
@@ -131,9 +142,9 @@ enum Role {
     /// [`UNFIRED`], nothing has changed ahead of it. It was set at the
     /// instant it holds.
     Waiting { watch: Option<Watch> },
-    /// Holding. The lease ends at the instant sent; a task of this client
-    /// deletes the node then, unless the lease was extended.
-    Holding { lease_end: watch::Sender<Instant> },
+    /// Holding. The lease ends at `end`; this client deletes the node then
+    /// (see `expire`), unless a renewal replaced it.
+    Holding { end: LeaseEnd },
 }
 
 /// A waiter's standing watch.
@@ -198,12 +209,18 @@ impl ZooKeeperStore {
         root: String,
         (connect_timeout, response_timeout): (Duration, Duration),
     ) -> Result<Arc<Self>> {
+        let (session, nodes) = (Arc::new(session), Arc::new(Mutex::new(HashMap::new())));
+        let lease_ends = LeaseEnds::new({
+            let (nodes, session) = (Arc::downgrade(&nodes), Arc::downgrade(&session));
+            move |token, now| expire(&nodes, &session, response_timeout, token, now)
+        });
         let store = Arc::new(Self {
-            session: Arc::new(session),
+            session,
             root,
             response_timeout,
             inbox: Arc::new(OnceLock::new()),
-            nodes: Arc::new(Mutex::new(HashMap::new())),
+            nodes,
+            lease_ends,
         });
         let client = store.session.client();
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
@@ -691,57 +708,14 @@ impl ZooKeeperStore {
     }
 
     /// Marks this token's node held, with a lease of `lease` from now that
-    /// this client enforces.
+    /// this client enforces: it deletes the node when it ends.
     fn hold(&self, token: &Token, lease: Duration) {
-        let (tx, rx) = watch::channel(Instant::now() + lease);
-        let path = {
-            let mut nodes = self.nodes();
-            let Some(node) = nodes.get_mut(token) else {
-                return;
-            };
-            node.set_role(Role::Holding { lease_end: tx });
-            node.path.clone()
-        };
-        let Some(path) = path else { return };
-        let (nodes, session, timeout, token) = (
-            Arc::downgrade(&self.nodes),
-            Arc::downgrade(&self.session),
-            self.response_timeout,
-            *token,
-        );
-        tokio::spawn(async move {
-            let mut rx = rx;
-            loop {
-                let end = *rx.borrow_and_update();
-                tokio::select! {
-                    () = tokio::time::sleep_until(end) => {
-                        let Some(nodes) = nodes.upgrade() else { return };
-                        let ended = {
-                            let mut nodes = nodes.lock().unwrap_or_else(|p| p.into_inner());
-                            let ended = matches!(
-                                nodes.get(&token),
-                                Some(Node { role: Role::Holding { lease_end }, path: Some(p), .. })
-                                    if *p == path && *lease_end.borrow() <= Instant::now()
-                            );
-                            if ended {
-                                nodes.remove(&token);
-                            }
-                            ended
-                        };
-                        if ended {
-                            tracing::debug!(node = %path, "lease ended; deleting the lock node");
-                            discard_in(session, timeout, Leftover::Node(path)).await;
-                            return;
-                        }
-                    }
-                    changed = rx.changed() => {
-                        if changed.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        });
+        let mut nodes = self.nodes();
+        if let Some(node) = nodes.get_mut(token) {
+            node.set_role(Role::Holding {
+                end: self.lease_ends.schedule(*token, Instant::now() + lease),
+            });
+        }
     }
 
     /// Deletes a node this client no longer wants, in the background,
@@ -853,16 +827,16 @@ impl ZooKeeperStore {
             checked => checked.map_err(|e| self.failed(&client, e, "checking a lock node"))?,
         };
         let mut nodes = self.nodes();
-        match (stat, nodes.get(token)) {
+        match (stat, nodes.get_mut(token)) {
             (
                 Some(stat),
                 Some(Node {
-                    role: Role::Holding { lease_end },
+                    role: Role::Holding { end },
                     path: Some(p),
                     ..
                 }),
             ) if stat.ephemeral_owner == client.session_id().0 && *p == path => {
-                lease_end.send_replace(sent_at + lease);
+                *end = self.lease_ends.schedule(*token, sent_at + lease);
                 Ok(true)
             }
             _ => {
@@ -1104,6 +1078,32 @@ enum Leftover {
 
 /// Deletes `leftover`, retrying until it is gone, its session ended, or the
 /// store is dropped (its session then closes, and its nodes go with it).
+/// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
+/// or released since: its node is deleted in the background.
+fn expire(
+    nodes: &Weak<Nodes>,
+    session: &Weak<Session>,
+    timeout: Duration,
+    token: Token,
+    now: Instant,
+) {
+    let Some(nodes) = nodes.upgrade() else {
+        return;
+    };
+    let node = {
+        let mut map = nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let ended = matches!(
+            map.get(&token),
+            Some(Node { role: Role::Holding { end }, path: Some(_), .. }) if end.at() <= now
+        );
+        if ended { map.remove(&token) } else { None }
+    };
+    if let Some(path) = node.as_ref().and_then(|n| n.path.clone()) {
+        tracing::debug!(node = %path, "lease ended; deleting the lock node");
+        tokio::spawn(discard_in(session.clone(), timeout, Leftover::Node(path)));
+    }
+}
+
 async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftover) {
     let mut pause = Duration::from_millis(20);
     loop {
