@@ -742,23 +742,23 @@ impl EtcdStore {
             admission.mark(),
             Some(PutOptions::new().with_lease(lease_id)),
         );
-        // Busy: the holder's key, to tell a kept lock's time left.
-        let first = TxnOp::get(
-            dir,
-            Some(
-                GetOptions::new()
-                    .with_prefix()
-                    .with_sort(SortTarget::Create, SortOrder::Ascend)
-                    .with_limit(1),
-            ),
-        );
+        // Nothing in the other branch: a read there would make the request
+        // longer than the 256 bytes HTTP/2 sends in one write with the end
+        // of its stream (a longer body goes in one write, and the end in
+        // another: a system call more for every uncontended acquisition).
         let txn = Txn::new()
             .when([Compare::version(dir, CompareOp::Equal, 0).with_prefix()])
-            .and_then([put])
-            .or_else([first]);
+            .and_then([put]);
         let answer = self.txn("taking a lock", txn).await?;
         if !answer.succeeded() {
-            let left = last_get(&answer)
+            // Busy: the holder's key, to tell a kept lock's time left.
+            let first = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(1);
+            let left = self
+                .get("reading a lock's holder", dir, Some(first))
+                .await
                 .ok()
                 .and_then(|kvs| Queue::of(&kvs).kept().and_then(kept_left));
             return Ok(Outcome::Busy(left));

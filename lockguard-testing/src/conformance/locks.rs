@@ -840,6 +840,17 @@ pub async fn at_least_keeps_an_early_released_lock_until_it_has_passed(env: Env)
             busy.as_ref().is_err_and(lockguard_core::Error::is_busy),
             "{name}: free right after the release: {busy:?}"
         );
+        // Once the release has returned, the refusal tells how long the
+        // lock is kept still (a dropped guard's release may still be on
+        // its way: the hold's own lease then, where the store keeps one).
+        let left = busy
+            .as_ref()
+            .err()
+            .and_then(lockguard_core::Error::retry_after);
+        assert!(
+            dropped || left.is_some_and(|left| left > Duration::ZERO && left <= at_least),
+            "{name}: a kept lock's refusal tells its time left ({left:?})"
+        );
         let bound = taken + at_least + Duration::from_secs(3);
         let why = format!("3 s after its at_least ({at_least:?}) had passed");
         let freed = first_free(&other, name, bound, &why).await;
