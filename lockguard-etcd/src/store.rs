@@ -644,7 +644,10 @@ impl EtcdStore {
         } else {
             // Create the key unless it exists (an earlier attempt of this
             // waiter, whose answer may have been lost), and read the
-            // queue, in one transaction.
+            // queue, in one transaction; when it exists, the queue is read
+            // in a request of its own (a read in the other branch would
+            // make every join longer than HTTP/2's one-write size: see
+            // `try_lock`).
             let put = TxnOp::put(
                 key.as_str(),
                 admission.mark(),
@@ -652,10 +655,14 @@ impl EtcdStore {
             );
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([put, Self::listing(&dir)])
-                .or_else([Self::listing(&dir)]);
+                .and_then([put, Self::listing(&dir)]);
             let answer = self.txn("joining a lock's queue", txn).await?;
-            Queue::of(&last_get(&answer)?)
+            if answer.succeeded() {
+                Queue::of(&last_get(&answer)?)
+            } else {
+                let read = Txn::new().and_then([Self::listing(&dir)]);
+                Queue::of(&last_get(&self.txn("reading a lock's queue", read).await?)?)
+            }
         };
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
             // Our key is gone: the lease it was attached to ended. The next
