@@ -118,7 +118,7 @@ pub(crate) struct EtcdStore {
     /// This client's queue keys, by the token they were created for.
     nodes: Arc<Nodes>,
     /// The ends of the holds' leases.
-    reaper: Arc<LeaseEnds>,
+    lease_ends: Arc<LeaseEnds>,
     /// The leases rate-limit state is attached to.
     limit_leases: limits::LimitLeases,
     /// The rate-limit keys this client decided for.
@@ -404,7 +404,7 @@ impl EtcdStore {
     /// A store working in `session`'s lease, under `prefix`.
     pub(crate) fn new(session: Arc<Session>, prefix: String) -> Arc<Self> {
         let nodes = Arc::new(Mutex::new(HashMap::new()));
-        let reaper = LeaseEnds::new({
+        let lease_ends = LeaseEnds::new({
             let (nodes, session) = (Arc::downgrade(&nodes), Arc::downgrade(&session));
             move |token, now| expire(&nodes, &session, token, now)
         });
@@ -413,7 +413,7 @@ impl EtcdStore {
             prefix,
             inbox: Arc::new(OnceLock::new()),
             nodes,
-            reaper,
+            lease_ends,
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
             counters_seen: data::CountersSeen::default(),
@@ -843,14 +843,14 @@ impl EtcdStore {
         let (watches, kv) = (self.session.watches(), self.session.kv().clone());
         let timeout = self.session.timeout();
         let (nodes, session) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.session));
-        let reaper = Arc::downgrade(&self.reaper);
+        let lease_ends = Arc::downgrade(&self.lease_ends);
         let task = tokio::spawn(async move {
             let (gone, hands_over) = watch_until_changed(watches, kv, timeout, target).await;
             flag.store(if gone { GONE } else { FIRED }, Ordering::Release);
             let Some(inbox) = inbox.get().and_then(Weak::upgrade) else {
                 return;
             };
-            match handoff(gone && hands_over, &nodes, &session, &reaper, waiter) {
+            match handoff(gone && hands_over, &nodes, &session, &lease_ends, waiter) {
                 Some(handoff) => inbox.handoff(handoff),
                 None => inbox.wake(&waiter),
             }
@@ -874,7 +874,7 @@ impl EtcdStore {
         let mut nodes = self.nodes();
         if let Some(node) = nodes.get_mut(token) {
             node.set_role(Role::Holding {
-                end: self.reaper.schedule(*token, now + lease),
+                end: self.lease_ends.schedule(*token, now + lease),
                 since: now,
             });
         }
@@ -1016,7 +1016,7 @@ impl EtcdStore {
             }) = nodes.get_mut(token)
                 && since.elapsed() < JUST_TAKEN
             {
-                *end = self.reaper.schedule(*token, sent_at + lease);
+                *end = self.lease_ends.schedule(*token, sent_at + lease);
                 return Ok(true);
             }
         }
@@ -1032,7 +1032,7 @@ impl EtcdStore {
                 key: k,
                 ..
             }) if answer.succeeded() && *k == key => {
-                *end = self.reaper.schedule(*token, sent_at + lease);
+                *end = self.lease_ends.schedule(*token, sent_at + lease);
                 Ok(true)
             }
             _ => {
@@ -1283,9 +1283,10 @@ impl LockStore for EtcdStore {
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
-        // Waiters' watches end with the store, and so does its reaper.
+        // Waiters' watches end with the store, and so does its schedule of
+        // lease ends.
         self.nodes().clear();
-        self.reaper.close();
+        self.lease_ends.close();
     }
 }
 
@@ -1322,13 +1323,14 @@ fn handoff(
     gone: bool,
     nodes: &Weak<Nodes>,
     session: &Weak<Session>,
-    reaper: &Weak<LeaseEnds>,
+    lease_ends: &Weak<LeaseEnds>,
     token: Token,
 ) -> Option<Handoff> {
     if !gone {
         return None;
     }
-    let (nodes, session, reaper) = (nodes.upgrade()?, session.upgrade()?, reaper.upgrade()?);
+    let (nodes, session, lease_ends) =
+        (nodes.upgrade()?, session.upgrade()?, lease_ends.upgrade()?);
     let lease = session.lease();
     let now = Instant::now();
     let mut map = nodes.lock().unwrap_or_else(|p| p.into_inner());
@@ -1345,7 +1347,7 @@ fn handoff(
     let watch = std::mem::replace(
         &mut node.role,
         Role::Holding {
-            end: reaper.schedule(token, now + hold_for),
+            end: lease_ends.schedule(token, now + hold_for),
             since: now,
         },
     );

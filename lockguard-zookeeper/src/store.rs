@@ -1076,8 +1076,6 @@ enum Leftover {
     Token(String, Token),
 }
 
-/// Deletes `leftover`, retrying until it is gone, its session ended, or the
-/// store is dropped (its session then closes, and its nodes go with it).
 /// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
 /// or released since: its node is deleted in the background.
 fn expire(
@@ -1104,6 +1102,8 @@ fn expire(
     }
 }
 
+/// Deletes `leftover`, retrying until it is gone, its session ended, or the
+/// store is dropped (its session then closes, and its nodes go with it).
 async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftover) {
     let mut pause = Duration::from_millis(20);
     loop {
