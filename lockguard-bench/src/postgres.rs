@@ -200,7 +200,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). *pg_advisory_lock + fence from a sequence*: the same, with the lock's statement drawing a fencing token, `nextval` of a sequence, in the same round trip (checked to grow from holder to holder): the least that keeping fencing tokens adds to the server's own lock, the yardstick of a lockguard lock built on it. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
     b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend; a waiter's timed refreshes too, every third of the waiter timeout while it waits, so more where a wait is long). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting and their bells' opening included; the bells' own per handoff are two (the wait the ring cut, and the read of the mail). *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions; *wake-up transactions / handoff*: the marginal transactions less the marginal statements, over the marginal handoffs (letters written to the bells' mail, counted by the server): the server's work for the wake-ups alone, per handoff. Handoffs / acquisition: those letters over the acquisitions, about 1 (more where a waiter, slow to claim a lock handed to it, lets its reservation lapse and the lock is handed again). That work used to grow with the clients: with `NOTIFY`, PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so each handoff cost a transaction in every client's listening connection (server transactions / acquisition 7.03 at 4 clients and 19.11 at 16 before the bell, 3.00 statements each).\n");
     b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | marginal | handoffs / acquisition | wake-up transactions / handoff | min/max per contender |");
     b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -301,12 +301,24 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         }
 
         let before = counts(server).await;
-        let native = advisory(server, tasks, b.run_for).await;
+        let native = advisory(server, tasks, b.run_for, false).await;
         let mut counted = counts(server).await - before;
         // No function of lockguard's runs: the statements are the two each
         // acquisition sends (the lock's wait and the unlock).
         counted.statements = 2 * native.acquisitions;
         row(b, tasks, "pg_advisory_lock", &native, counted, None);
+        let before = counts(server).await;
+        let fenced = advisory(server, tasks, b.run_for, true).await;
+        let mut counted = counts(server).await - before;
+        counted.statements = 2 * fenced.acquisitions;
+        row(
+            b,
+            tasks,
+            "pg_advisory_lock + fence from a sequence",
+            &fenced,
+            counted,
+            None,
+        );
         let (p50, native_p50, p99) = (
             percentile(&c.handoffs, 50.0),
             percentile(&native.handoffs, 50.0),
@@ -381,16 +393,33 @@ async fn connect(url: &str) -> tokio_postgres::Client {
 
 /// `tasks` contenders on PostgreSQL's own session-level advisory lock, each
 /// on a connection of its own: `SELECT pg_advisory_lock($1)` waits in the
-/// server; then the hold, and `SELECT pg_advisory_unlock($1)`.
-async fn advisory(server: &PostgresServer, tasks: usize, run_for: Duration) -> Contention {
+/// server; then the hold, and `SELECT pg_advisory_unlock($1)`. `fenced`:
+/// the lock's statement also draws a fencing token from a sequence
+/// (`nextval`, which writes no WAL for 31 calls in 32), checked to grow
+/// from holder to holder: the least a lock on the server's own that keeps
+/// fencing tokens adds to it.
+async fn advisory(
+    server: &PostgresServer,
+    tasks: usize,
+    run_for: Duration,
+    fenced: bool,
+) -> Contention {
     const KEY: i64 = 56;
+    let statement = if fenced {
+        let conn = connect(&server.url()).await;
+        conn.batch_execute("CREATE SEQUENCE IF NOT EXISTS lockguard_bench_fence")
+            .await
+            .expect("create the fence sequence");
+        "SELECT pg_advisory_lock($1), nextval('lockguard_bench_fence')"
+    } else {
+        "SELECT pg_advisory_lock($1)"
+    };
+    // The latest holder's fence: each next holder's is greater.
+    let latest = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut conns = Vec::new();
     for _ in 0..tasks {
         let conn = connect(&server.url()).await;
-        let lock = conn
-            .prepare("SELECT pg_advisory_lock($1)")
-            .await
-            .expect("prepare");
+        let lock = conn.prepare(statement).await.expect("prepare");
         let unlock = conn
             .prepare("SELECT pg_advisory_unlock($1)")
             .await
@@ -401,11 +430,20 @@ async fn advisory(server: &PostgresServer, tasks: usize, run_for: Duration) -> C
     let rate = throughput(tasks, run_for, |t, stop, done| {
         let conn = conns[t].clone();
         let rec = rec.clone();
+        let latest = latest.clone();
         async move {
             let (conn, lock, unlock) = &*conn;
             while !stop.load(Ordering::Relaxed) {
-                conn.execute(lock, &[&KEY]).await.expect("pg_advisory_lock");
+                let locked = conn
+                    .query_one(lock, &[&KEY])
+                    .await
+                    .expect("pg_advisory_lock");
                 rec.acquired(t);
+                if fenced {
+                    let fence: i64 = locked.get(1);
+                    let before = latest.swap(fence, Ordering::Relaxed);
+                    assert!(fence > before, "fence {fence} after {before}");
+                }
                 hold().await;
                 rec.releasing(t);
                 let row = conn.query_one(unlock, &[&KEY]).await.expect("unlock");
