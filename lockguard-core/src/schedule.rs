@@ -100,6 +100,27 @@ impl Schedule {
         u64::try_from(since.as_nanos() / self.every.as_nanos()).ok()
     }
 
+    /// What a run's lock is kept short of the next period, for the
+    /// acquisition's round trip and the replicas' clocks: a tenth of the
+    /// period, at most 100 ms.
+    fn margin(&self) -> Duration {
+        (self.every / 10).min(Duration::from_millis(100))
+    }
+
+    /// Until when a lock taken for period `n` keeps every other replica
+    /// from taking it for `n` on a store with no record of runs (Redlock):
+    /// a run's lock, taken at or after `n`'s start, is kept `at_least` from
+    /// then (or to a margin before the next period, the sooner), so a lock
+    /// taken by this instant overlaps every earlier run's of `n`.
+    fn unrecorded_window(&self, n: u64) -> SystemTime {
+        let kept = self.start_of(n) + self.kept_at_least();
+        let next = self
+            .start_of(n.saturating_add(1))
+            .checked_sub(self.margin())
+            .unwrap_or(UNIX_EPOCH);
+        kept.min(next)
+    }
+
     /// When period `n` starts.
     fn start_of(&self, n: u64) -> SystemTime {
         let nanos = self.every.as_nanos().saturating_mul(u128::from(n));
@@ -329,7 +350,7 @@ impl Job {
         // The keeping counts from the acquisition's answer, so it ends a
         // margin before the next period (a tenth of the period, at most
         // 100 ms), for the acquisition's round trip.
-        let margin = (self.schedule.every / 10).min(Duration::from_millis(100));
+        let margin = self.schedule.margin();
         let left = self
             .schedule
             .start_of(period + 1)
@@ -368,12 +389,20 @@ impl Job {
     /// Whether `period` is still to run, recording it as run when it is:
     /// false when the record names it or a later one, or a newer holder
     /// of the lock wrote the record. On a store without fenced values
-    /// (Redlock), `at_least` alone keeps the periods apart, and a replica
-    /// that starts mid-period waits for the next.
+    /// (Redlock), `at_least` alone keeps the periods apart: a replica that
+    /// starts mid-period waits for the next, and one that took the lock
+    /// late in the period (its process paused, or its attempt slow), after
+    /// an earlier run's lock may have been let go, skips it.
     async fn claim(&self, guard: &LockGuard, period: u64, at_start: bool) -> Result<bool> {
         let last = match self.runs.read().await {
             Ok(last) => last,
-            Err(e) if e.is_unsupported() => return Ok(!at_start),
+            Err(e) if e.is_unsupported() => {
+                let in_time = SystemTime::now() <= self.schedule.unrecorded_window(period);
+                if !in_time {
+                    tracing::debug!(schedule = %self.name, period, "skipped: the lock was taken too late in the period to exclude an earlier run");
+                }
+                return Ok(!at_start && in_time);
+            }
             Err(e) => return Err(e),
         };
         if let Some(last) = last {
@@ -447,6 +476,23 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_a_record_a_period_is_taken_only_while_an_earlier_runs_lock_is_kept() {
+        // Kept half the period by default: a lock taken later than that
+        // into the period may follow an earlier run's, let go.
+        let s = Schedule::every(Duration::from_millis(400));
+        assert_eq!(
+            s.unrecorded_window(10),
+            s.start_of(10) + Duration::from_millis(200)
+        );
+        // Kept nearly the whole period: only to a margin before the next.
+        let s = Schedule::every(Duration::from_secs(1)).at_least(Duration::from_millis(950));
+        assert_eq!(
+            s.unrecorded_window(10),
+            s.start_of(11) - Duration::from_millis(100)
+        );
+    }
 
     #[test]
     fn periods_are_counted_from_the_epoch() {

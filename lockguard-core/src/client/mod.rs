@@ -196,8 +196,11 @@ impl Client {
     ///   a period that ran is never run again, however far a replica's
     ///   clock is off. A replica that starts mid-period runs that period
     ///   at once, unless it has run. (On Redlock, which keeps no fenced
-    ///   values, `at_least` alone keeps runs apart, and a replica that
-    ///   starts mid-period waits for the next.)
+    ///   values, `at_least` alone keeps runs apart: a replica that starts
+    ///   mid-period waits for the next, and one that takes the lock later
+    ///   than `at_least` into the period, its process paused or its
+    ///   attempt slow, skips it, as an earlier run's lock may have been let
+    ///   go by then.)
     /// - **A run lasts at most [`at_most`](Schedule::at_most)** (the
     ///   period by default): the lock's fixed lease. A run still going then
     ///   is cancelled, since another replica may take the lock; a replica
