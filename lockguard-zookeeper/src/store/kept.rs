@@ -204,13 +204,24 @@ impl ZooKeeperStore {
         client: &zk::Client,
         dir: &str,
     ) -> Result<Option<Duration>> {
+        Ok(self
+            .read_kept(client, dir)
+            .await?
+            .and_then(|(data, stat)| kept_left_at(&data, stat.mtime, now_ms())))
+    }
+
+    /// The `kept` node of `dir`, its data and its stat, if there is one.
+    pub(super) async fn read_kept(
+        &self,
+        client: &zk::Client,
+        dir: &str,
+    ) -> Result<Option<(Vec<u8>, zk::Stat)>> {
         let kept = format!("{dir}/{KEPT}");
-        let (data, stat) = match bounded(self.response_timeout, client.get_data(&kept)).await? {
-            Ok(found) => found,
-            Err(zk::Error::NoNode) => return Ok(None),
-            Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
-        };
-        Ok(kept_left_at(&data, stat.mtime, now_ms()))
+        match bounded(self.response_timeout, client.get_data(&kept)).await? {
+            Ok(found) => Ok(Some(found)),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(e) => Err(self.failed(client, e, "reading a kept lock")),
+        }
     }
 }
 

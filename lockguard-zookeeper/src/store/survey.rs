@@ -230,11 +230,8 @@ impl ZooKeeperStore {
         client: &zk::Client,
         dir: &str,
     ) -> Result<Option<(Token, Option<u64>, std::time::Duration)>> {
-        let path = format!("{dir}/{}", kept::KEPT);
-        let (data, stat) = match bounded(self.response_timeout, client.get_data(&path)).await? {
-            Ok(found) => found,
-            Err(zk::Error::NoNode) => return Ok(None),
-            Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
+        let Some((data, stat)) = self.read_kept(client, dir).await? else {
+            return Ok(None);
         };
         let Some(left) = kept::kept_left_at(&data, stat.mtime, kept::now_ms()) else {
             return Ok(None);
@@ -245,12 +242,10 @@ impl ZooKeeperStore {
     /// Deletes the `kept` node of `dir` when it keeps `token`'s hold: the
     /// head of the queue, which watches it, takes the lock.
     async fn evict_kept(&self, client: &zk::Client, dir: &str, token: &Token) -> Result<bool> {
-        let path = format!("{dir}/{}", kept::KEPT);
-        let (data, stat) = match bounded(self.response_timeout, client.get_data(&path)).await? {
-            Ok(found) => found,
-            Err(zk::Error::NoNode) => return Ok(false),
-            Err(e) => return Err(self.failed(client, e, "reading a kept lock")),
+        let Some((data, stat)) = self.read_kept(client, dir).await? else {
+            return Ok(false);
         };
+        let path = format!("{dir}/{}", kept::KEPT);
         if kept::kept_holder(&data).is_none_or(|(kept, _)| kept != *token) {
             return Ok(false);
         }
