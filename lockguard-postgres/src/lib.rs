@@ -117,6 +117,7 @@ pub mod check;
 mod connect;
 mod error;
 mod fenced_table;
+mod locks;
 mod options;
 mod pool;
 mod schema;

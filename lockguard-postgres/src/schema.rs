@@ -9,13 +9,13 @@ use crate::pool::Conn;
 pub const DEFAULT_SCHEMA: &str = "lockguard";
 
 /// The oldest PostgreSQL lockguard works with (`hashtextextended`, 11).
-pub(crate) const MIN_SERVER_VERSION: i32 = 110_000;
+pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// The version of `schema.sql`; a schema of an older version is brought up
 /// to date (every statement of the file is idempotent). A newer one is
 /// used as it is when it is compatible with this version (see
 /// [`COMPATIBLE_SINCE`]), and refused otherwise.
-pub(crate) const VERSION: i32 = 7;
+pub(crate) const VERSION: i32 = 8;
 
 /// The oldest version of lockguard's clients that may use a schema of
 /// [`VERSION`]: this version keeps every function of version 3 with its
@@ -30,7 +30,7 @@ pub(crate) const VERSION: i32 = 7;
 ///
 /// Clients of version 3 themselves predate this rule: they refuse any
 /// schema newer than theirs, this one included.
-pub(crate) const COMPATIBLE_SINCE: i32 = 3;
+pub(crate) const COMPATIBLE_SINCE: i32 = 8;
 
 const SQL: &str = include_str!("schema.sql");
 

@@ -392,12 +392,13 @@ BEGIN
 END
 $$;
 
--- One attempt to take a lock (p_permits = 1) or a semaphore permit: takes
+-- One attempt to take a semaphore permit (version 8; a lock, p_permits = 1,
+-- before it, when this was `acquire`): takes
 -- it when free and nobody live queues ahead; claims one a release handed to
 -- p_token (with p_lease_ms, keeping the fence announced); otherwise, with a
 -- p_wait_ms, joins the queue (or keeps its place) until p_wait_ms from now.
 -- Returns (true, fence) when taken, (false, ms until the first lease ends).
-CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(
+CREATE OR REPLACE FUNCTION __SCHEMA__.permit_acquire(
   p_key text, p_token text, p_lease_ms bigint, p_permits integer,
   p_wait_ms bigint, p_channel text, p_attempt bigint,
   OUT acquired boolean, OUT n bigint)
@@ -499,58 +500,6 @@ BEGIN
       (SELECT f.fence FROM __SCHEMA__.latest_fences f WHERE f.key = p_key),
       (SELECT max(h.fence) FROM __SCHEMA__.holders h WHERE h.key = p_key))
     INTO latest;
-END
-$$;
-
--- Takes every lock of p_keys (distinct locks, never semaphores),
--- p_keys[i] with p_tokens[i], for p_lease_ms, in one step: when each is
--- free with no live waiter ahead; otherwise none. The keys' locks are
--- taken first in one order for every call (their lock's number), so two
--- such calls over shared keys never wait for each other in a cycle. A free
--- lock with live waiters goes to the first of them, as one attempt does
--- (hand_out). Returns (true, every token in the order asked) or (false,
--- the busy lock's place in p_keys from 1, ms left of its lease).
-CREATE OR REPLACE FUNCTION __SCHEMA__.acquire_all(
-  p_keys text[], p_tokens text[], p_lease_ms bigint,
-  OUT acquired boolean, OUT fences bigint[], OUT busy integer, OUT left_ms bigint)
-LANGUAGE plpgsql SET enable_bitmapscan = off AS $$
-DECLARE
-  v_n integer := coalesce(cardinality(p_keys), 0);
-  v_now timestamptz;
-  v_key text;
-  v_held bigint;
-  v_fence bigint;
-BEGIN
-  IF v_n = 0 OR v_n <> coalesce(cardinality(p_tokens), 0)
-     OR (SELECT count(DISTINCT k) FROM unnest(p_keys) k) <> v_n THEN
-    RAISE EXCEPTION 'acquire_all needs distinct keys, one token each'
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  FOR v_key IN SELECT k FROM unnest(p_keys) k ORDER BY hashtextextended(k, 7164), k LOOP
-    PERFORM __SCHEMA__.lock_key(v_key);
-  END LOOP;
-  v_now := clock_timestamp();
-  FOR i IN 1 .. v_n LOOP
-    DELETE FROM __SCHEMA__.holders h WHERE h.key = p_keys[i] AND h.expires_at <= v_now;
-    SELECT count(*) INTO v_held FROM __SCHEMA__.holders h WHERE h.key = p_keys[i];
-    IF v_held = 0 THEN
-      CONTINUE WHEN __SCHEMA__.hand_out(p_keys[i], 1, NULL, v_now) = 1;
-    END IF;
-    acquired := false;
-    busy := i;
-    SELECT ceil(extract(epoch FROM min(h.expires_at) - v_now) * 1000)::bigint INTO left_ms
-      FROM __SCHEMA__.holders h WHERE h.key = p_keys[i];
-    RETURN;
-  END LOOP;
-  fences := '{}';
-  FOR i IN 1 .. v_n LOOP
-    INSERT INTO __SCHEMA__.holders (key, token, expires_at, fence)
-      VALUES (p_keys[i], p_tokens[i], v_now + p_lease_ms * interval '1 millisecond',
-              __SCHEMA__.next_fence(p_keys[i]))
-      RETURNING fence INTO v_fence;
-    fences := fences || v_fence;
-  END LOOP;
-  acquired := true;
 END
 $$;
 
@@ -1053,6 +1002,333 @@ BEGIN
 END
 $$;
 
+-- Locks (version 8): PostgreSQL's own session advisory locks. Each held or
+-- awaited lock has a session of its own on its client; a waiter waits in
+-- the server (pg_advisory_lock), which grants the lock to its first waiter
+-- the moment the holder unlocks or its session ends, with no statement
+-- of anyone's. The lock of a key is the advisory lock (hi, lo), the two
+-- halves of the hash of the schema's name and the key (two-int form: the
+-- per-key transaction locks of the other operations use the bigint form).
+--
+-- A session's application_name says what it does, for every other
+-- client's inspection, survey and forced release: `lg <token>` while it
+-- waits, `lg <token> <fence> <lease end>` (hex; the end in ms since the
+-- epoch on the database's clock) while it holds. Its idle_session_timeout
+-- is its hold's lease: a holder whose client stopped renewing (paused,
+-- cut off) loses its session, and its lock, when the lease ends, even
+-- when its connection looks alive.
+--
+-- The newest fencing token and the name of each lock, for the next
+-- fencing token, inspection and survey. Unlogged: written at every
+-- acquisition without a durable write (a transaction that writes only
+-- unlogged rows commits without waiting for the log's flush). A token is
+-- drawn as the other keys' are (next_after): above the key's last and the
+-- database's clock in µs. After a crash the rows are gone, and every lock
+-- with them; the clock is then ahead of every token drawn before (a key
+-- draws far fewer than one per µs), as it is after a failover. Swept a
+-- day after their lock's last use, unless it is held.
+CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_fences (
+  hi integer NOT NULL,
+  lo integer NOT NULL,
+  key text NOT NULL,
+  fence bigint NOT NULL,
+  at timestamptz NOT NULL,
+  PRIMARY KEY (hi, lo)
+);
+
+-- A lock released before its at_least passed, kept until `until`: its
+-- holder's session keeps the advisory lock until then too, and this row
+-- keeps it past that session's end (its client's exit), for whoever takes
+-- the lock next to wait out.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.kept_locks (
+  key text PRIMARY KEY,
+  token text NOT NULL,
+  fence bigint NOT NULL,
+  until timestamptz NOT NULL
+);
+
+-- Clients before version 8 took locks with these two, in the tables above;
+-- no client of version 8 uses them, and a client that still does would
+-- take locks the others do not see: it is stopped with LG003.
+CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(
+  p_key text, p_token text, p_lease_ms bigint, p_permits integer,
+  p_wait_ms bigint, p_channel text, p_attempt bigint,
+  OUT acquired boolean, OUT n bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'lockguard''s schema is version 8, whose locks are advisory locks; this lockguard client is older: upgrade it'
+    USING ERRCODE = 'LG003';
+END
+$$;
+CREATE OR REPLACE FUNCTION __SCHEMA__.acquire_all(
+  p_keys text[], p_tokens text[], p_lease_ms bigint,
+  OUT acquired boolean, OUT fences bigint[], OUT busy integer, OUT left_ms bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'lockguard''s schema is version 8, whose locks are advisory locks; this lockguard client is older: upgrade it'
+    USING ERRCODE = 'LG003';
+END
+$$;
+
+-- The advisory lock of lock p_key: the halves of its hash.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_id(p_key text, OUT hi integer, OUT lo integer)
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT (h >> 32)::integer, ((h << 32) >> 32)::integer
+    FROM (SELECT hashtextextended('__SCHEMA__:' || p_key, 8) AS h) x
+$$;
+
+-- The sessions of this database with a part in lock p_key, by pid: its
+-- holder (granted) and its waiters in their order, each with its name.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_sessions(p_hi integer, p_lo integer)
+RETURNS TABLE (pid integer, granted boolean, label text, since timestamptz)
+LANGUAGE sql VOLATILE AS $$
+  SELECT l.pid, l.granted, a.application_name, l.waitstart
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+   WHERE l.locktype = 'advisory' AND l.objsubid = 2
+     AND l.classid = p_hi::oid AND l.objid = p_lo::oid
+     AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+   ORDER BY l.granted DESC, l.waitstart
+$$;
+
+-- The database's clock in ms.
+CREATE OR REPLACE FUNCTION __SCHEMA__.now_ms() RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- Starts a session of a client's locks: named, with no idle timeout.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session() RETURNS void
+LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('application_name', 'lockguard', false);
+  SELECT set_config('idle_session_timeout', '0', false);
+$$;
+
+-- The ms left of lock p_key's kept time, NULL when it is not kept.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_kept_ms(p_key text) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT ceil(extract(epoch FROM k.until - clock_timestamp()) * 1000)::bigint
+    FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.until > clock_timestamp()
+$$;
+
+-- Records this session's hold of p_key (advisory lock hi, lo) by p_token,
+-- for p_lease_ms: draws its fencing token, names it, and ends the session
+-- when it stays idle past the lease.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_taken(
+  p_key text, p_hi integer, p_lo integer, p_token text, p_lease_ms bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_fence bigint;
+BEGIN
+  INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at)
+    VALUES (p_hi, p_lo, p_key,
+            __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
+            clock_timestamp())
+    ON CONFLICT (hi, lo) DO UPDATE
+      SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at
+    RETURNING f.fence INTO v_fence;
+  PERFORM __SCHEMA__.lock_lease(p_token, v_fence, p_lease_ms);
+  RETURN v_fence;
+END
+$$;
+
+-- Sets this session's hold's lease to p_lease_ms from now: in its name,
+-- and, with a slack for the answer's way to the client (which counts the
+-- lease from before its request, or from the answer of a wait), as the
+-- session's idle timeout.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease(p_token text, p_fence bigint, p_lease_ms bigint)
+RETURNS boolean LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('application_name',
+                    format('lg %s %s %s', p_token, to_hex(p_fence),
+                           to_hex(__SCHEMA__.now_ms() + p_lease_ms)), false) IS NOT NULL
+     AND set_config('idle_session_timeout',
+                    least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
+                          2147483647)::text, false) IS NOT NULL
+$$;
+
+-- Refuses a session whose isolation is not read committed: a statement
+-- under repeatable read or serializable reads from a snapshot older than
+-- the lock it waited for (see lock_key).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_check() RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'lockguard needs read committed isolation; this session runs %',
+      current_setting('transaction_isolation') USING ERRCODE = 'feature_not_supported';
+  END IF;
+END
+$$;
+
+-- The ms left of the lease of lock (p_hi, p_lo)'s holder, as its
+-- session's name says; NULL when it says none.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_held_ms(p_hi integer, p_lo integer) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT max(greatest(('x' || lpad(split_part(s.label, ' ', 4), 16, '0'))::bit(64)::bigint
+                      - __SCHEMA__.now_ms(), 0))
+    FROM __SCHEMA__.lock_sessions(p_hi, p_lo) s
+   WHERE s.granted AND s.label LIKE 'lg % % %'
+$$;
+
+-- One attempt to take lock p_key, never waiting: (true, fence) when
+-- taken; (false, ms left of its kept time) when it is kept; (false, NULL)
+-- when it is held.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_try(
+  p_key text, p_token text, p_lease_ms bigint, OUT acquired boolean, OUT n bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  PERFORM __SCHEMA__.lock_check();
+  acquired := false;
+  IF NOT pg_try_advisory_lock(v_id.hi, v_id.lo) THEN
+    n := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
+    RETURN;
+  END IF;
+  n := __SCHEMA__.lock_kept_ms(p_key);
+  IF n IS NOT NULL THEN
+    PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
+    RETURN;
+  END IF;
+  n := __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
+  acquired := true;
+END
+$$;
+
+-- Waits in the server's queue of lock p_key until it is granted, and
+-- takes it for p_lease_ms: its fencing token. A lock kept past its
+-- holder's session is waited out (a forced release of it cancels the
+-- sleep).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait(
+  p_key text, p_token text, p_lease_ms bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+  v_left bigint;
+BEGIN
+  PERFORM __SCHEMA__.lock_check();
+  PERFORM set_config('application_name', 'lg ' || p_token, false);
+  PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
+  LOOP
+    v_left := __SCHEMA__.lock_kept_ms(p_key);
+    EXIT WHEN v_left IS NULL;
+    BEGIN
+      PERFORM pg_sleep(v_left / 1000.0);
+    EXCEPTION WHEN query_canceled THEN
+      NULL;
+    END;
+  END LOOP;
+  RETURN __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
+END
+$$;
+
+-- Unlocks this session's lock p_key: true when it held it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+  v_held boolean;
+BEGIN
+  SET LOCAL client_min_messages = error;
+  v_held := pg_advisory_unlock(v_id.hi, v_id.lo);
+  PERFORM set_config('application_name', 'lockguard', false);
+  PERFORM set_config('idle_session_timeout', '0', false);
+  RETURN v_held;
+END
+$$;
+
+-- Keeps this session's lock p_key, held by p_token with p_fence, until
+-- p_keep_ms from now, past the session's end: the release of a lock
+-- taken with at_least.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_keep(
+  p_key text, p_token text, p_fence bigint, p_keep_ms bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
+    VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
+    ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
+  RETURN __SCHEMA__.lock_lease(p_token, p_fence, p_keep_ms);
+END
+$$;
+
+-- What lock p_key's sessions say of it: its holders (one, or none),
+-- the ms left of the holder's lease (or of its kept time), its waiters,
+-- its newest fencing token.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_inspect(p_key text,
+  OUT holders integer, OUT left_ms bigint, OUT waiters bigint, OUT latest bigint)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  SELECT count(*) FILTER (WHERE s.granted)::integer, count(*) FILTER (WHERE NOT s.granted)
+    INTO holders, waiters FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s;
+  left_ms := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
+  IF holders = 0 AND left_ms IS NOT NULL THEN
+    holders := 1;
+  END IF;
+  SELECT f.fence INTO latest FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo;
+END
+$$;
+
+-- Ends p_token's hold of lock p_key from any session (an operator's
+-- forced release): its session is ended, which hands the lock to the
+-- first waiter; a kept lock's row is removed, and a waiter sleeping
+-- through it woken. True when p_token held it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_evict(p_key text, p_token text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+  v_s record;
+  v_found boolean := false;
+BEGIN
+  FOR v_s IN SELECT * FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
+              WHERE s.granted AND split_part(s.label, ' ', 2) = p_token LOOP
+    PERFORM pg_terminate_backend(v_s.pid, 5000);
+    v_found := true;
+  END LOOP;
+  DELETE FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.token = p_token;
+  IF FOUND THEN
+    v_found := true;
+    PERFORM pg_cancel_backend(s.pid) FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
+      WHERE s.granted AND split_part(s.label, ' ', 2) <> p_token;
+  END IF;
+  RETURN v_found;
+END
+$$;
+
+-- The holders and waiters of every lock whose key p_like matches (a LIKE
+-- pattern), a row each: its key, whether it waits, its token, its fence
+-- (a holder's) and the ms left of its lease (a holder's), the lock's
+-- newest fence; holders first, then waiters in their order. A kept lock
+-- whose holder's session is gone is listed with the kept hold.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_survey(p_like text)
+RETURNS TABLE (key text, waits boolean, token text, fence bigint, left_ms bigint, latest bigint, since timestamptz)
+LANGUAGE sql VOLATILE AS $$
+  WITH s AS (
+    SELECT n.key, NOT l.granted AS waits, split_part(a.application_name, ' ', 2) AS token,
+           nullif(split_part(a.application_name, ' ', 3), '') AS fence_hex,
+           nullif(split_part(a.application_name, ' ', 4), '') AS end_hex,
+           n.fence AS latest, l.waitstart
+      FROM pg_locks l
+      JOIN __SCHEMA__.lock_fences n ON l.classid = n.hi::oid AND l.objid = n.lo::oid
+      JOIN pg_stat_activity a ON a.pid = l.pid
+     WHERE l.locktype = 'advisory' AND l.objsubid = 2
+       AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
+       AND n.key LIKE p_like AND a.application_name LIKE 'lg %'
+  ), h AS (
+    SELECT s.key, s.waits, s.token,
+           CASE WHEN s.waits THEN NULL ELSE ('x' || lpad(s.fence_hex, 16, '0'))::bit(64)::bigint END AS fence,
+           CASE WHEN s.waits THEN NULL
+                ELSE greatest(('x' || lpad(s.end_hex, 16, '0'))::bit(64)::bigint - __SCHEMA__.now_ms(), 0) END AS left_ms,
+           s.latest, s.waitstart
+      FROM s WHERE s.waits OR (s.fence_hex IS NOT NULL AND s.end_hex IS NOT NULL)
+  )
+  SELECT * FROM h
+  UNION ALL
+  SELECT k.key, false, k.token, k.fence, __SCHEMA__.lock_kept_ms(k.key), k.fence, NULL
+    FROM __SCHEMA__.kept_locks k
+   WHERE k.key LIKE p_like AND k.until > clock_timestamp()
+     AND NOT EXISTS (SELECT 1 FROM h WHERE h.key = k.key AND NOT h.waits)
+$$;
+
 -- Removes state that no longer matters: leases and queue places long over,
 -- tokens the clock passed long ago, expired counters, limiter state and
 -- mark sets, and marks of old generations. It takes no key's lock: rows are
@@ -1087,6 +1363,10 @@ BEGIN
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.limit_log g
     WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.limits l WHERE l.key = g.key);
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  DELETE FROM __SCHEMA__.kept_locks k WHERE k.until < v_now - interval '1 minute';
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  DELETE FROM __SCHEMA__.lock_fences n WHERE n.at < v_now - interval '1 day';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.mark_sets s WHERE s.expires_at < v_now;
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;

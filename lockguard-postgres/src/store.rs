@@ -1,6 +1,8 @@
-//! The PostgreSQL store: the design's lock table made safe.
+//! The PostgreSQL store: locks as the server's own advisory locks
+//! ([`locks`](crate::locks)), and the design's lock table made safe for
+//! semaphores and read-write locks.
 //!
-//! Every operation is one statement, a call of a function in lockguard's
+//! Every other operation is one statement, a call of a function in lockguard's
 //! schema (`schema.sql`), so one round trip and one transaction; the
 //! statements are prepared once per pooled connection. Operations on one
 //! key are serialized by a transaction advisory lock on it, check the rows
@@ -16,18 +18,19 @@
 //! every key, which takes the keys' locks in one fixed order.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
-    AllOrNone, CounterKeys, DataStore, Holding, LimitKeys, LimitOp, LimitReply, LockKeys, LockSet,
-    LockStore, Occupancy, Outcome, Place, RwMode, Store, Stored, SurveyRow, Token, Waiting,
-    holdings_from_rows,
+    AllOrNone, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply, LockKeys,
+    LockSet, LockStore, Occupancy, Outcome, Place, Resource, RwMode, Store, Stored, SurveyRow,
+    Token, Waiting, holdings_from_rows,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 use crate::bell::{self, pg_channel};
+use crate::locks::Locks;
 use crate::options::PgOptions;
 use crate::pool::{Param, Pool, Row};
 use crate::schema;
@@ -39,7 +42,8 @@ struct Statements {
     release: String,
     extend: String,
     inspect: String,
-    acquire_all: String,
+    lock_inspect: String,
+    lock_evict: String,
     rw_acquire: String,
     rw_release: String,
     rw_inspect: String,
@@ -61,11 +65,12 @@ struct Statements {
 impl Statements {
     fn new(s: &str) -> Self {
         Self {
-            acquire: format!("SELECT * FROM {s}.acquire($1, $2, $3, $4, $5, $6, $7)"),
+            acquire: format!("SELECT * FROM {s}.permit_acquire($1, $2, $3, $4, $5, $6, $7)"),
             release: format!("SELECT {s}.release($1, $2, $3)"),
             extend: format!("SELECT {s}.extend($1, $2, $3)"),
             inspect: format!("SELECT * FROM {s}.inspect($1)"),
-            acquire_all: format!("SELECT * FROM {s}.acquire_all($1, $2, $3)"),
+            lock_inspect: format!("SELECT * FROM {s}.lock_inspect($1)"),
+            lock_evict: format!("SELECT {s}.lock_evict($1, $2)"),
             rw_acquire: format!("SELECT * FROM {s}.rw_acquire($1, $2, $3, $4, $5, $6, $7)"),
             rw_release: format!("SELECT {s}.rw_release($1, $2)"),
             rw_inspect: format!("SELECT * FROM {s}.rw_inspect($1)"),
@@ -84,11 +89,19 @@ impl Statements {
                    UNION ALL \
                    SELECT w.key, true, w.token, w.reads, w.arrival, NULL \
                      FROM {s}.waiters w CROSS JOIN t \
-                     WHERE w.key LIKE $1 AND w.deadline > t.now) \
+                     WHERE w.key LIKE $1 AND w.deadline > t.now), \
+                 l AS ( \
+                   SELECT l.key, l.waits, l.token, false AS reads, \
+                          coalesce(l.fence, (extract(epoch FROM l.since) * 1000000)::bigint) AS n, \
+                          l.left_ms, l.latest \
+                     FROM {s}.lock_survey($1) l) \
                  SELECT e.key, e.waits, e.token, e.reads, e.n, e.left_ms, \
                         greatest((SELECT f.fence FROM {s}.latest_fences f WHERE f.key = e.key), \
                                  (SELECT max(h.fence) FROM {s}.holders h WHERE h.key = e.key)) \
-                   FROM e ORDER BY e.key, e.waits, e.n"
+                   FROM e \
+                 UNION ALL \
+                 SELECT l.key, l.waits, l.token, l.reads, l.n, l.left_ms, l.latest FROM l \
+                 ORDER BY 1, 2, 5"
             ),
             counter_add: format!("SELECT {s}.counter_add($1, $2, $3)"),
             counter_take: format!("SELECT * FROM {s}.counter_take($1, $2, $3)"),
@@ -124,6 +137,8 @@ pub(crate) struct PostgresStore {
     schema: String,
     sql: Arc<Statements>,
     opts: PgOptions,
+    /// Locks, on sessions of their own.
+    locks: Locks,
     /// Acquisitions whose statement may still be running, by token.
     flights: Arc<lockguard_core::store::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
@@ -151,6 +166,7 @@ pub(crate) async fn connect(
 ) -> Result<Store> {
     let mut store = PostgresStore {
         sql: Arc::new(Statements::new(&schema)),
+        locks: Locks::new(listen.clone(), connector.clone(), opts, schema.clone()),
         pool,
         schema,
         opts,
@@ -462,6 +478,35 @@ impl PostgresStore {
     }
 }
 
+/// Whether `keys` are a lock's (not a semaphore's, nor a read-write
+/// lock's): an advisory lock on a session of its own.
+fn is_lock(keys: &LockKeys) -> bool {
+    keys.resource() == Resource::Lock && keys.rw_mode().is_none()
+}
+
+impl PostgresStore {
+    /// One statement, `lock_inspect`, reading the sessions of the lock's
+    /// advisory lock; see [`LockStore::inspect`].
+    async fn lock_inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
+        let what = || format!("inspecting {:?}", keys.id());
+        let row = self
+            .query_one(&self.sql.lock_inspect, &[keys.id().into()], what)
+            .await?;
+        let holders: i32 = row.get(0, &what)?;
+        let left: Option<i64> = row.get(1, &what)?;
+        let waiters: i64 = row.get(2, &what)?;
+        let latest: Option<i64> = row.get(3, &what)?;
+        let garbage = || Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what()));
+        Ok(Occupancy::new(
+            u32::try_from(holders).map_err(|_| garbage())?,
+            1,
+            left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
+            u64::try_from(waiters).map_err(|_| garbage())?,
+            latest_fence(latest),
+        ))
+    }
+}
+
 impl LockStore for PostgresStore {
     fn name(&self) -> &'static str {
         "postgres"
@@ -484,6 +529,12 @@ impl LockStore for PostgresStore {
     ) -> Result<Outcome> {
         if let Some(mode) = keys.rw_mode() {
             return self.rw_acquire(keys, mode, token, lease, place).await;
+        }
+        if is_lock(keys) {
+            return self
+                .locks
+                .acquire(keys, token, lease, place.is_some())
+                .await;
         }
 
         let what = || format!("acquiring {:?}", keys.id());
@@ -511,6 +562,9 @@ impl LockStore for PostgresStore {
         if let Some(mode) = keys.rw_mode() {
             return self.rw_release(keys, mode, token).await;
         }
+        if is_lock(keys) {
+            return self.locks.release(token).await;
+        }
 
         let what = || format!("releasing {:?}", keys.id());
         // An acquisition of this token still running is let finish first.
@@ -529,63 +583,20 @@ impl LockStore for PostgresStore {
         row.get(0, &what)
     }
 
-    /// One statement, `acquire_all`, for every key: one round trip and one
-    /// transaction.
-    async fn acquire_all(&self, set: LockSet<'_>, lease: Duration) -> Result<Option<AllOrNone>> {
-        let (keys, tokens) = (set.keys(), set.tokens());
-        let what = || format!("acquiring {} locks from {:?}", keys.len(), keys[0].id());
-        let ids: Vec<&str> = keys.iter().map(|k| k.id()).collect();
-        let toks: Vec<&str> = tokens.iter().map(Token::as_str).collect();
-        let row = self
-            .acquisition(
-                &self.sql.acquire_all,
-                &[
-                    ids.as_slice().into(),
-                    toks.as_slice().into(),
-                    net::millis(lease).into(),
-                ],
-                tokens,
-                what,
-            )
-            .await?;
-        let acquired: bool = row.get(0, &what)?;
-        let fences: Option<Vec<i64>> = row.get(1, &what)?;
-        let busy: Option<i32> = row.get(2, &what)?;
-        let left: Option<i64> = row.get(3, &what)?;
-        let garbage = || {
-            Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "{}: unexpected reply ({acquired}, {fences:?}, {busy:?}, {left:?})",
-                    what()
-                ),
-            )
-        };
-        let answer = match (acquired, &fences, busy) {
-            (true, Some(fences), _)
-                if fences.len() == keys.len() && fences.iter().all(|f| *f > 0) =>
-            {
-                AllOrNone::Acquired(
-                    fences
-                        .iter()
-                        .map(|f| FencingToken::new(f.unsigned_abs()))
-                        .collect(),
-                )
-            }
-            (false, _, Some(i)) if i >= 1 && usize::try_from(i).is_ok_and(|i| i <= keys.len()) => {
-                AllOrNone::Busy {
-                    index: usize::try_from(i - 1).map_err(|_| garbage())?,
-                    ttl: left
-                        .and_then(|l| u64::try_from(l).ok())
-                        .map(Duration::from_millis),
-                }
-            }
-            _ => return Err(garbage()),
-        };
-        Ok(Some(answer))
+    fn attach(&self, inbox: Weak<dyn Inbox>) {
+        self.locks.attach(inbox);
+    }
+
+    /// Each lock is an advisory lock on a session of its own: a
+    /// multi-lock takes its keys one by one, in order.
+    async fn acquire_all(&self, _set: LockSet<'_>, _lease: Duration) -> Result<Option<AllOrNone>> {
+        Ok(None)
     }
 
     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        if is_lock(keys) {
+            return self.locks.extend(token, lease).await;
+        }
         let what = || format!("extending {:?}", keys.id());
         let row = self
             .query_one(
@@ -604,6 +615,9 @@ impl LockStore for PostgresStore {
     async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
         if keys.rw_mode().is_some() {
             return self.rw_inspect(keys).await;
+        }
+        if is_lock(keys) {
+            return self.lock_inspect(keys).await;
         }
 
         let what = || format!("inspecting {:?}", keys.id());
@@ -624,11 +638,41 @@ impl LockStore for PostgresStore {
         ))
     }
 
-    /// One statement over the tables of locks (which hold read-write
-    /// locks too): every live holder and live waiter of the keys under
-    /// `prefix`. A forced release is the holder's own release (the default
-    /// `evict`): `release` and `rw_release` need only the token, and hand
-    /// the lock on as a release does.
+    /// Ends `token`'s hold from any client. A lock's: its session is
+    /// ended (`lock_evict`), which hands the lock to its first waiter. A
+    /// semaphore's permit or a read-write lock's hold is the holder's own
+    /// release: `release` and `rw_release` need only the token, and hand
+    /// it on as a release does.
+    async fn evict(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        if !is_lock(keys) {
+            return self.release(keys, token).await;
+        }
+        let what = || format!("forcing {:?} free", keys.id());
+        let row = self
+            .query_one(
+                &self.sql.lock_evict,
+                &[keys.id().into(), token.as_str().into()],
+                what,
+            )
+            .await?;
+        row.get(0, &what)
+    }
+
+    async fn release_later(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        keep: Duration,
+    ) -> Result<bool> {
+        if is_lock(keys) {
+            return self.locks.release_later(token, keep).await;
+        }
+        self.extend(keys, token, keep).await
+    }
+
+    /// One statement over the tables of locks (semaphores and read-write
+    /// locks) and the sessions of advisory locks: every live holder and
+    /// live waiter of the keys under `prefix`.
     async fn survey(&self, prefix: &str) -> Result<Vec<Holding>> {
         let what = || format!("listing the locks under {prefix:?}");
         let pattern = like_prefix(prefix);

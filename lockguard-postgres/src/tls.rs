@@ -97,6 +97,19 @@ impl Connector {
         }
     }
 
+    /// Asks the server to cancel the statement running on the connection
+    /// of `token` (a connection of its own, made this way).
+    pub(crate) async fn cancel(
+        &self,
+        token: &tokio_postgres::CancelToken,
+    ) -> std::result::Result<(), tokio_postgres::Error> {
+        match self {
+            Connector::Plain => token.cancel_query(tokio_postgres::NoTls).await,
+            #[cfg(feature = "tls-rustls")]
+            Connector::Rustls(tls) => token.cancel_query(tls.clone()).await,
+        }
+    }
+
     /// A connection whose notifications come on the returned channel; its
     /// driving task ends when the connection does.
     pub(crate) async fn connect_listening(
