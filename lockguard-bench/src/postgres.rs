@@ -59,8 +59,8 @@ async fn counts(server: &PostgresServer) -> Counts {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let out = server.psql(
         "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions \
-                 WHERE funcname IN ('acquire', 'release', 'extend', 'inspect', 'gcra', \
-                                    'fixed_window', 'sliding_window')) \
+                 WHERE funcname IN ('lock_try', 'lock_wait', 'lock_release', 'lock_lease', \
+                                    'lock_inspect', 'gcra', 'fixed_window', 'sliding_window')) \
              || ' ' || \
              (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres') \
              || ' ' || \
@@ -109,7 +109,10 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     b.line("|---:|---:|---:|---:|---:|---:|---:|");
     const TASKS: [usize; 2] = [1, 16];
     let lg = lockguard(server).await;
-    let pool = raw_pg::pool(&server.url());
+    let mut sessions = Vec::new();
+    for _ in 0..TASKS[TASKS.len() - 1] {
+        sessions.push(Arc::new(raw_pg::Session::connect(&server.url()).await));
+    }
     let mut rates = [(); TASKS.len()].map(|()| (Vec::new(), Vec::new()));
     let before = counts(server).await;
     let cycles = Arc::new(AtomicU64::new(0));
@@ -138,17 +141,19 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
                     rates[i].0.push(rate);
                 } else {
                     let counted = raw_cycles.clone();
+                    let sessions = &sessions;
                     let rate = measure(tasks, each, |t, stop, done| {
-                        let pool = pool.clone();
+                        let session = sessions[t].clone();
                         let counted = counted.clone();
                         async move {
                             let key = format!("raw:r{round}:{tasks}:u:{t}");
                             let mut n = 0u64;
                             while !stop.load(Ordering::Relaxed) {
                                 n += 1;
-                                let token = format!("{t}-{n}");
-                                assert!(raw_pg::try_lock(&pool, &key, &token).await);
-                                raw_pg::unlock(&pool, &key, &token).await;
+                                let token = format!("{t:032x}");
+                                let _ = n;
+                                assert!(session.try_lock(&key, &token).await);
+                                session.unlock(&key).await;
                                 done.fetch_add(1, Ordering::Relaxed);
                                 counted.fetch_add(1, Ordering::Relaxed);
                             }
@@ -161,7 +166,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
         }
     }
     drop(lg);
-    drop(pool);
+    drop(sessions);
     // The server counts the raw client's calls of the same functions too:
     // two per raw cycle, taken off.
     let counted = counts(server).await - before;
@@ -200,7 +205,7 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue and are handed the lock, and the release rings the bell of the waiter's client alone (`pg_cancel_backend` of that one backend, which then reads the handoff from its mail). *raw spin*: each contender its own pool, retrying the same acquire statement (never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). *pg_advisory_lock + fence from a sequence*: the same, with the lock's statement drawing a fencing token, `nextval` of a sequence, in the same round trip (checked to grow from holder to holder): the least that keeping fencing tokens adds to the server's own lock, the yardstick of a lockguard lock built on it. Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("*lockguard*: each contender builds its own client, as separate processes do; a lock is PostgreSQL's own advisory lock on a session of the client's, and a waiter waits in the server (`lock_wait`, blocked in `pg_advisory_lock`), which grants the lock to the first waiter when the holder unlocks. *raw spin*: each contender a connection of its own, retrying the same try (`lock_try`, never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). *pg_advisory_lock + fence from a sequence*: the same, with the lock's statement drawing a fencing token, `nextval` of a sequence, in the same round trip (checked to grow from holder to holder). Handoff: from the holder's release call to the next different holder's acquire returning.\n");
     b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: acquire, release, extend; a waiter's timed refreshes too, every third of the waiter timeout while it waits, so more where a wait is long). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting and their bells' opening included; the bells' own per handoff are two (the wait the ring cut, and the read of the mail). *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions; *wake-up transactions / handoff*: the marginal transactions less the marginal statements, over the marginal handoffs (letters written to the bells' mail, counted by the server): the server's work for the wake-ups alone, per handoff. Handoffs / acquisition: those letters over the acquisitions, about 1 (more where a waiter, slow to claim a lock handed to it, lets its reservation lapse and the lock is handed again). That work used to grow with the clients: with `NOTIFY`, PostgreSQL signals every backend that listens (on any channel of the database), and each reads the notification queue in a transaction of its own, so each handoff cost a transaction in every client's listening connection (server transactions / acquisition 7.03 at 4 clients and 19.11 at 16 before the bell, 3.00 statements each).\n");
     b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | marginal | handoffs / acquisition | wake-up transactions / handoff | min/max per contender |");
     b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -247,17 +252,20 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         }
 
         let before = counts(server).await;
-        let pools: Vec<Pool> = (0..tasks).map(|_| raw_pg::pool(&server.url())).collect();
+        let mut sessions = Vec::new();
+        for _ in 0..tasks {
+            sessions.push(Arc::new(raw_pg::Session::connect(&server.url()).await));
+        }
         let rec = Recorder::new(tasks);
         let rate = throughput(tasks, b.run_for, |t, stop, done| {
-            let pool = pools[t].clone();
+            let session = sessions[t].clone();
             let rec = rec.clone();
             async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     n += 1;
-                    let token = format!("{t}-{n}");
-                    while !raw_pg::try_lock(&pool, "raw:contended", &token).await {
+                    let token = format!("{t:016x}{n:016x}");
+                    while !session.try_lock("raw:contended", &token).await {
                         if stop.load(Ordering::Relaxed) {
                             return;
                         }
@@ -266,14 +274,14 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
                     rec.acquired(t);
                     hold().await;
                     rec.releasing(t);
-                    raw_pg::unlock(&pool, "raw:contended", &token).await;
+                    session.unlock("raw:contended").await;
                     done.fetch_add(1, Ordering::Relaxed);
                     tokio::time::sleep(THINK).await;
                 }
             }
         })
         .await;
-        drop(pools);
+        drop(sessions);
         let raw = rec.finish(rate);
         row(
             b,

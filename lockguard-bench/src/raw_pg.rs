@@ -1,5 +1,6 @@
 //! The PostgreSQL yardstick: raw tokio-postgres calling lockguard's own
-//! functions, prepared once per connection, over a pool like lockguard's.
+//! functions, prepared once per connection: a lock's on a connection of its
+//! own, the rest over a pool like lockguard's.
 
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 
@@ -20,32 +21,56 @@ pub(crate) fn pool(url: &str) -> Pool {
         .expect("pool")
 }
 
-const ACQUIRE: &str = "SELECT * FROM lockguard.acquire($1, $2, $3, $4, $5, $6, $7)";
-const RELEASE: &str = "SELECT lockguard.release($1, $2, $3)";
-
-/// One raw attempt at the lock (never queued); whether it was taken.
-pub(crate) async fn try_lock(pool: &Pool, key: &str, token: &str) -> bool {
-    let conn = pool.get().await.expect("connection");
-    let stmt = conn.prepare_cached(ACQUIRE).await.expect("prepare");
-    let none: Option<i64> = None;
-    let no_channel: Option<&str> = None;
-    let row = conn
-        .query_one(
-            &stmt,
-            &[&key, &token, &30_000i64, &1i32, &none, &no_channel, &none],
-        )
-        .await
-        .expect("acquire");
-    row.get(0)
+/// A connection of its own calling lockguard's lock functions, as a
+/// lockguard lock's session does: a lock is held by the session that took
+/// it, so its try and its unlock go over one connection.
+pub(crate) struct Session {
+    client: tokio_postgres::Client,
+    try_lock: tokio_postgres::Statement,
+    release: tokio_postgres::Statement,
 }
 
-pub(crate) async fn unlock(pool: &Pool, key: &str, token: &str) {
-    let conn = pool.get().await.expect("connection");
-    let stmt = conn.prepare_cached(RELEASE).await.expect("prepare");
-    let released: bool = conn
-        .query_one(&stmt, &[&key, &token, &1i32])
-        .await
-        .expect("release")
-        .get(0);
-    assert!(released);
+impl Session {
+    /// A session on `url`, its statements prepared.
+    pub(crate) async fn connect(url: &str) -> Self {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to postgres");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let try_lock = client
+            .prepare("SELECT acquired FROM lockguard.lock_try($1, $2, $3)")
+            .await
+            .expect("prepare");
+        let release = client
+            .prepare("SELECT lockguard.lock_release($1)")
+            .await
+            .expect("prepare");
+        Self {
+            client,
+            try_lock,
+            release,
+        }
+    }
+
+    /// One raw attempt at the lock (never queued); whether it was taken.
+    pub(crate) async fn try_lock(&self, key: &str, token: &str) -> bool {
+        self.client
+            .query_one(&self.try_lock, &[&key, &token, &30_000i64])
+            .await
+            .expect("lock_try")
+            .get(0)
+    }
+
+    /// Unlocks the lock this session took.
+    pub(crate) async fn unlock(&self, key: &str) {
+        let released: bool = self
+            .client
+            .query_one(&self.release, &[&key])
+            .await
+            .expect("lock_release")
+            .get(0);
+        assert!(released);
+    }
 }

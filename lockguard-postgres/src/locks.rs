@@ -65,6 +65,7 @@ impl Drop for Session {
 struct Hold {
     session: Arc<Session>,
     keys: Arc<LockKeys>,
+    token: Token,
     fence: u64,
 }
 
@@ -241,6 +242,7 @@ impl Locks {
         let hold = Hold {
             session,
             keys: keys.clone(),
+            token: *token,
             fence,
         };
         self.inner
@@ -329,7 +331,7 @@ impl Locks {
                 .ask(
                     &session,
                     &session.lease,
-                    &[&token.as_str(), &fence_param, &ms],
+                    &[&keys.id(), &token.as_str(), &fence_param, &ms],
                     &what,
                 )
                 .await
@@ -413,8 +415,8 @@ impl Inner {
                 let start = format!("SELECT {s}.lock_session()");
                 let try_sql = format!("SELECT acquired, n FROM {s}.lock_try($1, $2, $3)");
                 let wait_sql = format!("SELECT {s}.lock_wait($1, $2, $3)");
-                let release_sql = format!("SELECT {s}.lock_release($1)");
-                let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3)");
+                let release_sql = format!("SELECT {s}.lock_release($1, $2)");
+                let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
                 let (started, try_lock, wait, release, lease, keep) = tokio::join!(
                     client.batch_execute(&start),
@@ -479,7 +481,7 @@ impl Inner {
             .ask(
                 &hold.session,
                 &hold.session.release,
-                &[&hold.keys.id()],
+                &[&hold.keys.id(), &hold.token.as_str()],
                 &what,
             )
             .await;
@@ -533,6 +535,7 @@ async fn wait_for(
                     hold: Hold {
                         session,
                         keys,
+                        token,
                         fence,
                     },
                     received,

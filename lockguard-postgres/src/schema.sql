@@ -1033,6 +1033,12 @@ CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_fences (
   key text NOT NULL,
   fence bigint NOT NULL,
   at timestamptz NOT NULL,
+  -- The latest holder and the end of its lease as last renewed (NULL once
+  -- it released): a holder whose session ended unbeknownst to it (a
+  -- connection cut) believes it holds until then, so its successor waits
+  -- that out.
+  token text,
+  expires_at timestamptz,
   PRIMARY KEY (hi, lo)
 );
 
@@ -1119,14 +1125,15 @@ RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   v_fence bigint;
 BEGIN
-  INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at)
+  INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
     VALUES (p_hi, p_lo, p_key,
             __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
-            clock_timestamp())
+            clock_timestamp(), p_token, clock_timestamp() + p_lease_ms * interval '1 millisecond')
     ON CONFLICT (hi, lo) DO UPDATE
-      SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at
+      SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at,
+          token = p_token, expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
     RETURNING f.fence INTO v_fence;
-  PERFORM __SCHEMA__.lock_lease(p_token, v_fence, p_lease_ms);
+  PERFORM __SCHEMA__.lock_lease(p_key, p_token, v_fence, p_lease_ms);
   RETURN v_fence;
 END
 $$;
@@ -1135,14 +1142,33 @@ $$;
 -- and, with a slack for the answer's way to the client (which counts the
 -- lease from before its request, or from the answer of a wait), as the
 -- session's idle timeout.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease(p_token text, p_fence bigint, p_lease_ms bigint)
-RETURNS boolean LANGUAGE sql VOLATILE AS $$
-  SELECT set_config('application_name',
-                    format('lg %s %s %s', p_token, to_hex(p_fence),
-                           to_hex(__SCHEMA__.now_ms() + p_lease_ms)), false) IS NOT NULL
-     AND set_config('idle_session_timeout',
-                    least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
-                          2147483647)::text, false) IS NOT NULL
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease(
+  p_key text, p_token text, p_fence bigint, p_lease_ms bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  UPDATE __SCHEMA__.lock_fences f
+     SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token;
+  PERFORM set_config('application_name',
+                     format('lg %s %s %s', p_token, to_hex(p_fence),
+                            to_hex(__SCHEMA__.now_ms() + p_lease_ms)), false);
+  PERFORM set_config('idle_session_timeout',
+                     least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
+                           2147483647)::text, false);
+  RETURN true;
+END
+$$;
+
+-- The ms left of the lease of lock (p_hi, p_lo)'s latest holder as last
+-- renewed, when another than p_token and not released; NULL otherwise.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lapse_ms(p_hi integer, p_lo integer, p_token text)
+RETURNS bigint LANGUAGE sql VOLATILE AS $$
+  SELECT ceil(extract(epoch FROM f.expires_at - clock_timestamp()) * 1000)::bigint
+    FROM __SCHEMA__.lock_fences f
+   WHERE f.hi = p_hi AND f.lo = p_lo AND f.expires_at > clock_timestamp()
+     AND f.token IS DISTINCT FROM p_token
 $$;
 
 -- Refuses a session whose isolation is not read committed: a statement
@@ -1183,7 +1209,7 @@ BEGIN
     n := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
     RETURN;
   END IF;
-  n := __SCHEMA__.lock_kept_ms(p_key);
+  n := greatest(__SCHEMA__.lock_kept_ms(p_key), __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
   IF n IS NOT NULL THEN
     PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
     RETURN;
@@ -1207,10 +1233,21 @@ BEGIN
   PERFORM __SCHEMA__.lock_check();
   PERFORM set_config('application_name', 'lg ' || p_token, false);
   PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
+  -- The unlock that granted the lock took effect before its transaction,
+  -- which ended its holder's lease in this row, committed: wait for that
+  -- (the row's lock), in a subtransaction undone at once so that the
+  -- row's lock is not kept while the loop below sleeps.
+  BEGIN
+    PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
+    RAISE EXCEPTION USING ERRCODE = 'LG004';
+  EXCEPTION WHEN SQLSTATE 'LG004' THEN
+    NULL;
+  END;
   LOOP
-    v_left := __SCHEMA__.lock_kept_ms(p_key);
-    EXIT WHEN v_left IS NULL;
     BEGIN
+      v_left := greatest(__SCHEMA__.lock_kept_ms(p_key),
+                         __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
+      EXIT WHEN v_left IS NULL;
       PERFORM pg_sleep(v_left / 1000.0);
     EXCEPTION WHEN query_canceled THEN
       NULL;
@@ -1220,14 +1257,17 @@ BEGIN
 END
 $$;
 
--- Unlocks this session's lock p_key: true when it held it.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text) RETURNS boolean
+-- Unlocks this session's lock p_key, held by p_token: true when it held
+-- it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text, p_token text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
   v_id record := __SCHEMA__.lock_id(p_key);
   v_held boolean;
 BEGIN
   SET LOCAL client_min_messages = error;
+  UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
+   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
   v_held := pg_advisory_unlock(v_id.hi, v_id.lo);
   PERFORM set_config('application_name', 'lockguard', false);
   PERFORM set_config('idle_session_timeout', '0', false);
@@ -1245,7 +1285,7 @@ BEGIN
   INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
     VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
     ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
-  RETURN __SCHEMA__.lock_lease(p_token, p_fence, p_keep_ms);
+  RETURN __SCHEMA__.lock_lease(p_key, p_token, p_fence, p_keep_ms);
 END
 $$;
 
@@ -1284,8 +1324,10 @@ BEGIN
     PERFORM pg_terminate_backend(v_s.pid, 5000);
     v_found := true;
   END LOOP;
+  UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
+   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
   DELETE FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.token = p_token;
-  IF FOUND THEN
+  IF FOUND OR v_found THEN
     v_found := true;
     PERFORM pg_cancel_backend(s.pid) FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
       WHERE s.granted AND split_part(s.label, ' ', 2) <> p_token;

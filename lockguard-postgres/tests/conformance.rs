@@ -1,6 +1,6 @@
 //! The conformance kit on PostgreSQL: one server for the test binary, a
 //! schema of each test's own; and what only a PostgreSQL client is asked
-//! (schema versions, a multi-lock in one transaction).
+//! (schema versions, a lock as a session's advisory lock).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use lockguard_core::{Builder, Client, ErrorKind};
 use lockguard_postgres::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::PostgresServer;
-use lockguard_testing::conformance::{ClientFuture, Harness};
+use lockguard_testing::conformance::{ClientFuture, Harness, eventually};
 
 /// The binary's shared server, with a schema of the test's own (created by
 /// its first client), so tests running side by side share nothing.
@@ -42,9 +42,11 @@ impl Harness for Postgres {
         })
     }
 
-    /// Each handoff also wakes the waiter's bell, which reads its mail
-    /// (about 3 ms, 6 ms beside the other tests): 100 rounds race the same
-    /// 32 tasks in half the time of 200.
+    /// Each of the 32 tasks waits for a lock on a session of its own, and
+    /// a handoff of a semaphore or a read-write lock also wakes the
+    /// waiter's bell, which reads its mail (about 3 ms, 6 ms beside the
+    /// other tests): 100 rounds race the same 32 tasks in half the time of
+    /// 200.
     fn contention_rounds(&self) -> usize {
         100
     }
@@ -126,31 +128,74 @@ async fn a_newer_schema_is_used_when_compatible_and_refused_otherwise() {
     assert_eq!(seen(), "1000 -");
 }
 
-/// A multi-lock of three free keys is one statement, in one transaction:
-/// the database hands out one transaction id for it (the one-by-one path
-/// would take three).
+/// A lock's holders, as the server sees them: each granted advisory lock
+/// of the two-int form, with the key and newest token `lock_fences` keeps
+/// for it (empty when it keeps none), the backend holding it and that
+/// backend's `application_name`.
+fn advisory_holds(server: &PostgresServer, schema: &str) -> Vec<(String, u64, String, String)> {
+    server
+        .psql(&format!(
+            "SELECT coalesce(f.key, ''), coalesce(f.fence, 0), l.pid, a.application_name \
+               FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+               LEFT JOIN {schema}.lock_fences f ON l.classid = f.hi::oid AND l.objid = f.lo::oid \
+              WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+              ORDER BY 1"
+        ))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut f = l.splitn(4, '|');
+            let mut next = || f.next().expect("four columns").to_owned();
+            let (key, fence, pid, name) = (next(), next(), next(), next());
+            (key, fence.parse().expect("a fence"), pid, name)
+        })
+        .collect()
+}
+
+/// A multi-lock takes its keys one by one, each a session advisory lock
+/// held by a session of its own, named with its hold (`lg <token> <fence>
+/// <lease end>`, in hex) and recorded in `lock_fences` with the token the
+/// guard holds. A multi-lock that finds a key busy takes none of the
+/// others, and a release leaves no advisory lock behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_multi_lock_on_free_keys_is_one_round_trip_and_one_transaction() {
+async fn a_multi_locks_keys_are_advisory_locks_of_sessions_of_their_own() {
     let server = PostgresServer::start();
-    // Nothing else of the server's writes meanwhile.
-    server.psql("ALTER SYSTEM SET autovacuum = off");
-    server.psql("SELECT pg_reload_conf()");
     let lg = Client::connect_postgres(&server.url()).await.unwrap();
-    let xid = || -> u64 {
-        server
-            .psql("SELECT pg_current_xact_id()")
-            .parse()
-            .expect("a transaction id")
-    };
-    // Its statement prepared on a connection of the pool (no transaction).
-    let multi = lg.multi_lock(["m:1", "m:2", "m:3"]);
-    let before = xid();
-    let g = multi.try_acquire().await.expect("three free keys");
-    let after = xid();
-    // One for the multi-lock, one for the second read of the id.
-    assert_eq!(after - before, 2, "transactions: {}", after - before - 1);
-    let fences: Vec<u64> = g.fencing_tokens().map(|(_, f)| f.get()).collect();
-    assert_eq!(fences.len(), 3);
+    let g = lg
+        .multi_lock(["m:1", "m:2", "m:3"])
+        .try_acquire()
+        .await
+        .expect("three free keys");
+    let now_ms: i64 = server
+        .psql("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        .parse()
+        .unwrap();
+    let holds = advisory_holds(&server, "lockguard");
+    assert_eq!(holds.len(), 3, "{holds:?}");
+    let mut pids: Vec<&str> = holds.iter().map(|h| h.2.as_str()).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    assert_eq!(pids.len(), 3, "keys held by one session: {holds:?}");
+    for (name, fence) in g.fencing_tokens() {
+        let key = format!("lockguard:lock:{{{name}}}");
+        let (_, kept, _, session) = holds
+            .iter()
+            .find(|h| h.0 == key)
+            .unwrap_or_else(|| panic!("{key} is no advisory lock: {holds:?}"));
+        assert_eq!(*kept, fence.get(), "{key}: lock_fences keeps another token");
+        let parts: Vec<&str> = session.split(' ').collect();
+        assert!(
+            parts.len() == 4 && parts[0] == "lg" && !parts[1].is_empty(),
+            "{key} held by a session named {session:?}"
+        );
+        assert_eq!(parts[2], format!("{:x}", fence.get()), "{session:?}");
+        let end = i64::from_str_radix(parts[3], 16).expect("a lease end in hex");
+        assert!(
+            end > now_ms,
+            "{session:?}: a lease that ended before {now_ms}"
+        );
+    }
+
     // All or none: the last key held, neither of the free two is taken.
     let other = Client::connect_postgres(&server.url()).await.unwrap();
     let e = other
@@ -159,23 +204,128 @@ async fn a_multi_lock_on_free_keys_is_one_round_trip_and_one_transaction() {
         .await
         .unwrap_err();
     assert!(e.is_busy(), "{e}");
+    let left = eventually(Duration::from_secs(2), || async {
+        advisory_holds(&server, "lockguard").len() == 3
+    })
+    .await;
+    assert!(
+        left,
+        "a busy multi-lock kept keys: {:?}",
+        advisory_holds(&server, "lockguard")
+    );
     let free = other
         .multi_lock(["m:4", "m:5"])
         .try_acquire()
         .await
         .unwrap();
+    assert_eq!(advisory_holds(&server, "lockguard").len(), 5);
     assert!(g.release().await.unwrap());
     assert!(free.release().await.unwrap());
+    let none = eventually(Duration::from_secs(2), || async {
+        advisory_holds(&server, "lockguard").is_empty()
+    })
+    .await;
+    assert!(
+        none,
+        "released keys still held: {:?}",
+        advisory_holds(&server, "lockguard")
+    );
 }
 
-/// A rolling upgrade from version 3: a schema of version 3 (its file as
-/// released), with a lock held and a waiter queued by a client of version
-/// 3 (its statements, by hand), is brought up to date by this client,
-/// which records that clients of version 3 may use it; a client of version
-/// 3 then keeps working on it (the same statements), and its release hands
-/// the lock to its waiter as before.
+/// A lock's waiter waits in the server: its session, named `lg <token>`,
+/// waits for the lock's advisory lock, which the holder's release grants
+/// it at once (well before the waiter's first refresh, 10 s in). Neither
+/// opens a bell (no connection, no row of `bells`), nor writes a row of
+/// the tables of semaphores (`holders`, `waiters`, `mail`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
+async fn a_locks_waiter_waits_in_the_server_with_no_bell_and_no_row() {
+    let server = PostgresServer::start();
+    let holder = Client::connect_postgres(&server.url()).await.unwrap();
+    let waiter = lockguard_testing::faults::patient()
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    let held = holder
+        .lock("w")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("w")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+    });
+    let waits = || {
+        server.psql(
+            "SELECT coalesce(string_agg(a.application_name, ','), '') \
+               FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+              WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND NOT l.granted",
+        )
+    };
+    let queued = eventually(Duration::from_secs(10), || async { !waits().is_empty() }).await;
+    assert!(queued, "no session waits for the lock's advisory lock");
+    let name = waits();
+    let parts: Vec<&str> = name.split(' ').collect();
+    assert!(
+        parts.len() == 2 && parts[0] == "lg" && !parts[1].is_empty(),
+        "the waiting session is named {name:?}"
+    );
+    assert_eq!(holder.lock("w").inspect().await.unwrap().waiters, 1);
+    let rows = || {
+        server.psql(
+            "SELECT (SELECT count(*) FROM lockguard.holders) \
+                  + (SELECT count(*) FROM lockguard.waiters) \
+                  + (SELECT count(*) FROM lockguard.mail)",
+        )
+    };
+    // The bells' rows, and their connections.
+    let bells = || {
+        server.psql(
+            "SELECT (SELECT count(*) FROM lockguard.bells) \
+                  + (SELECT count(*) FROM pg_stat_activity \
+                      WHERE pid <> pg_backend_pid() AND query LIKE '%lockguard_bell%')",
+        )
+    };
+    assert_eq!(
+        rows(),
+        "0",
+        "a lock's wait wrote rows of the semaphores' tables"
+    );
+    assert_eq!(bells(), "0", "a lock's waiter opened a bell");
+
+    assert!(held.release().await.unwrap());
+    let g = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the release did not grant the lock to its waiter")
+        .unwrap()
+        .expect("the waiter's lock");
+    let holds = advisory_holds(&server, "lockguard");
+    assert!(
+        holds.len() == 1 && holds[0].1 == g.fencing_token().get(),
+        "the waiter's hold as the server has it: {holds:?}"
+    );
+    assert_eq!(
+        rows(),
+        "0",
+        "a lock's handoff wrote rows of the semaphores' tables"
+    );
+    assert_eq!(bells(), "0", "a lock's waiter opened a bell");
+    assert!(g.release().await.unwrap());
+}
+
+/// An upgrade from version 3 under its clients: a schema of version 3
+/// (its file as released), with a lock held and a waiter queued by a
+/// client of version 3 (its statements, by hand), is brought up to date by
+/// this client, which records that only clients of version 8 may use it.
+/// A client of version 3 still running is stopped, not left taking locks
+/// the others no longer see: its acquisitions (a new holder's, the queued
+/// waiter's next attempt) and a multi-lock's statement fail with LG003.
+/// What this client does works beside the rows it left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
     let server = PostgresServer::shared();
     let schema = format!("u{}", std::process::id());
     let v3 = include_str!("fixtures/schema_v3.sql").replace("__SCHEMA__", &schema);
@@ -184,43 +334,48 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
     ));
     // What a client of version 3 sends: a holder, then a queued waiter.
     let acquire = |token: &str, wait: &str| {
-        server.psql(&format!(
+        format!(
             "SELECT acquired FROM {schema}.acquire('k', '{token}', 60000, 1, {wait}, 'chan', 1)"
-        ))
+        )
     };
-    assert_eq!(acquire("old-holder", "NULL"), "t");
-    assert_eq!(acquire("old-waiter", "30000"), "f");
+    assert_eq!(server.psql(&acquire("old-holder", "NULL")), "t");
+    assert_eq!(server.psql(&acquire("old-waiter", "30000")), "f");
 
     let lg = schema_client(server, &schema).await.expect("upgraded");
     assert_eq!(
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "7 3"
+        "8 8"
     );
-    assert_eq!(acquire("old-other", "NULL"), "f", "the held lock was lost");
-    assert_eq!(
-        server.psql(&format!("SELECT {schema}.release('k', 'old-holder', 1)")),
-        "t"
-    );
-    assert_eq!(
-        server.psql(&format!(
-            "SELECT token || ' ' || reads FROM {schema}.holders WHERE key = 'k'"
-        )),
-        "old-waiter false",
-        "not handed to the queued waiter"
-    );
-    // Its client has no bell: the letter waits in the mail for one.
-    assert_eq!(
-        server.psql(&format!(
-            "SELECT token FROM {schema}.mail WHERE channel = 'chan'"
-        )),
-        "old-waiter",
-        "no letter for a client without a bell"
-    );
-    // And what is new works beside it: read-write locks, and the removal of
-    // a fenced value written before the upgrade (its value column, NOT NULL
-    // in version 3, became nullable).
+    let (db, conn) = lockguard_postgres::tokio_postgres::connect(
+        &server.url(),
+        lockguard_postgres::tokio_postgres::NoTls,
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    for (what, sql) in [
+        ("a new holder's acquire", acquire("old-other", "NULL")),
+        (
+            "the queued waiter's acquire",
+            acquire("old-waiter", "30000"),
+        ),
+        (
+            "acquire_all",
+            format!("SELECT acquired FROM {schema}.acquire_all(ARRAY['k2'], ARRAY['old'], 60000)"),
+        ),
+    ] {
+        let Err(e) = db.query(sql.as_str(), &[]).await else {
+            panic!("{what} of a client of version 3 still works");
+        };
+        assert_eq!(e.code().map(|c| c.code()), Some("LG003"), "{what}: {e}");
+    }
+    // And what is new works beside it: locks, read-write locks, and the
+    // removal of a fenced value written before the upgrade (its value
+    // column, NOT NULL in version 3, became nullable).
+    let g = lg.lock("k").try_acquire().await.unwrap();
+    assert!(g.release().await.unwrap());
     let r = lg.rw_lock("k").read().try_acquire().await.unwrap();
     assert!(r.release().await.unwrap());
     let token = lockguard_core::FencingToken::new(5);
@@ -230,11 +385,12 @@ async fn a_schema_of_version_3_is_upgraded_under_its_clients() {
     assert_eq!(fenced.read().await.unwrap(), None);
 }
 
-/// A hot key's scans skip its dead holders: each lock cycle leaves an index
-/// entry of a deleted holder row until a vacuum, and the functions' scans,
-/// plain (bitmap scans off), mark those entries as they pass them, so the
-/// entries read per scan stay flat over a run of cycles on one key instead
-/// of growing with every cycle since the last vacuum. Counted by the server
+/// A hot key's scans skip its dead holders: each cycle of a semaphore's
+/// permit (a lock's holds are no rows) leaves an index entry of a deleted
+/// holder row until a vacuum, and the functions' scans, plain (bitmap
+/// scans off), mark those entries as they pass them, so the entries read
+/// per scan stay flat over a run of cycles on one key instead of growing
+/// with every cycle since the last vacuum. Counted by the server
 /// (`pg_stat_user_indexes`), on a server of the test's own: a scan may mark
 /// an entry only once no transaction could still see its row, so other
 /// tests' transactions on a shared server would keep entries alive for
@@ -246,12 +402,12 @@ async fn a_hot_keys_scans_skip_its_released_holders() {
     let server = &own;
     let schema = format!("h{}", std::process::id());
     let lg = schema_client(server, &schema).await.expect("client");
-    let lock = lg.lock("hot").lease(Duration::from_secs(30));
+    let sem = lg.semaphore("hot", 1).lease(Duration::from_secs(30));
     for _ in 0..CYCLES {
-        let g = lock.try_acquire().await.expect("acquire");
-        assert!(g.release().await.expect("release"));
+        let p = sem.try_acquire().await.expect("acquire");
+        assert!(p.release().await.expect("release"));
     }
-    drop(lock);
+    drop(sem);
     drop(lg);
     let read = || {
         let out = server.psql(&format!(

@@ -1,8 +1,11 @@
 //! PostgreSQL over TLS (feature `tls-rustls`), against a real server that
 //! refuses connections without it, with certificates the test makes: the
-//! pool and the listening connection both go over TLS, the server's
-//! certificate is verified, and `sslmode` in the URL is honoured.
+//! pool, the sessions of locks and the bell's connections all go over TLS,
+//! the server's certificate is verified, and `sslmode` in the URL is
+//! honoured.
 #![cfg(feature = "tls-rustls")]
+
+mod support;
 
 use std::time::Duration;
 
@@ -30,14 +33,22 @@ async fn postgres_locks_and_wake_ups_work_over_tls_with_a_private_ca() {
 
     let holder = client(Client::builder(), &url, &ca).await;
     let waiter = client(patient(), &url, &ca).await;
-    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
-    // The server refuses any connection without TLS, and lockguard's
-    // listening connection is one of its encrypted ones.
-    let listening = server.psql(
+    // The server refuses any connection without TLS: a lock's session, a
+    // waiter's and the bell's are among its encrypted ones.
+    let g = holder.lock("tls:held").acquire().await.unwrap();
+    let sessions = server.psql(
         "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
-         WHERE ssl AND query ILIKE '%listen%'",
+         WHERE ssl AND application_name LIKE 'lg %'",
     );
-    assert_ne!(listening, "0", "no listening connection over TLS");
+    assert_eq!(sessions, "1", "no session of the lock over TLS");
+    assert!(g.release().await.unwrap());
+    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
+    support::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
+    let bell = server.psql(
+        "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
+         WHERE ssl AND pid <> pg_backend_pid() AND query LIKE '%lockguard_bell%'",
+    );
+    assert_ne!(bell, "0", "no connection of the bell over TLS");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,7 +86,8 @@ async fn postgres_tls_refuses_an_unknown_ca_and_sslmode_disable_is_plain() {
 
 /// With the TLS feature built in, a unix socket URL still connects, in
 /// plain text as libpq does (`sslmode` has nothing to secure there): locks
-/// and wake-ups work over it.
+/// (their sessions) and wake-ups (the server's of a lock, the bell's of a
+/// semaphore) work over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_over_a_unix_socket_needs_no_tls() {
     let server = PostgresServer::start();
@@ -85,7 +97,8 @@ async fn postgres_over_a_unix_socket_needs_no_tls() {
         .await
         .expect("connect over the unix socket");
     let waiter = patient().connect_postgres(&url).await.expect("connect");
-    a_waiter_is_woken_by_the_handoff(&holder, waiter, "socket").await;
+    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "socket").await;
+    support::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "socket").await;
     let over_tls = server.psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl");
     assert_eq!(over_tls, "0");
 }

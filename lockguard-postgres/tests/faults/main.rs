@@ -12,3 +12,5 @@ mod postgres;
 mod postgres_pauses;
 mod postgres_races;
 mod postgres_shapes;
+#[path = "../support/mod.rs"]
+mod support;

@@ -1,6 +1,7 @@
 //! Failures of a real PostgreSQL: the server killed and restarted, paused
 //! with SIGSTOP, and the client's backends terminated
-//! (`pg_terminate_backend`) while a lock is held and a waiter waits.
+//! (`pg_terminate_backend`) while a lock or a permit is held and a waiter
+//! waits.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +14,8 @@ use lockguard_testing::faults::{
     a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, takes_lock_within,
 };
 
+use crate::support::a_permit_waiter_is_woken_by_the_handoff;
+
 pub(crate) async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
     Client::builder()
         .connect_timeout(Duration::from_millis(500))
@@ -22,29 +25,38 @@ pub(crate) async fn connect(server: &PostgresServer, response_timeout: Duration)
         .expect("connect to postgres")
 }
 
-/// The rows of lockguard's holders table, read from outside the client.
-fn holders(server: &PostgresServer) -> u64 {
+/// The advisory locks of the two-int form (a lock's) the server has
+/// granted, read from outside the client.
+fn held_locks(server: &PostgresServer) -> u64 {
     server
-        .psql("SELECT count(*) FROM lockguard.holders WHERE expires_at > clock_timestamp()")
+        .psql(
+            "SELECT count(*) FROM pg_locks \
+             WHERE locktype = 'advisory' AND objsubid = 2 AND granted",
+        )
         .parse()
         .expect("a count")
 }
 
 /// Killed (SIGKILL, every backend): operations fail fast as unavailable.
-/// Restarted on the same data: the client recovers by itself, and a lock
-/// held across the crash is still held (the lease table is durable), with
-/// tokens still increasing.
+/// Restarted on the same data: the client recovers by itself. A lock held
+/// across the crash died with its session: the holder is told at its next
+/// renewal, its release finds the lock no longer its own, and the lock is
+/// free after the restart, its next token still greater.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_postgres_fails_fast_and_the_client_recovers_after_restart() {
+async fn killed_postgres_fails_fast_frees_its_locks_and_the_client_recovers() {
     let mut server = PostgresServer::start();
     let timeout = Duration::from_millis(500);
     let lg = connect(&server, timeout).await;
+    // A lease longer than the outage: the holder learns of the loss from a
+    // renewal that finds its session gone, before its lease runs out.
+    let lease = Duration::from_secs(10);
     let held = lg
         .lock("across-crash")
-        .lease(Duration::from_secs(60))
+        .watchdog(lease)
         .acquire()
         .await
         .unwrap();
+    let lost = held.lost();
 
     // A request cut off by the kill may time out rather than fail.
     a_kill_fails_fast_and_a_restart_is_recovered(&mut server, &lg, timeout, |e| {
@@ -52,14 +64,23 @@ async fn killed_postgres_fails_fast_and_the_client_recovers_after_restart() {
     })
     .await;
     let other = connect(&server, Duration::from_secs(2)).await;
-    let err = other.lock("across-crash").try_acquire().await.unwrap_err();
+    let after = other
+        .lock("across-crash")
+        .try_acquire()
+        .await
+        .expect("the lock held across the crash is free after the restart");
     assert!(
-        err.is_busy(),
-        "the lock held across the crash was lost: {err}"
+        after.fencing_token() > held.fencing_token(),
+        "token {} after {}",
+        after.fencing_token().get(),
+        held.fencing_token().get()
     );
-    let after = other.lock("after-crash").try_acquire().await.unwrap();
-    assert!(after.fencing_token() > held.fencing_token());
-    assert!(held.release().await.unwrap());
+    let err = tokio::time::timeout(lease, lost)
+        .await
+        .expect("the holder was not told it lost the lock");
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(!held.is_held());
+    assert!(!held.release().await.unwrap());
     assert!(after.release().await.unwrap());
 }
 
@@ -76,44 +97,75 @@ async fn paused_postgres_makes_the_holder_lose_its_lease_and_its_fence() {
 
 /// A grant that arrives after the attempt timed out (the server was paused
 /// past the lease) is given back at once, not left held by nobody until
-/// its lease ends.
+/// its lease ends: the server soon has no lock's advisory lock granted,
+/// and another client takes the lock before the lease the server counts
+/// from its grant (at the resume) is over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_grant_is_refused_and_released() {
     let mut server = PostgresServer::start();
-    let lg = connect(&server, Duration::from_secs(3)).await;
-    // The pool has a connection with the statement ready.
-    let warm = lg.lock("warm").try_acquire().await.unwrap();
-    assert!(warm.release().await.unwrap());
-    let lease = Duration::from_millis(300);
+    let lg = connect(&server, Duration::from_secs(10)).await;
+    let other = connect(&server, Duration::from_secs(2)).await;
+    // Both clients connected, with a session ready for the next lock.
+    for c in [&lg, &other] {
+        let warm = c.lock("warm").try_acquire().await.unwrap();
+        assert!(warm.release().await.unwrap());
+    }
+    let lease = Duration::from_secs(1);
     server.pause();
     let lg2 = lg.clone();
     let attempt = tokio::spawn(async move { lg2.lock("late").lease(lease).try_acquire().await });
     tokio::time::sleep(lease * 2).await;
     server.resume();
+    let resumed = Instant::now();
     let err = attempt.await.unwrap().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
-    let gone = eventually(Duration::from_secs(2), || async { holders(&server) == 0 }).await;
+    let gone = eventually(lease / 2, || async { held_locks(&server) == 0 }).await;
     assert!(gone, "the late grant was kept");
+    let g = other
+        .lock("late")
+        .try_acquire()
+        .await
+        .expect("the late grant was kept");
+    let taken = resumed.elapsed();
+    assert!(
+        taken < lease,
+        "taken {taken:?} after the resume, once the late grant's lease could be over"
+    );
+    assert!(g.release().await.unwrap());
+}
+
+/// Terminates every client backend but psql's own: the sessions of the
+/// clients' locks, their pooled connections and their bells.
+fn terminate_client_backends(server: &PostgresServer) -> u64 {
+    server
+        .psql(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )
+        .parse()
+        .unwrap()
 }
 
 /// Every backend of the clients is terminated (`pg_terminate_backend`)
-/// while a lock is held and a waiter waits: the lease is not tied to a
-/// connection, so the holder keeps its lock (its watchdog renews on a new
-/// connection); the waiter's listening connection comes back, and the
-/// release still reaches it as a handoff.
+/// while a lock is held and a waiter waits: the lock is the holder
+/// session's, so it is freed. The holder is told at its next renewal, and
+/// its release finds the lock no longer its own; the waiter, whose session
+/// ended too, waits again on a new one and takes the lock within its wait,
+/// well before its refresh, with a greater token. The clients' new
+/// sessions serve the next handoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn terminated_backends_keep_the_lock_and_the_waiters() {
+async fn terminated_backends_free_the_lock_and_the_waiter_takes_it() {
     let server = PostgresServer::start();
     let holder = connect(&server, Duration::from_secs(2)).await;
+    let lease = Duration::from_millis(900);
     let guard = holder
         .lock("terminated")
-        .watchdog(Duration::from_millis(900))
+        .watchdog(lease)
         .acquire()
         .await
         .unwrap();
-    let waiter = Client::builder()
-        .waiter_timeout(Duration::from_secs(30))
-        .retry_interval(Duration::from_secs(20))
+    let lost = guard.lost();
+    let waiter = lockguard_testing::faults::patient()
         .connect_postgres(&server.url())
         .await
         .unwrap();
@@ -125,9 +177,9 @@ async fn terminated_backends_keep_the_lock_and_the_waiters() {
             .acquire()
             .await
             .unwrap();
-        let at = Instant::now();
-        g.release().await.unwrap();
-        at
+        let (at, fence) = (Instant::now(), g.fencing_token());
+        assert!(g.release().await.unwrap());
+        (at, fence)
     });
     let queued = eventually(Duration::from_secs(10), || async {
         holder.lock("terminated").inspect().await.unwrap().waiters == 1
@@ -135,22 +187,82 @@ async fn terminated_backends_keep_the_lock_and_the_waiters() {
     .await;
     assert!(queued, "the waiter never queued");
 
-    let killed: u64 = server
-        .psql(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
-             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
-        )
-        .parse()
+    let terminated = Instant::now();
+    let killed = terminate_client_backends(&server);
+    assert!(killed >= 2, "only {killed} backends were terminated");
+    let err = tokio::time::timeout(lease * 2, lost)
+        .await
+        .expect("the holder was not told it lost the lock with its session");
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(!guard.is_held());
+    let (at, fence) = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the waiter never took the lock")
         .unwrap();
+    let waited = at - terminated;
+    assert!(
+        waited < Duration::from_secs(5),
+        "the waiter took the lock at its refresh, not by waiting again: {waited:?}"
+    );
+    assert!(fence > guard.fencing_token());
+    assert!(!guard.release().await.unwrap());
+    // And the clients' new sessions serve the next handoff.
+    a_waiter_is_woken_by_the_handoff(&holder, waiter, "terminated:again").await;
+}
+
+/// Every backend of the clients is terminated while a semaphore's permit
+/// is held and a waiter waits: a permit's lease is not tied to a
+/// connection, so the holder keeps it (its watchdog renews on a new
+/// connection); the waiter's bell comes back, and the release still
+/// reaches it as a handoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminated_backends_keep_the_permit_and_its_waiters() {
+    let server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let permit = holder
+        .semaphore("terminated", 1)
+        .watchdog(Duration::from_millis(900))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = lockguard_testing::faults::patient()
+        .connect_postgres(&server.url())
+        .await
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let p = w
+            .semaphore("terminated", 1)
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        p.release().await.unwrap();
+        at
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder
+            .semaphore("terminated", 1)
+            .inspect()
+            .await
+            .unwrap()
+            .waiters
+            == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    let killed = terminate_client_backends(&server);
     assert!(killed >= 2, "only {killed} backends were terminated");
     // Three renewal periods: the watchdog renews on new connections.
     tokio::time::sleep(Duration::from_millis(900)).await;
     assert!(
-        guard.is_held(),
-        "the holder lost its lock with its connection"
+        permit.is_held(),
+        "the holder lost its permit with its connection"
     );
     let released = Instant::now();
-    assert!(guard.release().await.unwrap());
+    assert!(permit.release().await.unwrap());
     let got = tokio::time::timeout(Duration::from_secs(15), waiting)
         .await
         .expect("the waiter was not woken")
@@ -160,8 +272,8 @@ async fn terminated_backends_keep_the_lock_and_the_waiters() {
         waited < Duration::from_secs(5),
         "woken by its refresh, not the handoff: {waited:?}"
     );
-    // And the listening connection works for the next handoff too.
-    a_waiter_is_woken_by_the_handoff(&holder, waiter, "terminated:again").await;
+    // And the bell works for the next handoff too.
+    a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "terminated:again").await;
 }
 
 /// A server that is not there, and malformed settings, are clear errors.
@@ -316,10 +428,12 @@ async fn a_session_not_in_read_committed_is_refused() {
 }
 
 /// An acquisition cut off by the response timeout while the server is
-/// paused may still run when it resumes. Its clean-up release goes out on
-/// another pooled connection; it must not overtake the acquisition it
-/// undoes (it waits until the acquisition's connection has run it), or the
-/// lock would stay held by nobody for its whole lease.
+/// paused may still run when it resumes; it must not keep what it took
+/// for its lease. A lock's, on its session, is given back with that
+/// session. A permit's clean-up release goes out on another pooled
+/// connection; it must not overtake the acquisition it undoes (it waits
+/// until the acquisition's connection has run it), or the permit would
+/// stay held by nobody for its whole lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_off_acquisition_is_undone_after_it_runs() {
     let mut server = PostgresServer::start();
@@ -336,9 +450,13 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
         .map(|i| {
             let lg = lg.clone();
             tokio::spawn(async move {
-                let g = lg.lock(&format!("warm-{i}")).try_acquire().await.unwrap();
+                let p = lg
+                    .semaphore(&format!("warm-{i}"), 1)
+                    .try_acquire()
+                    .await
+                    .unwrap();
                 tokio::time::sleep(Duration::from_millis(50)).await;
-                g.release().await.unwrap();
+                p.release().await.unwrap();
             })
         })
         .collect();
@@ -346,9 +464,20 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
         w.await.unwrap();
     }
     for _ in 0..5 {
+        // An idle session of the client's locks, which the next lock's
+        // statement goes out on (a session cut off is not used again).
+        let g = lg.lock("warm").try_acquire().await.unwrap();
+        assert!(g.release().await.unwrap());
         server.pause();
         let cut = lg
             .lock("cut-off")
+            .lease(Duration::from_secs(60))
+            .try_acquire()
+            .await
+            .unwrap_err();
+        assert_eq!(cut.kind(), ErrorKind::Timeout, "{cut}");
+        let cut = lg
+            .semaphore("cut-off", 1)
             .lease(Duration::from_secs(60))
             .try_acquire()
             .await
@@ -359,6 +488,20 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
         let freed =
             takes_lock_within(&other, "cut-off", Duration::from_secs(5), Error::is_busy).await;
         assert!(freed, "the cut-off acquisition kept the lock for its lease");
+        let freed = eventually(Duration::from_secs(5), || async {
+            match other.semaphore("cut-off", 1).try_acquire().await {
+                Ok(p) => p.release().await.expect("release"),
+                Err(e) => {
+                    assert!(e.is_busy(), "{e}");
+                    false
+                }
+            }
+        })
+        .await;
+        assert!(
+            freed,
+            "the cut-off acquisition kept the permit for its lease"
+        );
     }
 }
 
@@ -393,27 +536,29 @@ fn bells(server: &PostgresServer) -> Vec<(String, String, bool)> {
         .collect()
 }
 
-/// A handoff signals the one bell of the waiter's client: the bells of
-/// other clients, waiting too, are not woken (their queries go on), and no
-/// bell, nor the holder of the lock it waits on, holds a snapshot or an
-/// xid while it waits, which would hold back vacuum in the whole database.
+/// A handoff of a semaphore's permit signals the one bell of the waiter's
+/// client: the bells of other clients, waiting too, are not woken (their
+/// queries go on), and no bell, nor the holder of the lock it waits on,
+/// holds a snapshot or an xid while it waits, which would hold back vacuum
+/// in the whole database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
     let server = PostgresServer::start();
     let holder = connect(&server, Duration::from_secs(2)).await;
-    // Three clients whose bells wait (each queued on a lock held meanwhile).
+    // Three clients whose bells wait (each queued on a permit held
+    // meanwhile).
     let mut held = Vec::new();
     let mut others = Vec::new();
     for i in 0..3 {
         let name = format!("other:{i}");
-        held.push(holder.lock(&name).acquire().await.unwrap());
+        held.push(holder.semaphore(&name, 1).acquire().await.unwrap());
         let other = lockguard_testing::faults::patient()
             .connect_postgres(&server.url())
             .await
             .unwrap();
         others.push(tokio::spawn(async move {
             other
-                .lock(&name)
+                .semaphore(&name, 1)
                 .wait(Duration::from_secs(25))
                 .acquire()
                 .await
@@ -440,12 +585,12 @@ async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
         "the bells' holders hold a snapshot or an xid"
     );
 
-    // A fourth client's waiter is handed a lock: woken by its bell.
+    // A fourth client's waiter is handed a permit: woken by its bell.
     let waiter = lockguard_testing::faults::patient()
         .connect_postgres(&server.url())
         .await
         .unwrap();
-    a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "rung").await;
+    a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "rung").await;
     // The other bells still wait in the queries they waited in.
     let after: Vec<_> = bells(&server)
         .into_iter()
@@ -465,10 +610,10 @@ async fn a_handoff_rings_one_bell_and_waiting_bells_hold_back_no_vacuum() {
     }
 }
 
-/// A lock handed to a waiter whose client's bell does not listen yet (its
-/// connection slow to register: here held up by a lock on the bells table,
-/// so the first wait queues after one refresh period without it) reaches
-/// the waiter from the mail the release wrote, as soon as the bell
+/// A permit handed to a waiter whose client's bell does not listen yet
+/// (its connection slow to register: here held up by a lock on the bells
+/// table, so the first wait queues after one refresh period without it)
+/// reaches the waiter from the mail the release wrote, as soon as the bell
 /// listens, not at the waiter's next refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
@@ -486,7 +631,12 @@ async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
         .await
         .unwrap();
     let lease = Duration::from_secs(30);
-    let guard = holder.lock("mailed").lease(lease).acquire().await.unwrap();
+    let guard = holder
+        .semaphore("mailed", 1)
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
     let (admin, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -497,7 +647,7 @@ async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
         .unwrap();
     let waiting = tokio::spawn(async move {
         let guard = waiter
-            .lock("mailed")
+            .semaphore("mailed", 1)
             .lease(lease)
             .wait(Duration::from_secs(60))
             .acquire()
@@ -506,7 +656,13 @@ async fn a_handoff_reaches_a_waiter_whose_bell_did_not_listen_yet() {
         (Instant::now(), guard)
     });
     let queued = eventually(Duration::from_secs(20), || async {
-        holder.lock("mailed").inspect().await.unwrap().waiters == 1
+        holder
+            .semaphore("mailed", 1)
+            .inspect()
+            .await
+            .unwrap()
+            .waiters
+            == 1
     })
     .await;
     assert!(queued, "the waiter never queued");
@@ -540,8 +696,9 @@ GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA lockguard TO app;
 
 /// A role that may create nothing (no `CREATE` on the database or any
 /// schema) connects to a schema a database administrator installed from
-/// `migration_sql`, once given the documented grants, and locks, waits,
-/// takes permits, counts, is rate limited and sweeps.
+/// `migration_sql`, once given the documented grants, and locks (a lock's
+/// waiter woken by the server), keeps a lock past its release (`at_least`),
+/// takes permits and waits for them, counts, is rate limited and sweeps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_role_uses_an_installed_schema() {
     let server = PostgresServer::start();
@@ -577,12 +734,57 @@ async fn a_least_privilege_role_uses_an_installed_schema() {
     };
     let holder = connect(Client::builder()).await;
     let waiter = connect(lockguard_testing::faults::patient()).await;
-    // A wait ends in a grant. (Through the waiter's refresh: the bell
-    // needs more than these grants; see the ignored test below.)
+    // A lock's waiter waits in the server at once, and is granted the lock
+    // at its release: it needs no bell (which this role's never starts,
+    // see the ignored test below), nor its first refresh (10 s in).
     let held = holder.lock("least").acquire().await.unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        let g = w
+            .lock("least")
+            .wait(Duration::from_secs(25))
+            .acquire()
+            .await?;
+        let at = Instant::now();
+        g.release().await.map(|_| at)
+    });
+    let queued = eventually(Duration::from_secs(5), || async {
+        holder.lock("least").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(
+        queued,
+        "the lock's waiter did not wait in the server within 5 s"
+    );
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let at = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the lock's waiter never took the lock")
+        .unwrap()
+        .unwrap();
+    let waited = at - released;
+    assert!(
+        waited < Duration::from_secs(5),
+        "granted at its refresh, not at the release: {waited:?}"
+    );
+    // A lock kept past its release, for whoever comes next.
+    let job = holder
+        .lock("least:job")
+        .lease(Duration::from_secs(60))
+        .at_least(Duration::from_secs(30))
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(job.release().await.unwrap());
+    let kept = waiter.lock("least:job").try_acquire().await.unwrap_err();
+    assert!(kept.is_busy(), "a lock kept past its release: {kept}");
+    // A permit's wait ends in a grant. (Through the waiter's refresh: the
+    // bell needs more than these grants; see the ignored test below.)
+    let held = holder.semaphore("least", 1).acquire().await.unwrap();
     let waiting = tokio::spawn(async move {
         waiter
-            .lock("least")
+            .semaphore("least", 1)
             .retry_interval(Duration::from_millis(200))
             .wait(Duration::from_secs(20))
             .acquire()
@@ -590,14 +792,18 @@ async fn a_least_privilege_role_uses_an_installed_schema() {
             .map(drop)
     });
     let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock("least").inspect().await.unwrap().waiters == 1
+        holder
+            .semaphore("least", 1)
+            .inspect()
+            .await
+            .unwrap()
+            .waiters
+            == 1
     })
     .await;
     assert!(queued, "the waiter never queued");
     assert!(held.release().await.unwrap());
     waiting.await.unwrap().unwrap();
-    let permit = holder.semaphore("least", 2).acquire().await.unwrap();
-    assert!(permit.release().await.unwrap());
     let counter = holder.counter("least:stock");
     assert_eq!(counter.incr_by(3).await.unwrap(), 3);
     assert_eq!(counter.decr_if_at_least(2).await.unwrap(), Some(1));
@@ -620,13 +826,14 @@ async fn a_least_privilege_role_uses_an_installed_schema() {
     assert!(swept >= 0);
 }
 
-/// The bell of a role that is not a superuser rings: a waiter of such a
-/// role is woken by the handoff, not its refresh. It is not today: the
+/// The bell of a role that is not a superuser rings: a permit's waiter of
+/// such a role is woken by the handoff, not its refresh. It is not today: the
 /// bell's connection waits for a lock on a table in its holder
 /// connection's temporary schema, and PostgreSQL lets no other session but
 /// a superuser's use another session's temporary schema ("permission
 /// denied for schema pg_temp_N"), so the bell never starts and every
-/// waiter of such a role relies on its timed refresh.
+/// permit's or read-write lock's waiter of such a role relies on its timed
+/// refresh.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "the bell works for superusers only: it locks a table in another session's temporary schema"]
 async fn the_bell_of_a_role_that_is_not_a_superuser_rings() {
@@ -639,5 +846,5 @@ async fn the_bell_of_a_role_that_is_not_a_superuser_rings() {
         .connect_postgres(&url)
         .await
         .unwrap();
-    a_waiter_is_woken_by_the_handoff(&holder, waiter, "rung").await;
+    a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "rung").await;
 }

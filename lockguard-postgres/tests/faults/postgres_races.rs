@@ -342,10 +342,11 @@ async fn sem_fence(sem: &lockguard_core::Semaphore) -> u64 {
 
 /// A failover to an asynchronous standby that had not seen the latest
 /// writes leaves lockguard's tables and sequences as they were some time
-/// before (here: restored from a dump taken then). Fencing tokens and
-/// counter versions handed out after the dump must not come again: the
-/// next ones are greater than every one before, for a lock, a semaphore and
-/// a counter.
+/// before, and its unlogged tables (a lock's newest tokens, `lock_fences`)
+/// empty (here: restored from a dump taken then, without the unlogged
+/// tables' rows). Fencing tokens and counter versions handed out after the
+/// dump must not come again: the next ones are greater than every one
+/// before, for a lock, a semaphore and a counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() {
     let server = PostgresServer::start();
@@ -376,11 +377,17 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
         }
     };
     round(3, &mut newest).await;
-    // What the standby has: everything up to here.
+    // What the standby has: everything logged up to here.
     let standby = pg_tool(
         &server,
         "pg_dump",
-        &["-n", "lockguard", "--clean", "--if-exists"],
+        &[
+            "-n",
+            "lockguard",
+            "--clean",
+            "--if-exists",
+            "--no-unlogged-table-data",
+        ],
     );
     // More than a sequence logs ahead (32 values) happen after it.
     round(40, &mut newest).await;
@@ -415,9 +422,36 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     assert!(p.release().await.unwrap());
 }
 
+/// Moves the newest token or version `column` of `key` in `table` an hour
+/// ahead, as a clock stepped back an hour would leave it; the value it
+/// then holds.
+async fn an_hour_ahead(
+    db: &tokio_postgres::Client,
+    schema: &str,
+    table: &str,
+    column: &str,
+    key: &str,
+) -> u64 {
+    let ahead: i64 = db
+        .query_one(
+            &format!(
+                "UPDATE {schema}.{table} SET {column} = {column} + 3600000000 \
+                 WHERE key = $1 RETURNING {column}"
+            ),
+            &[&key],
+        )
+        .await
+        .unwrap_or_else(|e| panic!("no {key:?} in {schema}.{table}: {e}"))
+        .get(0);
+    u64::try_from(ahead).unwrap()
+}
+
 /// The database's clock stepped back (played by moving a key's newest token
-/// and a counter's version an hour ahead of it): the key's row remembers,
-/// and the next token and version are still greater.
+/// and a counter's version an hour ahead of it): the key remembers, and the
+/// next token and version are still greater. A lock's newest token is in
+/// `lock_fences`, a semaphore's in `latest_fences`; a lock not taken since
+/// its schema became version 8 has its newest token in `latest_fences`,
+/// and its first token of version 8 is greater too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_and_versions_stay_above_what_the_key_remembers() {
     let schema = "races_clock";
@@ -426,53 +460,86 @@ async fn fences_and_versions_stay_above_what_the_key_remembers() {
     let held = lock.try_acquire().await.unwrap();
     let first = held.fencing_token().get();
     assert!(held.release().await.unwrap());
+    let sem = lg.semaphore("stepped", 1);
+    let p = sem.try_acquire().await.unwrap();
+    assert!(p.release().await.unwrap());
     let c = lg.counter("stepped");
     c.incr_by(1).await.unwrap();
     let db = raw().await;
-    let ahead: i64 = db
+    let lock_ahead = an_hour_ahead(
+        &db,
+        schema,
+        "lock_fences",
+        "fence",
+        "lockguard:lock:{stepped}",
+    )
+    .await;
+    assert!(lock_ahead > first);
+    let sem_ahead = an_hour_ahead(
+        &db,
+        schema,
+        "latest_fences",
+        "fence",
+        "lockguard:sem:{stepped}",
+    )
+    .await;
+    let version_ahead = an_hour_ahead(
+        &db,
+        schema,
+        "counters",
+        "version",
+        "lockguard:counter:{stepped}",
+    )
+    .await;
+    // What version 7 left of a lock it took last.
+    let v7_ahead: i64 = db
         .query_one(
             &format!(
-                "UPDATE {schema}.latest_fences SET fence = fence + 3600000000 \
-                 WHERE key LIKE $1 RETURNING fence"
+                "INSERT INTO {schema}.latest_fences (key, fence) \
+                 VALUES ($1, {schema}.now_us() + 3600000000) RETURNING fence"
             ),
-            &[&like("stepped")],
+            &[&"lockguard:lock:{stepped-v7}"],
         )
         .await
         .unwrap()
         .get(0);
-    let version_ahead: i64 = db
-        .query_one(
-            &format!(
-                "UPDATE {schema}.counters SET version = version + 3600000000 \
-                 WHERE key LIKE $1 RETURNING version"
-            ),
-            &[&like("stepped")],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let ahead = u64::try_from(ahead).unwrap();
-    assert!(ahead > first);
+    let v7_ahead = u64::try_from(v7_ahead).unwrap();
+
     let g = lock.try_acquire().await.unwrap();
     assert!(
-        g.fencing_token().get() > ahead,
-        "token {} after {ahead}",
+        g.fencing_token().get() > lock_ahead,
+        "lock token {} after {lock_ahead}",
         g.fencing_token().get()
+    );
+    let p = sem.try_acquire().await.unwrap();
+    assert!(
+        p.fencing_token().get() > sem_ahead,
+        "semaphore token {} after {sem_ahead}",
+        p.fencing_token().get()
     );
     c.incr_by(1).await.unwrap();
     let version = c.get_versioned().await.unwrap().version;
     assert!(
-        version > u64::try_from(version_ahead).unwrap(),
+        version > version_ahead,
         "version {version} after {version_ahead}"
     );
+    let v7 = lg.lock("stepped-v7").try_acquire().await.unwrap();
+    assert!(
+        v7.fencing_token().get() > v7_ahead,
+        "first lock token {} of version 8 after {v7_ahead} of version 7",
+        v7.fencing_token().get()
+    );
     assert!(g.release().await.unwrap());
+    assert!(p.release().await.unwrap());
+    assert!(v7.release().await.unwrap());
 }
 
 /// A real failover to an asynchronous standby that missed the latest
 /// writes: the standby is stopped while the primary hands out more tokens
 /// and versions than a sequence logs ahead (32), then the primary dies and
-/// the standby is promoted. The next token of the lock and version of the
-/// counter are greater than every one handed out before.
+/// the standby is promoted, with no lock's newest token (`lock_fences` is
+/// unlogged, empty on a promoted standby). The next token of the lock and
+/// version of the counter are greater than every one handed out before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_and_versions_keep_growing_after_a_real_failover() {
     let mut primary = PostgresServer::start();
