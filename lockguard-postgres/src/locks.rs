@@ -23,7 +23,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
@@ -51,6 +51,7 @@ struct Session {
     release: Statement,
     lease: Statement,
     keep: Statement,
+    forget: Statement,
 }
 
 impl Drop for Session {
@@ -211,7 +212,10 @@ impl Locks {
         }
     }
 
-    /// One try, never waiting.
+    /// One try, never waiting. The statement runs in a task of its own,
+    /// which owns the session until the answer comes: when nobody waits
+    /// for it any more (the attempt was dropped, or timed out), a lock it
+    /// took is released there, and its lease ended.
     async fn try_lock(
         &self,
         keys: &Arc<LockKeys>,
@@ -221,15 +225,33 @@ impl Locks {
         let what = || format!("acquiring {:?}", keys.id());
         let session = self.inner.session().await?;
         let sent = Instant::now();
-        let row = self
-            .inner
-            .ask(
-                &session,
-                &session.try_lock,
-                &[&keys.id(), &token.as_str(), &net::millis(lease)],
-                &what,
-            )
-            .await?;
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(try_for(
+            Arc::downgrade(&self.inner),
+            session,
+            keys.clone(),
+            *token,
+            lease,
+            tx,
+        ));
+        let timeout = self.inner.opts.response_timeout;
+        let answer = tokio::time::timeout(timeout, rx).await;
+        let (session, row) = match answer {
+            Ok(Ok((session, Ok(row)))) => (session, row),
+            Ok(Ok((_, Err(e)))) => return Err(pg_error(e, &what())),
+            Ok(Err(_)) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{}: the attempt ended without an answer", what()),
+                ));
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{}: no answer from postgres within {timeout:?}", what()),
+                ));
+            }
+        };
         let acquired: bool = get(&row, 0, &what)?;
         let n: Option<i64> = get(&row, 1, &what)?;
         if !acquired {
@@ -237,14 +259,21 @@ impl Locks {
             let left = n.and_then(|n| u64::try_from(n).ok());
             return Ok(Outcome::Busy(left.map(Duration::from_millis)));
         }
-        let fence = fence(n, &what)?;
-        let end = self.inner.ends.schedule(*token, sent + lease);
         let hold = Hold {
             session,
             keys: keys.clone(),
             token: *token,
-            fence,
+            fence: 0,
         };
+        let fence = match fence(n, &what) {
+            Ok(fence) => fence,
+            Err(e) => {
+                self.inner.abandon(hold).await;
+                return Err(e);
+            }
+        };
+        let end = self.inner.ends.schedule(*token, sent + lease);
+        let hold = Hold { fence, ..hold };
         self.inner
             .entries()
             .insert(*token, Entry::Holding { hold, end });
@@ -272,10 +301,15 @@ impl Locks {
     }
 
     /// Gives up `token`'s lock, or its wait: true when it held the lock.
-    pub(crate) async fn release(&self, token: &Token) -> Result<bool> {
+    pub(crate) async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         let entry = self.inner.entries().remove(token);
         match entry {
-            None | Some(Entry::Failed(_)) => Ok(false),
+            // An attempt that failed (its answer lost, its session gone)
+            // may have taken the lock: its lease is ended.
+            None | Some(Entry::Failed(_)) => {
+                self.inner.forget(keys, token).await;
+                Ok(false)
+            }
             Some(Entry::Waiting { cancel }) => {
                 // The waiting task drops its session when the wait ends,
                 // which frees a lock granted meanwhile.
@@ -418,20 +452,22 @@ impl Inner {
                 let release_sql = format!("SELECT {s}.lock_release($1, $2)");
                 let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
-                let (started, try_lock, wait, release, lease, keep) = tokio::join!(
+                let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");
+                let (started, try_lock, wait, release, lease, keep, forget) = tokio::join!(
                     client.batch_execute(&start),
                     client.prepare(&try_sql),
                     client.prepare(&wait_sql),
                     client.prepare(&release_sql),
                     client.prepare(&lease_sql),
                     client.prepare(&keep_sql),
+                    client.prepare(&forget_sql),
                 );
                 started?;
-                Ok::<_, tokio_postgres::Error>((try_lock?, wait?, release?, lease?, keep?))
+                Ok::<_, tokio_postgres::Error>((try_lock?, wait?, release?, lease?, keep?, forget?))
             }
             .await;
             match prepared {
-                Ok((try_lock, wait, release, lease, keep)) => Ok(Arc::new(Session {
+                Ok((try_lock, wait, release, lease, keep, forget)) => Ok(Arc::new(Session {
                     client,
                     _notes: notes,
                     driver,
@@ -440,6 +476,7 @@ impl Inner {
                     release,
                     lease,
                     keep,
+                    forget,
                 })),
                 Err(e) => {
                     driver.abort();
@@ -471,6 +508,36 @@ impl Inner {
         })
         .await;
         net::within(timeout, "postgres", what, answer)
+    }
+
+    /// Gives back a lock taken for nobody: unlocked, its lease ended; a
+    /// session that fails to do it is dropped (its end frees the lock).
+    async fn abandon(&self, hold: Hold) {
+        let (keys, token) = (hold.keys.clone(), hold.token);
+        if !matches!(self.unlock(hold).await, Ok(true)) {
+            self.forget(&keys, &token).await;
+        }
+    }
+
+    /// Ends the lease an attempt of `token` may have left in the lock's
+    /// row (`lock_forget`), on any session; what fails is left to the
+    /// lease's end.
+    async fn forget(&self, keys: &Arc<LockKeys>, token: &Token) {
+        let what = || format!("ending an attempt at {:?}", keys.id());
+        let Ok(session) = self.session().await else {
+            return;
+        };
+        let answer = self
+            .ask(
+                &session,
+                &session.forget,
+                &[&keys.id(), &token.as_str()],
+                &what,
+            )
+            .await;
+        if answer.is_ok() {
+            self.put_back(session);
+        }
     }
 
     /// Unlocks `hold` on its session: true when the session held it. A
@@ -521,14 +588,19 @@ async fn wait_for(
     let Some(inner) = inner.upgrade() else {
         return;
     };
-    {
-        let mut entries = inner.entries();
-        if !matches!(entries.get(&token), Some(Entry::Waiting { .. })) {
-            // Given up: a cancel may still be on its way to this session,
-            // so it serves nothing else.
-            return;
+    let waiting = matches!(inner.entries().get(&token), Some(Entry::Waiting { .. }));
+    if !waiting {
+        // Given up: a cancel may still be on its way to this session, so
+        // it serves nothing else; a grant's lease is ended.
+        drop(session);
+        if answer.is_ok() {
+            inner.forget(&keys, &token).await;
         }
+        return;
+    }
+    {
         let what = || format!("waiting for {:?}", keys.id());
+        let lock = keys.clone();
         let entry = match answer {
             Ok(row) => match get::<Option<i64>>(&row, 0, &what).and_then(|n| fence(n, &what)) {
                 Ok(fence) => Entry::Granted {
@@ -544,10 +616,69 @@ async fn wait_for(
             },
             Err(e) => Entry::Failed(pg_error(e, &what())),
         };
-        entries.insert(token, entry);
+        let late = {
+            let mut entries = inner.entries();
+            if matches!(entries.get(&token), Some(Entry::Waiting { .. })) {
+                entries.insert(token, entry);
+                None
+            } else {
+                Some(entry)
+            }
+        };
+        // Given up while the answer was read: as above.
+        if let Some(entry) = late {
+            drop(entry);
+            inner.forget(&lock, &token).await;
+            return;
+        }
     }
     if let Some(inbox) = inner.inbox.get().and_then(Weak::upgrade) {
         inbox.wake(&token);
+    }
+}
+
+/// The answer of a try, with its session.
+type TryAnswer = (
+    Arc<Session>,
+    std::result::Result<Row, tokio_postgres::Error>,
+);
+
+/// Runs `token`'s try at the lock of `keys` on `session` and hands the
+/// answer on; when nobody takes it, a lock taken is released (on the
+/// session, which is then kept) and its lease ended.
+async fn try_for(
+    inner: Weak<Inner>,
+    session: Arc<Session>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    lease: Duration,
+    tx: oneshot::Sender<TryAnswer>,
+) {
+    let answer = session
+        .client
+        .query_one(
+            &session.try_lock,
+            &[&keys.id(), &token.as_str(), &net::millis(lease)],
+        )
+        .await;
+    let Err((session, answer)) = tx.send((session, answer)) else {
+        return;
+    };
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    match answer {
+        Ok(row) if row.try_get::<_, bool>(0).unwrap_or(true) => {
+            let hold = Hold {
+                session,
+                keys,
+                token,
+                fence: 0,
+            };
+            inner.abandon(hold).await;
+        }
+        Ok(_) => inner.put_back(session),
+        Err(_) => {}
     }
 }
 

@@ -1102,11 +1102,14 @@ LANGUAGE sql VOLATILE AS $$
   SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
--- Starts a session of a client's locks: named, with no idle timeout.
+-- Starts a session of a client's locks: named, with no idle timeout, and
+-- checking its client's connection every 250 ms while a statement runs, so
+-- that a waiter whose client is gone leaves the queue.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session() RETURNS void
 LANGUAGE sql VOLATILE AS $$
   SELECT set_config('application_name', 'lockguard', false);
   SELECT set_config('idle_session_timeout', '0', false);
+  SELECT set_config('client_connection_check_interval', '250', false);
 $$;
 
 -- The ms left of lock p_key's kept time, NULL when it is not kept.
@@ -1221,8 +1224,8 @@ $$;
 
 -- Waits in the server's queue of lock p_key until it is granted, and
 -- takes it for p_lease_ms: its fencing token. A lock kept past its
--- holder's session is waited out (a forced release of it cancels the
--- sleep).
+-- holder's session, or whose holder's session ended before its lease (a
+-- connection cut), is waited out.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait(
   p_key text, p_token text, p_lease_ms bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
@@ -1233,25 +1236,24 @@ BEGIN
   PERFORM __SCHEMA__.lock_check();
   PERFORM set_config('application_name', 'lg ' || p_token, false);
   PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
-  -- The unlock that granted the lock took effect before its transaction,
-  -- which ended its holder's lease in this row, committed: wait for that
-  -- (the row's lock), in a subtransaction undone at once so that the
-  -- row's lock is not kept while the loop below sleeps.
-  BEGIN
-    PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
-    RAISE EXCEPTION USING ERRCODE = 'LG004';
-  EXCEPTION WHEN SQLSTATE 'LG004' THEN
-    NULL;
-  END;
   LOOP
+    -- The unlock (or the forced release) that granted the lock took
+    -- effect before its transaction, which ended its holder's lease in
+    -- this row, committed: wait for that (the row's lock), in a
+    -- subtransaction undone at once so that the row's lock is not kept
+    -- while this sleeps.
     BEGIN
-      v_left := greatest(__SCHEMA__.lock_kept_ms(p_key),
-                         __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
-      EXIT WHEN v_left IS NULL;
-      PERFORM pg_sleep(v_left / 1000.0);
-    EXCEPTION WHEN query_canceled THEN
+      PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'LG004';
+    EXCEPTION WHEN SQLSTATE 'LG004' THEN
       NULL;
     END;
+    v_left := greatest(__SCHEMA__.lock_kept_ms(p_key),
+                       __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
+    EXIT WHEN v_left IS NULL;
+    -- Rare (a holder cut off, a kept lock): looked at again every 100 ms,
+    -- so that a forced release or the lapse's end is seen soon.
+    PERFORM pg_sleep(least(v_left, 100) / 1000.0);
   END LOOP;
   RETURN __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
 END
@@ -1272,6 +1274,20 @@ BEGIN
   PERFORM set_config('application_name', 'lockguard', false);
   PERFORM set_config('idle_session_timeout', '0', false);
   RETURN v_held;
+END
+$$;
+
+-- Ends the lease p_token's attempt at lock p_key may have left in its row:
+-- the attempt failed, or was given up, so its client never uses the lock
+-- (its session's end frees the lock itself).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_forget(p_key text, p_token text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
+   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
+  RETURN FOUND;
 END
 $$;
 
@@ -1310,8 +1326,8 @@ $$;
 
 -- Ends p_token's hold of lock p_key from any session (an operator's
 -- forced release): its session is ended, which hands the lock to the
--- first waiter; a kept lock's row is removed, and a waiter sleeping
--- through it woken. True when p_token held it.
+-- first waiter, and its lease and kept time in the rows end (a waiter
+-- waiting them out sees it within 100 ms). True when p_token held it.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_evict(p_key text, p_token text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1319,6 +1335,9 @@ DECLARE
   v_s record;
   v_found boolean := false;
 BEGIN
+  -- A waiter granted the lock by what follows reads the row after this
+  -- commits (see lock_wait).
+  PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
   FOR v_s IN SELECT * FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
               WHERE s.granted AND split_part(s.label, ' ', 2) = p_token LOOP
     PERFORM pg_terminate_backend(v_s.pid, 5000);
@@ -1327,12 +1346,7 @@ BEGIN
   UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
    WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
   DELETE FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.token = p_token;
-  IF FOUND OR v_found THEN
-    v_found := true;
-    PERFORM pg_cancel_backend(s.pid) FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
-      WHERE s.granted AND split_part(s.label, ' ', 2) <> p_token;
-  END IF;
-  RETURN v_found;
+  RETURN v_found OR FOUND;
 END
 $$;
 

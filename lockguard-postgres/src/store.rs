@@ -139,6 +139,8 @@ pub(crate) struct PostgresStore {
     opts: PgOptions,
     /// Locks, on sessions of their own.
     locks: Locks,
+    /// The bells of the waiters for permits and read-write holds.
+    bell: Arc<bell::PgBell>,
     /// Acquisitions whose statement may still be running, by token.
     flights: Arc<lockguard_core::store::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
@@ -164,7 +166,14 @@ pub(crate) async fn connect(
     opts: PgOptions,
     connector: crate::tls::Connector,
 ) -> Result<Store> {
+    let bell = Arc::new(bell::PgBell::new(
+        listen.clone(),
+        opts,
+        connector.clone(),
+        schema.clone(),
+    ));
     let mut store = PostgresStore {
+        bell: bell.clone(),
         sql: Arc::new(Statements::new(&schema)),
         locks: Locks::new(listen.clone(), connector.clone(), opts, schema.clone()),
         pool,
@@ -195,8 +204,7 @@ pub(crate) async fn connect(
     )?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
-    let bell = bell::PgBell::new(listen, opts, connector, store.schema.clone());
-    Ok(Store::new(Arc::new(store), vec![Arc::new(bell)]).at(&at))
+    Ok(Store::new(Arc::new(store), vec![bell]).at(&at))
 }
 
 /// The server(s) a configuration names, `host:port` each, for messages.
@@ -304,9 +312,23 @@ impl PostgresStore {
     }
 }
 
-/// A waiter's place as the acquisition statements take it: the ms it is
-/// kept, its client's channel, the attempt's number; all NULL without one
-/// (the statement then never queues).
+impl PostgresStore {
+    /// A waiter's place as the acquisition statements take it: the ms it
+    /// is kept, its client's channel, the attempt's number; all NULL
+    /// without one (the statement then never queues). A place starts the
+    /// bell of its client, which tells it of a handoff.
+    fn place_params<'a>(
+        &self,
+        place: Option<Place<'a>>,
+    ) -> (Option<i64>, Option<&'a str>, Option<i64>) {
+        if let Some(p) = place {
+            self.bell.needed(p.channel);
+        }
+        place_params(place)
+    }
+}
+
+/// [`PostgresStore::place_params`], without starting a bell.
 fn place_params<'a>(place: Option<Place<'a>>) -> (Option<i64>, Option<&'a str>, Option<i64>) {
     match place {
         Some(p) => (
@@ -421,7 +443,7 @@ impl PostgresStore {
         place: Option<Place<'_>>,
     ) -> Result<Outcome> {
         let what = || format!("acquiring {:?} to {}", keys.id(), mode.as_str());
-        let (wait, channel, attempt) = place_params(place);
+        let (wait, channel, attempt) = self.place_params(place);
         let row = self
             .acquisition(
                 &self.sql.rw_acquire,
@@ -538,7 +560,7 @@ impl LockStore for PostgresStore {
         }
 
         let what = || format!("acquiring {:?}", keys.id());
-        let (wait, channel, attempt) = place_params(place);
+        let (wait, channel, attempt) = self.place_params(place);
         let row = self
             .acquisition(
                 &self.sql.acquire,
@@ -563,7 +585,7 @@ impl LockStore for PostgresStore {
             return self.rw_release(keys, mode, token).await;
         }
         if is_lock(keys) {
-            return self.locks.release(token).await;
+            return self.locks.release(keys, token).await;
         }
 
         let what = || format!("releasing {:?}", keys.id());
