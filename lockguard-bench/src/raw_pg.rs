@@ -44,7 +44,7 @@ impl Session {
             .await
             .expect("prepare");
         let release = client
-            .prepare("SELECT lockguard.lock_release($1)")
+            .prepare("SELECT lockguard.lock_release($1, $2)")
             .await
             .expect("prepare");
         Self {
@@ -63,11 +63,11 @@ impl Session {
             .get(0)
     }
 
-    /// Unlocks the lock this session took.
-    pub(crate) async fn unlock(&self, key: &str) {
+    /// Unlocks the lock this session took with `token`.
+    pub(crate) async fn unlock(&self, key: &str, token: &str) {
         let released: bool = self
             .client
-            .query_one(&self.release, &[&key])
+            .query_one(&self.release, &[&key, &token])
             .await
             .expect("lock_release")
             .get(0);

@@ -90,7 +90,7 @@
 //! | `Client::from_env` (crate `lockguard`) | the store at `LOCKGUARD_URL` (or `REDIS_URL`); an error when neither is set, never a silent fallback to memory |
 //! | `Client::connect_redis` (crate `lockguard-redis`) | one Redis server (6.2 or newer); Sentinel and Cluster with its features |
 //! | `Client::redlock` (crate `lockguard-redis`) | N independent Redis masters with quorum (locks and semaphores) |
-//! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (11 or newer): a lease table on the database's clock, woken by `LISTEN/NOTIFY` |
+//! | `Client::connect_postgres` (crate `lockguard-postgres`) | one PostgreSQL (14 or newer): locks as its own session advisory locks, waiting in the server; semaphores and read-write locks in lease tables on the database's clock |
 //! | `Client::connect_zookeeper` (crate `lockguard-zookeeper`) | a ZooKeeper ensemble (3.5 or newer): ephemeral sequential nodes, each waiter watching the node it waits on; counters and fenced values by compare-and-set; no rate limiters |
 //!
 //! See [`safety`] for what each mode guarantees, what it does not (pauses

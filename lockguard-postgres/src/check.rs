@@ -63,7 +63,10 @@ pub async fn check(url: &str) -> Result<Report> {
         Finding::new(
             Verdict::Fail,
             "version",
-            format!("PostgreSQL {shown}: lockguard needs 11 or newer"),
+            format!(
+                "PostgreSQL {shown}: lockguard needs {} or newer",
+                MIN_SERVER_VERSION / 10_000
+            ),
             AVAILABILITY,
         )
     });

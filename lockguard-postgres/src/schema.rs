@@ -8,7 +8,8 @@ use crate::pool::Conn;
 /// The schema lockguard's tables and functions live in unless configured.
 pub const DEFAULT_SCHEMA: &str = "lockguard";
 
-/// The oldest PostgreSQL lockguard works with (`hashtextextended`, 11).
+/// The oldest PostgreSQL lockguard works with (`idle_session_timeout`,
+/// `client_connection_check_interval` and `pg_locks.waitstart`, 14).
 pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 
 /// The version of `schema.sql`; a schema of an older version is brought up
@@ -18,18 +19,13 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 pub(crate) const VERSION: i32 = 8;
 
 /// The oldest version of lockguard's clients that may use a schema of
-/// [`VERSION`]: this version keeps every function of version 3 with its
-/// signature and its meaning (version 4 added functions, and columns with
-/// defaults that keep the rows of version 3 meaning what they meant;
-/// version 5 turns bitmap scans off in the functions; version 6 writes a
-/// handoff's letter whether or not its client's bell is there; version 7
-/// lets a fenced value be removed, its row kept with a NULL value, which
-/// older clients never write), so clients of version 3 to 6 keep working
-/// on it. Written to `meta` by the migration;
-/// clients read it from a newer schema to decide whether they may use it.
-///
-/// Clients of version 3 themselves predate this rule: they refuse any
-/// schema newer than theirs, this one included.
+/// [`VERSION`]: version 8 itself. Its locks are advisory locks, which the
+/// lock functions of older clients (`acquire`, `acquire_all`, over the
+/// tables) would not see: those functions now refuse (SQLSTATE `LG003`),
+/// and older clients refuse the schema at connect. (Versions 4 to 7 kept
+/// every function of version 3 with its signature and meaning, and were
+/// compatible since 3.) Written to `meta` by the migration; clients read it
+/// from a newer schema to decide whether they may use it.
 pub(crate) const COMPATIBLE_SINCE: i32 = 8;
 
 const SQL: &str = include_str!("schema.sql");

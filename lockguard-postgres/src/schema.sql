@@ -1103,8 +1103,8 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Starts a session of a client's locks: named, with no idle timeout, and
--- checking its client's connection every 250 ms while a statement runs, so
--- that a waiter whose client is gone leaves the queue.
+-- checking its client's connection every 250 ms while a statement runs (so
+-- that a waiter whose client is gone leaves the queue).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session() RETURNS void
 LANGUAGE sql VOLATILE AS $$
   SELECT set_config('application_name', 'lockguard', false);
@@ -1127,24 +1127,45 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.lock_taken(
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   v_fence bigint;
+  v_end timestamptz := clock_timestamp() + p_lease_ms * interval '1 millisecond';
 BEGIN
-  INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
-    VALUES (p_hi, p_lo, p_key,
-            __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
-            clock_timestamp(), p_token, clock_timestamp() + p_lease_ms * interval '1 millisecond')
-    ON CONFLICT (hi, lo) DO UPDATE
-      SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at,
-          token = p_token, expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
-    RETURNING f.fence INTO v_fence;
-  PERFORM __SCHEMA__.lock_lease(p_key, p_token, v_fence, p_lease_ms);
+  UPDATE __SCHEMA__.lock_fences f
+     SET key = p_key, fence = __SCHEMA__.next_after(f.fence), at = clock_timestamp(),
+         token = p_token, expires_at = v_end
+   WHERE f.hi = p_hi AND f.lo = p_lo
+  RETURNING f.fence INTO v_fence;
+  IF NOT FOUND THEN
+    -- The key's first hold here (or since a crash): above what the lease
+    -- tables remember of it too.
+    INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
+      VALUES (p_hi, p_lo, p_key,
+              __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
+              clock_timestamp(), p_token, v_end)
+      ON CONFLICT (hi, lo) DO UPDATE
+        SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at,
+            token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+      RETURNING f.fence INTO v_fence;
+  END IF;
+  PERFORM __SCHEMA__.lock_name(p_token, v_fence, p_lease_ms);
   RETURN v_fence;
 END
 $$;
+-- Names this session's hold of p_token with p_fence and a lease of
+-- p_lease_ms from now, and sets that lease, with a slack for the answer's
+-- way to the client (which counts the lease from before its request, or
+-- from the answer of a wait), as the session's idle timeout.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_name(p_token text, p_fence bigint, p_lease_ms bigint)
+RETURNS void LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('application_name',
+                    format('lg %s %s %s', p_token, to_hex(p_fence),
+                           to_hex(__SCHEMA__.now_ms() + p_lease_ms)), false),
+         set_config('idle_session_timeout',
+                    least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
+                          2147483647)::text, false)
+$$;
 
--- Sets this session's hold's lease to p_lease_ms from now: in its name,
--- and, with a slack for the answer's way to the client (which counts the
--- lease from before its request, or from the answer of a wait), as the
--- session's idle timeout.
+-- Renews this session's hold of lock p_key by p_token to p_lease_ms from
+-- now: in the lock's row, and in the session's name and idle timeout.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease(
   p_key text, p_token text, p_fence bigint, p_lease_ms bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
@@ -1154,27 +1175,20 @@ BEGIN
   UPDATE __SCHEMA__.lock_fences f
      SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
    WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token;
-  PERFORM set_config('application_name',
-                     format('lg %s %s %s', p_token, to_hex(p_fence),
-                            to_hex(__SCHEMA__.now_ms() + p_lease_ms)), false);
-  PERFORM set_config('idle_session_timeout',
-                     least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
-                           2147483647)::text, false);
+  PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_lease_ms);
   RETURN true;
 END
 $$;
-
 -- The ms left of the lease of lock (p_hi, p_lo)'s latest holder as last
--- renewed, when another than p_token and not released; NULL otherwise.
+-- renewed, when that holder is another than p_token and did not release
+-- it; NULL otherwise.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lapse_ms(p_hi integer, p_lo integer, p_token text)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
   SELECT ceil(extract(epoch FROM f.expires_at - clock_timestamp()) * 1000)::bigint
     FROM __SCHEMA__.lock_fences f
    WHERE f.hi = p_hi AND f.lo = p_lo AND f.expires_at > clock_timestamp()
      AND f.token IS DISTINCT FROM p_token
-$$;
-
--- Refuses a session whose isolation is not read committed: a statement
+$$;-- Refuses a session whose isolation is not read committed: a statement
 -- under repeatable read or serializable reads from a snapshot older than
 -- the lock it waited for (see lock_key).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_check() RETURNS void
@@ -1212,7 +1226,7 @@ BEGIN
     n := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
     RETURN;
   END IF;
-  n := greatest(__SCHEMA__.lock_kept_ms(p_key), __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
+  n := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
   IF n IS NOT NULL THEN
     PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
     RETURN;
@@ -1237,47 +1251,44 @@ BEGIN
   PERFORM set_config('application_name', 'lg ' || p_token, false);
   PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
   LOOP
-    -- The unlock (or the forced release) that granted the lock took
-    -- effect before its transaction, which ended its holder's lease in
-    -- this row, committed: wait for that (the row's lock), in a
-    -- subtransaction undone at once so that the row's lock is not kept
-    -- while this sleeps.
+    v_left := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
+    EXIT WHEN v_left IS NULL;
+    -- The release (or the forced release) that granted the lock ends its
+    -- holder's lease in the row as it commits, which may come after the
+    -- grant: wait for that (the row's lock), in a subtransaction undone at
+    -- once so that the row's lock is not kept while this sleeps, and look
+    -- again.
     BEGIN
       PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
       RAISE EXCEPTION USING ERRCODE = 'LG004';
     EXCEPTION WHEN SQLSTATE 'LG004' THEN
       NULL;
     END;
-    v_left := greatest(__SCHEMA__.lock_kept_ms(p_key),
-                       __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token));
+    v_left := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
     EXIT WHEN v_left IS NULL;
-    -- Rare (a holder cut off, a kept lock): looked at again every 100 ms,
-    -- so that a forced release or the lapse's end is seen soon.
+    -- Rare (a holder cut off, a kept lock's client gone): looked at again
+    -- every 100 ms, so that a forced release or the lapse's end is seen
+    -- soon.
     PERFORM pg_sleep(least(v_left, 100) / 1000.0);
   END LOOP;
   RETURN __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
 END
 $$;
 
--- Unlocks this session's lock p_key, held by p_token: true when it held
--- it.
+-- Unlocks this session's lock p_key, held by p_token, and ends its lease
+-- in the lock's row: true when it held it.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text, p_token text) RETURNS boolean
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_id record := __SCHEMA__.lock_id(p_key);
-  v_held boolean;
 BEGIN
-  SET LOCAL client_min_messages = error;
   UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
    WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
-  v_held := pg_advisory_unlock(v_id.hi, v_id.lo);
-  PERFORM set_config('application_name', 'lockguard', false);
-  PERFORM set_config('idle_session_timeout', '0', false);
-  RETURN v_held;
+  PERFORM set_config('application_name', 'lockguard', false),
+          set_config('idle_session_timeout', '0', false);
+  RETURN pg_advisory_unlock(v_id.hi, v_id.lo);
 END
-$$;
-
--- Ends the lease p_token's attempt at lock p_key may have left in its row:
+$$;-- Ends the lease p_token's attempt at lock p_key may have left in its row:
 -- the attempt failed, or was given up, so its client never uses the lock
 -- (its session's end frees the lock itself).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_forget(p_key text, p_token text) RETURNS boolean
