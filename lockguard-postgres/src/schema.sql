@@ -1120,36 +1120,63 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Records this session's hold of p_key (advisory lock hi, lo) by p_token,
--- for p_lease_ms: draws its fencing token, names it, and ends the session
--- when it stays idle past the lease.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_taken(
+-- for p_lease_ms, once the lock is this session's: draws its fencing token
+-- and names the hold (with the session's idle timeout). NULL, changing
+-- nothing, while another holder's lease runs unreleased in the key's row
+-- (its session ended unbeknownst to it: lock_lapse_ms).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_draw(
   p_key text, p_hi integer, p_lo integer, p_token text, p_lease_ms bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   v_fence bigint;
-  v_end timestamptz := clock_timestamp() + p_lease_ms * interval '1 millisecond';
+  v_now timestamptz := clock_timestamp();
 BEGIN
+  -- The key's row, unless another holder's lease runs there unreleased
+  -- (then written back as it was). The row's lock waits for a release of
+  -- it still committing, whose unlock granted this lock, and the row is
+  -- read as that release left it: a condition in the WHERE clause would
+  -- be read from this statement's snapshot, which may be older.
   UPDATE __SCHEMA__.lock_fences f
-     SET key = p_key, fence = __SCHEMA__.next_after(f.fence), at = clock_timestamp(),
-         token = p_token, expires_at = v_end
+     SET key = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
+                    THEN f.key ELSE p_key END,
+         fence = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
+                      THEN f.fence
+                      ELSE greatest(f.fence, (extract(epoch FROM v_now) * 1000000)::bigint) + 1 END,
+         at = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
+                   THEN f.at ELSE v_now END,
+         expires_at = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
+                           THEN f.expires_at ELSE v_now + p_lease_ms * interval '1 millisecond' END,
+         token = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
+                      THEN f.token ELSE p_token END
    WHERE f.hi = p_hi AND f.lo = p_lo
-  RETURNING f.fence INTO v_fence;
-  IF NOT FOUND THEN
+  RETURNING CASE WHEN f.token = p_token AND f.at = v_now THEN f.fence END INTO v_fence;
+  IF FOUND AND v_fence IS NULL THEN
+    RETURN NULL;
+  END IF;
+  IF v_fence IS NULL THEN
     -- The key's first hold here (or since a crash): above what the lease
     -- tables remember of it too.
     INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
       VALUES (p_hi, p_lo, p_key,
               __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
-              clock_timestamp(), p_token, v_end)
-      ON CONFLICT (hi, lo) DO UPDATE
-        SET key = EXCLUDED.key, fence = __SCHEMA__.next_after(f.fence), at = EXCLUDED.at,
-            token = EXCLUDED.token, expires_at = EXCLUDED.expires_at
+              v_now, p_token, v_now + p_lease_ms * interval '1 millisecond')
+      ON CONFLICT (hi, lo) DO NOTHING
       RETURNING f.fence INTO v_fence;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
   END IF;
-  PERFORM __SCHEMA__.lock_name(p_token, v_fence, p_lease_ms);
+  -- lock_name's, written out: a call of it costs a third of a lock cycle.
+  PERFORM set_config('application_name',
+                     format('lg %s %s %s', p_token, to_hex(v_fence),
+                            to_hex((extract(epoch FROM v_now) * 1000)::bigint + p_lease_ms)), false),
+          set_config('idle_session_timeout',
+                     least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
+                           2147483647)::text, false);
   RETURN v_fence;
 END
 $$;
+
 -- Names this session's hold of p_token with p_fence and a lease of
 -- p_lease_ms from now, and sets that lease, with a slack for the answer's
 -- way to the client (which counts the lease from before its request, or
@@ -1188,7 +1215,9 @@ RETURNS bigint LANGUAGE sql VOLATILE AS $$
     FROM __SCHEMA__.lock_fences f
    WHERE f.hi = p_hi AND f.lo = p_lo AND f.expires_at > clock_timestamp()
      AND f.token IS DISTINCT FROM p_token
-$$;-- Refuses a session whose isolation is not read committed: a statement
+$$;
+
+-- Refuses a session whose isolation is not read committed: a statement
 -- under repeatable read or serializable reads from a snapshot older than
 -- the lock it waited for (see lock_key).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_check() RETURNS void
@@ -1218,24 +1247,28 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.lock_try(
   p_key text, p_token text, p_lease_ms bigint, OUT acquired boolean, OUT n bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_id record := __SCHEMA__.lock_id(p_key);
+  v_h bigint := hashtextextended('__SCHEMA__:' || p_key, 8);
+  v_hi integer := (v_h >> 32)::integer;
+  v_lo integer := ((v_h << 32) >> 32)::integer;
 BEGIN
-  PERFORM __SCHEMA__.lock_check();
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    PERFORM __SCHEMA__.lock_check();
+  END IF;
   acquired := false;
-  IF NOT pg_try_advisory_lock(v_id.hi, v_id.lo) THEN
-    n := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
+  IF NOT pg_try_advisory_lock(v_hi, v_lo) THEN
+    n := __SCHEMA__.lock_held_ms(v_hi, v_lo);
     RETURN;
   END IF;
-  n := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
-  IF n IS NOT NULL THEN
-    PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
+  n := __SCHEMA__.lock_draw(p_key, v_hi, v_lo, p_token, p_lease_ms);
+  IF n IS NULL THEN
+    -- Its last holder's lease runs, unreleased (see lock_fences).
+    n := __SCHEMA__.lock_lapse_ms(v_hi, v_lo, p_token);
+    PERFORM pg_advisory_unlock(v_hi, v_lo);
     RETURN;
   END IF;
-  n := __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
   acquired := true;
 END
 $$;
-
 -- Waits in the server's queue of lock p_key until it is granted, and
 -- takes it for p_lease_ms: its fencing token. A lock kept past its
 -- holder's session, or whose holder's session ended before its lease (a
@@ -1245,33 +1278,30 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait(
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   v_id record := __SCHEMA__.lock_id(p_key);
-  v_left bigint;
+  v_fence bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_check();
   PERFORM set_config('application_name', 'lg ' || p_token, false);
   PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
   LOOP
-    v_left := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
-    EXIT WHEN v_left IS NULL;
-    -- The release (or the forced release) that granted the lock ends its
-    -- holder's lease in the row as it commits, which may come after the
-    -- grant: wait for that (the row's lock), in a subtransaction undone at
-    -- once so that the row's lock is not kept while this sleeps, and look
-    -- again.
+    -- In a subtransaction, undone when another's lease runs (so that the
+    -- row's lock is not kept while this sleeps).
     BEGIN
-      PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
-      RAISE EXCEPTION USING ERRCODE = 'LG004';
+      v_fence := __SCHEMA__.lock_draw(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
+      IF v_fence IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = 'LG004';
+      END IF;
     EXCEPTION WHEN SQLSTATE 'LG004' THEN
       NULL;
     END;
-    v_left := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
-    EXIT WHEN v_left IS NULL;
+    EXIT WHEN v_fence IS NOT NULL;
     -- Rare (a holder cut off, a kept lock's client gone): looked at again
     -- every 100 ms, so that a forced release or the lapse's end is seen
     -- soon.
-    PERFORM pg_sleep(least(v_left, 100) / 1000.0);
+    PERFORM pg_sleep(least(coalesce(__SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token), 1), 100)
+                     / 1000.0);
   END LOOP;
-  RETURN __SCHEMA__.lock_taken(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
+  RETURN v_fence;
 END
 $$;
 
@@ -1280,15 +1310,18 @@ $$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text, p_token text) RETURNS boolean
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-  v_id record := __SCHEMA__.lock_id(p_key);
+  v_h bigint := hashtextextended('__SCHEMA__:' || p_key, 8);
+  v_hi integer := (v_h >> 32)::integer;
+  v_lo integer := ((v_h << 32) >> 32)::integer;
 BEGIN
   UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
-   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token AND f.expires_at IS NOT NULL;
+   WHERE f.hi = v_hi AND f.lo = v_lo AND f.token = p_token AND f.expires_at IS NOT NULL;
   PERFORM set_config('application_name', 'lockguard', false),
           set_config('idle_session_timeout', '0', false);
-  RETURN pg_advisory_unlock(v_id.hi, v_id.lo);
+  RETURN pg_advisory_unlock(v_hi, v_lo);
 END
-$$;-- Ends the lease p_token's attempt at lock p_key may have left in its row:
+$$;
+-- Ends the lease p_token's attempt at lock p_key may have left in its row:
 -- the attempt failed, or was given up, so its client never uses the lock
 -- (its session's end frees the lock itself).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_forget(p_key text, p_token text) RETURNS boolean
