@@ -28,6 +28,7 @@ use lockguard_testing::{PostgresServer, RedisServer};
 #[allow(dead_code)]
 mod raw;
 #[path = "../src/raw_pg.rs"]
+#[allow(dead_code)]
 mod raw_pg;
 
 fn main() {
@@ -141,16 +142,20 @@ async fn raw_redis(url: &str, n: u64, tasks: u64) {
 }
 
 async fn raw_postgres(url: &str, n: u64, tasks: u64) {
-    let pool = raw_pg::pool(url);
-    let loops: Vec<_> = (0..tasks)
-        .map(|t| {
-            let pool = pool.clone();
+    let mut sessions = Vec::new();
+    for _ in 0..tasks {
+        sessions.push(raw_pg::Session::connect(url).await);
+    }
+    let loops: Vec<_> = sessions
+        .into_iter()
+        .enumerate()
+        .map(|(t, session)| {
             tokio::spawn(async move {
                 let key = format!("rawcost:{}:{t}", std::process::id());
                 for i in 0..n / tasks {
-                    let token = format!("{t}-{i}");
-                    assert!(raw_pg::try_lock(&pool, &key, &token).await);
-                    raw_pg::unlock(&pool, &key, &token).await;
+                    let token = format!("{t:016x}{i:016x}");
+                    assert!(session.try_lock(&key, &token).await);
+                    session.unlock(&key, &token).await;
                 }
             })
         })

@@ -115,8 +115,11 @@ pub(crate) struct PgBell {
     bells: ChannelTasks,
     /// Each channel's inbox, as its client's first wait gave it, and
     /// whether its bell was needed yet.
-    channels: Mutex<HashMap<String, (Weak<dyn Inbox>, bool)>>,
+    channels: Mutex<HashMap<String, Channel>>,
 }
+
+/// A channel's inbox, and whether its bell was needed yet.
+type Channel = (Weak<dyn Inbox>, bool);
 
 impl fmt::Debug for PgBell {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -143,7 +146,7 @@ impl PgBell {
         }
     }
 
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, (Weak<dyn Inbox>, bool)>> {
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
         self.channels.lock().unwrap_or_else(|p| p.into_inner())
     }
 
