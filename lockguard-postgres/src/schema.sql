@@ -1026,7 +1026,7 @@ $$;
 -- database's clock in µs. After a crash the rows are gone, and every lock
 -- with them; the clock is then ahead of every token drawn before (a key
 -- draws far fewer than one per µs), as it is after a failover. Swept a
--- day after their lock's last use, unless it is held.
+-- day after their lock was last taken or renewed.
 CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_fences (
   hi integer NOT NULL,
   lo integer NOT NULL,
@@ -1200,7 +1200,8 @@ DECLARE
   v_id record := __SCHEMA__.lock_id(p_key);
 BEGIN
   UPDATE __SCHEMA__.lock_fences f
-     SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond'
+     SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond',
+         at = clock_timestamp()
    WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token;
   PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_lease_ms);
   RETURN true;
@@ -1321,6 +1322,7 @@ BEGIN
   RETURN pg_advisory_unlock(v_hi, v_lo);
 END
 $$;
+
 -- Ends the lease p_token's attempt at lock p_key may have left in its row:
 -- the attempt failed, or was given up, so its client never uses the lock
 -- (its session's end frees the lock itself).
