@@ -1,7 +1,8 @@
-//! The PostgreSQL store of lockguard: locks, semaphores, read-write locks,
-//! multi-locks, counters, rate limiters and fenced values in a schema of
-//! their own, leases on the database's clock, a FIFO queue whose handoffs
-//! ring the bell of the waiter's client alone; and fenced writes to the
+//! The PostgreSQL store of lockguard: locks as the server's own session
+//! advisory locks, whose waiters wait in the server; semaphores, read-write
+//! locks, counters, rate limiters and fenced values in a schema of their
+//! own, leases on the database's clock, a FIFO queue whose handoffs ring
+//! the bell of the waiter's client alone; and fenced writes to the
 //! application's own tables.
 //!
 //! ```no_run
@@ -29,15 +30,28 @@
 //! database does and does not survive, is in lockguard-core's
 //! [safety notes](lockguard_core::safety).
 //!
-//! # How a waiter is woken
+//! # Locks
 //!
-//! A release that hands the lock to a waiter writes the handoff to the
+//! A lock (also a leader election's, a scheduled job's, and each key of a
+//! multi-lock, which takes its keys one by one in one order) is a session
+//! advisory lock held by a database session of the client's own, one per
+//! held or awaited lock: a try is one statement, a waiter waits in the
+//! server's queue, which grants the lock to the first waiter as the holder
+//! unlocks. A database restart, a failover or a session cut frees it, and
+//! its holder learns it at its next renewal; the next holder waits out the
+//! lease the old one last renewed. See the `locks` module's source and the
+//! [safety notes](lockguard_core::safety).
+//!
+//! # How a permit's waiter is woken
+//!
+//! A release that hands a semaphore's permit or a read-write lock's hold
+//! to a waiter writes the handoff to the
 //! mail of the waiter's client, in its transaction, and cancels the wait of
 //! that client's *bell* (`pg_cancel_backend`): one backend signalled per
 //! handoff, however many clients are connected. (`NOTIFY` would signal
 //! every backend of the database that listens, each of which then reads
 //! the notification queue in a transaction of its own.) The bell is a
-//! connection each client opens at its first wait, with a second one whose
+//! connection each client opens at its first such wait, with a second one whose
 //! open transaction holds the lock on a temporary table that the bell waits
 //! for; `LOCK TABLE` waits without a snapshot, so a waiting bell holds back
 //! no vacuum. The bell reads its mail and hands each handoff to its waiter.
@@ -51,7 +65,7 @@
 //! (or a member of it, or of `pg_signal_backend`); lockguard's clients
 //! normally share one role.
 //!
-//! # Read-write locks and multi-locks
+//! # Read-write locks
 //!
 //! A read-write lock (`lg.rw_lock(name)`) keeps its readers and its writer
 //! in the tables of locks, and its readers and writers in one queue, first
@@ -59,10 +73,7 @@
 //! behind it, and a release hands the lock to the whole run of readers at
 //! the head at once (each rung as a lock's waiter is) or to the one writer
 //! there. Every hold's fencing token comes from the key's one sequence, so
-//! a write's is greater than every earlier read's and write's. A
-//! multi-lock's attempt (`lg.multi_lock(names)`) is one statement for all
-//! its keys, whose locks it takes in one fixed order: every key or none,
-//! in one transaction.
+//! a write's is greater than every earlier read's and write's.
 //!
 //! # Schema versions
 //!
