@@ -1,12 +1,13 @@
 //! The PostgreSQL store beside raw tokio-postgres running the same
-//! statements (the same function calls, prepared once per connection) over
-//! the same kind of pool, against a server the harness starts.
+//! statements (prepared once per connection) over the same kind of
+//! connections, and beside PostgreSQL's own advisory lock, against a
+//! server the harness starts.
 //!
-//! Round trips are counted by the server: every statement lockguard sends
-//! is its own transaction, so the transactions the database committed or
-//! rolled back (`pg_stat_database`), read once the clients have closed
-//! their connections (a backend reports its counts when it exits), are the
-//! statements the clients sent.
+//! Round trips are counted by the server: the calls of lockguard's
+//! statements (`pg_stat_statements`), and the transactions the database
+//! committed or rolled back (`pg_stat_database`), read once the clients
+//! have closed their connections (a backend reports its counts when it
+//! exits); every statement lockguard sends is its own transaction.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,9 +59,12 @@ impl std::ops::Sub for Counts {
 async fn counts(server: &PostgresServer) -> Counts {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let out = server.psql(
-        "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_user_functions \
-                 WHERE funcname IN ('lock_try', 'lock_wait', 'lock_release', 'lock_lease', \
-                                    'lock_inspect', 'gcra', 'fixed_window', 'sliding_window')) \
+        "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
+                 WHERE query LIKE ANY (ARRAY[ \
+                   '%pg_try_advisory_lock(y.hi%', '%pg_advisory_lock(g.hi%', \
+                   '%pg_advisory_unlock(g.hi%', '%.lock_take(%', '%.lock_wait_out(%', \
+                   '%.lock_lease(%', '%.lock_keep(%', '%.lock_inspect(%', \
+                   '%.gcra(%', '%.fixed_window(%', '%.sliding_window(%'])) \
              || ' ' || \
              (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres') \
              || ' ' || \
@@ -79,15 +83,17 @@ async fn counts(server: &PostgresServer) -> Counts {
 }
 
 pub(crate) async fn section(b: &mut Bench) {
-    let server = PostgresServer::start();
-    // The schema, created once; calls of its functions counted.
+    let mut server = PostgresServer::start();
+    // The statements the clients send counted by the server.
+    server.psql("ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'");
+    server.restart();
+    server.psql("CREATE EXTENSION pg_stat_statements");
+    // The schema, created once.
     drop(lockguard(&server).await);
-    server.psql("ALTER SYSTEM SET track_functions = 'pl'");
-    server.psql("SELECT pg_reload_conf()");
     b.line(
         "\n## PostgreSQL: the same statements through lockguard and through raw tokio-postgres\n",
     );
-    b.line("A `postgres` server the harness starts (PostgreSQL's defaults but `fsync=off`), on loopback TCP. The yardsticks are raw tokio-postgres calling the same functions of lockguard's schema (a lock's on a connection of its own, as each of lockguard's locks is; the rest through the same kind of pool as lockguard's, deadpool-postgres, 16 connections, `RecyclingMethod::Fast`), each statement prepared once per connection, and PostgreSQL's own advisory lock. Statements are counted by the server (`pg_stat_user_functions`, calls of the functions a client calls), over the whole run, once the clients have closed their connections.\n");
+    b.line("A `postgres` server the harness starts (PostgreSQL's defaults but `fsync=off`), on loopback TCP. The yardsticks are raw tokio-postgres calling the same functions of lockguard's schema (a lock's on a connection of its own, as each of lockguard's locks is; the rest through the same kind of pool as lockguard's, deadpool-postgres, 16 connections, `RecyclingMethod::Fast`), each statement prepared once per connection, and PostgreSQL's own advisory lock. Statements are counted by the server (`pg_stat_statements`: the calls of lockguard's lock statements, its functions' and the yardsticks' that send them), over the whole run, once the clients have closed their connections.\n");
     uncontended(b, &server).await;
     contention(b, &server).await;
     limiters(b, &server).await;
@@ -102,7 +108,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     let each = b.run_for / 2;
     b.line("### Uncontended lock + unlock cycles (distinct keys)\n");
     b.line(&format!(
-        "{rounds} rounds; in each, for each number of tasks, three sides run for {each:?} each (after a {:?} warm-up), back to back, in an order that turns round by round: lockguard (`try_acquire`, `release`); *raw*: tokio-postgres sending lockguard's own two calls (`lock_try`, `lock_release`), prepared once, each task on a connection of its own, as each of lockguard's locks is; *native*: PostgreSQL's own `pg_try_advisory_lock($1)` and `pg_advisory_unlock($1)`, each task on a connection of its own. Every run takes keys no run took before. The ratios are the medians over the rounds of lockguard's rate divided by the other side's in the same round, with the lowest and highest. One lockguard client serves every round.\n",
+        "{rounds} rounds; in each, for each number of tasks, three sides run for {each:?} each (after a {:?} warm-up), back to back, in an order that turns round by round: lockguard (`try_acquire`, `release`); *raw*: tokio-postgres sending lockguard's own two statements (its try and its release, and `lock_take` at a key's first hold, as lockguard does), prepared once, each task on a connection of its own, as each of lockguard's locks is; *native*: PostgreSQL's own `pg_try_advisory_lock($1)` and `pg_advisory_unlock($1)`, each task on a connection of its own. Every run takes keys no run took before. The ratios are the medians over the rounds of lockguard's rate divided by the other side's in the same round, with the lowest and highest. One lockguard client serves every round.\n",
         each / 5
     ));
     b.line("| tasks | lockguard cycles/s (median) | raw cycles/s (median) | native cycles/s (median) | vs raw (median; range) | vs native (median; range) | client CPU µs / cycle, lockguard / raw / native (median) | statements / cycle (lockguard) |");
@@ -257,8 +263,8 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line("*lockguard*: each contender builds its own client, as separate processes do; a lock is PostgreSQL's own advisory lock on a session of the client's, and a waiter waits in the server (`lock_wait`, blocked in `pg_advisory_lock`), which grants the lock to the first waiter when the holder unlocks. *raw spin*: each contender a connection of its own, retrying the same try (`lock_try`, never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends, as no function of lockguard's runs). *pg_advisory_lock + fence from a sequence*: the same, with the lock's statement drawing a fencing token, `nextval` of a sequence, in the same round trip (checked to grow from holder to holder). Handoff: from the holder's release call to the next different holder's acquire returning.\n");
-    b.line("Statements / acquisition: the statements the clients sent (lockguard's functions called: `lock_try`, `lock_wait`, `lock_release`, `lock_lease`). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting included. *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions.\n");
+    b.line("*lockguard*: each contender builds its own client, as separate processes do; a lock is PostgreSQL's own advisory lock on a session of the client's, and a waiter waits in the server (its wait statement blocked in `pg_advisory_lock`), which grants the lock to the first waiter when the holder unlocks. *raw spin*: each contender a connection of its own, retrying lockguard's own try statement (never queued) at once until it wins. *pg_advisory_lock*: PostgreSQL's own session-level advisory lock, each contender a connection of its own (tokio-postgres, statements prepared once), `SELECT pg_advisory_lock($1)` waiting in the server, the hold, `SELECT pg_advisory_unlock($1)`: the same workload, one run after raw spin's at each number of contenders (its statements / acquisition are the two it sends). *pg_advisory_lock + fence from a sequence*: the same, with the lock's statement drawing a fencing token, `nextval` of a sequence, in the same round trip (checked to grow from holder to holder). Handoff: from the holder's release call to the next different holder's acquire returning.\n");
+    b.line("Statements / acquisition: the statements the clients sent (lockguard's try, wait and release, and its functions called: `lock_take`, `lock_wait_out`, `lock_lease`, `lock_keep`). Server transactions / acquisition: every transaction the server ran over the whole run, clients' connecting included. *Marginal*: the same, with each client's fixed cost taken out: lockguard's contenders run twice on fresh clients, for the whole time and for twice as long, and the column is the difference in transactions over the difference in acquisitions.\n");
     b.line("| contenders | variant | acquisitions/s | handoff p50 | handoff p99 | statements / acquisition | server transactions / acquisition | marginal | min/max per contender |");
     b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut server_work = Vec::new();
@@ -355,8 +361,8 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         let before = counts(server).await;
         let native = advisory(server, tasks, b.run_for, false).await;
         let mut counted = counts(server).await - before;
-        // No function of lockguard's runs: the statements are the two each
-        // acquisition sends (the lock's wait and the unlock).
+        // None of lockguard's statements runs: the statements are the two
+        // each acquisition sends (the lock's wait and the unlock).
         counted.statements = 2 * native.acquisitions;
         row(b, tasks, "pg_advisory_lock", &native, counted, None);
         let before = counts(server).await;

@@ -1,6 +1,6 @@
-//! The PostgreSQL yardstick: raw tokio-postgres calling lockguard's own
-//! functions, prepared once per connection: a lock's on a connection of its
-//! own, the rest over a pool like lockguard's.
+//! The PostgreSQL yardstick: raw tokio-postgres sending lockguard's own
+//! statements, prepared once per connection: a lock's on a connection of
+//! its own, the rest (calls of its functions) over a pool like lockguard's.
 
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 
@@ -21,13 +21,27 @@ pub(crate) fn pool(url: &str) -> Pool {
         .expect("pool")
 }
 
-/// A connection of its own calling lockguard's lock functions, as a
+/// lockguard's try, release and the try's rare path, as its lock sessions
+/// send them (schema `lockguard`).
+fn statements() -> [String; 3] {
+    let schema = |sql: &str| sql.replace("__SCHEMA__", "lockguard");
+    [
+        schema(include_str!("../../lockguard-postgres/src/locks/try.sql")),
+        schema(include_str!(
+            "../../lockguard-postgres/src/locks/release.sql"
+        )),
+        "SELECT acquired, n FROM lockguard.lock_take($1, $2, $3)".to_owned(),
+    ]
+}
+
+/// A connection of its own sending lockguard's lock statements, as a
 /// lockguard lock's session does: a lock is held by the session that took
 /// it, so its try and its unlock go over one connection.
 pub(crate) struct Session {
     client: tokio_postgres::Client,
     try_lock: tokio_postgres::Statement,
     release: tokio_postgres::Statement,
+    take: tokio_postgres::Statement,
 }
 
 impl Session {
@@ -39,28 +53,42 @@ impl Session {
         tokio::spawn(async move {
             let _ = connection.await;
         });
-        let try_lock = client
-            .prepare("SELECT acquired FROM lockguard.lock_try($1, $2, $3)")
+        client
+            .batch_execute("SELECT lockguard.lock_session()")
             .await
-            .expect("prepare");
-        let release = client
-            .prepare("SELECT lockguard.lock_release($1, $2)")
-            .await
-            .expect("prepare");
+            .expect("lock_session");
+        let [try_sql, release_sql, take_sql] = statements();
+        let try_lock = client.prepare(&try_sql).await.expect("prepare");
+        let release = client.prepare(&release_sql).await.expect("prepare");
+        let take = client.prepare(&take_sql).await.expect("prepare");
         Self {
             client,
             try_lock,
             release,
+            take,
         }
     }
 
     /// One raw attempt at the lock (never queued); whether it was taken.
+    /// A key's first hold draws its fencing token in `lock_take`, as
+    /// lockguard's does.
     pub(crate) async fn try_lock(&self, key: &str, token: &str) -> bool {
-        self.client
-            .query_one(&self.try_lock, &[&key, &token, &30_000i64])
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&key, &token, &30_000i64];
+        let row = self
+            .client
+            .query_one(&self.try_lock, &params)
             .await
-            .expect("lock_try")
-            .get(0)
+            .expect("try");
+        let (taken, fence): (bool, Option<i64>) = (row.get(0), row.get(1));
+        if taken && fence.is_none() {
+            return self
+                .client
+                .query_one(&self.take, &params)
+                .await
+                .expect("lock_take")
+                .get(0);
+        }
+        taken
     }
 
     /// Unlocks the lock this session took with `token`.
@@ -69,7 +97,7 @@ impl Session {
             .client
             .query_one(&self.release, &[&key, &token])
             .await
-            .expect("lock_release")
+            .expect("release")
             .get(0);
         assert!(released);
     }

@@ -1,13 +1,16 @@
 //! Locks as PostgreSQL's own session advisory locks (schema version 8).
 //!
 //! Each held or awaited lock has a database session of its own, taken
-//! from this client's idle sessions or opened for it: a try is one
-//! statement (`lock_try`), a wait one statement that blocks in the server
-//! (`lock_wait`, in `pg_advisory_lock`) until the server grants the lock,
-//! which it does the moment the holder unlocks or its session ends, to its
-//! first waiter, with no statement of anyone's. A release unlocks on the
-//! hold's session, which then serves later holds. See schema.sql for what
-//! the statements do and what other clients read of a session.
+//! from this client's idle sessions or opened for it: a try is one plain
+//! statement (`locks/try.sql`), a wait one that blocks in the server
+//! (`locks/wait.sql`, in `pg_advisory_lock`) until the server grants the
+//! lock, which it does the moment the holder unlocks or its session ends,
+//! to its first waiter, with no statement of anyone's. A release
+//! (`locks/release.sql`) unlocks on the hold's session, which then serves
+//! later holds. The rare paths (a key's first hold, a lease to wait out)
+//! are schema.sql's functions, as are what other clients read of a
+//! session. Plain statements, prepared once per session, cost the server
+//! far less than calls of PL/pgSQL functions.
 //!
 //! A hold lasts while its session lives and its lease is renewed: the
 //! client unlocks when a lease ends unrenewed ([`LeaseEnds`]), and the
@@ -37,6 +40,13 @@ use crate::error::pg_error;
 use crate::options::PgOptions;
 use crate::tls::{Connector, Note};
 
+/// A try (`locks/try.sql`), with `__SCHEMA__` for the schema's name.
+const TRY_SQL: &str = include_str!("locks/try.sql");
+/// A wait (`locks/wait.sql`).
+const WAIT_SQL: &str = include_str!("locks/wait.sql");
+/// A release (`locks/release.sql`).
+const RELEASE_SQL: &str = include_str!("locks/release.sql");
+
 /// The most idle sessions a client keeps for later holds.
 const IDLE_SESSIONS: usize = 64;
 
@@ -47,7 +57,9 @@ struct Session {
     _notes: mpsc::UnboundedReceiver<Note>,
     driver: JoinHandle<()>,
     try_lock: Statement,
+    take: Statement,
     wait: Statement,
+    wait_out: Statement,
     release: Statement,
     lease: Statement,
     keep: Statement,
@@ -447,37 +459,47 @@ impl Inner {
                 .map_err(|e| pg_error(e, WHAT))?;
             let prepared = async {
                 let start = format!("SELECT {s}.lock_session()");
-                let try_sql = format!("SELECT acquired, n FROM {s}.lock_try($1, $2, $3)");
-                let wait_sql = format!("SELECT {s}.lock_wait($1, $2, $3)");
-                let release_sql = format!("SELECT {s}.lock_release($1, $2)");
+                let try_sql = TRY_SQL.replace("__SCHEMA__", s);
+                let take_sql = format!("SELECT acquired, n FROM {s}.lock_take($1, $2, $3)");
+                let wait_sql = WAIT_SQL.replace("__SCHEMA__", s);
+                let wait_out_sql = format!("SELECT {s}.lock_wait_out($1, $2, $3)");
+                let release_sql = RELEASE_SQL.replace("__SCHEMA__", s);
                 let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
                 let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");
-                let (started, try_lock, wait, release, lease, keep, forget) = tokio::join!(
+                let (started, try_lock, take, wait, wait_out, release, lease, keep, forget) = tokio::join!(
                     client.batch_execute(&start),
                     client.prepare(&try_sql),
+                    client.prepare(&take_sql),
                     client.prepare(&wait_sql),
+                    client.prepare(&wait_out_sql),
                     client.prepare(&release_sql),
                     client.prepare(&lease_sql),
                     client.prepare(&keep_sql),
                     client.prepare(&forget_sql),
                 );
                 started?;
-                Ok::<_, tokio_postgres::Error>((try_lock?, wait?, release?, lease?, keep?, forget?))
+                Ok::<_, tokio_postgres::Error>([
+                    try_lock?, take?, wait?, wait_out?, release?, lease?, keep?, forget?,
+                ])
             }
             .await;
             match prepared {
-                Ok((try_lock, wait, release, lease, keep, forget)) => Ok(Arc::new(Session {
-                    client,
-                    _notes: notes,
-                    driver,
-                    try_lock,
-                    wait,
-                    release,
-                    lease,
-                    keep,
-                    forget,
-                })),
+                Ok([try_lock, take, wait, wait_out, release, lease, keep, forget]) => {
+                    Ok(Arc::new(Session {
+                        client,
+                        _notes: notes,
+                        driver,
+                        try_lock,
+                        take,
+                        wait,
+                        wait_out,
+                        release,
+                        lease,
+                        keep,
+                        forget,
+                    }))
+                }
                 Err(e) => {
                     driver.abort();
                     Err(pg_error(e, WHAT))
@@ -577,13 +599,15 @@ async fn wait_for(
     token: Token,
     lease: Duration,
 ) {
-    let answer = session
-        .client
-        .query_one(
-            &session.wait,
-            &[&keys.id(), &token.as_str(), &net::millis(lease)],
-        )
-        .await;
+    let params: [&(dyn ToSql + Sync); 3] = [&keys.id(), &token.as_str(), &net::millis(lease)];
+    let mut answer = session.client.query_one(&session.wait, &params).await;
+    // Granted, but with no fencing token drawn: finished by lock_wait_out,
+    // on the session that holds the lock.
+    if let Ok(row) = &answer
+        && row.try_get::<_, Option<i64>>(0).is_ok_and(|n| n.is_none())
+    {
+        answer = session.client.query_one(&session.wait_out, &params).await;
+    }
     let received = Instant::now();
     let Some(inner) = inner.upgrade() else {
         return;
@@ -654,13 +678,16 @@ async fn try_for(
     lease: Duration,
     tx: oneshot::Sender<TryAnswer>,
 ) {
-    let answer = session
-        .client
-        .query_one(
-            &session.try_lock,
-            &[&keys.id(), &token.as_str(), &net::millis(lease)],
-        )
-        .await;
+    let params: [&(dyn ToSql + Sync); 3] = [&keys.id(), &token.as_str(), &net::millis(lease)];
+    let mut answer = session.client.query_one(&session.try_lock, &params).await;
+    // Taken, but with no fencing token drawn: finished (or undone) by
+    // lock_take, on the session that holds it.
+    if let Ok(row) = &answer
+        && row.try_get::<_, bool>(0).unwrap_or(false)
+        && row.try_get::<_, Option<i64>>(1).is_ok_and(|n| n.is_none())
+    {
+        answer = session.client.query_one(&session.take, &params).await;
+    }
     let Err((session, answer)) = tx.send((session, answer)) else {
         return;
     };

@@ -1102,11 +1102,15 @@ LANGUAGE sql VOLATILE AS $$
   SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint
 $$;
 
--- Starts a session of a client's locks: named, with no idle timeout, and
+-- Starts a session of a client's locks: named, with no idle timeout,
 -- checking its client's connection every 250 ms while a statement runs (so
--- that a waiter whose client is gone leaves the queue).
+-- that a waiter whose client is gone leaves the queue), and running its
+-- statements at read committed whatever the role's or database's default
+-- (a statement at a stricter level reads from a snapshot older than the
+-- lock it waited for: see lock_draw).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session() RETURNS void
 LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('default_transaction_isolation', 'read committed', false);
   SELECT set_config('application_name', 'lockguard', false);
   SELECT set_config('idle_session_timeout', '0', false);
   SELECT set_config('client_connection_check_interval', '250', false);
@@ -1241,40 +1245,35 @@ LANGUAGE sql VOLATILE AS $$
    WHERE s.granted AND s.label LIKE 'lg % % %'
 $$;
 
--- One attempt to take lock p_key, never waiting: (true, fence) when
--- taken; (false, ms left of its kept time) when it is kept; (false, NULL)
--- when it is held.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_try(
+-- The rest of a try (locks/try.sql) that took lock p_key's advisory lock
+-- but drew no fencing token: the key's first hold here, or another
+-- holder's lease runs unreleased in its row. (true, fence) when taken;
+-- (false, ms left of that lease), unlocked, otherwise.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_take(
   p_key text, p_token text, p_lease_ms bigint, OUT acquired boolean, OUT n bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_h bigint := hashtextextended('__SCHEMA__:' || p_key, 8);
-  v_hi integer := (v_h >> 32)::integer;
-  v_lo integer := ((v_h << 32) >> 32)::integer;
+  v_id record := __SCHEMA__.lock_id(p_key);
 BEGIN
-  IF current_setting('transaction_isolation') <> 'read committed' THEN
-    PERFORM __SCHEMA__.lock_check();
-  END IF;
+  PERFORM __SCHEMA__.lock_check();
   acquired := false;
-  IF NOT pg_try_advisory_lock(v_hi, v_lo) THEN
-    n := __SCHEMA__.lock_held_ms(v_hi, v_lo);
-    RETURN;
-  END IF;
-  n := __SCHEMA__.lock_draw(p_key, v_hi, v_lo, p_token, p_lease_ms);
+  n := __SCHEMA__.lock_draw(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
   IF n IS NULL THEN
     -- Its last holder's lease runs, unreleased (see lock_fences).
-    n := __SCHEMA__.lock_lapse_ms(v_hi, v_lo, p_token);
-    PERFORM pg_advisory_unlock(v_hi, v_lo);
+    n := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
+    PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
     RETURN;
   END IF;
   acquired := true;
 END
 $$;
--- Waits in the server's queue of lock p_key until it is granted, and
--- takes it for p_lease_ms: its fencing token. A lock kept past its
--- holder's session, or whose holder's session ended before its lease (a
--- connection cut), is waited out.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait(
+
+-- The rest of a wait (locks/wait.sql) granted lock p_key's advisory lock
+-- but that drew no fencing token: takes it for p_lease_ms once it can,
+-- waiting out another holder's lease that runs unreleased in its row (a
+-- lock kept past its holder's session, or whose holder's session ended
+-- before its lease, a connection cut): its fencing token.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait_out(
   p_key text, p_token text, p_lease_ms bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
@@ -1282,8 +1281,6 @@ DECLARE
   v_fence bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_check();
-  PERFORM set_config('application_name', 'lg ' || p_token, false);
-  PERFORM pg_advisory_lock(v_id.hi, v_id.lo);
   LOOP
     -- In a subtransaction, undone when another's lease runs (so that the
     -- row's lock is not kept while this sleeps).
@@ -1303,23 +1300,6 @@ BEGIN
                      / 1000.0);
   END LOOP;
   RETURN v_fence;
-END
-$$;
-
--- Unlocks this session's lock p_key, held by p_token, and ends its lease
--- in the lock's row: true when it held it.
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_release(p_key text, p_token text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-  v_h bigint := hashtextextended('__SCHEMA__:' || p_key, 8);
-  v_hi integer := (v_h >> 32)::integer;
-  v_lo integer := ((v_h << 32) >> 32)::integer;
-BEGIN
-  UPDATE __SCHEMA__.lock_fences f SET expires_at = NULL
-   WHERE f.hi = v_hi AND f.lo = v_lo AND f.token = p_token AND f.expires_at IS NOT NULL;
-  PERFORM set_config('application_name', 'lockguard', false),
-          set_config('idle_session_timeout', '0', false);
-  RETURN pg_advisory_unlock(v_hi, v_lo);
 END
 $$;
 

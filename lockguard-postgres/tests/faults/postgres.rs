@@ -412,7 +412,10 @@ async fn a_fenced_table_refuses_the_write_of_a_holder_whose_lease_ran_out() {
 
 /// A session that runs under repeatable read (here the database's default)
 /// would take its snapshot before the key's lock, and could let two holders
-/// in: every operation on it is refused as unsupported, saying why.
+/// in: every operation on a pooled connection is refused as unsupported,
+/// saying why. A lock's own sessions set read committed for themselves,
+/// whatever the default: its holders still exclude each other and hand on
+/// greater fences.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_not_in_read_committed_is_refused() {
     let server = PostgresServer::start();
@@ -420,11 +423,33 @@ async fn a_session_not_in_read_committed_is_refused() {
     drop(connect(&server, Duration::from_secs(2)).await);
     server.psql("ALTER DATABASE postgres SET default_transaction_isolation = 'repeatable read'");
     let lg = connect(&server, Duration::from_secs(2)).await;
-    let err = lg.lock("rr").try_acquire().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
-    assert!(err.to_string().contains("read committed"), "{err}");
+    let other = connect(&server, Duration::from_secs(2)).await;
     let err = lg.counter("rr").decr_if_at_least(1).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    assert!(err.to_string().contains("read committed"), "{err}");
+
+    let first = lg.lock("rr").try_acquire().await.unwrap();
+    let busy = other.lock("rr").try_acquire().await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::Busy, "{busy}");
+    let waiter = tokio::spawn({
+        let other = other.clone();
+        async move {
+            other
+                .lock("rr")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), || async {
+        other.lock("rr").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    let fence = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let second = waiter.await.unwrap().expect("handed on at the release");
+    assert!(second.fencing_token() > fence);
+    assert!(second.release().await.unwrap());
 }
 
 /// An acquisition cut off by the response timeout while the server is

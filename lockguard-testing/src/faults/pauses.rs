@@ -53,11 +53,13 @@ impl PausePlan {
 
 /// Freezes `server` until `lost` completes, checks it completed with a
 /// lease loss before `plan.lease` had passed since `taken`, keeps the
-/// server frozen `plan.frozen` longer and resumes it.
+/// server frozen `plan.frozen` longer, and no less than until `not_before`,
+/// and resumes it.
 async fn pause_until_lost(
     server: &mut dyn ServerProcess,
     plan: PausePlan,
     taken: Instant,
+    not_before: Instant,
     lost: impl std::future::Future<Output = Error>,
     what: &str,
 ) {
@@ -65,6 +67,7 @@ async fn pause_until_lost(
     let lost = tokio::time::timeout(plan.lease * 2, lost).await;
     let signalled = taken.elapsed();
     tokio::time::sleep(plan.frozen).await;
+    tokio::time::sleep_until(not_before.into()).await;
     server.resume();
     let err = lost.unwrap_or_else(|_| panic!("{what}: loss not signalled within the lease"));
     assert!(err.is_lease_lost(), "{what}: {err}");
@@ -117,7 +120,7 @@ pub async fn a_pause_takes_the_writers_lease(
         .await
         .expect("write");
     let taken = Instant::now();
-    pause_until_lost(server, plan, taken, writer.lost(), "writer").await;
+    pause_until_lost(server, plan, taken, taken, writer.lost(), "writer").await;
     assert!(!writer.is_held());
 
     let rw = b.rw_lock("paused-rw");
@@ -171,7 +174,19 @@ pub async fn a_pause_takes_the_multi_locks_lease(
         .await
         .expect("multi-lock");
     let taken = Instant::now();
-    pause_until_lost(server, plan, taken, held.lost(), "multi-lock").await;
+    // The multi-lock is lost with its first key's lease; the keys taken
+    // after it keep theirs a little longer, and a renewal sent while the
+    // server was frozen would keep them if it resumed before they ended:
+    // frozen until every key's lease has passed.
+    pause_until_lost(
+        server,
+        plan,
+        taken,
+        taken + plan.lease,
+        held.lost(),
+        "multi-lock",
+    )
+    .await;
     assert!(!held.is_held());
 
     let old = |name: &str| held.fencing_token(name).expect("a key of the multi-lock");
@@ -220,7 +235,7 @@ pub async fn a_pause_takes_the_leaders_lease(
         .await
         .expect("campaign");
     let taken = Instant::now();
-    pause_until_lost(server, plan, taken, old.lost(), "leader").await;
+    pause_until_lost(server, plan, taken, taken, old.lost(), "leader").await;
     assert!(!old.is_held());
 
     let election = b
