@@ -93,7 +93,7 @@ pub(crate) async fn section(b: &mut Bench) {
     b.line(
         "\n## PostgreSQL: the same statements through lockguard and through raw tokio-postgres\n",
     );
-    b.line("A `postgres` server the harness starts (PostgreSQL's defaults but `fsync=off`), on loopback TCP. The yardsticks are raw tokio-postgres calling the same functions of lockguard's schema (a lock's on a connection of its own, as each of lockguard's locks is; the rest through the same kind of pool as lockguard's, deadpool-postgres, 16 connections, `RecyclingMethod::Fast`), each statement prepared once per connection, and PostgreSQL's own advisory lock. Statements are counted by the server (`pg_stat_statements`: the calls of lockguard's lock statements, its functions' and the yardsticks' that send them), over the whole run, once the clients have closed their connections.\n");
+    b.line("A `postgres` server the harness starts (PostgreSQL's defaults but `fsync=off`), on loopback TCP. The yardsticks are raw tokio-postgres sending lockguard's own statements (a lock's on a connection of its own, as each of lockguard's locks is; the rest through the same kind of pool as lockguard's, deadpool-postgres, 16 connections, `RecyclingMethod::Fast`), each statement prepared once per connection, and PostgreSQL's own advisory lock. Statements are counted by the server (`pg_stat_statements`: the calls of lockguard's lock statements, its functions' and the yardsticks' that send them), over the whole run, once the clients have closed their connections.\n");
     uncontended(b, &server).await;
     contention(b, &server).await;
     limiters(b, &server).await;

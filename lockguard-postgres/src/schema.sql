@@ -1362,7 +1362,7 @@ DECLARE
   v_found boolean := false;
 BEGIN
   -- A waiter granted the lock by what follows reads the row after this
-  -- commits (see lock_wait).
+  -- commits (see lock_draw).
   PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
   FOR v_s IN SELECT * FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
               WHERE s.granted AND split_part(s.label, ' ', 2) = p_token LOOP
