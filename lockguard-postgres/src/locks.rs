@@ -10,7 +10,7 @@
 //! later holds. The rare paths (a key's first hold, a lease to wait out)
 //! are schema.sql's functions, as are what other clients read of a
 //! session. Plain statements, prepared once per session, cost the server
-//! far less than calls of PL/pgSQL functions.
+//! somewhat less than calls of PL/pgSQL functions (BENCHMARKS.md).
 //!
 //! A hold lasts while its session lives and its lease is renewed: the
 //! client unlocks when a lease ends unrenewed ([`LeaseEnds`]), and the
