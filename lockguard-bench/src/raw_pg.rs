@@ -24,7 +24,13 @@ pub(crate) fn pool(url: &str) -> Pool {
 /// lockguard's try, release and the try's rare path, as its lock sessions
 /// send them (schema `lockguard`).
 fn statements() -> [String; 3] {
-    let schema = |sql: &str| sql.replace("__SCHEMA__", "lockguard");
+    let schema = |sql: &str| {
+        sql.replace(
+            "__DRAW__",
+            include_str!("../../lockguard-postgres/src/locks/draw.sql"),
+        )
+        .replace("__SCHEMA__", "lockguard")
+    };
     [
         schema(include_str!("../../lockguard-postgres/src/locks/try.sql")),
         schema(include_str!(

@@ -40,12 +40,21 @@ use crate::error::pg_error;
 use crate::options::PgOptions;
 use crate::tls::{Connector, Note};
 
-/// A try (`locks/try.sql`), with `__SCHEMA__` for the schema's name.
+/// A try (`locks/try.sql`), with `__SCHEMA__` for the schema's name and
+/// `__DRAW__` for the draw it shares with a wait.
 const TRY_SQL: &str = include_str!("locks/try.sql");
-/// A wait (`locks/wait.sql`).
+/// A wait (`locks/wait.sql`), as a try.
 const WAIT_SQL: &str = include_str!("locks/wait.sql");
+/// The draw of a fencing token and a lease (`locks/draw.sql`).
+const DRAW_SQL: &str = include_str!("locks/draw.sql");
 /// A release (`locks/release.sql`).
 const RELEASE_SQL: &str = include_str!("locks/release.sql");
+
+/// `sql` (one of the statements above) for the schema `schema`.
+fn statement(sql: &str, schema: &str) -> String {
+    sql.replace("__DRAW__", DRAW_SQL)
+        .replace("__SCHEMA__", schema)
+}
 
 /// The most idle sessions a client keeps for later holds.
 const IDLE_SESSIONS: usize = 64;
@@ -459,11 +468,11 @@ impl Inner {
                 .map_err(|e| pg_error(e, WHAT))?;
             let prepared = async {
                 let start = format!("SELECT {s}.lock_session()");
-                let try_sql = TRY_SQL.replace("__SCHEMA__", s);
+                let try_sql = statement(TRY_SQL, s);
                 let take_sql = format!("SELECT acquired, n FROM {s}.lock_take($1, $2, $3)");
-                let wait_sql = WAIT_SQL.replace("__SCHEMA__", s);
+                let wait_sql = statement(WAIT_SQL, s);
                 let wait_out_sql = format!("SELECT {s}.lock_wait_out($1, $2, $3)");
-                let release_sql = RELEASE_SQL.replace("__SCHEMA__", s);
+                let release_sql = statement(RELEASE_SQL, s);
                 let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
                 let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");

@@ -1123,6 +1123,8 @@ LANGUAGE sql VOLATILE AS $$
     FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.until > clock_timestamp()
 $$;
 
+-- The draw of locks/draw.sql, for the rare paths (lock_take,
+-- lock_wait_out), kept in step with it, and a key's first row.
 -- Records this session's hold of p_key (advisory lock hi, lo) by p_token,
 -- for p_lease_ms, once the lock is this session's: draws its fencing token
 -- and names the hold (with the session's idle timeout). NULL, changing
