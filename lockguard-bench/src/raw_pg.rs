@@ -24,18 +24,10 @@ pub(crate) fn pool(url: &str) -> Pool {
 /// lockguard's try, release and the try's rare path, as its lock sessions
 /// send them (schema `lockguard`).
 fn statements() -> [String; 3] {
-    let schema = |sql: &str| {
-        sql.replace(
-            "__DRAW__",
-            include_str!("../../lockguard-postgres/src/locks/draw.sql"),
-        )
-        .replace("__SCHEMA__", "lockguard")
-    };
+    let [try_lock, _wait, release] = lockguard_postgres::lock_statements("lockguard");
     [
-        schema(include_str!("../../lockguard-postgres/src/locks/try.sql")),
-        schema(include_str!(
-            "../../lockguard-postgres/src/locks/release.sql"
-        )),
+        try_lock,
+        release,
         "SELECT acquired, n FROM lockguard.lock_take($1, $2, $3)".to_owned(),
     ]
 }

@@ -123,6 +123,7 @@ pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
 pub use lease_ends::{LeaseEnd, LeaseEnds};
 pub use limit::{LimitKeys, LimitOp, LimitReply};
+pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried};
 
 mod channel_tasks;
 mod erased;
@@ -130,6 +131,7 @@ mod follow;
 mod future;
 mod lease_ends;
 mod limit;
+mod session_locks;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;
 pub mod net;

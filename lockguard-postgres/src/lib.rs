@@ -138,6 +138,8 @@ pub mod url;
 
 pub use connect::{BuilderExt, ClientExt, DEFAULT_SCHEMA, PostgresBuilder};
 pub use fenced_table::{FencedTable, migration_sql};
+#[doc(hidden)]
+pub use locks::lock_statements;
 
 pub use deadpool_postgres;
 #[cfg(feature = "sqlx")]

@@ -30,7 +30,7 @@ use lockguard_core::store::{
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
 use crate::bell::{self, pg_channel};
-use crate::locks::Locks;
+use crate::locks::{Locks, PgSessions};
 use crate::options::PgOptions;
 use crate::pool::{Param, Pool, Row};
 use crate::schema;
@@ -175,7 +175,12 @@ pub(crate) async fn connect(
     let mut store = PostgresStore {
         bell: bell.clone(),
         sql: Arc::new(Statements::new(&schema)),
-        locks: Locks::new(listen.clone(), connector.clone(), opts, schema.clone()),
+        locks: Locks::new(PgSessions::new(
+            listen.clone(),
+            connector.clone(),
+            opts,
+            schema.clone(),
+        )),
         pool,
         schema,
         opts,

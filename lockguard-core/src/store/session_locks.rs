@@ -1,0 +1,680 @@
+//! Locks held by database sessions of the client's own: the server's own
+//! lock (PostgreSQL's advisory locks, MySQL's `GET_LOCK`), waited for in
+//! the server, which grants it to its first waiter the moment the holder
+//! unlocks or its session ends.
+//!
+//! [`SessionLocks`] is what every such store does alike: one session per
+//! held or awaited lock, taken from the client's idle sessions or opened
+//! for it; a wait started on a session of its own whose grant wakes the
+//! waiter; leases ended by the client when unrenewed ([`LeaseEnds`]); a
+//! session whose answer was lost, or whose wait was given up, never handed
+//! on but dropped (its end frees whatever it took). A store gives its
+//! statements through [`LockSessions`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use super::{Inbox, LeaseEnd, LeaseEnds, LockKeys, Outcome, Token, net};
+use crate::error::{Error, ErrorKind, Result};
+use crate::fence::FencingToken;
+
+/// The most idle sessions a client keeps for later holds.
+const IDLE_SESSIONS: usize = 64;
+
+/// The answer of a try on a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Tried {
+    /// The session holds the lock, with this fencing token.
+    Taken(FencingToken),
+    /// Someone else holds it; the time left of their lease, when known.
+    Busy(Option<Duration>),
+}
+
+/// A store's sessions and statements for [`SessionLocks`]: each method
+/// runs on one session the engine owns meanwhile, and answers the store's
+/// own errors (the engine bounds each with the response timeout).
+pub trait LockSessions: Send + Sync + 'static {
+    /// One session of the client's locks, its statements prepared.
+    type Session: Send + Sync + 'static;
+    /// What stops a wait running on a session, from elsewhere.
+    type Cancel: Send + 'static;
+
+    /// The store's name, for errors.
+    fn name(&self) -> &'static str;
+
+    /// How long a statement may take to answer.
+    fn response_timeout(&self) -> Duration;
+
+    /// Opens a session (bounded by the store's connect timeout).
+    fn connect(&self) -> impl Future<Output = Result<Self::Session>> + Send;
+
+    /// Whether `session` has ended: its connection is closed.
+    fn is_closed(&self, session: &Self::Session) -> bool;
+
+    /// What stops a wait running on `session`.
+    fn cancel_handle(&self, session: &Self::Session) -> Self::Cancel;
+
+    /// Stops the wait `cancel` names, if it still runs (best effort: the
+    /// waiting session is dropped when its wait ends whatever happens).
+    fn cancel(&self, cancel: Self::Cancel) -> impl Future<Output = ()> + Send;
+
+    /// One try of `token` at the lock `key` on `session`, never waiting:
+    /// the fencing token drawn, or the holder's lease left.
+    fn try_lock(
+        &self,
+        session: &Self::Session,
+        key: &str,
+        token: &Token,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Tried>> + Send;
+
+    /// Waits in the server for the lock `key` on `session` until it is
+    /// granted (or cancelled): the fencing token drawn.
+    fn wait(
+        &self,
+        session: &Self::Session,
+        key: &str,
+        token: &Token,
+        lease: Duration,
+    ) -> impl Future<Output = Result<FencingToken>> + Send;
+
+    /// Unlocks `key` on `session`: true when the session held it.
+    fn unlock(
+        &self,
+        session: &Self::Session,
+        key: &str,
+        token: &Token,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Records the lease of `token`'s hold of `key` (fencing token
+    /// `fence`) as `lease` from now; with `keep`, kept past the client's
+    /// end (`at_least`).
+    fn renew(
+        &self,
+        session: &Self::Session,
+        hold: &HoldOf<'_>,
+        lease: Duration,
+        keep: bool,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Ends the lease an attempt of `token` may have recorded for `key`,
+    /// on any session.
+    fn forget(
+        &self,
+        session: &Self::Session,
+        key: &str,
+        token: &Token,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// A hold a renewal names.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct HoldOf<'a> {
+    /// The lock's key.
+    pub key: &'a str,
+    /// The holder's token.
+    pub token: &'a Token,
+    /// Its fencing token.
+    pub fence: FencingToken,
+}
+
+/// A lock held on a session.
+struct Hold<S: LockSessions> {
+    session: Arc<S::Session>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    fence: FencingToken,
+}
+
+/// What this client knows of one token.
+enum Entry<S: LockSessions> {
+    /// Waiting in the server, on a session the waiting task owns.
+    Waiting { cancel: S::Cancel },
+    /// Granted to a waiter that has not claimed it yet; the answer came
+    /// at `received`.
+    Granted { hold: Hold<S>, received: Instant },
+    /// The wait failed; the waiter's next attempt is told.
+    Failed(Error),
+    /// Held, until `end` unless renewed.
+    Holding { hold: Hold<S>, end: LeaseEnd },
+    /// Released before its `at_least` passed: kept until `end`.
+    Kept { hold: Hold<S>, end: LeaseEnd },
+}
+
+/// A client's locks on sessions of its own: its idle sessions and what
+/// each token holds or awaits. A store keeps one and calls it from its
+/// [`LockStore`](super::LockStore) methods for the keys it serves so.
+pub struct SessionLocks<S: LockSessions> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S: LockSessions> {
+    sessions: S,
+    idle: Mutex<Vec<Arc<S::Session>>>,
+    entries: Mutex<HashMap<Token, Entry<S>>>,
+    inbox: OnceLock<Weak<dyn Inbox>>,
+    ends: Arc<LeaseEnds>,
+}
+
+impl<S: LockSessions> fmt::Debug for SessionLocks<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionLocks")
+            .field("store", &self.inner.sessions.name())
+            .field("idle_sessions", &self.inner.idle().len())
+            .field("tokens", &self.inner.entries().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: LockSessions> Drop for SessionLocks<S> {
+    fn drop(&mut self) {
+        self.inner.ends.close();
+        // Waits still running are cancelled; every other session closes
+        // with its entry.
+        let entries = std::mem::take(&mut *self.inner.entries());
+        let cancels: Vec<S::Cancel> = entries
+            .into_values()
+            .filter_map(|e| match e {
+                Entry::Waiting { cancel } => Some(cancel),
+                _ => None,
+            })
+            .collect();
+        if !cancels.is_empty()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let inner = self.inner.clone();
+            runtime.spawn(async move {
+                for cancel in cancels {
+                    inner.sessions.cancel(cancel).await;
+                }
+            });
+        }
+    }
+}
+
+impl<S: LockSessions> SessionLocks<S> {
+    /// The locks of a client whose sessions `sessions` opens.
+    pub fn new(sessions: S) -> Self {
+        let inner = Arc::new_cyclic(|me: &Weak<Inner<S>>| {
+            let me = me.clone();
+            Inner {
+                sessions,
+                idle: Mutex::default(),
+                entries: Mutex::default(),
+                inbox: OnceLock::new(),
+                ends: LeaseEnds::new(move |token, now| expire(&me, token, now)),
+            }
+        });
+        Self { inner }
+    }
+
+    /// The store's sessions.
+    pub fn sessions(&self) -> &S {
+        &self.inner.sessions
+    }
+
+    /// Where a waiter is told that the server granted it the lock.
+    pub fn attach(&self, inbox: Weak<dyn Inbox>) {
+        let _ = self.inner.inbox.set(inbox);
+    }
+
+    /// One attempt of `token` at the lock of `keys`: claims a lock the
+    /// server granted to its wait; without `wait`, one try; with it, a
+    /// wait in the server, started on a session of its own (the waiter is
+    /// woken when it ends), or still running.
+    ///
+    /// # Errors
+    ///
+    /// The store's error, or [`ErrorKind::Timeout`] for a try that did
+    /// not answer in time.
+    pub async fn acquire(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        wait: bool,
+    ) -> Result<Outcome> {
+        {
+            let mut entries = self.inner.entries();
+            match entries.remove(token) {
+                None => {}
+                Some(Entry::Granted { hold, received }) => {
+                    let fence = hold.fence;
+                    // The server counts the lease from its grant, which
+                    // came before its answer.
+                    let end = self.inner.ends.schedule(*token, received + lease);
+                    entries.insert(*token, Entry::Holding { hold, end });
+                    return Ok(Outcome::Acquired {
+                        fence,
+                        keys: keys.clone(),
+                    });
+                }
+                Some(Entry::Failed(e)) => return Err(e),
+                Some(entry @ Entry::Waiting { .. }) => {
+                    entries.insert(*token, entry);
+                    return Ok(Outcome::Busy(None));
+                }
+                Some(entry) => {
+                    entries.insert(*token, entry);
+                    return Err(Error::new(
+                        ErrorKind::Protocol,
+                        "a token already holding asked to acquire again",
+                    ));
+                }
+            }
+        }
+        if wait {
+            self.wait(keys, token, lease).await
+        } else {
+            self.try_lock(keys, token, lease).await
+        }
+    }
+
+    /// One try, never waiting. The statement runs in a task of its own,
+    /// which owns the session until the answer comes: when nobody waits
+    /// for it any more (the attempt was dropped, or timed out), a lock it
+    /// took is released there, and its lease ended.
+    async fn try_lock(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Outcome> {
+        let what = || format!("acquiring {:?}", keys.id());
+        let session = self.inner.session().await?;
+        let sent = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(try_for(
+            self.inner.clone(),
+            session,
+            keys.clone(),
+            *token,
+            lease,
+            tx,
+        ));
+        let timeout = self.inner.sessions.response_timeout();
+        let answer = tokio::time::timeout(timeout, rx).await;
+        let (session, tried) = match answer {
+            Ok(Ok((session, Ok(tried)))) => (session, tried),
+            Ok(Ok((_, Err(e)))) => return Err(e),
+            Ok(Err(_)) => {
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    format!("{}: the attempt ended without an answer", what()),
+                ));
+            }
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "{}: no answer from {} within {timeout:?}",
+                        what(),
+                        self.inner.sessions.name()
+                    ),
+                ));
+            }
+        };
+        let fence = match tried {
+            Tried::Taken(fence) => fence,
+            Tried::Busy(left) => {
+                self.inner.put_back(session);
+                return Ok(Outcome::Busy(left));
+            }
+        };
+        let end = self.inner.ends.schedule(*token, sent + lease);
+        let hold = Hold {
+            session,
+            keys: keys.clone(),
+            token: *token,
+            fence,
+        };
+        self.inner
+            .entries()
+            .insert(*token, Entry::Holding { hold, end });
+        Ok(Outcome::Acquired {
+            fence,
+            keys: keys.clone(),
+        })
+    }
+
+    /// Starts `token`'s wait in the server.
+    async fn wait(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<Outcome> {
+        let session = self.inner.session().await?;
+        let cancel = self.inner.sessions.cancel_handle(&session);
+        self.inner
+            .entries()
+            .insert(*token, Entry::Waiting { cancel });
+        tokio::spawn(wait_for(
+            self.inner.clone(),
+            session,
+            keys.clone(),
+            *token,
+            lease,
+        ));
+        Ok(Outcome::Busy(None))
+    }
+
+    /// Gives up `token`'s lock, or its wait: true when it held the lock.
+    ///
+    /// # Errors
+    ///
+    /// The store's error when the unlock did not answer and its session
+    /// still runs.
+    pub async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        let entry = self.inner.entries().remove(token);
+        match entry {
+            // An attempt that failed (its answer lost, its session gone)
+            // may have taken the lock: its lease is ended.
+            None | Some(Entry::Failed(_)) => {
+                self.inner.forget(keys, token).await;
+                Ok(false)
+            }
+            Some(Entry::Waiting { cancel }) => {
+                // The waiting task drops its session when the wait ends,
+                // which frees a lock granted meanwhile.
+                let inner = self.inner.clone();
+                tokio::spawn(async move { inner.sessions.cancel(cancel).await });
+                Ok(false)
+            }
+            Some(Entry::Granted { hold, .. }) => self.inner.unlock(hold).await,
+            Some(Entry::Holding { hold, end } | Entry::Kept { hold, end }) => {
+                drop(end);
+                self.inner.unlock(hold).await
+            }
+        }
+    }
+
+    /// Renews `token`'s lease to `lease` from now, on its session: true
+    /// when it still holds the lock.
+    ///
+    /// # Errors
+    ///
+    /// The store's error when the renewal did not answer and its session
+    /// still runs.
+    pub async fn extend(&self, token: &Token, lease: Duration) -> Result<bool> {
+        self.renew(token, lease, false).await
+    }
+
+    /// Keeps `token`'s lock for `keep` more, past its client's end.
+    ///
+    /// # Errors
+    ///
+    /// As [`extend`](Self::extend).
+    pub async fn release_later(&self, token: &Token, keep: Duration) -> Result<bool> {
+        self.renew(token, keep, true).await
+    }
+
+    async fn renew(&self, token: &Token, lease: Duration, keep: bool) -> Result<bool> {
+        let (session, keys, fence) = match self.inner.entries().get(token) {
+            Some(Entry::Holding { hold, .. }) => {
+                (hold.session.clone(), hold.keys.clone(), hold.fence)
+            }
+            _ => return Ok(false),
+        };
+        let what = || format!("extending {:?}", keys.id());
+        let sent = Instant::now();
+        let hold = HoldOf {
+            key: keys.id(),
+            token,
+            fence,
+        };
+        let answer = self
+            .inner
+            .ask(
+                self.inner.sessions.renew(&session, &hold, lease, keep),
+                &what,
+            )
+            .await;
+        let mut entries = self.inner.entries();
+        let same = matches!(
+            entries.get(token),
+            Some(Entry::Holding { hold, .. }) if Arc::ptr_eq(&hold.session, &session)
+        );
+        match answer {
+            Ok(()) if same => {
+                let end = self.inner.ends.schedule(*token, sent + lease);
+                if let Some(Entry::Holding { hold, .. }) = entries.remove(token) {
+                    let entry = if keep {
+                        Entry::Kept { hold, end }
+                    } else {
+                        Entry::Holding { hold, end }
+                    };
+                    entries.insert(*token, entry);
+                }
+                Ok(true)
+            }
+            Ok(()) => Ok(false),
+            // The session ended, and the lock with it.
+            Err(_) if self.inner.sessions.is_closed(&session) => {
+                if same {
+                    entries.remove(token);
+                }
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl<S: LockSessions> Inner<S> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<Token, Entry<S>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<Arc<S::Session>>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle session, or a new one.
+    async fn session(&self) -> Result<Arc<S::Session>> {
+        loop {
+            let Some(session) = self.idle().pop() else {
+                break;
+            };
+            if !self.sessions.is_closed(&session) {
+                return Ok(session);
+            }
+        }
+        Ok(Arc::new(self.sessions.connect().await?))
+    }
+
+    /// Keeps `session` for a later hold, unless it is closed or enough
+    /// are kept.
+    fn put_back(&self, session: Arc<S::Session>) {
+        if self.sessions.is_closed(&session) || Arc::strong_count(&session) > 1 {
+            return;
+        }
+        let mut idle = self.idle();
+        if idle.len() < IDLE_SESSIONS {
+            idle.push(session);
+        }
+    }
+
+    /// Runs one statement within the response timeout.
+    async fn ask<T>(
+        &self,
+        statement: impl Future<Output = Result<T>>,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<T> {
+        let timeout = self.sessions.response_timeout();
+        let answer = tokio::time::timeout(timeout, statement).await;
+        net::within(timeout, self.sessions.name(), what, answer)
+    }
+
+    /// Gives back a lock taken for nobody: unlocked, its lease ended; a
+    /// session that fails to do it is dropped (its end frees the lock).
+    async fn abandon(&self, hold: Hold<S>) {
+        let (keys, token) = (hold.keys.clone(), hold.token);
+        if !matches!(self.unlock(hold).await, Ok(true)) {
+            self.forget(&keys, &token).await;
+        }
+    }
+
+    /// Ends the lease an attempt of `token` may have recorded, on any
+    /// session; what fails is left to the lease's end.
+    async fn forget(&self, keys: &Arc<LockKeys>, token: &Token) {
+        let what = || format!("ending an attempt at {:?}", keys.id());
+        let Ok(session) = self.session().await else {
+            return;
+        };
+        let answer = self
+            .ask(self.sessions.forget(&session, keys.id(), token), &what)
+            .await;
+        if answer.is_ok() {
+            self.put_back(session);
+        }
+    }
+
+    /// Unlocks `hold` on its session: true when the session held it. A
+    /// session that fails to answer is dropped: its end frees the lock.
+    async fn unlock(&self, hold: Hold<S>) -> Result<bool> {
+        let what = || format!("releasing {:?}", hold.keys.id());
+        let answer = self
+            .ask(
+                self.sessions
+                    .unlock(&hold.session, hold.keys.id(), &hold.token),
+                &what,
+            )
+            .await;
+        match answer {
+            Ok(held) => {
+                if held {
+                    self.put_back(hold.session);
+                }
+                Ok(held)
+            }
+            // The session ended, and the lock with it.
+            Err(_) if self.sessions.is_closed(&hold.session) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The wait of `token` for the lock of `keys`, on `session`: records the
+/// grant (or the failure) for the waiter's next attempt, and wakes it. A
+/// wait given up meanwhile drops its session.
+async fn wait_for<S: LockSessions>(
+    inner: Arc<Inner<S>>,
+    session: Arc<S::Session>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    lease: Duration,
+) {
+    // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
+    let answer = inner
+        .sessions
+        .wait(&session, keys.id(), &token, lease)
+        .await;
+    let received = Instant::now();
+    let waiting = matches!(inner.entries().get(&token), Some(Entry::Waiting { .. }));
+    if !waiting {
+        // Given up: a cancel may still be on its way to this session, so
+        // it serves nothing else; a grant's lease is ended.
+        drop(session);
+        if answer.is_ok() {
+            inner.forget(&keys, &token).await;
+        }
+        return;
+    }
+    {
+        let lock = keys.clone();
+        let entry = match answer {
+            Ok(fence) => Entry::Granted {
+                hold: Hold {
+                    session,
+                    keys,
+                    token,
+                    fence,
+                },
+                received,
+            },
+            Err(e) => Entry::Failed(e),
+        };
+        let late = {
+            let mut entries = inner.entries();
+            if matches!(entries.get(&token), Some(Entry::Waiting { .. })) {
+                entries.insert(token, entry);
+                None
+            } else {
+                Some(entry)
+            }
+        };
+        // Given up while the answer was read: as above.
+        if let Some(entry) = late {
+            drop(entry);
+            inner.forget(&lock, &token).await;
+            return;
+        }
+    }
+    if let Some(inbox) = inner.inbox.get().and_then(Weak::upgrade) {
+        inbox.wake(&token);
+    }
+}
+
+/// The answer of a try, with its session.
+type TryAnswer<S> = (Arc<<S as LockSessions>::Session>, Result<Tried>);
+
+/// Runs `token`'s try at the lock of `keys` on `session` and hands the
+/// answer on; when nobody takes it, a lock taken is released (on the
+/// session, which is then kept) and its lease ended.
+async fn try_for<S: LockSessions>(
+    inner: Arc<Inner<S>>,
+    session: Arc<S::Session>,
+    keys: Arc<LockKeys>,
+    token: Token,
+    lease: Duration,
+    tx: oneshot::Sender<TryAnswer<S>>,
+) {
+    let answer = inner
+        .sessions
+        .try_lock(&session, keys.id(), &token, lease)
+        .await;
+    let Err((session, answer)) = tx.send((session, answer)) else {
+        return;
+    };
+    match answer {
+        Ok(Tried::Taken(fence)) => {
+            let hold = Hold {
+                session,
+                keys,
+                token,
+                fence,
+            };
+            inner.abandon(hold).await;
+        }
+        Ok(Tried::Busy(_)) => inner.put_back(session),
+        Err(_) => {}
+    }
+}
+
+/// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
+/// or released since: it is unlocked in the background.
+fn expire<S: LockSessions>(inner: &Weak<Inner<S>>, token: Token, now: Instant) {
+    let Some(inner) = inner.upgrade() else {
+        return;
+    };
+    let ended = {
+        let mut entries = inner.entries();
+        let due = matches!(
+            entries.get(&token),
+            Some(Entry::Holding { end, .. } | Entry::Kept { end, .. }) if end.at() <= now
+        );
+        if due { entries.remove(&token) } else { None }
+    };
+    if let Some(Entry::Holding { hold, .. } | Entry::Kept { hold, .. }) = ended {
+        tracing::debug!(lock = %hold.keys.id(), "lease ended; unlocking");
+        tokio::spawn(async move {
+            if let Err(e) = inner.unlock(hold).await {
+                tracing::debug!(error = %e, "unlocking a lock whose lease ended");
+            }
+        });
+    }
+}
