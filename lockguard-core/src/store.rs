@@ -123,6 +123,7 @@ pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
 pub use lease_ends::{LeaseEnd, LeaseEnds};
 pub use limit::{LimitKeys, LimitOp, LimitReply};
+pub use on_demand::OnDemand;
 pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried};
 
 mod channel_tasks;
@@ -131,6 +132,7 @@ mod follow;
 mod future;
 mod lease_ends;
 mod limit;
+mod on_demand;
 mod session_locks;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;

@@ -31,6 +31,18 @@ pub(crate) fn is_interrupted(err: &mysql_async::Error) -> bool {
     matches!(err, mysql_async::Error::Server(e) if e.code == code::QUERY_INTERRUPTED)
 }
 
+/// Whether `err` says the connection is gone: the server ended the
+/// session (restarted, killed it, or timed it out idle) or the link broke.
+pub(crate) fn is_gone(err: &mysql_async::Error) -> bool {
+    use mysql_async::{DriverError, Error as E};
+    match err {
+        E::Io(_) => true,
+        E::Driver(DriverError::ConnectionClosed) => true,
+        E::Server(e) => matches!(e.code, code::CONNECTION_KILLED | code::SERVER_SHUTDOWN),
+        _ => false,
+    }
+}
+
 /// Whether `err` says a table does not exist.
 pub(crate) fn is_no_such_table(err: &mysql_async::Error) -> bool {
     matches!(err, mysql_async::Error::Server(e) if e.code == code::NO_SUCH_TABLE)

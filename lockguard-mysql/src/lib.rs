@@ -113,6 +113,7 @@ pub mod check;
 mod connect;
 mod error;
 mod fenced_table;
+mod locks;
 mod options;
 mod schema;
 mod store;

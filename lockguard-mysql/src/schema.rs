@@ -22,14 +22,29 @@ use crate::error::{is_no_such_table, mysql_error};
 /// Version 6: a fenced value's `value` is nullable, and `fenced_remove`
 /// empties it and keeps its token. Version 7: `acquire_all` takes a
 /// multi-lock's keys in one statement. Version 8: read-write locks
-/// (`rw_holders`, `rw_waiters` and their procedures).
-pub(crate) const VERSION: i64 = 8;
+/// (`rw_holders`, `rw_waiters` and their procedures). Version 9: locks
+/// are the server's user locks (`GET_LOCK`) on sessions of the client's
+/// own, their fencing tokens and leases in MEMORY tables (`locks.sql`);
+/// `acquire_all` is gone (a multi-lock takes its keys one by one).
+pub(crate) const VERSION: i64 = 9;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.
 const MAX_PREFIX_LEN: usize = 40;
 
-const SCHEMA: &str = include_str!("schema.sql");
+const SCHEMA: &str = concat!(
+    include_str!("schema.sql"),
+    "\n-- ;;\n",
+    include_str!("locks.sql")
+);
+
+/// The expression for lock `key`'s row key (`__LOCK_H__` in `locks.sql`,
+/// of the procedures' `p_key`) in tables named with `prefix`: the SHA-1 of
+/// the database, the table prefix and the key. Its user lock is named
+/// `lockguard ` and its hex digits.
+pub(crate) fn lock_h(prefix: &str, key: &str) -> String {
+    format!("UNHEX(SHA1(CONCAT(DATABASE(), '.{prefix}:', {key})))")
+}
 
 /// The database's clock as lockguard reads it: the time when the
 /// expression is evaluated, not when the statement began (so a lease is
@@ -51,6 +66,7 @@ pub(crate) fn clock_us(datetime: &str) -> String {
 /// The schema's statements, in order, for tables named with `prefix`.
 fn statements(prefix: &str) -> Vec<String> {
     SCHEMA
+        .replace("__LOCK_H__", &lock_h(prefix, "p_key"))
         .replace("__P__", prefix)
         .replace("__NOW_US__", &clock_us(NOW))
         .split("\n-- ;;\n")

@@ -339,73 +339,9 @@ proc: BEGIN
   SELECT 0, v_n;
 END
 -- ;;
+-- Version 8's multi-lock in one statement: a lock is a user lock now
+-- (locks.sql), and a multi-lock takes its keys one by one.
 DROP PROCEDURE IF EXISTS __P__acquire_all
--- ;;
--- Takes every lock of p_keys (a JSON array of distinct lock keys, never
--- semaphores), each with the token at its place in p_tokens, for
--- p_lease_ms, in one transaction: when each is free with no live waiter
--- ahead; otherwise none. The client sorts the keys (by their bytes), so
--- every call locks the keys' rows in one order and two such calls over
--- shared keys never wait for each other in a cycle. A free lock with live
--- waiters goes to the first of them, as one attempt does (hand_out).
--- Answers (1, NULL, NULL, the fences as a JSON array in p_keys' order) or
--- (0, the busy key's place in p_keys from 1, ms left of its lease, NULL).
-CREATE PROCEDURE __P__acquire_all(IN p_keys JSON, IN p_tokens JSON, IN p_lease_ms BIGINT)
-proc: BEGIN
-  DECLARE v_n INT;
-  DECLARE v_i INT DEFAULT 0;
-  DECLARE v_k VARBINARY(2900);
-  DECLARE v_now BIGINT;
-  DECLARE v_free INT;
-  DECLARE v_first BIGINT DEFAULT NULL;
-  DECLARE v_last BIGINT DEFAULT NULL;
-  DECLARE v_fence BIGINT;
-  DECLARE v_left BIGINT;
-  DECLARE v_fences JSON;
-  DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
-  SET v_n = JSON_LENGTH(p_keys);
-  START TRANSACTION;
-  WHILE v_i < v_n DO
-    SET v_k = JSON_UNQUOTE(JSON_EXTRACT(p_keys, CONCAT('$[', v_i, ']')));
-    INSERT INTO __P__keys (k, fence, arrivals) VALUES (v_k, 0, 0)
-      ON DUPLICATE KEY UPDATE fence = fence;
-    SET v_i = v_i + 1;
-  END WHILE;
-  SET v_now = __NOW_US__;
-  SET v_i = 0;
-  WHILE v_i < v_n DO
-    SET v_k = JSON_UNQUOTE(JSON_EXTRACT(p_keys, CONCAT('$[', v_i, ']')));
-    DELETE FROM __P__holders WHERE k = v_k AND expires_us + 0 <= v_now;
-    SET v_free = 1 - (SELECT COUNT(*) FROM __P__holders WHERE k = v_k);
-    IF v_free > 0 THEN
-      CALL __P__hand_out(v_k, '', v_now, v_free, v_first, v_last);
-    END IF;
-    IF v_free <= 0 THEN
-      SET v_left = (SELECT CEIL((MIN(expires_us) - v_now) / 1000) FROM __P__holders WHERE k = v_k);
-      COMMIT;
-      IF v_first IS NOT NULL THEN
-        CALL __P__ring(v_first, v_last);
-      END IF;
-      SELECT 0, v_i + 1, v_left, NULL;
-      LEAVE proc;
-    END IF;
-    SET v_i = v_i + 1;
-  END WHILE;
-  SET v_fences = JSON_ARRAY();
-  SET v_i = 0;
-  WHILE v_i < v_n DO
-    SET v_k = JSON_UNQUOTE(JSON_EXTRACT(p_keys, CONCAT('$[', v_i, ']')));
-    SELECT GREATEST(fence, __NOW_US__) + 1 INTO v_fence FROM __P__keys WHERE k = v_k;
-    UPDATE __P__keys SET fence = v_fence WHERE k = v_k;
-    INSERT INTO __P__holders (k, token, expires_us, fence)
-      VALUES (v_k, JSON_UNQUOTE(JSON_EXTRACT(p_tokens, CONCAT('$[', v_i, ']'))),
-              v_now + p_lease_ms * 1000, v_fence);
-    SET v_fences = JSON_ARRAY_APPEND(v_fences, '$', v_fence);
-    SET v_i = v_i + 1;
-  END WHILE;
-  COMMIT;
-  SELECT 1, NULL, NULL, v_fences;
-END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__release
 -- ;;
@@ -1080,6 +1016,17 @@ BEGIN
   DELETE FROM __P__rw_holders WHERE expires_us < v_now - 60000000;
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__rw_waiters WHERE deadline_us < v_now - 60000000;
+  SET v_total = v_total + ROW_COUNT();
+  -- Lock keys (locks.sql) neither held nor leased for a minute: the clock
+  -- is past their fencing token, so a new row's tokens stay greater.
+  DELETE FROM __P__lock_fences
+   WHERE at_us < v_now - 60000000 AND COALESCE(expires_us, 0) < v_now - 60000000
+     AND IS_FREE_LOCK(CONCAT('lockguard ', HEX(h))) = 1;
+  SET v_total = v_total + ROW_COUNT();
+  -- Waits whose sessions ended.
+  DELETE FROM __P__lock_waits
+   WHERE since_us < v_now - 1000000
+     AND conn NOT IN (SELECT p.ID FROM information_schema.PROCESSLIST p);
   SET v_total = v_total + ROW_COUNT();
   DELETE FROM __P__keys WHERE fence < v_now - 60000000
     AND NOT EXISTS (SELECT 1 FROM __P__holders h WHERE h.k = __P__keys.k)

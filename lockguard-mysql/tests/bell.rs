@@ -1,7 +1,8 @@
 //! The bell (see `src/bell.rs`) against a real MariaDB, through the race
 //! that once left it deaf: a release's ring that comes while the bell
 //! reads its mailbox, just after the read took the handoff the ring is
-//! for.
+//! for. Its waiters are semaphores': a lock's waiter waits in the server,
+//! with no bell.
 
 use lockguard_mysql::ClientExt as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,12 +82,12 @@ async fn mysql_a_ring_that_races_the_bells_read_is_not_lost() {
     .connect_mysql(&server.url())
     .await
     .unwrap();
-    let guard = holder.lock("k").acquire().await.unwrap();
+    let guard = holder.semaphore("k", 1).acquire().await.unwrap();
     let waiting = tokio::spawn({
         let waiter = waiter.clone();
         async move {
             waiter
-                .lock("k")
+                .semaphore("k", 1)
                 .wait(Duration::from_secs(60))
                 .acquire()
                 .await
@@ -227,11 +228,11 @@ async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
     // Both bells listening (registered, their ring locks taken) before the
     // killer starts.
     for (n, c) in clients.iter().enumerate() {
-        let g = c.lock("warm-up").acquire().await.unwrap();
+        let g = c.semaphore("warm-up", 1).acquire().await.unwrap();
         let waiting = tokio::spawn({
             let c = c.clone();
             async move {
-                c.lock("warm-up")
+                c.semaphore("warm-up", 1)
                     .wait(Duration::from_secs(60))
                     .acquire()
                     .await
@@ -284,7 +285,7 @@ async fn mysql_kills_on_any_statement_of_the_bell_lose_no_handoff() {
     let mut tasks = Vec::new();
     for t in 0..8 {
         let lock = clients[t % 2]
-            .lock("handoffs")
+            .semaphore("handoffs", 1)
             .lease(Duration::from_secs(40))
             .retry_interval(retry)
             .wait(Duration::from_secs(120));
@@ -339,7 +340,7 @@ async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
     let holder = lockguard_core::Client::connect_mysql(&server.url())
         .await
         .unwrap();
-    let guard = holder.lock("k").acquire().await.unwrap();
+    let guard = holder.semaphore("k", 1).acquire().await.unwrap();
     // A real waiter's row, to copy: its key and token as the store writes
     // them.
     let gone = lockguard_core::Client::connect_mysql(&server.url())
@@ -347,7 +348,12 @@ async fn mysql_a_ring_for_a_gone_bell_interrupts_no_other_connection() {
         .unwrap();
     let waiting = tokio::spawn({
         let gone = gone.clone();
-        async move { gone.lock("k").wait(Duration::from_secs(60)).acquire().await }
+        async move {
+            gone.semaphore("k", 1)
+                .wait(Duration::from_secs(60))
+                .acquire()
+                .await
+        }
     });
     let queued = "SELECT COUNT(*) FROM lockguard.lockguard_waiters";
     until(&server, queued, "1", Duration::from_secs(10), "the waiter").await;
@@ -425,7 +431,7 @@ async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
         .await
         .unwrap();
     // The waiter's bell, listening.
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
     let mut setup = conn(&server).await;
     setup
         .query_drop(
@@ -452,7 +458,7 @@ async fn mysql_a_mailbox_row_the_bell_cannot_read_is_removed() {
     )
     .await;
     // And the bell still wakes its waiters.
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
 }
 
 /// A bell's row may be gone while the bell waits: the sweep removes rows
@@ -471,13 +477,13 @@ async fn mysql_a_bell_whose_row_was_removed_is_still_rung() {
         .await
         .unwrap();
     // The waiter's bell, up and asleep in its wait.
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
     assert_eq!(
         server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells"),
         "1"
     );
     server.sql("DELETE FROM lockguard.lockguard_bells");
-    let took = faults::handoff_latency(&holder, waiter.clone(), "k").await;
+    let took = faults::permit_handoff_latency(&holder, waiter.clone(), "k").await;
     assert!(
         took < Duration::from_secs(2),
         "the waiter took {took:?}: its bell, without a row, was not rung"
@@ -487,7 +493,7 @@ async fn mysql_a_bell_whose_row_was_removed_is_still_rung() {
         server.sql("SELECT COUNT(*) FROM lockguard.lockguard_bells"),
         "1"
     );
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
 }
 
 /// A relay on loopback whose cut is silent towards the server: the client's
@@ -616,7 +622,7 @@ async fn mysql_a_stale_holder_of_the_bells_lock_after_a_silent_cut_is_reclaimed(
         .connect_mysql(&through_relay)
         .await
         .unwrap();
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "k").await;
     let bell_lock = "SELECT COUNT(*) FROM lockguard.lockguard_bells \
          WHERE IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) IS NOT NULL";
     assert_eq!(server.sql(bell_lock), "1", "the bell's lock, held");
@@ -648,7 +654,7 @@ async fn mysql_a_stale_holder_of_the_bells_lock_after_a_silent_cut_is_reclaimed(
     relay.heal();
     // The bell is back, and rings again: the waiter (refreshing every 20 s)
     // is woken by the handoff.
-    faults::a_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
+    faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "k").await;
     assert_ne!(
         server.sql(
             "SELECT IS_USED_LOCK(CONCAT('lockguard bell ', RIGHT(channel, 40))) \

@@ -62,9 +62,8 @@
 //! lost, every waiter of the client is woken to check at once, and the
 //! mail kept meanwhile is read as soon as the bell is back.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -105,21 +104,15 @@ pub(crate) fn pg_channel(channel: &str) -> &str {
 
 /// The bells of one store: one per channel (a client has one channel),
 /// started at the first wait for a semaphore's permit or a read-write
-/// lock's hold ([`PgBell::needed`]): a lock's waiter waits in the server,
-/// and needs none.
+/// lock's hold (the store keeps it in an `OnDemand`, whose `needed` the
+/// wait calls): a lock's waiter waits in the server, and needs none.
 pub(crate) struct PgBell {
     config: tokio_postgres::Config,
     opts: PgOptions,
     connector: Connector,
     schema: String,
     bells: ChannelTasks,
-    /// Each channel's inbox, as its client's first wait gave it, and
-    /// whether its bell was needed yet.
-    channels: Mutex<HashMap<String, Channel>>,
 }
-
-/// A channel's inbox, and whether its bell was needed yet.
-type Channel = (Weak<dyn Inbox>, bool);
 
 impl fmt::Debug for PgBell {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -142,37 +135,14 @@ impl PgBell {
             connector,
             schema,
             bells: ChannelTasks::new(),
-            channels: Mutex::default(),
         }
     }
+}
 
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Starts the bell of `channel`, unless it rings: a waiter for a
-    /// permit or a read-write hold is about to queue. A handoff made
-    /// before the bell listens waits in the mail, which the bell reads
-    /// first thing.
-    pub(crate) fn needed(&self, channel: &str) {
-        let inbox = {
-            let mut channels = self.channels();
-            match channels.get_mut(channel) {
-                Some((inbox, needed)) => {
-                    *needed = true;
-                    inbox.upgrade()
-                }
-                None => None,
-            }
-        };
-        if let Some(inbox) = inbox {
-            drop(self.start(channel, inbox));
-        }
-    }
-
+impl Listener for PgBell {
     /// Starts the bell of `channel` (once; it rings until the store is
     /// dropped or the client is gone); the future answers once it waits.
-    fn start<'a>(&'a self, channel: &str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
+    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
         self.bells.sync(channel, &*inbox, |started| {
             let bell = Ringer {
                 config: self.config.clone(),
@@ -188,27 +158,6 @@ impl PgBell {
                 started,
             ))
         })
-    }
-}
-
-impl Listener for PgBell {
-    /// Keeps the bell of `channel` ringing once a wait needed it
-    /// ([`PgBell::needed`]), and answers once it waits; before that,
-    /// answers at once.
-    fn sync<'a>(&'a self, channel: &'a str, inbox: Arc<dyn Inbox>) -> StoreFuture<'a, Result<()>> {
-        let needed = {
-            let mut channels = self.channels();
-            let entry = channels
-                .entry(channel.to_owned())
-                .or_insert_with(|| (Arc::downgrade(&inbox), false));
-            entry.0 = Arc::downgrade(&inbox);
-            entry.1
-        };
-        if needed {
-            self.start(channel, inbox)
-        } else {
-            StoreFuture::ready(Ok(()))
-        }
     }
 }
 

@@ -229,7 +229,7 @@ impl LockSessions for PgSessions {
             n = get(&row, 1, &what)?;
         }
         if acquired {
-            Ok(Tried::Taken(fence(n, &what)?))
+            Ok(Tried::Taken(net::fence(n, &what)?))
         } else {
             let left = n.and_then(|n| u64::try_from(n).ok());
             Ok(Tried::Busy(left.map(Duration::from_millis)))
@@ -261,7 +261,7 @@ impl LockSessions for PgSessions {
                 .map_err(|e| pg_error(e, &what()))?;
             n = get(&row, 0, &what)?;
         }
-        fence(n, &what)
+        net::fence(n, &what)
     }
 
     async fn unlock(&self, session: &Session, key: &str, token: &Token) -> Result<bool> {
@@ -280,7 +280,7 @@ impl LockSessions for PgSessions {
         hold: &HoldOf<'_>,
         lease: Duration,
         keep: bool,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let what = || format!("extending {:?}", hold.key);
         let fence = i64::try_from(hold.fence.get()).unwrap_or(i64::MAX);
         let statement = if keep { &session.keep } else { &session.lease };
@@ -292,7 +292,8 @@ impl LockSessions for PgSessions {
             )
             .await
             .map_err(|e| pg_error(e, &what()))?;
-        Ok(())
+        // A live session holds its advisory lock.
+        Ok(true)
     }
 
     async fn forget(&self, session: &Session, key: &str, token: &Token) -> Result<()> {
@@ -315,17 +316,4 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row.try_get(i).map_err(|e| {
         Error::new(ErrorKind::Protocol, format!("{}: unexpected reply", what())).with_source(e)
     })
-}
-
-/// A fencing token as a statement answers it: positive.
-fn fence(n: Option<i64>, what: &dyn Fn() -> String) -> Result<FencingToken> {
-    n.and_then(|n| u64::try_from(n).ok())
-        .filter(|n| *n > 0)
-        .map(FencingToken::new)
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Protocol,
-                format!("{}: unexpected fencing token {n:?}", what()),
-            )
-        })
 }

@@ -24,8 +24,8 @@ use std::time::Duration;
 use lockguard_core::store::net::{self, InFlight, overflow_is_invalid};
 use lockguard_core::store::{
     AllOrNone, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply, LockKeys,
-    LockSet, LockStore, Occupancy, Outcome, Place, Resource, RwMode, Store, Stored, SurveyRow,
-    Token, Waiting, holdings_from_rows,
+    LockSet, LockStore, Occupancy, OnDemand, Outcome, Place, Resource, RwMode, Store, Stored,
+    SurveyRow, Token, Waiting, holdings_from_rows,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -140,7 +140,7 @@ pub(crate) struct PostgresStore {
     /// Locks, on sessions of their own.
     locks: Locks,
     /// The bells of the waiters for permits and read-write holds.
-    bell: Arc<bell::PgBell>,
+    bell: Arc<OnDemand<bell::PgBell>>,
     /// Acquisitions whose statement may still be running, by token.
     flights: Arc<lockguard_core::store::Flights>,
     /// The periodic sweep of expired state, stopped with the store.
@@ -166,12 +166,12 @@ pub(crate) async fn connect(
     opts: PgOptions,
     connector: crate::tls::Connector,
 ) -> Result<Store> {
-    let bell = Arc::new(bell::PgBell::new(
+    let bell = Arc::new(OnDemand::new(bell::PgBell::new(
         listen.clone(),
         opts,
         connector.clone(),
         schema.clone(),
-    ));
+    )));
     let mut store = PostgresStore {
         bell: bell.clone(),
         sql: Arc::new(Statements::new(&schema)),

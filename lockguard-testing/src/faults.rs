@@ -107,6 +107,21 @@ pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, n
     );
 }
 
+/// [`a_waiter_is_woken_by_the_handoff`] for the permit of a semaphore of
+/// one permit named `name` (a store whose locks wait in the server wakes
+/// a semaphore's waiters with its bell).
+///
+/// # Panics
+///
+/// As [`a_waiter_is_woken_by_the_handoff`].
+pub async fn a_permit_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, name: &str) {
+    let waited = permit_handoff_latency(holder, waiter, name).await;
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by its refresh, not the handoff: {waited:?}"
+    );
+}
+
 /// How long after `holder` releases the lock `name` a waiter of `waiter`,
 /// queued for it, holds it.
 ///
@@ -114,18 +129,74 @@ pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, n
 ///
 /// When the waiter never queues, or does not get the lock within 15 s.
 pub async fn handoff_latency(holder: &Client, waiter: Client, name: &str) -> Duration {
-    let held = holder
-        .lock(name)
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .expect("the holder acquires");
+    latency(holder, waiter, name, Shape::Lock).await
+}
+
+/// [`handoff_latency`] for the permit of a semaphore of one permit named
+/// `name`.
+///
+/// # Panics
+///
+/// As [`handoff_latency`].
+pub async fn permit_handoff_latency(holder: &Client, waiter: Client, name: &str) -> Duration {
+    latency(holder, waiter, name, Shape::Permit).await
+}
+
+/// What a handoff hands: a lock, or a semaphore's only permit.
+#[derive(Clone, Copy)]
+enum Shape {
+    Lock,
+    Permit,
+}
+
+/// A lock or a permit held.
+enum Held {
+    Lock(LockGuard),
+    Permit(lockguard_core::Permit),
+}
+
+impl Shape {
+    /// Takes `name` on `client` with a 30 s lease, waiting up to 25 s.
+    async fn take(self, client: &Client, name: &str) -> lockguard_core::Result<Held> {
+        let (lease, wait) = (Duration::from_secs(30), Duration::from_secs(25));
+        Ok(match self {
+            Shape::Lock => Held::Lock(client.lock(name).lease(lease).wait(wait).acquire().await?),
+            Shape::Permit => Held::Permit(
+                client
+                    .semaphore(name, 1)
+                    .lease(lease)
+                    .wait(wait)
+                    .acquire()
+                    .await?,
+            ),
+        })
+    }
+
+    /// How many wait for `name`, as `client` sees it.
+    async fn waiters(self, client: &Client, name: &str) -> u64 {
+        let seen = match self {
+            Shape::Lock => client.lock(name).inspect().await,
+            Shape::Permit => client.semaphore(name, 1).inspect().await,
+        };
+        seen.expect("inspect").waiters
+    }
+}
+
+impl Held {
+    async fn release(self) -> lockguard_core::Result<bool> {
+        match self {
+            Held::Lock(g) => g.release().await,
+            Held::Permit(p) => p.release().await,
+        }
+    }
+}
+
+async fn latency(holder: &Client, waiter: Client, name: &str, shape: Shape) -> Duration {
+    let held = shape.take(holder, name).await.expect("the holder acquires");
     let owned = name.to_owned();
     let waiting = tokio::spawn(async move {
-        let g = waiter
-            .lock(&owned)
-            .wait(Duration::from_secs(25))
-            .acquire()
+        let g = shape
+            .take(&waiter, &owned)
             .await
             .expect("the waiter acquires");
         let at = Instant::now();
@@ -133,7 +204,7 @@ pub async fn handoff_latency(holder: &Client, waiter: Client, name: &str) -> Dur
         at
     });
     let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock(name).inspect().await.expect("inspect").waiters == 1
+        shape.waiters(holder, name).await == 1
     })
     .await;
     assert!(queued, "the waiter never queued");

@@ -92,6 +92,24 @@ pub fn millis(d: Duration) -> i64 {
     i64::try_from(millis_ceil(d)).unwrap_or(i64::MAX)
 }
 
+/// A fencing token as a statement answers it: positive, or a
+/// [`ErrorKind::Protocol`] error about `what`.
+///
+/// # Errors
+///
+/// [`ErrorKind::Protocol`] for none, zero or a negative number.
+pub fn fence(n: Option<i64>, what: &dyn Fn() -> String) -> Result<crate::FencingToken> {
+    n.and_then(|n| u64::try_from(n).ok())
+        .filter(|n| *n > 0)
+        .map(crate::FencingToken::new)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("{}: unexpected fencing token {n:?}", what()),
+            )
+        })
+}
+
 /// A counter's time to live in milliseconds, 0 for none.
 pub fn ttl_millis(ttl: Option<Duration>) -> i64 {
     ttl.map_or(0, millis)

@@ -93,16 +93,16 @@ pub trait LockSessions: Send + Sync + 'static {
         token: &Token,
     ) -> impl Future<Output = Result<bool>> + Send;
 
-    /// Records the lease of `token`'s hold of `key` (fencing token
-    /// `fence`) as `lease` from now; with `keep`, kept past the client's
-    /// end (`at_least`).
+    /// Records the lease of a hold as `lease` from now, on its session;
+    /// with `keep`, kept past the client's end (`at_least`). Answers
+    /// whether the session still holds the lock.
     fn renew(
         &self,
         session: &Self::Session,
         hold: &HoldOf<'_>,
         lease: Duration,
         keep: bool,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<bool>> + Send;
 
     /// Ends the lease an attempt of `token` may have recorded for `key`,
     /// on any session.
@@ -289,37 +289,42 @@ impl<S: LockSessions> SessionLocks<S> {
         lease: Duration,
     ) -> Result<Outcome> {
         let what = || format!("acquiring {:?}", keys.id());
-        let session = self.inner.session().await?;
-        let sent = Instant::now();
-        let (tx, rx) = oneshot::channel();
-        tokio::spawn(try_for(
-            self.inner.clone(),
-            session,
-            keys.clone(),
-            *token,
-            lease,
-            tx,
-        ));
-        let timeout = self.inner.sessions.response_timeout();
-        let answer = tokio::time::timeout(timeout, rx).await;
-        let (session, tried) = match answer {
-            Ok(Ok((session, Ok(tried)))) => (session, tried),
-            Ok(Ok((_, Err(e)))) => return Err(e),
-            Ok(Err(_)) => {
-                return Err(Error::new(
-                    ErrorKind::Unavailable,
-                    format!("{}: the attempt ended without an answer", what()),
-                ));
-            }
-            Err(_) => {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "{}: no answer from {} within {timeout:?}",
-                        what(),
-                        self.inner.sessions.name()
-                    ),
-                ));
+        let (mut session, mut reused) = self.inner.reused_or_new().await?;
+        let (session, sent, tried) = loop {
+            let sent = Instant::now();
+            let (tx, rx) = oneshot::channel();
+            tokio::spawn(try_for(
+                self.inner.clone(),
+                session,
+                keys.clone(),
+                *token,
+                lease,
+                tx,
+            ));
+            let timeout = self.inner.sessions.response_timeout();
+            match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok((s, Ok(tried)))) => break (s, sent, tried),
+                Ok(Ok((s, Err(_)))) if self.inner.again(&s, reused) => {
+                    session = Arc::new(self.inner.sessions.connect().await?);
+                    reused = false;
+                }
+                Ok(Ok((_, Err(e)))) => return Err(e),
+                Ok(Err(_)) => {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("{}: the attempt ended without an answer", what()),
+                    ));
+                }
+                Err(_) => {
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "{}: no answer from {} within {timeout:?}",
+                            what(),
+                            self.inner.sessions.name()
+                        ),
+                    ));
+                }
             }
         };
         let fence = match tried {
@@ -347,7 +352,7 @@ impl<S: LockSessions> SessionLocks<S> {
 
     /// Starts `token`'s wait in the server.
     async fn wait(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<Outcome> {
-        let session = self.inner.session().await?;
+        let (session, reused) = self.inner.reused_or_new().await?;
         let cancel = self.inner.sessions.cancel_handle(&session);
         self.inner
             .entries()
@@ -355,6 +360,7 @@ impl<S: LockSessions> SessionLocks<S> {
         tokio::spawn(wait_for(
             self.inner.clone(),
             session,
+            reused,
             keys.clone(),
             *token,
             lease,
@@ -439,7 +445,7 @@ impl<S: LockSessions> SessionLocks<S> {
             Some(Entry::Holding { hold, .. }) if Arc::ptr_eq(&hold.session, &session)
         );
         match answer {
-            Ok(()) if same => {
+            Ok(true) if same => {
                 let end = self.inner.ends.schedule(*token, sent + lease);
                 if let Some(Entry::Holding { hold, .. }) = entries.remove(token) {
                     let entry = if keep {
@@ -451,7 +457,15 @@ impl<S: LockSessions> SessionLocks<S> {
                 }
                 Ok(true)
             }
-            Ok(()) => Ok(false),
+            Ok(true) => Ok(false),
+            // The session no longer holds it: dropped, which frees
+            // whatever it still holds.
+            Ok(false) => {
+                if same {
+                    entries.remove(token);
+                }
+                Ok(false)
+            }
             // The session ended, and the lock with it.
             Err(_) if self.inner.sessions.is_closed(&session) => {
                 if same {
@@ -475,15 +489,27 @@ impl<S: LockSessions> Inner<S> {
 
     /// An idle session, or a new one.
     async fn session(&self) -> Result<Arc<S::Session>> {
+        Ok(self.reused_or_new().await?.0)
+    }
+
+    /// An idle session (and true), or a new one (and false).
+    async fn reused_or_new(&self) -> Result<(Arc<S::Session>, bool)> {
         loop {
             let Some(session) = self.idle().pop() else {
                 break;
             };
             if !self.sessions.is_closed(&session) {
-                return Ok(session);
+                return Ok((session, true));
             }
         }
-        Ok(Arc::new(self.sessions.connect().await?))
+        Ok((Arc::new(self.sessions.connect().await?), false))
+    }
+
+    /// Whether a statement that failed on `session`, taken from the idle
+    /// ones, is sent again on a new session: the session ended while idle
+    /// (the server restarted, or ended it), so the statement took nothing.
+    fn again(&self, session: &S::Session, reused: bool) -> bool {
+        reused && self.sessions.is_closed(session)
     }
 
     /// Keeps `session` for a later hold, unless it is closed or enough
@@ -563,25 +589,51 @@ impl<S: LockSessions> Inner<S> {
 /// wait given up meanwhile drops its session.
 async fn wait_for<S: LockSessions>(
     inner: Arc<Inner<S>>,
-    session: Arc<S::Session>,
+    mut session: Arc<S::Session>,
+    reused: bool,
     keys: Arc<LockKeys>,
     token: Token,
     lease: Duration,
 ) {
     // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
-    let answer = inner
+    let mut answer = inner
         .sessions
         .wait(&session, keys.id(), &token, lease)
         .await;
+    if answer.is_err() && inner.again(&session, reused) {
+        // Once more on a new session, whose wait the waiter's release
+        // cancels from now on.
+        answer = match inner.sessions.connect().await {
+            Ok(fresh) => {
+                session = Arc::new(fresh);
+                let cancel = inner.sessions.cancel_handle(&session);
+                let waiting = match inner.entries().get_mut(&token) {
+                    Some(Entry::Waiting { cancel: c }) => {
+                        *c = cancel;
+                        true
+                    }
+                    _ => false,
+                };
+                if !waiting {
+                    return;
+                }
+                inner
+                    .sessions
+                    .wait(&session, keys.id(), &token, lease)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+    }
     let received = Instant::now();
     let waiting = matches!(inner.entries().get(&token), Some(Entry::Waiting { .. }));
     if !waiting {
         // Given up: a cancel may still be on its way to this session, so
-        // it serves nothing else; a grant's lease is ended.
+        // it serves nothing else; a lease it recorded is ended (also when
+        // the cancel cut the statement short: a store whose statement is
+        // no transaction may have recorded it).
         drop(session);
-        if answer.is_ok() {
-            inner.forget(&keys, &token).await;
-        }
+        inner.forget(&keys, &token).await;
         return;
     }
     {
@@ -651,7 +703,12 @@ async fn try_for<S: LockSessions>(
             inner.abandon(hold).await;
         }
         Ok(Tried::Busy(_)) => inner.put_back(session),
-        Err(_) => {}
+        // Dropped, which frees what it took; a lease it may have recorded
+        // is ended.
+        Err(_) => {
+            drop(session);
+            inner.forget(&keys, &token).await;
+        }
     }
 }
 

@@ -1,0 +1,220 @@
+-- Locks (schema version 9): the server's own user locks (GET_LOCK), each
+-- held by a database session of the client's own (locks.rs). A waiter
+-- waits in the server, whose queue grants the lock to its first waiter the
+-- moment the holder releases it or its session ends: no bell, no mail.
+--
+-- A lock's row is keyed by the SHA-1 of the database, the table prefix and
+-- the key (filled in for LOCK_H by schema.rs), its user lock named
+-- `lockguard ` and its 40 hex digits (within the 64 characters a name may
+-- have). Its fencing token and lease live in
+-- __P__lock_fences, a MEMORY table: no write of a lock reaches the disk or
+-- a transaction log. Fencing tokens are above the key's last and the
+-- database's clock in µs, so they strictly increase across the row's
+-- removal and a restart (which empties the table).
+--
+-- A holder's lease is recorded there, so that the successor of a holder
+-- whose session ended unbeknownst to it (a cut connection, a client
+-- paused past its lease whose session the server ended) waits out that
+-- lease; a release ends it first. A holder's session is ended by the
+-- server once idle past its lease (wait_timeout, whole seconds).
+--
+-- Routines here touch a MEMORY table in single statements only, never
+-- inside a function (a function's tables are locked for its caller's whole
+-- statement) and never around a wait.
+SET SESSION max_heap_table_size = 1073741824
+-- ;;
+-- One row per lock key: its newest fencing token and the lease of its
+-- latest hold (NULL once released), by whom (token, connection id). Up to
+-- 1 GiB (the MEMORY table's size is fixed when it is made: the statement
+-- above), about 300,000 keys held in the last minute.
+CREATE TABLE IF NOT EXISTS __P__lock_fences (
+  h BINARY(20) NOT NULL,
+  k VARBINARY(2900) NOT NULL,
+  fence BIGINT NOT NULL,
+  token VARBINARY(64) NULL,
+  conn BIGINT UNSIGNED NULL,
+  at_us BIGINT NOT NULL,
+  expires_us BIGINT NULL,
+  PRIMARY KEY (h)
+) ENGINE=MEMORY
+-- ;;
+-- Each session waiting in GET_LOCK, by connection id, for inspection and
+-- survey: rows of sessions that ended are read past (and swept).
+CREATE TABLE IF NOT EXISTS __P__lock_waits (
+  conn BIGINT UNSIGNED NOT NULL,
+  h BINARY(20) NOT NULL,
+  k VARBINARY(2900) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  since_us BIGINT NOT NULL,
+  PRIMARY KEY (conn),
+  KEY (h)
+) ENGINE=MEMORY
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_draw
+-- ;;
+-- This session holds the user lock of p_h (key p_key) for token p_token:
+-- draws a fencing token and records a lease of p_lease_ms ms, and answers
+-- (1, fence). Another holder's lease running unreleased in the key's row
+-- (its session ended unbeknownst to it): a try (p_wait = 0) unlocks and
+-- answers (0, ms left); a wait waits it out.
+CREATE PROCEDURE __P__lock_draw(p_h BINARY(20), p_key VARBINARY(2900),
+                                p_token VARBINARY(64), p_lease_ms BIGINT, p_wait TINYINT)
+proc: BEGIN
+  DECLARE v_now BIGINT;
+  DECLARE v_fence BIGINT;
+  DECLARE v_left BIGINT;
+  wait_out: LOOP
+    SET v_now = __NOW_US__;
+    SELECT MAX(fence),
+           MAX(IF(expires_us > v_now AND NOT (token <=> p_token), expires_us - v_now, NULL))
+      INTO v_fence, v_left
+      FROM __P__lock_fences WHERE h = p_h;
+    IF v_left IS NULL THEN
+      LEAVE wait_out;
+    END IF;
+    IF p_wait = 0 THEN
+      DO RELEASE_LOCK(CONCAT('lockguard ', HEX(p_h)));
+      SELECT 0, CEIL(v_left / 1000);
+      LEAVE proc;
+    END IF;
+    -- A release or an eviction ends the lease sooner: looked at again.
+    DO SLEEP(LEAST(v_left, 50000) / 1000000);
+  END LOOP wait_out;
+  SET v_fence = GREATEST(COALESCE(v_fence, 0), v_now) + 1;
+  INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
+  VALUES (p_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,
+          v_now + LEAST(p_lease_ms, 315360000000) * 1000)
+  ON DUPLICATE KEY UPDATE k = VALUES(k), fence = VALUES(fence), token = VALUES(token),
+    conn = VALUES(conn), at_us = VALUES(at_us), expires_us = VALUES(expires_us);
+  -- Idle for no longer than the lease and a slack: a paused or cut-off
+  -- client's session ends, and the lock with it.
+  SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
+    + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
+  SELECT 1, v_fence;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_try
+-- ;;
+-- One try at lock p_key for token p_token with a lease of p_lease_ms ms,
+-- never waiting. Answers (1, fence) when taken; (0, ms left of the
+-- holder's lease or NULL) when not.
+CREATE PROCEDURE __P__lock_try(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_now BIGINT;
+  IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 0) = 1 THEN
+    CALL __P__lock_draw(v_h, p_key, p_token, p_lease_ms, 0);
+  ELSE
+    SET v_now = __NOW_US__;
+    SELECT 0, (SELECT CEIL((MAX(expires_us) - v_now) / 1000) FROM __P__lock_fences
+                WHERE h = v_h AND expires_us > v_now);
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_wait
+-- ;;
+-- Waits in the server's queue of lock p_key for token p_token until the
+-- server grants it, and takes it for a lease of p_lease_ms ms. Answers
+-- (1, fence). A wait is stopped with KILL QUERY on its session.
+CREATE PROCEDURE __P__lock_wait(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_got INT;
+  REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
+  VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
+  SET v_got = GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 31536000);
+  DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
+  IF v_got = 1 THEN
+    CALL __P__lock_draw(v_h, p_key, p_token, p_lease_ms, 1);
+  ELSE
+    SELECT 0, NULL;
+  END IF;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_release
+-- ;;
+-- Ends token p_token's lease of lock p_key and unlocks it, on the hold's
+-- session: answers whether the session held it. The lease ends first, so
+-- the next holder, granted the lock at the unlock, finds it ended.
+CREATE PROCEDURE __P__lock_release(p_key VARBINARY(2900), p_token VARBINARY(64))
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
+   WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
+  SET SESSION wait_timeout = @@GLOBAL.wait_timeout;
+  SELECT COALESCE(RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h))), 0);
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_lease
+-- ;;
+-- Renews token p_token's lease of lock p_key (fencing token p_fence) to
+-- p_lease_ms ms from now, on the hold's session: answers whether the
+-- session still holds the lock.
+CREATE PROCEDURE __P__lock_lease(p_key VARBINARY(2900), p_token VARBINARY(64),
+                                 p_fence BIGINT, p_lease_ms BIGINT)
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_held INT DEFAULT IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> CONNECTION_ID();
+  IF v_held THEN
+    UPDATE __P__lock_fences
+       SET expires_us = __NOW_US__ + LEAST(p_lease_ms, 315360000000) * 1000,
+           conn = CONNECTION_ID()
+     WHERE h = v_h AND token = p_token AND fence = p_fence;
+    SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
+      + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
+  END IF;
+  SELECT v_held;
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_forget
+-- ;;
+-- Ends the lease an attempt of token p_token may have recorded for lock
+-- p_key (its answer lost, or nobody waiting for it), on any session.
+CREATE PROCEDURE __P__lock_forget(p_key VARBINARY(2900), p_token VARBINARY(64))
+BEGIN
+  UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
+   WHERE h = __LOCK_H__ AND token = p_token AND expires_us IS NOT NULL;
+  SELECT ROW_COUNT();
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_inspect
+-- ;;
+-- Lock p_key from any session: (holders, ms left of the lease, waiters,
+-- newest fencing token). A lease running unreleased counts as a holder:
+-- the next holder waits it out.
+CREATE PROCEDURE __P__lock_inspect(p_key VARBINARY(2900))
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_now BIGINT DEFAULT __NOW_US__;
+  DECLARE v_used INT DEFAULT IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) IS NOT NULL;
+  DECLARE v_fence BIGINT;
+  DECLARE v_left BIGINT;
+  DECLARE v_waiters BIGINT;
+  SELECT MAX(fence), MAX(IF(expires_us > v_now, CEIL((expires_us - v_now) / 1000), NULL))
+    INTO v_fence, v_left
+    FROM __P__lock_fences WHERE h = v_h;
+  SELECT COUNT(*) INTO v_waiters FROM __P__lock_waits w
+   WHERE w.h = v_h
+     AND EXISTS (SELECT 1 FROM information_schema.PROCESSLIST p WHERE p.ID = w.conn);
+  SELECT IF(v_used OR v_left IS NOT NULL, 1, 0), v_left, v_waiters, COALESCE(v_fence, 0);
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_evict
+-- ;;
+-- Forces token p_token's hold of lock p_key free, from any session: its
+-- lease ends and its session is ended, which hands the lock to the first
+-- waiter. Answers whether the token held it.
+CREATE PROCEDURE __P__lock_evict(p_key VARBINARY(2900), p_token VARBINARY(64))
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_conn BIGINT UNSIGNED;
+  DECLARE v_found INT DEFAULT 0;
+  SELECT MAX(conn), COUNT(*) INTO v_conn, v_found FROM __P__lock_fences
+   WHERE h = v_h AND token = p_token AND expires_us > __NOW_US__;
+  UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
+   WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
+  IF v_conn IS NOT NULL AND IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn THEN
+    KILL CONNECTION v_conn;
+  END IF;
+  SELECT v_found > 0;
+END
