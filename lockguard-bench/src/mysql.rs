@@ -56,7 +56,7 @@ pub(crate) async fn section(b: &mut Bench) {
     b.line(
         "\n## MySQL/MariaDB: lockguard beside raw `mysql_async` and the server's own user locks\n",
     );
-    b.line(&format!("A MariaDB server ({version}) the harness starts (`lockguard_testing::MariaDbServer`: `--skip-log-bin`, `--innodb-flush-log-at-trx-commit=2`, `--innodb-doublewrite=0`, a 32 MB buffer pool), on loopback TCP. lockguard connects with `Client::connect_mysql` (its default pool of 16 connections, and at its first wait its bell's two). Two yardsticks: raw `mysql_async` sending the same `CALL lockguard_acquire(...)` / `CALL lockguard_release(...)` over a pool set up as lockguard's (16 connections, not reset when handed back, the same session settings, statements prepared once per connection), and the server's native user locks, `GET_LOCK(name, timeout)` / `RELEASE_LOCK(name)`. Statements are the server's `Questions` (what clients send; a `CALL` counts once), over the whole of each run, warm-up and connecting included (a connection's three session settings, a lockguard client's schema check, its bell's opening).\n"));
+    b.line(&format!("A MariaDB server ({version}) the harness starts (`lockguard_testing::MariaDbServer`: `--skip-log-bin`, `--innodb-flush-log-at-trx-commit=2`, `--innodb-doublewrite=0`, a 32 MB buffer pool), on loopback TCP. lockguard connects with `Client::connect_mysql`; its locks are the server's user locks, each held on a session of the client's own (kept idle for later holds), with the fencing token and lease in a MEMORY table. Two yardsticks: raw `mysql_async` sending the same `CALL lockguard_lock_try(...)` / `CALL lockguard_lock_release(...)` on one pooled connection per cycle (a pool set up as lockguard's: 16 connections, not reset when handed back, the same session settings, statements prepared once per connection), and the server's native user locks, `GET_LOCK(name, timeout)` / `RELEASE_LOCK(name)`. Statements are the server's `Questions` (what clients send; a `CALL` counts once), over the whole of each run, warm-up and connecting included (a connection's three session settings, a lockguard client's schema check).\n"));
     uncontended(b, &server).await;
     contention(b, &server).await;
 }
@@ -103,8 +103,9 @@ async fn uncontended(b: &mut Bench, server: &MariaDbServer) {
                             }
                             1 => {
                                 let (key, token) = (format!("raw:{key}"), format!("{t}-{n}"));
-                                assert!(raw_mysql::try_lock(&pool, &key, &token).await);
-                                raw_mysql::unlock(&pool, &key, &token).await;
+                                let mut conn = pool.get_conn().await.expect("connection");
+                                assert!(raw_mysql::try_lock(&mut conn, &key, &token).await);
+                                raw_mysql::unlock(&mut conn, &key, &token).await;
                             }
                             _ => {
                                 let key = format!("user:{key}");
@@ -172,7 +173,7 @@ async fn contention(b: &mut Bench, server: &MariaDbServer) {
     b.line(&format!(
         "\n### Contention: contenders on one key, each with a client of its own, holding it {HOLD:?} and thinking {THINK:?}\n"
     ));
-    b.line(&format!("*lockguard*: each contender builds its own client (its own pool and bell), as separate processes do; waiters queue first come first served and are handed the lock, and the release rings the bell of the waiter's client alone (`KILL QUERY` of its bell's wait). *`GET_LOCK`*: each contender a connection of its own, `SELECT GET_LOCK('{USER_LOCK}', 60)` waiting in the server, hold, `SELECT RELEASE_LOCK(...)`. *polling*: the same connections, `SELECT GET_LOCK('{USER_LOCK}', 0)` and, when refused, a {POLL:?} tokio sleep before trying again. Every variant holds the lock {HOLD:?} (a blocking sleep on tokio's blocking pool) and thinks {THINK:?} after each release. Handoff: from the holder's release call to the next different holder's acquire returning. {rounds} rounds of {run_for:?} runs (after a {:?} warm-up), on fresh clients and connections each run, every variant once a round, the order turning by one each round; each figure is the median over the rounds, and the ratios (the row's acquisitions/s, and its handoff p50, over `GET_LOCK`'s in the same round) come with their range. Min/max: the fewest acquisitions of any contender over the most.\n", run_for / 5));
+    b.line(&format!("*lockguard*: each contender builds its own client (its own pool and lock sessions), as separate processes do; a waiter waits in the server's `GET_LOCK` on a session of its own, granted by the release in queue order, then draws its fencing token in the same call. *`GET_LOCK`*: each contender a connection of its own, `SELECT GET_LOCK('{USER_LOCK}', 60)` waiting in the server, hold, `SELECT RELEASE_LOCK(...)`. *polling*: the same connections, `SELECT GET_LOCK('{USER_LOCK}', 0)` and, when refused, a {POLL:?} tokio sleep before trying again. Every variant holds the lock {HOLD:?} (a blocking sleep on tokio's blocking pool) and thinks {THINK:?} after each release. Handoff: from the holder's release call to the next different holder's acquire returning. {rounds} rounds of {run_for:?} runs (after a {:?} warm-up), on fresh clients and connections each run, every variant once a round, the order turning by one each round; each figure is the median over the rounds, and the ratios (the row's acquisitions/s, and its handoff p50, over `GET_LOCK`'s in the same round) come with their range. Min/max: the fewest acquisitions of any contender over the most.\n", run_for / 5));
     b.line("| contenders | variant | acquisitions/s | ratio to `GET_LOCK` (range) | handoff p50 | p50 ratio to `GET_LOCK` (range) | handoff p99 | statements / acquisition | min/max per contender |");
     b.line("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let url = server.url();

@@ -1,6 +1,6 @@
-//! The MySQL yardsticks: raw `mysql_async` calling lockguard's own
-//! procedures over a pool set up as lockguard's, and the server's own user
-//! locks (`GET_LOCK`/`RELEASE_LOCK`) on connections of their own.
+//! The MySQL yardsticks: raw `mysql_async` calling lockguard's own lock
+//! procedures on connections of a pool set up as lockguard's, and the
+//! server's own user locks (`GET_LOCK`/`RELEASE_LOCK`).
 
 use std::time::Duration;
 
@@ -40,33 +40,27 @@ pub(crate) async fn connect(url: &str) -> Conn {
     Conn::new(opts(url)).await.expect("connect to mysql")
 }
 
-/// lockguard's statements with its default table prefix (`lockguard-mysql`'s
-/// `Statements`), prepared once per connection by the driver's cache.
-const ACQUIRE: &str = "CALL lockguard_acquire(?, ?, ?, ?, ?, ?, ?)";
-const RELEASE: &str = "CALL lockguard_release(?, ?, ?)";
+/// lockguard's lock statements with its default table prefix
+/// (`lockguard-mysql`'s `locks.rs`), prepared once per connection by the
+/// driver's cache.
+const TRY: &str = "CALL lockguard_lock_try(?, ?, ?)";
+const RELEASE: &str = "CALL lockguard_lock_release(?, ?)";
 
-/// One raw attempt at the lock (never queued, 30 s lease); whether it was
-/// taken.
-pub(crate) async fn try_lock(pool: &Pool, key: &str, token: &str) -> bool {
-    let mut conn = pool.get_conn().await.expect("connection");
-    let none: Option<i64> = None;
-    let no_channel: Option<String> = None;
+/// One raw try at the lock on `conn` (30 s lease), as lockguard's lock
+/// session sends it; whether it was taken.
+pub(crate) async fn try_lock(conn: &mut Conn, key: &str, token: &str) -> bool {
     let (taken, _): (i64, Option<i64>) = conn
-        .exec_first(
-            ACQUIRE,
-            (key, token, 30_000i64, 1i32, none, no_channel, none),
-        )
+        .exec_first(TRY, (key, token, 30_000i64))
         .await
-        .expect("acquire")
+        .expect("try")
         .expect("a row");
     taken == 1
 }
 
-/// Releases the lock `token` holds; panics when it was not held.
-pub(crate) async fn unlock(pool: &Pool, key: &str, token: &str) {
-    let mut conn = pool.get_conn().await.expect("connection");
+/// Releases the lock `token` holds on `conn`; panics when it was not held.
+pub(crate) async fn unlock(conn: &mut Conn, key: &str, token: &str) {
     let held: i64 = conn
-        .exec_first(RELEASE, (key, token, 1i32))
+        .exec_first(RELEASE, (key, token))
         .await
         .expect("release")
         .expect("a row");
