@@ -1,5 +1,7 @@
-//! The MySQL/MariaDB store of lockguard: locks and semaphores as rows with
-//! leases on the database's clock, built on lockguard's public
+//! The MySQL/MariaDB store of lockguard: locks as the server's own user
+//! locks (`GET_LOCK`), whose waiters wait in the server; semaphores,
+//! read-write locks, counters, rate limiters and fenced values as rows with
+//! leases on the database's clock; built on lockguard's public
 //! [store boundary](lockguard_core::store).
 //!
 //! ```no_run
@@ -26,7 +28,24 @@
 //!
 //! # How it works
 //!
-//! - **Rows and leases.** A holder of a lock or semaphore permit is a row
+//! - **Locks are user locks** (schema version 9): a lock, a leader
+//!   election's, a scheduled job's, each key of a multi-lock, is a
+//!   `GET_LOCK` user lock held by a database session of the client's own
+//!   (one per held or awaited lock, up to 64 kept idle for later holds), on
+//!   core's [`SessionLocks`](lockguard_core::store::SessionLocks). A try
+//!   and a release are one `CALL` each; a waiter waits in the server's
+//!   `GET_LOCK`, which grants the lock to its first waiter as the holder
+//!   releases it or its session ends, with no statement of anyone's. The
+//!   fencing token (`GREATEST(the key's last, clock in µs) + 1`) and the
+//!   lease are kept in a MEMORY table: a lock writes no InnoDB row. The
+//!   client ends a hold whose lease ran out unrenewed, and the server ends
+//!   a holder's session idle past its lease (`wait_timeout`); a holder
+//!   whose session ended unbeknownst to it keeps its recorded lease, which
+//!   its successor waits out. A database restart, a failover or a session
+//!   ended by an operator frees the lock: its holder is told at its next
+//!   renewal. The rest of this list is about semaphores and read-write
+//!   locks.
+//! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.
 //! - **One transaction, one round trip.** Every operation is one `CALL` of
@@ -44,7 +63,8 @@
 //!   from the key's row, so they never go back, across the row's removal
 //!   and a server restart.
 //! - **Wake-ups without polling.** MySQL has no `LISTEN`/`NOTIFY`. Each
-//!   client keeps a *bell*: one connection holding a user lock
+//!   client whose semaphores or read-write locks wait keeps a *bell*
+//!   (opened at the first such wait): one connection holding a user lock
 //!   (`GET_LOCK`) and one waiting for that lock in a query, itself holding
 //!   a user lock named for the client. A release that hands a lock to one
 //!   of its waiters writes the handoff to a mailbox table and, after
@@ -62,11 +82,10 @@
 //!   `mark_once`), GCRA, fixed and sliding windows on the database's clock
 //!   (the core's `decide` makes the decision from their numbers).
 //!
-//! What a handoff costs under contention (statements per acquisition, the
-//! handoff's latency against a polling loop's) is measured in
-//! [docs/mysql.md](https://github.com/lockguard/lockguard/blob/main/docs/mysql.md#under-contention),
-//! with `cargo test -p lockguard-mysql --test contention -- --ignored
-//! --nocapture`.
+//! What a lock costs beside the server's own `GET_LOCK`, uncontended and
+//! under contention, is measured by `cargo run --release -p
+//! lockguard-bench -- --only mysql`
+//! ([docs/mysql.md](https://github.com/lockguard/lockguard/blob/main/docs/mysql.md#under-contention)).
 //!
 //! # Privileges
 //!

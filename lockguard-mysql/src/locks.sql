@@ -50,48 +50,9 @@ CREATE TABLE IF NOT EXISTS __P__lock_waits (
   KEY (h)
 ) ENGINE=MEMORY
 -- ;;
+-- Version 9's first draw, a procedure of its own: now inlined in the try
+-- and the wait (locks_draw.sql).
 DROP PROCEDURE IF EXISTS __P__lock_draw
--- ;;
--- This session holds the user lock of p_h (key p_key) for token p_token:
--- draws a fencing token and records a lease of p_lease_ms ms, and answers
--- (1, fence). Another holder's lease running unreleased in the key's row
--- (its session ended unbeknownst to it): a try (p_wait = 0) unlocks and
--- answers (0, ms left); a wait waits it out.
-CREATE PROCEDURE __P__lock_draw(p_h BINARY(20), p_key VARBINARY(2900),
-                                p_token VARBINARY(64), p_lease_ms BIGINT, p_wait TINYINT)
-proc: BEGIN
-  DECLARE v_now BIGINT;
-  DECLARE v_fence BIGINT;
-  DECLARE v_left BIGINT;
-  wait_out: LOOP
-    SET v_now = __NOW_US__;
-    SELECT MAX(fence),
-           MAX(IF(expires_us > v_now AND NOT (token <=> p_token), expires_us - v_now, NULL))
-      INTO v_fence, v_left
-      FROM __P__lock_fences WHERE h = p_h;
-    IF v_left IS NULL THEN
-      LEAVE wait_out;
-    END IF;
-    IF p_wait = 0 THEN
-      DO RELEASE_LOCK(CONCAT('lockguard ', HEX(p_h)));
-      SELECT 0, CEIL(v_left / 1000);
-      LEAVE proc;
-    END IF;
-    -- A release or an eviction ends the lease sooner: looked at again.
-    DO SLEEP(LEAST(v_left, 50000) / 1000000);
-  END LOOP wait_out;
-  SET v_fence = GREATEST(COALESCE(v_fence, 0), v_now) + 1;
-  INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
-  VALUES (p_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,
-          v_now + LEAST(p_lease_ms, 315360000000) * 1000)
-  ON DUPLICATE KEY UPDATE k = VALUES(k), fence = VALUES(fence), token = VALUES(token),
-    conn = VALUES(conn), at_us = VALUES(at_us), expires_us = VALUES(expires_us);
-  -- Idle for no longer than the lease and a slack: a paused or cut-off
-  -- client's session ends, and the lock with it.
-  SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
-    + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
-  SELECT 1, v_fence;
-END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_try
 -- ;;
@@ -99,15 +60,20 @@ DROP PROCEDURE IF EXISTS __P__lock_try
 -- never waiting. Answers (1, fence) when taken; (0, ms left of the
 -- holder's lease or NULL) when not.
 CREATE PROCEDURE __P__lock_try(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
-BEGIN
+proc: BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
   DECLARE v_now BIGINT;
+  DECLARE v_fence BIGINT;
+  DECLARE v_left BIGINT;
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 0) = 1 THEN
-    CALL __P__lock_draw(v_h, p_key, p_token, p_lease_ms, 0);
+    __DRAW__
+    -- Another holder's lease runs: given back.
+    DO RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h)));
+    SELECT 0, CEIL(v_left / 1000);
   ELSE
-    SET v_now = __NOW_US__;
-    SELECT 0, (SELECT CEIL((MAX(expires_us) - v_now) / 1000) FROM __P__lock_fences
-                WHERE h = v_h AND expires_us > v_now);
+    SELECT 0, (SELECT CEIL((MAX(f.expires_us) - n.now) / 1000)
+                 FROM __P__lock_fences f, (SELECT __NOW_US__ AS now) n
+                WHERE f.h = v_h AND f.expires_us > n.now);
   END IF;
 END
 -- ;;
@@ -117,18 +83,24 @@ DROP PROCEDURE IF EXISTS __P__lock_wait
 -- server grants it, and takes it for a lease of p_lease_ms ms. Answers
 -- (1, fence). A wait is stopped with KILL QUERY on its session.
 CREATE PROCEDURE __P__lock_wait(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
-BEGIN
+proc: BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
-  DECLARE v_got INT;
+  DECLARE v_now BIGINT;
+  DECLARE v_fence BIGINT;
+  DECLARE v_left BIGINT;
   REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
   VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
-  SET v_got = GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 31536000);
-  DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
-  IF v_got = 1 THEN
-    CALL __P__lock_draw(v_h, p_key, p_token, p_lease_ms, 1);
-  ELSE
-    SELECT 0, NULL;
+  IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 31536000) = 1 THEN
+    DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
+    wait_out: LOOP
+      __DRAW__
+      -- Another holder's lease runs unreleased: waited out (a release or
+      -- an eviction ends it sooner, so it is looked at again).
+      DO SLEEP(LEAST(v_left, 50000) / 1000000);
+    END LOOP wait_out;
   END IF;
+  DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
+  SELECT 0, NULL;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_release

@@ -38,6 +38,9 @@ const SCHEMA: &str = concat!(
     include_str!("locks.sql")
 );
 
+/// The draw of a lock's try and wait (`__DRAW__` in `locks.sql`).
+const DRAW: &str = include_str!("locks_draw.sql");
+
 /// The expression for lock `key`'s row key (`__LOCK_H__` in `locks.sql`,
 /// of the procedures' `p_key`) in tables named with `prefix`: the SHA-1 of
 /// the database, the table prefix and the key. Its user lock is named
@@ -66,6 +69,7 @@ pub(crate) fn clock_us(datetime: &str) -> String {
 /// The schema's statements, in order, for tables named with `prefix`.
 fn statements(prefix: &str) -> Vec<String> {
     SCHEMA
+        .replace("__DRAW__", DRAW)
         .replace("__LOCK_H__", &lock_h(prefix, "p_key"))
         .replace("__P__", prefix)
         .replace("__NOW_US__", &clock_us(NOW))

@@ -1,0 +1,25 @@
+-- The draw of a try or a wait (put in for DRAW in locks.sql), run once this
+-- session holds the user lock of v_h (key p_key) for token p_token: unless
+-- another holder's lease runs unreleased in the key's row (its session
+-- ended unbeknownst to it; v_left is then its µs left, and the caller
+-- goes on), draws a fencing token above the key's last and the clock in
+-- µs, records a lease of p_lease_ms ms, and answers (1, fence), leaving
+-- the procedure.
+SELECT n.now,
+       GREATEST(COALESCE(MAX(f.fence), 0), n.now) + 1,
+       MAX(IF(f.expires_us > n.now AND NOT (f.token <=> p_token), f.expires_us - n.now, NULL))
+  INTO v_now, v_fence, v_left
+  FROM (SELECT __NOW_US__ AS now) n LEFT JOIN __P__lock_fences f ON f.h = v_h;
+IF v_left IS NULL THEN
+  INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
+  VALUES (v_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,
+          v_now + LEAST(p_lease_ms, 315360000000) * 1000)
+  ON DUPLICATE KEY UPDATE k = VALUES(k), fence = VALUES(fence), token = VALUES(token),
+    conn = VALUES(conn), at_us = VALUES(at_us), expires_us = VALUES(expires_us);
+  -- Idle for no longer than the lease and a slack: a paused or cut-off
+  -- client's session ends, and the lock with it.
+  SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
+    + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
+  SELECT 1, v_fence;
+  LEAVE proc;
+END IF;
