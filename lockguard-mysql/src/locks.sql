@@ -71,9 +71,9 @@ proc: BEGIN
     DO RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h)));
     SELECT 0, CEIL(v_left / 1000);
   ELSE
-    SELECT 0, (SELECT CEIL((MAX(f.expires_us) - n.now) / 1000)
-                 FROM __P__lock_fences f, (SELECT __NOW_US__ AS now) n
-                WHERE f.h = v_h AND f.expires_us > n.now);
+    SET v_now = __NOW_US__;
+    SELECT 0, (SELECT CEIL((MAX(f.expires_us) - v_now) / 1000)
+                 FROM __P__lock_fences f WHERE f.h = v_h AND f.expires_us > v_now);
   END IF;
 END
 -- ;;
