@@ -38,8 +38,10 @@
 //! held or awaited lock: a try is one statement, a waiter waits in the
 //! server's queue, which grants the lock to the first waiter as the holder
 //! unlocks. A database restart, a failover or a session cut frees it, and
-//! its holder learns it at its next renewal; the next holder waits out the
-//! lease the old one last renewed. See the `locks` module's source and the
+//! its holder learns it at its next renewal; after a cut the next holder
+//! waits out the lease the old one last renewed (after a crash or a
+//! failover it cannot: that record is an unlogged table's). See the
+//! `locks` module's source and the
 //! [safety notes](lockguard_core::safety).
 //!
 //! # How a permit's waiter is woken
