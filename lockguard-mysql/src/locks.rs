@@ -55,6 +55,7 @@ pub(crate) struct MySqlSessions {
     wait_sql: String,
     release_sql: String,
     lease_sql: String,
+    keep_sql: String,
     forget_sql: String,
 }
 
@@ -77,6 +78,7 @@ impl MySqlSessions {
             wait_sql: format!("CALL {prefix}lock_wait(?, ?, ?)"),
             release_sql: format!("CALL {prefix}lock_release(?, ?)"),
             lease_sql: format!("CALL {prefix}lock_lease(?, ?, ?, ?)"),
+            keep_sql: format!("CALL {prefix}lock_keep(?, ?, ?, ?)"),
             forget_sql: format!("CALL {prefix}lock_forget(?, ?)"),
         }
     }
@@ -198,19 +200,25 @@ impl LockSessions for MySqlSessions {
         Ok(read_row::<i64>(row, &what)? == 1)
     }
 
-    /// A kept hold's lease is a lease as another: recorded in the key's
-    /// row, which a successor waits out, the client gone or not.
+    /// A kept hold's time is recorded in the key's row, which a successor
+    /// waits out, the client gone or not, and in an InnoDB row, which
+    /// outlives a restart of the server.
     async fn renew(
         &self,
         session: &Session,
         hold: &HoldOf<'_>,
         lease: Duration,
-        _keep: bool,
+        keep: bool,
     ) -> Result<bool> {
         let what = || format!("extending {:?}", hold.key);
         let fence = i64::try_from(hold.fence.get()).unwrap_or(i64::MAX);
         let params = (hold.key, hold.token.as_str(), fence, net::millis(lease)).into();
-        let row = self.one(session, &self.lease_sql, params, &what).await?;
+        let sql = if keep {
+            &self.keep_sql
+        } else {
+            &self.lease_sql
+        };
+        let row = self.one(session, sql, params, &what).await?;
         Ok(read_row::<i64>(row, &what)? == 1)
     }
 

@@ -38,6 +38,22 @@ CREATE TABLE IF NOT EXISTS __P__lock_fences (
   PRIMARY KEY (h)
 ) ENGINE=MEMORY
 -- ;;
+-- A lock released before its at_least passed, kept until `until_us` (µs on
+-- the database's clock): its holder's session keeps the user lock until
+-- then, and its row of __P__lock_fences the lease; this InnoDB row keeps
+-- it past a restart of the server too (which empties the MEMORY table),
+-- for whoever takes the lock next to wait out. Written at at_least's
+-- release alone, and read by a key's first draw (no row of its own in
+-- __P__lock_fences).
+CREATE TABLE IF NOT EXISTS __P__lock_kept (
+  h BINARY(20) NOT NULL,
+  k VARBINARY(2900) NOT NULL,
+  token VARBINARY(64) NOT NULL,
+  fence BIGINT NOT NULL,
+  until_us BIGINT NOT NULL,
+  PRIMARY KEY (h)
+) ENGINE=InnoDB
+-- ;;
 -- Each session waiting in GET_LOCK, by connection id, for inspection and
 -- survey: rows of sessions that ended are read past (and swept).
 CREATE TABLE IF NOT EXISTS __P__lock_waits (
@@ -138,6 +154,29 @@ BEGIN
   SELECT v_held;
 END
 -- ;;
+DROP PROCEDURE IF EXISTS __P__lock_keep
+-- ;;
+-- Keeps token p_token's lock p_key (fencing token p_fence) until p_keep_ms
+-- from now, past its session's end and a restart of the server: the
+-- release of a lock taken with at_least, on the hold's session. Answers
+-- whether the session still holds the lock.
+CREATE PROCEDURE __P__lock_keep(p_key VARBINARY(2900), p_token VARBINARY(64),
+                                p_fence BIGINT, p_keep_ms BIGINT)
+BEGIN
+  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_held INT DEFAULT IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> CONNECTION_ID();
+  DECLARE v_until BIGINT DEFAULT __NOW_US__ + LEAST(p_keep_ms, 315360000000) * 1000;
+  IF v_held THEN
+    REPLACE INTO __P__lock_kept (h, k, token, fence, until_us)
+    VALUES (v_h, p_key, p_token, p_fence, v_until);
+    UPDATE __P__lock_fences SET expires_us = v_until, conn = CONNECTION_ID()
+     WHERE h = v_h AND token = p_token AND fence = p_fence;
+    SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_keep_ms, 315360000000)
+      + LEAST(GREATEST(p_keep_ms DIV 4, 50), 5000)) / 1000), 31536000);
+  END IF;
+  SELECT v_held;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS __P__lock_forget
 -- ;;
 -- Ends the lease an attempt of token p_token may have recorded for lock
@@ -165,6 +204,11 @@ BEGIN
   SELECT MAX(fence), MAX(IF(expires_us > v_now, CEIL((expires_us - v_now) / 1000), NULL))
     INTO v_fence, v_left
     FROM __P__lock_fences WHERE h = v_h;
+  IF v_left IS NULL THEN
+    -- Kept past a restart (its lease row gone with the MEMORY table).
+    SELECT MAX(CEIL((until_us - v_now) / 1000)) INTO v_left
+      FROM __P__lock_kept WHERE h = v_h AND until_us > v_now;
+  END IF;
   SELECT COUNT(*) INTO v_waiters FROM __P__lock_waits w
    WHERE w.h = v_h
      AND EXISTS (SELECT 1 FROM information_schema.PROCESSLIST p WHERE p.ID = w.conn);
@@ -185,6 +229,7 @@ BEGIN
    WHERE h = v_h AND token = p_token AND expires_us > __NOW_US__;
   UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
    WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
+  DELETE FROM __P__lock_kept WHERE h = v_h AND token = p_token;
   IF v_conn IS NOT NULL AND IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn THEN
     KILL CONNECTION v_conn;
   END IF;

@@ -8,10 +8,19 @@
 SET v_now = __NOW_US__;
 -- A point read by the row's hash (a derived table of the clock joined to
 -- it costs the server twice as much).
-SELECT GREATEST(COALESCE(MAX(f.fence), 0), v_now) + 1,
+SELECT MAX(f.fence),
        MAX(IF(f.expires_us > v_now AND NOT (f.token <=> p_token), f.expires_us - v_now, NULL))
   INTO v_fence, v_left
   FROM __P__lock_fences f WHERE f.h = v_h;
+IF v_fence IS NULL THEN
+  -- The key's first hold here (or since a restart, which empties the
+  -- MEMORY table): a lock kept past its holder's release (at_least) stays
+  -- kept, as __P__lock_kept, an InnoDB table, remembers it.
+  SELECT MAX(IF(k.until_us > v_now AND NOT (k.token <=> p_token), k.until_us - v_now, NULL))
+    INTO v_left
+    FROM __P__lock_kept k WHERE k.h = v_h;
+END IF;
+SET v_fence = GREATEST(COALESCE(v_fence, 0), v_now) + 1;
 IF v_left IS NULL THEN
   INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
   VALUES (v_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,

@@ -1023,6 +1023,9 @@ BEGIN
    WHERE at_us < v_now - 60000000 AND COALESCE(expires_us, 0) < v_now - 60000000
      AND IS_FREE_LOCK(CONCAT('lockguard ', HEX(h))) = 1;
   SET v_total = v_total + ROW_COUNT();
+  -- Kept locks a minute past their kept time.
+  DELETE FROM __P__lock_kept WHERE until_us < v_now - 60000000;
+  SET v_total = v_total + ROW_COUNT();
   -- Waits whose sessions ended.
   DELETE FROM __P__lock_waits
    WHERE since_us < v_now - 1000000

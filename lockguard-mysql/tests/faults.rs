@@ -11,7 +11,7 @@ use lockguard_testing::faults::{
     a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
-    at_least_outlives_the_process_that_took_it, hold_until_killed,
+    at_least_outlives_a_crash, at_least_outlives_the_process_that_took_it, hold_until_killed,
 };
 use lockguard_testing::{ChildProcess, MariaDbServer};
 
@@ -430,4 +430,16 @@ async fn mysql_at_least_outlives_the_job_process_that_took_it() {
     let lg = client(&server).await;
     let kill = Kill::new("mysql_child_holder", &server.url(), KILLED_LEASE);
     at_least_outlives_the_process_that_took_it(kill, &lg).await;
+}
+
+/// A lock released before its `at_least` passed stays taken until then
+/// across a crash (SIGKILL) and restart: its kept time is an InnoDB row
+/// (`lock_kept`), which the first hold after the crash reads (the MEMORY
+/// table of leases is empty then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_at_least_outlives_a_crash() {
+    let mut server = MariaDbServer::start();
+    let holder = client(&server).await;
+    let other = client(&server).await;
+    at_least_outlives_a_crash(&mut server, &holder, &other).await;
 }

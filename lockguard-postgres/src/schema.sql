@@ -1123,6 +1123,15 @@ LANGUAGE sql VOLATILE AS $$
     FROM __SCHEMA__.kept_locks k WHERE k.key = p_key AND k.until > clock_timestamp()
 $$;
 
+-- The ms left of lock p_key's kept time when another token than p_token
+-- keeps it; NULL otherwise.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_kept_for_ms(p_key text, p_token text) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT ceil(extract(epoch FROM k.until - clock_timestamp()) * 1000)::bigint
+    FROM __SCHEMA__.kept_locks k
+   WHERE k.key = p_key AND k.until > clock_timestamp() AND k.token IS DISTINCT FROM p_token
+$$;
+
 -- The draw of locks/draw.sql, for the rare paths (lock_take,
 -- lock_wait_out), kept in step with it, and a key's first row.
 -- Records this session's hold of p_key (advisory lock hi, lo) by p_token,
@@ -1160,8 +1169,13 @@ BEGIN
     RETURN NULL;
   END IF;
   IF v_fence IS NULL THEN
-    -- The key's first hold here (or since a crash): above what the lease
-    -- tables remember of it too.
+    -- The key's first hold here (or since a crash, which empties
+    -- lock_fences): a lock kept past its holder's release (at_least)
+    -- stays kept, as kept_locks, a logged table, remembers it.
+    IF __SCHEMA__.lock_kept_for_ms(p_key, p_token) IS NOT NULL THEN
+      RETURN NULL;
+    END IF;
+    -- Above what the lease tables remember of it too.
     INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
       VALUES (p_hi, p_lo, p_key,
               __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
@@ -1261,8 +1275,10 @@ BEGIN
   acquired := false;
   n := __SCHEMA__.lock_draw(p_key, v_id.hi, v_id.lo, p_token, p_lease_ms);
   IF n IS NULL THEN
-    -- Its last holder's lease runs, unreleased (see lock_fences).
-    n := __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token);
+    -- Its last holder's lease runs, unreleased (see lock_fences), or it
+    -- is kept (kept_locks).
+    n := coalesce(__SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token),
+                  __SCHEMA__.lock_kept_for_ms(p_key, p_token));
     PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
     RETURN;
   END IF;
@@ -1298,7 +1314,8 @@ BEGIN
     -- Rare (a holder cut off, a kept lock's client gone): looked at again
     -- every 100 ms, so that a forced release or the lapse's end is seen
     -- soon.
-    PERFORM pg_sleep(least(coalesce(__SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token), 1), 100)
+    PERFORM pg_sleep(least(coalesce(__SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token),
+                                    __SCHEMA__.lock_kept_for_ms(p_key, p_token), 1), 100)
                      / 1000.0);
   END LOOP;
   RETURN v_fence;

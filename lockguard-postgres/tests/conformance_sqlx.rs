@@ -4,8 +4,6 @@
 //! but for the sessions of its locks and its bell.
 #![cfg(feature = "sqlx")]
 
-mod support;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lockguard_core::{Builder, Client, Quota};
@@ -171,7 +169,12 @@ async fn postgres_statements_go_over_the_applications_sqlx_pool() {
     assert_eq!(others(&server), "0", "a lock's waiter opened a bell");
     // A semaphore's waiter opens the bell's two connections, and is woken
     // over them; open while the waiter's client lives.
-    support::a_permit_waiter_is_woken_by_the_handoff(&lg, waiter.clone(), "sqlx-permit").await;
+    lockguard_testing::faults::a_permit_waiter_is_woken_by_the_handoff(
+        &lg,
+        waiter.clone(),
+        "sqlx-permit",
+    )
+    .await;
     assert_eq!(connections(&server, "lockguard-listener"), 2);
     drop(waiter);
     assert!(connections(&server, "app") <= 3);

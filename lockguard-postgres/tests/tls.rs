@@ -5,8 +5,6 @@
 //! honoured.
 #![cfg(feature = "tls-rustls")]
 
-mod support;
-
 use std::time::Duration;
 
 use lockguard_core::Client;
@@ -43,7 +41,12 @@ async fn postgres_locks_and_wake_ups_work_over_tls_with_a_private_ca() {
     assert_eq!(sessions, "1", "no session of the lock over TLS");
     assert!(g.release().await.unwrap());
     a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
-    support::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "tls").await;
+    lockguard_testing::faults::a_permit_waiter_is_woken_by_the_handoff(
+        &holder,
+        waiter.clone(),
+        "tls",
+    )
+    .await;
     let bell = server.psql(
         "SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) \
          WHERE ssl AND pid <> pg_backend_pid() AND query LIKE '%lockguard_bell%'",
@@ -98,7 +101,8 @@ async fn postgres_over_a_unix_socket_needs_no_tls() {
         .expect("connect over the unix socket");
     let waiter = patient().connect_postgres(&url).await.expect("connect");
     a_waiter_is_woken_by_the_handoff(&holder, waiter.clone(), "socket").await;
-    support::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "socket").await;
+    lockguard_testing::faults::a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "socket")
+        .await;
     let over_tls = server.psql("SELECT count(*) FROM pg_stat_ssl WHERE ssl");
     assert_eq!(over_tls, "0");
 }

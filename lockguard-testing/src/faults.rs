@@ -305,6 +305,67 @@ pub async fn a_kill_fails_fast_and_a_restart_is_recovered(
     assert!(recovered, "client did not recover after the restart");
 }
 
+/// A lock released before its `at_least` passed stays taken until then
+/// across a crash of `server` and its restart on its data: `other` finds
+/// it busy (or the server down) until `at_least` after `holder` took it,
+/// and takes it soon after, with a greater fencing token.
+///
+/// # Panics
+///
+/// When `other` takes the lock inside the kept time, or not within 10 s
+/// after it.
+pub async fn at_least_outlives_a_crash(
+    server: &mut dyn ServerProcess,
+    holder: &Client,
+    other: &Client,
+) {
+    // Long enough for the server to come back well inside it.
+    let keep = Duration::from_secs(10);
+    let invoked = Instant::now();
+    let g = holder
+        .lock("kept")
+        .at_least(keep)
+        .acquire()
+        .await
+        .expect("the holder acquires");
+    let fence = g.fencing_token();
+    assert!(g.release().await.expect("release"), "the lock was held");
+    server.kill();
+    server.restart();
+    // Until the kept time ends (less a margin for the clocks), every try
+    // of the other client finds the lock busy, or the server still coming
+    // back.
+    let margin = Duration::from_millis(300);
+    let mut busy = 0;
+    while invoked.elapsed() + margin < keep {
+        match other.lock("kept").try_acquire().await {
+            Ok(g) => panic!(
+                "taken {:?} after the holder asked, inside its at_least of {keep:?} (fence {} after {})",
+                invoked.elapsed(),
+                g.fencing_token().get(),
+                fence.get()
+            ),
+            Err(e) if e.is_busy() => busy += 1,
+            Err(e) => assert!(e.is_unavailable() || e.is_timeout(), "{e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(busy > 0, "the server never answered inside the kept time");
+    let until = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        match other.lock("kept").try_acquire().await {
+            Ok(g) => break g,
+            Err(e) => assert!(
+                Instant::now() < until,
+                "not taken 10 s after its kept time ended: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(after.fencing_token() > fence);
+    assert!(after.release().await.expect("release"));
+}
+
 /// An observer of an election on `observing`, pushed by the store (it
 /// would poll once an hour), keeps observing across a kill and restart of
 /// `server`: it follows the store's changes again once the store is back,

@@ -12,5 +12,3 @@ mod postgres;
 mod postgres_pauses;
 mod postgres_races;
 mod postgres_shapes;
-#[path = "../support/mod.rs"]
-mod support;

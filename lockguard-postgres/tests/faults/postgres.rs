@@ -11,10 +11,11 @@ use lockguard_testing::PostgresServer;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_lease_and_the_fence,
-    a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, takes_lock_within,
+    a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, at_least_outlives_a_crash,
+    takes_lock_within,
 };
 
-use crate::support::a_permit_waiter_is_woken_by_the_handoff;
+use lockguard_testing::faults::a_permit_waiter_is_woken_by_the_handoff;
 
 pub(crate) async fn connect(server: &PostgresServer, response_timeout: Duration) -> Client {
     Client::builder()
@@ -872,4 +873,16 @@ async fn the_bell_of_a_role_that_is_not_a_superuser_rings() {
         .await
         .unwrap();
     a_permit_waiter_is_woken_by_the_handoff(&holder, waiter, "rung").await;
+}
+
+/// A lock released before its `at_least` passed stays taken until then
+/// across a crash (SIGKILL) and restart: its kept time is a logged table's
+/// (`kept_locks`), which the first hold after the crash reads (the
+/// unlogged `lock_fences` is empty then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_outlives_a_postgres_crash() {
+    let mut server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let other = connect(&server, Duration::from_secs(2)).await;
+    at_least_outlives_a_crash(&mut server, &holder, &other).await;
 }
