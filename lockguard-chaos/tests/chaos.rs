@@ -1,14 +1,13 @@
 //! The history checker on every store, as tests: `cargo test` builds the
 //! `lockguard-chaos` binary with the rest of the workspace, and these run
 //! it. `scripts/test.sh` runs them in a pass of their own (the names start
-//! with `history_checker_`), two at a time, with nothing else on the
-//! machine: a run mostly waits on its workers' holds and on the faults'
-//! timers (one keeps a fifth to two fifths of two cores busy), so the two
-//! store runs, named to come first, go side by side, then the self-test.
+//! with `history_checker_`), one at a time, with nothing else on the
+//! machine: a run's workers keep leases of a few hundred ms, which a
+//! store's start in a run beside it could starve (see the script).
 //!
-//! Each run's output is printed whole when it ends, so runs side by side do
-//! not interleave their lines: the seed to replay a failure with is on the
-//! first line of each.
+//! Each run's output is printed whole when it ends, so runs side by side
+//! (`--test-threads` above 1) do not interleave their lines: the seed to
+//! replay a failure with is on the first line of each.
 
 use std::process::Command;
 
