@@ -55,7 +55,6 @@ pub(crate) struct MySqlSessions {
     wait_sql: String,
     release_sql: String,
     lease_sql: String,
-    keep_sql: String,
     forget_sql: String,
 }
 
@@ -77,8 +76,7 @@ impl MySqlSessions {
             try_sql: format!("CALL {prefix}lock_try(?, ?, ?)"),
             wait_sql: format!("CALL {prefix}lock_wait(?, ?, ?)"),
             release_sql: format!("CALL {prefix}lock_release(?, ?)"),
-            lease_sql: format!("CALL {prefix}lock_lease(?, ?, ?, ?)"),
-            keep_sql: format!("CALL {prefix}lock_keep(?, ?, ?, ?)"),
+            lease_sql: format!("CALL {prefix}lock_lease(?, ?, ?, ?, ?)"),
             forget_sql: format!("CALL {prefix}lock_forget(?, ?)"),
         }
     }
@@ -212,13 +210,15 @@ impl LockSessions for MySqlSessions {
     ) -> Result<bool> {
         let what = || format!("extending {:?}", hold.key);
         let fence = i64::try_from(hold.fence.get()).unwrap_or(i64::MAX);
-        let params = (hold.key, hold.token.as_str(), fence, net::millis(lease)).into();
-        let sql = if keep {
-            &self.keep_sql
-        } else {
-            &self.lease_sql
-        };
-        let row = self.one(session, sql, params, &what).await?;
+        let params = (
+            hold.key,
+            hold.token.as_str(),
+            fence,
+            net::millis(lease),
+            i8::from(keep),
+        )
+            .into();
+        let row = self.one(session, &self.lease_sql, params, &what).await?;
         Ok(read_row::<i64>(row, &what)? == 1)
     }
 

@@ -137,16 +137,21 @@ DROP PROCEDURE IF EXISTS __P__lock_lease
 -- ;;
 -- Renews token p_token's lease of lock p_key (fencing token p_fence) to
 -- p_lease_ms ms from now, on the hold's session: answers whether the
--- session still holds the lock.
+-- session still holds the lock. With p_keep (the release of a lock taken
+-- with at_least), the lease is also kept in an InnoDB row, past the
+-- session's end and a restart of the server.
 CREATE PROCEDURE __P__lock_lease(p_key VARBINARY(2900), p_token VARBINARY(64),
-                                 p_fence BIGINT, p_lease_ms BIGINT)
+                                 p_fence BIGINT, p_lease_ms BIGINT, p_keep TINYINT)
 BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
   DECLARE v_held INT DEFAULT IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> CONNECTION_ID();
+  DECLARE v_until BIGINT DEFAULT __NOW_US__ + LEAST(p_lease_ms, 315360000000) * 1000;
   IF v_held THEN
-    UPDATE __P__lock_fences
-       SET expires_us = __NOW_US__ + LEAST(p_lease_ms, 315360000000) * 1000,
-           conn = CONNECTION_ID()
+    IF p_keep = 1 THEN
+      REPLACE INTO __P__lock_kept (h, k, token, fence, until_us)
+      VALUES (v_h, p_key, p_token, p_fence, v_until);
+    END IF;
+    UPDATE __P__lock_fences SET expires_us = v_until, conn = CONNECTION_ID()
      WHERE h = v_h AND token = p_token AND fence = p_fence;
     SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
       + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
@@ -154,28 +159,8 @@ BEGIN
   SELECT v_held;
 END
 -- ;;
+-- lock_lease's with p_keep = 1, a procedure of its own for a while.
 DROP PROCEDURE IF EXISTS __P__lock_keep
--- ;;
--- Keeps token p_token's lock p_key (fencing token p_fence) until p_keep_ms
--- from now, past its session's end and a restart of the server: the
--- release of a lock taken with at_least, on the hold's session. Answers
--- whether the session still holds the lock.
-CREATE PROCEDURE __P__lock_keep(p_key VARBINARY(2900), p_token VARBINARY(64),
-                                p_fence BIGINT, p_keep_ms BIGINT)
-BEGIN
-  DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
-  DECLARE v_held INT DEFAULT IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> CONNECTION_ID();
-  DECLARE v_until BIGINT DEFAULT __NOW_US__ + LEAST(p_keep_ms, 315360000000) * 1000;
-  IF v_held THEN
-    REPLACE INTO __P__lock_kept (h, k, token, fence, until_us)
-    VALUES (v_h, p_key, p_token, p_fence, v_until);
-    UPDATE __P__lock_fences SET expires_us = v_until, conn = CONNECTION_ID()
-     WHERE h = v_h AND token = p_token AND fence = p_fence;
-    SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_keep_ms, 315360000000)
-      + LEAST(GREATEST(p_keep_ms DIV 4, 50), 5000)) / 1000), 31536000);
-  END IF;
-  SELECT v_held;
-END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_forget
 -- ;;
