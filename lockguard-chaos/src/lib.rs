@@ -317,6 +317,9 @@ pub fn command(stores: &[&dyn Store], args: Vec<String>, subcommand: &[&str]) ->
             .collect(),
     };
     let mut failed = false;
+    // What failed, one line each, repeated at the end: a log cut to its
+    // last lines (CI's) still names the store and the check.
+    let mut recap: Vec<String> = Vec::new();
     let run_started = std::time::Instant::now();
     for (store, start) in deployments {
         let started = std::time::Instant::now();
@@ -343,20 +346,27 @@ pub fn command(stores: &[&dyn Store], args: Vec<String>, subcommand: &[&str]) ->
         match result {
             Err(_) => {
                 failed = true;
-                println!(
+                let line = format!(
                     "{}: the store's harness failed (its message is above); the run failed",
                     store.name()
                 );
+                println!("{line}");
+                recap.push(line);
             }
             Ok((_, Err(e))) => {
                 failed = true;
-                println!("{}: the run failed: {e}", store.name());
+                let line = format!("{}: the run failed: {e}", store.name());
+                println!("{line}");
+                recap.push(line);
             }
             Ok((setup, Ok(r))) => {
-                let ok = report(&r, o.self_test, setup, started.elapsed());
+                let ok = report(&r, o.self_test, setup, started.elapsed(), &mut recap);
                 failed |= !ok;
             }
         }
+    }
+    for line in &recap {
+        println!("lockguard-chaos: failed: {line}");
     }
     println!(
         "lockguard-chaos: {}{} in {:.1} s; seed {}; histories in {}",
@@ -376,12 +386,15 @@ pub fn command(stores: &[&dyn Store], args: Vec<String>, subcommand: &[&str]) ->
     }
 }
 
-/// Prints one store's result; whether it passed.
+/// Prints one store's result; whether it passed. A failure's lines (the
+/// checks it failed, or what the self-test did not catch) go to `recap`
+/// too.
 fn report(
     r: &run::StoreRun,
     self_test: bool,
     setup: std::time::Duration,
     took: std::time::Duration,
+    recap: &mut Vec<String>,
 ) -> bool {
     let m = &r.measures;
     println!(
@@ -421,8 +434,8 @@ fn report(
         let job_caught = r.violations.iter().any(|v| v.check == "at-least");
         let schedule_caught = r.violations.iter().any(|v| v.check == "schedule-once");
         let said = |caught: bool| if caught { "caught" } else { "NOT CAUGHT" };
-        println!(
-            "  self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}, scheduled period run twice {}",
+        let line = format!(
+            "self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}, scheduled period run twice {}",
             said(lock_caught),
             if counter_caught {
                 "caught (or no counters)"
@@ -434,12 +447,17 @@ fn report(
             said(job_caught),
             said(schedule_caught),
         );
-        lock_caught
+        println!("  {line}");
+        let ok = lock_caught
             && counter_caught
             && permits_caught
             && multi_caught
             && job_caught
-            && schedule_caught
+            && schedule_caught;
+        if !ok {
+            recap.push(format!("{}: {line}", r.store));
+        }
+        ok
     } else {
         r.violations.is_empty()
     };
@@ -453,6 +471,9 @@ fn report(
             continue;
         }
         println!("  {label} [{}] {}: {}", v.check, r.store, v.what);
+        if !self_test {
+            recap.push(format!("[{}] {}: {}", v.check, r.store, v.what));
+        }
         for o in v.ops.iter().take(6) {
             println!("      {o}");
         }

@@ -29,11 +29,19 @@ fn chaos(args: &[&str]) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+    // The checker's recap of what failed, in the panic's message too: a
+    // log cut to its last lines still names the store and the check.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let recap: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("lockguard-chaos: failed: "))
+        .collect();
     assert!(
         out.status.success(),
-        "lockguard-chaos {} failed ({}); its output above names the check, the operations and the seed",
+        "lockguard-chaos {} failed ({}); its output above names the check, the operations and the seed\n{}",
         args.join(" "),
-        out.status
+        out.status,
+        recap.join("\n")
     );
 }
 

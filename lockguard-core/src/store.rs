@@ -124,7 +124,7 @@ pub use future::StoreFuture;
 pub use lease_ends::{LeaseEnd, LeaseEnds};
 pub use limit::{LimitKeys, LimitOp, LimitReply};
 pub use on_demand::OnDemand;
-pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried};
+pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried, Waited};
 
 mod channel_tasks;
 mod erased;
@@ -157,6 +157,21 @@ pub enum Outcome {
         fence: FencingToken,
         /// What to release and renew.
         keys: Arc<LockKeys>,
+    },
+    /// Taken for this attempt's token before this attempt: the server
+    /// granted it to a wait the store runs there (a database session's own
+    /// lock, waited for in the server), at `at` or later. The lease counts
+    /// from `at`, not from this attempt: a client paused between the grant
+    /// and this attempt finds it shorter, or gone.
+    Granted {
+        /// The acquisition's fencing token.
+        fence: FencingToken,
+        /// What to release and renew.
+        keys: Arc<LockKeys>,
+        /// A time no later than the grant, on this process's clock (the
+        /// wait's send, plus how long the server says it waited): the
+        /// lease is counted from here.
+        at: tokio::time::Instant,
     },
     /// Someone else holds it; their lease has this long left, if known.
     Busy(Option<Duration>),

@@ -24,9 +24,9 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Pool, Row};
 
+use lockguard_core::Result;
 use lockguard_core::store::net;
-use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried};
-use lockguard_core::{FencingToken, Result};
+use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried, Waited};
 
 use crate::error::{garbage, is_gone, mysql_error, read_row};
 
@@ -166,9 +166,9 @@ impl LockSessions for MySqlSessions {
         let what = || format!("acquiring {key:?}");
         let params = (key, token.as_str(), net::millis(lease)).into();
         let row = self.one(session, &self.try_sql, params, &what).await?;
-        match read_row::<(i64, Option<i64>)>(row, &what)? {
-            (1, n) => Ok(Tried::Taken(net::fence(n, &what)?)),
-            (0, left) => Ok(Tried::Busy(
+        match read_row::<(i64, Option<i64>, Option<i64>)>(row, &what)? {
+            (1, n, _) => Ok(Tried::Taken(net::fence(n, &what)?)),
+            (0, left, _) => Ok(Tried::Busy(
                 left.map(|l| Duration::from_millis(l.max(0).unsigned_abs())),
             )),
             other => Err(garbage(&what(), other)),
@@ -181,12 +181,15 @@ impl LockSessions for MySqlSessions {
         key: &str,
         token: &Token,
         lease: Duration,
-    ) -> Result<FencingToken> {
+    ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
         let params = (key, token.as_str(), net::millis(lease)).into();
         let row = self.one(session, &self.wait_sql, params, &what).await?;
-        match read_row::<(i64, Option<i64>)>(row, &what)? {
-            (1, n) => net::fence(n, &what),
+        match read_row::<(i64, Option<i64>, Option<i64>)>(row, &what)? {
+            (1, n, waited) => Ok(Waited::new(
+                net::fence(n, &what)?,
+                Duration::from_micros(waited.and_then(|w| u64::try_from(w).ok()).unwrap_or(0)),
+            )),
             other => Err(garbage(&what(), other)),
         }
     }

@@ -73,10 +73,11 @@ DROP PROCEDURE IF EXISTS __P__lock_draw
 DROP PROCEDURE IF EXISTS __P__lock_try
 -- ;;
 -- One try at lock p_key for token p_token with a lease of p_lease_ms ms,
--- never waiting. Answers (1, fence) when taken; (0, ms left of the
--- holder's lease or NULL) when not.
+-- never waiting. Answers (1, fence, µs since it began) when taken; (0, ms
+-- left of the holder's lease or NULL, NULL) when not.
 CREATE PROCEDURE __P__lock_try(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
 proc: BEGIN
+  DECLARE v_start BIGINT DEFAULT __NOW_US__;
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
@@ -85,11 +86,11 @@ proc: BEGIN
     __DRAW__
     -- Another holder's lease runs: given back.
     DO RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h)));
-    SELECT 0, CEIL(v_left / 1000);
+    SELECT 0, CEIL(v_left / 1000), NULL;
   ELSE
     SET v_now = __NOW_US__;
     SELECT 0, (SELECT CEIL((MAX(f.expires_us) - v_now) / 1000)
-                 FROM __P__lock_fences f WHERE f.h = v_h AND f.expires_us > v_now);
+                 FROM __P__lock_fences f WHERE f.h = v_h AND f.expires_us > v_now), NULL;
   END IF;
 END
 -- ;;
@@ -97,9 +98,11 @@ DROP PROCEDURE IF EXISTS __P__lock_wait
 -- ;;
 -- Waits in the server's queue of lock p_key for token p_token until the
 -- server grants it, and takes it for a lease of p_lease_ms ms. Answers
--- (1, fence). A wait is stopped with KILL QUERY on its session.
+-- (1, fence, µs it waited before the lease began). A wait is stopped with
+-- KILL QUERY on its session.
 CREATE PROCEDURE __P__lock_wait(p_key VARBINARY(2900), p_token VARBINARY(64), p_lease_ms BIGINT)
 proc: BEGIN
+  DECLARE v_start BIGINT DEFAULT __NOW_US__;
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
@@ -116,7 +119,7 @@ proc: BEGIN
     END LOOP wait_out;
   END IF;
   DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
-  SELECT 0, NULL;
+  SELECT 0, NULL, NULL;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_release

@@ -3,8 +3,10 @@
 -- another holder's lease runs unreleased in the key's row (its session
 -- ended unbeknownst to it; v_left is then its µs left, and the caller
 -- goes on), draws a fencing token above the key's last and the clock in
--- µs, records a lease of p_lease_ms ms, and answers (1, fence), leaving
--- the procedure.
+-- µs, records a lease of p_lease_ms ms, and answers (1, fence, µs since
+-- the procedure began: the client counts the lease from its call's send
+-- plus these, as it may read the answer long after), leaving the
+-- procedure.
 SET v_now = __NOW_US__;
 -- A point read by the row's hash (a derived table of the clock joined to
 -- it costs the server twice as much).
@@ -31,6 +33,6 @@ IF v_left IS NULL THEN
   -- client's session ends, and the lock with it.
   SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
     + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
-  SELECT 1, v_fence;
+  SELECT 1, v_fence, GREATEST(v_now - v_start, 0);
   LEAVE proc;
 END IF;

@@ -10,6 +10,7 @@ use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
     a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
     at_least_outlives_a_crash, at_least_outlives_the_process_that_took_it, hold_until_killed,
 };
@@ -419,6 +420,18 @@ async fn mysql_a_killed_multi_lock_holder_frees_every_key_within_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_killed_leader_process_is_replaced_within_its_lease() {
     killed(Holding::Leader).await;
+}
+
+/// The kit's scenario: a waiter process frozen while the server grants it
+/// the lock (its `GET_LOCK` waits in the server) and past the lease:
+/// resumed, it does not count on that grant while another holds the lock;
+/// it gets the lock after, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_paused_waiter_never_holds_a_grant_it_slept_through() {
+    let server = MariaDbServer::start();
+    let lg = client(&server).await;
+    let kill = Kill::new("mysql_child_holder", &server.url(), KILLED_LEASE);
+    a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
 
 /// The kit's scenario: a scheduled job's process releases its lock before

@@ -29,8 +29,8 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{CancelToken, Row, Statement};
 
 use lockguard_core::store::net;
-use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried};
-use lockguard_core::{Error, ErrorKind, FencingToken, Result};
+use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried, Waited};
+use lockguard_core::{Error, ErrorKind, Result};
 
 use crate::error::pg_error;
 use crate::options::PgOptions;
@@ -244,7 +244,7 @@ impl LockSessions for PgSessions {
         key: &str,
         token: &Token,
         lease: Duration,
-    ) -> Result<FencingToken> {
+    ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
         let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
         let mut row = session
@@ -253,6 +253,9 @@ impl LockSessions for PgSessions {
             .await
             .map_err(|e| pg_error(e, &what()))?;
         let mut n: Option<i64> = get(&row, 0, &what)?;
+        // The wait's own: `lock_wait_out` records the lease later still.
+        let waited: Option<i64> = get(&row, 1, &what)?;
+        let waited = Duration::from_micros(waited.and_then(|w| u64::try_from(w).ok()).unwrap_or(0));
         if n.is_none() {
             row = session
                 .client
@@ -261,7 +264,7 @@ impl LockSessions for PgSessions {
                 .map_err(|e| pg_error(e, &what()))?;
             n = get(&row, 0, &what)?;
         }
-        net::fence(n, &what)
+        Ok(Waited::new(net::fence(n, &what)?, waited))
     }
 
     async fn unlock(&self, session: &Session, key: &str, token: &Token) -> Result<bool> {

@@ -251,7 +251,11 @@ impl RedlockStore {
             };
             answered[i] = true;
             match result {
-                Ok(Outcome::Acquired { fence, .. }) => granted.push((i, fence.get())),
+                // (A Redis node takes a lock in the attempt itself: it
+                // never answers `Granted`.)
+                Ok(Outcome::Acquired { fence, .. } | Outcome::Granted { fence, .. }) => {
+                    granted.push((i, fence.get()));
+                }
                 Ok(Outcome::Busy(ttl) | Outcome::Queued { ttl, .. }) => held.push(ttl),
                 // A node of its own is one store: it never splits.
                 Ok(Outcome::Contended) => held.push(None),
@@ -515,7 +519,9 @@ impl LockStore for RedlockStore {
                 for i in 0..permits {
                     let slot = Arc::new(slot_keys(keys, (start + i) % permits));
                     match self.try_lock(&slot, token, lease, None, true).await? {
-                        taken @ Outcome::Acquired { .. } => return Ok(taken),
+                        taken @ (Outcome::Acquired { .. } | Outcome::Granted { .. }) => {
+                            return Ok(taken);
+                        }
                         Outcome::Busy(ttl) | Outcome::Queued { ttl, .. } => {
                             shortest = match (shortest, ttl) {
                                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -240,6 +240,33 @@ impl ChildProcess {
         self.child.wait().expect("wait for the child")
     }
 
+    /// Freezes the child with SIGSTOP: its connections stay open, it reads
+    /// and answers nothing, its clock keeps running.
+    ///
+    /// # Panics
+    ///
+    /// When the signal cannot be sent (the child was reaped).
+    pub fn pause(&mut self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Resumes a paused child with SIGCONT.
+    ///
+    /// # Panics
+    ///
+    /// As [`pause`](Self::pause).
+    pub fn resume(&mut self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
+        // SAFETY: sending a signal to a child process we own (not reaped
+        // while `self` lives) has no memory-safety requirements.
+        let rc = unsafe { libc::kill(pid, sig) };
+        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+    }
+
     /// SIGKILLs the child and checks it was still running.
     ///
     /// # Panics

@@ -77,6 +77,16 @@ impl Lock {
                 };
                 self.granted(keys, grant).map(Ok)
             }
+            // Granted to an earlier wait in the server: the lease runs
+            // from the grant, not from this attempt.
+            Outcome::Granted { fence, keys, at } => {
+                let grant = Grant {
+                    token,
+                    fence,
+                    valid_until: valid_until(at.min(sent_at), lease),
+                };
+                self.granted(keys, grant).map(Ok)
+            }
         }
     }
 

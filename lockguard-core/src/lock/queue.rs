@@ -130,12 +130,18 @@ impl Lock {
                     self.engine.store.acquire(keys, &token, lease, Some(place)),
                 )
                 .await;
+            // A lock granted to an earlier wait in the server: its lease
+            // runs from the grant, not from this attempt.
+            let since = match &attempt_result {
+                Ok(Outcome::Granted { at, .. }) => (*at).min(sent_at),
+                _ => sent_at,
+            };
             let (ttl, failed) = match attempt_result {
-                Ok(Outcome::Acquired { fence, keys }) => {
+                Ok(Outcome::Acquired { fence, keys } | Outcome::Granted { fence, keys, .. }) => {
                     let grant = Grant {
                         token,
                         fence,
-                        valid_until: valid_until(sent_at, lease),
+                        valid_until: valid_until(since, lease),
                     };
                     if grant.valid_until <= Instant::now() {
                         // `leave` gives the token back as this returns.

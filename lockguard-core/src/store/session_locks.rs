@@ -37,6 +37,28 @@ pub enum Tried {
     Busy(Option<Duration>),
 }
 
+/// The answer of a wait on a session: the lock granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waited {
+    /// The fencing token drawn.
+    pub fence: FencingToken,
+    /// How long the statement waited in the server before the grant, on
+    /// the server's clock: from the statement's start to the time the
+    /// lease is recorded from. The lease is counted from the wait's send
+    /// plus this (never later than its answer), so that a client paused
+    /// between the grant and reading it does not count on a lease the
+    /// server started earlier.
+    pub waited: Duration,
+}
+
+impl Waited {
+    /// The lock granted with `fence`, `waited` after the statement began.
+    pub fn new(fence: FencingToken, waited: Duration) -> Self {
+        Self { fence, waited }
+    }
+}
+
 /// A store's sessions and statements for [`SessionLocks`]: each method
 /// runs on one session the engine owns meanwhile, and answers the store's
 /// own errors (the engine bounds each with the response timeout).
@@ -76,14 +98,15 @@ pub trait LockSessions: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Tried>> + Send;
 
     /// Waits in the server for the lock `key` on `session` until it is
-    /// granted (or cancelled): the fencing token drawn.
+    /// granted (or cancelled): the fencing token drawn, and how long the
+    /// server waited before the grant.
     fn wait(
         &self,
         session: &Self::Session,
         key: &str,
         token: &Token,
         lease: Duration,
-    ) -> impl Future<Output = Result<FencingToken>> + Send;
+    ) -> impl Future<Output = Result<Waited>> + Send;
 
     /// Unlocks `key` on `session`: true when the session held it.
     fn unlock(
@@ -138,9 +161,9 @@ struct Hold<S: LockSessions> {
 enum Entry<S: LockSessions> {
     /// Waiting in the server, on a session the waiting task owns.
     Waiting { cancel: S::Cancel },
-    /// Granted to a waiter that has not claimed it yet; the answer came
-    /// at `received`.
-    Granted { hold: Hold<S>, received: Instant },
+    /// Granted to a waiter that has not claimed it yet, at `at` or later
+    /// (the lease runs from `at`).
+    Granted { hold: Hold<S>, at: Instant },
     /// The wait failed; the waiter's next attempt is told.
     Failed(Error),
     /// Held, until `end` unless renewed.
@@ -246,15 +269,28 @@ impl<S: LockSessions> SessionLocks<S> {
             let mut entries = self.inner.entries();
             match entries.remove(token) {
                 None => {}
-                Some(Entry::Granted { hold, received }) => {
+                // The server counts the lease from its grant, which came
+                // before its answer, perhaps long before (the client was
+                // paused): a lease that ran out before this claim is given
+                // back (the session is dropped, which frees the lock, and
+                // the lease recorded is ended), and the attempt starts
+                // anew.
+                Some(Entry::Granted { hold, at }) if at + lease <= Instant::now() => {
+                    let inner = self.inner.clone();
+                    tokio::spawn(async move {
+                        let (keys, token) = (hold.keys.clone(), hold.token);
+                        drop(hold);
+                        inner.forget(&keys, &token).await;
+                    });
+                }
+                Some(Entry::Granted { hold, at }) => {
                     let fence = hold.fence;
-                    // The server counts the lease from its grant, which
-                    // came before its answer.
-                    let end = self.inner.ends.schedule(*token, received + lease);
+                    let end = self.inner.ends.schedule(*token, at + lease);
                     entries.insert(*token, Entry::Holding { hold, end });
-                    return Ok(Outcome::Acquired {
+                    return Ok(Outcome::Granted {
                         fence,
                         keys: keys.clone(),
+                        at,
                     });
                 }
                 Some(Entry::Failed(e)) => return Err(e),
@@ -596,6 +632,7 @@ async fn wait_for<S: LockSessions>(
     lease: Duration,
 ) {
     // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
+    let mut sent = Instant::now();
     let mut answer = inner
         .sessions
         .wait(&session, keys.id(), &token, lease)
@@ -617,6 +654,7 @@ async fn wait_for<S: LockSessions>(
                 if !waiting {
                     return;
                 }
+                sent = Instant::now();
                 inner
                     .sessions
                     .wait(&session, keys.id(), &token, lease)
@@ -639,14 +677,16 @@ async fn wait_for<S: LockSessions>(
     {
         let lock = keys.clone();
         let entry = match answer {
-            Ok(fence) => Entry::Granted {
+            // From the wait's send plus the server's wait, never later
+            // than the answer: a lower bound of the grant on this clock.
+            Ok(Waited { fence, waited }) => Entry::Granted {
                 hold: Hold {
                     session,
                     keys,
                     token,
                     fence,
                 },
-                received,
+                at: (sent + waited).min(received),
             },
             Err(e) => Entry::Failed(e),
         };

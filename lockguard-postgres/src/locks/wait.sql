@@ -5,6 +5,9 @@
 -- was granted but no fencing token was drawn (the key's first hold here,
 -- or another holder's lease runs unreleased in the key's row): the client
 -- then calls lock_wait_out on the same session, which holds the lock.
+-- Also answers the µs the statement waited before the grant (the client
+-- counts the lease from its send plus these: it may read the answer
+-- long after the grant).
 WITH n AS MATERIALIZED (
   -- The advisory lock (lock_id's halves of the key's hash); the session
   -- named for the wait (what others read of it, see lock_sessions).
@@ -18,5 +21,6 @@ WITH n AS MATERIALIZED (
     FROM n
 ),
 __DRAW__
-SELECT (SELECT CASE WHEN u.named IS NOT NULL THEN u.fence END FROM u) AS fence
+SELECT (SELECT CASE WHEN u.named IS NOT NULL THEN u.fence END FROM u) AS fence,
+       (extract(epoch FROM g.t - statement_timestamp()) * 1000000)::bigint AS waited_us
   FROM g

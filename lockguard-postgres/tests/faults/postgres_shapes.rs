@@ -11,8 +11,10 @@ use lockguard_core::Client;
 use lockguard_postgres::ClientExt as _;
 use lockguard_testing::PostgresServer;
 use lockguard_testing::faults::{
-    Holding, Kill, a_killed_holder_is_replaced, a_wait_rides_out_a_pause_longer_than_its_lease,
-    at_least_outlives_the_process_that_took_it, hold_until_killed,
+    Holding, Kill, a_killed_holder_is_replaced,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    a_wait_rides_out_a_pause_longer_than_its_lease, at_least_outlives_the_process_that_took_it,
+    hold_until_killed,
 };
 
 /// The lease of the child's hold, renewed by its watchdog while it lives.
@@ -55,6 +57,19 @@ async fn at_least_outlives_the_job_process_that_took_it() {
     let lg = Client::connect_postgres(&server.url()).await.unwrap();
     let kill = Kill::new("postgres_shapes::child_holder", &server.url(), LEASE);
     at_least_outlives_the_process_that_took_it(kill, &lg).await;
+}
+
+/// A waiter process frozen while the server grants it the lock (its wait
+/// runs in the server) and past the lease: resumed, it does not count on
+/// that grant (its lease runs from the grant, not from when it reads it)
+/// while another holds the lock; it gets the lock after, with a greater
+/// token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_waiter_never_holds_a_grant_it_slept_through_on_postgres() {
+    let server = PostgresServer::start();
+    let lg = Client::connect_postgres(&server.url()).await.unwrap();
+    let kill = Kill::new("postgres_shapes::child_holder", &server.url(), LEASE);
+    a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
 
 /// A grant answered after a pause of the server longer than its lease is

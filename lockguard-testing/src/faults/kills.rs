@@ -48,6 +48,11 @@ const ELECTION: &str = "killed-election";
 const JOB: &str = "exited-job";
 const JOB_AT_LEAST: Duration = Duration::from_secs(3);
 const JOB_LEASE: Duration = Duration::from_secs(4);
+/// The lock [`Holding::Waiter`] waits for, its lease (no watchdog), and
+/// how long it waits.
+const PAUSED: &str = "paused-waiter";
+const WAITER_LEASE: Duration = Duration::from_secs(1);
+const WAITER_WAIT: Duration = Duration::from_secs(60);
 
 /// What the killed process holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +68,9 @@ pub enum Holding {
     /// after which the child exits by itself (see
     /// [`at_least_outlives_the_process_that_took_it`]).
     Job,
+    /// A waiter for a lock the parent holds, paused by the parent while it
+    /// waits (see [`a_paused_waiter_never_holds_a_grant_it_slept_through`]).
+    Waiter,
 }
 
 impl fmt::Display for Holding {
@@ -72,6 +80,7 @@ impl fmt::Display for Holding {
             Self::Writer => "writer",
             Self::Leader => "leader",
             Self::Job => "job",
+            Self::Waiter => "waiter",
         })
     }
 }
@@ -83,6 +92,7 @@ impl Holding {
             "writer" => Self::Writer,
             "leader" => Self::Leader,
             "job" => Self::Job,
+            "waiter" => Self::Waiter,
             other => panic!("no such holding: {other:?}"),
         }
     }
@@ -152,6 +162,23 @@ pub async fn hold_until_killed(lease: Duration, connect: impl AsyncFnOnce(&str) 
             assert!(g.release().await.expect("release"), "lost before release");
             println!("released");
             // The job is done: the process ends, and its client with it.
+            return;
+        }
+        Holding::Waiter => {
+            match lg
+                .lock(PAUSED)
+                .lease(WAITER_LEASE)
+                .wait(WAITER_WAIT)
+                .acquire()
+                .await
+            {
+                // On a line of its own: libtest may have begun one.
+                Ok(g) => println!("\nwaited: held {}", g.fencing_token().get()),
+                Err(e) => println!("\nwaited: failed {e}"),
+            }
+            // Its lease is not renewed: no loss to wait for. The parent
+            // kills it; a lease's time later it ends by itself anyway.
+            tokio::time::sleep(WAITER_WAIT).await;
             return;
         }
     };
@@ -268,6 +295,9 @@ pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Clie
         Holding::Job => panic!(
             "a job's process exits by itself: see at_least_outlives_the_process_that_took_it"
         ),
+        Holding::Waiter => panic!(
+            "a waiter is paused, not killed: see a_paused_waiter_never_holds_a_grant_it_slept_through"
+        ),
     };
     drop(served_tx);
     // The child's watchdog keeps its hold past its lease.
@@ -309,7 +339,7 @@ pub async fn a_killed_holder_is_replaced(holding: Holding, kill: Kill, lg: &Clie
     }
     // Every waiter holds at once, as the store sees it.
     match holding {
-        Holding::MultiLock | Holding::Job => {}
+        Holding::MultiLock | Holding::Job | Holding::Waiter => {}
         Holding::Writer => {
             let seen = lg.rw_lock(RW).inspect().await.expect("inspect");
             assert_eq!((seen.readers, seen.writer), (2, false), "{seen:?}");
@@ -364,4 +394,76 @@ pub async fn at_least_outlives_the_process_that_took_it(kill: Kill, lg: &Client)
         "free {after:?} after the job's process started, before its at_least ({JOB_AT_LEAST:?}); the process exited after {exited:?}"
     );
     assert!(freed.release().await.expect("release"));
+}
+
+/// A waiter process is frozen (SIGSTOP) while it waits for a lock `lg`
+/// holds; `lg` releases it, so that the store may grant it to the frozen
+/// waiter (a database store's wait runs in the server, which grants it
+/// there), whose lease then runs out while it sleeps; `lg` takes the lock
+/// again once it is free. The waiter is resumed while `lg` holds it: it
+/// must not count on the grant it slept through. It gets the lock only
+/// after `lg` releases it again, with a greater fencing token.
+///
+/// The child is the store's child test that calls [`hold_until_killed`]
+/// (`kill` names it and the address; its lease and bound are not used).
+///
+/// # Panics
+///
+/// When the waiter says it holds the lock before `lg` released it, or
+/// with a token not above `lg`'s, or when `lg` cannot take it back.
+pub async fn a_paused_waiter_never_holds_a_grant_it_slept_through(kill: Kill, lg: &Client) {
+    let lock = lg.lock(PAUSED).lease(Duration::from_secs(30));
+    let first = lock.try_acquire().await.expect("the parent takes the lock");
+    let mut child = ChildProcess::spawn(
+        &kill.child_test,
+        (HOLDER_ENV, &format!("{} {}", Holding::Waiter, kill.address)),
+    );
+    let queued = crate::conformance::eventually(Duration::from_secs(20), || async {
+        lg.lock(PAUSED).inspect().await.expect("inspect").waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter process never queued for the lock");
+    child.pause();
+    assert!(
+        first.release().await.expect("release"),
+        "lost before release"
+    );
+    // Freed once the frozen waiter's lease (and whatever the store keeps
+    // for a waiter that does not come) has passed.
+    let second = lock
+        .wait(WAITER_WAIT)
+        .acquire()
+        .await
+        .expect("the parent takes the lock back");
+    let taken = second.fencing_token().get();
+    child.resume();
+    let answer = tokio::task::spawn_blocking(move || {
+        let line = child.expect("waited: ");
+        (Instant::now(), line, child)
+    });
+    // A waiter counting on its old grant says so at once.
+    tokio::time::sleep(WAITER_LEASE).await;
+    let released = Instant::now();
+    assert!(
+        second.release().await.expect("release"),
+        "lost before release"
+    );
+    let (said, line, mut child) = tokio::time::timeout(WAITER_WAIT, answer)
+        .await
+        .expect("the waiter answers")
+        .expect("the waiter's reader");
+    let Some(fence) = line.strip_prefix("waited: held ") else {
+        panic!("the resumed waiter did not get the lock: {line}");
+    };
+    let fence: u64 = fence.trim().parse().expect("a token");
+    assert!(
+        said >= released && fence > taken,
+        "the resumed waiter held the lock (token {fence}) {}, while this process held it (token {taken})",
+        if said >= released {
+            "after its release".to_owned()
+        } else {
+            format!("{:?} before its release", released - said)
+        }
+    );
+    child.kill();
 }
