@@ -11,8 +11,9 @@ use lockguard_core::Client;
 use lockguard_redis::ClientExt as _;
 use lockguard_testing::RedisServer;
 use lockguard_testing::faults::{
-    Holding, Kill, a_killed_holder_is_replaced, at_least_outlives_the_process_that_took_it,
-    hold_until_killed,
+    Holding, Kill, a_killed_holder_is_replaced,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    at_least_outlives_the_process_that_took_it, hold_until_killed,
 };
 
 /// The lease of the child's hold, renewed by its watchdog while it lives.
@@ -50,6 +51,17 @@ async fn a_killed_writer_frees_the_read_write_lock_within_its_lease() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_process_is_replaced_within_its_lease() {
     killed(Holding::Leader).await;
+}
+
+/// A waiter process frozen while the lock is handed to it, past its
+/// lease: resumed, it does not hold the lock while another does; it gets
+/// it after, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_waiter_never_holds_a_grant_it_slept_through_on_redis() {
+    let server = RedisServer::start();
+    let lg = Client::connect_redis(&server.url()).await.unwrap();
+    let kill = Kill::new("child_holder", &server.url(), LEASE);
+    a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
 
 /// A scheduled job's process releases its lock before its `at_least` and

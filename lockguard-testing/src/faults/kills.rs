@@ -48,10 +48,9 @@ const ELECTION: &str = "killed-election";
 const JOB: &str = "exited-job";
 const JOB_AT_LEAST: Duration = Duration::from_secs(3);
 const JOB_LEASE: Duration = Duration::from_secs(4);
-/// The lock [`Holding::Waiter`] waits for, its lease (no watchdog), and
-/// how long it waits.
+/// The lock [`Holding::Waiter`] waits for (its lease is the child's, with
+/// no watchdog), and how long it waits.
 const PAUSED: &str = "paused-waiter";
-const WAITER_LEASE: Duration = Duration::from_secs(1);
 const WAITER_WAIT: Duration = Duration::from_secs(60);
 
 /// What the killed process holds.
@@ -167,7 +166,7 @@ pub async fn hold_until_killed(lease: Duration, connect: impl AsyncFnOnce(&str) 
         Holding::Waiter => {
             match lg
                 .lock(PAUSED)
-                .lease(WAITER_LEASE)
+                .lease(lease)
                 .wait(WAITER_WAIT)
                 .acquire()
                 .await
@@ -405,14 +404,15 @@ pub async fn at_least_outlives_the_process_that_took_it(kill: Kill, lg: &Client)
 /// after `lg` releases it again, with a greater fencing token.
 ///
 /// The child is the store's child test that calls [`hold_until_killed`]
-/// (`kill` names it and the address; its lease and bound are not used).
+/// (`kill` names it, the address and its lease, a fixed one here; the
+/// bound is not used).
 ///
 /// # Panics
 ///
 /// When the waiter says it holds the lock before `lg` released it, or
 /// with a token not above `lg`'s, or when `lg` cannot take it back.
 pub async fn a_paused_waiter_never_holds_a_grant_it_slept_through(kill: Kill, lg: &Client) {
-    let lock = lg.lock(PAUSED).lease(Duration::from_secs(30));
+    let lock = lg.lock(PAUSED).watchdog(Duration::from_secs(3));
     let first = lock.try_acquire().await.expect("the parent takes the lock");
     let mut child = ChildProcess::spawn(
         &kill.child_test,
@@ -442,7 +442,7 @@ pub async fn a_paused_waiter_never_holds_a_grant_it_slept_through(kill: Kill, lg
         (Instant::now(), line, child)
     });
     // A waiter counting on its old grant says so at once.
-    tokio::time::sleep(WAITER_LEASE).await;
+    tokio::time::sleep(kill.lease.max(Duration::from_secs(1))).await;
     let released = Instant::now();
     assert!(
         second.release().await.expect("release"),

@@ -14,6 +14,7 @@ use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
     an_observer_follows_again_after_a_restart, at_least_outlives_the_process_that_took_it,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -676,6 +677,23 @@ async fn zookeeper_at_least_outlives_the_job_process_that_took_it() {
         Duration::from_secs(4),
     );
     at_least_outlives_the_process_that_took_it(kill, &lg).await;
+}
+
+/// The kit's scenario on ZooKeeper: a waiter process frozen while the
+/// lock is handed to it (its node heads the queue), past its 1 s session:
+/// resumed, it does not hold the lock while another does (its session
+/// expired, its node with it); it gets it after, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_paused_waiter_never_holds_a_grant_it_slept_through() {
+    let server = ZooKeeperServer::start();
+    let lg = connect(&server.hosts(), Client::builder()).await;
+    let module = module_path!().split_once("::").expect("a module").1;
+    let kill = Kill::new(
+        &format!("{module}::zookeeper_child_holder"),
+        &server.hosts(),
+        KILLED_SESSION * 3 / 5,
+    );
+    a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
 
 /// The kit's scenario on ZooKeeper: what a killed process held is freed
