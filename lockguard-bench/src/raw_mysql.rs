@@ -49,7 +49,7 @@ const RELEASE: &str = "CALL lockguard_lock_release(?, ?)";
 /// One raw try at the lock on `conn` (30 s lease), as lockguard's lock
 /// session sends it; whether it was taken.
 pub(crate) async fn try_lock(conn: &mut Conn, key: &str, token: &str) -> bool {
-    let (taken, _): (i64, Option<i64>) = conn
+    let (taken, _, _): (i64, Option<i64>, Option<i64>) = conn
         .exec_first(TRY, (key, token, 30_000i64))
         .await
         .expect("try")

@@ -1,7 +1,9 @@
 //! The etcd store against real servers under faults: a member killed and
 //! restarted, a member paused past a holder's lease TTL, the leader of a
 //! three-member cluster killed while a holder holds and clients wait,
-//! client processes killed while they hold or wait, and a writer, a
+//! client processes killed while they hold (a lock, a multi-lock, a
+//! read-write lock's write, an election's lead) or wait, a waiter process
+//! paused past the lease of a lock handed to it, and a writer, a
 //! multi-lock and a leader paused past their lease.
 //!
 //! Every test's name starts with `etcd`, so that `cargo test etcd` picks
@@ -17,10 +19,12 @@ use lockguard_etcd::testing::{EtcdCluster, EtcdServer};
 use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
-    PausePlan, a_kill_fails_fast_and_a_restart_is_recovered, a_pause_takes_the_leaders_lease,
+    Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
+    a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, an_observer_follows_again_after_a_restart,
-    takes_lock_within, the_next_holder_fences_out_the_old,
+    hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
 
 /// The lease TTL of a client whose loss the tests provoke: etcd's least
@@ -292,6 +296,75 @@ async fn etcd_child() {
             panic!("the waiting child was not killed while queued: {outcome:?}");
         }
     }
+}
+
+/// The child of the fault kit's process scenarios below, run only in the
+/// process they start: a client with a lease TTL of 1 s, its locks' lease
+/// (fixed, or the watchdog's) two thirds of it at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the kit's process tests"]
+async fn etcd_kit_child() {
+    hold_until_killed(KIT_LEASE, async |endpoints| {
+        Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .etcd_lease_ttl(SHORT_TTL)
+            .connect_etcd(endpoints)
+            .await
+    })
+    .await;
+}
+
+/// The lease of [`etcd_kit_child`]'s holds.
+const KIT_LEASE: Duration = Duration::from_millis(600);
+
+/// The kit's scenario: what a killed process held (a multi-lock, a
+/// read-write lock's write, an election's lead) is freed when etcd expires
+/// its 1 s lease (within 4 s of the kill, for a loaded machine), to the
+/// waiters in this process, with greater tokens, and never while the child
+/// lived.
+async fn killed(holding: Holding) {
+    let server = EtcdServer::start();
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let kill = Kill::new("etcd_kit_child", &server.endpoint(), KIT_LEASE)
+        .served_within(Duration::from_secs(4));
+    a_killed_holder_is_replaced(holding, kill, &lg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_multi_lock_holder_frees_every_key_with_its_lease() {
+    killed(Holding::MultiLock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_writer_process_frees_the_read_write_lock_with_its_lease() {
+    killed(Holding::Writer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_killed_leader_process_is_replaced_with_its_lease() {
+    killed(Holding::Leader).await;
+}
+
+/// The kit's scenario: a waiter process frozen while the lock is handed to
+/// it (its key heads the queue), past its 1 s lease: resumed, it does not
+/// hold the lock while another does (etcd expired its lease, and its key
+/// with it); it gets it after, with a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_paused_waiter_never_holds_a_grant_it_slept_through() {
+    let server = EtcdServer::start();
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let kill = Kill::new("etcd_kit_child", &server.endpoint(), KIT_LEASE);
+    a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
 
 /// This test binary run again as `etcd_child`, holding or waiting.

@@ -99,8 +99,44 @@ async fn findings(conn: &mut Conn) -> Result<Vec<Finding>> {
         )
     });
     out.push(replication(conn, on(&read_only)).await);
+    let max: u64 = one(conn, "SELECT @@GLOBAL.max_connections").await?;
+    let (_, connected): (String, u64) =
+        one(conn, "SHOW GLOBAL STATUS LIKE 'Threads_connected'").await?;
+    out.push(connections_finding(max, connected));
     out.push(schema(conn).await?);
     Ok(out)
+}
+
+/// Fewest connections left free before the check warns.
+const FEW_CONNECTIONS: u64 = 32;
+
+/// Each lock held or awaited is a connection of its client's own: the
+/// server's `max_connections` bounds them, with every client's pool.
+fn connections_finding(max: u64, connected: u64) -> Finding {
+    let free = max.saturating_sub(connected);
+    let what = format!(
+        "{max} allowed, {connected} in use: each lock held or awaited (a lock, an election, \
+         a scheduled job, each key of a multi-lock) is a connection of its client's own, \
+         beside each client's pool"
+    );
+    if free < FEW_CONNECTIONS {
+        Finding::new(
+            Verdict::Warn,
+            "max_connections",
+            format!(
+                "{what}; only {free} free, so further locks and waits fail to connect; \
+                 raise max_connections"
+            ),
+            AVAILABILITY,
+        )
+    } else {
+        Finding::new(
+            Verdict::Ok,
+            "max_connections",
+            format!("{what}; {free} free"),
+            AVAILABILITY,
+        )
+    }
 }
 
 /// Whether a setting read as text is on.
@@ -460,6 +496,13 @@ mod tests {
                 "{log_bin} {format}"
             );
         }
+    }
+
+    #[test]
+    fn few_free_connections_warn() {
+        assert_eq!(connections_finding(151, 10).verdict, Verdict::Ok);
+        assert_eq!(connections_finding(151, 130).verdict, Verdict::Warn);
+        assert_eq!(connections_finding(10, 30).verdict, Verdict::Warn);
     }
 
     #[test]

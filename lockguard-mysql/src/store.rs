@@ -100,8 +100,9 @@ impl Statements {
             // in their queue's order (`n` is a holder's fence, a waiter's
             // arrival). The newest token is what `inspect`, `rw_inspect`
             // and `lock_inspect` report. A lock's holder is its lease
-            // running (locks.sql), its waiters the sessions waiting in
-            // GET_LOCK.
+            // running (locks.sql), or its kept time (`at_least`) after a
+            // restart emptied the MEMORY table; its waiters the sessions
+            // waiting in GET_LOCK.
             survey: format!(
                 "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
@@ -119,6 +120,13 @@ impl Statements {
                      CAST(CEIL((f.expires_us - t.now) / 1000) AS SIGNED) \
                      FROM {p}lock_fences f, (SELECT {now} AS now) t \
                      WHERE f.k >= ? AND f.k < ? AND f.expires_us > t.now \
+                   UNION ALL \
+                   SELECT k.k, 0, 0, k.token, 0, k.fence, \
+                     CAST(CEIL((k.until_us - t.now) / 1000) AS SIGNED) \
+                     FROM {p}lock_kept k, (SELECT {now} AS now) t \
+                     WHERE k.k >= ? AND k.k < ? AND k.until_us > t.now \
+                       AND NOT EXISTS (SELECT 1 FROM {p}lock_fences f \
+                                        WHERE f.h = k.h AND f.expires_us > t.now) \
                    UNION ALL \
                    SELECT h.k, 1, 0, h.token, h.is_read, h.fence, \
                      CAST(CEIL((h.expires_us - t.now) / 1000) AS SIGNED) \
@@ -707,7 +715,7 @@ impl LockStore for MySqlStore {
         let what = || format!("listing the locks under {prefix:?}");
         let (start, end) = prefix_range(prefix);
         let (s, e) = (start.as_slice(), end.as_slice());
-        let params: Vec<mysql_async::Value> = [s, e, s, e, s, e, s, e, s, e, s, e]
+        let params: Vec<mysql_async::Value> = [s, e, s, e, s, e, s, e, s, e, s, e, s, e]
             .into_iter()
             .map(|b| mysql_async::Value::Bytes(b.to_vec()))
             .collect();

@@ -164,3 +164,27 @@ async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
     assert!(rw.write().try_acquire().await.unwrap_err().is_busy());
     assert!(read.release().await.unwrap());
 }
+
+/// Each lock held or awaited is a connection of its client's own:
+/// `lockguard check` reads `max_connections` against the connections in
+/// use, and warns when few are left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_check_counts_connections_against_max_connections() {
+    let server = MariaDbServer::start();
+    let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
+    let finding = report
+        .about("max_connections")
+        .next()
+        .unwrap_or_else(|| panic!("no max_connections finding: {report:?}"));
+    assert_eq!(finding.verdict, Verdict::Ok, "{finding:?}");
+    assert!(finding.detail.contains("allowed"), "{finding:?}");
+
+    server.sql("SET GLOBAL max_connections = 20");
+    let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
+    let finding = report.about("max_connections").next().unwrap();
+    assert_eq!(finding.verdict, Verdict::Warn, "{finding:?}");
+    assert!(
+        finding.detail.contains("raise max_connections"),
+        "{finding:?}"
+    );
+}

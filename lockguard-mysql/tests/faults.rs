@@ -456,3 +456,29 @@ async fn mysql_at_least_outlives_a_crash() {
     let other = client(&server).await;
     at_least_outlives_a_crash(&mut server, &holder, &other).await;
 }
+
+/// A lock released before its `at_least` passed, across a crash and
+/// restart of the server: `lockguard locks` (the survey) still lists it,
+/// kept by its holder's token, from its InnoDB row (the MEMORY table of
+/// leases is empty after the restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lock_kept_across_a_restart_is_listed() {
+    let mut server = MariaDbServer::start();
+    let lg = client(&server).await;
+    let g = lg
+        .lock("kept-listed")
+        .at_least(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(g.release().await.unwrap());
+    server.kill();
+    server.restart();
+    let listed = eventually(Duration::from_secs(20), async || lg.locks("*").await).await;
+    assert!(
+        listed
+            .iter()
+            .any(|l| l.name == "kept-listed" && !l.holders.is_empty()),
+        "{listed:?}"
+    );
+}
