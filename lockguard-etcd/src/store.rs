@@ -46,7 +46,7 @@
 //! token (see `survey`); the holder's next renewal, which compares its
 //! key's create revision, finds it gone.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -117,6 +117,10 @@ pub(crate) struct EtcdStore {
     inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
     /// This client's queue keys, by the token they were created for.
     nodes: Arc<Nodes>,
+    /// Tokens a request to create whose key went unanswered (a timeout, a
+    /// lost connection): etcd may still apply it, late (a member frozen
+    /// with it, then resumed), after the key's deletion.
+    unanswered: Mutex<HashSet<Token>>,
     /// The ends of the holds' leases.
     lease_ends: Arc<LeaseEnds>,
     /// The leases rate-limit state is attached to.
@@ -413,6 +417,7 @@ impl EtcdStore {
             prefix,
             inbox: Arc::new(OnceLock::new()),
             nodes,
+            unanswered: Mutex::default(),
             lease_ends,
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
@@ -436,6 +441,31 @@ impl EtcdStore {
 
     fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Node>> {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unanswered(&self) -> std::sync::MutexGuard<'_, HashSet<Token>> {
+        self.unanswered.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `txn`, which creates the keys of `tokens`; a token whose
+    /// request goes unanswered is remembered (see
+    /// [`unanswered`](Self::unanswered)) until its key is deleted.
+    async fn creating(&self, what: &str, tokens: &[Token], txn: Txn) -> Result<TxnResponse> {
+        let answer = self.txn(what, txn).await;
+        if answer.is_err() {
+            self.unanswered().extend(tokens.iter().copied());
+        }
+        answer
+    }
+
+    /// After the deletion of `token`'s key `key`: a request that may still
+    /// create it again (see [`unanswered`](Self::unanswered)) is looked for
+    /// over a minute; otherwise over the response timeout, as any lost
+    /// answer's (see [`sweep_later`](Self::sweep_later)).
+    fn deleted(&self, token: &Token, key: String) {
+        if self.unanswered().remove(token) {
+            self.sweep_later(key, UNANSWERED_SWEEP);
+        }
     }
 
     /// The prefix of a lock's queue.
@@ -656,7 +686,9 @@ impl EtcdStore {
             let txn = Txn::new()
                 .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
                 .and_then([put, Self::listing(&dir)]);
-            let answer = self.txn("joining a lock's queue", txn).await?;
+            let answer = self
+                .creating("joining a lock's queue", &[*token], txn)
+                .await?;
             if answer.succeeded() {
                 Queue::of(&last_get(&answer)?)
             } else {
@@ -726,8 +758,9 @@ impl EtcdStore {
             )])
             .and_then([TxnOp::delete(key.as_str(), None)]);
         if self.txn("leaving a lock's queue", txn).await.is_err() {
-            self.discard(key, created);
+            self.discard(key.clone(), created);
         }
+        self.deleted(token, key);
     }
 
     /// A lock's (or a writer's) attempt that never queues: the key is
@@ -756,7 +789,7 @@ impl EtcdStore {
         let txn = Txn::new()
             .when([Compare::version(dir, CompareOp::Equal, 0).with_prefix()])
             .and_then([put]);
-        let answer = self.txn("taking a lock", txn).await?;
+        let answer = self.creating("taking a lock", &[*token], txn).await?;
         if !answer.succeeded() {
             // Busy: the holder's key, to tell a kept lock's time left.
             let first = GetOptions::new()
@@ -887,11 +920,13 @@ impl EtcdStore {
         tokio::spawn(discard_in(Arc::downgrade(&self.session), key, created));
     }
 
-    /// Deletes the key `key` again a few times over the next response
-    /// timeout: a request that created it, given up by its caller, may be
-    /// applied after the deletion that was to undo it. (A token is never
-    /// used again once released, so its key is nobody else's.)
-    fn sweep_later(&self, key: String) {
+    /// Deletes the key `key` again whenever it is found over the next
+    /// `window` (at least the response timeout): a request that created
+    /// it, given up by its caller, may be applied after the deletion that
+    /// was to undo it. (A token is never used again once released, so its
+    /// key is nobody else's.) Looking is a read; a deletion is sent only
+    /// for a key found.
+    fn sweep_later(&self, key: String, window: Duration) {
         let session = Arc::downgrade(&self.session);
         let nodes = Arc::downgrade(&self.nodes);
         tokio::spawn(async move {
@@ -914,16 +949,24 @@ impl EtcdStore {
                 }) {
                     return;
                 }
-                let deleted = bounded(
+                let found = bounded(
                     timeout,
-                    "deleting a lock's key",
-                    client.delete(key.as_str(), None),
+                    "looking for a lock's key",
+                    client.get(key.as_str(), Some(GetOptions::new().with_count_only())),
                 )
                 .await;
-                if deleted.is_ok_and(|r| r.deleted() > 0) {
-                    tracing::debug!(key = %key, "deleted a key created after its release");
+                if found.is_ok_and(|r| r.count() > 0) {
+                    let deleted = bounded(
+                        timeout,
+                        "deleting a lock's key",
+                        client.delete(key.as_str(), None),
+                    )
+                    .await;
+                    if deleted.is_ok_and(|r| r.deleted() > 0) {
+                        tracing::debug!(key = %key, "deleted a key created after its release");
+                    }
                 }
-                if waited >= timeout {
+                if waited >= window.max(timeout) {
                     return;
                 }
                 pause = (pause * 4).min(timeout);
@@ -948,17 +991,24 @@ impl EtcdStore {
             });
             return match deleted {
                 Ok(deleted) => {
-                    if deleted == 0 {
+                    if self.unanswered().remove(token) {
+                        self.sweep_later(key, UNANSWERED_SWEEP);
+                    } else if deleted == 0 {
                         // The acquisition's request may still be on its
                         // way (etcd orders no two requests of one client):
                         // look for its key again a little later.
-                        self.sweep_later(key);
+                        self.sweep_later(key, Duration::ZERO);
                     }
                     Ok(deleted > 0)
                 }
                 Err(e) => {
                     self.discard(key.clone(), 0);
-                    self.sweep_later(key);
+                    let window = if self.unanswered().remove(token) {
+                        UNANSWERED_SWEEP
+                    } else {
+                        Duration::ZERO
+                    };
+                    self.sweep_later(key, window);
                     Err(e)
                 }
             };
@@ -978,6 +1028,7 @@ impl EtcdStore {
         match deleted {
             Ok(answer) => {
                 self.nodes().remove(token);
+                self.deleted(token, key);
                 Ok(holding && answer.deleted() > 0)
             }
             Err(e) => {
@@ -985,7 +1036,8 @@ impl EtcdStore {
                     // A waiter's key must not stay in the queue. (A
                     // holder's is deleted when its lease ends.)
                     self.nodes().remove(token);
-                    self.discard(key, created);
+                    self.discard(key.clone(), created);
+                    self.deleted(token, key);
                 }
                 Err(e)
             }
@@ -1180,7 +1232,9 @@ impl EtcdStore {
             })
             .collect();
         let txn = Txn::new().when(free).and_then(puts).or_else(looks);
-        let answer = self.txn("taking several locks", txn).await?;
+        let answer = self
+            .creating("taking several locks", set.tokens(), txn)
+            .await?;
         if !answer.succeeded() {
             let index = answer
                 .op_responses()
@@ -1292,6 +1346,14 @@ impl Drop for EtcdStore {
 
 /// The nodes of a store, shared with its tasks.
 type Nodes = Mutex<HashMap<Token, Node>>;
+
+/// How long a key is looked for after its deletion when a request that
+/// created it went unanswered: etcd applies such a request when the
+/// member that holds it resumes (seen 1.3 s late in the history checker:
+/// a member frozen with it, after its caller had retried elsewhere, taken
+/// the lock and released it), and a key created then would stay in the
+/// queue, on this client's live lease, ahead of every waiter.
+const UNANSWERED_SWEEP: Duration = Duration::from_secs(60);
 
 /// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
 /// or released since: its key is deleted in the background.

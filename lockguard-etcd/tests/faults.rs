@@ -510,3 +510,69 @@ async fn etcd_cut_connections_keep_wake_ups() {
         );
     }
 }
+
+/// A request that created a waiter's key but went unanswered (the member
+/// froze with it) may be applied late, after the client took the lock by
+/// another attempt and released it: the key would stay in the queue, on
+/// the client's live lease, ahead of every waiter. The client looks for
+/// such a key after its release and deletes it. (The late creation is
+/// made here by the test, with the client's key name and lease: which of
+/// the waiter's requests etcd applies late is a matter of timing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
+    use lockguard_etcd::etcd_client::{GetOptions, PutOptions};
+    let mut server = EtcdServer::start();
+    let ttl = Duration::from_secs(30);
+    let a = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(200)),
+        ttl,
+    )
+    .await;
+    let b = connect(&server.endpoint(), Client::builder(), ttl).await;
+    let held = b.lock("late").acquire().await.unwrap();
+    // `a` waits; its first request to join the queue goes unanswered.
+    server.pause();
+    let waiting = tokio::spawn({
+        let a = a.clone();
+        async move {
+            a.lock("late")
+                .lease(Duration::from_secs(10))
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    server.resume();
+    assert!(held.release().await.unwrap());
+    let guard = waiting.await.unwrap().expect("a takes the lock");
+    // Its key's name and lease, as etcd has them.
+    let mut raw = lockguard_etcd::etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let listed = raw
+        .get("/lockguard/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap();
+    let mine: Vec<_> = listed
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key_str().is_ok_and(|k| k.contains("late")))
+        .map(|kv| (kv.key().to_vec(), kv.value().to_vec(), kv.lease()))
+        .collect();
+    assert_eq!(mine.len(), 1, "the holder's key alone: {mine:?}");
+    let (key, value, lease) = mine[0].clone();
+    assert!(guard.release().await.unwrap());
+    // The late creation, after the release.
+    raw.put(key, value, Some(PutOptions::new().with_lease(lease)))
+        .await
+        .unwrap();
+    let next = b
+        .lock("late")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the late key is deleted, and the next waiter takes the lock");
+    assert!(next.release().await.unwrap());
+}
