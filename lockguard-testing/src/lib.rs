@@ -325,11 +325,10 @@ impl RedisServer {
 
     fn signal(&self, sig: libc::c_int) {
         if let Some(pid) = self.pid() {
-            let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
-            // SAFETY: sending a signal to a child process we own has no
-            // memory-safety requirements.
-            let rc = unsafe { libc::kill(pid, sig) };
-            assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+            assert!(
+                crate::process::signal(pid, sig),
+                "kill({pid}, {sig}) failed"
+            );
         }
     }
 

@@ -480,10 +480,8 @@ impl PostgresServer {
         let mut pids = vec![pid];
         pids.extend(children_of(pid));
         for p in pids {
-            let p = libc::pid_t::try_from(p).expect("pid fits pid_t");
-            // SAFETY: signalling processes we started has no memory-safety
-            // requirements. One that already exited is not an error.
-            unsafe { libc::kill(p, sig) };
+            // One that already exited is not an error.
+            crate::process::signal(p, sig);
         }
     }
 

@@ -184,6 +184,14 @@ impl ServerProcess for ZooKeeperServer {
     }
 }
 
+/// Sends `sig` to the process `pid`, one the harness started: whether it
+/// was sent (a process that already exited is not there to signal).
+pub(crate) fn signal(pid: u32, sig: libc::c_int) -> bool {
+    let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
+    // SAFETY: sending a signal has no memory-safety requirements.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
 /// The running test binary started again as one of its ignored tests, so
 /// that a test has a client in a process of its own to kill. Its standard
 /// output is read line by line; it is killed and reaped on drop, whatever
@@ -260,11 +268,9 @@ impl ChildProcess {
     }
 
     fn signal(&self, sig: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid fits pid_t");
-        // SAFETY: sending a signal to a child process we own (not reaped
-        // while `self` lives) has no memory-safety requirements.
-        let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig}) failed");
+        // Not reaped while `self` lives: the pid is still the child's.
+        let pid = self.child.id();
+        assert!(signal(pid, sig), "kill({pid}, {sig}) failed");
     }
 
     /// SIGKILLs the child and checks it was still running.

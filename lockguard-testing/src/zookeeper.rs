@@ -416,11 +416,9 @@ impl ZooKeeperServer {
 
     fn signal(&self, sig: libc::c_int) {
         if let Some(pid) = self.pid() {
-            let pid = libc::pid_t::try_from(pid).expect("pid fits pid_t");
-            // SAFETY: signalling a process we started has no memory-safety
-            // requirements. One that already exited is not an error (the
-            // watcher has not reaped it, so the pid is still ours).
-            unsafe { libc::kill(pid, sig) };
+            // One that already exited is not an error (the watcher has not
+            // reaped it, so the pid is still ours).
+            crate::process::signal(pid, sig);
         }
     }
 
