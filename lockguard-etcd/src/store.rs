@@ -53,9 +53,9 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use etcd_client::{
-    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, KvClient, PutOptions,
-    SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient, WatchFilterType,
-    WatchOptions,
+    Client as EtcdClient, Compare, CompareOp, GetOptions, KeyValue, KvClient,
+    LeaseTimeToLiveOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
+    TxnResponse, WatchClient, WatchFilterType, WatchOptions,
 };
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -121,6 +121,9 @@ pub(crate) struct EtcdStore {
     /// lost connection): etcd may still apply it, late (a member frozen
     /// with it, then resumed), after the key's deletion.
     unanswered: Mutex<HashSet<Token>>,
+    /// The keys of unanswered tokens this client gave up: looked for on
+    /// its lease for as long as the lease lasts (see [`Orphans`]).
+    orphans: Arc<Orphans>,
     /// The ends of the holds' leases.
     lease_ends: Arc<LeaseEnds>,
     /// The leases rate-limit state is attached to.
@@ -418,6 +421,7 @@ impl EtcdStore {
             inbox: Arc::new(OnceLock::new()),
             nodes,
             unanswered: Mutex::default(),
+            orphans: Arc::default(),
             lease_ends,
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
@@ -460,11 +464,30 @@ impl EtcdStore {
 
     /// After the deletion of `token`'s key `key`: a request that may still
     /// create it again (see [`unanswered`](Self::unanswered)) is looked for
-    /// over a minute; otherwise over the response timeout, as any lost
-    /// answer's (see [`sweep_later`](Self::sweep_later)).
+    /// until the client's lease ends (see [`orphaned`](Self::orphaned)).
     fn deleted(&self, token: &Token, key: String) {
         if self.unanswered().remove(token) {
-            self.sweep_later(key, UNANSWERED_SWEEP);
+            self.orphaned(key);
+        }
+    }
+
+    /// `key`, whose token this client gave up after a request to create
+    /// it went unanswered: etcd may still apply that request, however late
+    /// (a member frozen with it, then resumed), and the key it creates,
+    /// on this client's lease, would stay ahead of every waiter of its
+    /// queue. It is looked for by reads of its own over the lease's TTL
+    /// (see [`sweep_later`](Self::sweep_later)), and among the keys of the
+    /// client's lease (see [`Orphans`]) until the lease ends.
+    fn orphaned(&self, key: String) {
+        let lease = self.session.lease();
+        self.sweep_later(key.clone(), lease.granted);
+        let lease = lease.id;
+        if self.orphans.add(lease, key) {
+            tokio::spawn(sweep_orphans(
+                Arc::downgrade(&self.session),
+                Arc::downgrade(&self.nodes),
+                Arc::downgrade(&self.orphans),
+            ));
         }
     }
 
@@ -992,7 +1015,7 @@ impl EtcdStore {
             return match deleted {
                 Ok(deleted) => {
                     if self.unanswered().remove(token) {
-                        self.sweep_later(key, UNANSWERED_SWEEP);
+                        self.orphaned(key);
                     } else if deleted == 0 {
                         // The acquisition's request may still be on its
                         // way (etcd orders no two requests of one client):
@@ -1003,12 +1026,11 @@ impl EtcdStore {
                 }
                 Err(e) => {
                     self.discard(key.clone(), 0);
-                    let window = if self.unanswered().remove(token) {
-                        UNANSWERED_SWEEP
+                    if self.unanswered().remove(token) {
+                        self.orphaned(key);
                     } else {
-                        Duration::ZERO
-                    };
-                    self.sweep_later(key, window);
+                        self.sweep_later(key, Duration::ZERO);
+                    }
                     Err(e)
                 }
             };
@@ -1347,13 +1369,132 @@ impl Drop for EtcdStore {
 /// The nodes of a store, shared with its tasks.
 type Nodes = Mutex<HashMap<Token, Node>>;
 
-/// How long a key is looked for after its deletion when a request that
-/// created it went unanswered: etcd applies such a request when the
-/// member that holds it resumes (seen 1.3 s late in the history checker:
-/// a member frozen with it, after its caller had retried elsewhere, taken
-/// the lock and released it), and a key created then would stay in the
-/// queue, on this client's live lease, ahead of every waiter.
-const UNANSWERED_SWEEP: Duration = Duration::from_secs(60);
+/// The most keys [`Orphans`] keeps: each is a request that went unanswered
+/// during a fault, so a client reaching it has lived through thousands.
+const MAX_ORPHANS: usize = 4_096;
+
+/// The keys this client gave up whose creating request went unanswered,
+/// on its current lease (see [`EtcdStore::orphaned`]). While there are
+/// any, a task lists the keys of the client's lease (`LeaseTimeToLive` with
+/// its keys: one request, a third of the lease's TTL apart, as its
+/// keep-alives) and deletes those found, attached to the lease still; the
+/// keys go when the lease does, so they are kept until then.
+#[derive(Default)]
+struct Orphans {
+    state: Mutex<OrphanState>,
+}
+
+#[derive(Default)]
+struct OrphanState {
+    /// The lease the keys were given up on.
+    lease: i64,
+    keys: HashSet<String>,
+    /// Whether a task is sweeping them.
+    sweeping: bool,
+}
+
+impl Orphans {
+    fn state(&self) -> std::sync::MutexGuard<'_, OrphanState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds `key`, given up on `lease`; true when a task must start
+    /// sweeping.
+    fn add(&self, lease: i64, key: String) -> bool {
+        let mut state = self.state();
+        state.on_lease(lease);
+        if state.keys.len() >= MAX_ORPHANS {
+            tracing::warn!(
+                key = %key,
+                "{MAX_ORPHANS} keys of unanswered requests already looked for on this \
+                 client's etcd lease: this one is not (should etcd create it late, its \
+                 queue waits for the lease to end)"
+            );
+            return false;
+        }
+        state.keys.insert(key);
+        !std::mem::replace(&mut state.sweeping, true)
+    }
+
+    /// The keys to look for on `lease`; none (and the sweeping task told
+    /// to end) when there are none.
+    fn wanted(&self, lease: i64) -> Option<HashSet<String>> {
+        let mut state = self.state();
+        state.on_lease(lease);
+        if state.keys.is_empty() {
+            state.sweeping = false;
+            return None;
+        }
+        Some(state.keys.clone())
+    }
+}
+
+impl OrphanState {
+    /// Forgets the keys of an earlier lease: they went with it.
+    fn on_lease(&mut self, lease: i64) {
+        if self.lease != lease {
+            self.lease = lease;
+            self.keys.clear();
+        }
+    }
+}
+
+/// Lists the keys of the session's lease, a third of its TTL apart, and
+/// deletes those of `orphans` found on it (unless the client uses the key
+/// again), until there are none to look for.
+async fn sweep_orphans(session: Weak<Session>, nodes: Weak<Nodes>, orphans: Weak<Orphans>) {
+    loop {
+        let Some(pause) = session.upgrade().map(|s| s.lease().granted / 3) else {
+            return;
+        };
+        tokio::time::sleep(pause).await;
+        let (Some(session), Some(orphans)) = (session.upgrade(), orphans.upgrade()) else {
+            return;
+        };
+        let lease = session.lease().id;
+        let Some(wanted) = orphans.wanted(lease) else {
+            return;
+        };
+        let mut client = session.client();
+        let timeout = session.timeout();
+        drop(session);
+        let listed = bounded(
+            timeout,
+            "listing the keys of the etcd lease",
+            client.lease_time_to_live(lease, Some(LeaseTimeToLiveOptions::new().with_keys())),
+        )
+        .await;
+        let Ok(listed) = listed else {
+            continue;
+        };
+        for key in listed.keys() {
+            let Some(key) = std::str::from_utf8(key)
+                .ok()
+                .filter(|k| wanted.contains(*k))
+            else {
+                continue;
+            };
+            let in_use = nodes.upgrade().is_some_and(|n| {
+                n.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .any(|node| node.key == key)
+            });
+            if in_use {
+                continue;
+            }
+            // Only while it is attached to the lease still: nothing but
+            // the late request put it there.
+            let txn = Txn::new()
+                .when([Compare::lease(key, CompareOp::Equal, lease)])
+                .and_then([TxnOp::delete(key, None)]);
+            let deleted = bounded(timeout, "deleting a lock's key", client.txn(txn)).await;
+            if deleted.is_ok_and(|r| r.succeeded()) {
+                tracing::debug!(key = %key, "deleted a key created long after its release");
+            }
+        }
+    }
+}
 
 /// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
 /// or released since: its key is deleted in the background.

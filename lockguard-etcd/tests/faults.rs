@@ -520,9 +520,23 @@ async fn etcd_cut_connections_keep_wake_ups() {
 /// the waiter's requests etcd applies late is a matter of timing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
+    late_key_is_deleted(Duration::from_secs(30), Duration::ZERO).await;
+}
+
+/// The same, with the key created again long after the release: past the
+/// lease's TTL, over which the client reads the key's name, it finds the
+/// key among its lease's keys (a third of the TTL apart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_key_created_long_after_its_release_is_found_on_the_lease() {
+    late_key_is_deleted(Duration::from_secs(3), Duration::from_secs(4)).await;
+}
+
+/// A waiter's join goes unanswered; it takes the lock by another attempt
+/// and releases it; `late` later its key is created again, on its lease
+/// (`ttl`): the next waiter must take the lock all the same.
+async fn late_key_is_deleted(ttl: Duration, late: Duration) {
     use lockguard_etcd::etcd_client::{GetOptions, PutOptions};
     let mut server = EtcdServer::start();
-    let ttl = Duration::from_secs(30);
     let a = connect(
         &server.endpoint(),
         Client::builder().response_timeout(Duration::from_millis(200)),
@@ -537,7 +551,7 @@ async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
         let a = a.clone();
         async move {
             a.lock("late")
-                .lease(Duration::from_secs(10))
+                .lease(Duration::from_secs(1))
                 .wait(Duration::from_secs(20))
                 .acquire()
                 .await
@@ -564,6 +578,7 @@ async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
     assert_eq!(mine.len(), 1, "the holder's key alone: {mine:?}");
     let (key, value, lease) = mine[0].clone();
     assert!(guard.release().await.unwrap());
+    tokio::time::sleep(late).await;
     // The late creation, after the release.
     raw.put(key, value, Some(PutOptions::new().with_lease(lease)))
         .await
@@ -575,4 +590,5 @@ async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
         .await
         .expect("the late key is deleted, and the next waiter takes the lock");
     assert!(next.release().await.unwrap());
+    drop(a);
 }
