@@ -186,10 +186,7 @@ impl LockSessions for MySqlSessions {
         let params = (key, token.as_str(), net::millis(lease)).into();
         let row = self.one(session, &self.wait_sql, params, &what).await?;
         match read_row::<(i64, Option<i64>, Option<i64>)>(row, &what)? {
-            (1, n, waited) => Ok(Waited::new(
-                net::fence(n, &what)?,
-                Duration::from_micros(waited.and_then(|w| u64::try_from(w).ok()).unwrap_or(0)),
-            )),
+            (1, n, waited) => Ok(Waited::new(net::fence(n, &what)?, net::micros(waited))),
             other => Err(garbage(&what(), other)),
         }
     }

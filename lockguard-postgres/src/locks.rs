@@ -255,7 +255,7 @@ impl LockSessions for PgSessions {
         let mut n: Option<i64> = get(&row, 0, &what)?;
         // The wait's own: `lock_wait_out` records the lease later still.
         let waited: Option<i64> = get(&row, 1, &what)?;
-        let waited = Duration::from_micros(waited.and_then(|w| u64::try_from(w).ok()).unwrap_or(0));
+        let waited = net::micros(waited);
         if n.is_none() {
             row = session
                 .client

@@ -110,6 +110,13 @@ pub fn fence(n: Option<i64>, what: &dyn Fn() -> String) -> Result<crate::Fencing
         })
 }
 
+/// A span of the server's clock a statement answers in microseconds, such
+/// as how long a wait waited: none, or a negative one (the clock stepped
+/// back), is zero.
+pub fn micros(us: Option<i64>) -> Duration {
+    Duration::from_micros(us.and_then(|us| u64::try_from(us).ok()).unwrap_or(0))
+}
+
 /// A counter's time to live in milliseconds, 0 for none.
 pub fn ttl_millis(ttl: Option<Duration>) -> i64 {
     ttl.map_or(0, millis)
