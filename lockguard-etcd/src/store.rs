@@ -477,7 +477,11 @@ impl EtcdStore {
     /// on this client's lease, would stay ahead of every waiter of its
     /// queue. It is looked for by reads of its own over the lease's TTL
     /// (see [`sweep_later`](Self::sweep_later)), and among the keys of the
-    /// client's lease (see [`Orphans`]) until the lease ends.
+    /// client's lease (see [`Orphans`]) until the lease ends. Deleting it
+    /// by its name is safe as the token is never used again: it was
+    /// released, or given up by an attempt without a place (each of which
+    /// draws a token of its own), and a key this client records again is
+    /// looked past.
     fn orphaned(&self, key: String) {
         let lease = self.session.lease();
         self.sweep_later(key.clone(), lease.granted);
