@@ -1,4 +1,4 @@
--- Locks (schema version 9): the server's own user locks (GET_LOCK), each
+-- Locks (schema versions 9 and 10): the server's own user locks (GET_LOCK), each
 -- held by a database session of the client's own (locks.rs). A waiter
 -- waits in the server, whose queue grants the lock to its first waiter the
 -- moment the holder releases it or its session ends: no bell, no mail.
@@ -15,7 +15,11 @@
 -- A holder's lease is recorded there, so that the successor of a holder
 -- whose session ended unbeknownst to it (a cut connection, a client
 -- paused past its lease whose session the server ended) waits out that
--- lease; a release ends it first. A holder's session is ended by the
+-- lease; a release ends it just after its unlock. Each session that
+-- records a lease holds a user lock named for it while it lives
+-- (`lockguard session ` and its connection id), so a successor tells a
+-- lease whose session lives (released: only its own session unlocks a
+-- lock) from one whose session ended. A holder's session is ended by the
 -- server once idle past its lease (wait_timeout, whole seconds).
 --
 -- Routines here touch a MEMORY table in single statements only, never
@@ -54,8 +58,9 @@ CREATE TABLE IF NOT EXISTS __P__lock_kept (
   PRIMARY KEY (h)
 ) ENGINE=InnoDB
 -- ;;
--- Each session waiting in GET_LOCK, by connection id, for inspection and
--- survey: rows of sessions that ended are read past (and swept).
+-- Each session's latest wait in GET_LOCK, by connection id, for
+-- inspection and survey: a row counts while its session waits in
+-- GET_LOCK (its state `User lock`); rows of sessions that ended are swept.
 CREATE TABLE IF NOT EXISTS __P__lock_waits (
   conn BIGINT UNSIGNED NOT NULL,
   h BINARY(20) NOT NULL,
@@ -110,7 +115,9 @@ proc: BEGIN
   REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
   VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 31536000) = 1 THEN
-    DELETE FROM __P__lock_waits WHERE conn = CONNECTION_ID();
+    -- The wait's row stays (off the handoff's path) until this session's
+    -- next wait replaces it or the session ends: a row counts as a waiter
+    -- only while its session waits in GET_LOCK.
     wait_out: LOOP
       __DRAW__
       -- Another holder's lease runs unreleased: waited out (a release or
@@ -124,16 +131,19 @@ END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_release
 -- ;;
--- Ends token p_token's lease of lock p_key and unlocks it, on the hold's
--- session: answers whether the session held it. The lease ends first, so
--- the next holder, granted the lock at the unlock, finds it ended.
+-- Unlocks lock p_key on the hold's session, then ends token p_token's
+-- lease: answers whether the session held it. The unlock comes first, so
+-- the next holder is granted the lock with no statement before it; it
+-- finds the lease still running only in between, recorded by a session
+-- that lives (it runs this), which the draw reads as released.
 CREATE PROCEDURE __P__lock_release(p_key VARBINARY(2900), p_token VARBINARY(64))
 BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
+  DECLARE v_held INT DEFAULT COALESCE(RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h))), 0);
   UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
    WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
   SET SESSION wait_timeout = @@GLOBAL.wait_timeout;
-  SELECT COALESCE(RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h))), 0);
+  SELECT v_held;
 END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_lease
@@ -189,7 +199,14 @@ BEGIN
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
   DECLARE v_waiters BIGINT;
-  SELECT MAX(fence), MAX(IF(expires_us > v_now, CEIL((expires_us - v_now) / 1000), NULL))
+  -- A lease whose session lives but no longer holds the lock was
+  -- released (its end is on its way).
+  SELECT MAX(fence),
+         MAX(IF(expires_us > v_now
+                  AND NOT (conn IS NOT NULL
+                           AND IS_USED_LOCK(CONCAT('lockguard session ', conn)) <=> conn
+                           AND NOT (IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> conn)),
+                CEIL((expires_us - v_now) / 1000), NULL))
     INTO v_fence, v_left
     FROM __P__lock_fences WHERE h = v_h;
   IF v_left IS NULL THEN
@@ -197,9 +214,12 @@ BEGIN
     SELECT MAX(CEIL((until_us - v_now) / 1000)) INTO v_left
       FROM __P__lock_kept WHERE h = v_h AND until_us > v_now;
   END IF;
+  -- A wait's row stays after its grant: it counts while its session
+  -- waits in GET_LOCK.
   SELECT COUNT(*) INTO v_waiters FROM __P__lock_waits w
    WHERE w.h = v_h
-     AND EXISTS (SELECT 1 FROM information_schema.PROCESSLIST p WHERE p.ID = w.conn);
+     AND EXISTS (SELECT 1 FROM information_schema.PROCESSLIST p
+                  WHERE p.ID = w.conn AND p.STATE = 'User lock');
   SELECT IF(v_used OR v_left IS NOT NULL, 1, 0), v_left, v_waiters, COALESCE(v_fence, 0);
 END
 -- ;;

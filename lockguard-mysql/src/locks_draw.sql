@@ -8,10 +8,20 @@
 -- plus these, as it may read the answer long after), leaving the
 -- procedure.
 SET v_now = __NOW_US__;
+-- The session's own user lock, taken at its first draw and held while it
+-- lives: the mark by which a successor reads a lease it records.
+IF NOT (IS_USED_LOCK(CONCAT('lockguard session ', CONNECTION_ID())) <=> CONNECTION_ID()) THEN
+  DO GET_LOCK(CONCAT('lockguard session ', CONNECTION_ID()), 0);
+END IF;
 -- A point read by the row's hash (a derived table of the clock joined to
--- it costs the server twice as much).
+-- it costs the server twice as much). A running lease of another token
+-- is waited out unless its session lives: that session unlocked the lock
+-- (this one was granted it) and is about to end the lease.
 SELECT MAX(f.fence),
-       MAX(IF(f.expires_us > v_now AND NOT (f.token <=> p_token), f.expires_us - v_now, NULL))
+       MAX(IF(f.expires_us > v_now AND NOT (f.token <=> p_token)
+                AND NOT (f.conn IS NOT NULL
+                         AND IS_USED_LOCK(CONCAT('lockguard session ', f.conn)) <=> f.conn),
+              f.expires_us - v_now, NULL))
   INTO v_fence, v_left
   FROM __P__lock_fences f WHERE f.h = v_h;
 IF v_fence IS NULL THEN

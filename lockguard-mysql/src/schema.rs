@@ -26,7 +26,11 @@ use crate::error::{is_no_such_table, mysql_error};
 /// are the server's user locks (`GET_LOCK`) on sessions of the client's
 /// own, their fencing tokens and leases in MEMORY tables (`locks.sql`);
 /// `acquire_all` is gone (a multi-lock takes its keys one by one).
-pub(crate) const VERSION: i64 = 9;
+/// Version 10: a lock's release unlocks before it ends the lease, and a
+/// session that records a lease holds a user lock named for it, by which
+/// its successor reads the lease as released; a wait's row stays after its
+/// grant (off the handoff's path).
+pub(crate) const VERSION: i64 = 10;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

@@ -100,9 +100,10 @@ impl Statements {
             // in their queue's order (`n` is a holder's fence, a waiter's
             // arrival). The newest token is what `inspect`, `rw_inspect`
             // and `lock_inspect` report. A lock's holder is its lease
-            // running (locks.sql), or its kept time (`at_least`) after a
-            // restart emptied the MEMORY table; its waiters the sessions
-            // waiting in GET_LOCK.
+            // running (locks.sql) unless its session lives without the
+            // lock (released, the lease's end on its way), or its kept time
+            // (`at_least`) after a restart emptied the MEMORY table; its
+            // waiters the sessions waiting in GET_LOCK.
             survey: format!(
                 "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
@@ -120,6 +121,9 @@ impl Statements {
                      CAST(CEIL((f.expires_us - t.now) / 1000) AS SIGNED) \
                      FROM {p}lock_fences f, (SELECT {now} AS now) t \
                      WHERE f.k >= ? AND f.k < ? AND f.expires_us > t.now \
+                       AND NOT (f.conn IS NOT NULL \
+                         AND IS_USED_LOCK(CONCAT('lockguard session ', f.conn)) <=> f.conn \
+                         AND NOT (IS_USED_LOCK(CONCAT('lockguard ', HEX(f.h))) <=> f.conn)) \
                    UNION ALL \
                    SELECT k.k, 0, 0, k.token, 0, k.fence, \
                      CAST(CEIL((k.until_us - t.now) / 1000) AS SIGNED) \
@@ -140,7 +144,8 @@ impl Statements {
                    SELECT w.k, 0, 1, w.token, 0, w.since_us, NULL \
                      FROM {p}lock_waits w \
                      WHERE w.k >= ? AND w.k < ? \
-                       AND w.conn IN (SELECT p.ID FROM information_schema.PROCESSLIST p) \
+                       AND w.conn IN (SELECT p.ID FROM information_schema.PROCESSLIST p \
+                                       WHERE p.STATE = 'User lock') \
                    UNION ALL \
                    SELECT w.k, 1, 1, w.token, w.is_read, w.arrival, NULL \
                      FROM {p}rw_waiters w, (SELECT {now} AS now) t \

@@ -482,3 +482,95 @@ async fn mysql_a_lock_kept_across_a_restart_is_listed() {
         "{listed:?}"
     );
 }
+
+/// A lease's record on a session of the test's own: `(session, fencing
+/// token)` of a hold of `key` (the key as the store names it) for 30 s,
+/// taken with lockguard's own try.
+async fn raw_hold(server: &MariaDbServer, key: &str, token: &str) -> (mysql_async::Conn, i64) {
+    use mysql_async::prelude::Queryable as _;
+    let opts = mysql_async::Opts::from_url(&server.url()).expect("a mysql url");
+    let mut conn = mysql_async::Conn::new(opts).await.expect("connect");
+    let (taken, fence, _): (i64, Option<i64>, Option<i64>) = conn
+        .exec_first("CALL lockguard_lock_try(?, ?, 30000)", (key, token))
+        .await
+        .expect("lock_try")
+        .expect("lock_try's row");
+    assert_eq!(taken, 1, "the raw session took {key:?}");
+    (conn, fence.expect("a fencing token"))
+}
+
+/// A release unlocks before it ends its lease (no statement before the
+/// next holder's grant), so a successor may find a lease still running
+/// on a lock it was granted. It takes the lock at once when the session
+/// that recorded the lease lives (that session unlocked it: nothing else
+/// does), and waits the lease out when that session ended, as when a
+/// holder's connection was cut unbeknownst to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_running_lease_is_waited_out_only_when_its_session_ended() {
+    use mysql_async::prelude::Queryable as _;
+    let server = MariaDbServer::start();
+    let lg = client(&server).await;
+    // The store's name for the keys, from a hold of lockguard's own.
+    let g = lg.lock("unlocked").acquire().await.unwrap();
+    let row = server.sql(&format!(
+        "SELECT k, CONCAT('lockguard ', HEX(h)) FROM lockguard.lockguard_lock_fences WHERE fence = {}",
+        g.fencing_token().get()
+    ));
+    g.release().await.unwrap();
+    let (key, name) = row.split_once('\t').expect("the key's row");
+
+    // Unlocked by its live session with the lease still recorded: the
+    // moment between a release's two steps, held still.
+    let (mut live, fence) = raw_hold(&server, key, "raw-live").await;
+    let unlocked: Option<i64> = live
+        .exec_first("SELECT RELEASE_LOCK(?)", (name,))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(unlocked, Some(1));
+    let left = server.sql(&format!(
+        "SELECT expires_us > 0 FROM lockguard.lockguard_lock_fences WHERE token = 'raw-live'"
+    ));
+    assert_eq!(left, "1", "the raw session's lease is still recorded");
+    let next = lg
+        .lock("unlocked")
+        .try_acquire()
+        .await
+        .expect("a lease whose session lives and unlocked is not waited out");
+    assert!(next.fencing_token().get() > u64::try_from(fence).unwrap());
+    assert!(next.release().await.unwrap());
+
+    // The session of a hold ended unbeknownst to its holder (killed by an
+    // operator or a proxy): its lease is waited out.
+    let (cut, _) = raw_hold(&server, key, "raw-cut").await;
+    server.sql(&format!("KILL {}", cut.id()));
+    eventually(Duration::from_secs(5), async || {
+        let ended = server.sql(&format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {}",
+            cut.id()
+        ));
+        if ended == "0" {
+            Ok(())
+        } else {
+            Err(lockguard_core::Error::new(
+                ErrorKind::Unavailable,
+                "still running",
+            ))
+        }
+    })
+    .await;
+    let refused = lg.lock("unlocked").try_acquire().await;
+    let e = refused.expect_err("a lease whose session ended must be waited out");
+    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
+    let left = e.retry_after().expect("the lease's time left");
+    assert!(
+        left > Duration::from_secs(20),
+        "{left:?} left of a 30 s lease"
+    );
+    let state = lg.lock("unlocked").inspect().await.unwrap();
+    assert_eq!(
+        state.holders, 1,
+        "the cut holder's lease counts as a hold: {state:?}"
+    );
+    drop(live);
+}
