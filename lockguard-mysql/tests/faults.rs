@@ -528,9 +528,8 @@ async fn mysql_a_running_lease_is_waited_out_only_when_its_session_ended() {
         .unwrap()
         .unwrap();
     assert_eq!(unlocked, Some(1));
-    let left = server.sql(&format!(
-        "SELECT expires_us > 0 FROM lockguard.lockguard_lock_fences WHERE token = 'raw-live'"
-    ));
+    let left = server
+        .sql("SELECT expires_us > 0 FROM lockguard.lockguard_lock_fences WHERE token = 'raw-live'");
     assert_eq!(left, "1", "the raw session's lease is still recorded");
     let next = lg
         .lock("unlocked")
