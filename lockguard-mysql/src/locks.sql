@@ -87,12 +87,15 @@ proc: BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
+  __BEFORE_LOCK__
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 0) = 1 THEN
     __DRAW__
     -- Another holder's lease runs: given back.
     DO RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h)));
+    SET SESSION wait_timeout = @@GLOBAL.wait_timeout;
     SELECT 0, CEIL(v_left / 1000), NULL;
   ELSE
+    SET SESSION wait_timeout = @@GLOBAL.wait_timeout;
     SET v_now = __NOW_US__;
     SELECT 0, (SELECT CEIL((MAX(f.expires_us) - v_now) / 1000)
                  FROM __P__lock_fences f WHERE f.h = v_h AND f.expires_us > v_now), NULL;
@@ -114,6 +117,7 @@ proc: BEGIN
   DECLARE v_left BIGINT;
   REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
   VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
+  __BEFORE_LOCK__
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 31536000) = 1 THEN
     -- The wait's row stays (off the handoff's path) until this session's
     -- next wait replaces it or the session ends: a row counts as a waiter
@@ -133,9 +137,11 @@ DROP PROCEDURE IF EXISTS __P__lock_release
 -- ;;
 -- Unlocks lock p_key on the hold's session, then ends token p_token's
 -- lease: answers whether the session held it. The unlock comes first, so
--- the next holder is granted the lock with no statement before it; it
--- finds the lease still running only in between, recorded by a session
--- that lives (it runs this), which the draw reads as released.
+-- the next holder is granted the lock with no statement before it; its
+-- draw finds the lease still running only until the end that follows,
+-- recorded by a session that lives (it runs this), and reads it as
+-- released. The end is never skipped, even when the lock was handed on:
+-- the next holder's draw may run after this session's client closed it.
 CREATE PROCEDURE __P__lock_release(p_key VARBINARY(2900), p_token VARBINARY(64))
 BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;

@@ -3,16 +3,12 @@
 -- another holder's lease runs unreleased in the key's row (its session
 -- ended unbeknownst to it; v_left is then its µs left, and the caller
 -- goes on), draws a fencing token above the key's last and the clock in
--- µs, records a lease of p_lease_ms ms, and answers (1, fence, µs since
+-- µs, records a lease of p_lease_ms ms (the caller set its session up
+-- before it asked for the lock: locks_session.sql), and answers (1, fence, µs since
 -- the procedure began: the client counts the lease from its call's send
 -- plus these, as it may read the answer long after), leaving the
 -- procedure.
 SET v_now = __NOW_US__;
--- The session's own user lock, taken at its first draw and held while it
--- lives: the mark by which a successor reads a lease it records.
-IF NOT (IS_USED_LOCK(CONCAT('lockguard session ', CONNECTION_ID())) <=> CONNECTION_ID()) THEN
-  DO GET_LOCK(CONCAT('lockguard session ', CONNECTION_ID()), 0);
-END IF;
 -- A point read by the row's hash (a derived table of the clock joined to
 -- it costs the server twice as much). A running lease of another token
 -- is waited out unless its session lives: that session unlocked the lock
@@ -39,10 +35,6 @@ IF v_left IS NULL THEN
           v_now + LEAST(p_lease_ms, 315360000000) * 1000)
   ON DUPLICATE KEY UPDATE k = VALUES(k), fence = VALUES(fence), token = VALUES(token),
     conn = VALUES(conn), at_us = VALUES(at_us), expires_us = VALUES(expires_us);
-  -- Idle for no longer than the lease and a slack: a paused or cut-off
-  -- client's session ends, and the lock with it.
-  SET SESSION wait_timeout = LEAST(CEIL((LEAST(p_lease_ms, 315360000000)
-    + LEAST(GREATEST(p_lease_ms DIV 4, 50), 5000)) / 1000), 31536000);
   SELECT 1, v_fence, GREATEST(v_now - v_start, 0);
   LEAVE proc;
 END IF;

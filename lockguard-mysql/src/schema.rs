@@ -26,10 +26,12 @@ use crate::error::{is_no_such_table, mysql_error};
 /// are the server's user locks (`GET_LOCK`) on sessions of the client's
 /// own, their fencing tokens and leases in MEMORY tables (`locks.sql`);
 /// `acquire_all` is gone (a multi-lock takes its keys one by one).
-/// Version 10: a lock's release unlocks before it ends the lease, and a
-/// session that records a lease holds a user lock named for it, by which
-/// its successor reads the lease as released; a wait's row stays after its
-/// grant (off the handoff's path).
+/// Version 10: nothing runs between a lock's grant and the draw of its
+/// token: a release unlocks before it ends the lease (a session that
+/// records a lease holds a user lock named for it, by which its successor
+/// reads the lease as released), a try or wait sets its session up before
+/// it asks for the lock (`locks_session.sql`), and a wait's row stays
+/// after its grant.
 pub(crate) const VERSION: i64 = 10;
 
 /// The longest table prefix: the longest name made from it (an index
@@ -44,6 +46,10 @@ const SCHEMA: &str = concat!(
 
 /// The draw of a lock's try and wait (`__DRAW__` in `locks.sql`).
 const DRAW: &str = include_str!("locks_draw.sql");
+
+/// A lock's try's and wait's set-up of its session, before it asks for
+/// the lock (`__BEFORE_LOCK__` in `locks.sql`).
+const BEFORE_LOCK: &str = include_str!("locks_session.sql");
 
 /// The expression for lock `key`'s row key (`__LOCK_H__` in `locks.sql`,
 /// of the procedures' `p_key`) in tables named with `prefix`: the SHA-1 of
@@ -74,6 +80,7 @@ pub(crate) fn clock_us(datetime: &str) -> String {
 fn statements(prefix: &str) -> Vec<String> {
     SCHEMA
         .replace("__DRAW__", DRAW)
+        .replace("__BEFORE_LOCK__", BEFORE_LOCK)
         .replace("__LOCK_H__", &lock_h(prefix, "p_key"))
         .replace("__P__", prefix)
         .replace("__NOW_US__", &clock_us(NOW))
