@@ -41,7 +41,9 @@
 //!   client ends a hold whose lease ran out unrenewed, and the server ends
 //!   a holder's session idle past its lease (`wait_timeout`); a holder
 //!   whose session ended unbeknownst to it keeps its recorded lease, which
-//!   its successor waits out. A database restart, a failover or a session
+//!   its successor waits out (a release unlocks, then ends its lease; a
+//!   lease whose session still lives is read as released, by the user lock
+//!   each such session holds, schema version 10). A database restart, a failover or a session
 //!   ended by an operator frees the lock: its holder is told at its next
 //!   renewal. The rest of this list is about semaphores and read-write
 //!   locks.
