@@ -4,10 +4,10 @@
 -- ended unbeknownst to it; v_left is then its µs left, and the caller
 -- goes on), draws a fencing token above the key's last and the clock in
 -- µs, records a lease of p_lease_ms ms (the caller set its session up
--- before it asked for the lock: locks_session.sql), and answers (1, fence, µs since
--- the procedure began: the client counts the lease from its call's send
--- plus these, as it may read the answer long after), leaving the
--- procedure.
+-- before it asked for the lock: locks_session.sql), and answers (1,
+-- fence, µs since the procedure began: the client counts the lease from
+-- its call's send plus these, as it may read the answer long after),
+-- leaving the procedure.
 SET v_now = __NOW_US__;
 -- A point read by the row's hash (a derived table of the clock joined to
 -- it costs the server twice as much). A running lease of another token
