@@ -303,6 +303,7 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
                 .iter()
                 .map(|e| (e.key.clone(), e.modified))
                 .collect(),
+            read_at: 0,
             hands_over: false,
             ahead: None,
         }),
@@ -335,6 +336,11 @@ struct Target {
     /// them gone or written again wakes the waiter: it changed before the
     /// watch began.
     seen: Vec<(String, i64)>,
+    /// The revision of the read that saw `seen` (0: not known). A watch
+    /// that stands at this revision (its creation's answer says the store
+    /// had reached no later one) missed nothing: the read that checks
+    /// `seen` is left out.
+    read_at: i64,
     /// Whether the key's deletion makes the waiter the holder: it is the
     /// one key ahead that keeps it waiting (a lock's or a writer's
     /// predecessor at the head; a reader's writer, the first writer).
@@ -369,6 +375,7 @@ impl Target {
             prefix: false,
             puts: false,
             seen: vec![(entry.key.clone(), entry.modified)],
+            read_at: 0,
             hands_over: false,
             ahead: None,
         }
@@ -566,23 +573,22 @@ impl EtcdStore {
         key: &str,
         created: i64,
         admission: Admission,
-    ) -> Result<Queue> {
+    ) -> Result<(Queue, i64)> {
         if !matches!(admission, Admission::Permits(1) | Admission::Write) {
             let txn = Txn::new().and_then([Self::listing(dir)]);
-            return Ok(Queue::of(&last_get(
-                &self.txn("reading a lock's queue", txn).await?,
-            )?));
+            let answer = self.txn("reading a lock's queue", txn).await?;
+            return Ok((Queue::of(&last_get(&answer)?), revision(&answer)));
         }
         let near = |serializable| near(dir, key, created, serializable);
         if self.woken_by_deletion(token) {
             let answer = self.txn("reading a lock's queue", near(true)).await?;
             let queue = Queue::of(&all_gets(&answer)?);
             if queue.entries.first().is_some_and(|e| e.key == key) {
-                return Ok(queue);
+                return Ok((queue, revision(&answer)));
             }
         }
         let answer = self.txn("reading a lock's queue", near(false)).await?;
-        Ok(Queue::of(&all_gets(&answer)?))
+        Ok((Queue::of(&all_gets(&answer)?), revision(&answer)))
     }
 
     /// Whether the waiter `token` was woken by the deletion of the one key
@@ -692,7 +698,8 @@ impl EtcdStore {
                 .try_lock(keys, &dir, &key, admission, token, lease, session.id)
                 .await;
         }
-        let queue = if let Some((_, created, _)) = &known {
+        // The queue, and the revision of the read that found it.
+        let (queue, read_at) = if let Some((_, created, _)) = &known {
             // A waiter looking again: a read (a transaction with a write
             // in it goes through the log, and its disk, even when its
             // comparison fails).
@@ -717,10 +724,11 @@ impl EtcdStore {
                 .creating("joining a lock's queue", &[*token], txn)
                 .await?;
             if answer.succeeded() {
-                Queue::of(&last_get(&answer)?)
+                (Queue::of(&last_get(&answer)?), revision(&answer))
             } else {
                 let read = Txn::new().and_then([Self::listing(&dir)]);
-                Queue::of(&last_get(&self.txn("reading a lock's queue", read).await?)?)
+                let answer = self.txn("reading a lock's queue", read).await?;
+                (Queue::of(&last_get(&answer)?), revision(&answer))
             }
         };
         let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
@@ -745,9 +753,10 @@ impl EtcdStore {
             return Ok(Outcome::Busy(left));
         }
         let mut target = match target.key {
-            Some(_) => target,
+            Some(_) => Target { read_at, ..target },
             None => Target {
                 key: Some(dir.clone()),
+                read_at,
                 ..target
             },
         };
@@ -894,7 +903,8 @@ impl EtcdStore {
     /// The watch starts at the store's current revision, where etcd sends
     /// its events as they happen (a watch from an older revision catches
     /// up on a 100 ms tick); once it stands, one read checks that nothing
-    /// the waiter saw changed before it did.
+    /// the waiter saw changed before it did, unless the store had reached
+    /// no revision past the waiter's read when the watch was made.
     fn arm(&self, token: &Token, target: Target) {
         let inbox = self.inbox.clone();
         let waiter = *token;
@@ -1588,9 +1598,12 @@ async fn watch_until_changed(
     let Ok(mut stream) = watches.watch(key, Some(options)).await else {
         return LOOK_AGAIN;
     };
-    // The first answer says the watch stands.
-    let watched = match stream.message().await {
-        Ok(Some(r)) if !r.canceled() && r.events().is_empty() => r.watch_id(),
+    // The first answer says the watch stands, and the revision the store
+    // had reached just before (the watch starts after it).
+    let (watched, mut stood_at) = match stream.message().await {
+        Ok(Some(r)) if !r.canceled() && r.events().is_empty() => {
+            (r.watch_id(), header_revision(&r))
+        }
         _ => return LOOK_AGAIN,
     };
     let mut hands_over = target.hands_over;
@@ -1615,6 +1628,7 @@ async fn watch_until_changed(
                     return (gone(&r), hands_over);
                 }
                 Ok(Some(r)) if r.created() && r.watch_id() != watched => {
+                    stood_at = stood_at.max(header_revision(&r));
                     break Some(r.watch_id());
                 }
                 Ok(Some(_)) => {}
@@ -1622,7 +1636,15 @@ async fn watch_until_changed(
             }
         };
     }
-    match changed_meanwhile(&kv, timeout, &target.seen).await {
+    // Both watches stand from the revision of the waiter's read on: no
+    // write came between, so nothing it saw can have changed unseen.
+    let missed_nothing = target.read_at > 0 && stood_at == target.read_at;
+    let seen = if missed_nothing {
+        Seen::Same
+    } else {
+        changed_meanwhile(&kv, timeout, &target.seen).await
+    };
+    match seen {
         Seen::Same => {}
         Seen::Gone if target.ahead.is_none() => {
             return (!target.prefix && !target.puts, hands_over);
@@ -1794,6 +1816,13 @@ fn fence(revision: i64) -> Result<FencingToken> {
 
 /// The revision a transaction was applied at.
 fn revision(answer: &TxnResponse) -> i64 {
+    answer.header().map_or(0, |h| h.revision())
+}
+
+/// The revision in a watch answer's header: for the answer that says a
+/// watch was created, the store's revision just before it was (etcd's
+/// watch server reads it, then registers the watch from the next).
+fn header_revision(answer: &etcd_client::WatchResponse) -> i64 {
     answer.header().map_or(0, |h| h.revision())
 }
 
