@@ -490,16 +490,7 @@ impl EtcdStore {
     /// draws a token of its own), and a key this client records again is
     /// looked past.
     fn orphaned(&self, key: String) {
-        let lease = self.session.lease();
-        self.sweep_later(key.clone(), lease.granted);
-        let lease = lease.id;
-        if self.orphans.add(lease, key) {
-            tokio::spawn(sweep_orphans(
-                Arc::downgrade(&self.session),
-                Arc::downgrade(&self.nodes),
-                Arc::downgrade(&self.orphans),
-            ));
-        }
+        orphaned_in(&self.session, &self.nodes, &self.orphans, key);
     }
 
     /// The prefix of a lock's queue.
@@ -964,51 +955,12 @@ impl EtcdStore {
     /// key is nobody else's.) Looking is a read; a deletion is sent only
     /// for a key found.
     fn sweep_later(&self, key: String, window: Duration) {
-        let session = Arc::downgrade(&self.session);
-        let nodes = Arc::downgrade(&self.nodes);
-        tokio::spawn(async move {
-            let mut pause = Duration::from_millis(5);
-            let mut waited = Duration::ZERO;
-            loop {
-                tokio::time::sleep(pause).await;
-                waited += pause;
-                let Some((mut client, timeout)) =
-                    session.upgrade().map(|s| (s.client(), s.timeout()))
-                else {
-                    return;
-                };
-                // A key this client has since recorded is in use again.
-                if nodes.upgrade().is_some_and(|n| {
-                    n.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .values()
-                        .any(|node| node.key == key)
-                }) {
-                    return;
-                }
-                let found = bounded(
-                    timeout,
-                    "looking for a lock's key",
-                    client.get(key.as_str(), Some(GetOptions::new().with_count_only())),
-                )
-                .await;
-                if found.is_ok_and(|r| r.count() > 0) {
-                    let deleted = bounded(
-                        timeout,
-                        "deleting a lock's key",
-                        client.delete(key.as_str(), None),
-                    )
-                    .await;
-                    if deleted.is_ok_and(|r| r.deleted() > 0) {
-                        tracing::debug!(key = %key, "deleted a key created after its release");
-                    }
-                }
-                if waited >= window.max(timeout) {
-                    return;
-                }
-                pause = (pause * 4).min(timeout);
-            }
-        });
+        sweep_later_in(
+            Arc::downgrade(&self.session),
+            Arc::downgrade(&self.nodes),
+            key,
+            window,
+        );
     }
 
     async fn release_inner(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
@@ -1169,10 +1121,22 @@ impl EtcdStore {
             Ok(a) if a.succeeded() => {
                 // Deleted on time by this client while it lives; the kept
                 // lease, in whole seconds, is the bound when it does not.
+                // A request that created the key and went unanswered may
+                // still create it again, on this client's lease, once it
+                // is gone: it is looked for then, as after a release (not
+                // before: the kept key has the same name).
+                let unanswered = self.unanswered().remove(token);
                 let session = Arc::downgrade(&self.session);
+                let (nodes, orphans) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.orphans));
                 tokio::spawn(async move {
                     tokio::time::sleep(keep).await;
-                    discard_in(session, key, created).await;
+                    discard_in(session.clone(), key.clone(), created).await;
+                    if unanswered
+                        && let (Some(session), Some(nodes), Some(orphans)) =
+                            (session.upgrade(), nodes.upgrade(), orphans.upgrade())
+                    {
+                        orphaned_in(&session, &nodes, &orphans, key);
+                    }
                 });
                 Ok(true)
             }
@@ -1377,6 +1341,71 @@ impl Drop for EtcdStore {
         // lease ends.
         self.nodes().clear();
         self.lease_ends.close();
+    }
+}
+
+/// [`EtcdStore::sweep_later`], for a task that outlives the call: the
+/// client's session and its nodes.
+fn sweep_later_in(session: Weak<Session>, nodes: Weak<Nodes>, key: String, window: Duration) {
+    tokio::spawn(async move {
+        let mut pause = Duration::from_millis(5);
+        let mut waited = Duration::ZERO;
+        loop {
+            tokio::time::sleep(pause).await;
+            waited += pause;
+            let Some((mut client, timeout)) = session.upgrade().map(|s| (s.client(), s.timeout()))
+            else {
+                return;
+            };
+            // A key this client has since recorded is in use again.
+            if nodes.upgrade().is_some_and(|n| {
+                n.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .values()
+                    .any(|node| node.key == key)
+            }) {
+                return;
+            }
+            let found = bounded(
+                timeout,
+                "looking for a lock's key",
+                client.get(key.as_str(), Some(GetOptions::new().with_count_only())),
+            )
+            .await;
+            if found.is_ok_and(|r| r.count() > 0) {
+                let deleted = bounded(
+                    timeout,
+                    "deleting a lock's key",
+                    client.delete(key.as_str(), None),
+                )
+                .await;
+                if deleted.is_ok_and(|r| r.deleted() > 0) {
+                    tracing::debug!(key = %key, "deleted a key created after its release");
+                }
+            }
+            if waited >= window.max(timeout) {
+                return;
+            }
+            pause = (pause * 4).min(timeout);
+        }
+    });
+}
+
+/// [`EtcdStore::orphaned`], for a task that outlives the call.
+fn orphaned_in(session: &Arc<Session>, nodes: &Arc<Nodes>, orphans: &Arc<Orphans>, key: String) {
+    let lease = session.lease();
+    sweep_later_in(
+        Arc::downgrade(session),
+        Arc::downgrade(nodes),
+        key.clone(),
+        lease.granted,
+    );
+    if orphans.add(lease.id, key) {
+        tokio::spawn(sweep_orphans(
+            Arc::downgrade(session),
+            Arc::downgrade(nodes),
+            Arc::downgrade(orphans),
+        ));
     }
 }
 
@@ -1598,6 +1627,14 @@ async fn watch_until_changed(
     let Ok(mut stream) = watches.watch(key, Some(options)).await else {
         return LOOK_AGAIN;
     };
+    // The key ahead of the one watched, on the same stream, asked for at
+    // once: etcd makes the two watches one after the other.
+    if let Some(a) = &target.ahead {
+        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
+        if stream.watch(a.key.as_str(), Some(options)).await.is_err() {
+            return LOOK_AGAIN;
+        }
+    }
     // The first answer says the watch stands, and the revision the store
     // had reached just before (the watch starts after it).
     let (watched, mut stood_at) = match stream.message().await {
@@ -1614,13 +1651,15 @@ async fn watch_until_changed(
                 .iter()
                 .all(|e| e.event_type() == etcd_client::EventType::Delete)
     };
-    // The key ahead of the one watched, on the same stream.
+    // The watch of the key ahead, standing. etcd reads its revision and
+    // then makes the watch from the next, so a write between the two
+    // leaves the watch behind the store, where its events wait for the
+    // catch-up every 100 ms; when the store had reached the same revision
+    // for both watches, no write came while the first was made, and it
+    // stands where events come as they happen.
     let mut ahead = None;
-    if let Some(a) = &target.ahead {
-        let options = WatchOptions::new().with_filters([WatchFilterType::NoPut]);
-        if stream.watch(a.key.as_str(), Some(options)).await.is_err() {
-            return LOOK_AGAIN;
-        }
+    let mut watched_on_time = false;
+    if target.ahead.is_some() {
         ahead = loop {
             match stream.message().await {
                 Ok(Some(r)) if r.canceled() => return LOOK_AGAIN,
@@ -1628,6 +1667,7 @@ async fn watch_until_changed(
                     return (gone(&r), hands_over);
                 }
                 Ok(Some(r)) if r.created() && r.watch_id() != watched => {
+                    watched_on_time = stood_at > 0 && header_revision(&r) == stood_at;
                     stood_at = stood_at.max(header_revision(&r));
                     break Some(r.watch_id());
                 }
@@ -1669,12 +1709,12 @@ async fn watch_until_changed(
                     return LOOK_AGAIN;
                 };
                 hands_over = true;
-                // A second watch of the predecessor, from the read on: etcd
-                // registers a watch from the current revision after reading
-                // that revision, so a write between the two leaves it behind
-                // the store, where its events wait for the catch-up every
-                // 100 ms. Two watches made at different moments are rarely
-                // both behind.
+                if watched_on_time {
+                    continue;
+                }
+                // A second watch of the predecessor, from the read on, when
+                // the first may be behind the store (see above): two
+                // watches made at different moments are rarely both behind.
                 let options = WatchOptions::new()
                     .with_start_revision(read_at + 1)
                     .with_filters([WatchFilterType::NoPut]);

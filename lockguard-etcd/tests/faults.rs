@@ -520,7 +520,20 @@ async fn etcd_cut_connections_keep_wake_ups() {
 /// the waiter's requests etcd applies late is a matter of timing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
-    late_key_is_deleted(Duration::from_secs(30), Duration::ZERO).await;
+    late_key_is_deleted(Duration::from_secs(30), Duration::ZERO, Duration::ZERO).await;
+}
+
+/// The same for a hold kept past its release (`at_least`): the kept key
+/// has the hold's name, so the client looks for a late one once the kept
+/// key is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_key_created_late_after_a_kept_release_is_deleted() {
+    late_key_is_deleted(
+        Duration::from_secs(30),
+        Duration::ZERO,
+        Duration::from_secs(1),
+    )
+    .await;
 }
 
 /// The same, with the key created again long after the release: past the
@@ -528,13 +541,19 @@ async fn etcd_a_key_created_late_by_an_unanswered_request_is_deleted() {
 /// key among its lease's keys (a third of the TTL apart).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_key_created_long_after_its_release_is_found_on_the_lease() {
-    late_key_is_deleted(Duration::from_secs(3), Duration::from_secs(4)).await;
+    late_key_is_deleted(
+        Duration::from_secs(3),
+        Duration::from_secs(4),
+        Duration::ZERO,
+    )
+    .await;
 }
 
 /// A waiter's join goes unanswered; it takes the lock by another attempt
-/// and releases it; `late` later its key is created again, on its lease
+/// (kept `at_least` past its release, when not zero) and releases it;
+/// `late` after its key is gone, it is created again, on its lease
 /// (`ttl`): the next waiter must take the lock all the same.
-async fn late_key_is_deleted(ttl: Duration, late: Duration) {
+async fn late_key_is_deleted(ttl: Duration, late: Duration, at_least: Duration) {
     use lockguard_etcd::etcd_client::{GetOptions, PutOptions};
     let mut server = EtcdServer::start();
     let a = connect(
@@ -552,6 +571,7 @@ async fn late_key_is_deleted(ttl: Duration, late: Duration) {
         async move {
             a.lock("late")
                 .lease(Duration::from_secs(1))
+                .at_least(at_least)
                 .wait(Duration::from_secs(20))
                 .acquire()
                 .await
@@ -578,6 +598,15 @@ async fn late_key_is_deleted(ttl: Duration, late: Duration) {
     assert_eq!(mine.len(), 1, "the holder's key alone: {mine:?}");
     let (key, value, lease) = mine[0].clone();
     assert!(guard.release().await.unwrap());
+    // A kept hold's key goes when `at_least` has passed.
+    let gone_by = tokio::time::Instant::now() + at_least + Duration::from_secs(5);
+    while raw.get(key.clone(), None).await.unwrap().count() > 0 {
+        assert!(
+            tokio::time::Instant::now() < gone_by,
+            "the kept key outlived its at_least"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     tokio::time::sleep(late).await;
     // The late creation, after the release.
     raw.put(key, value, Some(PutOptions::new().with_lease(lease)))
