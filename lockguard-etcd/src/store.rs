@@ -743,13 +743,10 @@ impl EtcdStore {
             self.give_up(token, key, mine.created).await;
             return Ok(Outcome::Busy(left));
         }
-        let mut target = match target.key {
-            Some(_) => Target { read_at, ..target },
-            None => Target {
-                key: Some(dir.clone()),
-                read_at,
-                ..target
-            },
+        let mut target = Target {
+            key: Some(target.key.unwrap_or_else(|| dir.clone())),
+            read_at,
+            ..target
         };
         // Joining, the waiter read the whole queue: the key ahead of its
         // predecessor is known (looking again, it reads only its part).

@@ -45,8 +45,8 @@
 //!   lease whose session still lives is read as released, by the user lock
 //!   each such session holds, schema version 10). A database restart, a
 //!   failover or a session ended by an operator frees the lock: its holder
-//!   is told at its next renewal. The rest of this list is about semaphores and read-write
-//!   locks.
+//!   is told at its next renewal. The rest of this list is about
+//!   semaphores and read-write locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.
