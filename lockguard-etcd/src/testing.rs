@@ -173,35 +173,6 @@ fn signal(pid: u32, signal: &str) {
     }
 }
 
-/// The state letter of a process or thread from its `/proc/…/stat`; `None`
-/// when it is gone.
-fn proc_state(stat_path: &std::path::Path) -> Option<String> {
-    let stat = std::fs::read_to_string(stat_path).ok()?;
-    // `pid (comm) state ...`; comm may hold spaces.
-    let at = stat.rfind(')')?;
-    stat[at + 1..].split_whitespace().next().map(str::to_owned)
-}
-
-/// Whether a process is alive: it exists and is not a zombie (a killed or
-/// exited member stays a zombie until its watcher reaps it).
-fn process_alive(pid: u32) -> bool {
-    let state = proc_state(&PathBuf::from(format!("/proc/{pid}/stat")));
-    !matches!(state.as_deref(), None | Some("Z" | "X" | "x"))
-}
-
-/// Whether every thread of a process is stopped (or gone).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|task| {
-        matches!(
-            proc_state(&task.path().join("stat")).as_deref(),
-            None | Some("T" | "t" | "Z" | "X" | "x")
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,11 +216,5 @@ mod tests {
         }
         let cause = member.exit_cause();
         assert!(cause.contains("address already in use"), "{cause}");
-    }
-
-    #[test]
-    fn this_process_is_alive_and_running() {
-        assert!(process_alive(std::process::id()));
-        assert!(!all_threads_stopped(std::process::id()));
     }
 }

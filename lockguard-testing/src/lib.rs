@@ -38,7 +38,7 @@ mod zookeeper_txnlog;
 pub use log::CapturedLog;
 pub use mariadb::{MariaDbServer, mariadb_program};
 pub use postgres::{PostgresServer, postgres_bin_dir};
-pub use process::{ChildProcess, ServerProcess};
+pub use process::{ChildProcess, ServerProcess, freeze, process_alive};
 pub use relay::Relay;
 pub use sentinel::{SERVICE as SENTINEL_SERVICE, SentinelGroup};
 pub use tls::make_test_certificates;
@@ -334,8 +334,11 @@ impl RedisServer {
 
     /// Freezes the server with SIGSTOP: connections stay open, nothing is
     /// answered, leases keep running in its clock.
+    /// Returns once every thread has stopped ([`freeze`](crate::freeze)).
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP);
+        if let Some(pid) = self.pid() {
+            assert!(crate::process::freeze(pid), "kill({pid}, SIGSTOP) failed");
+        }
         self.paused = true;
     }
 

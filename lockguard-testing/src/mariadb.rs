@@ -390,8 +390,12 @@ impl MariaDbServer {
 
     /// Freezes the server with SIGSTOP: connections stay open, nothing is
     /// answered, its clock keeps running.
+    /// Returns once every thread has stopped ([`freeze`](crate::freeze)).
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP);
+        if let Some(pid) = self.pid() {
+            // One that already exited is not an error.
+            crate::process::freeze(pid);
+        }
         self.paused = true;
     }
 

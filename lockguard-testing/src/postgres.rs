@@ -487,8 +487,16 @@ impl PostgresServer {
 
     /// Freezes the server and every backend with SIGSTOP: connections
     /// stay open, nothing is answered, its clock keeps running.
+    /// Returns once every thread has stopped ([`freeze`](crate::freeze)).
     pub fn pause(&mut self) {
-        self.signal_all(libc::SIGSTOP);
+        if let Some(pid) = self.pid() {
+            let mut pids = vec![pid];
+            pids.extend(children_of(pid));
+            for p in pids {
+                // One that already exited is not an error.
+                crate::process::freeze(p);
+            }
+        }
         self.paused = true;
     }
 

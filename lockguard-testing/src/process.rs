@@ -4,7 +4,7 @@
 
 use std::io::{BufRead as _, BufReader, Lines};
 use std::process::{Child, ChildStdout, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::{MariaDbServer, PostgresServer, RedisServer, ZooKeeperServer};
 
@@ -192,6 +192,69 @@ pub(crate) fn signal(pid: u32, sig: libc::c_int) -> bool {
     unsafe { libc::kill(pid, sig) == 0 }
 }
 
+/// How long [`freeze`] waits for every thread of a process to stop.
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Freezes the process `pid` with SIGSTOP and returns once every one of
+/// its threads has stopped: `false` when there was no such process to
+/// signal (it already exited).
+///
+/// `kill(2)` returns before the process stops: the signal reaches one
+/// thread, which stops the others once it is scheduled, and on a busy
+/// machine the rest go on running for milliseconds meanwhile, answering
+/// requests and taking grants that a test then counts as slept through.
+/// Every pause of the kit's harnesses and of [`ChildProcess`] goes through
+/// here; a harness of a store outside lockguard should too.
+///
+/// # Panics
+///
+/// When the threads have not all stopped within 5 s.
+pub fn freeze(pid: u32) -> bool {
+    if !signal(pid, libc::SIGSTOP) {
+        return false;
+    }
+    let started = Instant::now();
+    while !all_threads_stopped(pid) {
+        assert!(
+            started.elapsed() < FREEZE_TIMEOUT,
+            "process {pid} did not stop within {FREEZE_TIMEOUT:?} of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+/// Whether the process `pid` is alive: it exists and is not a zombie (a
+/// killed or exited server stays a zombie until whoever started it reaps
+/// it).
+pub fn process_alive(pid: u32) -> bool {
+    let state = proc_state(&format!("/proc/{pid}/stat"));
+    !matches!(state.as_deref(), None | Some("Z" | "X" | "x"))
+}
+
+/// Whether every thread of the process `pid` is stopped (or gone).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let stat = task.path().join("stat");
+        matches!(
+            proc_state(&stat.to_string_lossy()).as_deref(),
+            None | Some("T" | "t" | "Z" | "X" | "x")
+        )
+    })
+}
+
+/// The state letter of a process or thread from its `/proc/…/stat`; `None`
+/// when it is gone.
+fn proc_state(stat_path: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(stat_path).ok()?;
+    // `pid (comm) state ...`; comm may hold spaces.
+    let at = stat.rfind(')')?;
+    stat[at + 1..].split_whitespace().next().map(str::to_owned)
+}
+
 /// The running test binary started again as one of its ignored tests, so
 /// that a test has a client in a process of its own to kill. Its standard
 /// output is read line by line; it is killed and reaped on drop, whatever
@@ -249,13 +312,17 @@ impl ChildProcess {
     }
 
     /// Freezes the child with SIGSTOP: its connections stay open, it reads
-    /// and answers nothing, its clock keeps running.
+    /// and answers nothing, its clock keeps running. Returns once every
+    /// thread of it has stopped ([`freeze`]).
     ///
     /// # Panics
     ///
-    /// When the signal cannot be sent (the child was reaped).
+    /// When the signal cannot be sent (the child was reaped), or its
+    /// threads do not stop.
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP);
+        // Not reaped while `self` lives: the pid is still the child's.
+        let pid = self.child.id();
+        assert!(freeze(pid), "kill({pid}, SIGSTOP) failed");
     }
 
     /// Resumes a paused child with SIGCONT.
@@ -294,5 +361,38 @@ impl Drop for ChildProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_running() {
+        assert!(process_alive(std::process::id()));
+        assert!(!all_threads_stopped(std::process::id()));
+    }
+
+    #[test]
+    fn a_frozen_process_has_every_thread_stopped_until_resumed() {
+        // `sleep` has one thread; the check is on what `freeze` waits for.
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        assert!(freeze(pid));
+        assert!(all_threads_stopped(pid) && process_alive(pid));
+        assert!(signal(pid, libc::SIGCONT));
+        let started = Instant::now();
+        while all_threads_stopped(pid) {
+            assert!(started.elapsed() < FREEZE_TIMEOUT, "never resumed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        child.kill().expect("kill sleep");
+        child.wait().expect("reap sleep");
+        assert!(!process_alive(pid));
+        assert!(!freeze(pid), "a reaped process cannot be frozen");
     }
 }

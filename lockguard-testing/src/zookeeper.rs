@@ -411,7 +411,7 @@ impl ZooKeeperServer {
     /// Whether the java process is alive: started, not killed, and not
     /// exited on its own. A paused server is running.
     pub fn is_running(&self) -> bool {
-        self.pid().is_some_and(process_alive)
+        self.pid().is_some_and(crate::process_alive)
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -425,26 +425,16 @@ impl ZooKeeperServer {
     /// Freezes the server with SIGSTOP: connections stay open (and new ones
     /// are accepted by the kernel), nothing is answered, its peers and
     /// clients see it go silent. Returns once every thread of the JVM has
-    /// stopped: a stop signal reaches one thread, which stops the others,
-    /// and on a busy machine they would otherwise go on answering for a
-    /// while.
+    /// stopped ([`freeze`](crate::freeze)).
     ///
     /// # Panics
     ///
     /// When the threads have not all stopped within 5 s.
     pub fn pause(&mut self) {
-        self.signal(libc::SIGSTOP);
-        self.paused = true;
         if let Some(pid) = self.pid() {
-            let started = Instant::now();
-            while !all_threads_stopped(pid) {
-                assert!(
-                    started.elapsed() < Duration::from_secs(5),
-                    "zookeeper (pid {pid}) did not stop within 5 s of SIGSTOP"
-                );
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            crate::process::freeze(pid);
         }
+        self.paused = true;
     }
 
     /// Resumes a paused server with SIGCONT.
@@ -558,35 +548,6 @@ impl Drop for ZooKeeperServer {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// Whether a process is alive: it exists and is not a zombie (a killed or
-/// exited server stays a zombie until its watcher reaps it).
-fn process_alive(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) state ...`; comm may hold spaces.
-    let state = stat
-        .rfind(')')
-        .and_then(|at| stat[at + 1..].split_whitespace().next());
-    !matches!(state, None | Some("Z" | "X" | "x"))
-}
-
-/// Whether every thread of a process is stopped (or gone).
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|task| {
-        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
-            return true;
-        };
-        let state = stat
-            .rfind(')')
-            .and_then(|at| stat[at + 1..].split_whitespace().next());
-        matches!(state, None | Some("T" | "t" | "Z" | "X" | "x"))
-    })
 }
 
 /// A ZooKeeper ensemble: `n` servers on free loopback ports, each in its own

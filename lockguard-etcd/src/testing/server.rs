@@ -432,7 +432,7 @@ impl EtcdServer {
     /// Whether the etcd process is alive: started, not killed, and not
     /// exited on its own. A paused member is running.
     pub fn is_running(&self) -> bool {
-        self.pid().is_some_and(super::process_alive)
+        self.pid().is_some_and(lockguard_testing::process_alive)
     }
 
     /// Whether the member is paused ([`EtcdServer::pause`]).
@@ -443,7 +443,7 @@ impl EtcdServer {
     /// Freezes the member with SIGSTOP: connections stay open (and new ones
     /// are accepted by the kernel), nothing is answered, the other members
     /// and clients see it go silent. Returns once every thread of the
-    /// process has stopped.
+    /// process has stopped ([`freeze`](lockguard_testing::freeze)).
     ///
     /// # Panics
     ///
@@ -452,16 +452,8 @@ impl EtcdServer {
         let Some(pid) = self.pid() else {
             return;
         };
-        super::signal(pid, "STOP");
+        lockguard_testing::freeze(pid);
         self.paused = true;
-        let started = Instant::now();
-        while !super::all_threads_stopped(pid) {
-            assert!(
-                started.elapsed() < Duration::from_secs(5),
-                "etcd (pid {pid}) did not stop within 5 s of SIGSTOP"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     /// Resumes a paused member with SIGCONT.
