@@ -73,6 +73,7 @@ use crate::session::Session;
 mod data;
 mod follow;
 mod limits;
+mod slots;
 mod survey;
 
 /// How long a waiter trusts a watch that has not fired before it reads
@@ -91,7 +92,9 @@ const HANDOFF_MARGIN: Duration = Duration::from_millis(100);
 /// whole queue.
 const MAX_ETCD_PERMITS: u32 = 1_000;
 
-/// The values of queue keys: what kind of hold each one is.
+/// The values of queue keys begin with a mark, what kind of hold each one
+/// is, followed by a space and the token of the acquisition (see
+/// [`queue_value`]).
 mod mark {
     /// A lock's key.
     pub(super) const LOCK: &[u8] = b"l";
@@ -117,6 +120,8 @@ pub(crate) struct EtcdStore {
     inbox: Arc<OnceLock<Weak<dyn Inbox>>>,
     /// This client's queue keys, by the token they were created for.
     nodes: Arc<Nodes>,
+    /// The names of this client's queue keys (see [`slots`]).
+    slots: Arc<slots::Slots>,
     /// Tokens a request to create whose key went unanswered (a timeout, a
     /// lost connection): etcd may still apply it, late (a member frozen
     /// with it, then resumed), after the key's deletion.
@@ -224,7 +229,7 @@ impl Admission {
         }
     }
 
-    /// The value a new key of this kind is written with.
+    /// The mark a new key of this kind is written with.
     fn mark(self) -> &'static [u8] {
         match self {
             Self::Permits(1) => mark::LOCK,
@@ -235,22 +240,54 @@ impl Admission {
     }
 }
 
+/// The value of a queue key: `mark`, a space, and the token of the
+/// acquisition it is (its name is not: see [`slots`]).
+fn queue_value(mark: &[u8], token: &Token) -> Vec<u8> {
+    let mut value = Vec::with_capacity(mark.len() + 1 + token.as_str().len());
+    value.extend_from_slice(mark);
+    value.push(b' ');
+    value.extend_from_slice(token.as_str().as_bytes());
+    value
+}
+
 /// One key of a queue, as a listing read it.
 #[derive(Debug, Clone)]
 struct Entry {
     key: String,
     created: i64,
     modified: i64,
-    value: Vec<u8>,
+    /// What kind of hold it is (see [`mark`]).
+    mark: Vec<u8>,
+    /// The token of its acquisition; `None` when neither its value nor its
+    /// name holds one.
+    token: Option<Token>,
 }
 
 impl Entry {
     fn of(kv: &KeyValue) -> Self {
+        let key = String::from_utf8_lossy(kv.key()).into_owned();
+        Self::parse(key, kv.create_revision(), kv.mod_revision(), kv.value())
+    }
+
+    /// The entry of the key `key`, created and last written at those
+    /// revisions, that holds `value`.
+    fn parse(key: String, created: i64, modified: i64, value: &[u8]) -> Self {
+        let (mark, token) = match value.iter().position(|b| *b == b' ') {
+            Some(at) => (&value[..at], Token::parse(&value[at + 1..])),
+            // A key written by an earlier build of this crate, named for
+            // its token, with the mark alone.
+            None => (
+                value,
+                key.rsplit_once('/')
+                    .and_then(|(_, name)| Token::parse(name.as_bytes())),
+            ),
+        };
         Self {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            created: kv.create_revision(),
-            modified: kv.mod_revision(),
-            value: kv.value().to_vec(),
+            key,
+            created,
+            modified,
+            mark: mark.to_vec(),
+            token,
         }
     }
 }
@@ -280,7 +317,7 @@ impl Queue {
     fn kept(&self) -> Option<&Entry> {
         self.entries
             .first()
-            .filter(|e| e.value.starts_with(mark::KEPT))
+            .filter(|e| e.mark.starts_with(mark::KEPT))
     }
 }
 
@@ -314,7 +351,7 @@ fn waits(queue: &Queue, rank: usize, admission: Admission) -> Option<Target> {
         Admission::Read => {
             let writers: Vec<&Entry> = entries[..rank]
                 .iter()
-                .filter(|e| e.value == mark::WRITE)
+                .filter(|e| e.mark == mark::WRITE)
                 .collect();
             writers
                 .last()
@@ -366,6 +403,8 @@ struct Ahead {
     /// The waiter's own key, and its create revision.
     mine: String,
     created: i64,
+    /// The create revision of the waiter's predecessor.
+    predecessor: i64,
 }
 
 impl Target {
@@ -403,12 +442,9 @@ fn latest(queue: &Queue) -> Option<FencingToken> {
 /// writer, or that writer when it is first.
 fn rw_holders(entries: &[Entry]) -> (usize, bool) {
     match entries.first() {
-        Some(e) if e.value == mark::WRITE => (0, true),
+        Some(e) if e.mark == mark::WRITE => (0, true),
         _ => (
-            entries
-                .iter()
-                .take_while(|e| e.value != mark::WRITE)
-                .count(),
+            entries.iter().take_while(|e| e.mark != mark::WRITE).count(),
             false,
         ),
     }
@@ -418,15 +454,18 @@ impl EtcdStore {
     /// A store working in `session`'s lease, under `prefix`.
     pub(crate) fn new(session: Arc<Session>, prefix: String) -> Arc<Self> {
         let nodes = Arc::new(Mutex::new(HashMap::new()));
+        let slots = Arc::new(slots::Slots::default());
         let lease_ends = LeaseEnds::new({
             let (nodes, session) = (Arc::downgrade(&nodes), Arc::downgrade(&session));
-            move |token, now| expire(&nodes, &session, token, now)
+            let slots = Arc::downgrade(&slots);
+            move |token, now| expire(&nodes, &session, &slots, token, now)
         });
         let store = Arc::new(Self {
             session,
             prefix,
             inbox: Arc::new(OnceLock::new()),
             nodes,
+            slots,
             unanswered: Mutex::default(),
             orphans: Arc::default(),
             lease_ends,
@@ -471,10 +510,14 @@ impl EtcdStore {
 
     /// After the deletion of `token`'s key `key`: a request that may still
     /// create it again (see [`unanswered`](Self::unanswered)) is looked for
-    /// until the client's lease ends (see [`orphaned`](Self::orphaned)).
+    /// until the client's lease ends (see [`orphaned`](Self::orphaned)),
+    /// and its name is not used again; else the name is free.
     fn deleted(&self, token: &Token, key: String) {
         if self.unanswered().remove(token) {
+            self.slots.retire(token);
             self.orphaned(key);
+        } else {
+            self.slots.free(token);
         }
     }
 
@@ -574,7 +617,13 @@ impl EtcdStore {
         if self.woken_by_deletion(token) {
             let answer = self.txn("reading a lock's queue", near(true)).await?;
             let queue = Queue::of(&all_gets(&answer)?);
-            if queue.entries.first().is_some_and(|e| e.key == key) {
+            // The waiter's key itself, not an earlier one of its name (see
+            // `slots`) in a state older than the waiter's key.
+            if queue
+                .entries
+                .first()
+                .is_some_and(|e| e.key == key && e.created == created)
+            {
                 return Ok((queue, revision(&answer)));
             }
         }
@@ -671,7 +720,7 @@ impl EtcdStore {
         let admission = Admission::of(keys);
         let session = self.session.ensure(Instant::now() + lease).await?;
         let dir = self.dir(keys);
-        let key = format!("{dir}{}", token.as_str());
+        let key = self.slots.name(&dir, token, session.id);
         let known = self.known(token, session.id);
         if let Some((_, created, true)) = known {
             // Handed over by its watch (see `handoff`) as this attempt
@@ -705,7 +754,7 @@ impl EtcdStore {
             // `try_lock`).
             let put = TxnOp::put(
                 key.as_str(),
-                admission.mark(),
+                queue_value(admission.mark(), token),
                 Some(PutOptions::new().with_lease(session.id)),
             );
             let txn = Txn::new()
@@ -759,6 +808,7 @@ impl EtcdStore {
                 dir,
                 mine: key,
                 created: mine.created,
+                predecessor: queue.entries[rank - 1].created,
             });
         }
         if let Some(p) = &place {
@@ -783,6 +833,7 @@ impl EtcdStore {
             .and_then([TxnOp::delete(key.as_str(), None)]);
         if self.txn("leaving a lock's queue", txn).await.is_err() {
             self.discard(key.clone(), created);
+            self.slots.retire(token);
         }
         self.deleted(token, key);
     }
@@ -803,7 +854,7 @@ impl EtcdStore {
     ) -> Result<Outcome> {
         let put = TxnOp::put(
             key,
-            admission.mark(),
+            queue_value(admission.mark(), token),
             Some(PutOptions::new().with_lease(lease_id)),
         );
         // Nothing in the other branch: a read there would make the request
@@ -815,6 +866,8 @@ impl EtcdStore {
             .and_then([put]);
         let answer = self.creating("taking a lock", &[*token], txn).await?;
         if !answer.succeeded() {
+            // Nothing was written: the name is free again.
+            self.slots.free(token);
             // Busy: the holder's key, to tell a kept lock's time left.
             let first = GetOptions::new()
                 .with_prefix()
@@ -852,7 +905,7 @@ impl EtcdStore {
         lease: Duration,
     ) -> Result<Outcome> {
         let token_rev = match admission {
-            Admission::Permits(n) if n > 1 && mine.value != mark::HELD => {
+            Admission::Permits(n) if n > 1 && mine.mark != mark::HELD => {
                 let lease_id = self.session.lease().id;
                 let txn = Txn::new()
                     .when([Compare::create_revision(
@@ -862,7 +915,7 @@ impl EtcdStore {
                     )])
                     .and_then([TxnOp::put(
                         mine.key.as_str(),
-                        mark::HELD,
+                        queue_value(mark::HELD, token),
                         Some(PutOptions::new().with_lease(lease_id)),
                     )]);
                 let answer = self.txn("taking a permit", txn).await?;
@@ -960,14 +1013,19 @@ impl EtcdStore {
         );
     }
 
-    async fn release_inner(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
+    async fn release_inner(&self, token: &Token) -> Result<bool> {
         let lease = self.session.lease().id;
         let Some((key, created, holding)) = self.known(token, lease) else {
             // An acquisition whose answer was lost (or never recorded), or
             // a key of an ended lease (gone with it): its key is found by
-            // its name.
+            // its name, if it has one on this lease, which is not used
+            // again.
             self.nodes().remove(token);
-            let key = format!("{}{}", self.dir(keys), token.as_str());
+            let Some(key) = self.slots.of(token, lease) else {
+                self.unanswered().remove(token);
+                return Ok(false);
+            };
+            self.slots.retire(token);
             let txn = Txn::new().and_then([TxnOp::delete(key.as_str(), None)]);
             let deleted = self.txn("deleting a lock's key", txn).await.map(|a| {
                 match a.op_responses().pop() {
@@ -998,8 +1056,9 @@ impl EtcdStore {
                 }
             };
         };
-        // The key is named for the token: whatever holds that name is this
-        // hold (a plain deletion, lighter for etcd than a transaction).
+        // The key's name is this token's until its deletion is answered:
+        // whatever holds that name is this hold (a plain deletion, lighter
+        // for etcd than a transaction).
         let deleted = retried(
             self.session.kv(),
             self.session.timeout(),
@@ -1017,6 +1076,8 @@ impl EtcdStore {
                 Ok(holding && answer.deleted() > 0)
             }
             Err(e) => {
+                // The key may be there still: its name is not used again.
+                self.slots.retire(token);
                 if !holding {
                     // A waiter's key must not stay in the queue. (A
                     // holder's is deleted when its lease ends.)
@@ -1099,6 +1160,7 @@ impl EtcdStore {
             unix_ms().saturating_add(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
         let mut kept = mark::KEPT.to_vec();
         kept.extend_from_slice(until_ms.to_string().as_bytes());
+        let kept = queue_value(&kept, token);
         // The holder's key stays, on the kept lease: its place at the head
         // of the queue, its revision, and its waiters' watches with it.
         let txn = Txn::new()
@@ -1122,12 +1184,23 @@ impl EtcdStore {
                 // still create it again, on this client's lease, once it
                 // is gone: it is looked for then, as after a release (not
                 // before: the kept key has the same name).
+                // Its name stays in use until then, and is used again after
+                // only when the deletion was answered and nothing else may
+                // create it.
                 let unanswered = self.unanswered().remove(token);
+                let slot = self.slots.detach(token);
                 let session = Arc::downgrade(&self.session);
                 let (nodes, orphans) = (Arc::downgrade(&self.nodes), Arc::downgrade(&self.orphans));
+                let slots = Arc::downgrade(&self.slots);
                 tokio::spawn(async move {
                     tokio::time::sleep(keep).await;
-                    discard_in(session.clone(), key.clone(), created).await;
+                    let gone = discard_in(session.clone(), key.clone(), created).await;
+                    if gone
+                        && !unanswered
+                        && let (Some(slots), Some(slot)) = (slots.upgrade(), slot)
+                    {
+                        slots.free_detached(slot);
+                    }
                     if unanswered
                         && let (Some(session), Some(nodes), Some(orphans)) =
                             (session.upgrade(), nodes.upgrade(), orphans.upgrade())
@@ -1138,6 +1211,8 @@ impl EtcdStore {
                 Ok(true)
             }
             other => {
+                // The key may have moved or not: its name is not used again.
+                self.slots.retire(token);
                 let id = granted.id();
                 let mut client = self.session.client();
                 tokio::spawn(async move {
@@ -1203,7 +1278,7 @@ impl EtcdStore {
         let names: Vec<String> = dirs
             .iter()
             .zip(set.tokens())
-            .map(|(d, t)| format!("{d}{}", t.as_str()))
+            .map(|(d, t)| self.slots.name(d, t, session.id))
             .collect();
         let free: Vec<Compare> = dirs
             .iter()
@@ -1211,10 +1286,11 @@ impl EtcdStore {
             .collect();
         let puts: Vec<TxnOp> = names
             .iter()
-            .map(|n| {
+            .zip(set.tokens())
+            .map(|(n, t)| {
                 TxnOp::put(
                     n.as_str(),
-                    mark::LOCK,
+                    queue_value(mark::LOCK, t),
                     Some(PutOptions::new().with_lease(session.id)),
                 )
             })
@@ -1233,6 +1309,10 @@ impl EtcdStore {
             .creating("taking several locks", set.tokens(), txn)
             .await?;
         if !answer.succeeded() {
+            // Nothing was written: the names are free again.
+            for token in set.tokens() {
+                self.slots.free(token);
+            }
             let index = answer
                 .op_responses()
                 .iter()
@@ -1291,8 +1371,8 @@ impl LockStore for EtcdStore {
         self.acquire_all_inner(set, lease).await.map(Some)
     }
 
-    async fn release(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
-        self.release_inner(keys, token).await
+    async fn release(&self, _keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
+        self.release_inner(token).await
     }
 
     async fn inspect(&self, keys: &Arc<LockKeys>) -> Result<Occupancy> {
@@ -1538,7 +1618,13 @@ async fn sweep_orphans(session: Weak<Session>, nodes: Weak<Nodes>, orphans: Weak
 
 /// Ends `token`'s hold, whose lease ended by `now` unless it was renewed
 /// or released since: its key is deleted in the background.
-fn expire(nodes: &Weak<Nodes>, session: &Weak<Session>, token: Token, now: Instant) {
+fn expire(
+    nodes: &Weak<Nodes>,
+    session: &Weak<Session>,
+    slots: &Weak<slots::Slots>,
+    token: Token,
+    now: Instant,
+) {
     let Some(nodes) = nodes.upgrade() else {
         return;
     };
@@ -1552,6 +1638,10 @@ fn expire(nodes: &Weak<Nodes>, session: &Weak<Session>, token: Token, now: Insta
     };
     if let Some(node) = node {
         tracing::debug!(key = %node.key, "lease ended; deleting the lock's key");
+        // Deleted in the background: its name is not used again.
+        if let Some(slots) = slots.upgrade() {
+            slots.retire(&token);
+        }
         tokio::spawn(discard_in(session.clone(), node.key.clone(), node.created));
     }
 }
@@ -1621,6 +1711,13 @@ async fn watch_until_changed(
         options = options.with_filters([WatchFilterType::NoPut]);
     }
     let key = target.key.clone().unwrap_or_default();
+    // Events at or before the waiter's read tell what it saw already. A
+    // watch made on a member behind that read starts before it, and a
+    // key's name is used again (see `slots`): the deletion of an earlier
+    // key of the name must not pass for that of the key the waiter saw.
+    let floor = target.read_at;
+    let fresh = |e: &&etcd_client::Event| e.kv().is_none_or(|kv| kv.mod_revision() > floor);
+    let news = |r: &etcd_client::WatchResponse| r.events().iter().any(|e| fresh(&e));
     let Ok(mut stream) = watches.watch(key, Some(options)).await else {
         return LOOK_AGAIN;
     };
@@ -1646,6 +1743,7 @@ async fn watch_until_changed(
         !target.prefix
             && r.events()
                 .iter()
+                .filter(fresh)
                 .all(|e| e.event_type() == etcd_client::EventType::Delete)
     };
     // The watch of the key ahead, standing. etcd reads its revision and
@@ -1660,7 +1758,7 @@ async fn watch_until_changed(
         ahead = loop {
             match stream.message().await {
                 Ok(Some(r)) if r.canceled() => return LOOK_AGAIN,
-                Ok(Some(r)) if r.watch_id() == watched && !r.events().is_empty() => {
+                Ok(Some(r)) if r.watch_id() == watched && news(&r) => {
                     return (gone(&r), hands_over);
                 }
                 Ok(Some(r)) if r.created() && r.watch_id() != watched => {
@@ -1694,7 +1792,7 @@ async fn watch_until_changed(
     loop {
         match stream.message().await {
             Ok(Some(r)) if r.canceled() => return LOOK_AGAIN,
-            Ok(Some(r)) if r.events().is_empty() => {}
+            Ok(Some(r)) if !news(&r) => {}
             Ok(Some(r)) if Some(r.watch_id()) == ahead => {
                 if hands_over {
                     continue;
@@ -1748,17 +1846,21 @@ async fn heads_the_queue(
     .await
     .ok()?;
     let queue = Queue::of(&all_gets(&answer).ok()?);
-    heads_with(&queue, predecessor, &ahead.mine).then(|| revision(&answer))
+    let predecessor = (predecessor, ahead.predecessor);
+    heads_with(&queue, predecessor, (&ahead.mine, ahead.created)).then(|| revision(&answer))
 }
 
 /// Whether the part of a queue a waiter reads (see [`near`]) has
 /// `predecessor` at its head and the waiter's key `mine` right behind it,
 /// nothing else: the waiter is next, and the predecessor's deletion hands
-/// it the lock.
-fn heads_with(queue: &Queue, predecessor: &str, mine: &str) -> bool {
+/// it the lock. Each key is compared by its name and its create revision:
+/// the read may be of a state older than the waiter's key, where an
+/// earlier key of the same name (see `slots`) stood.
+fn heads_with(queue: &Queue, predecessor: (&str, i64), mine: (&str, i64)) -> bool {
     matches!(
         queue.entries.as_slice(),
-        [first, second] if first.key == predecessor && second.key == mine
+        [first, second] if (first.key.as_str(), first.created) == predecessor
+            && (second.key.as_str(), second.created) == mine
     )
 }
 
@@ -1897,7 +1999,7 @@ fn last_get(answer: &TxnResponse) -> Result<Vec<KeyValue>> {
 /// How long a kept lock has left, from the deadline its key holds (the
 /// releasing client's clock).
 fn kept_left(kept: &Entry) -> Option<Duration> {
-    let until = kept.value.strip_prefix(mark::KEPT)?;
+    let until = kept.mark.strip_prefix(mark::KEPT)?;
     let until: u64 = std::str::from_utf8(until).ok()?.parse().ok()?;
     Some(Duration::from_millis(until.saturating_sub(unix_ms())))
 }
@@ -1963,14 +2065,14 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 }
 
 /// Deletes the key `key` (of create revision `created`; 0: whichever),
-/// retrying until it is gone, its lease ended, or the store is dropped
-/// (its lease is then revoked, and its keys go with it).
-async fn discard_in(session: Weak<Session>, key: String, created: i64) {
+/// retrying until it is gone (true), or the store is dropped (its lease is
+/// then revoked, and its keys go with it).
+async fn discard_in(session: Weak<Session>, key: String, created: i64) -> bool {
     let mut pause = Duration::from_millis(20);
     loop {
         let Some((mut client, timeout)) = session.upgrade().map(|s| (s.client(), s.timeout()))
         else {
-            return;
+            return false;
         };
         let mut txn = Txn::new();
         if created > 0 {
@@ -1982,7 +2084,7 @@ async fn discard_in(session: Weak<Session>, key: String, created: i64) {
         }
         let txn = txn.and_then([TxnOp::delete(key.as_str(), None)]);
         match bounded(timeout, "deleting a lock's key", client.txn(txn)).await {
-            Ok(_) => return,
+            Ok(_) => return true,
             Err(e) => tracing::debug!(key = %key, error = %e, "deleting a key failed; retrying"),
         }
         drop(client);
@@ -2004,7 +2106,8 @@ mod tests {
                     key: (*k).to_owned(),
                     created: i as i64 + 1,
                     modified: i as i64 + 1,
-                    value: mark::LOCK.to_vec(),
+                    mark: mark::LOCK.to_vec(),
+                    token: None,
                 })
                 .collect(),
         }
@@ -2012,17 +2115,39 @@ mod tests {
 
     #[test]
     fn only_a_predecessor_at_the_head_right_ahead_hands_over() {
+        // `queue` numbers the keys' create revisions from 1, in order.
+        let (p, w) = (("p", 1), ("w", 2));
         // The predecessor holds and the waiter is next.
-        assert!(heads_with(&queue(&["p", "w"]), "p", "w"));
+        assert!(heads_with(&queue(&["p", "w"]), p, w));
         // Another key still heads the queue, ahead of the predecessor.
-        assert!(!heads_with(&queue(&["x", "p", "w"]), "p", "w"));
+        assert!(!heads_with(&queue(&["x", "p", "w"]), ("p", 2), ("w", 3)));
         // The predecessor left; the key ahead of the waiter is another.
-        assert!(!heads_with(&queue(&["x", "w"]), "p", "w"));
+        assert!(!heads_with(&queue(&["x", "w"]), p, w));
         // The predecessor is gone too: the waiter heads the queue (it looks
         // again and takes the lock that way).
-        assert!(!heads_with(&queue(&["w"]), "p", "w"));
+        assert!(!heads_with(&queue(&["w"]), p, ("w", 1)));
         // The waiter's own key is gone (its lease ended).
-        assert!(!heads_with(&queue(&["p"]), "p", "w"));
+        assert!(!heads_with(&queue(&["p"]), p, w));
+        // Earlier keys of the same names, in a state older than the
+        // waiter's key (names are used again: see `slots`).
+        assert!(!heads_with(&queue(&["p", "w"]), ("p", 7), ("w", 8)));
+        assert!(!heads_with(&queue(&["p", "w"]), p, ("w", 8)));
+    }
+
+    #[test]
+    fn a_queue_key_names_its_token_in_its_value() {
+        let token = Token::random();
+        let kept = b"k:1700000000000".to_vec();
+        let e = Entry::parse("l/x/ab.0".into(), 3, 4, &queue_value(&kept, &token));
+        assert_eq!((e.mark.as_slice(), e.token), (kept.as_slice(), Some(token)));
+        assert_eq!((e.created, e.modified), (3, 4));
+        let e = Entry::parse("l/x/ab.1".into(), 5, 5, &queue_value(mark::WRITE, &token));
+        assert_eq!((e.mark.as_slice(), e.token), (mark::WRITE, Some(token)));
+        // A key of an earlier build: named for its token, its mark alone.
+        let e = Entry::parse(format!("l/x/{}", token.as_str()), 6, 6, mark::LOCK);
+        assert_eq!((e.mark.as_slice(), e.token), (mark::LOCK, Some(token)));
+        let e = Entry::parse("l/x/ab.2".into(), 7, 7, mark::LOCK);
+        assert_eq!((e.mark.as_slice(), e.token), (mark::LOCK, None));
     }
 
     #[test]

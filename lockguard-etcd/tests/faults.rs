@@ -621,3 +621,111 @@ async fn late_key_is_deleted(ttl: Duration, late: Duration, at_least: Duration) 
     assert!(next.release().await.unwrap());
     drop(a);
 }
+
+/// A lock taken again and again by one client writes the same key name,
+/// its lease's and a slot's, so that etcd's index does not fill with
+/// deleted keys that every read of the lock's prefix visits until a
+/// compaction; two acquisitions of one client at once (a holder and a
+/// waiter, a semaphore's permits) each have a slot of their own, and a
+/// freed slot is used again. Each key's value names its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_lock_taken_again_and_again_writes_the_same_key() {
+    let server = EtcdServer::start();
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let raw = lockguard_etcd::etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let listed = |name: &str| queue_keys(raw.clone(), format!(":{{{name}}}/"));
+    let mut names = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let held = lg.lock("again").try_acquire().await.unwrap();
+        let keys = listed("again").await;
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(
+            keys[0].1.starts_with("l "),
+            "a lock's mark, then its token: {keys:?}"
+        );
+        names.insert(keys[0].0.clone());
+        assert!(held.release().await.unwrap());
+    }
+    assert_eq!(names.len(), 1, "one name for every acquisition: {names:?}");
+    let name = names.pop_first().unwrap();
+    assert!(name.ends_with(".0"), "{name}");
+    // A waiter of the same client beside its holder: another slot.
+    let held = lg.lock("again").try_acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let lg = lg.clone();
+        async move {
+            lg.lock("again")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            listed("again").await.len() == 2
+        })
+        .await,
+        "the waiter never queued"
+    );
+    let mut both: Vec<String> = listed("again").await.into_iter().map(|(n, _)| n).collect();
+    both.sort();
+    assert_eq!(both, [name.clone(), name.replace(".0", ".1")]);
+    assert!(held.release().await.unwrap());
+    let next = waiting.await.unwrap().unwrap();
+    assert!(next.release().await.unwrap());
+    // Both slots free again: the next acquisition takes the first.
+    let held = lg.lock("again").try_acquire().await.unwrap();
+    let keys = listed("again").await;
+    assert_eq!(keys.len(), 1);
+    assert_eq!(keys[0].0, name);
+    assert!(held.release().await.unwrap());
+    // A semaphore's permits, one slot each.
+    let permits = [
+        lg.semaphore("again-permits", 3)
+            .try_acquire()
+            .await
+            .unwrap(),
+        lg.semaphore("again-permits", 3)
+            .try_acquire()
+            .await
+            .unwrap(),
+    ];
+    let mut slots: Vec<String> = listed("again-permits")
+        .await
+        .into_iter()
+        .map(|(n, _)| n.rsplit_once('.').unwrap().1.to_owned())
+        .collect();
+    slots.sort();
+    assert_eq!(slots, ["0", "1"]);
+    for p in permits {
+        assert!(p.release().await.unwrap());
+    }
+}
+
+/// The keys of a lock's queue, whose path holds `dir` (`:{name}/`): each
+/// one's last path segment and its value.
+async fn queue_keys(
+    mut raw: lockguard_etcd::etcd_client::Client,
+    dir: String,
+) -> Vec<(String, String)> {
+    use lockguard_etcd::etcd_client::GetOptions;
+    raw.get("/", Some(GetOptions::new().with_prefix()))
+        .await
+        .unwrap()
+        .kvs()
+        .iter()
+        .filter(|kv| kv.key_str().is_ok_and(|k| k.contains(&dir)))
+        .map(|kv| {
+            let key = kv.key_str().unwrap();
+            let name = key.rsplit_once('/').unwrap().1.to_owned();
+            (name, kv.value_str().unwrap().to_owned())
+        })
+        .collect()
+}

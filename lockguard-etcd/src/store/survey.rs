@@ -16,6 +16,8 @@
 //! waiting). Each holder's fencing token is what its acquisition drew: its
 //! key's create revision, a semaphore permit's the revision of its write.
 //!
+//! Each key's value names the token of its acquisition after its mark.
+//!
 //! A forced release reads the lock's queue and deletes the token's key
 //! when it holds under the same rule, compared on the key's create
 //! revision, as the holder's own release would: the waiter watching it
@@ -44,7 +46,7 @@ impl EtcdStore {
         // Each lock's keys, by its path segment: in creation order, as read.
         let mut queues: BTreeMap<&str, Vec<(Token, Entry)>> = BTreeMap::new();
         for kv in &kvs {
-            let Some((segment, name)) = kv
+            let Some((segment, _name)) = kv
                 .key_str()
                 .ok()
                 .and_then(|k| k.strip_prefix(locks.as_str()))
@@ -54,11 +56,11 @@ impl EtcdStore {
                 continue;
             };
             let entry = Entry::of(kv);
-            let token = Token::parse(name.as_bytes()).ok_or_else(|| {
+            let token = entry.token.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Protocol,
                     format!(
-                        "etcd key {} in a lock's queue is not named for a lockguard token",
+                        "etcd key {} in a lock's queue holds no lockguard token",
                         entry.key
                     ),
                 )
@@ -86,7 +88,7 @@ impl EtcdStore {
                 }
                 // What the acquisition drew (see `take`): a permit's write,
                 // everyone else's creation.
-                let drawn = if entry.value == mark::HELD {
+                let drawn = if entry.mark == mark::HELD {
                     entry.modified
                 } else {
                     entry.created
@@ -101,18 +103,18 @@ impl EtcdStore {
     }
 
     /// See [`LockStore::evict`](lockguard_core::store::LockStore::evict):
-    /// `token`'s key, named for it, deleted when the lock's queue shows
-    /// it holding.
+    /// `token`'s key, the one whose value holds it, deleted when the
+    /// lock's queue shows it holding.
     pub(super) async fn evict_inner(&self, keys: &LockKeys, token: &Token) -> Result<bool> {
         let dir = self.dir(keys);
-        let key = format!("{dir}{}", token.as_str());
         let txn = Txn::new().and_then([Self::listing(&dir)]);
         let queue = Queue::of(&last_get(&self.txn("reading a lock's queue", txn).await?)?);
-        let Some(rank) = queue.entries.iter().position(|e| e.key == key) else {
+        let Some(rank) = queue.entries.iter().position(|e| e.token == Some(*token)) else {
             return Ok(false);
         };
         let mine = &queue.entries[rank];
-        let admission = match mine.value.as_slice() {
+        let key = mine.key.clone();
+        let admission = match mine.mark.as_slice() {
             mark::READ => Admission::Read,
             mark::WRITE => Admission::Write,
             _ => Admission::of(keys),
@@ -141,7 +143,7 @@ impl EtcdStore {
 /// its mark, and its mode of a read-write lock.
 fn holds(queue: &Queue, rank: usize) -> Result<(bool, Option<RwMode>)> {
     let entry = &queue.entries[rank];
-    let (admission, mode) = match entry.value.as_slice() {
+    let (admission, mode) = match entry.mark.as_slice() {
         mark::READ => (Admission::Read, Some(RwMode::Read)),
         mark::WRITE => (Admission::Write, Some(RwMode::Write)),
         // A semaphore's key written when it came to hold.
@@ -168,12 +170,13 @@ fn holds(queue: &Queue, rank: usize) -> Result<(bool, Option<RwMode>)> {
 mod tests {
     use super::*;
 
-    fn entry(key: &str, created: i64, value: &[u8]) -> Entry {
+    fn entry(key: &str, created: i64, mark: &[u8]) -> Entry {
         Entry {
             key: key.to_owned(),
             created,
             modified: created,
-            value: value.to_vec(),
+            mark: mark.to_vec(),
+            token: None,
         }
     }
 
