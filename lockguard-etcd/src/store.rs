@@ -3,9 +3,14 @@
 //!
 //! Each lock or semaphore is a key prefix, `{prefix}lock/{key}/`, and each
 //! acquisition (a holder, or a waiter in the queue) a key under it named
-//! for its token, `{prefix}lock/{key}/{token}`, attached to the client's
-//! lease (see `session`): a client finds its own key again after a lost
-//! answer by its name. In the order they were created (their create
+//! for the client's lease and a slot, `{prefix}lock/{key}/{lease}.{slot}`,
+//! attached to that lease (see `session`), its value a mark and the
+//! acquisition's token. The client names a slot again once its last key
+//! is certainly gone, so that a lock taken again and again writes the
+//! same few keys (etcd visits every deleted key under a prefix on each
+//! read of it until a compaction), and retires a slot with any doubt on
+//! it: a client finds its own key again after a lost answer by its name
+//! (see `slots`). In the order they were created (their create
 //! revisions, which etcd's one Raft log orders) the keys are the queue: the
 //! first `permits` hold, the rest wait, first come first served. A waiter
 //! watches only what it waits for: a lock's waiter its predecessor's
@@ -42,9 +47,15 @@
 //! is still the holder, until the lease ends and etcd deletes it.
 //!
 //! Any client can list the locks held or awaited, in one read of their
-//! keys, and end another client's hold by deleting its key, named for its
-//! token (see `survey`); the holder's next renewal, which compares its
-//! key's create revision, finds it gone.
+//! keys, and end another client's hold by deleting its key, the one whose
+//! value holds its token (see `survey`); the holder's next renewal, which
+//! compares its key's create revision, finds it gone.
+//!
+//! As names come back, nothing is known of a key by its name alone: a
+//! waiter looks past watch events at or before its own read of the queue
+//! (a watch on a member behind that read starts before it, where an
+//! earlier key of the name may have been deleted), and a read that may be
+//! served from an older state compares create revisions, not only names.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -1385,9 +1396,9 @@ impl LockStore for EtcdStore {
         self.survey_inner(prefix).await
     }
 
-    /// The holder's key, named for its token, deleted when it holds: its
-    /// own client remembers the key, this one reads the queue (see
-    /// `survey`).
+    /// The holder's key, the one whose value holds its token, deleted when
+    /// it holds: its own client remembers the key, this one reads the
+    /// queue (see `survey`).
     async fn evict(&self, keys: &Arc<LockKeys>, token: &Token) -> Result<bool> {
         self.evict_inner(keys, token).await
     }

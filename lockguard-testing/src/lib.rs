@@ -334,7 +334,7 @@ impl RedisServer {
 
     /// Freezes the server with SIGSTOP: connections stay open, nothing is
     /// answered, leases keep running in its clock.
-    /// Returns once every thread has stopped ([`freeze`](crate::freeze)).
+    /// Returns once every thread has stopped ([`freeze`]).
     pub fn pause(&mut self) {
         if let Some(pid) = self.pid() {
             assert!(crate::process::freeze(pid), "kill({pid}, SIGSTOP) failed");
