@@ -1,12 +1,13 @@
 //! The deployment check of an etcd cluster: its voting members (an odd
 //! count, for a quorum that survives failures), whether each member named
-//! answers with a leader, the members' versions, and the lease TTL the
-//! cluster grants lockguard (a crashed holder's lease). The facade's
-//! `lockguard::check(url)` and `lockguard check URL` call it.
+//! answers with a leader, the members' versions, the lease TTL the
+//! cluster grants lockguard (a crashed holder's lease), and whether it
+//! compacts its history. The facade's `lockguard::check(url)` and
+//! `lockguard check URL` call it.
 
 use std::time::Duration;
 
-use etcd_client::{Client as EtcdClient, ConnectOptions};
+use etcd_client::{Client as EtcdClient, ConnectOptions, GetOptions};
 use lockguard_core::check::{Finding, Report, Verdict};
 use lockguard_core::store::net;
 use lockguard_core::{Error, Result};
@@ -16,6 +17,11 @@ use crate::store::{bounded, retried};
 
 const LEASE: &str = "no deadlock (a crashed holder's lease); safety notes: etcd";
 const AVAILABILITY: &str = "availability; safety notes: etcd";
+const COMPACTION: &str = "availability and speed; docs/etcd.md, compaction";
+
+/// How many revisions a cluster that never compacted may hold before the
+/// check warns: a few hours of a busy lock's cycles.
+const UNCOMPACTED_WARN: i64 = 1_000_000;
 
 /// How long connecting and each request may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -92,11 +98,37 @@ pub async fn cluster(endpoints: &str, user: Option<(String, String)>) -> Result<
     .await;
     let granted = Duration::from_secs(granted.ttl().unsigned_abs());
 
+    // A read at the first revision is refused once etcd compacted past it.
+    let first = retried(
+        &client,
+        TIMEOUT,
+        "reading etcd's first revision",
+        |mut c| async move {
+            c.get(
+                "lockguard-check",
+                Some(GetOptions::new().with_revision(1).with_count_only()),
+            )
+            .await
+        },
+    )
+    .await;
+    let compaction = match first {
+        Ok(answer) => compaction_finding(false, answer.header().map_or(0, |h| h.revision())),
+        Err(e) if e.to_string().contains("compacted") => compaction_finding(true, 0),
+        Err(e) => Finding::new(
+            Verdict::Warn,
+            "compaction",
+            format!("unknown: reading the first revision failed ({e})"),
+            COMPACTION,
+        ),
+    };
+
     let findings = vec![
         members_finding(voters),
         health_finding(&statuses),
         version_finding(&statuses),
         lease_finding(asked, granted),
+        compaction,
     ];
     Ok(Report::new("etcd", findings))
 }
@@ -209,6 +241,38 @@ fn version_finding(statuses: &[(String, Status)]) -> Finding {
     }
 }
 
+/// Whether the cluster compacted its history (`compacted`), else how many
+/// revisions it holds (`revision`, its current one): a cluster that never
+/// compacts grows to its quota and then refuses every write.
+fn compaction_finding(compacted: bool, revision: i64) -> Finding {
+    let subject = "compaction";
+    let ask = "run etcd with --auto-compaction-mode=periodic --auto-compaction-retention=5m \
+               (or compact it on a schedule): without it the database grows to its quota and \
+               the cluster refuses every write";
+    if compacted {
+        return Finding::new(
+            Verdict::Ok,
+            subject,
+            "etcd has compacted its history",
+            COMPACTION,
+        );
+    }
+    if revision > UNCOMPACTED_WARN {
+        return Finding::new(
+            Verdict::Warn,
+            subject,
+            format!("etcd never compacted its history ({revision} revisions): {ask}"),
+            COMPACTION,
+        );
+    }
+    Finding::new(
+        Verdict::Ok,
+        subject,
+        format!("no compaction yet ({revision} revisions); {ask}"),
+        COMPACTION,
+    )
+}
+
 /// What the cluster granted for the lease TTL lockguard asks for.
 fn lease_finding(asked: Duration, granted: Duration) -> Finding {
     let subject = "lease TTL";
@@ -227,4 +291,28 @@ fn lease_finding(asked: Duration, granted: Duration) -> Finding {
         ),
         LEASE,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_that_never_compacts_is_warned_of_once_its_history_grows() {
+        assert_eq!(compaction_finding(true, 0).verdict, Verdict::Ok);
+        let young = compaction_finding(false, 40);
+        assert_eq!(young.verdict, Verdict::Ok);
+        assert!(
+            young.detail.contains("no compaction yet (40 revisions)"),
+            "{}",
+            young.detail
+        );
+        let old = compaction_finding(false, UNCOMPACTED_WARN + 1);
+        assert_eq!(old.verdict, Verdict::Warn);
+        assert!(
+            old.detail.contains("--auto-compaction-mode"),
+            "{}",
+            old.detail
+        );
+    }
 }

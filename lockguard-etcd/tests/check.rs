@@ -1,6 +1,6 @@
 //! `lockguard check etcd://...` against real members: one member is
 //! warned about, three pass; a member that is down is told by name; the
-//! lease TTL the cluster grants is reported.
+//! lease TTL the cluster grants is reported, and whether it compacted.
 
 use lockguard_core::check::{Report, Verdict};
 use lockguard_etcd::testing::{EtcdCluster, EtcdServer};
@@ -24,6 +24,22 @@ async fn etcd_check_warns_of_a_single_member() {
     assert_eq!(verdict(&report, "version"), Verdict::Ok, "{report}");
     assert!(report.to_string().contains("etcd 3."), "{report}");
     assert_eq!(verdict(&report, "lease TTL"), Verdict::Ok, "{report}");
+    // A fresh member has not compacted: said, and not yet a warning.
+    assert_eq!(verdict(&report, "compaction"), Verdict::Ok, "{report}");
+    let finding = report.about("compaction").next().unwrap();
+    assert!(finding.detail.contains("no compaction yet"), "{report}");
+    // Once it compacts, the check says so.
+    let mut raw = lockguard_etcd::etcd_client::Client::connect([server.endpoint()], None)
+        .await
+        .unwrap();
+    let put = raw.put("k", "v", None).await.unwrap();
+    let revision = put.header().unwrap().revision();
+    raw.compact(revision, None).await.unwrap();
+    let report = lockguard_etcd::url::check_url(&server.url()).await.unwrap();
+    println!("{report}");
+    let finding = report.about("compaction").next().unwrap();
+    assert_eq!(finding.verdict, Verdict::Ok, "{report}");
+    assert!(finding.detail.contains("has compacted"), "{report}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
