@@ -731,7 +731,12 @@ impl EtcdStore {
         let admission = Admission::of(keys);
         let session = self.session.ensure(Instant::now() + lease).await?;
         let dir = self.dir(keys);
-        let key = self.slots.name(&dir, token, session.id);
+        let Some(key) = self
+            .slots
+            .name(&dir, token, session.id, || self.session.lease().id)
+        else {
+            return Err(lease_changed());
+        };
         let known = self.known(token, session.id);
         if let Some((_, created, true)) = known {
             // Handed over by its watch (see `handoff`) as this attempt
@@ -791,6 +796,17 @@ impl EtcdStore {
                 "the etcd lease holding this queue place ended",
             ));
         };
+        if queue.entries[rank].token != Some(*token) {
+            // A key of this name that is not ours (the name came back too
+            // soon, which the slots are to rule out): never taken for ours.
+            tracing::warn!(key = %key, "an etcd queue key of this client's name holds another token");
+            self.nodes().remove(token);
+            self.slots.retire(token);
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                "an etcd queue key of this name holds another acquisition",
+            ));
+        }
         let mine = queue.entries[rank].clone();
         self.record(token, &key, mine.created, session.id);
         let Some(target) = waits(&queue, rank, admission) else {
@@ -1289,8 +1305,12 @@ impl EtcdStore {
         let names: Vec<String> = dirs
             .iter()
             .zip(set.tokens())
-            .map(|(d, t)| self.slots.name(d, t, session.id))
-            .collect();
+            .map(|(d, t)| {
+                self.slots
+                    .name(d, t, session.id, || self.session.lease().id)
+            })
+            .collect::<Option<_>>()
+            .ok_or_else(lease_changed)?;
         let free: Vec<Compare> = dirs
             .iter()
             .map(|d| Compare::version(d.as_str(), CompareOp::Equal, 0).with_prefix())
@@ -1488,7 +1508,7 @@ fn orphaned_in(session: &Arc<Session>, nodes: &Arc<Nodes>, orphans: &Arc<Orphans
         key.clone(),
         lease.granted,
     );
-    if orphans.add(lease.id, key) {
+    if orphans.add(lease.id, || session.lease().id, key) {
         tokio::spawn(sweep_orphans(
             Arc::downgrade(session),
             Arc::downgrade(nodes),
@@ -1529,10 +1549,16 @@ impl Orphans {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Adds `key`, given up on `lease`; true when a task must start
+    /// Adds `key`, given up on `lease`, unless that is no longer the
+    /// client's lease (`current`, read under the lock: the keys only ever
+    /// move on to the current lease); true when a task must start
     /// sweeping.
-    fn add(&self, lease: i64, key: String) -> bool {
+    fn add(&self, lease: i64, current: impl FnOnce() -> i64, key: String) -> bool {
         let mut state = self.state();
+        if current() != lease {
+            // The key went with its lease.
+            return false;
+        }
         state.on_lease(lease);
         if state.keys.len() >= MAX_ORPHANS {
             tracing::warn!(
@@ -1547,16 +1573,18 @@ impl Orphans {
         !std::mem::replace(&mut state.sweeping, true)
     }
 
-    /// The keys to look for on `lease`; none (and the sweeping task told
-    /// to end) when there are none.
-    fn wanted(&self, lease: i64) -> Option<HashSet<String>> {
+    /// The keys to look for on the client's lease (`current`, read under
+    /// the lock), and that lease; none (and the sweeping task told to end)
+    /// when there are none.
+    fn wanted(&self, current: impl FnOnce() -> i64) -> Option<(i64, HashSet<String>)> {
         let mut state = self.state();
+        let lease = current();
         state.on_lease(lease);
         if state.keys.is_empty() {
             state.sweeping = false;
             return None;
         }
-        Some(state.keys.clone())
+        Some((lease, state.keys.clone()))
     }
 }
 
@@ -1582,8 +1610,7 @@ async fn sweep_orphans(session: Weak<Session>, nodes: Weak<Nodes>, orphans: Weak
         let (Some(session), Some(orphans)) = (session.upgrade(), orphans.upgrade()) else {
             return;
         };
-        let lease = session.lease().id;
-        let Some(wanted) = orphans.wanted(lease) else {
+        let Some((lease, wanted)) = orphans.wanted(|| session.lease().id) else {
             return;
         };
         let mut client = session.client();
@@ -1948,6 +1975,15 @@ fn near(dir: &str, key: &str, created: i64, serializable: bool) -> Txn {
         ),
         TxnOp::get(key, mine),
     ])
+}
+
+/// The error of an attempt made on the client's lease before the current
+/// one: the next attempt is made on the current one.
+fn lease_changed() -> Error {
+    Error::new(
+        ErrorKind::Unavailable,
+        "the client's etcd lease changed during the attempt",
+    )
 }
 
 /// A revision as a fencing token: positive on every real cluster.

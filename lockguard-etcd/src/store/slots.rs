@@ -17,7 +17,10 @@
 //! lease, so that the paths that look for a late key by its name (see
 //! `sweep_later_in` and `Orphans`) can delete whatever holds it. The names
 //! of an earlier lease are forgotten with it: its keys went with it, and a
-//! request that could create one fails on the ended lease.
+//! request that could create one fails on the ended lease. The slots only
+//! ever move on to the client's current lease, read under their lock: an
+//! attempt that still holds the lease before it gets no name (it would
+//! forget the current lease's slots, and hand one out twice).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -55,9 +58,19 @@ impl Slots {
     }
 
     /// The name of `token`'s key under `dir` on `lease`: its slot's, or
-    /// the lowest free slot's, now the token's.
-    pub(super) fn name(&self, dir: &str, token: &Token, lease: i64) -> String {
+    /// the lowest free slot's, now the token's; `None` when `lease` is not
+    /// the client's lease now (`current`, read under the slots' lock).
+    pub(super) fn name(
+        &self,
+        dir: &str,
+        token: &Token,
+        lease: i64,
+        current: impl FnOnce() -> i64,
+    ) -> Option<String> {
         let mut state = self.state();
+        if current() != lease {
+            return None;
+        }
         state.on_lease(lease);
         let slot = match state.by_token.get(token) {
             Some((d, slot)) if d == dir => *slot,
@@ -73,7 +86,7 @@ impl Slots {
                 slot
             }
         };
-        format!("{dir}{lease:x}.{slot}")
+        Some(format!("{dir}{lease:x}.{slot}"))
     }
 
     /// The name of `token`'s key if it has a slot on `lease`.
@@ -143,6 +156,13 @@ impl State {
 mod tests {
     use super::*;
 
+    /// `slots`' name on `lease`, the client's lease now.
+    fn name(slots: &Slots, dir: &str, token: &Token, lease: i64) -> String {
+        slots
+            .name(dir, token, lease, || lease)
+            .expect("the current lease")
+    }
+
     #[test]
     fn a_freed_slot_is_named_again_and_a_retired_one_never() {
         let slots = Slots::default();
@@ -152,15 +172,15 @@ mod tests {
             Token::random(),
             Token::random(),
         );
-        assert_eq!(slots.name("l/x/", &a, 0xab), "l/x/ab.0");
+        assert_eq!(name(&slots, "l/x/", &a, 0xab), "l/x/ab.0");
         assert_eq!(
-            slots.name("l/x/", &a, 0xab),
+            name(&slots, "l/x/", &a, 0xab),
             "l/x/ab.0",
             "a token keeps its slot"
         );
-        assert_eq!(slots.name("l/x/", &b, 0xab), "l/x/ab.1");
+        assert_eq!(name(&slots, "l/x/", &b, 0xab), "l/x/ab.1");
         assert_eq!(
-            slots.name("l/y/", &c, 0xab),
+            name(&slots, "l/y/", &c, 0xab),
             "l/y/ab.0",
             "slots are per lock"
         );
@@ -169,28 +189,33 @@ mod tests {
         slots.free(&a);
         assert_eq!(slots.of(&a, 0xab), None);
         assert_eq!(
-            slots.name("l/x/", &d, 0xab),
+            name(&slots, "l/x/", &d, 0xab),
             "l/x/ab.0",
             "freed: named again"
         );
         slots.retire(&b);
         slots.free(&d);
         let e = Token::random();
-        assert_eq!(slots.name("l/x/", &e, 0xab), "l/x/ab.0");
+        assert_eq!(name(&slots, "l/x/", &e, 0xab), "l/x/ab.0");
         let f = Token::random();
-        assert_eq!(slots.name("l/x/", &f, 0xab), "l/x/ab.2", "retired: never");
+        assert_eq!(name(&slots, "l/x/", &f, 0xab), "l/x/ab.2", "retired: never");
         let kept = slots.detach(&e).expect("e's slot");
         let g = Token::random();
         assert_eq!(
-            slots.name("l/x/", &g, 0xab),
+            name(&slots, "l/x/", &g, 0xab),
             "l/x/ab.3",
             "detached: still in use"
         );
         slots.free_detached(kept);
         let h = Token::random();
-        assert_eq!(slots.name("l/x/", &h, 0xab), "l/x/ab.0");
+        assert_eq!(name(&slots, "l/x/", &h, 0xab), "l/x/ab.0");
         // A new lease starts over: the old keys went with the old one.
-        assert_eq!(slots.name("l/x/", &h, 0xcd), "l/x/cd.0");
-        assert_eq!(slots.name("l/x/", &f, 0xcd), "l/x/cd.1");
+        assert_eq!(name(&slots, "l/x/", &h, 0xcd), "l/x/cd.0");
+        assert_eq!(name(&slots, "l/x/", &f, 0xcd), "l/x/cd.1");
+        // An attempt on the lease before gets no name, and the current
+        // lease's slots stay.
+        let late = Token::random();
+        assert_eq!(slots.name("l/x/", &late, 0xab, || 0xcd), None);
+        assert_eq!(name(&slots, "l/x/", &late, 0xcd), "l/x/cd.2");
     }
 }
