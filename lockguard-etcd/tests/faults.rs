@@ -40,6 +40,19 @@ async fn connect(endpoints: &str, b: Builder, ttl: Duration) -> Client {
         .expect("connect to etcd")
 }
 
+/// One member, and a client of the default settings on it whose lease
+/// outlasts the test.
+async fn member_and_client() -> (EtcdServer, Client) {
+    let server = EtcdServer::start();
+    let lg = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    (server, lg)
+}
+
 /// Killed, the member makes operations fail fast as unavailable (or timed
 /// out); restarted on its data, the same client recovers by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -323,13 +336,7 @@ const KIT_LEASE: Duration = Duration::from_millis(600);
 /// waiters in this process, with greater tokens, and never while the child
 /// lived.
 async fn killed(holding: Holding) {
-    let server = EtcdServer::start();
-    let lg = connect(
-        &server.endpoint(),
-        Client::builder(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let (server, lg) = member_and_client().await;
     let kill = Kill::new("etcd_kit_child", &server.endpoint(), KIT_LEASE)
         .served_within(Duration::from_secs(4));
     a_killed_holder_is_replaced(holding, kill, &lg).await;
@@ -356,13 +363,7 @@ async fn etcd_killed_leader_process_is_replaced_with_its_lease() {
 /// with it); it gets it after, with a greater token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_paused_waiter_never_holds_a_grant_it_slept_through() {
-    let server = EtcdServer::start();
-    let lg = connect(
-        &server.endpoint(),
-        Client::builder(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let (server, lg) = member_and_client().await;
     let kill = Kill::new("etcd_kit_child", &server.endpoint(), KIT_LEASE);
     a_paused_waiter_never_holds_a_grant_it_slept_through(kill, &lg).await;
 }
@@ -630,13 +631,7 @@ async fn late_key_is_deleted(ttl: Duration, late: Duration, at_least: Duration) 
 /// freed slot is used again. Each key's value names its token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_lock_taken_again_and_again_writes_the_same_key() {
-    let server = EtcdServer::start();
-    let lg = connect(
-        &server.endpoint(),
-        Client::builder(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let (server, lg) = member_and_client().await;
     let raw = lockguard_etcd::etcd_client::Client::connect([server.endpoint()], None)
         .await
         .unwrap();
