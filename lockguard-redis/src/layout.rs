@@ -7,7 +7,6 @@
 //! it when an operation needs them (a few short strings beside a round
 //! trip). The braces around the escaped name are the hash tag.
 
-use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use lockguard_core::store::{CounterKeys, LimitKeys, LockKeys, Resource};
@@ -20,15 +19,23 @@ pub(crate) trait RedisLockKeys {
     fn sequence(&self) -> String;
     /// The waiters' queue: tokens in order of arrival.
     fn queue(&self) -> String;
-    /// Each queued waiter's deadline and channel (and a semaphore holder's
-    /// fencing token).
-    fn tickets(&self) -> String;
     /// A read-write lock's writer: its token, with its lease as expiry.
     /// (The lock's identity holds its readers.)
     fn writer(&self) -> String;
-    /// A read-write lock's queued readers (the other waiters write).
-    fn reads(&self) -> String;
+    /// Gives `key` the keys of a wait-queue script for one hold, in order,
+    /// each as the pieces it is made of (joined by the caller, with no
+    /// string of its own): the identity, the sequence, the queue, the
+    /// tickets (each queued waiter's deadline and channel, and a semaphore
+    /// holder's fencing token), and for a read-write lock (`rw`) the writer
+    /// and the queued readers (the other waiters write).
+    fn queue_keys(&self, rw: bool, key: impl FnMut(&[&str]));
 }
+
+/// The suffixes of a lock's keys beside its identity.
+const QUEUE: &str = ":queue";
+const TICKETS: &str = ":tickets";
+const WRITER: &str = ":writer";
+const READS: &str = ":reads";
 
 impl RedisLockKeys for LockKeys {
     fn sequence(&self) -> String {
@@ -36,19 +43,24 @@ impl RedisLockKeys for LockKeys {
     }
 
     fn queue(&self) -> String {
-        format!("{}:queue", self.id())
-    }
-
-    fn tickets(&self) -> String {
-        format!("{}:tickets", self.id())
+        [self.id(), QUEUE].concat()
     }
 
     fn writer(&self) -> String {
-        format!("{}:writer", self.id())
+        [self.id(), WRITER].concat()
     }
 
-    fn reads(&self) -> String {
-        format!("{}:reads", self.id())
+    fn queue_keys(&self, rw: bool, mut key: impl FnMut(&[&str])) {
+        let id = self.id();
+        let tag = SeqTag::of(id);
+        key(&[id]);
+        key(&sequence_parts(self.prefix(), &tag));
+        key(&[id, QUEUE]);
+        key(&[id, TICKETS]);
+        if rw {
+            key(&[id, WRITER]);
+            key(&[id, READS]);
+        }
     }
 }
 
@@ -126,11 +138,47 @@ pub(crate) fn prepare() {
 /// across the key's expiry, and the store holds at most one such key per
 /// slot however many keys are ever locked or counted.
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
-    let tag = SLOT_TAGS[usize::from(slot(key))];
-    let mut out = String::with_capacity(prefix.len() + 16);
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{prefix}seq:{{{tag}}}");
-    out
+    sequence_parts(prefix, &SeqTag::of(key)).concat()
+}
+
+/// The pieces of the sequence key of the slot whose hash tag is `tag`.
+fn sequence_parts<'a>(prefix: &'a str, tag: &'a SeqTag) -> [&'a str; 4] {
+    [prefix, "seq:{", tag.as_str(), "}"]
+}
+
+/// The hash tag of a key's sequence (see [`SLOT_TAGS`]), in decimal, on
+/// the stack.
+struct SeqTag {
+    digits: [u8; 10],
+    len: usize,
+}
+
+impl SeqTag {
+    /// The tag of `key`'s slot.
+    fn of(key: &str) -> Self {
+        let mut n = SLOT_TAGS[usize::from(slot(key))];
+        let mut digits = [0u8; 10];
+        let mut at = digits.len();
+        loop {
+            at -= 1;
+            // A digit: n % 10 < 10.
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        digits.copy_within(at.., 0);
+        Self {
+            digits,
+            len: 10 - at,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        // ASCII digits.
+        std::str::from_utf8(&self.digits[..self.len]).unwrap_or_default()
+    }
 }
 
 /// The waiting line of a Redlock lock on each node: its waiters scored by
@@ -166,13 +214,43 @@ mod tests {
     fn counter(prefix: &str, name: &str) -> CounterKeys {
         CounterKeys::checked(prefix, name).unwrap()
     }
+
+    /// A wait-queue script's keys, each joined.
+    fn joined(k: &LockKeys, rw: bool) -> Vec<String> {
+        let mut all = Vec::new();
+        k.queue_keys(rw, |parts| all.push(parts.concat()));
+        all
+    }
+
     #[test]
     fn derived_keys_share_a_hash_tag() {
         let k = keys("lg:", "order:42");
         assert_eq!(k.id(), "lg:lock:{order:42}");
         assert_eq!(k.queue(), "lg:lock:{order:42}:queue");
-        assert_eq!(k.tickets(), "lg:lock:{order:42}:tickets");
+        assert_eq!(
+            joined(&k, false),
+            [
+                k.id().to_owned(),
+                k.sequence(),
+                k.queue(),
+                "lg:lock:{order:42}:tickets".to_owned()
+            ]
+        );
+        assert_eq!(
+            joined(&k, true)[4..],
+            [
+                "lg:lock:{order:42}:writer".to_owned(),
+                "lg:lock:{order:42}:reads".to_owned()
+            ]
+        );
         assert_eq!(slot(&k.sequence()), slot(k.id()));
+        // The sequence's tag is its slot's number, in decimal.
+        let tag = SLOT_TAGS[usize::from(slot(k.id()))];
+        assert_eq!(k.sequence(), format!("lg:seq:{{{tag}}}"));
+        assert_eq!(
+            SeqTag::of("{5}").as_str(),
+            SLOT_TAGS[usize::from(slot("5"))].to_string()
+        );
         // A user's braces are escaped, never taken as the tag.
         let k = keys("lg:", "order:{42}");
         assert_eq!(k.id(), "lg:lock:{order:{42\\}}");
@@ -200,7 +278,7 @@ mod tests {
         ] {
             let k = keys("p:", key);
             let s = slot(k.id());
-            for other in [k.sequence(), k.queue(), k.tickets()] {
+            for other in joined(&k, false) {
                 assert_eq!(
                     slot(&other),
                     s,
@@ -210,13 +288,7 @@ mod tests {
             }
             let rw = LockKeys::checked_rw("p:", key, RwMode::Write).unwrap();
             let s = slot(rw.id());
-            for other in [
-                rw.sequence(),
-                rw.queue(),
-                rw.tickets(),
-                rw.writer(),
-                rw.reads(),
-            ] {
+            for other in joined(&rw, true) {
                 assert_eq!(
                     slot(&other),
                     s,

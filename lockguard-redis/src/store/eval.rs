@@ -20,7 +20,9 @@
 //! call then costs the `NOSCRIPT` round trip and an `EVAL` again, nothing
 //! more.
 
-use redis::{Arg, Cmd, FromRedisValue, RedisResult, Script, ToRedisArgs};
+use std::io::Write as _;
+
+use redis::{Arg, Cmd, FromRedisValue, RedisResult, RedisWrite as _, Script, ToRedisArgs};
 
 /// A Lua script: its code, and its SHA-1 hash for `EVALSHA`.
 pub(crate) struct Lua {
@@ -57,7 +59,9 @@ impl<'s> Eval<'s> {
     /// build, a count that does not match makes the server refuse the call,
     /// an error.)
     pub(crate) fn new(script: &'s Lua, keys: usize) -> Self {
-        let mut cmd = Cmd::with_capacity(3 + keys + 4, 128);
+        // A lock's four keys, a token and a few numbers fit in 256 bytes
+        // with the hash: the buffer is not grown while the call is written.
+        let mut cmd = Cmd::with_capacity(3 + keys + 4, 256);
         cmd.arg("EVALSHA").arg(script.hash()).arg(keys);
         Self {
             script,
@@ -71,6 +75,22 @@ impl<'s> Eval<'s> {
         debug_assert!(self.keys_left > 0, "more keys than announced");
         self.keys_left = self.keys_left.saturating_sub(1);
         self.cmd.arg(key);
+        self
+    }
+
+    /// Writes the next key, made of `parts` joined, straight into the
+    /// command.
+    pub(crate) fn key_parts(&mut self, parts: &[&str]) -> &mut Self {
+        debug_assert!(self.keys_left > 0, "more keys than announced");
+        self.keys_left = self.keys_left.saturating_sub(1);
+        {
+            // The argument ends where this writer is dropped.
+            let mut arg = self.cmd.writer_for_next_arg();
+            for part in parts {
+                // Writing to the command's buffer cannot fail.
+                let _ = arg.write_all(part.as_bytes());
+            }
+        }
         self
     }
 

@@ -113,13 +113,9 @@ fn rw_arg(mode: RwMode) -> &'static str {
 /// its queue and its tickets, and for a read-write lock (`rw`) its writer
 /// and its queued readers.
 fn queue_keys(call: &mut Eval<'_>, keys: &LockKeys, rw: bool) {
-    call.key(keys.id())
-        .key(keys.sequence())
-        .key(keys.queue())
-        .key(keys.tickets());
-    if rw {
-        call.key(keys.writer()).key(keys.reads());
-    }
+    keys.queue_keys(rw, |parts| {
+        call.key_parts(parts);
+    });
 }
 
 /// A call of a wait-queue script on one hold's [keys](queue_keys), the
