@@ -4,8 +4,9 @@
 //!
 //! A lock's identity (`LockKeys::id`, `{prefix}lock:{escaped name}`) is the
 //! key holding its holder; its queue, tickets and sequence are laid out from
-//! it when an operation needs them (a few short strings beside a round
-//! trip). The braces around the escaped name are the hash tag.
+//! it when an operation needs them, written piece by piece straight into
+//! the script's command (see `RedisLockKeys::queue_keys`). The braces
+//! around the escaped name are the hash tag.
 
 use std::sync::LazyLock;
 
