@@ -46,11 +46,12 @@ impl EtcdStore {
         // Each lock's keys, by its path segment: in creation order, as read.
         let mut queues: BTreeMap<&str, Vec<(Token, Entry)>> = BTreeMap::new();
         for kv in &kvs {
-            let Some((segment, _name)) = kv
+            let Some(segment) = kv
                 .key_str()
                 .ok()
                 .and_then(|k| k.strip_prefix(locks.as_str()))
                 .and_then(|rest| rest.rsplit_once('/'))
+                .map(|(segment, _)| segment)
             else {
                 tracing::debug!(key = ?kv.key(), "not a lockguard queue key; left out of the survey");
                 continue;
