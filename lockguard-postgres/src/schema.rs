@@ -1,6 +1,9 @@
 //! lockguard's schema in PostgreSQL: created on first connect, or by hand
 //! from [`migration_sql`].
 
+use std::time::Duration;
+
+use lockguard_core::store::net;
 use lockguard_core::{Error, ErrorKind, Result};
 
 use crate::pool::Conn;
@@ -133,11 +136,32 @@ async fn found(conn: &mut Conn, schema: &str) -> Option<(i32, Option<i32>)> {
     Some((version, since))
 }
 
+/// How long a migration may take at the least, whatever the connect
+/// timeout: it is a transaction of some hundred statements, which waits
+/// for another client's migration of the same schema, and runs once.
+pub(crate) const MIGRATION_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Creates the schema when it is missing or older than this version, in one
-/// transaction under an advisory lock, so clients starting together create
-/// it once.
-pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
+/// transaction under an advisory lock of the schema's own, so clients
+/// starting together create it once (and clients of other schemas do not
+/// wait for it). Reading the schema's version answers within `timeout`
+/// (the connect timeout); a migration, when one is needed, within
+/// [`MIGRATION_TIMEOUT`] or `timeout` if longer.
+pub(crate) async fn ensure(conn: &mut Conn, schema: &str, timeout: Duration) -> Result<()> {
     let what = || format!("creating lockguard's schema {schema:?}");
+    let answer = tokio::time::timeout(timeout, judge(conn, schema)).await;
+    if !net::within(timeout, "postgres", what, answer)? {
+        return Ok(());
+    }
+    let limit = timeout.max(MIGRATION_TIMEOUT);
+    let answer = tokio::time::timeout(limit, migrate(conn, schema)).await;
+    net::within(limit, "postgres", what, answer)
+}
+
+/// Whether `schema` is to be created or brought up to date (after checking
+/// the server's version): false when it serves this client as it is; an
+/// error when it is refused.
+async fn judge(conn: &mut Conn, schema: &str) -> Result<bool> {
     let version: i32 = conn
         .query("SELECT current_setting('server_version_num')::int", &[])
         .await
@@ -156,9 +180,10 @@ pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
             ),
         ));
     }
-    // Missing (an error): created below, where any other failure shows.
+    // Missing (an error): created by the migration, where any other
+    // failure shows.
     match verdict(found(conn, schema).await) {
-        Verdict::Current => return Ok(()),
+        Verdict::Current => Ok(false),
         Verdict::Newer(v) => {
             tracing::info!(
                 schema,
@@ -166,18 +191,27 @@ pub(crate) async fn ensure(conn: &mut Conn, schema: &str) -> Result<()> {
                 known = VERSION,
                 "lockguard's postgres schema is newer than this client and compatible with it"
             );
-            return Ok(());
+            Ok(false)
         }
         Verdict::Refused {
             version,
             compatible_since,
-        } => return Err(refused(schema, version, compatible_since)),
-        Verdict::Migrate => {}
+        } => Err(refused(schema, version, compatible_since)),
+        Verdict::Migrate => Ok(true),
     }
+}
+
+/// Creates `schema` or brings it up to date, in one transaction under the
+/// schema's advisory lock.
+async fn migrate(conn: &mut Conn, schema: &str) -> Result<()> {
+    let what = || format!("creating lockguard's schema {schema:?}");
     // One simple query: its statements run as one transaction, which holds
-    // the advisory lock to its end.
+    // the advisory locks to its end. The schema's own lock keeps two
+    // migrations of it apart; the shared hold of the lock every earlier
+    // client took for any schema keeps this one apart from theirs.
     let sql = format!(
-        "SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration', 0));\n{}",
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended('lockguard migration', 0));\n\
+         SELECT pg_advisory_xact_lock(hashtextextended('lockguard migration of {schema}', 0));\n{}",
         migration_sql(schema)?
     );
     if let Err(e) = conn.batch(&sql).await {

@@ -196,17 +196,7 @@ pub(crate) async fn connect(
     .await;
     let mut conn = net::within(opts.connect_timeout, "postgres", || what.to_owned(), answer)
         .map_err(net::unreachable)?;
-    let answer = tokio::time::timeout(
-        opts.connect_timeout,
-        schema::ensure(&mut conn, &store.schema),
-    )
-    .await;
-    net::within(
-        opts.connect_timeout,
-        "postgres",
-        || format!("creating lockguard's schema {:?}", store.schema),
-        answer,
-    )?;
+    schema::ensure(&mut conn, &store.schema, opts.connect_timeout).await?;
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     Ok(Store::new(Arc::new(store), vec![bell]).at(&at))

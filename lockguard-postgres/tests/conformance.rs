@@ -385,6 +385,69 @@ async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
     assert_eq!(fenced.read().await.unwrap(), None);
 }
 
+/// A migration waits only for migrations of its own schema, and gets more
+/// than the connect timeout to do so: with the lock of schema `a`'s
+/// migration held by another session, a client of schema `b` is created
+/// while `a`'s first client waits; held past the connect timeout (1 s
+/// here), `a`'s client is then created, not timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_waits_only_for_its_own_schema_past_the_connect_timeout() {
+    use lockguard_postgres::tokio_postgres;
+    let server = PostgresServer::shared();
+    let (a, b) = (
+        format!("ma{}", std::process::id()),
+        format!("mb{}", std::process::id()),
+    );
+    let (db, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let hold = format!("hashtextextended('lockguard migration of {a}', 0)");
+    db.execute(&format!("SELECT pg_advisory_lock({hold})"), &[])
+        .await
+        .unwrap();
+    let connect = |schema: String| {
+        let url = server.url();
+        tokio::spawn(async move {
+            Client::builder()
+                .connect_timeout(Duration::from_secs(1))
+                .postgres_schema(schema.as_str())
+                .connect_postgres(&url)
+                .await
+        })
+    };
+    let waiting = connect(a.clone());
+    let other = connect(b.clone()).await.unwrap();
+    assert!(other.is_ok(), "schema {b}: {:?}", other.err());
+    // `a`'s client is blocked on the lock (seen by the server), and stays
+    // so past its connect timeout.
+    let blocked = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+         AND (classid::bigint << 32 | objid::bigint) = {hold}"
+    );
+    let queued = eventually(Duration::from_secs(10), || async {
+        server.psql(&blocked) == "1"
+    })
+    .await;
+    assert!(
+        queued,
+        "schema {a}'s client never waited for its migration's lock"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "schema {a} was created under the lock of its migration"
+    );
+    db.execute(&format!("SELECT pg_advisory_unlock({hold})"), &[])
+        .await
+        .unwrap();
+    let created = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the migration ends once its lock is free")
+        .unwrap();
+    assert!(created.is_ok(), "schema {a}: {:?}", created.err());
+}
+
 /// A hot key's scans skip its dead holders: each cycle of a semaphore's
 /// permit (a lock's holds are no rows) leaves an index entry of a deleted
 /// holder row until a vacuum, and the functions' scans, plain (bitmap
