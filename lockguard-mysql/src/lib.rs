@@ -40,12 +40,13 @@
 //!   lease are kept in a MEMORY table: a lock writes no InnoDB row. The
 //!   client ends a hold whose lease ran out unrenewed, and the server ends
 //!   a holder's session idle past its lease (`wait_timeout`); a holder
-//!   whose session ended unbeknownst to it keeps its recorded lease, which
-//!   its successor waits out (a release unlocks, then ends its lease; a
-//!   lease whose session still lives is read as released, by the user lock
-//!   each such session holds, schema version 10). A database restart, a
-//!   failover or a session ended by an operator frees the lock: its holder
-//!   is told at its next renewal. The rest of this list is about
+//!   whose session ended unbeknownst to it (a cut connection, a killed
+//!   process, an operator's `KILL`) keeps its recorded lease, which its
+//!   successor waits out: a release ends its lease before it unlocks, so a
+//!   running lease a successor finds was never released (schema version
+//!   11). A database restart or a failover (which empty the MEMORY table),
+//!   or a forced release (which ends the lease), frees the lock at once:
+//!   its holder is told at its next renewal. The rest of this list is about
 //!   semaphores and read-write locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read

@@ -1,4 +1,4 @@
--- Locks (schema versions 9 and 10): the server's own user locks (GET_LOCK), each
+-- Locks (schema versions 9 to 11): the server's own user locks (GET_LOCK), each
 -- held by a database session of the client's own (locks.rs). A waiter
 -- waits in the server, whose queue grants the lock to its first waiter the
 -- moment the holder releases it or its session ends: no bell, no mail.
@@ -14,13 +14,13 @@
 --
 -- A holder's lease is recorded there, so that the successor of a holder
 -- whose session ended unbeknownst to it (a cut connection, a client
--- paused past its lease whose session the server ended) waits out that
--- lease; a release ends it just after its unlock. Each session that
--- records a lease holds a user lock named for it while it lives
--- (`lockguard session ` and its connection id), so a successor tells a
--- lease whose session lives (released: only its own session unlocks a
--- lock) from one whose session ended. A holder's session is ended by the
--- server once idle past its lease (wait_timeout, whole seconds).
+-- killed or paused past its lease whose session the server ended) waits
+-- out that lease; a release ends it just before its unlock, so a lease
+-- its successor finds running was never released, and is waited out
+-- whatever the state of its session (one being torn down releases its
+-- user locks one at a time, and may still look alive to the waiter its
+-- end woke). A holder's session is ended by the server once idle past
+-- its lease (wait_timeout, whole seconds).
 --
 -- Routines here touch a MEMORY table in single statements only, never
 -- inside a function (a function's tables are locked for its caller's whole
@@ -135,19 +135,18 @@ END
 -- ;;
 DROP PROCEDURE IF EXISTS __P__lock_release
 -- ;;
--- Unlocks lock p_key on the hold's session, then ends token p_token's
--- lease: answers whether the session held it. The unlock comes first, so
--- the next holder is granted the lock with no statement before it; its
--- draw finds the lease still running only until the end that follows,
--- recorded by a session that lives (it runs this), and reads it as
--- released. The end is never skipped, even when the lock was handed on:
--- the next holder's draw may run after this session's client closed it.
+-- Ends token p_token's lease of lock p_key, then unlocks the lock on the
+-- hold's session: answers whether the session held it. The lease ends
+-- first, so the next holder, granted the lock by the unlock, finds no
+-- lease of this hold running (one it finds was never released, and it
+-- waits that out).
 CREATE PROCEDURE __P__lock_release(p_key VARBINARY(2900), p_token VARBINARY(64))
 BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
-  DECLARE v_held INT DEFAULT COALESCE(RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h))), 0);
+  DECLARE v_held INT;
   UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
    WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
+  SET v_held = COALESCE(RELEASE_LOCK(CONCAT('lockguard ', HEX(v_h))), 0);
   SET SESSION wait_timeout = @@GLOBAL.wait_timeout;
   SELECT v_held;
 END
@@ -205,14 +204,8 @@ BEGIN
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
   DECLARE v_waiters BIGINT;
-  -- A lease whose session lives but no longer holds the lock was
-  -- released (its end is on its way).
   SELECT MAX(fence),
-         MAX(IF(expires_us > v_now
-                  AND NOT (conn IS NOT NULL
-                           AND IS_USED_LOCK(CONCAT('lockguard session ', conn)) <=> conn
-                           AND NOT (IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> conn)),
-                CEIL((expires_us - v_now) / 1000), NULL))
+         MAX(IF(expires_us > v_now, CEIL((expires_us - v_now) / 1000), NULL))
     INTO v_fence, v_left
     FROM __P__lock_fences WHERE h = v_h;
   IF v_left IS NULL THEN

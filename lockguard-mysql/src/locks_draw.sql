@@ -11,12 +11,10 @@
 SET v_now = __NOW_US__;
 -- A point read by the row's hash (a derived table of the clock joined to
 -- it costs the server twice as much). A running lease of another token
--- is waited out unless its session lives: that session unlocked the lock
--- (this one was granted it) and is about to end the lease.
+-- was not released (a release ends its lease before it unlocks): its
+-- holder's session ended, or is ending, while the holder may count on it.
 SELECT MAX(f.fence),
-       MAX(IF(f.expires_us > v_now AND NOT (f.token <=> p_token)
-                AND NOT (f.conn IS NOT NULL
-                         AND IS_USED_LOCK(CONCAT('lockguard session ', f.conn)) <=> f.conn),
+       MAX(IF(f.expires_us > v_now AND NOT (f.token <=> p_token),
               f.expires_us - v_now, NULL))
   INTO v_fence, v_left
   FROM __P__lock_fences f WHERE f.h = v_h;

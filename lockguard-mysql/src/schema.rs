@@ -31,8 +31,13 @@ use crate::error::{is_no_such_table, mysql_error};
 /// records a lease holds a user lock named for it, by which its successor
 /// reads the lease as released), a try or wait sets its session up before
 /// it asks for the lock (`locks_session.sql`), and a wait's row stays
-/// after its grant.
-pub(crate) const VERSION: i64 = 10;
+/// after its grant. Version 11: a release ends its lease before it
+/// unlocks, and a successor waits out any running lease of another token
+/// (a session being torn down releases its user locks one at a time, so
+/// the session mark of version 10 could still be held when the lock's own
+/// was handed on: the successor read an unreleased lease as released);
+/// sessions no longer take the mark.
+pub(crate) const VERSION: i64 = 11;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

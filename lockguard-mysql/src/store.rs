@@ -100,8 +100,7 @@ impl Statements {
             // in their queue's order (`n` is a holder's fence, a waiter's
             // arrival). The newest token is what `inspect`, `rw_inspect`
             // and `lock_inspect` report. A lock's holder is its lease
-            // running (locks.sql) unless its session lives without the
-            // lock (released, the lease's end on its way), or its kept time
+            // running (locks.sql; a release ends it first), or its kept time
             // (`at_least`) after a restart emptied the MEMORY table; its
             // waiters the sessions waiting in GET_LOCK.
             survey: format!(
@@ -121,9 +120,6 @@ impl Statements {
                      CAST(CEIL((f.expires_us - t.now) / 1000) AS SIGNED) \
                      FROM {p}lock_fences f, (SELECT {now} AS now) t \
                      WHERE f.k >= ? AND f.k < ? AND f.expires_us > t.now \
-                       AND NOT (f.conn IS NOT NULL \
-                         AND IS_USED_LOCK(CONCAT('lockguard session ', f.conn)) <=> f.conn \
-                         AND NOT (IS_USED_LOCK(CONCAT('lockguard ', HEX(f.h))) <=> f.conn)) \
                    UNION ALL \
                    SELECT k.k, 0, 0, k.token, 0, k.fence, \
                      CAST(CEIL((k.until_us - t.now) / 1000) AS SIGNED) \

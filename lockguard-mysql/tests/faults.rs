@@ -487,11 +487,21 @@ async fn mysql_a_lock_kept_across_a_restart_is_listed() {
 /// token)` of a hold of `key` (the key as the store names it) for 30 s,
 /// taken with lockguard's own try.
 async fn raw_hold(server: &MariaDbServer, key: &str, token: &str) -> (mysql_async::Conn, i64) {
+    raw_hold_for(server, key, token, 30_000).await
+}
+
+/// As [`raw_hold`], with a lease of `lease_ms`.
+async fn raw_hold_for(
+    server: &MariaDbServer,
+    key: &str,
+    token: &str,
+    lease_ms: u64,
+) -> (mysql_async::Conn, i64) {
     use mysql_async::prelude::Queryable as _;
     let opts = mysql_async::Opts::from_url(&server.url()).expect("a mysql url");
     let mut conn = mysql_async::Conn::new(opts).await.expect("connect");
     let (taken, fence, _): (i64, Option<i64>, Option<i64>) = conn
-        .exec_first("CALL lockguard_lock_try(?, ?, 30000)", (key, token))
+        .exec_first("CALL lockguard_lock_try(?, ?, ?)", (key, token, lease_ms))
         .await
         .expect("lock_try")
         .expect("lock_try's row");
@@ -499,44 +509,55 @@ async fn raw_hold(server: &MariaDbServer, key: &str, token: &str) -> (mysql_asyn
     (conn, fence.expect("a fencing token"))
 }
 
-/// A release unlocks before it ends its lease (no statement before the
-/// next holder's grant), so a successor may find a lease still running
-/// on a lock it was granted. It takes the lock at once when the session
-/// that recorded the lease lives (that session unlocked it: nothing else
-/// does), and waits the lease out when that session ended, as when a
-/// holder's connection was cut unbeknownst to it.
+/// A release ends its lease before it unlocks, so a lease a successor
+/// finds running on a lock it was granted was never released: it is
+/// waited out whether the session that recorded it lives (here: a
+/// session that unlocked the lock with no release, its lease left
+/// running) or ended (killed by an operator or a proxy, unbeknownst to
+/// its holder).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_a_running_lease_is_waited_out_only_when_its_session_ended() {
+async fn mysql_a_running_lease_is_waited_out_whatever_its_session() {
     use mysql_async::prelude::Queryable as _;
     let server = MariaDbServer::start();
     let lg = client(&server).await;
-    // The store's name for the keys, from a hold of lockguard's own.
-    let g = lg.lock("unlocked").acquire().await.unwrap();
-    let row = server.sql(&format!(
-        "SELECT k, CONCAT('lockguard ', HEX(h)) FROM lockguard.lockguard_lock_fences WHERE fence = {}",
-        g.fencing_token().get()
-    ));
-    g.release().await.unwrap();
-    let (key, name) = row.split_once('\t').expect("the key's row");
+    let (key, name) = store_key(&server, &lg, "unlocked").await;
+    let (key, name) = (key.as_str(), name.as_str());
+    let busy_for_the_lease = async |what: &str| {
+        let refused = lg.lock("unlocked").try_acquire().await;
+        let e = refused.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Busy, "{what}: {e}");
+        let left = e.retry_after().expect("the lease's time left");
+        assert!(
+            left > Duration::from_secs(20),
+            "{what}: {left:?} left of a 30 s lease"
+        );
+        let state = lg.lock("unlocked").inspect().await.unwrap();
+        assert_eq!(
+            state.holders, 1,
+            "{what}: the lease counts as a hold: {state:?}"
+        );
+    };
 
-    // Unlocked by its live session with the lease still recorded: the
-    // moment between a release's two steps, held still.
-    let (mut live, fence) = raw_hold(&server, key, "raw-live").await;
+    // Unlocked by its live session with the lease still recorded.
+    let (mut live, _) = raw_hold(&server, key, "raw-live").await;
     let unlocked: Option<i64> = live
         .exec_first("SELECT RELEASE_LOCK(?)", (name,))
         .await
         .unwrap()
         .unwrap();
     assert_eq!(unlocked, Some(1));
-    let left = server
-        .sql("SELECT expires_us > 0 FROM lockguard.lockguard_lock_fences WHERE token = 'raw-live'");
-    assert_eq!(left, "1", "the raw session's lease is still recorded");
+    busy_for_the_lease("a lease whose session lives and unlocked with no release").await;
+    let ended: i64 = live
+        .exec_first("CALL lockguard_lock_forget(?, 'raw-live')", (key,))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended, 1, "the raw session's lease ended");
     let next = lg
         .lock("unlocked")
         .try_acquire()
         .await
-        .expect("a lease whose session lives and unlocked is not waited out");
-    assert!(next.fencing_token().get() > u64::try_from(fence).unwrap());
+        .expect("a lease ended is not waited out");
     assert!(next.release().await.unwrap());
 
     // The session of a hold ended unbeknownst to its holder (killed by an
@@ -558,18 +579,83 @@ async fn mysql_a_running_lease_is_waited_out_only_when_its_session_ended() {
         }
     })
     .await;
-    let refused = lg.lock("unlocked").try_acquire().await;
-    let e = refused.expect_err("a lease whose session ended must be waited out");
-    assert_eq!(e.kind(), ErrorKind::Busy, "{e}");
-    let left = e.retry_after().expect("the lease's time left");
-    assert!(
-        left > Duration::from_secs(20),
-        "{left:?} left of a 30 s lease"
-    );
-    let state = lg.lock("unlocked").inspect().await.unwrap();
-    assert_eq!(
-        state.holders, 1,
-        "the cut holder's lease counts as a hold: {state:?}"
-    );
+    busy_for_the_lease("a lease whose session ended").await;
     drop(live);
+}
+
+/// The store's name for lock `name`'s key, and the name of its user lock,
+/// read from a hold of lockguard's own.
+async fn store_key(server: &MariaDbServer, lg: &Client, name: &str) -> (String, String) {
+    let g = lg.lock(name).acquire().await.unwrap();
+    let row = server.sql(&format!(
+        "SELECT k, CONCAT('lockguard ', HEX(h)) FROM lockguard.lockguard_lock_fences WHERE fence = {}",
+        g.fencing_token().get()
+    ));
+    g.release().await.unwrap();
+    let (key, lock) = row.split_once('\t').expect("the key's row");
+    (key.to_owned(), lock.to_owned())
+}
+
+/// A holder's session ended by the server while a waiter blocks in
+/// `GET_LOCK` (a cut connection, a client killed: the holder may still
+/// count on its lease) hands the user lock to the waiter as the session's
+/// locks are released, one by one; the waiter waits the holder's lease
+/// out whatever is left of that session. The holder's session holds
+/// thousands of other user locks, so its teardown takes a while; each
+/// round kills it with the waiter queued and checks the waiter's grant
+/// came no sooner than the lease allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_holder_session_torn_down_under_a_waiter_keeps_its_lease() {
+    use mysql_async::prelude::Queryable as _;
+    const LEASE: Duration = Duration::from_millis(1500);
+    let server = MariaDbServer::start();
+    let lg = client(&server).await;
+    for round in 0..4 {
+        let name = format!("torn-{round}");
+        let (key, _) = store_key(&server, &lg, &name).await;
+        let asked = Instant::now();
+        let (mut holder, fence) =
+            raw_hold_for(&server, &key, "raw-torn", LEASE.as_millis() as u64).await;
+        let fillers: Vec<String> = (0..4000).map(|i| format!("filler {round} {i}")).collect();
+        for chunk in fillers.chunks(500) {
+            let sql = chunk
+                .iter()
+                .map(|f| format!("GET_LOCK('{f}', 0)"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            holder.query_drop(format!("DO {sql}")).await.unwrap();
+        }
+        let waiter = {
+            let lg = lg.clone();
+            tokio::spawn(async move {
+                let g = lg.lock(&name).wait(Duration::from_secs(20)).acquire().await;
+                (Instant::now(), g)
+            })
+        };
+        let waiting =
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'";
+        eventually(Duration::from_secs(10), async || {
+            if server.sql(waiting) == "1" {
+                Ok(())
+            } else {
+                Err(lockguard_core::Error::new(
+                    ErrorKind::Unavailable,
+                    "not queued yet",
+                ))
+            }
+        })
+        .await;
+        server.sql(&format!("KILL CONNECTION {}", holder.id()));
+        let (at, g) = waiter.await.unwrap();
+        let g = g.expect("the waiter gets the lock once the lease ends");
+        assert!(
+            at.duration_since(asked) >= LEASE,
+            "round {round}: the waiter got the lock {:?} after the holder's lease began, \
+             inside its {LEASE:?}",
+            at.duration_since(asked)
+        );
+        assert!(g.fencing_token().get() > u64::try_from(fence).unwrap());
+        assert!(g.release().await.unwrap());
+        drop(holder);
+    }
 }
