@@ -45,7 +45,8 @@
 //!   successor waits out: a release ends its lease before it unlocks, so a
 //!   running lease a successor finds was never released (schema version
 //!   11). A database restart or a failover (which empty the MEMORY table),
-//!   or a forced release (which ends the lease), frees the lock at once:
+//!   or a forced release (which ends the lease; a renewal landing at that
+//!   moment puts it back, and it is waited out), frees the lock at once:
 //!   its holder is told at its next renewal. The rest of this list is about
 //!   semaphores and read-write locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row

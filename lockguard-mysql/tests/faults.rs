@@ -564,23 +564,29 @@ async fn mysql_a_running_lease_is_waited_out_whatever_its_session() {
     // operator or a proxy): its lease is waited out.
     let (cut, _) = raw_hold(&server, key, "raw-cut").await;
     server.sql(&format!("KILL {}", cut.id()));
-    eventually(Duration::from_secs(5), async || {
-        let ended = server.sql(&format!(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {}",
-            cut.id()
-        ));
-        if ended == "0" {
+    let ended = format!(
+        "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {}",
+        cut.id()
+    );
+    until_answers(&server, &ended, "0").await;
+    busy_for_the_lease("a lease whose session ended").await;
+    drop(live);
+}
+
+/// Waits (10 s at most) until `sql` answers `answer` on `server`.
+async fn until_answers(server: &MariaDbServer, sql: &str, answer: &str) {
+    eventually(Duration::from_secs(10), async || {
+        let got = server.sql(sql);
+        if got == answer {
             Ok(())
         } else {
             Err(lockguard_core::Error::new(
                 ErrorKind::Unavailable,
-                "still running",
+                format!("{sql} answers {got}, not {answer}"),
             ))
         }
     })
     .await;
-    busy_for_the_lease("a lease whose session ended").await;
-    drop(live);
 }
 
 /// The store's name for lock `name`'s key, and the name of its user lock,
@@ -602,20 +608,21 @@ async fn store_key(server: &MariaDbServer, lg: &Client, name: &str) -> (String, 
 /// locks are released, one by one; the waiter waits the holder's lease
 /// out whatever is left of that session. The holder's session holds
 /// thousands of other user locks, so its teardown takes a while; each
-/// round kills it with the waiter queued and checks the waiter's grant
-/// came no sooner than the lease allows.
+/// round kills it with the waiter queued and the lease running, and
+/// checks on the server's clock that the waiter's hold began no sooner
+/// than the holder's lease ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_holder_session_torn_down_under_a_waiter_keeps_its_lease() {
     use mysql_async::prelude::Queryable as _;
-    const LEASE: Duration = Duration::from_millis(1500);
+    // The holder's session idles up to 4 s (`wait_timeout`) before the kill.
+    const LEASE_MS: u64 = 3000;
+    let now_us = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
     let server = MariaDbServer::start();
     let lg = client(&server).await;
     for round in 0..4 {
         let name = format!("torn-{round}");
         let (key, _) = store_key(&server, &lg, &name).await;
-        let asked = Instant::now();
-        let (mut holder, fence) =
-            raw_hold_for(&server, &key, "raw-torn", LEASE.as_millis() as u64).await;
+        let (mut holder, fence) = raw_hold_for(&server, &key, "raw-torn", LEASE_MS).await;
         let fillers: Vec<String> = (0..4000).map(|i| format!("filler {round} {i}")).collect();
         for chunk in fillers.chunks(500) {
             let sql = chunk
@@ -627,35 +634,95 @@ async fn mysql_a_holder_session_torn_down_under_a_waiter_keeps_its_lease() {
         }
         let waiter = {
             let lg = lg.clone();
-            tokio::spawn(async move {
-                let g = lg.lock(&name).wait(Duration::from_secs(20)).acquire().await;
-                (Instant::now(), g)
-            })
+            tokio::spawn(
+                async move { lg.lock(&name).wait(Duration::from_secs(20)).acquire().await },
+            )
         };
         let waiting =
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'";
-        eventually(Duration::from_secs(10), async || {
-            if server.sql(waiting) == "1" {
-                Ok(())
-            } else {
-                Err(lockguard_core::Error::new(
-                    ErrorKind::Unavailable,
-                    "not queued yet",
-                ))
-            }
-        })
-        .await;
+        until_answers(&server, waiting, "1").await;
+        let lease = server.sql(&format!(
+            "SELECT CONCAT(expires_us, ' ', expires_us - {now_us}) \
+             FROM lockguard.lockguard_lock_fences WHERE token = 'raw-torn'"
+        ));
         server.sql(&format!("KILL CONNECTION {}", holder.id()));
-        let (at, g) = waiter.await.unwrap();
-        let g = g.expect("the waiter gets the lock once the lease ends");
+        let (ends, left) = lease.split_once(' ').expect("the holder's lease");
+        let (ends, left): (i64, i64) = (ends.parse().unwrap(), left.parse().unwrap());
         assert!(
-            at.duration_since(asked) >= LEASE,
-            "round {round}: the waiter got the lock {:?} after the holder's lease began, \
-             inside its {LEASE:?}",
-            at.duration_since(asked)
+            left > 0,
+            "round {round}: the holder's lease ended before the kill"
+        );
+        let g = waiter
+            .await
+            .unwrap()
+            .expect("the waiter gets the lock once the lease ends");
+        let began: i64 = server
+            .sql(&format!(
+                "SELECT at_us FROM lockguard.lockguard_lock_fences WHERE fence = {}",
+                g.fencing_token().get()
+            ))
+            .parse()
+            .unwrap();
+        assert!(
+            began >= ends,
+            "round {round}: the waiter's hold began {} ms before the holder's lease ended",
+            (ends - began) / 1000
         );
         assert!(g.fencing_token().get() > u64::try_from(fence).unwrap());
         assert!(g.release().await.unwrap());
         drop(holder);
+    }
+}
+
+/// A waiter whose grant came while it was not looking (its task not
+/// polled past its lease, as a paused process) gives that grant back and
+/// waits again with the same token; the lock it then holds has its lease
+/// recorded, running: giving the old grant back never ends the new one's
+/// lease (as an end of the token's lease sent from another session could,
+/// landing after the new grant's draw), so a successor still waits it out
+/// if this holder's session is cut. Five rounds, a fixed lease (no
+/// watchdog to write the lease again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_grant_given_back_for_its_lapse_leaves_the_next_grants_lease() {
+    const LEASE: Duration = Duration::from_millis(600);
+    let server = MariaDbServer::start();
+    let (holder, waiter) = (client(&server).await, client(&server).await);
+    for round in 0..5 {
+        let name = format!("lapsed-{round}");
+        let held = holder.lock(&name).acquire().await.unwrap();
+        let lock = waiter
+            .lock(&name)
+            .lease(LEASE)
+            .wait(Duration::from_secs(20));
+        let mut asked = Box::pin(lock.acquire());
+        // The wait is sent and queued in the server, then left unpolled.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(300), &mut asked)
+                .await
+                .is_err(),
+            "round {round}: acquired while held"
+        );
+        until_answers(
+            &server,
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'",
+            "1",
+        )
+        .await;
+        assert!(held.release().await.unwrap());
+        tokio::time::sleep(LEASE * 2).await;
+        let g = asked
+            .await
+            .expect("the waiter waits again and gets the lock");
+        let left = server.sql(&format!(
+            "SELECT COALESCE(expires_us - TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', \
+             UTC_TIMESTAMP(6)), -1) FROM lockguard.lockguard_lock_fences WHERE fence = {}",
+            g.fencing_token().get()
+        ));
+        let left: i64 = left.parse().unwrap_or(-1);
+        assert!(
+            left > 0,
+            "round {round}: the new grant's lease is not running ({left} µs left)"
+        );
+        g.release().await.unwrap();
     }
 }

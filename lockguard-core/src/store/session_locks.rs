@@ -265,24 +265,15 @@ impl<S: LockSessions> SessionLocks<S> {
         lease: Duration,
         wait: bool,
     ) -> Result<Outcome> {
-        {
+        let lapsed = {
             let mut entries = self.inner.entries();
             match entries.remove(token) {
-                None => {}
+                None => None,
                 // The server counts the lease from its grant, which came
                 // before its answer, perhaps long before (the client was
                 // paused): a lease that ran out before this claim is given
-                // back (the session is dropped, which frees the lock, and
-                // the lease recorded is ended), and the attempt starts
-                // anew.
-                Some(Entry::Granted { hold, at }) if at + lease <= Instant::now() => {
-                    let inner = self.inner.clone();
-                    tokio::spawn(async move {
-                        let (keys, token) = (hold.keys.clone(), hold.token);
-                        drop(hold);
-                        inner.forget(&keys, &token).await;
-                    });
-                }
+                // back, and the attempt starts anew (below).
+                Some(Entry::Granted { hold, at }) if at + lease <= Instant::now() => Some(hold),
                 Some(Entry::Granted { hold, at }) => {
                     let fence = hold.fence;
                     let end = self.inner.ends.schedule(*token, at + lease);
@@ -306,6 +297,17 @@ impl<S: LockSessions> SessionLocks<S> {
                     ));
                 }
             }
+        };
+        if let Some(hold) = lapsed {
+            // Unlocked on its own session before the new attempt asks: the
+            // unlock ends the lease first, so it cannot end the lease the
+            // new attempt records under the same token, which only a
+            // grant after this unlock can draw. A session that fails to
+            // answer is dropped (its end frees the lock), its lease left
+            // to run out: this token's next draw does not wait for it,
+            // others do. Never ended by token from another session
+            // (`forget`), which could land after the new attempt's draw.
+            let _ = self.inner.unlock(hold).await;
         }
         if wait {
             self.wait(keys, token, lease).await
