@@ -312,7 +312,7 @@ impl PostgresServer {
         // The probed port may be taken between the probe and the bind.
         for _ in 0..5 {
             server.port = crate::free_port();
-            match server.spawn() {
+            match server.spawn(START_TIMEOUT) {
                 Ok(()) => return server,
                 Err(e) => last_error = e,
             }
@@ -324,7 +324,9 @@ impl PostgresServer {
         self.dir.join("postgres.log")
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
+    /// Starts the server, and waits up to `timeout` until it says it is
+    /// ready.
+    fn spawn(&mut self, timeout: Duration) -> Result<(), String> {
         let postgres = postgres_bin_dir().join("postgres");
         self.starts += 1;
         let mut log = std::fs::File::options()
@@ -410,11 +412,21 @@ impl PostgresServer {
                 .child
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || started.elapsed() > START_TIMEOUT {
+            if exited.is_some() || started.elapsed() > timeout {
+                // The postmaster's state (`R`, `S`, `D`, `T` stopped, ...)
+                // before it is killed, to tell a stuck start from a slow one.
+                let state = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+                    .ok()
+                    .and_then(|stat| {
+                        let after = &stat[stat.rfind(')')? + 1..];
+                        after.split_whitespace().next().map(str::to_owned)
+                    });
                 self.kill();
                 return Err(format!(
-                    "postgres on port {} did not come up (exit: {exited:?}); its log:\n{}",
+                    "postgres on port {} did not come up within {:?} (exit: {exited:?}, \
+                     postmaster state {state:?}); its log:\n{}",
                     self.port,
+                    started.elapsed(),
                     self.log()
                 ));
             }
@@ -529,9 +541,15 @@ impl PostgresServer {
         self.kill();
         let mut last = String::new();
         for _ in 0..50 {
-            match self.spawn() {
+            // A start that is not ready within 10 s is killed and made
+            // again (once, a start after a crash hung for 30 s in CI, and
+            // the next came up at once); each failure is told on stderr.
+            match self.spawn(Duration::from_secs(10)) {
                 Ok(()) => return,
-                Err(e) => last = e,
+                Err(e) => {
+                    eprintln!("lockguard-testing: restarting postgres: {e}");
+                    last = e;
+                }
             }
             std::thread::sleep(Duration::from_millis(100));
         }
