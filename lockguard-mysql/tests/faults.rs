@@ -709,6 +709,13 @@ async fn mysql_a_grant_given_back_for_its_lapse_leaves_the_next_grants_lease() {
         )
         .await;
         assert!(held.release().await.unwrap());
+        // Granted (no session waits any more), then left past its lease.
+        until_answers(
+            &server,
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User lock'",
+            "0",
+        )
+        .await;
         tokio::time::sleep(LEASE * 2).await;
         let g = asked
             .await

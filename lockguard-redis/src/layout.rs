@@ -53,9 +53,8 @@ impl RedisLockKeys for LockKeys {
 
     fn queue_keys(&self, rw: bool, mut key: impl FnMut(&[&str])) {
         let id = self.id();
-        let tag = SeqTag::of(id);
         key(&[id]);
-        key(&sequence_parts(self.prefix(), &tag));
+        key(&sequence_parts(self.prefix(), seq_tag(id)));
         key(&[id, QUEUE]);
         key(&[id, TICKETS]);
         if rw {
@@ -106,10 +105,11 @@ pub(crate) fn slot(key: &str) -> u16 {
 const SLOTS: u16 = 16384;
 
 /// For each cluster slot, the smallest number whose decimal form hashes to
-/// it: the hash tag of that slot's sequence key. Built once per process
-/// (about 170 000 CRC16s: a few ms in release builds, 50 ms in debug
-/// builds), when the first client is built, so no operation waits for it.
-static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
+/// it, in decimal: the hash tag of that slot's sequence key. Built once per
+/// process (about 170 000 CRC16s: a few ms in release builds, 50 ms in
+/// debug builds), when the first client is built, so no operation waits
+/// for it.
+static SLOT_TAGS: LazyLock<SlotTags> = LazyLock::new(|| {
     let mut tags = vec![u32::MAX; usize::from(SLOTS)];
     let mut missing = tags.len();
     let mut n = 0u32;
@@ -122,8 +122,32 @@ static SLOT_TAGS: LazyLock<Box<[u32]>> = LazyLock::new(|| {
         }
         n += 1;
     }
-    tags.into_boxed_slice()
+    let mut text = String::new();
+    let ends = tags
+        .iter()
+        .map(|tag| {
+            text.push_str(&tag.to_string());
+            text.len()
+        })
+        .collect();
+    SlotTags { text, ends }
 });
+
+/// Every slot's tag in decimal, one after the other: slot `s`'s ends at
+/// `ends[s]` and starts where slot `s - 1`'s ends.
+struct SlotTags {
+    text: String,
+    ends: Box<[usize]>,
+}
+
+impl SlotTags {
+    /// Slot `slot`'s tag.
+    fn of(&self, slot: u16) -> &str {
+        let s = usize::from(slot);
+        let start = s.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.text[start..self.ends[s]]
+    }
+}
 
 /// Builds the slot table now, if no client did yet (see [`SLOT_TAGS`]).
 pub(crate) fn prepare() {
@@ -139,47 +163,17 @@ pub(crate) fn prepare() {
 /// across the key's expiry, and the store holds at most one such key per
 /// slot however many keys are ever locked or counted.
 pub(crate) fn sequence(prefix: &str, key: &str) -> String {
-    sequence_parts(prefix, &SeqTag::of(key)).concat()
+    sequence_parts(prefix, seq_tag(key)).concat()
 }
 
 /// The pieces of the sequence key of the slot whose hash tag is `tag`.
-fn sequence_parts<'a>(prefix: &'a str, tag: &'a SeqTag) -> [&'a str; 4] {
-    [prefix, "seq:{", tag.as_str(), "}"]
+fn sequence_parts<'a>(prefix: &'a str, tag: &'a str) -> [&'a str; 4] {
+    [prefix, "seq:{", tag, "}"]
 }
 
-/// The hash tag of a key's sequence (see [`SLOT_TAGS`]), in decimal, on
-/// the stack.
-struct SeqTag {
-    digits: [u8; 10],
-    len: usize,
-}
-
-impl SeqTag {
-    /// The tag of `key`'s slot.
-    fn of(key: &str) -> Self {
-        let mut n = SLOT_TAGS[usize::from(slot(key))];
-        let mut digits = [0u8; 10];
-        let mut at = digits.len();
-        loop {
-            at -= 1;
-            // A digit: n % 10 < 10.
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        digits.copy_within(at.., 0);
-        Self {
-            digits,
-            len: 10 - at,
-        }
-    }
-
-    fn as_str(&self) -> &str {
-        // ASCII digits.
-        std::str::from_utf8(&self.digits[..self.len]).unwrap_or_default()
-    }
+/// The hash tag of `key`'s sequence (see [`SLOT_TAGS`]).
+fn seq_tag(key: &str) -> &'static str {
+    SLOT_TAGS.of(slot(key))
 }
 
 /// The waiting line of a Redlock lock on each node: its waiters scored by
@@ -246,12 +240,9 @@ mod tests {
         );
         assert_eq!(slot(&k.sequence()), slot(k.id()));
         // The sequence's tag is its slot's number, in decimal.
-        let tag = SLOT_TAGS[usize::from(slot(k.id()))];
+        let tag = seq_tag(k.id());
         assert_eq!(k.sequence(), format!("lg:seq:{{{tag}}}"));
-        assert_eq!(
-            SeqTag::of("{5}").as_str(),
-            SLOT_TAGS[usize::from(slot("5"))].to_string()
-        );
+        assert_eq!(seq_tag("{5}"), SLOT_TAGS.of(slot("5")));
         // A user's braces are escaped, never taken as the tag.
         let k = keys("lg:", "order:{42}");
         assert_eq!(k.id(), "lg:lock:{order:{42\\}}");
@@ -313,6 +304,6 @@ mod tests {
         assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
         assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
         // Every slot has a sequence key in it.
-        assert!((0..SLOTS).all(|s| slot(&format!("{{{}}}", SLOT_TAGS[usize::from(s)])) == s));
+        assert!((0..SLOTS).all(|s| slot(&format!("{{{}}}", SLOT_TAGS.of(s))) == s));
     }
 }
