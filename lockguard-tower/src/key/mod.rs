@@ -16,6 +16,8 @@
 mod ip;
 mod proxy;
 
+use std::borrow::Cow;
+
 use http::{HeaderName, Request};
 
 pub use ip::{ClientIp, PeerIp};
@@ -47,6 +49,15 @@ pub use proxy::{Cidr, TrustedProxies};
 pub trait KeyExtractor<B> {
     /// The key of `req`, or `None` when it has none.
     fn extract(&self, req: &Request<B>) -> Option<String>;
+
+    /// The key of `req` as [`extract`](KeyExtractor::extract) gives it,
+    /// borrowed where the extractor has it already: what the layers ask
+    /// for. An extractor whose key is the same for every request (such as
+    /// [`Global`]) answers it without an allocation per request; the
+    /// default owns what `extract` made.
+    fn extract_key(&self, req: &Request<B>) -> Option<Cow<'static, str>> {
+        self.extract(req).map(Cow::Owned)
+    }
 
     /// Why `req` has no key when the server's set-up is at fault rather
     /// than the request: a key source that cannot work with how the server
@@ -100,9 +111,18 @@ tuple_extractor!(A => a, C => c, D => d, E => e);
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Global;
 
+impl Global {
+    /// The key.
+    const KEY: &'static str = "global";
+}
+
 impl<B> KeyExtractor<B> for Global {
     fn extract(&self, _req: &Request<B>) -> Option<String> {
-        Some("global".to_owned())
+        Some(Self::KEY.to_owned())
+    }
+
+    fn extract_key(&self, _req: &Request<B>) -> Option<Cow<'static, str>> {
+        Some(Cow::Borrowed(Self::KEY))
     }
 }
 

@@ -1,5 +1,6 @@
 //! A [`RateLimitTable`] read from configuration (feature `serde`).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use http::{HeaderName, Method, Request, StatusCode};
@@ -172,19 +173,34 @@ impl fmt::Debug for ConfiguredKey {
     }
 }
 
+impl ConfiguredKey {
+    /// The extractor, as a trait object.
+    fn extractor<B>(&self) -> &dyn KeyExtractor<B> {
+        match self {
+            Self::Global(k) => k,
+            Self::PeerIp(k) => k,
+            Self::Method(k) => k,
+            Self::Header(k) => k,
+            Self::ClientIp(k) => k,
+            #[cfg(feature = "axum")]
+            Self::Route(k) => k,
+            #[cfg(feature = "axum")]
+            Self::PathParam(k) => k,
+        }
+    }
+}
+
 impl<B> KeyExtractor<B> for ConfiguredKey {
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        match self {
-            Self::Global(k) => k.extract(req),
-            Self::PeerIp(k) => k.extract(req),
-            Self::Method(k) => k.extract(req),
-            Self::Header(k) => k.extract(req),
-            Self::ClientIp(k) => k.extract(req),
-            #[cfg(feature = "axum")]
-            Self::Route(k) => k.extract(req),
-            #[cfg(feature = "axum")]
-            Self::PathParam(k) => k.extract(req),
-        }
+        self.extractor().extract(req)
+    }
+
+    fn extract_key(&self, req: &Request<B>) -> Option<Cow<'static, str>> {
+        self.extractor().extract_key(req)
+    }
+
+    fn misconfiguration(&self, req: &Request<B>) -> Option<String> {
+        self.extractor().misconfiguration(req)
     }
 }
 
@@ -379,6 +395,32 @@ mod tests {
             status(request("GET", "/behind", &via("198.51.100.8"))).await,
             200
         );
+    }
+
+    /// A configured `peer_ip` (or `client_ip`) key on a server that
+    /// records no peer address is the server's set-up at fault: `500`,
+    /// as with the extractor built in code, not a `400` blaming the
+    /// request.
+    #[tokio::test]
+    async fn a_configured_peer_key_without_a_peer_address_is_a_server_error() {
+        let config: TableConfig = serde_json::from_str(CONFIG).unwrap();
+        let table = config.build::<Body>(&Client::memory()).unwrap();
+        let app = axum::Router::new()
+            .route("/login", axum::routing::any(|| async { "ok" }))
+            .route("/behind", axum::routing::get(|| async { "ok" }))
+            .layer(RateLimitLayer::with_policy(table));
+        for (path, headers) in [
+            ("/login", &[][..]),
+            ("/behind", &[("x-forwarded-for", "198.51.100.7")][..]),
+        ] {
+            let mut req = request("POST", path, headers);
+            if path == "/behind" {
+                *req.method_mut() = http::Method::GET;
+            }
+            req.extensions_mut().remove::<SocketAddr>();
+            let status = app.clone().oneshot(req).await.unwrap().status();
+            assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+        }
     }
 
     /// Mistakes fail at start-up, naming the route and the mistake.

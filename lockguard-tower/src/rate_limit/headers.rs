@@ -3,6 +3,7 @@
 //! `X-RateLimit-*` trio, and `Retry-After`.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,10 +55,22 @@ pub(crate) struct RateHeaders {
 /// [`Rule`](super::Rule)) rather than per request.
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
+    /// Names this policy (and its clones) among every policy the process
+    /// made: what a thread's copies of its values are found by.
+    id: u64,
     /// The `RateLimit-Policy` value.
     value: HeaderValue,
     /// The policy's name as a structured-field string: `"name"`.
     name: Box<[u8]>,
+}
+
+/// What a thread keeps of one policy: a copy of its value, and the last
+/// `RateLimit` value it made for it.
+struct Kept {
+    id: u64,
+    value: HeaderValue,
+    /// `r`, `t` and the value they made.
+    last: Option<(u64, u64, HeaderValue)>,
 }
 
 impl Policy {
@@ -80,38 +93,63 @@ impl Policy {
         } else {
             item(&name, &[("q", q), ("w", w)])
         };
+        /// The next policy's id; never reused, so a policy made where a
+        /// dropped one was is never taken for it.
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         Self {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             value,
             name: name.into_boxed_slice(),
         }
     }
 
-    /// The `RateLimit-Policy` value, for one response. A clone of
-    /// [`value`](Self::value) would write its reference count, shared by
-    /// every core serving this policy; so each thread clones a copy of its
-    /// own, made the first time it serves the policy (and kept for the
-    /// last few policies it served).
-    fn value(&self) -> HeaderValue {
-        /// Policies a thread keeps a copy of the value of.
+    /// The `RateLimit-Policy` value and the `RateLimit` value
+    /// `"name";r={remaining};t={t}`, for one response.
+    ///
+    /// A clone of [`value`](Self::value) would write its reference count,
+    /// shared by every core serving this policy; so each thread clones a
+    /// copy of its own, made the first time it serves the policy (and kept
+    /// for the last few policies it served). The thread keeps the last
+    /// `RateLimit` value it made for the policy, too, and hands out a
+    /// clone of it while `r` and `t` stay the same (a client well inside
+    /// its limit, or every client of a limit that refills as fast as it is
+    /// spent): a reference count written on this core, instead of an
+    /// allocation and the value written again.
+    fn values(&self, remaining: u64, t: u64) -> (HeaderValue, HeaderValue) {
+        /// Policies a thread keeps values of.
         const KEPT: usize = 8;
         thread_local! {
-            static VALUES: RefCell<Vec<HeaderValue>> = const { RefCell::new(Vec::new()) };
+            static KEPT_VALUES: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
         }
-        let value = self.value.as_bytes();
-        VALUES.with_borrow_mut(|kept| {
-            // Compared by content: a policy dropped and another made at the
-            // same address must not get its value.
-            if let Some(v) = kept.iter().find(|v| v.as_bytes() == value) {
-                return v.clone();
-            }
-            // A copy of a valid value is valid; were it refused, the
-            // shared value would still do.
-            let copy = HeaderValue::from_bytes(value).unwrap_or_else(|_| self.value.clone());
-            if kept.len() == KEPT {
-                kept.remove(0);
-            }
-            kept.push(copy.clone());
-            copy
+        KEPT_VALUES.with_borrow_mut(|kept| {
+            let at = match kept.iter().position(|k| k.id == self.id) {
+                Some(at) => at,
+                None => {
+                    if kept.len() == KEPT {
+                        kept.remove(0);
+                    }
+                    // A copy of a valid value is valid; were it refused,
+                    // the shared value would still do.
+                    let copy = HeaderValue::from_bytes(self.value.as_bytes())
+                        .unwrap_or_else(|_| self.value.clone());
+                    kept.push(Kept {
+                        id: self.id,
+                        value: copy,
+                        last: None,
+                    });
+                    kept.len() - 1
+                }
+            };
+            let k = &mut kept[at];
+            let limit = match &k.last {
+                Some((r, at_t, value)) if *r == remaining && *at_t == t => value.clone(),
+                _ => {
+                    let value = item(&self.name, &[("r", remaining), ("t", t)]);
+                    k.last = Some((remaining, t, value.clone()));
+                    value
+                }
+            };
+            (k.value.clone(), limit)
         })
     }
 }
@@ -198,8 +236,7 @@ impl RateHeaders {
             } else {
                 (0, retry_after_secs(&decision))
             };
-            let limit = item(&policy.name, &[("r", remaining), ("t", t)]);
-            (policy.value(), limit)
+            policy.values(remaining, t)
         });
         Self {
             standard,

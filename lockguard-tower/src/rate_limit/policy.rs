@@ -26,7 +26,7 @@ use crate::outcome::{FailureMode, MissingKey};
 #[derive(Debug, Clone)]
 pub struct Selection<'a> {
     pub(crate) limiter: Cow<'a, RateLimiter>,
-    pub(crate) key: Option<String>,
+    pub(crate) key: Option<Cow<'static, str>>,
     pub(crate) cost: u64,
     pub(crate) on_missing_key: Option<MissingKey>,
     pub(crate) failure: Option<FailureMode>,
@@ -82,7 +82,7 @@ impl<'a> Selection<'a> {
     fn with(limiter: Cow<'a, RateLimiter>, key: Option<String>) -> Self {
         Self {
             limiter,
-            key,
+            key: key.map(Cow::Owned),
             cost: 1,
             on_missing_key: None,
             failure: None,
@@ -273,7 +273,7 @@ where
 {
     fn select(&self, req: &Request<B>) -> Option<Selection<'_>> {
         // Checked by the layer, as every policy's keys are.
-        let key = self.key.extract(req);
+        let key = self.key.extract_key(req);
         let misconfigured = match key {
             Some(_) => None,
             None => self.key.misconfiguration(req),

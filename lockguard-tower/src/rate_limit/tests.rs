@@ -604,8 +604,9 @@ async fn a_policy_lends_the_limiter_it_picks() {
     );
 }
 
-/// Each response names its own limiter's policy, however many policies one
-/// thread serves in turn (more than it keeps a copy of the value of).
+/// Each response names its own limiter's policy and its own requests left,
+/// however many policies one thread serves in turn (more than it keeps
+/// values of), and whichever value it made last.
 #[tokio::test(start_paused = true)]
 async fn every_response_names_its_own_policy() {
     let lg = Client::memory();
@@ -627,8 +628,36 @@ async fn every_response_names_its_own_policy() {
                 Some(format!("\"p{n}\";q={};w=60", n * 10)),
                 "round {round}"
             );
+            let limit = sf_items(&header(&res, "ratelimit").unwrap());
+            assert_eq!(limit[0].0, format!("p{n}"), "round {round}");
+            assert_eq!(
+                limit[0].1["r"],
+                i64::try_from(n * 10 - round - 1).unwrap(),
+                "round {round}"
+            );
         }
     }
+    // Two limiters of one name and quota, one spent: each response tells
+    // its own limiter's requests left, though the values look alike.
+    let twin = |name| RateLimitLayer::new(lg.rate_limiter(name, Quota::per_minute(5)), key::Global);
+    let (a, b) = (
+        twin("twin").layer(ok_service()),
+        twin("twin").layer(ok_service()),
+    );
+    let remaining = |res: &Response<_>| sf_items(&header(res, "ratelimit").unwrap())[0].1["r"];
+    let first = a.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(remaining(&first), 4);
+    let again = b.clone().oneshot(request(None)).await.unwrap();
+    assert_eq!(remaining(&again), 3, "the two share one budget, by name");
+    let lg2 = Client::memory();
+    let other = RateLimitLayer::new(lg2.rate_limiter("twin", Quota::per_minute(5)), key::Global)
+        .layer(ok_service());
+    let fresh = other.oneshot(request(None)).await.unwrap();
+    assert_eq!(
+        remaining(&fresh),
+        4,
+        "another client's limiter of that name"
+    );
 }
 
 /// Shadow mode decides and sends the headers as usual, but lets a request
