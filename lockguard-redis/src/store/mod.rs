@@ -41,8 +41,21 @@ mod leases;
 mod survey;
 
 /// A script that uses the wait queue: `sequence.lua` and `queue.lua`
-/// (their shared functions) followed by the script's own file.
+/// (their shared functions) followed by the script's own file; with
+/// `fast`, a file before them that serves the uncontended case before the
+/// shared functions are made (their closures cost the server about 0.3 µs
+/// a call; see `lock_acquire_fast.lua`).
 macro_rules! queue_script {
+    (fast: $fast:literal, $file:literal) => {
+        LazyLock::new(|| {
+            Lua::new(concat!(
+                include_str!(concat!("scripts/", $fast)),
+                include_str!("scripts/sequence.lua"),
+                include_str!("scripts/queue.lua"),
+                include_str!(concat!("scripts/", $file))
+            ))
+        })
+    };
     ($file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
@@ -54,8 +67,10 @@ macro_rules! queue_script {
     };
 }
 
-static LOCK_ACQUIRE: LazyLock<Lua> = queue_script!("lock_acquire.lua");
-static LOCK_RELEASE: LazyLock<Lua> = queue_script!("lock_release.lua");
+static LOCK_ACQUIRE: LazyLock<Lua> =
+    queue_script!(fast: "lock_acquire_fast.lua", "lock_acquire.lua");
+static LOCK_RELEASE: LazyLock<Lua> =
+    queue_script!(fast: "lock_release_fast.lua", "lock_release.lua");
 static LOCK_ACQUIRE_ALL: LazyLock<Lua> = queue_script!("lock_acquire_all.lua");
 static LOCK_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/lock_extend.lua")));

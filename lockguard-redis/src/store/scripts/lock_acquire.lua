@@ -13,12 +13,10 @@
 -- handed to it meanwhile (its notification lost) is then claimed with its
 -- own lease. Nobody takes a free lock while live waiters queue ahead: it
 -- goes to the first.
-local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token = ARGV[1]
-if redis.call('SET', lock, token, 'NX', 'PX', ARGV[2]) then
-  if redis.call('EXISTS', queue) == 0 then
-    return seq_next(seq)
-  end
+--
+-- lock_acquire_fast.lua comes first: it took a free lock nobody queued for,
+-- and leaves the keys, the token and whether the lock was taken (`taken`).
+if taken then
   local q = queue_lib()
   local first = q.head(queue, tickets)
   if not first or first == token then

@@ -6,9 +6,11 @@
 -- KEYS[1] lock, KEYS[2] the sequence fencing tokens come from (sequence.lua), KEYS[3] queue, KEYS[4] tickets
 -- ARGV[1] token
 -- Returns 1 when the lock was ours, 0 otherwise.
-local lock, seq, queue, tickets = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token = ARGV[1]
-if redis.call('GET', lock) ~= token then
+--
+-- lock_release_fast.lua comes first: it deleted our lock when nobody
+-- queued, and leaves the keys, the token and whether the lock was ours
+-- (`ours`).
+if not ours then
   local queued = redis.call('ZREM', queue, token)
   redis.call('HDEL', tickets, token)
   if queued == 1 then
@@ -18,7 +20,8 @@ if redis.call('GET', lock) ~= token then
   return 0
 end
 -- A holder is never queued: its place went when the lock became its.
-if redis.call('EXISTS', queue) == 1 and queue_lib().lock_hand_first(lock, seq, queue, tickets) then
+-- The queue exists (lock_release_fast.lua).
+if queue_lib().lock_hand_first(lock, seq, queue, tickets) then
   return 1
 end
 redis.call('DEL', lock)
