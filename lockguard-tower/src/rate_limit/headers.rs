@@ -222,8 +222,16 @@ fn item(name: &[u8], params: &[(&str, u64)]) -> HeaderValue {
 }
 
 impl RateHeaders {
-    /// The headers `decision` of `policy`'s limiter gives.
-    pub(crate) fn new(policy: &Policy, decision: Decision, options: HeaderOptions) -> Self {
+    /// The headers `decision` of `limiter` gives, with `policy` its
+    /// policy when made beforehand (a [`Rule`](super::Rule)'s); without
+    /// one (a closure's selection), the policy is made for this response
+    /// alone, and its values are not kept.
+    pub(crate) fn new(
+        policy: Option<&Policy>,
+        limiter: &RateLimiter,
+        decision: Decision,
+        options: HeaderOptions,
+    ) -> Self {
         let standard = options.standard.then(|| {
             // `"name";r=42;t=30`. On a refusal `r` is 0 and `t` is the
             // wait before the next request can pass, the same moment
@@ -236,7 +244,14 @@ impl RateHeaders {
             } else {
                 (0, retry_after_secs(&decision))
             };
-            policy.values(remaining, t)
+            match policy {
+                Some(policy) => policy.values(remaining, t),
+                None => {
+                    let policy = Policy::new(limiter);
+                    let limit = item(&policy.name, &[("r", remaining), ("t", t)]);
+                    (policy.value, limit)
+                }
+            }
         });
         Self {
             standard,

@@ -232,10 +232,7 @@ impl Ask<'_> {
         } else {
             decision
         };
-        let headers = match policy {
-            Some(policy) => RateHeaders::new(policy, decision, options),
-            None => RateHeaders::new(&Policy::new(limiter), decision, options),
-        };
+        let headers = RateHeaders::new(policy, limiter, decision, options);
         if decision.allowed {
             if !decision.shadowed {
                 tracing::debug!(remaining = decision.remaining, "request allowed");
