@@ -207,6 +207,7 @@ mod tests {
             include_str!("store/scripts/semaphore_extend.lua"),
             include_str!("store/scripts/semaphore_release.lua"),
             include_str!("store/scripts/sequence.lua"),
+            include_str!("store/scripts/sequence_draw.lua"),
             include_str!("store/scripts/sliding_window.lua"),
             include_str!("store/scripts/survey.lua"),
         ];

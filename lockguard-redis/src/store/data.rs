@@ -16,18 +16,21 @@ use lockguard_core::store::{
 
 static COUNTER_ADD: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/sequence_draw.lua"),
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_add.lua")
     ))
 });
 static COUNTER_TAKE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/sequence_draw.lua"),
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_take.lua")
     ))
 });
 static COUNTER_SET: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/sequence_draw.lua"),
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/counter_set.lua")
     ))

@@ -40,15 +40,16 @@ mod eval;
 mod leases;
 mod survey;
 
-/// A script that uses the wait queue: `sequence.lua` and `queue.lua`
-/// (their shared functions) followed by the script's own file; with
-/// `fast`, a file before them that serves the uncontended case before the
-/// shared functions are made (their closures cost the server about 0.3 µs
-/// a call; see `lock_acquire_fast.lua`).
+/// A script that uses the wait queue: `sequence_draw.lua`, `sequence.lua`
+/// and `queue.lua` (their shared functions) followed by the script's own
+/// file; with `fast`, a file after the draw that serves the uncontended
+/// case before the other shared functions are made (their closures cost
+/// the server about 0.3 µs a call; see `lock_acquire_fast.lua`).
 macro_rules! queue_script {
     (fast: $fast:literal, $file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
+                include_str!("scripts/sequence_draw.lua"),
                 include_str!(concat!("scripts/", $fast)),
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
@@ -59,6 +60,7 @@ macro_rules! queue_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
+                include_str!("scripts/sequence_draw.lua"),
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!(concat!("scripts/", $file))
@@ -80,6 +82,7 @@ static FENCE_CLAIM: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/fence_claim.lua")));
 static REDLOCK_ACQUIRE: LazyLock<Lua> = LazyLock::new(|| {
     Lua::new(concat!(
+        include_str!("scripts/sequence_draw.lua"),
         include_str!("scripts/sequence.lua"),
         include_str!("scripts/redlock_acquire.lua")
     ))
@@ -101,6 +104,7 @@ macro_rules! rw_script {
     ($file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
+                include_str!("scripts/sequence_draw.lua"),
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!("scripts/rw_lib.lua"),

@@ -13,10 +13,9 @@
 -- until the year 2255.
 --
 -- The server's clock is read once per script (`server_time`): a script runs
--- at one instant, and every later read would cost a command. A draw is one
--- command: `SET ... GET` writes the clock's value and answers the one it
--- replaced, which is rewritten only when it was not below (the slot drew
--- twice in a µs, or the clock stepped back).
+-- at one instant, and every later read would cost a command. The draw
+-- itself, one command, is `seq_after` (sequence_draw.lua, which comes
+-- before this file).
 
 -- The server's time in µs, read at most once per script.
 local server_time_us
@@ -38,11 +37,5 @@ local function seq_next(seq, floor, coarse)
   if floor and floor > now then
     now = floor
   end
-  local next = now + 1
-  local cur = tonumber(redis.call('SET', seq, string.format('%.0f', next), 'GET') or '0')
-  if cur >= next then
-    next = cur + 1
-    redis.call('SET', seq, string.format('%.0f', next))
-  end
-  return next
+  return seq_after(seq, now)
 end
