@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# What a lock's record costs PostgreSQL, by kind: `pgbench` cycles/s of the
+# native advisory lock pair beside the same pair with a fence and a lease
+# recorded in each way lockguard could record them (a row written after the
+# grant, a transaction id alone, sequences, a row written before the wait
+# and committed after the grant), and lockguard's own wait and release
+# statements. A server of its own (`fsync=off`, as the benchmarks'), on a
+# free port, stopped at the end. BENCHMARKS.md ("PostgreSQL locks beside
+# `pg_advisory_lock`") has a run's figures.
+#
+#   bash lockguard-bench/pg-records.sh [SECONDS] [RUNS]     # default 4 2
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-4}
+runs=${2:-2}
+pg_bin() {
+  if command -v initdb >/dev/null 2>&1; then dirname "$(readlink -f "$(command -v initdb)")"; return; fi
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+bin=$(pg_bin)
+[ -x "$bin/initdb" ] || { echo "PostgreSQL's initdb not found: run scripts/setup.sh" >&2; exit 1; }
+dir=$(mktemp -d)
+# PostgreSQL refuses to run as root: the server runs as `postgres` then.
+as=()
+if [ "$(id -u)" = 0 ]; then chown postgres "$dir"; as=(runuser -u postgres --); fi
+port=$(for p in $(shuf -i 20000-60000 -n 50); do (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; break; }; done)
+cleanup() { "${as[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$dir"; }
+trap cleanup EXIT
+"${as[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust --no-sync -E UTF8 >/dev/null
+"${as[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=100" start >/dev/null
+psql=(psql -q -X -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres postgres)
+
+# lockguard's schema, as `lg`, and what the variants write.
+sed 's/__SCHEMA__/lg/g; s/__VERSION__/0/g' lockguard-postgres/src/schema.sql | "${psql[@]}" >/dev/null
+"${psql[@]}" <<'SQL' >/dev/null
+CREATE UNLOGGED TABLE lg.bench_sessions (id int PRIMARY KEY, token text, expires_at timestamptz);
+INSERT INTO lg.bench_sessions SELECT g, NULL, NULL FROM generate_series(0, 64) g;
+CREATE SEQUENCE lg.bench_fences;
+SELECT format('CREATE UNLOGGED SEQUENCE lg.bench_lease_%s', g) FROM generate_series(0, 64) g \gexec
+SELECT acquired FROM lg.lock_take('k', 'first', 1);
+SQL
+
+# lockguard's own statements, with pgbench's variables for $1..$3 and a
+# token per client.
+statement() {
+  sed "/__DRAW__/{
+r lockguard-postgres/src/locks/draw.sql
+d
+}" "lockguard-postgres/src/locks/$1.sql" | sed 's/__SCHEMA__/lg/g' | grep -v '^ *--' | tr '\n' ' ' |
+    sed "s/\\\$1/:key/g; s/\\\$2::text/('t' || :client_id)::text/g; s/\\\$3/:lease/g; s/  */ /g"
+  echo ';'
+}
+s="$dir/scripts"
+mkdir "$s"
+{ statement wait; statement release; } > "$s/lockguard"
+lock='SELECT pg_advisory_lock(1, 1)'
+unlock='SELECT pg_advisory_unlock(1, 1);'
+after() { echo "WITH g AS MATERIALIZED ($lock AS ok, clock_timestamp() AS t) SELECT g.ok, $1 FROM g;"; echo "$unlock"; }
+{ echo "$lock;"; echo "$unlock"; } > "$s/native"
+after "nextval('lg.bench_fences')" > "$s/nextval"
+after "setval('lg.bench_lease_0', (extract(epoch FROM g.t) * 1000)::bigint)" > "$s/setval"
+after "txid_current()" > "$s/txid"
+{
+  echo "WITH g AS MATERIALIZED ($lock AS ok, clock_timestamp() AS t), u AS (UPDATE lg.bench_sessions s SET token = 'x', expires_at = g.t + interval '30 s' FROM g WHERE s.id = :client_id RETURNING 1) SELECT g.ok, (SELECT count(*) FROM u) FROM g;"
+  echo "$unlock"
+} > "$s/update"
+{
+  echo '\startpipeline'
+  echo 'BEGIN;'
+  echo "UPDATE lg.bench_sessions s SET token = 'x', expires_at = clock_timestamp() + interval '30 s' WHERE s.id = :client_id;"
+  echo "$lock, nextval('lg.bench_fences');"
+  echo 'COMMIT;'
+  echo '\endpipeline'
+  echo "$unlock"
+} > "$s/update-before"
+# Uncontended: a key per client.
+{ echo 'SELECT pg_try_advisory_lock(7, :client_id);'; echo 'SELECT pg_advisory_unlock(7, :client_id);'; } > "$s/u-native"
+{
+  echo "SELECT pg_try_advisory_lock(7, :client_id), nextval('lg.bench_fences'), setval(('lg.bench_lease_' || :client_id)::regclass, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 30000);"
+  echo "SELECT setval(('lg.bench_lease_' || :client_id)::regclass, 1), pg_advisory_unlock(7, :client_id);"
+} > "$s/u-sequences"
+{
+  echo "WITH g AS MATERIALIZED (SELECT pg_try_advisory_lock(7, :client_id) AS ok, clock_timestamp() AS t), u AS (UPDATE lg.bench_sessions s SET token = 'x', expires_at = g.t + interval '30 s' FROM g WHERE s.id = :client_id RETURNING 1) SELECT g.ok, (SELECT count(*) FROM u) FROM g;"
+  echo 'SELECT pg_advisory_unlock(7, :client_id);'
+} > "$s/u-update"
+
+bench() {
+  local clients=$1 script=$2
+  "${as[@]}" "$bin/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -M prepared -T "$secs" -c "$clients" -j 2 \
+    -D key=k -D lease=30000 -f "$s/$script" postgres 2>&1 |
+    awk -v s="$script" '/^tps/ { printf "%s %.0f\n", s, $3; found = 1 } END { if (!found) exit 1 }' ||
+    { echo "pgbench failed on $script" >&2; exit 1; }
+}
+echo "4 clients on one advisory lock, no hold (cycles/s, $runs runs of ${secs}s):"
+for ((r = 1; r <= runs; r++)); do
+  for v in native lockguard nextval setval txid update update-before; do bench 4 "$v"; done
+done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
+echo "16 clients, a key each (cycles/s):"
+for ((r = 1; r <= runs; r++)); do
+  for v in u-native u-sequences u-update; do bench 16 "$v"; done
+done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
