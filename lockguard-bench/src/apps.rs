@@ -11,12 +11,12 @@ use lockguard_core::{Client, Quota};
 use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, RateLimitLayer, key};
 
 /// The variants' names.
-pub(crate) const VARIANTS: &str = "none, rate, rate-decision, governor, rate-per-ip, governor-per-ip, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
+pub(crate) const VARIANTS: &str = "none, rate, rate-decision, governor, rate-per-ip, governor-per-ip, rate-bare, governor-bare, rate-per-ip-bare, governor-per-ip-bare, rate-per-client, governor-per-client, lock, lock-fixed-lease, concurrency";
 
 /// Whether the variant keys by the peer's IP address, so that its server
 /// must record it (`into_make_service_with_connect_info::<SocketAddr>()`).
 pub(crate) fn needs_peer_address(variant: &str) -> bool {
-    variant.ends_with("-per-ip")
+    variant.contains("-per-ip")
 }
 
 /// The hello-world with the layer `variant` names, on `lg`'s store; or,
@@ -24,7 +24,10 @@ pub(crate) fn needs_peer_address(variant: &str) -> bool {
 /// `-per-client` limits are keyed by the `x-conn` header; the `-per-ip`
 /// limits by the peer's IP address (axum's `ConnectInfo`), each with its
 /// own crate's extractor (`key::PeerIp`, tower_governor's
-/// `PeerIpKeyExtractor`), as most axum services key their limits.
+/// `PeerIpKeyExtractor`), as most axum services key their limits. The
+/// `-bare` limits answer without rate-limit headers (tower_governor
+/// without `use_headers`, ours with `standard_headers(false)`), to tell
+/// what a decision costs from what its headers do.
 pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
     let hello = Router::new().route("/", get(|| async { "hello" }));
     let conn_key = key::Header::new(http::HeaderName::from_static("x-conn"));
@@ -55,6 +58,38 @@ pub(crate) fn app(variant: &str, lg: Client) -> Result<Router, String> {
                 .burst_size(1_000_000)
                 .key_extractor(tower_governor::key_extractor::PeerIpKeyExtractor)
                 .use_headers()
+                .finish()
+                .expect("a valid governor configuration");
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
+        "rate-bare" => hello.layer(
+            RateLimitLayer::new(
+                lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+                key::Global,
+            )
+            .standard_headers(false),
+        ),
+        "governor-bare" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(tower_governor::key_extractor::GlobalKeyExtractor)
+                .finish()
+                .expect("a valid governor configuration");
+            hello.layer(tower_governor::GovernorLayer::new(config))
+        }
+        "rate-per-ip-bare" => hello.layer(
+            RateLimitLayer::new(
+                lg.rate_limiter("bench", Quota::per_second(1_000_000)),
+                key::PeerIp::new(),
+            )
+            .standard_headers(false),
+        ),
+        "governor-per-ip-bare" => {
+            let config = tower_governor::governor::GovernorConfigBuilder::default()
+                .per_nanosecond(1000)
+                .burst_size(1_000_000)
+                .key_extractor(tower_governor::key_extractor::PeerIpKeyExtractor)
                 .finish()
                 .expect("a valid governor configuration");
             hello.layer(tower_governor::GovernorLayer::new(config))
