@@ -91,20 +91,24 @@ static REDLOCK_RELEASE: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/redlock_release.lua")));
 static LOCK_RELEASE_ANY: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/lock_release_any.lua")));
-static SEMAPHORE_ACQUIRE: LazyLock<Lua> = queue_script!("semaphore_acquire.lua");
-static SEMAPHORE_RELEASE: LazyLock<Lua> = queue_script!("semaphore_release.lua");
+static SEMAPHORE_ACQUIRE: LazyLock<Lua> =
+    queue_script!(fast: "semaphore_acquire_fast.lua", "semaphore_acquire.lua");
+static SEMAPHORE_RELEASE: LazyLock<Lua> =
+    queue_script!(fast: "semaphore_release_fast.lua", "semaphore_release.lua");
 static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/inspect.lua")));
 static SEMAPHORE_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/semaphore_extend.lua")));
 
 /// A read-write lock's script: the wait queue's functions (see
 /// [`queue_script!`]), then `rw_lib.lua` (its holders and handoffs), then
-/// the script's own file.
+/// the script's own file; the file serving the uncontended case comes
+/// after the draw, before the shared functions are made.
 macro_rules! rw_script {
-    ($file:literal) => {
+    (fast: $fast:literal, $file:literal) => {
         LazyLock::new(|| {
             Lua::new(concat!(
                 include_str!("scripts/sequence_draw.lua"),
+                include_str!(concat!("scripts/", $fast)),
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
                 include_str!("scripts/rw_lib.lua"),
@@ -114,8 +118,8 @@ macro_rules! rw_script {
     };
 }
 
-static RW_ACQUIRE: LazyLock<Lua> = rw_script!("rw_acquire.lua");
-static RW_RELEASE: LazyLock<Lua> = rw_script!("rw_release.lua");
+static RW_ACQUIRE: LazyLock<Lua> = rw_script!(fast: "rw_acquire_fast.lua", "rw_acquire.lua");
+static RW_RELEASE: LazyLock<Lua> = rw_script!(fast: "rw_release_fast.lua", "rw_release.lua");
 static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/rw_extend.lua")));
 static RW_INSPECT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/rw_inspect.lua")));

@@ -106,3 +106,33 @@ async fn a_semaphore_cycle_beside_another_holder_costs_two_scripts_and_ten_comma
     assert_eq!(cost, (2.0, 10.0));
     assert!(held.release().await.unwrap());
 }
+
+/// A read-write lock nobody queues for: 2 scripts a cycle either way.
+/// A read hold, 15 commands inside them (acquire: the queue checked, the
+/// clock, our own hold looked for, the ended readers dropped, the writer
+/// checked, the reader added and its set's expiry read and set, a fence
+/// drawn; release: the queue checked, our ticket and read mark cleared,
+/// our hold read and removed, the clock); a write hold, 13 (acquire: the
+/// queue checked, the clock, our own hold looked for, the ended readers
+/// dropped, the writer and the readers checked, the writer set, a fence
+/// drawn; release: the queue checked, our ticket and read mark cleared,
+/// the writer read and deleted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncontended_rw_lock_cycle_costs_two_scripts_and_fifteen_or_thirteen_commands() {
+    let env = Env::redis();
+    let lg = env.client().await;
+    let server = env.server.as_ref().unwrap();
+    let read = per_cycle(server, 20, async || {
+        let g = lg.rw_lock("cost").read().acquire().await.unwrap();
+        assert!(g.release().await.unwrap());
+    })
+    .await;
+    let write = per_cycle(server, 20, async || {
+        let g = lg.rw_lock("cost").write().acquire().await.unwrap();
+        assert!(g.release().await.unwrap());
+    })
+    .await;
+    println!("rw lock cycles: read {read:?}, write {write:?} (scripts, commands inside)");
+    assert_eq!(read, (2.0, 15.0));
+    assert_eq!(write, (2.0, 13.0));
+}
