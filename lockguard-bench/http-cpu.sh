@@ -21,34 +21,19 @@ rounds=${1:-8}
 secs=${2:-3}
 shift $(($# < 2 ? $# : 2))
 [ $# -gt 0 ] || set -- none governor-per-ip-bare governor-per-ip rate-per-ip-bare rate-per-ip
-[ "$(nproc)" -ge 2 ] || { echo "http-cpu.sh needs 2 cores: one for the server, one for wrk" >&2; exit 1; }
-command -v wrk >/dev/null || { apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null; }
+NAME=http-cpu.sh
+# shellcheck source=lockguard-bench/http-common.sh
+source lockguard-bench/http-common.sh
 command -v perf >/dev/null || { echo "http-cpu.sh needs perf (apt-get install linux-perf)" >&2; exit 1; }
-cargo build --release -q -p lockguard-bench --example http_server
-bin=target/release/examples/http_server
-out=$(mktemp -d)
-server=
-trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
-cat > "$out/conn.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/", { ["x-conn"] = tostring(n) })
-end
-LUA
 for ((r = 1; r <= rounds; r++)); do
   for v in "$@"; do
-    taskset -c 0 "$bin" "$v" 127.0.0.1:0 > "$out/server" 2>&1 &
-    server=$!
-    for _ in $(seq 100); do grep -q "listening on" "$out/server" && break; sleep 0.05; done
-    addr=$(sed -n 's/^listening on //p' "$out/server")
-    [ -n "$addr" ] || { cat "$out/server" >&2; exit 1; }
+    start_server "$v"
     taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
     perf stat -e task-clock -p "$server" -o "$out/stat" -- sleep "$secs" > /dev/null 2>&1 &
     stat=$!
     taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
     wait "$stat"
-    kill "$server"; wait "$server" 2>/dev/null || true; server=
+    stop_server
     if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
       echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
     fi

@@ -22,22 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-15}
 secs=${2:-3}
-[ "$(nproc)" -ge 2 ] || { echo "http-wrk.sh needs 2 cores: one for the server, one for wrk" >&2; exit 1; }
-if ! command -v wrk >/dev/null; then
-  apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null
-fi
-cargo build --release -q -p lockguard-bench --example http_server
-bin=target/release/examples/http_server
-out=$(mktemp -d)
-server=
-trap '[ -n "$server" ] && kill "$server" 2>/dev/null; rm -rf "$out"' EXIT
-cat > "$out/conn.lua" <<'LUA'
-local n = 0
-request = function()
-  n = n + 1
-  return wrk.format("GET", "/", { ["x-conn"] = tostring(n) })
-end
-LUA
+NAME=http-wrk.sh
+# shellcheck source=lockguard-bench/http-common.sh
+source lockguard-bench/http-common.sh
 read -r -a variants <<< "${VARIANTS:-none rate governor lock concurrency}"
 [[ " ${variants[*]} " == *" none "* ]] || { echo "VARIANTS must name none, the yardstick" >&2; exit 1; }
 tick=$(getconf CLK_TCK)
@@ -49,16 +36,12 @@ for ((r = 1; r <= rounds; r++)); do
   k=$((r % ${#variants[@]}))
   order=("${variants[@]:k}" "${variants[@]:0:k}")
   for v in "${order[@]}"; do
-    taskset -c 0 "$bin" "$v" 127.0.0.1:0 > "$out/server" 2>&1 &
-    server=$!
-    for _ in $(seq 100); do grep -q "listening on" "$out/server" && break; sleep 0.05; done
-    addr=$(sed -n 's/^listening on //p' "$out/server")
-    [ -n "$addr" ] || { cat "$out/server" >&2; exit 1; }
+    start_server "$v"
     taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
     before=$(cpu_ticks "$server")
     taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
     after=$(cpu_ticks "$server")
-    kill "$server"; wait "$server" 2>/dev/null || true; server=
+    stop_server
     if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
       echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
     fi
