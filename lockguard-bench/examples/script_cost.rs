@@ -4,10 +4,11 @@
 //! the scripts run inside it per cycle. `N` cycles (default 30,000) per
 //! variant and round, on 16 names in turn, from one client on a server the
 //! harness starts; `ROUNDS` rounds (default 3), the variants interleaved.
-//! Variants: `lock`, `semaphore` (4 permits), `rw-read`, `rw-write`.
+//! Variants: `lock`, `semaphore` (4 permits), `rw-read`, `rw-write`,
+//! `counter` (a cycle is one `incr_by` and one `set`).
 //!
 //! ```sh
-//! cargo run --release -p lockguard-bench --example script_cost -- lock semaphore rw-read rw-write
+//! cargo run --release -p lockguard-bench --example script_cost -- lock semaphore rw-read rw-write counter
 //! ```
 
 use lockguard_core::Client;
@@ -98,7 +99,14 @@ async fn cycles(lg: &Client, variant: &str, n: usize) {
                     .expect("a free lock");
                 assert!(g.release().await.expect("release"));
             }
-            other => panic!("unknown variant {other:?}: lock, semaphore, rw-read, rw-write"),
+            "counter" => {
+                let c = lg.counter(&name);
+                c.incr_by(1).await.expect("incr_by");
+                c.set(0).await.expect("set");
+            }
+            other => {
+                panic!("unknown variant {other:?}: lock, semaphore, rw-read, rw-write, counter")
+            }
         }
     }
 }
