@@ -42,18 +42,20 @@ mod survey;
 
 /// A script that uses the wait queue: `sequence_draw.lua`, `sequence.lua`
 /// and `queue.lua` (their shared functions) followed by the script's own
-/// file; with `fast`, a file after the draw that serves the uncontended
-/// case before the other shared functions are made (their closures cost
-/// the server about 0.3 µs a call; see `lock_acquire_fast.lua`).
+/// files (a read-write lock's: `rw_lib.lua`, its holders and handoffs,
+/// then the script's); with `fast`, a file after the draw that serves the
+/// uncontended case before the other shared functions are made (their
+/// closures cost the server about 0.3 µs a call; see
+/// `lock_acquire_fast.lua`).
 macro_rules! queue_script {
-    (fast: $fast:literal, $file:literal) => {
+    (fast: $fast:literal, $($file:literal),+) => {
         LazyLock::new(|| {
             Lua::new(concat!(
                 include_str!("scripts/sequence_draw.lua"),
                 include_str!(concat!("scripts/", $fast)),
                 include_str!("scripts/sequence.lua"),
                 include_str!("scripts/queue.lua"),
-                include_str!(concat!("scripts/", $file))
+                $(include_str!(concat!("scripts/", $file))),+
             ))
         })
     };
@@ -99,27 +101,10 @@ static INSPECT: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/
 static SEMAPHORE_EXTEND: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/semaphore_extend.lua")));
 
-/// A read-write lock's script: the wait queue's functions (see
-/// [`queue_script!`]), then `rw_lib.lua` (its holders and handoffs), then
-/// the script's own file; the file serving the uncontended case comes
-/// after the draw, before the shared functions are made.
-macro_rules! rw_script {
-    (fast: $fast:literal, $file:literal) => {
-        LazyLock::new(|| {
-            Lua::new(concat!(
-                include_str!("scripts/sequence_draw.lua"),
-                include_str!(concat!("scripts/", $fast)),
-                include_str!("scripts/sequence.lua"),
-                include_str!("scripts/queue.lua"),
-                include_str!("scripts/rw_lib.lua"),
-                include_str!(concat!("scripts/", $file))
-            ))
-        })
-    };
-}
-
-static RW_ACQUIRE: LazyLock<Lua> = rw_script!(fast: "rw_acquire_fast.lua", "rw_acquire.lua");
-static RW_RELEASE: LazyLock<Lua> = rw_script!(fast: "rw_release_fast.lua", "rw_release.lua");
+static RW_ACQUIRE: LazyLock<Lua> =
+    queue_script!(fast: "rw_acquire_fast.lua", "rw_lib.lua", "rw_acquire.lua");
+static RW_RELEASE: LazyLock<Lua> =
+    queue_script!(fast: "rw_release_fast.lua", "rw_lib.lua", "rw_release.lua");
 static RW_EXTEND: LazyLock<Lua> = LazyLock::new(|| Lua::new(include_str!("scripts/rw_extend.lua")));
 static RW_INSPECT: LazyLock<Lua> =
     LazyLock::new(|| Lua::new(include_str!("scripts/rw_inspect.lua")));
