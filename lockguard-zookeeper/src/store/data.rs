@@ -7,7 +7,10 @@
 //! writes it back conditional on the version read (`setData` with the
 //! node's version, `create` for a missing one), again after a short random
 //! pause when another write came first: atomic, two round trips when
-//! uncontended, more under contention. A mark is a child node of the
+//! uncontended, more under contention. Every read is synced with the
+//! leader first (the `sync` sent with it, in the same round trip), so a
+//! member behind the leader never answers from before a write that has
+//! completed. A mark is a child node of the
 //! counter's mark set, created or found there; a fenced value a node
 //! holding the token and the value, written the same conditional way (the
 //! token alone once the value is removed: the node stays, so that older
@@ -89,8 +92,22 @@ impl ZooKeeperStore {
         format!("{}/{}", self.root, path_segment(key))
     }
 
+    /// `path`'s content, as new as the leader's state when the read was
+    /// sent: a `sync` first and the read after it, both sent at once (one
+    /// round trip; a session's requests are answered in order). A server
+    /// behind the leader would otherwise answer from its past: a `get` that
+    /// begins after another has returned could see an older version, and a
+    /// refusal (stock short, a version moved on) could rest on a value
+    /// already replaced; ZooKeeper keeps only a session's own reads in
+    /// order.
     async fn read(&self, client: &zk::Client, path: &str) -> Result<Read> {
-        match bounded(self.response_timeout, client.get_data(path)).await? {
+        let sync = client.sync(path);
+        let read = client.get_data(path);
+        match bounded(self.response_timeout, sync).await? {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(self.failed(client, e, "syncing with the leader")),
+        }
+        match bounded(self.response_timeout, read).await? {
             Ok(read) => Ok(Some(read)),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(self.failed(client, e, "reading a node")),

@@ -502,6 +502,91 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     assert!(guard.release().await.unwrap());
 }
 
+/// A counter's and a fenced value's reads on member 0, whose link to the
+/// leader is held back, answer with what the leader has or not at all:
+/// never with a value that a write already completed has replaced.
+/// ZooKeeper keeps only a session's own reads in order, and a member behind
+/// the leader answers reads from its past; the reads are synced with the
+/// leader first, so they wait for the link (and time out here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_write() {
+    use lockguard_core::FencingToken;
+    let (ensemble, quorum_links) = ZooKeeperEnsemble::start_with_relayed_member(3, 0);
+    let leader = ensemble.wait_for_leader(Duration::from_secs(30));
+    assert_ne!(leader, 0, "the relayed member leads");
+    let other = (1..3).find(|&i| i != leader).expect("a third member");
+    let writer = connect(&ensemble.member(leader).hosts(), Client::builder()).await;
+    let reader = connect(
+        &ensemble.member(0).hosts(),
+        Client::builder().response_timeout(Duration::from_millis(500)),
+    )
+    .await;
+    writer.counter("views").set(1).await.unwrap();
+    writer
+        .fenced("ledger")
+        .write(FencingToken::new(1), b"old")
+        .await
+        .unwrap();
+    assert_eq!(reader.counter("views").get().await.unwrap(), 1);
+
+    // Member 0 hears nothing more from the leader once it has applied all
+    // there is (a commit caught in the relay when the hold begins is
+    // waited out and the hold taken again).
+    let level = || {
+        let (lagging, current) = (ensemble.member(0), ensemble.member(other));
+        matches!((lagging.last_zxid(), current.last_zxid()), (Some(l), Some(c)) if l >= c)
+    };
+    let mut held_level = false;
+    for _ in 0..5 {
+        let caught_up = eventually(Duration::from_secs(10), || async { level() }).await;
+        assert!(caught_up, "member 0 never applied the writes");
+        for link in &quorum_links {
+            link.hold();
+        }
+        if level() {
+            held_level = true;
+            break;
+        }
+        for link in &quorum_links {
+            link.release();
+        }
+    }
+    assert!(held_level, "a commit was caught in the relay at every hold");
+
+    // Committed by the leader and the other follower, and answered.
+    assert_eq!(writer.counter("views").incr_by(1).await.unwrap(), 2);
+    writer
+        .fenced("ledger")
+        .write(FencingToken::new(2), b"new")
+        .await
+        .unwrap();
+    assert!(
+        !level(),
+        "member 0 applied the writes through a held link; the test holds nothing back"
+    );
+    match reader.counter("views").get().await {
+        Ok(v) => assert_eq!(v, 2, "a read returned a value a completed write replaced"),
+        Err(e) => assert!(e.is_timeout() || e.is_unavailable(), "{e}"),
+    }
+    match reader.fenced("ledger").read().await {
+        Ok(v) => assert_eq!(
+            v.map(|v| v.value),
+            Some(b"new".to_vec()),
+            "a fenced read returned a value a completed write replaced"
+        ),
+        Err(e) => assert!(e.is_timeout() || e.is_unavailable(), "{e}"),
+    }
+
+    for link in &quorum_links {
+        link.release();
+    }
+    let caught_up = eventually(Duration::from_secs(10), || async {
+        reader.counter("views").get().await.ok() == Some(2)
+    })
+    .await;
+    assert!(caught_up, "member 0 never answered the new value");
+}
+
 /// Set to the connect string, makes `zookeeper_child` act as a client
 /// process: `hold` or `wait` for the lock "victim".
 const CHILD_ENV: &str = "LOCKGUARD_ZOOKEEPER_CHILD";
