@@ -5,10 +5,15 @@
 # divided by 10,000 is the cost of one request, start-up excluded.
 #
 #   bash lockguard-bench/layer-cost.sh none rate governor lock concurrency
+#
+# METRICS=1 builds lockguard with its metrics on and a recorder installed
+# (the bench's `metrics` feature), as a service that exports them runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "layer-cost.sh needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release -q -p lockguard-bench --example layer_cost
+features=()
+[ "${METRICS:-0}" = 1 ] && features=(--features metrics)
+cargo build --release -q -p lockguard-bench --example layer_cost "${features[@]}"
 bin=target/release/examples/layer_cost
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

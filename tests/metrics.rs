@@ -245,6 +245,40 @@ fn semaphores_count_permits_and_limiters_their_decisions() {
     });
 }
 
+/// A limiter keeps the handles of its decision counters, and still counts
+/// into whichever recorder is in place: one set after its first decision,
+/// and the first one again after it.
+#[test]
+fn a_limiters_decisions_follow_the_recorder_in_place() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let login = Client::memory().rate_limiter("login", Quota::per_minute(2));
+    let (first, later) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let (a, b) = (Totals::new(&first), Totals::new(&later));
+    let decided = |t: &Totals, o| {
+        t.counter(
+            "lockguard_rate_limit_decisions_total",
+            &[("limiter", "login"), ("outcome", o)],
+        )
+    };
+    metrics::with_local_recorder(&first, || {
+        rt.block_on(async { assert!(login.check("ip:1").await.unwrap().allowed) });
+    });
+    metrics::with_local_recorder(&later, || {
+        rt.block_on(async {
+            assert!(login.check("ip:1").await.unwrap().allowed);
+            assert!(!login.check("ip:1").await.unwrap().allowed);
+        });
+    });
+    metrics::with_local_recorder(&first, || {
+        rt.block_on(async { assert!(!login.check("ip:1").await.unwrap().allowed) });
+    });
+    assert_eq!((decided(&a, "allowed"), decided(&a, "refused")), (1, 1));
+    assert_eq!((decided(&b, "allowed"), decided(&b, "refused")), (1, 1));
+}
+
 /// A store that stops answering is counted as a store error of the
 /// operation that met it.
 #[test]

@@ -10,6 +10,10 @@
 //! variant twice (2,000 and 12,000 requests) under callgrind and DHAT and
 //! prints the difference per request, so start-up costs cancel out.
 //!
+//! With the `metrics` feature, lockguard records its metrics into an
+//! installed recorder (metrics-util's registry-backed debugging recorder),
+//! as a service that exports its metrics does.
+//!
 //! ```sh
 //! cargo run --release -p lockguard-bench --example layer_cost -- none rate governor lock concurrency
 //! ```
@@ -26,6 +30,10 @@ use tower::{Service, ServiceExt};
 mod apps;
 
 fn main() {
+    #[cfg(feature = "metrics")]
+    metrics_util::debugging::DebuggingRecorder::new()
+        .install()
+        .expect("no other recorder is installed");
     let variants: Vec<String> = std::env::args().skip(1).collect();
     let n: u32 = std::env::var("N").map_or(200_000, |v| v.parse().expect("N: a number"));
     let rounds: u32 = std::env::var("ROUNDS").map_or(3, |v| v.parse().expect("ROUNDS: a number"));

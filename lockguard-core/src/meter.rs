@@ -109,17 +109,94 @@ pub(crate) fn store_error(primitive: &'static str, op: &'static str) {
     let _ = (primitive, op);
 }
 
-/// A rate limiter decided.
-pub(crate) fn decision(limiter: &str, allowed: bool) {
+/// A rate limiter's decision counters, named once when the limiter is
+/// made, and their handles once a recorder gave them: a decision, made up
+/// to millions of times a second on the in-memory store, then builds no
+/// labels (no allocation) and asks the recorder nothing.
+///
+/// A handle is kept with the recorder that gave it, and used only while
+/// that recorder is the one in place (told by its address): a recorder
+/// installed after the limiter's first decision (the global one, set late,
+/// or a local one in a test) is asked at each decision instead, with the
+/// key made once.
+#[derive(Debug, Clone)]
+pub(crate) struct Decisions {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!(
-        "lockguard_rate_limit_decisions_total",
-        "limiter" => limiter.to_owned(),
-        "outcome" => if allowed { "allowed" } else { "refused" },
-    )
-    .increment(1);
+    allowed: Counter,
+    #[cfg(feature = "metrics")]
+    refused: Counter,
+}
+
+/// One decision counter: its key, and its handle with the address of the
+/// recorder that gave it.
+#[cfg(feature = "metrics")]
+#[derive(Debug, Clone)]
+struct Counter {
+    key: ::metrics::Key,
+    handle: std::sync::OnceLock<(usize, ::metrics::Counter)>,
+}
+
+#[cfg(feature = "metrics")]
+impl Counter {
+    fn new(limiter: &str, outcome: &'static str) -> Self {
+        Self {
+            key: ::metrics::Key::from_parts(
+                "lockguard_rate_limit_decisions_total",
+                vec![
+                    ::metrics::Label::new("limiter", limiter.to_owned()),
+                    ::metrics::Label::from_static_parts("outcome", outcome),
+                ],
+            ),
+            handle: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn increment(&self) {
+        // As `metrics::counter!` makes it.
+        static METADATA: ::metrics::Metadata<'static> =
+            ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+        ::metrics::with_recorder(|recorder| {
+            let at = std::ptr::from_ref(recorder).cast::<()>().addr();
+            let (kept_at, handle) = self
+                .handle
+                .get_or_init(|| (at, recorder.register_counter(&self.key, &METADATA)));
+            if *kept_at == at {
+                handle.increment(1);
+            } else {
+                recorder.register_counter(&self.key, &METADATA).increment(1);
+            }
+        });
+    }
+}
+
+impl Decisions {
+    /// The counters of the limiter `limiter`.
+    pub(crate) fn new(limiter: &str) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            Self {
+                allowed: Counter::new(limiter, "allowed"),
+                refused: Counter::new(limiter, "refused"),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = limiter;
+            Self {}
+        }
+    }
+}
+
+/// A rate limiter decided.
+pub(crate) fn decision(counters: &Decisions, allowed: bool) {
+    #[cfg(feature = "metrics")]
+    if allowed {
+        counters.allowed.increment();
+    } else {
+        counters.refused.increment();
+    }
     #[cfg(not(feature = "metrics"))]
-    let _ = (limiter, allowed);
+    let _ = (counters, allowed);
 }
 
 /// A scheduled job's period ended: `ran`, `failed`, `lost`, `skipped` or

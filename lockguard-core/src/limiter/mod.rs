@@ -62,6 +62,8 @@ struct Shared {
     /// Decide locally, for this process's share, while the store cannot
     /// be reached (opt-in).
     fallback: Option<Arc<Fallback>>,
+    /// The decisions' counters (feature `metrics`).
+    decisions: crate::meter::Decisions,
 }
 
 /// A limiter's stand-in while its store cannot be reached: an in-memory
@@ -137,6 +139,7 @@ impl RateLimiter {
             refused: None,
             shadow: false,
             fallback: None,
+            decisions: crate::meter::Decisions::new(name),
         };
         shared.prepared = shared.prepare();
         Self {
@@ -607,7 +610,7 @@ impl RateLimiter {
             .as_ref()?
             .lookup(key, cost, tokio::time::Instant::now())?;
         tracing::trace!(limiter = %self.shared.name, key, cost, "request rate limited (cached refusal)");
-        crate::meter::decision(&self.shared.name, false);
+        crate::meter::decision(&self.shared.decisions, false);
         Some(self.shadowed(key, d))
     }
 
@@ -624,7 +627,7 @@ impl RateLimiter {
                 return Ok(self.shadowed(key, d));
             }
         };
-        crate::meter::decision(&self.shared.name, d.allowed);
+        crate::meter::decision(&self.shared.decisions, d.allowed);
         if let Some(cache) = &self.shared.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());
         }
