@@ -7,10 +7,11 @@
 //! writes it back conditional on the version read (`setData` with the
 //! node's version, `create` for a missing one), again after a short random
 //! pause when another write came first: atomic, two round trips when
-//! uncontended, more under contention. Every read is synced with the
-//! leader first (the `sync` sent with it, in the same round trip), so a
-//! member behind the leader never answers from before a write that has
-//! completed. A mark is a child node of the
+//! uncontended, more under contention. A read that answers (a `get`, a
+//! refusal) is synced with the leader first (the `sync` sent with it, in
+//! the same round trip), so a member behind the leader never answers from
+//! before a write that has completed; a read a conditional write checks
+//! is not. A mark is a child node of the
 //! counter's mark set, created or found there; a fenced value a node
 //! holding the token and the value, written the same conditional way (the
 //! token alone once the value is removed: the node stays, so that older
@@ -37,6 +38,25 @@ const CONTENDED_TIMEOUTS: u32 = 10;
 
 /// A node's content as read: its bytes and stat, or `None` when missing.
 type Read = Option<(Vec<u8>, zk::Stat)>;
+
+/// How new a read must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fresh {
+    /// As new as the leader's state when the read was sent: a `sync`
+    /// first and the read after it, both sent at once (one round trip; a
+    /// session's requests are answered in order). A server behind the
+    /// leader otherwise answers from its past: a `get` that begins after
+    /// another has returned could see an older version, and a refusal
+    /// (stock short, a version moved on) could rest on a value already
+    /// replaced; ZooKeeper keeps only a session's own reads in order.
+    Leader,
+    /// What the connected server has: for a read whose answer a
+    /// conditional write checks (a stale version fails the write), where
+    /// the sync would cost the leader's round (some 0.3 ms from a
+    /// follower) for nothing. A refusal decided on it is read again from
+    /// the leader before it is answered.
+    Member,
+}
 
 fn unsupported(what: &str) -> Error {
     Error::new(
@@ -92,20 +112,15 @@ impl ZooKeeperStore {
         format!("{}/{}", self.root, path_segment(key))
     }
 
-    /// `path`'s content, as new as the leader's state when the read was
-    /// sent: a `sync` first and the read after it, both sent at once (one
-    /// round trip; a session's requests are answered in order). A server
-    /// behind the leader would otherwise answer from its past: a `get` that
-    /// begins after another has returned could see an older version, and a
-    /// refusal (stock short, a version moved on) could rest on a value
-    /// already replaced; ZooKeeper keeps only a session's own reads in
-    /// order.
-    async fn read(&self, client: &zk::Client, path: &str) -> Result<Read> {
-        let sync = client.sync(path);
+    /// `path`'s content, as new as `fresh` says.
+    async fn read(&self, client: &zk::Client, path: &str, fresh: Fresh) -> Result<Read> {
+        let sync = (fresh == Fresh::Leader).then(|| client.sync(path));
         let read = client.get_data(path);
-        match bounded(self.response_timeout, sync).await? {
-            Ok(()) | Err(zk::Error::NoNode) => {}
-            Err(e) => return Err(self.failed(client, e, "syncing with the leader")),
+        if let Some(sync) = sync {
+            match bounded(self.response_timeout, sync).await? {
+                Ok(()) | Err(zk::Error::NoNode) => {}
+                Err(e) => return Err(self.failed(client, e, "syncing with the leader")),
+            }
         }
         match bounded(self.response_timeout, read).await? {
             Ok(read) => Ok(Some(read)),
@@ -161,15 +176,24 @@ impl ZooKeeperStore {
         let client = self.session.client();
         let deadline = Instant::now() + self.response_timeout * CONTENDED_TIMEOUTS;
         let mut pause = Duration::from_micros(200);
+        // The first read is the member's: a write it decides is checked by
+        // the write's version. A refusal, and every read after a lost
+        // write, is the leader's.
+        let mut fresh = Fresh::Member;
         loop {
-            let read = self.read(&client, path).await?;
+            let read = self.read(&client, path, fresh).await?;
             let data = match step(&read)? {
                 Ok(data) => data,
-                Err(answer) => return Ok(answer),
+                Err(answer) if fresh == Fresh::Leader => return Ok(answer),
+                Err(_) => {
+                    fresh = Fresh::Leader;
+                    continue;
+                }
             };
             if let Some(version) = self.write_if(&client, path, &data, &read).await? {
                 return Ok(done(version));
             }
+            fresh = Fresh::Leader;
             if Instant::now() >= deadline {
                 return Err(Error::new(
                     ErrorKind::Timeout,
@@ -253,7 +277,9 @@ impl DataStore for ZooKeeperStore {
 
     async fn counter_get(&self, keys: &CounterKeys) -> Result<(i64, u64)> {
         let path = self.data_path(keys.id());
-        let read = self.read(&self.session.client(), &path).await?;
+        let read = self
+            .read(&self.session.client(), &path, Fresh::Leader)
+            .await?;
         let value = counter_value(&path, &read)?;
         Ok((value, read.as_ref().map_or(0, |(_, stat)| version(stat))))
     }
@@ -275,10 +301,15 @@ impl DataStore for ZooKeeperStore {
                 .update(&path, |_| Ok(Ok(value.to_string().into_bytes())), Ok)
                 .await;
         };
-        let read = self.read(&client, &path).await?;
-        let current = read.as_ref().map_or(0, |(_, stat)| version(stat));
-        if current != expected {
-            return Ok(Err(current));
+        let of = |read: &Read| read.as_ref().map_or(0, |(_, stat)| version(stat));
+        // The member's read, checked by the write's version; a refusal is
+        // the leader's.
+        let mut read = self.read(&client, &path, Fresh::Member).await?;
+        if of(&read) != expected {
+            read = self.read(&client, &path, Fresh::Leader).await?;
+            if of(&read) != expected {
+                return Ok(Err(of(&read)));
+            }
         }
         match self
             .write_if(&client, &path, value.to_string().as_bytes(), &read)
@@ -286,8 +317,8 @@ impl DataStore for ZooKeeperStore {
         {
             Some(version) => Ok(Ok(version)),
             None => {
-                let now = self.read(&client, &path).await?;
-                Ok(Err(now.as_ref().map_or(0, |(_, stat)| version(stat))))
+                let now = self.read(&client, &path, Fresh::Leader).await?;
+                Ok(Err(of(&now)))
             }
         }
     }
@@ -360,7 +391,7 @@ impl DataStore for ZooKeeperStore {
     async fn fenced_read(&self, key: &str) -> Result<Stored> {
         let path = self.data_path(key);
         let client = self.session.client();
-        match self.read(&client, &path).await? {
+        match self.read(&client, &path, Fresh::Leader).await? {
             Some((data, _)) => {
                 let (token, value) = fenced_content(&path, &data)?;
                 Ok(value.map(|v| (token, v)))
