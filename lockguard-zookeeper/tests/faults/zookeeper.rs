@@ -435,28 +435,7 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     // never serves a client a past older than one it saw. A commit caught
     // in the relay when the hold begins would do that, so the holds are
     // taken again until member 0 is level with the member the client is on.
-    let level = || {
-        let (lagging, current) = (ensemble.member(0), ensemble.member(other));
-        matches!((lagging.last_zxid(), current.last_zxid()), (Some(l), Some(c)) if l >= c)
-    };
-    let mut held_level = false;
-    for _ in 0..5 {
-        let caught_up = eventually(Duration::from_secs(10), || async { level() }).await;
-        assert!(caught_up, "member 0 never applied what the client has seen");
-        for link in &quorum_links {
-            link.hold();
-        }
-        to_other.hold();
-        if level() {
-            held_level = true;
-            break;
-        }
-        for link in &quorum_links {
-            link.release();
-        }
-        to_other.release();
-    }
-    assert!(held_level, "a commit was caught in the relay at every hold");
+    hold_level(&ensemble, other, &quorum_links, Some(&to_other)).await;
     let err = lg.lock("ghost").try_acquire().await.unwrap_err();
     assert!(err.is_timeout() || err.is_unavailable(), "{err}");
     let created = eventually(Duration::from_secs(10), || async {
@@ -502,6 +481,36 @@ async fn zookeeper_a_lost_creation_is_found_on_a_lagging_member() {
     assert!(guard.release().await.unwrap());
 }
 
+/// Whether member 0 has applied all that member `other` has.
+fn level(ensemble: &ZooKeeperEnsemble, other: usize) -> bool {
+    let (lagging, current) = (ensemble.member(0), ensemble.member(other));
+    matches!((lagging.last_zxid(), current.last_zxid()), (Some(l), Some(c)) if l >= c)
+}
+
+/// Holds member 0's links to the other members (`quorum_links`, and
+/// `also` with them) once it has applied all that member `other` has: it
+/// then lags from that point. A commit caught in a relay when the hold
+/// begins would leave it behind from the start, so the hold is taken
+/// again until member 0 is level when it begins.
+async fn hold_level(
+    ensemble: &ZooKeeperEnsemble,
+    other: usize,
+    quorum_links: &[lockguard_testing::Relay],
+    also: Option<&lockguard_testing::Relay>,
+) {
+    for _ in 0..5 {
+        let caught_up =
+            eventually(Duration::from_secs(10), || async { level(ensemble, other) }).await;
+        assert!(caught_up, "member 0 never applied what member {other} has");
+        quorum_links.iter().chain(also).for_each(|l| l.hold());
+        if level(ensemble, other) {
+            return;
+        }
+        quorum_links.iter().chain(also).for_each(|l| l.release());
+    }
+    panic!("a commit was caught in the relay at every hold");
+}
+
 /// A counter's and a fenced value's reads on member 0, whose link to the
 /// leader is held back, answer with what the leader has or not at all:
 /// never with a value that a write already completed has replaced.
@@ -539,29 +548,9 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
         .unwrap();
     assert_eq!(reader.counter("views").get().await.unwrap(), 1);
 
-    // Member 0 hears nothing more from the leader once it has applied all
-    // there is (a commit caught in the relay when the hold begins is
-    // waited out and the hold taken again).
-    let level = || {
-        let (lagging, current) = (ensemble.member(0), ensemble.member(other));
-        matches!((lagging.last_zxid(), current.last_zxid()), (Some(l), Some(c)) if l >= c)
-    };
-    let mut held_level = false;
-    for _ in 0..5 {
-        let caught_up = eventually(Duration::from_secs(10), || async { level() }).await;
-        assert!(caught_up, "member 0 never applied the writes");
-        for link in &quorum_links {
-            link.hold();
-        }
-        if level() {
-            held_level = true;
-            break;
-        }
-        for link in &quorum_links {
-            link.release();
-        }
-    }
-    assert!(held_level, "a commit was caught in the relay at every hold");
+    // Member 0 hears nothing more from the leader, from a point where it
+    // has applied every write so far.
+    hold_level(&ensemble, other, &quorum_links, None).await;
 
     // Committed by the leader and the other follower, and answered.
     assert_eq!(writer.counter("views").incr_by(1).await.unwrap(), 2);
@@ -573,7 +562,7 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
         .await
         .unwrap();
     assert!(
-        !level(),
+        !level(&ensemble, other),
         "member 0 applied the writes through a held link; the test holds nothing back"
     );
     match reader.counter("views").get().await {
