@@ -279,6 +279,38 @@ fn a_limiters_decisions_follow_the_recorder_in_place() {
     assert_eq!((decided(&b, "allowed"), decided(&b, "refused")), (1, 1));
 }
 
+/// A thread keeps the handles of a lock's series by name, and still
+/// records into whichever recorder is in place: another one, and the first
+/// one again after it.
+#[test]
+fn a_locks_series_follow_the_recorder_in_place() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let lg = Client::memory();
+    let (first, later) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let (a, b) = (Totals::new(&first), Totals::new(&later));
+    let cycle = || {
+        rt.block_on(async {
+            let guard = lg.lock("order").acquire().await.unwrap();
+            assert!(guard.release().await.unwrap());
+        });
+    };
+    metrics::with_local_recorder(&first, cycle);
+    metrics::with_local_recorder(&later, cycle);
+    metrics::with_local_recorder(&later, cycle);
+    metrics::with_local_recorder(&first, cycle);
+    let acquired = [("primitive", "lock"), ("name", "order"), ("outcome", "acquired")];
+    let acquired = |t: &Totals| t.counter("lockguard_acquisitions_total", &acquired);
+    assert_eq!((acquired(&a), acquired(&b)), (2, 2));
+    let released = |t: &Totals| t.counter("lockguard_releases_total", LOCK);
+    assert_eq!((released(&a), released(&b)), (2, 2));
+    assert_eq!(a.gauge("lockguard_held", LOCK), 0.0);
+    assert_eq!(b.gauge("lockguard_held", LOCK), 0.0);
+    assert_eq!(a.samples("lockguard_hold_seconds", LOCK).len(), 2);
+}
+
 /// A store that stops answering is counted as a store error of the
 /// operation that met it.
 #[test]
