@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lockguard_core::{Client, Quota};
+use lockguard_core::{Client, Quota, RateLimiter};
 use lockguard_redis::BuilderExt as _;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
@@ -301,7 +301,11 @@ fn a_locks_series_follow_the_recorder_in_place() {
     metrics::with_local_recorder(&later, cycle);
     metrics::with_local_recorder(&later, cycle);
     metrics::with_local_recorder(&first, cycle);
-    let acquired = [("primitive", "lock"), ("name", "order"), ("outcome", "acquired")];
+    let acquired = [
+        ("primitive", "lock"),
+        ("name", "order"),
+        ("outcome", "acquired"),
+    ];
     let acquired = |t: &Totals| t.counter("lockguard_acquisitions_total", &acquired);
     assert_eq!((acquired(&a), acquired(&b)), (2, 2));
     let released = |t: &Totals| t.counter("lockguard_releases_total", LOCK);
@@ -355,4 +359,38 @@ fn store_errors_are_counted_by_operation() {
             .sum();
         assert_eq!(failed, 1, "the failed acquire is counted once");
     });
+}
+
+/// Recorders made one after the other (each in the same place, so at the
+/// same address) each get what was recorded under them: nothing is kept
+/// from one for the next.
+#[test]
+fn a_recorder_made_after_another_gets_its_own_series() {
+    fn under_a_recorder_of_its_own(lg: &Client, login: &RateLimiter) -> (u64, u64) {
+        let recorder = DebuggingRecorder::new();
+        let t = Totals::new(&recorder);
+        recorded(&recorder, || async {
+            let guard = lg.lock("order").acquire().await.unwrap();
+            assert!(guard.release().await.unwrap());
+            login.check("ip:1").await.unwrap();
+        });
+        let acquired = [
+            ("primitive", "lock"),
+            ("name", "order"),
+            ("outcome", "acquired"),
+        ];
+        let decided = t.counter(
+            "lockguard_rate_limit_decisions_total",
+            &[("limiter", "login"), ("outcome", "allowed")],
+        );
+        (
+            t.counter("lockguard_acquisitions_total", &acquired),
+            decided,
+        )
+    }
+    let lg = Client::memory();
+    let login = lg.rate_limiter("login", Quota::per_minute(100));
+    for _ in 0..3 {
+        assert_eq!(under_a_recorder_of_its_own(&lg, &login), (1, 1));
+    }
 }
