@@ -245,9 +245,8 @@ fn semaphores_count_permits_and_limiters_their_decisions() {
     });
 }
 
-/// A limiter keeps the handles of its decision counters, and still counts
-/// into whichever recorder is in place: one set after its first decision,
-/// and the first one again after it.
+/// A limiter's decisions count into whichever recorder is in place: one
+/// set after its first decision, and the first one again after it.
 #[test]
 fn a_limiters_decisions_follow_the_recorder_in_place() {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -279,9 +278,8 @@ fn a_limiters_decisions_follow_the_recorder_in_place() {
     assert_eq!((decided(&b, "allowed"), decided(&b, "refused")), (1, 1));
 }
 
-/// A thread keeps the handles of a lock's series by name, and still
-/// records into whichever recorder is in place: another one, and the first
-/// one again after it.
+/// A lock's series are recorded into whichever recorder is in place:
+/// another one, and the first one again after it.
 #[test]
 fn a_locks_series_follow_the_recorder_in_place() {
     let rt = tokio::runtime::Builder::new_current_thread()
