@@ -245,72 +245,56 @@ fn semaphores_count_permits_and_limiters_their_decisions() {
     });
 }
 
-/// A limiter's decisions count into whichever recorder is in place: one
-/// set after its first decision, and the first one again after it.
-#[test]
-fn a_limiters_decisions_follow_the_recorder_in_place() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let login = Client::memory().rate_limiter("login", Quota::per_minute(2));
-    let (first, later) = (DebuggingRecorder::new(), DebuggingRecorder::new());
-    let (a, b) = (Totals::new(&first), Totals::new(&later));
-    let decided = |t: &Totals, o| {
-        t.counter(
-            "lockguard_rate_limit_decisions_total",
-            &[("limiter", "login"), ("outcome", o)],
-        )
-    };
-    metrics::with_local_recorder(&first, || {
-        rt.block_on(async { assert!(login.check("ip:1").await.unwrap().allowed) });
-    });
-    metrics::with_local_recorder(&later, || {
-        rt.block_on(async {
-            assert!(login.check("ip:1").await.unwrap().allowed);
-            assert!(!login.check("ip:1").await.unwrap().allowed);
-        });
-    });
-    metrics::with_local_recorder(&first, || {
-        rt.block_on(async { assert!(!login.check("ip:1").await.unwrap().allowed) });
-    });
-    assert_eq!((decided(&a, "allowed"), decided(&a, "refused")), (1, 1));
-    assert_eq!((decided(&b, "allowed"), decided(&b, "refused")), (1, 1));
-}
-
-/// A lock's series are recorded into whichever recorder is in place:
-/// another one, and the first one again after it.
-#[test]
-fn a_locks_series_follow_the_recorder_in_place() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let lg = Client::memory();
-    let (first, later) = (DebuggingRecorder::new(), DebuggingRecorder::new());
-    let (a, b) = (Totals::new(&first), Totals::new(&later));
-    let cycle = || {
-        rt.block_on(async {
-            let guard = lg.lock("order").acquire().await.unwrap();
-            assert!(guard.release().await.unwrap());
-        });
-    };
-    metrics::with_local_recorder(&first, cycle);
-    metrics::with_local_recorder(&later, cycle);
-    metrics::with_local_recorder(&later, cycle);
-    metrics::with_local_recorder(&first, cycle);
+/// What a lock cycle of "order" and a decision of the limiter "login" for
+/// `ip:1` recorded, as `(acquisitions, allowed, refused)`.
+fn lock_and_login(t: &Totals) -> (u64, u64, u64) {
     let acquired = [
         ("primitive", "lock"),
         ("name", "order"),
         ("outcome", "acquired"),
     ];
-    let acquired = |t: &Totals| t.counter("lockguard_acquisitions_total", &acquired);
-    assert_eq!((acquired(&a), acquired(&b)), (2, 2));
-    let released = |t: &Totals| t.counter("lockguard_releases_total", LOCK);
-    assert_eq!((released(&a), released(&b)), (2, 2));
-    assert_eq!(a.gauge("lockguard_held", LOCK), 0.0);
-    assert_eq!(b.gauge("lockguard_held", LOCK), 0.0);
-    assert_eq!(a.samples("lockguard_hold_seconds", LOCK).len(), 2);
+    let decided = |o| {
+        t.counter(
+            "lockguard_rate_limit_decisions_total",
+            &[("limiter", "login"), ("outcome", o)],
+        )
+    };
+    (
+        t.counter("lockguard_acquisitions_total", &acquired),
+        decided("allowed"),
+        decided("refused"),
+    )
+}
+
+/// A lock cycle of "order" and a decision of `login` for `ip:1`, under
+/// `recorder`.
+fn cycle_and_decide(recorder: &DebuggingRecorder, lg: &Client, login: &RateLimiter) {
+    recorded(recorder, || async {
+        let guard = lg.lock("order").acquire().await.unwrap();
+        assert!(guard.release().await.unwrap());
+        login.check("ip:1").await.unwrap();
+    });
+}
+
+/// A lock's series and a limiter's decisions are recorded into whichever
+/// recorder is in place: another one, and the first one again after it.
+#[test]
+fn series_follow_the_recorder_in_place() {
+    let lg = Client::memory();
+    let login = lg.rate_limiter("login", Quota::per_minute(2));
+    let (first, later) = (DebuggingRecorder::new(), DebuggingRecorder::new());
+    let (a, b) = (Totals::new(&first), Totals::new(&later));
+    for recorder in [&first, &later, &later, &first] {
+        cycle_and_decide(recorder, &lg, &login);
+    }
+    // Two decisions allowed, two refused, in that order.
+    assert_eq!(lock_and_login(&a), (2, 1, 1));
+    assert_eq!(lock_and_login(&b), (2, 1, 1));
+    for t in [&a, &b] {
+        assert_eq!(t.counter("lockguard_releases_total", LOCK), 2);
+        assert_eq!(t.gauge("lockguard_held", LOCK), 0.0);
+        assert_eq!(t.samples("lockguard_hold_seconds", LOCK).len(), 2);
+    }
 }
 
 /// A store that stops answering is counted as a store error of the
@@ -364,31 +348,15 @@ fn store_errors_are_counted_by_operation() {
 /// from one for the next.
 #[test]
 fn a_recorder_made_after_another_gets_its_own_series() {
-    fn under_a_recorder_of_its_own(lg: &Client, login: &RateLimiter) -> (u64, u64) {
+    fn under_a_recorder_of_its_own(lg: &Client, login: &RateLimiter) -> (u64, u64, u64) {
         let recorder = DebuggingRecorder::new();
         let t = Totals::new(&recorder);
-        recorded(&recorder, || async {
-            let guard = lg.lock("order").acquire().await.unwrap();
-            assert!(guard.release().await.unwrap());
-            login.check("ip:1").await.unwrap();
-        });
-        let acquired = [
-            ("primitive", "lock"),
-            ("name", "order"),
-            ("outcome", "acquired"),
-        ];
-        let decided = t.counter(
-            "lockguard_rate_limit_decisions_total",
-            &[("limiter", "login"), ("outcome", "allowed")],
-        );
-        (
-            t.counter("lockguard_acquisitions_total", &acquired),
-            decided,
-        )
+        cycle_and_decide(&recorder, lg, login);
+        lock_and_login(&t)
     }
     let lg = Client::memory();
     let login = lg.rate_limiter("login", Quota::per_minute(100));
     for _ in 0..3 {
-        assert_eq!(under_a_recorder_of_its_own(&lg, &login), (1, 1));
+        assert_eq!(under_a_recorder_of_its_own(&lg, &login), (1, 1, 0));
     }
 }
