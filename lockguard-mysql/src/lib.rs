@@ -44,11 +44,16 @@
 //!   process, an operator's `KILL`) keeps its recorded lease, which its
 //!   successor waits out: a release ends its lease before it unlocks, so a
 //!   running lease a successor finds was never released (schema version
-//!   11). A database restart or a failover (which empty the MEMORY table),
-//!   or a forced release (which ends the lease; a renewal landing at that
-//!   moment puts it back, and it is waited out), frees the lock at once:
-//!   its holder is told at its next renewal. The rest of this list is about
-//!   semaphores and read-write locks.
+//!   11). A forced release (which ends the lease; a renewal landing at
+//!   that moment puts it back, and it is waited out) frees the lock at
+//!   once: its holder is told at its next renewal. A database restart
+//!   (which empties the MEMORY table) frees every lock, and nobody takes
+//!   one anew until the longest lease any lock took (an InnoDB row,
+//!   written when a longer lease than any before is asked for) has passed
+//!   since the first lock after the restart (schema version 12): the old
+//!   holder, told at its next renewal or its lease end, is overlapped by
+//!   nobody. The rest of this list is about semaphores and read-write
+//!   locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.

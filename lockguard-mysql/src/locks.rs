@@ -68,6 +68,15 @@ impl MySqlSessions {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
+        // A session's start looks at the wait after a restart (filling
+        // `lock_epoch` when the restart emptied it): the first session
+        // after a restart notes it, not the first take of a lock with no
+        // record, which may come long after.
+        let mut setup = opts.setup().to_vec();
+        setup.push(format!("CALL {prefix}lock_epoch_left(@lockguard_epoch)"));
+        let opts = mysql_async::OptsBuilder::from_opts(opts)
+            .setup(setup)
+            .into();
         Self {
             opts,
             pool,

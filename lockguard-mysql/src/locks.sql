@@ -1,4 +1,4 @@
--- Locks (schema versions 9 to 11): the server's own user locks (GET_LOCK), each
+-- Locks (schema versions 9 to 12): the server's own user locks (GET_LOCK), each
 -- held by a database session of the client's own (locks.rs). A waiter
 -- waits in the server, whose queue grants the lock to its first waiter the
 -- moment the holder releases it or its session ends: no bell, no mail.
@@ -58,6 +58,68 @@ CREATE TABLE IF NOT EXISTS __P__lock_kept (
   PRIMARY KEY (h)
 ) ENGINE=InnoDB
 -- ;;
+-- The longest lease any lock was taken or renewed with, in ms (schema
+-- version 12; one row, InnoDB, so a restart keeps it). Written only when
+-- a hold asks for a longer lease than any before, so an application that
+-- keeps to a few leases writes it a few times in all. See __P__lock_epoch.
+CREATE TABLE IF NOT EXISTS __P__lock_bound (
+  id TINYINT NOT NULL,
+  lease_ms BIGINT NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=InnoDB
+-- ;;
+-- Until when (µs on the database's clock) no lock is taken anew after the
+-- MEMORY tables were emptied (version 12; one row, MEMORY). A restart
+-- empties __P__lock_fences while every holder of the server that went
+-- down may still count on its lease: its session is gone with the
+-- server, but it learns that only at its next renewal, or never (a fixed
+-- lease). So an empty __P__lock_epoch, which tells that the MEMORY tables
+-- are new, is filled with the moment it is found empty plus the longest
+-- lease any hold could have had (__P__lock_bound), and until then a key
+-- with no row of its own is taken by nobody (Redis's "delayed restart",
+-- done by the database itself). A new schema's bound is 0: no wait.
+CREATE TABLE IF NOT EXISTS __P__lock_epoch (
+  id TINYINT NOT NULL,
+  until_us BIGINT NOT NULL,
+  PRIMARY KEY (id)
+) ENGINE=MEMORY
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_epoch_left
+-- ;;
+-- The µs left of the wait after the MEMORY tables were emptied (see
+-- __P__lock_epoch), filling __P__lock_epoch when it is empty; NULL when
+-- there is none to wait.
+CREATE PROCEDURE __P__lock_epoch_left(OUT p_left BIGINT)
+BEGIN
+  DECLARE v_now BIGINT DEFAULT __NOW_US__;
+  DECLARE v_until BIGINT;
+  SELECT MAX(e.until_us) INTO v_until FROM __P__lock_epoch e;
+  IF v_until IS NULL THEN
+    SELECT COALESCE(MAX(b.lease_ms), 0) INTO v_until FROM __P__lock_bound b;
+    INSERT IGNORE INTO __P__lock_epoch (id, until_us) VALUES (1, v_now + v_until * 1000);
+    SELECT MAX(e.until_us) INTO v_until FROM __P__lock_epoch e;
+  END IF;
+  SET p_left = IF(v_until > v_now, v_until - v_now, NULL);
+END
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_bound_at_least
+-- ;;
+-- Records a hold's lease of p_lease_ms ms in __P__lock_bound when it is
+-- longer than any before (a read, and then rarely a write).
+CREATE PROCEDURE __P__lock_bound_at_least(p_lease_ms BIGINT)
+BEGIN
+  DECLARE v_bound BIGINT;
+  SELECT MAX(b.lease_ms) INTO v_bound FROM __P__lock_bound b;
+  IF v_bound IS NULL OR v_bound < p_lease_ms THEN
+    -- At repeatable read, this write alone: a server whose binary log is
+    -- in STATEMENT format refuses InnoDB writes at read committed (the
+    -- session's level), and locks write nothing else to InnoDB.
+    SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;
+    INSERT INTO __P__lock_bound (id, lease_ms) VALUES (1, p_lease_ms)
+      ON DUPLICATE KEY UPDATE lease_ms = GREATEST(lease_ms, VALUES(lease_ms));
+  END IF;
+END
+-- ;;
 -- Each session's latest wait in GET_LOCK, by connection id, for
 -- inspection and survey: a row counts while its session waits in
 -- GET_LOCK (its state `User lock`); rows of sessions that ended are swept.
@@ -87,6 +149,7 @@ proc: BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
+  DECLARE v_bound BIGINT;
   __BEFORE_LOCK__
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 0) = 1 THEN
     __DRAW__
@@ -115,6 +178,7 @@ proc: BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
+  DECLARE v_bound BIGINT;
   REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
   VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
   __BEFORE_LOCK__
@@ -168,6 +232,10 @@ BEGIN
     IF p_keep = 1 THEN
       REPLACE INTO __P__lock_kept (h, k, token, fence, until_us)
       VALUES (v_h, p_key, p_token, p_fence, v_until);
+    ELSE
+      -- (A kept time outlives a restart in __P__lock_kept: it need not
+      -- lengthen the wait after every restart.)
+      CALL __P__lock_bound_at_least(p_lease_ms);
     END IF;
     UPDATE __P__lock_fences SET expires_us = v_until, conn = CONNECTION_ID()
      WHERE h = v_h AND token = p_token AND fence = p_fence;
@@ -212,6 +280,11 @@ BEGIN
     -- Kept past a restart (its lease row gone with the MEMORY table).
     SELECT MAX(CEIL((until_us - v_now) / 1000)) INTO v_left
       FROM __P__lock_kept WHERE h = v_h AND until_us > v_now;
+  END IF;
+  IF v_left IS NULL AND v_fence IS NULL THEN
+    -- No row: nobody takes it until a restart's wait is over.
+    CALL __P__lock_epoch_left(v_left);
+    SET v_left = CEIL(v_left / 1000);
   END IF;
   -- A wait's row stays after its grant: it counts while its session
   -- waits in GET_LOCK.

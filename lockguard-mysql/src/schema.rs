@@ -36,8 +36,11 @@ use crate::error::{is_no_such_table, mysql_error};
 /// (a session being torn down releases its user locks one at a time, so
 /// the session mark of version 10 could still be held when the lock's own
 /// was handed on: the successor read an unreleased lease as released);
-/// sessions no longer take the mark.
-pub(crate) const VERSION: i64 = 11;
+/// sessions no longer take the mark. Version 12: after a restart (which
+/// empties the MEMORY tables) no lock is taken anew until the longest
+/// lease any hold took (`lock_bound`, InnoDB) may have ended
+/// (`lock_epoch`).
+pub(crate) const VERSION: i64 = 12;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.

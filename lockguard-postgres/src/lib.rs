@@ -39,9 +39,10 @@
 //! server's queue, which grants the lock to the first waiter as the holder
 //! unlocks. A database restart, a failover or a session cut frees it, and
 //! its holder learns it at its next renewal; after a cut the next holder
-//! waits out the lease the old one last renewed (after a crash or a
-//! failover it cannot: that record is an unlogged table's). See the
-//! `locks` module's source and the
+//! waits out the lease the old one last renewed, and after a crash or a
+//! failover (which lose that record, an unlogged table's) nobody takes a
+//! lock anew until the longest lease any lock of the schema took has
+//! passed. See the `locks` module's source and the
 //! [safety notes](lockguard_core::safety).
 //!
 //! # How a permit's waiter is woken

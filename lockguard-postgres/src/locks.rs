@@ -1,4 +1,5 @@
-//! Locks as PostgreSQL's own session advisory locks (schema version 8).
+//! Locks as PostgreSQL's own session advisory locks (schema versions 8
+//! and 9).
 //!
 //! Each held or awaited lock has a database session of its own, taken
 //! from this client's idle sessions or opened for it: a try is one plain
@@ -17,7 +18,9 @@
 //! server ends a session left idle past its hold's lease (its client
 //! paused or cut off). A session that ends (the database restarted, an
 //! operator's forced release) takes its hold with it, and its holder
-//! learns it at its next renewal. A statement whose answer is lost, or a
+//! learns it at its next renewal; its successor waits out the lease the
+//! key's row records, and after a crash, which empties those rows, the
+//! longest lease any lock took (schema.sql's `lock_epoch`). A statement whose answer is lost, or a
 //! wait given up, never hands its session on: the session is dropped, and
 //! its end frees whatever it took.
 

@@ -1053,6 +1053,73 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.kept_locks (
   until timestamptz NOT NULL
 );
 
+-- The longest lease any lock of this schema was taken or renewed with, in
+-- ms (version 9; one row, logged, so a crash keeps it). Written only when
+-- a hold asks for a longer lease than any before (with its commit flushed
+-- to the log, whatever synchronous_commit says), so an application that
+-- keeps to a few leases writes it a few times in all. See lock_epoch.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.lock_lease_bound (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  lease_ms bigint NOT NULL
+);
+INSERT INTO __SCHEMA__.lock_lease_bound (lease_ms) VALUES (0) ON CONFLICT DO NOTHING;
+
+-- Until when no lock may be taken anew after the locks' unlogged rows were
+-- lost (version 9; one row, unlogged). A crash empties lock_fences, and a
+-- standby promoted in a failover has its own (empty), while every holder
+-- of the server that went down may still count on its lease: its session
+-- is gone with the server, but it learns that only at its next renewal,
+-- or never (a fixed lease). So an empty lock_epoch, which tells that the
+-- unlogged rows are new, is filled with the moment it is found empty plus
+-- the longest lease any hold could have had (lock_lease_bound), and until
+-- then a key with no row of its own is taken by nobody (Redis's "delayed
+-- restart", done by the database itself). It is filled at once here (a
+-- new schema's bound is 0), and after a crash by the first session of the
+-- client's locks that starts (lock_session), in a transaction of its own.
+CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_epoch (
+  one boolean PRIMARY KEY DEFAULT true CHECK (one),
+  until timestamptz NOT NULL
+);
+INSERT INTO __SCHEMA__.lock_epoch (until)
+  SELECT clock_timestamp() + coalesce(max(b.lease_ms), 0) * interval '1 millisecond'
+    FROM __SCHEMA__.lock_lease_bound b
+  ON CONFLICT DO NOTHING;
+
+-- The ms left of the wait for the locks' rows lost in a crash or a
+-- failover (see lock_epoch), filling lock_epoch when it is empty; NULL
+-- when there is none to wait.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_epoch_ms() RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_until timestamptz;
+BEGIN
+  SELECT e.until INTO v_until FROM __SCHEMA__.lock_epoch e;
+  IF NOT FOUND THEN
+    INSERT INTO __SCHEMA__.lock_epoch (until)
+      SELECT clock_timestamp() + coalesce(max(b.lease_ms), 0) * interval '1 millisecond'
+        FROM __SCHEMA__.lock_lease_bound b
+      ON CONFLICT DO NOTHING;
+    SELECT e.until INTO v_until FROM __SCHEMA__.lock_epoch e;
+  END IF;
+  IF v_until > clock_timestamp() THEN
+    RETURN ceil(extract(epoch FROM v_until - clock_timestamp()) * 1000)::bigint;
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+-- Records a hold's lease of p_lease_ms ms in lock_lease_bound when it is
+-- longer than any before, durably (locks/draw.sql does the same inline).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_bound(p_lease_ms bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  UPDATE __SCHEMA__.lock_lease_bound b SET lease_ms = p_lease_ms WHERE b.lease_ms < p_lease_ms;
+  IF FOUND AND current_setting('synchronous_commit') = 'off' THEN
+    PERFORM set_config('synchronous_commit', 'local', true);
+  END IF;
+END
+$$;
+
 -- Clients before version 8 took locks with these two, in the tables above;
 -- no client of version 8 uses them, and a client that still does would
 -- take locks the others do not see: it is stopped with LG003.
@@ -1062,7 +1129,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.acquire(
   OUT acquired boolean, OUT n bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-  RAISE EXCEPTION 'lockguard''s schema is version 8, whose locks are advisory locks; this lockguard client is older: upgrade it'
+  RAISE EXCEPTION 'lockguard''s schema is version 8 or newer, whose locks are advisory locks; this lockguard client is older: upgrade it'
     USING ERRCODE = 'LG003';
 END
 $$;
@@ -1071,7 +1138,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.acquire_all(
   OUT acquired boolean, OUT fences bigint[], OUT busy integer, OUT left_ms bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-  RAISE EXCEPTION 'lockguard''s schema is version 8, whose locks are advisory locks; this lockguard client is older: upgrade it'
+  RAISE EXCEPTION 'lockguard''s schema is version 8 or newer, whose locks are advisory locks; this lockguard client is older: upgrade it'
     USING ERRCODE = 'LG003';
 END
 $$;
@@ -1107,9 +1174,12 @@ $$;
 -- that a waiter whose client is gone leaves the queue), and running its
 -- statements at read committed whatever the role's or database's default
 -- (a statement at a stricter level reads from a snapshot older than the
--- lock it waited for: see lock_draw).
+-- lock it waited for: see lock_draw); and, the first after a crash or a
+-- failover, filling lock_epoch.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session() RETURNS void
 LANGUAGE sql VOLATILE AS $$
+  -- After a crash or a failover, the first session fills lock_epoch.
+  SELECT __SCHEMA__.lock_epoch_ms();
   SELECT set_config('default_transaction_isolation', 'read committed', false);
   SELECT set_config('application_name', 'lockguard', false);
   SELECT set_config('idle_session_timeout', '0', false);
@@ -1171,10 +1241,14 @@ BEGIN
   IF v_fence IS NULL THEN
     -- The key's first hold here (or since a crash, which empties
     -- lock_fences): a lock kept past its holder's release (at_least)
-    -- stays kept, as kept_locks, a logged table, remembers it.
-    IF __SCHEMA__.lock_kept_for_ms(p_key, p_token) IS NOT NULL THEN
+    -- stays kept, as kept_locks, a logged table, remembers it; and right
+    -- after a crash or a failover nobody takes it until every lease
+    -- granted before may have ended (lock_epoch).
+    IF __SCHEMA__.lock_kept_for_ms(p_key, p_token) IS NOT NULL
+       OR __SCHEMA__.lock_epoch_ms() IS NOT NULL THEN
       RETURN NULL;
     END IF;
+    PERFORM __SCHEMA__.lock_bound(p_lease_ms);
     -- Above what the lease tables remember of it too.
     INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
       VALUES (p_hi, p_lo, p_key,
@@ -1219,6 +1293,7 @@ RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
   v_id record := __SCHEMA__.lock_id(p_key);
 BEGIN
+  PERFORM __SCHEMA__.lock_bound(p_lease_ms);
   UPDATE __SCHEMA__.lock_fences f
      SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond',
          at = clock_timestamp()
@@ -1229,13 +1304,17 @@ END
 $$;
 -- The ms left of the lease of lock (p_hi, p_lo)'s latest holder as last
 -- renewed, when that holder is another than p_token and did not release
--- it; NULL otherwise.
+-- it; for a lock with no row, of the wait after a crash or a failover
+-- (lock_epoch); NULL otherwise.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lapse_ms(p_hi integer, p_lo integer, p_token text)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
-  SELECT ceil(extract(epoch FROM f.expires_at - clock_timestamp()) * 1000)::bigint
-    FROM __SCHEMA__.lock_fences f
-   WHERE f.hi = p_hi AND f.lo = p_lo AND f.expires_at > clock_timestamp()
-     AND f.token IS DISTINCT FROM p_token
+  SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM __SCHEMA__.lock_fences f
+                                WHERE f.hi = p_hi AND f.lo = p_lo)
+              THEN __SCHEMA__.lock_epoch_ms()
+              ELSE (SELECT ceil(extract(epoch FROM f.expires_at - clock_timestamp()) * 1000)::bigint
+                      FROM __SCHEMA__.lock_fences f
+                     WHERE f.hi = p_hi AND f.lo = p_lo AND f.expires_at > clock_timestamp()
+                       AND f.token IS DISTINCT FROM p_token) END
 $$;
 
 -- Refuses a session whose isolation is not read committed: a statement
@@ -1299,6 +1378,10 @@ DECLARE
   v_fence bigint;
 BEGIN
   PERFORM __SCHEMA__.lock_check();
+  -- lock_epoch filled (by this session's start, but for a session started
+  -- on a standby before its promotion) outside the subtransaction below,
+  -- which would undo it.
+  PERFORM __SCHEMA__.lock_epoch_ms();
   LOOP
     -- In a subtransaction, undone when another's lease runs (so that the
     -- row's lock is not kept while this sleeps).
@@ -1311,7 +1394,8 @@ BEGIN
       NULL;
     END;
     EXIT WHEN v_fence IS NOT NULL;
-    -- Rare (a holder cut off, a kept lock's client gone): looked at again
+    -- Rare (a holder cut off, a kept lock's client gone, a crash's wait):
+    -- looked at again
     -- every 100 ms, so that a forced release or the lapse's end is seen
     -- soon.
     PERFORM pg_sleep(least(coalesce(__SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, p_token),
@@ -1346,13 +1430,21 @@ BEGIN
   INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
     VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
     ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
-  RETURN __SCHEMA__.lock_lease(p_key, p_token, p_fence, p_keep_ms);
+  -- lock_lease's but for lock_bound: a kept time outlives a crash in
+  -- kept_locks, so it need not lengthen the wait after every crash.
+  UPDATE __SCHEMA__.lock_fences f
+     SET expires_at = clock_timestamp() + p_keep_ms * interval '1 millisecond',
+         at = clock_timestamp()
+   WHERE (f.hi, f.lo) = (SELECT i.hi, i.lo FROM __SCHEMA__.lock_id(p_key) i) AND f.token = p_token;
+  PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_keep_ms);
+  RETURN true;
 END
 $$;
 
 -- What lock p_key's sessions say of it: its holders (one, or none),
--- the ms left of the holder's lease (or of its kept time), its waiters,
--- its newest fencing token.
+-- the ms left of the holder's lease (or of its kept time, or of a lease
+-- or a crash's wait its next holder waits out: see lock_lapse_ms), its
+-- waiters, its newest fencing token.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_inspect(p_key text,
   OUT holders integer, OUT left_ms bigint, OUT waiters bigint, OUT latest bigint)
 LANGUAGE plpgsql VOLATILE AS $$
@@ -1361,7 +1453,8 @@ DECLARE
 BEGIN
   SELECT count(*) FILTER (WHERE s.granted)::integer, count(*) FILTER (WHERE NOT s.granted)
     INTO holders, waiters FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s;
-  left_ms := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key));
+  left_ms := coalesce(__SCHEMA__.lock_held_ms(v_id.hi, v_id.lo), __SCHEMA__.lock_kept_ms(p_key),
+                      __SCHEMA__.lock_lapse_ms(v_id.hi, v_id.lo, NULL));
   IF holders = 0 AND left_ms IS NOT NULL THEN
     holders := 1;
   END IF;

@@ -319,7 +319,7 @@ async fn a_locks_waiter_waits_in_the_server_with_no_bell_and_no_row() {
 /// An upgrade from version 3 under its clients: a schema of version 3
 /// (its file as released), with a lock held and a waiter queued by a
 /// client of version 3 (its statements, by hand), is brought up to date by
-/// this client, which records that only clients of version 8 may use it.
+/// this client, which records that only clients of its version may use it.
 /// A client of version 3 still running is stopped, not left taking locks
 /// the others no longer see: its acquisitions (a new holder's, the queued
 /// waiter's next attempt) and a multi-lock's statement fail with LG003.
@@ -346,7 +346,7 @@ async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "8 8"
+        "9 9"
     );
     let (db, conn) = lockguard_postgres::tokio_postgres::connect(
         &server.url(),
