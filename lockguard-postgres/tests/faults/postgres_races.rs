@@ -333,6 +333,11 @@ fn pg_tool(server: &PostgresServer, program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// The lease of the failover tests' locks: the wait after a failover (no
+/// lock is taken anew until the longest lease any lock took has passed)
+/// is this long.
+const LEASE: Duration = Duration::from_millis(500);
+
 /// The newest fencing token of a semaphore (a permit does not show its
 /// own).
 async fn sem_fence(sem: &lockguard_core::Semaphore) -> u64 {
@@ -359,7 +364,7 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     };
     let lg = connect().await;
     let (lock, sem, counter) = (
-        lg.lock("failover"),
+        lg.lock("failover").lease(LEASE),
         lg.semaphore("failover-sem", 2),
         lg.counter("failover-counter"),
     );
@@ -394,8 +399,22 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     drop((lock, sem, counter, lg));
     // The standby is promoted.
     server.psql(&standby);
+    let promoted = std::time::Instant::now();
     let lg = connect().await;
-    let g = lg.lock("failover").try_acquire().await.unwrap();
+    // Taken once the wait after the failover (the lease above, from the
+    // first lock session on the promoted server) is over.
+    let g = lg
+        .lock("failover")
+        .lease(LEASE)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        promoted.elapsed() >= LEASE - Duration::from_millis(50),
+        "taken {:?} after the failover, inside the lease of {LEASE:?} its holder may have had",
+        promoted.elapsed()
+    );
     assert!(
         g.fencing_token().get() > newest.0,
         "lock token {} after {} was handed out",
@@ -551,7 +570,10 @@ async fn fences_and_versions_keep_growing_after_a_real_failover() {
             .expect("connect to postgres")
     };
     let lg = connect(primary.url()).await;
-    let (lock, counter) = (lg.lock("failover"), lg.counter("failover-counter"));
+    let (lock, counter) = (
+        lg.lock("failover").lease(LEASE),
+        lg.counter("failover-counter"),
+    );
     let mut newest = (0u64, 0u64);
     let round = async |n: usize, newest: &mut (u64, u64)| {
         for _ in 0..n {
@@ -577,8 +599,22 @@ async fn fences_and_versions_keep_growing_after_a_real_failover() {
     primary.kill();
     standby.restart();
     standby.promote();
+    let promoted = std::time::Instant::now();
     let lg = connect(standby.url()).await;
-    let g = lg.lock("failover").try_acquire().await.unwrap();
+    // Taken once the wait after the failover (the lease above, from the
+    // first lock session on the promoted server) is over.
+    let g = lg
+        .lock("failover")
+        .lease(LEASE)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        promoted.elapsed() >= LEASE - Duration::from_millis(50),
+        "taken {:?} after the failover, inside the lease of {LEASE:?} its holder may have had",
+        promoted.elapsed()
+    );
     assert!(
         g.fencing_token().get() > newest.0,
         "lock token {} after {} was handed out",
