@@ -847,14 +847,23 @@ impl ZooKeeperStore {
     }
 
     /// The children of the lock node `dir` and its stat, as one answer
-    /// tells them (unsynced, as an inspection may be); `None` when there
-    /// is no such node.
+    /// tells them, from the leader's state (a `sync` sent with the
+    /// listing: a member behind the leader would answer from its past, and
+    /// `Leader::current` could say nobody leads after a campaign had
+    /// returned); `None` when there is no such node. The session's later
+    /// reads come after it.
     async fn listing(
         &self,
         client: &zk::Client,
         dir: &str,
     ) -> Result<Option<(Vec<String>, zk::Stat)>> {
-        match bounded(self.response_timeout, client.get_children(dir)).await? {
+        let sync = client.sync(dir);
+        let listing = client.get_children(dir);
+        match bounded(self.response_timeout, sync).await? {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(self.failed(client, e, "syncing with the leader")),
+        }
+        match bounded(self.response_timeout, listing).await? {
             Ok(answer) => Ok(Some(answer)),
             Err(zk::Error::NoNode) => Ok(None),
             Err(e) => Err(self.failed(client, e, "listing a lock's queue")),

@@ -511,8 +511,9 @@ async fn hold_level(
     panic!("a commit was caught in the relay at every hold");
 }
 
-/// A counter's and a fenced value's reads on member 0, whose link to the
-/// leader is held back, answer with what the leader has or not at all:
+/// A counter's and a fenced value's reads and a lock's inspection on
+/// member 0, whose link to the leader is held back, answer with what the
+/// leader has or not at all:
 /// never with a value that a write already completed has replaced.
 /// ZooKeeper keeps only a session's own reads in order, and a member behind
 /// the leader answers reads from its past; the reads are synced with the
@@ -529,7 +530,7 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
     // requests are answered in order, so one waiting on the leader holds
     // back the ones sent after it.
     let mut readers = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..5 {
         readers.push(
             connect(
                 &ensemble.member(0).hosts(),
@@ -561,6 +562,7 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
         .write(FencingToken::new(2), b"new")
         .await
         .unwrap();
+    let led = writer.lock("led").try_acquire().await.unwrap();
     assert!(
         !level(&ensemble, other),
         "member 0 applied the writes through a held link; the test holds nothing back"
@@ -595,6 +597,11 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
         Ok(swapped) => assert!(swapped, "refused from a version a completed write replaced"),
         Err(e) => assert!(e.is_timeout() || e.is_unavailable(), "{e}"),
     }
+    // Nor is a lock taken seen free (what `Leader::current` reads).
+    match readers[4].lock("led").inspect().await {
+        Ok(seen) => assert!(seen.is_held(), "a lock seen free after it was taken"),
+        Err(e) => assert!(e.is_timeout() || e.is_unavailable(), "{e}"),
+    }
 
     for link in &quorum_links {
         link.release();
@@ -609,6 +616,7 @@ async fn zookeeper_reads_on_a_lagging_member_never_go_back_past_a_completed_writ
     assert!(views == 2 || views == 7, "views {views}");
     let stock = reader.counter("stock").get().await.unwrap();
     assert!(stock == 5 || stock == 4, "stock {stock}");
+    assert!(led.release().await.unwrap());
 }
 
 /// Set to the connect string, makes `zookeeper_child` act as a client
