@@ -24,6 +24,7 @@
 //! wait given up, never hands its session on: the session is dropped, and
 //! its end frees whatever it took.
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -84,6 +85,31 @@ pub(crate) struct Session {
     lease: Statement,
     keep: Statement,
     forget: Statement,
+    bound: Statement,
+    /// The longest lease the schema has recorded (`lock_lease_bound`), as
+    /// far as this session knows: read when it opened, raised as it
+    /// records longer ones. A lock asked for on a longer lease records it
+    /// first (see [`Session::record_lease`]).
+    bound_ms: AtomicI64,
+}
+
+impl Session {
+    /// Records `lease_ms` as the schema's longest lease, durably, when it
+    /// is longer than this session knows of: the wait after a crash, which
+    /// loses the leases' records, waits that long (schema.sql's
+    /// `lock_epoch`). One statement the first time a session asks for a
+    /// longer lease than any before; none after.
+    async fn record_lease(&self, lease_ms: i64, key: &str) -> Result<()> {
+        if lease_ms <= self.bound_ms.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.client
+            .query_one(&self.bound, &[&lease_ms])
+            .await
+            .map_err(|e| pg_error(e, &format!("recording the lease of {key:?}")))?;
+        self.bound_ms.fetch_max(lease_ms, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 impl Drop for Session {
@@ -149,7 +175,22 @@ impl LockSessions for PgSessions {
                 let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
                 let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");
-                let (started, try_lock, take, wait, wait_out, release, lease, keep, forget) = tokio::join!(
+                let bound_sql = format!("SELECT {s}.lock_bound($1)");
+                let read_bound_sql =
+                    format!("SELECT coalesce(max(b.lease_ms), 0) FROM {s}.lock_lease_bound b");
+                let (
+                    started,
+                    try_lock,
+                    take,
+                    wait,
+                    wait_out,
+                    release,
+                    lease,
+                    keep,
+                    forget,
+                    bound,
+                    read_bound,
+                ) = tokio::join!(
                     client.batch_execute(&start),
                     client.prepare(&try_sql),
                     client.prepare(&take_sql),
@@ -159,15 +200,35 @@ impl LockSessions for PgSessions {
                     client.prepare(&lease_sql),
                     client.prepare(&keep_sql),
                     client.prepare(&forget_sql),
+                    client.prepare(&bound_sql),
+                    client.query_one(&read_bound_sql, &[]),
                 );
                 started?;
-                Ok::<_, tokio_postgres::Error>([
-                    try_lock?, take?, wait?, wait_out?, release?, lease?, keep?, forget?,
-                ])
+                let bound_ms: i64 = read_bound?.try_get(0)?;
+                Ok::<_, tokio_postgres::Error>((
+                    [
+                        try_lock?, take?, wait?, wait_out?, release?, lease?, keep?, forget?,
+                        bound?,
+                    ],
+                    bound_ms,
+                ))
             }
             .await;
             match prepared {
-                Ok([try_lock, take, wait, wait_out, release, lease, keep, forget]) => Ok(Session {
+                Ok((
+                    [
+                        try_lock,
+                        take,
+                        wait,
+                        wait_out,
+                        release,
+                        lease,
+                        keep,
+                        forget,
+                        bound,
+                    ],
+                    bound_ms,
+                )) => Ok(Session {
                     client,
                     _notes: notes,
                     driver,
@@ -179,6 +240,8 @@ impl LockSessions for PgSessions {
                     lease,
                     keep,
                     forget,
+                    bound,
+                    bound_ms: AtomicI64::new(bound_ms),
                 }),
                 Err(e) => {
                     driver.abort();
@@ -215,6 +278,7 @@ impl LockSessions for PgSessions {
         lease: Duration,
     ) -> Result<Tried> {
         let what = || format!("acquiring {key:?}");
+        session.record_lease(net::millis(lease), key).await?;
         let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
         let run = |statement| async move {
             session
@@ -249,6 +313,7 @@ impl LockSessions for PgSessions {
         lease: Duration,
     ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
+        session.record_lease(net::millis(lease), key).await?;
         let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
         let mut row = session
             .client

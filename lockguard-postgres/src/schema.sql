@@ -1109,7 +1109,10 @@ END
 $$;
 
 -- Records a hold's lease of p_lease_ms ms in lock_lease_bound when it is
--- longer than any before, durably (locks/draw.sql does the same inline).
+-- longer than any before, durably: called by a client before it first
+-- asks for a lock on a lease longer than its session read there (so the
+-- try and the wait themselves never touch it), by a key's first hold
+-- (lock_draw) and by every renewal (lock_lease).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_bound(p_lease_ms bigint) RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN

@@ -1,17 +1,6 @@
 -- The draw of a try (try.sql) or a wait (wait.sql), put in for
 -- `__DRAW__` after their CTE `g` (the advisory lock's halves hi and lo,
 -- whether this session now holds it, ok, and the time of the hold, t).
-bound AS (
-  -- The hold's lease recorded as the longest yet, when it is (rare, and
-  -- then durably): a crash's wait waits it out (see schema.sql's
-  -- lock_epoch). After the grant (it reads g), so that a wait holds no
-  -- row's lock while it waits.
-  UPDATE __SCHEMA__.lock_lease_bound b SET lease_ms = $3::bigint
-    FROM g
-   WHERE g.ok AND b.lease_ms < $3::bigint
-  RETURNING CASE WHEN current_setting('synchronous_commit') = 'off'
-                 THEN set_config('synchronous_commit', 'local', true) END
-),
 u AS (
   -- The key's row, unless another holder's lease runs there unreleased
   -- (then written back as it was): the hold's lease and a fencing token
