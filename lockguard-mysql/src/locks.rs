@@ -18,7 +18,7 @@
 //! database restarted, an operator's forced release) takes its hold with
 //! it, and its holder learns it at its next renewal.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -40,6 +40,11 @@ pub(crate) struct Session {
     id: u32,
     /// Set when a statement found the connection gone.
     closed: AtomicBool,
+    /// The longest lease the schema has recorded (`lock_bound`), as far
+    /// as this session knows: read when it opened, raised as it records
+    /// longer ones. A lock asked for on a longer lease records it first
+    /// ([`MySqlSessions::record_lease`]).
+    bound_ms: AtomicI64,
 }
 
 /// How this client opens the sessions of its locks.
@@ -56,6 +61,8 @@ pub(crate) struct MySqlSessions {
     release_sql: String,
     lease_sql: String,
     forget_sql: String,
+    start_sql: String,
+    bound_sql: String,
 }
 
 impl MySqlSessions {
@@ -68,15 +75,6 @@ impl MySqlSessions {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Self {
-        // A session's start looks at the wait after a restart (filling
-        // `lock_epoch` when the restart emptied it): the first session
-        // after a restart notes it, not the first take of a lock with no
-        // record, which may come long after.
-        let mut setup = opts.setup().to_vec();
-        setup.push(format!("CALL {prefix}lock_epoch_left(@lockguard_epoch)"));
-        let opts = mysql_async::OptsBuilder::from_opts(opts)
-            .setup(setup)
-            .into();
         Self {
             opts,
             pool,
@@ -87,7 +85,31 @@ impl MySqlSessions {
             release_sql: format!("CALL {prefix}lock_release(?, ?)"),
             lease_sql: format!("CALL {prefix}lock_lease(?, ?, ?, ?, ?)"),
             forget_sql: format!("CALL {prefix}lock_forget(?, ?)"),
+            start_sql: format!("CALL {prefix}lock_session_start()"),
+            bound_sql: format!("CALL {prefix}lock_bound_at_least(?)"),
         }
+    }
+
+    /// Records `lease_ms` as the schema's longest lease, durably, when it
+    /// is longer than `session` knows of: the wait after a restart, which
+    /// empties the leases' MEMORY table, waits that long (`lock_epoch` in
+    /// locks.sql). One call the first time a session asks for a longer
+    /// lease than any before; none after, so the try and the wait never
+    /// read the bound.
+    async fn record_lease(&self, session: &Session, lease_ms: i64, key: &str) -> Result<()> {
+        if lease_ms <= session.bound_ms.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let what = || format!("recording the lease of {key:?}");
+        let mut conn = session.conn.lock().await;
+        if let Err(e) = conn.exec_drop(&self.bound_sql, (lease_ms,)).await {
+            if is_gone(&e) {
+                session.closed.store(true, Ordering::Relaxed);
+            }
+            return Err(mysql_error(e, &what()));
+        }
+        session.bound_ms.fetch_max(lease_ms, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Runs `sql` on `session`: its one row. A connection found gone
@@ -134,12 +156,25 @@ impl LockSessions for MySqlSessions {
                 .map_err(|e| mysql_error(e, WHAT))
         })
         .await;
-        let conn =
+        let mut conn =
             net::within(timeout, "mysql", || WHAT.to_owned(), answer).map_err(net::unreachable)?;
+        // The session's start: the first after a restart notes it (the
+        // wait after it counts from then, not from the first take of a
+        // lock with no record, which may come long after), and the
+        // schema's longest lease is read.
+        let started = tokio::time::timeout(self.response_timeout, async {
+            conn.query_first::<i64, _>(&self.start_sql)
+                .await
+                .map_err(|e| mysql_error(e, WHAT))
+        })
+        .await;
+        let bound_ms = net::within(self.response_timeout, "mysql", || WHAT.to_owned(), started)?
+            .ok_or_else(|| garbage(WHAT, "no row"))?;
         Ok(Session {
             id: conn.id(),
             conn: tokio::sync::Mutex::new(conn),
             closed: AtomicBool::new(false),
+            bound_ms: AtomicI64::new(bound_ms),
         })
     }
 
@@ -173,6 +208,7 @@ impl LockSessions for MySqlSessions {
         lease: Duration,
     ) -> Result<Tried> {
         let what = || format!("acquiring {key:?}");
+        self.record_lease(session, net::millis(lease), key).await?;
         let params = (key, token.as_str(), net::millis(lease)).into();
         let row = self.one(session, &self.try_sql, params, &what).await?;
         match read_row::<(i64, Option<i64>, Option<i64>)>(row, &what)? {
@@ -192,6 +228,7 @@ impl LockSessions for MySqlSessions {
         lease: Duration,
     ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
+        self.record_lease(session, net::millis(lease), key).await?;
         let params = (key, token.as_str(), net::millis(lease)).into();
         let row = self.one(session, &self.wait_sql, params, &what).await?;
         match read_row::<(i64, Option<i64>, Option<i64>)>(row, &what)? {

@@ -102,10 +102,26 @@ BEGIN
   SET p_left = IF(v_until > v_now, v_until - v_now, NULL);
 END
 -- ;;
+DROP PROCEDURE IF EXISTS __P__lock_session_start
+-- ;;
+-- A session of a client's locks starts: the first after a restart fills
+-- __P__lock_epoch (the wait counts from then, not from the first take of
+-- a lock with no record, which may come long after). Answers the longest
+-- lease recorded, which the client records again only when it asks for a
+-- longer one (lock_bound_at_least), so a try and a wait never read it.
+CREATE PROCEDURE __P__lock_session_start()
+BEGIN
+  DECLARE v_left BIGINT;
+  CALL __P__lock_epoch_left(v_left);
+  SELECT COALESCE(MAX(b.lease_ms), 0) FROM __P__lock_bound b;
+END
+-- ;;
 DROP PROCEDURE IF EXISTS __P__lock_bound_at_least
 -- ;;
 -- Records a hold's lease of p_lease_ms ms in __P__lock_bound when it is
--- longer than any before (a read, and then rarely a write).
+-- longer than any before (a read, and then rarely a write): called by a
+-- client before it first asks for a lock on a lease longer than its
+-- session read, and by a renewal.
 CREATE PROCEDURE __P__lock_bound_at_least(p_lease_ms BIGINT)
 BEGIN
   DECLARE v_bound BIGINT;
@@ -149,7 +165,6 @@ proc: BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
-  DECLARE v_bound BIGINT;
   __BEFORE_LOCK__
   IF GET_LOCK(CONCAT('lockguard ', HEX(v_h)), 0) = 1 THEN
     __DRAW__
@@ -178,7 +193,6 @@ proc: BEGIN
   DECLARE v_now BIGINT;
   DECLARE v_fence BIGINT;
   DECLARE v_left BIGINT;
-  DECLARE v_bound BIGINT;
   REPLACE INTO __P__lock_waits (conn, h, k, token, since_us)
   VALUES (CONNECTION_ID(), v_h, p_key, p_token, __NOW_US__);
   __BEFORE_LOCK__

@@ -33,12 +33,6 @@ IF v_fence IS NULL THEN
 END IF;
 SET v_fence = GREATEST(COALESCE(v_fence, 0), v_now) + 1;
 IF v_left IS NULL THEN
-  -- The hold's lease recorded when it is the longest yet (rare): a
-  -- restart's wait waits it out.
-  SELECT MAX(b.lease_ms) INTO v_bound FROM __P__lock_bound b;
-  IF v_bound IS NULL OR v_bound < p_lease_ms THEN
-    CALL __P__lock_bound_at_least(p_lease_ms);
-  END IF;
   INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
   VALUES (v_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,
           v_now + LEAST(p_lease_ms, 315360000000) * 1000)
