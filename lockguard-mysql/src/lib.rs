@@ -50,10 +50,10 @@
 //!   (which empties the MEMORY table) frees every lock, and nobody takes
 //!   one anew until the longest lease any lock took (an InnoDB row,
 //!   written when a longer lease than any before is asked for) has passed
-//!   since the first lock after the restart (schema version 12): the old
-//!   holder, told at its next renewal or its lease end, is overlapped by
-//!   nobody. The rest of this list is about semaphores and read-write
-//!   locks.
+//!   since the first lock session after the restart (schema version 12):
+//!   the old holder, told at its next renewal or its lease end, is
+//!   overlapped by nobody. The rest of this list is about semaphores and
+//!   read-write locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.
