@@ -121,10 +121,21 @@ async fn postgres_durability_standbys_and_schema_are_checked() {
     assert_eq!(verdict(&report, "standbys"), Verdict::Ok);
     // The schema is made by the first client.
     assert_eq!(verdict(&report, "schema"), Verdict::Warn, "{report}");
-    Client::connect(&server.url()).await.unwrap();
+    let lg = Client::connect(&server.url()).await.unwrap();
     let report = lockguard::check::deployment(&server.url()).await.unwrap();
     assert_eq!(verdict(&report, "schema"), Verdict::Ok, "{report}");
+    assert_eq!(verdict(&report, "crash wait"), Verdict::Ok, "{report}");
     assert_eq!(command(&server.url()).0, 0);
+    // A lock on a lease of ten minutes: every crash now waits that long.
+    let long = lg
+        .lock("long")
+        .lease(Duration::from_secs(600))
+        .try_acquire()
+        .await
+        .unwrap();
+    let report = lockguard::check::deployment(&server.url()).await.unwrap();
+    assert_eq!(verdict(&report, "crash wait"), Verdict::Warn, "{report}");
+    assert!(long.release().await.unwrap());
 
     server.psql("ALTER SYSTEM SET synchronous_commit = off");
     server.psql("SELECT pg_reload_conf()");

@@ -196,7 +196,55 @@ pub async fn check(url: &str) -> Result<Report> {
             AVAILABILITY,
         ),
     });
+    if let Ok(Some(_)) = found {
+        findings.push(crash_wait(&client).await);
+    }
     drop(client);
     let _ = task.await;
     Ok(Report::new("postgres", findings))
+}
+
+/// How long locks wait after a crash or a failover (the longest lease any
+/// lock took, `lock_lease_bound`), and what is left of a wait running now.
+async fn crash_wait(client: &tokio_postgres::Client) -> Finding {
+    let sql = format!(
+        "SELECT coalesce((SELECT max(b.lease_ms) FROM {DEFAULT_SCHEMA}.lock_lease_bound b), 0),                 (SELECT ceil(extract(epoch FROM max(e.until) - clock_timestamp()) * 1000)::bigint                    FROM {DEFAULT_SCHEMA}.lock_epoch e)"
+    );
+    let row = match tokio::time::timeout(TIMEOUT, client.query_one(sql.as_str(), &[])).await {
+        Ok(Ok(row)) => row,
+        // A schema older than version 9 has no such tables: its
+        // finding above says the next client brings it up to date.
+        _ => {
+            return Finding::new(
+                Verdict::Warn,
+                "crash wait",
+                "unknown: the schema records no lease yet (older than version 9)",
+                EXCLUSION,
+            );
+        }
+    };
+    let (bound, left): (i64, Option<i64>) = (row.get(0), row.get(1));
+    let wait = Duration::from_millis(u64::try_from(bound).unwrap_or(0));
+    let now = match left {
+        Some(ms) if ms > 0 => format!("; a wait runs now, {ms} ms left"),
+        _ => String::new(),
+    };
+    let verdict = if wait > Duration::from_secs(300) {
+        Verdict::Warn
+    } else {
+        Verdict::Ok
+    };
+    Finding::new(
+        verdict,
+        "crash wait",
+        format!(
+            "{wait:?}: after a crash or a failover no lock is taken anew for the longest lease              any lock took{now}{}",
+            if verdict == Verdict::Warn {
+                "; if no lock takes leases that long any more, lower lock_lease_bound to the                  longest in use"
+            } else {
+                ""
+            }
+        ),
+        EXCLUSION,
+    )
 }
