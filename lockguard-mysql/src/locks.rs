@@ -1,5 +1,5 @@
-//! Locks as the server's own user locks (`GET_LOCK`, schema version 9),
-//! on core's engine of session locks ([`SessionLocks`]).
+//! Locks as the server's own user locks (`GET_LOCK`, schema versions 9
+//! to 12), on core's engine of session locks ([`SessionLocks`]).
 //!
 //! Each held or awaited lock has a database session of its own, taken
 //! from this client's idle sessions or opened for it: a try is one `CALL`
@@ -8,15 +8,19 @@
 //! does the moment the holder releases it or its session ends, to its
 //! first waiter, with no statement of anyone's. A release (`lock_release`)
 //! unlocks on the hold's session, which then serves later holds. Fencing
-//! tokens and leases live in a MEMORY table: no write of a lock reaches
-//! the disk.
+//! tokens and leases live in a MEMORY table: a lock writes to the disk
+//! only the longest lease any lock took, when a session first asks for a
+//! longer one (`lock_bound_at_least`).
 //!
 //! A hold lasts while its session lives and its lease is renewed: the
 //! client unlocks when a lease ends unrenewed, and the server ends a
 //! session left idle past its hold's lease (`wait_timeout`, in whole
 //! seconds: its client paused or cut off). A session that ends (the
 //! database restarted, an operator's forced release) takes its hold with
-//! it, and its holder learns it at its next renewal.
+//! it, and its holder learns it at its next renewal. After a restart,
+//! which empties the MEMORY table, no lock is taken anew until the
+//! longest lease any lock took has passed since the first session
+//! started after it (`lock_session_start`, `lock_epoch`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;

@@ -20,9 +20,11 @@
 //! operator's forced release) takes its hold with it, and its holder
 //! learns it at its next renewal; its successor waits out the lease the
 //! key's row records, and after a crash, which empties those rows, the
-//! longest lease any lock took (schema.sql's `lock_epoch`). A statement whose answer is lost, or a
-//! wait given up, never hands its session on: the session is dropped, and
-//! its end frees whatever it took.
+//! longest lease any lock took (schema.sql's `lock_epoch`; a session
+//! records a lease longer than any it knows of before it asks for a lock
+//! on it). A statement whose answer is lost, or a wait given up, never
+//! hands its session on: the session is dropped, and its end frees
+//! whatever it took.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
