@@ -338,6 +338,28 @@ fn pg_tool(server: &PostgresServer, program: &str, args: &[&str]) -> String {
 /// is this long.
 const LEASE: Duration = Duration::from_millis(500);
 
+/// The lock "failover" taken on `lg` once the wait after the failover at
+/// `promoted` (the lease of [`LEASE`], counted from the first lock session
+/// on the promoted server) is over, and not before.
+async fn taken_after_the_wait(
+    lg: &Client,
+    promoted: std::time::Instant,
+) -> lockguard_core::LockGuard {
+    let g = lg
+        .lock("failover")
+        .lease(LEASE)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        promoted.elapsed() >= LEASE - Duration::from_millis(50),
+        "taken {:?} after the failover, inside the lease of {LEASE:?} its holder may have had",
+        promoted.elapsed()
+    );
+    g
+}
+
 /// The newest fencing token of a semaphore (a permit does not show its
 /// own).
 async fn sem_fence(sem: &lockguard_core::Semaphore) -> u64 {
@@ -401,20 +423,7 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
     server.psql(&standby);
     let promoted = std::time::Instant::now();
     let lg = connect().await;
-    // Taken once the wait after the failover (the lease above, from the
-    // first lock session on the promoted server) is over.
-    let g = lg
-        .lock("failover")
-        .lease(LEASE)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(
-        promoted.elapsed() >= LEASE - Duration::from_millis(50),
-        "taken {:?} after the failover, inside the lease of {LEASE:?} its holder may have had",
-        promoted.elapsed()
-    );
+    let g = taken_after_the_wait(&lg, promoted).await;
     assert!(
         g.fencing_token().get() > newest.0,
         "lock token {} after {} was handed out",
@@ -601,20 +610,7 @@ async fn fences_and_versions_keep_growing_after_a_real_failover() {
     standby.promote();
     let promoted = std::time::Instant::now();
     let lg = connect(standby.url()).await;
-    // Taken once the wait after the failover (the lease above, from the
-    // first lock session on the promoted server) is over.
-    let g = lg
-        .lock("failover")
-        .lease(LEASE)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    assert!(
-        promoted.elapsed() >= LEASE - Duration::from_millis(50),
-        "taken {:?} after the failover, inside the lease of {LEASE:?} its holder may have had",
-        promoted.elapsed()
-    );
+    let g = taken_after_the_wait(&lg, promoted).await;
     assert!(
         g.fencing_token().get() > newest.0,
         "lock token {} after {} was handed out",
