@@ -5,6 +5,7 @@
 //! the `lockguard check URL` command put them together.
 
 use std::fmt;
+use std::time::Duration;
 
 /// How a finding stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -58,6 +59,42 @@ impl Finding {
             detail: detail.into(),
             guarantee,
         }
+    }
+
+    /// The finding `crash wait` of a store whose locks' leases a crash
+    /// loses (a database's unlogged or in-memory table): after a crash no
+    /// lock is taken anew for `bound`, the longest lease any lock took,
+    /// which `table` records; `left` is what is left of a wait running
+    /// now. A warning past five minutes, saying how to lower it.
+    pub fn crash_wait(
+        bound: Duration,
+        left: Option<Duration>,
+        table: &str,
+        guarantee: &'static str,
+    ) -> Self {
+        let now = match left {
+            Some(left) if !left.is_zero() => format!("; a wait runs now, {left:?} left"),
+            _ => String::new(),
+        };
+        let (verdict, fix) = if bound > Duration::from_secs(300) {
+            (
+                Verdict::Warn,
+                format!(
+                    "; if no lock takes leases that long any more, lower {table} to the longest in use"
+                ),
+            )
+        } else {
+            (Verdict::Ok, String::new())
+        };
+        Self::new(
+            verdict,
+            "crash wait",
+            format!(
+                "{bound:?}: after a crash or a restart no lock is taken anew for the longest \
+                 lease any lock took{now}{fix}"
+            ),
+            guarantee,
+        )
     }
 }
 

@@ -103,8 +103,39 @@ async fn findings(conn: &mut Conn) -> Result<Vec<Finding>> {
     let (_, connected): (String, u64) =
         one(conn, "SHOW GLOBAL STATUS LIKE 'Threads_connected'").await?;
     out.push(connections_finding(max, connected));
-    out.push(schema(conn).await?);
+    let schema = schema(conn).await?;
+    let current = schema.verdict == Verdict::Ok;
+    out.push(schema);
+    if current {
+        out.push(crash_wait(conn).await);
+    }
     Ok(out)
+}
+
+/// How long locks wait after a restart (the longest lease any lock took,
+/// `lock_bound`), and what is left of a wait running now.
+async fn crash_wait(conn: &mut Conn) -> Finding {
+    let p = DEFAULT_TABLE_PREFIX;
+    let sql = format!(
+        "SELECT COALESCE((SELECT MAX(b.lease_ms) FROM {p}lock_bound b), 0), \
+                (SELECT MAX(e.until_us) FROM {p}lock_epoch e) - {now}",
+        now = crate::schema::clock_us(crate::schema::NOW)
+    );
+    let answer = tokio::time::timeout(TIMEOUT, conn.query_first::<(i64, Option<i64>), _>(sql));
+    match answer.await {
+        Ok(Ok(Some((bound, left)))) => Finding::crash_wait(
+            Duration::from_millis(u64::try_from(bound).unwrap_or(0)),
+            left.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0))),
+            &format!("{p}lock_bound"),
+            EXCLUSION,
+        ),
+        _ => Finding::new(
+            Verdict::Warn,
+            "crash wait",
+            "unknown: the longest lease could not be read",
+            EXCLUSION,
+        ),
+    }
 }
 
 /// Fewest connections left free before the check warns.

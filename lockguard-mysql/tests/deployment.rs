@@ -167,6 +167,37 @@ async fn mysql_a_schema_of_version_5_gets_removable_fenced_values() {
     assert!(read.release().await.unwrap());
 }
 
+/// `lockguard check` says how long locks wait after a restart: the
+/// longest lease any lock took, a warning past five minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_check_says_how_long_locks_wait_after_a_restart() {
+    let server = MariaDbServer::start();
+    let lg = lockguard_core::Client::connect_mysql(&server.url())
+        .await
+        .unwrap();
+    let crash_wait = async || {
+        let report = lockguard_mysql::check::check(&server.url()).await.unwrap();
+        report
+            .about("crash wait")
+            .next()
+            .cloned()
+            .unwrap_or_else(|| panic!("no crash wait finding: {report:?}"))
+    };
+    let finding = crash_wait().await;
+    assert_eq!(finding.verdict, Verdict::Ok, "{finding:?}");
+    // A lock on a lease of ten minutes: every restart now waits that long.
+    let long = lg
+        .lock("long")
+        .lease(Duration::from_secs(600))
+        .try_acquire()
+        .await
+        .unwrap();
+    let finding = crash_wait().await;
+    assert_eq!(finding.verdict, Verdict::Warn, "{finding:?}");
+    assert!(finding.detail.starts_with("600s"), "{finding:?}");
+    assert!(long.release().await.unwrap());
+}
+
 /// Each lock held or awaited is a connection of its client's own:
 /// `lockguard check` reads `max_connections` against the connections in
 /// use, and warns when few are left.

@@ -208,7 +208,9 @@ pub async fn check(url: &str) -> Result<Report> {
 /// lock took, `lock_lease_bound`), and what is left of a wait running now.
 async fn crash_wait(client: &tokio_postgres::Client) -> Finding {
     let sql = format!(
-        "SELECT coalesce((SELECT max(b.lease_ms) FROM {DEFAULT_SCHEMA}.lock_lease_bound b), 0),                 (SELECT ceil(extract(epoch FROM max(e.until) - clock_timestamp()) * 1000)::bigint                    FROM {DEFAULT_SCHEMA}.lock_epoch e)"
+        "SELECT coalesce((SELECT max(b.lease_ms) FROM {DEFAULT_SCHEMA}.lock_lease_bound b), 0), \
+                (SELECT ceil(extract(epoch FROM max(e.until) - clock_timestamp()) * 1000)::bigint \
+                   FROM {DEFAULT_SCHEMA}.lock_epoch e)"
     );
     let row = match tokio::time::timeout(TIMEOUT, client.query_one(sql.as_str(), &[])).await {
         Ok(Ok(row)) => row,
@@ -224,27 +226,6 @@ async fn crash_wait(client: &tokio_postgres::Client) -> Finding {
         }
     };
     let (bound, left): (i64, Option<i64>) = (row.get(0), row.get(1));
-    let wait = Duration::from_millis(u64::try_from(bound).unwrap_or(0));
-    let now = match left {
-        Some(ms) if ms > 0 => format!("; a wait runs now, {ms} ms left"),
-        _ => String::new(),
-    };
-    let verdict = if wait > Duration::from_secs(300) {
-        Verdict::Warn
-    } else {
-        Verdict::Ok
-    };
-    Finding::new(
-        verdict,
-        "crash wait",
-        format!(
-            "{wait:?}: after a crash or a failover no lock is taken anew for the longest lease              any lock took{now}{}",
-            if verdict == Verdict::Warn {
-                "; if no lock takes leases that long any more, lower lock_lease_bound to the                  longest in use"
-            } else {
-                ""
-            }
-        ),
-        EXCLUSION,
-    )
+    let ms = |ms: i64| Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    Finding::crash_wait(ms(bound), left.map(ms), "lock_lease_bound", EXCLUSION)
 }
