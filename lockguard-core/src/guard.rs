@@ -35,7 +35,7 @@ impl Guards {
     /// by the watchdog if it says so); none yet.
     pub(crate) fn new(
         engine: Arc<Engine>,
-        names: (Arc<str>, Arc<str>),
+        names: (Arc<str>, crate::meter::Series),
         keys: Arc<LockKeys>,
         grant: Grant,
         (lease, granted_at): (Lease, Instant),
@@ -47,7 +47,7 @@ impl Guards {
             grant,
             (lease.duration(), granted_at),
         ));
-        crate::meter::held(hold.primitive(), &hold.metric_name);
+        hold.series.held();
         let runtime = Handle::try_current().ok();
         if let (Some(rt), true) = (&runtime, lease.is_watchdog()) {
             crate::watchdog::renewals().start(&hold, rt);
@@ -87,11 +87,11 @@ impl Guards {
         let state = s.lease_state();
         if !state.lost {
             let margin = state.valid_until.saturating_duration_since(Instant::now());
-            crate::meter::lease_margin(s.primitive(), &s.metric_name, margin);
+            s.series.lease_margin(margin);
         }
         // Wakes the watches' `lost()`: the lock is given up.
         self.hold.announce_release();
-        crate::meter::released(s.primitive(), &s.metric_name, s.since);
+        s.series.released(s.since);
         crate::watchdog::renewals().cancel(s);
         true
     }

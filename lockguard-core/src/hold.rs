@@ -27,6 +27,7 @@ use crate::error::{Error, ErrorKind};
 use crate::fence::FencingToken;
 use crate::key::LockKeys;
 use crate::lease::{Grant, LeaseState, valid_until};
+use crate::meter::Series;
 use crate::token::Token;
 
 /// One held lock or permit, as its guards, the watchdog and the lease
@@ -35,8 +36,8 @@ use crate::token::Token;
 pub(crate) struct Hold {
     pub(crate) engine: Arc<Engine>,
     pub(crate) name: Arc<str>,
-    /// The `name` label of its metrics.
-    pub(crate) metric_name: Arc<str>,
+    /// Its metrics' series.
+    pub(crate) series: Series,
     /// When it was granted.
     pub(crate) since: Instant,
     pub(crate) keys: Arc<LockKeys>,
@@ -74,7 +75,7 @@ impl Hold {
     /// `since`.
     pub(crate) fn new(
         engine: Arc<Engine>,
-        (name, metric_name): (Arc<str>, Arc<str>),
+        (name, series): (Arc<str>, Series),
         keys: Arc<LockKeys>,
         grant: Grant,
         (lease, since): (Duration, Instant),
@@ -82,7 +83,7 @@ impl Hold {
         Self {
             engine,
             name,
-            metric_name,
+            series,
             since,
             keys,
             token: grant.token,
@@ -179,7 +180,7 @@ impl Hold {
             newly
         });
         if newly {
-            crate::meter::lost(self.primitive(), &self.metric_name);
+            self.series.lost();
             tracing::warn!(lock = %self.name, fence = self.fence.get(), reason = why, "lease lost");
         }
     }
@@ -205,7 +206,7 @@ impl Hold {
             }
         });
         if let Some(margin) = margin {
-            crate::meter::lease_margin(self.primitive(), &self.metric_name, margin);
+            self.series.lease_margin(margin);
         }
         if revived_too_late {
             self.mark_lost("renewal answered after the lease had run out");

@@ -16,88 +16,173 @@ pub(crate) fn primitive(keys: &LockKeys) -> &'static str {
     }
 }
 
-/// An acquisition asked for at `started` ended: granted, or refused.
-pub(crate) fn acquisition(
-    primitive: &'static str,
-    name: &str,
-    result: Result<(), &Error>,
-    started: tokio::time::Instant,
-) {
+/// The metadata every series is registered with, as `metrics::counter!`
+/// and its kin make it for a call in this module.
+#[cfg(feature = "metrics")]
+static METADATA: ::metrics::Metadata<'static> =
+    ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
+
+/// An acquisition of the lock named `name` was refused with `error` (an
+/// outcome of its own, off the hot path: its labels are built here).
+pub(crate) fn refused(primitive: &'static str, name: &std::sync::Arc<str>, error: &Error) {
     #[cfg(feature = "metrics")]
     {
-        let waited = started.elapsed();
-        let outcome = match result {
-            Ok(()) => "acquired",
-            Err(e) => match e.kind() {
-                ErrorKind::Busy => "busy",
-                ErrorKind::Timeout => "timeout",
-                ErrorKind::InvalidInput => "invalid",
-                _ => "error",
-            },
+        let outcome = match error.kind() {
+            ErrorKind::Busy => "busy",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::InvalidInput => "invalid",
+            _ => "error",
         };
-        let name = name.to_owned();
         ::metrics::counter!(
             "lockguard_acquisitions_total",
             "primitive" => primitive,
-            "name" => name.clone(),
+            "name" => ::metrics::SharedString::from(name.clone()),
             "outcome" => outcome,
         )
         .increment(1);
-        if result.is_ok() {
-            ::metrics::histogram!("lockguard_wait_seconds", "primitive" => primitive, "name" => name)
-                .record(waited.as_secs_f64());
-        } else if matches!(outcome, "timeout" | "error") {
+        if matches!(outcome, "timeout" | "error") {
             store_error(primitive, "acquire");
         }
     }
     #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name, result, started);
+    let _ = (primitive, name, error);
 }
 
-/// A lease had `margin` left when it was released or renewed: how close
-/// its holder came to losing it.
-pub(crate) fn lease_margin(primitive: &'static str, name: &str, margin: std::time::Duration) {
+/// A lock's series (a semaphore's, a read-write lock's) by its
+/// `primitive` and `name` labels, named once for the lock and shared by
+/// its holds: a lock cycle then builds no labels (no allocation) and hands
+/// the recorder keys whose hash is kept. Without the `metrics` feature it
+/// is empty.
+///
+/// As with [`Decisions`], the recorder's handles are not kept.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
     #[cfg(feature = "metrics")]
-    ::metrics::histogram!("lockguard_lease_margin_seconds", "primitive" => primitive, "name" => name.to_owned())
-        .record(margin.as_secs_f64());
-    #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name, margin);
+    keys: std::sync::Arc<SeriesKeys>,
 }
 
-/// A lock or permit is now held.
-pub(crate) fn held(primitive: &'static str, name: &str) {
-    #[cfg(feature = "metrics")]
-    ::metrics::gauge!("lockguard_held", "primitive" => primitive, "name" => name.to_owned())
-        .increment(1.0);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name);
+/// The keys of a lock's series that every cycle records.
+#[cfg(feature = "metrics")]
+#[derive(Debug)]
+struct SeriesKeys {
+    primitive: &'static str,
+    name: std::sync::Arc<str>,
+    /// `lockguard_acquisitions_total`, `outcome="acquired"`.
+    acquired: ::metrics::Key,
+    /// `lockguard_wait_seconds`.
+    wait: ::metrics::Key,
+    /// `lockguard_held`.
+    held: ::metrics::Key,
+    /// `lockguard_releases_total`.
+    releases: ::metrics::Key,
+    /// `lockguard_hold_seconds`.
+    hold: ::metrics::Key,
+    /// `lockguard_lease_margin_seconds`.
+    margin: ::metrics::Key,
 }
 
-/// A lock or permit held since `since` was given back (the clock is read
-/// only for the metrics).
-pub(crate) fn released(primitive: &'static str, name: &str, since: tokio::time::Instant) {
-    #[cfg(feature = "metrics")]
-    {
-        let held_for = since.elapsed();
-        let name = name.to_owned();
-        ::metrics::gauge!("lockguard_held", "primitive" => primitive, "name" => name.clone())
-            .decrement(1.0);
-        ::metrics::counter!("lockguard_releases_total", "primitive" => primitive, "name" => name.clone())
-            .increment(1);
-        ::metrics::histogram!("lockguard_hold_seconds", "primitive" => primitive, "name" => name)
-            .record(held_for.as_secs_f64());
+impl Series {
+    /// The series of the lock whose `name` label is `name`.
+    pub(crate) fn new(primitive: &'static str, name: &std::sync::Arc<str>) -> Self {
+        #[cfg(feature = "metrics")]
+        {
+            use ::metrics::{Key, Label};
+            let key = |metric: &'static str, outcome: Option<&'static str>| {
+                let mut labels = Vec::with_capacity(3);
+                labels.push(Label::from_static_parts("primitive", primitive));
+                labels.push(Label::new(
+                    "name",
+                    ::metrics::SharedString::from(name.clone()),
+                ));
+                if let Some(outcome) = outcome {
+                    labels.push(Label::from_static_parts("outcome", outcome));
+                }
+                Key::from_parts(metric, labels)
+            };
+            Self {
+                keys: std::sync::Arc::new(SeriesKeys {
+                    primitive,
+                    name: name.clone(),
+                    acquired: key("lockguard_acquisitions_total", Some("acquired")),
+                    wait: key("lockguard_wait_seconds", None),
+                    held: key("lockguard_held", None),
+                    releases: key("lockguard_releases_total", None),
+                    hold: key("lockguard_hold_seconds", None),
+                    margin: key("lockguard_lease_margin_seconds", None),
+                }),
+            }
+        }
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = (primitive, name);
+            Self {}
+        }
     }
-    #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name, since);
-}
 
-/// A held lease was lost.
-pub(crate) fn lost(primitive: &'static str, name: &str) {
-    #[cfg(feature = "metrics")]
-    ::metrics::counter!("lockguard_leases_lost_total", "primitive" => primitive, "name" => name.to_owned())
+    /// An acquisition asked for at `started` was granted.
+    pub(crate) fn acquired(&self, started: tokio::time::Instant) {
+        #[cfg(feature = "metrics")]
+        {
+            let waited = started.elapsed();
+            let keys = &*self.keys;
+            ::metrics::with_recorder(|r| {
+                r.register_counter(&keys.acquired, &METADATA).increment(1);
+                r.register_histogram(&keys.wait, &METADATA)
+                    .record(waited.as_secs_f64());
+            });
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = started;
+    }
+
+    /// A lease had `margin` left when it was released or renewed: how
+    /// close its holder came to losing it.
+    pub(crate) fn lease_margin(&self, margin: std::time::Duration) {
+        #[cfg(feature = "metrics")]
+        ::metrics::with_recorder(|r| {
+            r.register_histogram(&self.keys.margin, &METADATA)
+                .record(margin.as_secs_f64());
+        });
+        #[cfg(not(feature = "metrics"))]
+        let _ = margin;
+    }
+
+    /// A lock or permit is now held.
+    pub(crate) fn held(&self) {
+        #[cfg(feature = "metrics")]
+        ::metrics::with_recorder(|r| {
+            r.register_gauge(&self.keys.held, &METADATA).increment(1.0);
+        });
+    }
+
+    /// A lock or permit held since `since` was given back (the clock is
+    /// read only for the metrics).
+    pub(crate) fn released(&self, since: tokio::time::Instant) {
+        #[cfg(feature = "metrics")]
+        {
+            let held_for = since.elapsed();
+            let keys = &*self.keys;
+            ::metrics::with_recorder(|r| {
+                r.register_gauge(&keys.held, &METADATA).decrement(1.0);
+                r.register_counter(&keys.releases, &METADATA).increment(1);
+                r.register_histogram(&keys.hold, &METADATA)
+                    .record(held_for.as_secs_f64());
+            });
+        }
+        #[cfg(not(feature = "metrics"))]
+        let _ = since;
+    }
+
+    /// A held lease was lost.
+    pub(crate) fn lost(&self) {
+        #[cfg(feature = "metrics")]
+        ::metrics::counter!(
+            "lockguard_leases_lost_total",
+            "primitive" => self.keys.primitive,
+            "name" => ::metrics::SharedString::from(self.keys.name.clone()),
+        )
         .increment(1);
-    #[cfg(not(feature = "metrics"))]
-    let _ = (primitive, name);
+    }
 }
 
 /// A store request of `op` failed.
@@ -148,9 +233,6 @@ impl Counter {
     }
 
     fn increment(&self) {
-        // As `metrics::counter!` makes it.
-        static METADATA: ::metrics::Metadata<'static> =
-            ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
         ::metrics::with_recorder(|recorder| {
             recorder.register_counter(&self.key, &METADATA).increment(1);
         });

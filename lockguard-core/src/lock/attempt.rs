@@ -105,7 +105,7 @@ impl Lock {
         let fence = grant.fence;
         let guards = Guards::new(
             self.engine.clone(),
-            (self.name.clone(), self.metric_label().clone()),
+            (self.name.clone(), self.series().clone()),
             keys,
             grant,
             (kept, now),

@@ -9,7 +9,7 @@
 //!   (Redlock);
 //! - `pace.rs`: how long a waiter pauses between its attempts.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -19,6 +19,7 @@ use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::guard::{LockGuard, run_guarded};
 use crate::key::{LockKeys, Resource};
 use crate::lease::Lease;
+use crate::meter::Series;
 use crate::span::instrumented;
 use crate::store::{Occupancy, Waiting};
 
@@ -74,6 +75,8 @@ pub struct Lock {
     retry_interval: Duration,
     /// The `name` label of its metrics, when not the name.
     metric_name: Option<Arc<str>>,
+    /// Its metrics' series, named at its first grant.
+    series: OnceLock<Series>,
 }
 
 impl Lock {
@@ -175,6 +178,7 @@ impl Lock {
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
             metric_name: None,
+            series: OnceLock::new(),
             engine,
         }
     }
@@ -259,6 +263,7 @@ impl Lock {
     /// rather than making a series each.
     pub fn metric_name(mut self, name: &str) -> Self {
         self.metric_name = Some(name.into());
+        self.series = OnceLock::new();
         self
     }
 
@@ -275,7 +280,10 @@ impl Lock {
     /// Records in the metrics an acquisition that began at `started` and
     /// ended with `outcome` outside [`Lock::finish`].
     pub(crate) fn record(&self, started: Instant, outcome: Result<(), &Error>) {
-        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, started);
+        match outcome {
+            Ok(()) => self.series().acquired(started),
+            Err(e) => crate::meter::refused(self.primitive(), self.metric_label(), e),
+        }
     }
 
     /// The client the lock belongs to.
@@ -298,6 +306,12 @@ impl Lock {
 
     fn metric_label(&self) -> &Arc<str> {
         self.metric_name.as_ref().unwrap_or(&self.name)
+    }
+
+    /// Its metrics' series, shared by its holds.
+    pub(crate) fn series(&self) -> &Series {
+        self.series
+            .get_or_init(|| Series::new(self.primitive(), self.metric_label()))
     }
 
     /// The `primitive` label of its metrics.
@@ -327,8 +341,7 @@ impl Lock {
                 u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
             );
         }
-        let outcome = result.as_ref().map(drop);
-        crate::meter::acquisition(self.primitive(), self.metric_label(), outcome, started);
+        self.record(started, result.as_ref().map(drop));
         result
     }
 
