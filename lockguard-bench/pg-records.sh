@@ -36,6 +36,11 @@ sed 's/__SCHEMA__/lg/g; s/__VERSION__/0/g' lockguard-postgres/src/schema.sql | "
 CREATE UNLOGGED TABLE lg.bench_sessions (id int PRIMARY KEY, token text, expires_at timestamptz);
 INSERT INTO lg.bench_sessions SELECT g, NULL, NULL FROM generate_series(0, 64) g;
 CREATE SEQUENCE lg.bench_fences;
+CREATE UNLOGGED TABLE lg.bench_holds (k text, token text, lease_ms bigint);
+CREATE INDEX ON lg.bench_holds (k);
+CREATE UNLOGGED TABLE lg.bench_holders (id int PRIMARY KEY, k text, token text, lease_ms bigint, held boolean);
+CREATE INDEX ON lg.bench_holders (k);
+INSERT INTO lg.bench_holders SELECT g, NULL, NULL, NULL, false FROM generate_series(0, 64) g;
 SELECT format('CREATE UNLOGGED SEQUENCE lg.bench_lease_%s', g) FROM generate_series(0, 64) g \gexec
 SELECT acquired FROM lg.lock_take('k', 'first', 1);
 SQL
@@ -73,6 +78,42 @@ after "txid_current()" > "$s/txid"
   echo '\endpipeline'
   echo "$unlock"
 } > "$s/update-before"
+# A row per hold, inserted before the wait in a transaction committed after
+# the grant (a waiter that dies waiting leaves nothing), the key's other
+# rows read after the grant with a lock (so the read waits for a release
+# still committing; a row left there is a holder cut off, whose lease the
+# new holder would wait out), and the release deleting its row in the
+# statement that unlocks.
+holds_release="WITH d AS (DELETE FROM lg.bench_holds WHERE k = :key::text AND token = ('t' || :client_id) RETURNING 1) SELECT pg_advisory_unlock(1, 1) FROM (SELECT count(*) FROM d) c;"
+{
+  echo '\startpipeline'
+  echo 'BEGIN;'
+  echo "INSERT INTO lg.bench_holds VALUES (:key::text, 't' || :client_id, :lease);"
+  echo "$lock, nextval('lg.bench_fences');"
+  echo "SELECT count(*) FROM (SELECT 1 FROM lg.bench_holds WHERE k = :key::text AND token <> ('t' || :client_id) FOR SHARE) h;"
+  echo 'COMMIT;'
+  echo '\endpipeline'
+  echo "$holds_release"
+} > "$s/insert-before"
+# The same with a row per client session (updated in place, never
+# inserted; the key indexed, so a session taking the same key again updates
+# it as a heap-only tuple): the session's row names the key and is marked
+# held before the wait, in a transaction committed after the grant; the key's
+# held rows are read after the grant, without a lock (a locking read waits
+# for the waiters' own rows, which deadlocks); the release unmarks its row,
+# committed before the unlock (a statement of its own: a release that wrote
+# in the unlocking statement would be read as still held).
+{
+  echo '\startpipeline'
+  echo 'BEGIN;'
+  echo "UPDATE lg.bench_holders SET k = :key::text, token = 't' || :client_id, lease_ms = :lease, held = true WHERE id = :client_id;"
+  echo "$lock, nextval('lg.bench_fences');"
+  echo "SELECT count(*) FROM lg.bench_holders WHERE k = :key::text AND held AND id <> :client_id;"
+  echo 'COMMIT;'
+  echo '\endpipeline'
+  echo "UPDATE lg.bench_holders SET held = false WHERE id = :client_id;"
+  echo "$unlock"
+} > "$s/session-rows"
 # Uncontended: a key per client.
 { echo 'SELECT pg_try_advisory_lock(7, :client_id);'; echo 'SELECT pg_advisory_unlock(7, :client_id);'; } > "$s/u-native"
 {
@@ -93,7 +134,7 @@ bench() {
 }
 echo "4 clients on one advisory lock, no hold (cycles/s, $runs runs of ${secs}s):"
 for ((r = 1; r <= runs; r++)); do
-  for v in native lockguard nextval setval txid update update-before; do bench 4 "$v"; done
+  for v in native lockguard nextval setval txid update update-before insert-before session-rows; do bench 4 "$v"; done
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
 echo "16 clients, a key each (cycles/s):"
 for ((r = 1; r <= runs; r++)); do
