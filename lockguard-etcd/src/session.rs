@@ -38,6 +38,10 @@ pub(crate) struct Session {
     keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
     /// Called when a new lease replaced one that etcd had let go.
     renewed: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// Until when the lease is not revoked as the client closes: a lock
+    /// kept past its release (`Lock::at_least`) that could not be moved to
+    /// a lease of its own may be on it still (see [`Session::keep_until`]).
+    kept_until: Mutex<Option<Instant>>,
 }
 
 impl fmt::Debug for Session {
@@ -80,6 +84,7 @@ impl Session {
             state: Mutex::new(lease),
             keeper: tokio::sync::Mutex::new(None),
             renewed: OnceLock::new(),
+            kept_until: Mutex::new(None),
         });
         tokio::spawn(keep_alive(Arc::downgrade(&session)));
         Ok(session)
@@ -233,8 +238,26 @@ impl Session {
         Ok(())
     }
 
-    /// Revokes the lease (its keys go at once): the client closes.
+    /// A lock kept until `until` may be on this lease: as the client
+    /// closes before then, the lease is left to run out (its TTL) rather
+    /// than revoked, which would free the lock at once.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        let mut kept = self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = Some(kept.map_or(until, |k| k.max(until)));
+    }
+
+    /// Revokes the lease (its keys go at once): the client closes. Not
+    /// while a lock kept on it may still be kept (see
+    /// [`keep_until`](Session::keep_until)): the lease then runs out.
     pub(crate) fn revoke_later(&self) {
+        let kept = *self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_some_and(|until| until > Instant::now()) {
+            tracing::debug!(
+                lease = self.lease().id,
+                "the etcd lease is left to run out: a lock kept past its release may be on it"
+            );
+            return;
+        }
         let id = self.lease().id;
         let mut client = self.client.clone();
         let timeout = self.timeout;

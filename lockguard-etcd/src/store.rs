@@ -1178,11 +1178,22 @@ impl EtcdStore {
         };
         let secs = keep.as_secs() + u64::from(keep.subsec_nanos() > 0);
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
-        let granted = self
+        let granted = match self
             .rpc("granting the lease of a kept lock", |mut c| async move {
                 c.lease_grant(secs, None).await
             })
-            .await?;
+            .await
+        {
+            Ok(granted) => granted,
+            Err(e) => {
+                // The key stays the hold's, on the client's lease, and this
+                // client deletes it at the hold's lease end (which `keep`
+                // does not pass); should the client close before, its lease
+                // runs out instead of being revoked.
+                self.session.keep_until(Instant::now() + keep);
+                return Err(e);
+            }
+        };
         let until_ms =
             unix_ms().saturating_add(u64::try_from(keep.as_millis()).unwrap_or(u64::MAX));
         let mut kept = mark::KEPT.to_vec();
@@ -1237,15 +1248,31 @@ impl EtcdStore {
                 });
                 Ok(true)
             }
-            other => {
-                // The key may have moved or not: its name is not used again.
+            Ok(_) => {
+                // The key is gone (its lease ended): the kept lease holds
+                // nothing.
                 self.slots.retire(token);
                 let id = granted.id();
                 let mut client = self.session.client();
                 tokio::spawn(async move {
                     let _ = client.lease_revoke(id).await;
                 });
-                other.map(|_| false)
+                Ok(false)
+            }
+            Err(e) => {
+                // The key may have moved to the kept lease or not: either
+                // way the lock stays taken for `keep` (the kept lease, with
+                // no keep-alive, runs out then; the client's is not revoked
+                // as the client closes before), and is deleted then. Its
+                // name is not used again.
+                self.slots.retire(token);
+                self.session.keep_until(Instant::now() + keep);
+                let session = Arc::downgrade(&self.session);
+                tokio::spawn(async move {
+                    tokio::time::sleep(keep).await;
+                    discard_in(session, key, created).await;
+                });
+                Err(e)
             }
         }
     }

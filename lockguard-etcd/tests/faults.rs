@@ -119,6 +119,63 @@ async fn etcd_paused_past_the_lease_ttl_takes_the_lease_and_the_fence() {
     assert!(recovered, "the paused client did not recover");
 }
 
+/// A lock taken with `at_least` is released while its member is paused,
+/// so its keep (the key moved to a lease of its own) fails, and its client
+/// closes at once. The member resumes: the lock stays taken until its
+/// `at_least` has passed (the closing client's lease is left to run out,
+/// not revoked, while a lock kept on it may still be kept), and is taken
+/// after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
+    let mut server = EtcdServer::start();
+    let at_least = Duration::from_secs(3);
+    let a = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(300)),
+        Duration::from_secs(6),
+    )
+    .await;
+    let b = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    let guard = a
+        .lock("kept")
+        .lease(Duration::from_secs(4))
+        .at_least(at_least)
+        .acquire()
+        .await
+        .unwrap();
+    let taken = Instant::now();
+    server.pause();
+    let released = guard.release().await;
+    assert!(
+        released.is_err(),
+        "the keep was made with the member paused: {released:?}"
+    );
+    drop(a);
+    server.resume();
+    let deadline = taken + Duration::from_secs(20);
+    loop {
+        match b.lock("kept").try_acquire().await {
+            Ok(_) => {
+                let after = taken.elapsed();
+                assert!(
+                    after >= at_least,
+                    "taken {after:?} after its holder took it, inside its at_least of {at_least:?}"
+                );
+                break;
+            }
+            Err(e) if e.is_busy() => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(Instant::now() < deadline, "the kept lock was never freed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A three-member cluster loses its leader while a holder holds and three
 /// clients wait: every client moves to another member, the holder keeps
 /// its lock through the election (never held twice), and the waiters are
