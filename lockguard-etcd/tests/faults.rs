@@ -19,10 +19,10 @@ use lockguard_etcd::testing::{EtcdCluster, EtcdServer};
 use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
-    Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
-    a_killed_holder_is_replaced, a_pause_takes_the_leaders_lease,
-    a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
-    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
+    a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
+    a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
+    a_pause_takes_the_writers_lease, a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, an_observer_follows_again_after_a_restart,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -128,52 +128,27 @@ async fn etcd_paused_past_the_lease_ttl_takes_the_lease_and_the_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
     let mut server = EtcdServer::start();
-    let at_least = Duration::from_secs(3);
-    let a = connect(
+    let holder = connect(
         &server.endpoint(),
         Client::builder().response_timeout(Duration::from_millis(300)),
         Duration::from_secs(6),
     )
     .await;
-    let b = connect(
+    let other = connect(
         &server.endpoint(),
         Client::builder(),
         Duration::from_secs(30),
     )
     .await;
-    let guard = a
-        .lock("kept")
-        .lease(Duration::from_secs(4))
-        .at_least(at_least)
-        .acquire()
-        .await
-        .unwrap();
-    let taken = Instant::now();
-    server.pause();
-    let released = guard.release().await;
-    assert!(
-        released.is_err(),
-        "the keep was made with the member paused: {released:?}"
-    );
-    drop(a);
-    server.resume();
-    let deadline = taken + Duration::from_secs(20);
-    loop {
-        match b.lock("kept").try_acquire().await {
-            Ok(_) => {
-                let after = taken.elapsed();
-                assert!(
-                    after >= at_least,
-                    "taken {after:?} after its holder took it, inside its at_least of {at_least:?}"
-                );
-                break;
-            }
-            Err(e) if e.is_busy() => {}
-            Err(e) => panic!("{e}"),
-        }
-        assert!(Instant::now() < deadline, "the kept lock was never freed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    a_failed_keep_outlives_its_client(
+        &mut server,
+        holder,
+        &other,
+        (lease, at_least),
+        Duration::from_secs(15),
+    )
+    .await;
 }
 
 /// A three-member cluster loses its leader while a holder holds and three

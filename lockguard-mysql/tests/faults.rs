@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::faults::{
-    Holding, Kill, PausePlan, a_kill_fails_fast_and_a_restart_is_recovered,
-    a_killed_holder_is_replaced, a_lease_outlives_a_crash, a_pause_takes_the_leaders_lease,
+    Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
+    a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
+    a_lease_outlives_a_crash, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
@@ -745,4 +746,24 @@ async fn mysql_a_grant_given_back_for_its_lapse_leaves_the_next_grants_lease() {
         );
         g.release().await.unwrap();
     }
+}
+
+/// A lock taken with `at_least` is released while the server is paused,
+/// so its keep fails, and its client closes at once (its connections end,
+/// and their user locks with them): the lock stays taken until its
+/// `at_least` has passed, and is taken after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
+    let mut server = MariaDbServer::start();
+    let holder = client_timing_out(&server, Duration::from_millis(300)).await;
+    let other = client(&server).await;
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    a_failed_keep_outlives_its_client(
+        &mut server,
+        holder,
+        &other,
+        (lease, at_least),
+        Duration::from_secs(15),
+    )
+    .await;
 }

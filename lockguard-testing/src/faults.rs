@@ -306,6 +306,63 @@ pub async fn a_kill_fails_fast_and_a_restart_is_recovered(
     assert!(recovered, "client did not recover after the restart");
 }
 
+/// A lock `holder` took with `at_least` (on a fixed lease of `lease`) is
+/// released while `server` is paused, so what keeps it fails (the release
+/// answers an error), and `holder` is dropped at once, as a job's process
+/// ends after its run; then `server` resumes. The lock stays taken until
+/// `at_least` after it was taken, whatever the closing client's own
+/// session or lease would free at its close, and `other` takes it within
+/// `within` after.
+///
+/// # Panics
+///
+/// When the release succeeds with the server paused, when `other` takes
+/// the lock inside `at_least`, or not within `within` after it.
+pub async fn a_failed_keep_outlives_its_client(
+    server: &mut dyn ServerProcess,
+    holder: Client,
+    other: &Client,
+    (lease, at_least): (Duration, Duration),
+    within: Duration,
+) {
+    let guard = holder
+        .lock("kept")
+        .lease(lease)
+        .at_least(at_least)
+        .acquire()
+        .await
+        .expect("take the lock to keep");
+    let taken = Instant::now();
+    server.pause();
+    let released = guard.release().await;
+    assert!(
+        released.is_err(),
+        "the keep was made with the server paused: {released:?}"
+    );
+    drop(holder);
+    server.resume();
+    let deadline = taken + at_least + within;
+    loop {
+        match other.lock("kept").try_acquire().await {
+            Ok(_) => {
+                let after = taken.elapsed();
+                assert!(
+                    after >= at_least,
+                    "taken {after:?} after its holder took it, inside its at_least of {at_least:?}"
+                );
+                return;
+            }
+            Err(e) if e.is_busy() || e.is_unavailable() || e.is_timeout() => {}
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kept lock was not freed within {within:?} after its at_least"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A lock released before its `at_least` passed stays taken until then
 /// across a crash of `server` and its restart on its data: `other` finds
 /// it busy (or the server down) until `at_least` after `holder` took it,

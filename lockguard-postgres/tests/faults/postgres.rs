@@ -10,8 +10,8 @@ use lockguard_postgres::{BuilderExt as _, ClientExt as _};
 use lockguard_testing::PostgresServer;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
-    a_kill_fails_fast_and_a_restart_is_recovered, a_lease_outlives_a_crash,
-    a_pause_takes_the_lease_and_the_fence, a_wait_rides_out_an_outage,
+    a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
+    a_lease_outlives_a_crash, a_pause_takes_the_lease_and_the_fence, a_wait_rides_out_an_outage,
     a_waiter_is_woken_by_the_handoff, at_least_outlives_a_crash, takes_lock_within,
 };
 
@@ -898,4 +898,25 @@ async fn at_least_outlives_a_postgres_crash() {
     let holder = connect(&server, Duration::from_secs(2)).await;
     let other = connect(&server, Duration::from_secs(2)).await;
     at_least_outlives_a_crash(&mut server, &holder, &other).await;
+}
+
+/// A lock taken with `at_least` is released while the server is paused,
+/// so its keep fails, and its client closes at once (its sessions end, and
+/// their advisory locks with them): the lock stays taken until its
+/// `at_least` has passed (its lease runs in the key's row), and is taken
+/// after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_keep_failed_stays_kept_after_its_postgres_client_closes() {
+    let mut server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_millis(300)).await;
+    let other = connect(&server, Duration::from_secs(2)).await;
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    a_failed_keep_outlives_its_client(
+        &mut server,
+        holder,
+        &other,
+        (lease, at_least),
+        Duration::from_secs(15),
+    )
+    .await;
 }

@@ -1899,3 +1899,22 @@ async fn a_limiter_decides_locally_while_redis_is_down() {
         captured.text()
     );
 }
+
+/// A lock taken with `at_least` is released while Redis is paused, so its
+/// keep fails, and its client closes at once: the lock stays taken until
+/// its `at_least` has passed (its key's expiry), and is taken after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_keep_failed_stays_kept_after_its_redis_client_closes() {
+    let mut server = RedisServer::start();
+    let holder = connect(&server, Duration::from_millis(300)).await;
+    let other = connect(&server, Duration::from_secs(2)).await;
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    faults::a_failed_keep_outlives_its_client(
+        &mut server,
+        holder,
+        &other,
+        (lease, at_least),
+        Duration::from_secs(15),
+    )
+    .await;
+}

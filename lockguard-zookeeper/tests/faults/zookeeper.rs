@@ -13,8 +13,8 @@ use lockguard_zookeeper::{BuilderExt as _, DEFAULT_ZOOKEEPER_SESSION_TIMEOUT};
 use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
-    Holding, Kill, a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    Holding, Kill, a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
+    a_killed_holder_is_replaced, a_paused_waiter_never_holds_a_grant_it_slept_through,
     an_observer_follows_again_after_a_restart, at_least_outlives_the_process_that_took_it,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -54,6 +54,32 @@ async fn zookeeper_an_observer_follows_again_after_a_restart() {
     let observing = connect(&server.hosts(), b()).await;
     let lg = connect(&server.hosts(), b()).await;
     an_observer_follows_again_after_a_restart(&mut server, &observing, &lg).await;
+}
+
+/// A lock taken with `at_least` is released while the server is paused,
+/// so its keep (a persistent node that outlives the session) fails, and
+/// its client closes at once. The server resumes: the lock stays taken
+/// until its `at_least` has passed (the closing client's session, whose
+/// close would delete the holder's node, stays open until then), and is
+/// taken after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
+    let mut server = ZooKeeperServer::start();
+    let holder = connect(
+        &server.hosts(),
+        Client::builder().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let other = connect(&server.hosts(), Client::builder()).await;
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    a_failed_keep_outlives_its_client(
+        &mut server,
+        holder,
+        &other,
+        (lease, at_least),
+        Duration::from_secs(15),
+    )
+    .await;
 }
 
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
