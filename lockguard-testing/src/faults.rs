@@ -306,25 +306,26 @@ pub async fn a_kill_fails_fast_and_a_restart_is_recovered(
     assert!(recovered, "client did not recover after the restart");
 }
 
-/// A lock `holder` took with `at_least` (on a fixed lease of `lease`) is
-/// released while `server` is paused, so what keeps it fails (the release
-/// answers an error), and `holder` is dropped at once, as a job's process
-/// ends after its run; then `server` resumes. The lock stays taken until
-/// `at_least` after it was taken, whatever the closing client's own
-/// session or lease would free at its close, and `other` takes it within
-/// `within` after.
+/// A lock `holder` took with an `at_least` of 3 s (on a fixed lease of
+/// 4 s) is released while `server` is paused, so what keeps it fails (the
+/// release answers an error), and `holder` is dropped at once, as a job's
+/// process ends after its run; then `server` resumes. The lock stays taken
+/// until its `at_least` after it was taken, whatever the closing client's
+/// own session or lease would free at its close, and `other` takes it
+/// within 15 s after. (A store whose client lease frees its keys must give
+/// `holder` a lease of at least 4 s.)
 ///
 /// # Panics
 ///
 /// When the release succeeds with the server paused, when `other` takes
-/// the lock inside `at_least`, or not within `within` after it.
+/// the lock inside `at_least`, or not within 15 s after it.
 pub async fn a_failed_keep_outlives_its_client(
     server: &mut dyn ServerProcess,
     holder: Client,
     other: &Client,
-    (lease, at_least): (Duration, Duration),
-    within: Duration,
 ) {
+    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    let within = Duration::from_secs(15);
     let guard = holder
         .lock("kept")
         .lease(lease)

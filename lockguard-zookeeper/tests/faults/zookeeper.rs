@@ -71,15 +71,7 @@ async fn zookeeper_a_lock_whose_keep_failed_stays_kept_after_its_client_closes()
     )
     .await;
     let other = connect(&server.hosts(), Client::builder()).await;
-    let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
-    a_failed_keep_outlives_its_client(
-        &mut server,
-        holder,
-        &other,
-        (lease, at_least),
-        Duration::from_secs(15),
-    )
-    .await;
+    a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
