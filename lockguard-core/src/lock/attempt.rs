@@ -105,7 +105,7 @@ impl Lock {
         let fence = grant.fence;
         let guards = Guards::new(
             self.engine.clone(),
-            (self.name.clone(), self.series().clone()),
+            (self.name.clone(), self.series()),
             keys,
             grant,
             (kept, now),

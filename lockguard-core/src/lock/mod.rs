@@ -9,7 +9,7 @@
 //!   (Redlock);
 //! - `pace.rs`: how long a waiter pauses between its attempts.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -76,7 +76,8 @@ pub struct Lock {
     /// The `name` label of its metrics, when not the name.
     metric_name: Option<Arc<str>>,
     /// Its metrics' series, named at its first grant.
-    series: OnceLock<Series>,
+    #[cfg(feature = "metrics")]
+    series: std::sync::OnceLock<Series>,
 }
 
 impl Lock {
@@ -178,7 +179,8 @@ impl Lock {
             wait: defaults.wait,
             retry_interval: defaults.retry_interval,
             metric_name: None,
-            series: OnceLock::new(),
+            #[cfg(feature = "metrics")]
+            series: std::sync::OnceLock::new(),
             engine,
         }
     }
@@ -263,7 +265,10 @@ impl Lock {
     /// rather than making a series each.
     pub fn metric_name(mut self, name: &str) -> Self {
         self.metric_name = Some(name.into());
-        self.series = OnceLock::new();
+        #[cfg(feature = "metrics")]
+        {
+            self.series = std::sync::OnceLock::new();
+        }
         self
     }
 
@@ -308,10 +313,17 @@ impl Lock {
         self.metric_name.as_ref().unwrap_or(&self.name)
     }
 
-    /// Its metrics' series, shared by its holds.
-    pub(crate) fn series(&self) -> &Series {
-        self.series
-            .get_or_init(|| Series::new(self.primitive(), self.metric_label()))
+    /// Its metrics' series, shared by its holds (without the `metrics`
+    /// feature, an empty value: nothing is kept).
+    pub(crate) fn series(&self) -> Series {
+        #[cfg(feature = "metrics")]
+        {
+            self.series
+                .get_or_init(|| Series::new(self.primitive(), self.metric_label()))
+                .clone()
+        }
+        #[cfg(not(feature = "metrics"))]
+        Series::new(self.primitive(), self.metric_label())
     }
 
     /// The `primitive` label of its metrics.
