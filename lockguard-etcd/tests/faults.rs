@@ -21,8 +21,9 @@ use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
     a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
-    a_pause_takes_the_writers_lease, a_paused_waiter_never_holds_a_grant_it_slept_through,
+    a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
+    a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, an_observer_follows_again_after_a_restart,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -141,6 +142,29 @@ async fn etcd_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
     )
     .await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// As above, with the keep lost: the server is killed while paused, so the
+/// keep sent into it is never read, and restarted on its data, where the
+/// closing client's lease lives on (its TTL begins again with the new
+/// leader): left to run out, not revoked, it keeps the lock until its
+/// `at_least` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
+    let mut server = EtcdServer::start();
+    let holder = connect(
+        &server.endpoint(),
+        Client::builder().response_timeout(Duration::from_millis(300)),
+        Duration::from_secs(9),
+    )
+    .await;
+    let other = connect(
+        &server.endpoint(),
+        Client::builder(),
+        Duration::from_secs(30),
+    )
+    .await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
 /// A three-member cluster loses its leader while a holder holds and three

@@ -9,7 +9,7 @@ use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
     a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    a_lease_outlives_a_crash, a_pause_takes_the_leaders_lease,
+    a_lease_outlives_a_crash, a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
@@ -758,4 +758,15 @@ async fn mysql_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
     let holder = client_timing_out(&server, Duration::from_millis(300)).await;
     let other = client(&server).await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// As above, with the keep lost: the server is killed while paused, so the
+/// keep sent into it is never read, and restarted; the lock stays taken
+/// until its `at_least` has passed, and is taken after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
+    let mut server = MariaDbServer::start();
+    let holder = client_timing_out(&server, Duration::from_millis(300)).await;
+    let other = client(&server).await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }

@@ -325,6 +325,46 @@ pub async fn a_failed_keep_outlives_its_client(
     other: &Client,
 ) {
     let (lease, at_least) = (Duration::from_secs(4), Duration::from_secs(3));
+    kept_after_a_failed_keep(server, holder, other, lease, at_least, |s| s.resume()).await;
+}
+
+/// [`a_failed_keep_outlives_its_client`], with the keep lost: `server` is
+/// killed while paused, so the keep sent into it is never read, and
+/// restarted on its data, where the closing client's session or lease may
+/// live on; a lock taken with an `at_least` of 6 s (on a fixed lease of
+/// 6 s) stays taken until then, and `other` takes it within 15 s after.
+/// (A store whose client lease frees its keys must give `holder` a lease
+/// that allows a fixed lease of 6 s.)
+///
+/// # Panics
+///
+/// When the release succeeds with the server paused, when `other` takes
+/// the lock inside `at_least`, or not within 15 s after it.
+pub async fn a_lost_keep_outlives_its_client(
+    server: &mut dyn ServerProcess,
+    holder: Client,
+    other: &Client,
+) {
+    let (lease, at_least) = (Duration::from_secs(6), Duration::from_secs(6));
+    kept_after_a_failed_keep(server, holder, other, lease, at_least, |s| {
+        s.kill();
+        s.restart();
+    })
+    .await;
+}
+
+/// The two scenarios above: `holder` takes the lock with `at_least` on a
+/// fixed `lease`, releases it while `server` is paused, and is dropped;
+/// `server` is brought back by `back`; `other` must not take the lock
+/// inside `at_least`, and must take it within 15 s after.
+async fn kept_after_a_failed_keep(
+    server: &mut dyn ServerProcess,
+    holder: Client,
+    other: &Client,
+    lease: Duration,
+    at_least: Duration,
+    back: impl FnOnce(&mut dyn ServerProcess),
+) {
     let within = Duration::from_secs(15);
     let guard = holder
         .lock("kept")
@@ -341,7 +381,7 @@ pub async fn a_failed_keep_outlives_its_client(
         "the keep was made with the server paused: {released:?}"
     );
     drop(holder);
-    server.resume();
+    back(server);
     let deadline = taken + at_least + within;
     loop {
         match other.lock("kept").try_acquire().await {

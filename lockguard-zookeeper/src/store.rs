@@ -119,6 +119,9 @@ impl Drop for ZooKeeperStore {
     fn drop(&mut self) {
         // The task that ends holds at their lease ends goes with the store.
         self.lease_ends.close();
+        // The session closes, unless a lock kept past its release may
+        // still be held by one of its nodes.
+        self.session.linger();
     }
 }
 
@@ -1013,10 +1016,17 @@ impl LockStore for ZooKeeperStore {
         token: &Token,
         keep: Duration,
     ) -> Result<bool> {
+        let asked = std::time::Instant::now();
         let answer = match keys.rw_mode() {
             None => self.release_later_inner(keys, token, keep).await,
             Some(_) => self.extend_inner(token, keep).await,
         };
+        if answer.is_err() {
+            // The hold's node may still hold the lock (the keep never
+            // reached the ensemble, or went with a connection): it must
+            // outlive a close of this client until the kept time ends.
+            self.session.keep_until(asked + keep);
+        }
         self.outage(answer)
     }
 

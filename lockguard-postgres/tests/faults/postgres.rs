@@ -11,7 +11,8 @@ use lockguard_testing::PostgresServer;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
-    a_lease_outlives_a_crash, a_pause_takes_the_lease_and_the_fence, a_wait_rides_out_an_outage,
+    a_lease_outlives_a_crash, a_lost_keep_outlives_its_client,
+    a_pause_takes_the_lease_and_the_fence, a_wait_rides_out_an_outage,
     a_waiter_is_woken_by_the_handoff, at_least_outlives_a_crash, takes_lock_within,
 };
 
@@ -911,4 +912,16 @@ async fn a_lock_whose_keep_failed_stays_kept_after_its_postgres_client_closes() 
     let holder = connect(&server, Duration::from_millis(300)).await;
     let other = connect(&server, Duration::from_secs(2)).await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// As above, with the keep lost: the server is killed while paused, so the
+/// keep sent into it is never read, and restarted; the crash empties the
+/// leases' rows, and the wait after a crash (the longest lease) keeps the
+/// lock until its `at_least` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_keep_was_lost_stays_kept_after_its_postgres_client_closes() {
+    let mut server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_millis(300)).await;
+    let other = connect(&server, Duration::from_secs(2)).await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }

@@ -9,8 +9,8 @@
 //! handle and replaces it with one of a new session when that happens,
 //! noticed by a monitor task or by an operation, whichever comes first.
 
-use std::sync::{Arc, RwLock, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use zookeeper_client as zk;
 
@@ -38,6 +38,11 @@ pub(crate) struct Session {
     current: RwLock<zk::Client>,
     /// Held while a new session is opened, so concurrent callers open one.
     renewing: tokio::sync::Mutex<()>,
+    /// Until when the session is not closed as the client closes: a lock
+    /// kept past its release (`Lock::at_least`) whose kept node may not
+    /// have been written is still held by its node of this session, which
+    /// a close would delete (see [`Session::keep_until`]).
+    kept_until: Mutex<Option<Instant>>,
 }
 
 impl Session {
@@ -48,6 +53,7 @@ impl Session {
             options: Some(options),
             current: RwLock::new(client),
             renewing: tokio::sync::Mutex::new(()),
+            kept_until: Mutex::new(None),
         })
     }
 
@@ -57,6 +63,7 @@ impl Session {
             options: None,
             current: RwLock::new(client),
             renewing: tokio::sync::Mutex::new(()),
+            kept_until: Mutex::new(None),
         }
     }
 
@@ -71,6 +78,41 @@ impl Session {
     /// The session timeout the ensemble granted.
     pub(crate) fn timeout(&self) -> Duration {
         self.client().session_timeout()
+    }
+
+    /// A lock kept until `until` may still be held by a node of this
+    /// session (its keep failed, or its answer was lost): a client that
+    /// closes before then leaves the session open until then (see
+    /// [`Session::linger`]), since closing it would delete that node and
+    /// free the lock at once.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        let mut kept = self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = Some(kept.map_or(until, |k| k.max(until)));
+    }
+
+    /// The client closes: inside a kept time (see
+    /// [`keep_until`](Session::keep_until)), a task keeps a handle of the
+    /// session, and so the session, open until it ends; the session then
+    /// closes as it would have now. Outside a runtime nothing can keep it:
+    /// the connection then ends unclosed, and the ensemble expires the
+    /// session after its timeout, longer than any lease it allows.
+    pub(crate) fn linger(&self) {
+        let kept = *self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(until) = kept.filter(|until| *until > Instant::now()) else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = self.client();
+        tracing::debug!(
+            session = %client.session_id(),
+            "the zookeeper session stays open until a lock kept past its release is no longer kept"
+        );
+        runtime.spawn(async move {
+            tokio::time::sleep_until(until.into()).await;
+            drop(client);
+        });
     }
 
     /// Opens a new session in place of `expired`, unless that was done

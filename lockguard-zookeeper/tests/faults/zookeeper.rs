@@ -14,7 +14,8 @@ use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
-    a_killed_holder_is_replaced, a_paused_waiter_never_holds_a_grant_it_slept_through,
+    a_killed_holder_is_replaced, a_lost_keep_outlives_its_client,
+    a_paused_waiter_never_holds_a_grant_it_slept_through,
     an_observer_follows_again_after_a_restart, at_least_outlives_the_process_that_took_it,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -72,6 +73,22 @@ async fn zookeeper_a_lock_whose_keep_failed_stays_kept_after_its_client_closes()
     .await;
     let other = connect(&server.hosts(), Client::builder()).await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// As above, with the keep lost: the server is killed while paused, so the
+/// keep sent into it is never read, and restarted on its data, where the
+/// closing client's session lives on. That client's close would delete
+/// the holder's node: the session stays open until the kept time ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
+    let mut server = ZooKeeperServer::start();
+    let holder = connect(
+        &server.hosts(),
+        Client::builder().response_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    let other = connect(&server.hosts(), Client::builder()).await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
