@@ -91,28 +91,32 @@ impl Session {
     }
 
     /// The client closes: inside a kept time (see
-    /// [`keep_until`](Session::keep_until)), a task keeps a handle of the
-    /// session, and so the session, open until it ends; the session then
-    /// closes as it would have now. Outside a runtime nothing can keep it:
-    /// the connection then ends unclosed, and the ensemble expires the
-    /// session after its timeout, longer than any lease it allows.
+    /// [`keep_until`](Session::keep_until)), a thread keeps a handle of
+    /// the session, and so the session, open until it ends; the session
+    /// then closes as it would have now. A thread, not a task, so that a
+    /// client dropped outside its runtime lingers too; when the runtime
+    /// itself ends, the connection ends unclosed, and the ensemble expires
+    /// the session after its timeout, longer than any lease it allows.
     pub(crate) fn linger(&self) {
         let kept = *self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(until) = kept.filter(|until| *until > Instant::now()) else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let Some(left) = kept.and_then(|until| until.checked_duration_since(Instant::now())) else {
             return;
         };
         let client = self.client();
         tracing::debug!(
             session = %client.session_id(),
+            ?left,
             "the zookeeper session stays open until a lock kept past its release is no longer kept"
         );
-        runtime.spawn(async move {
-            tokio::time::sleep_until(until.into()).await;
-            drop(client);
-        });
+        let lingering = std::thread::Builder::new()
+            .name("lockguard-zookeeper-linger".into())
+            .spawn(move || {
+                std::thread::sleep(left);
+                drop(client);
+            });
+        if let Err(e) = lingering {
+            tracing::warn!(error = %e, "cannot keep the zookeeper session open for a kept lock");
+        }
     }
 
     /// Opens a new session in place of `expired`, unless that was done
