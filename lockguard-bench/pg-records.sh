@@ -3,7 +3,8 @@
 # native advisory lock pair beside the same pair with a fence and a lease
 # recorded in each way lockguard could record them (a row written after the
 # grant, a transaction id alone, sequences, a row written before the wait
-# and committed after the grant), and lockguard's own wait and release
+# and committed after the grant, a stripe of unlogged sequences written
+# without a transaction id), and lockguard's own wait and release
 # statements. A server of its own (`fsync=off`, as the benchmarks'), on a
 # free port, stopped at the end. BENCHMARKS.md ("PostgreSQL locks beside
 # `pg_advisory_lock`") has a run's figures.
@@ -42,6 +43,11 @@ CREATE UNLOGGED TABLE lg.bench_holders (id int PRIMARY KEY, k text, token text, 
 CREATE INDEX ON lg.bench_holders (k);
 INSERT INTO lg.bench_holders SELECT g, NULL, NULL, NULL, false FROM generate_series(0, 64) g;
 SELECT format('CREATE UNLOGGED SEQUENCE lg.bench_lease_%s', g) FROM generate_series(0, 64) g \gexec
+CREATE UNLOGGED SEQUENCE lg.bench_fence_clock;
+SELECT setval('lg.bench_fence_clock', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+CREATE UNLOGGED TABLE lg.bench_keys (hi int, lo int, expires_at timestamptz, PRIMARY KEY (hi, lo));
+INSERT INTO lg.bench_keys SELECT 7, g, NULL FROM generate_series(0, 64) g;
+INSERT INTO lg.bench_keys VALUES (1, 1, NULL);
 SELECT acquired FROM lg.lock_take('k', 'first', 1);
 SQL
 
@@ -125,6 +131,32 @@ holds_release="WITH d AS (DELETE FROM lg.bench_holds WHERE k = :key::text AND to
   echo 'SELECT pg_advisory_unlock(7, :client_id);'
 } > "$s/u-update"
 
+# Stripes: a record in one of a fixed set of unlogged sequences (a stripe
+# the key hashes to), written without a transaction id, under a
+# transaction-level advisory lock of the stripe (a compare-and-set among
+# the stripe's keys); the fence from one unlogged sequence for every key
+# (above the clock when the schema starts, rebased after a crash); the
+# key's row only read (where a stripe's collision would record instead).
+# One flat statement each way, in CASE order; the stripe named by its OID
+# (the bench_lease_ sequences, created in a row).
+sbase=$("${psql[@]}" -tA -c "SELECT 'lg.bench_lease_0'::regclass::oid::bigint")
+last=$("${psql[@]}" -tA -c "SELECT 'lg.bench_lease_64'::regclass::oid::bigint")
+[ "$((last - sbase))" = 64 ] || { echo "the stripes' OIDs are not in a row ($sbase..$last)" >&2; exit 1; }
+stripe_draw() { # $1: the lock call, $2: the stripe's lock key, $3: the stripe's OID, $4 $5: the key's halves
+  echo "SELECT CASE WHEN $1::text IS NOT NULL AND pg_advisory_xact_lock(2, $2)::text IS NOT NULL THEN ARRAY[pg_sequence_last_value(($3)::oid::regclass), nextval('lg.bench_fence_clock'), setval(($3)::oid::regclass, ((extract(epoch FROM clock_timestamp()) * 1000)::bigint + :lease) * 2097152 + 12345), (SELECT count(*) FROM lg.bench_keys f WHERE f.hi = $4 AND f.lo = $5 AND f.expires_at > clock_timestamp())] END, set_config('application_name', 'lg t' || :client_id, false);"
+}
+stripe_release() { # $1: the stripe's lock key, $2: the stripe's OID, $3: the unlock call
+  echo "SELECT CASE WHEN pg_advisory_xact_lock(2, $1)::text IS NOT NULL AND setval(($2)::oid::regclass, 1) IS NOT NULL THEN $3 END, set_config('application_name', 'lockguard', false);"
+}
+{
+  stripe_draw 'pg_advisory_lock(1, 1)' 17 "$sbase + 17" 1 1
+  stripe_release 17 "$sbase + 17" 'pg_advisory_unlock(1, 1)'
+} > "$s/stripes"
+{
+  stripe_draw 'pg_try_advisory_lock(7, :client_id)' ':client_id' "$sbase + :client_id" 7 ':client_id'
+  stripe_release ':client_id' "$sbase + :client_id" 'pg_advisory_unlock(7, :client_id)'
+} > "$s/u-stripes"
+
 bench() {
   local clients=$1 script=$2
   "${as[@]}" "$bin/pgbench" -h 127.0.0.1 -p "$port" -U postgres -n -M prepared -T "$secs" -c "$clients" -j 2 \
@@ -134,9 +166,9 @@ bench() {
 }
 echo "4 clients on one advisory lock, no hold (cycles/s, $runs runs of ${secs}s):"
 for ((r = 1; r <= runs; r++)); do
-  for v in native lockguard nextval setval txid update update-before insert-before session-rows; do bench 4 "$v"; done
+  for v in native lockguard nextval setval txid update update-before insert-before session-rows stripes; do bench 4 "$v"; done
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
 echo "16 clients, a key each (cycles/s):"
 for ((r = 1; r <= runs; r++)); do
-  for v in u-native u-sequences u-update; do bench 16 "$v"; done
+  for v in u-native u-sequences u-update u-stripes; do bench 16 "$v"; done
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
