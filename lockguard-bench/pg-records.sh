@@ -156,6 +156,22 @@ stripe_release() { # $1: the stripe's lock key, $2: the stripe's OID, $3: the un
   stripe_draw 'pg_try_advisory_lock(7, :client_id)' ':client_id' "$sbase + :client_id" 7 ':client_id'
   stripe_release ':client_id' "$sbase + :client_id" 'pg_advisory_unlock(7, :client_id)'
 } > "$s/u-stripes"
+# u-stripes a step at a time: the try and the fence; with the stripe's
+# write (and the release's); with its lock; with the key's row read.
+T='SELECT CASE WHEN pg_try_advisory_lock(7, :client_id)::text IS NOT NULL'
+ST="($sbase + :client_id)::oid::regclass"
+W="setval($ST, ((extract(epoch FROM clock_timestamp()) * 1000)::bigint + :lease) * 2097152 + 12345)"
+U='pg_advisory_unlock(7, :client_id)'
+{ echo "$T THEN nextval('lg.bench_fence_clock') END;"; echo "SELECT $U;"; } > "$s/u-stripes-fence"
+{ echo "$T THEN ARRAY[nextval('lg.bench_fence_clock'), $W] END;"; echo "SELECT CASE WHEN setval($ST, 1) IS NOT NULL THEN $U END;"; } > "$s/u-stripes-write"
+{
+  echo "$T AND pg_advisory_xact_lock(2, :client_id)::text IS NOT NULL THEN ARRAY[nextval('lg.bench_fence_clock'), $W] END;"
+  echo "SELECT CASE WHEN pg_advisory_xact_lock(2, :client_id)::text IS NOT NULL AND setval($ST, 1) IS NOT NULL THEN $U END;"
+} > "$s/u-stripes-lock"
+{
+  echo "$T AND pg_advisory_xact_lock(2, :client_id)::text IS NOT NULL THEN ARRAY[nextval('lg.bench_fence_clock'), $W, (SELECT count(*) FROM lg.bench_keys f WHERE f.hi = 7 AND f.lo = :client_id AND f.expires_at > clock_timestamp())] END;"
+  echo "SELECT CASE WHEN pg_advisory_xact_lock(2, :client_id)::text IS NOT NULL AND setval($ST, 1) IS NOT NULL THEN $U END;"
+} > "$s/u-stripes-row"
 
 bench() {
   local clients=$1 script=$2
@@ -170,5 +186,5 @@ for ((r = 1; r <= runs; r++)); do
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
 echo "16 clients, a key each (cycles/s):"
 for ((r = 1; r <= runs; r++)); do
-  for v in u-native u-sequences u-update u-stripes; do bench 16 "$v"; done
+  for v in u-native u-sequences u-update u-stripes-fence u-stripes-write u-stripes-lock u-stripes-row u-stripes; do bench 16 "$v"; done
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
