@@ -200,6 +200,9 @@ pub mod __private {
         /// Whether a lost lease stops the body (the default) or not
         /// (`keep_going_on_lost`).
         pub stop_on_lost: bool,
+        /// The `name` label of its metrics: the key's template, so that
+        /// `order:{order_id}` makes one series, not a series per order.
+        pub metric_name: &'static str,
     }
 
     impl LeaseOptions {
@@ -227,7 +230,10 @@ pub mod __private {
         opts: LeaseOptions,
         body: F,
     ) -> Result<F::Output> {
-        let mut lock = client?.lock(&key).wait(opts.wait());
+        let mut lock = client?
+            .lock(&key)
+            .metric_name(opts.metric_name)
+            .wait(opts.wait());
         if let Some(lease) = opts.lease() {
             lock = lock.with_lease(lease);
         }
@@ -261,7 +267,7 @@ pub mod __private {
         let rw = client?.rw_lock(&key);
         match mode {
             RwMode::Read => {
-                let mut lock = rw.read().wait(opts.wait());
+                let mut lock = rw.read().metric_name(opts.metric_name).wait(opts.wait());
                 if let Some(lease) = opts.lease() {
                     lock = lock.with_lease(lease);
                 }
@@ -274,7 +280,7 @@ pub mod __private {
                 Ok(out)
             }
             RwMode::Write => {
-                let mut lock = rw.write().wait(opts.wait());
+                let mut lock = rw.write().metric_name(opts.metric_name).wait(opts.wait());
                 if let Some(lease) = opts.lease() {
                     lock = lock.with_lease(lease);
                 }
@@ -298,7 +304,10 @@ pub mod __private {
         opts: LeaseOptions,
         body: F,
     ) -> Result<F::Output> {
-        let mut semaphore = client?.semaphore(&key, permits).wait(opts.wait());
+        let mut semaphore = client?
+            .semaphore(&key, permits)
+            .metric_name(opts.metric_name)
+            .wait(opts.wait());
         if let Some(lease) = opts.lease() {
             semaphore = semaphore.with_lease(lease);
         }

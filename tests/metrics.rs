@@ -360,3 +360,111 @@ fn a_recorder_made_after_another_gets_its_own_series() {
         assert_eq!(under_a_recorder_of_its_own(&lg, &login), (1, 1, 0));
     }
 }
+
+/// A tower layer's locks and permits carry the layer's name in their
+/// metrics, whatever key each request has: one series for every key (a
+/// series per client or per user would grow without bound).
+#[test]
+fn a_layers_locks_make_one_series_for_every_key() {
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::{HeaderName, Request, StatusCode};
+    use axum::routing::get;
+    use lockguard_tower::{ConcurrencyLimitLayer, LockLayer, key};
+    use tower::ServiceExt as _;
+
+    let recorder = DebuggingRecorder::new();
+    let s = Totals::new(&recorder);
+    recorded(&recorder, || async {
+        let lg = Client::memory();
+        let user = || key::Header::new(HeaderName::from_static("x-user"));
+        let app = Router::new()
+            .route("/", get(|| async { "hello" }))
+            .layer(LockLayer::new(lg.clone(), "jobs", user()))
+            .layer(ConcurrencyLimitLayer::new(lg.clone(), "exports", 4, user()));
+        for u in ["ada", "bob", "cy"] {
+            let req = Request::builder()
+                .uri("/")
+                .header("x-user", u)
+                .body(Body::empty())
+                .unwrap();
+            let res = app.clone().oneshot(req).await.unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            drop(res);
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let count = |metric, primitive, name| {
+            s.counter(
+                metric,
+                &[
+                    ("primitive", primitive),
+                    ("name", name),
+                    ("outcome", "acquired"),
+                ],
+            )
+        };
+        assert_eq!(count("lockguard_acquisitions_total", "lock", "jobs"), 3);
+        assert_eq!(
+            count("lockguard_acquisitions_total", "semaphore", "exports"),
+            3
+        );
+        assert_eq!(
+            s.counter(
+                "lockguard_releases_total",
+                &[("primitive", "lock"), ("name", "jobs")]
+            ),
+            3
+        );
+        assert_eq!(
+            s.gauge("lockguard_held", &[("primitive", "lock"), ("name", "jobs")]),
+            0.0
+        );
+    });
+}
+
+/// `#[distributed_lock]` and `#[concurrency_limit]` name their metrics
+/// after the key's template: one series for every order, not one each.
+#[cfg(feature = "macros")]
+mod macro_series {
+    use super::*;
+    use lockguard::{concurrency_limit, distributed_lock};
+
+    #[distributed_lock(key = "order:{id}", client = lg)]
+    async fn ship(lg: &Client, id: u32) -> Result<u32, lockguard::Error> {
+        Ok(id)
+    }
+
+    #[concurrency_limit(key = "export:{tenant}", permits = 2, client = lg)]
+    async fn export(lg: &Client, tenant: &str) -> Result<usize, lockguard::Error> {
+        Ok(tenant.len())
+    }
+
+    #[test]
+    fn a_macros_locks_make_one_series_for_every_key() {
+        let recorder = DebuggingRecorder::new();
+        let s = Totals::new(&recorder);
+        recorded(&recorder, || async {
+            let lg = Client::memory();
+            for id in [41, 42, 43] {
+                assert_eq!(ship(&lg, id).await.unwrap(), id);
+            }
+            for tenant in ["ada", "bob"] {
+                export(&lg, tenant).await.unwrap();
+            }
+            let acquired = |primitive, name| {
+                s.counter(
+                    "lockguard_acquisitions_total",
+                    &[
+                        ("primitive", primitive),
+                        ("name", name),
+                        ("outcome", "acquired"),
+                    ],
+                )
+            };
+            assert_eq!(acquired("lock", "order:{id}"), 3);
+            assert_eq!(acquired("semaphore", "export:{tenant}"), 2);
+        });
+    }
+}

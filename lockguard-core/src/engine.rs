@@ -39,6 +39,8 @@ pub(crate) struct Engine {
     pub(crate) prefix: String,
     pub(crate) defaults: Defaults,
     pub(crate) waiters: Arc<Waiters>,
+    /// The lock series its primitives record to, named once per labels.
+    pub(crate) series: Arc<crate::meter::SeriesNames>,
 }
 
 impl Engine {
@@ -53,6 +55,7 @@ impl Engine {
             prefix,
             defaults,
             waiters,
+            series: Arc::default(),
         }
     }
 
@@ -64,6 +67,7 @@ impl Engine {
             prefix: self.prefix.clone(),
             defaults: self.defaults,
             waiters: self.waiters.clone(),
+            series: self.series.clone(),
         }
     }
 }

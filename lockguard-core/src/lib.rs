@@ -163,8 +163,9 @@
 //! a limiter). `name` is the lock's or semaphore's name as given, unless
 //! [`Lock::metric_name`] sets another: a name that
 //! carries an id (`order:42`) makes a series per id, so give such locks a
-//! templated metric name (`order`). `limiter` is the rate limiter's name,
-//! never the key it checks.
+//! templated metric name (`order`); the tower layers name theirs for the
+//! layer, and the macros for the key's template (`order:{order_id}`).
+//! `limiter` is the rate limiter's name, never the key it checks.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -61,6 +61,40 @@ pub(crate) struct Series {
     keys: std::sync::Arc<SeriesKeys>,
 }
 
+/// The most series a client keeps named by their labels (see
+/// [`SeriesNames`]): enough for every lock name of an application that
+/// templates its ids, and a bound for one that does not.
+#[cfg(feature = "metrics")]
+const SERIES_NAMED: usize = 1024;
+
+/// A client's lock series by their `primitive` and `name` labels, so that
+/// a `Lock` made per request (a tower layer's, a macro's), whose labels
+/// are the same request after request, finds its series named already.
+/// Up to [`SERIES_NAMED`] of them: past that, a lock names its own.
+/// Without the `metrics` feature it is empty.
+#[derive(Debug, Default)]
+pub(crate) struct SeriesNames {
+    #[cfg(feature = "metrics")]
+    named: std::sync::Mutex<std::collections::HashMap<(&'static str, std::sync::Arc<str>), Series>>,
+}
+
+#[cfg(feature = "metrics")]
+impl SeriesNames {
+    /// The series of the lock whose labels are `primitive` and `name`.
+    pub(crate) fn series(&self, primitive: &'static str, name: &std::sync::Arc<str>) -> Series {
+        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (primitive, name.clone());
+        if let Some(series) = named.get(&key) {
+            return series.clone();
+        }
+        let series = Series::new(primitive, name);
+        if named.len() < SERIES_NAMED {
+            named.insert(key, series.clone());
+        }
+        series
+    }
+}
+
 /// The keys of a lock's series that every cycle records.
 #[cfg(feature = "metrics")]
 #[derive(Debug)]

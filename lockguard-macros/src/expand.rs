@@ -100,6 +100,9 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
         let wait = opt_ms(hold.wait);
         let at_least = opt_ms(at_least);
         let stop_on_lost = hold.stop_on_lost;
+        // The key's template names its metrics: one series for every key
+        // it makes, not a series per id.
+        let metric_name = common.key.value();
         quote! {
             #p::LeaseOptions {
                 ttl: #ttl,
@@ -107,6 +110,7 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
                 wait: #wait,
                 at_least: #at_least,
                 stop_on_lost: #stop_on_lost,
+                metric_name: #metric_name,
             }
         }
     };

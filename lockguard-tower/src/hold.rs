@@ -95,36 +95,58 @@ impl HoldOptions {
     }
 
     /// The lock on `store_name`, with the layer's lease and wait (none:
-    /// one attempt).
+    /// one attempt), its metrics named for the layer (one series for every
+    /// key, not a series per key).
     fn lock(&self, store_name: &str) -> Lock {
-        let lock = self.client.lock(store_name).wait(self.wait());
+        let lock = self
+            .client
+            .lock(store_name)
+            .metric_name(&self.name)
+            .wait(self.wait());
         match self.lease {
             Some(lease) => lock.lease(lease),
             None => lock,
         }
     }
 
-    /// The read lock on `store_name`, with the layer's lease and wait.
+    /// The read lock on `store_name`, with the layer's lease and wait,
+    /// named for the layer in its metrics.
     fn read_lock(&self, store_name: &str) -> ReadLock {
-        let lock = self.client.rw_lock(store_name).read().wait(self.wait());
+        let lock = self
+            .client
+            .rw_lock(store_name)
+            .read()
+            .metric_name(&self.name)
+            .wait(self.wait());
         match self.lease {
             Some(lease) => lock.lease(lease),
             None => lock,
         }
     }
 
-    /// The write lock on `store_name`, with the layer's lease and wait.
+    /// The write lock on `store_name`, with the layer's lease and wait,
+    /// named for the layer in its metrics.
     fn write_lock(&self, store_name: &str) -> WriteLock {
-        let lock = self.client.rw_lock(store_name).write().wait(self.wait());
+        let lock = self
+            .client
+            .rw_lock(store_name)
+            .write()
+            .metric_name(&self.name)
+            .wait(self.wait());
         match self.lease {
             Some(lease) => lock.lease(lease),
             None => lock,
         }
     }
 
-    /// The semaphore `store_name`, with the layer's lease and wait.
+    /// The semaphore `store_name`, with the layer's lease and wait, named
+    /// for the layer in its metrics.
     fn semaphore(&self, store_name: &str, permits: u32) -> Semaphore {
-        let semaphore = self.client.semaphore(store_name, permits).wait(self.wait());
+        let semaphore = self
+            .client
+            .semaphore(store_name, permits)
+            .metric_name(&self.name)
+            .wait(self.wait());
         match self.lease {
             Some(lease) => semaphore.lease(lease),
             None => semaphore,

@@ -262,14 +262,22 @@ impl Lock {
     /// The `name` label of this lock's metrics (feature `metrics`; see the
     /// [crate docs](crate#metrics)), instead of its name: for names that
     /// carry an id, so that `order:42` and `order:43` count as `order`
-    /// rather than making a series each.
-    pub fn metric_name(mut self, name: &str) -> Self {
-        self.metric_name = Some(name.into());
+    /// rather than making a series each. Without the `metrics` feature it
+    /// keeps nothing (a lock made per request pays nothing for it).
+    pub fn metric_name(self, name: &str) -> Self {
         #[cfg(feature = "metrics")]
         {
-            self.series = std::sync::OnceLock::new();
+            Self {
+                metric_name: Some(name.into()),
+                series: std::sync::OnceLock::new(),
+                ..self
+            }
         }
-        self
+        #[cfg(not(feature = "metrics"))]
+        {
+            let _ = name;
+            self
+        }
     }
 
     /// The key as given.
@@ -319,7 +327,11 @@ impl Lock {
         #[cfg(feature = "metrics")]
         {
             self.series
-                .get_or_init(|| Series::new(self.primitive(), self.metric_label()))
+                .get_or_init(|| {
+                    self.engine
+                        .series
+                        .series(self.primitive(), self.metric_label())
+                })
                 .clone()
         }
         #[cfg(not(feature = "metrics"))]
