@@ -129,18 +129,7 @@ async fn etcd_paused_past_the_lease_ttl_takes_the_lease_and_the_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
     let mut server = EtcdServer::start();
-    let holder = connect(
-        &server.endpoint(),
-        Client::builder().response_timeout(Duration::from_millis(300)),
-        Duration::from_secs(6),
-    )
-    .await;
-    let other = connect(
-        &server.endpoint(),
-        Client::builder(),
-        Duration::from_secs(30),
-    )
-    .await;
+    let (holder, other) = keeper_and_other(&server).await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
@@ -152,6 +141,14 @@ async fn etcd_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
     let mut server = EtcdServer::start();
+    let (holder, other) = keeper_and_other(&server).await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// For the two scenarios above: a holder that gives up on a request after
+/// 300 ms, on a lease TTL that allows their fixed leases (up to 6 s), and
+/// another client, of `server`.
+async fn keeper_and_other(server: &EtcdServer) -> (Client, Client) {
     let holder = connect(
         &server.endpoint(),
         Client::builder().response_timeout(Duration::from_millis(300)),
@@ -164,7 +161,7 @@ async fn etcd_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
         Duration::from_secs(30),
     )
     .await;
-    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
+    (holder, other)
 }
 
 /// A three-member cluster loses its leader while a holder holds and three

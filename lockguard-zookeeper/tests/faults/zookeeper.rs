@@ -66,12 +66,7 @@ async fn zookeeper_an_observer_follows_again_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_lock_whose_keep_failed_stays_kept_after_its_client_closes() {
     let mut server = ZooKeeperServer::start();
-    let holder = connect(
-        &server.hosts(),
-        Client::builder().response_timeout(Duration::from_millis(300)),
-    )
-    .await;
-    let other = connect(&server.hosts(), Client::builder()).await;
+    let (holder, other) = keeper_and_other(&server).await;
     a_failed_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
@@ -82,13 +77,20 @@ async fn zookeeper_a_lock_whose_keep_failed_stays_kept_after_its_client_closes()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
     let mut server = ZooKeeperServer::start();
+    let (holder, other) = keeper_and_other(&server).await;
+    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
+}
+
+/// For the two scenarios above: a holder that gives up on a request after
+/// 300 ms, and another client, of `server`.
+async fn keeper_and_other(server: &ZooKeeperServer) -> (Client, Client) {
     let holder = connect(
         &server.hosts(),
         Client::builder().response_timeout(Duration::from_millis(300)),
     )
     .await;
     let other = connect(&server.hosts(), Client::builder()).await;
-    a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
+    (holder, other)
 }
 
 /// `a` holds a lock under a watchdog lease as long as its 1 s session when
