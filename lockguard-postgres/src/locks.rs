@@ -180,55 +180,33 @@ impl LockSessions for PgSessions {
                 let bound_sql = format!("SELECT {s}.lock_bound($1)");
                 let read_bound_sql =
                     format!("SELECT coalesce(max(b.lease_ms), 0) FROM {s}.lock_lease_bound b");
-                let (
-                    started,
-                    try_lock,
-                    take,
-                    wait,
-                    wait_out,
-                    release,
-                    lease,
-                    keep,
-                    forget,
-                    bound,
-                    read_bound,
-                ) = tokio::join!(
+                // The statements prepared at once (one round trip), beside
+                // the session's start and the read of the lease bound.
+                let (started, statements, read_bound) = tokio::join!(
                     client.batch_execute(&start),
-                    client.prepare(&try_sql),
-                    client.prepare(&take_sql),
-                    client.prepare(&wait_sql),
-                    client.prepare(&wait_out_sql),
-                    client.prepare(&release_sql),
-                    client.prepare(&lease_sql),
-                    client.prepare(&keep_sql),
-                    client.prepare(&forget_sql),
-                    client.prepare(&bound_sql),
+                    async {
+                        tokio::try_join!(
+                            client.prepare(&try_sql),
+                            client.prepare(&take_sql),
+                            client.prepare(&wait_sql),
+                            client.prepare(&wait_out_sql),
+                            client.prepare(&release_sql),
+                            client.prepare(&lease_sql),
+                            client.prepare(&keep_sql),
+                            client.prepare(&forget_sql),
+                            client.prepare(&bound_sql),
+                        )
+                    },
                     client.query_one(&read_bound_sql, &[]),
                 );
                 started?;
                 let bound_ms: i64 = read_bound?.try_get(0)?;
-                Ok::<_, tokio_postgres::Error>((
-                    [
-                        try_lock?, take?, wait?, wait_out?, release?, lease?, keep?, forget?,
-                        bound?,
-                    ],
-                    bound_ms,
-                ))
+                Ok::<_, tokio_postgres::Error>((statements?, bound_ms))
             }
             .await;
             match prepared {
                 Ok((
-                    [
-                        try_lock,
-                        take,
-                        wait,
-                        wait_out,
-                        release,
-                        lease,
-                        keep,
-                        forget,
-                        bound,
-                    ],
+                    (try_lock, take, wait, wait_out, release, lease, keep, forget, bound),
                     bound_ms,
                 )) => Ok(Session {
                     client,
