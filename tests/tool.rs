@@ -177,3 +177,57 @@ async fn on_redlock_it_is_unsupported() {
         "{err}"
     );
 }
+
+/// After a crash of PostgreSQL, which empties the records of the leases
+/// that ran, no lock is taken anew until the longest lease any lock took
+/// has passed: the tool says so, and for how long (not before the crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_the_wait_after_a_crash_is_shown() {
+    let mut server = PostgresServer::start();
+    let url = server.url();
+    the_wait_after_a_crash_is_shown(&mut server, &url).await;
+}
+
+/// The same on MariaDB, whose MEMORY tables a restart empties.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_mariadb_the_wait_after_a_crash_is_shown() {
+    let mut server = MariaDbServer::start();
+    let url = server.url();
+    the_wait_after_a_crash_is_shown(&mut server, &url).await;
+}
+
+/// A lock taken on a lease of 20 s (the longest the store has seen), then
+/// `server` killed and restarted: the tool says nothing of a wait before,
+/// and after it says that no lock is taken anew, for at most 20 s more.
+async fn the_wait_after_a_crash_is_shown(
+    server: &mut dyn lockguard_testing::ServerProcess,
+    url: &str,
+) {
+    const WAIT: &str = "no lock is taken anew";
+    let lg = Client::connect(url).await.unwrap();
+    let lease = Duration::from_secs(20);
+    let guard = lg.lock("tool:crash").lease(lease).acquire().await.unwrap();
+    let (code, out, err) = tool(&["locks", url], "");
+    assert_eq!(code, 0, "{err}");
+    assert!(!out.contains(WAIT), "{out}");
+    drop(guard);
+    drop(lg);
+    server.kill();
+    server.restart();
+    let (code, out, err) = tool(&["locks", url], "");
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains(WAIT))
+        .unwrap_or_else(|| panic!("no word of the wait after the crash:\n{out}"));
+    let left: f64 = line
+        .split(" for ")
+        .nth(1)
+        .and_then(|rest| rest.split("s more").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no time left in {line:?}"));
+    assert!(
+        left > 5.0 && left <= lease.as_secs_f64(),
+        "{left} s left of a wait of the longest lease, {lease:?}: {line}"
+    );
+}

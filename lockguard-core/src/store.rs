@@ -758,6 +758,20 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
         std::future::ready(Err(unsupported(self.name(), "listing locks")))
     }
 
+    /// How much longer no lock can be taken anew after a crash, a restart
+    /// or a failover that lost the store's records of the leases running
+    /// then
+    /// (a holder of the server that went down may still count on its
+    /// lease, so the store waits out the longest a lease could last);
+    /// `None` when there is no such wait. What `lockguard locks` shows
+    /// beside the locks.
+    ///
+    /// The default is `None`: a store whose leases outlive a crash, or end
+    /// with it, has no such wait.
+    fn crash_wait(&self) -> impl Future<Output = Result<Option<Duration>>> + Send {
+        std::future::ready(Ok(None))
+    }
+
     /// Ends `token`'s hold from any client: an operator's forced release of
     /// a holder that is stuck or gone. As the holder's own release would,
     /// it hands the lock on to the next waiter, with a greater fencing

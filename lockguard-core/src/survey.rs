@@ -189,6 +189,34 @@ impl Client {
         Ok(out)
     }
 
+    /// How much longer no lock can be taken anew on this client's store
+    /// after a crash, a restart or a failover that lost its records of the
+    /// leases running then: the store waits out the longest a lease could
+    /// have lasted, since a holder of the server that went down may still
+    /// count on its lease. `None` when there is no such wait, and on the
+    /// stores whose records outlive a crash (all but PostgreSQL, whose
+    /// leases are kept in unlogged tables, and MySQL/MariaDB, in MEMORY
+    /// tables: see `docs/postgres.md` and `docs/mysql.md`). What
+    /// `lockguard locks` shows beside the locks.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> lockguard_core::Result<()> {
+    /// let lg = lockguard_core::Client::memory();
+    /// assert_eq!(lg.crash_wait().await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn crash_wait(&self) -> Result<Option<std::time::Duration>> {
+        self.engine().store.crash_wait().await
+    }
+
     /// Frees the lock `name` of `kind` whoever holds it: ends every
     /// holder's hold in the store (as an operator would for a holder that
     /// is stuck) and hands the lock on to the next waiter, as the holder's

@@ -44,6 +44,8 @@ struct Statements {
     lock_inspect: String,
     lock_evict: String,
     survey: String,
+    /// The wait after a restart, into a session variable read after it.
+    crash_wait: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -103,6 +105,7 @@ impl Statements {
             // running (locks.sql; a release ends it first), or its kept time
             // (`at_least`) after a restart emptied the MEMORY table; its
             // waiters the sessions waiting in GET_LOCK.
+            crash_wait: format!("CALL {p}lock_epoch_left(@lockguard_crash_wait)"),
             survey: format!(
                 "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
@@ -724,6 +727,37 @@ impl LockStore for MySqlStore {
             .exec_all(&self.sql.survey, Params::Positional(params), what)
             .await?;
         holdings(rows, &what)
+    }
+
+    /// The wait after a restart (`lock_epoch` in locks.sql): noted now,
+    /// when no session of lockguard's locks noted it yet, as the first
+    /// lock session after the restart would.
+    async fn crash_wait(&self) -> Result<Option<Duration>> {
+        let what = || "reading the wait after a restart".to_owned();
+        let left: Option<Option<i64>> = net::within(
+            self.cfg.response_timeout,
+            "mysql",
+            what,
+            tokio::time::timeout(self.cfg.response_timeout, async {
+                let mut conn = Checked(Some(self.conn(&what).await?));
+                conn.conn()
+                    .query_drop(&self.sql.crash_wait)
+                    .await
+                    .map_err(|e| mysql_error(e, &what()))?;
+                let left = conn
+                    .conn()
+                    .query_first("SELECT @lockguard_crash_wait")
+                    .await
+                    .map_err(|e| mysql_error(e, &what()))?;
+                conn.answered();
+                Ok(left)
+            })
+            .await,
+        )?;
+        Ok(left
+            .flatten()
+            .and_then(|us| u64::try_from(us).ok())
+            .map(Duration::from_micros))
     }
 }
 

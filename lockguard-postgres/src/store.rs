@@ -48,6 +48,7 @@ struct Statements {
     rw_release: String,
     rw_inspect: String,
     survey: String,
+    crash_wait: String,
     counter_add: String,
     counter_take: String,
     counter_get: String,
@@ -79,6 +80,7 @@ impl Statements {
             // by fence, then waiters in their queue's order (`n` is a
             // holder's fence, a waiter's arrival). The clock is read once;
             // the newest token is what `inspect` and `rw_inspect` report.
+            crash_wait: format!("SELECT {s}.lock_epoch_ms()"),
             survey: format!(
                 "WITH t AS (SELECT clock_timestamp() AS now), \
                  e AS ( \
@@ -697,6 +699,18 @@ impl LockStore for PostgresStore {
             .query(&self.sql.survey, &[pattern.as_str().into()], what)
             .await?;
         holdings(prefix, &rows, &what)
+    }
+
+    /// The wait after a crash or a failover (schema.sql's `lock_epoch`):
+    /// noted now, when no session of lockguard's locks noted it yet, as
+    /// the first lock session after the crash would.
+    async fn crash_wait(&self) -> Result<Option<Duration>> {
+        let what = || "reading the wait after a crash".to_owned();
+        let row = self.query_one(&self.sql.crash_wait, &[], what).await?;
+        let left: Option<i64> = row.get(0, &what)?;
+        Ok(left
+            .and_then(|ms| u64::try_from(ms).ok())
+            .map(Duration::from_millis))
     }
 }
 

@@ -177,10 +177,14 @@ fn locks(args: &[String]) -> ExitCode {
     let listed: lockguard::Result<_> = rt.block_on(async {
         let lg = args.connect(url).await?;
         let found = lg.locks(pattern).await?;
-        Ok((lg, found))
+        let crash_wait = lg.crash_wait().await?;
+        Ok((lg, found, crash_wait))
     });
     match listed {
-        Ok((lg, found)) => {
+        Ok((lg, found, crash_wait)) => {
+            if let Some(left) = crash_wait {
+                print!("{}", crash_wait_text(&lg, left));
+            }
             print!("{}", locks_text(&lg, pattern, &found));
             ExitCode::SUCCESS
         }
@@ -257,6 +261,17 @@ fn confirmed(kind: lockguard::LockKind, key: &str) -> bool {
         return false;
     }
     matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// What `lockguard locks` says first while the store waits out the leases
+/// a crash or a restart lost.
+fn crash_wait_text(lg: &lockguard::Client, left: std::time::Duration) -> String {
+    let at = lg.store_address().unwrap_or(lg.store_name());
+    format!(
+        "no lock is taken anew on {at} for {:.1}s more: the wait after a crash or a restart, \
+         which lost the records of the leases running then (the longest lease any lock took)\n\n",
+        left.as_secs_f64()
+    )
 }
 
 /// What `lockguard locks` prints.

@@ -42,6 +42,7 @@ trait Erased: Send + Sync + fmt::Debug {
     ) -> StoreFuture<'a, Result<Option<AllOrNone>>>;
     fn inspect<'a>(&'a self, keys: &'a Arc<LockKeys>) -> StoreFuture<'a, Result<Occupancy>>;
     fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>>;
+    fn crash_wait(&self) -> StoreFuture<'_, Result<Option<Duration>>>;
     fn evict<'a>(
         &'a self,
         keys: &'a Arc<LockKeys>,
@@ -170,6 +171,9 @@ impl<S: DataStore> Erased for S {
     }
     fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>> {
         StoreFuture::new(LockStore::survey(self, prefix))
+    }
+    fn crash_wait(&self) -> StoreFuture<'_, Result<Option<Duration>>> {
+        StoreFuture::new(LockStore::crash_wait(self))
     }
     fn evict<'a>(
         &'a self,
@@ -429,6 +433,12 @@ impl Store {
     /// Every lock held or awaited under `prefix` ([`LockStore::survey`]).
     pub fn survey<'a>(&'a self, prefix: &'a str) -> StoreFuture<'a, Result<Vec<Holding>>> {
         self.store.survey(prefix)
+    }
+
+    /// The wait after a crash that lost the leases' records
+    /// ([`LockStore::crash_wait`]).
+    pub fn crash_wait(&self) -> StoreFuture<'_, Result<Option<Duration>>> {
+        self.store.crash_wait()
     }
 
     /// Ends another client's hold ([`LockStore::evict`]).
