@@ -105,7 +105,6 @@ impl Statements {
             // running (locks.sql; a release ends it first), or its kept time
             // (`at_least`) after a restart emptied the MEMORY table; its
             // waiters the sessions waiting in GET_LOCK.
-            crash_wait: format!("CALL {p}lock_epoch_left(@lockguard_crash_wait)"),
             survey: format!(
                 "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
@@ -151,6 +150,7 @@ impl Statements {
                      WHERE w.k >= ? AND w.k < ? AND w.deadline_us > t.now) e \
                  ORDER BY e.k, e.waits, e.n"
             ),
+            crash_wait: format!("CALL {p}lock_epoch_left(@lockguard_crash_wait)"),
             counter_add: format!("CALL {p}counter_add(?, ?, ?)"),
             counter_take: format!("CALL {p}counter_take(?, ?, ?)"),
             counter_get: format!(

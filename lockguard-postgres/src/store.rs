@@ -80,7 +80,6 @@ impl Statements {
             // by fence, then waiters in their queue's order (`n` is a
             // holder's fence, a waiter's arrival). The clock is read once;
             // the newest token is what `inspect` and `rw_inspect` report.
-            crash_wait: format!("SELECT {s}.lock_epoch_ms()"),
             survey: format!(
                 "WITH t AS (SELECT clock_timestamp() AS now), \
                  e AS ( \
@@ -105,6 +104,7 @@ impl Statements {
                  SELECT l.key, l.waits, l.token, l.reads, l.n, l.left_ms, l.latest FROM l \
                  ORDER BY 1, 2, 5"
             ),
+            crash_wait: format!("SELECT {s}.lock_epoch_ms()"),
             counter_add: format!("SELECT {s}.counter_add($1, $2, $3)"),
             counter_take: format!("SELECT * FROM {s}.counter_take($1, $2, $3)"),
             counter_get: format!(
