@@ -247,10 +247,7 @@ where
         service: &mut S,
         request: Request<ReqB>,
     ) -> Self {
-        if let Unkeyed::Misconfigured(fix) = why {
-            return Self::respond(outcome::misconfigured_key(what, name, &fix, refusals));
-        }
-        match outcome::missing_key(what, name, outcome, refusals) {
+        match outcome::unkeyed(what, name, why, outcome, refusals) {
             Some(response) => Self::respond(response),
             None => Self::pass(service, request),
         }
@@ -433,7 +430,7 @@ fn content_length<B>(response: &Response<B>) -> Option<u64> {
 /// Takes the ready service out of `slot`, leaving a fresh clone behind, so
 /// the service `poll_ready` prepared is the one called, later. A request
 /// admitted at once calls the service in place: no clone.
-fn take_ready<S: Clone>(slot: &mut S) -> S {
+pub(crate) fn take_ready<S: Clone>(slot: &mut S) -> S {
     let clone = slot.clone();
     std::mem::replace(slot, clone)
 }

@@ -65,8 +65,11 @@
 //! the state lives in the store, so a limit is never per connection or per
 //! clone.
 //!
-//! A lock or permit is held until the response body has ended (streaming
-//! bodies included) and released before the end is reported, so a client
+//! A [`RateLimitLayer`] answers in the inner service's body type (which must
+//! be `From<Bytes>`, as axum's `Body` is). A [`LockLayer`] or
+//! [`ConcurrencyLimitLayer`] answers with a [`ResponseBody`] around it,
+//! which holds the request's lock or permit: a lock or permit is held
+//! until the response body has ended (streaming bodies included) and released before the end is reported, so a client
 //! that has read the whole response can start the next request at once.
 //!
 //! A body already complete when the handler returns (most small responses)

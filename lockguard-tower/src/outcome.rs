@@ -72,6 +72,25 @@ pub(crate) fn missing_key(
     }
 }
 
+/// The response for a request without a usable key for `what` `name`, or
+/// `None` to let it through unchecked: refused or passed as `outcome`
+/// says when the request is at fault; a server error when the server's
+/// set-up is.
+pub(crate) fn unkeyed(
+    what: &str,
+    name: &str,
+    why: crate::key::Unkeyed,
+    outcome: MissingKey,
+    refusals: &Refusals,
+) -> Option<http::Response<bytes::Bytes>> {
+    match why {
+        crate::key::Unkeyed::Misconfigured(fix) => {
+            Some(misconfigured_key(what, name, &fix, refusals))
+        }
+        crate::key::Unkeyed::Request => missing_key(what, name, outcome, refusals),
+    }
+}
+
 /// The response for a request whose key the extractor cannot find because
 /// of how the server is served (`fix` says what to change): a server
 /// error, logged once.

@@ -15,6 +15,14 @@ use super::table::RateLimitTable;
 /// Clones share the policy (behind an `Arc`) and the limiter's state, which
 /// lives in the store: every clone, every connection's copy of the service
 /// and every process on the same Redis spends the same budget per key.
+///
+/// The service answers in the inner service's own body type, which must
+/// be `From<Bytes>` to carry a refusal's body (axum's `Body` and
+/// http-body-util's `Full<Bytes>` are): a rate limit holds nothing while
+/// the body streams, so it leaves the body as it is, and a framework that
+/// boxes foreign bodies (axum does) boxes nothing more. An inner body
+/// without that conversion can be mapped to one first (tower-http's
+/// `MapResponseBodyLayer`).
 pub struct RateLimitLayer<P> {
     policy: Arc<P>,
     options: RateLimitOptions,

@@ -2,6 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::Body;
 use lockguard_core::{Decision, RateLimiter};
@@ -11,8 +12,8 @@ use super::future::ResponseFuture;
 use super::headers::{HeaderOptions, Policy, RateHeaders};
 use super::options::RateLimitOptions;
 use super::policy::{RateLimitPolicy, Selection};
-use crate::admit::{Admission, Admit, admission_span, in_scope, in_span};
-use crate::body::{Guard, ResponseBody};
+use crate::admit::{Admission, admission_span, in_scope, in_span};
+use crate::body::Guard;
 use crate::key::{self, Unkeyed};
 use crate::outcome::{self, FailureMode};
 use crate::refusal::{Refusal, RefusalKind, Refusals};
@@ -73,10 +74,10 @@ impl<S: fmt::Debug, P: fmt::Debug> fmt::Debug for RateLimit<S, P> {
 impl<S, P, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, P>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    ResB: Body,
+    ResB: Body + From<Bytes>,
     P: RateLimitPolicy<ReqB>,
 {
-    type Response = Response<ResponseBody<ResB>>;
+    type Response = Response<ResB>;
     type Error = S::Error;
     type Future = ResponseFuture<S, ReqB>;
 
@@ -87,7 +88,7 @@ where
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let inner = &mut self.inner;
         let Some(selection) = self.policy.select(&req) else {
-            return ResponseFuture::new(Admit::pass(inner, req));
+            return ResponseFuture::pass(inner, req);
         };
         let Selection {
             limiter,
@@ -107,15 +108,7 @@ where
         let missing_key = on_missing_key.unwrap_or(self.options.on_missing_key);
         let unkeyed = |why, inner: &mut S, req| {
             let name = limiter.name();
-            ResponseFuture::new(Admit::unkeyed(
-                "rate limit",
-                name,
-                why,
-                missing_key,
-                refusals,
-                inner,
-                req,
-            ))
+            ResponseFuture::unkeyed(name, why, missing_key, refusals, inner, req)
         };
         let Some(key) = key else {
             let why = match misconfigured {
@@ -149,7 +142,7 @@ where
                 };
                 ask.admission(decided, refusals)
             });
-            return ResponseFuture::new(Admit::admitted(admission, inner, req));
+            return ResponseFuture::decided(admission, inner, req);
         }
         if !key::usable(&key, 0) {
             return unkeyed(Unkeyed::Request, inner, req);
@@ -170,7 +163,7 @@ where
             };
             ask.admission(decided, &refusals)
         };
-        ResponseFuture::new(Admit::admitting(in_span(check, span), inner, req))
+        ResponseFuture::deciding(in_span(check, span), inner, req)
     }
 }
 

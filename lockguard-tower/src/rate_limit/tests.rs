@@ -701,3 +701,32 @@ async fn shadow_mode_sends_the_headers_and_never_refuses() {
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS, "{name}");
     }
 }
+
+/// The layer answers in the inner service's body type: an admitted
+/// response's body is the inner one as it was (no wrapper for a framework
+/// to box again), and a refusal's problem body is made into that type.
+#[tokio::test(start_paused = true)]
+async fn responses_keep_the_inner_body_type() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+
+    let lg = Client::memory();
+    let inner = service_fn(|_req: Request<Body>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    });
+    let svc = RateLimitLayer::new(lg.rate_limiter("typed", Quota::per_minute(1)), user_key())
+        .layer(inner);
+    let first: Response<Full<Bytes>> = svc.clone().oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(body_string(first).await, "ok");
+    let refused: Response<Full<Bytes>> = svc.oneshot(request(Some("ada"))).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&refused, "content-type").as_deref(),
+        Some("application/problem+json")
+    );
+    assert!(
+        body_string(refused).await.contains("\"status\":429"),
+        "a refusal keeps its problem body"
+    );
+}
