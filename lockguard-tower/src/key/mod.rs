@@ -341,9 +341,9 @@ pub(crate) fn extract_checked<B, K: KeyExtractor<B> + ?Sized>(
     extractor: &K,
     req: &Request<B>,
     reserve: usize,
-) -> Result<String, Unkeyed> {
-    match extractor.extract(req) {
-        Some(key) => checked(key, reserve).ok_or(Unkeyed::Request),
+) -> Result<Key, Unkeyed> {
+    match extractor.extract_key(req) {
+        Some(key) => usable(&key, reserve).then_some(key).ok_or(Unkeyed::Request),
         None => Err(match extractor.misconfiguration(req) {
             Some(why) => Unkeyed::Misconfigured(why),
             None => Unkeyed::Request,
@@ -358,12 +358,6 @@ pub(crate) enum Unkeyed {
     Request,
     /// The extractor cannot work with how the server is served: why.
     Misconfigured(String),
-}
-
-/// `key` if it is usable (see [`is_valid`]); an invalid one counts as
-/// missing.
-pub(crate) fn checked(key: String, reserve: usize) -> Option<String> {
-    usable(&key, reserve).then_some(key)
 }
 
 /// Whether `key` is usable (see [`is_valid`]), saying so in the log when
