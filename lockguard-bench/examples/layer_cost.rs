@@ -3,7 +3,9 @@
 //! per variant, on one runtime worker, printing nanoseconds per request
 //! (wall and CPU). `TASKS=4 WORKERS=2` runs four request loops at once on
 //! two workers, so the layers' shared state is touched from both cores, as
-//! in a server.
+//! in a server. The `-per-ip` variants' requests come from `PEERS`
+//! addresses in turn (default 32, as 32 keep-alive connections; `PEERS=65536`
+//! is a crowd, each address back only after 65,535 others).
 //!
 //! Run under valgrind, it counts instructions instead, which do not move
 //! with the machine's load: `lockguard-bench/layer-cost.sh` runs each
@@ -43,6 +45,8 @@ fn main() {
     let tasks: u32 = std::env::var("TASKS").map_or(1, |v| v.parse().expect("TASKS: a number"));
     let workers: usize =
         std::env::var("WORKERS").map_or(1, |v| v.parse().expect("WORKERS: a number"));
+    let peers: u32 = std::env::var("PEERS").map_or(32, |v| v.parse().expect("PEERS: a number"));
+    assert!((1..=1 << 16).contains(&peers), "PEERS: 1 to 65,536");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()
@@ -62,7 +66,7 @@ fn main() {
                 let started = Instant::now();
                 let cpu = cpu_time();
                 let loops: Vec<_> = (0..tasks)
-                    .map(|t| tokio::spawn(requests(app.clone(), v.clone(), t, n / tasks)))
+                    .map(|t| tokio::spawn(requests(app.clone(), v.clone(), t, n / tasks, peers)))
                     .collect();
                 for l in loops {
                     l.await.expect("request loop");
@@ -78,14 +82,14 @@ fn main() {
 
 /// `n` requests through `app`, one after the other, keyed `x-conn` by
 /// loop `t` and 32 connections each.
-async fn requests(app: Router, v: String, t: u32, n: u32) {
+async fn requests(app: Router, v: String, t: u32, n: u32, peers: u32) {
     // Routes built once, as `axum::serve` does (`into_make_service` calls
     // `with_state`): otherwise every request would build its route and
     // apply the layer anew, a cost no server pays.
     let mut svc = app.with_state::<()>(()).into_service::<Body>();
     // What `into_make_service_with_connect_info` records, for the
-    // `-per-ip` variants: 32 peers, as 32 connections from addresses of
-    // their own.
+    // `-per-ip` variants: `peers` peers in turn, as connections from
+    // addresses of their own.
     let peer_address = apps::needs_peer_address(&v);
     for i in 0..n {
         let mut req = http::Request::get("/")
@@ -93,7 +97,14 @@ async fn requests(app: Router, v: String, t: u32, n: u32) {
             .body(Body::empty())
             .expect("request");
         if peer_address {
-            let ip = std::net::Ipv4Addr::new(127, 0, (t % 256) as u8, 2 + (i % 32) as u8);
+            // Loop `t`'s peers: 127.t.0.2, 127.t.0.3, ... (a /16 each).
+            let p = i % peers;
+            let ip = std::net::Ipv4Addr::new(
+                127,
+                (t % 256) as u8,
+                (p >> 8) as u8,
+                2u8.wrapping_add(p as u8),
+            );
             req.extensions_mut()
                 .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
                     ip, 40_000,

@@ -1,14 +1,12 @@
 //! Keys from the client's IP address.
 
-use std::cell::RefCell;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 
 use http::Request;
 use http::header::{FORWARDED, HeaderName};
 
+use super::KeyExtractor;
 use super::proxy::{self, TrustedProxies, mask};
-use super::{Key, KeyExtractor};
 
 /// The address of the connection's peer, as the server recorded it in the
 /// request's extensions: axum's `ConnectInfo<SocketAddr>` (with the `axum`
@@ -56,64 +54,22 @@ impl Default for Grouping {
 
 impl Grouping {
     /// `ip:203.0.113.9`, or `ip:2001:db8:1:2::/64` for a grouped address.
-    fn key(self, ip: IpAddr) -> Key {
+    fn key(self, ip: IpAddr) -> String {
         let ip = ip.to_canonical();
         let (prefix, max) = match ip {
             IpAddr::V4(_) => (self.v4, 32),
             IpAddr::V6(_) => (self.v6, 128),
         };
         let masked = mask(ip, prefix);
-        // The whole address's key is the same for any prefix at or past
-        // its length.
-        let prefix = prefix.min(max);
-        cached(masked, prefix, || match masked {
+        match masked {
             // The common case, written digit by digit: `format!` through
-            // `Display` costs several times as much.
-            IpAddr::V4(v4) if prefix == max => Arc::from(v4_key(v4).as_str()),
-            _ if prefix == max => Arc::from(format!("ip:{masked}")),
-            _ => Arc::from(format!("ip:{masked}/{prefix}")),
-        })
+            // `Display` costs several times as much, on every request.
+            IpAddr::V4(v4) if prefix >= max => v4_key(v4),
+            _ if prefix >= max => format!("ip:{masked}"),
+            _ => format!("ip:{masked}/{prefix}"),
+        }
     }
 }
-
-/// The key of the network `masked`/`prefix`, as `make` writes it, from
-/// the keys this thread made last: a client sends many requests, each of
-/// which would otherwise write its key and allocate it anew. One slot per
-/// hash of the network among [`KEPT_KEYS`]: a network whose slot another
-/// took has its key made again, which is all a crowd of clients (or
-/// addresses chosen to collide) costs.
-fn cached(masked: IpAddr, prefix: u8, make: impl FnOnce() -> Arc<str>) -> Key {
-    thread_local! {
-        static KEYS: RefCell<Vec<Option<KeptKey>>> = const { RefCell::new(Vec::new()) };
-    }
-    let bits = match masked {
-        IpAddr::V4(v4) => u128::from(u32::from(v4)),
-        IpAddr::V6(v6) => u128::from(v6),
-    };
-    let folded = (bits as u64) ^ ((bits >> 64) as u64) ^ u64::from(prefix);
-    // The top bits of a multiplicative hash: a slot index below KEPT_KEYS.
-    let slot =
-        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - KEPT_KEYS.trailing_zeros())) as usize;
-    KEYS.with_borrow_mut(|keys| {
-        if keys.is_empty() {
-            keys.resize(KEPT_KEYS, None);
-        }
-        match &keys[slot] {
-            Some((ip, p, text)) if *ip == masked && *p == prefix => Key::from(text.clone()),
-            _ => {
-                let text = make();
-                keys[slot] = Some((masked, prefix, text.clone()));
-                Key::from(text)
-            }
-        }
-    })
-}
-
-/// A network (its masked address and prefix) and its key.
-type KeptKey = (IpAddr, u8, Arc<str>);
-
-/// How many networks' keys a thread keeps (a power of two): some 10 KB.
-const KEPT_KEYS: usize = 256;
 
 /// `ip:203.0.113.9`, as `format!("ip:{v4}")` writes it.
 fn v4_key(v4: std::net::Ipv4Addr) -> String {
@@ -178,10 +134,6 @@ impl PeerIp {
 
 impl<B> KeyExtractor<B> for PeerIp {
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        self.extract_key(req).map(String::from)
-    }
-
-    fn extract_key(&self, req: &Request<B>) -> Option<Key> {
         peer_ip(req).map(|ip| self.grouping.key(ip))
     }
 
@@ -313,10 +265,6 @@ impl ClientIp {
 
 impl<B> KeyExtractor<B> for ClientIp {
     fn extract(&self, req: &Request<B>) -> Option<String> {
-        self.extract_key(req).map(String::from)
-    }
-
-    fn extract_key(&self, req: &Request<B>) -> Option<Key> {
         self.client_ip(req).map(|ip| self.grouping.key(ip))
     }
 
@@ -342,44 +290,6 @@ mod tests {
                 .insert(peer.parse::<SocketAddr>().unwrap());
         }
         r
-    }
-
-    /// A thread's kept keys answer only for their own network: addresses
-    /// far more than the slots, of both families and with and without a
-    /// grouping prefix, asked in one order and then in another, each get
-    /// the key written for it.
-    #[test]
-    fn kept_keys_answer_only_for_their_own_network() {
-        let expected = |ip: IpAddr, v6: u8| match ip {
-            IpAddr::V4(v4) => format!("ip:{v4}"),
-            IpAddr::V6(_) if v6 >= 128 => format!("ip:{ip}"),
-            IpAddr::V6(_) => format!("ip:{}/{v6}", mask(ip, v6)),
-        };
-        let addresses: Vec<IpAddr> = (0..4 * KEPT_KEYS as u32)
-            .flat_map(|n| {
-                let v4 = IpAddr::from(std::net::Ipv4Addr::from(n.wrapping_mul(2_654_435_761)));
-                let v6 = IpAddr::from(std::net::Ipv6Addr::from(
-                    u128::from(n) << 70 | u128::from(n),
-                ));
-                [v4, v6]
-            })
-            .collect();
-        for round in 0..2 {
-            for (i, &ip) in addresses.iter().enumerate() {
-                let ip = if round == 0 {
-                    ip
-                } else {
-                    addresses[addresses.len() - 1 - i]
-                };
-                for (extractor, v6) in [(PeerIp::new(), 64), (PeerIp::new().ipv6_prefix(128), 128)]
-                {
-                    let mut r = Request::new(());
-                    r.extensions_mut().insert(ip);
-                    let key = extractor.extract_key(&r).unwrap();
-                    assert_eq!(key.as_str(), expected(ip, v6), "the key of {ip}");
-                }
-            }
-        }
     }
 
     /// IPv4 keys are written digit by digit, as `Display` would.

@@ -15,13 +15,13 @@
 
 mod ip;
 mod proxy;
-mod text;
+
+use std::borrow::Cow;
 
 use http::{HeaderName, Request};
 
 pub use ip::{ClientIp, PeerIp};
 pub use proxy::{Cidr, TrustedProxies};
-pub use text::Key;
 
 /// Turns a request into the key it is limited or locked by.
 ///
@@ -50,13 +50,13 @@ pub trait KeyExtractor<B> {
     /// The key of `req`, or `None` when it has none.
     fn extract(&self, req: &Request<B>) -> Option<String>;
 
-    /// The key of `req` as [`extract`](KeyExtractor::extract) gives it, as
-    /// a [`Key`]: what the layers ask for. An extractor whose key is the
-    /// same for every request (such as [`Global`]) or which keeps the keys
-    /// it made last (such as [`PeerIp`]) answers without an allocation per
-    /// request; the default owns what `extract` made.
-    fn extract_key(&self, req: &Request<B>) -> Option<Key> {
-        self.extract(req).map(Key::from)
+    /// The key of `req` as [`extract`](KeyExtractor::extract) gives it,
+    /// borrowed where the extractor has it already: what the layers ask
+    /// for. An extractor whose key is the same for every request (such as
+    /// [`Global`]) answers it without an allocation per request; the
+    /// default owns what `extract` made.
+    fn extract_key(&self, req: &Request<B>) -> Option<Cow<'static, str>> {
+        self.extract(req).map(Cow::Owned)
     }
 
     /// Why `req` has no key when the server's set-up is at fault rather
@@ -121,8 +121,8 @@ impl<B> KeyExtractor<B> for Global {
         Some(Self::KEY.to_owned())
     }
 
-    fn extract_key(&self, _req: &Request<B>) -> Option<Key> {
-        Some(Key::from(Self::KEY))
+    fn extract_key(&self, _req: &Request<B>) -> Option<Cow<'static, str>> {
+        Some(Cow::Borrowed(Self::KEY))
     }
 }
 
@@ -341,7 +341,7 @@ pub(crate) fn extract_checked<B, K: KeyExtractor<B> + ?Sized>(
     extractor: &K,
     req: &Request<B>,
     reserve: usize,
-) -> Result<Key, Unkeyed> {
+) -> Result<Cow<'static, str>, Unkeyed> {
     match extractor.extract_key(req) {
         Some(key) => usable(&key, reserve).then_some(key).ok_or(Unkeyed::Request),
         None => Err(match extractor.misconfiguration(req) {

@@ -1,5 +1,6 @@
 //! A [`RateLimitTable`] read from configuration (feature `serde`).
 
+use std::borrow::Cow;
 use std::fmt;
 
 use http::{HeaderName, Method, Request, StatusCode};
@@ -194,7 +195,7 @@ impl<B> KeyExtractor<B> for ConfiguredKey {
         self.extractor().extract(req)
     }
 
-    fn extract_key(&self, req: &Request<B>) -> Option<crate::key::Key> {
+    fn extract_key(&self, req: &Request<B>) -> Option<Cow<'static, str>> {
         self.extractor().extract_key(req)
     }
 

@@ -6,7 +6,7 @@ use http::Request;
 use lockguard_core::RateLimiter;
 
 use super::headers::Policy;
-use crate::key::{Key, KeyExtractor};
+use crate::key::KeyExtractor;
 use crate::outcome::{FailureMode, MissingKey};
 
 /// The limit one request is checked against: a limiter, the key whose
@@ -26,7 +26,7 @@ use crate::outcome::{FailureMode, MissingKey};
 #[derive(Debug, Clone)]
 pub struct Selection<'a> {
     pub(crate) limiter: Cow<'a, RateLimiter>,
-    pub(crate) key: Option<Key>,
+    pub(crate) key: Option<Cow<'static, str>>,
     pub(crate) cost: u64,
     pub(crate) on_missing_key: Option<MissingKey>,
     pub(crate) failure: Option<FailureMode>,
@@ -82,7 +82,7 @@ impl<'a> Selection<'a> {
     fn with(limiter: Cow<'a, RateLimiter>, key: Option<String>) -> Self {
         Self {
             limiter,
-            key: key.map(Key::from),
+            key: key.map(Cow::Owned),
             cost: 1,
             on_missing_key: None,
             failure: None,
