@@ -69,8 +69,9 @@
 //! be `From<Bytes>`, as axum's `Body` is). A [`LockLayer`] or
 //! [`ConcurrencyLimitLayer`] answers with a [`ResponseBody`] around it,
 //! which holds the request's lock or permit: a lock or permit is held
-//! until the response body has ended (streaming bodies included) and released before the end is reported, so a client
-//! that has read the whole response can start the next request at once.
+//! until the response body has ended (streaming bodies included) and
+//! released before the end is reported, so a client that has read the
+//! whole response can start the next request at once.
 //!
 //! A body already complete when the handler returns (most small responses)
 //! is released before the response goes out, so the head and the body
