@@ -85,6 +85,46 @@ pub(crate) fn in_scope<R>(span: Option<&tracing::Span>, f: impl FnOnce() -> R) -
     }
 }
 
+/// An admission check in flight, with the ready service it is for and
+/// the request: what both the layers' futures hold while they wait.
+pub(crate) struct Pending<S, ReqB> {
+    admitting: Admitting,
+    service: Option<S>,
+    request: Option<Request<ReqB>>,
+}
+
+impl<S: Clone, ReqB> Pending<S, ReqB> {
+    /// Waits for `admitting`, then hands back the ready service taken from
+    /// `service` (a clone is left in its place) and `request`.
+    pub(crate) fn new(admitting: Admitting, service: &mut S, request: Request<ReqB>) -> Self {
+        Self {
+            admitting,
+            service: Some(take_ready(service)),
+            request: Some(request),
+        }
+    }
+}
+
+impl<S, ReqB> Pending<S, ReqB> {
+    /// The admission, with the service and the request, once it is made.
+    ///
+    /// # Panics
+    ///
+    /// When polled again after it answered, as a future would.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> Poll<(Admission, S, Request<ReqB>)> {
+        let admission = ready!(self.admitting.as_mut().poll(cx));
+        let service = self
+            .service
+            .take()
+            .expect("admission polled after completion");
+        let request = self
+            .request
+            .take()
+            .expect("admission polled after completion");
+        Poll::Ready((admission, service, request))
+    }
+}
+
 /// The responses the layers wrap: `http::Response<B>` for any body `B`.
 ///
 /// It names the body type in the bounds of the layers' response futures;
@@ -110,9 +150,7 @@ pin_project! {
         R: HasBody,
     {
         Admitting {
-            admitting: Admitting,
-            service: Option<S>,
-            request: Option<Request<ReqB>>,
+            pending: Pending<S, ReqB>,
         },
         Calling {
             #[pin]
@@ -196,9 +234,7 @@ where
         Self {
             head: request.method() == Method::HEAD,
             state: State::Admitting {
-                admitting,
-                service: Some(take_ready(service)),
-                request: Some(request),
+                pending: Pending::new(admitting, service, request),
             },
         }
     }
@@ -337,14 +373,8 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Admitting {
-                    admitting,
-                    service,
-                    request,
-                } => {
-                    let admission = ready!(admitting.as_mut().poll(cx));
-                    let mut service = service.take().expect("admission polled after completion");
-                    let request = request.take().expect("admission polled after completion");
+                StateProj::Admitting { pending } => {
+                    let (admission, mut service, request) = ready!(pending.poll(cx));
                     this.state
                         .set(State::after(admission, &mut service, request));
                 }
@@ -430,7 +460,7 @@ fn content_length<B>(response: &Response<B>) -> Option<u64> {
 /// Takes the ready service out of `slot`, leaving a fresh clone behind, so
 /// the service `poll_ready` prepared is the one called, later. A request
 /// admitted at once calls the service in place: no clone.
-pub(crate) fn take_ready<S: Clone>(slot: &mut S) -> S {
+fn take_ready<S: Clone>(slot: &mut S) -> S {
     let clone = slot.clone();
     std::mem::replace(slot, clone)
 }

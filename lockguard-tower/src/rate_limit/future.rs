@@ -15,7 +15,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::headers::RateHeaders;
-use crate::admit::{Admission, Admitting, HasBody, take_ready};
+use crate::admit::{Admission, Admitting, HasBody, Pending};
 use crate::key::Unkeyed;
 use crate::outcome::{self, MissingKey};
 use crate::refusal::Refusals;
@@ -25,9 +25,7 @@ pin_project! {
     enum State<F, S, ReqB, B> {
         // Waiting for the store's decision.
         Deciding {
-            deciding: Admitting,
-            service: Option<S>,
-            request: Option<Request<ReqB>>,
+            pending: Pending<S, ReqB>,
         },
         Calling {
             #[pin]
@@ -69,9 +67,7 @@ where
     {
         Self {
             state: State::Deciding {
-                deciding,
-                service: Some(take_ready(service)),
-                request: Some(request),
+                pending: Pending::new(deciding, service, request),
             },
         }
     }
@@ -177,14 +173,8 @@ where
         let mut state = self.project().state;
         loop {
             match state.as_mut().project() {
-                StateProj::Deciding {
-                    deciding,
-                    service,
-                    request,
-                } => {
-                    let admission = ready!(deciding.as_mut().poll(cx));
-                    let mut service = service.take().expect("decision polled after completion");
-                    let request = request.take().expect("decision polled after completion");
+                StateProj::Deciding { pending } => {
+                    let (admission, mut service, request) = ready!(pending.poll(cx));
                     state.set(State::after(admission, &mut service, request));
                 }
                 StateProj::Calling { future, headers } => {
