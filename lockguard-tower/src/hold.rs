@@ -227,6 +227,7 @@ where
     // Each request is its own owner: requests are not run in a lock's
     // scope, so two served by one task (one connection) exclude each other.
     let held = options.held(kind, mode, &key);
+    key::give_back(key);
     // Taken at once where the store needs no round trip (the in-memory
     // store): nothing to box or wait for. Busy with a wait configured, it
     // waits below, in the queue, like any other waiter.

@@ -1,5 +1,6 @@
 //! Keys from the client's IP address.
 
+use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use http::Request;
@@ -65,15 +66,23 @@ impl Grouping {
             // The common case, written digit by digit: `format!` through
             // `Display` costs several times as much, on every request.
             IpAddr::V4(v4) if prefix >= max => v4_key(v4),
-            _ if prefix >= max => format!("ip:{masked}"),
-            _ => format!("ip:{masked}/{prefix}"),
+            _ => {
+                let mut out = super::buffer(48);
+                // Writing into a `String` cannot fail.
+                let _ = if prefix >= max {
+                    write!(out, "ip:{masked}")
+                } else {
+                    write!(out, "ip:{masked}/{prefix}")
+                };
+                out
+            }
         }
     }
 }
 
 /// `ip:203.0.113.9`, as `format!("ip:{v4}")` writes it.
 fn v4_key(v4: std::net::Ipv4Addr) -> String {
-    let mut out = String::with_capacity(18);
+    let mut out = super::buffer(18);
     out.push_str("ip:");
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {

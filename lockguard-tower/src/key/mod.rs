@@ -17,6 +17,7 @@ mod ip;
 mod proxy;
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 use http::{HeaderName, Request};
 
@@ -326,10 +327,41 @@ pub(crate) fn is_valid(key: &str, reserve: usize) -> bool {
         && key.len().saturating_add(reserve) <= lockguard_core::MAX_KEY_LEN
 }
 
-/// `parts` end to end, in one allocation of the right size (a key is
-/// built per request; `format!` would grow it piecewise).
+thread_local! {
+    /// The buffer of the last key this thread's layers were done with,
+    /// empty, for the next key an extractor writes here: a key is written
+    /// per request, and a request decided at once (the in-memory store)
+    /// hands its key's buffer back. Only a buffer is kept, never a key:
+    /// every key is written anew, so a crowd of clients costs what one does.
+    static SPARE: Cell<String> = const { Cell::new(String::new()) };
+}
+
+/// The largest buffer kept for the next key; a longer key's is freed.
+const SPARE_CAPACITY: usize = 128;
+
+/// An empty `String` with room for `len` bytes: this thread's spare
+/// buffer (see [`give_back`]) when it has one.
+pub(crate) fn buffer(len: usize) -> String {
+    let mut out = SPARE.take();
+    out.reserve(len);
+    out
+}
+
+/// Keeps `key`'s buffer, emptied, for the next key written on this thread
+/// (see [`buffer`]), when the layer is done with the key.
+pub(crate) fn give_back(key: Cow<'static, str>) {
+    if let Cow::Owned(mut spare) = key
+        && spare.capacity() <= SPARE_CAPACITY
+    {
+        spare.clear();
+        SPARE.set(spare);
+    }
+}
+
+/// `parts` end to end, in one buffer of the right size (a key is built
+/// per request; `format!` would grow it piecewise).
 fn joined(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    let mut out = buffer(parts.iter().map(|p| p.len()).sum());
     for part in parts {
         out.push_str(part);
     }
@@ -487,5 +519,36 @@ mod tests {
             extract_checked(&PeerIp::new(), &served, 0).as_deref(),
             Ok("ip:203.0.113.9")
         );
+    }
+
+    #[test]
+    fn a_buffer_given_back_is_written_anew_by_the_next_key() {
+        let served = |peer: &str| {
+            let mut r = req(|b| b);
+            r.extensions_mut()
+                .insert(peer.parse::<std::net::SocketAddr>().unwrap());
+            r
+        };
+        let v6 = PeerIp::new().ipv6_prefix(48);
+        let long = extract_checked(&v6, &served("[2001:db8:aaaa:bbbb::1]:443"), 0).unwrap();
+        assert_eq!(long, "ip:2001:db8:aaaa::/48");
+        let at = long.as_ptr();
+        give_back(long);
+        // The next key is written into the same buffer, and nothing of the
+        // longer key before it is left.
+        let short = extract_checked(&PeerIp::new(), &served("10.0.0.1:80"), 0).unwrap();
+        assert_eq!(short, "ip:10.0.0.1");
+        assert_eq!(short.as_ptr(), at, "the buffer was not reused");
+        give_back(short);
+        let header = Header::new(http::HeaderName::from_static("x-user"));
+        let r = req(|b| b.header("x-user", "ann"));
+        assert_eq!(
+            extract_checked(&header, &r, 0).as_deref(),
+            Ok("header:x-user:ann")
+        );
+        // A key of no buffer, or of a large one, leaves the spare as it was.
+        give_back(Cow::Borrowed("global"));
+        give_back(Cow::Owned("x".repeat(SPARE_CAPACITY + 1)));
+        assert!(buffer(0).capacity() <= SPARE_CAPACITY);
     }
 }

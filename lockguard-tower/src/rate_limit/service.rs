@@ -142,6 +142,7 @@ where
                 };
                 ask.admission(decided, refusals)
             });
+            key::give_back(key);
             return ResponseFuture::decided(admission, inner, req);
         }
         if !key::usable(&key, 0) {
