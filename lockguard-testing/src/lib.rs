@@ -14,6 +14,10 @@
 //! a store crate runs against its own store through a harness; the
 //! [`mod@faults`] scenarios are what every store with a server must show
 //! when that server is killed, paused or down, over any [`ServerProcess`].
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `kits` (default) | the conformance kit, the fault scenarios and the limiter models, with tokio's `test-util` (paused time) they run on; without it, the server harnesses alone, on the tokio a service runs |
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,10 +27,13 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "kits")]
 pub mod conformance;
+#[cfg(feature = "kits")]
 pub mod faults;
 mod log;
 mod mariadb;
+#[cfg(feature = "kits")]
 pub mod models;
 mod postgres;
 mod process;
