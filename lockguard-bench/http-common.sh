@@ -1,4 +1,4 @@
-# What http-wrk.sh and http-cpu.sh share (sourced, from the workspace root):
+# What http-wrk.sh, http-cpu.sh and http-ab.sh share (sourced, from the workspace root):
 # the checks, the server built, a temporary directory with wrk's request
 # script (every request its own `x-conn` value), and the server of one
 # variant started on CPU 0.
