@@ -41,14 +41,11 @@ for ((r = 1; r <= rounds; r++)); do
     v=${run#*:}
     if [ "$build" = base ]; then bin=$base_bin; else bin=target/release/examples/http_server; fi
     start_server "$v"
-    taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
-    taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
+    warm_up
+    load "$secs"
     stop_server
-    if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
-      echo "$run: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
-    fi
-    rps=$(sed -n 's/^Requests\/sec: *//p' "$out/wrk")
-    [ -n "$rps" ] || { echo "$run: wrk printed no Requests/sec:" >&2; cat "$out/wrk" >&2; exit 1; }
+    check_answers "$run"
+    rps=$(requests_per_sec "$run")
     echo "$r $run $rps" >> "$out/runs"
   done
   echo "round $r/$rounds: $(awk -v r="$r" '$1 == r { printf "%s %.0f/s  ", $2, $3 }' "$out/runs")" >&2

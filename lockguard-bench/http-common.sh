@@ -5,7 +5,10 @@
 #
 #   NAME=http-wrk.sh; source lockguard-bench/http-common.sh
 #   start_server VARIANT     # sets $server (pid) and $addr
+#   warm_up; load SECONDS    # a second of load, then the measured run in $out/wrk
 #   stop_server
+#   check_answers LABEL      # fails on answers other than 200
+#   rps=$(requests_per_sec LABEL)
 [ "$(nproc)" -ge 2 ] || { echo "$NAME needs 2 cores: one for the server, one for wrk" >&2; exit 1; }
 if ! command -v wrk >/dev/null; then
   apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null
@@ -33,4 +36,30 @@ start_server() {
 
 stop_server() {
   kill "$server"; wait "$server" 2>/dev/null || true; server=
+}
+
+# A second of wrk's load on the running server, not measured.
+warm_up() {
+  taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
+}
+
+# $1 seconds of wrk's load on the running server, its report in $out/wrk.
+load() {
+  taskset -c 1 wrk -t1 -c32 -d"$1s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
+}
+
+# Fails the script when the last load (run $1) got an answer other than
+# 200 or a socket error.
+check_answers() {
+  if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
+    echo "$1: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
+  fi
+}
+
+# The last load's (run $1's) requests per second.
+requests_per_sec() {
+  local rps
+  rps=$(sed -n 's/^Requests\/sec: *//p' "$out/wrk")
+  [ -n "$rps" ] || { echo "$1: wrk printed no Requests/sec:" >&2; cat "$out/wrk" >&2; exit 1; }
+  echo "$rps"
 }

@@ -28,15 +28,13 @@ command -v perf >/dev/null || { echo "http-cpu.sh needs perf (apt-get install li
 for ((r = 1; r <= rounds; r++)); do
   for v in "$@"; do
     start_server "$v"
-    taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
+    warm_up
     perf stat -e task-clock -p "$server" -o "$out/stat" -- sleep "$secs" > /dev/null 2>&1 &
     stat=$!
-    taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
+    load "$secs"
     wait "$stat"
     stop_server
-    if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
-      echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
-    fi
+    check_answers "$v"
     requests=$(sed -n 's/^ *\([0-9]*\) requests in.*/\1/p' "$out/wrk")
     ms=$(awk '/task-clock/ { gsub(",", "", $1); print $1 }' "$out/stat")
     [ -n "$requests" ] && [ -n "$ms" ] || { echo "$v: no count from wrk or perf" >&2; exit 1; }

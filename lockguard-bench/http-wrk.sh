@@ -37,16 +37,13 @@ for ((r = 1; r <= rounds; r++)); do
   order=("${variants[@]:k}" "${variants[@]:0:k}")
   for v in "${order[@]}"; do
     start_server "$v"
-    taskset -c 1 wrk -t1 -c32 -d1s -s "$out/conn.lua" "http://$addr/" > /dev/null
+    warm_up
     before=$(cpu_ticks "$server")
-    taskset -c 1 wrk -t1 -c32 -d"${secs}s" -s "$out/conn.lua" "http://$addr/" > "$out/wrk"
+    load "$secs"
     after=$(cpu_ticks "$server")
     stop_server
-    if grep -q "Non-2xx\|Socket errors" "$out/wrk"; then
-      echo "$v: answers other than 200, or socket errors:" >&2; cat "$out/wrk" >&2; exit 1
-    fi
-    rps=$(sed -n 's/^Requests\/sec: *//p' "$out/wrk")
-    [ -n "$rps" ] || { echo "$v: wrk printed no Requests/sec:" >&2; cat "$out/wrk" >&2; exit 1; }
+    check_answers "$v"
+    rps=$(requests_per_sec "$v")
     busy=$(awk -v a="$after" -v b="$before" -v t="$tick" -v s="$secs" 'BEGIN { printf "%.2f", (a - b) / t / s }')
     echo "$r $v $rps $busy" >> "$out/runs"
   done
