@@ -430,6 +430,9 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
         g.fencing_token().get(),
         newest.0
     );
+    // Released at once: the lease is a fixed 500 ms, and the round trips
+    // below, the first a freshly promoted server answers, may outlast it.
+    assert!(g.release().await.unwrap());
     let sem = lg.semaphore("failover-sem", 2);
     let p = sem.try_acquire().await.unwrap();
     let fence = sem_fence(&sem).await;
@@ -446,7 +449,6 @@ async fn fences_and_versions_keep_growing_after_a_failover_to_a_stale_standby() 
         "counter version {version} after {} was seen",
         newest.2
     );
-    assert!(g.release().await.unwrap());
     assert!(p.release().await.unwrap());
 }
 
@@ -617,6 +619,8 @@ async fn fences_and_versions_keep_growing_after_a_real_failover() {
         g.fencing_token().get(),
         newest.0
     );
+    // Released at once, as above.
+    assert!(g.release().await.unwrap());
     let c = lg.counter("failover-counter");
     c.incr_by(1).await.unwrap();
     let version = c.get_versioned().await.unwrap().version;
@@ -625,5 +629,4 @@ async fn fences_and_versions_keep_growing_after_a_real_failover() {
         "counter version {version} after {} was seen",
         newest.1
     );
-    assert!(g.release().await.unwrap());
 }
