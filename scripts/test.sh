@@ -48,6 +48,30 @@ conformance=(--test 'conformance*' -- --test-threads 8)
 # other's last crates, and the test passes below find it all built.
 cargo build --workspace --all-features --examples --tests
 
+# On CI, what only compiles runs beside the test passes below: the build
+# of the TLS tests on the platform's TLS library (features of their own)
+# and $TEST_BESIDE (.ci/run's lints and docs). The test passes mostly wait
+# (on leases, timeouts, servers), leaving a core and more idle; the fault
+# tests' timings (a ZooKeeper member's reconnection, a Sentinel failover)
+# must not lose a core to a build, so the build runs in the idle
+# scheduling class, in an autogroup of its own at nice 19 (the kernel
+# weighs autogroups against each other before their tasks), and so takes
+# only what no test and no server wants. It has a target directory of its
+# own: the passes' cargo never waits for its lock. It is waited for before
+# the history checker, which runs alone on the machine.
+beside_dir="$PWD/target/beside"
+beside_pid=
+if [ -n "${CI:-}" ]; then
+  beside_log=$(mktemp)
+  trap '[ -z "$beside_pid" ] || kill -- -"$beside_pid" 2>/dev/null || true' EXIT
+  CARGO_TARGET_DIR="$beside_dir" setsid bash -c '
+    echo 19 > /proc/self/autogroup 2>/dev/null || true
+    exec chrt --idle 0 bash -c "$1"' _ \
+    "set -e; cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults --no-run; ${TEST_BESIDE:-}" \
+    > "$beside_log" 2>&1 &
+  beside_pid=$!
+fi
+
 # Unit and integration tests of every crate, against real redis-server
 # processes the tests start and stop themselves.
 log=$(mktemp)
@@ -63,9 +87,23 @@ for store in postgres zookeeper mysql etcd; do
 done
 # Every crate's doctests.
 cargo test --workspace --all-features --doc 2>&1 | tee -a "$log"
+if [ -n "$beside_pid" ]; then
+  status=0
+  wait "$beside_pid" || status=$?
+  beside_pid=
+  echo "--- beside the tests (lints, docs, builds) ---"
+  cat "$beside_log"
+  rm -f "$beside_log"
+  if [ "$status" -ne 0 ]; then
+    echo "error: what ran beside the tests failed (exit status $status)" >&2
+    exit "$status"
+  fi
+fi
 # With every feature on, rustls serves rediss://; the TLS tests again on the
-# platform's TLS library.
-cargo test -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
+# platform's TLS library (on CI, built beside the passes above).
+tls_target=()
+[ -z "${CI:-}" ] || tls_target=(--target-dir "$beside_dir")
+cargo test "${tls_target[@]}" -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
 # The history checker (lockguard-chaos/tests/chaos.rs): worker processes on
 # every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, etcd, Sentinel,
 # Cluster) under random faults, their histories checked, in two runs (the
