@@ -55,10 +55,11 @@ cargo build --workspace --all-features --examples --tests
 # tests' timings (a ZooKeeper member's reconnection, a Sentinel failover)
 # must not lose a core to a build, so the build runs in the idle
 # scheduling class, in an autogroup of its own at nice 19 (the kernel
-# weighs autogroups against each other before their tasks), and in the
-# idle I/O class, and so takes only what no test and no server wants. It has a target directory of its
-# own: the passes' cargo never waits for its lock. It is waited for before
-# the history checker, which runs alone on the machine.
+# weighs autogroups against each other before their tasks) and in the
+# idle I/O class: it takes only what no test and no server wants. It has
+# a target directory of its own, so the passes' cargo never waits for its
+# lock. It is waited for before the history checker, which runs alone on
+# the machine.
 beside_dir="$PWD/target/beside"
 beside_pid=
 if [ -n "${CI:-}" ]; then
