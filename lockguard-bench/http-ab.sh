@@ -50,20 +50,11 @@ for ((r = 1; r <= rounds; r++)); do
   done
   echo "round $r/$rounds: $(awk -v r="$r" '$1 == r { printf "%s %.0f/s  ", $2, $3 }' "$out/runs")" >&2
 done
-awk -v variants="${variants[*]}" -v base="$base" '
-  function median(xs, n,   i, j, t) {
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
-    return n % 2 ? xs[(n + 1) / 2] : (xs[n / 2] + xs[n / 2 + 1]) / 2
-  }
-  # The median over the rounds of a / b, with its range.
-  function ratio(a, b,   r, n, q, lo, hi, c) {
-    lo = 1e9; hi = 0; n = 0
-    for (r = 1; r <= rounds; r++) {
-      if (!((r, a) in rps) || !((r, b) in rps)) continue
-      q = rps[r, a] / rps[r, b]; c[++n] = q
-      if (q < lo) lo = q; if (q > hi) hi = q
-    }
-    return sprintf("%.3fx (%.2f–%.2fx)", median(c, n), lo, hi)
+awk -v variants="${variants[*]}" -v base="$base" "$ROUNDS_AWK"'
+  # The median over the rounds of a / b, with its range, written out.
+  function ratio(a, b,   m) {
+    m = over_rounds(a, b)
+    return sprintf("%.3fx (%.2f–%.2fx)", m, lo, hi)
   }
   { rps[$1, $2] = $3; if ($1 > rounds) rounds = $1; have[$2] = 1 }
   END {

@@ -9,6 +9,7 @@
 #   stop_server
 #   check_answers LABEL      # fails on answers other than 200
 #   rps=$(requests_per_sec LABEL)
+#   awk "$ROUNDS_AWK"' ...'   # median() and over_rounds() for the summary
 [ "$(nproc)" -ge 2 ] || { echo "$NAME needs 2 cores: one for the server, one for wrk" >&2; exit 1; }
 if ! command -v wrk >/dev/null; then
   apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null
@@ -63,3 +64,23 @@ requests_per_sec() {
   [ -n "$rps" ] || { echo "$1: wrk printed no Requests/sec:" >&2; cat "$out/wrk" >&2; exit 1; }
   echo "$rps"
 }
+
+# awk functions for a script's summary over rps[round, run], the runs'
+# requests per second, and rounds: median(xs, n) of xs[1..n]; and
+# over_rounds(a, b), the median over the rounds where both ran of
+# rps[r, a] / rps[r, b], with the lowest and highest left in lo and hi.
+ROUNDS_AWK='
+  function median(xs, n,   i, j, t) {
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
+    return n % 2 ? xs[(n + 1) / 2] : (xs[n / 2] + xs[n / 2 + 1]) / 2
+  }
+  function over_rounds(a, b,   r, n, q, c) {
+    lo = 1e9; hi = 0; n = 0
+    for (r = 1; r <= rounds; r++) {
+      if (!((r, a) in rps) || !((r, b) in rps)) continue
+      q = rps[r, a] / rps[r, b]; c[++n] = q
+      if (q < lo) lo = q; if (q > hi) hi = q
+    }
+    return median(c, n)
+  }
+'

@@ -49,33 +49,28 @@ for ((r = 1; r <= rounds; r++)); do
   done
   echo "round $r/$rounds: $(awk -v r="$r" '$1 == r { printf "%s %.0f/s (busy %s)  ", $2, $3, $4 }' "$out/runs")" >&2
 done
-awk -v rounds="$rounds" -v variants="${variants[*]}" '
-  function median(xs, n,   i, j, t) {
-    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (xs[j] < xs[i]) { t = xs[i]; xs[i] = xs[j]; xs[j] = t }
-    return n % 2 ? xs[(n + 1) / 2] : (xs[n / 2] + xs[n / 2 + 1]) / 2
-  }
+awk -v rounds="$rounds" -v variants="${variants[*]}" "$ROUNDS_AWK"'
   { rps[$1, $2] = $3; busy[$1, $2] = $4; names[$2] = 1 }
   END {
     n = split(variants, order, " ")
     printf "| variant | requests/s (median) | server core busy (lowest) | ratio to hello-world | range |\n|---|---:|---:|---:|---:|\n"
     for (k = 1; k <= n; k++) {
-      v = order[k]; lo = 1e9; hi = 0; low = 1e9
+      v = order[k]; low = 1e9
       for (r = 1; r <= rounds; r++) {
-        a[r] = rps[r, v]; q = rps[r, v] / rps[r, "none"]; b[r] = q
-        if (q < lo) lo = q; if (q > hi) hi = q; if (busy[r, v] < low) low = busy[r, v]
+        a[r] = rps[r, v]
+        if (busy[r, v] < low) low = busy[r, v]
       }
-      printf "| %s | %.0f | %.2f | %.3fx | %.2f–%.2fx |\n", v, median(a, rounds), low, median(b, rounds), lo, hi
+      m = over_rounds(v, "none")
+      printf "| %s | %.0f | %.2f | %.3fx | %.2f–%.2fx |\n", v, median(a, rounds), low, m, lo, hi
       if (low < 0.9) starved = starved " " v
     }
     if (("rate" in names) && ("governor" in names)) {
-      lo = 1e9; hi = 0
-      for (r = 1; r <= rounds; r++) { q = rps[r, "rate"] / rps[r, "governor"]; c[r] = q; if (q < lo) lo = q; if (q > hi) hi = q }
-      printf "\nRateLimitLayer / tower_governor: %.3fx (range %.2f–%.2fx)\n", median(c, rounds), lo, hi
+      m = over_rounds("rate", "governor")
+      printf "\nRateLimitLayer / tower_governor: %.3fx (range %.2f–%.2fx)\n", m, lo, hi
     }
     if (("rate-per-ip" in names) && ("governor-per-ip" in names)) {
-      lo = 1e9; hi = 0
-      for (r = 1; r <= rounds; r++) { q = rps[r, "rate-per-ip"] / rps[r, "governor-per-ip"]; c[r] = q; if (q < lo) lo = q; if (q > hi) hi = q }
-      printf "RateLimitLayer / tower_governor, a key per client IP (one IP here: wrk connects from 127.0.0.1): %.3fx (range %.2f–%.2fx)\n", median(c, rounds), lo, hi
+      m = over_rounds("rate-per-ip", "governor-per-ip")
+      printf "RateLimitLayer / tower_governor, a key per client IP (one IP here: wrk connects from 127.0.0.1): %.3fx (range %.2f–%.2fx)\n", m, lo, hi
     }
     if (starved != "") { printf "the server was not the bottleneck in some rounds of:%s\n", starved > "/dev/stderr"; exit 1 }
   }' "$out/runs"
