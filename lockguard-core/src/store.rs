@@ -306,6 +306,22 @@ pub struct Place<'a> {
     pub since_ms: u64,
 }
 
+impl Place<'static> {
+    /// The place of `waiter`'s attempt number `attempt`, kept for `timeout`
+    /// without a refresh, its handoff told to its client's [`Inbox`] (no
+    /// channel): what a store's own tests pass to drive its queue without a
+    /// client.
+    pub fn new(waiter: Token, attempt: u32, timeout: Duration) -> Self {
+        Self {
+            timeout,
+            channel: "",
+            attempt,
+            waiter,
+            since_ms: 0,
+        }
+    }
+}
+
 impl<'a> Place<'a> {
     /// The same place, with wake-ups told on `channel` (a store that
     /// announces releases on a channel of its own passes `""`).

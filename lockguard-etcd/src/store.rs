@@ -739,8 +739,20 @@ impl EtcdStore {
         };
         let known = self.known(token, session.id);
         if let Some((_, created, true)) = known {
-            // Handed over by its watch (see `handoff`) as this attempt
-            // began: the same hold.
+            // Handed over by its watch (see `handoff`) before this attempt
+            // began, and not taken from the handoff: the same hold, whose
+            // lease the caller counts from this attempt, so this client
+            // keeps its key that long (the handoff's own end may come
+            // first: the caller let it go as too old, or its process was
+            // frozen past it with the key still there).
+            if !self.hold_again(token, lease) {
+                // Its end came as this attempt began: its key is being
+                // deleted, and its place in the queue with it.
+                return Err(Error::new(
+                    ErrorKind::Unavailable,
+                    "the lock handed to this waiter ended before it was taken",
+                ));
+            }
             return Ok(Outcome::Acquired {
                 fence: fence(created)?,
                 keys: keys.clone(),
@@ -1015,6 +1027,27 @@ impl EtcdStore {
                 end: self.lease_ends.schedule(*token, now + lease),
                 since: now,
             });
+        }
+    }
+
+    /// Renews the hold of `token`, with a lease of `lease` from now, as
+    /// [`EtcdStore::hold`] makes one: `false`, changing nothing, once the
+    /// token holds no more (its end passed and [`expire`] took the key to
+    /// delete it). An end passed that `expire` has not come to yet is
+    /// renewed: the key is still there, and nobody else could take the lock.
+    fn hold_again(&self, token: &Token, lease: Duration) -> bool {
+        let now = Instant::now();
+        let mut nodes = self.nodes();
+        match nodes.get_mut(token) {
+            Some(Node {
+                role: Role::Holding { end, since },
+                ..
+            }) => {
+                *end = self.lease_ends.schedule(*token, now + lease);
+                *since = now;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -2234,5 +2267,102 @@ mod tests {
         assert_eq!(further.key.as_deref(), Some("a"));
         assert!(!further.hands_over, "its predecessor does not hold");
         assert!(waits(&q, 0, Admission::Permits(1)).is_none());
+    }
+}
+
+/// The store driven through its [`LockStore`] boundary on a real etcd
+/// member, in orders a client makes only under load or a frozen process.
+#[cfg(all(test, feature = "testing"))]
+mod on_a_server {
+    use lockguard_core::store::Resource;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::testing::EtcdServer;
+
+    /// An inbox passing on the handoffs made to its client's waiters.
+    struct Handoffs(mpsc::UnboundedSender<Handoff>);
+
+    impl Inbox for Handoffs {
+        fn is_wanted(&self, _: &str) -> bool {
+            false
+        }
+        fn deliver(&self, _: &str, _: &[u8]) {}
+        fn handoff(&self, handoff: Handoff) {
+            let _ = self.0.send(handoff);
+        }
+        fn wake(&self, _: &Token) {}
+        fn near(&self, _: &Token) {}
+        fn wake_all(&self) {}
+    }
+
+    /// A store of a client of its own on `server`, its lease's TTL 10 s.
+    async fn store(server: &EtcdServer) -> Arc<EtcdStore> {
+        let url = format!("http://{}", server.endpoint());
+        let client = EtcdClient::connect([url], None)
+            .await
+            .expect("connect to etcd");
+        let session = Session::open(client, Duration::from_secs(10), Duration::from_secs(5))
+            .await
+            .expect("the client's lease");
+        EtcdStore::new(session, "/lockguard-test/".to_owned())
+    }
+
+    /// A waiter handed the lock by its watch, whose caller does not take
+    /// the handoff (too old to place when it looked, or its process frozen
+    /// past it), claims it with its next attempt: the hold then lasts that
+    /// attempt's lease, as the caller counts it, not the handoff's. (The
+    /// client used to keep the handoff's end, and delete the key while its
+    /// caller held the lock: the history checker caught two holders, one a
+    /// worker resumed from a pause.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_a_handoff_claimed_by_a_later_attempt_lasts_that_attempts_lease() {
+        const LEASE: Duration = Duration::from_secs(2);
+        let server = EtcdServer::start();
+        let (a, b) = (store(&server).await, store(&server).await);
+        let (tx, mut handed) = mpsc::unbounded_channel();
+        let inbox: Arc<dyn Inbox> = Arc::new(Handoffs(tx));
+        b.attach(Arc::downgrade(&inbox));
+        let keys = Arc::new(LockKeys::checked("lg:", "handed", Resource::Lock).expect("a key"));
+        let (first, waiter) = (Token::random(), Token::random());
+        let held = a.acquire(&keys, &first, LEASE, None).await.expect("take");
+        assert!(matches!(held, Outcome::Acquired { .. }), "{held:?}");
+        let place = |attempt| Some(Place::new(waiter, attempt, Duration::from_secs(3)));
+        let queued = b
+            .acquire(&keys, &waiter, LEASE, place(1))
+            .await
+            .expect("queue");
+        assert!(matches!(queued, Outcome::Busy(_)), "{queued:?}");
+        assert!(a.release(&keys, &first).await.expect("release"));
+        let handoff = tokio::time::timeout(Duration::from_secs(10), handed.recv())
+            .await
+            .expect("handed over within 10 s")
+            .expect("a handoff");
+        assert_eq!(handoff.token, waiter);
+        // The caller lets the handoff go; its next attempt claims the lock
+        // half a lease later.
+        tokio::time::sleep(LEASE / 2).await;
+        let claimed_at = Instant::now();
+        let claimed = b
+            .acquire(&keys, &waiter, LEASE, place(2))
+            .await
+            .expect("claim");
+        match claimed {
+            Outcome::Acquired { fence, .. } => assert_eq!(fence, handoff.fence),
+            other => panic!("the handed lock not claimed: {other:?}"),
+        }
+        // Past the handoff's end (a quarter of a lease), inside the claim's
+        // lease (a quarter of a lease before its end): still the waiter's.
+        tokio::time::sleep_until(claimed_at + LEASE * 3 / 4).await;
+        let other = Token::random();
+        let tried = a.acquire(&keys, &other, LEASE, None).await.expect("try");
+        assert!(
+            matches!(tried, Outcome::Busy(_)),
+            "taken while the claim's lease ran: {tried:?}"
+        );
+        assert!(
+            b.release(&keys, &waiter).await.expect("release"),
+            "the claimed hold was gone before its release"
+        );
     }
 }
