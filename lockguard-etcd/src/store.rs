@@ -1746,7 +1746,9 @@ fn expire(
 
 /// The handoff to `token`'s waiter whose watched key is `gone`, when that
 /// made it the holder: it holds from now, for the lease of its latest
-/// attempt, and the handoff names that attempt. `None` (the waiter looks
+/// attempt or the reservation the handoff promises (that attempt's place
+/// timeout: until its waiter confirms the hold with its lease, it counts
+/// on that), whichever is longer, and the handoff names that attempt. `None` (the waiter looks
 /// again instead) unless the client's lease is known to last the
 /// reservation a handoff promises (the attempt's place timeout) and the
 /// waiter is still waiting in it.
@@ -1778,7 +1780,7 @@ fn handoff(
     let watch = std::mem::replace(
         &mut node.role,
         Role::Holding {
-            end: lease_ends.schedule(token, now + hold_for),
+            end: lease_ends.schedule(token, now + hold_for.max(timeout)),
             since: now,
         },
     );
@@ -2308,6 +2310,90 @@ mod on_a_server {
         EtcdStore::new(session, "/lockguard-test/".to_owned())
     }
 
+    /// Two clients on a fresh member, `a` holding the lock `handed` with
+    /// `lease`, then releasing it to `b`'s waiter, queued behind it with a
+    /// place kept for `timeout`: the handoff, made when `b` heard of it.
+    struct HandedOver {
+        _server: EtcdServer,
+        a: Arc<EtcdStore>,
+        b: Arc<EtcdStore>,
+        keys: Arc<LockKeys>,
+        waiter: Token,
+        timeout: Duration,
+        handoff: Handoff,
+        heard: Instant,
+        _inbox: Arc<dyn Inbox>,
+    }
+
+    impl HandedOver {
+        async fn new(lease: Duration, timeout: Duration) -> Self {
+            let server = EtcdServer::start();
+            let (a, b) = (store(&server).await, store(&server).await);
+            let (tx, mut handed) = mpsc::unbounded_channel();
+            let inbox: Arc<dyn Inbox> = Arc::new(Handoffs(tx));
+            b.attach(Arc::downgrade(&inbox));
+            let keys = Arc::new(LockKeys::checked("lg:", "handed", Resource::Lock).expect("a key"));
+            let (first, waiter) = (Token::random(), Token::random());
+            let held = a.acquire(&keys, &first, lease, None).await.expect("take");
+            assert!(matches!(held, Outcome::Acquired { .. }), "{held:?}");
+            let place = Some(Place::new(waiter, 1, timeout));
+            let queued = b
+                .acquire(&keys, &waiter, lease, place)
+                .await
+                .expect("queue");
+            assert!(matches!(queued, Outcome::Busy(_)), "{queued:?}");
+            assert!(a.release(&keys, &first).await.expect("release"));
+            let handoff = tokio::time::timeout(Duration::from_secs(10), handed.recv())
+                .await
+                .expect("handed over within 10 s")
+                .expect("a handoff");
+            assert_eq!(handoff.token, waiter);
+            Self {
+                _server: server,
+                a,
+                b,
+                keys,
+                waiter,
+                timeout,
+                handoff,
+                heard: Instant::now(),
+                _inbox: inbox,
+            }
+        }
+
+        /// The waiter's attempt number `attempt`, with `lease`.
+        async fn attempt(&self, attempt: u32, lease: Duration) -> Outcome {
+            let place = Some(Place::new(self.waiter, attempt, self.timeout));
+            self.b
+                .acquire(&self.keys, &self.waiter, lease, place)
+                .await
+                .expect("the waiter's attempt")
+        }
+
+        /// Asserts that another acquisition, through `a`, finds the lock
+        /// taken: `when` says when, for the message.
+        async fn still_taken(&self, when: &str) {
+            let other = Token::random();
+            let tried = self
+                .a
+                .acquire(&self.keys, &other, Duration::from_secs(1), None)
+                .await
+                .expect("try");
+            assert!(matches!(tried, Outcome::Busy(_)), "taken {when}: {tried:?}");
+        }
+
+        /// Releases the waiter's hold, which must still be there.
+        async fn release(&self) {
+            assert!(
+                self.b
+                    .release(&self.keys, &self.waiter)
+                    .await
+                    .expect("release"),
+                "the waiter's hold was gone before its release"
+            );
+        }
+    }
+
     /// A waiter handed the lock by its watch, whose caller does not take
     /// the handoff (too old to place when it looked, or its process frozen
     /// past it), claims it with its next attempt: the hold then lasts that
@@ -2318,51 +2404,39 @@ mod on_a_server {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn etcd_a_handoff_claimed_by_a_later_attempt_lasts_that_attempts_lease() {
         const LEASE: Duration = Duration::from_secs(2);
-        let server = EtcdServer::start();
-        let (a, b) = (store(&server).await, store(&server).await);
-        let (tx, mut handed) = mpsc::unbounded_channel();
-        let inbox: Arc<dyn Inbox> = Arc::new(Handoffs(tx));
-        b.attach(Arc::downgrade(&inbox));
-        let keys = Arc::new(LockKeys::checked("lg:", "handed", Resource::Lock).expect("a key"));
-        let (first, waiter) = (Token::random(), Token::random());
-        let held = a.acquire(&keys, &first, LEASE, None).await.expect("take");
-        assert!(matches!(held, Outcome::Acquired { .. }), "{held:?}");
-        let place = |attempt| Some(Place::new(waiter, attempt, Duration::from_secs(3)));
-        let queued = b
-            .acquire(&keys, &waiter, LEASE, place(1))
-            .await
-            .expect("queue");
-        assert!(matches!(queued, Outcome::Busy(_)), "{queued:?}");
-        assert!(a.release(&keys, &first).await.expect("release"));
-        let handoff = tokio::time::timeout(Duration::from_secs(10), handed.recv())
-            .await
-            .expect("handed over within 10 s")
-            .expect("a handoff");
-        assert_eq!(handoff.token, waiter);
+        let handed = HandedOver::new(LEASE, Duration::from_secs(1)).await;
         // The caller lets the handoff go; its next attempt claims the lock
         // half a lease later.
         tokio::time::sleep(LEASE / 2).await;
         let claimed_at = Instant::now();
-        let claimed = b
-            .acquire(&keys, &waiter, LEASE, place(2))
-            .await
-            .expect("claim");
-        match claimed {
-            Outcome::Acquired { fence, .. } => assert_eq!(fence, handoff.fence),
+        match handed.attempt(2, LEASE).await {
+            Outcome::Acquired { fence, .. } => assert_eq!(fence, handed.handoff.fence),
             other => panic!("the handed lock not claimed: {other:?}"),
         }
         // Past the handoff's end (a quarter of a lease), inside the claim's
         // lease (a quarter of a lease before its end): still the waiter's.
         tokio::time::sleep_until(claimed_at + LEASE * 3 / 4).await;
-        let other = Token::random();
-        let tried = a.acquire(&keys, &other, LEASE, None).await.expect("try");
-        assert!(
-            matches!(tried, Outcome::Busy(_)),
-            "taken while the claim's lease ran: {tried:?}"
-        );
-        assert!(
-            b.release(&keys, &waiter).await.expect("release"),
-            "the claimed hold was gone before its release"
-        );
+        handed.still_taken("while the claim's lease ran").await;
+        handed.release().await;
+    }
+
+    /// A handoff is the waiter's for the reservation it promises (the
+    /// place's timeout, on which the waiter counts until it confirms the
+    /// hold with its lease), even past a shorter lease. (The client used
+    /// to end it at the lease, and delete the key under a waiter whose
+    /// confirmation came late.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn etcd_a_handoff_lasts_its_reservation_past_a_shorter_lease() {
+        const LEASE: Duration = Duration::from_millis(500);
+        let handed = HandedOver::new(LEASE, Duration::from_secs(3)).await;
+        // Past the lease by a second, a second and a half inside the
+        // reservation.
+        tokio::time::sleep_until(handed.heard + LEASE * 3).await;
+        handed.still_taken("inside the handoff's reservation").await;
+        match handed.attempt(2, LEASE).await {
+            Outcome::Acquired { fence, .. } => assert_eq!(fence, handed.handoff.fence),
+            other => panic!("the handed lock not claimed: {other:?}"),
+        }
+        handed.release().await;
     }
 }
