@@ -35,6 +35,10 @@ wait "$pid"
 if [ -n "$LOCKGUARD_PG_REMOVE" ]; then rm -rf "$LOCKGUARD_PG_REMOVE"; fi
 "#;
 
+/// How long [`PostgresServer::kill`] waits for the killed processes to be
+/// gone.
+const KILL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A PostgreSQL server owned by a test.
 #[derive(Debug)]
 pub struct PostgresServer {
@@ -412,7 +416,11 @@ impl PostgresServer {
                 .child
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || started.elapsed() > timeout {
+            // A postmaster that refused to start (a FATAL error) stays a
+            // zombie until its watcher reaps it: told at once, not at the
+            // timeout.
+            let died = !crate::process::process_alive(self.pid);
+            if exited.is_some() || died || started.elapsed() > timeout {
                 // The postmaster's state (`R`, `S`, `D`, `T` stopped, ...)
                 // before it is killed, to tell a stuck start from a slow one.
                 let state = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
@@ -519,16 +527,35 @@ impl PostgresServer {
     }
 
     /// Kills the server and every backend with SIGKILL, as a crash would,
-    /// and waits for the watcher to exit.
+    /// and waits for the watcher to exit and every one of them to be gone.
     pub fn kill(&mut self) {
-        if self.child.is_some() {
-            self.signal_all(libc::SIGKILL);
+        let mut killed = Vec::new();
+        if let Some(pid) = self.pid() {
+            // Stopped first, so that it starts no backend between the
+            // listing of its children and their kill.
+            crate::process::freeze(pid);
+            killed.push(pid);
+            killed.extend(children_of(pid));
+            for &p in &killed {
+                // One that already exited is not an error.
+                crate::process::signal(p, libc::SIGKILL);
+            }
         }
         self.stdin = None;
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
         self.paused = false;
+        // A backend still exiting keeps the server's shared memory
+        // attached, and a server started on the same data refuses to start
+        // beside it ("pre-existing shared memory block ... is still in
+        // use"): wait for every one to be gone (or dead, not yet reaped).
+        let started = Instant::now();
+        while killed.iter().any(|&p| crate::process::process_alive(p))
+            && started.elapsed() < KILL_TIMEOUT
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// Starts the server again on the same port, on the same data (after a
