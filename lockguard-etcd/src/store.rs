@@ -1748,10 +1748,9 @@ fn expire(
 /// made it the holder: it holds from now, for the lease of its latest
 /// attempt or the reservation the handoff promises (that attempt's place
 /// timeout: until its waiter confirms the hold with its lease, it counts
-/// on that), whichever is longer, and the handoff names that attempt. `None` (the waiter looks
-/// again instead) unless the client's lease is known to last the
-/// reservation a handoff promises (the attempt's place timeout) and the
-/// waiter is still waiting in it.
+/// on that), whichever is longer, and the handoff names that attempt.
+/// `None` (the waiter looks again instead) unless the client's lease is
+/// known to last the reservation and the waiter is still waiting in it.
 fn handoff(
     gone: bool,
     nodes: &Weak<Nodes>,
