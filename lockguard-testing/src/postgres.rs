@@ -494,28 +494,29 @@ impl PostgresServer {
     /// backend is a process group of its own, so a group signal would
     /// miss them).
     fn signal_all(&self, sig: libc::c_int) {
-        let Some(pid) = self.pid() else {
-            return;
-        };
-        let mut pids = vec![pid];
-        pids.extend(children_of(pid));
-        for p in pids {
+        for p in self.processes() {
             // One that already exited is not an error.
             crate::process::signal(p, sig);
         }
+    }
+
+    /// The postmaster and every process it started, while running.
+    fn processes(&self) -> Vec<u32> {
+        let Some(pid) = self.pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pid];
+        pids.extend(children_of(pid));
+        pids
     }
 
     /// Freezes the server and every backend with SIGSTOP: connections
     /// stay open, nothing is answered, its clock keeps running.
     /// Returns once every thread has stopped ([`freeze`](crate::freeze)).
     pub fn pause(&mut self) {
-        if let Some(pid) = self.pid() {
-            let mut pids = vec![pid];
-            pids.extend(children_of(pid));
-            for p in pids {
-                // One that already exited is not an error.
-                crate::process::freeze(p);
-            }
+        for p in self.processes() {
+            // One that already exited is not an error.
+            crate::process::freeze(p);
         }
         self.paused = true;
     }
@@ -529,17 +530,15 @@ impl PostgresServer {
     /// Kills the server and every backend with SIGKILL, as a crash would,
     /// and waits for the watcher to exit and every one of them to be gone.
     pub fn kill(&mut self) {
-        let mut killed = Vec::new();
         if let Some(pid) = self.pid() {
             // Stopped first, so that it starts no backend between the
             // listing of its children and their kill.
             crate::process::freeze(pid);
-            killed.push(pid);
-            killed.extend(children_of(pid));
-            for &p in &killed {
-                // One that already exited is not an error.
-                crate::process::signal(p, libc::SIGKILL);
-            }
+        }
+        let killed = self.processes();
+        for &p in &killed {
+            // One that already exited is not an error.
+            crate::process::signal(p, libc::SIGKILL);
         }
         self.stdin = None;
         if let Some(mut child) = self.child.take() {

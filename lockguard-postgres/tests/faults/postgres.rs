@@ -3,8 +3,6 @@
 //! (`pg_terminate_backend`) while a lock or a permit is held and a waiter
 //! waits.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use lockguard_core::{Client, Error, ErrorKind};
@@ -545,45 +543,6 @@ async fn a_cut_off_acquisition_is_undone_after_it_runs() {
             "the cut-off acquisition kept the permit for its lease"
         );
     }
-}
-
-/// Killed while clients connect (the postmaster forking a backend for
-/// each), the server comes back at once on its data, five times over: no
-/// backend forked as the kill came, or still exiting, is left holding the
-/// server's shared memory, beside which a restart refuses to start (once,
-/// in CI, a restart waited 10 s on such a start, and a crash test's
-/// bound ran out).
-#[test]
-fn a_postgres_crashed_while_clients_connect_comes_back_at_once() {
-    let mut server = PostgresServer::start();
-    let port = server.port();
-    let stop = Arc::new(AtomicBool::new(false));
-    let connector = std::thread::spawn({
-        let stop = stop.clone();
-        move || {
-            while !stop.load(Ordering::Relaxed) {
-                // Refused while the server is down; a backend forked for
-                // each one accepted.
-                let _ = std::net::TcpStream::connect(("127.0.0.1", port));
-            }
-        }
-    });
-    for round in 0..5 {
-        std::thread::sleep(Duration::from_millis(200));
-        let started = Instant::now();
-        server.restart();
-        let took = started.elapsed();
-        assert!(
-            !server.log().contains("pre-existing shared memory block"),
-            "restart {round} met the killed server's shared memory still in use"
-        );
-        assert!(
-            took < Duration::from_secs(5),
-            "restart {round} took {took:?}"
-        );
-    }
-    stop.store(true, Ordering::Relaxed);
-    connector.join().expect("the connecting thread");
 }
 
 /// While the server is down for about a second, a short wait ends with the
