@@ -315,8 +315,10 @@ impl SentinelGroup {
             }
             assert!(
                 Instant::now() < deadline,
-                "no failover completed within 30 s: the sentinels name {:?}",
-                self.named_masters()
+                "no failover completed within 30 s: the sentinels name {:?}; \
+                 each server's replication:\n{}",
+                self.named_masters(),
+                self.replication()
             );
             self.reunite();
         }
@@ -364,10 +366,26 @@ impl SentinelGroup {
             };
             assert!(
                 Instant::now() < deadline,
-                "the sentinel group was not whole again within 30 s: {missing}"
+                "the sentinel group was not whole again within 30 s: {missing}; \
+                 the sentinels name {:?}; each server's replication:\n{}",
+                self.named_masters(),
+                self.replication()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Each server's `INFO replication`, for a failure's message.
+    fn replication(&self) -> String {
+        self.servers
+            .iter()
+            .map(|s| {
+                let info = ask(s.port(), &["INFO", "replication"])
+                    .unwrap_or_else(|| "(no answer)".to_owned());
+                format!("redis:{}:\n{}", s.port(), info.replace("\r\n", "\n  "))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The master each sentinel names (`None` where one does not answer).
