@@ -433,6 +433,7 @@ pub async fn lease_expiry_frees_a_dead_holder_and_fences_it(env: Env) {
     let b = env.client().await;
     let lease = Duration::from_millis(400);
 
+    let since = Instant::now();
     let read = a
         .rw_lock("stall-r")
         .read()
@@ -441,7 +442,7 @@ pub async fn lease_expiry_frees_a_dead_holder_and_fences_it(env: Env) {
         .await
         .unwrap();
     let lost = read.lost();
-    let new = take_after_lease(&b, "stall-r", RwMode::Write, lease).await;
+    let new = take_after_lease(&b, "stall-r", RwMode::Write, since, lease).await;
     assert_lost(lost).await;
     assert!(new > read.fencing_token());
     let e = read.extend(Duration::from_secs(5)).await.unwrap_err();
@@ -454,6 +455,7 @@ pub async fn lease_expiry_frees_a_dead_holder_and_fences_it(env: Env) {
     );
     assert_fenced_out(&env, "stall-r", new, old).await;
 
+    let since = Instant::now();
     let write = a
         .rw_lock("stall-w")
         .write()
@@ -462,7 +464,7 @@ pub async fn lease_expiry_frees_a_dead_holder_and_fences_it(env: Env) {
         .await
         .unwrap();
     let lost = write.lost();
-    let new = take_after_lease(&b, "stall-w", RwMode::Read, lease).await;
+    let new = take_after_lease(&b, "stall-w", RwMode::Read, since, lease).await;
     assert_lost(lost).await;
     assert!(new > write.fencing_token());
     let e = write.extend(Duration::from_secs(5)).await.unwrap_err();
@@ -476,15 +478,16 @@ pub async fn lease_expiry_frees_a_dead_holder_and_fences_it(env: Env) {
     assert_fenced_out(&env, "stall-w", new, old).await;
 }
 
-/// Takes `name` in `mode` (waiting), no sooner than about `lease` from
-/// now, and releases it: its fencing token.
+/// Takes `name` in `mode` (waiting), no sooner than `lease` after `since`
+/// (taken before the holder whose lease that is asked for it), and
+/// releases it: its fencing token.
 async fn take_after_lease(
     lg: &Client,
     name: &str,
     mode: RwMode,
+    since: Instant,
     lease: Duration,
 ) -> lockguard_core::FencingToken {
-    let started = Instant::now();
     let rw = lg.rw_lock(name);
     let wait = Duration::from_secs(10);
     let (fence, released) = match mode {
@@ -508,7 +511,13 @@ async fn take_after_lease(
         }
     };
     assert!(released.unwrap());
-    assert!(started.elapsed() >= lease / 2, "taken while the lease ran");
+    // A lease counts from no earlier than its acquisition was sent; a
+    // tenth off for a store whose clock runs apart from this one.
+    assert!(
+        since.elapsed() >= lease * 9 / 10,
+        "taken {:?} after the holder asked, inside its lease of {lease:?}",
+        since.elapsed()
+    );
     fence
 }
 
