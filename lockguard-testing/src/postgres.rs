@@ -378,6 +378,10 @@ impl PostgresServer {
                 &[][..]
             })
             .args(["-c", "shared_buffers=32MB"])
+            // Dynamic shared memory in the data directory (`pg_dynshmem/`),
+            // not in /dev/shm: a server killed by a test cannot remove its
+            // segments, and in /dev/shm they would outlive the test.
+            .args(["-c", "dynamic_shared_memory_type=mmap"])
             .current_dir(&self.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
