@@ -83,8 +83,10 @@ cargo build --workspace --all-features --examples --tests
 # kernel weighs autogroups against each other before their tasks) and in
 # the idle I/O class: they take only what no test and no server wants.
 # The builds have a target directory of their own, so the passes' cargo
-# never waits for their lock. They are waited for before the history
-# checker, which runs alone on the machine.
+# never waits for their lock. They go on through the history checker's
+# runs (whose workers, release builds, mostly wait on their stores) and
+# are waited for after them: waited for before, they kept the machine to
+# themselves for 36-65 s of CI's runs once the passes had ended.
 beside_dir="$PWD/target/beside"
 beside_pids=()
 in_idle() {
@@ -124,49 +126,23 @@ for store in postgres zookeeper mysql etcd; do
 done
 # Every crate's doctests.
 cargo test --workspace --all-features --doc 2>&1 | tee -a "$log"
-if [ -n "${CI:-}" ]; then
-  statuses=()
-  for p in "${beside_pids[@]}"; do
-    s=0
-    wait "$p" || s=$?
-    statuses+=("$s")
-  done
-  beside_pids=()
-  echo "--- beside the tests (lints, docs, builds) ---"
-  cat "$beside_log"
-  echo "--- beside the tests (the macros' UI test) ---"
-  tee -a "$log" < "$ui_log"
-  rm -f "$beside_log" "$ui_log"
-  if [ "${statuses[0]}" -ne 0 ] || [ "${statuses[1]}" -ne 0 ]; then
-    echo "error: what ran beside the tests failed (exit statuses: builds ${statuses[0]}, UI test ${statuses[1]})" >&2
-    exit 1
-  fi
-else
-  cargo test "${ui[@]}" 2>&1 | tee -a "$log"
-fi
-# With every feature on, rustls serves rediss://; the TLS tests again on the
-# platform's TLS library (on CI, built beside the passes above).
-tls_target=()
-[ -z "${CI:-}" ] || tls_target=(--target-dir "$beside_dir")
-cargo test "${tls_target[@]}" -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
+[ -n "${CI:-}" ] || cargo test "${ui[@]}" 2>&1 | tee -a "$log"
 # The history checker (lockguard-chaos/tests/chaos.rs): worker processes on
 # every store (Redis, Redlock, PostgreSQL, MySQL, ZooKeeper, etcd, Sentinel,
 # Cluster) under random faults, their histories checked, in two runs (the
 # Redis stores, the database stores); and the self-test, which breaks the
 # locking on purpose and passes only if the checker catches it on every
 # store. Its binary comes with the first build. The runs go one at a time,
-# alone on the machine, about two minutes in all. Side by side (two at a
-# time, 75 s) a store's start in one run (a MariaDB server's first start,
-# 8 s under that load) once starved the other run's workers for most of a
-# second: a Sentinel watchdog's 600 ms lease ran out with no fault in
-# effect, and the Cluster run's first write timed out (seed
-# 578267681062005846; alone, the same seed passes). Three at a time put
-# two MariaDB servers under load at once and slowed MySQL's handoffs
-# fivefold. A failure prints the check, the operations and the seed to
-# replay with `--seed`.
+# nothing beside them but CI's jobs in the idle class, about two minutes
+# in all. Side by side (two at a time, 75 s) a store's start in one run (a
+# MariaDB server's first start, 8 s under that load) once starved the
+# other run's workers for most of a second: a Sentinel watchdog's 600 ms
+# lease ran out with no fault in effect, and the Cluster run's first write
+# timed out (seed 578267681062005846; alone, the same seed passes). Three
+# at a time put two MariaDB servers under load at once and slowed MySQL's
+# handoffs fivefold. A failure prints the check, the operations and the
+# seed to replay with `--seed`.
 cargo test --workspace --all-features history_checker_ -- --nocapture --test-threads 1 2>&1 | tee -a "$log"
-summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
-rm -f "$log"
 
 # The README's first command (and the locks example), on the in-memory
 # store and on a real Redis. flash_sale exits non-zero when a check fails.
@@ -208,6 +184,33 @@ LOCKGUARD_URL="postgresql://postgres@/postgres?host=$pgdir&port=5432" \
 # The application's own database, for its own table.
 DATABASE_URL="host=$pgdir port=5432 user=postgres dbname=postgres" \
   example postgres_fenced
+
+# On CI, what ran beside the tests: its output, and its status.
+if [ -n "${CI:-}" ]; then
+  statuses=()
+  for p in "${beside_pids[@]}"; do
+    s=0
+    wait "$p" || s=$?
+    statuses+=("$s")
+  done
+  beside_pids=()
+  echo "--- beside the tests (lints, docs, builds) ---"
+  cat "$beside_log"
+  echo "--- beside the tests (the macros' UI test) ---"
+  tee -a "$log" < "$ui_log"
+  rm -f "$beside_log" "$ui_log"
+  if [ "${statuses[0]}" -ne 0 ] || [ "${statuses[1]}" -ne 0 ]; then
+    echo "error: what ran beside the tests failed (exit statuses: builds ${statuses[0]}, UI test ${statuses[1]})" >&2
+    exit 1
+  fi
+fi
+# With every feature on, rustls serves rediss://; the TLS tests again on the
+# platform's TLS library (on CI, built beside the passes above).
+tls_target=()
+[ -z "${CI:-}" ] || tls_target=(--target-dir "$beside_dir")
+cargo test "${tls_target[@]}" -p lockguard-redis --features tls-native-tls,sentinel --test faults tls 2>&1 | tee -a "$log"
+summary=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f }' "$log")
+rm -f "$log"
 
 echo
 echo "tests: $summary"

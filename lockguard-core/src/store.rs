@@ -125,6 +125,7 @@ pub use lease_ends::{LeaseEnd, LeaseEnds};
 pub use limit::{LimitKeys, LimitOp, LimitReply};
 pub use on_demand::OnDemand;
 pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried, Waited};
+pub use turns::{Turn, Turns};
 
 mod channel_tasks;
 mod erased;
@@ -134,6 +135,7 @@ mod lease_ends;
 mod limit;
 mod on_demand;
 mod session_locks;
+mod turns;
 // The in-memory store, behind the boundary this module defines.
 pub(crate) mod memory;
 pub mod net;

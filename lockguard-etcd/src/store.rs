@@ -148,6 +148,9 @@ pub(crate) struct EtcdStore {
     limits_seen: limits::LimitKeysSeen,
     /// The counters this client last wrote or read.
     counters_seen: data::CountersSeen,
+    /// The counters this client is updating, one update at a time each
+    /// (see [`data`]).
+    counter_turns: lockguard_core::store::Turns,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -483,6 +486,7 @@ impl EtcdStore {
             limit_leases: limits::LimitLeases::default(),
             limits_seen: limits::LimitKeysSeen::default(),
             counters_seen: data::CountersSeen::default(),
+            counter_turns: lockguard_core::store::Turns::default(),
         });
         let inbox = store.inbox.clone();
         store.session.on_renewed(move || {

@@ -101,6 +101,9 @@ pub(crate) struct ZooKeeperStore {
     nodes: Arc<Nodes>,
     /// The ends of the holds' leases.
     lease_ends: Arc<LeaseEnds>,
+    /// The nodes this client is updating, one update at a time each (see
+    /// `data.rs`).
+    turns: lockguard_core::store::Turns,
 }
 
 /// The nodes of a store, shared with its tasks.
@@ -224,6 +227,7 @@ impl ZooKeeperStore {
             inbox: Arc::new(OnceLock::new()),
             nodes,
             lease_ends,
+            turns: lockguard_core::store::Turns::default(),
         });
         let client = store.session.client();
         let options = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());

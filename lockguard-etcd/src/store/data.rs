@@ -8,6 +8,8 @@
 //! client that wrote last is one round trip; a transaction that finds the
 //! counter changed answers what it holds now, and the update is made again
 //! from that (one round trip more each time another writer came between).
+//! A client's own updates of one counter go one at a time, so tasks that
+//! share a client never race each other's compare-and-set.
 //! A refusal (a bounded decrement below zero, an overflow) is never drawn
 //! from what the client remembers: it reads the counter first. Its version
 //! is that revision, which never repeats. A mark is a key created only if missing.
@@ -128,6 +130,7 @@ impl EtcdStore {
         f: Update<'_>,
     ) -> Result<std::result::Result<i64, i64>> {
         let key = self.data_key("counter", keys.id());
+        let _turn = self.counter_turns.take(&key).await;
         let (mut read, mut remembered) = match self.counters_seen.get(&key) {
             Some(seen) => (seen, true),
             None => (self.read_counter(&key).await?, false),
@@ -337,6 +340,7 @@ impl DataStore for EtcdStore {
         if ttl.is_some() {
             // A write keeps the deadline of a counter that lives, and a
             // counter past its deadline is version 0: read it first.
+            let _turn = self.counter_turns.take(&key).await;
             loop {
                 let read = self.read_counter(&key).await?;
                 if let Some(v) = expected

@@ -7,7 +7,9 @@
 //! writes it back conditional on the version read (`setData` with the
 //! node's version, `create` for a missing one), again after a short random
 //! pause when another write came first: atomic, two round trips when
-//! uncontended, more under contention. A read that answers (a `get`, a
+//! uncontended, more under contention. A client's own updates of one node
+//! go one at a time, so tasks that share a client never race each other's
+//! writes. A read that answers (a `get`, a
 //! refusal) is synced with the leader first (the `sync` sent with it, in
 //! the same round trip), so a member behind the leader never answers from
 //! before a write that has completed; a read a conditional write checks
@@ -173,6 +175,9 @@ impl ZooKeeperStore {
         mut step: impl FnMut(&Read) -> Result<Result<Vec<u8>, T>>,
         done: impl Fn(u64) -> T,
     ) -> Result<T> {
+        // The client's own updates of the node in turn: they race only
+        // other clients' writes.
+        let _turn = self.turns.take(path).await;
         let client = self.session.client();
         let deadline = Instant::now() + self.response_timeout * CONTENDED_TIMEOUTS;
         let mut pause = Duration::from_micros(200);
