@@ -30,6 +30,7 @@ use lockguard_core::Client;
 use lockguard_etcd::BuilderExt as _;
 use lockguard_etcd::testing::{EtcdServer, etcd_binary};
 
+use crate::counters::{self, RawCounter};
 use crate::rounds::{Spread, turning};
 use crate::stats::{percentile, us};
 use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, measure, median, throughput};
@@ -675,4 +676,67 @@ async fn contention(b: &mut Bench, server: &EtcdServer) {
     for line in by_method {
         b.line(&line);
     }
+}
+
+/// Counters under contention on a member of its own (the `counters`
+/// section).
+pub(crate) async fn contended_counters(b: &mut Bench) {
+    let server = EtcdServer::start();
+    let mut raws = Vec::new();
+    for _ in 0..counters::CLIENTS {
+        raws.push(raw_client(&server).await);
+    }
+    counters::compare(
+        b,
+        "etcd",
+        "lockguard's `incr_by(1)` and the raw loop beside it are both a compare-and-set, a transaction that writes the new value only if the key's `mod_revision` is still the one read, again from what the transaction's `else` read when another write came first (the raw loop: `etcd-client`'s `get`, then `txn` until it holds, as etcd's own STM does)",
+        async || lockguard(&server).await,
+        raws,
+        || Counts::read(&server).total(),
+    )
+    .await;
+}
+
+/// The raw read-modify-write of a counter through `etcd-client`, as a
+/// user without lockguard writes it (etcd's own STM does the same): read
+/// the key, write `value + 1` in a transaction that holds only if its
+/// `mod_revision` is still the one read, and when another write came
+/// first, again from the value the transaction's `else` read.
+impl RawCounter for etcd_client::Client {
+    async fn increment(&mut self, key: &str) {
+        let read = self.get(key, None).await.expect("get");
+        let mut seen = read
+            .kvs()
+            .first()
+            .map(|kv| (counted(kv), kv.mod_revision()));
+        loop {
+            let (value, revision) = seen.unwrap_or((0, 0));
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key, CompareOp::Equal, revision)])
+                .and_then([TxnOp::put(key, (value + 1).to_string(), None)])
+                .or_else([TxnOp::get(key, None)]);
+            let answer = self.txn(txn).await.expect("txn");
+            if answer.succeeded() {
+                return;
+            }
+            seen = answer
+                .op_responses()
+                .first()
+                .and_then(|r| range(r).kvs().first())
+                .map(|kv| (counted(kv), kv.mod_revision()));
+        }
+    }
+
+    async fn read(&mut self, key: &str) -> i64 {
+        let read = self.get(key, None).await.expect("get");
+        read.kvs().first().map_or(0, counted)
+    }
+}
+
+/// A raw counter's value.
+fn counted(kv: &etcd_client::KeyValue) -> i64 {
+    std::str::from_utf8(kv.value())
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("a counter in decimal")
 }

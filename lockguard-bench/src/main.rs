@@ -30,6 +30,7 @@ use redis::aio::ConnectionManager;
 mod apps;
 mod charts;
 mod cluster;
+mod counters;
 mod etcd;
 mod floor;
 mod footprint;
@@ -1318,7 +1319,7 @@ fn machine() -> String {
 }
 
 /// The sections `--only` can name, in the order a full run takes them.
-const SECTIONS: [&str; 19] = [
+const SECTIONS: [&str; 20] = [
     "uncontended",
     "floor",
     "contention",
@@ -1338,6 +1339,7 @@ const SECTIONS: [&str; 19] = [
     "mysql",
     "zookeeper",
     "etcd",
+    "counters",
 ];
 
 /// What `--help` prints.
@@ -1348,7 +1350,7 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
   --quick         a smoke run: short measurements, one round
   --only SECTION  run one section: uncontended, floor, contention, tails, cluster,
                   multi, rw, leader, limiters, shadow, flood, memory, footprint, http,
-                  http-redis, postgres, mysql, zookeeper, etcd
+                  http-redis, postgres, mysql, zookeeper, etcd, counters
   --write FILE    also write the report (with the notes) to FILE, its main
                   figures as SVG charts in benchmarks/ beside it, linked under
                   their tables
@@ -1510,6 +1512,9 @@ async fn main() {
     if run("etcd") {
         etcd::section(&mut b).await;
     }
+    if run("counters") {
+        counters::section(&mut b).await;
+    }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");
     b.line("|---|---:|---|");
@@ -1522,5 +1527,20 @@ async fn main() {
         let report = charts::draw(&report, Path::new(&path)).expect("draw the charts");
         std::fs::write(&path, report).expect("write the report");
         eprintln!("wrote {path}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// `--write` appends `notes.md` to the report it generates: a note
+    /// added to BENCHMARKS.md alone would go with the next run.
+    #[test]
+    fn benchmarks_md_ends_with_the_notes() {
+        let report = include_str!("../../BENCHMARKS.md");
+        let notes = include_str!("notes.md");
+        assert!(
+            report.ends_with(notes),
+            "BENCHMARKS.md does not end with lockguard-bench/src/notes.md: write a note in both"
+        );
     }
 }

@@ -15,6 +15,7 @@ use lockguard_testing::ZooKeeperServer;
 use lockguard_zookeeper::BuilderExt as _;
 use zookeeper_client as zk;
 
+use crate::counters::{self, RawCounter};
 use crate::rounds::interleaved;
 use crate::stats::{percentile, us};
 use crate::{Bench, Contention, HOLD, Recorder, THINK, contend, hold, median, throughput};
@@ -78,6 +79,71 @@ pub(crate) async fn section(b: &mut Bench) {
     b.line("A standalone ZooKeeper (Debian's 3.8, `tickTime=200`, `forceSync=no`: the transaction log is written but not synced, as the other sections run their servers without durable writes) the harness starts, on loopback TCP. The yardstick is `zookeeper-client`'s own lock recipe (`Client::lock` with Curator's node layout: create an ephemeral sequential node, list the children, watch the predecessor until first), unlocked by deleting the node and awaiting the answer, as lockguard's release does. Round trips are the requests the server read (`zk_packets_received` in `mntr`, which also counts the sessions' pings).\n");
     uncontended(b, &server).await;
     contention(b, &server).await;
+}
+
+/// Counters under contention on a server of its own (the `counters`
+/// section), set up as this section's.
+pub(crate) async fn contended_counters(b: &mut Bench) {
+    let server = ZooKeeperServer::start_with("forceSync=no\n");
+    let mut raws = Vec::new();
+    for _ in 0..counters::CLIENTS {
+        raws.push(raw_client(&server).await);
+    }
+    counters::compare(
+        b,
+        "zookeeper",
+        "lockguard's `incr_by(1)` and the raw loop beside it both read the counter's node and write it back with the version read (`setData`; `create` for a missing node), again from a new read when another write came first (the raw loop through `zookeeper-client`'s `get_data` and `set_data`)",
+        async || lockguard(&server).await,
+        raws,
+        || packets(&server),
+    )
+    .await;
+}
+
+/// The raw read-modify-write of a counter through `zookeeper-client`, as a
+/// user without lockguard writes it: read the node, write `value + 1` with
+/// the version read (create it when missing), and read again when another
+/// write came first.
+impl RawCounter for zk::Client {
+    async fn increment(&mut self, key: &str) {
+        let path = format!("/{key}");
+        loop {
+            let written = match self.get_data(&path).await {
+                Ok((data, stat)) => {
+                    let value = counted(&data) + 1;
+                    self.set_data(&path, value.to_string().as_bytes(), Some(stat.version))
+                        .await
+                        .map(drop)
+                }
+                Err(zk::Error::NoNode) => {
+                    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+                    self.create(&path, b"1", &persistent).await.map(drop)
+                }
+                Err(e) => panic!("get_data {path}: {e}"),
+            };
+            match written {
+                Ok(()) => return,
+                Err(zk::Error::BadVersion | zk::Error::NodeExists) => {}
+                Err(e) => panic!("writing {path}: {e}"),
+            }
+        }
+    }
+
+    async fn read(&mut self, key: &str) -> i64 {
+        match self.get_data(&format!("/{key}")).await {
+            Ok((data, _)) => counted(&data),
+            Err(zk::Error::NoNode) => 0,
+            Err(e) => panic!("get_data /{key}: {e}"),
+        }
+    }
+}
+
+/// A raw counter's value.
+fn counted(data: &[u8]) -> i64 {
+    std::str::from_utf8(data)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .expect("a counter in decimal")
 }
 
 /// Rounds of the uncontended comparison, as on Redis and PostgreSQL.

@@ -366,6 +366,25 @@ impl UpgradeableGuard {
     /// the gate ([`mode`](Self::mode) says `Read`), unless the read could
     /// not be taken back: then [`is_held`](Self::is_held) is false.
     pub async fn upgrade(&mut self) -> Result<()> {
+        let writes = self.writes.clone();
+        self.upgrade_to(&writes).await
+    }
+
+    /// As [`upgrade`](Self::upgrade), waiting up to `wait` for the other
+    /// readers to go, whatever the lock's own wait: a short wait for the
+    /// lock's hold and a long one for an upgrade that must go through, or
+    /// `Duration::ZERO` for an upgrade that only tries.
+    ///
+    /// # Errors
+    ///
+    /// As [`upgrade`](Self::upgrade), with `Busy` once `wait` ran out.
+    pub async fn upgrade_with_wait(&mut self, wait: Duration) -> Result<()> {
+        let writes = self.writes.clone().wait(wait);
+        self.upgrade_to(&writes).await
+    }
+
+    /// The upgrade, its write taken through `writes`.
+    async fn upgrade_to(&mut self, writes: &Lock) -> Result<()> {
         if self.mode == RwMode::Write {
             return Ok(());
         }
@@ -388,7 +407,7 @@ impl UpgradeableGuard {
             return Err(lost("its read"));
         }
         // Every writer holds the gate, which is ours: none holds or waits.
-        match self.writes.acquire().await {
+        match writes.acquire().await {
             Ok(write) => {
                 self.hold = Some(write);
                 self.mode = RwMode::Write;

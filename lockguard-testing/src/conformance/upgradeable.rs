@@ -123,6 +123,11 @@ pub async fn a_failed_upgrade_reads_again(env: Env) {
     assert!(e.is_busy(), "{e}");
     assert_eq!(guard.mode(), RwMode::Read);
     assert!(guard.is_held());
+    // An upgrade that only tries, whatever the lock's wait.
+    let e = guard.upgrade_with_wait(Duration::ZERO).await.unwrap_err();
+    assert!(e.is_busy(), "{e}");
+    assert_eq!(guard.mode(), RwMode::Read);
+    assert!(guard.is_held());
     let other = b.upgradeable_rw_lock("report");
     assert!(
         other
@@ -134,9 +139,14 @@ pub async fn a_failed_upgrade_reads_again(env: Env) {
     );
     let now = other.inspect().await.unwrap();
     assert_eq!((now.readers, now.writer), (2, false), "{now:?}");
-    // Once the reader is gone, the upgrade goes through.
+    // Once the reader is gone, the upgrade goes through (with a wait of
+    // its own: the lock's 300 ms is for the refusal above, and a loaded
+    // machine's store may take longer to answer).
     assert!(reader.release().await.unwrap());
-    guard.upgrade().await.unwrap();
+    guard
+        .upgrade_with_wait(Duration::from_secs(10))
+        .await
+        .unwrap();
     assert_eq!(guard.mode(), RwMode::Write);
     assert!(guard.release().await.unwrap());
 }
