@@ -103,6 +103,12 @@ impl Harness for Cluster {
                 .expect("connect to the cluster")
         })
     }
+
+    /// The same scripts as a standalone server's, whose suite races 200
+    /// rounds: 100 here, 3,200 acquisitions, for the cluster's routing.
+    fn contention_rounds(&self) -> usize {
+        100
+    }
 }
 
 /// A master watched by a sentinel, of the test's own: the connection
@@ -128,6 +134,13 @@ impl Harness for Sentinel {
                 .await
                 .expect("connect through the sentinels")
         })
+    }
+
+    /// The same scripts on the same kind of server as the standalone
+    /// suite's 200 rounds: 100 here, 3,200 acquisitions, for the
+    /// connection found through a sentinel.
+    fn contention_rounds(&self) -> usize {
+        100
     }
 }
 
