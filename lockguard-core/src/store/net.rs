@@ -15,6 +15,8 @@
 //!   the client lives;
 //! - [`InFlight`]: an acquisition sent on a connection, whose release
 //!   waits until the connection has run it;
+//! - [`LostRaces`]: the pauses of an update by compare-and-set after each
+//!   race it lost, and the bound past which it gives up;
 //! - URLs in messages go through [`url::redacted`](super::url::redacted).
 
 use std::future::Future;
@@ -393,5 +395,75 @@ pub async fn keep_listening<L: Listening>(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// How many request timeouts an update by compare-and-set may spend losing
+/// races to other writers before it gives up.
+const CONTENDED_TIMEOUTS: u32 = 10;
+
+/// The races an update by compare-and-set lost (etcd's transactions on a
+/// revision, ZooKeeper's versioned writes): after each, a random pause up
+/// to a bound that doubles from 200 µs to 20 ms, so that the writers that
+/// lost a round do not meet again in the next; and once ten request
+/// timeouts have passed since the first attempt, a timeout instead: a
+/// retry loop with no deadline is a trap the design notes list.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use lockguard_core::store::net::LostRaces;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let mut races = LostRaces::new(Duration::from_millis(100));
+/// // A conditional write found the key changed: pause, then read again.
+/// races.lost(|| "updating counter/stock".to_owned()).await.unwrap();
+/// tokio::time::sleep(Duration::from_secs(1)).await;
+/// let e = races.lost(|| "updating counter/stock".to_owned()).await.unwrap_err();
+/// assert!(e.is_timeout());
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct LostRaces {
+    pause: Duration,
+    started: tokio::time::Instant,
+    budget: Duration,
+}
+
+impl LostRaces {
+    /// No race lost yet, for an update whose requests are bounded by
+    /// `request_timeout`.
+    pub fn new(request_timeout: Duration) -> Self {
+        Self {
+            pause: Duration::from_micros(200),
+            started: tokio::time::Instant::now(),
+            budget: request_timeout.saturating_mul(CONTENDED_TIMEOUTS),
+        }
+    }
+
+    /// After a lost race: a random pause, then `Ok` to try again.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Timeout`] once the update has spent its ten request
+    /// timeouts: "`what`: other writes kept coming first for ...".
+    pub async fn lost(&mut self, what: impl FnOnce() -> String) -> Result<()> {
+        if self.started.elapsed() >= self.budget {
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{}: other writes kept coming first for {:?}",
+                    what(),
+                    self.budget
+                ),
+            ));
+        }
+        let nanos = u64::try_from(self.pause.as_nanos()).unwrap_or(u64::MAX);
+        tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
+        self.pause = (self.pause * 2).min(Duration::from_millis(20));
+        Ok(())
     }
 }

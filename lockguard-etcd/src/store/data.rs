@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lockguard_core::store::net::{self, path_segment};
+use lockguard_core::store::net::{self, LostRaces, path_segment};
 use lockguard_core::store::{
     ChangeBell, CounterKeys, DataStore, LimitKeys, LimitOp, LimitReply, LockKeys, Stored,
 };
@@ -135,7 +135,7 @@ impl EtcdStore {
             Some(seen) => (seen, true),
             None => (self.read_counter(&key).await?, false),
         };
-        let mut pause = Duration::from_micros(200);
+        let mut races = LostRaces::new(self.session.timeout());
         loop {
             let new = match f(read.value) {
                 Ok(Ok(new)) => new,
@@ -164,11 +164,9 @@ impl EtcdStore {
                 // a race lost this round, no pause.
                 continue;
             }
-            // A random pause, so the writers that lost this round do not
-            // meet again in the next.
-            let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
-            tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
-            pause = (pause * 2).min(Duration::from_millis(20));
+            races
+                .lost(|| format!("updating counter {:?}", keys.id()))
+                .await?;
         }
     }
 

@@ -17,10 +17,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use lockguard_core::store::net::path_segment;
+use lockguard_core::store::net::{LostRaces, path_segment};
 use lockguard_core::store::{LimitKeys, LimitOp, LimitReply};
 use lockguard_core::{Error, ErrorKind, Result};
 
@@ -113,7 +112,7 @@ impl EtcdStore {
             Some(read) => read,
             None => self.read_limit(&key).await?,
         };
-        let mut pause = Duration::from_micros(200);
+        let mut races = LostRaces::new(self.session.timeout());
         loop {
             let (value, revision) = (read.0.as_deref(), read.1);
             let now = unix_us();
@@ -163,11 +162,9 @@ impl EtcdStore {
                 Some(k) => k,
                 None => self.read_limit(&key).await?,
             };
-            // A random pause, so the deciders that lost this round do not
-            // meet again in the next.
-            let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
-            tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
-            pause = (pause * 2).min(Duration::from_millis(20));
+            races
+                .lost(|| format!("deciding rate limit {:?}", keys.id()))
+                .await?;
         }
     }
 

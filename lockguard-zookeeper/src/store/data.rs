@@ -23,7 +23,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
 use zookeeper_client as zk;
 
 use lockguard_core::store::{
@@ -32,11 +31,7 @@ use lockguard_core::store::{
 use lockguard_core::{Error, ErrorKind, Result};
 
 use super::{ZooKeeperStore, bounded};
-use lockguard_core::store::net::path_segment;
-
-/// How many times the response timeout an update may spend losing to
-/// concurrent writes before it gives up.
-const CONTENDED_TIMEOUTS: u32 = 10;
+use lockguard_core::store::net::{LostRaces, path_segment};
 
 /// A node's content as read: its bytes and stat, or `None` when missing.
 type Read = Option<(Vec<u8>, zk::Stat)>;
@@ -179,8 +174,7 @@ impl ZooKeeperStore {
         // other clients' writes.
         let _turn = self.turns.take(path).await;
         let client = self.session.client();
-        let deadline = Instant::now() + self.response_timeout * CONTENDED_TIMEOUTS;
-        let mut pause = Duration::from_micros(200);
+        let mut races = LostRaces::new(self.response_timeout);
         // The first read is the member's: a write it decides is checked by
         // the write's version. A refusal, and every read after a lost
         // write, is the leader's.
@@ -199,20 +193,7 @@ impl ZooKeeperStore {
                 return Ok(done(version));
             }
             fresh = Fresh::Leader;
-            if Instant::now() >= deadline {
-                return Err(Error::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "updating {path}: other writes kept coming first for {:?}",
-                        self.response_timeout * CONTENDED_TIMEOUTS
-                    ),
-                ));
-            }
-            // A random pause, so the writers that lost this round do not
-            // meet again in the next.
-            let nanos = u64::try_from(pause.as_nanos()).unwrap_or(u64::MAX);
-            tokio::time::sleep(Duration::from_nanos(fastrand::u64(0..=nanos))).await;
-            pause = (pause * 2).min(Duration::from_millis(20));
+            races.lost(|| format!("updating {path}")).await?;
         }
     }
 
