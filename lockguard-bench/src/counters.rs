@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use lockguard_core::Client;
 
 use crate::rounds::{Spread, turning};
-use crate::{Bench, etcd, measure, median, zookeeper};
+use crate::{Bench, measure, median};
 
 /// The most clients a run uses: a section connects this many raw ones.
 pub(crate) const CLIENTS: usize = 16;
@@ -41,15 +41,14 @@ enum Side<R> {
     Raw(R),
 }
 
-/// The section: etcd's comparison, then ZooKeeper's, each on a server of
+/// The section's heading and what both stores' comparisons share: main
+/// then runs etcd's and ZooKeeper's ([`compare`]), each on a server of
 /// its own set up as in its store's section.
-pub(crate) async fn section(b: &mut Bench) {
+pub(crate) fn heading(b: &mut Bench) {
     b.line(
         "\n## Counters under contention on etcd and ZooKeeper: tasks adding one to one counter\n",
     );
     b.line("Neither store has an atomic increment, so a counter update is a compare-and-set that another writer can make fail. lockguard's client also remembers what it last wrote of a counter (its next update needs no read), pauses a random moment after a lost race, and takes its own updates of one counter in turn (`store::Turns`), so that the tasks sharing a client race only other clients. The yardstick is the read-modify-write loop a user of the store's own client writes. Two set-ups: 64 tasks on 4 clients (16 each), and 16 tasks with a client each, as separate processes have.\n");
-    etcd::contended_counters(b).await;
-    zookeeper::contended_counters(b).await;
 }
 
 /// One store's comparison: `how` says what both sides send; `lockguard`

@@ -1513,7 +1513,9 @@ async fn main() {
         etcd::section(&mut b).await;
     }
     if run("counters") {
-        counters::section(&mut b).await;
+        counters::heading(&mut b);
+        etcd::contended_counters(&mut b).await;
+        zookeeper::contended_counters(&mut b).await;
     }
     b.line("\n## Targets, checked against this run\n");
     b.line("| target | measured | |");
