@@ -112,14 +112,7 @@ async fn default_client_is_an_error_until_installed() {
 #[tokio::test(flavor = "current_thread")]
 async fn spans_name_the_lock_and_record_its_fence() {
     let captured = lockguard_testing::CapturedLog::default();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .finish(),
-    );
+    let _log = captured.install_with_span_closes();
     let lg = Client::memory();
     let guard = lg.lock("job").acquire().await.unwrap();
     let fence = guard.fencing_token().get();
@@ -156,14 +149,7 @@ async fn spans_name_the_lock_and_record_its_fence() {
 #[tokio::test(flavor = "current_thread")]
 async fn rw_lock_spans_name_the_lock_and_its_mode() {
     let captured = lockguard_testing::CapturedLog::default();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(captured.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::DEBUG)
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .finish(),
-    );
+    let _log = captured.install_with_span_closes();
     let lg = Client::memory();
     let read = lg.rw_lock("prices").read().try_acquire().await.unwrap();
     let fence = read.fencing_token().get();
