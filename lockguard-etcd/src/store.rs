@@ -74,7 +74,7 @@ use tokio::time::Instant;
 use lockguard_core::store::net::{self, path_segment};
 use lockguard_core::store::{
     AllOrNone, Handoff, Holding, Inbox, LeaseEnd, LeaseEnds, LockKeys, LockSet, LockStore,
-    Occupancy, Outcome, Place, RwMode, Token, Waiting,
+    Occupancy, Outcome, Place, RwMode, Token, Turns, Waiting,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 
@@ -144,13 +144,13 @@ pub(crate) struct EtcdStore {
     lease_ends: Arc<LeaseEnds>,
     /// The leases rate-limit state is attached to.
     limit_leases: limits::LimitLeases,
-    /// The rate-limit keys this client decided for.
-    limits_seen: limits::LimitKeysSeen,
-    /// The counters this client last wrote or read.
-    counters_seen: data::CountersSeen,
-    /// The counters this client is updating, one update at a time each
-    /// (see [`data`]).
-    counter_turns: lockguard_core::store::Turns,
+    /// The rate-limit keys this client decides for, one decision at a
+    /// time each, with the key's state as the last one saw it (see
+    /// [`limits`]).
+    limit_turns: Turns<Option<limits::Read>>,
+    /// The counters this client updates, one update at a time each, with
+    /// the counter as the last one wrote or read it (see [`data`]).
+    counter_turns: Turns<Option<data::Counted>>,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -484,9 +484,8 @@ impl EtcdStore {
             orphans: Arc::default(),
             lease_ends,
             limit_leases: limits::LimitLeases::default(),
-            limits_seen: limits::LimitKeysSeen::default(),
-            counters_seen: data::CountersSeen::default(),
-            counter_turns: lockguard_core::store::Turns::default(),
+            limit_turns: Turns::default(),
+            counter_turns: Turns::default(),
         });
         let inbox = store.inbox.clone();
         store.session.on_renewed(move || {

@@ -37,29 +37,6 @@ const VALUE: u8 = b'=';
 /// After the token: removed (a tombstone that keeps the token).
 const REMOVED: u8 = b'-';
 
-/// How many counters' last states a client keeps before it forgets them
-/// all.
-const COUNTERS_SEEN: usize = 4096;
-
-/// The counters this client last wrote or read, as it saw them.
-#[derive(Debug, Default)]
-pub(super) struct CountersSeen(std::sync::Mutex<std::collections::HashMap<String, Counted>>);
-
-impl CountersSeen {
-    fn get(&self, key: &str) -> Option<Counted> {
-        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        seen.get(key).cloned().map(Counted::aged)
-    }
-
-    fn put(&self, key: &str, counted: Counted) {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= COUNTERS_SEEN && !seen.contains_key(key) {
-            seen.clear();
-        }
-        seen.insert(key.to_owned(), counted);
-    }
-}
-
 /// How a counter changes: from its value to a new one, or refused with the
 /// value that refused it.
 type Update<'a> = &'a (dyn Fn(i64) -> Result<std::result::Result<i64, i64>> + Sync);
@@ -130,9 +107,9 @@ impl EtcdStore {
         f: Update<'_>,
     ) -> Result<std::result::Result<i64, i64>> {
         let key = self.data_key("counter", keys.id());
-        let _turn = self.counter_turns.take(&key).await;
-        let (mut read, mut remembered) = match self.counters_seen.get(&key) {
-            Some(seen) => (seen, true),
+        let mut last = self.counter_turns.take(&key).await;
+        let (mut read, mut remembered) = match last.take() {
+            Some(seen) => (seen.aged(), true),
             None => (self.read_counter(&key).await?, false),
         };
         let mut races = LostRaces::new(self.session.timeout());
@@ -147,14 +124,14 @@ impl EtcdStore {
                     continue;
                 }
                 Ok(Err(current)) => {
-                    self.counters_seen.put(&key, read);
+                    *last = Some(read);
                     return Ok(Err(current));
                 }
                 Err(e) => return Err(e),
             };
             read = match self.write_counter(&key, &read, new, ttl).await? {
                 Ok(written) => {
-                    self.counters_seen.put(&key, written);
+                    *last = Some(written);
                     return Ok(Ok(new));
                 }
                 Err(now) => now,
@@ -338,17 +315,26 @@ impl DataStore for EtcdStore {
         if ttl.is_some() {
             // A write keeps the deadline of a counter that lives, and a
             // counter past its deadline is version 0: read it first.
-            let _turn = self.counter_turns.take(&key).await;
+            let mut last = self.counter_turns.take(&key).await;
             loop {
                 let read = self.read_counter(&key).await?;
                 if let Some(v) = expected
                     && v != read.version()
                 {
+                    *last = Some(read.clone());
                     return Ok(Err(read.version()));
                 }
                 match self.write_counter(&key, &read, value, ttl).await? {
-                    Ok(written) => return Ok(Ok(written.version())),
-                    Err(now) if expected.is_some() => return Ok(Err(now.version())),
+                    Ok(written) => {
+                        let version = written.version();
+                        *last = Some(written);
+                        return Ok(Ok(version));
+                    }
+                    Err(now) if expected.is_some() => {
+                        let version = now.version();
+                        *last = Some(now);
+                        return Ok(Err(version));
+                    }
                     Err(_) => {}
                 }
             }
@@ -441,7 +427,7 @@ impl DataStore for EtcdStore {
 /// A counter as stored: its value (0 past its deadline), the deadline
 /// while it lives, and the key's `mod_revision` (0 when missing).
 #[derive(Debug, Clone)]
-struct Counted {
+pub(super) struct Counted {
     value: i64,
     deadline: Option<u64>,
     revision: i64,

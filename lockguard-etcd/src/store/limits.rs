@@ -15,8 +15,8 @@
 //! every later state ending between `E` and its own end, so a busy limiter
 //! grants about one lease per lease length, not one per decision.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::Mutex;
 
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 use lockguard_core::store::net::{LostRaces, path_segment};
@@ -61,28 +61,11 @@ impl LimitLeases {
 }
 
 /// A key's state as this client last read or wrote it, and its
-/// `mod_revision`.
-type Read = (Option<String>, i64);
-
-/// Each key this client decides for: its last read, behind a lock that
-/// lets one decision of this client at a time run for the key (the
-/// others wait in process, rather than lose compare-and-sets in etcd).
-#[derive(Debug, Default)]
-pub(super) struct LimitKeysSeen(Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Read>>>>>);
-
-/// How many keys' last reads a client keeps before it drops those not in
-/// use.
-const SEEN: usize = 4096;
-
-impl LimitKeysSeen {
-    fn entry(&self, key: &str) -> Arc<tokio::sync::Mutex<Option<Read>>> {
-        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= SEEN && !seen.contains_key(key) {
-            seen.retain(|_, e| Arc::strong_count(e) > 1);
-        }
-        seen.entry(key.to_owned()).or_default().clone()
-    }
-}
+/// `mod_revision`: what a key's turn (`EtcdStore::limit_turns`) keeps, so
+/// that one decision of this client at a time runs for the key (the others
+/// wait in process, rather than lose compare-and-sets in etcd), each from
+/// what the last one saw.
+pub(super) type Read = (Option<String>, i64);
 
 /// What one step gave: the reply, and the state to store with the moment
 /// it ends (µs), when the step changed it.
@@ -102,8 +85,7 @@ impl EtcdStore {
         peek: bool,
     ) -> Result<LimitReply> {
         let key = format!("{}limit/{}", self.prefix, path_segment(keys.id()));
-        let entry = self.limits_seen.entry(&key);
-        let mut last = entry.lock().await;
+        let mut last = self.limit_turns.take(&key).await;
         // The state as this client last saw it: others may only have used
         // more of the budget since (a state that ended did so by the
         // clock), so a refusal by it stands, and a write by it is checked
