@@ -159,6 +159,7 @@ impl EtcdStore {
         ttl: Duration,
     ) -> Result<bool> {
         let set = self.data_key("mark", keys.id());
+        let mut races = LostRaces::new(self.session.timeout());
         loop {
             let txn = Txn::new().and_then([TxnOp::get(set.as_str(), None), TxnOp::get(key, None)]);
             let answer = self.txn("reading marks", txn).await?;
@@ -218,6 +219,9 @@ impl EtcdStore {
                 return Ok(true);
             }
             // Another mark, or a new generation, came in between: look again.
+            races
+                .lost(|| format!("marking {:?} once", keys.id()))
+                .await?;
         }
     }
 
@@ -231,6 +235,7 @@ impl EtcdStore {
     /// at most `token`: true when written.
     async fn fenced_put(&self, key: &str, token: u64, stored: Vec<u8>) -> Result<bool> {
         let next = format!("{:0width$}", u128::from(token) + 1, width = TOKEN_DIGITS);
+        let mut races = LostRaces::new(self.session.timeout());
         loop {
             let txn = Txn::new()
                 .when([Compare::value(key, CompareOp::Less, next.as_str())])
@@ -254,7 +259,11 @@ impl EtcdStore {
             if self.txn("writing a fenced value", txn).await?.succeeded() {
                 return Ok(true);
             }
-            // Created meanwhile by another writer: compare with it.
+            // Created meanwhile by another writer (and gone again, for the
+            // loop to come round): compare with it.
+            races
+                .lost(|| format!("writing fenced value {key:?}"))
+                .await?;
         }
     }
 }
@@ -316,6 +325,7 @@ impl DataStore for EtcdStore {
             // A write keeps the deadline of a counter that lives, and a
             // counter past its deadline is version 0: read it first.
             let mut last = self.counter_turns.take(&key).await;
+            let mut races = LostRaces::new(self.session.timeout());
             loop {
                 let read = self.read_counter(&key).await?;
                 if let Some(v) = expected
@@ -335,7 +345,11 @@ impl DataStore for EtcdStore {
                         *last = Some(now);
                         return Ok(Err(version));
                     }
-                    Err(_) => {}
+                    Err(_) => {
+                        races
+                            .lost(|| format!("setting counter {:?}", keys.id()))
+                            .await?
+                    }
                 }
             }
         }
