@@ -7,13 +7,15 @@
 //! the kernel's buffers the rest) while the other direction flows on: a
 //! ZooKeeper follower whose link to its leader is held still serves its
 //! clients, from a past that no longer holds, and still forwards their
-//! writes. [`Relay::release`] lets the kept data through. [`Relay::cut`]
+//! writes. [`Relay::release`] lets the kept data through. [`Relay::lag`]
+//! makes everything the target sends arrive late: a store far away on the
+//! network. [`Relay::cut`]
 //! closes every connection and refuses new ones. A relay started closed
 //! ([`Relay::start_closed`]) refuses connections until [`Relay::open`].
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Shutdown, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -32,6 +34,9 @@ struct Shared {
     /// Whether the target's data is held back.
     held: Mutex<bool>,
     released: Condvar,
+    /// How long each chunk the target sends is kept before it is passed
+    /// on, in µs.
+    lag_us: AtomicU64,
     /// Whether new connections are joined (else closed at once).
     open: AtomicBool,
     cut: AtomicBool,
@@ -90,6 +95,14 @@ impl Relay {
     pub fn release(&self) {
         *self.shared.held.lock().unwrap_or_else(|p| p.into_inner()) = false;
         self.shared.released.notify_all();
+    }
+
+    /// Keeps each chunk the target sends for `lag` before passing it on,
+    /// on every connection (zero: none): the answers of a server that many
+    /// milliseconds away, the requests still passing at once.
+    pub fn lag(&self, lag: Duration) {
+        let us = u64::try_from(lag.as_micros()).unwrap_or(u64::MAX);
+        self.shared.lag_us.store(us, Ordering::SeqCst);
     }
 
     /// Closes every connection, both ways, and refuses new ones for good.
@@ -167,8 +180,9 @@ fn accept(listener: &TcpListener, target: u16, shared: &Arc<Shared>) {
     }
 }
 
-/// Copies `from` to `to` until either closes; with `holdable`, waits while
-/// the relay holds before passing each chunk on.
+/// Copies `from` to `to` until either closes; with `holdable` (what the
+/// target sends), waits while the relay holds, and for its lag, before
+/// passing each chunk on.
 fn pipe(mut from: TcpStream, mut to: TcpStream, shared: &Shared, holdable: bool) {
     let mut buf = [0u8; 16 * 1024];
     loop {
@@ -183,6 +197,11 @@ fn pipe(mut from: TcpStream, mut to: TcpStream, shared: &Shared, holdable: bool)
                     .released
                     .wait(held)
                     .unwrap_or_else(|p| p.into_inner());
+            }
+            drop(held);
+            let lag = shared.lag_us.load(Ordering::SeqCst);
+            if lag > 0 {
+                std::thread::sleep(Duration::from_micros(lag));
             }
         }
         if shared.cut.load(Ordering::SeqCst) || to.write_all(&buf[..n]).is_err() {

@@ -129,6 +129,19 @@ impl Lock {
         )
     }
 
+    /// The error of a wait whose last `lapses` grants all came after their
+    /// `lease` could have run out: the store takes longer to answer than
+    /// the lease lasts.
+    pub(crate) fn lapsed_in_a_row(&self, lease: Duration, lapses: u32) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "lock {:?} was granted too late to use its {lease:?} lease {lapses} times in a row: the store's answers take longer than the lease; give the lock a longer one",
+                self.name
+            ),
+        )
+    }
+
     /// The error of a wait that ended while the store could not be
     /// reached: of the kind of its last failure, saying that it was retried
     /// for the whole wait.

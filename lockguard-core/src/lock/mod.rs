@@ -558,7 +558,11 @@ impl Lock {
     /// blip shorter than itself; when the wait ends on such a failure, that
     /// error is returned, saying it was retried. Other store errors are
     /// returned at once. With no wait ([`Lock::try_acquire`], `wait(0)`)
-    /// every error is returned at once.
+    /// every error is returned at once. A lock granted after its lease
+    /// could have run out (the store or this process stalled past it) is
+    /// given back and waited for again; [`ErrorKind::Timeout`] when that
+    /// happens five times in a row (a lease shorter than the store takes to
+    /// answer: give the lock a longer one).
     ///
     /// [`Builder::waiter_timeout`]: crate::Builder::waiter_timeout
     pub async fn acquire(&self) -> Result<LockGuard> {

@@ -27,13 +27,21 @@ const RECENT_ATTEMPTS: usize = 8;
 /// the store: time to confirm it.
 const MIN_HANDOFF_VALIDITY: Duration = Duration::from_millis(20);
 
+/// How many grants in a row may come too late to use before a wait gives
+/// up: a stall of the store or of this process makes one, a lease shorter
+/// than the store takes to answer makes every one.
+const LAPSES_IN_A_ROW: u32 = 5;
+
 impl Lock {
     /// Waits in the key's queue in the store until the lock is handed over
     /// (or found free with nobody ahead). A grant whose answer came after
     /// its lease could have run out (a store or a client that stalled past
     /// the lease) is given back, and the wait queues again with a new token
     /// while its deadline lasts: a blip shorter than the wait is ridden
-    /// out, as any other.
+    /// out, as any other. Grants that all come too late (a lease shorter
+    /// than the store takes to answer) end the wait with an error after
+    /// [`LAPSES_IN_A_ROW`], rather than take and give back the lock until
+    /// the deadline, or for good on a wait with none.
     pub(super) async fn wait_in_queue(
         &self,
         keys: &Arc<LockKeys>,
@@ -44,12 +52,17 @@ impl Lock {
             return Ok(guard);
         }
         let started = Instant::now();
+        let mut lapses = 0;
         loop {
             if let Some(guard) = self.queue_once(keys, lease, deadline, started).await? {
                 return Ok(guard);
             }
             if deadline.is_some_and(|d| d <= Instant::now()) {
                 return Err(self.lapsed(lease));
+            }
+            lapses += 1;
+            if lapses >= LAPSES_IN_A_ROW {
+                return Err(self.lapsed_in_a_row(lease, lapses));
             }
             tracing::debug!(lock = %self.name, "the lock was granted too late to use its lease; queueing again");
         }

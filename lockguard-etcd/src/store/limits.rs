@@ -120,8 +120,12 @@ impl EtcdStore {
                 Ok(answer) => answer,
                 Err(e) if e.to_string().contains("lease not found") => {
                     // The lease ended sooner than this client counted
-                    // (its clock jumped): take another.
+                    // (its clock jumped): take another, within the same
+                    // bound as a lost race.
                     self.limit_leases.forget(lease);
+                    races
+                        .lost(|| format!("deciding rate limit {:?}", keys.id()))
+                        .await?;
                     continue;
                 }
                 Err(e) => return Err(e),
