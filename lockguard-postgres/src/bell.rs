@@ -254,9 +254,14 @@ impl Ringer {
                 .map_err(|e| pg_error(e, what))?;
             let bell = self.connect(what).await?;
             // Looked up once: later waits find the name cached and take
-            // no catalog snapshot while they wait.
+            // no catalog snapshot while they wait. No statement timeout of
+            // the role's on this session: a cancelled read of the mail
+            // means a ring here, and is read again at once (every request
+            // of the bell is bounded by the client).
             bell.client
-                .batch_execute(&format!("SELECT '{table}'::regclass"))
+                .batch_execute(&format!(
+                    "SET statement_timeout = 0; SELECT '{table}'::regclass"
+                ))
                 .await
                 .map_err(|e| pg_error(e, what))?;
             register(&bell.client, &self.schema, &self.channel)

@@ -170,7 +170,13 @@ impl LockSessions for PgSessions {
                 .await
                 .map_err(|e| pg_error(e, WHAT))?;
             let prepared = async {
-                let start = format!("SELECT {s}.lock_session()");
+                // No statement or lock timeout of the role's or the
+                // database's: a wait lasts as long as its caller's, which
+                // the client bounds (a wait cut off by the server would
+                // leave the queue, and its session with it).
+                let start = format!(
+                    "SELECT {s}.lock_session(); SET statement_timeout = 0; SET lock_timeout = 0"
+                );
                 let [try_sql, wait_sql, release_sql] = lock_statements(s);
                 let take_sql = format!("SELECT acquired, n FROM {s}.lock_take($1, $2, $3)");
                 let wait_out_sql = format!("SELECT {s}.lock_wait_out($1, $2, $3)");

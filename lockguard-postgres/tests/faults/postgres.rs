@@ -467,6 +467,57 @@ async fn a_session_not_in_read_committed_is_refused() {
     assert!(second.release().await.unwrap());
 }
 
+/// A database whose sessions default to a short `statement_timeout` and
+/// `lock_timeout` (as services set them for their own queries): a wait
+/// longer than both stays in the server's queue, on the one session, until
+/// the holder releases (cut off, it would leave its place and queue again
+/// behind later waiters, on a new session each time), and the handoff
+/// reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_outlasts_the_databases_statement_and_lock_timeouts() {
+    let server = PostgresServer::start();
+    drop(connect(&server, Duration::from_secs(2)).await);
+    server.psql(
+        "ALTER DATABASE postgres SET statement_timeout = '200ms'; \
+         ALTER DATABASE postgres SET lock_timeout = '200ms'",
+    );
+    // The backends waiting for a lock.
+    let waiting_backends = || {
+        server.psql(
+            "SELECT string_agg(pid::text, ',') FROM pg_stat_activity \
+             WHERE backend_type = 'client backend' AND wait_event_type = 'Lock'",
+        )
+    };
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let waiter = connect(&server, Duration::from_secs(2)).await;
+    let first = holder.lock("timeouts").try_acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .lock("timeouts")
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), || async {
+        holder.lock("timeouts").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    let before = waiting_backends();
+    assert!(!before.trim().is_empty(), "nobody waits in the server");
+    // Past both timeouts, the same backend still waits.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(waiting_backends(), before, "the wait was cut off");
+    assert!(!waiting.is_finished(), "{:?}", waiting.await);
+    let fence = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let second = waiting.await.unwrap().expect("handed on at the release");
+    assert!(second.fencing_token() > fence);
+    assert!(second.release().await.unwrap());
+}
+
 /// An acquisition cut off by the response timeout while the server is
 /// paused may still run when it resumes; it must not keep what it took
 /// for its lease. A lock's, on its session, is given back with that
