@@ -240,6 +240,9 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
             bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
                 .await
                 .map_err(|e| mysql_error(e, what))?;
+            bell.query_drop(crate::connect::NO_STATEMENT_LIMIT)
+                .await
+                .map_err(|e| mysql_error(e, what))?;
             register(&mut bell, cfg, channel).await?;
             // Rings find the bell by this lock from here on. Only this
             // client's bells take it: one still holding it is an earlier

@@ -153,8 +153,6 @@ impl LockSessions for MySqlSessions {
 
     async fn connect(&self) -> Result<Session> {
         const WHAT: &str = "opening a mysql session for a lock";
-        const NO_STATEMENT_LIMIT: &str =
-            "SET /*M! SESSION max_statement_time = 0, */ @lockguard_lock_session = 1";
         let timeout = self.connect_timeout;
         let answer = tokio::time::timeout(timeout, async {
             Conn::new(self.opts.clone())
@@ -169,11 +167,7 @@ impl LockSessions for MySqlSessions {
         // lock with no record, which may come long after), and the
         // schema's longest lease is read.
         let started = tokio::time::timeout(self.response_timeout, async {
-            // No statement time limit of the server's or the user's on
-            // MariaDB (`/*M!`: what MySQL reads as a comment): a wait in
-            // `GET_LOCK` lasts as long as its caller's, which the client
-            // bounds; cut off, it would leave its place in the queue.
-            conn.query_drop(NO_STATEMENT_LIMIT)
+            conn.query_drop(crate::connect::NO_STATEMENT_LIMIT)
                 .await
                 .map_err(|e| mysql_error(e, WHAT))?;
             conn.query_first::<i64, _>(&self.start_sql)

@@ -820,3 +820,53 @@ async fn mysql_a_wait_outlasts_the_servers_statement_time_limit() {
     assert!(second.fencing_token() > fence);
     assert!(second.release().await.unwrap());
 }
+
+/// The bell (how a release wakes another client's permit waiter) under a
+/// server's short `max_statement_time`: its query waits on past the limit
+/// (cut off, it would be sent again and again), and the release still
+/// wakes the waiter through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_the_bell_outlasts_the_servers_statement_time_limit() {
+    let server = MariaDbServer::start();
+    server.sql("SET GLOBAL max_statement_time = 0.2");
+    // How long the query waiting in `GET_LOCK` (the bell's) has run, in ms.
+    let bell_waited_ms = || {
+        server
+            .sql(
+                "SELECT COALESCE(MAX(TIME_MS), -1) FROM information_schema.PROCESSLIST \
+                 WHERE STATE = 'User lock'",
+            )
+            .trim()
+            .parse::<f64>()
+            .expect("a number")
+    };
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    let permit = holder.semaphore("limits", 1).try_acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let waiter = waiter.clone();
+        async move {
+            waiter
+                .semaphore("limits", 1)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let started = Instant::now();
+    while bell_waited_ms() < 0.0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no bell waits in GET_LOCK"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past the limit, the bell's query still waits.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let waited = bell_waited_ms();
+    assert!(waited >= 500.0, "the bell's query ran {waited} ms");
+    assert!(!waiting.is_finished(), "{:?}", waiting.await);
+    assert!(permit.release().await.unwrap());
+    let second = waiting.await.unwrap().expect("handed on at the release");
+    assert!(second.release().await.unwrap());
+}
