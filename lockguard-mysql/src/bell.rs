@@ -240,7 +240,7 @@ async fn open(opts: &Opts, cfg: &Config, channel: &str) -> Result<Pair> {
             bell.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")
                 .await
                 .map_err(|e| mysql_error(e, what))?;
-            bell.query_drop(crate::connect::NO_STATEMENT_LIMIT)
+            bell.query_drop(crate::schema::NO_STATEMENT_LIMIT)
                 .await
                 .map_err(|e| mysql_error(e, what))?;
             register(&mut bell, cfg, channel).await?;

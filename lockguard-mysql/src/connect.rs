@@ -265,16 +265,6 @@ fn from_url(url: &str) -> Result<mysql_async::Opts> {
     Ok(opts)
 }
 
-/// Sets no statement time limit of the server's or the user's on the
-/// session it runs on, on MariaDB (`max_statement_time`): for the sessions
-/// that wait in `GET_LOCK` for as long as their caller (a lock's) or their
-/// refresh (the bell), which the client bounds. Cut off, a lock's wait
-/// would leave its place in the queue. `/*M!` is what MySQL reads as a
-/// comment: its own `max_execution_time`, which limits `SELECT`s (the
-/// bell's wait, not a lock's `CALL`), is left as it is.
-pub(crate) const NO_STATEMENT_LIMIT: &str =
-    "SET /*M! SESSION max_statement_time = 0, */ @lockguard_no_statement_limit = 1";
-
 /// The pool's and every session's settings over `opts`: at most
 /// `pool_size` connections, each in UTC at READ COMMITTED, waiting for a
 /// row lock no longer than a request may take.

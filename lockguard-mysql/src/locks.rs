@@ -167,7 +167,7 @@ impl LockSessions for MySqlSessions {
         // lock with no record, which may come long after), and the
         // schema's longest lease is read.
         let started = tokio::time::timeout(self.response_timeout, async {
-            conn.query_drop(crate::connect::NO_STATEMENT_LIMIT)
+            conn.query_drop(crate::schema::NO_STATEMENT_LIMIT)
                 .await
                 .map_err(|e| mysql_error(e, WHAT))?;
             conn.query_first::<i64, _>(&self.start_sql)

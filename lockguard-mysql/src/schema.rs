@@ -67,6 +67,16 @@ pub(crate) fn lock_h(prefix: &str, key: &str) -> String {
     format!("UNHEX(SHA1(CONCAT(DATABASE(), '.{prefix}:', {key})))")
 }
 
+/// Sets no statement time limit of the server's or the user's on the
+/// session it runs on, on MariaDB (`max_statement_time`): for the sessions
+/// that wait in `GET_LOCK` for as long as their caller (a lock's) or their
+/// refresh (the bell), which the client bounds. Cut off, a lock's wait
+/// would leave its place in the queue. `/*M!` is what MySQL reads as a
+/// comment: its own `max_execution_time`, which limits `SELECT`s (the
+/// bell's wait, not a lock's `CALL`), is left as it is.
+pub(crate) const NO_STATEMENT_LIMIT: &str =
+    "SET /*M! SESSION max_statement_time = 0, */ @lockguard_no_statement_limit = 1";
+
 /// The database's clock as lockguard reads it: the time when the
 /// expression is evaluated, not when the statement began (so a lease is
 /// measured from after the key's row lock was taken).

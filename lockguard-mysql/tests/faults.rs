@@ -12,8 +12,9 @@ use lockguard_testing::faults::{
     a_lease_outlives_a_crash, a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_paused_waiter_never_holds_a_grant_it_slept_through,
-    a_wait_rides_out_a_pause_longer_than_its_lease, a_wait_rides_out_an_outage,
-    at_least_outlives_a_crash, at_least_outlives_the_process_that_took_it, hold_until_killed,
+    a_wait_outlasts_the_servers_statement_limits, a_wait_rides_out_a_pause_longer_than_its_lease,
+    a_wait_rides_out_an_outage, at_least_outlives_a_crash,
+    at_least_outlives_the_process_that_took_it, hold_until_killed,
 };
 use lockguard_testing::{ChildProcess, MariaDbServer};
 
@@ -773,52 +774,20 @@ async fn mysql_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes() {
 
 /// A server whose sessions default to a short `max_statement_time`
 /// (MariaDB's limit on every statement, as a service sets it for its own
-/// queries): a wait longer than it stays in `GET_LOCK`, on the one
-/// session, until the holder releases (cut off, it would leave its place
-/// and queue again behind later waiters, on a new session each time), and
-/// the handoff reaches it.
+/// queries): the kit's scenario, a wait in `GET_LOCK` past it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_wait_outlasts_the_servers_statement_time_limit() {
     let server = MariaDbServer::start();
     server.sql("SET GLOBAL max_statement_time = 0.2");
-    // The sessions waiting in `GET_LOCK`.
-    let waiting_sessions = || {
+    let holder = client(&server).await;
+    let waiter = client(&server).await;
+    a_wait_outlasts_the_servers_statement_limits(&holder, &waiter, "limits", || {
         server.sql(
             "SELECT COALESCE(GROUP_CONCAT(ID), '') FROM information_schema.PROCESSLIST \
              WHERE STATE = 'User lock'",
         )
-    };
-    let holder = client(&server).await;
-    let waiter = client(&server).await;
-    let first = holder.lock("limits").try_acquire().await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            waiter
-                .lock("limits")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
-    let started = Instant::now();
-    while waiting_sessions().trim().is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "nobody waits in GET_LOCK"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let before = waiting_sessions();
-    // Past the limit, the same session still waits.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(waiting_sessions(), before, "the wait was cut off");
-    assert!(!waiting.is_finished(), "{:?}", waiting.await);
-    let fence = first.fencing_token();
-    assert!(first.release().await.unwrap());
-    let second = waiting.await.unwrap().expect("handed on at the release");
-    assert!(second.fencing_token() > fence);
-    assert!(second.release().await.unwrap());
+    })
+    .await;
 }
 
 /// The bell (how a release wakes another client's permit waiter) under a

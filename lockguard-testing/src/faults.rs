@@ -108,6 +108,54 @@ pub async fn a_waiter_is_woken_by_the_handoff(holder: &Client, waiter: Client, n
     );
 }
 
+/// A wait past the server's own limits on a statement (a database's
+/// default statement or lock timeout, set before `holder` and `waiter`
+/// connected): a waiter of `waiter` for the lock `name`, which `holder`
+/// holds, still waits 600 ms in, on the one session (`waiting_sessions`,
+/// read from outside the client, names the server sessions waiting for a
+/// lock, and does not change: a wait cut off would leave its place in the
+/// queue and wait again on a new session), and gets the lock, with a
+/// greater fencing token, when `holder` releases it. The limits must be
+/// well under 600 ms.
+///
+/// # Panics
+///
+/// When the waiter never waits in the server, its session changes, it
+/// returns before the release, or the lock is not handed on.
+pub async fn a_wait_outlasts_the_servers_statement_limits(
+    holder: &Client,
+    waiter: &Client,
+    name: &str,
+    waiting_sessions: impl Fn() -> String,
+) {
+    let first = holder.lock(name).try_acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let (waiter, name) = (waiter.clone(), name.to_owned());
+        async move {
+            waiter
+                .lock(&name)
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+        }
+    });
+    let queued = crate::conformance::eventually(Duration::from_secs(10), || async {
+        !waiting_sessions().trim().is_empty()
+    })
+    .await;
+    assert!(queued, "nobody waits in the server");
+    let before = waiting_sessions();
+    // Past the limits, the same session still waits.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(waiting_sessions(), before, "the wait was cut off");
+    assert!(!waiting.is_finished(), "{:?}", waiting.await);
+    let fence = first.fencing_token();
+    assert!(first.release().await.unwrap());
+    let second = waiting.await.unwrap().expect("handed on at the release");
+    assert!(second.fencing_token() > fence);
+    assert!(second.release().await.unwrap());
+}
+
 /// [`a_waiter_is_woken_by_the_handoff`] for the permit of a semaphore of
 /// one permit named `name` (a store whose locks wait in the server wakes
 /// a semaphore's waiters with its bell).

@@ -331,8 +331,9 @@ impl DataStore for EtcdStore {
                 if let Some(v) = expected
                     && v != read.version()
                 {
-                    *last = Some(read.clone());
-                    return Ok(Err(read.version()));
+                    let version = read.version();
+                    *last = Some(read);
+                    return Ok(Err(version));
                 }
                 match self.write_counter(&key, &read, value, ttl).await? {
                     Ok(written) => {

@@ -12,8 +12,9 @@ use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
     a_lease_outlives_a_crash, a_lost_keep_outlives_its_client,
-    a_pause_takes_the_lease_and_the_fence, a_wait_rides_out_an_outage,
-    a_waiter_is_woken_by_the_handoff, at_least_outlives_a_crash, takes_lock_within,
+    a_pause_takes_the_lease_and_the_fence, a_wait_outlasts_the_servers_statement_limits,
+    a_wait_rides_out_an_outage, a_waiter_is_woken_by_the_handoff, at_least_outlives_a_crash,
+    takes_lock_within,
 };
 
 use lockguard_testing::faults::a_permit_waiter_is_woken_by_the_handoff;
@@ -468,11 +469,8 @@ async fn a_session_not_in_read_committed_is_refused() {
 }
 
 /// A database whose sessions default to a short `statement_timeout` and
-/// `lock_timeout` (as services set them for their own queries): a wait
-/// longer than both stays in the server's queue, on the one session, until
-/// the holder releases (cut off, it would leave its place and queue again
-/// behind later waiters, on a new session each time), and the handoff
-/// reaches it.
+/// `lock_timeout` (as services set them for their own queries): the kit's
+/// scenario, a wait in `pg_advisory_lock` past both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wait_outlasts_the_databases_statement_and_lock_timeouts() {
     let server = PostgresServer::start();
@@ -481,41 +479,15 @@ async fn a_wait_outlasts_the_databases_statement_and_lock_timeouts() {
         "ALTER DATABASE postgres SET statement_timeout = '200ms'; \
          ALTER DATABASE postgres SET lock_timeout = '200ms'",
     );
-    // The backends waiting for a lock.
-    let waiting_backends = || {
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let waiter = connect(&server, Duration::from_secs(2)).await;
+    a_wait_outlasts_the_servers_statement_limits(&holder, &waiter, "timeouts", || {
         server.psql(
             "SELECT string_agg(pid::text, ',') FROM pg_stat_activity \
              WHERE backend_type = 'client backend' AND wait_event_type = 'Lock'",
         )
-    };
-    let holder = connect(&server, Duration::from_secs(2)).await;
-    let waiter = connect(&server, Duration::from_secs(2)).await;
-    let first = holder.lock("timeouts").try_acquire().await.unwrap();
-    let waiting = tokio::spawn({
-        let waiter = waiter.clone();
-        async move {
-            waiter
-                .lock("timeouts")
-                .wait(Duration::from_secs(20))
-                .acquire()
-                .await
-        }
-    });
-    eventually(Duration::from_secs(5), || async {
-        holder.lock("timeouts").inspect().await.unwrap().waiters == 1
     })
     .await;
-    let before = waiting_backends();
-    assert!(!before.trim().is_empty(), "nobody waits in the server");
-    // Past both timeouts, the same backend still waits.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(waiting_backends(), before, "the wait was cut off");
-    assert!(!waiting.is_finished(), "{:?}", waiting.await);
-    let fence = first.fencing_token();
-    assert!(first.release().await.unwrap());
-    let second = waiting.await.unwrap().expect("handed on at the release");
-    assert!(second.fencing_token() > fence);
-    assert!(second.release().await.unwrap());
 }
 
 /// An acquisition cut off by the response timeout while the server is
