@@ -15,7 +15,7 @@ use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
 use crate::guard::{LockGuard, PendingRelease, until_lost};
 use crate::lease::{Grant, Lease, valid_until};
-use crate::lock::Lock;
+use crate::lock::{LAPSES_IN_A_ROW, Lock};
 use crate::store::{AllOrNone, LockSet};
 use crate::token::Token;
 
@@ -44,7 +44,10 @@ pub const MAX_MULTI_LOCK_KEYS: usize = 1024;
 /// key whose lease lapsed while a later key was waited for (a fixed lease
 /// shorter than the wait) is taken again, after the keys behind it are
 /// given back, within the same wait: a guard is returned only while it
-/// holds every key.
+/// holds every key. Five such retakes in a row end the wait with
+/// [`ErrorKind::Timeout`]: the lease is shorter than taking every key
+/// takes (under the contention there is), and taking and giving back the
+/// keys again would not change that.
 ///
 /// # Examples
 ///
@@ -262,6 +265,7 @@ impl MultiLock {
         }
         // Dropped with the future: whatever was taken is released.
         let mut taken = Taken(Vec::with_capacity(locks.len()));
+        let mut lapses = 0;
         loop {
             let Some(lock) = locks.get(taken.0.len()) else {
                 // Every key is taken, but one taken early may have lapsed
@@ -274,11 +278,17 @@ impl MultiLock {
                     break;
                 };
                 taken.release_from(first).await;
+                lapses += 1;
                 let ended = deadline.is_none_or(|d| d.is_some_and(|d| d <= Instant::now()));
-                if ended {
+                if ended || lapses >= LAPSES_IN_A_ROW {
                     taken.release().await;
                     let lapsed = &locks[first];
-                    return Err(lapsed.lapsed(lapsed.checked()?.1));
+                    let lease = lapsed.checked()?.1;
+                    return Err(if ended {
+                        lapsed.lapsed(lease)
+                    } else {
+                        lapsed.lapsed_while_taking_the_rest(lease, lapses)
+                    });
                 }
                 tracing::debug!(lock = %locks[first].name(), "a key of the multi-lock lapsed while a later one was waited for; taking it again");
                 continue;
@@ -516,5 +526,63 @@ impl MultiLockGuard {
             }
         }
         first.map_or(Ok(held), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Client;
+
+    /// Polls `lock`'s queue (paused time moves on) until `n` wait in it.
+    async fn until_waiting(lock: &Lock, n: u64) {
+        while lock.inspect().await.unwrap().waiters != n {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A multi-lock whose fixed lease is shorter than taking its keys takes
+    /// (each round waits 30 ms in the last key's queue while the first
+    /// key's 10 ms lease runs), with no bound on its wait, ends with a
+    /// `Timeout` after `LAPSES_IN_A_ROW` retakes, holding nothing, where it
+    /// took and gave back its keys for good.
+    #[tokio::test(start_paused = true)]
+    async fn retakes_of_a_lapsed_key_end_when_the_lease_is_shorter_than_taking_the_keys() {
+        let lg = Client::memory();
+        let multi = lg
+            .multi_lock(["a", "b"])
+            .lease(Duration::from_millis(10))
+            .wait(Duration::MAX);
+        let order: Vec<String> = multi.names().map(str::to_owned).collect();
+        let last = lg.lock(&order[1]).wait(Duration::MAX);
+        let mut held = last.try_acquire().await.unwrap();
+        let waiting = tokio::spawn(async move { multi.acquire().await });
+        for _ in 0..LAPSES_IN_A_ROW {
+            // The multi-lock holds the first key and waits for the last;
+            // the next holder of the last queues behind it, so it is
+            // handed the last key when the multi-lock gives it back.
+            until_waiting(&last, 1).await;
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let next = tokio::spawn({
+                let last = last.clone();
+                async move { last.acquire().await }
+            });
+            until_waiting(&last, 2).await;
+            assert!(held.release().await.unwrap());
+            held = next.await.unwrap().unwrap();
+        }
+        let e = tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .expect("the multi-lock went on taking and giving back its keys")
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+        assert!(e.to_string().contains("5 times in a row"), "{e}");
+        assert_eq!(
+            lg.lock(&order[0]).inspect().await.unwrap().holders,
+            0,
+            "{e}"
+        );
+        assert!(held.release().await.unwrap());
     }
 }

@@ -142,6 +142,19 @@ impl Lock {
         )
     }
 
+    /// The error of a multi-lock's wait in which this key, taken first,
+    /// lapsed `lapses` times in a row while the keys after it were taken:
+    /// its `lease` is shorter than taking every key takes.
+    pub(crate) fn lapsed_while_taking_the_rest(&self, lease: Duration, lapses: u32) -> Error {
+        Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "lock {:?} of a multi-lock lapsed {lapses} times in a row while the keys after it were taken: its {lease:?} lease is shorter than taking every key takes; give the multi-lock a longer lease, or none (the watchdog renews it)",
+                self.name
+            ),
+        )
+    }
+
     /// The error of a wait that ended while the store could not be
     /// reached: of the kind of its last failure, saying that it was retried
     /// for the whole wait.

@@ -28,6 +28,8 @@ mod line;
 mod pace;
 mod queue;
 
+pub(crate) use queue::LAPSES_IN_A_ROW;
+
 /// A distributed lock on one key, ready to be acquired.
 ///
 /// Made by [`Client::lock`](crate::Client::lock). Without [`Lock::lease`], the lease is the

@@ -30,7 +30,7 @@ const MIN_HANDOFF_VALIDITY: Duration = Duration::from_millis(20);
 /// How many grants in a row may come too late to use before a wait gives
 /// up: a stall of the store or of this process makes one, a lease shorter
 /// than the store takes to answer makes every one.
-const LAPSES_IN_A_ROW: u32 = 5;
+pub(crate) const LAPSES_IN_A_ROW: u32 = 5;
 
 impl Lock {
     /// Waits in the key's queue in the store until the lock is handed over
