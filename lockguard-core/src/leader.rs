@@ -5,6 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::engine::Engine;
 use crate::error::{Error, ErrorKind, Invalid, Result};
 use crate::fence::FencingToken;
@@ -390,7 +392,8 @@ impl Leader {
     ///   announcement, also of a lease's end, and reads again at once: a
     ///   change is seen a round trip or two after it happens. It reads
     ///   every 20 [watch intervals](Leader::watch_interval) anyway, and
-    ///   follows again after the store's feed ends (a reconnection).
+    ///   follows again after the store's feed ends (a reconnection), at
+    ///   most once a watch interval (or a second, if that is shorter).
     /// - On the other stores, it polls [`Leader::current`] every
     ///   [`Leader::watch_interval`] (250 ms by default).
     ///
@@ -709,8 +712,8 @@ pub struct LeaderObserver {
 enum Feed {
     /// None open: the next read opens one first.
     Closed,
-    /// Rings on each change.
-    Open(Changes),
+    /// Rings on each change; opened at the instant given.
+    Open(Changes, Instant),
     /// The store pushes no changes: the observer polls.
     Unsupported,
 }
@@ -739,7 +742,7 @@ impl LeaderObserver {
             // rings.
             if matches!(self.feed, Feed::Closed) {
                 self.feed = match self.leader.follow().await {
-                    Ok(changes) => Feed::Open(changes),
+                    Ok(changes) => Feed::Open(changes, Instant::now()),
                     Err(e) if e.is_unsupported() => Feed::Unsupported,
                     Err(e) => {
                         tracing::debug!(election = %self.leader.name, error = %e, "cannot follow the election's changes now; polling until the next read");
@@ -765,12 +768,17 @@ impl LeaderObserver {
     async fn wait(&mut self) {
         let interval = self.leader.watch_interval;
         match &mut self.feed {
-            Feed::Open(changes) => {
+            Feed::Open(changes, opened) => {
                 let reread = interval.saturating_mul(FOLLOWED_REREAD);
                 tokio::select! {
                     rung = changes.changed() => if !rung {
-                        // The store follows no longer: follow again, and read.
+                        // The store follows no longer: follow again, and
+                        // read; a feed that ended soon after it opened (a
+                        // store that drops it at once) is followed again
+                        // a pause after it opened, not at once for good.
+                        let again = *opened + interval.min(FOLLOW_AGAIN);
                         self.feed = Feed::Closed;
+                        tokio::time::sleep_until(again).await;
                     },
                     () = tokio::time::sleep(reread) => {}
                 }
@@ -785,7 +793,7 @@ impl LeaderObserver {
     /// feed is open (after the first [`next`](LeaderObserver::next)), false
     /// while it polls.
     pub fn is_pushed(&self) -> bool {
-        matches!(self.feed, Feed::Open(_))
+        matches!(self.feed, Feed::Open(..))
     }
 
     /// What [`LeaderObserver::next`] last gave: `None` before it gave
@@ -908,5 +916,100 @@ mod tests {
             .expect("elected once the lead was given up")
             .unwrap();
         assert!(next.resign().await.unwrap());
+    }
+
+    /// A store that forwards to the in-memory store and ends every feed of
+    /// changes as soon as it opens it, counting them.
+    #[derive(Debug)]
+    struct Forgetful {
+        inner: crate::store::Store,
+        follows: std::sync::atomic::AtomicUsize,
+    }
+
+    impl crate::store::LockStore for Forgetful {
+        fn name(&self) -> &'static str {
+            "forgetful"
+        }
+        fn waiting(&self) -> crate::store::Waiting {
+            self.inner.waiting()
+        }
+        fn confirms_handoffs(&self) -> bool {
+            self.inner.confirms_handoffs()
+        }
+        fn attach(&self, inbox: std::sync::Weak<dyn crate::store::Inbox>) {
+            self.inner.attach(inbox)
+        }
+        async fn acquire(
+            &self,
+            keys: &Arc<crate::store::LockKeys>,
+            token: &crate::store::Token,
+            lease: Duration,
+            place: Option<crate::store::Place<'_>>,
+        ) -> Result<crate::store::Outcome> {
+            self.inner.acquire(keys, token, lease, place).await
+        }
+        async fn release(
+            &self,
+            keys: &Arc<crate::store::LockKeys>,
+            token: &crate::store::Token,
+        ) -> Result<bool> {
+            self.inner.release(keys, token).await
+        }
+        async fn extend(
+            &self,
+            keys: &Arc<crate::store::LockKeys>,
+            token: &crate::store::Token,
+            lease: Duration,
+        ) -> Result<bool> {
+            self.inner.extend(keys, token, lease).await
+        }
+    }
+
+    impl crate::store::DataStore for Forgetful {
+        async fn fenced_read(&self, key: &str) -> Result<crate::store::Stored> {
+            self.inner.fenced_read(key).await
+        }
+        async fn follow(
+            &self,
+            _lock: &Arc<crate::store::LockKeys>,
+            _value: &str,
+            bell: crate::store::ChangeBell,
+        ) -> Result<()> {
+            let follows = 1 + self
+                .follows
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            drop(bell);
+            // Past a hundred, a failure: the observer then pauses, so paused
+            // time moves on where an observer that never pauses would
+            // never let it.
+            if follows > 100 {
+                return Err(Error::new(ErrorKind::Unavailable, "too many follows"));
+            }
+            Ok(())
+        }
+    }
+
+    /// An observer whose store ends each feed as soon as it opens follows
+    /// it again once a watch interval, not at once for good (a read and a follow
+    /// per turn of a loop, for as long as nothing changes).
+    #[tokio::test(start_paused = true)]
+    async fn a_feed_that_ends_at_once_is_followed_again_after_a_pause() {
+        let store = Arc::new(Forgetful {
+            inner: crate::store::Store::memory(),
+            follows: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let store_handle = crate::store::Store::new(store.clone(), Vec::new());
+        let lg = Client::builder().build(store_handle).unwrap();
+        let mut observer = lg.leader("e").observe();
+        assert_eq!(observer.next().await.unwrap(), None);
+        // Nothing changes: the observer waits, following again and again.
+        let waited = tokio::time::timeout(Duration::from_millis(3500), observer.next()).await;
+        assert!(waited.is_err(), "a change was seen where none was made");
+        let follows = store.follows.load(std::sync::atomic::Ordering::Relaxed);
+        // One each watch interval (250 ms), and the first.
+        assert!(
+            (13..=16).contains(&follows),
+            "{follows} follows in 3.5 s of a feed that ends at once"
+        );
     }
 }
