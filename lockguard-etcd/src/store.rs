@@ -2177,9 +2177,13 @@ fn never_sent(e: &etcd_client::Error) -> bool {
 
 /// Deletes the key `key` (of create revision `created`; 0: whichever),
 /// retrying until it is gone (true), or the store is dropped (its lease is
-/// then revoked, and its keys go with it).
+/// then revoked, and its keys go with it). A failure no retry mends by
+/// itself (the client's role lost its rights to the key) is logged as a
+/// warning, once: the key, held under the client's lease, stays taken
+/// until the deletion goes through.
 async fn discard_in(session: Weak<Session>, key: String, created: i64) -> bool {
     let mut pause = Duration::from_millis(20);
+    let mut warned = false;
     loop {
         let Some((mut client, timeout)) = session.upgrade().map(|s| (s.client(), s.timeout()))
         else {
@@ -2196,6 +2200,9 @@ async fn discard_in(session: Weak<Session>, key: String, created: i64) -> bool {
         let txn = txn.and_then([TxnOp::delete(key.as_str(), None)]);
         match bounded(timeout, "deleting a lock's key", client.txn(txn)).await {
             Ok(_) => return true,
+            Err(e) if !e.is_retryable() && !std::mem::replace(&mut warned, true) => {
+                tracing::warn!(key = %key, error = %e, "deleting a lock's key failed, and retrying will not mend it: the key stays taken until its deletion goes through (retried every 2 s) or the client closes")
+            }
             Err(e) => tracing::debug!(key = %key, error = %e, "deleting a key failed; retrying"),
         }
         drop(client);

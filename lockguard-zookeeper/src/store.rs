@@ -1126,9 +1126,13 @@ fn expire(
 }
 
 /// Deletes `leftover`, retrying until it is gone, its session ended, or the
-/// store is dropped (its session then closes, and its nodes go with it).
+/// store is dropped (its session then closes, and its nodes go with it). A
+/// failure no retry mends by itself (the node's ACL refuses the session)
+/// is logged as a warning, once: the node stays until its deletion goes
+/// through or the session ends.
 async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftover) {
     let mut pause = Duration::from_millis(20);
+    let mut warned = false;
     loop {
         let Some(client) = session.upgrade().map(|s| s.client()) else {
             return;
@@ -1168,7 +1172,12 @@ async fn discard_in(session: Weak<Session>, timeout: Duration, leftover: Leftove
         match outcome {
             Ok(Ok(())) | Ok(Err(zk::Error::NoNode | zk::Error::SessionExpired)) => return,
             Ok(Err(e)) => {
-                tracing::debug!(?leftover, error = %e, "deleting a node failed; retrying")
+                let e = zk_error(e, "deleting a node");
+                if !e.is_retryable() && !std::mem::replace(&mut warned, true) {
+                    tracing::warn!(?leftover, error = %e, "deleting a node failed, and retrying will not mend it: the node stays until its deletion goes through (retried every 2 s) or the session ends")
+                } else {
+                    tracing::debug!(?leftover, error = %e, "deleting a node failed; retrying")
+                }
             }
             Err(e) => tracing::debug!(?leftover, error = %e, "deleting a node failed; retrying"),
         }
