@@ -190,14 +190,22 @@ fn ring_lock_name(channel: &str) -> String {
 /// The statement a bell waits in, for at most `period`: at once when a
 /// handoff waits in its mailbox or the bell's rung flag was set since it last
 /// read it (see the module docs), else until it is rung.
+///
+/// Its hint gives it a time limit a minute past its wait, over MySQL's
+/// `max_execution_time` (which limits a session's `SELECT`s, and would cut
+/// the wait short; the session cannot set it to none in a statement
+/// MariaDB accepts too): MariaDB before 12 reads the hint as a comment
+/// (its own limit is set to none for the session, `NO_STATEMENT_LIMIT`),
+/// MariaDB 12 as MySQL does.
 fn wait_sql(prefix: &str, channel: &str, period: Duration) -> String {
     let h = hex(channel);
+    let secs = period.as_secs().max(1);
     format!(
-        "SELECT 'lockguard bell {h}', IF(EXISTS(SELECT 1 FROM {prefix}handoffs \
-         WHERE channel = 0x{h}) OR EXISTS(SELECT 1 FROM {prefix}bells \
-         WHERE channel = 0x{h} AND rung = 1), 0, GET_LOCK('{}', {}))",
+        "SELECT /*+ MAX_EXECUTION_TIME({}) */ 'lockguard bell {h}', IF(EXISTS(SELECT 1 \
+         FROM {prefix}handoffs WHERE channel = 0x{h}) OR EXISTS(SELECT 1 FROM {prefix}bells \
+         WHERE channel = 0x{h} AND rung = 1), 0, GET_LOCK('{}', {secs}))",
+        (secs + 60).saturating_mul(1000),
         lock_name(channel),
-        period.as_secs().max(1)
     )
 }
 
@@ -510,7 +518,10 @@ mod tests {
     #[test]
     fn the_wait_names_its_channel_in_hex() {
         let sql = wait_sql("lg_", "a'b", Duration::from_millis(1500));
-        assert!(sql.starts_with("SELECT 'lockguard bell 612762'"), "{sql}");
+        assert!(
+            sql.starts_with("SELECT /*+ MAX_EXECUTION_TIME(61000) */ 'lockguard bell 612762'"),
+            "{sql}"
+        );
         assert!(sql.contains("channel = 0x612762"), "{sql}");
         assert!(
             sql.contains("lg_bells WHERE channel = 0x612762 AND rung = 1"),
