@@ -81,6 +81,75 @@ async fn zookeeper_a_lock_whose_keep_was_lost_stays_kept_after_its_client_closes
     a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }
 
+/// A client whose keep failed closes right after it gave up a wait, whose
+/// node's deletion could not reach the paused server: its session stays
+/// open for the kept lock, and the given-up wait's release, under way,
+/// keeps the client until it is done, so the next waiter gets the lock
+/// when its holder releases it, not when the kept time ends (6 s after
+/// the failed keep) with the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_a_wait_given_up_as_its_client_closes_leaves_the_queue_while_its_session_lingers()
+{
+    let mut server = ZooKeeperServer::start();
+    let (holder, other) = keeper_and_other(&server).await;
+    let third = connect(&server.hosts(), Client::builder()).await;
+    let guard = holder
+        .lock("kept")
+        .lease(Duration::from_secs(6))
+        .at_least(Duration::from_secs(6))
+        .acquire()
+        .await
+        .expect("take the lock to keep");
+    let queued = other.lock("queued").acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let lock = holder.lock("queued").wait(Duration::from_secs(60));
+        async move { lock.acquire().await.map(drop) }
+    });
+    let queued_up = eventually(Duration::from_secs(10), || async {
+        other.lock("queued").inspect().await.unwrap().waiters == 1
+    });
+    assert!(
+        queued_up.await,
+        "the holder's client never waited for the lock"
+    );
+    server.pause();
+    let released = guard.release().await;
+    assert!(
+        released.is_err(),
+        "the keep was made with the server paused: {released:?}"
+    );
+    // Given up while the server cannot answer its deletion, then closed.
+    waiting.abort();
+    let _ = waiting.await;
+    drop(holder);
+    server.resume();
+    let next = tokio::spawn({
+        let lock = third.lock("queued").wait(Duration::from_secs(12));
+        async move { lock.acquire().await }
+    });
+    // The third client queues (behind the given-up wait's node, while
+    // that is still there).
+    let queued_up = eventually(Duration::from_secs(10), || async {
+        other.lock("queued").inspect().await.unwrap().waiters >= 1
+    });
+    assert!(
+        queued_up.await,
+        "the third client never waited for the lock"
+    );
+    let freed = Instant::now();
+    assert!(queued.release().await.unwrap());
+    let guard = next
+        .await
+        .unwrap()
+        .expect("the lock went to the next live waiter");
+    assert!(
+        freed.elapsed() < Duration::from_secs(3),
+        "the given-up wait stayed in the queue {:?}",
+        freed.elapsed()
+    );
+    assert!(guard.release().await.unwrap());
+}
+
 /// For the two scenarios above: a holder that gives up on a request after
 /// 300 ms, and another client, of `server`.
 async fn keeper_and_other(server: &ZooKeeperServer) -> (Client, Client) {
