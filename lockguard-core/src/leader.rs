@@ -918,88 +918,13 @@ mod tests {
         assert!(next.resign().await.unwrap());
     }
 
-    /// A store that forwards to the in-memory store and ends every feed of
-    /// changes as soon as it opens it, counting them.
-    #[derive(Debug)]
-    struct Forgetful {
-        inner: crate::store::Store,
-        follows: std::sync::atomic::AtomicUsize,
-    }
-
-    impl crate::store::LockStore for Forgetful {
-        fn name(&self) -> &'static str {
-            "forgetful"
-        }
-        fn waiting(&self) -> crate::store::Waiting {
-            self.inner.waiting()
-        }
-        fn confirms_handoffs(&self) -> bool {
-            self.inner.confirms_handoffs()
-        }
-        fn attach(&self, inbox: std::sync::Weak<dyn crate::store::Inbox>) {
-            self.inner.attach(inbox)
-        }
-        async fn acquire(
-            &self,
-            keys: &Arc<crate::store::LockKeys>,
-            token: &crate::store::Token,
-            lease: Duration,
-            place: Option<crate::store::Place<'_>>,
-        ) -> Result<crate::store::Outcome> {
-            self.inner.acquire(keys, token, lease, place).await
-        }
-        async fn release(
-            &self,
-            keys: &Arc<crate::store::LockKeys>,
-            token: &crate::store::Token,
-        ) -> Result<bool> {
-            self.inner.release(keys, token).await
-        }
-        async fn extend(
-            &self,
-            keys: &Arc<crate::store::LockKeys>,
-            token: &crate::store::Token,
-            lease: Duration,
-        ) -> Result<bool> {
-            self.inner.extend(keys, token, lease).await
-        }
-    }
-
-    impl crate::store::DataStore for Forgetful {
-        async fn fenced_read(&self, key: &str) -> Result<crate::store::Stored> {
-            self.inner.fenced_read(key).await
-        }
-        async fn follow(
-            &self,
-            _lock: &Arc<crate::store::LockKeys>,
-            _value: &str,
-            bell: crate::store::ChangeBell,
-        ) -> Result<()> {
-            let follows = 1 + self
-                .follows
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            drop(bell);
-            // Past a hundred, a failure: the observer then pauses, so paused
-            // time moves on where an observer that never pauses would
-            // never let it.
-            if follows > 100 {
-                return Err(Error::new(ErrorKind::Unavailable, "too many follows"));
-            }
-            Ok(())
-        }
-    }
-
     /// An observer whose store ends each feed as soon as it opens follows
     /// it again once a watch interval, not at once for good (a read and a follow
     /// per turn of a loop, for as long as nothing changes).
     #[tokio::test(start_paused = true)]
     async fn a_feed_that_ends_at_once_is_followed_again_after_a_pause() {
-        let store = Arc::new(Forgetful {
-            inner: crate::store::Store::memory(),
-            follows: std::sync::atomic::AtomicUsize::new(0),
-        });
-        let store_handle = crate::store::Store::new(store.clone(), Vec::new());
-        let lg = Client::builder().build(store_handle).unwrap();
+        let store = crate::store::forwarding::Forwarding::new(None);
+        let lg = crate::store::forwarding::Forwarding::client(&store);
         let mut observer = lg.leader("e").observe();
         assert_eq!(observer.next().await.unwrap(), None);
         // Nothing changes: the observer waits, following again and again.

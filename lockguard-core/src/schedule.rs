@@ -71,6 +71,14 @@ impl Schedule {
     /// mid-run is replaced. A run still going when it ends is cancelled
     /// (its lock is lost: another replica may run the next period). The
     /// period by default.
+    ///
+    /// On a store that keeps no lease that long (ZooKeeper and etcd keep
+    /// at most two thirds of the session timeout or lease TTL), the run's
+    /// lock is renewed by its watchdog instead, and the run cancelled when
+    /// `at_most` has passed; a replica whose process died mid-run is then
+    /// replaced within the store's longest lease, and the lock is kept
+    /// after a run at most that long (`at_least` shortened to it): the
+    /// record of runs keeps a period from running twice.
     pub fn at_most(mut self, at_most: Duration) -> Self {
         self.at_most = Some(at_most);
         self
@@ -253,6 +261,11 @@ struct Job {
     name: Arc<str>,
     schedule: Schedule,
     lock: Lock,
+    /// How long a run's lock is kept after it was taken, at most.
+    at_least: Duration,
+    /// When the lock is renewed by its watchdog (a store that keeps no
+    /// lease as long as `at_most`), the run's own bound: `at_most`.
+    run_for: Option<Duration>,
     runs: FencedResource,
 }
 
@@ -270,10 +283,21 @@ where
     E: fmt::Display + Send + 'static,
 {
     schedule.check(name)?;
-    let lock = Lock::scheduled(engine.clone(), name)
-        .lease(schedule.kept_at_most())
-        .at_least(schedule.kept_at_least())
-        .wait(Duration::ZERO);
+    // A store that keeps no lease as long as `at_most` renews a shorter
+    // one, and the run is bounded by its own timer (see `at_most`).
+    let at_most = schedule.kept_at_most();
+    let longest = engine.store.max_lease();
+    let run_for = longest.filter(|l| at_most > *l).map(|_| at_most);
+    let at_least = schedule
+        .kept_at_least()
+        .min(longest.unwrap_or(Duration::MAX));
+    let lock = Lock::scheduled(engine.clone(), name);
+    let lock = match run_for {
+        Some(_) => lock.watchdog(at_most),
+        None => lock.lease(at_most),
+    }
+    .at_least(at_least)
+    .wait(Duration::ZERO);
     lock.validate()?;
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         Error::new(
@@ -286,6 +310,8 @@ where
         name: name.clone(),
         schedule,
         lock,
+        at_least,
+        run_for,
         runs: FencedResource::schedule_runs(engine, &name),
     };
     let (stop, stopped) = watch::channel(false);
@@ -357,10 +383,7 @@ impl Job {
             .duration_since(SystemTime::now())
             .unwrap_or_default()
             .saturating_sub(margin);
-        let lock = self
-            .lock
-            .clone()
-            .at_least(self.schedule.kept_at_least().min(left));
+        let lock = self.lock.clone().at_least(self.at_least.min(left));
         let guard = match lock.try_acquire().await {
             Ok(guard) => guard,
             Err(e) if e.is_busy() => {
@@ -373,7 +396,7 @@ impl Job {
             }
         };
         let attempt = match self.claim(&guard, period, at_start).await {
-            Ok(true) => run_while_held(name, period, &guard, job).await,
+            Ok(true) => run_while_held(name, period, &guard, self.run_for, job).await,
             Ok(false) => Attempt::Skipped,
             Err(e) => {
                 tracing::warn!(schedule = name, period, error = %e, "cannot read or write the job's record of runs; this period is skipped");
@@ -440,6 +463,7 @@ async fn run_while_held<F, Fut, T, E>(
     name: &str,
     period: u64,
     guard: &LockGuard,
+    run_for: Option<Duration>,
     job: &mut F,
 ) -> Attempt
 where
@@ -458,6 +482,13 @@ where
         "running"
     );
     let lost = guard.lost();
+    // A lock renewed by its watchdog: `at_most` ends the run here.
+    let out_of_time = async {
+        match run_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         done = job(run) => match done {
             Ok(_) => Attempt::Ran,
@@ -468,6 +499,10 @@ where
         },
         e = lost => {
             tracing::warn!(schedule = name, period, error = %e, "the scheduled job's lock was lost (its run outlived at_most, or the store lost it); the run is cancelled");
+            Attempt::Lost
+        }
+        () = out_of_time => {
+            tracing::warn!(schedule = name, period, "the scheduled job's run outlived at_most; the run is cancelled");
             Attempt::Lost
         }
     }
@@ -522,5 +557,63 @@ mod tests {
             assert!(e.is_invalid_input() && e.message().contains(says), "{e}");
         }
         assert!(Schedule::every(Duration::from_secs(1)).check("j").is_ok());
+    }
+
+    /// Says when it is dropped (a run cancelled or done).
+    struct Dropped(tokio::sync::mpsc::UnboundedSender<&'static str>);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self.0.send("dropped");
+        }
+    }
+
+    /// On a store that keeps leases of 300 ms at most, a schedule whose
+    /// `at_most` (1 s) is longer starts (it was refused), its run's lock
+    /// is renewed past the store's longest lease, and the run is
+    /// cancelled when `at_most` has passed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_longer_than_the_stores_longest_lease_is_renewed_and_ends_at_at_most() {
+        let store = crate::store::forwarding::Forwarding::new(Some(Duration::from_millis(300)));
+        let lg = crate::store::forwarding::Forwarding::client(&store);
+        let schedule = Schedule::every(Duration::from_secs(3600)).at_most(Duration::from_secs(1));
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let scheduled = lg
+            .schedule("long", schedule, move |run: JobRun| {
+                let tx = tx.clone();
+                async move {
+                    let _dropped = Dropped(tx.clone());
+                    let _ = tx.send("started");
+                    tokio::time::sleep(Duration::from_millis(700)).await;
+                    let _ = tx.send(if run.lease().is_held() {
+                        "held"
+                    } else {
+                        "lapsed"
+                    });
+                    std::future::pending::<()>().await;
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            })
+            .expect("a schedule whose at_most is longer than the store's longest lease");
+        let mut said = Vec::new();
+        let mut started = None;
+        while said.len() < 3 {
+            let what = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("the run said only {said:?}"))
+                .unwrap();
+            started.get_or_insert_with(std::time::Instant::now);
+            said.push(what);
+        }
+        // The period under way ran at once, its lock held past the store's
+        // longest lease, until at_most.
+        assert_eq!(said, ["started", "held", "dropped"]);
+        let started = started.unwrap();
+        let ran = started.elapsed();
+        assert!(
+            ran >= Duration::from_millis(900) && ran < Duration::from_secs(3),
+            "the run was cancelled after {ran:?}, not at at_most (1 s)"
+        );
+        scheduled.stop().await;
     }
 }

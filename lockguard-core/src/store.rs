@@ -130,6 +130,8 @@ pub use turns::{Turn, Turns};
 mod channel_tasks;
 mod erased;
 mod follow;
+#[cfg(test)]
+pub(crate) mod forwarding;
 mod future;
 mod lease_ends;
 mod limit;

@@ -213,6 +213,7 @@ impl UpgradeableLock {
     /// [`ErrorKind::Unsupported`] on a store without read-write locks; the
     /// store's errors. Nothing is held after an error.
     pub async fn try_acquire(&self) -> Result<UpgradeableGuard> {
+        self.offered()?;
         let gate = self.gate.try_acquire().await?;
         let hold = match self.mode {
             RwMode::Read => self.reads.try_acquire().await,
@@ -230,12 +231,23 @@ impl UpgradeableLock {
     /// As [`try_acquire`](Self::try_acquire), with `Busy` once a wait ran
     /// out. Nothing is held after an error.
     pub async fn acquire(&self) -> Result<UpgradeableGuard> {
+        self.offered()?;
         let gate = self.gate.acquire().await?;
         let hold = match self.mode {
             RwMode::Read => self.reads.acquire().await,
             RwMode::Write => self.writes.acquire().await,
         };
         self.guard(gate, hold).await
+    }
+
+    /// `Unsupported` at once on a store without read-write locks, before
+    /// the gate (an ordinary lock, which it offers) is taken or waited for.
+    fn offered(&self) -> Result<()> {
+        let store = &self.gate.engine().store;
+        if store.read_write() {
+            return Ok(());
+        }
+        Err(crate::store::unsupported(store.name(), "read-write locks"))
     }
 
     /// The guard of `gate` and `hold`, or (the hold not taken) the error,
@@ -438,5 +450,39 @@ impl UpgradeableGuard {
             None => false,
         };
         Ok(self.gate.release().await? && held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use crate::store::forwarding::Forwarding;
+
+    /// On a store without read-write locks, an upgradeable read or write
+    /// answers `Unsupported` at once, even while its gate (an ordinary
+    /// lock, which the store offers) is held: it neither takes nor waits
+    /// for the gate first.
+    #[tokio::test]
+    async fn a_store_without_read_write_locks_refuses_at_once() {
+        let lg = Forwarding::client(&Forwarding::new(None));
+        let rw = lg.upgradeable_rw_lock("doc");
+        let gate = rw.gate.try_acquire().await.unwrap();
+        for lock in [rw.upgradeable_read(), rw.write()] {
+            let started = Instant::now();
+            let e = lock
+                .clone()
+                .wait(Duration::from_secs(5))
+                .acquire()
+                .await
+                .unwrap_err();
+            assert!(e.is_unsupported(), "{e}");
+            assert!(
+                started.elapsed() < Duration::from_secs(1),
+                "{e} after a wait"
+            );
+            assert!(lock.try_acquire().await.unwrap_err().is_unsupported());
+        }
+        assert!(gate.release().await.unwrap());
     }
 }

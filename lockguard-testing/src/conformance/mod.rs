@@ -453,6 +453,7 @@ macro_rules! conformance {
             a_schedule_runs_once_per_period_across_replicas,
             a_replica_that_starts_mid_period_does_not_run_it_again,
             a_run_that_outlives_at_most_is_cancelled,
+            an_hourly_schedule_runs_on_every_store,
             schedule_bad_input,
         );
     };

@@ -171,6 +171,30 @@ pub async fn a_run_that_outlives_at_most_is_cancelled(env: Env) {
     assert!(ran, "no replica ran after the cancelled run");
 }
 
+/// An hourly job with the default `at_least` and `at_most` (half an hour
+/// and the hour), longer than the longest lease some stores keep
+/// (ZooKeeper's and etcd's: two thirds of the session timeout or lease
+/// TTL): it starts, and where the store keeps the record of runs, the
+/// period under way runs at once, once across two replicas.
+pub async fn an_hourly_schedule_runs_on_every_store(env: Env) {
+    let (a, b) = (env.client().await, env.client().await);
+    let runs: Runs = Arc::default();
+    let hourly = Schedule::every(Duration::from_secs(3600));
+    let first = replica(&a, "hourly", hourly, 0, &runs);
+    let second = replica(&b, "hourly", hourly, 1, &runs);
+    if keeps_records(&a).await {
+        let ran = super::eventually(Duration::from_secs(5), || async {
+            !runs.lock().unwrap().is_empty()
+        })
+        .await;
+        assert!(ran, "the period under way did not run");
+    }
+    first.stop().await;
+    second.stop().await;
+    let runs = runs.lock().unwrap().clone();
+    assert!(runs.len() <= 1, "the period ran twice: {runs:?}");
+}
+
 /// Empty or invalid names, a zero period and an `at_least` not shorter
 /// than the period are clear errors.
 pub async fn schedule_bad_input(env: Env) {
