@@ -176,6 +176,11 @@ pub enum Outcome {
         /// wait's send, plus how long the server says it waited): the
         /// lease is counted from here.
         at: tokio::time::Instant,
+        /// How long from `at` the server recorded the hold for: the lease
+        /// asked for, or less, a reservation (see
+        /// [`LockSessions::wait_reservation`]), which the waiter's client
+        /// extends to its whole lease once it has the guard.
+        recorded: Duration,
     },
     /// Someone else holds it; their lease has this long left, if known.
     Busy(Option<Duration>),

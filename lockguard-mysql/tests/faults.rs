@@ -839,3 +839,74 @@ async fn mysql_the_bell_outlasts_the_servers_statement_time_limit() {
     let second = waiting.await.unwrap().expect("handed on at the release");
     assert!(second.release().await.unwrap());
 }
+
+/// The child process of `mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound`:
+/// says it is about to wait, then waits for the lock (on a lease of 20 s
+/// once it has it) until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a client process of mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound"]
+async fn mysql_waiter_process() {
+    let Ok(url) = std::env::var("LOCKGUARD_MYSQL_WAITER_URL") else {
+        return;
+    };
+    let lg = lockguard_core::Client::connect_mysql(&url).await.unwrap();
+    let lock = lg
+        .lock("victim")
+        .watchdog(Duration::from_secs(20))
+        .wait(Duration::from_secs(120));
+    // On a line of its own: libtest may have begun one.
+    println!("\nwaiting");
+    let _guard = lock.acquire().await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+/// A waiter process killed with SIGKILL while first in the queue (blocked
+/// in the server's `GET_LOCK`) delays the waiter behind it by at most the
+/// waiter timeout (1 s) and slack when the lock is released: never by the
+/// 20 s lease it would have held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
+    let server = MariaDbServer::start();
+    let holder = client(&server).await;
+    let guard = holder.lock("victim").acquire().await.unwrap();
+    let mut child = ChildProcess::spawn(
+        "mysql_waiter_process",
+        ("LOCKGUARD_MYSQL_WAITER_URL", &server.url()),
+    );
+    child.expect("waiting");
+    let queued = |n: u64| {
+        let holder = holder.clone();
+        lockguard_testing::conformance::eventually(Duration::from_secs(10), move || {
+            let holder = holder.clone();
+            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
+        })
+    };
+    assert!(queued(1).await, "the child never queued");
+    let second = client(&server).await;
+    let waiter = tokio::spawn(async move {
+        let g = second
+            .lock("victim")
+            .wait(Duration::from_secs(40))
+            .acquire()
+            .await
+            .expect("the waiter behind the dead one acquires");
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    assert!(queued(2).await, "the second waiter never queued");
+    child.kill();
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired = tokio::time::timeout(Duration::from_secs(45), waiter)
+        .await
+        .expect("the waiter behind the dead one was never served")
+        .unwrap();
+    let delay = acquired - released;
+    println!("the waiter behind the killed one acquired {delay:?} after the release");
+    let bound = Duration::from_secs(1) + Duration::from_secs(2);
+    assert!(
+        delay < bound,
+        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
+    );
+}

@@ -79,13 +79,24 @@ impl Lock {
             }
             // Granted to an earlier wait in the server: the lease runs
             // from the grant, not from this attempt.
-            Outcome::Granted { fence, keys, at } => {
+            // A reservation shorter than the lease is extended to it in
+            // the background.
+            Outcome::Granted {
+                fence,
+                keys,
+                at,
+                recorded,
+            } => {
                 let grant = Grant {
                     token,
                     fence,
-                    valid_until: valid_until(at.min(sent_at), lease),
+                    valid_until: valid_until(at.min(sent_at), recorded.min(lease)),
                 };
-                self.granted(keys, grant).map(Ok)
+                let guard = self.granted(keys, grant)?;
+                if recorded < lease {
+                    guard.confirm();
+                }
+                Ok(Ok(guard))
             }
         }
     }

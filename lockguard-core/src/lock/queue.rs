@@ -145,23 +145,27 @@ impl Lock {
                 .await;
             // A lock granted to an earlier wait in the server: its lease
             // runs from the grant, not from this attempt.
-            let since = match &attempt_result {
-                Ok(Outcome::Granted { at, .. }) => (*at).min(sent_at),
-                _ => sent_at,
+            // A reservation shorter than the lease is extended to it in
+            // the background.
+            let (since, recorded) = match &attempt_result {
+                Ok(Outcome::Granted { at, recorded, .. }) => {
+                    ((*at).min(sent_at), (*recorded).min(lease))
+                }
+                _ => (sent_at, lease),
             };
             let (ttl, failed) = match attempt_result {
                 Ok(Outcome::Acquired { fence, keys } | Outcome::Granted { fence, keys, .. }) => {
                     let grant = Grant {
                         token,
                         fence,
-                        valid_until: valid_until(since, lease),
+                        valid_until: valid_until(since, recorded),
                     };
                     if grant.valid_until <= Instant::now() {
                         // `leave` gives the token back as this returns.
                         return Ok(None);
                     }
                     return self
-                        .take(leave, ticket, keys, grant, started, false)
+                        .take(leave, ticket, keys, grant, started, recorded < lease)
                         .map(Some);
                 }
                 Ok(Outcome::Busy(ttl)) => {

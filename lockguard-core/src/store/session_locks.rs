@@ -97,6 +97,18 @@ pub trait LockSessions: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<Tried>> + Send;
 
+    /// The longest lease a wait records at its grant; `None` (the
+    /// default): the lease asked for. A server that does not notice a
+    /// waiter's client gone while the wait blocks (MySQL's `GET_LOCK`)
+    /// grants the lock to a dead waiter, whose session ends as the answer
+    /// finds no client, and the lease it recorded is waited out by the
+    /// next holder as any holder's whose session ended: recording a short
+    /// reservation (the waiter timeout) bounds that, and the waiter's
+    /// client extends it to its whole lease once it has the guard.
+    fn wait_reservation(&self) -> Option<Duration> {
+        None
+    }
+
     /// Waits in the server for the lock `key` on `session` until it is
     /// granted (or cancelled): the fencing token drawn, and how long the
     /// server waited before the grant.
@@ -162,8 +174,12 @@ enum Entry<S: LockSessions> {
     /// Waiting in the server, on a session the waiting task owns.
     Waiting { cancel: S::Cancel },
     /// Granted to a waiter that has not claimed it yet, at `at` or later
-    /// (the lease runs from `at`).
-    Granted { hold: Hold<S>, at: Instant },
+    /// (the lease recorded, `recorded` long, runs from `at`).
+    Granted {
+        hold: Hold<S>,
+        at: Instant,
+        recorded: Duration,
+    },
     /// The wait failed; the waiter's next attempt is told.
     Failed(Error),
     /// Held, until `end` unless renewed.
@@ -273,15 +289,18 @@ impl<S: LockSessions> SessionLocks<S> {
                 // before its answer, perhaps long before (the client was
                 // paused): a lease that ran out before this claim is given
                 // back, and the attempt starts anew (below).
-                Some(Entry::Granted { hold, at }) if at + lease <= Instant::now() => Some(hold),
-                Some(Entry::Granted { hold, at }) => {
+                Some(Entry::Granted { hold, at, recorded }) if at + recorded <= Instant::now() => {
+                    Some(hold)
+                }
+                Some(Entry::Granted { hold, at, recorded }) => {
                     let fence = hold.fence;
-                    let end = self.inner.ends.schedule(*token, at + lease);
+                    let end = self.inner.ends.schedule(*token, at + recorded);
                     entries.insert(*token, Entry::Holding { hold, end });
                     return Ok(Outcome::Granted {
                         fence,
                         keys: keys.clone(),
                         at,
+                        recorded,
                     });
                 }
                 Some(Entry::Failed(e)) => return Err(e),
@@ -633,6 +652,12 @@ async fn wait_for<S: LockSessions>(
     token: Token,
     lease: Duration,
 ) {
+    // What the grant records: the lease, or a reservation the waiter's
+    // client extends once it has the guard.
+    let lease = inner
+        .sessions
+        .wait_reservation()
+        .map_or(lease, |r| r.min(lease));
     // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
     let mut sent = Instant::now();
     let mut answer = inner
@@ -689,6 +714,7 @@ async fn wait_for<S: LockSessions>(
                     fence,
                 },
                 at: (sent + waited).min(received),
+                recorded: lease,
             },
             Err(e) => Entry::Failed(e),
         };
