@@ -21,9 +21,9 @@ use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
     a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
-    a_pause_takes_the_multi_locks_lease, a_pause_takes_the_writers_lease,
-    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    a_killed_waiter_delays_the_queue_by_less_than, a_lost_keep_outlives_its_client,
+    a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
+    a_pause_takes_the_writers_lease, a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_rides_out_a_pause_longer_than_its_lease, an_observer_follows_again_after_a_restart,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -461,41 +461,9 @@ async fn etcd_killed_waiter_process_leaves_the_queue_with_its_lease() {
     let guard = holder.lock("victim").acquire().await.unwrap();
     let mut child = child_client("wait", &endpoints);
     child.expect("waiting");
-    let queued = |n: u64| {
-        let holder = holder.clone();
-        eventually(Duration::from_secs(10), move || {
-            let holder = holder.clone();
-            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
-        })
-    };
-    assert!(queued(1).await, "the child never queued");
     let second = connect(&endpoints, Client::builder(), Duration::from_secs(30)).await;
-    let waiter = tokio::spawn(async move {
-        let g = second
-            .lock("victim")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-            .expect("the waiter behind the dead one acquires");
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    assert!(queued(2).await, "the second waiter never queued");
-    child.kill();
-    let released = Instant::now();
-    assert!(guard.release().await.unwrap());
-    let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter behind the dead one was never served")
-        .unwrap();
-    let delay = acquired - released;
-    println!("the waiter behind the killed one acquired {delay:?} after the release");
     let bound = SHORT_TTL + Duration::from_secs(2);
-    assert!(
-        delay < bound,
-        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
-    );
+    a_killed_waiter_delays_the_queue_by_less_than(&holder, guard, child, second, bound).await;
 }
 
 /// The waiter's connections are cut (a proxy or a load balancer closing

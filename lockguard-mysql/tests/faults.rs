@@ -9,7 +9,8 @@ use lockguard_core::{Client, ErrorKind};
 use lockguard_testing::faults::{
     Holding, Kill, PausePlan, a_failed_keep_outlives_its_client,
     a_kill_fails_fast_and_a_restart_is_recovered, a_killed_holder_is_replaced,
-    a_lease_outlives_a_crash, a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
+    a_killed_waiter_delays_the_queue_by_less_than, a_lease_outlives_a_crash,
+    a_lost_keep_outlives_its_client, a_pause_takes_the_leaders_lease,
     a_pause_takes_the_lease_and_the_fence, a_pause_takes_the_multi_locks_lease,
     a_paused_waiter_never_holds_a_grant_it_slept_through,
     a_wait_outlasts_the_servers_statement_limits, a_wait_rides_out_a_pause_longer_than_its_lease,
@@ -874,39 +875,7 @@ async fn mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
         ("LOCKGUARD_MYSQL_WAITER_URL", &server.url()),
     );
     child.expect("waiting");
-    let queued = |n: u64| {
-        let holder = holder.clone();
-        lockguard_testing::conformance::eventually(Duration::from_secs(10), move || {
-            let holder = holder.clone();
-            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
-        })
-    };
-    assert!(queued(1).await, "the child never queued");
     let second = client(&server).await;
-    let waiter = tokio::spawn(async move {
-        let g = second
-            .lock("victim")
-            .wait(Duration::from_secs(40))
-            .acquire()
-            .await
-            .expect("the waiter behind the dead one acquires");
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    assert!(queued(2).await, "the second waiter never queued");
-    child.kill();
-    let released = Instant::now();
-    assert!(guard.release().await.unwrap());
-    let acquired = tokio::time::timeout(Duration::from_secs(45), waiter)
-        .await
-        .expect("the waiter behind the dead one was never served")
-        .unwrap();
-    let delay = acquired - released;
-    println!("the waiter behind the killed one acquired {delay:?} after the release");
     let bound = Duration::from_secs(1) + Duration::from_secs(2);
-    assert!(
-        delay < bound,
-        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
-    );
+    a_killed_waiter_delays_the_queue_by_less_than(&holder, guard, child, second, bound).await;
 }

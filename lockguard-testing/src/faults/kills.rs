@@ -467,3 +467,55 @@ pub async fn a_paused_waiter_never_holds_a_grant_it_slept_through(kill: Kill, lg
     );
     child.kill();
 }
+
+/// A waiter process killed (SIGKILL) while first in the queue of the lock
+/// `victim` delays the waiter behind it by less than `bound` when
+/// `holder`'s hold of it is released: never by the dead waiter's lease.
+/// `child` is the waiter process, started by the caller and about to wait
+/// for `victim` (it has printed its last line); `second` waits behind it.
+///
+/// # Panics
+///
+/// When the child or `second` never queues, or `second` is served
+/// `bound` or later after the release.
+pub async fn a_killed_waiter_delays_the_queue_by_less_than(
+    holder: &Client,
+    guard: lockguard_core::LockGuard,
+    mut child: ChildProcess,
+    second: Client,
+    bound: Duration,
+) {
+    let queued = |n: u64| {
+        let holder = holder.clone();
+        crate::conformance::eventually(Duration::from_secs(10), move || {
+            let holder = holder.clone();
+            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
+        })
+    };
+    assert!(queued(1).await, "the child never queued");
+    let waiter = tokio::spawn(async move {
+        let g = second
+            .lock("victim")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .expect("the waiter behind the dead one acquires");
+        let at = Instant::now();
+        assert!(g.release().await.unwrap());
+        at
+    });
+    assert!(queued(2).await, "the second waiter never queued");
+    child.kill();
+    let released = Instant::now();
+    assert!(guard.release().await.unwrap());
+    let acquired = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter behind the dead one was never served")
+        .unwrap();
+    let delay = acquired - released;
+    println!("the waiter behind the killed one acquired {delay:?} after the release");
+    assert!(
+        delay < bound,
+        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
+    );
+}

@@ -14,8 +14,8 @@ use lockguard_testing::ChildProcess;
 use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults::{
     Holding, Kill, a_failed_keep_outlives_its_client, a_kill_fails_fast_and_a_restart_is_recovered,
-    a_killed_holder_is_replaced, a_lost_keep_outlives_its_client,
-    a_paused_waiter_never_holds_a_grant_it_slept_through,
+    a_killed_holder_is_replaced, a_killed_waiter_delays_the_queue_by_less_than,
+    a_lost_keep_outlives_its_client, a_paused_waiter_never_holds_a_grant_it_slept_through,
     an_observer_follows_again_after_a_restart, at_least_outlives_the_process_that_took_it,
     hold_until_killed, takes_lock_within, the_next_holder_fences_out_the_old,
 };
@@ -784,41 +784,9 @@ async fn zookeeper_killed_waiter_process_leaves_the_queue_with_its_session() {
     let guard = holder.lock("victim").acquire().await.unwrap();
     let mut child = child_client("wait", &hosts);
     child.expect("waiting");
-    let queued = |n: u64| {
-        let holder = holder.clone();
-        eventually(Duration::from_secs(10), move || {
-            let holder = holder.clone();
-            async move { holder.lock("victim").inspect().await.unwrap().waiters == n }
-        })
-    };
-    assert!(queued(1).await, "the child never queued");
     let second = connect(&hosts, Client::builder()).await;
-    let waiter = tokio::spawn(async move {
-        let g = second
-            .lock("victim")
-            .wait(Duration::from_secs(30))
-            .acquire()
-            .await
-            .expect("the waiter behind the dead one acquires");
-        let at = Instant::now();
-        assert!(g.release().await.unwrap());
-        at
-    });
-    assert!(queued(2).await, "the second waiter never queued");
-    child.kill();
-    let released = Instant::now();
-    assert!(guard.release().await.unwrap());
-    let acquired = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter behind the dead one was never served")
-        .unwrap();
-    let delay = acquired - released;
-    println!("the waiter behind the killed one acquired {delay:?} after the release");
     let bound = Duration::from_secs(1) + Duration::from_secs(2);
-    assert!(
-        delay < bound,
-        "the dead waiter held up the queue for {delay:?} (bound {bound:?})"
-    );
+    a_killed_waiter_delays_the_queue_by_less_than(&holder, guard, child, second, bound).await;
 }
 
 /// A holder process killed with SIGKILL frees the lock when the ensemble
