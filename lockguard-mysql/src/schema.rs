@@ -72,8 +72,9 @@ pub(crate) fn lock_h(prefix: &str, key: &str) -> String {
 /// that wait in `GET_LOCK` for as long as their caller (a lock's) or their
 /// refresh (the bell), which the client bounds. Cut off, a lock's wait
 /// would leave its place in the queue. `/*M!` is what MySQL reads as a
-/// comment: its own `max_execution_time`, which limits `SELECT`s (the
-/// bell's wait, not a lock's `CALL`), is left as it is.
+/// comment: its own `max_execution_time` limits `SELECT`s only, not a
+/// lock's `CALL`, and the bell's wait carries its own limit in a hint
+/// (`bell::wait_sql`).
 pub(crate) const NO_STATEMENT_LIMIT: &str =
     "SET /*M! SESSION max_statement_time = 0, */ @lockguard_no_statement_limit = 1";
 
