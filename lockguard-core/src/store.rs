@@ -178,7 +178,7 @@ pub enum Outcome {
         at: tokio::time::Instant,
         /// How long from `at` the server recorded the hold for: the lease
         /// asked for, or less, a reservation (see
-        /// [`LockSessions::wait_reservation`]), which the waiter's client
+        /// [`LockSessions::reserves_waits`]), which the waiter's client
         /// extends to its whole lease once it has the guard.
         recorded: Duration,
     },

@@ -156,8 +156,8 @@ impl LockSessions for MySqlSessions {
     /// ends as its answer finds no client. Recording the waiter timeout's
     /// worth, extended by the client once it has the guard, bounds what
     /// the next holder waits out for it.
-    fn wait_reservation(&self) -> Option<Duration> {
-        Some(lockguard_core::DEFAULT_WAITER_TIMEOUT)
+    fn reserves_waits(&self) -> bool {
+        true
     }
 
     async fn connect(&self) -> Result<Session> {

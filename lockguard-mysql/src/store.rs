@@ -512,7 +512,7 @@ impl LockStore for MySqlStore {
         if is_lock(keys) {
             return self
                 .locks
-                .acquire(keys, token, lease, place.is_some())
+                .acquire(keys, token, lease, place.map(|p| p.timeout))
                 .await;
         }
         // A waiter for a permit or a read-write hold is told of a handoff

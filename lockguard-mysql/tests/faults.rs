@@ -841,16 +841,25 @@ async fn mysql_the_bell_outlasts_the_servers_statement_time_limit() {
     assert!(second.release().await.unwrap());
 }
 
-/// The child process of `mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound`:
-/// says it is about to wait, then waits for the lock (on a lease of 20 s
-/// once it has it) until killed.
+/// The child process of the killed-waiter tests: says it is about to wait,
+/// then waits for the lock (on a lease of 20 s once it has it) until
+/// killed, on a client whose waiter timeout is the milliseconds before the
+/// space in `LOCKGUARD_MYSQL_WAITER` (the server's URL after it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a client process of mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound"]
+#[ignore = "a client process of the killed-waiter tests"]
 async fn mysql_waiter_process() {
-    let Ok(url) = std::env::var("LOCKGUARD_MYSQL_WAITER_URL") else {
+    let Ok(given) = std::env::var("LOCKGUARD_MYSQL_WAITER") else {
         return;
     };
-    let lg = lockguard_core::Client::connect_mysql(&url).await.unwrap();
+    let (ms, url) = given
+        .split_once(' ')
+        .expect("milliseconds, a space, the URL");
+    let waiter_timeout = Duration::from_millis(ms.parse().expect("milliseconds"));
+    let b = Client::builder().waiter_timeout(waiter_timeout);
+    let lg = lockguard_mysql::MySqlBuilder::new(b)
+        .connect_mysql(url)
+        .await
+        .unwrap();
     let lock = lg
         .lock("victim")
         .watchdog(Duration::from_secs(20))
@@ -861,21 +870,39 @@ async fn mysql_waiter_process() {
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 
-/// A waiter process killed with SIGKILL while first in the queue (blocked
-/// in the server's `GET_LOCK`) delays the waiter behind it by at most the
-/// waiter timeout (1 s) and slack when the lock is released: never by the
-/// 20 s lease it would have held.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
+/// A waiter process whose client has `waiter_timeout`, killed with SIGKILL
+/// while first in the queue (blocked in the server's `GET_LOCK`), delays
+/// the waiter behind it by less than `bound` when the lock is released:
+/// never by the 20 s lease it would have held.
+async fn a_killed_waiter_process_delays_the_queue_by_less_than(
+    waiter_timeout: Duration,
+    bound: Duration,
+) {
     let server = MariaDbServer::start();
     let holder = client(&server).await;
     let guard = holder.lock("victim").acquire().await.unwrap();
-    let mut child = ChildProcess::spawn(
-        "mysql_waiter_process",
-        ("LOCKGUARD_MYSQL_WAITER_URL", &server.url()),
-    );
+    let given = format!("{} {}", waiter_timeout.as_millis(), server.url());
+    let mut child = ChildProcess::spawn("mysql_waiter_process", ("LOCKGUARD_MYSQL_WAITER", &given));
     child.expect("waiting");
     let second = client(&server).await;
-    let bound = Duration::from_secs(1) + Duration::from_secs(2);
     a_killed_waiter_delays_the_queue_by_less_than(&holder, guard, child, second, bound).await;
+}
+
+/// With the default waiter timeout (1 s), a killed waiter process delays
+/// the queue by at most that and slack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
+    let waiter_timeout = lockguard_core::DEFAULT_WAITER_TIMEOUT;
+    let bound = waiter_timeout + Duration::from_secs(2);
+    a_killed_waiter_process_delays_the_queue_by_less_than(waiter_timeout, bound).await;
+}
+
+/// The bound is the dead waiter's own client's waiter timeout, not the
+/// default: 250 ms configured, the queue is held up by less than 750 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_killed_waiter_process_with_a_short_waiter_timeout_delays_the_queue_by_at_most_it()
+{
+    let waiter_timeout = Duration::from_millis(250);
+    let bound = waiter_timeout + Duration::from_millis(500);
+    a_killed_waiter_process_delays_the_queue_by_less_than(waiter_timeout, bound).await;
 }

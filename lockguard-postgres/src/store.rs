@@ -552,7 +552,7 @@ impl LockStore for PostgresStore {
         if is_lock(keys) {
             return self
                 .locks
-                .acquire(keys, token, lease, place.is_some())
+                .acquire(keys, token, lease, place.map(|p| p.timeout))
                 .await;
         }
 

@@ -97,16 +97,17 @@ pub trait LockSessions: Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<Tried>> + Send;
 
-    /// The longest lease a wait records at its grant; `None` (the
-    /// default): the lease asked for. A server that does not notice a
-    /// waiter's client gone while the wait blocks (MySQL's `GET_LOCK`)
-    /// grants the lock to a dead waiter, whose session ends as the answer
-    /// finds no client, and the lease it recorded is waited out by the
-    /// next holder as any holder's whose session ended: recording a short
-    /// reservation (the waiter timeout) bounds that, and the waiter's
-    /// client extends it to its whole lease once it has the guard.
-    fn wait_reservation(&self) -> Option<Duration> {
-        None
+    /// Whether a wait records the waiter's timeout at its grant (a
+    /// reservation), not the lease asked for (the default: false). A
+    /// server that does not notice a waiter's client gone while the wait
+    /// blocks (MySQL's `GET_LOCK`) grants the lock to a dead waiter, whose
+    /// session ends as the answer finds no client, and the lease it
+    /// recorded is waited out by the next holder as any holder's whose
+    /// session ended: recording the waiter timeout (the one the waiter's
+    /// client is configured with) bounds that, and the waiter's client
+    /// extends it to its whole lease once it has the guard.
+    fn reserves_waits(&self) -> bool {
+        false
     }
 
     /// Waits in the server for the lock `key` on `session` until it is
@@ -266,9 +267,10 @@ impl<S: LockSessions> SessionLocks<S> {
     }
 
     /// One attempt of `token` at the lock of `keys`: claims a lock the
-    /// server granted to its wait; without `wait`, one try; with it, a
-    /// wait in the server, started on a session of its own (the waiter is
-    /// woken when it ends), or still running.
+    /// server granted to its wait; without `wait`, one try; with it (the
+    /// waiter's timeout, its place's), a wait in the server, started on a
+    /// session of its own (the waiter is woken when it ends), or still
+    /// running.
     ///
     /// # Errors
     ///
@@ -279,7 +281,7 @@ impl<S: LockSessions> SessionLocks<S> {
         keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
-        wait: bool,
+        wait: Option<Duration>,
     ) -> Result<Outcome> {
         let lapsed = {
             let mut entries = self.inner.entries();
@@ -328,8 +330,8 @@ impl<S: LockSessions> SessionLocks<S> {
             // (`forget`), which could land after the new attempt's draw.
             let _ = self.inner.unlock(hold).await;
         }
-        if wait {
-            self.wait(keys, token, lease).await
+        if let Some(waiter_timeout) = wait {
+            self.wait(keys, token, lease, waiter_timeout).await
         } else {
             self.try_lock(keys, token, lease).await
         }
@@ -408,7 +410,13 @@ impl<S: LockSessions> SessionLocks<S> {
     }
 
     /// Starts `token`'s wait in the server.
-    async fn wait(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<Outcome> {
+    async fn wait(
+        &self,
+        keys: &Arc<LockKeys>,
+        token: &Token,
+        lease: Duration,
+        waiter_timeout: Duration,
+    ) -> Result<Outcome> {
         let (session, reused) = self.inner.reused_or_new().await?;
         let cancel = self.inner.sessions.cancel_handle(&session);
         self.inner
@@ -421,6 +429,7 @@ impl<S: LockSessions> SessionLocks<S> {
             keys.clone(),
             *token,
             lease,
+            waiter_timeout,
         ));
         Ok(Outcome::Busy(None))
     }
@@ -651,13 +660,15 @@ async fn wait_for<S: LockSessions>(
     keys: Arc<LockKeys>,
     token: Token,
     lease: Duration,
+    waiter_timeout: Duration,
 ) {
-    // What the grant records: the lease, or a reservation the waiter's
-    // client extends once it has the guard.
-    let lease = inner
-        .sessions
-        .wait_reservation()
-        .map_or(lease, |r| r.min(lease));
+    // What the grant records: the lease, or a reservation of the waiter's
+    // timeout that its client extends once it has the guard.
+    let lease = if inner.sessions.reserves_waits() {
+        waiter_timeout.min(lease)
+    } else {
+        lease
+    };
     // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
     let mut sent = Instant::now();
     let mut answer = inner
