@@ -293,6 +293,14 @@ impl Client {
         self.engine.store.name()
     }
 
+    /// The longest lease the store keeps, where it has a bound (ZooKeeper
+    /// and etcd: two thirds of the session timeout or lease TTL); `None`
+    /// for a store that keeps any lease asked for. Locks renewed by their
+    /// watchdog are not bound by it.
+    pub fn max_lease(&self) -> Option<Duration> {
+        self.engine.store.max_lease()
+    }
+
     /// Where the store is (`127.0.0.1:6379`, the members of a cluster, a
     /// password masked), as its store crate said when it connected; `None`
     /// for the in-memory store.
