@@ -75,7 +75,8 @@ impl Schedule {
     /// On a store that keeps no lease that long (ZooKeeper and etcd keep
     /// at most two thirds of the session timeout or lease TTL), the run's
     /// lock is renewed by its watchdog instead, and the run cancelled when
-    /// `at_most` has passed; a replica whose process died mid-run is then
+    /// `at_most` has passed since the lock was asked for (where a fixed
+    /// lease counts from); a replica whose process died mid-run is then
     /// replaced within the store's longest lease, and the lock is kept
     /// after a run at most that long (`at_least` shortened to it): the
     /// record of runs keeps a period from running twice.
@@ -384,6 +385,8 @@ impl Job {
             .unwrap_or_default()
             .saturating_sub(margin);
         let lock = self.lock.clone().at_least(self.at_least.min(left));
+        // `at_most` counts from here, as a fixed lease does.
+        let asked = tokio::time::Instant::now();
         let guard = match lock.try_acquire().await {
             Ok(guard) => guard,
             Err(e) if e.is_busy() => {
@@ -396,7 +399,10 @@ impl Job {
             }
         };
         let attempt = match self.claim(&guard, period, at_start).await {
-            Ok(true) => run_while_held(name, period, &guard, self.run_for, job).await,
+            Ok(true) => {
+                let ends = self.run_for.map(|d| asked + d);
+                run_while_held(name, period, &guard, ends, job).await
+            }
             Ok(false) => Attempt::Skipped,
             Err(e) => {
                 tracing::warn!(schedule = name, period, error = %e, "cannot read or write the job's record of runs; this period is skipped");
@@ -458,12 +464,13 @@ impl Job {
     }
 }
 
-/// Runs the job for `period` until it ends or the lock is lost.
+/// Runs the job for `period` until it ends, the lock is lost, or (a lock
+/// renewed by its watchdog) `ends` comes.
 async fn run_while_held<F, Fut, T, E>(
     name: &str,
     period: u64,
     guard: &LockGuard,
-    run_for: Option<Duration>,
+    ends: Option<tokio::time::Instant>,
     job: &mut F,
 ) -> Attempt
 where
@@ -484,8 +491,8 @@ where
     let lost = guard.lost();
     // A lock renewed by its watchdog: `at_most` ends the run here.
     let out_of_time = async {
-        match run_for {
-            Some(d) => tokio::time::sleep(d).await,
+        match ends {
+            Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
         }
     };
@@ -613,6 +620,49 @@ mod tests {
         assert!(
             ran >= Duration::from_millis(900) && ran < Duration::from_secs(3),
             "the run was cancelled after {ran:?}, not at at_most (1 s)"
+        );
+        scheduled.stop().await;
+    }
+
+    /// `at_most` counts from the run's acquisition, as a fixed lease
+    /// would, not from the run's start: with the record of runs read in
+    /// 400 ms, a run whose `at_most` is 1 s is cancelled some 600 ms after
+    /// it started.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watchdog_renewed_run_ends_at_most_after_its_acquisition() {
+        let read = Duration::from_millis(400);
+        let store = crate::store::forwarding::Forwarding::with_read_delay(
+            Some(Duration::from_millis(300)),
+            read,
+        );
+        let lg = crate::store::forwarding::Forwarding::client(&store);
+        let at_most = Duration::from_secs(1);
+        let schedule = Schedule::every(Duration::from_secs(3600)).at_most(at_most);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let scheduled = lg
+            .schedule("slow-record", schedule, move |_run: JobRun| {
+                let tx = tx.clone();
+                async move {
+                    let _dropped = Dropped(tx.clone());
+                    let _ = tx.send("started");
+                    std::future::pending::<()>().await;
+                    Ok::<_, std::convert::Infallible>(())
+                }
+            })
+            .unwrap();
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(5), rx.recv())
+                .await
+                .expect("the run said nothing in 5 s")
+                .unwrap()
+        };
+        assert_eq!(next().await, "started");
+        let started = std::time::Instant::now();
+        assert_eq!(next().await, "dropped");
+        let ran = started.elapsed();
+        assert!(
+            ran < at_most - read + Duration::from_millis(250),
+            "the run was cancelled {ran:?} after it started: at_most counted from its start"
         );
         scheduled.stop().await;
     }

@@ -18,6 +18,8 @@ pub(crate) struct Forwarding {
     inner: Store,
     /// The longest lease it says it keeps.
     max_lease: Option<Duration>,
+    /// How long each fenced read takes.
+    read_delay: Duration,
     /// How many feeds of changes were asked for: each ends as it opens,
     /// and past a hundred the asking fails (so a test without a pause
     /// between them ends).
@@ -27,9 +29,16 @@ pub(crate) struct Forwarding {
 impl Forwarding {
     /// A store that keeps leases of at most `max_lease`.
     pub(crate) fn new(max_lease: Option<Duration>) -> Arc<Self> {
+        Self::with_read_delay(max_lease, Duration::ZERO)
+    }
+
+    /// A store that keeps leases of at most `max_lease`, and whose
+    /// fenced reads each take `read_delay`.
+    pub(crate) fn with_read_delay(max_lease: Option<Duration>, read_delay: Duration) -> Arc<Self> {
         Arc::new(Self {
             inner: Store::memory(),
             max_lease,
+            read_delay,
             follows: AtomicUsize::new(0),
         })
     }
@@ -91,6 +100,7 @@ impl DataStore for Forwarding {
         self.inner.fenced_write(key, token, value).await
     }
     async fn fenced_read(&self, key: &str) -> Result<Stored> {
+        tokio::time::sleep(self.read_delay).await;
         self.inner.fenced_read(key).await
     }
     async fn follow(&self, _lock: &Arc<LockKeys>, _value: &str, bell: ChangeBell) -> Result<()> {
