@@ -157,7 +157,7 @@
 //! | `lockguard_lease_margin_seconds` | histogram | `primitive`, `name` | how much of a lease was left when it was released or a renewal was sent: how close holders come to losing their locks |
 //! | `lockguard_rate_limit_decisions_total` | counter | `limiter`, `outcome` | decisions: `allowed` or `refused` |
 //! | `lockguard_scheduled_runs_total` | counter | `schedule`, `outcome` | a scheduled job's periods, by what this process did: `ran`, `failed` (the job's error), `lost` (cancelled when its lock was lost), `skipped` (another replica runs it, or ran it), `error` (the store could not be asked) |
-//! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check` |
+//! | `lockguard_store_errors_total` | counter | `primitive`, `op` | store requests that failed or timed out: `acquire`, `release`, `renew`, `check`, `peek` (a rate limiter's) |
 //!
 //! `primitive` is `lock`, `semaphore` or `rw_lock` (`rate_limiter` for store errors of
 //! a limiter). `name` is the lock's or semaphore's name as given, unless

@@ -2,7 +2,10 @@
 //!
 //! Every decision is one round trip (one Lua script on Redis) and takes its
 //! time from the store (`TIME` on Redis), so clients with skewed clocks
-//! agree. Accuracy and cost per algorithm:
+//! agree; except on etcd, which has no clock a transaction can read: there
+//! a decision runs on the deciding client's clock, as a compare-and-set
+//! (one round trip more after each race another client's write wins).
+//! Accuracy and cost per algorithm:
 //!
 //! | algorithm | admits | state per key | round trips |
 //! |---|---|---|---|
