@@ -1353,7 +1353,9 @@ usage: lockguard-bench [--quick] [--only SECTION] [--write FILE]
                   http-redis, postgres, mysql, zookeeper, etcd, counters
   --write FILE    also write the report (with the notes) to FILE, its main
                   figures as SVG charts in benchmarks/ beside it, linked under
-                  their tables
+                  their tables (not with --only: the report would hold one
+                  section); paragraphs of FILE's measured part the run does
+                  not write (added by hand) are kept in FILE.kept
   --charts FILE   draw the charts of a report already written (no run)
   --help          print this
 ";
@@ -1380,7 +1382,31 @@ fn check_args(args: &[String]) -> Result<(), String> {
             other => return Err(format!("unknown argument {other:?}\n")),
         }
     }
+    if args.iter().any(|a| a == "--only") && args.iter().any(|a| a == "--write") {
+        return Err(
+            "--write with --only would replace the whole report with one section: \
+             run the section alone and copy its tables in\n"
+                .into(),
+        );
+    }
     Ok(())
+}
+
+/// The paragraphs of `old`'s measured part (before the notes) that `new`
+/// lacks, tables, charts and headings aside: text written into a report
+/// by hand (a section's own run, its analysis), which a run would drop,
+/// and prose the run words otherwise.
+fn unwritten_paragraphs<'a>(old: &'a str, new: &str) -> Vec<&'a str> {
+    let measured = old
+        .split("\n## What bounds each figure")
+        .next()
+        .unwrap_or(old);
+    measured
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && !p.starts_with(['|', '#', '!']))
+        .filter(|p| !new.contains(p))
+        .collect()
 }
 
 #[tokio::main]
@@ -1526,6 +1552,18 @@ async fn main() {
     if let Some(path) = write {
         let notes = include_str!("notes.md");
         let report = format!("{}\n{notes}", b.out);
+        if let Ok(old) = std::fs::read_to_string(&path) {
+            let unwritten = unwritten_paragraphs(&old, &report);
+            if !unwritten.is_empty() {
+                let kept = format!("{path}.kept");
+                std::fs::write(&kept, unwritten.join("\n\n") + "\n")
+                    .expect("write the kept paragraphs");
+                eprintln!(
+                    "{} paragraphs of {path}'s measured part are not in this run's report (added by hand, or worded otherwise): kept in {kept}",
+                    unwritten.len()
+                );
+            }
+        }
         let report = charts::draw(&report, Path::new(&path)).expect("draw the charts");
         std::fs::write(&path, report).expect("write the report");
         eprintln!("wrote {path}");
@@ -1534,6 +1572,30 @@ async fn main() {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn write_with_only_is_refused() {
+        let args: Vec<String> = ["--only", "mysql", "--write", "BENCHMARKS.md"]
+            .map(String::from)
+            .into();
+        let err = check_args(&args).unwrap_err();
+        assert!(err.contains("one section"), "{err}");
+        let args: Vec<String> = ["--write", "BENCHMARKS.md"].map(String::from).into();
+        assert!(check_args(&args).is_ok());
+    }
+
+    #[test]
+    fn paragraphs_added_by_hand_are_found_and_tables_are_not() {
+        let old = "# Benchmarks\n\nMachine: a.\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n**2026-12-06: a run of its own.** Figures.\n\n## What bounds each figure\n\n- a note\n";
+        let new = "# Benchmarks\n\nMachine: a.\n\n| a | b |\n|---|---|\n| 3 | 4 |\n\n## What bounds each figure\n\n- a note\n";
+        assert_eq!(
+            unwritten_paragraphs(old, new),
+            ["**2026-12-06: a run of its own.** Figures."]
+        );
+        assert!(unwritten_paragraphs(new, new).is_empty());
+    }
+
     /// `--write` appends `notes.md` to the report it generates: a note
     /// added to BENCHMARKS.md alone would go with the next run.
     #[test]
