@@ -948,3 +948,46 @@ async fn a_lock_whose_keep_was_lost_stays_kept_after_its_postgres_client_closes(
     let other = connect(&server, Duration::from_secs(2)).await;
     a_lost_keep_outlives_its_client(&mut server, holder, &other).await;
 }
+
+/// The child process of
+/// `postgres_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound`:
+/// says it is about to wait, then waits for the lock (on a lease of 20 s
+/// once it has it) until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a client process of postgres_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound"]
+async fn postgres_waiter_process() {
+    let Ok(url) = std::env::var("LOCKGUARD_POSTGRES_WAITER_URL") else {
+        return;
+    };
+    let lg = Client::connect_postgres(&url).await.unwrap();
+    let lock = lg
+        .lock("victim")
+        .watchdog(Duration::from_secs(20))
+        .wait(Duration::from_secs(120));
+    // On a line of its own: libtest may have begun one.
+    println!("\nwaiting");
+    let _guard = lock.acquire().await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+/// A waiter process killed with SIGKILL while first in the queue (blocked
+/// in the server's `pg_advisory_lock`) delays the waiter behind it by at
+/// most the waiter timeout (1 s) and slack when the lock is released at
+/// once: never by the 20 s lease it would have held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_killed_waiter_process_delays_the_queue_by_at_most_the_bound() {
+    let server = PostgresServer::start();
+    let holder = connect(&server, Duration::from_secs(2)).await;
+    let guard = holder.lock("victim").acquire().await.unwrap();
+    let mut child = lockguard_testing::ChildProcess::spawn(
+        "postgres::postgres_waiter_process",
+        ("LOCKGUARD_POSTGRES_WAITER_URL", &server.url()),
+    );
+    child.expect("waiting");
+    let second = connect(&server, Duration::from_secs(2)).await;
+    let bound = lockguard_core::DEFAULT_WAITER_TIMEOUT + Duration::from_secs(2);
+    lockguard_testing::faults::a_killed_waiter_delays_the_queue_by_less_than(
+        &holder, guard, child, second, bound,
+    )
+    .await;
+}
