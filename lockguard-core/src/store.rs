@@ -177,9 +177,10 @@ pub enum Outcome {
         /// lease is counted from here.
         at: tokio::time::Instant,
         /// How long from `at` the server recorded the hold for: the lease
-        /// asked for, or less, a reservation (see
-        /// [`LockSessions::reserves_waits`]), which the waiter's client
-        /// extends to its whole lease once it has the guard.
+        /// asked for, or less, a reservation (the session-lock engine
+        /// records the waiter timeout, [`SessionLocks`]), which the
+        /// waiter's client extends to its whole lease once it has the
+        /// guard.
         recorded: Duration,
     },
     /// Someone else holds it; their lease has this long left, if known.

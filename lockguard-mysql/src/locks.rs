@@ -151,15 +151,6 @@ impl LockSessions for MySqlSessions {
         self.response_timeout
     }
 
-    /// The server does not notice a waiter's client gone while it waits in
-    /// `GET_LOCK`: granted, a dead waiter's session records the hold and
-    /// ends as its answer finds no client. Recording the waiter timeout's
-    /// worth, extended by the client once it has the guard, bounds what
-    /// the next holder waits out for it.
-    fn reserves_waits(&self) -> bool {
-        true
-    }
-
     async fn connect(&self) -> Result<Session> {
         const WHAT: &str = "opening a mysql session for a lock";
         let timeout = self.connect_timeout;

@@ -159,16 +159,6 @@ impl LockSessions for PgSessions {
         self.opts.response_timeout
     }
 
-    /// A backend notices its client gone only at its next check
-    /// (`client_connection_check_interval`) or when it answers: a waiter
-    /// killed just before its grant is granted, records the hold and ends
-    /// as its answer finds no client. Recording the waiter timeout's
-    /// worth, extended by the client once it has the guard, bounds what
-    /// the next holder waits out for it.
-    fn reserves_waits(&self) -> bool {
-        true
-    }
-
     /// Opens a session and prepares its statements.
     async fn connect(&self) -> Result<Session> {
         const WHAT: &str = "opening a postgres session for a lock";

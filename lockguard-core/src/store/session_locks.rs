@@ -8,8 +8,11 @@
 //! for it; a wait started on a session of its own whose grant wakes the
 //! waiter; leases ended by the client when unrenewed ([`LeaseEnds`]); a
 //! session whose answer was lost, or whose wait was given up, never handed
-//! on but dropped (its end frees whatever it took). A store gives its
-//! statements through [`LockSessions`].
+//! on but dropped (its end frees whatever it took); a grant recorded for
+//! the waiter timeout and extended to the lease by the waiter's client
+//! once it has the guard, so that a waiter that died as it was granted
+//! holds the queue up no longer than that. A store gives its statements
+//! through [`LockSessions`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -96,19 +99,6 @@ pub trait LockSessions: Send + Sync + 'static {
         token: &Token,
         lease: Duration,
     ) -> impl Future<Output = Result<Tried>> + Send;
-
-    /// Whether a wait records the waiter's timeout at its grant (a
-    /// reservation), not the lease asked for (the default: false). A
-    /// server that does not notice a waiter's client gone while the wait
-    /// blocks (MySQL's `GET_LOCK`) grants the lock to a dead waiter, whose
-    /// session ends as the answer finds no client, and the lease it
-    /// recorded is waited out by the next holder as any holder's whose
-    /// session ended: recording the waiter timeout (the one the waiter's
-    /// client is configured with) bounds that, and the waiter's client
-    /// extends it to its whole lease once it has the guard.
-    fn reserves_waits(&self) -> bool {
-        false
-    }
 
     /// Waits in the server for the lock `key` on `session` until it is
     /// granted (or cancelled): the fencing token drawn, and how long the
@@ -662,13 +652,14 @@ async fn wait_for<S: LockSessions>(
     lease: Duration,
     waiter_timeout: Duration,
 ) {
-    // What the grant records: the lease, or a reservation of the waiter's
-    // timeout that its client extends once it has the guard.
-    let lease = if inner.sessions.reserves_waits() {
-        waiter_timeout.min(lease)
-    } else {
-        lease
-    };
+    // What the grant records: a reservation of the waiter's timeout, which
+    // its client extends to the lease once it has the guard. A waiter's
+    // process may die just before its grant, too late for any server to
+    // notice first: its session records the hold and ends as the answer
+    // finds no client, and the next holder waits out what was recorded,
+    // as for any holder whose session ended. The reservation bounds that
+    // by the waiter timeout, never a lease.
+    let lease = waiter_timeout.min(lease);
     // A client dropped meanwhile cancels the wait (`SessionLocks`'s drop).
     let mut sent = Instant::now();
     let mut answer = inner
