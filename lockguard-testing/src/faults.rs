@@ -39,7 +39,7 @@ pub use self::kills::{
     HOLDER_ENV, Holding, Kill, a_killed_holder_is_replaced,
     a_killed_waiter_delays_the_queue_by_less_than,
     a_paused_waiter_never_holds_a_grant_it_slept_through,
-    at_least_outlives_the_process_that_took_it, hold_until_killed,
+    at_least_outlives_the_process_that_took_it, hold_until_killed, wait_until_killed,
 };
 pub use self::pauses::{
     PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,

@@ -960,14 +960,7 @@ async fn postgres_waiter_process() {
         return;
     };
     let lg = Client::connect_postgres(&url).await.unwrap();
-    let lock = lg
-        .lock("victim")
-        .watchdog(Duration::from_secs(20))
-        .wait(Duration::from_secs(120));
-    // On a line of its own: libtest may have begun one.
-    println!("\nwaiting");
-    let _guard = lock.acquire().await;
-    tokio::time::sleep(Duration::from_secs(120)).await;
+    lockguard_testing::faults::wait_until_killed(&lg, Duration::from_secs(20)).await;
 }
 
 /// A waiter process killed with SIGKILL while first in the queue (blocked

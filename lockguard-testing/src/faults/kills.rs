@@ -468,6 +468,26 @@ pub async fn a_paused_waiter_never_holds_a_grant_it_slept_through(kill: Kill, lg
     child.kill();
 }
 
+/// The waiter process of [`a_killed_waiter_delays_the_queue_by_less_than`]:
+/// on `lg`, says it is about to wait (a line `waiting`), then waits for
+/// the lock `victim` (held under a watchdog of `lease` once it has it, so
+/// that a lease recorded at its grant would show) until killed.
+///
+/// # Panics
+///
+/// When it is not killed within two minutes.
+pub async fn wait_until_killed(lg: &Client, lease: Duration) {
+    let lock = lg
+        .lock("victim")
+        .watchdog(lease)
+        .wait(Duration::from_secs(120));
+    // On a line of its own: libtest may have begun one.
+    println!("\nwaiting");
+    let outcome = lock.acquire().await;
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    panic!("the waiting child was not killed: {outcome:?}");
+}
+
 /// A waiter process killed (SIGKILL) while first in the queue of the lock
 /// `victim` delays the waiter behind it by less than `bound` when
 /// `holder`'s hold of it is released: never by the dead waiter's lease.
