@@ -19,10 +19,11 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 /// to date (every statement of the file is idempotent). A newer one is
 /// used as it is when it is compatible with this version (see
 /// [`COMPATIBLE_SINCE`]), and refused otherwise.
-pub(crate) const VERSION: i32 = 9;
+pub(crate) const VERSION: i32 = 10;
 
 /// The oldest version of lockguard's clients that may use a schema of
-/// [`VERSION`]: version 9 itself. Its clients record the longest lease a
+/// [`VERSION`]: version 9 (version 10 only keeps a lease a release ended
+/// from being renewed by a renewal sent beside the release). Its clients record the longest lease a
 /// lock was taken with (`lock_lease_bound`), which the wait after a crash
 /// or a failover waits out; a client of version 8 would take locks with
 /// longer leases unrecorded, and the wait could end before their holders'

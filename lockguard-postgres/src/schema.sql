@@ -1289,7 +1289,11 @@ RETURNS void LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Renews this session's hold of lock p_key by p_token to p_lease_ms from
--- now: in the lock's row, and in the session's name and idle timeout.
+-- now: in the lock's row, and in the session's name and idle timeout. A
+-- row whose lease a release ended (expires_at NULL) stays ended (version
+-- 10): a renewal that reaches the session after its release (sent beside
+-- it) would otherwise record the lease again, for the next holder to
+-- wait out.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease(
   p_key text, p_token text, p_fence bigint, p_lease_ms bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
@@ -1300,7 +1304,8 @@ BEGIN
   UPDATE __SCHEMA__.lock_fences f
      SET expires_at = clock_timestamp() + p_lease_ms * interval '1 millisecond',
          at = clock_timestamp()
-   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token;
+   WHERE f.hi = v_id.hi AND f.lo = v_id.lo AND f.token = p_token
+     AND f.expires_at IS NOT NULL;
   PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_lease_ms);
   RETURN true;
 END
