@@ -346,7 +346,7 @@ async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "9 9"
+        "10 9"
     );
     let (db, conn) = lockguard_postgres::tokio_postgres::connect(
         &server.url(),
