@@ -32,24 +32,27 @@ pub(crate) struct Guards {
 
 impl Guards {
     /// The guards of the hold made from `grant`, under `lease` (renewed
-    /// by the watchdog if it says so); none yet.
+    /// by the watchdog if it says so); `reserved` when the grant recorded
+    /// only a handoff's shorter reservation, which the hold's first
+    /// renewal extends to the lease (see [`Hold::reserved`]); none yet.
     pub(crate) fn new(
         engine: Arc<Engine>,
         names: (Arc<str>, crate::meter::Series),
         keys: Arc<LockKeys>,
         grant: Grant,
-        (lease, granted_at): (Lease, Instant),
+        (lease, granted_at, reserved): (Lease, Instant, Option<Duration>),
     ) -> Arc<Self> {
+        let watchdog = lease.is_watchdog();
         let hold = Arc::new(Hold::new(
             engine,
             names,
             keys,
             grant,
-            (lease.duration(), granted_at),
+            (lease.duration(), granted_at, watchdog, reserved),
         ));
         hold.series.held();
         let runtime = Handle::try_current().ok();
-        if let (Some(rt), true) = (&runtime, lease.is_watchdog()) {
+        if let (Some(rt), true) = (&runtime, watchdog || reserved.is_some()) {
             crate::watchdog::renewals().start(&hold, rt);
         }
         Arc::new(Self {
@@ -305,26 +308,6 @@ impl LockGuard {
     #[cfg(test)]
     pub(crate) fn mark_lost_for_test(&self) {
         self.hold().mark_lost("test");
-    }
-
-    /// Confirms, in the background, a lock handed to this waiter (see
-    /// [`Hold::confirm`]), then books its next renewal again from
-    /// the confirmed lease.
-    pub(crate) fn confirm(&self) {
-        let hold = self.hold().clone();
-        let runtime = self
-            .guards
-            .runtime
-            .clone()
-            .or_else(|| Handle::try_current().ok());
-        if let Some(rt) = runtime {
-            rt.spawn(async move {
-                hold.clone().confirm().await;
-                if let Ok(runtime) = Handle::try_current() {
-                    crate::watchdog::renewals().rebook(&hold, &runtime);
-                }
-            });
-        }
     }
 
     /// The lock's key as given.

@@ -44,6 +44,14 @@ pub(crate) struct Hold {
     pub(crate) token: Token,
     pub(crate) fence: FencingToken,
     pub(crate) lease: Duration,
+    /// Whether the watchdog renews the lease while a guard lives.
+    pub(crate) watchdog: bool,
+    /// A handoff's reservation, when its grant recorded only that (shorter
+    /// than the lease): the first renewal, due a third of the way into it,
+    /// extends it to the lease (for a fixed lease, the only one). A hold
+    /// released before that is never extended: a short hold costs the
+    /// store no request for its lease.
+    pub(crate) reserved: Option<Duration>,
     state: std::sync::Mutex<LeaseState>,
     /// Told of every change of `state`, and of the release.
     changed: Notify,
@@ -71,14 +79,15 @@ pub(crate) struct Booking {
 }
 
 impl Hold {
-    /// The hold made from `grant`, whose lease is `lease`, granted at
-    /// `since`.
+    /// The hold made from `grant`, whose lease is `lease` (renewed by the
+    /// watchdog when `watchdog`), granted at `since`; `reserved` when the
+    /// grant recorded a handoff's shorter reservation.
     pub(crate) fn new(
         engine: Arc<Engine>,
         (name, series): (Arc<str>, Series),
         keys: Arc<LockKeys>,
         grant: Grant,
-        (lease, since): (Duration, Instant),
+        (lease, since, watchdog, reserved): (Duration, Instant, bool, Option<Duration>),
     ) -> Self {
         Self {
             engine,
@@ -89,6 +98,8 @@ impl Hold {
             token: grant.token,
             fence: grant.fence,
             lease,
+            watchdog,
+            reserved,
             state: std::sync::Mutex::new(LeaseState {
                 valid_until: grant.valid_until,
                 lost: false,
@@ -212,45 +223,6 @@ impl Hold {
             self.mark_lost("renewal answered after the lease had run out");
         }
         !self.lease_state().lost
-    }
-
-    /// Confirms a lock handed over to this waiter: sets its own lease in
-    /// the store and counts from that request. Until the answer comes, the
-    /// guard counts on the earlier of the grant's reservation and the new
-    /// lease (the request may shorten the reservation).
-    ///
-    /// The watchdog's first renewal was booked from the reservation, which
-    /// lasts the waiter timeout and may end well after the lease confirmed
-    /// here: the guard that asked for the confirmation books it again from
-    /// the confirmed lease once this returns.
-    pub(crate) async fn confirm(self: Arc<Self>) {
-        let _turn = self.renewal.lock().await;
-        let sent_at = Instant::now();
-        let capped = valid_until(sent_at, self.lease);
-        self.modify(|s| {
-            let cap = capped < s.valid_until;
-            if cap {
-                s.valid_until = capped;
-            }
-            cap
-        });
-        match self
-            .engine
-            .store
-            .extend(&self.keys, &self.token, self.lease)
-            .await
-        {
-            Ok(true) => {
-                self.renewed(sent_at, self.lease);
-            }
-            Ok(false) if !self.released.load(Ordering::Acquire) => {
-                self.mark_lost("the lock handed over was gone before it was confirmed");
-            }
-            Ok(false) => {}
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "confirming a lock handed over failed; it counts on its reservation");
-            }
-        }
     }
 
     /// The `primitive` label of its metrics.

@@ -384,7 +384,7 @@ impl MultiLock {
             };
             // A key granted too late is released by `granted`; the guards
             // made before it are released as they drop.
-            let guard = lock.granted(keys, grant);
+            let guard = lock.granted(keys, grant, None);
             guards.push(lock.finish(&tracing::Span::none(), started, guard)?);
         }
         Ok(Some(Ok(MultiLockGuard { guards })))

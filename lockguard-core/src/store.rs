@@ -179,8 +179,8 @@ pub enum Outcome {
         /// How long from `at` the server recorded the hold for: the lease
         /// asked for, or less, a reservation (the session-lock engine
         /// records the waiter timeout, [`SessionLocks`]), which the
-        /// waiter's client extends to its whole lease once it has the
-        /// guard.
+        /// waiter's client extends to its whole lease a third of the way
+        /// into it, if its guard is still held then.
         recorded: Duration,
     },
     /// Someone else holds it; their lease has this long left, if known.
@@ -701,7 +701,8 @@ pub trait LockStore: Send + Sync + fmt::Debug + 'static {
     /// and a failover then would let a second client take it. The waiter
     /// then [`extend`](LockStore::extend)s it with its lease, which such a
     /// store confirms with its replicas, before it gets the guard; the
-    /// others hand the guard over at once and confirm the lease after.
+    /// others hand the guard over at once and extend it to the lease a
+    /// third of the way into its reservation, if it is still held.
     fn confirms_handoffs(&self) -> bool {
         false
     }

@@ -81,37 +81,12 @@ impl Renewals {
     }
 
     /// Starts renewing `hold`'s lease on `runtime`: the first renewal is
-    /// due a third of the lease after the request that set it was sent,
-    /// not after the guard was made, so a grant that arrived late is
-    /// renewed at once rather than after it ran out.
+    /// due a third of the lease (or of a handoff's reservation) after the
+    /// request that set it was sent, not after the guard was made, so a
+    /// grant that arrived late is renewed at once rather than after it ran
+    /// out. A fixed lease is renewed only from a reservation, once.
     pub(crate) fn start(&'static self, hold: &Arc<Hold>, runtime: &Handle) {
         self.book(hold, first_due(hold), runtime);
-    }
-
-    /// Books `hold`'s next renewal again from what is known of its lease
-    /// now, when that is sooner than the renewal booked: a lock handed over
-    /// from the queue was booked from the waiter's reservation, and its
-    /// confirmation set a lease of its own, which may end before that.
-    /// Nothing is booked when no renewal is (a fixed lease, a release, or a
-    /// renewal under way, which books the next one itself).
-    pub(crate) fn rebook(&'static self, hold: &Arc<Hold>, runtime: &Handle) {
-        let at = first_due(hold);
-        {
-            let mut state = self.lock();
-            let mut booking = hold.booking.lock().unwrap_or_else(|p| p.into_inner());
-            match *booking {
-                Some(b) if b.at > at => {
-                    if let Some(t) = state.timers.iter_mut().find(|t| t.runtime == b.runtime) {
-                        t.due.remove(&(b.at, b.n));
-                    }
-                    *booking = None;
-                }
-                _ => return,
-            }
-        }
-        // Taken out of the timer above, under its lock: no renewal of the
-        // old booking can start, and a release now stops `book`.
-        self.book(hold, at, runtime);
     }
 
     /// Books `hold`'s next renewal at `at`, unless it was released.
@@ -233,14 +208,22 @@ impl Renewals {
     }
 }
 
-/// When the first renewal of `hold`'s lease falls due: a third of the
-/// lease after the request that set it was sent, which is its validity's
-/// end less the lease and plus the safety margin.
+/// When the first renewal of `hold`'s lease falls due: a third of what
+/// the grant recorded (the lease, or a handoff's shorter reservation)
+/// after the request that set it was sent, which is its validity's end
+/// less that and plus the safety margin; at once for a reservation as
+/// long as the lease or longer.
 fn first_due(hold: &Hold) -> Instant {
-    let lease = hold.lease;
+    let recorded = match hold.reserved {
+        // A reservation as long as the lease or longer: the lease is set
+        // at once (a fixed lease is not kept past itself).
+        Some(r) if r >= hold.lease => return Instant::now(),
+        Some(r) => r,
+        None => hold.lease,
+    };
     let valid_until = hold.lease_state().valid_until;
-    (valid_until + lease / 3 + safety_margin(lease))
-        .checked_sub(lease)
+    (valid_until + recorded / 3 + safety_margin(recorded))
+        .checked_sub(recorded)
         .unwrap_or_else(Instant::now)
 }
 
@@ -294,8 +277,9 @@ fn tick(
 }
 
 /// Renews the lease once and books the next renewal: a third of the lease
-/// later, or sooner after a failure to reach the store. If no renewal
-/// succeeds before the lease's end the guard is marked lost.
+/// later (none for a fixed lease, whose one renewal extended a handoff's
+/// reservation to it), or sooner after a failure to reach the store. If
+/// no renewal succeeds before the lease's end the guard is marked lost.
 async fn renew(hold: Arc<Hold>) {
     let lease = hold.lease;
     let interval = lease / 3;
@@ -317,7 +301,7 @@ async fn renew(hold: Arc<Hold>) {
         }
         match result {
             Ok(true) => {
-                if !hold.renewed(sent_at, lease) {
+                if !hold.renewed(sent_at, lease) || !hold.watchdog {
                     return;
                 }
                 tracing::trace!(lock = %hold.name, fence = hold.fence.get(), "lease renewed");
@@ -462,6 +446,62 @@ mod tests {
         assert_eq!(booked(), 1);
         assert!(guard.release().await.unwrap());
         assert_eq!(booked(), 0);
+    }
+
+    /// A lock handed to a waiter whose reservation (its waiter timeout) is
+    /// shorter than its fixed lease: a guard released within a third of
+    /// the reservation never asks the store to extend it (a short hold
+    /// costs no request for its lease); one held longer is extended to its
+    /// lease once, a third of the way into the reservation, and kept for
+    /// the whole lease.
+    #[tokio::test(start_paused = true)]
+    async fn a_handoff_is_extended_to_its_lease_only_when_held_past_a_third_of_its_reservation() {
+        use crate::store::forwarding::Forwarding;
+        let store = Forwarding::new(None);
+        let reservation = Duration::from_millis(300);
+        let lease = Duration::from_secs(10);
+        let lg = Client::builder()
+            .waiter_timeout(reservation)
+            .build(crate::store::Store::new(store.clone(), Vec::new()))
+            .unwrap();
+        let extends = || store.extends.load(std::sync::atomic::Ordering::Relaxed);
+        // Handed over by a release to the waiter queued for it.
+        let handed = || async {
+            let held = lg.lock("handed").lease(lease).acquire().await.unwrap();
+            let waiter = lg.peer();
+            let waiting = tokio::spawn(async move {
+                let lock = waiter
+                    .lock("handed")
+                    .lease(lease)
+                    .wait(Duration::from_secs(30));
+                lock.acquire().await
+            });
+            while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            assert!(held.release().await.unwrap());
+            waiting.await.unwrap().unwrap()
+        };
+        let short = handed().await;
+        assert!(short.valid_for() <= reservation, "{:?}", short.valid_for());
+        tokio::time::sleep(reservation / 6).await;
+        assert!(short.release().await.unwrap());
+        tokio::time::sleep(lease).await;
+        assert_eq!(extends(), 0, "a short hold was extended");
+        assert_eq!(booked(), 0);
+
+        let long = handed().await;
+        tokio::time::sleep(reservation / 2).await;
+        assert_eq!(extends(), 1, "the reservation was not extended once");
+        assert!(long.valid_for() > reservation, "{:?}", long.valid_for());
+        // Past the reservation, to the lease's last tenth: still held, and
+        // the only extension was that one (a fixed lease is not renewed).
+        tokio::time::sleep(lease - lease / 10 - reservation / 2).await;
+        assert!(long.is_held(), "the lock handed over was lost");
+        assert!(lg.lock("handed").try_acquire().await.unwrap_err().is_busy());
+        assert_eq!(extends(), 1);
+        assert_eq!(booked(), 0);
+        assert!(long.release().await.unwrap());
     }
 
     /// A client outlives the runtime its first guards were taken on: the

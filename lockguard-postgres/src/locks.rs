@@ -349,7 +349,11 @@ impl LockSessions for PgSessions {
             )
             .await
             .map_err(|e| pg_error(e, &what()))?;
-        // A live session holds its advisory lock.
+        // A live session holds its advisory lock until its release, and the
+        // engine sends a renewal only for a hold it still has. One that
+        // reaches the session after the release (sent beside it) changes
+        // nothing (`lock_lease` leaves an ended lease ended), and the
+        // engine answers it as not held, its entry being gone.
         Ok(true)
     }
 

@@ -75,12 +75,12 @@ impl Lock {
                     fence,
                     valid_until: valid_until(sent_at, lease),
                 };
-                self.granted(keys, grant).map(Ok)
+                self.granted(keys, grant, None).map(Ok)
             }
             // Granted to an earlier wait in the server: the lease runs
-            // from the grant, not from this attempt.
-            // A reservation shorter than the lease is extended to it in
-            // the background.
+            // from the grant, not from this attempt. A reservation shorter
+            // than the lease is extended to it a third of the way into it,
+            // unless the guard is gone by then.
             Outcome::Granted {
                 fence,
                 keys,
@@ -92,19 +92,22 @@ impl Lock {
                     fence,
                     valid_until: valid_until(at.min(sent_at), recorded.min(lease)),
                 };
-                let guard = self.granted(keys, grant)?;
-                if recorded < lease {
-                    guard.confirm();
-                }
-                Ok(Ok(guard))
+                let reserved = (recorded < lease).then_some(recorded);
+                self.granted(keys, grant, reserved).map(Ok)
             }
         }
     }
 
     /// The guard for what `grant` gave (its `keys`), or an error (and the
     /// token released) when the grant's validity has passed: a lock that
-    /// might have expired is never handed out.
-    pub(crate) fn granted(&self, keys: Arc<LockKeys>, grant: Grant) -> Result<LockGuard> {
+    /// might have expired is never handed out. `reserved` when the grant
+    /// recorded only a handoff's reservation, shorter than the lease.
+    pub(crate) fn granted(
+        &self,
+        keys: Arc<LockKeys>,
+        grant: Grant,
+        reserved: Option<Duration>,
+    ) -> Result<LockGuard> {
         let kept = self.effective_lease()?;
         let lease = kept.duration();
         let now = Instant::now();
@@ -119,7 +122,7 @@ impl Lock {
             (self.name.clone(), self.series()),
             keys,
             grant,
-            (kept, now),
+            (kept, now, reserved),
         );
         if !self.at_least.is_zero() {
             guards.keep_until(now + self.at_least);

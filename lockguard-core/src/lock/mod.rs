@@ -529,7 +529,8 @@ impl Lock {
     /// client and process. A release hands the lock straight to the first
     /// live waiter and wakes that one alone, which returns at once (valid
     /// from its own last request, see the [`safety`](crate::safety) page) and
-    /// confirms its lease in the background; a waiter never takes a free
+    /// extends it to its lease a third of the way into its reservation,
+    /// if it still holds it then; a waiter never takes a free
     /// lock while others queue ahead of it. While it waits, a waiter
     /// refreshes its place every third of the client's waiter timeout (see
     /// [`Builder::waiter_timeout`]); that refresh also claims a lock handed

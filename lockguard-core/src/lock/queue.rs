@@ -144,15 +144,16 @@ impl Lock {
                 )
                 .await;
             // A lock granted to an earlier wait in the server: its lease
-            // runs from the grant, not from this attempt.
-            // A reservation shorter than the lease is extended to it in
-            // the background.
+            // runs from the grant, not from this attempt. A reservation
+            // shorter than the lease is extended to it a third of the way
+            // into it, unless the guard is gone by then.
             let (since, recorded) = match &attempt_result {
                 Ok(Outcome::Granted { at, recorded, .. }) => {
                     ((*at).min(sent_at), (*recorded).min(lease))
                 }
                 _ => (sent_at, lease),
             };
+            let reserved = (recorded < lease).then_some(recorded);
             let (ttl, failed) = match attempt_result {
                 Ok(Outcome::Acquired { fence, keys } | Outcome::Granted { fence, keys, .. }) => {
                     let grant = Grant {
@@ -165,7 +166,7 @@ impl Lock {
                         return Ok(None);
                     }
                     return self
-                        .take(leave, ticket, keys, grant, started, recorded < lease)
+                        .take(leave, ticket, keys, grant, started, reserved)
                         .map(Some);
                 }
                 Ok(Outcome::Busy(ttl)) => {
@@ -229,7 +230,7 @@ impl Lock {
             }
             // A handoff is ours until the deadline the attempt it names set:
             // take the lock now, valid from that attempt of ours, and
-            // confirm it with our lease in the background. A handoff we
+            // extend it to our lease in the background (see `take`). A handoff we
             // cannot place (too old, or about to lapse) is claimed by the
             // next attempt instead, if it is still ours.
             let Some(grant) = handed(&ticket, &sent, token, timeout) else {
@@ -245,19 +246,21 @@ impl Lock {
                     return Ok(None);
                 }
                 return self
-                    .take(leave, ticket, keys.clone(), grant, started, false)
+                    .take(leave, ticket, keys.clone(), grant, started, None)
                     .map(Some);
             }
             return self
-                .take(leave, ticket, keys.clone(), grant, started, true)
+                .take(leave, ticket, keys.clone(), grant, started, Some(timeout))
                 .map(Some);
         }
     }
 
     /// The guard of the lock `grant` gave this waiter: its place is left
-    /// as it is (`leave` disarmed, `ticket` dropped), and a handoff the
-    /// store did not confirm is confirmed with the lease in the background
-    /// (`confirm`).
+    /// as it is (`leave` disarmed, `ticket` dropped). A handoff the store
+    /// did not confirm is `reserved` (the waiter's reservation): the
+    /// hold's first renewal extends it to the lease, a third of the way
+    /// into a reservation shorter than the lease, at once otherwise (a
+    /// fixed lease is shortened to itself).
     fn take(
         &self,
         leave: PendingRelease<'_>,
@@ -265,15 +268,12 @@ impl Lock {
         keys: Arc<LockKeys>,
         grant: Grant,
         started: Instant,
-        confirm: bool,
+        reserved: Option<Duration>,
     ) -> Result<LockGuard> {
         leave.disarm();
         drop(ticket);
         let fence = grant.fence;
-        let guard = self.granted(keys, grant)?;
-        if confirm {
-            guard.confirm();
-        }
+        let guard = self.granted(keys, grant, reserved)?;
         self.log_acquired(fence, started);
         Ok(guard)
     }

@@ -24,6 +24,8 @@ pub(crate) struct Forwarding {
     /// and past a hundred the asking fails (so a test without a pause
     /// between them ends).
     pub(crate) follows: AtomicUsize,
+    /// How many extensions of a lock's lease were asked for.
+    pub(crate) extends: AtomicUsize,
 }
 
 impl Forwarding {
@@ -40,6 +42,7 @@ impl Forwarding {
             max_lease,
             read_delay,
             follows: AtomicUsize::new(0),
+            extends: AtomicUsize::new(0),
         })
     }
 
@@ -80,6 +83,7 @@ impl LockStore for Forwarding {
         self.inner.release(keys, token).await
     }
     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
+        self.extends.fetch_add(1, Ordering::Relaxed);
         self.inner.extend(keys, token, lease).await
     }
     async fn release_later(
