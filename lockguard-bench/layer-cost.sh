@@ -4,6 +4,14 @@
 # Each variant runs twice, with 2,000 and 12,000 requests; the difference
 # divided by 10,000 is the cost of one request, start-up excluded.
 #
+# Beside them, the request's code footprint: how many distinct 64-byte lines
+# of machine code run once a request or more (an instruction whose count
+# grew by at least 5,000 between the two runs), which is what the
+# instruction cache must hold for the server's hot path and what an
+# instruction count cannot show (a loop of many instructions spans few
+# lines; a path of many small functions spans many). It moves by a few
+# lines with where the linker places code.
+#
 #   bash lockguard-bench/layer-cost.sh none rate governor lock concurrency
 #
 # METRICS=1 builds lockguard with its metrics on and a recorder installed
@@ -18,15 +26,40 @@ bin=target/release/examples/layer_cost
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 [ $# -gt 0 ] || set -- none rate governor lock concurrency
-printf '| variant | instructions / request | allocations / request |\n|---|---:|---:|\n'
+# The 64-byte lines holding an instruction run 5,000 times more in the
+# second callgrind profile than in the first (its own costs only: a
+# `calls=` line's next line is the call's inclusive cost). Addresses are
+# hex; a line is the address without its last two digits, and which
+# quarter of 256 bytes those two digits fall in (mawk has no strtonum).
+hot_lines() {
+  awk '
+    function line(a,   d) {
+      d = index("0123456789abcdef", substr(a, length(a) - 1, 1)) - 1
+      return substr(a, 1, length(a) - 2) ":" int(d / 4)
+    }
+    FNR == 1 { file++ }
+    /^calls=/ { skip = 1; next }
+    /^0x/ {
+      if (skip) { skip = 0; next }
+      n[file, $1] += $2; seen[$1] = 1
+    }
+    END {
+      for (a in seen) if (n[2, a] - n[1, a] >= 5000) hot[line(a)] = 1
+      for (l in hot) c++
+      print c + 0
+    }' "$1" "$2"
+}
+printf '| variant | instructions / request | allocations / request | hot code lines / request |\n|---|---:|---:|---:|\n'
 for v in "$@"; do
   declare -A ir blocks
   for n in 2000 12000; do
-    ir[$n]=$(N=$n ROUNDS=1 valgrind --tool=callgrind --callgrind-out-file="$out/cg" "$bin" "$v" 2>&1 \
+    ir[$n]=$(N=$n ROUNDS=1 valgrind --tool=callgrind --dump-instr=yes --dump-line=no \
+      --compress-pos=no --compress-strings=no --callgrind-out-file="$out/cg$n" "$bin" "$v" 2>&1 \
       | sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
     blocks[$n]=$(N=$n ROUNDS=1 valgrind --tool=dhat --dhat-out-file="$out/dhat" "$bin" "$v" 2>&1 \
       | sed -n 's/.*Total: .* in \([0-9,]*\) blocks.*/\1/p' | tr -d ,)
   done
-  printf '| %s | %d | %.1f |\n' "$v" $(( (ir[12000] - ir[2000]) / 10000 )) \
-    "$(echo "(${blocks[12000]} - ${blocks[2000]}) / 10000" | bc -l)"
+  printf '| %s | %d | %.1f | %d |\n' "$v" $(( (ir[12000] - ir[2000]) / 10000 )) \
+    "$(echo "(${blocks[12000]} - ${blocks[2000]}) / 10000" | bc -l)" \
+    "$(hot_lines "$out/cg2000" "$out/cg12000")"
 done
