@@ -403,6 +403,7 @@ impl LockGuard {
         }
         let _turn = s.renewal.lock().await;
         let sent_at = Instant::now();
+        s.renewing(sent_at, lease);
         if s.engine.store.extend(&s.keys, &s.token, lease).await? {
             if !s.renewed(sent_at, lease) {
                 return Err(s.lost_error("ran out before the extend was answered"));

@@ -225,6 +225,21 @@ impl Hold {
         !self.lease_state().lost
     }
 
+    /// Before a renewal sent at `sent_at` for `lease`: the guard counts on
+    /// no more than that renewal would give until its answer comes, as it
+    /// may shorten what the store keeps (a handoff's reservation longer
+    /// than the lease). Other renewals only lengthen it.
+    pub(crate) fn renewing(&self, sent_at: Instant, lease: Duration) {
+        let capped = valid_until(sent_at, lease);
+        self.modify(|s| {
+            let cap = capped < s.valid_until;
+            if cap {
+                s.valid_until = capped;
+            }
+            cap
+        });
+    }
+
     /// The `primitive` label of its metrics.
     pub(crate) fn primitive(&self) -> &'static str {
         crate::meter::primitive(&self.keys)

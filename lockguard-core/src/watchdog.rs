@@ -290,6 +290,7 @@ async fn renew(hold: Arc<Hold>) {
             return;
         }
         let sent_at = Instant::now();
+        hold.renewing(sent_at, lease);
         let result = hold
             .engine
             .store
@@ -502,6 +503,70 @@ mod tests {
         assert_eq!(extends(), 1);
         assert_eq!(booked(), 0);
         assert!(long.release().await.unwrap());
+    }
+
+    /// An extension that shortens what the store keeps (a handoff's
+    /// reservation longer than the fixed lease; an `extend` to a shorter
+    /// lease) counts from its send: until its answer comes, the guard
+    /// counts on no more than that, never on the longer validity the store
+    /// no longer keeps.
+    #[tokio::test(start_paused = true)]
+    async fn an_extension_that_shortens_the_lease_counts_from_its_send() {
+        use crate::store::forwarding::Forwarding;
+        let answer = Duration::from_secs(5);
+        let store = Forwarding::with_extend_delay(answer);
+        let lease = Duration::from_secs(2);
+        let lg = Client::builder()
+            .waiter_timeout(Duration::from_secs(60))
+            .build(crate::store::Store::new(store.clone(), Vec::new()))
+            .unwrap();
+        // A handoff reserved for 60 s, to a waiter whose lease is 2 s.
+        let held = lg.lock("handed").lease(lease).acquire().await.unwrap();
+        let waiter = lg.peer();
+        let waiting = tokio::spawn(async move {
+            let lock = waiter
+                .lock("handed")
+                .lease(lease)
+                .wait(Duration::from_secs(300));
+            lock.acquire().await
+        });
+        while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(held.release().await.unwrap());
+        let handed = waiting.await.unwrap().unwrap();
+        // The extension to 2 s has run in the store, its answer not back.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            handed.valid_for() <= lease,
+            "the guard counts on {:?} where the store keeps {lease:?}",
+            handed.valid_for()
+        );
+        assert!(handed.release().await.unwrap());
+
+        let guard = lg
+            .lock("shortened")
+            .lease(Duration::from_secs(30))
+            .acquire()
+            .await
+            .unwrap();
+        let extend = guard.extend(Duration::from_secs(1));
+        tokio::pin!(extend);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(100), &mut extend)
+                .await
+                .is_err(),
+            "the extension answered before its delay"
+        );
+        assert!(
+            guard.valid_for() <= Duration::from_secs(1),
+            "the guard counts on {:?} where the store keeps 1 s",
+            guard.valid_for()
+        );
+        // Answered after the 1 s it set: the guard is lost, as the store
+        // may have let it go.
+        assert!(extend.await.is_err());
+        assert!(!guard.is_held());
     }
 
     /// A client outlives the runtime its first guards were taken on: the

@@ -20,6 +20,9 @@ pub(crate) struct Forwarding {
     max_lease: Option<Duration>,
     /// How long each fenced read takes.
     read_delay: Duration,
+    /// How long each extension of a lease takes to answer (after the
+    /// store ran it).
+    extend_delay: Duration,
     /// How many feeds of changes were asked for: each ends as it opens,
     /// and past a hundred the asking fails (so a test without a pause
     /// between them ends).
@@ -37,10 +40,25 @@ impl Forwarding {
     /// A store that keeps leases of at most `max_lease`, and whose
     /// fenced reads each take `read_delay`.
     pub(crate) fn with_read_delay(max_lease: Option<Duration>, read_delay: Duration) -> Arc<Self> {
+        Self::with_delays(max_lease, read_delay, Duration::ZERO)
+    }
+
+    /// A store whose extensions of a lease each answer `extend_delay`
+    /// after it ran them.
+    pub(crate) fn with_extend_delay(extend_delay: Duration) -> Arc<Self> {
+        Self::with_delays(None, Duration::ZERO, extend_delay)
+    }
+
+    fn with_delays(
+        max_lease: Option<Duration>,
+        read_delay: Duration,
+        extend_delay: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             inner: Store::memory(),
             max_lease,
             read_delay,
+            extend_delay,
             follows: AtomicUsize::new(0),
             extends: AtomicUsize::new(0),
         })
@@ -84,7 +102,9 @@ impl LockStore for Forwarding {
     }
     async fn extend(&self, keys: &Arc<LockKeys>, token: &Token, lease: Duration) -> Result<bool> {
         self.extends.fetch_add(1, Ordering::Relaxed);
-        self.inner.extend(keys, token, lease).await
+        let extended = self.inner.extend(keys, token, lease).await;
+        tokio::time::sleep(self.extend_delay).await;
+        extended
     }
     async fn release_later(
         &self,
