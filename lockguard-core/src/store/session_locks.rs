@@ -9,8 +9,9 @@
 //! waiter; leases ended by the client when unrenewed ([`LeaseEnds`]); a
 //! session whose answer was lost, or whose wait was given up, never handed
 //! on but dropped (its end frees whatever it took); a grant recorded for
-//! the waiter timeout and extended to the lease by the waiter's client
-//! once it has the guard, so that a waiter that died as it was granted
+//! the waiter timeout and extended to the lease by the waiter's client a
+//! third of the way into it, if it still holds the lock then (a short
+//! hold sends no extension), so that a waiter that died as it was granted
 //! holds the queue up no longer than that. A store gives its statements
 //! through [`LockSessions`].
 
@@ -653,7 +654,8 @@ async fn wait_for<S: LockSessions>(
     waiter_timeout: Duration,
 ) {
     // What the grant records: a reservation of the waiter's timeout, which
-    // its client extends to the lease once it has the guard. A waiter's
+    // its client extends to the lease a third of the way into it, if it
+    // still holds the lock then (the hold's first renewal). A waiter's
     // process may die just before its grant, too late for any server to
     // notice first: its session records the hold and ends as the answer
     // finds no client, and the next holder waits out what was recorded,
