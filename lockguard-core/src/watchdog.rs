@@ -449,6 +449,25 @@ mod tests {
         assert_eq!(booked(), 0);
     }
 
+    /// The lock `handed` (fixed lease `lease`) as a waiter of `lg`'s gets
+    /// it: handed over by a release to the waiter queued for it.
+    async fn handed_over(lg: &Client, lease: Duration) -> crate::LockGuard {
+        let held = lg.lock("handed").lease(lease).acquire().await.unwrap();
+        let waiter = lg.peer();
+        let waiting = tokio::spawn(async move {
+            let lock = waiter
+                .lock("handed")
+                .lease(lease)
+                .wait(Duration::from_secs(300));
+            lock.acquire().await
+        });
+        while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert!(held.release().await.unwrap());
+        waiting.await.unwrap().unwrap()
+    }
+
     /// A lock handed to a waiter whose reservation (its waiter timeout) is
     /// shorter than its fixed lease: a guard released within a third of
     /// the reservation never asks the store to extend it (a short hold
@@ -466,24 +485,7 @@ mod tests {
             .build(crate::store::Store::new(store.clone(), Vec::new()))
             .unwrap();
         let extends = || store.extends.load(std::sync::atomic::Ordering::Relaxed);
-        // Handed over by a release to the waiter queued for it.
-        let handed = || async {
-            let held = lg.lock("handed").lease(lease).acquire().await.unwrap();
-            let waiter = lg.peer();
-            let waiting = tokio::spawn(async move {
-                let lock = waiter
-                    .lock("handed")
-                    .lease(lease)
-                    .wait(Duration::from_secs(30));
-                lock.acquire().await
-            });
-            while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            assert!(held.release().await.unwrap());
-            waiting.await.unwrap().unwrap()
-        };
-        let short = handed().await;
+        let short = handed_over(&lg, lease).await;
         assert!(short.valid_for() <= reservation, "{:?}", short.valid_for());
         tokio::time::sleep(reservation / 6).await;
         assert!(short.release().await.unwrap());
@@ -491,7 +493,7 @@ mod tests {
         assert_eq!(extends(), 0, "a short hold was extended");
         assert_eq!(booked(), 0);
 
-        let long = handed().await;
+        let long = handed_over(&lg, lease).await;
         tokio::time::sleep(reservation / 2).await;
         assert_eq!(extends(), 1, "the reservation was not extended once");
         assert!(long.valid_for() > reservation, "{:?}", long.valid_for());
@@ -521,20 +523,7 @@ mod tests {
             .build(crate::store::Store::new(store.clone(), Vec::new()))
             .unwrap();
         // A handoff reserved for 60 s, to a waiter whose lease is 2 s.
-        let held = lg.lock("handed").lease(lease).acquire().await.unwrap();
-        let waiter = lg.peer();
-        let waiting = tokio::spawn(async move {
-            let lock = waiter
-                .lock("handed")
-                .lease(lease)
-                .wait(Duration::from_secs(300));
-            lock.acquire().await
-        });
-        while lg.lock("handed").inspect().await.unwrap().waiters == 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        assert!(held.release().await.unwrap());
-        let handed = waiting.await.unwrap().unwrap();
+        let handed = handed_over(&lg, lease).await;
         // The extension to 2 s has run in the store, its answer not back.
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(
