@@ -578,24 +578,29 @@ async fn only_persistence_or_a_delayed_restart_keeps_exclusion() {
             .collect();
         let a = client(&n).await;
         let held = try_acquire_once_reachable(&a, "x", lease).await.unwrap();
-        // Node 2 forgets the acquisition, as a node that missed it would:
-        // once its grant has landed (it may come after the quorum's), the
-        // key goes. (Killing node 2 instead races with the request the
-        // client sends again once the node is back, which may grant.)
+        // Every node's grant must have landed before the test acts on it:
+        // the attempt returns at a quorum, and a grant still on its way to
+        // node 0 when it restarts is never written, persisted or not.
+        for node in &n {
+            let conn = node.connection().await;
+            let granted = support::eventually(Duration::from_secs(5), || {
+                let mut conn = conn.clone();
+                async move {
+                    let v: Option<String> = redis::cmd("GET")
+                        .arg("lockguard:lock:{x}")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    v.is_some()
+                }
+            })
+            .await;
+            assert!(granted, "node {} never granted the lock", node.port());
+        }
+        // Node 2 forgets the acquisition, as a node that missed it would.
+        // (Killing node 2 instead races with the request the client sends
+        // again once the node is back, which may grant.)
         let mut two = n[2].connection().await;
-        let granted = support::eventually(Duration::from_secs(5), || {
-            let mut two = two.clone();
-            async move {
-                let v: Option<String> = redis::cmd("GET")
-                    .arg("lockguard:lock:{x}")
-                    .query_async(&mut two)
-                    .await
-                    .unwrap();
-                v.is_some()
-            }
-        })
-        .await;
-        assert!(granted, "node 2 never granted the lock");
         let _: () = redis::cmd("DEL")
             .arg("lockguard:lock:{x}")
             .query_async(&mut two)
