@@ -91,21 +91,26 @@ impl RwMode {
 /// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) saying what
 /// is wrong with the key.
 pub fn validate_key(what: &str, key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::invalid(format!("{what} key must not be empty")));
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::invalid(format!(
-            "{what} key is {} bytes long, the maximum is {MAX_KEY_LEN}",
-            key.len()
-        )));
-    }
-    if has_control(key) {
-        return Err(Error::invalid(format!(
-            "{what} key {key:?} contains control characters"
-        )));
+    if key.is_empty() || key.len() > MAX_KEY_LEN || has_control(key) {
+        return Err(invalid_key(what, key));
     }
     Ok(())
+}
+
+/// Why [`validate_key`] refused `key`.
+#[cold]
+#[inline(never)]
+fn invalid_key(what: &str, key: &str) -> Error {
+    if key.is_empty() {
+        return Error::invalid(format!("{what} key must not be empty"));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Error::invalid(format!(
+            "{what} key is {} bytes long, the maximum is {MAX_KEY_LEN}",
+            key.len()
+        ));
+    }
+    Error::invalid(format!("{what} key {key:?} contains control characters"))
 }
 
 /// Whether `s` holds a control character: one wide pass when it is

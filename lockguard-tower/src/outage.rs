@@ -65,10 +65,18 @@ pub(crate) fn failed(
 
 /// The store answered a check of the `what` named `name`: the end of its
 /// outage, if it was in one, told once with what happened meanwhile.
+#[inline]
 pub(crate) fn answered(what: &'static str, name: &str) {
-    if !ANY.load(Ordering::Relaxed) {
-        return;
+    if ANY.load(Ordering::Relaxed) {
+        outage_over(what, name);
     }
+}
+
+/// [`answered`] while some store is in an outage: out of the line of a
+/// check.
+#[cold]
+#[inline(never)]
+fn outage_over(what: &'static str, name: &str) {
     let mut guard = DOWN.lock().unwrap_or_else(PoisonError::into_inner);
     let Some(down) = guard.as_mut() else { return };
     if let Some(ended) = down.remove(&(what, name.to_owned())) {

@@ -310,6 +310,12 @@ impl RateLimiter {
         if !self.shared.shadow || d.allowed {
             return d;
         }
+        self.let_through(key, d)
+    }
+
+    /// The refusal `d`, let through in shadow mode.
+    #[inline(never)]
+    fn let_through(&self, key: &str, d: Decision) -> Decision {
         tracing::debug!(
             limiter = %self.shared.name,
             key,
@@ -604,11 +610,20 @@ impl RateLimiter {
 
     /// A refusal of `key` still cached, if any.
     fn cached_refusal(&self, key: &str, cost: u64) -> Option<Decision> {
-        let d = self
-            .shared
-            .refused
-            .as_ref()?
-            .lookup(key, cost, tokio::time::Instant::now())?;
+        let cache = self.shared.refused.as_ref()?;
+        self.cached_refusal_in(cache, key, cost)
+    }
+
+    /// A refusal of `key` still in `cache`, if any: out of the line of a
+    /// limiter without a refusal cache.
+    #[inline(never)]
+    fn cached_refusal_in(
+        &self,
+        cache: &refused::RefusedCache,
+        key: &str,
+        cost: u64,
+    ) -> Option<Decision> {
+        let d = cache.lookup(key, cost, tokio::time::Instant::now())?;
         tracing::trace!(limiter = %self.shared.name, key, cost, "request rate limited (cached refusal)");
         crate::meter::decision(&self.shared.decisions, false);
         Some(self.shadowed(key, d))
@@ -617,26 +632,39 @@ impl RateLimiter {
     /// Accounts for the store's `answer` to a check of `key`.
     fn decided(&self, key: &str, cost: u64, answer: Result<Decision>) -> Result<Decision> {
         let d = match answer {
-            Ok(d) => {
-                self.store_answered();
-                d
-            }
-            Err(e) => {
-                crate::meter::store_error("rate_limiter", "check");
-                let d = self.fall_back(key, cost, e)?;
-                return Ok(self.shadowed(key, d));
-            }
+            Ok(d) => d,
+            Err(e) => return self.failed(key, cost, e),
         };
+        self.store_answered();
         crate::meter::decision(&self.shared.decisions, d.allowed);
         if let Some(cache) = &self.shared.refused {
             cache.record(key, cost, &d, tokio::time::Instant::now());
         }
+        if tracing::level_enabled!(tracing::Level::DEBUG) {
+            self.log_decision(key, cost, &d);
+        }
+        Ok(self.shadowed(key, d))
+    }
+
+    /// Accounts for a check of `key` the store could not answer.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, key: &str, cost: u64, error: Error) -> Result<Decision> {
+        crate::meter::store_error("rate_limiter", "check");
+        let d = self.fall_back(key, cost, error)?;
+        Ok(self.shadowed(key, d))
+    }
+
+    /// Logs the store's decision `d` on `key`: with debug logging on only,
+    /// so out of the line of a check.
+    #[cold]
+    #[inline(never)]
+    fn log_decision(&self, key: &str, cost: u64, d: &Decision) {
         if d.allowed {
             tracing::trace!(limiter = %self.shared.name, key, cost, remaining = d.remaining, "request allowed");
         } else {
             tracing::debug!(limiter = %self.shared.name, key, cost, retry_after_ms = d.retry_after.as_millis() as u64, "request rate limited");
         }
-        Ok(self.shadowed(key, d))
     }
 
     /// The store's limiters, or `Unsupported` on a store without them.
@@ -649,17 +677,24 @@ impl RateLimiter {
     fn checked(&self, key: &str, cost: u64) -> Result<(&Prepared, LimitOp)> {
         let prepared = self.shared.prepared.as_ref().map_err(Invalid::error)?;
         crate::key::validate_key("rate limit", key)?;
-        if cost == 0 {
-            return Err(Error::invalid("rate limit cost must be at least 1"));
-        }
-        if cost > self.limit() {
-            return Err(Error::invalid(format!(
-                "rate limit cost {cost} exceeds the limiter's {} ({:?}), so it could never pass",
-                self.limit(),
-                self.shared.algorithm
-            )));
+        if cost == 0 || cost > self.limit() {
+            return Err(self.bad_cost(cost));
         }
         Ok((prepared, prepared.op))
+    }
+
+    /// Why `cost` cannot be spent.
+    #[cold]
+    #[inline(never)]
+    fn bad_cost(&self, cost: u64) -> Error {
+        if cost == 0 {
+            return Error::invalid("rate limit cost must be at least 1");
+        }
+        Error::invalid(format!(
+            "rate limit cost {cost} exceeds the limiter's {} ({:?}), so it could never pass",
+            self.limit(),
+            self.shared.algorithm
+        ))
     }
 }
 

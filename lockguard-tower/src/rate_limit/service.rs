@@ -117,9 +117,6 @@ where
             };
             return unkeyed(why, inner, req);
         };
-        let span = admission_span(
-            || tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost),
-        );
         let failure = failure.unwrap_or(self.options.failure);
         let options = self.options.headers;
         let expose = self.options.decision_extension;
@@ -131,20 +128,25 @@ where
             if decided.is_err() && !key::usable(&key, 0) {
                 return unkeyed(Unkeyed::Request, inner, req);
             }
-            let admission = in_scope(span.as_ref(), || {
-                let ask = Ask {
-                    limiter: &limiter,
-                    failure,
-                    options,
-                    expose,
-                    shadow,
-                    policy,
-                };
+            let ask = Ask {
+                limiter: &limiter,
+                failure,
+                options,
+                expose,
+                shadow,
+                policy,
+            };
+            let admission = if tracing::level_enabled!(tracing::Level::DEBUG) {
+                ask.admission_traced(&key, cost, decided, refusals)
+            } else {
                 ask.admission(decided, refusals)
-            });
+            };
             key::give_back(key);
             return ResponseFuture::decided(admission, inner, req);
         }
+        let span = admission_span(
+            || tracing::debug_span!("rate_limit", limiter = %limiter.name(), %key, cost),
+        );
         if !key::usable(&key, 0) {
             return unkeyed(Unkeyed::Request, inner, req);
         }
@@ -184,6 +186,22 @@ struct Ask<'a> {
 }
 
 impl Ask<'_> {
+    /// [`admission`](Self::admission) in the span of the check of `key`,
+    /// with debug logging on.
+    #[inline(never)]
+    fn admission_traced(
+        self,
+        key: &str,
+        cost: u64,
+        decided: lockguard_core::Result<Decision>,
+        refusals: &Refusals,
+    ) -> Admission {
+        let span = admission_span(
+            || tracing::debug_span!("rate_limit", limiter = %self.limiter.name(), %key, cost),
+        );
+        in_scope(span.as_ref(), || self.admission(decided, refusals))
+    }
+
     /// Turns the limiter's answer into an admission.
     fn admission(
         self,
@@ -203,40 +221,66 @@ impl Ask<'_> {
                 crate::outage::answered("rate limit", limiter.name());
                 decision
             }
-            Err(e) => {
-                return Admission::respond_or_proceed(outcome::store_failure(
-                    "rate limit",
-                    limiter.name(),
-                    limiter.store_address(),
-                    &e,
-                    failure,
-                    refusals,
-                ));
-            }
+            Err(e) => return Self::failed(limiter, &e, failure, refusals),
         };
         // The layer's shadow mode lets a refusal through as the limiter's
         // own does (`RateLimiter::shadow`): one decision, marked shadowed.
         let decision = if shadow && !decision.allowed {
-            tracing::debug!(
-                retry_after_ms =
-                    u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
-                "request over the rate limit let through in shadow mode"
-            );
-            decision.let_through()
+            Self::let_through(decision)
         } else {
             decision
         };
         let headers = RateHeaders::new(policy, limiter, decision, options);
-        if decision.allowed {
-            if !decision.shadowed {
-                tracing::debug!(remaining = decision.remaining, "request allowed");
-            }
-            return Admission::Proceed {
-                guard: Guard::None,
-                headers: Some(headers),
-                decision: expose.then_some(decision),
-            };
+        if !decision.allowed {
+            return Self::refuse(limiter, decision, headers, refusals);
         }
+        if !decision.shadowed && tracing::level_enabled!(tracing::Level::DEBUG) {
+            tracing::debug!(remaining = decision.remaining, "request allowed");
+        }
+        Admission::Proceed {
+            guard: Guard::None,
+            headers: Some(headers),
+            decision: expose.then_some(decision),
+        }
+    }
+
+    /// The admission of a request the store could not check.
+    #[cold]
+    #[inline(never)]
+    fn failed(
+        limiter: &RateLimiter,
+        error: &lockguard_core::Error,
+        failure: FailureMode,
+        refusals: &Refusals,
+    ) -> Admission {
+        Admission::respond_or_proceed(outcome::store_failure(
+            "rate limit",
+            limiter.name(),
+            limiter.store_address(),
+            error,
+            failure,
+            refusals,
+        ))
+    }
+
+    /// The refusal `decision`, let through in shadow mode.
+    #[inline(never)]
+    fn let_through(decision: Decision) -> Decision {
+        tracing::debug!(
+            retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),
+            "request over the rate limit let through in shadow mode"
+        );
+        decision.let_through()
+    }
+
+    /// The `429` of a refused request: out of the line of an admitted one.
+    #[inline(never)]
+    fn refuse(
+        limiter: &RateLimiter,
+        decision: Decision,
+        headers: RateHeaders,
+        refusals: &Refusals,
+    ) -> Admission {
         let secs = decision.retry_after_secs().max(1);
         tracing::debug!(
             retry_after_ms = u64::try_from(decision.retry_after.as_millis()).unwrap_or(u64::MAX),

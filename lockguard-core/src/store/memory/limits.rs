@@ -45,28 +45,52 @@ impl LimitTable {
     /// `peek` changes nothing.
     pub(crate) fn decide(&self, key: &str, op: LimitOp, cost: u64, peek: bool) -> Decision {
         let now = clock::micros(&*self.clock);
+        let LimitOp::Gcra(p) = op else {
+            return self.decide_window(key, op, cost, peek, now);
+        };
+        let mut limits = self.shards.lock(key);
+        // A key seen before, even if its state has expired (a full
+        // budget): one lookup, updated in place.
+        let Some((state, ends, live)) = limits.slot_mut(key, now) else {
+            return Self::decide_first(&mut limits, key, p, cost, peek, now);
+        };
+        let tat = match state {
+            LimitState::Gcra(tat) if live => Some(*tat),
+            _ => None,
+        };
+        let (d, new_tat) = gcra::step(p, tat, now, cost);
+        if let Some(t) = new_tat.filter(|_| !peek) {
+            (*state, *ends) = (LimitState::Gcra(t), Some(t));
+        }
+        d
+    }
+
+    /// GCRA for a key with no state in `limits` (its shard, locked): its
+    /// first check, or its first since a sweep. Out of the line of a key
+    /// checked again and again.
+    #[inline(never)]
+    fn decide_first(
+        limits: &mut Expiring<i64, LimitState>,
+        key: &str,
+        p: gcra::Params,
+        cost: u64,
+        peek: bool,
+        now: i64,
+    ) -> Decision {
+        let (d, new_tat) = gcra::step(p, None, now, cost);
+        if let Some(t) = new_tat.filter(|_| !peek) {
+            limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
+        }
+        d
+    }
+
+    /// The window algorithms' steps, out of the line of GCRA's, the
+    /// default.
+    #[inline(never)]
+    fn decide_window(&self, key: &str, op: LimitOp, cost: u64, peek: bool, now: i64) -> Decision {
         let mut limits = self.shards.lock(key);
         match op {
-            LimitOp::Gcra(p) => {
-                // A key seen before, even if its state has expired (a full
-                // budget): one lookup, updated in place.
-                if let Some((state, ends, live)) = limits.slot_mut(key, now) {
-                    let tat = match state {
-                        LimitState::Gcra(tat) if live => Some(*tat),
-                        _ => None,
-                    };
-                    let (d, new_tat) = gcra::step(p, tat, now, cost);
-                    if let Some(t) = new_tat.filter(|_| !peek) {
-                        (*state, *ends) = (LimitState::Gcra(t), Some(t));
-                    }
-                    return d;
-                }
-                let (d, new_tat) = gcra::step(p, None, now, cost);
-                if let Some(t) = new_tat.filter(|_| !peek) {
-                    limits.insert_new(key, LimitState::Gcra(t), Some(t), now);
-                }
-                d
-            }
+            LimitOp::Gcra(_) => unreachable!("GCRA is decided by `decide`"),
             LimitOp::Fixed { limit, period_us } => {
                 let w = match limits.get(key, now) {
                     Some((LimitState::Fixed(w), _)) => Some(*w),
@@ -179,15 +203,22 @@ impl Limits {
             {
                 return table.decide(key, op, cost, peek);
             }
-            let table = {
-                let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
-                registry.by_base.get(&**limiter).cloned()
-            }
-            .unwrap_or_else(|| self.table(limiter));
+            let table = self.registered(limiter);
             let decision = table.decide(key, op, cost, peek);
             *last = Some((self.id, limiter.clone(), table));
             decision
         })
+    }
+
+    /// The table of `limiter` from the registry, made if it is new: off
+    /// the path of a thread that checks one limiter again and again.
+    #[inline(never)]
+    fn registered(&self, limiter: &Arc<str>) -> Arc<LimitTable> {
+        let table = {
+            let registry = self.tables.read().unwrap_or_else(PoisonError::into_inner);
+            registry.by_base.get(&**limiter).cloned()
+        };
+        table.unwrap_or_else(|| self.table(limiter))
     }
 
     /// The table of the limiter whose store keys start with `base`.
