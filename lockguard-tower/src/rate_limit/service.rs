@@ -117,10 +117,12 @@ where
             };
             return unkeyed(why, inner, req);
         };
-        let failure = failure.unwrap_or(self.options.failure);
-        let options = self.options.headers;
-        let expose = self.options.decision_extension;
-        let shadow = self.options.shadow;
+        let handling = Handling {
+            failure: failure.unwrap_or(self.options.failure),
+            options: self.options.headers,
+            expose: self.options.decision_extension,
+            shadow: self.options.shadow,
+        };
         // Decided at once where the store needs no round trip (the
         // in-memory store, a cached refusal): nothing to box or wait for,
         // and the limiter and its policy only lent.
@@ -130,11 +132,8 @@ where
             }
             let ask = Ask {
                 limiter: &limiter,
-                failure,
-                options,
-                expose,
-                shadow,
                 policy,
+                handling,
             };
             let admission = if tracing::level_enabled!(tracing::Level::DEBUG) {
                 ask.admission_traced(&key, cost, decided, refusals)
@@ -158,11 +157,8 @@ where
             let decided = limiter.check_cost(&key, cost).await;
             let ask = Ask {
                 limiter: &limiter,
-                failure,
-                options,
-                expose,
-                shadow,
                 policy: policy.as_ref(),
+                handling,
             };
             ask.admission(decided, &refusals)
         };
@@ -174,6 +170,14 @@ where
 /// its answer.
 struct Ask<'a> {
     limiter: &'a RateLimiter,
+    /// The limiter's policy headers, when made beforehand.
+    policy: Option<&'a Policy>,
+    handling: Handling,
+}
+
+/// What the layer does with a limiter's answer.
+#[derive(Clone, Copy)]
+struct Handling {
     failure: FailureMode,
     options: HeaderOptions,
     /// Whether an admitted request carries the decision.
@@ -181,8 +185,6 @@ struct Ask<'a> {
     /// Shadow mode: a refusal is let through, as
     /// [`Decision::let_through`] makes it (with its headers).
     shadow: bool,
-    /// The limiter's policy headers, when made beforehand.
-    policy: Option<&'a Policy>,
 }
 
 impl Ask<'_> {
@@ -210,11 +212,14 @@ impl Ask<'_> {
     ) -> Admission {
         let Self {
             limiter,
-            failure,
-            options,
-            expose,
-            shadow,
             policy,
+            handling:
+                Handling {
+                    failure,
+                    options,
+                    expose,
+                    shadow,
+                },
         } = self;
         let decision = match decided {
             Ok(decision) => {
