@@ -14,6 +14,9 @@
 #
 #   bash lockguard-bench/layer-cost.sh none rate governor lock concurrency
 #
+# BY_FUNCTION=lockguard adds, after the table, each variant's hot code
+# lines by function, for the functions whose names hold the text.
+#
 # METRICS=1 builds lockguard with its metrics on and a recorder installed
 # (the bench's `metrics` feature), as a service that exports them runs.
 set -euo pipefail
@@ -49,6 +52,35 @@ hot_lines() {
       print c + 0
     }' "$1" "$2"
 }
+# With BY_FUNCTION set, the hot lines of each function whose name holds
+# it (`BY_FUNCTION=lockguard`), most first; a line two functions share
+# counts half to each. Callgrind names a function without its hash, so
+# the copies of one generic function count together.
+by_function() {
+  awk -v want="$BY_FUNCTION" '
+    function line(a,   d) {
+      d = index("0123456789abcdef", substr(a, length(a) - 1, 1)) - 1
+      return substr(a, 1, length(a) - 2) ":" int(d / 4)
+    }
+    FNR == 1 { file++ }
+    /^fn=/ { fn = substr($0, 4); next }
+    /^calls=/ { skip = 1; next }
+    /^0x/ {
+      if (skip) { skip = 0; next }
+      n[file, $1] += $2; seen[$1] = 1; of[$1] = fn
+    }
+    END {
+      for (a in seen) if (n[2, a] - n[1, a] >= 5000) {
+        l = line(a)
+        if (!((l, of[a]) in pair)) { pair[l, of[a]] = 1; fns[l]++ }
+      }
+      for (k in pair) {
+        split(k, part, SUBSEP)
+        if (index(part[2], want)) per[part[2]] += 1 / fns[part[1]]
+      }
+      for (f in per) printf "  %6.1f  %s\n", per[f], substr(f, 1, 140)
+    }' "$1" "$2" | sort -rn
+}
 printf '| variant | instructions / request | allocations / request | hot code lines / request |\n|---|---:|---:|---:|\n'
 for v in "$@"; do
   declare -A ir blocks
@@ -62,4 +94,14 @@ for v in "$@"; do
   printf '| %s | %d | %.1f | %d |\n' "$v" $(( (ir[12000] - ir[2000]) / 10000 )) \
     "$(echo "(${blocks[12000]} - ${blocks[2000]}) / 10000" | bc -l)" \
     "$(hot_lines "$out/cg2000" "$out/cg12000")"
+  if [ -n "${BY_FUNCTION:-}" ]; then
+    by_function "$out/cg2000" "$out/cg12000" >> "$out/functions"
+    printf '%s:\n' "$v" >> "$out/by-function"
+    cat "$out/functions" >> "$out/by-function"
+    rm "$out/functions"
+  fi
 done
+if [ -n "${BY_FUNCTION:-}" ]; then
+  printf '\nHot code lines / request by function (names holding %s):\n' "$BY_FUNCTION"
+  cat "$out/by-function"
+fi
