@@ -5,7 +5,8 @@
 # grant, a transaction id alone, sequences, a row written before the wait
 # and committed after the grant, a stripe of unlogged sequences written
 # without a transaction id), and lockguard's own wait and release
-# statements. A server of its own (`fsync=off`, as the benchmarks'), on a
+# statements (also with 16 and 64 clients on the one lock, the native pair
+# and lockguard's). A server of its own (`fsync=off`, as the benchmarks'), on a
 # free port, stopped at the end. BENCHMARKS.md ("PostgreSQL locks beside
 # `pg_advisory_lock`") has a run's figures.
 #
@@ -184,6 +185,12 @@ echo "4 clients on one advisory lock, no hold (cycles/s, $runs runs of ${secs}s)
 for ((r = 1; r <= runs; r++)); do
   for v in native lockguard nextval setval txid update update-before insert-before session-rows stripes; do bench 4 "$v"; done
 done | awk '{ a[$1] = a[$1] (a[$1] ? ", " : "") $2; if (!($1 in o)) { o[$1] = n++; k[n - 1] = $1 } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
+echo "16 and 64 clients on one advisory lock, no hold (cycles/s): a handoff's cost as the waiters grow"
+for ((r = 1; r <= runs; r++)); do
+  for c in 16 64; do
+    for v in native lockguard; do bench "$c" "$v" | sed "s/^/$c clients, /"; done
+  done
+done | awk '{ v = $1 " " $2 " " $3; a[v] = a[v] (a[v] ? ", " : "") $4; if (!(v in o)) { o[v] = n++; k[n - 1] = v } } END { for (i = 0; i < n; i++) print "  " k[i] ": " a[k[i]] }'
 echo "16 clients, a key each (cycles/s):"
 for ((r = 1; r <= runs; r++)); do
   for v in u-native u-sequences u-update u-stripes-fence u-stripes-write u-stripes-lock u-stripes-row u-stripes; do bench 16 "$v"; done
