@@ -429,13 +429,14 @@ fn report(
         let counter_caught =
             !r.counters || r.violations.iter().any(|v| v.check == "counters-exact");
         let permits_caught = r.violations.iter().any(|v| v.check == "permits");
+        let limit_caught = !r.limiter || r.violations.iter().any(|v| v.check == "rate-limit");
         // The self-test's only multi-locks and jobs are the broken ones.
         let multi_caught = r.violations.iter().any(|v| v.check == "multi-lock");
         let job_caught = r.violations.iter().any(|v| v.check == "at-least");
         let schedule_caught = r.violations.iter().any(|v| v.check == "schedule-once");
         let said = |caught: bool| if caught { "caught" } else { "NOT CAUGHT" };
         let line = format!(
-            "self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, multi-lock returned with a key lapsed {}, job run inside at_least {}, scheduled period run twice {}",
+            "self-test: overlapping holds {}, lost counter update {}, permits overbooked {}, admissions over the quota {}, multi-lock returned with a key lapsed {}, job run inside at_least {}, scheduled period run twice {}",
             said(lock_caught),
             if counter_caught {
                 "caught (or no counters)"
@@ -443,6 +444,11 @@ fn report(
                 "NOT CAUGHT"
             },
             said(permits_caught),
+            if limit_caught {
+                "caught (or no limiter)"
+            } else {
+                "NOT CAUGHT"
+            },
             said(multi_caught),
             said(job_caught),
             said(schedule_caught),
@@ -451,6 +457,7 @@ fn report(
         let ok = lock_caught
             && counter_caught
             && permits_caught
+            && limit_caught
             && multi_caught
             && job_caught
             && schedule_caught;

@@ -78,6 +78,8 @@ pub(crate) struct StoreRun {
     pub(crate) store: &'static str,
     /// Whether the store offers counters (the self-test breaks them too).
     pub(crate) counters: bool,
+    /// Whether the store offers rate limiters.
+    pub(crate) limiter: bool,
     pub(crate) violations: Vec<Violation>,
     pub(crate) measures: Measures,
     pub(crate) faults: Vec<String>,
@@ -326,6 +328,7 @@ pub(crate) fn run(
             (true, 0) => Some(Break::StaleHold),
             (true, 1) if store.offers_counters() => Some(Break::Miscount),
             (true, 2) => Some(Break::Overbook),
+            (true, 3) if store.offers_limiter() => Some(Break::Overadmit),
             _ => None,
         };
         workers.spawn(Role::Mixed, brk)?;
@@ -520,6 +523,7 @@ pub(crate) fn run(
         report,
         store: store.name(),
         counters: store.offers_counters(),
+        limiter: store.offers_limiter(),
         violations,
         measures,
         faults: done_faults,

@@ -72,6 +72,10 @@ pub(crate) enum Break {
     /// A scheduled job's replica that runs every period itself, without
     /// the schedule: two such replicas run each period twice.
     EveryPeriod,
+    /// Checks the shared limiter at every step and records every decision
+    /// as an admission: a client that goes ahead when refused, as a
+    /// limiter that admits past its quota would show it.
+    Overadmit,
 }
 
 impl Break {
@@ -83,6 +87,7 @@ impl Break {
             Break::UncheckedMulti => "unchecked-multi",
             Break::IgnoreAtLeast => "ignore-at-least",
             Break::EveryPeriod => "every-period",
+            Break::Overadmit => "overadmit",
         }
     }
 
@@ -94,6 +99,7 @@ impl Break {
             Break::UncheckedMulti,
             Break::IgnoreAtLeast,
             Break::EveryPeriod,
+            Break::Overadmit,
         ]
         .into_iter()
         .find(|b| b.name() == s)
@@ -253,6 +259,10 @@ impl Worker {
         self.rec.errors = 0;
         if self.brk == Some(Break::Overbook) {
             self.overbook_op().await;
+            return self.rec.errors > 0;
+        }
+        if self.brk == Some(Break::Overadmit) {
+            self.limiter_op().await;
             return self.rec.errors > 0;
         }
         let lock_share = if self.brk == Some(Break::Miscount) {
@@ -550,7 +560,8 @@ impl Worker {
             .await
         {
             Ok(d) => Outcome::Decided {
-                allowed: d.is_allowed(),
+                // The broken part: admitted whatever the limiter said.
+                allowed: d.is_allowed() || self.brk == Some(Break::Overadmit),
             },
             Err(e) => Outcome::error(&e),
         };
