@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use deadpool_postgres::Pool;
 use lockguard_core::{Algorithm, Client, Quota};
-use lockguard_postgres::ClientExt as _;
+use lockguard_postgres::{BuilderExt as _, LockLeases};
 use lockguard_testing::PostgresServer;
 
 use crate::raw_pg;
@@ -27,7 +27,14 @@ use crate::{
 };
 
 async fn lockguard(server: &PostgresServer) -> Client {
-    Client::connect_postgres(&server.url())
+    lockguard_of(server, LockLeases::Recorded).await
+}
+
+/// A client whose locks' leases are `leases`.
+async fn lockguard_of(server: &PostgresServer, leases: LockLeases) -> Client {
+    Client::builder()
+        .postgres_lock_leases(leases)
+        .connect_postgres(&server.url())
         .await
         .expect("connect to postgres")
 }
@@ -62,7 +69,7 @@ async fn counts(server: &PostgresServer) -> Counts {
         "SELECT (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements \
                  WHERE query LIKE ANY (ARRAY[ \
                    '%pg_try_advisory_lock(y.hi%', '%pg_advisory_lock(n.hi%', \
-                   '%pg_advisory_unlock(g.hi%', '%.lock_take(%', '%.lock_wait_out(%', \
+                   '%pg_advisory_unlock(g.hi%', '%pg_advisory_unlock(y.hi%', '%.lock_take(%', '%.lock_wait_out(%', '%.lock_named(%', \
                    '%.lock_lease(%', '%.lock_keep(%', '%.lock_inspect(%', \
                    '%.gcra(%', '%.fixed_window(%', '%.sliding_window(%'])) \
              || ' ' || \
@@ -108,13 +115,14 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     let each = b.run_for / 2;
     b.line("### Uncontended lock + unlock cycles (distinct keys)\n");
     b.line(&format!(
-        "{rounds} rounds; in each, for each number of tasks, three sides run for {each:?} each (after a {:?} warm-up), back to back, in an order that turns round by round: lockguard (`try_acquire`, `release`); *raw*: tokio-postgres sending lockguard's own two statements (its try and its release, and `lock_take` at a key's first hold, as lockguard does), prepared once, each task on a connection of its own, as each of lockguard's locks is; *native*: PostgreSQL's own `pg_try_advisory_lock($1)` and `pg_advisory_unlock($1)`, each task on a connection of its own. Every run takes keys no run took before. The ratios are the medians over the rounds of lockguard's rate divided by the other side's in the same round, with the lowest and highest. One lockguard client serves every round.\n",
+        "{rounds} rounds; in each, for each number of tasks, four sides run for {each:?} each (after a {:?} warm-up), back to back, in an order that turns round by round: lockguard (`try_acquire`, `release`), with its default recorded leases; *session leases*: the same with a client of `LockLeases::Session`; *raw*: tokio-postgres sending lockguard's own two statements (its try and its release, and `lock_take` at a key's first hold, as lockguard does), prepared once, each task on a connection of its own, as each of lockguard's locks is; *native*: PostgreSQL's own `pg_try_advisory_lock($1)` and `pg_advisory_unlock($1)`, each task on a connection of its own. Every run takes keys no run took before. The ratios are the medians over the rounds of lockguard's rate divided by the other side's in the same round, with the lowest and highest. One lockguard client serves every round.\n",
         each / 5
     ));
-    b.line("| tasks | lockguard cycles/s (median) | raw cycles/s (median) | native cycles/s (median) | vs raw (median; range) | vs native (median; range) | client CPU µs / cycle, lockguard / raw / native (median) | statements / cycle (lockguard) |");
-    b.line("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    b.line("| tasks | lockguard cycles/s (median) | raw cycles/s (median) | native cycles/s (median) | vs raw (median; range) | vs native (median; range) | client CPU µs / cycle, lockguard / raw / native (median) | statements / cycle (lockguard) | session leases cycles/s (median) | session leases vs native (median; range) |");
+    b.line("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     const TASKS: [usize; 2] = [1, 16];
     let lg = lockguard(server).await;
+    let lg_session = lockguard_of(server, LockLeases::Session).await;
     let mut sessions = Vec::new();
     let mut natives = Vec::new();
     for _ in 0..TASKS[TASKS.len() - 1] {
@@ -130,20 +138,29 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
             .expect("prepare");
         natives.push(Arc::new((conn, lock, unlock)));
     }
-    let mut rates = [(); TASKS.len()].map(|()| [Vec::new(), Vec::new(), Vec::new()]);
+    let mut rates = [(); TASKS.len()].map(|()| [Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
     let before = counts(server).await;
     let cycles = Arc::new(AtomicU64::new(0));
     let raw_cycles = Arc::new(AtomicU64::new(0));
     for round in 0..rounds {
         for (i, &tasks) in TASKS.iter().enumerate() {
-            for side in (0..3).map(|k| (k + round) % 3) {
+            for side in (0..4).map(|k| (k + round) % 4) {
                 let rate = match side {
-                    0 => {
-                        let counted = cycles.clone();
-                        let lg = &lg;
+                    0 | 3 => {
+                        // Statements are counted for the default client.
+                        let counted = if side == 0 {
+                            cycles.clone()
+                        } else {
+                            Arc::new(AtomicU64::new(0))
+                        };
+                        let (lg, name) = if side == 0 {
+                            (&lg, "u")
+                        } else {
+                            (&lg_session, "s")
+                        };
                         measure(tasks, each, |t, stop, done| {
                             let lock = lg
-                                .lock(&format!("r{round}:{tasks}:u:{t}"))
+                                .lock(&format!("r{round}:{tasks}:{name}:{t}"))
                                 .lease(Duration::from_secs(30));
                             let counted = counted.clone();
                             async move {
@@ -176,7 +193,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
                         })
                         .await
                     }
-                    _ => {
+                    2 => {
                         let natives = &natives;
                         measure(tasks, each, |t, stop, done| {
                             let native = natives[t].clone();
@@ -200,12 +217,14 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
                         })
                         .await
                     }
+                    _ => unreachable!("four sides"),
                 };
                 rates[i][side].push(rate);
             }
         }
     }
     drop(lg);
+    drop(lg_session);
     drop(sessions);
     drop(natives);
     // The server counts the raw client's calls of the same functions too:
@@ -214,7 +233,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     let lg_cycles = cycles.load(Ordering::Relaxed).max(1);
     let raw = 2 * raw_cycles.load(Ordering::Relaxed);
     let per = counted.statements.saturating_sub(raw) as f64 / lg_cycles as f64;
-    for (&tasks, [lgs, raws, natives]) in TASKS.iter().zip(&rates) {
+    for (&tasks, [lgs, raws, natives, session_rates]) in TASKS.iter().zip(&rates) {
         let ratio_to = |other: &[Measured]| {
             let ratios: Vec<f64> = lgs
                 .iter()
@@ -226,17 +245,34 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
         };
         let (raw_ratio, raw_lo, raw_hi) = ratio_to(raws);
         let (native_ratio, native_lo, native_hi) = ratio_to(natives);
+        let (s_ratio, s_lo, s_hi) = {
+            let ratios: Vec<f64> = session_rates
+                .iter()
+                .zip(natives)
+                .map(|(l, r)| l.rate / r.rate)
+                .collect();
+            let (lo, hi) = range(&ratios);
+            (median(ratios), lo, hi)
+        };
         let of = |ms: &[Measured], f: fn(&Measured) -> f64| median(ms.iter().map(f).collect());
         let cpu = |m: &Measured| m.cpu_per_cycle.as_secs_f64() * 1e6;
         b.line(&format!(
-            "| {tasks} | {:.0} | {:.0} | {:.0} | {raw_ratio:.2}x ({raw_lo:.2}–{raw_hi:.2}x) | {native_ratio:.2}x ({native_lo:.2}–{native_hi:.2}x) | {:.1} / {:.1} / {:.1} | {per:.2} |",
+            "| {tasks} | {:.0} | {:.0} | {:.0} | {raw_ratio:.2}x ({raw_lo:.2}–{raw_hi:.2}x) | {native_ratio:.2}x ({native_lo:.2}–{native_hi:.2}x) | {:.1} / {:.1} / {:.1} | {per:.2} | {:.0} | {s_ratio:.2}x ({s_lo:.2}–{s_hi:.2}x) |",
             of(lgs, |m| m.rate),
             of(raws, |m| m.rate),
             of(natives, |m| m.rate),
             of(lgs, cpu),
             of(raws, cpu),
             of(natives, cpu),
+            of(session_rates, |m| m.rate),
         ));
+        b.target(
+            &format!(
+                "postgres, session leases: uncontended lock cycles ≥ 0.5x native `pg_try_advisory_lock`'s, {tasks} tasks (median of {rounds} rounds; range)"
+            ),
+            format!("{s_ratio:.2}x ({s_lo:.2}–{s_hi:.2}x)"),
+            s_ratio >= 0.5,
+        );
         b.target(
             &format!(
                 "postgres: uncontended lock cycles ≥ 0.95x raw, {tasks} tasks (median of {rounds} rounds; range)"
@@ -377,38 +413,27 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
             counted,
             None,
         );
-        let (p50, native_p50, p99) = (
-            percentile(&c.handoffs, 50.0),
-            percentile(&native.handoffs, 50.0),
-            percentile(&c.handoffs, 99.0),
+        // Session leases: the same contenders, each a client of its own
+        // whose locks record nothing per hold.
+        let before = counts(server).await;
+        let mut clients = Vec::new();
+        for _ in 0..tasks {
+            clients.push(lockguard_of(server, LockLeases::Session).await);
+        }
+        let sc = contend(&clients, tasks, b.run_for).await;
+        drop(clients);
+        row(
+            b,
+            tasks,
+            "lockguard, session leases",
+            &sc,
+            counts(server).await - before,
+            None,
         );
-        b.target(
-            &format!(
-                "postgres: acquisitions/s ≥ 0.8x native `pg_advisory_lock`'s, {tasks} contenders"
-            ),
-            format!(
-                "{:.2}x ({:.0}/s vs {:.0}/s)",
-                c.rate / native.rate,
-                c.rate,
-                native.rate
-            ),
-            c.rate >= 0.8 * native.rate,
-        );
-        b.target(
-            &format!("postgres: handoff p50 ≤ 2x native `pg_advisory_lock`'s, {tasks} contenders"),
-            format!(
-                "{:.2}x ({} vs {})",
-                p50.as_secs_f64() / native_p50.as_secs_f64(),
-                us(p50),
-                us(native_p50)
-            ),
-            p50.as_secs_f64() <= 2.0 * native_p50.as_secs_f64(),
-        );
-        b.target(
-            &format!("postgres: handoff p99 ≤ 5 ms, {tasks} contenders"),
-            us(p99),
-            p99 <= Duration::from_millis(5),
-        );
+        let native_p50 = percentile(&native.handoffs, 50.0);
+        for (c, mode) in [(&c, ""), (&sc, ", session leases")] {
+            native_targets(b, tasks, mode, c, &native, native_p50);
+        }
     }
 
     // Server work per acquisition does not grow with the clients: the
@@ -427,6 +452,48 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         "postgres: marginal server transactions / acquisition do not grow with the clients (4, 16, 64 contenders, a client each: the most ≤ 1.25x the least)",
         each,
         most <= 1.25 * least,
+    );
+}
+
+/// The targets of issue 56 item 3 for lockguard's contention `c` (locks of
+/// `mode`) beside the native lock's `native` at `tasks` contenders.
+fn native_targets(
+    b: &mut Bench,
+    tasks: usize,
+    mode: &str,
+    c: &Contention,
+    native: &Contention,
+    native_p50: Duration,
+) {
+    let (p50, p99) = (percentile(&c.handoffs, 50.0), percentile(&c.handoffs, 99.0));
+    b.target(
+        &format!(
+            "postgres{mode}: acquisitions/s ≥ 0.8x native `pg_advisory_lock`'s, {tasks} contenders"
+        ),
+        format!(
+            "{:.2}x ({:.0}/s vs {:.0}/s)",
+            c.rate / native.rate,
+            c.rate,
+            native.rate
+        ),
+        c.rate >= 0.8 * native.rate,
+    );
+    b.target(
+        &format!(
+            "postgres{mode}: handoff p50 ≤ 2x native `pg_advisory_lock`'s, {tasks} contenders"
+        ),
+        format!(
+            "{:.2}x ({} vs {})",
+            p50.as_secs_f64() / native_p50.as_secs_f64(),
+            us(p50),
+            us(native_p50)
+        ),
+        p50.as_secs_f64() <= 2.0 * native_p50.as_secs_f64(),
+    );
+    b.target(
+        &format!("postgres{mode}: handoff p99 ≤ 5 ms, {tasks} contenders"),
+        us(p99),
+        p99 <= Duration::from_millis(5),
     );
 }
 

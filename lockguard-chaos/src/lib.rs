@@ -418,6 +418,12 @@ fn report(
     if let Some(why) = &m.wakeups_unmeasured {
         println!("  wake-ups not measured: {why}");
     }
+    if m.session_overlaps > 0 {
+        println!(
+            "  {} holds overlapped a hold whose session a server fault ended (its lock freed at once; fences and fenced writes checked)",
+            m.session_overlaps
+        );
+    }
     if !r.skipped.is_empty() {
         println!(
             "  not checked across the failover (asynchronous replication loses acknowledged writes, as documented): {}",

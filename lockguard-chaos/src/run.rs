@@ -499,7 +499,8 @@ pub(crate) fn run(
         min_handoffs: 3,
         min_window_ns: 1_000_000_000,
     };
-    let (mut violations, measures) = check::check(&ops, bounds, end);
+    let (mut violations, measures) =
+        check::check(&ops, bounds, end, store.session_end_frees_locks());
     if self_test {
         // Liveness of a deliberately broken run is not the point.
         violations.retain(|v| v.check != "wake-ups");

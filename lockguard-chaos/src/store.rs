@@ -63,6 +63,18 @@ pub trait Store: Send + Sync {
     /// or schema) under `namespace`, which keeps one run apart from another.
     fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>>;
 
+    /// Whether a server fault that ends the clients' sessions (a restart,
+    /// closed connections) hands a lock to its next waiter at once, while
+    /// its holder may believe it holds until its next renewal: locks whose
+    /// lease is their session's (PostgreSQL's `LockLeases::Session`). Two
+    /// holds of a key that overlap only after such a fault began in the
+    /// first are then not a finding of the `mutual-exclusion` check (the
+    /// store promises exclusion only while sessions live); their fences
+    /// must still grow, and the older holder's fenced writes be refused.
+    fn session_end_frees_locks(&self) -> bool {
+        false
+    }
+
     /// For `--target URL`: the address [`connect`](Store::connect) takes
     /// for a user's deployment at `url`, when this store serves that URL.
     fn address_of(&self, url: &str) -> Option<String> {

@@ -16,7 +16,7 @@ use lockguard_core::{Builder, Client, Result};
 use lockguard_etcd::BuilderExt as _;
 use lockguard_etcd::testing::EtcdCluster;
 use lockguard_mysql::MySqlOptions;
-use lockguard_postgres::BuilderExt as _;
+use lockguard_postgres::{BuilderExt as _, LockLeases};
 use lockguard_redis::BuilderExt as _;
 use lockguard_testing::{
     MariaDbServer, PostgresServer, RedisCluster, RedisServer, Relay, SENTINEL_SERVICE,
@@ -25,8 +25,16 @@ use lockguard_testing::{
 use lockguard_zookeeper::BuilderExt as _;
 
 /// Every store, in the order a full run goes through them.
-pub const ALL: [&dyn Store; 8] = [
-    &Redis, &Redlock, &Postgres, &MySql, &ZooKeeper, &Sentinel, &Cluster, &Etcd,
+pub const ALL: [&dyn Store; 9] = [
+    &Redis,
+    &Redlock,
+    &Postgres,
+    &PostgresSession,
+    &MySql,
+    &ZooKeeper,
+    &Sentinel,
+    &Cluster,
+    &Etcd,
 ];
 
 /// Redis persistence that loses no acknowledged write: a restarted server
@@ -295,6 +303,40 @@ impl Store for Postgres {
 
     fn address_of(&self, url: &str) -> Option<String> {
         (url.starts_with("postgres://") || url.starts_with("postgresql://")).then(|| url.to_owned())
+    }
+}
+
+/// PostgreSQL, its locks of session leases (`LockLeases::Session`).
+#[derive(Debug)]
+struct PostgresSession;
+
+impl Store for PostgresSession {
+    fn name(&self) -> &'static str {
+        "postgres-session"
+    }
+
+    fn offers_rw_locks(&self) -> bool {
+        true
+    }
+
+    fn start(&self) -> Box<dyn Deployment> {
+        let server = PostgresServer::start();
+        let url = server.url();
+        // Crash recovery before it serves again.
+        Box::new(Servers::one(server, url).restart_heals_in(Duration::from_secs(3)))
+    }
+
+    fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
+        Box::pin(
+            builder(namespace)
+                .postgres_schema(namespace)
+                .lock_leases(LockLeases::Session)
+                .connect_postgres(addr),
+        )
+    }
+
+    fn session_end_frees_locks(&self) -> bool {
+        true
     }
 }
 

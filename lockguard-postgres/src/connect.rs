@@ -8,7 +8,7 @@ use std::time::Duration;
 use deadpool_postgres::{ManagerConfig, Pool, RecyclingMethod, Runtime};
 use lockguard_core::{Builder, Client, Error, ErrorKind, Result};
 
-use crate::options::PgOptions;
+use crate::options::{LockLeases, PgOptions};
 use crate::schema;
 use crate::store;
 use crate::tls::{Connector, TlsSettings};
@@ -48,6 +48,10 @@ pub trait BuilderExt {
     /// Clients that share locks must use the same schema (and the same
     /// prefix).
     fn postgres_schema(self, schema: impl Into<String>) -> PostgresBuilder;
+
+    /// What the client's locks' leases rest on (default
+    /// [`LockLeases::Recorded`]); see [`PostgresBuilder::lock_leases`].
+    fn postgres_lock_leases(self, leases: LockLeases) -> PostgresBuilder;
 
     /// See [`PostgresBuilder::connect_postgres`].
     ///
@@ -96,6 +100,10 @@ impl BuilderExt for Builder {
         PostgresBuilder::new(self).postgres_schema(schema)
     }
 
+    fn postgres_lock_leases(self, leases: LockLeases) -> PostgresBuilder {
+        PostgresBuilder::new(self).lock_leases(leases)
+    }
+
     fn connect_postgres(self, url: &str) -> impl Future<Output = Result<Client>> + Send {
         PostgresBuilder::new(self).connect_postgres(url)
     }
@@ -131,6 +139,7 @@ pub struct PostgresBuilder {
     builder: Builder,
     schema: String,
     tls: TlsSettings,
+    leases: LockLeases,
 }
 
 impl PostgresBuilder {
@@ -141,6 +150,7 @@ impl PostgresBuilder {
             builder,
             schema: DEFAULT_SCHEMA.to_owned(),
             tls: TlsSettings::default(),
+            leases: LockLeases::default(),
         }
     }
 
@@ -149,6 +159,26 @@ impl PostgresBuilder {
     /// share locks must use the same schema (and the same prefix).
     pub fn postgres_schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = schema.into();
+        self
+    }
+
+    /// What this client's locks' leases rest on (default
+    /// [`LockLeases::Recorded`]): what the next holder does when a holder's
+    /// session ends before its lease. See [`LockLeases`].
+    ///
+    /// ```no_run
+    /// # async fn run() -> lockguard_core::Result<()> {
+    /// use lockguard_postgres::{BuilderExt as _, LockLeases};
+    ///
+    /// let lg = lockguard_core::Client::builder()
+    ///     .postgres_schema("lockguard")
+    ///     .lock_leases(LockLeases::Session)
+    ///     .connect_postgres("postgres://app:secret@db.internal/app")
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_leases(mut self, leases: LockLeases) -> Self {
+        self.leases = leases;
         self
     }
 
@@ -311,6 +341,7 @@ impl PostgresBuilder {
             connect_timeout: settings.connect_timeout,
             response_timeout: settings.response_timeout,
             sweep_interval: SWEEP_INTERVAL,
+            leases: self.leases,
         };
         let connector = Connector::new(&self.tls, &listen)?;
         let store = store::connect(pool, listen, self.schema.clone(), opts, connector).await?;

@@ -42,8 +42,11 @@
 //! waits out the lease the old one last renewed, and after a crash or a
 //! failover (which lose that record, an unlogged table's) nobody takes a
 //! lock anew until the longest lease any lock of the schema took has
-//! passed. See the `locks` module's source and the
-//! [safety notes](lockguard_core::safety).
+//! passed. A client of session leases ([`LockLeases::Session`]) records
+//! nothing per hold, at about the cost of the bare advisory lock: a
+//! session's end hands the lock on at once, and the old holder, until its
+//! next renewal, is refused by fencing tokens alone. See the `locks`
+//! module's source and the [safety notes](lockguard_core::safety).
 //!
 //! # How a permit's waiter is woken
 //!
@@ -85,15 +88,16 @@
 //! an older one up to date, uses a newer one when that one is compatible
 //! with it (a newer schema keeps every earlier function's signature and
 //! meaning), and refuses one that needs newer clients, saying so. This
-//! client writes version 7, compatible since 3 (version 5 changes how the
-//! functions scan, not what they do; version 6 writes a handoff's letter
-//! to a client whose bell does not listen yet; version 7 lets a fenced
-//! value be removed, keeping its token). Clients of version 3
-//! predate the rule: they refuse any newer schema, so upgrade them before
-//! a client of version 4 or newer first connects, or keep them
-//! from restarting until they are upgraded (those already connected keep
-//! working). A migration never runs over a newer schema (it fails, with
-//! SQLSTATE `LG002`, and changes nothing).
+//! client writes version 11, compatible since 11 (every lock's fencing
+//! token comes from one sequence kept at or above the clock, and a hold of
+//! session leases writes no row, so an older client's tokens, drawn from a
+//! key's row and the clock alone, could fall below one; docs/postgres.md
+//! tells the versions before). Clients of version 3 predate the rule:
+//! they refuse any newer schema, so upgrade them before a client of
+//! version 4 or newer first connects, or keep them from restarting until
+//! they are upgraded (those already connected keep working). A migration
+//! never runs over a newer schema (it fails, with SQLSTATE `LG002`, and
+//! changes nothing).
 //!
 //! # Fencing the application's own rows
 //!
@@ -142,7 +146,8 @@ pub mod url;
 pub use connect::{BuilderExt, ClientExt, DEFAULT_SCHEMA, PostgresBuilder};
 pub use fenced_table::{FencedTable, migration_sql};
 #[doc(hidden)]
-pub use locks::lock_statements;
+pub use locks::{lock_statements, lock_statements_of};
+pub use options::LockLeases;
 
 pub use deadpool_postgres;
 #[cfg(feature = "sqlx")]

@@ -26,8 +26,10 @@
 //! hands its session on: the session is dropped, and its end frees
 //! whatever it took.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,7 +41,7 @@ use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried, Wa
 use lockguard_core::{Error, ErrorKind, Result};
 
 use crate::error::pg_error;
-use crate::options::PgOptions;
+use crate::options::{LockLeases, PgOptions};
 use crate::tls::{Connector, Note};
 
 /// A try (`locks/try.sql`), with `__SCHEMA__` for the schema's name and
@@ -51,22 +53,48 @@ const WAIT_SQL: &str = include_str!("locks/wait.sql");
 const DRAW_SQL: &str = include_str!("locks/draw.sql");
 /// A release (`locks/release.sql`).
 const RELEASE_SQL: &str = include_str!("locks/release.sql");
+/// A try of session leases (`locks/try_session.sql`), with `__TAKE__` for
+/// the take it shares with a wait of session leases.
+const TRY_SESSION_SQL: &str = include_str!("locks/try_session.sql");
+/// A wait of session leases (`locks/wait_session.sql`), as a try.
+const WAIT_SESSION_SQL: &str = include_str!("locks/wait_session.sql");
+/// The take of session leases: a fencing token and the session's name
+/// (`locks/take_session.sql`).
+const TAKE_SESSION_SQL: &str = include_str!("locks/take_session.sql");
+/// A release of session leases (`locks/release_session.sql`).
+const RELEASE_SESSION_SQL: &str = include_str!("locks/release_session.sql");
+/// The draw of a fencing token at the grant, `__FENCE__` in the others
+/// (`locks/fence.sql`).
+const FENCE_SQL: &str = include_str!("locks/fence.sql");
 
 /// `sql` (one of the statements above) for the schema `schema`.
 fn statement(sql: &str, schema: &str) -> String {
     sql.replace("__DRAW__", DRAW_SQL)
+        .replace("__TAKE__", TAKE_SESSION_SQL)
+        .replace("__FENCE__", FENCE_SQL)
         .replace("__SCHEMA__", schema)
 }
 
-/// The lock statements lockguard sends for the schema `schema`: try,
-/// wait and release, as prepared on each lock session (for a benchmark's
-/// yardstick that sends the same).
+/// The lock statements lockguard sends for the schema `schema` with
+/// recorded leases: try, wait and release, as prepared on each lock
+/// session (for a benchmark's yardstick that sends the same).
 #[doc(hidden)]
 pub fn lock_statements(schema: &str) -> [String; 3] {
+    lock_statements_of(schema, LockLeases::Recorded)
+}
+
+/// The lock statements lockguard sends for the schema `schema` with
+/// `leases`: try, wait and release, as prepared on each lock session.
+#[doc(hidden)]
+pub fn lock_statements_of(schema: &str, leases: LockLeases) -> [String; 3] {
+    let [try_sql, wait_sql, release_sql] = match leases {
+        LockLeases::Session => [TRY_SESSION_SQL, WAIT_SESSION_SQL, RELEASE_SESSION_SQL],
+        _ => [TRY_SQL, WAIT_SQL, RELEASE_SQL],
+    };
     [
-        statement(TRY_SQL, schema),
-        statement(WAIT_SQL, schema),
-        statement(RELEASE_SQL, schema),
+        statement(try_sql, schema),
+        statement(wait_sql, schema),
+        statement(release_sql, schema),
     ]
 }
 
@@ -88,6 +116,10 @@ pub(crate) struct Session {
     keep: Statement,
     forget: Statement,
     bound: Statement,
+    named: Statement,
+    /// Whether the session's holds are of session leases: no lease bound
+    /// to record, nothing in a row to forget.
+    session_leases: bool,
     /// The longest lease the schema has recorded (`lock_lease_bound`), as
     /// far as this session knows: read when it opened, raised as it
     /// records longer ones. A lock asked for on a longer lease records it
@@ -102,7 +134,9 @@ impl Session {
     /// `lock_epoch`). One statement the first time a session asks for a
     /// longer lease than any before; none after.
     async fn record_lease(&self, lease_ms: i64, key: &str) -> Result<()> {
-        if lease_ms <= self.bound_ms.load(Ordering::Relaxed) {
+        // A hold of session leases is overlapped at a crash (see
+        // LockLeases::Session): no wait after one counts on it.
+        if self.session_leases || lease_ms <= self.bound_ms.load(Ordering::Relaxed) {
             return Ok(());
         }
         self.client
@@ -122,12 +156,23 @@ impl Drop for Session {
     }
 }
 
+/// How often a client of session leases names a key it keeps taking
+/// (schema.sql's `lock_names`, swept a day after a key was named).
+const RENAME_AFTER: Duration = Duration::from_secs(3600);
+
+/// The most keys a client remembers having named; past it, it forgets
+/// them all and names each again at its next hold.
+const NAMED_KEYS: usize = 10_000;
+
 /// How this client opens the sessions of its locks.
 pub(crate) struct PgSessions {
     config: tokio_postgres::Config,
     connector: Connector,
     opts: PgOptions,
     schema: String,
+    /// With session leases: the keys this client named in `lock_names`,
+    /// and when.
+    named: Mutex<HashMap<Box<str>, Instant>>,
 }
 
 impl PgSessions {
@@ -143,7 +188,42 @@ impl PgSessions {
             connector,
             opts,
             schema,
+            named: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+impl PgSessions {
+    /// Whether this client's locks are of session leases.
+    fn session_leases(&self) -> bool {
+        self.opts.leases == LockLeases::Session
+    }
+
+    /// With session leases, names `key` in `lock_names` (what `lockguard
+    /// locks` lists a lock by: no row records its holds) when this client
+    /// has not named it within the hour: one statement before a client's
+    /// first hold of a key, none after.
+    async fn name(&self, session: &Session, key: &str) -> Result<()> {
+        if !session.session_leases {
+            return Ok(());
+        }
+        let fresh = |named: &HashMap<Box<str>, Instant>| {
+            named.get(key).is_some_and(|at| at.elapsed() < RENAME_AFTER)
+        };
+        if fresh(&self.named.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(());
+        }
+        session
+            .client
+            .query_one(&session.named, &[&key])
+            .await
+            .map_err(|e| pg_error(e, &format!("naming {key:?}")))?;
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() >= NAMED_KEYS {
+            named.clear();
+        }
+        named.insert(key.into(), Instant::now());
+        Ok(())
     }
 }
 
@@ -177,13 +257,20 @@ impl LockSessions for PgSessions {
                 let start = format!(
                     "SELECT {s}.lock_session(); SET statement_timeout = 0; SET lock_timeout = 0"
                 );
-                let [try_sql, wait_sql, release_sql] = lock_statements(s);
-                let take_sql = format!("SELECT acquired, n FROM {s}.lock_take($1, $2, $3)");
-                let wait_out_sql = format!("SELECT {s}.lock_wait_out($1, $2, $3)");
-                let lease_sql = format!("SELECT {s}.lock_lease($1, $2, $3, $4)");
+                let [try_sql, wait_sql, release_sql] = lock_statements_of(s, self.opts.leases);
+                let session = if self.session_leases() {
+                    "_session"
+                } else {
+                    ""
+                };
+                let take_sql =
+                    format!("SELECT acquired, n FROM {s}.lock_take{session}($1, $2, $3)");
+                let wait_out_sql = format!("SELECT {s}.lock_wait_out{session}($1, $2, $3)");
+                let lease_sql = format!("SELECT {s}.lock_lease{session}($1, $2, $3, $4)");
                 let keep_sql = format!("SELECT {s}.lock_keep($1, $2, $3, $4)");
                 let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");
                 let bound_sql = format!("SELECT {s}.lock_bound($1)");
+                let named_sql = format!("SELECT {s}.lock_named($1)");
                 let read_bound_sql =
                     format!("SELECT coalesce(max(b.lease_ms), 0) FROM {s}.lock_lease_bound b");
                 // The statements prepared at once (one round trip), beside
@@ -201,6 +288,7 @@ impl LockSessions for PgSessions {
                             client.prepare(&keep_sql),
                             client.prepare(&forget_sql),
                             client.prepare(&bound_sql),
+                            client.prepare(&named_sql),
                         )
                     },
                     client.query_one(&read_bound_sql, &[]),
@@ -212,7 +300,7 @@ impl LockSessions for PgSessions {
             .await;
             match prepared {
                 Ok((
-                    (try_lock, take, wait, wait_out, release, lease, keep, forget, bound),
+                    (try_lock, take, wait, wait_out, release, lease, keep, forget, bound, named),
                     bound_ms,
                 )) => Ok(Session {
                     client,
@@ -227,6 +315,8 @@ impl LockSessions for PgSessions {
                     keep,
                     forget,
                     bound,
+                    named,
+                    session_leases: self.session_leases(),
                     bound_ms: AtomicI64::new(bound_ms),
                 }),
                 Err(e) => {
@@ -265,6 +355,7 @@ impl LockSessions for PgSessions {
     ) -> Result<Tried> {
         let what = || format!("acquiring {key:?}");
         session.record_lease(net::millis(lease), key).await?;
+        self.name(session, key).await?;
         let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
         let run = |statement| async move {
             session
@@ -300,6 +391,7 @@ impl LockSessions for PgSessions {
     ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
         session.record_lease(net::millis(lease), key).await?;
+        self.name(session, key).await?;
         let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
         let mut row = session
             .client
@@ -358,6 +450,11 @@ impl LockSessions for PgSessions {
     }
 
     async fn forget(&self, session: &Session, key: &str, token: &Token) -> Result<()> {
+        if session.session_leases {
+            // No row records a hold of session leases: the session's end
+            // frees what the attempt took.
+            return Ok(());
+        }
         let what = || format!("ending an attempt at {key:?}");
         session
             .client

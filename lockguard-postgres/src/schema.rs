@@ -19,21 +19,26 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 /// to date (every statement of the file is idempotent). A newer one is
 /// used as it is when it is compatible with this version (see
 /// [`COMPATIBLE_SINCE`]), and refused otherwise.
-pub(crate) const VERSION: i32 = 10;
+pub(crate) const VERSION: i32 = 11;
 
 /// The oldest version of lockguard's clients that may use a schema of
-/// [`VERSION`]: version 9 (version 10 only keeps a lease a release ended
-/// from being renewed by a renewal sent beside the release). Its clients record the longest lease a
-/// lock was taken with (`lock_lease_bound`), which the wait after a crash
-/// or a failover waits out; a client of version 8 would take locks with
-/// longer leases unrecorded, and the wait could end before their holders'
-/// leases. (Version 8's locks are advisory locks, which the lock functions
-/// of older clients, `acquire` and `acquire_all` over the tables, would
-/// not see: those functions refuse, SQLSTATE `LG003`. Versions 4 to 7
-/// kept every function of version 3 with its signature and meaning, and
-/// were compatible since 3.) Written to `meta` by the migration; clients
-/// read it from a newer schema to decide whether they may use it.
-pub(crate) const COMPATIBLE_SINCE: i32 = 9;
+/// [`VERSION`]: version 11 itself. Version 11 draws every lock's fencing
+/// token from one sequence kept at or above the clock
+/// (`lock_fence_next`), and its clients of session leases
+/// ([`LockLeases::Session`](crate::LockLeases::Session)) record no row
+/// per hold: a client of version 10 drawing from a key's row alone could
+/// draw a token below one such a hold drew (up to a ms ahead of the
+/// clock). (Version 10 only kept a lease a release ended from being
+/// renewed by a renewal sent beside the release, and was compatible since
+/// 9, whose clients record the longest lease a lock was taken with,
+/// `lock_lease_bound`, which the wait after a crash or a failover waits
+/// out. Version 8's locks are advisory locks, which the lock functions of
+/// older clients, `acquire` and `acquire_all` over the tables, would not
+/// see: those functions refuse, SQLSTATE `LG003`. Versions 4 to 7 kept
+/// every function of version 3 with its signature and meaning, and were
+/// compatible since 3.) Written to `meta` by the migration; clients read
+/// it from a newer schema to decide whether they may use it.
+pub(crate) const COMPATIBLE_SINCE: i32 = 11;
 
 const SQL: &str = include_str!("schema.sql");
 

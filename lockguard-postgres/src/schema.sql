@@ -1042,6 +1042,74 @@ CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_fences (
   PRIMARY KEY (hi, lo)
 );
 
+-- Every lock's fencing token is drawn from this one sequence (version 11),
+-- kept at or above the database's clock in µs (lock_fence_next): so they
+-- strictly increase per key whichever mode took the lock, recorded leases
+-- (a key's last token also kept in lock_fences) or session leases (no row
+-- written: see lockguard-postgres' LockLeases). Unlogged from PostgreSQL
+-- 15 on (no write waits for the log; a crash or a failover starts it over,
+-- and its first draw finds it below the clock and lifts it above every
+-- token drawn before, as the clock is: a key draws far fewer than one per
+-- µs); logged on 14, where a standby may hold it behind, as far as the
+-- clock is ahead of it.
+DO $$
+BEGIN
+  IF current_setting('server_version_num')::int >= 150000 THEN
+    EXECUTE 'CREATE UNLOGGED SEQUENCE IF NOT EXISTS __SCHEMA__.lock_fence_seq';
+  ELSE
+    EXECUTE 'CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.lock_fence_seq';
+  END IF;
+END
+$$;
+
+-- Lifts lock_fence_seq above the clock in µs when it is not already: its
+-- next value, or the clock plus a ms (so the next thousand µs of draws need
+-- no lift). Serialized by a transaction advisory lock, so a lift never
+-- lowers the sequence below a lift before it; a draw made beside it, which
+-- takes no lock, gets a value below the lifted one (it would take a
+-- thousand draws within the lift to pass it). Runs as the schema's owner
+-- (setval needs UPDATE on the sequence, which the documented grants do not
+-- give), with no argument, so no caller can move the sequence anywhere
+-- but up to the clock.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_fence_rebase() RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+  v_now bigint;
+  v_h bigint := hashtextextended('__SCHEMA__ lock_fence_seq', 8);
+BEGIN
+  PERFORM pg_advisory_xact_lock((v_h >> 32)::integer, ((v_h << 32) >> 32)::integer);
+  v := nextval('__SCHEMA__.lock_fence_seq');
+  v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+  IF v <= v_now THEN
+    v := setval('__SCHEMA__.lock_fence_seq', v_now + 1000);
+  END IF;
+  RETURN v;
+END
+$$;
+
+-- A lock's next fencing token, drawn at p_t: lock_fence_seq's next value,
+-- lifted above the clock in µs when it fell behind (lock_fence_rebase).
+-- The statements in locks/ write the same out (locks/fence.sql).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_fence_next(p_t timestamptz) RETURNS bigint
+LANGUAGE sql VOLATILE AS $$
+  SELECT CASE WHEN s.v > s.c THEN s.v ELSE __SCHEMA__.lock_fence_rebase() END
+    FROM (SELECT nextval('__SCHEMA__.lock_fence_seq') AS v,
+                 (extract(epoch FROM p_t) * 1000000)::bigint AS c) s
+$$;
+
+-- The keys of locks taken with session leases (version 11), which record
+-- no row per hold: what lock_survey names their advisory locks by. A
+-- client names a key before its first hold of it, and again when it named
+-- it an hour ago or more (lock_named); swept a day after it was named.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.lock_names (
+  hi integer NOT NULL,
+  lo integer NOT NULL,
+  key text NOT NULL,
+  at timestamptz NOT NULL,
+  PRIMARY KEY (hi, lo)
+);
+
 -- A lock released before its at_least passed, kept until `until`: its
 -- holder's session keeps the advisory lock until then too, and this row
 -- keeps it past that session's end (its client's exit), for whoever takes
@@ -1153,6 +1221,14 @@ LANGUAGE sql IMMUTABLE AS $$
     FROM (SELECT hashtextextended('__SCHEMA__:' || p_key, 8) AS h) x
 $$;
 
+-- Names lock p_key's advisory lock in lock_names.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_named(p_key text) RETURNS void
+LANGUAGE sql VOLATILE AS $$
+  INSERT INTO __SCHEMA__.lock_names AS n (hi, lo, key, at)
+    SELECT i.hi, i.lo, p_key, clock_timestamp() FROM __SCHEMA__.lock_id(p_key) i
+    ON CONFLICT (hi, lo) DO UPDATE SET key = EXCLUDED.key, at = EXCLUDED.at
+$$;
+
 -- The sessions of this database with a part in lock p_key, by pid: its
 -- holder (granted) and its waiters in their order, each with its name.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_sessions(p_hi integer, p_lo integer)
@@ -1229,7 +1305,7 @@ BEGIN
                     THEN f.key ELSE p_key END,
          fence = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
                       THEN f.fence
-                      ELSE greatest(f.fence, (extract(epoch FROM v_now) * 1000000)::bigint) + 1 END,
+                      ELSE greatest(f.fence + 1, __SCHEMA__.lock_fence_next(v_now)) END,
          at = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
                    THEN f.at ELSE v_now END,
          expires_at = CASE WHEN f.expires_at > v_now AND f.token IS DISTINCT FROM p_token
@@ -1255,7 +1331,9 @@ BEGIN
     -- Above what the lease tables remember of it too.
     INSERT INTO __SCHEMA__.lock_fences AS f (hi, lo, key, fence, at, token, expires_at)
       VALUES (p_hi, p_lo, p_key,
-              __SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l WHERE l.key = p_key)),
+              greatest(__SCHEMA__.next_after((SELECT l.fence FROM __SCHEMA__.latest_fences l
+                                               WHERE l.key = p_key)),
+                       __SCHEMA__.lock_fence_next(v_now)),
               v_now, p_token, v_now + p_lease_ms * interval '1 millisecond')
       ON CONFLICT (hi, lo) DO NOTHING
       RETURNING f.fence INTO v_fence;
@@ -1414,6 +1492,66 @@ BEGIN
 END
 $$;
 
+-- The rest of a try of session leases (locks/try_session.sql) that took
+-- lock p_key's advisory lock but found it kept past a holder's release
+-- (kept_locks): (true, fence), named, when the kept time is over by now;
+-- (false, ms left of it), unlocked, otherwise.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_take_session(
+  p_key text, p_token text, p_lease_ms bigint, OUT acquired boolean, OUT n bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  PERFORM __SCHEMA__.lock_check();
+  n := __SCHEMA__.lock_kept_for_ms(p_key, p_token);
+  IF n IS NOT NULL THEN
+    acquired := false;
+    PERFORM pg_advisory_unlock(v_id.hi, v_id.lo);
+    RETURN;
+  END IF;
+  acquired := true;
+  n := __SCHEMA__.lock_fence_next(clock_timestamp());
+  PERFORM __SCHEMA__.lock_name(p_token, n, p_lease_ms);
+END
+$$;
+
+-- The rest of a wait of session leases (locks/wait_session.sql) granted
+-- lock p_key's advisory lock but that found it kept past a holder's
+-- release (kept_locks): waits the kept time out, then takes it for
+-- p_lease_ms: its fencing token.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_wait_out_session(
+  p_key text, p_token text, p_lease_ms bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_left bigint;
+  v_fence bigint;
+BEGIN
+  PERFORM __SCHEMA__.lock_check();
+  LOOP
+    v_left := __SCHEMA__.lock_kept_for_ms(p_key, p_token);
+    EXIT WHEN v_left IS NULL;
+    -- Looked at again every 100 ms, so that a forced release is seen soon.
+    PERFORM pg_sleep(least(v_left, 100) / 1000.0);
+  END LOOP;
+  v_fence := __SCHEMA__.lock_fence_next(clock_timestamp());
+  PERFORM __SCHEMA__.lock_name(p_token, v_fence, p_lease_ms);
+  RETURN v_fence;
+END
+$$;
+
+-- Renews this session's hold of lock p_key by p_token to p_lease_ms from
+-- now, for a client of session leases: in the session's name and idle
+-- timeout alone (no row records the hold). The session lives, so it holds
+-- the advisory lock it took.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease_session(
+  p_key text, p_token text, p_fence bigint, p_lease_ms bigint)
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_lease_ms);
+  RETURN true;
+END
+$$;
+
 -- Ends the lease p_token's attempt at lock p_key may have left in its row:
 -- the attempt failed, or was given up, so its client never uses the lock
 -- (its session's end frees the lock itself).
@@ -1467,6 +1605,11 @@ BEGIN
     holders := 1;
   END IF;
   SELECT f.fence INTO latest FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo;
+  -- A hold of session leases is in its session's name alone.
+  latest := greatest(latest,
+                     (SELECT max(('x' || lpad(split_part(s.label, ' ', 3), 16, '0'))::bit(64)::bigint)
+                        FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
+                       WHERE s.granted AND s.label LIKE 'lg % % %'));
 END
 $$;
 
@@ -1510,7 +1653,13 @@ LANGUAGE sql VOLATILE AS $$
            nullif(split_part(a.application_name, ' ', 4), '') AS end_hex,
            n.fence AS latest, l.waitstart
       FROM pg_locks l
-      JOIN __SCHEMA__.lock_fences n ON l.classid = n.hi::oid AND l.objid = n.lo::oid
+      -- A key's row, or for a key held with session leases alone, its name.
+      JOIN (SELECT f.hi, f.lo, f.key, f.fence FROM __SCHEMA__.lock_fences f
+            UNION ALL
+            SELECT m.hi, m.lo, m.key, NULL FROM __SCHEMA__.lock_names m
+             WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.lock_fences f
+                                WHERE f.hi = m.hi AND f.lo = m.lo)) n
+        ON l.classid = n.hi::oid AND l.objid = n.lo::oid
       JOIN pg_stat_activity a ON a.pid = l.pid
      WHERE l.locktype = 'advisory' AND l.objsubid = 2
        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
@@ -1523,7 +1672,11 @@ LANGUAGE sql VOLATILE AS $$
            s.latest, s.waitstart
       FROM s WHERE s.waits OR (s.fence_hex IS NOT NULL AND s.end_hex IS NOT NULL)
   )
-  SELECT * FROM h
+  -- The newest fence: the row's, or its holder's (a hold of session
+  -- leases is in its session's name alone).
+  SELECT h.key, h.waits, h.token, h.fence, h.left_ms,
+         greatest(h.latest, max(h.fence) OVER (PARTITION BY h.key)), h.waitstart
+    FROM h
   UNION ALL
   SELECT k.key, false, k.token, k.fence, __SCHEMA__.lock_kept_ms(k.key), k.fence, NULL
     FROM __SCHEMA__.kept_locks k
@@ -1569,6 +1722,8 @@ BEGIN
   DELETE FROM __SCHEMA__.kept_locks k WHERE k.until < v_now - interval '1 minute';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.lock_fences n WHERE n.at < v_now - interval '1 day';
+  GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
+  DELETE FROM __SCHEMA__.lock_names n WHERE n.at < v_now - interval '1 day';
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;
   DELETE FROM __SCHEMA__.mark_sets s WHERE s.expires_at < v_now;
   GET DIAGNOSTICS v_n = ROW_COUNT; v_total := v_total + v_n;

@@ -6,19 +6,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use lockguard_core::{Builder, Client, ErrorKind};
-use lockguard_postgres::{BuilderExt as _, ClientExt as _};
+use lockguard_postgres::{BuilderExt as _, ClientExt as _, LockLeases};
 use lockguard_testing::PostgresServer;
 use lockguard_testing::conformance::{ClientFuture, Harness, eventually};
 
 /// The binary's shared server, with a schema of the test's own (created by
-/// its first client), so tests running side by side share nothing.
+/// its first client), so tests running side by side share nothing; its
+/// clients' locks of `leases`.
 struct Postgres {
     server: &'static PostgresServer,
     schema: String,
+    leases: LockLeases,
 }
 
 impl Postgres {
     fn start() -> Self {
+        Self::with(LockLeases::Recorded)
+    }
+
+    /// Clients whose locks are of session leases.
+    fn session() -> Self {
+        Self::with(LockLeases::Session)
+    }
+
+    fn with(leases: LockLeases) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
             server: PostgresServer::shared(),
@@ -27,6 +38,7 @@ impl Postgres {
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ),
+            leases,
         }
     }
 }
@@ -36,6 +48,7 @@ impl Harness for Postgres {
         Box::pin(async move {
             builder
                 .postgres_schema(self.schema.as_str())
+                .lock_leases(self.leases)
                 .connect_postgres(&self.server.url())
                 .await
                 .expect("connect to postgres")
@@ -55,6 +68,12 @@ impl Harness for Postgres {
 lockguard_testing::conformance!(
     postgres => Postgres::start();
     locks, wake_ups, semaphores, queue, queue_wake_ups, inspection, survey, counters, counter_expiry, limits, rw_locks, leader
+);
+
+// The lock suites again, on clients whose locks are of session leases.
+lockguard_testing::conformance!(
+    postgres_session => Postgres::session();
+    locks, wake_ups, queue, queue_wake_ups, inspection, survey, leader
 );
 
 /// A client of `schema` on `server`.
@@ -346,7 +365,7 @@ async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "10 9"
+        "11 11"
     );
     let (db, conn) = lockguard_postgres::tokio_postgres::connect(
         &server.url(),

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Violation, describe};
+use super::{FaultSpan, Violation, describe};
 use crate::history::{Call, Op, Outcome};
 
 /// One lead: from the time `campaign()` had returned to the last time
@@ -32,8 +32,17 @@ fn elections(ops: &[Op]) -> BTreeMap<&str, Vec<(&Op, u64)>> {
 
 /// No two leads of an election overlap (`one-leader`); no term is given
 /// twice, and a campaign that began after another was elected has a
-/// greater term (`leader-terms`).
-pub(crate) fn leaders(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
+/// greater term (`leader-terms`). As with locks, a lead that overlaps an
+/// earlier one only after a server fault in `session_faults` ended the
+/// earlier leader's session is no finding (an election is a lock); terms
+/// must still grow. Answers how many such overlaps there were.
+pub(crate) fn leaders(
+    ops: &[Op],
+    session_faults: &[&FaultSpan],
+    t0: u64,
+    v: &mut Vec<Violation>,
+) -> usize {
+    let mut excused = 0;
     let elections = elections(ops);
     let mut last: HashMap<(u32, &str, u64), &Op> = HashMap::new();
     for o in ops {
@@ -100,7 +109,17 @@ pub(crate) fn leaders(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
         leads.sort_by_key(|l| l.from);
         let mut reach: Option<&Lead<'_>> = None;
         for l in &leads {
+            let ended = |r: &Lead<'_>| {
+                session_faults
+                    .iter()
+                    .any(|f| f.from <= l.from && f.to >= r.from && f.from <= r.to)
+            };
             if let Some(r) = reach
+                && l.from < r.to
+                && ended(r)
+            {
+                excused += 1;
+            } else if let Some(r) = reach
                 && l.from < r.to
             {
                 v.push(Violation {
@@ -121,6 +140,7 @@ pub(crate) fn leaders(ops: &[Op], t0: u64, v: &mut Vec<Violation>) {
             }
         }
     }
+    excused
 }
 
 /// A read of who leads names a term some campaign was elected with (or

@@ -121,7 +121,20 @@ pub(crate) fn holds<'a>(ops: &'a [Op], faults: &[FaultSpan]) -> Vec<Hold<'a>> {
 /// with each other: a writer overlaps nobody. A multi-lock's keys are
 /// held to the same rule against every other hold of the key, single or
 /// multi; an overlap that involves one is reported as `multi-lock`.
-pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violation>) {
+///
+/// `session_faults`: the server faults that ended the clients' sessions,
+/// for a store whose locks such a fault frees at once (otherwise none). An
+/// overlap of an earlier hold and a later one is no finding when one of
+/// them began while the earlier was held and before the later began: the
+/// earlier holder's session ended, and it is told at its next renewal.
+/// Answers how many such overlaps there were.
+pub(crate) fn mutual_exclusion(
+    holds: &[Hold<'_>],
+    session_faults: &[&FaultSpan],
+    t0: u64,
+    v: &mut Vec<Violation>,
+) -> usize {
+    let mut excused = 0;
     let mut by_key: BTreeMap<&str, Vec<&Hold<'_>>> = BTreeMap::new();
     for h in holds.iter().filter(|h| h.permits.is_none()) {
         by_key.entry(h.key).or_default().push(h);
@@ -135,7 +148,17 @@ pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violatio
         // among those before it.
         let mut reach: Option<&Hold<'_>> = None;
         for h in hs {
+            let ended = |r: &Hold<'_>| {
+                session_faults
+                    .iter()
+                    .any(|f| f.from <= h.from && f.to >= r.from && f.from <= r.to)
+            };
             if let Some(r) = reach
+                && h.from < r.to
+                && ended(r)
+            {
+                excused += 1;
+            } else if let Some(r) = reach
                 && h.from < r.to
             {
                 let kind = |h: &Hold<'_>| if h.multi { "a multi-lock's " } else { "" };
@@ -164,6 +187,7 @@ pub(crate) fn mutual_exclusion(holds: &[Hold<'_>], t0: u64, v: &mut Vec<Violatio
             }
         }
     }
+    excused
 }
 
 /// The check an overlap of `r` and `h` fails: `multi-lock` when either is

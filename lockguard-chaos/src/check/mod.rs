@@ -41,6 +41,10 @@ pub(crate) struct Measures {
     pub(crate) unknown: usize,
     /// Why wake-ups were not measured, when they were not.
     pub(crate) wakeups_unmeasured: Option<String>,
+    /// Overlapping holds after a server fault ended the first holder's
+    /// session, on a store whose locks such a fault frees at once (their
+    /// fences and fenced writes are checked all the same).
+    pub(crate) session_overlaps: usize,
 }
 
 /// A time span of the run during which a fault was in effect, with what it
@@ -90,8 +94,15 @@ pub const NOT_ACROSS_ASYNC_FAILOVER: &[&str] = &[
     "leader-reads",
 ];
 
-/// Runs every check on `ops`.
-pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Measures) {
+/// Runs every check on `ops`; `session_ends` for a store whose locks a
+/// session-ending server fault frees at once (see
+/// [`Store::session_end_frees_locks`](crate::Store::session_end_frees_locks)).
+pub(crate) fn check(
+    ops: &[Op],
+    bounds: Bounds,
+    end: u64,
+    session_ends: bool,
+) -> (Vec<Violation>, Measures) {
     let faults = fault_spans(ops);
     let t0 = ops.iter().map(|o| o.invoke).min().unwrap_or(0);
     let mut v = Vec::new();
@@ -110,7 +121,11 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
             .count(),
         ..Measures::default()
     };
-    locks::mutual_exclusion(&holds, t0, &mut v);
+    let session_faults: Vec<&FaultSpan> = faults
+        .iter()
+        .filter(|f| session_ends && (f.what == "restart-server" || f.what == "kill-connections"))
+        .collect();
+    m.session_overlaps = locks::mutual_exclusion(&holds, &session_faults, t0, &mut v);
     locks::permits(&holds, t0, &mut v);
     locks::fences(ops, t0, &mut v);
     locks::fenced_writes(ops, t0, &mut v);
@@ -120,7 +135,7 @@ pub(crate) fn check(ops: &[Op], bounds: Bounds, end: u64) -> (Vec<Violation>, Me
     counters::exact(ops, t0, &mut v);
     counters::versions(ops, t0, &mut v);
     limiter::within_quota(ops, t0, &mut v);
-    leader::leaders(ops, t0, &mut v);
+    m.session_overlaps += leader::leaders(ops, &session_faults, t0, &mut v);
     leader::reads(ops, t0, &mut v);
     leader::observed(ops, t0, &mut v);
     liveness::waits_bounded(ops, &faults, bounds, t0, &mut v);
@@ -217,7 +232,7 @@ pub(crate) mod tests {
             min_handoffs: 0,
             min_window_ns: 0,
         };
-        let (v, _) = check(&ops, bounds, u64::MAX);
+        let (v, _) = check(&ops, bounds, u64::MAX, false);
         v.into_iter().map(|v| v.check).collect()
     }
 

@@ -14,7 +14,7 @@ u AS (
                     THEN f.key ELSE $1::text END,
          fence = CASE WHEN f.expires_at > g.t AND f.token IS DISTINCT FROM $2::text
                       THEN f.fence
-                      ELSE greatest(f.fence, (extract(epoch FROM g.t) * 1000000)::bigint) + 1 END,
+                      ELSE greatest(f.fence + 1, __FENCE__) END,
          at = CASE WHEN f.expires_at > g.t AND f.token IS DISTINCT FROM $2::text
                    THEN f.at ELSE g.t END,
          expires_at = CASE WHEN f.expires_at > g.t AND f.token IS DISTINCT FROM $2::text

@@ -11,4 +11,5 @@
 mod postgres;
 mod postgres_pauses;
 mod postgres_races;
+mod postgres_session;
 mod postgres_shapes;

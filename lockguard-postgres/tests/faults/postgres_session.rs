@@ -1,0 +1,205 @@
+//! Locks of session leases (`LockLeases::Session`) under faults: a
+//! holder's session ended by an operator hands the lock on at once, and
+//! the old holder's fenced writes are refused; a crash frees every lock at
+//! once, with no wait, and every token drawn after it is greater than
+//! every one drawn before; a recorded lease's successor waits beside it.
+
+use std::time::{Duration, Instant};
+
+use lockguard_core::Client;
+use lockguard_postgres::{BuilderExt as _, FencedTable, LockLeases, tokio_postgres};
+use lockguard_testing::PostgresServer;
+use lockguard_testing::conformance::eventually;
+
+/// A client of `leases` on `server`.
+async fn client(server: &PostgresServer, leases: LockLeases) -> Client {
+    Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .response_timeout(Duration::from_secs(2))
+        .postgres_lock_leases(leases)
+        .connect_postgres(&server.url())
+        .await
+        .expect("connect to postgres")
+}
+
+/// Ends the session holding the lock whose holder's token begins its
+/// session's name (`lg <token> ...`), as an operator's
+/// `pg_terminate_backend` would: how many it ended.
+fn terminate_holder(server: &PostgresServer) -> u64 {
+    server
+        .psql(
+            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l \
+             JOIN pg_stat_activity a ON a.pid = l.pid \
+             WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+               AND a.application_name LIKE 'lg % % %'",
+        )
+        .parse()
+        .expect("a count")
+}
+
+/// A holder's session ends by an operator's hand while a waiter waits.
+/// With session leases the waiter is granted the lock at once (well
+/// before the holder's 30 s lease would end), with a greater token; the
+/// old holder, told only at its next renewal, still believes it holds,
+/// and its fenced write after the new holder's is refused. With recorded
+/// leases (the default) the waiter instead waits out the lease the old
+/// holder recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
+    let server = PostgresServer::start();
+    let (db, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    db.batch_execute(
+        "CREATE TABLE orders (id bigint PRIMARY KEY, status text NOT NULL);
+         INSERT INTO orders VALUES (1, 'new');",
+    )
+    .await
+    .unwrap();
+    let orders = FencedTable::new("orders", "id").unwrap();
+    db.batch_execute(&orders.add_column_sql()).await.unwrap();
+
+    let holder = client(&server, LockLeases::Session).await;
+    let waiter = client(&server, LockLeases::Session).await;
+    let held = holder
+        .lock("order:1")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        w.lock("order:1")
+            .lease(Duration::from_secs(30))
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map(|g| (Instant::now(), g))
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("order:1").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+
+    let ended = Instant::now();
+    assert_eq!(terminate_holder(&server), 1, "the holder's session");
+    let (at, next) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not granted the lock")
+        .unwrap()
+        .unwrap();
+    let took = at - ended;
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter was granted the lock {took:?} after the holder's session ended"
+    );
+    assert!(next.fencing_token() > held.fencing_token());
+    // The old holder learns nothing until it next speaks to the server:
+    // within its fixed lease it still believes it holds.
+    assert!(held.is_held(), "the old holder was told without a renewal");
+    assert!(
+        orders
+            .update(&db, &1i64, next.fencing_token(), &[("status", &"paid")])
+            .await
+            .unwrap()
+    );
+    let stale = orders
+        .update(&db, &1i64, held.fencing_token(), &[("status", &"void")])
+        .await
+        .unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!held.release().await.unwrap(), "the lock was no longer its");
+    assert!(next.release().await.unwrap());
+
+    // Recorded leases: the same cut, and the waiter waits out the 2 s lease
+    // the holder recorded.
+    let holder = client(&server, LockLeases::Recorded).await;
+    let waiter = client(&server, LockLeases::Recorded).await;
+    let lease = Duration::from_secs(2);
+    let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
+    let taken = Instant::now();
+    let w = waiter.clone();
+    let waiting = tokio::spawn(async move {
+        w.lock("order:2")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .map(|g| (Instant::now(), g))
+    });
+    let queued = eventually(Duration::from_secs(10), || async {
+        holder.lock("order:2").inspect().await.unwrap().waiters == 1
+    })
+    .await;
+    assert!(queued, "the waiter never queued");
+    assert_eq!(terminate_holder(&server), 1, "the holder's session");
+    let (at, next) = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiter was not granted the lock")
+        .unwrap()
+        .unwrap();
+    assert!(
+        at - taken >= lease - Duration::from_millis(100),
+        "a recorded lease's successor took the lock {:?} into a {lease:?} lease",
+        at - taken
+    );
+    assert!(next.fencing_token() > held.fencing_token());
+    assert!(next.release().await.unwrap());
+}
+
+/// The server crashes (SIGKILL) and comes back on its data while a lock of
+/// session leases is held on a long lease: the lock is free at once, with
+/// no wait for the leases granted before (the old holder learns of the
+/// crash at its next renewal), and its next token is greater than every
+/// token drawn before the crash, though the sequence they come from is
+/// unlogged (emptied by crash recovery) on PostgreSQL 15 and newer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_frees_session_leases_at_once_and_tokens_keep_growing() {
+    let mut server = PostgresServer::start();
+    let lg = client(&server, LockLeases::Session).await;
+    let lease = Duration::from_secs(60);
+    // Tokens drawn on other keys too, so the sequence has run ahead.
+    let mut before = Vec::new();
+    for key in ["crash:a", "crash:b", "crash:c"] {
+        let g = lg.lock(key).lease(lease).acquire().await.unwrap();
+        before.push(g.fencing_token());
+        assert!(g.release().await.unwrap());
+    }
+    let held = lg.lock("crash:a").watchdog(lease).acquire().await.unwrap();
+    let lost = held.lost();
+    server.kill();
+    server.restart();
+
+    let other = client(&server, LockLeases::Session).await;
+    let started = Instant::now();
+    let next = other
+        .lock("crash:a")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "a lock of session leases waited {waited:?} after the crash"
+    );
+    let newest = before
+        .iter()
+        .copied()
+        .chain([held.fencing_token()])
+        .max()
+        .unwrap();
+    assert!(
+        next.fencing_token() > newest,
+        "token {:?} after the crash, {newest:?} before",
+        next.fencing_token()
+    );
+    // The old holder is told at its next renewal (a third of its lease).
+    let err = tokio::time::timeout(lease / 3 + Duration::from_secs(5), lost)
+        .await
+        .expect("the old holder was never told");
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(!held.release().await.unwrap());
+    assert!(next.release().await.unwrap());
+}
