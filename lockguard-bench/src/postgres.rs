@@ -147,12 +147,8 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
             for side in (0..4).map(|k| (k + round) % 4) {
                 let rate = match side {
                     0 | 3 => {
-                        // Statements are counted for the default client.
-                        let counted = if side == 0 {
-                            cycles.clone()
-                        } else {
-                            Arc::new(AtomicU64::new(0))
-                        };
+                        // Statements are counted over both lockguard clients.
+                        let counted = cycles.clone();
                         let (lg, name) = if side == 0 {
                             (&lg, "u")
                         } else {
@@ -430,6 +426,21 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
             counts(server).await - before,
             None,
         );
+        // The same statements without lockguard's client: each contender
+        // a tokio-postgres connection sending the wait and release of
+        // session leases, prepared once.
+        let before = counts(server).await;
+        let raw_session = raw_session_statements(server, tasks, b.run_for).await;
+        let mut counted = counts(server).await - before;
+        counted.statements = 2 * raw_session.acquisitions;
+        row(
+            b,
+            tasks,
+            "raw session-lease statements",
+            &raw_session,
+            counted,
+            None,
+        );
         let native_p50 = percentile(&native.handoffs, 50.0);
         for (c, mode) in [(&c, ""), (&sc, ", session leases")] {
             native_targets(b, tasks, mode, c, &native, native_p50);
@@ -595,6 +606,67 @@ fn row(
         per(counted.transactions),
         c.evenness,
     ));
+}
+
+/// `tasks` contenders sending lockguard's own wait and release statements
+/// of session leases (`LockLeases::Session`) through tokio-postgres, each
+/// on a connection of its own started as lockguard's are
+/// (`lock_session()`): the server's part of lockguard's handoff, without
+/// its client. Tokens are checked to grow from holder to holder.
+async fn raw_session_statements(
+    server: &PostgresServer,
+    tasks: usize,
+    run_for: Duration,
+) -> Contention {
+    let [_, wait_sql, release_sql] =
+        lockguard_postgres::lock_statements_of("lockguard", LockLeases::Session);
+    let latest = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        let conn = connect(&server.url()).await;
+        conn.batch_execute("SELECT lockguard.lock_session()")
+            .await
+            .expect("start the session");
+        let wait = conn.prepare(&wait_sql).await.expect("prepare");
+        let release = conn.prepare(&release_sql).await.expect("prepare");
+        conns.push(Arc::new((conn, wait, release)));
+    }
+    let rec = Recorder::new(tasks);
+    let rate = throughput(tasks, run_for, |t, stop, done| {
+        let conn = conns[t].clone();
+        let rec = rec.clone();
+        let latest = latest.clone();
+        async move {
+            let (conn, wait, release) = &*conn;
+            let key = "raw:session";
+            let lease = 30_000i64;
+            // Set by the first hold, as lockguard sets it once a session.
+            let mut idle = Some(37_500i32);
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let token = format!("{t:016x}{n:016x}");
+                let row = conn
+                    .query_one(wait, &[&key, &token.as_str(), &lease, &idle])
+                    .await
+                    .expect("the wait");
+                idle = None;
+                rec.acquired(t);
+                let fence: i64 = row.get(0);
+                let before = latest.swap(fence, Ordering::Relaxed);
+                assert!(fence > before, "fence {fence} after {before}");
+                hold().await;
+                rec.releasing(t);
+                let row = conn.query_one(release, &[&key]).await.expect("unlock");
+                assert!(row.get::<_, bool>(0), "unlocked a lock not held");
+                done.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(THINK).await;
+            }
+        }
+    })
+    .await;
+    drop(conns);
+    rec.finish(rate)
 }
 
 /// Rounds of the rate-limit comparison, as on Redis.

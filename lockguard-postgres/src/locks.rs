@@ -53,14 +53,10 @@ const WAIT_SQL: &str = include_str!("locks/wait.sql");
 const DRAW_SQL: &str = include_str!("locks/draw.sql");
 /// A release (`locks/release.sql`).
 const RELEASE_SQL: &str = include_str!("locks/release.sql");
-/// A try of session leases (`locks/try_session.sql`), with `__TAKE__` for
-/// the take it shares with a wait of session leases.
+/// A try of session leases (`locks/try_session.sql`).
 const TRY_SESSION_SQL: &str = include_str!("locks/try_session.sql");
-/// A wait of session leases (`locks/wait_session.sql`), as a try.
+/// A wait of session leases (`locks/wait_session.sql`).
 const WAIT_SESSION_SQL: &str = include_str!("locks/wait_session.sql");
-/// The take of session leases: a fencing token and the session's name
-/// (`locks/take_session.sql`).
-const TAKE_SESSION_SQL: &str = include_str!("locks/take_session.sql");
 /// A release of session leases (`locks/release_session.sql`).
 const RELEASE_SESSION_SQL: &str = include_str!("locks/release_session.sql");
 /// The draw of a fencing token at the grant, `__FENCE__` in the others
@@ -70,7 +66,6 @@ const FENCE_SQL: &str = include_str!("locks/fence.sql");
 /// `sql` (one of the statements above) for the schema `schema`.
 fn statement(sql: &str, schema: &str) -> String {
     sql.replace("__DRAW__", DRAW_SQL)
-        .replace("__TAKE__", TAKE_SESSION_SQL)
         .replace("__FENCE__", FENCE_SQL)
         .replace("__SCHEMA__", schema)
 }
@@ -120,6 +115,10 @@ pub(crate) struct Session {
     /// Whether the session's holds are of session leases: no lease bound
     /// to record, nothing in a row to forget.
     session_leases: bool,
+    /// With session leases, the session's idle timeout as last set (ms;
+    /// 0 for none, -1 when unknown): a hold whose lease needs the same
+    /// sets none, and a release leaves it.
+    idle_ms: AtomicI64,
     /// The longest lease the schema has recorded (`lock_lease_bound`), as
     /// far as this session knows: read when it opened, raised as it
     /// records longer ones. A lock asked for on a longer lease records it
@@ -145,6 +144,40 @@ impl Session {
             .map_err(|e| pg_error(e, &format!("recording the lease of {key:?}")))?;
         self.bound_ms.fetch_max(lease_ms, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// The idle timeout of a session holding a lock on a lease of `lease_ms`
+/// (schema.sql's `lock_name`): the lease and a quarter, the quarter
+/// between 50 ms and 5 s, so a paused or cut-off holder's session ends
+/// after its lease.
+fn idle_for(lease_ms: i64) -> i32 {
+    let idle = lease_ms.max(1) + (lease_ms / 4).clamp(50, 5000);
+    i32::try_from(idle).unwrap_or(i32::MAX)
+}
+
+impl Session {
+    /// With session leases, the idle timeout a hold of `lease_ms` needs
+    /// when this session does not have it yet (what schema.sql's
+    /// `lock_name` sets: the lease and a quarter, the quarter between
+    /// 50 ms and 5 s); `None` when it has it. The statement that takes
+    /// the lock sets it, and the caller then notes it ([`Session::idle_set`]).
+    fn idle_to_set(&self, lease_ms: i64) -> Option<i32> {
+        let idle = idle_for(lease_ms);
+        (self.idle_ms.load(Ordering::Relaxed) != i64::from(idle)).then_some(idle)
+    }
+
+    /// The session's idle timeout is what schema.sql's `lock_name` sets
+    /// for a lease of `lease_ms` (a renewal, a rare path's take).
+    fn idle_set(&self, lease_ms: i64) {
+        self.idle_ms
+            .store(i64::from(idle_for(lease_ms)), Ordering::Relaxed);
+    }
+
+    /// The session's idle timeout is not known (a statement that would
+    /// have set it failed).
+    fn idle_unknown(&self) {
+        self.idle_ms.store(-1, Ordering::Relaxed);
     }
 }
 
@@ -317,6 +350,7 @@ impl LockSessions for PgSessions {
                     bound,
                     named,
                     session_leases: self.session_leases(),
+                    idle_ms: AtomicI64::new(0),
                     bound_ms: AtomicI64::new(bound_ms),
                 }),
                 Err(e) => {
@@ -354,25 +388,41 @@ impl LockSessions for PgSessions {
         lease: Duration,
     ) -> Result<Tried> {
         let what = || format!("acquiring {key:?}");
-        session.record_lease(net::millis(lease), key).await?;
+        let lease_ms = net::millis(lease);
+        session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
-        let run = |statement| async move {
+        let idle = if session.session_leases {
+            session.idle_to_set(lease_ms)
+        } else {
+            None
+        };
+        let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
+        let count = if session.session_leases { 4 } else { 3 };
+        let run = |statement, count: usize| async move {
             session
                 .client
-                .query_one(statement, &params)
+                .query_one(statement, &params[..count])
                 .await
-                .map_err(|e| pg_error(e, &what()))
+                .map_err(|e| {
+                    session.idle_unknown();
+                    pg_error(e, &what())
+                })
         };
-        let mut row = run(&session.try_lock).await?;
+        let mut row = run(&session.try_lock, count).await?;
         let mut acquired: bool = get(&row, 0, &what)?;
         let mut n: Option<i64> = get(&row, 1, &what)?;
         if acquired && n.is_none() {
-            row = run(&session.take).await?;
+            // The rare path's functions name the hold, idle timeout
+            // included.
+            row = run(&session.take, 3).await?;
+            session.idle_set(lease_ms);
             acquired = get(&row, 0, &what)?;
             n = get(&row, 1, &what)?;
         }
         if acquired {
+            if idle.is_some() {
+                session.idle_set(lease_ms);
+            }
             Ok(Tried::Taken(net::fence(n, &what)?))
         } else {
             let left = n.and_then(|n| u64::try_from(n).ok());
@@ -390,22 +440,38 @@ impl LockSessions for PgSessions {
         lease: Duration,
     ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
-        session.record_lease(net::millis(lease), key).await?;
+        let lease_ms = net::millis(lease);
+        session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let params: [&(dyn ToSql + Sync); 3] = [&key, &token.as_str(), &net::millis(lease)];
+        let idle = if session.session_leases {
+            session.idle_to_set(lease_ms)
+        } else {
+            None
+        };
+        let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
+        let count = if session.session_leases { 4 } else { 3 };
         let mut row = session
             .client
-            .query_one(&session.wait, &params)
+            .query_one(&session.wait, &params[..count])
             .await
-            .map_err(|e| pg_error(e, &what()))?;
+            .map_err(|e| {
+                session.idle_unknown();
+                pg_error(e, &what())
+            })?;
         let mut n: Option<i64> = get(&row, 0, &what)?;
+        // Granted: the wait's statement, or the rare path's function
+        // below, set the idle timeout.
+        if idle.is_some() {
+            session.idle_set(lease_ms);
+        }
         // The wait's own: `lock_wait_out` records the lease later still.
         let waited: Option<i64> = get(&row, 1, &what)?;
         let waited = net::micros(waited);
         if n.is_none() {
+            session.idle_set(lease_ms);
             row = session
                 .client
-                .query_one(&session.wait_out, &params)
+                .query_one(&session.wait_out, &params[..3])
                 .await
                 .map_err(|e| pg_error(e, &what()))?;
             n = get(&row, 0, &what)?;
@@ -415,9 +481,12 @@ impl LockSessions for PgSessions {
 
     async fn unlock(&self, session: &Session, key: &str, token: &Token) -> Result<bool> {
         let what = || format!("releasing {key:?}");
+        let params: [&(dyn ToSql + Sync); 2] = [&key, &token.as_str()];
+        // A release of session leases is the bare unlock, of the key alone.
+        let count = if session.session_leases { 1 } else { 2 };
         let row = session
             .client
-            .query_one(&session.release, &[&key, &token.as_str()])
+            .query_one(&session.release, &params[..count])
             .await
             .map_err(|e| pg_error(e, &what()))?;
         get(&row, 0, &what)
@@ -441,6 +510,8 @@ impl LockSessions for PgSessions {
             )
             .await
             .map_err(|e| pg_error(e, &what()))?;
+        // The renewal set the idle timeout its lease needs.
+        session.idle_set(net::millis(lease));
         // A live session holds its advisory lock until its release, and the
         // engine sends a renewal only for a hold it still has. One that
         // reaches the session after the release (sent beside it) changes

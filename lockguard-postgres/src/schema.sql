@@ -1274,11 +1274,15 @@ $$;
 
 -- The ms left of lock p_key's kept time when another token than p_token
 -- keeps it; NULL otherwise.
+-- (PL/pgSQL since version 11: its plan is kept for the session, and its
+-- read takes a snapshot of its own, which wait_session.sql needs.)
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_kept_for_ms(p_key text, p_token text) RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-  SELECT ceil(extract(epoch FROM k.until - clock_timestamp()) * 1000)::bigint
-    FROM __SCHEMA__.kept_locks k
-   WHERE k.key = p_key AND k.until > clock_timestamp() AND k.token IS DISTINCT FROM p_token
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  RETURN (SELECT ceil(extract(epoch FROM k.until - clock_timestamp()) * 1000)::bigint
+            FROM __SCHEMA__.kept_locks k
+           WHERE k.key = p_key AND k.until > clock_timestamp() AND k.token IS DISTINCT FROM p_token);
+END
 $$;
 
 -- The draw of locks/draw.sql, for the rare paths (lock_take,

@@ -1,23 +1,42 @@
 -- Waits in the server's queue of lock $1 for token $2 until the server
--- grants it, and takes it for a lease of $3 ms, for a client of session
--- leases (LockLeases::Session): no row records the hold. Answers the
--- fencing token, NULL when a holder before kept the lock past its release
--- (kept_locks, at_least: the client then calls lock_wait_out_session on
--- the same session, which holds the lock), and the µs the statement
--- waited before the grant, as wait.sql does.
-WITH n AS MATERIALIZED (
-  -- The advisory lock (lock_id's halves of the key's hash); the session
-  -- named for the wait (what others read of it, see lock_sessions).
-  SELECT y.hi, y.lo, set_config('application_name', 'lg ' || $2::text, false) AS named
-    FROM (SELECT (h >> 32)::integer AS hi, ((h << 32) >> 32)::integer AS lo
-            FROM (SELECT hashtextextended('__SCHEMA__:' || $1::text, 8) AS h) x) y
-), g AS MATERIALIZED (
-  -- The wait, and then the time of the hold.
-  SELECT n.hi, n.lo, pg_advisory_lock(n.hi, n.lo)::text IS NOT NULL AS ok,
-         clock_timestamp() AS t
-    FROM n
-),
-__TAKE__
-SELECT (SELECT CASE WHEN d.named IS NOT NULL THEN d.fence END FROM d) AS fence,
-       (extract(epoch FROM g.t - statement_timestamp()) * 1000000)::bigint AS waited_us
-  FROM g
+-- grants it, and takes it for a lease of $3 ms (an idle timeout of $4 ms to set, or NULL), for a client of session
+-- leases (LockLeases::Session): no row records the hold. One flat
+-- statement, as try_session.sql. Answers the fencing token, NULL when a
+-- holder before kept the lock past its release (kept_locks, at_least: the
+-- client then calls lock_wait_out_session on the same session, which
+-- holds the lock), and the µs the statement waited before the grant, as
+-- wait.sql does.
+SELECT CASE WHEN z.fence IS NOT NULL
+             -- The session named for the hold and timed, as a try's.
+             AND (set_config('application_name',
+                             format('lg %s %s %s', $2::text, to_hex(z.fence),
+                                    to_hex((extract(epoch FROM z.t) * 1000)::bigint + $3::bigint)),
+                             false)
+                  -- The idle timeout, when the session's is not already
+                  -- what this lease needs ($4, ms; NULL: it is).
+                  || CASE WHEN $4::integer IS NOT NULL
+                          THEN set_config('idle_session_timeout', $4::integer::text, false)
+                          ELSE '' END) IS NOT NULL
+            THEN z.fence END AS fence,
+       (extract(epoch FROM z.t - statement_timestamp()) * 1000000)::bigint AS waited_us
+  FROM (
+    -- The fencing token, unless a holder before kept the lock: read by
+    -- lock_kept_for_ms, a PL/pgSQL function, whose statement takes a
+    -- snapshot of its own after the grant (this statement's was taken
+    -- before its wait).
+    SELECT g.t,
+           CASE WHEN __SCHEMA__.lock_kept_for_ms($1::text, $2::text) IS NULL
+                THEN __FENCE__ END AS fence
+      FROM (
+        -- The wait, and then the time of the hold.
+        SELECT pg_advisory_lock(w.hi, w.lo)::text IS NOT NULL AS ok, clock_timestamp() AS t
+          FROM (
+            -- The advisory lock (lock_id's halves of the key's hash); the
+            -- session named for the wait (what others read of it, see
+            -- lock_sessions).
+            SELECT (h >> 32)::integer AS hi, ((h << 32) >> 32)::integer AS lo,
+                   set_config('application_name', 'lg ' || $2::text, false) AS named
+              FROM (SELECT hashtextextended('__SCHEMA__:' || $1::text, 8) AS h) x
+          ) w
+      ) g
+  ) z

@@ -203,3 +203,76 @@ async fn a_crash_frees_session_leases_at_once_and_tokens_keep_growing() {
     assert!(!held.release().await.unwrap());
     assert!(next.release().await.unwrap());
 }
+
+/// Where the paused holder's child process finds the server.
+const CHILD_ENV: &str = "LOCKGUARD_SESSION_CHILD";
+
+/// The paused holder's lease: a fixed one, so the statement that took the
+/// lock set its session's idle timeout, and no renewal did.
+const CHILD_LEASE: Duration = Duration::from_secs(2);
+
+/// The child of `a_paused_holder_process_loses_the_lock_after_its_lease`,
+/// run only in the process it starts: holds `paused` with session leases
+/// on a fixed lease, says so, and sleeps until killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of a_paused_holder_process_loses_the_lock_after_its_lease"]
+async fn child_holder() {
+    let Ok(url) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let lg = Client::builder()
+        .postgres_lock_leases(LockLeases::Session)
+        .connect_postgres(&url)
+        .await
+        .expect("the child connects");
+    let g = lg
+        .lock("paused")
+        .lease(CHILD_LEASE)
+        .acquire()
+        .await
+        .expect("the child takes the lock");
+    println!("\nheld {}", g.fencing_token().get());
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    panic!("the holding child was not killed");
+}
+
+/// A holder process frozen (SIGSTOP) right after it took a lock of session
+/// leases on a fixed 2 s lease (so its client cannot unlock at the lease's
+/// end): its session, idle from the take, is ended by the server once idle
+/// for the lease and a quarter of it (`idle_session_timeout`, set by the
+/// take), which frees the lock for a waiter: not before the holder's lease
+/// has ended (so never while it may still believe it holds), and within a
+/// bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_process_loses_the_lock_after_its_lease() {
+    let server = PostgresServer::start();
+    let waiter = client(&server, LockLeases::Session).await;
+    let mut child = lockguard_testing::ChildProcess::spawn(
+        "postgres_session::child_holder",
+        (CHILD_ENV, &server.url()),
+    );
+    let line = child.expect("held ");
+    child.pause();
+    let frozen = Instant::now();
+    let held: u64 = line["held ".len()..].trim().parse().expect("a token");
+    let next = waiter
+        .lock("paused")
+        .wait(Duration::from_secs(20))
+        .acquire()
+        .await
+        .expect("the waiter was never granted the lock");
+    let after = frozen.elapsed();
+    // The take's answer came at most moments before the freeze, and the
+    // server ends the session 2.5 s after it.
+    assert!(
+        after >= CHILD_LEASE - Duration::from_millis(300),
+        "the waiter took the lock {after:?} after the holder froze, inside its {CHILD_LEASE:?} lease"
+    );
+    assert!(
+        after < CHILD_LEASE * 3,
+        "the waiter took the lock only {after:?} after the holder froze"
+    );
+    assert!(next.fencing_token().get() > held);
+    assert!(next.release().await.unwrap());
+    child.kill();
+}
