@@ -1221,12 +1221,25 @@ LANGUAGE sql IMMUTABLE AS $$
     FROM (SELECT hashtextextended('__SCHEMA__:' || p_key, 8) AS h) x
 $$;
 
--- Names lock p_key's advisory lock in lock_names.
+-- Names lock p_key's advisory lock in lock_names: a row written only when
+-- there is none, or it is half an hour old or names another key, so that
+-- clients naming a key at once (their first holds of it) neither write
+-- nor wait for each other's row locks.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_named(p_key text) RETURNS void
-LANGUAGE sql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_id record := __SCHEMA__.lock_id(p_key);
+BEGIN
+  PERFORM 1 FROM __SCHEMA__.lock_names n
+   WHERE n.hi = v_id.hi AND n.lo = v_id.lo AND n.key = p_key
+     AND n.at > clock_timestamp() - interval '30 minutes';
+  IF FOUND THEN
+    RETURN;
+  END IF;
   INSERT INTO __SCHEMA__.lock_names AS n (hi, lo, key, at)
-    SELECT i.hi, i.lo, p_key, clock_timestamp() FROM __SCHEMA__.lock_id(p_key) i
-    ON CONFLICT (hi, lo) DO UPDATE SET key = EXCLUDED.key, at = EXCLUDED.at
+    VALUES (v_id.hi, v_id.lo, p_key, clock_timestamp())
+    ON CONFLICT (hi, lo) DO UPDATE SET key = EXCLUDED.key, at = EXCLUDED.at;
+END
 $$;
 
 -- The sessions of this database with a part in lock p_key, by pid: its
