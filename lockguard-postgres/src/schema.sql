@@ -1043,7 +1043,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS __SCHEMA__.lock_fences (
 );
 
 -- Every lock's fencing token is drawn from this one sequence (version 11),
--- kept at or above the database's clock in µs (lock_fence_next): so they
+-- kept at or above the database's clock in µs (lock_fence_next), and at
+-- most a second ahead of it (lock_fence_rebase): so they
 -- strictly increase per key whichever mode took the lock, recorded leases
 -- (a key's last token also kept in lock_fences) or session leases (no row
 -- written: see lockguard-postgres' LockLeases). Unlogged from PostgreSQL
@@ -1063,11 +1064,14 @@ END
 $$;
 
 -- Lifts lock_fence_seq above the clock in µs when it is not already: its
--- next value, or the clock plus a ms (so the next thousand µs of draws need
--- no lift). Serialized by a transaction advisory lock, so a lift never
--- lowers the sequence below a lift before it; a draw made beside it, which
--- takes no lock, gets a value below the lifted one (it would take a
--- thousand draws within the lift to pass it). Runs as the schema's owner
+-- next value, or the clock plus a second (so the draws of the next second
+-- need no lift, and take no lock). Serialized by a transaction advisory
+-- lock, so a lift never lowers the sequence below a lift before it; a draw
+-- made beside it, which takes no lock, gets a value below the lifted one
+-- (it would take a million draws within the lift to pass it). Tokens run
+-- at most a second ahead of the clock, so after a crash or a failover the
+-- first lift (the clock then, plus a second) is above every token drawn
+-- before, as long as the clock moved on. Runs as the schema's owner
 -- (setval needs UPDATE on the sequence, which the documented grants do not
 -- give), with no argument, so no caller can move the sequence anywhere
 -- but up to the clock.
@@ -1082,7 +1086,7 @@ BEGIN
   v := nextval('__SCHEMA__.lock_fence_seq');
   v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
   IF v <= v_now THEN
-    v := setval('__SCHEMA__.lock_fence_seq', v_now + 1000);
+    v := setval('__SCHEMA__.lock_fence_seq', v_now + 1000000);
   END IF;
   RETURN v;
 END
