@@ -297,6 +297,65 @@ pub(crate) mod tests {
         assert!(run(ops).contains(&"mutual-exclusion"));
     }
 
+    /// A server fault `what` from `from` to `to` (ms).
+    fn fault(what: &str, from: u64, to: u64) -> Op {
+        op(
+            0,
+            Call::Fault {
+                what: what.into(),
+                target: "postgres:1".into(),
+            },
+            from,
+            Some((to, Outcome::Healed)),
+        )
+    }
+
+    #[test]
+    fn an_overlap_after_a_session_ending_fault_is_counted_only_where_sessions_hold_locks() {
+        let checked = |ops: &[Op], session_ends: bool| {
+            let mut ops = ops.to_vec();
+            ops.sort_by_key(|o| o.invoke);
+            let bounds = Bounds {
+                wait_slack_ns: 100 * MS,
+                settle_ns: 0,
+                handoff_median_ns: 50 * MS,
+                min_handoffs: 0,
+                min_window_ns: 0,
+            };
+            let (v, m) = check(&ops, bounds, u64::MAX, session_ends);
+            let found: Vec<&str> = v.into_iter().map(|v| v.check).collect();
+            (found, m.session_overlaps)
+        };
+        // The second holder takes the lock after closed connections ended
+        // the first's session, which still believes it holds.
+        let mut ops = hold(1, 1, 10, 40);
+        ops.extend(hold(2, 2, 25, 50));
+        ops.push(fault("kill-connections", 20, 22));
+        assert_eq!(checked(&ops, true), (vec![], 1));
+        assert_eq!(checked(&ops, false), (vec!["mutual-exclusion"], 0));
+        // A restart counts as well; a pause of the server does not.
+        let mut restarted = hold(1, 1, 10, 40);
+        restarted.extend(hold(2, 2, 25, 50));
+        restarted.push(fault("restart-server", 20, 24));
+        assert_eq!(checked(&restarted, true), (vec![], 1));
+        let mut paused = hold(1, 1, 10, 40);
+        paused.extend(hold(2, 2, 25, 50));
+        paused.push(fault("pause-server", 20, 24));
+        assert_eq!(checked(&paused, true), (vec!["mutual-exclusion"], 0));
+        // A fault after the second hold began, or before the first, ends
+        // no session the overlap is about.
+        for (from, to) in [(30, 32), (2, 5)] {
+            let mut late = hold(1, 1, 10, 40);
+            late.extend(hold(2, 2, 25, 50));
+            late.push(fault("kill-connections", from, to));
+            assert_eq!(
+                checked(&late, true),
+                (vec!["mutual-exclusion"], 0),
+                "{from}"
+            );
+        }
+    }
+
     #[test]
     fn a_hold_whose_is_held_said_false_claims_nothing() {
         let mut ops = hold(1, 1, 10, 20);
