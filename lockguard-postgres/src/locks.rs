@@ -411,16 +411,18 @@ impl LockSessions for PgSessions {
         let mut row = run(&session.try_lock, count).await?;
         let mut acquired: bool = get(&row, 0, &what)?;
         let mut n: Option<i64> = get(&row, 1, &what)?;
+        // Whether the statement that took the lock set the session's idle
+        // timeout: the try's own when asked to, the rare path's function
+        // (which names the hold, idle timeout included) always.
+        let mut idle_set = idle.is_some();
         if acquired && n.is_none() {
-            // The rare path's functions name the hold, idle timeout
-            // included.
             row = run(&session.take, 3).await?;
-            session.idle_set(lease_ms);
             acquired = get(&row, 0, &what)?;
             n = get(&row, 1, &what)?;
+            idle_set = true;
         }
         if acquired {
-            if idle.is_some() {
+            if idle_set {
                 session.idle_set(lease_ms);
             }
             Ok(Tried::Taken(net::fence(n, &what)?))
@@ -459,21 +461,24 @@ impl LockSessions for PgSessions {
                 pg_error(e, &what())
             })?;
         let mut n: Option<i64> = get(&row, 0, &what)?;
-        // Granted: the wait's statement, or the rare path's function
-        // below, set the idle timeout.
-        if idle.is_some() {
+        // Granted and taken: the wait's statement set the idle timeout
+        // when asked to (the rare path's function below sets it always).
+        if idle.is_some() && n.is_some() {
             session.idle_set(lease_ms);
         }
         // The wait's own: `lock_wait_out` records the lease later still.
         let waited: Option<i64> = get(&row, 1, &what)?;
         let waited = net::micros(waited);
         if n.is_none() {
-            session.idle_set(lease_ms);
             row = session
                 .client
                 .query_one(&session.wait_out, &params[..3])
                 .await
-                .map_err(|e| pg_error(e, &what()))?;
+                .map_err(|e| {
+                    session.idle_unknown();
+                    pg_error(e, &what())
+                })?;
+            session.idle_set(lease_ms);
             n = get(&row, 0, &what)?;
         }
         Ok(Waited::new(net::fence(n, &what)?, waited))
