@@ -28,8 +28,8 @@ use lockguard_zookeeper::BuilderExt as _;
 pub const ALL: [&dyn Store; 9] = [
     &Redis,
     &Redlock,
-    &Postgres,
-    &PostgresSession,
+    &Postgres(LockLeases::Recorded),
+    &Postgres(LockLeases::Session),
     &MySql,
     &ZooKeeper,
     &Sentinel,
@@ -273,13 +273,17 @@ impl Deployment for SentinelDeployment {
     }
 }
 
-/// PostgreSQL.
+/// PostgreSQL, its locks of `leases` (`LockLeases::Recorded`, the
+/// default, as `postgres`; `LockLeases::Session` as `postgres-session`).
 #[derive(Debug)]
-struct Postgres;
+struct Postgres(LockLeases);
 
 impl Store for Postgres {
     fn name(&self) -> &'static str {
-        "postgres"
+        match self.0 {
+            LockLeases::Session => "postgres-session",
+            _ => "postgres",
+        }
     }
 
     fn offers_rw_locks(&self) -> bool {
@@ -297,46 +301,21 @@ impl Store for Postgres {
         Box::pin(
             builder(namespace)
                 .postgres_schema(namespace)
+                .lock_leases(self.0)
                 .connect_postgres(addr),
         )
     }
 
-    fn address_of(&self, url: &str) -> Option<String> {
-        (url.starts_with("postgres://") || url.starts_with("postgresql://")).then(|| url.to_owned())
-    }
-}
-
-/// PostgreSQL, its locks of session leases (`LockLeases::Session`).
-#[derive(Debug)]
-struct PostgresSession;
-
-impl Store for PostgresSession {
-    fn name(&self) -> &'static str {
-        "postgres-session"
-    }
-
-    fn offers_rw_locks(&self) -> bool {
-        true
-    }
-
-    fn start(&self) -> Box<dyn Deployment> {
-        let server = PostgresServer::start();
-        let url = server.url();
-        // Crash recovery before it serves again.
-        Box::new(Servers::one(server, url).restart_heals_in(Duration::from_secs(3)))
-    }
-
-    fn connect<'a>(&'a self, addr: &'a str, namespace: &'a str) -> BoxFuture<'a, Result<Client>> {
-        Box::pin(
-            builder(namespace)
-                .postgres_schema(namespace)
-                .lock_leases(LockLeases::Session)
-                .connect_postgres(addr),
-        )
-    }
-
+    /// Locks of session leases: a session's end frees them at once.
     fn session_end_frees_locks(&self) -> bool {
-        true
+        self.0 == LockLeases::Session
+    }
+
+    /// `--target` runs the default's workers.
+    fn address_of(&self, url: &str) -> Option<String> {
+        (self.0 == LockLeases::Recorded
+            && (url.starts_with("postgres://") || url.starts_with("postgresql://")))
+        .then(|| url.to_owned())
     }
 }
 

@@ -62,11 +62,15 @@ const RELEASE_SESSION_SQL: &str = include_str!("locks/release_session.sql");
 /// The draw of a fencing token at the grant, `__FENCE__` in the others
 /// (`locks/fence.sql`).
 const FENCE_SQL: &str = include_str!("locks/fence.sql");
+/// The naming of a hold of session leases, `__NAME__` in their try and
+/// wait (`locks/name_session.sql`).
+const NAME_SESSION_SQL: &str = include_str!("locks/name_session.sql");
 
 /// `sql` (one of the statements above) for the schema `schema`.
 fn statement(sql: &str, schema: &str) -> String {
     sql.replace("__DRAW__", DRAW_SQL)
         .replace("__FENCE__", FENCE_SQL)
+        .replace("__NAME__", NAME_SESSION_SQL)
         .replace("__SCHEMA__", schema)
 }
 
@@ -165,6 +169,17 @@ impl Session {
     fn idle_to_set(&self, lease_ms: i64) -> Option<i32> {
         let idle = idle_for(lease_ms);
         (self.idle_ms.load(Ordering::Relaxed) != i64::from(idle)).then_some(idle)
+    }
+
+    /// A try's or a wait's fourth parameter (the idle timeout to set, with
+    /// session leases) and how many parameters its statement takes: four
+    /// with session leases, three with recorded ones.
+    fn idle_param(&self, lease_ms: i64) -> (Option<i32>, usize) {
+        if self.session_leases {
+            (self.idle_to_set(lease_ms), 4)
+        } else {
+            (None, 3)
+        }
     }
 
     /// The session's idle timeout is what schema.sql's `lock_name` sets
@@ -391,13 +406,8 @@ impl LockSessions for PgSessions {
         let lease_ms = net::millis(lease);
         session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let idle = if session.session_leases {
-            session.idle_to_set(lease_ms)
-        } else {
-            None
-        };
+        let (idle, count) = session.idle_param(lease_ms);
         let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
-        let count = if session.session_leases { 4 } else { 3 };
         let run = |statement, count: usize| async move {
             session
                 .client
@@ -445,13 +455,8 @@ impl LockSessions for PgSessions {
         let lease_ms = net::millis(lease);
         session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let idle = if session.session_leases {
-            session.idle_to_set(lease_ms)
-        } else {
-            None
-        };
+        let (idle, count) = session.idle_param(lease_ms);
         let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
-        let count = if session.session_leases { 4 } else { 3 };
         let mut row = session
             .client
             .query_one(&session.wait, &params[..count])

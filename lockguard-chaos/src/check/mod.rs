@@ -223,16 +223,20 @@ pub(crate) mod tests {
         ]
     }
 
-    fn run(mut ops: Vec<Op>) -> Vec<&'static str> {
-        ops.sort_by_key(|o| o.invoke);
-        let bounds = Bounds {
+    /// The bounds of the checks on these histories.
+    fn bounds() -> Bounds {
+        Bounds {
             wait_slack_ns: 100 * MS,
             settle_ns: 0,
             handoff_median_ns: 50 * MS,
             min_handoffs: 0,
             min_window_ns: 0,
-        };
-        let (v, _) = check(&ops, bounds, u64::MAX, false);
+        }
+    }
+
+    fn run(mut ops: Vec<Op>) -> Vec<&'static str> {
+        ops.sort_by_key(|o| o.invoke);
+        let (v, _) = check(&ops, bounds(), u64::MAX, false);
         v.into_iter().map(|v| v.check).collect()
     }
 
@@ -315,14 +319,7 @@ pub(crate) mod tests {
         let checked = |ops: &[Op], session_ends: bool| {
             let mut ops = ops.to_vec();
             ops.sort_by_key(|o| o.invoke);
-            let bounds = Bounds {
-                wait_slack_ns: 100 * MS,
-                settle_ns: 0,
-                handoff_median_ns: 50 * MS,
-                min_handoffs: 0,
-                min_window_ns: 0,
-            };
-            let (v, m) = check(&ops, bounds, u64::MAX, session_ends);
+            let (v, m) = check(&ops, bounds(), u64::MAX, session_ends);
             let found: Vec<&str> = v.into_iter().map(|v| v.check).collect();
             (found, m.session_overlaps)
         };

@@ -1,7 +1,8 @@
--- One try at lock $1 for token $2 with a lease of $3 ms (an idle timeout of $4 ms to set, or NULL), never waiting,
--- for a client of session leases (LockLeases::Session): the hold lives
--- with this session, and no row records it. One flat statement (a CTE's
--- materialization costs a cycle a fifth of the server's time). Answers
+-- One try at lock $1 for token $2 with a lease of $3 ms (an idle timeout
+-- of $4 ms to set, or NULL), never waiting, for a client of session
+-- leases (LockLeases::Session): the hold lives with this session, and no
+-- row records it. One flat statement (a CTE's materialization costs a
+-- cycle a fifth of the server's time). Answers
 -- (acquired, n) as try.sql does: (false, ms left of the holder's lease, or
 -- NULL) when another session holds the advisory lock; (true, fence) when
 -- taken; (true, NULL) when the advisory lock is this session's but a
@@ -9,20 +10,9 @@
 -- the client then calls lock_take_session, which finishes or undoes it.
 SELECT z.ok AS acquired,
        CASE WHEN NOT z.ok THEN __SCHEMA__.lock_held_ms(z.hi, z.lo)
-            -- Taken: the session named for the hold (what others read of
-            -- it, see lock_held_ms) and idle for no longer than its lease
-            -- and a slack (a paused or cut-off client's session ends, and
-            -- the lock with it).
+            -- Taken: the session named for the hold.
             WHEN z.fence IS NOT NULL
-                 AND (set_config('application_name',
-                                 format('lg %s %s %s', $2::text, to_hex(z.fence),
-                                        to_hex((extract(epoch FROM z.t) * 1000)::bigint + $3::bigint)),
-                                 false)
-                      -- The idle timeout, when the session's is not already
-                      -- what this lease needs ($4, ms; NULL: it is).
-                      || CASE WHEN $4::integer IS NOT NULL
-                              THEN set_config('idle_session_timeout', $4::integer::text, false)
-                              ELSE '' END) IS NOT NULL
+                 AND __NAME__ IS NOT NULL
             THEN z.fence END AS n
   FROM (
     -- The fencing token, unless the lock is not this session's or a

@@ -1,22 +1,14 @@
 -- Waits in the server's queue of lock $1 for token $2 until the server
--- grants it, and takes it for a lease of $3 ms (an idle timeout of $4 ms to set, or NULL), for a client of session
--- leases (LockLeases::Session): no row records the hold. One flat
--- statement, as try_session.sql. Answers the fencing token, NULL when a
+-- grants it, and takes it for a lease of $3 ms (an idle timeout of $4 ms
+-- to set, or NULL), for a client of session leases (LockLeases::Session):
+-- no row records the hold. One flat statement, as try_session.sql. Answers the fencing token, NULL when a
 -- holder before kept the lock past its release (kept_locks, at_least: the
 -- client then calls lock_wait_out_session on the same session, which
 -- holds the lock), and the µs the statement waited before the grant, as
 -- wait.sql does.
 SELECT CASE WHEN z.fence IS NOT NULL
-             -- The session named for the hold and timed, as a try's.
-             AND (set_config('application_name',
-                             format('lg %s %s %s', $2::text, to_hex(z.fence),
-                                    to_hex((extract(epoch FROM z.t) * 1000)::bigint + $3::bigint)),
-                             false)
-                  -- The idle timeout, when the session's is not already
-                  -- what this lease needs ($4, ms; NULL: it is).
-                  || CASE WHEN $4::integer IS NOT NULL
-                          THEN set_config('idle_session_timeout', $4::integer::text, false)
-                          ELSE '' END) IS NOT NULL
+             -- The session named for the hold.
+             AND __NAME__ IS NOT NULL
             THEN z.fence END AS fence,
        (extract(epoch FROM z.t - statement_timestamp()) * 1000000)::bigint AS waited_us
   FROM (
