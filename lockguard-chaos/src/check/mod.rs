@@ -517,6 +517,26 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn two_leads_after_a_session_ending_fault_are_counted_only_where_sessions_hold_locks() {
+        let mut ops = lead(1, 3, 10, 40);
+        ops.extend(lead(2, 4, 25, 50));
+        ops.push(fault("restart-server", 20, 23));
+        ops.sort_by_key(|o| o.invoke);
+        for (session_ends, found, counted) in [(true, vec![], 1), (false, vec!["one-leader"], 0)] {
+            let (v, m) = check(&ops, bounds(), u64::MAX, session_ends);
+            let checks: Vec<&str> = v.into_iter().map(|v| v.check).collect();
+            assert_eq!((checks, m.session_overlaps), (found, counted));
+        }
+        // Terms must still grow across it.
+        let mut ops = lead(1, 5, 10, 40);
+        ops.extend(lead(2, 4, 45, 50));
+        ops.push(fault("restart-server", 20, 23));
+        ops.sort_by_key(|o| o.invoke);
+        let (v, _) = check(&ops, bounds(), u64::MAX, true);
+        assert!(v.iter().any(|v| v.check == "leader-terms"));
+    }
+
+    #[test]
     fn two_leaders_at_once_or_of_one_term_are_caught() {
         let mut ops = lead(1, 3, 10, 20);
         ops.extend(lead(2, 4, 19, 30));
