@@ -24,7 +24,9 @@ pub(crate) struct PgOptions {
 /// its lease's end, whichever comes first, and every hold's fencing token
 /// is greater than every earlier one of its key, whichever mode drew it.
 ///
-/// Set with [`PostgresBuilder::lock_leases`](crate::PostgresBuilder::lock_leases).
+/// Set with [`PostgresBuilder::lock_leases`](crate::PostgresBuilder::lock_leases),
+/// or a URL's `lock_leases` parameter (`postgres://app@db/app?lock_leases=session`,
+/// [`url::from_url`](crate::url::from_url)).
 /// Clients that share a lock may use different modes; each hold keeps its
 /// own mode's promise.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -276,3 +276,49 @@ async fn a_paused_holder_process_loses_the_lock_after_its_lease() {
     assert!(next.release().await.unwrap());
     child.kill();
 }
+
+/// A URL's `lock_leases` parameter picks the mode (what `Client::connect`
+/// and `LOCKGUARD_URL` reach): a hold of session leases writes no row of
+/// its key, a hold of recorded ones does; the parameter is taken out of
+/// what the driver reads, beside the driver's own (`host`, `port`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_picks_the_lease_mode() {
+    let server = PostgresServer::start();
+    let rows = |key: &str| {
+        server.psql(&format!(
+            "SELECT count(*) FROM lockguard.lock_fences WHERE key = '{key}'"
+        ))
+    };
+    for (url, key, written) in [
+        (
+            format!("{}?lock_leases=session", server.url()),
+            "url:s",
+            "0",
+        ),
+        (
+            format!("{}&lock_leases=session", server.socket_url()),
+            "url:u",
+            "0",
+        ),
+        (
+            format!("{}?lock_leases=recorded", server.url()),
+            "url:r",
+            "1",
+        ),
+        (server.url(), "url:d", "1"),
+    ] {
+        let lg = lockguard_postgres::url::from_url(Client::builder(), &url)
+            .await
+            .unwrap_or_else(|e| panic!("{url}: {e}"));
+        let g = lg.lock(key).acquire().await.unwrap();
+        assert_eq!(rows(&format!("lockguard:lock:{{{key}}}")), written, "{url}");
+        assert!(g.release().await.unwrap());
+    }
+    let err = lockguard_postgres::url::from_url(
+        Client::builder(),
+        &format!("{}?lock_leases=both", server.url()),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}
