@@ -392,14 +392,21 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         }
 
         let before = counts(server).await;
-        let native = advisory(server, tasks, b.run_for, false).await;
+        let native = raw_contention(
+            server,
+            tasks,
+            b.run_for,
+            RawLock::Advisory { fenced: false },
+        )
+        .await;
         let mut counted = counts(server).await - before;
         // None of lockguard's statements runs: the statements are the two
         // each acquisition sends (the lock's wait and the unlock).
         counted.statements = 2 * native.acquisitions;
         row(b, tasks, "pg_advisory_lock", &native, counted, None);
         let before = counts(server).await;
-        let fenced = advisory(server, tasks, b.run_for, true).await;
+        let fenced =
+            raw_contention(server, tasks, b.run_for, RawLock::Advisory { fenced: true }).await;
         let mut counted = counts(server).await - before;
         counted.statements = 2 * fenced.acquisitions;
         row(
@@ -431,7 +438,8 @@ async fn contention(b: &mut Bench, server: &PostgresServer) {
         // a tokio-postgres connection sending the wait and release of
         // session leases, prepared once.
         let before = counts(server).await;
-        let raw_session = raw_session_statements(server, tasks, b.run_for).await;
+        let raw_session =
+            raw_contention(server, tasks, b.run_for, RawLock::SessionStatements).await;
         let mut counted = counts(server).await - before;
         counted.statements = 2 * raw_session.acquisitions;
         row(
@@ -521,73 +529,6 @@ async fn connect(url: &str) -> tokio_postgres::Client {
     client
 }
 
-/// `tasks` contenders on PostgreSQL's own session-level advisory lock, each
-/// on a connection of its own: `SELECT pg_advisory_lock($1)` waits in the
-/// server; then the hold, and `SELECT pg_advisory_unlock($1)`. `fenced`:
-/// the lock's statement also draws a fencing token from a sequence
-/// (`nextval`, which writes no WAL for 31 calls in 32), checked to grow
-/// from holder to holder: the least a lock on the server's own that keeps
-/// fencing tokens adds to it.
-async fn advisory(
-    server: &PostgresServer,
-    tasks: usize,
-    run_for: Duration,
-    fenced: bool,
-) -> Contention {
-    const KEY: i64 = 56;
-    let statement = if fenced {
-        let conn = connect(&server.url()).await;
-        conn.batch_execute("CREATE SEQUENCE IF NOT EXISTS lockguard_bench_fence")
-            .await
-            .expect("create the fence sequence");
-        "SELECT pg_advisory_lock($1), nextval('lockguard_bench_fence')"
-    } else {
-        "SELECT pg_advisory_lock($1)"
-    };
-    // The latest holder's fence: each next holder's is greater.
-    let latest = Arc::new(std::sync::atomic::AtomicI64::new(0));
-    let mut conns = Vec::new();
-    for _ in 0..tasks {
-        let conn = connect(&server.url()).await;
-        let lock = conn.prepare(statement).await.expect("prepare");
-        let unlock = conn
-            .prepare("SELECT pg_advisory_unlock($1)")
-            .await
-            .expect("prepare");
-        conns.push(Arc::new((conn, lock, unlock)));
-    }
-    let rec = Recorder::new(tasks);
-    let rate = throughput(tasks, run_for, |t, stop, done| {
-        let conn = conns[t].clone();
-        let rec = rec.clone();
-        let latest = latest.clone();
-        async move {
-            let (conn, lock, unlock) = &*conn;
-            while !stop.load(Ordering::Relaxed) {
-                let locked = conn
-                    .query_one(lock, &[&KEY])
-                    .await
-                    .expect("pg_advisory_lock");
-                rec.acquired(t);
-                if fenced {
-                    let fence: i64 = locked.get(1);
-                    let before = latest.swap(fence, Ordering::Relaxed);
-                    assert!(fence > before, "fence {fence} after {before}");
-                }
-                hold().await;
-                rec.releasing(t);
-                let row = conn.query_one(unlock, &[&KEY]).await.expect("unlock");
-                assert!(row.get::<_, bool>(0), "unlocked a lock not held");
-                done.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(THINK).await;
-            }
-        }
-    })
-    .await;
-    drop(conns);
-    rec.finish(rate)
-}
-
 fn row(
     b: &mut Bench,
     tasks: usize,
@@ -609,28 +550,66 @@ fn row(
     ));
 }
 
-/// `tasks` contenders sending lockguard's own wait and release statements
-/// of session leases (`LockLeases::Session`) through tokio-postgres, each
-/// on a connection of its own started as lockguard's are
-/// (`lock_session()`): the server's part of lockguard's handoff, without
-/// its client. Tokens are checked to grow from holder to holder.
-async fn raw_session_statements(
+/// What the raw contenders of [`raw_contention`] send.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum RawLock {
+    /// PostgreSQL's own session-level advisory lock:
+    /// `SELECT pg_advisory_lock($1)` waits in the server; then the hold,
+    /// and `SELECT pg_advisory_unlock($1)`. `fenced`: the lock's statement
+    /// also draws a fencing token from a sequence (`nextval`, which writes
+    /// no WAL for 31 calls in 32), the least a lock on the server's own
+    /// that keeps fencing tokens adds to it.
+    Advisory { fenced: bool },
+    /// lockguard's own wait and release statements of session leases
+    /// (`LockLeases::Session`), on connections started as lockguard's are
+    /// (`lock_session()`): the server's part of lockguard's handoff,
+    /// without its client.
+    SessionStatements,
+}
+
+/// `tasks` contenders sending `kind`'s statements through tokio-postgres,
+/// each on a connection of its own, prepared once; the tokens drawn, where
+/// there are some, checked to grow from holder to holder.
+async fn raw_contention(
     server: &PostgresServer,
     tasks: usize,
     run_for: Duration,
+    kind: RawLock,
 ) -> Contention {
-    let [_, wait_sql, release_sql] =
-        lockguard_postgres::lock_statements_of("lockguard", LockLeases::Session);
+    const KEY: i64 = 56;
+    let (lock_sql, unlock_sql) = match kind {
+        RawLock::Advisory { fenced } => {
+            let lock = if fenced {
+                let conn = connect(&server.url()).await;
+                conn.batch_execute("CREATE SEQUENCE IF NOT EXISTS lockguard_bench_fence")
+                    .await
+                    .expect("create the fence sequence");
+                "SELECT pg_advisory_lock($1), nextval('lockguard_bench_fence')"
+            } else {
+                "SELECT pg_advisory_lock($1)"
+            };
+            (lock.to_owned(), "SELECT pg_advisory_unlock($1)".to_owned())
+        }
+        RawLock::SessionStatements => {
+            let [_, wait, release] =
+                lockguard_postgres::lock_statements_of("lockguard", LockLeases::Session);
+            (wait, release)
+        }
+    };
+    let fenced = kind != RawLock::Advisory { fenced: false };
+    // The latest holder's fence: each next holder's is greater.
     let latest = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut conns = Vec::new();
     for _ in 0..tasks {
         let conn = connect(&server.url()).await;
-        conn.batch_execute("SELECT lockguard.lock_session()")
-            .await
-            .expect("start the session");
-        let wait = conn.prepare(&wait_sql).await.expect("prepare");
-        let release = conn.prepare(&release_sql).await.expect("prepare");
-        conns.push(Arc::new((conn, wait, release)));
+        if kind == RawLock::SessionStatements {
+            conn.batch_execute("SELECT lockguard.lock_session()")
+                .await
+                .expect("start the session");
+        }
+        let lock = conn.prepare(&lock_sql).await.expect("prepare");
+        let unlock = conn.prepare(&unlock_sql).await.expect("prepare");
+        conns.push(Arc::new((conn, lock, unlock)));
     }
     let rec = Recorder::new(tasks);
     let rate = throughput(tasks, run_for, |t, stop, done| {
@@ -638,28 +617,47 @@ async fn raw_session_statements(
         let rec = rec.clone();
         let latest = latest.clone();
         async move {
-            let (conn, wait, release) = &*conn;
+            let (conn, lock, unlock) = &*conn;
             let key = "raw:session";
             let lease = 30_000i64;
-            // Set by the first hold, as lockguard sets it once a session.
+            // Set by a session's first hold, as lockguard sets it once.
             let mut idle = Some(37_500i32);
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 n += 1;
-                let token = format!("{t:016x}{n:016x}");
-                let row = conn
-                    .query_one(wait, &[&key, &token.as_str(), &lease, &idle])
-                    .await
-                    .expect("the wait");
-                idle = None;
+                let (locked, fence_column) = if kind == RawLock::SessionStatements {
+                    let token = format!("{t:016x}{n:016x}");
+                    let row = conn
+                        .query_one(lock, &[&key, &token.as_str(), &lease, &idle])
+                        .await
+                        .expect("the wait");
+                    idle = None;
+                    (row, 0)
+                } else {
+                    (
+                        conn.query_one(lock, &[&KEY])
+                            .await
+                            .expect("pg_advisory_lock"),
+                        1,
+                    )
+                };
                 rec.acquired(t);
-                let fence: i64 = row.get(0);
-                let before = latest.swap(fence, Ordering::Relaxed);
-                assert!(fence > before, "fence {fence} after {before}");
+                if fenced {
+                    let fence: i64 = locked.get(fence_column);
+                    let before = latest.swap(fence, Ordering::Relaxed);
+                    assert!(fence > before, "fence {fence} after {before}");
+                }
                 hold().await;
                 rec.releasing(t);
-                let row = conn.query_one(release, &[&key]).await.expect("unlock");
-                assert!(row.get::<_, bool>(0), "unlocked a lock not held");
+                let row = if kind == RawLock::SessionStatements {
+                    conn.query_one(unlock, &[&key]).await
+                } else {
+                    conn.query_one(unlock, &[&KEY]).await
+                };
+                assert!(
+                    row.expect("unlock").get::<_, bool>(0),
+                    "unlocked a lock not held"
+                );
                 done.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(THINK).await;
             }
