@@ -109,11 +109,7 @@ pub(crate) fn leaders(
         leads.sort_by_key(|l| l.from);
         let mut reach: Option<&Lead<'_>> = None;
         for l in &leads {
-            let ended = |r: &Lead<'_>| {
-                session_faults
-                    .iter()
-                    .any(|f| f.from <= l.from && f.to >= r.from && f.from <= r.to)
-            };
+            let ended = |r: &Lead<'_>| super::session_ended(session_faults, r.from, r.to, l.from);
             if let Some(r) = reach
                 && l.from < r.to
                 && ended(r)

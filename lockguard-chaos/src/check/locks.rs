@@ -148,11 +148,7 @@ pub(crate) fn mutual_exclusion(
         // among those before it.
         let mut reach: Option<&Hold<'_>> = None;
         for h in hs {
-            let ended = |r: &Hold<'_>| {
-                session_faults
-                    .iter()
-                    .any(|f| f.from <= h.from && f.to >= r.from && f.from <= r.to)
-            };
+            let ended = |r: &Hold<'_>| super::session_ended(session_faults, r.from, r.to, h.from);
             if let Some(r) = reach
                 && h.from < r.to
                 && ended(r)

@@ -80,6 +80,21 @@ pub(crate) struct Bounds {
     pub(crate) min_window_ns: u64,
 }
 
+/// Whether one of `session_faults` (faults that ended the clients'
+/// sessions) began before `later_from` while a hold or a lead from `from`
+/// to `to` ran: its session ended, and its holder is told at its next
+/// renewal, so a hold that began after it may overlap it.
+pub(crate) fn session_ended(
+    session_faults: &[&FaultSpan],
+    from: u64,
+    to: u64,
+    later_from: u64,
+) -> bool {
+    session_faults
+        .iter()
+        .any(|f| f.from <= later_from && f.to >= from && f.from <= to)
+}
+
 /// The checks a failover of asynchronous replication (Redis Sentinel) may
 /// fail by design: acknowledged counter, limiter and fenced writes (and
 /// elections' announcements) the
