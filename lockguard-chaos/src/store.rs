@@ -66,11 +66,12 @@ pub trait Store: Send + Sync {
     /// Whether a server fault that ends the clients' sessions (a restart,
     /// closed connections) hands a lock to its next waiter at once, while
     /// its holder may believe it holds until its next renewal: locks whose
-    /// lease is their session's (PostgreSQL's `LockLeases::Session`). Two
-    /// holds of a key that overlap only after such a fault began in the
-    /// first are then not a finding of the `mutual-exclusion` check (the
-    /// store promises exclusion only while sessions live); their fences
-    /// must still grow, and the older holder's fenced writes be refused.
+    /// lease is their session's (`LockLeases::Session`, on PostgreSQL and
+    /// MySQL). Two holds of a key that overlap only after such a fault
+    /// began in the first are then not a finding of the `mutual-exclusion`
+    /// check (the store promises exclusion only while sessions live);
+    /// their fences must still grow, and the older holder's fenced writes
+    /// be refused.
     fn session_end_frees_locks(&self) -> bool {
         false
     }

@@ -25,12 +25,13 @@ use lockguard_testing::{
 use lockguard_zookeeper::BuilderExt as _;
 
 /// Every store, in the order a full run goes through them.
-pub const ALL: [&dyn Store; 9] = [
+pub const ALL: [&dyn Store; 10] = [
     &Redis,
     &Redlock,
     &Postgres(LockLeases::Recorded),
     &Postgres(LockLeases::Session),
-    &MySql,
+    &MySql(LockLeases::Recorded),
+    &MySql(LockLeases::Session),
     &ZooKeeper,
     &Sentinel,
     &Cluster,
@@ -319,13 +320,17 @@ impl Store for Postgres {
     }
 }
 
-/// MySQL, on MariaDB.
+/// MySQL, on MariaDB, its locks of `leases` (`LockLeases::Recorded`, the
+/// default, as `mysql`; `LockLeases::Session` as `mysql-session`).
 #[derive(Debug)]
-struct MySql;
+struct MySql(LockLeases);
 
 impl Store for MySql {
     fn name(&self) -> &'static str {
-        "mysql"
+        match self.0 {
+            LockLeases::Session => "mysql-session",
+            _ => "mysql",
+        }
     }
 
     fn offers_rw_locks(&self) -> bool {
@@ -344,14 +349,21 @@ impl Store for MySql {
                 .table_prefix(format!("{namespace}_"))
                 .connect_timeout(RESPONSE_TIMEOUT)
                 .response_timeout(RESPONSE_TIMEOUT)
+                .lock_leases(self.0)
                 .connect(addr)
                 .await?;
             builder(namespace).build(store)
         })
     }
 
+    /// Locks of session leases: a session's end frees them at once.
+    fn session_end_frees_locks(&self) -> bool {
+        self.0 == LockLeases::Session
+    }
+
+    /// `--target` runs the default's workers.
     fn address_of(&self, url: &str) -> Option<String> {
-        url.starts_with("mysql://").then(|| url.to_owned())
+        (self.0 == LockLeases::Recorded && url.starts_with("mysql://")).then(|| url.to_owned())
     }
 }
 

@@ -14,7 +14,7 @@ use std::process::Command;
 /// The stores of the first run: every Redis deployment.
 const REDIS_STORES: &str = "redis,redlock,sentinel,cluster";
 /// The stores of the second run.
-const DATABASE_STORES: &str = "postgres,postgres-session,mysql,zookeeper,etcd";
+const DATABASE_STORES: &str = "postgres,postgres-session,mysql,mysql-session,zookeeper,etcd";
 
 /// Runs the checker with `args`, prints its output, and fails unless it
 /// exited with 0.

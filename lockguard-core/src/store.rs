@@ -122,6 +122,7 @@ pub use follow::ChangeBell;
 pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
 pub use lease_ends::{LeaseEnd, LeaseEnds};
+pub use lock_leases::LockLeases;
 pub use limit::{LimitKeys, LimitOp, LimitReply};
 pub use on_demand::OnDemand;
 pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried, Waited};
@@ -134,6 +135,7 @@ mod follow;
 pub(crate) mod forwarding;
 mod future;
 mod lease_ends;
+mod lock_leases;
 mod limit;
 mod on_demand;
 mod session_locks;
@@ -496,8 +498,9 @@ pub struct SurveyRow {
     pub token: Vec<u8>,
     /// Of a read-write lock, the hold's mode.
     pub mode: Option<RwMode>,
-    /// A holder's fencing token and the ms its lease has left (`None`
-    /// when not known); `None` for a waiter.
+    /// A holder's fencing token (0 when the store does not know it: a
+    /// hold whose lease is its database session's) and the ms its lease
+    /// has left (`None` when not known); `None` for a waiter.
     pub hold: Option<(i64, Option<i64>)>,
     /// The newest fencing token drawn for the lock, if any.
     pub latest: Option<i64>,
@@ -535,12 +538,14 @@ pub fn holdings_from_rows(
         let holding = out.last_mut().expect("pushed above");
         match row.hold {
             Some((fence, left)) => {
-                let fence = u64::try_from(fence)
-                    .ok()
-                    .filter(|f| *f > 0)
-                    .ok_or_else(|| format!("the fencing token {fence} of {:?}", row.id))?;
+                let fence = match fence {
+                    0 => None,
+                    f => Some(FencingToken::new(
+                        u64::try_from(f)
+                            .map_err(|_| format!("the fencing token {f} of {:?}", row.id))?,
+                    )),
+                };
                 let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
-                let fence = Some(FencingToken::new(fence));
                 holding
                     .holders
                     .push(Holder::new(token, row.mode, fence, left));
@@ -1055,7 +1060,10 @@ mod tests {
             [token('b'), token('c')].map(|t| String::from_utf8(t).unwrap())
         );
         assert_eq!(found[1].latest_fence, Some(FencingToken::new(9)));
-        assert!(holdings_from_rows([row("l:a", 'a', Some((0, None)))]).is_err());
+        // A fence the store does not know is none; a negative one is garbage.
+        let unknown = holdings_from_rows([row("l:a", 'a', Some((0, None)))]).unwrap();
+        assert_eq!(unknown[0].holders[0].fence, None);
+        assert!(holdings_from_rows([row("l:a", 'a', Some((-1, None)))]).is_err());
         let mut bad = row("l:a", 'a', None);
         bad.token = b"not a token".to_vec();
         assert!(

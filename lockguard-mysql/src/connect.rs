@@ -104,6 +104,14 @@ impl MySqlBuilder {
         self
     }
 
+    /// What the locks' leases rest on (default
+    /// [`LockLeases::Recorded`](lockguard_core::store::LockLeases::Recorded));
+    /// see [`MySqlOptions::lock_leases`].
+    pub fn lock_leases(mut self, leases: lockguard_core::store::LockLeases) -> Self {
+        self.options = self.options.lock_leases(leases);
+        self
+    }
+
     /// Trusts the CA certificates in `pem` (PEM, one or more) for the
     /// server's certificate, instead of the web's roots; connections then
     /// use TLS, whatever the URL says.
@@ -208,6 +216,7 @@ impl MySqlOptions {
             response_timeout: self.response_timeout,
             sweep_interval: SWEEP_INTERVAL,
             bell_period: BELL_PERIOD,
+            leases: self.lock_leases,
         })
     }
 
@@ -228,8 +237,12 @@ impl MySqlOptions {
     /// refuses lockguard's writes); [`ErrorKind::Unsupported`] for tables
     /// made by a newer lockguard.
     pub async fn connect(&self, url: &str) -> Result<Store> {
-        let cfg = self.config()?;
-        let opts = crate::tls::apply(from_url(url)?, &self.tls)?;
+        let mut cfg = self.config()?;
+        let (leases, bare) = lockguard_core::store::url::lock_leases(url)?;
+        if bare.len() != url.len() {
+            cfg.leases = leases;
+        }
+        let opts = crate::tls::apply(from_url(&bare)?, &self.tls)?;
         let opts = session(opts, &cfg, self.pool_size)?;
         let pool = mysql_async::Pool::new(opts.clone());
         let store = store::connect(pool, opts, cfg).await;

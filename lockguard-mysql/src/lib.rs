@@ -151,5 +151,6 @@ pub mod url;
 #[allow(deprecated)]
 pub use connect::{BuilderExt, ClientExt, MySqlBuilder, connect, connect_with};
 pub use fenced_table::FencedTable;
+pub use lockguard_core::store::LockLeases;
 pub use options::{DEFAULT_TABLE_PREFIX, MySqlOptions};
 pub use schema::migration_sql;

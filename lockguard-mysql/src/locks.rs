@@ -22,17 +22,22 @@
 //! longest lease any lock took has passed since the first session
 //! started after it (`lock_session_start`, `lock_epoch`).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Pool, Row};
 
 use lockguard_core::Result;
 use lockguard_core::store::net;
-use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried, Waited};
+use lockguard_core::store::{
+    HoldOf, LockLeases, LockSessions, SessionLocks, Token, Tried, Waited,
+};
 
 use crate::error::{garbage, is_gone, mysql_error, read_row};
+use crate::schema::{NOW, clock_us, lock_h};
 
 /// The client's locks: core's engine on this store's sessions.
 pub(crate) type Locks = SessionLocks<MySqlSessions>;
@@ -49,6 +54,110 @@ pub(crate) struct Session {
     /// longer ones. A lock asked for on a longer lease records it first
     /// ([`MySqlSessions::record_lease`]).
     bound_ms: AtomicI64,
+    /// The session's `wait_timeout` in seconds, as this client last set it
+    /// (-1: not known). A client of session leases sets it before a take
+    /// only when the lease needs another ([`wait_timeout_for`]).
+    wait_timeout_s: AtomicI64,
+}
+
+/// The `wait_timeout` (whole seconds) of a session holding a lock on a
+/// lease of `lease_ms`: the lease and a slack (a quarter of it, between
+/// 50 ms and 5 s), as `locks_session.sql` computes it.
+fn wait_timeout_for(lease_ms: i64) -> i64 {
+    let lease_ms = lease_ms.clamp(0, 315_360_000_000);
+    let slack = (lease_ms / 4).clamp(50, 5_000);
+    ((lease_ms + slack + 999) / 1_000).min(31_536_000)
+}
+
+/// How far ahead of the clock `lock_fence_seq` stands when a lock is kept
+/// past its release somewhere (µs, see `locks.sql`): a session lease's
+/// draw further ahead reads its key's kept time before it holds.
+const KEPT_AHEAD_US: i64 = 2_000_000;
+
+/// How long a client's note that it named a key in `lock_names` lasts: it
+/// names it again at its first hold after (the sweep removes a name a day
+/// after it was written).
+const RENAME_AFTER: Duration = Duration::from_secs(3_600);
+
+/// The most keys a client remembers having named; past it, it forgets
+/// them all and names each again at its next hold.
+const NAMED_KEYS: usize = 10_000;
+
+/// The statements of a client of session leases ([`LockLeases::Session`]):
+/// a hold records nothing, the try is one statement and the release the
+/// bare `RELEASE_LOCK`.
+struct SessionSql {
+    /// The table prefix, for the wait's text.
+    prefix: String,
+    /// `GET_LOCK` of key `?` without waiting, and the next fencing token
+    /// (drawn either way, after the lock: a busy try's tells whether some
+    /// lock is kept): (taken, fence, the clock in µs).
+    try_lock: String,
+    /// `RELEASE_LOCK` of key `?`: 1 when this session held it.
+    release: String,
+    /// Whether this session holds key `?`'s user lock.
+    held: String,
+    /// The sequence lifted above the clock, and a token drawn.
+    rebase: String,
+    /// The µs left of key `?` kept past a release by another token `?`.
+    kept: String,
+    /// Key `?` (its row key `?`) named in `lock_names`.
+    name: String,
+}
+
+impl SessionSql {
+    fn new(prefix: &str) -> Self {
+        let lock = format!("CONCAT('lockguard ', HEX({}))", lock_h(prefix, "?"));
+        let now = clock_us(NOW);
+        Self {
+            prefix: prefix.to_owned(),
+            try_lock: format!(
+                "SELECT IF(GET_LOCK({lock}, 0) = 1, 1, 0), NEXTVAL({prefix}lock_fence_seq), {now}"
+            ),
+            release: format!("SELECT RELEASE_LOCK({lock})"),
+            held: format!("SELECT IS_USED_LOCK({lock}) <=> CONNECTION_ID()"),
+            rebase: format!("CALL {prefix}lock_fence_rebase()"),
+            kept: format!("CALL {prefix}lock_kept_left(?, ?)"),
+            name: format!(
+                "REPLACE INTO {prefix}lock_names (h, k, seen_us) VALUES ({}, ?, {now})",
+                lock_h(prefix, "?")
+            ),
+        }
+    }
+
+    /// The wait for key `key`, in text (sent with the wait's session set
+    /// up first, `set_up`, when it needs it): the session noted as the
+    /// key's waiter in `lock_waits` (for inspection and surveys, named by
+    /// its session as a holder is: see `lock_evict`), then `GET_LOCK`
+    /// until the server grants it and the next fencing token, in one
+    /// round trip. Answers (fence, the clock in µs, µs waited).
+    fn wait(&self, key: &str, set_up: Option<i64>) -> String {
+        let p = &self.prefix;
+        let k = format!("X'{}'", hex(key.as_bytes()));
+        let h = lock_h(p, &k);
+        let now = clock_us(NOW);
+        let began = clock_us("NOW(6)");
+        let set_up = set_up.map_or(String::new(), |s| {
+            format!("SET SESSION wait_timeout = {s}; ")
+        });
+        format!(
+            "{set_up}REPLACE INTO {p}lock_waits (conn, h, k, token, since_us) \
+               VALUES (CONNECTION_ID(), {h}, {k}, \
+                       CONCAT('00000000000000005e55', LPAD(LOWER(HEX(CONNECTION_ID())), 12, '0')), \
+                       {now}); \
+             SELECT IF(GET_LOCK(CONCAT('lockguard ', HEX({h})), 31536000) = 1, \
+                       NEXTVAL({p}lock_fence_seq), NULL), {now}, {now} - {began}"
+        )
+    }
+}
+
+/// `bytes` in hex digits.
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// How this client opens the sessions of its locks.
@@ -67,19 +176,28 @@ pub(crate) struct MySqlSessions {
     forget_sql: String,
     start_sql: String,
     bound_sql: String,
+    /// The statements of session leases; `None` with recorded leases.
+    session: Option<SessionSql>,
+    /// With session leases: the keys this client named in `lock_names`,
+    /// and when.
+    named: Mutex<HashMap<Box<str>, Instant>>,
 }
 
 impl MySqlSessions {
     /// Sessions opened with `opts`, calling the procedures of tables
-    /// named with `prefix`; a wait is cancelled over `pool`.
+    /// named with `prefix`; a wait is cancelled over `pool`. Their holds'
+    /// leases are `leases`.
     pub(crate) fn new(
         opts: mysql_async::Opts,
         pool: Pool,
         prefix: &str,
         connect_timeout: Duration,
         response_timeout: Duration,
+        leases: LockLeases,
     ) -> Self {
         Self {
+            session: (leases == LockLeases::Session).then(|| SessionSql::new(prefix)),
+            named: Mutex::new(HashMap::new()),
             opts,
             pool,
             connect_timeout,
@@ -101,7 +219,7 @@ impl MySqlSessions {
     /// lease than any before; none after, so the try and the wait never
     /// read the bound.
     async fn record_lease(&self, session: &Session, lease_ms: i64, key: &str) -> Result<()> {
-        if lease_ms <= session.bound_ms.load(Ordering::Relaxed) {
+        if self.session.is_some() || lease_ms <= session.bound_ms.load(Ordering::Relaxed) {
             return Ok(());
         }
         let what = || format!("recording the lease of {key:?}");
@@ -136,6 +254,237 @@ impl MySqlSessions {
                 Err(mysql_error(e, &what()))
             }
         }
+    }
+}
+
+/// What a session lease's take found after its grant: its fencing token,
+/// or a lock kept past a release (`at_least`) for so much longer.
+enum Settled {
+    Fence(i64),
+    Kept(Duration),
+}
+
+impl MySqlSessions {
+    /// Runs `sql` (text: one statement or more) on `session`: the last
+    /// row of its last answer. A connection found gone marks the session
+    /// closed.
+    async fn text(
+        &self,
+        session: &Session,
+        sql: &str,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Row> {
+        let mut conn = session.conn.lock().await;
+        let read = async {
+            let mut answer = conn.query_iter(sql).await?;
+            let mut last = None;
+            while !answer.is_empty() {
+                if let Some(row) = answer.collect::<Row>().await?.pop() {
+                    last = Some(row);
+                }
+            }
+            Ok::<_, mysql_async::Error>(last)
+        };
+        match read.await {
+            Ok(Some(row)) => Ok(row),
+            Ok(None) => Err(garbage(&what(), "no row")),
+            Err(e) => {
+                if is_gone(&e) {
+                    session.closed.store(true, Ordering::Relaxed);
+                }
+                Err(mysql_error(e, &what()))
+            }
+        }
+    }
+
+    /// The `wait_timeout` `session` is to be given before a hold on a
+    /// lease of `lease_ms`, `None` when it has it; noted as not known
+    /// until the statement that sets it answers ([`Self::set_up_done`]).
+    fn set_up_needed(session: &Session, lease_ms: i64) -> Option<i64> {
+        let s = wait_timeout_for(lease_ms);
+        (session.wait_timeout_s.swap(-1, Ordering::Relaxed) != s).then_some(s)
+    }
+
+    /// Notes `session`'s `wait_timeout` as the one for `lease_ms`.
+    fn set_up_done(session: &Session, lease_ms: i64) {
+        session
+            .wait_timeout_s
+            .store(wait_timeout_for(lease_ms), Ordering::Relaxed);
+    }
+
+    /// Gives `session` the `wait_timeout` of a hold on `lease_ms`, unless
+    /// it has it: the server ends the session of a client paused or cut
+    /// off with the lock, idle past its lease and a slack.
+    async fn set_up(
+        &self,
+        session: &Session,
+        lease_ms: i64,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<()> {
+        if let Some(s) = Self::set_up_needed(session, lease_ms) {
+            let mut conn = session.conn.lock().await;
+            if let Err(e) = conn
+                .query_drop(format!("SET SESSION wait_timeout = {s}"))
+                .await
+            {
+                if is_gone(&e) {
+                    session.closed.store(true, Ordering::Relaxed);
+                }
+                return Err(mysql_error(e, &what()));
+            }
+        }
+        Self::set_up_done(session, lease_ms);
+        Ok(())
+    }
+
+    /// A session lease's take granted with `fence` at `now` (µs): the
+    /// sequence lifted when it stood at or behind the clock, and the key's
+    /// kept time read when the sequence stands far enough ahead to say
+    /// that some lock is kept (`lock_fence_seq` in locks.sql).
+    async fn settle(
+        &self,
+        sql: &SessionSql,
+        session: &Session,
+        key: &str,
+        token: &Token,
+        (mut fence, mut now): (i64, i64),
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Settled> {
+        if fence <= now {
+            let row = self.one(session, &sql.rebase, Params::Empty, what).await?;
+            (fence, now) = read_row::<(i64, i64)>(row, what)?;
+        }
+        if fence - now > KEPT_AHEAD_US
+            && let Some(left) = self.kept_left(sql, session, key, token, what).await?
+        {
+            return Ok(Settled::Kept(left));
+        }
+        Ok(Settled::Fence(fence))
+    }
+
+    /// How long key `key` stays kept past a release of another token than
+    /// `token`'s, if it is.
+    async fn kept_left(
+        &self,
+        sql: &SessionSql,
+        session: &Session,
+        key: &str,
+        token: &Token,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Option<Duration>> {
+        let params = (key, token.as_str()).into();
+        let row = self.one(session, &sql.kept, params, what).await?;
+        Ok(read_row::<Option<i64>>(row, what)?
+            .map(|us| Duration::from_micros(us.max(1).unsigned_abs())))
+    }
+
+    /// Names `key` in `lock_names`, for surveys, unless this client named
+    /// it within the hour: one statement at a client's first hold of a
+    /// key, and once an hour after.
+    async fn name(
+        &self,
+        sql: &SessionSql,
+        session: &Session,
+        key: &str,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<()> {
+        let fresh = |named: &HashMap<Box<str>, Instant>| {
+            named.get(key).is_some_and(|at| at.elapsed() < RENAME_AFTER)
+        };
+        if fresh(&self.named.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(());
+        }
+        let mut conn = session.conn.lock().await;
+        if let Err(e) = conn.exec_drop(&sql.name, (key, key)).await {
+            if is_gone(&e) {
+                session.closed.store(true, Ordering::Relaxed);
+            }
+            return Err(mysql_error(e, &what()));
+        }
+        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
+        if named.len() >= NAMED_KEYS {
+            named.clear();
+        }
+        named.insert(key.into(), Instant::now());
+        Ok(())
+    }
+
+    /// A try of session leases: `GET_LOCK` and the next token in one
+    /// statement; a lock kept past a release is given back.
+    async fn try_session(
+        &self,
+        sql: &SessionSql,
+        session: &Session,
+        key: &str,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Tried> {
+        let what = || format!("acquiring {key:?}");
+        self.set_up(session, net::millis(lease), &what).await?;
+        let row = self.one(session, &sql.try_lock, (key,).into(), &what).await?;
+        let (taken, fence, now) = read_row::<(i64, i64, i64)>(row, &what)?;
+        if taken != 1 {
+            // Busy: a lock kept past its release says for how long.
+            let kept = if fence - now > KEPT_AHEAD_US {
+                self.kept_left(sql, session, key, token, &what).await?
+            } else {
+                None
+            };
+            return Ok(Tried::Busy(kept));
+        }
+        match self
+            .settle(sql, session, key, token, (fence, now), &what)
+            .await?
+        {
+            Settled::Fence(fence) => {
+                self.name(sql, session, key, &what).await?;
+                Ok(Tried::Taken(net::fence(Some(fence), &what)?))
+            }
+            Settled::Kept(left) => {
+                let row = self.one(session, &sql.release, (key,).into(), &what).await?;
+                read_row::<Option<i64>>(row, &what)?;
+                Ok(Tried::Busy(Some(left)))
+            }
+        }
+    }
+
+    /// A wait of session leases: the session noted as the key's waiter,
+    /// then `GET_LOCK` until the server grants it and the next token, in
+    /// one round trip; a lock kept past a release is waited out, holding
+    /// the user lock.
+    async fn wait_session(
+        &self,
+        sql: &SessionSql,
+        session: &Session,
+        key: &str,
+        token: &Token,
+        lease: Duration,
+    ) -> Result<Waited> {
+        let what = || format!("waiting for {key:?}");
+        let lease_ms = net::millis(lease);
+        let set_up = Self::set_up_needed(session, lease_ms);
+        let row = self.text(session, &sql.wait(key, set_up), &what).await?;
+        Self::set_up_done(session, lease_ms);
+        let (fence, now, waited) = read_row::<(Option<i64>, i64, i64)>(row, &what)?;
+        let Some(fence) = fence else {
+            return Err(garbage(&what(), "no grant"));
+        };
+        let mut waited = net::micros(Some(waited));
+        let fence = loop {
+            match self
+                .settle(sql, session, key, token, (fence, now), &what)
+                .await?
+            {
+                Settled::Fence(fence) => break fence,
+                Settled::Kept(left) => {
+                    let nap = left.min(Duration::from_millis(50));
+                    tokio::time::sleep(nap).await;
+                    waited += nap;
+                }
+            }
+        };
+        self.name(sql, session, key, &what).await?;
+        Ok(Waited::new(net::fence(Some(fence), &what)?, waited))
     }
 }
 
@@ -182,6 +531,7 @@ impl LockSessions for MySqlSessions {
             conn: tokio::sync::Mutex::new(conn),
             closed: AtomicBool::new(false),
             bound_ms: AtomicI64::new(bound_ms),
+            wait_timeout_s: AtomicI64::new(-1),
         })
     }
 
@@ -214,6 +564,9 @@ impl LockSessions for MySqlSessions {
         token: &Token,
         lease: Duration,
     ) -> Result<Tried> {
+        if let Some(sql) = &self.session {
+            return self.try_session(sql, session, key, token, lease).await;
+        }
         let what = || format!("acquiring {key:?}");
         self.record_lease(session, net::millis(lease), key).await?;
         let params = (key, token.as_str(), net::millis(lease)).into();
@@ -234,6 +587,9 @@ impl LockSessions for MySqlSessions {
         token: &Token,
         lease: Duration,
     ) -> Result<Waited> {
+        if let Some(sql) = &self.session {
+            return self.wait_session(sql, session, key, token, lease).await;
+        }
         let what = || format!("waiting for {key:?}");
         self.record_lease(session, net::millis(lease), key).await?;
         let params = (key, token.as_str(), net::millis(lease)).into();
@@ -246,6 +602,11 @@ impl LockSessions for MySqlSessions {
 
     async fn unlock(&self, session: &Session, key: &str, token: &Token) -> Result<bool> {
         let what = || format!("releasing {key:?}");
+        if let Some(sql) = &self.session {
+            // The bare unlock: 1 when this session held it.
+            let row = self.one(session, &sql.release, (key,).into(), &what).await?;
+            return Ok(read_row::<Option<i64>>(row, &what)? == Some(1));
+        }
         let params = (key, token.as_str()).into();
         let row = self.one(session, &self.release_sql, params, &what).await?;
         Ok(read_row::<i64>(row, &what)? == 1)
@@ -262,6 +623,13 @@ impl LockSessions for MySqlSessions {
         keep: bool,
     ) -> Result<bool> {
         let what = || format!("extending {:?}", hold.key);
+        if let Some(sql) = self.session.as_ref().filter(|_| !keep) {
+            // Nothing recorded: the session still holds the user lock, and
+            // is ended by the server if idle past this lease.
+            self.set_up(session, net::millis(lease), &what).await?;
+            let row = self.one(session, &sql.held, (hold.key,).into(), &what).await?;
+            return Ok(read_row::<i64>(row, &what)? == 1);
+        }
         let fence = i64::try_from(hold.fence.get()).unwrap_or(i64::MAX);
         let params = (
             hold.key,
@@ -271,11 +639,21 @@ impl LockSessions for MySqlSessions {
             i8::from(keep),
         )
             .into();
+        // (lock_lease sets the session's wait_timeout for the lease.)
+        session.wait_timeout_s.store(-1, Ordering::Relaxed);
         let row = self.one(session, &self.lease_sql, params, &what).await?;
-        Ok(read_row::<i64>(row, &what)? == 1)
+        let held = read_row::<i64>(row, &what)? == 1;
+        if held {
+            Self::set_up_done(session, net::millis(lease));
+        }
+        Ok(held)
     }
 
     async fn forget(&self, session: &Session, key: &str, token: &Token) -> Result<()> {
+        if self.session.is_some() {
+            // A session lease records nothing to end.
+            return Ok(());
+        }
         let what = || format!("ending an attempt at {key:?}");
         let params = (key, token.as_str()).into();
         self.one(session, &self.forget_sql, params, &what).await?;

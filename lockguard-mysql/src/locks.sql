@@ -22,6 +22,13 @@
 -- end woke). A holder's session is ended by the server once idle past
 -- its lease (wait_timeout, whole seconds).
 --
+-- A client of session leases (LockLeases::Session, schema version 13, on
+-- MariaDB) records no hold: its try and its wait are one statement each
+-- (locks.rs), `GET_LOCK` and the next value of __P__lock_fence_seq, and its
+-- release the bare `RELEASE_LOCK`. A session's end hands its lock on at
+-- once; the old holder's fenced writes are then refused, since every
+-- token drawn after is greater.
+--
 -- Routines here touch a MEMORY table in single statements only, never
 -- inside a function (a function's tables are locked for its caller's whole
 -- statement) and never around a wait.
@@ -136,6 +143,70 @@ BEGIN
   END IF;
 END
 -- ;;
+-- Every lock's fencing token, on MariaDB (schema version 13): a session
+-- lease's is the next value (locks.rs), a recorded one's the greatest of
+-- that, the key's last and the clock (locks_draw.sql). The sequence is
+-- kept at or above the database's clock in µs (a session lease's draw
+-- that finds it behind lifts it a second ahead: lock_fence_rebase), so
+-- tokens grow across a failover to a replica that lags, and above every
+-- token of schema versions before 13 (the clock and the key's last). A
+-- lock kept past its release (at_least) lifts it to 3 s past its kept
+-- time (lock_lease), and a session lease's draw more than 2 s ahead of
+-- the clock reads the kept time of its own key before it holds
+-- (lock_kept_left): one more statement while some lock is kept, none
+-- otherwise. Its cache is written to InnoDB ahead of the values it hands
+-- out, so a restart continues above every token drawn.
+/*M! CREATE SEQUENCE IF NOT EXISTS __P__lock_fence_seq
+  START WITH 1 MINVALUE 1 MAXVALUE 9223372036854775806 INCREMENT BY 1 CACHE 1000 NOCYCLE */
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_fence_lift
+-- ;;
+-- Lifts __P__lock_fence_seq to p_to, unless it is there already (MariaDB's
+-- SETVAL never moves a sequence down). SETVAL takes a constant: the
+-- statement is written out.
+/*M! CREATE PROCEDURE __P__lock_fence_lift(p_to BIGINT)
+BEGIN
+  SET @lockguard_lift = CONCAT('DO SETVAL(__P__lock_fence_seq, ', p_to, ')');
+  PREPARE lockguard_lift FROM @lockguard_lift;
+  EXECUTE lockguard_lift;
+  DEALLOCATE PREPARE lockguard_lift;
+END */
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_fence_rebase
+-- ;;
+-- A session lease's draw that found __P__lock_fence_seq at or behind the
+-- clock: lifts it a second ahead and draws again. Answers (the fencing
+-- token, the clock in µs).
+/*M! CREATE PROCEDURE __P__lock_fence_rebase()
+BEGIN
+  CALL __P__lock_fence_lift(__NOW_US__ + 1000000);
+  SELECT NEXTVAL(__P__lock_fence_seq), __NOW_US__;
+END */
+-- ;;
+DROP PROCEDURE IF EXISTS __P__lock_kept_left
+-- ;;
+-- The µs left of a lock p_key kept past its release (at_least) by a hold
+-- other than token p_token's, or NULL: read by a session lease's take
+-- whose draw found __P__lock_fence_seq lifted for a kept lock, after the
+-- take's grant.
+CREATE PROCEDURE __P__lock_kept_left(p_key VARBINARY(2900), p_token VARBINARY(64))
+BEGIN
+  DECLARE v_now BIGINT DEFAULT __NOW_US__;
+  SELECT (SELECT MAX(k.until_us - v_now) FROM __P__lock_kept k
+           WHERE k.h = __LOCK_H__ AND k.until_us > v_now AND NOT (k.token <=> p_token));
+END
+-- ;;
+-- The keys a client of session leases held, by their row key: written at
+-- a client's first hold of a key and once an hour after (locks.rs), so
+-- that a survey can name a held user lock, which records nothing else.
+-- Swept a day after.
+CREATE TABLE IF NOT EXISTS __P__lock_names (
+  h BINARY(20) NOT NULL,
+  k VARBINARY(2900) NOT NULL,
+  seen_us BIGINT NOT NULL,
+  PRIMARY KEY (h)
+) ENGINE=MEMORY
+-- ;;
 -- Each session's latest wait in GET_LOCK, by connection id, for
 -- inspection and survey: a row counts while its session waits in
 -- GET_LOCK (its state `User lock`); rows of sessions that ended are swept.
@@ -244,6 +315,10 @@ BEGIN
   DECLARE v_until BIGINT DEFAULT __NOW_US__ + LEAST(p_lease_ms, 315360000000) * 1000;
   IF v_held THEN
     IF p_keep = 1 THEN
+      -- Session leases' takes read the kept time while the sequence is
+      -- this far ahead (see __P__lock_fence_seq); lifted before the row is
+      -- written, so no take misses the row.
+      /*M! CALL __P__lock_fence_lift(v_until + 3000000); */
       REPLACE INTO __P__lock_kept (h, k, token, fence, until_us)
       VALUES (v_h, p_key, p_token, p_fence, v_until);
     ELSE
@@ -300,6 +375,10 @@ BEGIN
     CALL __P__lock_epoch_left(v_left);
     SET v_left = CEIL(v_left / 1000);
   END IF;
+  -- A session lease's token is the sequence's: none drawn is above its
+  -- next value not cached (MariaDB).
+  /*M! SELECT GREATEST(COALESCE(v_fence, 0), s.next_not_cached_value - 1) INTO v_fence
+         FROM __P__lock_fence_seq s; */
   -- A wait's row stays after its grant: it counts while its session
   -- waits in GET_LOCK.
   SELECT COUNT(*) INTO v_waiters FROM __P__lock_waits w
@@ -319,11 +398,26 @@ BEGIN
   DECLARE v_h BINARY(20) DEFAULT __LOCK_H__;
   DECLARE v_conn BIGINT UNSIGNED;
   DECLARE v_found INT DEFAULT 0;
+  DECLARE v_kept INT DEFAULT 0;
   SELECT MAX(conn), COUNT(*) INTO v_conn, v_found FROM __P__lock_fences
    WHERE h = v_h AND token = p_token AND expires_us > __NOW_US__;
+  SELECT COUNT(*) INTO v_kept FROM __P__lock_kept
+   WHERE h = v_h AND token = p_token AND until_us > __NOW_US__;
   UPDATE __P__lock_fences SET expires_us = NULL, conn = NULL
    WHERE h = v_h AND token = p_token AND expires_us IS NOT NULL;
   DELETE FROM __P__lock_kept WHERE h = v_h AND token = p_token;
+  -- A session lease's hold, named by its session (the survey's token
+  -- for it: 16 zeros, 5e55, the connection id in 12 hex digits).
+  IF v_conn IS NULL AND LEFT(p_token, 20) = '00000000000000005e55' THEN
+    SET v_conn = CONV(SUBSTRING(p_token, 21), 16, 10);
+    SET v_found = IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn;
+  END IF;
+  -- A kept hold of a session lease, which no lease row names: the session
+  -- holding the user lock while it is kept is the keeper's.
+  IF v_conn IS NULL AND v_kept > 0 THEN
+    SET v_conn = IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h)));
+    SET v_found = 1;
+  END IF;
   IF v_conn IS NOT NULL AND IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn THEN
     KILL CONNECTION v_conn;
   END IF;

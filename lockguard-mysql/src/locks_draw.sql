@@ -31,7 +31,10 @@ IF v_fence IS NULL THEN
     CALL __P__lock_epoch_left(v_left);
   END IF;
 END IF;
-SET v_fence = GREATEST(COALESCE(v_fence, 0), v_now) + 1;
+-- Above the key's last, the clock, and on MariaDB every session lease's
+-- token (__P__lock_fence_seq).
+SET v_fence = GREATEST(COALESCE(v_fence, 0) + 1, v_now + 1
+                       /*M! , NEXTVAL(__P__lock_fence_seq) */);
 IF v_left IS NULL THEN
   INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
   VALUES (v_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,

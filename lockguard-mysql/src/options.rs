@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use lockguard_core::store::LockLeases;
+
 /// The default table prefix.
 pub const DEFAULT_TABLE_PREFIX: &str = "lockguard_";
 
@@ -24,6 +26,7 @@ pub struct MySqlOptions {
     pub(crate) response_timeout: Duration,
     pub(crate) pool_size: usize,
     pub(crate) tls: crate::tls::TlsSettings,
+    pub(crate) lock_leases: LockLeases,
 }
 
 impl Default for MySqlOptions {
@@ -42,6 +45,7 @@ impl MySqlOptions {
             response_timeout: Duration::from_secs(2),
             pool_size: DEFAULT_POOL_SIZE,
             tls: crate::tls::TlsSettings::default(),
+            lock_leases: LockLeases::Recorded,
         }
     }
 
@@ -73,6 +77,19 @@ impl MySqlOptions {
         self.pool_size = size;
         self
     }
+
+    /// What the locks' leases rest on (default [`LockLeases::Recorded`]):
+    /// with [`LockLeases::Session`], on MariaDB, a hold records nothing
+    /// (its try is `GET_LOCK` and a sequence's next value in one
+    /// statement, its release the bare `RELEASE_LOCK`), the server ends a
+    /// paused or cut-off holder's session once idle for its lease and a
+    /// slack (`wait_timeout`), and a session's end hands the lock on at
+    /// once (see [`LockLeases`] and the crate docs). A URL's `lock_leases`
+    /// parameter, when it has one, overrides this.
+    pub fn lock_leases(mut self, leases: LockLeases) -> Self {
+        self.lock_leases = leases;
+        self
+    }
 }
 
 /// What the store needs to know of its settings.
@@ -84,4 +101,6 @@ pub(crate) struct Config {
     pub(crate) sweep_interval: Duration,
     /// How long a bell sleeps between wake-ups when nobody rings it.
     pub(crate) bell_period: Duration,
+    /// What the locks' leases rest on.
+    pub(crate) leases: LockLeases,
 }

@@ -39,8 +39,14 @@ use crate::error::{is_no_such_table, mysql_error};
 /// sessions no longer take the mark. Version 12: after a restart (which
 /// empties the MEMORY tables) no lock is taken anew until the longest
 /// lease any hold took (`lock_bound`, InnoDB) may have ended
-/// (`lock_epoch`).
-pub(crate) const VERSION: i64 = 12;
+/// (`lock_epoch`). Version 13: every lock's fencing token is drawn from
+/// one sequence on MariaDB (`lock_fence_seq`, kept at or above the clock),
+/// for the clients of session leases, which record no hold
+/// (`LockLeases::Session`): `lock_fence_rebase`, `lock_kept_left` and
+/// `lock_names` serve them, and a lock kept past its release lifts the
+/// sequence. A client of version 12 refuses the schema: its tokens, of the
+/// key's last and the clock alone, could fall below a session lease's.
+pub(crate) const VERSION: i64 = 13;
 
 /// The longest table prefix: the longest name made from it (an index
 /// name) stays within MySQL's 64 characters.
@@ -95,6 +101,16 @@ pub(crate) fn clock_us(datetime: &str) -> String {
     format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', {datetime})")
 }
 
+/// Whether a statement of the schema is MariaDB's alone (written as an
+/// executable comment, `/*M! ... */`, after its comment lines): a MySQL
+/// server would find it empty, and is not sent it.
+fn mariadb_only(statement: &str) -> bool {
+    statement
+        .lines()
+        .find(|l| !l.trim_start().starts_with("--"))
+        .is_some_and(|l| l.trim_start().starts_with("/*M!"))
+}
+
 /// The schema's statements, in order, for tables named with `prefix`.
 fn statements(prefix: &str) -> Vec<String> {
     SCHEMA
@@ -112,7 +128,10 @@ fn statements(prefix: &str) -> Vec<String> {
 /// The SQL that creates lockguard's tables and procedures with table
 /// prefix `prefix`, for a database administrator to run by hand (with the
 /// `mariadb` or `mysql` client, which needs the `DELIMITER` lines): what a
-/// client runs on connect when they are missing. The user lockguard
+/// client runs on connect when they are missing. On MySQL 8, leave out the
+/// statements written as MariaDB's executable comments (`/*M! ... */`,
+/// the sequence of session leases' fencing tokens and its procedures),
+/// which a client connecting to MySQL does not send. The user lockguard
 /// connects as then needs only `SELECT`, `INSERT`, `UPDATE`, `DELETE` and
 /// `EXECUTE` on the database; the procedures run as the account that ran
 /// this SQL, whose `CONNECTION ADMIN` lets a release wake the waiters of
@@ -234,8 +253,15 @@ async fn create(conn: &mut Conn, prefix: &str, what: &str) -> Result<()> {
     if judge(installed(conn, prefix, what).await?, what)? {
         return Ok(());
     }
+    let mariadb = conn
+        .query_first::<String, _>("SELECT VERSION()")
+        .await
+        .map_err(|e| mysql_error(e, what))?
+        .is_some_and(|v| v.contains("MariaDB"));
     for s in &all[1..] {
-        conn.query_drop(s).await.map_err(|e| mysql_error(e, what))?;
+        if mariadb || !mariadb_only(s) {
+            conn.query_drop(s).await.map_err(|e| mysql_error(e, what))?;
+        }
     }
     conn.query_drop(format!(
         "INSERT INTO {prefix}meta (id, version) VALUES (1, {VERSION}) \
@@ -257,6 +283,19 @@ mod tests {
         for bad in ["Lock_", "1lg", "lg-", "lg`", "lg;drop", &"a".repeat(41)] {
             assert!(validate_prefix(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn only_the_sequence_and_its_procedures_are_mariadb_s_alone() {
+        let only: Vec<String> = statements("lg_")
+            .into_iter()
+            .filter(|s| mariadb_only(s))
+            .collect();
+        assert_eq!(only.len(), 3, "{only:#?}");
+        assert!(only[0].contains("CREATE SEQUENCE IF NOT EXISTS lg_lock_fence_seq"));
+        assert!(only[1].contains("CREATE PROCEDURE lg_lock_fence_lift"));
+        assert!(only[2].contains("CREATE PROCEDURE lg_lock_fence_rebase"));
+        assert!(!mariadb_only("-- a comment\nSELECT 1 /*M! , 2 */"));
     }
 
     #[test]

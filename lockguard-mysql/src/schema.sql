@@ -1026,6 +1026,9 @@ BEGIN
   -- Kept locks a minute past their kept time.
   DELETE FROM __P__lock_kept WHERE until_us < v_now - 60000000;
   SET v_total = v_total + ROW_COUNT();
+  -- Names of keys a session lease held, a day after.
+  DELETE FROM __P__lock_names WHERE seen_us < v_now - 86400000000;
+  SET v_total = v_total + ROW_COUNT();
   -- Waits whose sessions ended.
   DELETE FROM __P__lock_waits
    WHERE since_us < v_now - 1000000

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use lockguard_core::store;
 use lockguard_core::store::{
+    LockLeases,
     AllOrNone, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply, LockKeys,
     LockSet, LockStore, Occupancy, OnDemand, Outcome, Place, Resource, RwMode, Store, Stored,
     Token, Waiting, net,
@@ -103,15 +104,22 @@ impl Statements {
             // arrival). The newest token is what `inspect`, `rw_inspect`
             // and `lock_inspect` report. A lock's holder is its lease
             // running (locks.sql; a release ends it first), or its kept time
-            // (`at_least`) after a restart emptied the MEMORY table; its
-            // waiters the sessions waiting in GET_LOCK.
+            // (`at_least`) after a restart emptied the MEMORY table, or,
+            // for a client of session leases, which records no hold, the
+            // session holding its user lock (the key named in `lock_names`;
+            // its token, which the survey alone uses, names the session:
+            // see `lock_evict`; its fence not known, n = 0, and the key's
+            // newest token the sequence's); its waiters the sessions
+            // waiting in GET_LOCK.
             survey: format!(
                 "SELECT e.k, e.rw, e.waits, e.token, e.is_read, e.n, e.left_ms, \
                    CAST(GREATEST(COALESCE((SELECT f.fence FROM {p}keys f WHERE f.k = e.k), 0), \
                      COALESCE((SELECT f.fence FROM {p}lock_fences f WHERE f.h = {lock_h}), 0), \
                      COALESCE(IF(e.rw = 1, \
                        (SELECT MAX(h.fence) FROM {p}rw_holders h WHERE h.k = e.k), \
-                       (SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = e.k)), 0)) AS SIGNED) \
+                       (SELECT MAX(h.fence) FROM {p}holders h WHERE h.k = e.k)), 0) \
+                     /*M! , IF(e.waits = 0 AND e.n = 0, \
+                       (SELECT s.next_not_cached_value - 1 FROM {p}lock_fence_seq s), 0) */) AS SIGNED) \
                  FROM ( \
                    SELECT h.k, 0 AS rw, 0 AS waits, h.token, 0 AS is_read, h.fence AS n, \
                      CAST(CEIL((h.expires_us - t.now) / 1000) AS SIGNED) AS left_ms \
@@ -129,6 +137,17 @@ impl Statements {
                      WHERE k.k >= ? AND k.k < ? AND k.until_us > t.now \
                        AND NOT EXISTS (SELECT 1 FROM {p}lock_fences f \
                                         WHERE f.h = k.h AND f.expires_us > t.now) \
+                   UNION ALL \
+                   SELECT u.k, 0, 0, CONCAT('00000000000000005e55', LPAD(LOWER(HEX(u.c)), 12, '0')), \
+                     0, 0, NULL \
+                     FROM (SELECT n.h, n.k, IS_USED_LOCK(CONCAT('lockguard ', HEX(n.h))) AS c \
+                             FROM {p}lock_names n WHERE n.k >= ? AND n.k < ?) u, \
+                          (SELECT {now} AS now) t \
+                     WHERE u.c IS NOT NULL \
+                       AND NOT EXISTS (SELECT 1 FROM {p}lock_fences f \
+                                        WHERE f.h = u.h AND f.expires_us > t.now) \
+                       AND NOT EXISTS (SELECT 1 FROM {p}lock_kept k \
+                                        WHERE k.h = u.h AND k.until_us > t.now) \
                    UNION ALL \
                    SELECT h.k, 1, 0, h.token, h.is_read, h.fence, \
                      CAST(CEIL((h.expires_us - t.now) / 1000) AS SIGNED) \
@@ -208,6 +227,7 @@ pub(crate) async fn connect(
         &cfg.prefix,
         cfg.connect_timeout,
         cfg.response_timeout,
+        cfg.leases,
     ));
     let bell = Arc::new(OnDemand::new(Bell::new(bell_opts.clone(), cfg.clone())));
     let mut store = MySqlStore {
@@ -249,6 +269,24 @@ pub(crate) async fn connect(
         )
         .await,
     )?;
+    if cfg.leases == LockLeases::Session {
+        // Session leases draw their tokens from a sequence: MariaDB's.
+        let version: Option<String> = conn
+            .query_first("SELECT VERSION()")
+            .await
+            .map_err(|e| mysql_error(e, what))?;
+        let version = version.unwrap_or_default();
+        if !version.contains("MariaDB") {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "{what}: session leases (LockLeases::Session) need MariaDB 10.3 or later, \
+                     whose sequences draw their fencing tokens; this server is {version:?}: \
+                     use recorded leases, the default"
+                ),
+            ));
+        }
+    }
     drop(conn);
     store.sweeper = Some(spawn_sweeper(&store));
     Ok(Store::new(Arc::new(store), vec![bell]).at(&at))
@@ -719,7 +757,7 @@ impl LockStore for MySqlStore {
         let what = || format!("listing the locks under {prefix:?}");
         let (start, end) = prefix_range(prefix);
         let (s, e) = (start.as_slice(), end.as_slice());
-        let params: Vec<mysql_async::Value> = [s, e, s, e, s, e, s, e, s, e, s, e, s, e]
+        let params: Vec<mysql_async::Value> = [s, e, s, e, s, e, s, e, s, e, s, e, s, e, s, e]
             .into_iter()
             .map(|b| mysql_async::Value::Bytes(b.to_vec()))
             .collect();

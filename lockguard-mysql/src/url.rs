@@ -1,5 +1,7 @@
 //! The MySQL store's URL grammar: `mysql://`, and `mariadb://` read as
-//! `mysql://`.
+//! `mysql://`; lockguard's own `lock_leases` parameter (`recorded`, the
+//! default, or `session`: see [`LockLeases`](crate::LockLeases)) is taken
+//! out of what the driver reads.
 
 use lockguard_core::check::Report;
 use lockguard_core::{Builder, Client, Result};
@@ -14,7 +16,9 @@ fn as_mysql(url: &str) -> String {
 
 /// Connects `builder` to the MySQL or MariaDB server `url` names, as
 /// [`MySqlBuilder::connect_mysql`](crate::MySqlBuilder::connect_mysql)
-/// does; `mariadb://` is read as `mysql://`.
+/// does; `mariadb://` is read as `mysql://`, and a `lock_leases`
+/// parameter picks the locks' [`LockLeases`](crate::LockLeases)
+/// (`mariadb://app@db/app?lock_leases=session`).
 ///
 /// # Errors
 ///
@@ -34,7 +38,8 @@ pub async fn from_url(builder: Builder, url: &str) -> Result<Client> {
 ///
 /// What [`check::check`](crate::check::check) returns.
 pub async fn check_url(url: &str) -> Result<Report> {
-    crate::check::check(&as_mysql(url)).await
+    let (_, url) = lockguard_core::store::url::lock_leases(url)?;
+    crate::check::check(&as_mysql(&url)).await
 }
 
 #[cfg(test)]

@@ -17,6 +17,12 @@ lockguard_testing::conformance!(
     locks, semaphores, queue, inspection, survey, rw_locks, counters, counter_expiry, limits, leader
 );
 
+// The lock suites again, on clients whose locks are of session leases.
+lockguard_testing::conformance!(
+    mysql_session => MySql::session();
+    locks, queue, inspection, survey, leader
+);
+
 /// A lock's holders, as the server sees them: each user lock of the
 /// tables `prefix` names that a session holds, with the key and newest
 /// token `lock_fences` keeps for it, and the holding connection's id.

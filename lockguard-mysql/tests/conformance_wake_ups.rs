@@ -14,3 +14,8 @@ lockguard_testing::conformance!(
     mysql => MySql::start();
     wake_ups, queue_wake_ups
 );
+
+lockguard_testing::conformance!(
+    mysql_session => MySql::session();
+    wake_ups, queue_wake_ups
+);

@@ -19,6 +19,7 @@
 //! ```
 
 use crate::error::{Error, Result};
+use crate::store::LockLeases;
 
 /// A URL taken apart: its scheme, and for the schemes that list several
 /// hosts, the credentials, the hosts and the path.
@@ -121,6 +122,57 @@ pub fn port_ok(host: &str, port: &str) -> bool {
     !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0)
 }
 
+/// The URL parameter that picks a database store's [`LockLeases`].
+pub const LOCK_LEASES_PARAMETER: &str = "lock_leases";
+
+/// The [`LockLeases`] `url`'s `lock_leases` parameter names (the default
+/// without one), and `url` without that parameter, for the driver to read:
+/// `postgres://app@db/app?sslmode=disable&lock_leases=session` is
+/// [`LockLeases::Session`] and `postgres://app@db/app?sslmode=disable`.
+///
+/// # Examples
+///
+/// ```
+/// use lockguard_core::store::LockLeases;
+/// use lockguard_core::store::url::lock_leases;
+///
+/// let (leases, url) = lock_leases("mysql://app@db/app?lock_leases=session").unwrap();
+/// assert_eq!((leases, url.as_str()), (LockLeases::Session, "mysql://app@db/app"));
+/// ```
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidInput`](crate::ErrorKind::InvalidInput) for a
+/// value that is neither `recorded` nor `session`.
+pub fn lock_leases(url: &str) -> Result<(LockLeases, String)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((LockLeases::default(), url.to_owned()));
+    };
+    let mut leases = LockLeases::default();
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some((LOCK_LEASES_PARAMETER, value)) => {
+                leases = LockLeases::named(value).ok_or_else(|| {
+                    invalid(
+                        url,
+                        format!(
+                            "{LOCK_LEASES_PARAMETER}={value:?} is neither \"recorded\" nor \"session\""
+                        ),
+                    )
+                })?;
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((leases, url))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -170,5 +222,32 @@ mod tests {
         assert!(!port_ok("a", "0"));
         assert!(!port_ok("", "1"));
         assert!(!port_ok("a", "x"));
+    }
+
+    #[test]
+    fn lock_leases_is_read_and_taken_out_of_the_url() {
+        let url = "postgres://app@db/app";
+        assert_eq!(
+            lock_leases(url).unwrap(),
+            (LockLeases::Recorded, url.to_owned())
+        );
+        assert_eq!(
+            lock_leases("postgres://app@db/app?lock_leases=session").unwrap(),
+            (LockLeases::Session, url.to_owned())
+        );
+        assert_eq!(
+            lock_leases(
+                "postgres://app@db/app?sslmode=disable&lock_leases=recorded&application_name=x"
+            )
+            .unwrap(),
+            (
+                LockLeases::Recorded,
+                "postgres://app@db/app?sslmode=disable&application_name=x".to_owned()
+            )
+        );
+        let err = lock_leases("mysql://app:pw@db/app?lock_leases=sessions").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        assert!(err.to_string().contains("\"sessions\""), "{err}");
+        assert!(!err.to_string().contains("pw"), "{err}");
     }
 }

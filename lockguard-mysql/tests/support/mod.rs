@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lockguard_core::Builder;
-use lockguard_mysql::MySqlOptions;
+use lockguard_mysql::{LockLeases, MySqlOptions};
 use lockguard_testing::MariaDbServer;
 use lockguard_testing::conformance::{ClientFuture, Harness};
 
@@ -13,10 +13,21 @@ use lockguard_testing::conformance::{ClientFuture, Harness};
 pub(crate) struct MySql {
     server: &'static MariaDbServer,
     prefix: String,
+    leases: LockLeases,
 }
 
 impl MySql {
     pub(crate) fn start() -> Self {
+        Self::with(LockLeases::Recorded)
+    }
+
+    /// Clients whose locks are of session leases.
+    #[allow(dead_code)] // (not every binary runs them)
+    pub(crate) fn session() -> Self {
+        Self::with(LockLeases::Session)
+    }
+
+    fn with(leases: LockLeases) -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         Self {
             server: MariaDbServer::shared(),
@@ -25,6 +36,7 @@ impl MySql {
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ),
+            leases,
         }
     }
 }
@@ -39,6 +51,7 @@ impl Harness for MySql {
                 .table_prefix(self.prefix.as_str())
                 .connect_timeout(settings.connect_timeout)
                 .response_timeout(settings.response_timeout)
+                .lock_leases(self.leases)
                 .connect(&self.server.url())
                 .await
                 .expect("connect to mysql");
@@ -51,5 +64,10 @@ impl Harness for MySql {
     /// taking 40 s.
     fn contention_rounds(&self) -> usize {
         50
+    }
+
+    /// A session lease's holder keeps its lease in its client alone.
+    fn keeps_lock_leases(&self) -> bool {
+        self.leases == LockLeases::Recorded
     }
 }

@@ -24,7 +24,7 @@ pub async fn a_lock_is_seen_held_with_its_lease_waiters_and_fence(env: Env) {
         .unwrap();
     let held = b.lock("inspected").inspect().await.unwrap();
     assert!(held.is_held() && held.is_full(), "{held:?}");
-    if env.store_keeps_leases() {
+    if env.store_keeps_lock_leases() {
         let left = held.lease_left.expect("a held lock has a lease");
         assert!(
             left > Duration::from_secs(8) && left <= Duration::from_secs(10),

@@ -178,7 +178,7 @@ pub async fn non_holder_cannot_release_and_expired_lock_cannot_extend(env: Env) 
     // The holder's remaining lease, where the store keeps it.
     assert_eq!(
         busy.retry_after().is_some(),
-        env.store_keeps_leases(),
+        env.store_keeps_lock_leases(),
         "{busy:?}"
     );
     new.extend(Duration::from_secs(5)).await.unwrap();

@@ -138,6 +138,14 @@ pub trait Harness: Send + Sync + 'static {
         true
     }
 
+    /// Whether the store keeps each lock holder's lease (of a plain lock,
+    /// a leader's, a scheduled job's), where it keeps the leases of the
+    /// other primitives' holders: not with session leases (MySQL's
+    /// `LockLeases::Session`), whose holder's client alone keeps it.
+    fn keeps_lock_leases(&self) -> bool {
+        self.keeps_leases()
+    }
+
     /// Whether the store pushes an election's changes to its observers
     /// ([`DataStore::follow`](lockguard_core::store::DataStore::follow):
     /// etcd, ZooKeeper); the others' observers poll.
@@ -234,6 +242,11 @@ impl Env {
     /// See [`Harness::keeps_leases`].
     pub fn store_keeps_leases(&self) -> bool {
         self.harness.keeps_leases()
+    }
+
+    /// See [`Harness::keeps_lock_leases`].
+    pub fn store_keeps_lock_leases(&self) -> bool {
+        self.harness.keeps_lock_leases()
     }
 
     /// See [`Harness::contention_rounds`].

@@ -57,7 +57,7 @@ pub async fn locks_are_listed_with_holders_and_waiters_in_order(env: Env) {
         "{held:?}"
     );
     assert!(held.latest_fence >= Some(guard.fencing_token()), "{held:?}");
-    if env.store_keeps_leases() {
+    if env.store_keeps_lock_leases() {
         let left = holder.lease_left.expect("the store keeps the lease");
         assert!(left > Duration::from_secs(15) && left <= lease, "{left:?}");
     }
