@@ -122,8 +122,8 @@ pub use follow::ChangeBell;
 pub(crate) use follow::{Changes, feed};
 pub use future::StoreFuture;
 pub use lease_ends::{LeaseEnd, LeaseEnds};
-pub use lock_leases::LockLeases;
 pub use limit::{LimitKeys, LimitOp, LimitReply};
+pub use lock_leases::LockLeases;
 pub use on_demand::OnDemand;
 pub use session_locks::{HoldOf, LockSessions, SessionLocks, Tried, Waited};
 pub use turns::{Turn, Turns};
@@ -135,8 +135,8 @@ mod follow;
 pub(crate) mod forwarding;
 mod future;
 mod lease_ends;
-mod lock_leases;
 mod limit;
+mod lock_leases;
 mod on_demand;
 mod session_locks;
 mod turns;
@@ -540,10 +540,11 @@ pub fn holdings_from_rows(
             Some((fence, left)) => {
                 let fence = match fence {
                     0 => None,
-                    f => Some(FencingToken::new(
-                        u64::try_from(f)
-                            .map_err(|_| format!("the fencing token {f} of {:?}", row.id))?,
-                    )),
+                    f => {
+                        Some(FencingToken::new(u64::try_from(f).map_err(|_| {
+                            format!("the fencing token {f} of {:?}", row.id)
+                        })?))
+                    }
                 };
                 let left = left.map(|l| Duration::from_millis(l.max(0).unsigned_abs()));
                 holding

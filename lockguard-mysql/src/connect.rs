@@ -40,6 +40,11 @@ pub trait BuilderExt {
     /// [`MySqlBuilder::table_prefix`].
     fn mysql_table_prefix(self, prefix: impl Into<String>) -> MySqlBuilder;
 
+    /// What the client's locks' leases rest on (default
+    /// [`LockLeases::Recorded`](crate::LockLeases::Recorded)); see
+    /// [`MySqlOptions::lock_leases`](crate::MySqlOptions::lock_leases).
+    fn mysql_lock_leases(self, leases: crate::LockLeases) -> MySqlBuilder;
+
     /// See [`MySqlBuilder::connect_mysql`].
     ///
     /// # Errors
@@ -51,6 +56,10 @@ pub trait BuilderExt {
 impl BuilderExt for Builder {
     fn mysql_table_prefix(self, prefix: impl Into<String>) -> MySqlBuilder {
         MySqlBuilder::new(self).table_prefix(prefix)
+    }
+
+    fn mysql_lock_leases(self, leases: crate::LockLeases) -> MySqlBuilder {
+        MySqlBuilder::new(self).lock_leases(leases)
     }
 
     fn connect_mysql(self, url: &str) -> impl Future<Output = Result<Client>> + Send {

@@ -87,7 +87,8 @@ pub(crate) fn mysql_error(err: mysql_async::Error, what: &str) -> Error {
                 ErrorKind::Misconfigured,
                 format!(
                     "{what}: the server writes its binary log in STATEMENT format, in which \
-                     InnoDB refuses the writes of lockguard's READ COMMITTED sessions ({}); set \
+                     InnoDB refuses the writes of lockguard's READ COMMITTED sessions, and \
+                     MariaDB the draws of the locks' sequence ({}); set \
                      binlog_format = ROW (or MIXED) on the server: SET GLOBAL binlog_format = \
                      'ROW' for new sessions, and binlog_format = ROW in its configuration",
                     e.message

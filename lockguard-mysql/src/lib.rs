@@ -52,8 +52,15 @@
 //!   written when a longer lease than any before is asked for) has passed
 //!   since the first lock session after the restart (schema version 12):
 //!   the old holder, told at its next renewal or its lease end, is
-//!   overlapped by nobody. The rest of this list is about semaphores and
-//!   read-write locks.
+//!   overlapped by nobody.
+//! - **Session leases** ([`LockLeases::Session`], on MariaDB; schema
+//!   version 13): a hold records nothing. A try is one statement,
+//!   `GET_LOCK` and the next value of a sequence every lock's tokens come
+//!   from; a release the bare `RELEASE_LOCK`; a wait one round trip. A
+//!   session's end hands the lock on at once, and the old holder, until its
+//!   next renewal, is refused by fencing tokens alone (docs/mysql.md,
+//!   "Session leases").
+//!   The rest of this list is about semaphores and read-write locks.
 //! - **Rows and leases.** A holder of a semaphore permit is a row
 //!   with its lease end in µs on the database's clock (`SYSDATE(6)`, read
 //!   after the key's row lock); no client's clock takes part.

@@ -32,9 +32,7 @@ use mysql_async::{Conn, Params, Pool, Row};
 
 use lockguard_core::Result;
 use lockguard_core::store::net;
-use lockguard_core::store::{
-    HoldOf, LockLeases, LockSessions, SessionLocks, Token, Tried, Waited,
-};
+use lockguard_core::store::{HoldOf, LockLeases, LockSessions, SessionLocks, Token, Tried, Waited};
 
 use crate::error::{garbage, is_gone, mysql_error, read_row};
 use crate::schema::{NOW, clock_us, lock_h};
@@ -89,9 +87,9 @@ const NAMED_KEYS: usize = 10_000;
 struct SessionSql {
     /// The table prefix, for the wait's text.
     prefix: String,
-    /// `GET_LOCK` of key `?` without waiting, and the next fencing token
-    /// (drawn either way, after the lock: a busy try's tells whether some
-    /// lock is kept): (taken, fence, the clock in µs).
+    /// `GET_LOCK` of key `?` without waiting, then the next fencing token
+    /// (drawn either way: a busy try's, negated, tells whether some lock
+    /// is kept): (the token, negative when busy; the clock in µs).
     try_lock: String,
     /// `RELEASE_LOCK` of key `?`: 1 when this session held it.
     release: String,
@@ -112,7 +110,8 @@ impl SessionSql {
         Self {
             prefix: prefix.to_owned(),
             try_lock: format!(
-                "SELECT IF(GET_LOCK({lock}, 0) = 1, 1, 0), NEXTVAL({prefix}lock_fence_seq), {now}"
+                "SELECT IF(GET_LOCK({lock}, 0) = 1, NEXTVAL({prefix}lock_fence_seq), \
+                           -NEXTVAL({prefix}lock_fence_seq)), {now}"
             ),
             release: format!("SELECT RELEASE_LOCK({lock})"),
             held: format!("SELECT IS_USED_LOCK({lock}) <=> CONNECTION_ID()"),
@@ -154,10 +153,12 @@ impl SessionSql {
 /// `bytes` in hex digits.
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// How this client opens the sessions of its locks.
@@ -421,11 +422,13 @@ impl MySqlSessions {
     ) -> Result<Tried> {
         let what = || format!("acquiring {key:?}");
         self.set_up(session, net::millis(lease), &what).await?;
-        let row = self.one(session, &sql.try_lock, (key,).into(), &what).await?;
-        let (taken, fence, now) = read_row::<(i64, i64, i64)>(row, &what)?;
-        if taken != 1 {
+        let row = self
+            .one(session, &sql.try_lock, (key,).into(), &what)
+            .await?;
+        let (fence, now) = read_row::<(i64, i64)>(row, &what)?;
+        if fence < 0 {
             // Busy: a lock kept past its release says for how long.
-            let kept = if fence - now > KEPT_AHEAD_US {
+            let kept = if -fence - now > KEPT_AHEAD_US {
                 self.kept_left(sql, session, key, token, &what).await?
             } else {
                 None
@@ -441,7 +444,9 @@ impl MySqlSessions {
                 Ok(Tried::Taken(net::fence(Some(fence), &what)?))
             }
             Settled::Kept(left) => {
-                let row = self.one(session, &sql.release, (key,).into(), &what).await?;
+                let row = self
+                    .one(session, &sql.release, (key,).into(), &what)
+                    .await?;
                 read_row::<Option<i64>>(row, &what)?;
                 Ok(Tried::Busy(Some(left)))
             }
@@ -604,7 +609,9 @@ impl LockSessions for MySqlSessions {
         let what = || format!("releasing {key:?}");
         if let Some(sql) = &self.session {
             // The bare unlock: 1 when this session held it.
-            let row = self.one(session, &sql.release, (key,).into(), &what).await?;
+            let row = self
+                .one(session, &sql.release, (key,).into(), &what)
+                .await?;
             return Ok(read_row::<Option<i64>>(row, &what)? == Some(1));
         }
         let params = (key, token.as_str()).into();
@@ -627,7 +634,9 @@ impl LockSessions for MySqlSessions {
             // Nothing recorded: the session still holds the user lock, and
             // is ended by the server if idle past this lease.
             self.set_up(session, net::millis(lease), &what).await?;
-            let row = self.one(session, &sql.held, (hold.key,).into(), &what).await?;
+            let row = self
+                .one(session, &sql.held, (hold.key,).into(), &what)
+                .await?;
             return Ok(read_row::<i64>(row, &what)? == 1);
         }
         let fence = i64::try_from(hold.fence.get()).unwrap_or(i64::MAX);
@@ -658,5 +667,37 @@ impl LockSessions for MySqlSessions {
         let params = (key, token.as_str()).into();
         self.one(session, &self.forget_sql, params, &what).await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A session lease's `wait_timeout` is the lease and a quarter of it
+    /// (50 ms to 5 s), in whole seconds rounded up, as locks_session.sql
+    /// computes it for recorded leases.
+    #[test]
+    fn a_holders_wait_timeout_is_its_lease_and_a_slack_in_whole_seconds() {
+        assert_eq!(wait_timeout_for(100), 1);
+        assert_eq!(wait_timeout_for(2_000), 3);
+        assert_eq!(wait_timeout_for(4_000), 5);
+        assert_eq!(wait_timeout_for(30_000), 35);
+        assert_eq!(wait_timeout_for(i64::MAX), 31_536_000);
+    }
+
+    /// The wait's text names the key in hex digits alone: no key needs
+    /// quoting.
+    #[test]
+    fn the_wait_names_its_key_in_hex() {
+        let sql = SessionSql::new("lg_").wait("a'b\\c", Some(3));
+        assert!(sql.starts_with("SET SESSION wait_timeout = 3; REPLACE INTO lg_lock_waits"));
+        assert!(sql.contains("X'6127625c63'"), "{sql}");
+        assert!(!sql.contains("a'b"), "{sql}");
+        assert!(
+            !SessionSql::new("lg_")
+                .wait("k", None)
+                .contains("wait_timeout")
+        );
     }
 }

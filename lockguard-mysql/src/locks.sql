@@ -412,11 +412,17 @@ BEGIN
     SET v_conn = CONV(SUBSTRING(p_token, 21), 16, 10);
     SET v_found = IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn;
   END IF;
-  -- A kept hold of a session lease, which no lease row names: the session
-  -- holding the user lock while it is kept is the keeper's.
+  -- A kept hold that no lease row names (a session lease's, or one kept
+  -- across a restart): ended with its row. The session holding the user
+  -- lock is the keeper's, unless it is a waiter granted the lock that
+  -- waits the kept time out (its wait's row names the key), which the
+  -- row's removal lets go on.
   IF v_conn IS NULL AND v_kept > 0 THEN
-    SET v_conn = IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h)));
     SET v_found = 1;
+    SET v_conn = IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h)));
+    IF EXISTS (SELECT 1 FROM __P__lock_waits w WHERE w.conn = v_conn AND w.h = v_h) THEN
+      SET v_conn = NULL;
+    END IF;
   END IF;
   IF v_conn IS NOT NULL AND IS_USED_LOCK(CONCAT('lockguard ', HEX(v_h))) <=> v_conn THEN
     KILL CONNECTION v_conn;

@@ -10,10 +10,9 @@ use std::time::Duration;
 
 use lockguard_core::store;
 use lockguard_core::store::{
-    LockLeases,
     AllOrNone, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply, LockKeys,
-    LockSet, LockStore, Occupancy, OnDemand, Outcome, Place, Resource, RwMode, Store, Stored,
-    Token, Waiting, net,
+    LockLeases, LockSet, LockStore, Occupancy, OnDemand, Outcome, Place, Resource, RwMode, Store,
+    Stored, Token, Waiting, net,
 };
 use lockguard_core::{Error, ErrorKind, FencingToken, Result};
 use mysql_async::prelude::{FromRow, Queryable};

@@ -104,12 +104,22 @@ async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
     assert!(held.is_held(), "the old holder was told without a renewal");
     assert!(
         orders
-            .update(&mut db, 1i64, next.fencing_token(), &[("status", "paid".into())])
+            .update(
+                &mut db,
+                1i64,
+                next.fencing_token(),
+                &[("status", "paid".into())]
+            )
             .await
             .unwrap()
     );
     let stale = orders
-        .update(&mut db, 1i64, held.fencing_token(), &[("status", "void".into())])
+        .update(
+            &mut db,
+            1i64,
+            held.fencing_token(),
+            &[("status", "void".into())],
+        )
         .await
         .unwrap_err();
     assert!(stale.is_stale_fencing_token(), "{stale}");
