@@ -21,6 +21,12 @@
 //! which empties the MEMORY table, no lock is taken anew until the
 //! longest lease any lock took has passed since the first session
 //! started after it (`lock_session_start`, `lock_epoch`).
+//!
+//! A client of session leases ([`LockLeases::Session`], on MariaDB)
+//! records nothing: its try is one statement (`GET_LOCK` and the next
+//! value of `lock_fence_seq`, [`SessionSql`]), its wait one round trip,
+//! its release the bare `RELEASE_LOCK`, and a session's end hands the
+//! lock on at once.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -259,10 +265,11 @@ impl MySqlSessions {
 }
 
 /// What a session lease's take found after its grant: its fencing token,
-/// or a lock kept past a release (`at_least`) for so much longer.
+/// and whether a lock kept past a release (`at_least`) stays kept so much
+/// longer.
 enum Settled {
     Fence(i64),
-    Kept(Duration),
+    Kept(Duration, i64),
 }
 
 impl MySqlSessions {
@@ -358,7 +365,7 @@ impl MySqlSessions {
         if fence - now > KEPT_AHEAD_US
             && let Some(left) = self.kept_left(sql, session, key, token, what).await?
         {
-            return Ok(Settled::Kept(left));
+            return Ok(Settled::Kept(left, fence));
         }
         Ok(Settled::Fence(fence))
     }
@@ -443,7 +450,7 @@ impl MySqlSessions {
                 self.name(sql, session, key, &what).await?;
                 Ok(Tried::Taken(net::fence(Some(fence), &what)?))
             }
-            Settled::Kept(left) => {
+            Settled::Kept(left, _) => {
                 let row = self
                     .one(session, &sql.release, (key,).into(), &what)
                     .await?;
@@ -475,18 +482,23 @@ impl MySqlSessions {
             return Err(garbage(&what(), "no grant"));
         };
         let mut waited = net::micros(Some(waited));
-        let fence = loop {
-            match self
-                .settle(sql, session, key, token, (fence, now), &what)
-                .await?
-            {
-                Settled::Fence(fence) => break fence,
-                Settled::Kept(left) => {
-                    let nap = left.min(Duration::from_millis(50));
-                    tokio::time::sleep(nap).await;
-                    waited += nap;
+        let fence = match self
+            .settle(sql, session, key, token, (fence, now), &what)
+            .await?
+        {
+            Settled::Fence(fence) => fence,
+            Settled::Kept(mut left, fence) => loop {
+                // Waited out holding the user lock (a forced release of
+                // the kept hold, which removes its row, ends it sooner);
+                // the lease begins after it.
+                let nap = left.min(Duration::from_millis(50));
+                tokio::time::sleep(nap).await;
+                waited += nap;
+                match self.kept_left(sql, session, key, token, &what).await? {
+                    Some(more) => left = more,
+                    None => break fence,
                 }
-            }
+            },
         };
         self.name(sql, session, key, &what).await?;
         Ok(Waited::new(net::fence(Some(fence), &what)?, waited))

@@ -9,9 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, LockGuard};
+use lockguard_core::Client;
 use lockguard_mysql::{FencedTable, LockLeases, MySqlBuilder};
 use lockguard_testing::conformance::eventually;
+use lockguard_testing::faults::{self, cut_while_waiting};
 use lockguard_testing::{ChildProcess, MariaDbServer};
 use mysql_async::prelude::Queryable;
 
@@ -36,32 +37,12 @@ fn holder_session(server: &MariaDbServer, key: &str) -> String {
     ))
 }
 
-/// Queues `waiter` for `key`, which `holder` holds, then kills the
-/// holder's session as an operator would (`KILL CONNECTION`): when it was
-/// killed, and when the waiter was granted the lock, with its guard.
-async fn cut_while_waiting(
-    server: &MariaDbServer,
-    holder: &Client,
-    waiter: &Client,
-    key: &str,
-) -> (Instant, Instant, LockGuard) {
-    let lock = waiter.lock(key).wait(Duration::from_secs(20));
-    let waiting = tokio::spawn(async move { lock.acquire().await.map(|g| (Instant::now(), g)) });
-    let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock(key).inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
+/// Kills the session holding lock `key` (of the default prefixes), as an
+/// operator would (`KILL CONNECTION`).
+fn kill_holder(server: &MariaDbServer, key: &str) {
     let id = holder_session(server, key);
     assert!(id.parse::<u64>().is_ok(), "the holder's session: {id:?}");
-    let ended = Instant::now();
     server.sql(&format!("KILL CONNECTION {id}"));
-    let (at, next) = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("the waiter was not granted the lock")
-        .unwrap()
-        .unwrap();
-    (ended, at, next)
 }
 
 /// A holder's session is killed by an operator while a waiter waits.
@@ -92,7 +73,10 @@ async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
         .acquire()
         .await
         .unwrap();
-    let (ended, at, next) = cut_while_waiting(&server, &holder, &waiter, "order:1").await;
+    let (ended, at, next) = cut_while_waiting(&holder, &waiter, "order:1", || {
+        kill_holder(&server, "order:1");
+    })
+    .await;
     let took = at - ended;
     assert!(
         took < Duration::from_secs(3),
@@ -133,7 +117,10 @@ async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
     let lease = Duration::from_secs(2);
     let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
     let taken = Instant::now();
-    let (_, at, next) = cut_while_waiting(&server, &holder, &waiter, "order:2").await;
+    let (_, at, next) = cut_while_waiting(&holder, &waiter, "order:2", || {
+        kill_holder(&server, "order:2");
+    })
+    .await;
     // The lease counts from the server's grant, a moment before `taken`.
     assert!(
         at - taken >= lease - Duration::from_millis(300),
@@ -146,58 +133,21 @@ async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
 
 /// The server crashes (SIGKILL) and comes back on its data while a lock of
 /// session leases is held on a long lease: the lock is free at once, with
-/// no wait for the leases granted before (the old holder learns of the
-/// crash at its next renewal), and its next token is greater than every
-/// token drawn before the crash (the sequence's cache is written ahead of
-/// what it hands out).
+/// no wait for the leases granted before, and its next token is greater
+/// than every token drawn before the crash (the sequence's cache is
+/// written ahead of what it hands out); the old holder learns of the
+/// crash at its next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_frees_session_leases_at_once_and_tokens_keep_growing() {
     let mut server = MariaDbServer::start();
-    let lg = client(&server, LockLeases::Session).await;
-    let lease = Duration::from_secs(60);
-    // Tokens drawn on other keys too, so the sequence has run ahead.
-    let mut before = Vec::new();
-    for key in ["crash:a", "crash:b", "crash:c"] {
-        let g = lg.lock(key).lease(lease).acquire().await.unwrap();
-        before.push(g.fencing_token());
-        assert!(g.release().await.unwrap());
-    }
-    let held = lg.lock("crash:a").watchdog(lease).acquire().await.unwrap();
-    let lost = held.lost();
-    server.kill();
-    server.restart();
-
+    let holder = client(&server, LockLeases::Session).await;
     let other = client(&server, LockLeases::Session).await;
-    let started = Instant::now();
-    let next = other
-        .lock("crash:a")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    let waited = started.elapsed();
-    assert!(
-        waited < Duration::from_secs(5),
-        "a lock of session leases waited {waited:?} after the crash"
-    );
-    let newest = before
-        .iter()
-        .copied()
-        .chain([held.fencing_token()])
-        .max()
-        .unwrap();
-    assert!(
-        next.fencing_token() > newest,
-        "token {:?} after the crash, {newest:?} before",
-        next.fencing_token()
-    );
-    // The old holder is told at its next renewal (a third of its lease).
-    let err = tokio::time::timeout(lease / 3 + Duration::from_secs(5), lost)
-        .await
-        .expect("the old holder was never told");
-    assert!(err.is_lease_lost(), "{err}");
-    assert!(!held.release().await.unwrap());
-    assert!(next.release().await.unwrap());
+    faults::a_crash_frees_session_leases_at_once_and_tokens_keep_growing(
+        &mut server,
+        &holder,
+        &other,
+    )
+    .await;
 }
 
 /// Where the paused holder's child process finds the server.
@@ -221,54 +171,27 @@ async fn child_holder() {
         .connect_mysql(&url)
         .await
         .expect("the child connects");
-    let g = lg
-        .lock("paused")
-        .lease(CHILD_LEASE)
-        .acquire()
-        .await
-        .expect("the child takes the lock");
-    println!("\nheld {}", g.fencing_token().get());
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    panic!("the holding child was not killed");
+    faults::hold_paused(&lg, "paused", CHILD_LEASE).await;
 }
 
 /// A holder process frozen (SIGSTOP) right after it took a lock of session
-/// leases on a fixed 2 s lease (so its client cannot unlock at the lease's
-/// end): its session, idle from the take, is ended by the server once idle
-/// for the lease and a slack in whole seconds (`wait_timeout` 3 s, set
-/// before the take), which frees the lock for a waiter: not before the
-/// holder's lease has ended (so never while it may still believe it
-/// holds), and within a bound.
+/// leases on a fixed 2 s lease loses it when the server ends its session,
+/// idle for the lease and a slack in whole seconds (`wait_timeout` 3 s, set
+/// before the take; the server checks idle sessions on its own schedule,
+/// so within seconds past it): not before the lease has ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holder_process_loses_the_lock_after_its_lease() {
     let server = MariaDbServer::start();
     let waiter = client(&server, LockLeases::Session).await;
-    let mut child = ChildProcess::spawn("child_holder", (CHILD_ENV, &server.url()));
-    let line = child.expect("held ");
-    child.pause();
-    let frozen = Instant::now();
-    let held: u64 = line["held ".len()..].trim().parse().expect("a token");
-    let next = waiter
-        .lock("paused")
-        .wait(Duration::from_secs(30))
-        .acquire()
-        .await
-        .expect("the waiter was never granted the lock");
-    let after = frozen.elapsed();
-    // The take's answer came at most moments before the freeze.
-    assert!(
-        after >= CHILD_LEASE - Duration::from_millis(300),
-        "the waiter took the lock {after:?} after the holder froze, inside its {CHILD_LEASE:?} lease"
-    );
-    // The server checks idle sessions' wait_timeout on its own schedule:
-    // within seconds past it.
-    assert!(
-        after < CHILD_LEASE * 5,
-        "the waiter took the lock only {after:?} after the holder froze"
-    );
-    assert!(next.fencing_token().get() > held);
-    assert!(next.release().await.unwrap());
-    child.kill();
+    let child = ChildProcess::spawn("child_holder", (CHILD_ENV, &server.url()));
+    faults::a_paused_holder_process_loses_the_lock_after_its_lease(
+        child,
+        &waiter,
+        "paused",
+        CHILD_LEASE,
+        CHILD_LEASE * 5,
+    )
+    .await;
 }
 
 /// A job's lock of session leases released early with `at_least` stays

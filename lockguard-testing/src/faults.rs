@@ -9,7 +9,10 @@
 //! paused holder (of a lock, a read-write lock, a multi-lock or a lead)
 //! loses its lease before another holder starts and is fenced out,
 //! wake-ups come back after an outage, and what a killed holder process
-//! held goes to the waiters behind it within its lease. Run them on a multi-thread runtime:
+//! held goes to the waiters behind it within its lease; for locks of
+//! session leases, a session's end hands the lock on at once, a crash
+//! frees them with no wait, and a paused holder process loses its lock
+//! only after its lease. Run them on a multi-thread runtime:
 //! they block a worker thread while they kill or start a server.
 //!
 //! ```ignore
@@ -34,6 +37,7 @@ use crate::conformance::eventually;
 
 mod kills;
 mod pauses;
+mod sessions;
 
 pub use self::kills::{
     HOLDER_ENV, Holding, Kill, a_killed_holder_is_replaced,
@@ -44,6 +48,10 @@ pub use self::kills::{
 pub use self::pauses::{
     PausePlan, a_pause_takes_the_leaders_lease, a_pause_takes_the_multi_locks_lease,
     a_pause_takes_the_writers_lease,
+};
+pub use self::sessions::{
+    a_crash_frees_session_leases_at_once_and_tokens_keep_growing,
+    a_paused_holder_process_loses_the_lock_after_its_lease, cut_while_waiting, hold_paused,
 };
 
 /// How long the outages of [`wake_ups_come_back_after_an_outage`] and

@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, LockGuard};
+use lockguard_core::Client;
 use lockguard_postgres::{BuilderExt as _, FencedTable, LockLeases, tokio_postgres};
 use lockguard_testing::PostgresServer;
-use lockguard_testing::conformance::eventually;
+use lockguard_testing::faults::{self, cut_while_waiting};
 
 /// A client of `leases` on `server`.
 async fn client(server: &PostgresServer, leases: LockLeases) -> Client {
@@ -35,32 +35,6 @@ fn terminate_holder(server: &PostgresServer) -> u64 {
         )
         .parse()
         .expect("a count")
-}
-
-/// Queues `waiter` for `key`, which `holder` holds, then ends the holder's
-/// session as an operator would: when it was ended, and when the waiter
-/// was granted the lock, with its guard.
-async fn cut_while_waiting(
-    server: &PostgresServer,
-    holder: &Client,
-    waiter: &Client,
-    key: &str,
-) -> (Instant, Instant, LockGuard) {
-    let lock = waiter.lock(key).wait(Duration::from_secs(20));
-    let waiting = tokio::spawn(async move { lock.acquire().await.map(|g| (Instant::now(), g)) });
-    let queued = eventually(Duration::from_secs(10), || async {
-        holder.lock(key).inspect().await.unwrap().waiters == 1
-    })
-    .await;
-    assert!(queued, "the waiter never queued");
-    let ended = Instant::now();
-    assert_eq!(terminate_holder(server), 1, "the holder's session");
-    let (at, next) = tokio::time::timeout(Duration::from_secs(10), waiting)
-        .await
-        .expect("the waiter was not granted the lock")
-        .unwrap()
-        .unwrap();
-    (ended, at, next)
 }
 
 /// A holder's session ends by an operator's hand while a waiter waits.
@@ -94,7 +68,10 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
         .acquire()
         .await
         .unwrap();
-    let (ended, at, next) = cut_while_waiting(&server, &holder, &waiter, "order:1").await;
+    let (ended, at, next) = cut_while_waiting(&holder, &waiter, "order:1", || {
+        assert_eq!(terminate_holder(&server), 1, "the holder's session");
+    })
+    .await;
     let took = at - ended;
     assert!(
         took < Duration::from_secs(3),
@@ -125,7 +102,10 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
     let lease = Duration::from_secs(2);
     let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
     let taken = Instant::now();
-    let (_, at, next) = cut_while_waiting(&server, &holder, &waiter, "order:2").await;
+    let (_, at, next) = cut_while_waiting(&holder, &waiter, "order:2", || {
+        assert_eq!(terminate_holder(&server), 1, "the holder's session");
+    })
+    .await;
     // The lease counts from the server's grant, a moment before `taken`.
     assert!(
         at - taken >= lease - Duration::from_millis(300),
@@ -138,58 +118,21 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
 
 /// The server crashes (SIGKILL) and comes back on its data while a lock of
 /// session leases is held on a long lease: the lock is free at once, with
-/// no wait for the leases granted before (the old holder learns of the
-/// crash at its next renewal), and its next token is greater than every
-/// token drawn before the crash, though the sequence they come from is
-/// unlogged (emptied by crash recovery) on PostgreSQL 15 and newer.
+/// no wait for the leases granted before, and its next token is greater
+/// than every token drawn before the crash, though the sequence they come
+/// from is unlogged (emptied by crash recovery) on PostgreSQL 15 and
+/// newer; the old holder learns of the crash at its next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_frees_session_leases_at_once_and_tokens_keep_growing() {
     let mut server = PostgresServer::start();
-    let lg = client(&server, LockLeases::Session).await;
-    let lease = Duration::from_secs(60);
-    // Tokens drawn on other keys too, so the sequence has run ahead.
-    let mut before = Vec::new();
-    for key in ["crash:a", "crash:b", "crash:c"] {
-        let g = lg.lock(key).lease(lease).acquire().await.unwrap();
-        before.push(g.fencing_token());
-        assert!(g.release().await.unwrap());
-    }
-    let held = lg.lock("crash:a").watchdog(lease).acquire().await.unwrap();
-    let lost = held.lost();
-    server.kill();
-    server.restart();
-
+    let holder = client(&server, LockLeases::Session).await;
     let other = client(&server, LockLeases::Session).await;
-    let started = Instant::now();
-    let next = other
-        .lock("crash:a")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .unwrap();
-    let waited = started.elapsed();
-    assert!(
-        waited < Duration::from_secs(5),
-        "a lock of session leases waited {waited:?} after the crash"
-    );
-    let newest = before
-        .iter()
-        .copied()
-        .chain([held.fencing_token()])
-        .max()
-        .unwrap();
-    assert!(
-        next.fencing_token() > newest,
-        "token {:?} after the crash, {newest:?} before",
-        next.fencing_token()
-    );
-    // The old holder is told at its next renewal (a third of its lease).
-    let err = tokio::time::timeout(lease / 3 + Duration::from_secs(5), lost)
-        .await
-        .expect("the old holder was never told");
-    assert!(err.is_lease_lost(), "{err}");
-    assert!(!held.release().await.unwrap());
-    assert!(next.release().await.unwrap());
+    faults::a_crash_frees_session_leases_at_once_and_tokens_keep_growing(
+        &mut server,
+        &holder,
+        &other,
+    )
+    .await;
 }
 
 /// Where the paused holder's child process finds the server.
@@ -213,15 +156,7 @@ async fn child_holder() {
         .connect_postgres(&url)
         .await
         .expect("the child connects");
-    let g = lg
-        .lock("paused")
-        .lease(CHILD_LEASE)
-        .acquire()
-        .await
-        .expect("the child takes the lock");
-    println!("\nheld {}", g.fencing_token().get());
-    tokio::time::sleep(Duration::from_secs(120)).await;
-    panic!("the holding child was not killed");
+    faults::hold_paused(&lg, "paused", CHILD_LEASE).await;
 }
 
 /// A holder process frozen (SIGSTOP) right after it took a lock of session
@@ -235,34 +170,19 @@ async fn child_holder() {
 async fn a_paused_holder_process_loses_the_lock_after_its_lease() {
     let server = PostgresServer::start();
     let waiter = client(&server, LockLeases::Session).await;
-    let mut child = lockguard_testing::ChildProcess::spawn(
+    let child = lockguard_testing::ChildProcess::spawn(
         "postgres_session::child_holder",
         (CHILD_ENV, &server.url()),
     );
-    let line = child.expect("held ");
-    child.pause();
-    let frozen = Instant::now();
-    let held: u64 = line["held ".len()..].trim().parse().expect("a token");
-    let next = waiter
-        .lock("paused")
-        .wait(Duration::from_secs(20))
-        .acquire()
-        .await
-        .expect("the waiter was never granted the lock");
-    let after = frozen.elapsed();
-    // The take's answer came at most moments before the freeze, and the
-    // server ends the session 2.5 s after it.
-    assert!(
-        after >= CHILD_LEASE - Duration::from_millis(300),
-        "the waiter took the lock {after:?} after the holder froze, inside its {CHILD_LEASE:?} lease"
-    );
-    assert!(
-        after < CHILD_LEASE * 3,
-        "the waiter took the lock only {after:?} after the holder froze"
-    );
-    assert!(next.fencing_token().get() > held);
-    assert!(next.release().await.unwrap());
-    child.kill();
+    // The server ends the session 2.5 s after the take.
+    faults::a_paused_holder_process_loses_the_lock_after_its_lease(
+        child,
+        &waiter,
+        "paused",
+        CHILD_LEASE,
+        CHILD_LEASE * 3,
+    )
+    .await;
 }
 
 /// A URL's `lock_leases` parameter picks the mode (what `Client::connect`
