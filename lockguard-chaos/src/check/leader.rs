@@ -109,7 +109,13 @@ pub(crate) fn leaders(
         leads.sort_by_key(|l| l.from);
         let mut reach: Option<&Lead<'_>> = None;
         for l in &leads {
-            let ended = |r: &Lead<'_>| super::session_ended(session_faults, r.from, r.to, l.from);
+            let tenure = |l: &Lead<'_>| super::Tenure {
+                asked: l.elected.invoke,
+                from: l.from,
+                to: l.to,
+                token: l.term,
+            };
+            let ended = |r: &Lead<'_>| super::session_ended(session_faults, tenure(r), tenure(l));
             if let Some(r) = reach
                 && l.from < r.to
                 && ended(r)

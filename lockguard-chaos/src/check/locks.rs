@@ -124,9 +124,9 @@ pub(crate) fn holds<'a>(ops: &'a [Op], faults: &[FaultSpan]) -> Vec<Hold<'a>> {
 ///
 /// `session_faults`: the server faults that ended the clients' sessions,
 /// for a store whose locks such a fault frees at once (otherwise none). An
-/// overlap of an earlier hold and a later one is no finding when one of
-/// them began while the earlier was held and before the later began: the
-/// earlier holder's session ended, and it is told at its next renewal.
+/// overlap that such a fault explains is no finding (see
+/// [`session_ended`](super::session_ended)): a holder's session ended, and
+/// it is told at its next renewal.
 /// Answers how many such overlaps there were.
 pub(crate) fn mutual_exclusion(
     holds: &[Hold<'_>],
@@ -148,7 +148,13 @@ pub(crate) fn mutual_exclusion(
         // among those before it.
         let mut reach: Option<&Hold<'_>> = None;
         for h in hs {
-            let ended = |r: &Hold<'_>| super::session_ended(session_faults, r.from, r.to, h.from);
+            let tenure = |h: &Hold<'_>| super::Tenure {
+                asked: h.acquire.invoke,
+                from: h.from,
+                to: h.to,
+                token: h.fence,
+            };
+            let ended = |r: &Hold<'_>| super::session_ended(session_faults, tenure(r), tenure(h));
             if let Some(r) = reach
                 && h.from < r.to
                 && ended(r)

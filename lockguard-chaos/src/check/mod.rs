@@ -80,19 +80,30 @@ pub(crate) struct Bounds {
     pub(crate) min_window_ns: u64,
 }
 
-/// Whether one of `session_faults` (faults that ended the clients'
-/// sessions) began before `later_from` while a hold or a lead from `from`
-/// to `to` ran: its session ended, and its holder is told at its next
-/// renewal, so a hold that began after it may overlap it.
-pub(crate) fn session_ended(
-    session_faults: &[&FaultSpan],
-    from: u64,
-    to: u64,
-    later_from: u64,
-) -> bool {
+/// A hold of a lock or a lead of an election, as the session-fault rule
+/// ([`session_ended`]) sees it: when its acquisition was asked for, when it
+/// began (the acquisition's return) and ended, and its fencing token (a
+/// lead's term), which orders the grants.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tenure {
+    pub(crate) asked: u64,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
+    pub(crate) token: u64,
+}
+
+/// Whether the overlap of two holds (or leads) `a` and `b` follows from one
+/// of `session_faults` (faults that ended the clients' sessions): one that
+/// hit the hold granted first (the smaller token) while it was being
+/// acquired or held, and began before the other hold began. That hold's
+/// session ended after its grant (while it waited for a multi-lock's other
+/// keys, say) or during its hold, which freed the lock for the other, and
+/// its holder is told at its next renewal.
+pub(crate) fn session_ended(session_faults: &[&FaultSpan], a: Tenure, b: Tenure) -> bool {
+    let (first, other) = if a.token <= b.token { (a, b) } else { (b, a) };
     session_faults
         .iter()
-        .any(|f| f.from <= later_from && f.to >= from && f.from <= to)
+        .any(|f| f.from <= other.from && f.to >= first.asked && f.from <= first.to)
 }
 
 /// The checks a failover of asynchronous replication (Redis Sentinel) may
@@ -354,6 +365,31 @@ pub(crate) mod tests {
         paused.extend(hold(2, 2, 25, 50));
         paused.push(fault("pause-server", 20, 24));
         assert_eq!(checked(&paused, true), (vec!["mutual-exclusion"], 0));
+        // The later hold's session ended while it was still being
+        // acquired (a multi-lock's first key, granted before the fault),
+        // and the other took the lock after the fault, with a greater
+        // token: counted. With the tokens the other way round, the later
+        // hold was granted after the other, which the fault did not hit:
+        // caught.
+        for (tokens, found) in [
+            ((2, 1), (vec![], 1)),
+            ((1, 2), (vec!["mutual-exclusion"], 0)),
+        ] {
+            let mut asked = hold(1, tokens.0, 25, 40);
+            let mut second = hold(2, tokens.1, 30, 50);
+            second[0].invoke = 5 * MS;
+            asked.append(&mut second);
+            asked.push(fault("kill-connections", 12, 14));
+            assert_eq!(checked(&asked, true), found, "{tokens:?}");
+        }
+        // The earlier hold's session ended while it was being acquired
+        // (an election's campaign granted before the fault, returned
+        // after it), and the other took over after the fault: counted.
+        let mut campaign = hold(1, 1, 25, 40);
+        campaign[0].invoke = 5 * MS;
+        campaign.extend(hold(2, 2, 30, 50));
+        campaign.push(fault("kill-connections", 12, 14));
+        assert_eq!(checked(&campaign, true), (vec![], 1));
         // A fault after the second hold began, or before the first, ends
         // no session the overlap is about.
         for (from, to) in [(30, 32), (2, 5)] {
