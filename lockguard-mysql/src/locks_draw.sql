@@ -35,6 +35,15 @@ END IF;
 -- token (__P__lock_fence_seq).
 SET v_fence = GREATEST(COALESCE(v_fence, 0) + 1, v_now + 1
                        /*M! , NEXTVAL(__P__lock_fence_seq) */);
+/*M! IF v_left IS NULL AND v_fence - v_now > 2000000 THEN
+  -- The sequence lifted for a lock kept somewhere (see
+  -- __P__lock_fence_seq): a session lease's keep, which no lease row of
+  -- the key records, is read from its InnoDB row (its keeper's session
+  -- may have ended).
+  SELECT MAX(IF(k.until_us > v_now AND NOT (k.token <=> p_token), k.until_us - v_now, NULL))
+    INTO v_left
+    FROM __P__lock_kept k WHERE k.h = v_h;
+END IF; */
 IF v_left IS NULL THEN
   INSERT INTO __P__lock_fences (h, k, fence, token, conn, at_us, expires_us)
   VALUES (v_h, p_key, v_fence, p_token, CONNECTION_ID(), v_now,
