@@ -247,6 +247,8 @@ impl MySqlOptions {
     /// made by a newer lockguard.
     pub async fn connect(&self, url: &str) -> Result<Store> {
         let mut cfg = self.config()?;
+        // A URL's `lock_leases` parameter, when it has one (the URL comes
+        // back shorter without it), overrides the options'.
         let (leases, bare) = lockguard_core::store::url::lock_leases(url)?;
         if bare.len() != url.len() {
             cfg.leases = leases;

@@ -148,8 +148,9 @@ END
 -- that, the key's last and the clock (locks_draw.sql). The sequence is
 -- kept at or above the database's clock in µs (a session lease's draw
 -- that finds it behind lifts it a second ahead: lock_fence_rebase), so
--- tokens grow across a failover to a replica that lags, and above every
--- token of schema versions before 13 (the clock and the key's last). A
+-- tokens stay above every token of schema versions before 13 (the clock
+-- and the key's last), and after a failover of a second or more to a
+-- replica whose sequence lags, above the old primary's. A
 -- lock kept past its release (at_least) lifts it to 3 s past its kept
 -- time (lock_lease), and a session lease's draw more than 2 s ahead of
 -- the clock reads the kept time of its own key before it holds
