@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use lockguard_core::Client;
 use lockguard_mysql::{FencedTable, LockLeases, MySqlBuilder};
 use lockguard_testing::conformance::eventually;
-use lockguard_testing::faults::{self, cut_while_waiting};
+use lockguard_testing::faults;
 use lockguard_testing::{ChildProcess, MariaDbServer};
 use mysql_async::prelude::Queryable;
 
@@ -45,13 +45,10 @@ fn kill_holder(server: &MariaDbServer, key: &str) {
     server.sql(&format!("KILL CONNECTION {id}"));
 }
 
-/// A holder's session is killed by an operator while a waiter waits.
-/// With session leases the waiter is granted the lock at once (well
-/// before the holder's 30 s lease would end), with a greater token; the
-/// old holder, told only at its next renewal, still believes it holds,
-/// and its fenced write after the new holder's is refused. With recorded
-/// leases (the default) the waiter instead waits out the lease the old
-/// holder recorded.
+/// A holder's session killed by an operator (`KILL CONNECTION`) while a
+/// waiter waits: the kit's scenario (session leases hand the lock on at
+/// once and fence the old holder's writes out; recorded leases wait the
+/// lease out), on a `FencedTable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
     let server = MariaDbServer::start();
@@ -65,70 +62,25 @@ async fn a_killed_holder_session_is_succeeded_at_once_and_its_writes_refused() {
     let orders = FencedTable::new("orders", "id").unwrap();
     db.query_drop(orders.add_column_sql()).await.unwrap();
 
-    let holder = client(&server, LockLeases::Session).await;
-    let waiter = client(&server, LockLeases::Session).await;
-    let held = holder
-        .lock("order:1")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (ended, at, next) = cut_while_waiting(&holder, &waiter, "order:1", || {
-        kill_holder(&server, "order:1");
-    })
+    let session = (
+        client(&server, LockLeases::Session).await,
+        client(&server, LockLeases::Session).await,
+    );
+    let recorded = (
+        client(&server, LockLeases::Recorded).await,
+        client(&server, LockLeases::Recorded).await,
+    );
+    faults::a_cut_holder_is_succeeded_at_once_and_its_writes_refused(
+        (&session.0, &session.1),
+        (&recorded.0, &recorded.1),
+        |key| kill_holder(&server, key),
+        async |token| {
+            orders
+                .update(&mut db, 1i64, token, &[("status", "paid".into())])
+                .await
+        },
+    )
     .await;
-    let took = at - ended;
-    assert!(
-        took < Duration::from_secs(3),
-        "the waiter was granted the lock {took:?} after the holder's session ended"
-    );
-    assert!(next.fencing_token() > held.fencing_token());
-    // The old holder learns nothing until it next speaks to the server:
-    // within its fixed lease it still believes it holds.
-    assert!(held.is_held(), "the old holder was told without a renewal");
-    assert!(
-        orders
-            .update(
-                &mut db,
-                1i64,
-                next.fencing_token(),
-                &[("status", "paid".into())]
-            )
-            .await
-            .unwrap()
-    );
-    let stale = orders
-        .update(
-            &mut db,
-            1i64,
-            held.fencing_token(),
-            &[("status", "void".into())],
-        )
-        .await
-        .unwrap_err();
-    assert!(stale.is_stale_fencing_token(), "{stale}");
-    assert!(!held.release().await.unwrap(), "the lock was no longer its");
-    assert!(next.release().await.unwrap());
-
-    // Recorded leases: the same cut, and the waiter waits out the 2 s lease
-    // the holder recorded.
-    let holder = client(&server, LockLeases::Recorded).await;
-    let waiter = client(&server, LockLeases::Recorded).await;
-    let lease = Duration::from_secs(2);
-    let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
-    let taken = Instant::now();
-    let (_, at, next) = cut_while_waiting(&holder, &waiter, "order:2", || {
-        kill_holder(&server, "order:2");
-    })
-    .await;
-    // The lease counts from the server's grant, a moment before `taken`.
-    assert!(
-        at - taken >= lease - Duration::from_millis(300),
-        "a recorded lease's successor took the lock {:?} into a {lease:?} lease",
-        at - taken
-    );
-    assert!(next.fencing_token() > held.fencing_token());
-    assert!(next.release().await.unwrap());
 }
 
 /// The server crashes (SIGKILL) and comes back on its data while a lock of

@@ -51,7 +51,8 @@ pub use self::pauses::{
 };
 pub use self::sessions::{
     a_crash_frees_session_leases_at_once_and_tokens_keep_growing,
-    a_paused_holder_process_loses_the_lock_after_its_lease, cut_while_waiting, hold_paused,
+    a_cut_holder_is_succeeded_at_once_and_its_writes_refused,
+    a_paused_holder_process_loses_the_lock_after_its_lease, hold_paused,
 };
 
 /// How long the outages of [`wake_ups_come_back_after_an_outage`] and

@@ -4,12 +4,12 @@
 //! once, with no wait, and every token drawn after it is greater than
 //! every one drawn before; a recorded lease's successor waits beside it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_postgres::{BuilderExt as _, FencedTable, LockLeases, tokio_postgres};
 use lockguard_testing::PostgresServer;
-use lockguard_testing::faults::{self, cut_while_waiting};
+use lockguard_testing::faults;
 
 /// A client of `leases` on `server`.
 async fn client(server: &PostgresServer, leases: LockLeases) -> Client {
@@ -37,13 +37,10 @@ fn terminate_holder(server: &PostgresServer) -> u64 {
         .expect("a count")
 }
 
-/// A holder's session ends by an operator's hand while a waiter waits.
-/// With session leases the waiter is granted the lock at once (well
-/// before the holder's 30 s lease would end), with a greater token; the
-/// old holder, told only at its next renewal, still believes it holds,
-/// and its fenced write after the new holder's is refused. With recorded
-/// leases (the default) the waiter instead waits out the lease the old
-/// holder recorded.
+/// A holder's session ended by an operator (`pg_terminate_backend`) while
+/// a waiter waits: the kit's scenario (session leases hand the lock on at
+/// once and fence the old holder's writes out; recorded leases wait the
+/// lease out), on a `FencedTable`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
     let server = PostgresServer::start();
@@ -60,60 +57,25 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
     let orders = FencedTable::new("orders", "id").unwrap();
     db.batch_execute(&orders.add_column_sql()).await.unwrap();
 
-    let holder = client(&server, LockLeases::Session).await;
-    let waiter = client(&server, LockLeases::Session).await;
-    let held = holder
-        .lock("order:1")
-        .lease(Duration::from_secs(30))
-        .acquire()
-        .await
-        .unwrap();
-    let (ended, at, next) = cut_while_waiting(&holder, &waiter, "order:1", || {
-        assert_eq!(terminate_holder(&server), 1, "the holder's session");
-    })
+    let session = (
+        client(&server, LockLeases::Session).await,
+        client(&server, LockLeases::Session).await,
+    );
+    let recorded = (
+        client(&server, LockLeases::Recorded).await,
+        client(&server, LockLeases::Recorded).await,
+    );
+    faults::a_cut_holder_is_succeeded_at_once_and_its_writes_refused(
+        (&session.0, &session.1),
+        (&recorded.0, &recorded.1),
+        |_| assert_eq!(terminate_holder(&server), 1, "the holder's session"),
+        async |token| {
+            orders
+                .update(&db, &1i64, token, &[("status", &"paid")])
+                .await
+        },
+    )
     .await;
-    let took = at - ended;
-    assert!(
-        took < Duration::from_secs(3),
-        "the waiter was granted the lock {took:?} after the holder's session ended"
-    );
-    assert!(next.fencing_token() > held.fencing_token());
-    // The old holder learns nothing until it next speaks to the server:
-    // within its fixed lease it still believes it holds.
-    assert!(held.is_held(), "the old holder was told without a renewal");
-    assert!(
-        orders
-            .update(&db, &1i64, next.fencing_token(), &[("status", &"paid")])
-            .await
-            .unwrap()
-    );
-    let stale = orders
-        .update(&db, &1i64, held.fencing_token(), &[("status", &"void")])
-        .await
-        .unwrap_err();
-    assert!(stale.is_stale_fencing_token(), "{stale}");
-    assert!(!held.release().await.unwrap(), "the lock was no longer its");
-    assert!(next.release().await.unwrap());
-
-    // Recorded leases: the same cut, and the waiter waits out the 2 s lease
-    // the holder recorded.
-    let holder = client(&server, LockLeases::Recorded).await;
-    let waiter = client(&server, LockLeases::Recorded).await;
-    let lease = Duration::from_secs(2);
-    let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
-    let taken = Instant::now();
-    let (_, at, next) = cut_while_waiting(&holder, &waiter, "order:2", || {
-        assert_eq!(terminate_holder(&server), 1, "the holder's session");
-    })
-    .await;
-    // The lease counts from the server's grant, a moment before `taken`.
-    assert!(
-        at - taken >= lease - Duration::from_millis(300),
-        "a recorded lease's successor took the lock {:?} into a {lease:?} lease",
-        at - taken
-    );
-    assert!(next.fencing_token() > held.fencing_token());
-    assert!(next.release().await.unwrap());
 }
 
 /// The server crashes (SIGKILL) and comes back on its data while a lock of

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockguard_core::{Client, LockGuard};
+use lockguard_core::{Client, FencingToken, LockGuard};
 
 use crate::conformance::eventually;
 use crate::{ChildProcess, ServerProcess};
@@ -18,7 +18,7 @@ use crate::{ChildProcess, ServerProcess};
 ///
 /// When the waiter never queues (10 s), or is not granted the lock within
 /// 10 s of the cut.
-pub async fn cut_while_waiting(
+async fn cut_while_waiting(
     holder: &Client,
     waiter: &Client,
     key: &str,
@@ -39,6 +39,67 @@ pub async fn cut_while_waiting(
         .unwrap()
         .unwrap();
     (ended, at, next)
+}
+
+/// A holder's session is ended by `cut` (given the key, as an operator's
+/// termination of it would) while a waiter waits. With session leases
+/// (`session`: the holder's client and the waiter's) the waiter is granted
+/// the lock at once, well before the holder's 30 s lease would end, with a
+/// greater token; the old holder, told only at its next renewal, still
+/// believes it holds, and `write` (the store's fenced write of one
+/// resource with a token) succeeds with the new holder's token and is
+/// refused with the old one's. With recorded leases (`recorded`) the
+/// waiter instead waits out the 2 s lease the holder recorded.
+///
+/// # Panics
+///
+/// When the session lease's waiter waits 3 s or more, the old holder is
+/// told without a renewal, the old token's write is not refused, or the
+/// recorded lease's waiter takes the lock inside the lease.
+pub async fn a_cut_holder_is_succeeded_at_once_and_its_writes_refused(
+    session: (&Client, &Client),
+    recorded: (&Client, &Client),
+    cut: impl Fn(&str),
+    mut write: impl AsyncFnMut(FencingToken) -> lockguard_core::Result<bool>,
+) {
+    let (holder, waiter) = session;
+    let held = holder
+        .lock("order:1")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let (ended, at, next) = cut_while_waiting(holder, waiter, "order:1", || cut("order:1")).await;
+    let took = at - ended;
+    assert!(
+        took < Duration::from_secs(3),
+        "the waiter was granted the lock {took:?} after the holder's session ended"
+    );
+    assert!(next.fencing_token() > held.fencing_token());
+    // The old holder learns nothing until it next speaks to the server:
+    // within its fixed lease it still believes it holds.
+    assert!(held.is_held(), "the old holder was told without a renewal");
+    assert!(write(next.fencing_token()).await.unwrap());
+    let stale = write(held.fencing_token()).await.unwrap_err();
+    assert!(stale.is_stale_fencing_token(), "{stale}");
+    assert!(!held.release().await.unwrap(), "the lock was no longer its");
+    assert!(next.release().await.unwrap());
+
+    // Recorded leases: the same cut, and the waiter waits out the 2 s lease
+    // the holder recorded.
+    let (holder, waiter) = recorded;
+    let lease = Duration::from_secs(2);
+    let held = holder.lock("order:2").lease(lease).acquire().await.unwrap();
+    let taken = Instant::now();
+    let (_, at, next) = cut_while_waiting(holder, waiter, "order:2", || cut("order:2")).await;
+    // The lease counts from the server's grant, a moment before `taken`.
+    assert!(
+        at - taken >= lease - Duration::from_millis(300),
+        "a recorded lease's successor took the lock {:?} into a {lease:?} lease",
+        at - taken
+    );
+    assert!(next.fencing_token() > held.fencing_token());
+    assert!(next.release().await.unwrap());
 }
 
 /// `server` crashes (SIGKILL) and comes back on its data while `holder`
