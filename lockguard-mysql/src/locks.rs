@@ -28,17 +28,17 @@
 //! its release the bare `RELEASE_LOCK`, and a session's end hands the
 //! lock on at once.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Pool, Row};
 
 use lockguard_core::Result;
 use lockguard_core::store::net;
-use lockguard_core::store::{HoldOf, LockLeases, LockSessions, SessionLocks, Token, Tried, Waited};
+use lockguard_core::store::{
+    HoldOf, LockLeases, LockSessions, NamedKeys, SessionLocks, Token, Tried, Waited,
+};
 
 use crate::error::{garbage, is_gone, mysql_error, read_row};
 use crate::schema::{NOW, clock_us, lock_h};
@@ -64,6 +64,24 @@ pub(crate) struct Session {
     wait_timeout_s: AtomicI64,
 }
 
+impl Session {
+    /// `answer`, of a statement run on this session, as the store's
+    /// result: an error about `what`, the session marked closed when the
+    /// connection was found gone.
+    fn answered<T>(
+        &self,
+        answer: std::result::Result<T, mysql_async::Error>,
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<T> {
+        answer.map_err(|e| {
+            if is_gone(&e) {
+                self.closed.store(true, Ordering::Relaxed);
+            }
+            mysql_error(e, &what())
+        })
+    }
+}
+
 /// The `wait_timeout` (whole seconds) of a session holding a lock on a
 /// lease of `lease_ms`: the lease and a slack (a quarter of it, between
 /// 50 ms and 5 s), as `locks_session.sql` computes it.
@@ -77,15 +95,6 @@ fn wait_timeout_for(lease_ms: i64) -> i64 {
 /// past its release somewhere (µs, see `locks.sql`): a session lease's
 /// draw further ahead reads its key's kept time before it holds.
 const KEPT_AHEAD_US: i64 = 2_000_000;
-
-/// How long a client's note that it named a key in `lock_names` lasts: it
-/// names it again at its first hold after (the sweep removes a name a day
-/// after it was written).
-const RENAME_AFTER: Duration = Duration::from_secs(3_600);
-
-/// The most keys a client remembers having named; past it, it forgets
-/// them all and names each again at its next hold.
-const NAMED_KEYS: usize = 10_000;
 
 /// The statements of a client of session leases ([`LockLeases::Session`]):
 /// a hold records nothing, the try is one statement and the release the
@@ -185,9 +194,9 @@ pub(crate) struct MySqlSessions {
     bound_sql: String,
     /// The statements of session leases; `None` with recorded leases.
     session: Option<SessionSql>,
-    /// With session leases: the keys this client named in `lock_names`,
-    /// and when.
-    named: Mutex<HashMap<Box<str>, Instant>>,
+    /// With session leases: the keys this client named in `lock_names`
+    /// (swept a day after a key was named).
+    named: NamedKeys,
 }
 
 impl MySqlSessions {
@@ -204,7 +213,7 @@ impl MySqlSessions {
     ) -> Self {
         Self {
             session: (leases == LockLeases::Session).then(|| SessionSql::new(prefix)),
-            named: Mutex::new(HashMap::new()),
+            named: NamedKeys::new(),
             opts,
             pool,
             connect_timeout,
@@ -231,12 +240,8 @@ impl MySqlSessions {
         }
         let what = || format!("recording the lease of {key:?}");
         let mut conn = session.conn.lock().await;
-        if let Err(e) = conn.exec_drop(&self.bound_sql, (lease_ms,)).await {
-            if is_gone(&e) {
-                session.closed.store(true, Ordering::Relaxed);
-            }
-            return Err(mysql_error(e, &what()));
-        }
+        let recorded = conn.exec_drop(&self.bound_sql, (lease_ms,)).await;
+        session.answered(recorded, &what)?;
         session.bound_ms.fetch_max(lease_ms, Ordering::Relaxed);
         Ok(())
     }
@@ -251,16 +256,10 @@ impl MySqlSessions {
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<Row> {
         let mut conn = session.conn.lock().await;
-        match conn.exec_first::<Row, _, _>(sql, params).await {
-            Ok(Some(row)) => Ok(row),
-            Ok(None) => Err(garbage(&what(), "no row")),
-            Err(e) => {
-                if is_gone(&e) {
-                    session.closed.store(true, Ordering::Relaxed);
-                }
-                Err(mysql_error(e, &what()))
-            }
-        }
+        let answer = conn.exec_first::<Row, _, _>(sql, params).await;
+        session
+            .answered(answer, what)?
+            .ok_or_else(|| garbage(&what(), "no row"))
     }
 }
 
@@ -293,16 +292,10 @@ impl MySqlSessions {
             }
             Ok::<_, mysql_async::Error>(last)
         };
-        match read.await {
-            Ok(Some(row)) => Ok(row),
-            Ok(None) => Err(garbage(&what(), "no row")),
-            Err(e) => {
-                if is_gone(&e) {
-                    session.closed.store(true, Ordering::Relaxed);
-                }
-                Err(mysql_error(e, &what()))
-            }
-        }
+        let answer = read.await;
+        session
+            .answered(answer, what)?
+            .ok_or_else(|| garbage(&what(), "no row"))
     }
 
     /// The `wait_timeout` `session` is to be given before a hold on a
@@ -331,15 +324,10 @@ impl MySqlSessions {
     ) -> Result<()> {
         if let Some(s) = Self::set_up_needed(session, lease_ms) {
             let mut conn = session.conn.lock().await;
-            if let Err(e) = conn
+            let set = conn
                 .query_drop(format!("SET SESSION wait_timeout = {s}"))
-                .await
-            {
-                if is_gone(&e) {
-                    session.closed.store(true, Ordering::Relaxed);
-                }
-                return Err(mysql_error(e, &what()));
-            }
+                .await;
+            session.answered(set, what)?;
         }
         Self::set_up_done(session, lease_ms);
         Ok(())
@@ -396,24 +384,13 @@ impl MySqlSessions {
         key: &str,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<()> {
-        let fresh = |named: &HashMap<Box<str>, Instant>| {
-            named.get(key).is_some_and(|at| at.elapsed() < RENAME_AFTER)
-        };
-        if fresh(&self.named.lock().unwrap_or_else(|e| e.into_inner())) {
+        if !self.named.due(key) {
             return Ok(());
         }
         let mut conn = session.conn.lock().await;
-        if let Err(e) = conn.exec_drop(&sql.name, (key, key)).await {
-            if is_gone(&e) {
-                session.closed.store(true, Ordering::Relaxed);
-            }
-            return Err(mysql_error(e, &what()));
-        }
-        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-        if named.len() >= NAMED_KEYS {
-            named.clear();
-        }
-        named.insert(key.into(), Instant::now());
+        let named = conn.exec_drop(&sql.name, (key, key)).await;
+        session.answered(named, what)?;
+        self.named.named(key);
         Ok(())
     }
 

@@ -26,10 +26,8 @@
 //! hands its session on: the session is dropped, and its end frees
 //! whatever it took.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -37,7 +35,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{CancelToken, Row, Statement};
 
 use lockguard_core::store::net;
-use lockguard_core::store::{HoldOf, LockSessions, SessionLocks, Token, Tried, Waited};
+use lockguard_core::store::{HoldOf, LockSessions, NamedKeys, SessionLocks, Token, Tried, Waited};
 use lockguard_core::{Error, ErrorKind, Result};
 
 use crate::error::pg_error;
@@ -204,23 +202,15 @@ impl Drop for Session {
     }
 }
 
-/// How often a client of session leases names a key it keeps taking
-/// (schema.sql's `lock_names`, swept a day after a key was named).
-const RENAME_AFTER: Duration = Duration::from_secs(3600);
-
-/// The most keys a client remembers having named; past it, it forgets
-/// them all and names each again at its next hold.
-const NAMED_KEYS: usize = 10_000;
-
 /// How this client opens the sessions of its locks.
 pub(crate) struct PgSessions {
     config: tokio_postgres::Config,
     connector: Connector,
     opts: PgOptions,
     schema: String,
-    /// With session leases: the keys this client named in `lock_names`,
-    /// and when.
-    named: Mutex<HashMap<Box<str>, Instant>>,
+    /// With session leases: the keys this client named in `lock_names`
+    /// (schema.sql's, swept a day after a key was named).
+    named: NamedKeys,
 }
 
 impl PgSessions {
@@ -236,7 +226,7 @@ impl PgSessions {
             connector,
             opts,
             schema,
-            named: Mutex::new(HashMap::new()),
+            named: NamedKeys::new(),
         }
     }
 }
@@ -255,10 +245,7 @@ impl PgSessions {
         if !session.session_leases {
             return Ok(());
         }
-        let fresh = |named: &HashMap<Box<str>, Instant>| {
-            named.get(key).is_some_and(|at| at.elapsed() < RENAME_AFTER)
-        };
-        if fresh(&self.named.lock().unwrap_or_else(|e| e.into_inner())) {
+        if !self.named.due(key) {
             return Ok(());
         }
         session
@@ -266,11 +253,7 @@ impl PgSessions {
             .query_one(&session.named, &[&key])
             .await
             .map_err(|e| pg_error(e, &format!("naming {key:?}")))?;
-        let mut named = self.named.lock().unwrap_or_else(|e| e.into_inner());
-        if named.len() >= NAMED_KEYS {
-            named.clear();
-        }
-        named.insert(key.into(), Instant::now());
+        self.named.named(key);
         Ok(())
     }
 }
