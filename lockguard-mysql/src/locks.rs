@@ -65,6 +65,20 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The `wait_timeout` this session is to be given before a hold on a
+    /// lease of `lease_ms`, `None` when it has it; noted as not known
+    /// until the statement that sets it answers ([`Self::set_up_done`]).
+    fn set_up_needed(&self, lease_ms: i64) -> Option<i64> {
+        let s = wait_timeout_for(lease_ms);
+        (self.wait_timeout_s.swap(-1, Ordering::Relaxed) != s).then_some(s)
+    }
+
+    /// Notes this session's `wait_timeout` as the one for `lease_ms`.
+    fn set_up_done(&self, lease_ms: i64) {
+        self.wait_timeout_s
+            .store(wait_timeout_for(lease_ms), Ordering::Relaxed);
+    }
+
     /// `answer`, of a statement run on this session, as the store's
     /// result: an error about `what`, the session marked closed when the
     /// connection was found gone.
@@ -298,21 +312,6 @@ impl MySqlSessions {
             .ok_or_else(|| garbage(&what(), "no row"))
     }
 
-    /// The `wait_timeout` `session` is to be given before a hold on a
-    /// lease of `lease_ms`, `None` when it has it; noted as not known
-    /// until the statement that sets it answers ([`Self::set_up_done`]).
-    fn set_up_needed(session: &Session, lease_ms: i64) -> Option<i64> {
-        let s = wait_timeout_for(lease_ms);
-        (session.wait_timeout_s.swap(-1, Ordering::Relaxed) != s).then_some(s)
-    }
-
-    /// Notes `session`'s `wait_timeout` as the one for `lease_ms`.
-    fn set_up_done(session: &Session, lease_ms: i64) {
-        session
-            .wait_timeout_s
-            .store(wait_timeout_for(lease_ms), Ordering::Relaxed);
-    }
-
     /// Gives `session` the `wait_timeout` of a hold on `lease_ms`, unless
     /// it has it: the server ends the session of a client paused or cut
     /// off with the lock, idle past its lease and a slack.
@@ -322,14 +321,14 @@ impl MySqlSessions {
         lease_ms: i64,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<()> {
-        if let Some(s) = Self::set_up_needed(session, lease_ms) {
+        if let Some(s) = session.set_up_needed(lease_ms) {
             let mut conn = session.conn.lock().await;
             let set = conn
                 .query_drop(format!("SET SESSION wait_timeout = {s}"))
                 .await;
             session.answered(set, what)?;
         }
-        Self::set_up_done(session, lease_ms);
+        session.set_up_done(lease_ms);
         Ok(())
     }
 
@@ -451,9 +450,9 @@ impl MySqlSessions {
     ) -> Result<Waited> {
         let what = || format!("waiting for {key:?}");
         let lease_ms = net::millis(lease);
-        let set_up = Self::set_up_needed(session, lease_ms);
+        let set_up = session.set_up_needed(lease_ms);
         let row = self.text(session, &sql.wait(key, set_up), &what).await?;
-        Self::set_up_done(session, lease_ms);
+        session.set_up_done(lease_ms);
         let (fence, now, waited) = read_row::<(Option<i64>, i64, i64)>(row, &what)?;
         let Some(fence) = fence else {
             return Err(garbage(&what(), "no grant"));
@@ -642,7 +641,7 @@ impl LockSessions for MySqlSessions {
         let row = self.one(session, &self.lease_sql, params, &what).await?;
         let held = read_row::<i64>(row, &what)? == 1;
         if held {
-            Self::set_up_done(session, net::millis(lease));
+            session.set_up_done(net::millis(lease));
         }
         Ok(held)
     }

@@ -17,6 +17,18 @@ struct Lead<'a> {
     last_held: &'a Op,
 }
 
+impl Lead<'_> {
+    /// The lead as the session-fault rule sees it: its term is its token.
+    fn tenure(&self) -> super::Tenure {
+        super::Tenure {
+            asked: self.elected.invoke,
+            from: self.from,
+            to: self.to,
+            token: self.term,
+        }
+    }
+}
+
 /// The elections of the history, by election.
 fn elections(ops: &[Op]) -> BTreeMap<&str, Vec<(&Op, u64)>> {
     let mut by_key: BTreeMap<&str, Vec<(&Op, u64)>> = BTreeMap::new();
@@ -109,13 +121,7 @@ pub(crate) fn leaders(
         leads.sort_by_key(|l| l.from);
         let mut reach: Option<&Lead<'_>> = None;
         for l in &leads {
-            let tenure = |l: &Lead<'_>| super::Tenure {
-                asked: l.elected.invoke,
-                from: l.from,
-                to: l.to,
-                token: l.term,
-            };
-            let ended = |r: &Lead<'_>| super::session_ended(session_faults, tenure(r), tenure(l));
+            let ended = |r: &Lead<'_>| super::session_ended(session_faults, r.tenure(), l.tenure());
             if let Some(r) = reach
                 && l.from < r.to
                 && ended(r)

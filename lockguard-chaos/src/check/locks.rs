@@ -41,6 +41,16 @@ impl Hold<'_> {
     fn ops(&self) -> impl Iterator<Item = &Op> {
         std::iter::once(self.acquire).chain(self.last_held)
     }
+
+    /// The hold as the session-fault rule sees it.
+    fn tenure(&self) -> super::Tenure {
+        super::Tenure {
+            asked: self.acquire.invoke,
+            from: self.from,
+            to: self.to,
+            token: self.fence,
+        }
+    }
 }
 
 /// Every non-empty hold of the history. A multi-lock whose acquisition a
@@ -148,13 +158,7 @@ pub(crate) fn mutual_exclusion(
         // among those before it.
         let mut reach: Option<&Hold<'_>> = None;
         for h in hs {
-            let tenure = |h: &Hold<'_>| super::Tenure {
-                asked: h.acquire.invoke,
-                from: h.from,
-                to: h.to,
-                token: h.fence,
-            };
-            let ended = |r: &Hold<'_>| super::session_ended(session_faults, tenure(r), tenure(h));
+            let ended = |r: &Hold<'_>| super::session_ended(session_faults, r.tenure(), h.tenure());
             if let Some(r) = reach
                 && h.from < r.to
                 && ended(r)
