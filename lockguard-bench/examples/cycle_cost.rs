@@ -3,7 +3,10 @@
 //! tokio-postgres calling the same functions) and on Redis (`redis`,
 //! `raw-redis`: redis-rs sending `SET NX PX` and the compare-and-delete
 //! script), and on etcd (`etcd`, `raw-etcd`: etcd-client's `Lock` and
-//! `Unlock` RPCs on a lease, the yardstick of BENCHMARKS.md). `N` cycles (default 20,000) from `TASKS` tasks (default 1) on
+//! `Unlock` RPCs on a lease, the yardstick of BENCHMARKS.md). On
+//! PostgreSQL also `postgres-session` (lockguard with session leases) and
+//! `native-postgres` (`pg_try_advisory_lock` and `pg_advisory_unlock`, a
+//! connection per task). `N` cycles (default 20,000) from `TASKS` tasks (default 1) on
 //! distinct keys, against a server the harness starts (or the one at
 //! `URL`), printing cycles per second.
 //!
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use lockguard_etcd::BuilderExt as _;
 use lockguard_etcd::testing::EtcdServer;
-use lockguard_postgres::ClientExt as _;
+use lockguard_postgres::{BuilderExt as _, ClientExt as _};
 use lockguard_redis::ClientExt as _;
 use lockguard_testing::{PostgresServer, RedisServer};
 
@@ -41,7 +44,7 @@ fn main() {
         .build()
         .expect("runtime");
     for v in &variants {
-        let postgres = v.ends_with("postgres");
+        let postgres = v.contains("postgres");
         let etcd = v.ends_with("etcd");
         // `URL`: a server of the caller's (so that a tracer of this process
         // traces no server); by default one the harness starts.
@@ -69,14 +72,16 @@ fn main() {
             let started = Instant::now();
             match v.as_str() {
                 "postgres" => lockguard_postgres(&url, n, tasks).await,
+                "postgres-session" => lockguard_postgres_session(&url, n, tasks).await,
                 "raw-postgres" => raw_postgres(&url, n, tasks).await,
+                "native-postgres" => native_postgres(&url, n, tasks).await,
                 "redis" => lockguard_redis(&url, n, tasks).await,
                 "raw-redis" => raw_redis(&url, n, tasks).await,
                 "etcd" => lockguard_etcd(&url, n, tasks).await,
                 "raw-etcd" => raw_etcd(&url, n, tasks).await,
                 other => {
                     eprintln!(
-                        "unknown variant {other}: postgres, raw-postgres, redis, raw-redis, etcd or raw-etcd"
+                        "unknown variant {other}: postgres, postgres-session, raw-postgres, native-postgres, redis, raw-redis, etcd or raw-etcd"
                     );
                     std::process::exit(2);
                 }
@@ -112,6 +117,56 @@ async fn lockguard_postgres(url: &str, n: u64, tasks: u64) {
         .await
         .expect("connect");
     lockguard(lg, n, tasks).await;
+}
+
+async fn lockguard_postgres_session(url: &str, n: u64, tasks: u64) {
+    let lg = lockguard_core::Client::builder()
+        .postgres_lock_leases(lockguard_postgres::LockLeases::Session)
+        .connect_postgres(url)
+        .await
+        .expect("connect");
+    lockguard(lg, n, tasks).await;
+}
+
+async fn native_postgres(url: &str, n: u64, tasks: u64) {
+    let mut conns = Vec::new();
+    for _ in 0..tasks {
+        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(conn);
+        let lock = client
+            .prepare("SELECT pg_try_advisory_lock($1)")
+            .await
+            .expect("prepare");
+        let unlock = client
+            .prepare("SELECT pg_advisory_unlock($1)")
+            .await
+            .expect("prepare");
+        conns.push((client, lock, unlock));
+    }
+    let loops: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(t, (client, lock, unlock))| {
+            tokio::spawn(async move {
+                let key = i64::from(std::process::id()) * 1000 + t as i64;
+                for _ in 0..n / tasks {
+                    let taken: bool = client.query_one(&lock, &[&key]).await.expect("lock").get(0);
+                    assert!(taken);
+                    let freed: bool = client
+                        .query_one(&unlock, &[&key])
+                        .await
+                        .expect("unlock")
+                        .get(0);
+                    assert!(freed);
+                }
+            })
+        })
+        .collect();
+    for l in loops {
+        l.await.expect("loop");
+    }
 }
 
 async fn lockguard_redis(url: &str, n: u64, tasks: u64) {

@@ -619,7 +619,6 @@ async fn raw_contention(
         async move {
             let (conn, lock, unlock) = &*conn;
             let key = "raw:session";
-            let lease = 30_000i64;
             // Set by a session's first hold, as lockguard sets it once.
             let mut idle = Some(37_500i32);
             let mut n = 0u64;
@@ -628,7 +627,7 @@ async fn raw_contention(
                 let (locked, fence_column) = if kind == RawLock::SessionStatements {
                     let token = format!("{t:016x}{n:016x}");
                     let row = conn
-                        .query_one(lock, &[&key, &token.as_str(), &lease, &idle])
+                        .query_one(lock, &[&key, &idle, &token.as_str()])
                         .await
                         .expect("the wait");
                     idle = None;

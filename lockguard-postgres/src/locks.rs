@@ -26,7 +26,7 @@
 //! hands its session on: the session is dropped, and its end frees
 //! whatever it took.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -60,15 +60,15 @@ const RELEASE_SESSION_SQL: &str = include_str!("locks/release_session.sql");
 /// The draw of a fencing token at the grant, `__FENCE__` in the others
 /// (`locks/fence.sql`).
 const FENCE_SQL: &str = include_str!("locks/fence.sql");
-/// The naming of a hold of session leases, `__NAME__` in their try and
-/// wait (`locks/name_session.sql`).
-const NAME_SESSION_SQL: &str = include_str!("locks/name_session.sql");
+/// The idle timeout of a hold of session leases, `__IDLE__` in their try
+/// and wait (`locks/idle_session.sql`).
+const IDLE_SESSION_SQL: &str = include_str!("locks/idle_session.sql");
 
 /// `sql` (one of the statements above) for the schema `schema`.
 fn statement(sql: &str, schema: &str) -> String {
     sql.replace("__DRAW__", DRAW_SQL)
         .replace("__FENCE__", FENCE_SQL)
-        .replace("__NAME__", NAME_SESSION_SQL)
+        .replace("__IDLE__", IDLE_SESSION_SQL)
         .replace("__SCHEMA__", schema)
 }
 
@@ -109,6 +109,10 @@ pub(crate) struct Session {
     wait: Statement,
     wait_out: Statement,
     release: Statement,
+    /// With session leases, the release of a hold its session was named
+    /// for (a kept one, `lock_keep`): the unlock, and the session named
+    /// back to `lockguard`.
+    release_named: Statement,
     lease: Statement,
     keep: Statement,
     forget: Statement,
@@ -117,6 +121,10 @@ pub(crate) struct Session {
     /// Whether the session's holds are of session leases: no lease bound
     /// to record, nothing in a row to forget.
     session_leases: bool,
+    /// With session leases, whether the session is named for its hold (a
+    /// kept one): its release names it back, so that its next hold, which
+    /// names nothing, is read by the session.
+    named_hold: AtomicBool,
     /// With session leases, the session's idle timeout as last set (ms;
     /// 0 for none, -1 when unknown): a hold whose lease needs the same
     /// sets none, and a release leaves it.
@@ -169,17 +177,6 @@ impl Session {
         (self.idle_ms.load(Ordering::Relaxed) != i64::from(idle)).then_some(idle)
     }
 
-    /// A try's or a wait's fourth parameter (the idle timeout to set, with
-    /// session leases) and how many parameters its statement takes: four
-    /// with session leases, three with recorded ones.
-    fn idle_param(&self, lease_ms: i64) -> (Option<i32>, usize) {
-        if self.session_leases {
-            (self.idle_to_set(lease_ms), 4)
-        } else {
-            (None, 3)
-        }
-    }
-
     /// The session's idle timeout is what schema.sql's `lock_name` sets
     /// for a lease of `lease_ms` (a renewal, a rare path's take).
     fn idle_set(&self, lease_ms: i64) {
@@ -191,6 +188,20 @@ impl Session {
     /// have set it failed).
     fn idle_unknown(&self) {
         self.idle_ms.store(-1, Ordering::Relaxed);
+    }
+
+    /// Runs `statement`, one that takes a lock (and may set the idle
+    /// timeout): on an error, the idle timeout is not known.
+    async fn taking(
+        &self,
+        statement: &Statement,
+        params: &[&(dyn ToSql + Sync)],
+        what: &(dyn Fn() -> String + Sync),
+    ) -> Result<Row> {
+        self.client.query_one(statement, params).await.map_err(|e| {
+            self.idle_unknown();
+            pg_error(e, &what())
+        })
     }
 }
 
@@ -302,6 +313,11 @@ impl LockSessions for PgSessions {
                 let forget_sql = format!("SELECT {s}.lock_forget($1, $2)");
                 let bound_sql = format!("SELECT {s}.lock_bound($1)");
                 let named_sql = format!("SELECT {s}.lock_named($1)");
+                let release_named_sql = format!(
+                    "SELECT pg_advisory_unlock(i.hi, i.lo), \
+                            set_config('application_name', 'lockguard', false) IS NULL \
+                       FROM {s}.lock_id($1) i"
+                );
                 let read_bound_sql =
                     format!("SELECT coalesce(max(b.lease_ms), 0) FROM {s}.lock_lease_bound b");
                 // The statements prepared at once (one round trip), beside
@@ -320,6 +336,7 @@ impl LockSessions for PgSessions {
                             client.prepare(&forget_sql),
                             client.prepare(&bound_sql),
                             client.prepare(&named_sql),
+                            client.prepare(&release_named_sql),
                         )
                     },
                     client.query_one(&read_bound_sql, &[]),
@@ -331,7 +348,19 @@ impl LockSessions for PgSessions {
             .await;
             match prepared {
                 Ok((
-                    (try_lock, take, wait, wait_out, release, lease, keep, forget, bound, named),
+                    (
+                        try_lock,
+                        take,
+                        wait,
+                        wait_out,
+                        release,
+                        lease,
+                        keep,
+                        forget,
+                        bound,
+                        named,
+                        release_named,
+                    ),
                     bound_ms,
                 )) => Ok(Session {
                     client,
@@ -342,12 +371,14 @@ impl LockSessions for PgSessions {
                     wait,
                     wait_out,
                     release,
+                    release_named,
                     lease,
                     keep,
                     forget,
                     bound,
                     named,
                     session_leases: self.session_leases(),
+                    named_hold: AtomicBool::new(false),
                     idle_ms: AtomicI64::new(0),
                     bound_ms: AtomicI64::new(bound_ms),
                 }),
@@ -377,7 +408,8 @@ impl LockSessions for PgSessions {
     }
 
     /// The try; taken with no fencing token drawn (a key's first hold, a
-    /// lapse), finished (or undone) by `lock_take` on the same session.
+    /// lapse, a kept lock), finished (or undone) by `lock_take` (or
+    /// `lock_take_session`) on the same session.
     async fn try_lock(
         &self,
         session: &Session,
@@ -389,44 +421,64 @@ impl LockSessions for PgSessions {
         let lease_ms = net::millis(lease);
         session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let (idle, count) = session.idle_param(lease_ms);
-        let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
-        let run = |statement, count: usize| async move {
-            session
-                .client
-                .query_one(statement, &params[..count])
-                .await
-                .map_err(|e| {
-                    session.idle_unknown();
-                    pg_error(e, &what())
-                })
-        };
-        let mut row = run(&session.try_lock, count).await?;
-        let mut acquired: bool = get(&row, 0, &what)?;
-        let mut n: Option<i64> = get(&row, 1, &what)?;
-        // Whether the statement that took the lock set the session's idle
-        // timeout: the try's own when asked to, the rare path's function
-        // (which names the hold, idle timeout included) always.
-        let mut idle_set = idle.is_some();
-        if acquired && n.is_none() {
-            row = run(&session.take, 3).await?;
-            acquired = get(&row, 0, &what)?;
-            n = get(&row, 1, &what)?;
-            idle_set = true;
-        }
-        if acquired {
-            if idle_set {
+        let taken = |n: Option<i64>| Ok(Tried::Taken(net::fence(n, &what)?));
+        // The rare path, on the same session: (acquired, n).
+        let take = || async {
+            let row = session
+                .taking(&session.take, &[&key, &token.as_str(), &lease_ms], &what)
+                .await?;
+            let acquired: bool = get(&row, 0, &what)?;
+            let n: Option<i64> = get(&row, 1, &what)?;
+            if acquired {
+                // Its function sets the idle timeout the lease needs.
                 session.idle_set(lease_ms);
+                return taken(n);
             }
-            Ok(Tried::Taken(net::fence(n, &what)?))
-        } else {
             let left = n.and_then(|n| u64::try_from(n).ok());
             Ok(Tried::Busy(left.map(Duration::from_millis)))
+        };
+        if session.session_leases {
+            // One column: the fence; NULL for the rare path; when busy, 0,
+            // or -1 - the ms left of the key's kept time.
+            let idle = session.idle_to_set(lease_ms);
+            let row = session
+                .taking(&session.try_lock, &[&key, &idle], &what)
+                .await?;
+            return match get::<Option<i64>>(&row, 0, &what)? {
+                None => take().await,
+                Some(n) if n > 0 => {
+                    if idle.is_some() {
+                        session.idle_set(lease_ms);
+                    }
+                    taken(Some(n))
+                }
+                Some(n) => Ok(Tried::Busy(
+                    u64::try_from(-1 - n).ok().map(Duration::from_millis),
+                )),
+            };
+        }
+        let row = session
+            .taking(
+                &session.try_lock,
+                &[&key, &token.as_str(), &lease_ms],
+                &what,
+            )
+            .await?;
+        let acquired: bool = get(&row, 0, &what)?;
+        let n: Option<i64> = get(&row, 1, &what)?;
+        match (acquired, n) {
+            (true, None) => take().await,
+            (true, n) => taken(n),
+            (false, left) => {
+                let left = left.and_then(|n| u64::try_from(n).ok());
+                Ok(Tried::Busy(left.map(Duration::from_millis)))
+            }
         }
     }
 
     /// The wait; granted with no fencing token drawn, finished by
-    /// `lock_wait_out` on the session that holds the lock.
+    /// `lock_wait_out` (or `lock_wait_out_session`) on the session that
+    /// holds the lock.
     async fn wait(
         &self,
         session: &Session,
@@ -438,16 +490,19 @@ impl LockSessions for PgSessions {
         let lease_ms = net::millis(lease);
         session.record_lease(lease_ms, key).await?;
         self.name(session, key).await?;
-        let (idle, count) = session.idle_param(lease_ms);
-        let params: [&(dyn ToSql + Sync); 4] = [&key, &token.as_str(), &lease_ms, &idle];
-        let mut row = session
-            .client
-            .query_one(&session.wait, &params[..count])
-            .await
-            .map_err(|e| {
-                session.idle_unknown();
-                pg_error(e, &what())
-            })?;
+        let idle = session
+            .session_leases
+            .then(|| session.idle_to_set(lease_ms))
+            .flatten();
+        let row = if session.session_leases {
+            session
+                .taking(&session.wait, &[&key, &idle, &token.as_str()], &what)
+                .await?
+        } else {
+            session
+                .taking(&session.wait, &[&key, &token.as_str(), &lease_ms], &what)
+                .await?
+        };
         let mut n: Option<i64> = get(&row, 0, &what)?;
         // Granted and taken: the wait's statement set the idle timeout
         // when asked to (the rare path's function below sets it always).
@@ -458,14 +513,13 @@ impl LockSessions for PgSessions {
         let waited: Option<i64> = get(&row, 1, &what)?;
         let waited = net::micros(waited);
         if n.is_none() {
-            row = session
-                .client
-                .query_one(&session.wait_out, &params[..3])
-                .await
-                .map_err(|e| {
-                    session.idle_unknown();
-                    pg_error(e, &what())
-                })?;
+            let row = session
+                .taking(
+                    &session.wait_out,
+                    &[&key, &token.as_str(), &lease_ms],
+                    &what,
+                )
+                .await?;
             session.idle_set(lease_ms);
             n = get(&row, 0, &what)?;
         }
@@ -475,13 +529,23 @@ impl LockSessions for PgSessions {
     async fn unlock(&self, session: &Session, key: &str, token: &Token) -> Result<bool> {
         let what = || format!("releasing {key:?}");
         let params: [&(dyn ToSql + Sync); 2] = [&key, &token.as_str()];
-        // A release of session leases is the bare unlock, of the key alone.
-        let count = if session.session_leases { 1 } else { 2 };
+        // A release of session leases is the bare unlock, of the key alone;
+        // of a hold its session was named for, the unlock and the name.
+        let (statement, count) = if !session.session_leases {
+            (&session.release, 2)
+        } else if session.named_hold.load(Ordering::Relaxed) {
+            (&session.release_named, 1)
+        } else {
+            (&session.release, 1)
+        };
         let row = session
             .client
-            .query_one(&session.release, &params[..count])
+            .query_one(statement, &params[..count])
             .await
             .map_err(|e| pg_error(e, &what()))?;
+        if std::ptr::eq(statement, &session.release_named) {
+            session.named_hold.store(false, Ordering::Relaxed);
+        }
         get(&row, 0, &what)
     }
 
@@ -503,8 +567,12 @@ impl LockSessions for PgSessions {
             )
             .await
             .map_err(|e| pg_error(e, &what()))?;
-        // The renewal set the idle timeout its lease needs.
+        // The renewal set the idle timeout its lease needs; a keep named
+        // the session for the kept hold.
         session.idle_set(net::millis(lease));
+        if keep && session.session_leases {
+            session.named_hold.store(true, Ordering::Relaxed);
+        }
         // A live session holds its advisory lock until its release, and the
         // engine sends a renewal only for a hold it still has. One that
         // reaches the session after the release (sent beside it) changes

@@ -19,10 +19,14 @@ pub(crate) const MIN_SERVER_VERSION: i32 = 140_000;
 /// to date (every statement of the file is idempotent). A newer one is
 /// used as it is when it is compatible with this version (see
 /// [`COMPATIBLE_SINCE`]), and refused otherwise.
-pub(crate) const VERSION: i32 = 11;
+pub(crate) const VERSION: i32 = 12;
 
 /// The oldest version of lockguard's clients that may use a schema of
-/// [`VERSION`]: version 11 itself. Version 11 draws every lock's fencing
+/// [`VERSION`]: version 11. Version 12 only names no session of a client
+/// of session leases per hold (`lock_idle` in place of `lock_name` in
+/// their functions, `lock_keep` naming a kept hold), and reads such a hold
+/// by its session (`lock_session_token`) where it read the session's name:
+/// a version 11 client's named holds read as they did. Version 11 draws every lock's fencing
 /// token from one sequence kept at or above the clock
 /// (`lock_fence_next`), and its clients of session leases
 /// ([`LockLeases::Session`](crate::LockLeases::Session)) record no row

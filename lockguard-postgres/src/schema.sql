@@ -1013,10 +1013,15 @@ $$;
 -- A session's application_name says what it does, for every other
 -- client's inspection, survey and forced release: `lg <token>` while it
 -- waits, `lg <token> <fence> <lease end>` (hex; the end in ms since the
--- epoch on the database's clock) while it holds. Its idle_session_timeout
--- is its hold's lease: a holder whose client stopped renewing (paused,
--- cut off) loses its session, and its lock, when the lease ends, even
--- when its connection looks alive.
+-- epoch on the database's clock) while it holds. A session of a client of
+-- session leases (version 12) names neither, so that a take writes
+-- nothing, not even a name: others name its holds and waits by the
+-- session, `00000000000000005e55` and its pid in 12 hex digits
+-- (lock_session_token), and know no fence or lease of them; it is named
+-- only while it keeps a lock past its release (lock_keep). Its
+-- idle_session_timeout is its hold's lease: a holder whose client stopped
+-- renewing (paused, cut off) loses its session, and its lock, when the
+-- lease ends, even when its connection looks alive.
 --
 -- The newest fencing token and the name of each lock, for the next
 -- fencing token, inspection and survey. Unlogged: written at every
@@ -1089,6 +1094,32 @@ BEGIN
     v := setval('__SCHEMA__.lock_fence_seq', v_now + 1000000);
   END IF;
   RETURN v;
+END
+$$;
+
+-- Lifts lock_fence_seq to 3 s past the kept time of lock p_key (its row in
+-- kept_locks), unless it is there already (version 12): a take of session
+-- leases whose token is more than 2 s ahead of the clock reads its key's
+-- kept row (locks/try_session.sql), which it otherwise never reads, and
+-- the sequence runs at most a second ahead of the clock but after a keep.
+-- Serialized with lock_fence_rebase, so neither lowers the other's lift.
+-- Runs as the schema's owner, as lock_fence_rebase does; it moves the
+-- sequence no further than a kept time the caller may set (lock_keep).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_fence_keep(p_key text) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v_to bigint;
+  v_h bigint := hashtextextended('__SCHEMA__ lock_fence_seq', 8);
+BEGIN
+  SELECT (extract(epoch FROM k.until) * 1000000)::bigint + 3000000 INTO v_to
+    FROM __SCHEMA__.kept_locks k WHERE k.key = p_key;
+  IF v_to IS NULL THEN
+    RETURN;
+  END IF;
+  PERFORM pg_advisory_xact_lock((v_h >> 32)::integer, ((v_h << 32) >> 32)::integer);
+  IF nextval('__SCHEMA__.lock_fence_seq') < v_to THEN
+    PERFORM setval('__SCHEMA__.lock_fence_seq', v_to);
+  END IF;
 END
 $$;
 
@@ -1246,6 +1277,15 @@ BEGIN
 END
 $$;
 
+-- The token by which others name a hold or a wait of session p_pid that
+-- its session's name does not name (a client of session leases): 16
+-- zeros, 5e55 and the pid in 12 hex digits, a token no client draws (as
+-- MySQL's session leases name theirs by the connection id).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_session_token(p_pid integer) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT '00000000000000005e55' || lpad(to_hex(p_pid), 12, '0')
+$$;
+
 -- The sessions of this database with a part in lock p_key, by pid: its
 -- holder (granted) and its waiters in their order, each with its name.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_sessions(p_hi integer, p_lo integer)
@@ -1387,6 +1427,16 @@ RETURNS void LANGUAGE sql VOLATILE AS $$
                           2147483647)::text, false)
 $$;
 
+-- Sets this session's idle timeout for a hold on a lease of p_lease_ms
+-- (lock_name's, without the name): the hold of a client of session
+-- leases, which names nothing (version 12).
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_idle(p_lease_ms bigint)
+RETURNS void LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('idle_session_timeout',
+                    least(greatest(p_lease_ms, 1) + least(greatest(p_lease_ms / 4, 50), 5000),
+                          2147483647)::text, false)
+$$;
+
 -- Renews this session's hold of lock p_key by p_token to p_lease_ms from
 -- now: in the lock's row, and in the session's name and idle timeout. A
 -- row whose lease a release ended (expires_at NULL) stays ended (version
@@ -1515,7 +1565,7 @@ $$;
 
 -- The rest of a try of session leases (locks/try_session.sql) that took
 -- lock p_key's advisory lock but found it kept past a holder's release
--- (kept_locks): (true, fence), named, when the kept time is over by now;
+-- (kept_locks): (true, fence) when the kept time is over by now;
 -- (false, ms left of it), unlocked, otherwise.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_take_session(
   p_key text, p_token text, p_lease_ms bigint, OUT acquired boolean, OUT n bigint)
@@ -1532,7 +1582,7 @@ BEGIN
   END IF;
   acquired := true;
   n := __SCHEMA__.lock_fence_next(clock_timestamp());
-  PERFORM __SCHEMA__.lock_name(p_token, n, p_lease_ms);
+  PERFORM __SCHEMA__.lock_idle(p_lease_ms);
 END
 $$;
 
@@ -1555,20 +1605,20 @@ BEGIN
     PERFORM pg_sleep(least(v_left, 100) / 1000.0);
   END LOOP;
   v_fence := __SCHEMA__.lock_fence_next(clock_timestamp());
-  PERFORM __SCHEMA__.lock_name(p_token, v_fence, p_lease_ms);
+  PERFORM __SCHEMA__.lock_idle(p_lease_ms);
   RETURN v_fence;
 END
 $$;
 
 -- Renews this session's hold of lock p_key by p_token to p_lease_ms from
--- now, for a client of session leases: in the session's name and idle
--- timeout alone (no row records the hold). The session lives, so it holds
--- the advisory lock it took.
+-- now, for a client of session leases: in the session's idle timeout
+-- alone (nothing records the hold). The session lives, so it holds the
+-- advisory lock it took.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_lease_session(
   p_key text, p_token text, p_fence bigint, p_lease_ms bigint)
 RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-  PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_lease_ms);
+  PERFORM __SCHEMA__.lock_idle(p_lease_ms);
   RETURN true;
 END
 $$;
@@ -1589,7 +1639,10 @@ $$;
 
 -- Keeps this session's lock p_key, held by p_token with p_fence, until
 -- p_keep_ms from now, past the session's end: the release of a lock
--- taken with at_least.
+-- taken with at_least. Names the session for the kept hold, with either
+-- mode of leases (a client of session leases names it back to
+-- `lockguard` with the unlock at the kept time's end), so that a forced
+-- release by the kept hold's token ends the session keeping it.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_keep(
   p_key text, p_token text, p_fence bigint, p_keep_ms bigint) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -1597,6 +1650,8 @@ BEGIN
   INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
     VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
     ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
+  -- Takes of session leases read this row from now until it has passed.
+  PERFORM __SCHEMA__.lock_fence_keep(p_key);
   -- lock_lease's but for lock_bound: a kept time outlives a crash in
   -- kept_locks, so it need not lengthen the wait after every crash.
   UPDATE __SCHEMA__.lock_fences f
@@ -1626,18 +1681,26 @@ BEGIN
     holders := 1;
   END IF;
   SELECT f.fence INTO latest FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo;
-  -- A hold of session leases is in its session's name alone.
+  -- A hold named by its session (a client of version 11's session
+  -- leases, or a kept one) says its fence; one that names nothing (version
+  -- 12's session leases) drew its fence from the sequence, whose newest
+  -- draw is then the newest the key may have had.
   latest := greatest(latest,
-                     (SELECT max(('x' || lpad(split_part(s.label, ' ', 3), 16, '0'))::bit(64)::bigint)
+                     (SELECT max(CASE WHEN s.label LIKE 'lg % % %'
+                                      THEN ('x' || lpad(split_part(s.label, ' ', 3), 16, '0'))::bit(64)::bigint
+                                      WHEN s.label NOT LIKE 'lg %'
+                                      THEN pg_sequence_last_value('__SCHEMA__.lock_fence_seq'::regclass) END)
                         FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
-                       WHERE s.granted AND s.label LIKE 'lg % % %'));
+                       WHERE s.granted));
 END
 $$;
 
 -- Ends p_token's hold of lock p_key from any session (an operator's
 -- forced release): its session is ended, which hands the lock to the
 -- first waiter, and its lease and kept time in the rows end (a waiter
--- waiting them out sees it within 100 ms). True when p_token held it.
+-- waiting them out sees it within 100 ms). True when p_token held it. A
+-- hold its session's name does not name is p_token's when p_token is the
+-- session's (lock_session_token).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_evict(p_key text, p_token text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -1649,7 +1712,9 @@ BEGIN
   -- commits (see lock_draw).
   PERFORM 1 FROM __SCHEMA__.lock_fences f WHERE f.hi = v_id.hi AND f.lo = v_id.lo FOR UPDATE;
   FOR v_s IN SELECT * FROM __SCHEMA__.lock_sessions(v_id.hi, v_id.lo) s
-              WHERE s.granted AND split_part(s.label, ' ', 2) = p_token LOOP
+              WHERE s.granted
+                AND (split_part(s.label, ' ', 2) = p_token
+                     OR (s.label NOT LIKE 'lg %' AND __SCHEMA__.lock_session_token(s.pid) = p_token)) LOOP
     PERFORM pg_terminate_backend(v_s.pid, 5000);
     v_found := true;
   END LOOP;
@@ -1662,14 +1727,21 @@ $$;
 
 -- The holders and waiters of every lock whose key p_like matches (a LIKE
 -- pattern), a row each: its key, whether it waits, its token, its fence
--- (a holder's) and the ms left of its lease (a holder's), the lock's
--- newest fence; holders first, then waiters in their order. A kept lock
--- whose holder's session is gone is listed with the kept hold.
+-- (a holder's; 0 when it is not known) and the ms left of its lease (a
+-- holder's, when known), the lock's newest fence; holders first, then
+-- waiters in their order. A session its name does not name (a client of
+-- session leases, version 12) is listed by its session's token
+-- (lock_session_token), with neither fence nor lease, and the lock's
+-- newest fence is then the sequence's newest draw. A kept lock whose
+-- holder's session is gone is listed with the kept hold (and so is one
+-- whose unnamed holder waits its kept time out).
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_survey(p_like text)
 RETURNS TABLE (key text, waits boolean, token text, fence bigint, left_ms bigint, latest bigint, since timestamptz)
 LANGUAGE sql VOLATILE AS $$
   WITH s AS (
-    SELECT n.key, NOT l.granted AS waits, split_part(a.application_name, ' ', 2) AS token,
+    SELECT n.key, NOT l.granted AS waits, a.application_name LIKE 'lg %' AS named,
+           CASE WHEN a.application_name LIKE 'lg %' THEN split_part(a.application_name, ' ', 2)
+                ELSE __SCHEMA__.lock_session_token(l.pid) END AS token,
            nullif(split_part(a.application_name, ' ', 3), '') AS fence_hex,
            nullif(split_part(a.application_name, ' ', 4), '') AS end_hex,
            n.fence AS latest, l.waitstart
@@ -1684,19 +1756,31 @@ LANGUAGE sql VOLATILE AS $$
       JOIN pg_stat_activity a ON a.pid = l.pid
      WHERE l.locktype = 'advisory' AND l.objsubid = 2
        AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())
-       AND n.key LIKE p_like AND a.application_name LIKE 'lg %'
+       AND n.key LIKE p_like
   ), h AS (
     SELECT s.key, s.waits, s.token,
-           CASE WHEN s.waits THEN NULL ELSE ('x' || lpad(s.fence_hex, 16, '0'))::bit(64)::bigint END AS fence,
            CASE WHEN s.waits THEN NULL
+                WHEN NOT s.named THEN 0
+                ELSE ('x' || lpad(s.fence_hex, 16, '0'))::bit(64)::bigint END AS fence,
+           CASE WHEN s.waits OR NOT s.named THEN NULL
                 ELSE greatest(('x' || lpad(s.end_hex, 16, '0'))::bit(64)::bigint - __SCHEMA__.now_ms(), 0) END AS left_ms,
-           s.latest, s.waitstart
-      FROM s WHERE s.waits OR (s.fence_hex IS NOT NULL AND s.end_hex IS NOT NULL)
+           CASE WHEN NOT s.waits AND NOT s.named
+                THEN greatest(s.latest, pg_sequence_last_value('__SCHEMA__.lock_fence_seq'::regclass))
+                ELSE s.latest END AS latest,
+           s.waitstart
+      FROM s
+     WHERE s.waits
+        OR (s.named AND s.fence_hex IS NOT NULL AND s.end_hex IS NOT NULL)
+        -- A named session granted the lock but not yet named for the hold
+        -- is not listed until it is; an unnamed one granted the lock while
+        -- it is kept waits the kept time out, and the kept hold is listed.
+        OR (NOT s.named AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.kept_locks k
+                                         WHERE k.key = s.key AND k.until > clock_timestamp()))
   )
-  -- The newest fence: the row's, or its holder's (a hold of session
-  -- leases is in its session's name alone).
+  -- The newest fence: the row's, or its holder's, the greatest.
   SELECT h.key, h.waits, h.token, h.fence, h.left_ms,
-         greatest(h.latest, max(h.fence) OVER (PARTITION BY h.key)), h.waitstart
+         greatest(max(h.latest) OVER (PARTITION BY h.key), max(h.fence) OVER (PARTITION BY h.key)),
+         h.waitstart
     FROM h
   UNION ALL
   SELECT k.key, false, k.token, k.fence, __SCHEMA__.lock_kept_ms(k.key), k.fence, NULL

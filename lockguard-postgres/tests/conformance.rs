@@ -63,6 +63,12 @@ impl Harness for Postgres {
     fn contention_rounds(&self) -> usize {
         50
     }
+
+    /// A client of session leases keeps its locks' leases alone: no row
+    /// and no session's name records them.
+    fn keeps_lock_leases(&self) -> bool {
+        self.leases != LockLeases::Session
+    }
 }
 
 lockguard_testing::conformance!(
