@@ -7,11 +7,10 @@
 //! lock kept past its release (`at_least`) stays kept after its keeper's
 //! session ends; a URL picks the mode.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lockguard_core::Client;
 use lockguard_mysql::{FencedTable, LockLeases, MySqlBuilder};
-use lockguard_testing::conformance::eventually;
 use lockguard_testing::faults;
 use lockguard_testing::{ChildProcess, MariaDbServer};
 use mysql_async::prelude::Queryable;
@@ -147,62 +146,30 @@ async fn a_paused_holder_process_loses_the_lock_after_its_lease() {
 }
 
 /// A job's lock of session leases released early with `at_least` stays
-/// kept after its keeper's session is killed (as its process's death
-/// would end it): another client's try is refused with the kept time left,
-/// and its wait is granted only after the kept time; so for a client of
-/// recorded leases that held the key before (whose try reads the key's
-/// lease row, which the keep did not write). Locks taken meanwhile on other
-/// keys are not held up by it.
+/// kept after its keeper's session is killed: the kit's scenario, for a
+/// taker of each mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_lock_stays_kept_after_its_keepers_session_ends() {
     let server = MariaDbServer::start();
     let keeper = client(&server, LockLeases::Session).await;
-    for (key, taker) in [
-        ("job", client(&server, LockLeases::Session).await),
-        ("job:r", client(&server, LockLeases::Recorded).await),
-    ] {
-        // The taker held the key before: a recorded lease's row exists.
-        let before = taker.lock(key).try_acquire().await.unwrap();
-        assert!(before.release().await.unwrap());
-        let keep = Duration::from_secs(4);
-        let job = keeper.lock(key).at_least(keep).try_acquire().await.unwrap();
-        let taken = Instant::now();
-        let fence = job.fencing_token();
-        assert!(job.release().await.unwrap());
-        let id = holder_session(&server, key);
-        assert!(id.parse::<u64>().is_ok(), "the keeper's session: {id:?}");
-        server.sql(&format!("KILL CONNECTION {id}"));
-        let freed = eventually(Duration::from_secs(5), || async {
-            holder_session(&server, key) == "NULL"
-        })
-        .await;
-        assert!(
-            freed,
-            "{key}: the keeper's session still holds the user lock"
-        );
-
-        let busy = taker.lock(key).try_acquire().await.unwrap_err();
-        assert!(busy.is_busy(), "{key}: {busy}");
-        let left = busy.retry_after().expect("the kept time left");
-        assert!(left <= keep, "{key}: {left:?}");
-        // Another key is free meanwhile.
-        let free = taker.lock("elsewhere").try_acquire().await.unwrap();
-        assert!(free.release().await.unwrap());
-
-        let next = taker
-            .lock(key)
-            .wait(Duration::from_secs(20))
-            .acquire()
-            .await
-            .unwrap();
-        assert!(
-            taken.elapsed() >= keep,
-            "{key}: taken {:?} after the job, inside its kept {keep:?}",
-            taken.elapsed()
-        );
-        assert!(next.fencing_token() > fence);
-        assert!(next.release().await.unwrap());
-    }
+    let session = client(&server, LockLeases::Session).await;
+    let recorded = client(&server, LockLeases::Recorded).await;
+    faults::a_kept_lock_stays_kept_after_its_keepers_session_ends(
+        &keeper,
+        [("job", &session), ("job:r", &recorded)],
+        |key| {
+            kill_holder(&server, key);
+            let freed = (0..500).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                holder_session(&server, key) == "NULL"
+            });
+            assert!(
+                freed,
+                "{key}: the keeper's session still holds the user lock"
+            );
+        },
+    )
+    .await;
 }
 
 /// A URL's `lock_leases` parameter picks the mode (what `Client::connect`

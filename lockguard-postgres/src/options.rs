@@ -19,6 +19,8 @@ pub(crate) struct PgOptions {
 /// lock is a session-level advisory lock either way. With
 /// [`LockLeases::Session`] the server ends a paused or cut-off holder's
 /// session once idle for its lease and a slack (`idle_session_timeout`),
-/// and `inspect` and `lockguard locks` read a holder's fence and lease
-/// from its session's `application_name`.
+/// and a hold records nothing, not even its session's name: `inspect`
+/// and `lockguard locks` know the holder by its session (the token
+/// `00000000000000005e55` and its pid in 12 hex digits), without its
+/// fence or lease.
 pub use lockguard_core::store::LockLeases;

@@ -1356,6 +1356,12 @@ DECLARE
   v_fence bigint;
   v_now timestamptz := clock_timestamp();
 BEGIN
+  -- Not while the lock is kept past its release by another token
+  -- (kept_locks, at_least): a keeper of session leases writes no lease in
+  -- the key's row (version 12).
+  IF __SCHEMA__.lock_kept_for_ms(p_key, p_token) IS NOT NULL THEN
+    RETURN NULL;
+  END IF;
   -- The key's row, unless another holder's lease runs there unreleased
   -- (then written back as it was). The row's lock waits for a release of
   -- it still committing, whose unlock granted this lock, and the row is
@@ -1380,12 +1386,11 @@ BEGIN
   END IF;
   IF v_fence IS NULL THEN
     -- The key's first hold here (or since a crash, which empties
-    -- lock_fences): a lock kept past its holder's release (at_least)
-    -- stays kept, as kept_locks, a logged table, remembers it; and right
-    -- after a crash or a failover nobody takes it until every lease
-    -- granted before may have ended (lock_epoch).
-    IF __SCHEMA__.lock_kept_for_ms(p_key, p_token) IS NOT NULL
-       OR __SCHEMA__.lock_epoch_ms() IS NOT NULL THEN
+    -- lock_fences; a lock kept past its holder's release stays kept, as
+    -- kept_locks, a logged table, remembers it, read above): right after
+    -- a crash or a failover nobody takes it until every lease granted
+    -- before may have ended (lock_epoch).
+    IF __SCHEMA__.lock_epoch_ms() IS NOT NULL THEN
       RETURN NULL;
     END IF;
     PERFORM __SCHEMA__.lock_bound(p_lease_ms);

@@ -371,7 +371,7 @@ async fn a_schema_of_version_3_is_upgraded_and_its_clients_are_stopped() {
         server.psql(&format!(
             "SELECT version || ' ' || compatible_since FROM {schema}.meta"
         )),
-        "11 11"
+        "12 11"
     );
     let (db, conn) = lockguard_postgres::tokio_postgres::connect(
         &server.url(),

@@ -52,6 +52,7 @@ pub use self::pauses::{
 pub use self::sessions::{
     a_crash_frees_session_leases_at_once_and_tokens_keep_growing,
     a_cut_holder_is_succeeded_at_once_and_its_writes_refused,
+    a_kept_lock_stays_kept_after_its_keepers_session_ends,
     a_paused_holder_process_loses_the_lock_after_its_lease, hold_paused,
 };
 

@@ -40,7 +40,9 @@ pub enum LockLeases {
     /// successor's token is greater. A holder that is paused or cut off
     /// itself loses the lock when the server ends its session, idle for
     /// its lease and a slack, after its own lease ended. A lock kept past
-    /// its release (`at_least`) stays kept. Takes and handoffs cost the
+    /// its release (`at_least`) stays kept. Others know a hold by its
+    /// session alone: inspection and surveys name the holder by its
+    /// session, without its fence or lease. Takes and handoffs cost the
     /// server about what its bare lock does (BENCHMARKS.md). Choose it
     /// where the resource a lock guards checks fencing tokens, or where an
     /// overlap after a session's end is acceptable.

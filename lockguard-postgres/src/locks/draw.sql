@@ -23,6 +23,17 @@ u AS (
                       THEN f.token ELSE $2::text END
     FROM g
    WHERE g.ok AND f.hi = g.hi AND f.lo = g.lo
+     -- Nor while the lock is kept past its release by another token
+     -- (kept_locks, at_least, which a client of session leases keeps with
+     -- no lease in this row), which a keep signals by lifting the sequence
+     -- more than 2 s past the clock (lock_fence_keep): the key's kept row
+     -- is then read, by lock_kept_for_ms (whose statement takes a snapshot
+     -- of its own). With no row written, the client's rare path
+     -- (lock_take, lock_wait_out) refuses or waits it out.
+     AND CASE WHEN pg_sequence_last_value('__SCHEMA__.lock_fence_seq'::regclass)
+                   > (extract(epoch FROM g.t) * 1000000)::bigint + 2000000
+              THEN __SCHEMA__.lock_kept_for_ms($1::text, $2::text) IS NULL
+              ELSE true END
   -- Taken: the session named for the hold (what others read of it, see
   -- lock_held_ms) and idle for no longer than its lease and a slack (a
   -- paused or cut-off client's session ends, and the lock with it).

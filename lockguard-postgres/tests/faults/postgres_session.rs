@@ -76,6 +76,38 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
     .await;
 }
 
+/// Ends the session holding lock `key` (of the default schema and
+/// prefixes), as an operator's `pg_terminate_backend` would, and waits
+/// until the server has ended it.
+fn terminate_holder_of(server: &PostgresServer, key: &str) {
+    let ended = server.psql(&format!(
+        "SELECT count(pg_terminate_backend(l.pid, 5000)) FROM pg_locks l, \
+           lockguard.lock_id('lockguard:lock:{{{key}}}') i \
+          WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted \
+            AND l.classid = i.hi::oid AND l.objid = i.lo::oid"
+    ));
+    assert_eq!(ended, "1", "{key}: the holder's session");
+}
+
+/// A job's lock of session leases released early with `at_least` stays
+/// kept after its keeper's session is terminated: the kit's scenario, for
+/// a taker of each mode (the recorded one's key has a lease row, which a
+/// keeper of session leases does not write: its take reads the kept row
+/// when the sequence, lifted by the keep, says some lock is kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lock_stays_kept_after_its_keepers_session_ends() {
+    let server = PostgresServer::start();
+    let keeper = client(&server, LockLeases::Session).await;
+    let session = client(&server, LockLeases::Session).await;
+    let recorded = client(&server, LockLeases::Recorded).await;
+    faults::a_kept_lock_stays_kept_after_its_keepers_session_ends(
+        &keeper,
+        [("job", &session), ("job:r", &recorded)],
+        |key| terminate_holder_of(&server, key),
+    )
+    .await;
+}
+
 /// The server crashes (SIGKILL) and comes back on its data while a lock of
 /// session leases is held on a long lease: the lock is free at once, with
 /// no wait for the leases granted before, and its next token is greater

@@ -232,3 +232,56 @@ pub async fn hold_paused(lg: &Client, name: &str, lease: Duration) {
     tokio::time::sleep(Duration::from_secs(120)).await;
     panic!("the holding child was not killed");
 }
+
+/// A job's lock of session leases released early with `at_least` stays
+/// kept after its keeper's session ends (`end_holder`, given the key: as
+/// its process's death would end it, returning once no session holds the
+/// key's lock): each taker's try is refused with the kept time left, and
+/// its wait is granted only after the kept time, with a greater token.
+/// `takers` are a client of session leases and one of recorded leases,
+/// each with a key of its own; each held its key before, so a recorded
+/// lease's row of it exists, which the keep did not write. Locks taken
+/// meanwhile on other keys are not held up by it.
+///
+/// # Panics
+///
+/// When a taker takes the lock inside its kept time, or its refusal does
+/// not tell the time left.
+pub async fn a_kept_lock_stays_kept_after_its_keepers_session_ends(
+    keeper: &Client,
+    takers: [(&str, &Client); 2],
+    end_holder: impl Fn(&str),
+) {
+    for (key, taker) in takers {
+        let before = taker.lock(key).try_acquire().await.unwrap();
+        assert!(before.release().await.unwrap());
+        let keep = Duration::from_secs(4);
+        let job = keeper.lock(key).at_least(keep).try_acquire().await.unwrap();
+        let taken = Instant::now();
+        let fence = job.fencing_token();
+        assert!(job.release().await.unwrap());
+        end_holder(key);
+
+        let busy = taker.lock(key).try_acquire().await.unwrap_err();
+        assert!(busy.is_busy(), "{key}: {busy}");
+        let left = busy.retry_after().expect("the kept time left");
+        assert!(left <= keep, "{key}: {left:?}");
+        // Another key is free meanwhile.
+        let free = taker.lock("elsewhere").try_acquire().await.unwrap();
+        assert!(free.release().await.unwrap());
+
+        let next = taker
+            .lock(key)
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        assert!(
+            taken.elapsed() >= keep,
+            "{key}: taken {:?} after the job, inside its kept {keep:?}",
+            taken.elapsed()
+        );
+        assert!(next.fencing_token() > fence);
+        assert!(next.release().await.unwrap());
+    }
+}
