@@ -70,6 +70,8 @@ async fn counts(server: &PostgresServer) -> Counts {
                  WHERE query LIKE ANY (ARRAY[ \
                    '%pg_try_advisory_lock(y.hi%', '%pg_advisory_lock(n.hi%', \
                    '%pg_try_advisory_lock(w.hi%', '%pg_advisory_lock(w.hi%', \
+                   '%pg_try_advisory_lock(%hashtextextended(%', \
+                   '%pg_advisory_lock((hashtextextended(%', \
                    '%pg_advisory_unlock(g.hi%', '%pg_advisory_unlock(y.hi%', '%.lock_take(%', '%.lock_wait_out(%', '%.lock_named(%', \
                    '%.lock_lease(%', '%.lock_keep(%', '%.lock_inspect(%', \
                    '%.gcra(%', '%.fixed_window(%', '%.sliding_window(%'])) \
