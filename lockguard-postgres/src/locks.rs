@@ -442,7 +442,7 @@ impl LockSessions for PgSessions {
             // or -1 - the ms left of the key's kept time.
             let idle = session.idle_to_set(lease_ms);
             let row = session
-                .taking(&session.try_lock, &[&key, &idle], &what)
+                .taking(&session.try_lock, &[&key, &idle, &token.as_str()], &what)
                 .await?;
             return match get::<Option<i64>>(&row, 0, &what)? {
                 None => take().await,
@@ -531,19 +531,18 @@ impl LockSessions for PgSessions {
         let params: [&(dyn ToSql + Sync); 2] = [&key, &token.as_str()];
         // A release of session leases is the bare unlock, of the key alone;
         // of a hold its session was named for, the unlock and the name.
-        let (statement, count) = if !session.session_leases {
-            (&session.release, 2)
-        } else if session.named_hold.load(Ordering::Relaxed) {
-            (&session.release_named, 1)
-        } else {
-            (&session.release, 1)
+        let named = session.session_leases && session.named_hold.load(Ordering::Relaxed);
+        let (statement, count) = match (session.session_leases, named) {
+            (false, _) => (&session.release, 2),
+            (true, false) => (&session.release, 1),
+            (true, true) => (&session.release_named, 1),
         };
         let row = session
             .client
             .query_one(statement, &params[..count])
             .await
             .map_err(|e| pg_error(e, &what()))?;
-        if std::ptr::eq(statement, &session.release_named) {
+        if named {
             session.named_hold.store(false, Ordering::Relaxed);
         }
         get(&row, 0, &what)

@@ -1097,32 +1097,6 @@ BEGIN
 END
 $$;
 
--- Lifts lock_fence_seq to 3 s past the kept time of lock p_key (its row in
--- kept_locks), unless it is there already (version 12): a take of session
--- leases whose token is more than 2 s ahead of the clock reads its key's
--- kept row (locks/try_session.sql), which it otherwise never reads, and
--- the sequence runs at most a second ahead of the clock but after a keep.
--- Serialized with lock_fence_rebase, so neither lowers the other's lift.
--- Runs as the schema's owner, as lock_fence_rebase does; it moves the
--- sequence no further than a kept time the caller may set (lock_keep).
-CREATE OR REPLACE FUNCTION __SCHEMA__.lock_fence_keep(p_key text) RETURNS void
-LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  v_to bigint;
-  v_h bigint := hashtextextended('__SCHEMA__ lock_fence_seq', 8);
-BEGIN
-  SELECT (extract(epoch FROM k.until) * 1000000)::bigint + 3000000 INTO v_to
-    FROM __SCHEMA__.kept_locks k WHERE k.key = p_key;
-  IF v_to IS NULL THEN
-    RETURN;
-  END IF;
-  PERFORM pg_advisory_xact_lock((v_h >> 32)::integer, ((v_h << 32) >> 32)::integer);
-  IF nextval('__SCHEMA__.lock_fence_seq') < v_to THEN
-    PERFORM setval('__SCHEMA__.lock_fence_seq', v_to);
-  END IF;
-END
-$$;
-
 -- A lock's next fencing token, drawn at p_t: lock_fence_seq's next value,
 -- lifted above the clock in µs when it fell behind (lock_fence_rebase).
 -- The statements in locks/ write the same out (locks/fence.sql).
@@ -1655,8 +1629,6 @@ BEGIN
   INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
     VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
     ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
-  -- Takes of session leases read this row from now until it has passed.
-  PERFORM __SCHEMA__.lock_fence_keep(p_key);
   -- lock_lease's but for lock_bound: a kept time outlives a crash in
   -- kept_locks, so it need not lengthen the wait after every crash.
   UPDATE __SCHEMA__.lock_fences f

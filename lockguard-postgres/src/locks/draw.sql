@@ -1,6 +1,7 @@
 -- The draw of a try (try.sql) or a wait (wait.sql), put in for
 -- `__DRAW__` after their CTE `g` (the advisory lock's halves hi and lo,
--- whether this session now holds it, ok, and the time of the hold, t).
+-- whether this session now holds it, ok, the time of the hold, t, and
+-- whether the lock is free of another token's kept time, free).
 u AS (
   -- The key's row, unless another holder's lease runs there unreleased
   -- (then written back as it was): the hold's lease and a fencing token
@@ -25,15 +26,10 @@ u AS (
    WHERE g.ok AND f.hi = g.hi AND f.lo = g.lo
      -- Nor while the lock is kept past its release by another token
      -- (kept_locks, at_least, which a client of session leases keeps with
-     -- no lease in this row), which a keep signals by lifting the sequence
-     -- more than 2 s past the clock (lock_fence_keep): the key's kept row
-     -- is then read, by lock_kept_for_ms (whose statement takes a snapshot
-     -- of its own). With no row written, the client's rare path
-     -- (lock_take, lock_wait_out) refuses or waits it out.
-     AND CASE WHEN pg_sequence_last_value('__SCHEMA__.lock_fence_seq'::regclass)
-                   > (extract(epoch FROM g.t) * 1000000)::bigint + 2000000
-              THEN __SCHEMA__.lock_kept_for_ms($1::text, $2::text) IS NULL
-              ELSE true END
+     -- no lease in this row): g.free, as the try and the wait read it.
+     -- With no row written, the client's rare path (lock_take,
+     -- lock_wait_out) refuses or waits it out.
+     AND g.free
   -- Taken: the session named for the hold (what others read of it, see
   -- lock_held_ms) and idle for no longer than its lease and a slack (a
   -- paused or cut-off client's session ends, and the lock with it).
