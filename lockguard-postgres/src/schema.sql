@@ -1629,12 +1629,20 @@ BEGIN
   INSERT INTO __SCHEMA__.kept_locks AS k (key, token, fence, until)
     VALUES (p_key, p_token, p_fence, clock_timestamp() + p_keep_ms * interval '1 millisecond')
     ON CONFLICT (key) DO UPDATE SET token = EXCLUDED.token, fence = EXCLUDED.fence, until = EXCLUDED.until;
-  -- lock_lease's but for lock_bound: a kept time outlives a crash in
-  -- kept_locks, so it need not lengthen the wait after every crash.
+  -- lock_lease's but for lock_bound (a kept time outlives a crash in
+  -- kept_locks, so it need not lengthen the wait after every crash), and
+  -- whoever took the key's row last (version 12): a keeper of session
+  -- leases, which writes no row per hold, writes its kept time into the
+  -- key's row when there is one, so that a take of recorded leases, which
+  -- reads the row and not kept_locks, waits it out as a lease (a key with
+  -- no row is taken through lock_draw, which reads kept_locks). The
+  -- keeper holds the advisory lock, so no take draws meanwhile.
   UPDATE __SCHEMA__.lock_fences f
      SET expires_at = clock_timestamp() + p_keep_ms * interval '1 millisecond',
-         at = clock_timestamp()
-   WHERE (f.hi, f.lo) = (SELECT i.hi, i.lo FROM __SCHEMA__.lock_id(p_key) i) AND f.token = p_token;
+         at = clock_timestamp(),
+         token = p_token,
+         fence = greatest(f.fence, p_fence)
+   WHERE (f.hi, f.lo) = (SELECT i.hi, i.lo FROM __SCHEMA__.lock_id(p_key) i);
   PERFORM __SCHEMA__.lock_name(p_token, p_fence, p_keep_ms);
   RETURN true;
 END

@@ -1,7 +1,6 @@
 -- The draw of a try (try.sql) or a wait (wait.sql), put in for
 -- `__DRAW__` after their CTE `g` (the advisory lock's halves hi and lo,
--- whether this session now holds it, ok, the time of the hold, t, and
--- whether the lock is free of another token's kept time, free).
+-- whether this session now holds it, ok, and the time of the hold, t).
 u AS (
   -- The key's row, unless another holder's lease runs there unreleased
   -- (then written back as it was): the hold's lease and a fencing token
@@ -24,12 +23,6 @@ u AS (
                       THEN f.token ELSE $2::text END
     FROM g
    WHERE g.ok AND f.hi = g.hi AND f.lo = g.lo
-     -- Nor while the lock is kept past its release by another token
-     -- (kept_locks, at_least, which a client of session leases keeps with
-     -- no lease in this row): g.free, as the try and the wait read it.
-     -- With no row written, the client's rare path (lock_take,
-     -- lock_wait_out) refuses or waits it out.
-     AND g.free
   -- Taken: the session named for the hold (what others read of it, see
   -- lock_held_ms) and idle for no longer than its lease and a slack (a
   -- paused or cut-off client's session ends, and the lock with it).

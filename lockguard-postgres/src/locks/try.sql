@@ -9,14 +9,7 @@
 WITH g AS MATERIALIZED (
   -- The advisory lock (lock_id's halves of the key's hash), tried, and
   -- the time of the hold.
-  SELECT y.hi, y.lo, pg_try_advisory_lock(y.hi, y.lo) AS ok, clock_timestamp() AS t,
-         -- Not kept past its release by another token (kept_locks,
-         -- at_least): read from this statement's snapshot, taken just
-         -- before the try (a keep commits before its keeper's session can
-         -- free the lock).
-         NOT EXISTS (SELECT 1 FROM __SCHEMA__.kept_locks k
-                      WHERE k.key = $1::text AND k.until > clock_timestamp()
-                        AND k.token IS DISTINCT FROM $2::text) AS free
+  SELECT y.hi, y.lo, pg_try_advisory_lock(y.hi, y.lo) AS ok, clock_timestamp() AS t
     FROM (SELECT (h >> 32)::integer AS hi, ((h << 32) >> 32)::integer AS lo
             FROM (SELECT hashtextextended('__SCHEMA__:' || $1::text, 8) AS h) x) y
 ),

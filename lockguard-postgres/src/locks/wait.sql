@@ -15,14 +15,9 @@ WITH n AS MATERIALIZED (
     FROM (SELECT (h >> 32)::integer AS hi, ((h << 32) >> 32)::integer AS lo
             FROM (SELECT hashtextextended('__SCHEMA__:' || $1::text, 8) AS h) x) y
 ), g AS MATERIALIZED (
-  -- The wait, and then the time of the hold, and whether the lock is
-  -- free of another token's kept time (kept_locks, at_least): read by
-  -- lock_kept_for_ms, a PL/pgSQL function, whose statement takes a
-  -- snapshot of its own after the grant (this statement's was taken
-  -- before its wait).
+  -- The wait, and then the time of the hold.
   SELECT n.hi, n.lo, pg_advisory_lock(n.hi, n.lo)::text IS NOT NULL AS ok,
-         clock_timestamp() AS t,
-         __SCHEMA__.lock_kept_for_ms($1::text, $2::text) IS NULL AS free
+         clock_timestamp() AS t
     FROM n
 ),
 __DRAW__
