@@ -129,37 +129,18 @@ async fn lockguard_postgres_session(url: &str, n: u64, tasks: u64) {
 }
 
 async fn native_postgres(url: &str, n: u64, tasks: u64) {
-    let mut conns = Vec::new();
+    let mut natives = Vec::new();
     for _ in 0..tasks {
-        let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("connect");
-        tokio::spawn(conn);
-        let lock = client
-            .prepare("SELECT pg_try_advisory_lock($1)")
-            .await
-            .expect("prepare");
-        let unlock = client
-            .prepare("SELECT pg_advisory_unlock($1)")
-            .await
-            .expect("prepare");
-        conns.push((client, lock, unlock));
+        natives.push(raw_pg::Native::connect(url).await);
     }
-    let loops: Vec<_> = conns
+    let loops: Vec<_> = natives
         .into_iter()
         .enumerate()
-        .map(|(t, (client, lock, unlock))| {
+        .map(|(t, native)| {
             tokio::spawn(async move {
                 let key = i64::from(std::process::id()) * 1000 + t as i64;
                 for _ in 0..n / tasks {
-                    let taken: bool = client.query_one(&lock, &[&key]).await.expect("lock").get(0);
-                    assert!(taken);
-                    let freed: bool = client
-                        .query_one(&unlock, &[&key])
-                        .await
-                        .expect("unlock")
-                        .get(0);
-                    assert!(freed);
+                    native.cycle(key).await;
                 }
             })
         })

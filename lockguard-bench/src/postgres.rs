@@ -130,16 +130,7 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
     let mut natives = Vec::new();
     for _ in 0..TASKS[TASKS.len() - 1] {
         sessions.push(Arc::new(raw_pg::Session::connect(&server.url()).await));
-        let conn = connect(&server.url()).await;
-        let lock = conn
-            .prepare("SELECT pg_try_advisory_lock($1)")
-            .await
-            .expect("prepare");
-        let unlock = conn
-            .prepare("SELECT pg_advisory_unlock($1)")
-            .await
-            .expect("prepare");
-        natives.push(Arc::new((conn, lock, unlock)));
+        natives.push(Arc::new(raw_pg::Native::connect(&server.url()).await));
     }
     let mut rates = [(); TASKS.len()].map(|()| [Vec::new(), Vec::new(), Vec::new(), Vec::new()]);
     let before = counts(server).await;
@@ -197,19 +188,10 @@ async fn uncontended(b: &mut Bench, server: &PostgresServer) {
                         measure(tasks, each, |t, stop, done| {
                             let native = natives[t].clone();
                             async move {
-                                let (conn, lock, unlock) = &*native;
                                 let key = i64::try_from(1_000_000 * round + 1000 * tasks + t)
                                     .expect("key");
                                 while !stop.load(Ordering::Relaxed) {
-                                    let taken: bool =
-                                        conn.query_one(lock, &[&key]).await.expect("lock").get(0);
-                                    assert!(taken);
-                                    let freed: bool = conn
-                                        .query_one(unlock, &[&key])
-                                        .await
-                                        .expect("unlock")
-                                        .get(0);
-                                    assert!(freed);
+                                    native.cycle(key).await;
                                     done.fetch_add(1, Ordering::Relaxed);
                                 }
                             }

@@ -100,3 +100,56 @@ impl Session {
         assert!(released);
     }
 }
+
+/// PostgreSQL's own advisory lock on a connection of its own, the native
+/// yardstick: `pg_try_advisory_lock($1)` and `pg_advisory_unlock($1)`,
+/// prepared once.
+pub(crate) struct Native {
+    client: tokio_postgres::Client,
+    lock: tokio_postgres::Statement,
+    unlock: tokio_postgres::Statement,
+}
+
+impl Native {
+    /// A connection on `url`, its two statements prepared.
+    pub(crate) async fn connect(url: &str) -> Self {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to postgres");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let lock = client
+            .prepare("SELECT pg_try_advisory_lock($1)")
+            .await
+            .expect("prepare");
+        let unlock = client
+            .prepare("SELECT pg_advisory_unlock($1)")
+            .await
+            .expect("prepare");
+        Self {
+            client,
+            lock,
+            unlock,
+        }
+    }
+
+    /// One cycle on `key`, which nobody else takes: the lock, then the
+    /// unlock, each asserted to succeed.
+    pub(crate) async fn cycle(&self, key: i64) {
+        let taken: bool = self
+            .client
+            .query_one(&self.lock, &[&key])
+            .await
+            .expect("lock")
+            .get(0);
+        assert!(taken);
+        let freed: bool = self
+            .client
+            .query_one(&self.unlock, &[&key])
+            .await
+            .expect("unlock")
+            .get(0);
+        assert!(freed);
+    }
+}

@@ -22,19 +22,6 @@ async fn client(server: &PostgresServer, leases: LockLeases) -> Client {
         .expect("connect to postgres")
 }
 
-/// Ends the session holding a lock (a granted advisory lock of the
-/// two-int form: the server's only ones are the test's), as an operator's
-/// `pg_terminate_backend` would: how many it ended.
-fn terminate_holder(server: &PostgresServer) -> u64 {
-    server
-        .psql(
-            "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l \
-             WHERE l.locktype = 'advisory' AND l.objsubid = 2 AND l.granted",
-        )
-        .parse()
-        .expect("a count")
-}
-
 /// A holder's session ended by an operator (`pg_terminate_backend`) while
 /// a waiter waits: the kit's scenario (session leases hand the lock on at
 /// once and fence the old holder's writes out; recorded leases wait the
@@ -66,7 +53,7 @@ async fn a_terminated_holder_is_succeeded_at_once_and_its_writes_refused() {
     faults::a_cut_holder_is_succeeded_at_once_and_its_writes_refused(
         (&session.0, &session.1),
         (&recorded.0, &recorded.1),
-        |_| assert_eq!(terminate_holder(&server), 1, "the holder's session"),
+        |key| terminate_holder_of(&server, key),
         async |token| {
             orders
                 .update(&db, &1i64, token, &[("status", &"paid")])
