@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::engine::Engine;
 use crate::error::{Error, Invalid, Result};
 use crate::rate_limit::{Algorithm, Decision, Quota, gcra};
+use crate::store::memory::LimitTable;
 use crate::store::{LimitKeys, LimitOp, Store};
 
 mod refused;
@@ -96,6 +97,9 @@ struct Prepared {
     base: Arc<str>,
     /// The store's step, with the quota's constants.
     op: LimitOp,
+    /// On the in-memory store, the table the limiter's keys are decided
+    /// in, held so a check goes to it straight.
+    table: Option<Arc<LimitTable>>,
 }
 
 impl Shared {
@@ -121,9 +125,11 @@ impl Shared {
                 period_us: quota.period_us(),
             },
         };
+        let table = self.engine.store.limit_table(&base);
         Ok(Prepared {
             base: base.into(),
             op,
+            table,
         })
     }
 }
@@ -571,6 +577,12 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision>> {
+        if let Ok(Prepared {
+            table: Some(table), ..
+        }) = &self.shared.prepared
+        {
+            return Some(self.decide_in(table, key, cost));
+        }
         let at_once = self.shared.engine.store.answers_at_once();
         if !at_once && self.shared.refused.is_none() {
             return None;
@@ -595,6 +607,12 @@ impl RateLimiter {
     }
 
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
+        if let Ok(Prepared {
+            table: Some(table), ..
+        }) = &self.shared.prepared
+        {
+            return self.decide_in(table, key, cost);
+        }
         let (prepared, op) = self.checked(key, cost)?;
         let store = self.store()?;
         if let Some(d) = self.cached_refusal(key, cost) {
@@ -606,6 +624,17 @@ impl RateLimiter {
             None => store.rate_limit(&keys, op, cost, false).await,
         };
         self.decided(key, cost, answer.map(|reply| op.decide(reply)))
+    }
+
+    /// A check of `key` in `table`, the in-memory store's table of this
+    /// limiter: the step [`DataStore::rate_limit`](crate::store::DataStore::rate_limit)
+    /// runs there, with nothing between.
+    fn decide_in(&self, table: &LimitTable, key: &str, cost: u64) -> Result<Decision> {
+        let (_, op) = self.checked(key, cost)?;
+        if let Some(d) = self.cached_refusal(key, cost) {
+            return Ok(d);
+        }
+        self.decided(key, cost, Ok(table.decide(key, op, cost, false)))
     }
 
     /// A refusal of `key` still cached, if any.

@@ -1,10 +1,12 @@
 //! [`Store`]: a store's operations boxed once, behind one handle, whatever
 //! the store.
 
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::memory::{LimitTable, MemoryStore};
 use super::{
     AllOrNone, ChangeBell, CounterKeys, DataStore, Holding, Inbox, LimitKeys, LimitOp, LimitReply,
     Listener, LockKeys, LockSet, LockStore, Occupancy, Outcome, Place, StoreFuture, Stored, Token,
@@ -298,6 +300,10 @@ fn poll_once<F: Future>(future: F) -> Option<F::Output> {
 #[derive(Debug, Clone)]
 pub struct Store {
     store: Arc<dyn Erased>,
+    /// The store itself when it is the in-memory one, whose rate limiters
+    /// decide in their own tables with no store call between
+    /// ([`Store::limit_table`]).
+    memory: Option<Arc<MemoryStore>>,
     pub(crate) listeners: Vec<Arc<dyn Listener>>,
     /// Where the store is, for messages (see [`Store::at`]).
     address: Option<Arc<str>>,
@@ -308,8 +314,12 @@ impl Store {
     /// `listeners` (none for a store that calls the client's [`Inbox`]
     /// itself, from [`LockStore::attach`]).
     pub fn new<S: DataStore>(store: Arc<S>, listeners: Vec<Arc<dyn Listener>>) -> Self {
+        let memory = (Arc::clone(&store) as Arc<dyn Any + Send + Sync>)
+            .downcast::<MemoryStore>()
+            .ok();
         Self {
             store,
+            memory,
             listeners,
             address: None,
         }
@@ -550,6 +560,15 @@ impl Store {
             return None;
         }
         self.store.rate_limit_now(keys, op, cost, peek)
+    }
+
+    /// The table in which the in-memory store decides the rate limiter
+    /// whose store keys start with `limiter`, for the limiter to keep;
+    /// `None` for any other store. A limiter that holds it decides
+    /// in it directly: the same step [`DataStore::rate_limit`] runs, with
+    /// no look-up of the table per check.
+    pub(crate) fn limit_table(&self, limiter: &str) -> Option<Arc<LimitTable>> {
+        self.memory.as_ref().map(|m| m.limit_table(limiter))
     }
 
     /// Writes a fenced value ([`DataStore::fenced_write`]).

@@ -56,55 +56,55 @@ impl Default for Grouping {
 impl Grouping {
     /// `ip:203.0.113.9`, or `ip:2001:db8:1:2::/64` for a grouped address.
     fn key(self, ip: IpAddr) -> String {
-        let ip = ip.to_canonical();
+        match ip.to_canonical() {
+            // The common case, a whole IPv4 address, in line and written
+            // digit by digit: `format!` through `Display` costs several
+            // times as much, on every request.
+            IpAddr::V4(v4) if self.v4 >= 32 => v4_key(v4),
+            ip => self.grouped_key(ip),
+        }
+    }
+
+    /// An IPv6 address or a grouped IPv4 one, through `Display`: out of
+    /// the line of a whole IPv4 address.
+    #[inline(never)]
+    fn grouped_key(self, ip: IpAddr) -> String {
         let (prefix, max) = match ip {
             IpAddr::V4(_) => (self.v4, 32),
             IpAddr::V6(_) => (self.v6, 128),
         };
         let masked = mask(ip, prefix);
-        match masked {
-            // The common case, written digit by digit: `format!` through
-            // `Display` costs several times as much, on every request.
-            IpAddr::V4(v4) if prefix >= max => v4_key(v4),
-            _ => {
-                let mut out = super::buffer(48);
-                // Writing into a `String` cannot fail.
-                let _ = if prefix >= max {
-                    write!(out, "ip:{masked}")
-                } else {
-                    write!(out, "ip:{masked}/{prefix}")
-                };
-                out
-            }
-        }
+        let mut out = super::buffer(48);
+        // Writing into a `String` cannot fail.
+        let _ = if prefix >= max {
+            write!(out, "ip:{masked}")
+        } else {
+            write!(out, "ip:{masked}/{prefix}")
+        };
+        out
     }
 }
 
 /// `ip:203.0.113.9`, as `format!("ip:{v4}")` writes it.
 fn v4_key(v4: std::net::Ipv4Addr) -> String {
-    // Laid out on the stack, then copied once: pushing characters one by
-    // one checks the buffer's room at each.
-    let mut text = *b"ip:000.000.000.000";
-    let mut len = 3;
+    // Pushed character by character into a buffer with room for the
+    // longest: each push is a compare and a store, where text laid out
+    // elsewhere would be checked as UTF-8 to become a `str`.
+    let mut out = super::buffer("ip:255.255.255.255".len());
+    out.push_str("ip:");
+    let digit = |d: u8| char::from(b'0' + d % 10);
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            text[len] = b'.';
-            len += 1;
+            out.push('.');
         }
         if octet >= 100 {
-            text[len] = b'0' + octet / 100;
-            len += 1;
+            out.push(digit(octet / 100));
         }
         if octet >= 10 {
-            text[len] = b'0' + octet / 10 % 10;
-            len += 1;
+            out.push(digit(octet / 10));
         }
-        text[len] = b'0' + octet % 10;
-        len += 1;
+        out.push(digit(octet));
     }
-    let mut out = super::buffer(text.len());
-    // ASCII digits and dots throughout: always valid.
-    out.push_str(std::str::from_utf8(&text[..len]).unwrap_or_default());
     out
 }
 

@@ -29,6 +29,7 @@ mod shards;
 mod survey;
 
 use expiring::Expiring;
+pub(crate) use limits::LimitTable;
 use limits::Limits;
 use rw::RwHolders;
 
@@ -599,6 +600,12 @@ impl MemoryStore {
     ) -> Decision {
         self.limits
             .decide(keys.limiter_shared(), keys.key(), op, cost, peek)
+    }
+
+    /// The table of the limiter whose store keys start with `limiter`
+    /// ([`Store::limit_table`]).
+    pub(crate) fn limit_table(&self, limiter: &str) -> Arc<LimitTable> {
+        self.limits.table(limiter)
     }
 
     #[cfg(test)]
