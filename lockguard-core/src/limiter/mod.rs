@@ -746,4 +746,31 @@ mod tests {
         assert!(fixed.check("k").await.unwrap().allowed);
         assert!(!fixed.check("k").await.unwrap().allowed);
     }
+
+    /// On the in-memory store a limiter decides in the table it holds:
+    /// two limiters of one name, made apart, still spend one budget, which
+    /// a peek (through the store's own call) sees; another name, or the
+    /// same name under another prefix, is another budget.
+    #[tokio::test]
+    async fn limiters_of_one_name_share_the_table_they_hold() {
+        let store = crate::store::Store::memory();
+        let lg = Client::builder().build(store.clone()).unwrap();
+        let a = lg.rate_limiter("held", Quota::per_minute(3));
+        let b = lg.rate_limiter("held", Quota::per_minute(3));
+        assert_eq!(a.check_now("k", 1).unwrap().unwrap().remaining, 2);
+        assert_eq!(b.check("k").await.unwrap().remaining, 1);
+        // The request a peek describes would leave none.
+        let peeked = a.peek("k").await.unwrap();
+        assert!(peeked.allowed && peeked.remaining == 0, "{peeked:?}");
+        assert!(b.check_now("k", 1).unwrap().unwrap().allowed);
+        assert!(!a.check("k").await.unwrap().allowed);
+        let other = lg.rate_limiter("other", Quota::per_minute(3));
+        assert_eq!(other.check("k").await.unwrap().remaining, 2);
+        let prefixed = Client::builder()
+            .prefix("tenant:")
+            .build(store)
+            .unwrap()
+            .rate_limiter("held", Quota::per_minute(3));
+        assert_eq!(prefixed.check("k").await.unwrap().remaining, 2);
+    }
 }
