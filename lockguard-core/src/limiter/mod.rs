@@ -98,8 +98,20 @@ struct Prepared {
     /// The store's step, with the quota's constants.
     op: LimitOp,
     /// On the in-memory store, the table the limiter's keys are decided
-    /// in, held so a check goes to it straight.
-    table: Option<Arc<LimitTable>>,
+    /// in, held from its first check on so a check goes to it straight.
+    table: OnceLock<Option<Arc<LimitTable>>>,
+}
+
+impl Prepared {
+    /// The in-memory store's table of this limiter; `None` on any other
+    /// store. Found at the first check, not when the limiter is made: a
+    /// limiter made per call (`#[rate_limit]`'s) finds it through the
+    /// thread's last table, with no lock taken.
+    fn table(&self, store: &Store) -> Option<&LimitTable> {
+        self.table
+            .get_or_init(|| store.limit_table(&self.base))
+            .as_deref()
+    }
 }
 
 impl Shared {
@@ -125,11 +137,10 @@ impl Shared {
                 period_us: quota.period_us(),
             },
         };
-        let table = self.engine.store.limit_table(&base);
         Ok(Prepared {
             base: base.into(),
             op,
-            table,
+            table: OnceLock::new(),
         })
     }
 }
@@ -577,9 +588,8 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision>> {
-        if let Ok(Prepared {
-            table: Some(table), ..
-        }) = &self.shared.prepared
+        if let Ok(prepared) = &self.shared.prepared
+            && let Some(table) = prepared.table(&self.shared.engine.store)
         {
             return Some(self.decide_in(table, key, cost));
         }
@@ -607,9 +617,8 @@ impl RateLimiter {
     }
 
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Ok(Prepared {
-            table: Some(table), ..
-        }) = &self.shared.prepared
+        if let Ok(prepared) = &self.shared.prepared
+            && let Some(table) = prepared.table(&self.shared.engine.store)
         {
             return self.decide_in(table, key, cost);
         }

@@ -567,7 +567,7 @@ impl Store {
     /// `None` for any other store. A limiter that holds it decides
     /// in it directly: the same step [`DataStore::rate_limit`] runs, with
     /// no look-up of the table per check.
-    pub(crate) fn limit_table(&self, limiter: &str) -> Option<Arc<LimitTable>> {
+    pub(crate) fn limit_table(&self, limiter: &Arc<str>) -> Option<Arc<LimitTable>> {
         self.memory.as_ref().map(|m| m.limit_table(limiter))
     }
 

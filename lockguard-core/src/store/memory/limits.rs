@@ -189,9 +189,20 @@ impl Limits {
         cost: u64,
         peek: bool,
     ) -> Decision {
-        // The table this thread used last, when it is this limiter's: a
-        // limiter checked again and again on one thread (a hot path of a
-        // server) finds its table with no hash and no shared write.
+        self.with_table(limiter, |table| table.decide(key, op, cost, peek))
+    }
+
+    /// The table of `limiter`, for a limiter to hold (see
+    /// [`Store::limit_table`](crate::store::Store::limit_table)).
+    pub(crate) fn held(&self, limiter: &Arc<str>) -> Arc<LimitTable> {
+        self.with_table(limiter, Arc::clone)
+    }
+
+    /// Runs `f` on the table of `limiter`. The table this thread used last,
+    /// when it is this limiter's: calls of one limiter again and again on
+    /// one thread (its peeks, or the checks of a limiter made per call)
+    /// find its table with no hash and no lock.
+    fn with_table<T>(&self, limiter: &Arc<str>, f: impl FnOnce(&Arc<LimitTable>) -> T) -> T {
         thread_local! {
             static LAST: std::cell::RefCell<Option<LastTable>> =
                 const { std::cell::RefCell::new(None) };
@@ -201,12 +212,12 @@ impl Limits {
                 && *id == self.id
                 && (Arc::ptr_eq(base, limiter) || **base == **limiter)
             {
-                return table.decide(key, op, cost, peek);
+                return f(table);
             }
             let table = self.registered(limiter);
-            let decision = table.decide(key, op, cost, peek);
+            let out = f(&table);
             *last = Some((self.id, limiter.clone(), table));
-            decision
+            out
         })
     }
 

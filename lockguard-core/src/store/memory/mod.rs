@@ -604,8 +604,8 @@ impl MemoryStore {
 
     /// The table of the limiter whose store keys start with `limiter`
     /// ([`Store::limit_table`]).
-    pub(crate) fn limit_table(&self, limiter: &str) -> Arc<LimitTable> {
-        self.limits.table(limiter)
+    pub(crate) fn limit_table(&self, limiter: &Arc<str>) -> Arc<LimitTable> {
+        self.limits.held(limiter)
     }
 
     #[cfg(test)]
