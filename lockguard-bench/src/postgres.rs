@@ -501,18 +501,6 @@ fn native_targets(
     );
 }
 
-/// A connection of its own (no pool), its connection task spawned; closed
-/// when the client is dropped.
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("connect to postgres");
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
 fn row(
     b: &mut Bench,
     tasks: usize,
@@ -564,7 +552,7 @@ async fn raw_contention(
     let (lock_sql, unlock_sql) = match kind {
         RawLock::Advisory { fenced } => {
             let lock = if fenced {
-                let conn = connect(&server.url()).await;
+                let conn = raw_pg::connect(&server.url()).await;
                 conn.batch_execute("CREATE SEQUENCE IF NOT EXISTS lockguard_bench_fence")
                     .await
                     .expect("create the fence sequence");
@@ -585,7 +573,7 @@ async fn raw_contention(
     let latest = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut conns = Vec::new();
     for _ in 0..tasks {
-        let conn = connect(&server.url()).await;
+        let conn = raw_pg::connect(&server.url()).await;
         if kind == RawLock::SessionStatements {
             conn.batch_execute("SELECT lockguard.lock_session()")
                 .await

@@ -32,6 +32,18 @@ fn statements() -> [String; 3] {
     ]
 }
 
+/// A connection of its own (no pool), its connection task spawned; closed
+/// when the client is dropped.
+pub(crate) async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect to postgres");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
 /// A connection of its own sending lockguard's lock statements, as a
 /// lockguard lock's session does: a lock is held by the session that took
 /// it, so its try and its unlock go over one connection.
@@ -45,12 +57,7 @@ pub(crate) struct Session {
 impl Session {
     /// A session on `url`, its statements prepared.
     pub(crate) async fn connect(url: &str) -> Self {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to postgres");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let client = connect(url).await;
         client
             .batch_execute("SELECT lockguard.lock_session()")
             .await
@@ -113,12 +120,7 @@ pub(crate) struct Native {
 impl Native {
     /// A connection on `url`, its two statements prepared.
     pub(crate) async fn connect(url: &str) -> Self {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("connect to postgres");
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let client = connect(url).await;
         let lock = client
             .prepare("SELECT pg_try_advisory_lock($1)")
             .await

@@ -588,9 +588,7 @@ impl RateLimiter {
     /// # Ok(()) }
     /// ```
     pub fn check_now(&self, key: &str, cost: u64) -> Option<Result<Decision>> {
-        if let Ok(prepared) = &self.shared.prepared
-            && let Some(table) = prepared.table(&self.shared.engine.store)
-        {
+        if let Some(table) = self.held_table() {
             return Some(self.decide_in(table, key, cost));
         }
         let at_once = self.shared.engine.store.answers_at_once();
@@ -617,9 +615,7 @@ impl RateLimiter {
     }
 
     async fn decide(&self, key: &str, cost: u64) -> Result<Decision> {
-        if let Ok(prepared) = &self.shared.prepared
-            && let Some(table) = prepared.table(&self.shared.engine.store)
-        {
+        if let Some(table) = self.held_table() {
             return self.decide_in(table, key, cost);
         }
         let (prepared, op) = self.checked(key, cost)?;
@@ -633,6 +629,13 @@ impl RateLimiter {
             None => store.rate_limit(&keys, op, cost, false).await,
         };
         self.decided(key, cost, answer.map(|reply| op.decide(reply)))
+    }
+
+    /// The in-memory store's table of this limiter, when the store is the
+    /// in-memory one and the settings are valid.
+    fn held_table(&self) -> Option<&LimitTable> {
+        let prepared = self.shared.prepared.as_ref().ok()?;
+        prepared.table(&self.shared.engine.store)
     }
 
     /// A check of `key` in `table`, the in-memory store's table of this

@@ -78,9 +78,9 @@ fn terminate_holder_of(server: &PostgresServer, key: &str) {
 
 /// A job's lock of session leases released early with `at_least` stays
 /// kept after its keeper's session is terminated: the kit's scenario, for
-/// a taker of each mode (the recorded one's key has a lease row, which a
-/// keeper of session leases does not write: its take reads the kept row
-/// when the sequence, lifted by the keep, says some lock is kept).
+/// a taker of each mode (the recorded one's take reads the key's lease
+/// row, which the keep writes its kept time into, whoever took the key
+/// last).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_lock_stays_kept_after_its_keepers_session_ends() {
     let server = PostgresServer::start();
