@@ -21,7 +21,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::store::{Handoff, Inbox, Listener};
-use crate::token::Token;
+use crate::token::{Token, TokenHashing};
 
 /// How long a release channel stays subscribed after its last waiter left,
 /// so a key contended again soon does not pay SUBSCRIBE and UNSUBSCRIBE
@@ -47,7 +47,7 @@ pub(crate) struct Waiters {
     /// The channel this client's queued waiters are notified on.
     channel: String,
     /// Queued waiters by token.
-    tickets: Mutex<HashMap<Token, Arc<Slot>>>,
+    tickets: Mutex<HashMap<Token, Arc<Slot>, TokenHashing>>,
     /// Waiters without a queue, by release channel.
     broadcasts: Mutex<HashMap<String, Entry>>,
     /// The store's message connections (one per node).
@@ -129,7 +129,7 @@ impl Waiters {
     pub(crate) fn new(channel: String, listeners: Vec<Arc<dyn Listener>>) -> Self {
         Self {
             channel,
-            tickets: Mutex::new(HashMap::new()),
+            tickets: Mutex::default(),
             broadcasts: Mutex::new(HashMap::new()),
             listening: AtomicBool::new(listeners.is_empty()),
             subscribing: AtomicBool::new(false),
@@ -147,7 +147,7 @@ impl Waiters {
         &self.channel
     }
 
-    fn tickets(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Arc<Slot>>> {
+    fn tickets(&self) -> std::sync::MutexGuard<'_, HashMap<Token, Arc<Slot>, TokenHashing>> {
         self.tickets.lock().unwrap_or_else(|p| p.into_inner())
     }
 

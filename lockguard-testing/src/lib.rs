@@ -397,6 +397,19 @@ impl RedisServer {
     }
 }
 
+/// The size in bytes of the future `call` returns, found without calling
+/// it. A store operation's future is copied whole into the store
+/// boundary's box at every call, so a store's tests bound the size of its
+/// own.
+///
+/// ```
+/// let size = lockguard_testing::future_size(|n: u64| async move { n + 1 });
+/// assert!(size >= 8);
+/// ```
+pub fn future_size<A, F: std::future::Future>(_call: impl FnOnce(A) -> F) -> usize {
+    std::mem::size_of::<F>()
+}
+
 /// The `redis+redlock://` URL of `nodes`, as `lockguard::connect` reads it.
 pub fn redlock_url(nodes: &[RedisServer]) -> String {
     let hosts: Vec<String> = nodes

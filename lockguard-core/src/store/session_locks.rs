@@ -18,15 +18,17 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::{Inbox, LeaseEnd, LeaseEnds, LockKeys, Outcome, Token, net};
 use crate::error::{Error, ErrorKind, Result};
 use crate::fence::FencingToken;
+use crate::token::TokenHashing;
 
 /// The most idle sessions a client keeps for later holds.
 const IDLE_SESSIONS: usize = 64;
@@ -190,7 +192,7 @@ pub struct SessionLocks<S: LockSessions> {
 struct Inner<S: LockSessions> {
     sessions: S,
     idle: Mutex<Vec<Arc<S::Session>>>,
-    entries: Mutex<HashMap<Token, Entry<S>>>,
+    entries: Mutex<HashMap<Token, Entry<S>, TokenHashing>>,
     inbox: OnceLock<Weak<dyn Inbox>>,
     ends: Arc<LeaseEnds>,
 }
@@ -328,49 +330,35 @@ impl<S: LockSessions> SessionLocks<S> {
         }
     }
 
-    /// One try, never waiting. The statement runs in a task of its own,
-    /// which owns the session until the answer comes: when nobody waits
-    /// for it any more (the attempt was dropped, or timed out), a lock it
-    /// took is released there, and its lease ended.
+    /// One try, never waiting. The statement runs in the attempt's task
+    /// ([`Trying`]); when nobody waits for it any more (the attempt was
+    /// dropped, or timed out), the rest runs in a task of its own, which
+    /// owns the session until the answer comes, releases a lock it took
+    /// and ends its lease.
     async fn try_lock(
         &self,
         keys: &Arc<LockKeys>,
         token: &Token,
         lease: Duration,
     ) -> Result<Outcome> {
-        let what = || format!("acquiring {:?}", keys.id());
         let (mut session, mut reused) = self.inner.reused_or_new().await?;
         let (session, sent, tried) = loop {
             let sent = Instant::now();
-            let (tx, rx) = oneshot::channel();
-            tokio::spawn(try_for(
-                self.inner.clone(),
-                session,
-                keys.clone(),
-                *token,
-                lease,
-                tx,
-            ));
+            let trying = Trying::start(&self.inner, session, keys, *token, lease);
             let timeout = self.inner.sessions.response_timeout();
-            match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok((s, Ok(tried)))) => break (s, sent, tried),
-                Ok(Ok((s, Err(_)))) if self.inner.again(&s, reused) => {
-                    session = Arc::new(self.inner.sessions.connect().await?);
+            match tokio::time::timeout(timeout, trying).await {
+                Ok((s, Ok(tried))) => break (s, sent, tried),
+                Ok((s, Err(_))) if self.inner.again(&s, reused) => {
+                    session = Arc::new(self.inner.connect().await?);
                     reused = false;
                 }
-                Ok(Ok((_, Err(e)))) => return Err(e),
-                Ok(Err(_)) => {
-                    return Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!("{}: the attempt ended without an answer", what()),
-                    ));
-                }
+                Ok((_, Err(e))) => return Err(e),
                 Err(_) => {
                     return Err(Error::new(
                         ErrorKind::Timeout,
                         format!(
-                            "{}: no answer from {} within {timeout:?}",
-                            what(),
+                            "acquiring {:?}: no answer from {} within {timeout:?}",
+                            keys.id(),
                             self.inner.sessions.name()
                         ),
                     ));
@@ -492,7 +480,7 @@ impl<S: LockSessions> SessionLocks<S> {
         let answer = self
             .inner
             .ask(
-                self.inner.sessions.renew(&session, &hold, lease, keep),
+                || self.inner.sessions.renew(&session, &hold, lease, keep),
                 &what,
             )
             .await;
@@ -536,12 +524,21 @@ impl<S: LockSessions> SessionLocks<S> {
 }
 
 impl<S: LockSessions> Inner<S> {
-    fn entries(&self) -> MutexGuard<'_, HashMap<Token, Entry<S>>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<Token, Entry<S>, TokenHashing>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn idle(&self) -> MutexGuard<'_, Vec<Arc<S::Session>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new session. Its future is boxed: a store's connect future is
+    /// large (13 KB on PostgreSQL, a TLS handshake and the statements'
+    /// preparation), and inline it would make every operation that may
+    /// open a session as large, copied whole into the store boundary's box
+    /// at each call, though it opens one rarely.
+    async fn connect(&self) -> Result<S::Session> {
+        Box::pin(self.sessions.connect()).await
     }
 
     /// An idle session, or a new one.
@@ -559,7 +556,7 @@ impl<S: LockSessions> Inner<S> {
                 return Ok((session, true));
             }
         }
-        Ok((Arc::new(self.sessions.connect().await?), false))
+        Ok((Arc::new(self.connect().await?), false))
     }
 
     /// Whether a statement that failed on `session`, taken from the idle
@@ -581,14 +578,17 @@ impl<S: LockSessions> Inner<S> {
         }
     }
 
-    /// Runs one statement within the response timeout.
-    async fn ask<T>(
+    /// Runs one statement, made by `statement`, within the response
+    /// timeout. Made here rather than passed in: an `async fn` keeps its
+    /// arguments apart from what it awaits, so a statement's future passed
+    /// in would take its room twice in this future.
+    async fn ask<T, F: Future<Output = Result<T>>>(
         &self,
-        statement: impl Future<Output = Result<T>>,
+        statement: impl FnOnce() -> F,
         what: &(dyn Fn() -> String + Sync),
     ) -> Result<T> {
         let timeout = self.sessions.response_timeout();
-        let answer = tokio::time::timeout(timeout, statement).await;
+        let answer = tokio::time::timeout(timeout, statement()).await;
         net::within(timeout, self.sessions.name(), what, answer)
     }
 
@@ -609,7 +609,7 @@ impl<S: LockSessions> Inner<S> {
             return;
         };
         let answer = self
-            .ask(self.sessions.forget(&session, keys.id(), token), &what)
+            .ask(|| self.sessions.forget(&session, keys.id(), token), &what)
             .await;
         if answer.is_ok() {
             self.put_back(session);
@@ -622,8 +622,10 @@ impl<S: LockSessions> Inner<S> {
         let what = || format!("releasing {:?}", hold.keys.id());
         let answer = self
             .ask(
-                self.sessions
-                    .unlock(&hold.session, hold.keys.id(), &hold.token),
+                || {
+                    self.sessions
+                        .unlock(&hold.session, hold.keys.id(), &hold.token)
+                },
                 &what,
             )
             .await;
@@ -671,7 +673,7 @@ async fn wait_for<S: LockSessions>(
     if answer.is_err() && inner.again(&session, reused) {
         // Once more on a new session, whose wait the waiter's release
         // cancels from now on.
-        answer = match inner.sessions.connect().await {
+        answer = match inner.connect().await {
             Ok(fresh) => {
                 session = Arc::new(fresh);
                 let cancel = inner.sessions.cancel_handle(&session);
@@ -746,24 +748,87 @@ async fn wait_for<S: LockSessions>(
 /// The answer of a try, with its session.
 type TryAnswer<S> = (Arc<<S as LockSessions>::Session>, Result<Tried>);
 
-/// Runs `token`'s try at the lock of `keys` on `session` and hands the
-/// answer on; when nobody takes it, a lock taken is released (on the
-/// session, which is then kept) and its lease ended.
-async fn try_for<S: LockSessions>(
+/// A try's statement at the lock of `keys` on its session, polled by the
+/// attempt that awaits it: no task, and no channel, between the two.
+/// Dropped before its answer (the attempt was dropped, or timed out), it
+/// runs the rest in a task of its own, where the answer is nobody's
+/// ([`settle`]). Outside a runtime, the statement is dropped with its
+/// session, whose end frees what it took.
+struct Trying<S: LockSessions> {
+    running: Option<Pin<Box<dyn Future<Output = TryAnswer<S>> + Send>>>,
     inner: Arc<Inner<S>>,
+    keys: Arc<LockKeys>,
+    token: Token,
+}
+
+impl<S: LockSessions> Trying<S> {
+    /// `token`'s try at the lock of `keys` on `session`, sent at the
+    /// first poll.
+    fn start(
+        inner: &Arc<Inner<S>>,
+        session: Arc<S::Session>,
+        keys: &Arc<LockKeys>,
+        token: Token,
+        lease: Duration,
+    ) -> Self {
+        let running = {
+            let (inner, keys) = (inner.clone(), keys.clone());
+            Box::pin(async move {
+                let answer = inner
+                    .sessions
+                    .try_lock(&session, keys.id(), &token, lease)
+                    .await;
+                (session, answer)
+            })
+        };
+        Self {
+            running: Some(running),
+            inner: inner.clone(),
+            keys: keys.clone(),
+            token,
+        }
+    }
+}
+
+impl<S: LockSessions> Future for Trying<S> {
+    type Output = TryAnswer<S>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TryAnswer<S>> {
+        let running = self
+            .running
+            .as_mut()
+            .expect("a try polled after its answer");
+        let answer = std::task::ready!(running.as_mut().poll(cx));
+        self.running = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl<S: LockSessions> Drop for Trying<S> {
+    fn drop(&mut self) {
+        let Some(running) = self.running.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, keys, token) = (self.inner.clone(), self.keys.clone(), self.token);
+        runtime.spawn(async move {
+            let (session, answer) = running.await;
+            settle(&inner, session, keys, token, answer).await;
+        });
+    }
+}
+
+/// The answer of `token`'s try that nobody took: a lock taken is released
+/// (on the session, which is then kept) and its lease ended.
+async fn settle<S: LockSessions>(
+    inner: &Inner<S>,
     session: Arc<S::Session>,
     keys: Arc<LockKeys>,
     token: Token,
-    lease: Duration,
-    tx: oneshot::Sender<TryAnswer<S>>,
+    answer: Result<Tried>,
 ) {
-    let answer = inner
-        .sessions
-        .try_lock(&session, keys.id(), &token, lease)
-        .await;
-    let Err((session, answer)) = tx.send((session, answer)) else {
-        return;
-    };
     match answer {
         Ok(Tried::Taken(fence)) => {
             let hold = Hold {

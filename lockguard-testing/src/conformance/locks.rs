@@ -377,8 +377,9 @@ pub async fn no_wake_up_is_lost_under_contention(env: Env) {
     waits.assert_below(BOUND, "since the lock was freed");
 }
 
-/// Dropping `acquire` futures at random points, while waiting and around the
-/// moment the store grants the lock, never leaves the lock held: a fresh
+/// Dropping `acquire` and `try_acquire` futures at random points, while
+/// waiting and around the moment the store grants or refuses the lock,
+/// never leaves the lock held: a fresh
 /// `try_acquire` succeeds within 2 s, a tenth of the lease. (A grant that
 /// lands after the drop is released in the background, usually within a
 /// few ms; the bound leaves room for a machine busy with other work, and
@@ -400,9 +401,14 @@ pub async fn dropped_acquire_futures_never_keep_the_lock(env: Env) {
         let budget = Duration::from_micros(rng.u64(0..1500));
         let a2 = a.clone();
         let outcome = tokio::spawn(async move {
-            tokio::time::timeout(budget, a2.lock("cancel").lease(lease).acquire())
-                .await
-                .is_err()
+            let lock = a2.lock("cancel").lease(lease);
+            if round % 2 == 0 {
+                tokio::time::timeout(budget, lock.acquire()).await.is_err()
+            } else {
+                tokio::time::timeout(budget, lock.try_acquire())
+                    .await
+                    .is_err()
+            }
         })
         .await
         .unwrap();
