@@ -980,28 +980,7 @@ mod tests {
     /// carried inline by every operation that may open one.)
     #[test]
     fn lock_futures_stay_small() {
-        use lockguard_core::store::LockKeys;
-        use lockguard_testing::future_size;
-        type Args<'a> = (&'a MySqlStore, &'a Arc<LockKeys>, &'a Token);
-        let sizes = [
-            (
-                "acquire",
-                future_size(|(s, k, t): Args<'_>| {
-                    LockStore::acquire(s, k, t, Duration::ZERO, None)
-                }),
-            ),
-            (
-                "release",
-                future_size(|(s, k, t): Args<'_>| LockStore::release(s, k, t)),
-            ),
-            (
-                "extend",
-                future_size(|(s, k, t): Args<'_>| LockStore::extend(s, k, t, Duration::ZERO)),
-            ),
-        ];
-        for (operation, size) in sizes {
-            assert!(size <= 4096, "{operation}'s future is {size} bytes");
-        }
+        lockguard_testing::assert_lock_futures_within::<MySqlStore>(4096);
     }
 
     #[test]

@@ -963,32 +963,9 @@ mod tests {
     /// carried inline by every operation that may open one.)
     #[test]
     fn lock_futures_stay_small() {
-        use lockguard_core::store::LockKeys;
-        use lockguard_testing::future_size;
-        type Args<'a> = (&'a PostgresStore, &'a Arc<LockKeys>, &'a Token);
-        let sizes = [
-            (
-                "acquire",
-                future_size(|(s, k, t): Args<'_>| {
-                    LockStore::acquire(s, k, t, Duration::ZERO, None)
-                }),
-            ),
-            (
-                "release",
-                future_size(|(s, k, t): Args<'_>| LockStore::release(s, k, t)),
-            ),
-            (
-                "extend",
-                future_size(|(s, k, t): Args<'_>| LockStore::extend(s, k, t, Duration::ZERO)),
-            ),
-        ];
-        for (operation, size) in sizes {
-            assert!(size <= 4096, "{operation}'s future is {size} bytes");
-        }
+        lockguard_testing::assert_lock_futures_within::<PostgresStore>(4096);
     }
 
-    /// A prefix's `\`, `%` and `_` match only themselves: a survey of `a_`
-    /// never lists the locks of `ab`.
     #[test]
     fn survey_patterns_escape_what_like_reads() {
         assert_eq!(like_prefix(""), "%");

@@ -397,16 +397,46 @@ impl RedisServer {
     }
 }
 
-/// The size in bytes of the future `call` returns, found without calling
-/// it. A store operation's future is copied whole into the store
-/// boundary's box at every call, so a store's tests bound the size of its
-/// own.
+/// Asserts that store `S`'s lock futures (its acquire, release and extend)
+/// are at most `bound` bytes each, found without calling them. Each is
+/// copied whole into the store boundary's box at every call, so a future
+/// grown large (a rare path's connect inlined into it) costs every
+/// operation.
 ///
-/// ```
-/// let size = lockguard_testing::future_size(|n: u64| async move { n + 1 });
-/// assert!(size >= 8);
-/// ```
-pub fn future_size<A, F: std::future::Future>(_call: impl FnOnce(A) -> F) -> usize {
+/// # Panics
+///
+/// When one of them is larger than `bound`, naming it and its size.
+#[cfg(feature = "kits")]
+pub fn assert_lock_futures_within<S: lockguard_core::store::LockStore>(bound: usize) {
+    use lockguard_core::store::{LockKeys, Token};
+    type Args<'a, S> = (&'a S, &'a std::sync::Arc<LockKeys>, &'a Token);
+    let sizes = [
+        (
+            "acquire",
+            future_size(|(s, k, t): Args<'_, S>| s.acquire(k, t, Duration::ZERO, None)),
+        ),
+        (
+            "release",
+            future_size(|(s, k, t): Args<'_, S>| s.release(k, t)),
+        ),
+        (
+            "extend",
+            future_size(|(s, k, t): Args<'_, S>| s.extend(k, t, Duration::ZERO)),
+        ),
+    ];
+    for (operation, size) in sizes {
+        assert!(
+            size <= bound,
+            "{}'s {operation} future is {size} bytes, over {bound}",
+            std::any::type_name::<S>()
+        );
+    }
+}
+
+/// The size in bytes of the future `call` returns, found without calling
+/// it.
+#[cfg(feature = "kits")]
+fn future_size<A, F: std::future::Future>(_call: impl FnOnce(A) -> F) -> usize {
     std::mem::size_of::<F>()
 }
 
