@@ -119,12 +119,14 @@ impl Shared {
         crate::key::validate_key("rate limiter name", &self.name)
             .and_then(|()| crate::key::validate_plain("rate limiter name", &self.name))?;
         self.quota.validate()?;
-        let base = format!(
-            "{}rl:{}:{}:",
-            self.engine.prefix,
-            self.algorithm.key_kind(),
-            self.name
-        );
+        // `{prefix}rl:{kind}:{name}:`, pushed into one allocation of its
+        // size (a limiter made per call, `#[rate_limit]`'s, builds it at
+        // every call).
+        let (prefix, kind) = (&*self.engine.prefix, self.algorithm.key_kind());
+        let mut base = String::with_capacity(prefix.len() + kind.len() + self.name.len() + 5);
+        for part in [prefix, "rl:", kind, ":", &self.name, ":"] {
+            base.push_str(part);
+        }
         let quota = &self.quota;
         let op = match self.algorithm {
             Algorithm::Gcra => LimitOp::Gcra(gcra::Params::new(quota)),
@@ -346,6 +348,9 @@ impl RateLimiter {
     /// algorithm, so this is another limiter: it gets a refusal cache of
     /// its own (of the same capacity) rather than sharing its origin's.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
+        if self.shared.algorithm == algorithm {
+            return self;
+        }
         let shared = self.settings_mut();
         shared.algorithm = algorithm;
         shared.prepared = shared.prepare();
