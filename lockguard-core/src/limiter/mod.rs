@@ -345,8 +345,10 @@ impl RateLimiter {
     }
 
     /// Runs `algorithm` instead of GCRA. The limiter's store keys name the
-    /// algorithm, so this is another limiter: it gets a refusal cache of
-    /// its own (of the same capacity) rather than sharing its origin's.
+    /// algorithm, so another algorithm makes another limiter: it gets a
+    /// refusal cache of its own (of the same capacity) rather than sharing
+    /// its origin's. The algorithm the limiter already runs changes
+    /// nothing.
     pub fn algorithm(mut self, algorithm: Algorithm) -> Self {
         if self.shared.algorithm == algorithm {
             return self;
