@@ -166,7 +166,8 @@ pub mod __private {
 
     pub use lockguard_core;
     pub use lockguard_core::{
-        Algorithm, Client, Error, JobRun, Lease, Quota, Result, RwMode, Schedule, Scheduled,
+        Algorithm, Client, Error, JobRun, Lease, LimiterSite, Quota, Result, RwMode, Schedule,
+        Scheduled,
     };
     pub use std::clone::Clone;
     pub use std::option::Option::{None, Some};
@@ -321,9 +322,12 @@ pub mod __private {
     }
 
     /// `#[rate_limit]`: spends one unit (or `cost`) of `key`'s budget in the
-    /// limiter `name` (in shadow mode with `shadow`), then runs `body`.
+    /// limiter `name` (in shadow mode with `shadow`), then runs `body`. The
+    /// limiter is the one `site` (the call site's) kept from its last
+    /// call, when it was the same on the same client.
     #[allow(clippy::too_many_arguments)]
     pub async fn rate_limited<F: Future>(
+        site: &'static LimiterSite,
         client: Result<Client>,
         name: &str,
         quota: Quota,
@@ -333,11 +337,8 @@ pub mod __private {
         key: String,
         body: F,
     ) -> Result<F::Output> {
-        let client = client?;
-        client
-            .rate_limiter(name, quota)
-            .algorithm(algorithm)
-            .shadow(shadow)
+        client?
+            .rate_limiter_at(site, name, quota, algorithm, shadow)
             .try_acquire_cost(&key, cost)
             .await?;
         Ok(body.await)

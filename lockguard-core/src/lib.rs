@@ -264,6 +264,8 @@ pub use leader::{
     Leader, LeaderInfo, LeaderObserver, Leadership, MAX_IDENTITY_LEN, MAX_PROCLAIMED_LEN,
 };
 pub use lease::{DEFAULT_LEASE, Lease, MAX_LEASE, MIN_LEASE, MIN_WATCHDOG_LEASE};
+#[doc(hidden)]
+pub use limiter::LimiterSite;
 pub use limiter::RateLimiter;
 pub use lock::Lock;
 pub use multi_lock::{MAX_MULTI_LOCK_KEYS, MultiLock, MultiLockGuard};

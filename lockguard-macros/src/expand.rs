@@ -158,6 +158,11 @@ fn expand(options: &Options, func: &ItemFn) -> syn::Result<TokenStream> {
             };
             let call = quote! {
                 #p::rate_limited(
+                    {
+                        // The call site's limiter, kept between its calls.
+                        static SITE: #p::LimiterSite = #p::LimiterSite::new();
+                        &SITE
+                    },
                     #client_var,
                     #name,
                     #p::Quota::new(#count, #period) #burst,

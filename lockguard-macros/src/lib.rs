@@ -335,6 +335,11 @@ pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
 ///   call over the quota counts as a refusal in the decision metric and is
 ///   logged at `DEBUG`), and every body runs
 ///   (`RateLimiter::shadow`). Remove it to enforce the limit.
+/// - The function keeps its limiter's prepared settings (its store keys'
+///   base, the decision step, the in-memory store's table) between calls,
+///   for the client it ran on last, held weakly: a call builds only the
+///   limiter's handle. It is the limiter written by hand below, made
+///   once.
 ///
 /// # Errors
 ///

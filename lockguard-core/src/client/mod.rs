@@ -174,6 +174,23 @@ impl Client {
         RateLimiter::new(self.engine.clone(), name, quota)
     }
 
+    /// The rate limiter of a call site that makes it at every call
+    /// (`#[rate_limit]`'s): [`rate_limiter`](Self::rate_limiter) with
+    /// `algorithm` and `shadow`, built from what `site` kept of its last
+    /// call when that was the same limiter on this client, so that a call
+    /// prepares nothing again.
+    #[doc(hidden)]
+    pub fn rate_limiter_at(
+        &self,
+        site: &crate::LimiterSite,
+        name: &str,
+        quota: Quota,
+        algorithm: crate::Algorithm,
+        shadow: bool,
+    ) -> RateLimiter {
+        RateLimiter::at_site(site, &self.engine, name, quota, algorithm, shadow)
+    }
+
     /// A value that only accepts writes with fresh fencing tokens.
     pub fn fenced(&self, name: &str) -> FencedResource {
         FencedResource::new(self.engine.clone(), name)

@@ -12,6 +12,9 @@ use crate::store::memory::LimitTable;
 use crate::store::{LimitKeys, LimitOp, Store};
 
 mod refused;
+mod site;
+
+pub use site::LimiterSite;
 
 /// A rate limiter: a [`Quota`] per key, shared by every process using the
 /// store.
