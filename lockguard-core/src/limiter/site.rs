@@ -110,6 +110,11 @@ mod tests {
     use super::*;
     use crate::Client;
 
+    /// Whether `limiter` lets one more call on the key "k" through.
+    async fn allows(limiter: &RateLimiter) -> bool {
+        limiter.check("k").await.unwrap().allowed
+    }
+
     /// A site's limiter is the limiter made anew: calls through it spend
     /// one budget with a limiter of the same name made by hand, on the
     /// client of the call; another client, name, quota or algorithm is
@@ -122,56 +127,27 @@ mod tests {
         let at = |lg: &Client, name: &str, quota: Quota, algorithm: Algorithm| {
             lg.rate_limiter_at(&SITE, name, quota, algorithm, false)
         };
-        assert!(
-            at(&a, "s", quota, Algorithm::Gcra)
-                .check("k")
-                .await
-                .unwrap()
-                .allowed
-        );
-        assert!(
-            at(&a, "s", quota, Algorithm::Gcra)
-                .check("k")
-                .await
-                .unwrap()
-                .allowed
-        );
+        let gcra = |lg: &Client, name: &str| at(lg, name, quota, Algorithm::Gcra);
+        assert!(allows(&gcra(&a, "s")).await);
+        assert!(allows(&gcra(&a, "s")).await);
         let by_hand = a.rate_limiter("s", quota);
-        assert!(by_hand.check("k").await.unwrap().allowed);
-        assert!(
-            !at(&a, "s", quota, Algorithm::Gcra)
-                .check("k")
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(allows(&by_hand).await);
+        assert!(!allows(&gcra(&a, "s")).await);
         // Another client's store: a budget of its own.
-        assert!(
-            at(&b, "s", quota, Algorithm::Gcra)
-                .check("k")
-                .await
-                .unwrap()
-                .allowed
-        );
-        assert!(!by_hand.check("k").await.unwrap().allowed);
+        assert!(allows(&gcra(&b, "s")).await);
+        assert!(!allows(&by_hand).await);
         // Another name, quota or algorithm: another limiter.
-        assert!(
-            at(&a, "t", quota, Algorithm::Gcra)
-                .check("k")
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(allows(&gcra(&a, "t")).await);
         let more = Quota::per_minute(10);
         let kept = at(&a, "s", more, Algorithm::Gcra);
         assert_eq!(kept.quota(), more);
         assert_eq!(kept.limit(), more.burst_size());
         let window = at(&a, "s", quota, Algorithm::FixedWindow);
         assert_eq!(window.algorithm_kind(), Algorithm::FixedWindow);
-        assert!(window.check("k").await.unwrap().allowed);
+        assert!(allows(&window).await);
         // A name that cannot work is an error at every call.
         for _ in 0..2 {
-            let bad = at(&a, "", quota, Algorithm::Gcra).check("k").await;
+            let bad = gcra(&a, "").check("k").await;
             assert!(bad.unwrap_err().is_invalid_input());
         }
     }
@@ -186,7 +162,7 @@ mod tests {
         let engine = Arc::downgrade(lg.engine());
         let quota = Quota::per_minute(1);
         let first = lg.rate_limiter_at(&SITE, "s", quota, Algorithm::Gcra, false);
-        assert!(first.check("k").await.unwrap().allowed);
+        assert!(allows(&first).await);
         drop((first, lg));
         assert_eq!(
             engine.strong_count(),
@@ -196,7 +172,7 @@ mod tests {
         let next = Client::memory();
         let limiter = next.rate_limiter_at(&SITE, "s", quota, Algorithm::Gcra, false);
         assert!(
-            limiter.check("k").await.unwrap().allowed,
+            allows(&limiter).await,
             "a new client's store has a budget of its own"
         );
     }
