@@ -1,5 +1,6 @@
 //! Micro benchmarks: one operation at a time, lockguard beside raw redis-rs
-//! on a `redis-server` the bench starts, and the in-memory store.
+//! on a `redis-server` the bench starts, and the in-memory store (with a
+//! function under `#[rate_limit]` beside a limiter held across calls).
 //!
 //! `cargo bench -p lockguard-bench`
 
@@ -91,6 +92,33 @@ fn lock_cycles(c: &mut Criterion) {
             .iter(|| async { limiter.check("k").await.expect("decision") });
     });
     g.finish();
+
+    // A function under `#[rate_limit]` (which makes its limiter at each
+    // call, from what its call site kept of the last), beside the same
+    // spend through a limiter held across calls.
+    rt.block_on(async { mem.install_default() });
+    let held = mem.rate_limiter("held", Quota::per_second(1_000_000).burst(BURST));
+    let mut g = c.benchmark_group("memory store, a rate-limited call");
+    g.bench_function("#[rate_limit]", |b| {
+        b.to_async(&rt)
+            .iter(|| async { rate_limited().await.expect("allowed") });
+    });
+    g.bench_function("held limiter", |b| {
+        b.to_async(&rt)
+            .iter(|| async { held.try_acquire("k").await.expect("allowed") });
+    });
+    g.finish();
+}
+
+/// The burst of the rate-limited calls' quota: more than a run spends, so
+/// that every call is let through.
+const BURST: u64 = 1_000_000_000;
+
+/// A function under `#[rate_limit]` on the default client, its quota's
+/// burst `BURST`.
+#[lockguard::rate_limit(key = "k", rate = "1000000/s", burst = 1000000000)]
+async fn rate_limited() -> Result<(), lockguard::Error> {
+    Ok(())
 }
 
 criterion_group!(benches, lock_cycles);
